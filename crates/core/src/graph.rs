@@ -1,0 +1,631 @@
+//! The graph file (`databuild.toml`) and the validated [`Graph`] it describes.
+//!
+//! Loading checks everything a run would trip over later: patterns, templates, overlapping outputs,
+//! durations, commands. A loaded graph answers "who builds this ref?" through a literal-prefix
+//! index instead of trying every pattern.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::pattern::{FieldType, Pattern};
+use crate::shape::Shape;
+use crate::template::Template;
+
+/// A problem with a graph file, naming the file and the part of it at fault.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{file}: {}{message}", .context.as_ref().map(|c| format!("{c}: ")).unwrap_or_default())]
+pub struct GraphError {
+    pub file: String,
+    /// `job `x``, `dataset `y``, `graph.domains`...; absent for file-level problems.
+    pub context: Option<String>,
+    pub message: String,
+}
+
+// ---------------------------------------------------------------------------------------------
+// The file as written. Private: the rest of the code sees only the validated `Graph`.
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct GraphFile {
+    graph: GraphSection,
+    #[serde(default)]
+    dataset: Vec<DatasetSection>,
+    #[serde(default)]
+    job: Vec<JobSection>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct GraphSection {
+    name: String,
+    event_log: Option<String>,
+    data_dir: Option<String>,
+    #[serde(default)]
+    domains: BTreeMap<String, Vec<String>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DatasetSection {
+    name: String,
+    pattern: String,
+    exists: Option<Vec<String>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct JobSection {
+    name: String,
+    outputs: Option<Vec<String>>,
+    inputs: Option<Vec<String>>,
+    config: Option<Vec<String>>,
+    command: Option<Vec<String>>,
+    version: Option<toml::Value>,
+    timeout: Option<String>,
+    config_timeout: Option<String>,
+    retries: Option<u32>,
+    concurrency: Option<u32>,
+    batch: Option<u32>,
+    #[serde(default)]
+    env: BTreeMap<String, String>,
+}
+
+// ---------------------------------------------------------------------------------------------
+// The validated graph.
+
+/// An external dataset: partitions that no job builds.
+#[derive(Debug, Clone)]
+pub struct Dataset {
+    pub name: String,
+    pub pattern: Pattern,
+    /// A probe command, called with the ref as its last argument; exit 0 means available.
+    /// Without one, a partition is available when `<data_dir>/<ref>` exists.
+    pub exists: Option<Vec<String>>,
+}
+
+/// How a job finds its inputs.
+#[derive(Debug, Clone)]
+pub enum Deps {
+    /// Input templates over the output's fields, each linked to the producers it can reach.
+    Static(Vec<LinkedTemplate>),
+    /// A config executable called with the requested outputs (contract section 2).
+    Dynamic { config: Vec<String> },
+}
+
+#[derive(Debug, Clone)]
+pub struct LinkedTemplate {
+    pub template: Template,
+    pub reads: Vec<Producer>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Job {
+    pub name: String,
+    pub outputs: Vec<Pattern>,
+    pub deps: Deps,
+    pub command: Vec<String>,
+    pub version: String,
+    pub timeout: Option<Duration>,
+    pub config_timeout: Duration,
+    pub retries: u32,
+    pub concurrency: Option<u32>,
+    pub batch: u32,
+    pub env: BTreeMap<String, String>,
+}
+
+/// What makes a ref exist: the output pattern of a job, or an external dataset.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Producer {
+    Job { job: usize, output: usize },
+    Dataset(usize),
+}
+
+/// The default time a config executable may take before planning gives up on it.
+pub const DEFAULT_CONFIG_TIMEOUT: Duration = Duration::from_secs(60);
+
+#[derive(Debug, Clone)]
+pub struct Graph {
+    pub name: String,
+    pub event_log: Option<String>,
+    pub data_dir: String,
+    pub domains: BTreeMap<String, Vec<String>>,
+    pub datasets: Vec<Dataset>,
+    pub jobs: Vec<Job>,
+    index: PatternIndex,
+}
+
+impl Graph {
+    /// Parses and validates a graph file's text. `file` names it in errors.
+    pub fn parse(text: &str, file: &str) -> Result<Graph, GraphError> {
+        let err = |context: Option<String>, message: String| GraphError {
+            file: file.to_string(),
+            context,
+            message,
+        };
+        let parsed: GraphFile = toml::from_str(text).map_err(|e| {
+            err(
+                None,
+                e.to_string().trim_end().replace('\n', "\n    ").to_string(),
+            )
+        })?;
+        Loader { file }.load(parsed)
+    }
+
+    pub fn job(&self, name: &str) -> Option<&Job> {
+        self.jobs.iter().find(|j| j.name == name)
+    }
+
+    pub fn job_index(&self, name: &str) -> Option<usize> {
+        self.jobs.iter().position(|j| j.name == name)
+    }
+
+    pub fn pattern_of(&self, producer: Producer) -> &Pattern {
+        match producer {
+            Producer::Job { job, output } => &self.jobs[job].outputs[output],
+            Producer::Dataset(d) => &self.datasets[d].pattern,
+        }
+    }
+
+    /// Who produces `r`, with the field values the ref carries.
+    pub fn producer_of<'r>(&self, r: &'r str) -> Option<(Producer, Vec<&'r str>)> {
+        self.index.lookup(r, self)
+    }
+
+    /// Every named pattern: datasets, then job outputs.
+    pub fn producers(&self) -> impl Iterator<Item = Producer> + '_ {
+        let datasets = (0..self.datasets.len()).map(Producer::Dataset);
+        let jobs = self.jobs.iter().enumerate().flat_map(|(j, job)| {
+            (0..job.outputs.len()).map(move |o| Producer::Job { job: j, output: o })
+        });
+        datasets.chain(jobs)
+    }
+
+    /// A human name for a producer: the dataset or the job.
+    pub fn producer_name(&self, p: Producer) -> &str {
+        match p {
+            Producer::Job { job, .. } => &self.jobs[job].name,
+            Producer::Dataset(d) => &self.datasets[d].name,
+        }
+    }
+}
+
+/// Finds candidate patterns by their literal prefix: only patterns whose prefix starts the ref can
+/// match it, and graphs have few distinct prefix lengths, so a lookup is a handful of hash probes.
+#[derive(Debug, Clone, Default)]
+struct PatternIndex {
+    by_prefix: HashMap<String, Vec<Producer>>,
+    prefix_lengths: Vec<usize>,
+}
+
+impl PatternIndex {
+    fn build(graph: &Graph) -> PatternIndex {
+        let mut index = PatternIndex::default();
+        for p in graph.producers() {
+            let prefix = graph.pattern_of(p).literal_prefix().to_string();
+            index.prefix_lengths.push(prefix.len());
+            index.by_prefix.entry(prefix).or_default().push(p);
+        }
+        index.prefix_lengths.sort_unstable();
+        index.prefix_lengths.dedup();
+        index
+    }
+
+    fn candidates<'a>(&'a self, r: &'a str) -> impl Iterator<Item = Producer> + 'a {
+        self.prefix_lengths
+            .iter()
+            .take_while(move |&&len| len <= r.len())
+            .filter(move |&&len| r.is_char_boundary(len))
+            .filter_map(move |&len| self.by_prefix.get(&r[..len]))
+            .flatten()
+            .copied()
+    }
+
+    fn lookup<'r>(&self, r: &'r str, graph: &Graph) -> Option<(Producer, Vec<&'r str>)> {
+        self.candidates(r)
+            .find_map(|p| graph.pattern_of(p).match_ref(r).map(|values| (p, values)))
+    }
+}
+
+/// Two literal prefixes can only belong to overlapping patterns if one extends the other.
+fn prefixes_compatible(a: &str, b: &str) -> bool {
+    a.starts_with(b) || b.starts_with(a)
+}
+
+struct Loader<'f> {
+    file: &'f str,
+}
+
+impl Loader<'_> {
+    fn err(&self, context: impl Into<Option<String>>, message: impl Into<String>) -> GraphError {
+        GraphError {
+            file: self.file.to_string(),
+            context: context.into(),
+            message: message.into(),
+        }
+    }
+
+    fn load(&self, f: GraphFile) -> Result<Graph, GraphError> {
+        if f.graph.name.trim().is_empty() {
+            return Err(self.err("graph".to_string(), "`name` cannot be empty"));
+        }
+        self.check_domains(&f.graph.domains)?;
+        let mut names: HashMap<&str, &str> = HashMap::new();
+        let mut datasets = Vec::new();
+        for d in &f.dataset {
+            let ctx = format!("dataset `{}`", d.name);
+            self.check_name(&d.name, "dataset", &mut names)?;
+            let pattern = Pattern::parse(&d.pattern).map_err(|e| self.err(ctx.clone(), e.to_string()))?;
+            if matches!(&d.exists, Some(cmd) if cmd.is_empty()) {
+                return Err(self.err(ctx, "`exists` is an empty command; give a program and its arguments, or remove it to check for a file under the data dir"));
+            }
+            datasets.push(Dataset {
+                name: d.name.clone(),
+                pattern,
+                exists: d.exists.clone(),
+            });
+        }
+        let mut jobs = Vec::new();
+        for j in &f.job {
+            self.check_name(&j.name, "job", &mut names)?;
+            jobs.push(self.load_job(j, &f.graph.domains)?);
+        }
+        let mut graph = Graph {
+            name: f.graph.name,
+            event_log: f.graph.event_log,
+            data_dir: f.graph.data_dir.unwrap_or_else(|| "data".to_string()),
+            domains: f.graph.domains,
+            datasets,
+            jobs,
+            index: PatternIndex::default(),
+        };
+        self.check_overlaps(&graph)?;
+        self.link_templates(&mut graph)?;
+        graph.index = PatternIndex::build(&graph);
+        Ok(graph)
+    }
+
+    fn check_name<'a>(
+        &self,
+        name: &'a str,
+        kind: &'static str,
+        seen: &mut HashMap<&'a str, &'static str>,
+    ) -> Result<(), GraphError> {
+        let valid = !name.is_empty()
+            && name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'));
+        if !valid {
+            return Err(self.err(
+                format!("{kind} `{name}`"),
+                "a name is letters, digits, `_`, `-` and `.`",
+            ));
+        }
+        if let Some(other) = seen.insert(name, kind) {
+            return Err(self.err(
+                format!("{kind} `{name}`"),
+                format!("the name is already used by a {other}"),
+            ));
+        }
+        Ok(())
+    }
+
+    fn check_domains(&self, domains: &BTreeMap<String, Vec<String>>) -> Result<(), GraphError> {
+        for (name, values) in domains {
+            let ctx = format!("graph.domains.{name}");
+            if !crate::pattern::is_identifier(name) {
+                return Err(self.err(ctx, "a domain name is letters, digits and `_`"));
+            }
+            if values.is_empty() {
+                return Err(self.err(ctx, "a domain needs at least one value"));
+            }
+            for v in values {
+                if !FieldType::Str.accepts(v) || crate::refs::validate_ref(v).is_err() {
+                    return Err(self.err(
+                        ctx,
+                        format!("value `{}` cannot be part of a ref (empty, `/`, braces, `..` or control characters)", v.escape_debug()),
+                    ));
+                }
+            }
+            let mut sorted: Vec<_> = values.iter().collect();
+            sorted.sort();
+            if let Some(w) = sorted.windows(2).find(|w| w[0] == w[1]) {
+                return Err(self.err(ctx, format!("value `{}` is listed twice", w[0])));
+            }
+        }
+        Ok(())
+    }
+
+    fn load_job(
+        &self,
+        j: &JobSection,
+        domains: &BTreeMap<String, Vec<String>>,
+    ) -> Result<Job, GraphError> {
+        let ctx = format!("job `{}`", j.name);
+        let err = |m: String| self.err(ctx.clone(), m);
+        let outputs = match &j.outputs {
+            Some(o) if !o.is_empty() => o
+                .iter()
+                .map(|p| Pattern::parse(p).map_err(|e| err(e.to_string())))
+                .collect::<Result<Vec<_>, _>>()?,
+            _ => return Err(err("`outputs` is missing or empty: list the output patterns this job builds, such as `outputs = [\"reviews/date={date:date}\"]`".into())),
+        };
+        let command = match &j.command {
+            Some(c) if !c.is_empty() && !c[0].is_empty() => c.clone(),
+            _ => return Err(err("`command` is missing or empty: give the program and its arguments, such as `command = [\"python3\", \"jobs/extract.py\"]`".into())),
+        };
+        let deps = match (&j.inputs, &j.config) {
+            (Some(_), Some(_)) => {
+                return Err(err(
+                    "give either `inputs` (templates) or `config` (dynamic dependencies), not both"
+                        .into(),
+                ))
+            }
+            (_, Some(config)) if config.is_empty() => {
+                return Err(err("`config` is an empty command".into()))
+            }
+            (_, Some(config)) => Deps::Dynamic {
+                config: config.clone(),
+            },
+            (inputs, None) => Deps::Static(
+                inputs
+                    .iter()
+                    .flatten()
+                    .map(|t| {
+                        Template::parse(t, &outputs, domains)
+                            .map(|template| LinkedTemplate {
+                                template,
+                                reads: Vec::new(),
+                            })
+                            .map_err(|e| err(e.to_string()))
+                    })
+                    .collect::<Result<_, _>>()?,
+            ),
+        };
+        let duration = |key: &str, v: &Option<String>| -> Result<Option<Duration>, GraphError> {
+            v.as_deref()
+                .map(|text| {
+                    humantime::parse_duration(text).map_err(|e| {
+                        err(format!(
+                            "`{key} = \"{text}\"` is not a duration ({e}); write it like \"90s\", \"10m\" or \"1h 30m\""
+                        ))
+                    })
+                })
+                .transpose()
+        };
+        let timeout = duration("timeout", &j.timeout)?;
+        let config_timeout = duration("config_timeout", &j.config_timeout)?;
+        if timeout == Some(Duration::ZERO) {
+            return Err(err("`timeout` must be longer than zero".into()));
+        }
+        let version = match &j.version {
+            None => "0".to_string(),
+            Some(toml::Value::String(s)) => s.clone(),
+            Some(toml::Value::Integer(i)) => i.to_string(),
+            Some(other) => {
+                return Err(err(format!(
+                    "`version` must be a string or an integer, not {}",
+                    other.type_str()
+                )))
+            }
+        };
+        if j.batch == Some(0) {
+            return Err(err("`batch` must be at least 1".into()));
+        }
+        if j.concurrency == Some(0) {
+            return Err(err("`concurrency` must be at least 1".into()));
+        }
+        if let Some(key) = j.env.keys().find(|k| k.starts_with("DATABUILD_")) {
+            return Err(err(format!(
+                "`env` sets `{key}`, but `DATABUILD_` variables are set by DataBuild itself"
+            )));
+        }
+        Ok(Job {
+            name: j.name.clone(),
+            outputs,
+            deps,
+            command,
+            version,
+            timeout,
+            config_timeout: config_timeout.unwrap_or(DEFAULT_CONFIG_TIMEOUT),
+            retries: j.retries.unwrap_or(0),
+            concurrency: j.concurrency,
+            batch: j.batch.unwrap_or(1),
+            env: j.env.clone(),
+        })
+    }
+
+    /// Rejects two producers that could claim the same ref (contract section 1).
+    fn check_overlaps(&self, graph: &Graph) -> Result<(), GraphError> {
+        let producers: Vec<Producer> = graph.producers().collect();
+        let shapes: Vec<Shape> = producers
+            .iter()
+            .map(|&p| Shape::of_pattern(graph.pattern_of(p)))
+            .collect();
+        for i in 0..producers.len() {
+            for k in i + 1..producers.len() {
+                let (a, b) = (graph.pattern_of(producers[i]), graph.pattern_of(producers[k]));
+                if !prefixes_compatible(a.literal_prefix(), b.literal_prefix())
+                    || !shapes[i].intersects(&shapes[k])
+                {
+                    continue;
+                }
+                let describe = |p: Producer| match p {
+                    Producer::Job { job, .. } => format!("job `{}`", graph.jobs[job].name),
+                    Producer::Dataset(d) => format!("dataset `{}`", graph.datasets[d].name),
+                };
+                let (da, db) = (describe(producers[i]), describe(producers[k]));
+                let message = if da == db {
+                    format!("its outputs `{a}` and `{b}` can match the same ref")
+                } else {
+                    format!(
+                        "{da} (`{a}`) and {db} (`{b}`) can match the same ref; every ref must have one producer, so make the patterns disjoint"
+                    )
+                };
+                let context = (da == db).then_some(da);
+                return Err(self.err(context, message));
+            }
+        }
+        Ok(())
+    }
+
+    /// Links each input template to the producers it reads, refusing templates that reach none.
+    fn link_templates(&self, graph: &mut Graph) -> Result<(), GraphError> {
+        let producers: Vec<(Producer, Shape, String)> = graph
+            .producers()
+            .map(|p| {
+                let pattern = graph.pattern_of(p);
+                (
+                    p,
+                    Shape::of_pattern(pattern),
+                    pattern.literal_prefix().to_string(),
+                )
+            })
+            .collect();
+        for job in &mut graph.jobs {
+            let Deps::Static(templates) = &mut job.deps else {
+                continue;
+            };
+            for linked in templates {
+                let shape = linked.template.shape(&graph.domains);
+                let prefix = template_prefix(linked.template.as_str());
+                linked.reads = producers
+                    .iter()
+                    .filter(|(_, s, p)| prefixes_compatible(p, prefix) && s.intersects(&shape))
+                    .map(|(p, _, _)| *p)
+                    .collect();
+                if linked.reads.is_empty() {
+                    return Err(self.err(
+                        format!("job `{}`", job.name),
+                        format!(
+                            "input template `{}` matches no job output and no dataset; declare a [[dataset]] for external data or fix the template",
+                            linked.template.as_str()
+                        ),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+fn template_prefix(t: &str) -> &str {
+    &t[..t.find('{').unwrap_or(t.len())]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    pub(crate) const PODCAST: &str = r#"
+[graph]
+name = "podcast_reviews"
+
+[graph.domains]
+category = ["comedy", "news"]
+
+[[dataset]]
+name = "raw_reviews"
+pattern = "raw/reviews/date={date:date}"
+
+[[job]]
+name = "extract_reviews"
+outputs = ["reviews/date={date:date}"]
+inputs = ["raw/reviews/date={date}"]
+command = ["python3", "jobs/extract_reviews.py"]
+version = 2
+timeout = "10m"
+retries = 1
+concurrency = 2
+batch = 4
+env = { MODE = "fast" }
+
+[[job]]
+name = "summary"
+outputs = ["summary/category={category}/date={date:date}"]
+inputs = ["reviews/date={date-6d..date}"]
+command = ["python3", "jobs/summary.py"]
+"#;
+
+    fn load(text: &str) -> Result<Graph, GraphError> {
+        Graph::parse(text, "databuild.toml")
+    }
+
+    fn load_err(text: &str) -> String {
+        load(text).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn loads_the_contract_example() {
+        let g = load(PODCAST).unwrap();
+        assert_eq!(g.name, "podcast_reviews");
+        assert_eq!(g.data_dir, "data");
+        let job = g.job("extract_reviews").unwrap();
+        assert_eq!(job.version, "2");
+        assert_eq!(job.timeout, Some(Duration::from_secs(600)));
+        assert_eq!((job.retries, job.concurrency, job.batch), (1, Some(2), 4));
+        let (p, values) = g.producer_of("summary/category=news/date=2020-01-01").unwrap();
+        assert_eq!(p, Producer::Job { job: 1, output: 0 });
+        assert_eq!(values, ["news", "2020-01-01"]);
+        assert_eq!(
+            g.producer_of("raw/reviews/date=2020-01-01").unwrap().0,
+            Producer::Dataset(0)
+        );
+        assert!(g.producer_of("raw/reviews/date=2020-13-01").is_none());
+        assert!(g.producer_of("nothing").is_none());
+    }
+
+    #[test]
+    fn every_invalid_case_names_file_job_and_problem() {
+        let job = |body: &str| {
+            format!("[graph]\nname = \"g\"\n[[dataset]]\nname = \"raw\"\npattern = \"raw/{{d:date}}\"\n[[job]]\nname = \"j\"\n{body}")
+        };
+        let cases = [
+            (job("outputs = [\"o/{d:date}\"]\ninputs = [\"raw/{day}\"]\ncommand = [\"x\"]"), "job `j`: input template `raw/{day}` uses field `day`, which output `o/{d:date}` lacks"),
+            (job("outputs = [\"o/{d:date}\"]\ncommand = [\"x\"]\ntimeout = \"ten minutes\""), "job `j`: `timeout = \"ten minutes\"` is not a duration"),
+            (job("outputs = [\"o/{d:date}\"]"), "job `j`: `command` is missing"),
+            (job("command = [\"x\"]"), "job `j`: `outputs` is missing"),
+            (job("outputs = [\"raw/{x}\"]\ncommand = [\"x\"]"), "dataset `raw` (`raw/{d:date}`) and job `j` (`raw/{x}`) can match the same ref"),
+            (job("outputs = [\"o/{d:date}\"]\ninputs = [\"elsewhere/{d}\"]\ncommand = [\"x\"]"), "matches no job output and no dataset"),
+            (job("outputs = [\"o/{d:date}\"]\ninputs = [\"raw/{d}\"]\nconfig = [\"c\"]\ncommand = [\"x\"]"), "not both"),
+            (job("outputs = [\"o/{d:date}\"]\ncommand = [\"x\"]\nbatch = 0"), "`batch` must be at least 1"),
+            (job("outputs = [\"o/{d:date}\"]\ncommand = [\"x\"]\nenv = { DATABUILD_OUTPUTS = \"x\" }"), "are set by DataBuild itself"),
+            (job("outputs = [\"o/{d:date}\"]\ncommand = [\"x\"]\ncolour = 1"), "unknown field `colour`"),
+            (job("outputs = [\"o/{d:date}\", \"o/{e}\"]\ncommand = [\"x\"]"), "job `j`: its outputs `o/{d:date}` and `o/{e}` can match the same ref"),
+            ("[graph]\nname = \"g\"\n[[job]]\nname = \"a\"\noutputs = [\"x/{n:int}\"]\ncommand = [\"x\"]\n[[job]]\nname = \"b\"\noutputs = [\"x/{s}\"]\ncommand = [\"x\"]\n".to_string(), "job `a` (`x/{n:int}`) and job `b` (`x/{s}`)"),
+            ("[graph]\nname = \"g\"\n[[job]]\nname = \"a\"\noutputs = [\"x/{n:int}\"]\ncommand = [\"x\"]\n[[job]]\nname = \"a\"\noutputs = [\"y/{s}\"]\ncommand = [\"x\"]\n".to_string(), "already used"),
+            ("[graph]\nname = \"g\"\n[graph.domains]\nc = [\"a/b\"]\n".to_string(), "graph.domains.c"),
+            ("[graph\nname = \"g\"".to_string(), "databuild.toml: "),
+            ("".to_string(), "missing field `graph`"),
+        ];
+        for (text, needle) in cases {
+            let err = load_err(&text);
+            assert!(err.starts_with("databuild.toml: "), "{err}");
+            assert!(err.contains(needle), "expected {needle:?} in:\n{err}");
+        }
+    }
+
+    #[test]
+    fn templates_link_to_what_they_read() {
+        let g = load(PODCAST).unwrap();
+        let Deps::Static(t) = &g.job("summary").unwrap().deps else {
+            panic!("static")
+        };
+        assert_eq!(t[0].reads, [Producer::Job { job: 0, output: 0 }]);
+    }
+
+    #[test]
+    fn index_finds_the_one_producer_among_many() {
+        let mut text = String::from("[graph]\nname = \"big\"\n");
+        for i in 0..500 {
+            text.push_str(&format!(
+                "[[job]]\nname = \"j{i}\"\noutputs = [\"t{i}/date={{date:date}}\", \"t{i}/n={{n:int}}\"]\ncommand = [\"x\"]\n"
+            ));
+        }
+        let g = load(&text).unwrap();
+        let (p, values) = g.producer_of("t377/n=5").unwrap();
+        assert_eq!(p, Producer::Job { job: 377, output: 1 });
+        assert_eq!(values, ["5"]);
+    }
+}

@@ -1,0 +1,31 @@
+//! DataBuild's pure core: what to build, never how.
+//!
+//! - [`PartitionRef`] names one unit of data and is safe to map onto a data dir.
+//! - [`Pattern`] is a ref with typed fields; [`Template`] derives input refs from an output's fields.
+//! - [`Graph`] is a validated `databuild.toml`: datasets, jobs, and an index from refs to producers.
+//! - [`plan()`] turns requested refs into [`PlannedRun`]s in dependency order.
+//! - [`expand_braces`] expands `{a,b}` and `{2020-01-01..2020-01-31}` in command-line refs.
+//! - [`render`] draws the job graph as DOT, Mermaid or JSON.
+//!
+//! Nothing here touches the file system, processes, the network or the clock: the event log's
+//! knowledge arrives through [`StateView`], and external probes and config executables through
+//! [`Resolver`], both implemented by the outer crates.
+
+pub mod braces;
+pub mod graph;
+pub mod pattern;
+pub mod plan;
+pub mod refs;
+pub mod render;
+pub mod shape;
+pub mod template;
+
+pub use braces::{expand_braces, BraceExpansionError};
+pub use graph::{Dataset, Deps, Graph, GraphError, Job, Producer};
+pub use pattern::{FieldType, Pattern, PatternError};
+pub use plan::{
+    plan, BuildReason, ConfigInput, DepKind, JobConfig, KnownState, NothingBuilt, Plan, PlanError,
+    PlanRequest, PlannedRun, Resolver, StateView,
+};
+pub use refs::{PartitionRef, RefError};
+pub use template::{Template, TemplateError};

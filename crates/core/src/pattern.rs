@@ -1,0 +1,423 @@
+//! Partition patterns: refs with typed fields, such as `reviews/date={date:date}`.
+//!
+//! A [`Pattern`] is a sequence of literal text and fields. Matching a ref against it extracts the
+//! field values; rendering fills the fields back in. Fields must be separated by literal text so
+//! that a ref matches a pattern in at most one way.
+
+use std::fmt;
+
+use chrono::NaiveDate;
+
+use crate::refs::{validate_path_text, RefError};
+
+/// The type of a pattern field. It decides which text a field accepts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FieldType {
+    /// Any non-empty text without `/`.
+    Str,
+    /// A calendar date written `YYYY-MM-DD`.
+    Date,
+    /// A canonical decimal integer (`-3`, `0`, `42`; no `+`, no leading zeros).
+    Int,
+}
+
+impl fmt::Display for FieldType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            FieldType::Str => "str",
+            FieldType::Date => "date",
+            FieldType::Int => "int",
+        })
+    }
+}
+
+impl FieldType {
+    /// Does `value` belong to this type, exactly as it would appear in a ref?
+    pub fn accepts(self, value: &str) -> bool {
+        match self {
+            FieldType::Str => !value.is_empty() && !value.contains('/'),
+            FieldType::Date => parse_date(value).is_some(),
+            FieldType::Int => is_canonical_int(value),
+        }
+    }
+}
+
+/// Parses a `YYYY-MM-DD` date, refusing other spellings so that one date has one ref.
+pub fn parse_date(s: &str) -> Option<NaiveDate> {
+    let b = s.as_bytes();
+    let shaped = b.len() == 10
+        && b[4] == b'-'
+        && b[7] == b'-'
+        && b.iter()
+            .enumerate()
+            .all(|(i, c)| i == 4 || i == 7 || c.is_ascii_digit());
+    if !shaped {
+        return None;
+    }
+    let num = |r: std::ops::Range<usize>| s[r].parse::<u32>().ok();
+    NaiveDate::from_ymd_opt(num(0..4)? as i32, num(5..7)?, num(8..10)?)
+}
+
+pub fn format_date(d: NaiveDate) -> String {
+    d.format("%Y-%m-%d").to_string()
+}
+
+fn is_canonical_int(s: &str) -> bool {
+    let digits = s.strip_prefix('-').unwrap_or(s);
+    let canonical = !digits.is_empty()
+        && digits.bytes().all(|c| c.is_ascii_digit())
+        && (digits == "0" || !digits.starts_with('0'))
+        && s != "-0";
+    canonical && s.parse::<i64>().is_ok()
+}
+
+/// One piece of a pattern.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Token {
+    Literal(String),
+    Field { name: String, ty: FieldType },
+}
+
+/// Why a pattern string is invalid.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PatternError {
+    #[error("pattern `{0}` has an unclosed `{{`")]
+    Unclosed(String),
+    #[error("pattern `{0}` has a `}}` without a matching `{{`")]
+    StrayClose(String),
+    #[error("pattern `{pattern}` has an invalid field `{{{field}}}`: {why}")]
+    BadField {
+        pattern: String,
+        field: String,
+        why: String,
+    },
+    #[error("pattern `{pattern}` declares field `{field}` twice")]
+    DuplicateField { pattern: String, field: String },
+    #[error("pattern `{0}` has two fields next to each other; separate them with literal text such as `/` or `_`")]
+    AdjacentFields(String),
+    #[error("invalid pattern: {0}")]
+    Path(#[from] RefError),
+}
+
+/// A parsed, validated pattern.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pattern {
+    source: String,
+    tokens: Vec<Token>,
+}
+
+/// Field names are identifiers so they can become environment variables (`DATABUILD_FIELD_DATE`).
+pub(crate) fn is_identifier(s: &str) -> bool {
+    let mut chars = s.chars();
+    matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+/// Splits `a/{x}/b{y:int}` into literal text and the insides of braces.
+/// Shared by patterns and input templates, which use the same brace syntax.
+pub(crate) fn split_braces(s: &str) -> Result<Vec<Piece<'_>>, BraceError> {
+    let mut pieces = Vec::new();
+    let mut rest = s;
+    while !rest.is_empty() {
+        match rest.find(['{', '}']) {
+            None => {
+                pieces.push(Piece::Text(rest));
+                break;
+            }
+            Some(i) if rest.as_bytes()[i] == b'}' => return Err(BraceError::StrayClose),
+            Some(i) => {
+                if i > 0 {
+                    pieces.push(Piece::Text(&rest[..i]));
+                }
+                let after = &rest[i + 1..];
+                let close = after.find('}').ok_or(BraceError::Unclosed)?;
+                if after[..close].contains('{') {
+                    return Err(BraceError::Unclosed);
+                }
+                pieces.push(Piece::Braced(&after[..close]));
+                rest = &after[close + 1..];
+            }
+        }
+    }
+    Ok(pieces)
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Piece<'a> {
+    Text(&'a str),
+    Braced(&'a str),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum BraceError {
+    Unclosed,
+    StrayClose,
+}
+
+impl Pattern {
+    pub fn parse(source: &str) -> Result<Pattern, PatternError> {
+        let pieces = split_braces(source).map_err(|e| match e {
+            BraceError::Unclosed => PatternError::Unclosed(source.to_string()),
+            BraceError::StrayClose => PatternError::StrayClose(source.to_string()),
+        })?;
+        let mut tokens = Vec::with_capacity(pieces.len());
+        for piece in pieces {
+            match piece {
+                Piece::Text(t) => tokens.push(Token::Literal(t.to_string())),
+                Piece::Braced(inner) => {
+                    let (name, ty) = parse_field(source, inner)?;
+                    if matches!(tokens.last(), Some(Token::Field { .. })) {
+                        return Err(PatternError::AdjacentFields(source.to_string()));
+                    }
+                    let duplicate = tokens
+                        .iter()
+                        .any(|t| matches!(t, Token::Field { name: n, .. } if *n == name));
+                    if duplicate {
+                        return Err(PatternError::DuplicateField {
+                            pattern: source.to_string(),
+                            field: name,
+                        });
+                    }
+                    tokens.push(Token::Field { name, ty });
+                }
+            }
+        }
+        // Validate the path shape with every field replaced by a harmless stand-in value.
+        let example: String = tokens
+            .iter()
+            .map(|t| match t {
+                Token::Literal(l) => l.as_str(),
+                Token::Field { .. } => "x",
+            })
+            .collect();
+        validate_path_text(&example)?;
+        Ok(Pattern {
+            source: source.to_string(),
+            tokens,
+        })
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.source
+    }
+
+    pub fn tokens(&self) -> &[Token] {
+        &self.tokens
+    }
+
+    /// The fields in order of appearance.
+    pub fn fields(&self) -> impl Iterator<Item = (&str, FieldType)> {
+        self.tokens.iter().filter_map(|t| match t {
+            Token::Field { name, ty } => Some((name.as_str(), *ty)),
+            Token::Literal(_) => None,
+        })
+    }
+
+    pub fn field_type(&self, name: &str) -> Option<FieldType> {
+        self.fields().find(|(n, _)| *n == name).map(|(_, ty)| ty)
+    }
+
+    pub fn field_index(&self, name: &str) -> Option<usize> {
+        self.fields().position(|(n, _)| n == name)
+    }
+
+    /// The text before the first field: every ref this pattern matches starts with it.
+    pub fn literal_prefix(&self) -> &str {
+        match self.tokens.first() {
+            Some(Token::Literal(l)) => l,
+            _ => "",
+        }
+    }
+
+    /// Matches a ref, returning the field values in the order of [`Pattern::fields`].
+    pub fn match_ref<'r>(&self, r: &'r str) -> Option<Vec<&'r str>> {
+        let mut values = Vec::with_capacity(self.tokens.len());
+        if match_tokens(&self.tokens, r, &mut values) {
+            Some(values)
+        } else {
+            None
+        }
+    }
+
+    /// Fills the fields with `values` (in field order). The caller vouches that values fit their types.
+    pub fn render(&self, values: &[&str]) -> String {
+        let mut out = String::with_capacity(self.source.len() + 16);
+        let mut next = values.iter();
+        for t in &self.tokens {
+            match t {
+                Token::Literal(l) => out.push_str(l),
+                Token::Field { .. } => out.push_str(next.next().expect("one value per field")),
+            }
+        }
+        out
+    }
+}
+
+impl fmt::Display for Pattern {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.source)
+    }
+}
+
+fn parse_field(pattern: &str, inner: &str) -> Result<(String, FieldType), PatternError> {
+    let bad = |why: &str| PatternError::BadField {
+        pattern: pattern.to_string(),
+        field: inner.to_string(),
+        why: why.to_string(),
+    };
+    let (name, ty) = match inner.split_once(':') {
+        None => (inner, FieldType::Str),
+        Some((name, ty)) => {
+            let ty = match ty.trim() {
+                "str" => FieldType::Str,
+                "date" => FieldType::Date,
+                "int" => FieldType::Int,
+                other => {
+                    return Err(bad(&format!(
+                        "unknown type `{other}`; the field types are str, date and int"
+                    )))
+                }
+            };
+            (name, ty)
+        }
+    };
+    let name = name.trim();
+    if !is_identifier(name) {
+        return Err(bad(
+            "a field name is letters, digits and `_`, not starting with a digit",
+        ));
+    }
+    Ok((name.to_string(), ty))
+}
+
+/// Backtracking matcher. Patterns are short and fields are separated by literals, so the
+/// backtracking is shallow; this is much cheaper than a regex engine per pattern.
+fn match_tokens<'r>(tokens: &[Token], s: &'r str, out: &mut Vec<&'r str>) -> bool {
+    let Some((first, rest)) = tokens.split_first() else {
+        return s.is_empty();
+    };
+    match first {
+        Token::Literal(l) => match s.strip_prefix(l.as_str()) {
+            Some(after) => match_tokens(rest, after, out),
+            None => false,
+        },
+        Token::Field { ty, .. } => {
+            let candidate_lengths: Box<dyn Iterator<Item = usize>> = match ty {
+                FieldType::Date => Box::new((s.len() >= 10).then_some(10).into_iter()),
+                FieldType::Int => {
+                    let sign = usize::from(s.starts_with('-'));
+                    let digits = s[sign..].bytes().take_while(u8::is_ascii_digit).count();
+                    Box::new((sign + 1..=sign + digits).rev())
+                }
+                FieldType::Str => {
+                    let end = s.find('/').unwrap_or(s.len());
+                    Box::new((1..=end).rev().filter(|&n| s.is_char_boundary(n)))
+                }
+            };
+            for len in candidate_lengths {
+                let value = &s[..len];
+                if !ty.accepts(value) {
+                    continue;
+                }
+                out.push(value);
+                if match_tokens(rest, &s[len..], out) {
+                    return true;
+                }
+                out.pop();
+            }
+            false
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn p(s: &str) -> Pattern {
+        Pattern::parse(s).unwrap()
+    }
+
+    #[test]
+    fn matches_and_extracts_fields() {
+        let pat = p("categorized/category={category}/date={date:date}");
+        assert_eq!(
+            pat.match_ref("categorized/category=news/date=2020-01-31"),
+            Some(vec!["news", "2020-01-31"])
+        );
+        assert_eq!(pat.match_ref("categorized/category=news/date=2020-02-30"), None);
+        assert_eq!(pat.match_ref("categorized/category=a/b/date=2020-01-31"), None);
+        assert_eq!(pat.match_ref("categorized/category=/date=2020-01-31"), None);
+        assert_eq!(pat.literal_prefix(), "categorized/category=");
+    }
+
+    #[test]
+    fn ints_are_canonical() {
+        let pat = p("n/{n:int}");
+        assert_eq!(pat.match_ref("n/42"), Some(vec!["42"]));
+        assert_eq!(pat.match_ref("n/-3"), Some(vec!["-3"]));
+        assert_eq!(pat.match_ref("n/0"), Some(vec!["0"]));
+        assert_eq!(pat.match_ref("n/007"), None);
+        assert_eq!(pat.match_ref("n/-0"), None);
+        assert_eq!(pat.match_ref("n/+1"), None);
+        assert_eq!(pat.match_ref("n/99999999999999999999"), None);
+    }
+
+    #[test]
+    fn str_fields_backtrack_to_the_literal() {
+        let pat = p("sum/{a}_{b}");
+        assert_eq!(pat.match_ref("sum/x_y_z"), Some(vec!["x_y", "z"]));
+        let pat = p("x/{n:int}_{s}");
+        assert_eq!(pat.match_ref("x/12_ab"), Some(vec!["12", "ab"]));
+    }
+
+    #[test]
+    fn renders_back() {
+        let pat = p("a/{x}/b={y:int}.csv");
+        let r = pat.render(&["q", "7"]);
+        assert_eq!(r, "a/q/b=7.csv");
+        assert_eq!(pat.match_ref(&r), Some(vec!["q", "7"]));
+    }
+
+    #[test]
+    fn rejects_bad_patterns() {
+        let cases = [
+            ("a/{x", "unclosed"),
+            ("a/x}", "without a matching"),
+            ("a/{x:float}", "unknown type `float`"),
+            ("a/{1x}", "field name"),
+            ("a/{x}{y}", "next to each other"),
+            ("a/{x}/{x}", "twice"),
+            ("../{x}", "escape"),
+            ("/abs/{x}", "absolute"),
+        ];
+        for (input, needle) in cases {
+            let err = Pattern::parse(input).unwrap_err().to_string();
+            assert!(err.contains(needle), "{input}: {err}");
+        }
+    }
+
+    proptest! {
+        /// Rendering any typed values and matching the result gives the values back.
+        #[test]
+        fn render_then_match_roundtrips(
+            s in "[a-z][a-z0-9_=.-]{0,8}",
+            n in any::<i64>(),
+            d in 0i64..200_000,
+        ) {
+            let pat = p("t/{s}/n={n:int}/d={d:date}");
+            let date = format_date(NaiveDate::from_ymd_opt(1900, 1, 1).unwrap() + chrono::Duration::days(d));
+            let n = n.to_string();
+            let r = pat.render(&[&s, &n, &date]);
+            prop_assert_eq!(pat.match_ref(&r), Some(vec![s.as_str(), n.as_str(), date.as_str()]));
+        }
+
+        /// The parser never panics, whatever it is given.
+        #[test]
+        fn parse_never_panics(s in "\\PC{0,24}") {
+            let _ = Pattern::parse(&s);
+        }
+    }
+}

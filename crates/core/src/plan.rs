@@ -1,0 +1,667 @@
+//! The planner: from requested refs to the job runs that make them live, in dependency order.
+//!
+//! Planning walks upstream from the requested refs in rounds. Each round groups the refs it reached by
+//! job, so a dynamic job's config executable is asked once per round for all of them; the refs their
+//! runs read form the next round. Every ref is visited once (a hash map remembers it), so diamonds and
+//! fan-ins cost nothing extra and cycles end the walk; a topological sort then orders the runs and,
+//! if runs remain, prints the cycle they form.
+//!
+//! The planner does no I/O: what the log knows comes in through [`StateView`], and external checks
+//! and config executables through [`Resolver`].
+
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+
+use serde::{Deserialize, Serialize};
+
+use crate::graph::{Dataset, Deps, Graph, Job, Producer};
+use crate::refs::PartitionRef;
+
+/// Planning stops after this many rounds: a job that depends on its own earlier partitions
+/// (`total/{date}` reading `total/{date-1d}`) needs a base case, and without one would walk back forever.
+pub const MAX_ROUNDS: usize = 100_000;
+
+/// What the event log knows about a ref that a job builds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KnownState {
+    Missing,
+    Live,
+    /// Live, but built from inputs or a job version that changed since.
+    Stale {
+        reason: String,
+    },
+    /// Another build request is building it now.
+    Building {
+        build_request_id: String,
+    },
+    Failed,
+    Tainted,
+}
+
+/// Read access to the current partition states.
+pub trait StateView {
+    fn state(&self, r: &str) -> KnownState;
+}
+
+/// A state view for a world where no job has built anything yet.
+pub struct NothingBuilt;
+
+impl StateView for NothingBuilt {
+    fn state(&self, _: &str) -> KnownState {
+        KnownState::Missing
+    }
+}
+
+/// The I/O the planner needs, done by the caller.
+pub trait Resolver {
+    /// Is this external partition present?
+    fn external_available(&mut self, dataset: &Dataset, r: &PartitionRef) -> Result<bool, String>;
+    /// Runs the job's config executable for all these outputs at once.
+    fn job_configs(&mut self, job: &Job, outputs: &[PartitionRef])
+        -> Result<Vec<JobConfig>, String>;
+}
+
+/// Whether an input must be live before the run (`materialize`), or is read only if present (`query`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DepKind {
+    #[default]
+    Materialize,
+    Query,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConfigInput {
+    #[serde(rename = "ref")]
+    pub partition_ref: PartitionRef,
+    #[serde(default)]
+    pub dep: DepKind,
+}
+
+/// One run as a config executable describes it (contract section 2).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JobConfig {
+    pub outputs: Vec<PartitionRef>,
+    #[serde(default)]
+    pub inputs: Vec<ConfigInput>,
+    #[serde(default)]
+    pub args: Vec<String>,
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ConfigResponse {
+    configs: Vec<JobConfig>,
+}
+
+impl JobConfig {
+    /// Parses what a config executable printed.
+    pub fn parse_response(stdout: &str) -> Result<Vec<JobConfig>, String> {
+        serde_json::from_str::<ConfigResponse>(stdout)
+            .map(|r| r.configs)
+            .map_err(|e| {
+                format!(
+                    "its output is not the expected JSON `{{\"configs\": [{{\"outputs\": [...], \"inputs\": [...], \"args\": [...], \"env\": {{}}}}]}}`: {e}"
+                )
+            })
+    }
+}
+
+/// Why a planned run builds an output.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BuildReason {
+    Missing,
+    Failed,
+    Tainted,
+    Stale(String),
+    /// Requested with `force`.
+    Forced,
+    /// Not needed itself, but the job's config builds it together with a needed output.
+    Sibling,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PlannedRun {
+    /// Index of the job in [`Graph::jobs`].
+    #[serde(skip)]
+    pub job_index: usize,
+    pub job: String,
+    pub outputs: Vec<PartitionRef>,
+    /// Inputs that must be live first.
+    pub inputs: Vec<PartitionRef>,
+    /// Inputs read only if present; never built.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub query_inputs: Vec<PartitionRef>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub args: Vec<String>,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
+    /// Indices (in [`Plan::runs`]) of the runs that build this run's inputs.
+    pub depends_on: Vec<usize>,
+    /// One reason per output, in output order.
+    pub reasons: Vec<BuildReason>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Delegation {
+    #[serde(rename = "ref")]
+    pub partition_ref: PartitionRef,
+    pub build_request_id: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct MissingExternal {
+    #[serde(rename = "ref")]
+    pub partition_ref: PartitionRef,
+    pub dataset: String,
+    /// The run that needs it, if it is not itself requested.
+    pub needed_by: Option<String>,
+}
+
+/// The result of planning.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Plan {
+    /// Job runs in dependency order: every run comes after the runs it depends on.
+    pub runs: Vec<PlannedRun>,
+    /// Refs already live and fresh (job outputs), or present (external).
+    pub skipped: Vec<PartitionRef>,
+    /// Refs another build request is building now.
+    pub delegated: Vec<Delegation>,
+    /// External refs that are not available: the plan cannot complete until they are.
+    pub missing: Vec<MissingExternal>,
+}
+
+impl Plan {
+    /// Can the plan run to completion as it stands?
+    pub fn is_complete(&self) -> bool {
+        self.missing.is_empty()
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PlanError {
+    #[error("no job builds `{partition_ref}` and no dataset declares it{}", needed_by_suffix(.needed_by))]
+    UnknownRef {
+        partition_ref: String,
+        needed_by: Option<String>,
+    },
+    #[error("job `{job}`: {message}")]
+    Template { job: String, message: String },
+    #[error("config of job `{job}` failed: {message}")]
+    Config { job: String, message: String },
+    #[error("checking external `{partition_ref}` of dataset `{dataset}` failed: {message}")]
+    Probe {
+        dataset: String,
+        partition_ref: String,
+        message: String,
+    },
+    #[error("dependency cycle: {}", .0.join(" -> "))]
+    Cycle(Vec<String>),
+    #[error("planning went {MAX_ROUNDS} levels deep without reaching live or external data (last: `{last}`, job `{job}`); a job that reads its own earlier partitions needs a base case: a live partition or a dataset")]
+    Unbounded { last: String, job: String },
+}
+
+fn needed_by_suffix(needed_by: &Option<String>) -> String {
+    needed_by
+        .as_ref()
+        .map(|n| format!(" (needed by {n})"))
+        .unwrap_or_default()
+}
+
+/// What to plan, and how.
+#[derive(Debug, Clone, Default)]
+pub struct PlanRequest {
+    pub refs: Vec<PartitionRef>,
+    /// Rebuild the requested refs even if live and fresh.
+    pub force: bool,
+    /// Accept stale partitions as they are instead of rebuilding them.
+    pub allow_stale: bool,
+}
+
+/// What planning has decided about one ref.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Node {
+    /// Reached; to be decided in the next round. Holds the run that needs it, if any.
+    Pending(Option<usize>),
+    /// Built by the run with this index (in creation order).
+    Planned(usize),
+    /// Live, present, delegated or missing: no run of this plan builds it.
+    Settled,
+}
+
+pub fn plan(
+    graph: &Graph,
+    request: &PlanRequest,
+    states: &dyn StateView,
+    resolver: &mut dyn Resolver,
+) -> Result<Plan, PlanError> {
+    Planner {
+        graph,
+        request,
+        states,
+        resolver,
+        requested: request.refs.iter().map(|r| r.as_str()).collect(),
+        nodes: HashMap::with_capacity(request.refs.len() * 4),
+        runs: Vec::new(),
+        run_round: Vec::new(),
+        rounds: 0,
+        plan: Plan::default(),
+    }
+    .run()
+}
+
+struct Planner<'a> {
+    graph: &'a Graph,
+    request: &'a PlanRequest,
+    states: &'a dyn StateView,
+    resolver: &'a mut dyn Resolver,
+    requested: HashSet<&'a str>,
+    nodes: HashMap<PartitionRef, Node>,
+    runs: Vec<PlannedRun>,
+    /// The round in which each run (by creation index) was planned: deeper rounds run first.
+    run_round: Vec<usize>,
+    rounds: usize,
+    plan: Plan,
+}
+
+impl Planner<'_> {
+    fn run(mut self) -> Result<Plan, PlanError> {
+        let mut frontier = Vec::with_capacity(self.request.refs.len());
+        for r in &self.request.refs {
+            if !self.nodes.contains_key(r) {
+                self.nodes.insert(r.clone(), Node::Pending(None));
+                frontier.push(r.clone());
+            }
+        }
+        while !frontier.is_empty() {
+            self.rounds += 1;
+            if self.rounds > MAX_ROUNDS {
+                let last = frontier[0].to_string();
+                let job = self
+                    .graph
+                    .producer_of(&last)
+                    .map(|(p, _)| self.graph.producer_name(p).to_string())
+                    .unwrap_or_default();
+                return Err(PlanError::Unbounded { last, job });
+            }
+            frontier = self.round(frontier)?;
+        }
+        self.order_runs()?;
+        Ok(self.plan)
+    }
+
+    fn needed_by(&self, run: Option<usize>) -> Option<String> {
+        run.map(|i| {
+            let r = &self.runs[i];
+            format!("job `{}` for `{}`", r.job, r.outputs[0])
+        })
+    }
+
+    /// Decides every ref of the frontier and returns the refs the new runs read.
+    fn round(&mut self, frontier: Vec<PartitionRef>) -> Result<Vec<PartitionRef>, PlanError> {
+        // Refs to build, grouped by job in order of first appearance, with the index of the output
+        // pattern each matched and the reason it is built.
+        let mut to_build: Vec<(usize, Vec<(PartitionRef, usize, BuildReason)>)> = Vec::new();
+        let mut job_slot: HashMap<usize, usize> = HashMap::new();
+        for r in frontier {
+            let Some(Node::Pending(needed_by)) = self.nodes.get(&r).copied() else {
+                continue; // Already built as a sibling output of a run planned this round.
+            };
+            let Some((producer, _)) = self.graph.producer_of(r.as_str()) else {
+                return Err(PlanError::UnknownRef {
+                    partition_ref: r.into_string(),
+                    needed_by: self.needed_by(needed_by),
+                });
+            };
+            match producer {
+                Producer::Dataset(d) => self.settle_external(d, r, needed_by)?,
+                Producer::Job { job, output } => {
+                    let Some(reason) = self.build_reason(&r) else {
+                        continue;
+                    };
+                    let slot = *job_slot.entry(job).or_insert_with(|| {
+                        to_build.push((job, Vec::new()));
+                        to_build.len() - 1
+                    });
+                    to_build[slot].1.push((r, output, reason));
+                }
+            }
+        }
+        let mut next = Vec::new();
+        for (job, refs) in to_build {
+            let configs = self.configs_for(job, &refs)?;
+            for (config, reasons) in configs {
+                self.add_run(job, config, reasons, &mut next);
+            }
+        }
+        Ok(next)
+    }
+
+    fn settle_external(
+        &mut self,
+        dataset: usize,
+        r: PartitionRef,
+        needed_by: Option<usize>,
+    ) -> Result<(), PlanError> {
+        let ds = &self.graph.datasets[dataset];
+        let available =
+            self.resolver
+                .external_available(ds, &r)
+                .map_err(|message| PlanError::Probe {
+                    dataset: ds.name.clone(),
+                    partition_ref: r.to_string(),
+                    message,
+                })?;
+        self.nodes.insert(r.clone(), Node::Settled);
+        if available {
+            self.plan.skipped.push(r);
+        } else {
+            self.plan.missing.push(MissingExternal {
+                partition_ref: r,
+                dataset: ds.name.clone(),
+                needed_by: self.needed_by(needed_by),
+            });
+        }
+        Ok(())
+    }
+
+    /// Why this job output must be built, or `None` (after settling it) when it must not.
+    fn build_reason(&mut self, r: &PartitionRef) -> Option<BuildReason> {
+        let forced = self.request.force && self.requested.contains(r.as_str());
+        let reason = match self.states.state(r.as_str()) {
+            _ if forced => BuildReason::Forced,
+            KnownState::Missing => BuildReason::Missing,
+            KnownState::Failed => BuildReason::Failed,
+            KnownState::Tainted => BuildReason::Tainted,
+            KnownState::Stale { reason } if !self.request.allow_stale => BuildReason::Stale(reason),
+            KnownState::Live | KnownState::Stale { .. } => {
+                self.plan.skipped.push(r.clone());
+                self.nodes.insert(r.clone(), Node::Settled);
+                return None;
+            }
+            KnownState::Building { build_request_id } => {
+                self.plan.delegated.push(Delegation {
+                    partition_ref: r.clone(),
+                    build_request_id,
+                });
+                self.nodes.insert(r.clone(), Node::Settled);
+                return None;
+            }
+        };
+        Some(reason)
+    }
+
+    /// Turns one job's refs of this round into run configs: batches of static templates, or one call
+    /// of the config executable.
+    fn configs_for(
+        &mut self,
+        job_index: usize,
+        refs: &[(PartitionRef, usize, BuildReason)],
+    ) -> Result<Vec<(JobConfig, Vec<BuildReason>)>, PlanError> {
+        let job = &self.graph.jobs[job_index];
+        match &job.deps {
+            Deps::Static(templates) => {
+                let mut configs = Vec::with_capacity(refs.len() / job.batch as usize + 1);
+                for chunk in refs.chunks(job.batch as usize) {
+                    let mut inputs = Vec::new();
+                    let mut seen = HashSet::new();
+                    let mut expanded = Vec::new();
+                    for (r, output, _) in chunk {
+                        let values = job.outputs[*output]
+                            .match_ref(r.as_str())
+                            .expect("the index matched this ref to this output");
+                        for t in templates {
+                            expanded.clear();
+                            t.template
+                                .expand(*output, &values, &self.graph.domains, &mut expanded)
+                                .map_err(|e| PlanError::Template {
+                                    job: job.name.clone(),
+                                    message: e.to_string(),
+                                })?;
+                            for s in expanded.drain(..) {
+                                if seen.insert(s.clone()) {
+                                    let input = PartitionRef::new(s).map_err(|e| {
+                                        PlanError::Template {
+                                            job: job.name.clone(),
+                                            message: format!(
+                                                "input template `{}` gives an invalid ref for `{r}`: {e}",
+                                                t.template.as_str()
+                                            ),
+                                        }
+                                    })?;
+                                    inputs.push(ConfigInput {
+                                        partition_ref: input,
+                                        dep: DepKind::Materialize,
+                                    });
+                                }
+                            }
+                        }
+                    }
+                    let config = JobConfig {
+                        outputs: chunk.iter().map(|(r, _, _)| r.clone()).collect(),
+                        inputs,
+                        args: Vec::new(),
+                        env: BTreeMap::new(),
+                    };
+                    let reasons = chunk.iter().map(|(_, _, why)| why.clone()).collect();
+                    configs.push((config, reasons));
+                }
+                Ok(configs)
+            }
+            Deps::Dynamic { .. } => {
+                let wanted: Vec<PartitionRef> = refs.iter().map(|(r, _, _)| r.clone()).collect();
+                let configs = self
+                    .resolver
+                    .job_configs(job, &wanted)
+                    .map_err(|message| PlanError::Config {
+                        job: job.name.clone(),
+                        message,
+                    })?;
+                self.check_configs(job_index, refs, configs)
+            }
+        }
+    }
+
+    /// A config executable's answer must cover every requested output exactly once, with outputs of
+    /// this job only.
+    fn check_configs(
+        &self,
+        job_index: usize,
+        refs: &[(PartitionRef, usize, BuildReason)],
+        configs: Vec<JobConfig>,
+    ) -> Result<Vec<(JobConfig, Vec<BuildReason>)>, PlanError> {
+        let job = &self.graph.jobs[job_index];
+        let fail = |message: String| PlanError::Config {
+            job: job.name.clone(),
+            message,
+        };
+        let reasons: HashMap<&str, &BuildReason> =
+            refs.iter().map(|(r, _, why)| (r.as_str(), why)).collect();
+        let mut covered: HashSet<&str> = HashSet::new();
+        let mut checked = Vec::with_capacity(configs.len());
+        for config in &configs {
+            if config.outputs.is_empty() {
+                return Err(fail("a config lists no outputs".into()));
+            }
+            if let Some(key) = config.env.keys().find(|k| k.starts_with("DATABUILD_")) {
+                return Err(fail(format!("a config sets `{key}`, but `DATABUILD_` variables are set by DataBuild itself")));
+            }
+            for out in &config.outputs {
+                match self.graph.producer_of(out.as_str()) {
+                    Some((Producer::Job { job, .. }, _)) if job == job_index => {}
+                    _ => {
+                        return Err(fail(format!(
+                            "a config lists output `{out}`, which job `{}` does not build",
+                            job.name
+                        )))
+                    }
+                }
+                if !covered.insert(out.as_str()) {
+                    return Err(fail(format!("output `{out}` appears in two configs")));
+                }
+            }
+        }
+        if let Some((r, _, _)) = refs.iter().find(|(r, _, _)| !covered.contains(r.as_str())) {
+            return Err(fail(format!(
+                "no config covers the requested output `{r}`"
+            )));
+        }
+        for config in configs {
+            let why = config
+                .outputs
+                .iter()
+                .map(|o| {
+                    reasons
+                        .get(o.as_str())
+                        .map_or(BuildReason::Sibling, |w| (*w).clone())
+                })
+                .collect();
+            checked.push((config, why));
+        }
+        Ok(checked)
+    }
+
+    fn add_run(
+        &mut self,
+        job: usize,
+        config: JobConfig,
+        reasons: Vec<BuildReason>,
+        next: &mut Vec<PartitionRef>,
+    ) {
+        let index = self.runs.len();
+        self.run_round.push(self.rounds);
+        for out in &config.outputs {
+            // A sibling output may already be planned by another run; the first run keeps it.
+            match self.nodes.get(out) {
+                Some(Node::Planned(_)) => {}
+                _ => {
+                    self.nodes.insert(out.clone(), Node::Planned(index));
+                }
+            }
+        }
+        let mut inputs = Vec::with_capacity(config.inputs.len());
+        let mut query_inputs = Vec::new();
+        for input in config.inputs {
+            match input.dep {
+                DepKind::Query => query_inputs.push(input.partition_ref),
+                DepKind::Materialize => {
+                    if !self.nodes.contains_key(&input.partition_ref) {
+                        self.nodes
+                            .insert(input.partition_ref.clone(), Node::Pending(Some(index)));
+                        next.push(input.partition_ref.clone());
+                    }
+                    inputs.push(input.partition_ref);
+                }
+            }
+        }
+        self.runs.push(PlannedRun {
+            job_index: job,
+            job: self.graph.jobs[job].name.clone(),
+            outputs: config.outputs,
+            inputs,
+            query_inputs,
+            args: config.args,
+            env: config.env,
+            depends_on: Vec::new(),
+            reasons,
+        });
+    }
+
+    /// Orders runs so each follows the runs building its inputs (Kahn's algorithm, stable in
+    /// creation order), or reports a cycle.
+    fn order_runs(&mut self) -> Result<(), PlanError> {
+        let n = self.runs.len();
+        let mut deps: Vec<Vec<usize>> = Vec::with_capacity(n);
+        for run in &self.runs {
+            let mut d: Vec<usize> = run
+                .inputs
+                .iter()
+                .filter_map(|i| match self.nodes.get(i) {
+                    Some(Node::Planned(p)) => Some(*p),
+                    _ => None,
+                })
+                .collect();
+            d.sort_unstable();
+            d.dedup();
+            deps.push(d);
+        }
+        let mut dependents: Vec<Vec<usize>> = vec![Vec::new(); n];
+        let mut waiting: Vec<usize> = vec![0; n];
+        for (run, d) in deps.iter().enumerate() {
+            waiting[run] = d.len();
+            for &dep in d {
+                dependents[dep].push(run);
+            }
+        }
+        // Start from the deepest rounds so the order reads upstream to downstream, and keep creation
+        // order within a round so batches and requests stay in the order they were given.
+        let mut roots: Vec<usize> = (0..n).filter(|&r| waiting[r] == 0).collect();
+        roots.sort_by_key(|&r| (std::cmp::Reverse(self.run_round[r]), r));
+        let mut ready: VecDeque<usize> = roots.into();
+        let mut order = Vec::with_capacity(n);
+        while let Some(r) = ready.pop_front() {
+            order.push(r);
+            for &d in &dependents[r] {
+                waiting[d] -= 1;
+                if waiting[d] == 0 {
+                    ready.push_back(d);
+                }
+            }
+        }
+        if order.len() < n {
+            return Err(PlanError::Cycle(self.find_cycle(&deps, &waiting)));
+        }
+        let mut position = vec![0; n];
+        for (pos, &r) in order.iter().enumerate() {
+            position[r] = pos;
+        }
+        let mut runs: Vec<Option<PlannedRun>> = std::mem::take(&mut self.runs)
+            .into_iter()
+            .map(Some)
+            .collect();
+        self.plan.runs = order
+            .iter()
+            .map(|&r| {
+                let mut run = runs[r].take().expect("each run is placed once");
+                run.depends_on = deps[r].iter().map(|&d| position[d]).collect();
+                run.depends_on.sort_unstable();
+                run
+            })
+            .collect();
+        Ok(())
+    }
+
+    /// Walks dependencies among the runs Kahn's algorithm could not place until a run repeats.
+    fn find_cycle(&self, deps: &[Vec<usize>], waiting: &[usize]) -> Vec<String> {
+        let start = (0..deps.len())
+            .find(|&r| waiting[r] > 0)
+            .expect("a run is left");
+        let mut path = vec![start];
+        let mut seen_at = HashMap::from([(start, 0)]);
+        let mut current = start;
+        loop {
+            let next = *deps[current]
+                .iter()
+                .find(|&&d| waiting[d] > 0)
+                .expect("a blocked run waits on a blocked run");
+            if let Some(&at) = seen_at.get(&next) {
+                let mut cycle: Vec<String> = path[at..]
+                    .iter()
+                    .map(|&r| format!("{} (job `{}`)", self.runs[r].outputs[0], self.runs[r].job))
+                    .collect();
+                cycle.push(cycle[0].clone());
+                return cycle;
+            }
+            seen_at.insert(next, path.len());
+            path.push(next);
+            current = next;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

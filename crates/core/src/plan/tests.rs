@@ -1,0 +1,375 @@
+use super::*;
+use proptest::prelude::*;
+
+/// A resolver over fixed facts: which externals exist, and a config function for dynamic jobs.
+#[derive(Default)]
+struct Facts {
+    present: HashSet<String>,
+    all_present: bool,
+    config: Option<fn(&[PartitionRef]) -> Result<Vec<JobConfig>, String>>,
+    config_calls: Vec<(String, usize)>,
+}
+
+impl Resolver for Facts {
+    fn external_available(&mut self, _: &Dataset, r: &PartitionRef) -> Result<bool, String> {
+        Ok(self.all_present || self.present.contains(r.as_str()))
+    }
+    fn job_configs(&mut self, job: &Job, outputs: &[PartitionRef]) -> Result<Vec<JobConfig>, String> {
+        self.config_calls.push((job.name.clone(), outputs.len()));
+        (self.config.expect("a config function"))(outputs)
+    }
+}
+
+struct States(HashMap<&'static str, KnownState>);
+
+impl StateView for States {
+    fn state(&self, r: &str) -> KnownState {
+        self.0.get(r).cloned().unwrap_or(KnownState::Missing)
+    }
+}
+
+fn graph(text: &str) -> Graph {
+    Graph::parse(text, "test.toml").unwrap()
+}
+
+fn refs(list: &[&str]) -> Vec<PartitionRef> {
+    list.iter().map(|r| PartitionRef::new(*r).unwrap()).collect()
+}
+
+fn plan_with(g: &Graph, wanted: &[&str], states: &dyn StateView, facts: &mut Facts) -> Result<Plan, PlanError> {
+    let request = PlanRequest { refs: refs(wanted), ..Default::default() };
+    plan(g, &request, states, facts)
+}
+
+fn simple_plan(g: &Graph, wanted: &[&str]) -> Result<Plan, PlanError> {
+    plan_with(g, wanted, &NothingBuilt, &mut Facts { all_present: true, ..Default::default() })
+}
+
+/// Compact rendering: one line per run, `job: outputs <- inputs`.
+fn lines(p: &Plan) -> Vec<String> {
+    p.runs
+        .iter()
+        .map(|r| {
+            let outs: Vec<&str> = r.outputs.iter().map(|o| o.as_str()).collect();
+            let ins: Vec<&str> = r.inputs.iter().map(|o| o.as_str()).collect();
+            format!("{}: {} <- {}", r.job, outs.join(","), ins.join(","))
+        })
+        .collect()
+}
+
+const DIAMOND: &str = r#"
+[graph]
+name = "diamond"
+[[dataset]]
+name = "raw"
+pattern = "raw/{d:date}"
+[[job]]
+name = "a"
+outputs = ["a/{d:date}"]
+inputs = ["raw/{d}"]
+command = ["x"]
+[[job]]
+name = "b"
+outputs = ["b/{d:date}"]
+inputs = ["a/{d}"]
+command = ["x"]
+[[job]]
+name = "c"
+outputs = ["c/{d:date}"]
+inputs = ["a/{d}"]
+command = ["x"]
+[[job]]
+name = "d"
+outputs = ["d/{d:date}"]
+inputs = ["b/{d}", "c/{d}"]
+command = ["x"]
+"#;
+
+#[test]
+fn diamond_plans_each_run_once_in_order() {
+    let p = simple_plan(&graph(DIAMOND), &["d/2020-01-01"]).unwrap();
+    assert_eq!(
+        lines(&p),
+        [
+            "a: a/2020-01-01 <- raw/2020-01-01",
+            "b: b/2020-01-01 <- a/2020-01-01",
+            "c: c/2020-01-01 <- a/2020-01-01",
+            "d: d/2020-01-01 <- b/2020-01-01,c/2020-01-01",
+        ]
+    );
+    assert_eq!(p.runs[3].depends_on, [1, 2]);
+    assert_eq!(p.skipped, refs(&["raw/2020-01-01"]));
+}
+
+#[test]
+fn fan_in_over_a_domain_and_trailing_window() {
+    let g = graph(
+        r#"
+[graph]
+name = "fan"
+[graph.domains]
+category = ["comedy", "news"]
+[[dataset]]
+name = "raw"
+pattern = "raw/category={category}/date={date:date}"
+[[job]]
+name = "weekly"
+outputs = ["weekly/category={category}/date={date:date}"]
+inputs = ["raw/category={category}/date={date-6d..date}"]
+command = ["x"]
+[[job]]
+name = "all"
+outputs = ["all/date={date:date}"]
+inputs = ["weekly/category={category=*}/date={date}"]
+command = ["x"]
+"#,
+    );
+    let p = simple_plan(&g, &["all/date=2020-01-07"]).unwrap();
+    assert_eq!(p.runs.len(), 3);
+    assert_eq!(p.runs[2].job, "all");
+    assert_eq!(p.runs[2].inputs.len(), 2);
+    assert_eq!(p.runs[0].inputs.len(), 7);
+    assert_eq!(p.runs[0].inputs[0].as_str(), "raw/category=comedy/date=2020-01-01");
+    assert_eq!(p.skipped.len(), 14);
+}
+
+#[test]
+fn missing_externals_are_listed_with_who_needs_them() {
+    let g = graph(DIAMOND);
+    let mut facts = Facts::default();
+    let p = plan_with(&g, &["b/2020-01-01"], &NothingBuilt, &mut facts).unwrap();
+    assert!(!p.is_complete());
+    assert_eq!(p.missing[0].partition_ref.as_str(), "raw/2020-01-01");
+    assert_eq!(p.missing[0].needed_by.as_deref(), Some("job `a` for `a/2020-01-01`"));
+}
+
+#[test]
+fn live_refs_are_skipped_building_refs_delegated_and_force_rebuilds() {
+    let g = graph(DIAMOND);
+    let states = States(HashMap::from([
+        ("b/2020-01-01", KnownState::Live),
+        ("c/2020-01-01", KnownState::Building { build_request_id: "other".into() }),
+    ]));
+    let mut facts = Facts { all_present: true, ..Default::default() };
+    let p = plan_with(&g, &["d/2020-01-01"], &states, &mut facts).unwrap();
+    assert_eq!(lines(&p), ["d: d/2020-01-01 <- b/2020-01-01,c/2020-01-01"]);
+    assert_eq!(p.skipped, refs(&["b/2020-01-01"]));
+    assert_eq!(p.delegated[0].build_request_id, "other");
+
+    let request = PlanRequest { refs: refs(&["b/2020-01-01"]), force: true, allow_stale: false };
+    let p = plan(&g, &request, &states, &mut facts).unwrap();
+    assert_eq!(p.runs.len(), 2, "forced b, and a which is missing");
+    assert_eq!(p.runs[1].reasons, [BuildReason::Forced]);
+}
+
+#[test]
+fn stale_refs_rebuild_unless_allowed() {
+    let g = graph(DIAMOND);
+    let states = States(HashMap::from([
+        ("a/2020-01-01", KnownState::Stale { reason: "job version changed".into() }),
+        ("b/2020-01-01", KnownState::Live),
+    ]));
+    let mut facts = Facts { all_present: true, ..Default::default() };
+    let p = plan_with(&g, &["b/2020-01-01"], &states, &mut facts).unwrap();
+    assert!(p.runs.is_empty(), "b is live: its inputs are not visited");
+    let p = plan_with(&g, &["c/2020-01-01"], &states, &mut facts).unwrap();
+    assert_eq!(p.runs[0].reasons, [BuildReason::Stale("job version changed".into())]);
+    let request = PlanRequest { refs: refs(&["c/2020-01-01"]), force: false, allow_stale: true };
+    let p = plan(&g, &request, &states, &mut facts).unwrap();
+    assert_eq!(lines(&p), ["c: c/2020-01-01 <- a/2020-01-01"]);
+}
+
+#[test]
+fn batches_group_outputs() {
+    let g = graph(&DIAMOND.replace("name = \"a\"\n", "name = \"a\"\nbatch = 3\n"));
+    let wanted: Vec<String> = (1..=7).map(|d| format!("a/2020-01-0{d}")).collect();
+    let wanted: Vec<&str> = wanted.iter().map(String::as_str).collect();
+    let p = simple_plan(&g, &wanted).unwrap();
+    let sizes: Vec<usize> = p.runs.iter().map(|r| r.outputs.len()).collect();
+    assert_eq!(sizes, [3, 3, 1]);
+    assert_eq!(p.runs[0].inputs.len(), 3);
+}
+
+#[test]
+fn unknown_refs_name_who_needs_them() {
+    let g = graph(DIAMOND);
+    let err = simple_plan(&g, &["nope/1"]).unwrap_err();
+    assert_eq!(err.to_string(), "no job builds `nope/1` and no dataset declares it");
+}
+
+#[test]
+fn cycles_print_the_cycle() {
+    let g = graph(
+        r#"
+[graph]
+name = "cycle"
+[[job]]
+name = "x"
+outputs = ["x/{n:int}"]
+inputs = ["y/{n}"]
+command = ["x"]
+[[job]]
+name = "y"
+outputs = ["y/{n:int}"]
+inputs = ["x/{n}"]
+command = ["x"]
+"#,
+    );
+    let err = simple_plan(&g, &["x/1"]).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "dependency cycle: x/1 (job `x`) -> y/1 (job `y`) -> x/1 (job `x`)"
+    );
+}
+
+#[test]
+fn self_recursion_stops_at_a_live_base_or_says_why() {
+    let text = r#"
+[graph]
+name = "cumulative"
+[[job]]
+name = "total"
+outputs = ["total/{n:int}"]
+inputs = ["total/{n-1}"]
+command = ["x"]
+"#;
+    let g = graph(text);
+    let states = States(HashMap::from([("total/0", KnownState::Live)]));
+    let p = plan_with(&g, &["total/50"], &states, &mut Facts::default()).unwrap();
+    assert_eq!(p.runs.len(), 50);
+    assert_eq!(p.runs[0].outputs, refs(&["total/1"]));
+    let err = simple_plan(&g, &["total/50"]).unwrap_err();
+    assert!(err.to_string().contains("needs a base case"), "{err}");
+}
+
+const DYNAMIC: &str = r#"
+[graph]
+name = "basic"
+[[job]]
+name = "generate_number"
+outputs = ["generated_number/{name}"]
+command = ["gen"]
+[[job]]
+name = "sum"
+outputs = ["sum/{names}"]
+config = ["sum", "config"]
+command = ["sum"]
+"#;
+
+fn sum_config(outputs: &[PartitionRef]) -> Result<Vec<JobConfig>, String> {
+    Ok(outputs
+        .iter()
+        .map(|o| {
+            let names = o.as_str().trim_start_matches("sum/");
+            JobConfig {
+                outputs: vec![o.clone()],
+                inputs: names
+                    .split('_')
+                    .map(|n| ConfigInput {
+                        partition_ref: PartitionRef::new(format!("generated_number/{n}")).unwrap(),
+                        dep: DepKind::Materialize,
+                    })
+                    .collect(),
+                args: vec![names.to_string()],
+                env: BTreeMap::new(),
+            }
+        })
+        .collect())
+}
+
+#[test]
+fn dynamic_configs_are_asked_once_per_job_per_round() {
+    let g = graph(DYNAMIC);
+    let mut facts = Facts { config: Some(sum_config), ..Default::default() };
+    let p = plan_with(&g, &["sum/a_b", "sum/b_c", "generated_number/z"], &NothingBuilt, &mut facts).unwrap();
+    assert_eq!(facts.config_calls, [("sum".to_string(), 2)]);
+    assert_eq!(p.runs.len(), 6);
+    let sum = p.runs.iter().find(|r| r.outputs[0].as_str() == "sum/a_b").unwrap();
+    assert_eq!(sum.args, ["a_b"]);
+    assert_eq!(sum.depends_on.len(), 2);
+}
+
+#[test]
+fn bad_configs_are_clear_errors() {
+    let g = graph(DYNAMIC);
+    let cases: [(fn(&[PartitionRef]) -> Result<Vec<JobConfig>, String>, &str); 4] = [
+        (|_| Ok(vec![]), "no config covers the requested output `sum/a`"),
+        (|_| Err("exit status 3".into()), "config of job `sum` failed: exit status 3"),
+        (
+            |_| {
+                Ok(vec![JobConfig {
+                    outputs: refs(&["sum/a", "generated_number/a"]),
+                    inputs: vec![],
+                    args: vec![],
+                    env: BTreeMap::new(),
+                }])
+            },
+            "lists output `generated_number/a`, which job `sum` does not build",
+        ),
+        (
+            |o| {
+                let mut c = sum_config(o)?;
+                c.extend(sum_config(o)?);
+                Ok(c)
+            },
+            "appears in two configs",
+        ),
+    ];
+    for (config, needle) in cases {
+        let mut facts = Facts { config: Some(config), ..Default::default() };
+        let err = plan_with(&g, &["sum/a"], &NothingBuilt, &mut facts).unwrap_err().to_string();
+        assert!(err.contains(needle), "{err}");
+    }
+}
+
+#[test]
+fn config_responses_parse_strictly() {
+    let ok = JobConfig::parse_response(
+        r#"{"configs": [{"outputs": ["sum/a"], "inputs": [{"ref": "x/a", "dep": "query"}], "args": ["a"], "env": {"K": "V"}}]}"#,
+    )
+    .unwrap();
+    assert_eq!(ok[0].inputs[0].dep, DepKind::Query);
+    for bad in [
+        "not json",
+        r#"{"configs": [{"outputs": ["../etc"]}]}"#,
+        r#"{"configs": [{"outputs": ["a"], "inputs": [{"ref": "b", "dep": "maybe"}]}]}"#,
+        r#"{"confs": []}"#,
+    ] {
+        assert!(JobConfig::parse_response(bad).is_err(), "{bad}");
+    }
+}
+
+proptest! {
+    /// Planning is deterministic, covers every requested ref once, and orders runs after their deps.
+    #[test]
+    fn plans_are_deterministic_complete_and_ordered(
+        days in proptest::collection::vec(0u32..60, 1..20),
+        targets in proptest::collection::vec(0usize..4, 1..20),
+    ) {
+        let g = graph(DIAMOND);
+        let wanted: Vec<String> = days
+            .iter()
+            .zip(targets.iter().cycle())
+            .map(|(d, t)| {
+                let date = chrono::NaiveDate::from_ymd_opt(2020, 1, 1).unwrap() + chrono::Duration::days(*d as i64);
+                format!("{}/{}", ["a", "b", "c", "d"][*t], crate::pattern::format_date(date))
+            })
+            .collect();
+        let wanted: Vec<&str> = wanted.iter().map(String::as_str).collect();
+        let first = simple_plan(&g, &wanted).unwrap();
+        let second = simple_plan(&g, &wanted).unwrap();
+        prop_assert_eq!(&first, &second);
+        let mut built = HashMap::new();
+        for (i, run) in first.runs.iter().enumerate() {
+            for d in &run.depends_on {
+                prop_assert!(*d < i);
+            }
+            for o in &run.outputs {
+                prop_assert!(built.insert(o.clone(), i).is_none(), "built twice: {}", o);
+            }
+        }
+        for w in &wanted {
+            prop_assert!(built.contains_key(*w));
+        }
+    }
+}

@@ -1,0 +1,208 @@
+//! Drawings of the job graph: datasets and jobs as nodes, an edge from each pattern to the jobs
+//! whose input templates read it. Jobs with a config executable have dynamic inputs, drawn without
+//! static edges and marked as such.
+
+use serde::Serialize;
+
+use crate::graph::{Deps, Graph, Producer};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    Dot,
+    Mermaid,
+    Json,
+}
+
+#[derive(Serialize)]
+struct JsonGraph<'g> {
+    name: &'g str,
+    datasets: Vec<JsonDataset<'g>>,
+    jobs: Vec<JsonJob<'g>>,
+    edges: Vec<JsonEdge<'g>>,
+}
+
+#[derive(Serialize)]
+struct JsonDataset<'g> {
+    name: &'g str,
+    pattern: &'g str,
+}
+
+#[derive(Serialize)]
+struct JsonJob<'g> {
+    name: &'g str,
+    outputs: Vec<&'g str>,
+    inputs: Vec<&'g str>,
+    dynamic: bool,
+    version: &'g str,
+}
+
+#[derive(Serialize)]
+struct JsonEdge<'g> {
+    from: &'g str,
+    to: &'g str,
+    via: &'g str,
+}
+
+/// An edge: (producer of the data, consuming job index, the input template).
+fn edges(graph: &Graph) -> Vec<(Producer, usize, &str)> {
+    let mut out = Vec::new();
+    for (j, job) in graph.jobs.iter().enumerate() {
+        if let Deps::Static(templates) = &job.deps {
+            for t in templates {
+                for &p in &t.reads {
+                    out.push((p, j, t.template.as_str()));
+                }
+            }
+        }
+    }
+    out
+}
+
+pub fn render(graph: &Graph, format: Format) -> String {
+    match format {
+        Format::Json => render_json(graph),
+        Format::Dot => render_dot(graph),
+        Format::Mermaid => render_mermaid(graph),
+    }
+}
+
+fn render_json(graph: &Graph) -> String {
+    let json = JsonGraph {
+        name: &graph.name,
+        datasets: graph
+            .datasets
+            .iter()
+            .map(|d| JsonDataset {
+                name: &d.name,
+                pattern: d.pattern.as_str(),
+            })
+            .collect(),
+        jobs: graph
+            .jobs
+            .iter()
+            .map(|j| JsonJob {
+                name: &j.name,
+                outputs: j.outputs.iter().map(|o| o.as_str()).collect(),
+                inputs: match &j.deps {
+                    Deps::Static(t) => t.iter().map(|t| t.template.as_str()).collect(),
+                    Deps::Dynamic { .. } => Vec::new(),
+                },
+                dynamic: matches!(j.deps, Deps::Dynamic { .. }),
+                version: &j.version,
+            })
+            .collect(),
+        edges: edges(graph)
+            .into_iter()
+            .map(|(p, j, via)| JsonEdge {
+                from: graph.producer_name(p),
+                to: &graph.jobs[j].name,
+                via,
+            })
+            .collect(),
+    };
+    serde_json::to_string_pretty(&json).expect("graph JSON serializes")
+}
+
+fn quote(s: &str) -> String {
+    format!("\"{}\"", s.replace('\\', "\\\\").replace('"', "\\\""))
+}
+
+fn render_dot(graph: &Graph) -> String {
+    let mut out = format!("digraph {} {{\n  rankdir=LR;\n", quote(&graph.name));
+    for d in &graph.datasets {
+        out.push_str(&format!(
+            "  {} [shape=cylinder, label={}];\n",
+            quote(&format!("dataset:{}", d.name)),
+            quote(&format!("{}\\n{}", d.name, d.pattern))
+        ));
+    }
+    for j in &graph.jobs {
+        let outputs: Vec<&str> = j.outputs.iter().map(|o| o.as_str()).collect();
+        let dynamic = if matches!(j.deps, Deps::Dynamic { .. }) {
+            "\\n(dynamic inputs)"
+        } else {
+            ""
+        };
+        out.push_str(&format!(
+            "  {} [shape=box, label={}];\n",
+            quote(&format!("job:{}", j.name)),
+            quote(&format!("{}\\n{}{dynamic}", j.name, outputs.join("\\n")))
+        ));
+    }
+    for (p, j, via) in edges(graph) {
+        out.push_str(&format!(
+            "  {} -> {} [label={}];\n",
+            quote(&node_id(graph, p)),
+            quote(&format!("job:{}", graph.jobs[j].name)),
+            quote(via)
+        ));
+    }
+    out.push_str("}\n");
+    out
+}
+
+fn node_id(graph: &Graph, p: Producer) -> String {
+    match p {
+        Producer::Dataset(d) => format!("dataset:{}", graph.datasets[d].name),
+        Producer::Job { job, .. } => format!("job:{}", graph.jobs[job].name),
+    }
+}
+
+fn render_mermaid(graph: &Graph) -> String {
+    // Mermaid ids must be plain words; labels carry the real names.
+    let id = |p: Producer| match p {
+        Producer::Dataset(d) => format!("d{d}"),
+        Producer::Job { job, .. } => format!("j{job}"),
+    };
+    let label = |s: &str| s.replace('"', "#quot;");
+    let mut out = String::from("flowchart LR\n");
+    for (i, d) in graph.datasets.iter().enumerate() {
+        out.push_str(&format!(
+            "  d{i}[(\"{}<br/>{}\")]\n",
+            label(&d.name),
+            label(d.pattern.as_str())
+        ));
+    }
+    for (i, j) in graph.jobs.iter().enumerate() {
+        let outputs: Vec<String> = j.outputs.iter().map(|o| label(o.as_str())).collect();
+        out.push_str(&format!(
+            "  j{i}[\"{}<br/>{}\"]\n",
+            label(&j.name),
+            outputs.join("<br/>")
+        ));
+    }
+    for (p, j, _) in edges(graph) {
+        out.push_str(&format!("  {} --> j{j}\n", id(p)));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const G: &str = r#"
+[graph]
+name = "g"
+[[dataset]]
+name = "raw"
+pattern = "raw/{d:date}"
+[[job]]
+name = "a"
+outputs = ["a/{d:date}"]
+inputs = ["raw/{d}"]
+command = ["x"]
+"#;
+
+    #[test]
+    fn renders_all_formats() {
+        let g = Graph::parse(G, "g.toml").unwrap();
+        let dot = render(&g, Format::Dot);
+        assert!(dot.contains("\"dataset:raw\" -> \"job:a\" [label=\"raw/{d}\"]"), "{dot}");
+        let mermaid = render(&g, Format::Mermaid);
+        assert!(mermaid.contains("d0 --> j0"), "{mermaid}");
+        let json: serde_json::Value = serde_json::from_str(&render(&g, Format::Json)).unwrap();
+        assert_eq!(json["edges"][0]["from"], "raw");
+        assert_eq!(json["edges"][0]["to"], "a");
+    }
+}

@@ -1,0 +1,475 @@
+//! Input templates: how a job's input refs follow from its output ref.
+//!
+//! `raw/reviews/date={date-1d}` reads the output's `date` field, moves it one day back and renders the
+//! result. Expressions inside braces:
+//! - `{f}` the output's field; `{f-1d}`, `{f+2w}` date offsets; `{n-1}` int offsets;
+//! - `{a..b}` an inclusive range between two such terms (`{date-6d..date}` is 7 refs);
+//! - `{f=*}` every value of the graph domain `f`.
+//!
+//! Several multi-valued expressions in one template give their cartesian product.
+
+use std::collections::BTreeMap;
+
+use chrono::Duration;
+
+use crate::pattern::{format_date, parse_date, split_braces, BraceError, FieldType, Pattern, Piece};
+use crate::refs::validate_path_text;
+use crate::shape::{Part, Shape};
+
+/// The most refs one range may produce; a larger range is almost certainly a typo.
+pub const MAX_RANGE: i64 = 100_000;
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TemplateError {
+    #[error("input template `{template}` is malformed: {why}")]
+    Syntax { template: String, why: String },
+    #[error("input template `{template}` uses field `{field}`, which output `{output}` lacks")]
+    UnknownField {
+        template: String,
+        field: String,
+        output: String,
+    },
+    #[error("input template `{template}` uses field `{field}` as {a} in one output and {b} in another")]
+    TypeMismatch {
+        template: String,
+        field: String,
+        a: FieldType,
+        b: FieldType,
+    },
+    #[error("input template `{template}`: {why}")]
+    BadOffset { template: String, why: String },
+    #[error("input template `{template}` expands `{field}=*` but graph.domains has no `{field}`")]
+    UnknownDomain { template: String, field: String },
+    #[error("input template `{template}` leaves the representable range of {field} values")]
+    Overflow { template: String, field: String },
+    #[error("input template `{template}` gives a range of {size} refs, more than the limit of {MAX_RANGE}")]
+    RangeTooLarge { template: String, size: i64 },
+}
+
+/// One side of an offset or range: a field of the output and an offset in days (dates) or units (ints).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Term {
+    field: String,
+    offset: i64,
+    ty: FieldType,
+    /// The field's position in each output pattern of the job, in output order.
+    positions: Vec<usize>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Expr {
+    Term(Term),
+    Range(Term, Term),
+    Domain(String),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum TPart {
+    Literal(String),
+    Expr(Expr),
+}
+
+/// A validated input template, bound to the outputs of one job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Template {
+    source: String,
+    parts: Vec<TPart>,
+}
+
+impl Template {
+    /// Parses `source` and checks it against the job's output patterns and the graph's domains.
+    pub fn parse(
+        source: &str,
+        outputs: &[Pattern],
+        domains: &BTreeMap<String, Vec<String>>,
+    ) -> Result<Template, TemplateError> {
+        let syntax = |why: &str| TemplateError::Syntax {
+            template: source.to_string(),
+            why: why.to_string(),
+        };
+        let pieces = split_braces(source).map_err(|e| match e {
+            BraceError::Unclosed => syntax("a `{` is never closed"),
+            BraceError::StrayClose => syntax("a `}` has no matching `{`"),
+        })?;
+        let mut parts = Vec::with_capacity(pieces.len());
+        for piece in pieces {
+            parts.push(match piece {
+                Piece::Text(t) => TPart::Literal(t.to_string()),
+                Piece::Braced(inner) => TPart::Expr(parse_expr(source, inner, outputs, domains)?),
+            });
+        }
+        let example: String = parts
+            .iter()
+            .map(|p| match p {
+                TPart::Literal(l) => l.as_str(),
+                TPart::Expr(_) => "x",
+            })
+            .collect();
+        validate_path_text(&example).map_err(|e| syntax(&e.to_string()))?;
+        Ok(Template {
+            source: source.to_string(),
+            parts,
+        })
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.source
+    }
+
+    /// The set of refs this template can produce, for linking it to the patterns it reads.
+    pub fn shape(&self, domains: &BTreeMap<String, Vec<String>>) -> Shape {
+        let parts: Vec<Part> = self
+            .parts
+            .iter()
+            .map(|p| match p {
+                TPart::Literal(l) => Part::Literal(l.clone()),
+                TPart::Expr(Expr::Term(t) | Expr::Range(t, _)) => Part::Typed(t.ty),
+                TPart::Expr(Expr::Domain(d)) => Part::OneOf(domains[d].clone()),
+            })
+            .collect();
+        Shape::of_parts(&parts)
+    }
+
+    /// Appends the input refs for one output to `out`. `output` is the index of the output pattern the
+    /// ref matched, `values` the field values it extracted.
+    pub fn expand(
+        &self,
+        output: usize,
+        values: &[&str],
+        domains: &BTreeMap<String, Vec<String>>,
+        out: &mut Vec<String>,
+    ) -> Result<(), TemplateError> {
+        // Most templates have only single-valued expressions: render them directly.
+        let mut combos: Vec<String> = vec![String::with_capacity(self.source.len() + 8)];
+        for part in &self.parts {
+            match part {
+                TPart::Literal(l) => combos.iter_mut().for_each(|c| c.push_str(l)),
+                TPart::Expr(Expr::Term(t)) => {
+                    let v = self.term_value(t, output, values, 0)?;
+                    combos.iter_mut().for_each(|c| c.push_str(&v));
+                }
+                TPart::Expr(expr) => {
+                    let options = self.expr_values(expr, output, values, domains)?;
+                    combos = combos
+                        .iter()
+                        .flat_map(|c| options.iter().map(move |o| format!("{c}{o}")))
+                        .collect();
+                }
+            }
+        }
+        out.extend(combos);
+        Ok(())
+    }
+
+    fn expr_values(
+        &self,
+        expr: &Expr,
+        output: usize,
+        values: &[&str],
+        domains: &BTreeMap<String, Vec<String>>,
+    ) -> Result<Vec<String>, TemplateError> {
+        match expr {
+            Expr::Term(t) => Ok(vec![self.term_value(t, output, values, 0)?]),
+            Expr::Domain(d) => Ok(domains[d].clone()),
+            Expr::Range(a, b) => {
+                let (start, end) = (
+                    self.term_number(a, output, values)?,
+                    self.term_number(b, output, values)?,
+                );
+                let size = end - start + 1;
+                if size > MAX_RANGE {
+                    return Err(TemplateError::RangeTooLarge {
+                        template: self.source.clone(),
+                        size,
+                    });
+                }
+                (0..size.max(0))
+                    .map(|i| self.term_value(a, output, values, i))
+                    .collect()
+            }
+        }
+    }
+
+    /// The term's value as a number: days since the epoch for dates, the int itself for ints.
+    fn term_number(&self, t: &Term, output: usize, values: &[&str]) -> Result<i64, TemplateError> {
+        let raw = values[t.positions[output]];
+        let base = match t.ty {
+            FieldType::Date => parse_date(raw)
+                .expect("matched refs hold valid dates")
+                .signed_duration_since(chrono::NaiveDate::default())
+                .num_days(),
+            _ => raw.parse::<i64>().expect("matched refs hold valid ints"),
+        };
+        base.checked_add(t.offset).ok_or_else(|| self.overflow(t))
+    }
+
+    /// The term's rendered value, moved by `extra` further steps (used to walk ranges).
+    fn term_value(
+        &self,
+        t: &Term,
+        output: usize,
+        values: &[&str],
+        extra: i64,
+    ) -> Result<String, TemplateError> {
+        let raw = values[t.positions[output]];
+        let shift = t.offset + extra;
+        match t.ty {
+            FieldType::Str => Ok(raw.to_string()),
+            FieldType::Int => raw
+                .parse::<i64>()
+                .ok()
+                .and_then(|n| n.checked_add(shift))
+                .map(|n| n.to_string())
+                .ok_or_else(|| self.overflow(t)),
+            FieldType::Date => parse_date(raw)
+                .and_then(|d| d.checked_add_signed(Duration::try_days(shift)?))
+                .map(format_date)
+                .ok_or_else(|| self.overflow(t)),
+        }
+    }
+
+    fn overflow(&self, t: &Term) -> TemplateError {
+        TemplateError::Overflow {
+            template: self.source.clone(),
+            field: t.field.clone(),
+        }
+    }
+}
+
+fn parse_expr(
+    source: &str,
+    inner: &str,
+    outputs: &[Pattern],
+    domains: &BTreeMap<String, Vec<String>>,
+) -> Result<Expr, TemplateError> {
+    let inner = inner.trim();
+    if let Some(field) = inner.strip_suffix("=*") {
+        let field = field.trim();
+        if !domains.contains_key(field) {
+            return Err(TemplateError::UnknownDomain {
+                template: source.to_string(),
+                field: field.to_string(),
+            });
+        }
+        return Ok(Expr::Domain(field.to_string()));
+    }
+    if let Some((a, b)) = inner.split_once("..") {
+        let a = parse_term(source, a, outputs)?;
+        let b = parse_term(source, b, outputs)?;
+        let bad = |why: String| TemplateError::BadOffset {
+            template: source.to_string(),
+            why,
+        };
+        if a.ty != b.ty || a.ty == FieldType::Str {
+            return Err(bad(format!(
+                "a range needs two date or two int terms, not {} and {}",
+                a.ty, b.ty
+            )));
+        }
+        if a.field == b.field && a.offset > b.offset {
+            return Err(bad(format!(
+                "the range `{inner}` is empty: its start comes after its end"
+            )));
+        }
+        return Ok(Expr::Range(a, b));
+    }
+    Ok(Expr::Term(parse_term(source, inner, outputs)?))
+}
+
+fn parse_term(source: &str, text: &str, outputs: &[Pattern]) -> Result<Term, TemplateError> {
+    let text = text.trim();
+    let split = text.find(['+', '-']);
+    let (field, offset_text) = match split {
+        Some(i) => (&text[..i], Some(&text[i..])),
+        None => (text, None),
+    };
+    if !crate::pattern::is_identifier(field) {
+        return Err(TemplateError::Syntax {
+            template: source.to_string(),
+            why: format!("`{text}` is not a field, an offset like `date-1d`, a range like `date-6d..date`, or a domain like `category=*`"),
+        });
+    }
+    let mut ty = None;
+    let mut positions = Vec::with_capacity(outputs.len());
+    for output in outputs {
+        let (pos, t) = output
+            .field_index(field)
+            .zip(output.field_type(field))
+            .ok_or_else(|| TemplateError::UnknownField {
+                template: source.to_string(),
+                field: field.to_string(),
+                output: output.to_string(),
+            })?;
+        match ty {
+            Some(prev) if prev != t => {
+                return Err(TemplateError::TypeMismatch {
+                    template: source.to_string(),
+                    field: field.to_string(),
+                    a: prev,
+                    b: t,
+                })
+            }
+            _ => ty = Some(t),
+        }
+        positions.push(pos);
+    }
+    let ty = ty.expect("a job has at least one output");
+    let offset = match offset_text {
+        None => 0,
+        Some(o) => parse_offset(o, ty).map_err(|why| TemplateError::BadOffset {
+            template: source.to_string(),
+            why: format!("`{text}`: {why}"),
+        })?,
+    };
+    Ok(Term {
+        field: field.to_string(),
+        offset,
+        ty,
+        positions,
+    })
+}
+
+/// `-1d`, `+2w` for dates (in days), `-1`, `+10` for ints.
+fn parse_offset(text: &str, ty: FieldType) -> Result<i64, String> {
+    let (sign, rest) = text.split_at(1);
+    let sign = if sign == "-" { -1 } else { 1 };
+    let digits_end = rest
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(rest.len());
+    let (digits, unit) = rest.split_at(digits_end);
+    let n: i64 = digits
+        .parse()
+        .map_err(|_| "an offset needs a number after the sign".to_string())?;
+    let scale = match (ty, unit) {
+        (FieldType::Date, "d") => 1,
+        (FieldType::Date, "w") => 7,
+        (FieldType::Date, "") => {
+            return Err("a date offset needs a unit: `d` (days) or `w` (weeks)".into())
+        }
+        (FieldType::Date, u) => return Err(format!("unknown date unit `{u}`; use `d` or `w`")),
+        (FieldType::Int, "") => 1,
+        (FieldType::Int, u) => return Err(format!("an int offset takes no unit, found `{u}`")),
+        (FieldType::Str, _) => return Err("a str field cannot be offset".into()),
+    };
+    n.checked_mul(scale)
+        .map(|v| v * sign)
+        .ok_or_else(|| "the offset is too large".to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn domains() -> BTreeMap<String, Vec<String>> {
+        BTreeMap::from([(
+            "category".to_string(),
+            vec!["comedy".to_string(), "news".to_string()],
+        )])
+    }
+
+    fn expand(template: &str, output: &str, r: &str) -> Result<Vec<String>, TemplateError> {
+        let out = Pattern::parse(output).unwrap();
+        let t = Template::parse(template, std::slice::from_ref(&out), &domains())?;
+        let values = out.match_ref(r).expect("test ref matches");
+        let mut refs = Vec::new();
+        t.expand(0, &values, &domains(), &mut refs)?;
+        Ok(refs)
+    }
+
+    #[test]
+    fn offsets_ranges_and_domains() {
+        let out = "s/category={category}/date={date:date}";
+        let r = "s/category=news/date=2020-03-01";
+        assert_eq!(
+            expand("raw/date={date-1d}", out, r).unwrap(),
+            ["raw/date=2020-02-29"]
+        );
+        assert_eq!(
+            expand("raw/date={date+1w}", out, r).unwrap(),
+            ["raw/date=2020-03-08"]
+        );
+        let window = expand("c/{category}/{date-6d..date}", out, r).unwrap();
+        assert_eq!(window.len(), 7);
+        assert_eq!(window[0], "c/news/2020-02-24");
+        assert_eq!(window[6], "c/news/2020-03-01");
+        assert_eq!(
+            expand("c/category={category=*}/date={date}", out, r).unwrap(),
+            [
+                "c/category=comedy/date=2020-03-01",
+                "c/category=news/date=2020-03-01"
+            ]
+        );
+        assert_eq!(
+            expand("x/{category=*}/{date-1d..date}", out, r).unwrap().len(),
+            4
+        );
+        assert_eq!(expand("n/{n-1}", "n/{n:int}", "n/0").unwrap(), ["n/-1"]);
+        assert_eq!(expand("n/{n..n+2}", "n/{n:int}", "n/5").unwrap(), ["n/5", "n/6", "n/7"]);
+        assert_eq!(expand("fixed/ref", out, r).unwrap(), ["fixed/ref"]);
+    }
+
+    #[test]
+    fn rejects_bad_templates() {
+        let out = "s/{category}/{date:date}/{n:int}";
+        let r = "s/news/2020-01-01/1";
+        let cases = [
+            ("raw/{day}", "lacks"),
+            ("raw/{date-1}", "needs a unit"),
+            ("raw/{date-1x}", "unknown date unit"),
+            ("raw/{n-1d}", "takes no unit"),
+            ("raw/{category-1d}", "cannot be offset"),
+            ("raw/{region=*}", "graph.domains has no `region`"),
+            ("raw/{date..date-1d}", "empty"),
+            ("raw/{date..n}", "two date or two int"),
+            ("raw/{date", "never closed"),
+            ("raw/{date-}", "number after the sign"),
+            ("../{date}", "escape"),
+            ("raw/{1date}", "not a field"),
+        ];
+        for (template, needle) in cases {
+            let err = expand(template, out, r).unwrap_err().to_string();
+            assert!(err.contains(needle), "{template}: {err}");
+        }
+        let err = expand("r/{n-1000000..n}", "r/{n:int}", "r/1").unwrap_err();
+        assert!(matches!(err, TemplateError::RangeTooLarge { .. }), "{err}");
+    }
+
+    #[test]
+    fn field_types_must_agree_across_outputs() {
+        let outs = [
+            Pattern::parse("a/{x:int}").unwrap(),
+            Pattern::parse("b/{x:date}").unwrap(),
+        ];
+        let err = Template::parse("c/{x}", &outs, &domains()).unwrap_err();
+        assert!(matches!(err, TemplateError::TypeMismatch { .. }), "{err}");
+        let outs = [
+            Pattern::parse("a/{x:int}").unwrap(),
+            Pattern::parse("b/{y:int}").unwrap(),
+        ];
+        let err = Template::parse("c/{x}", &outs, &domains()).unwrap_err();
+        assert!(matches!(err, TemplateError::UnknownField { .. }), "{err}");
+    }
+
+    proptest! {
+        /// A date window yields exactly its width in distinct, consecutive dates, whatever the anchor.
+        #[test]
+        fn windows_are_complete_and_distinct(days in 0i64..100_000, lo in 0i64..40, width in 0i64..40) {
+            let date = format_date(chrono::NaiveDate::from_ymd_opt(1800, 1, 1).unwrap() + Duration::days(days));
+            let template = format!("w/{{d-{}d..d-{}d}}", lo + width, lo);
+            let refs = expand(&template, "o/{d:date}", &format!("o/{date}")).unwrap();
+            prop_assert_eq!(refs.len() as i64, width + 1);
+            let unique: std::collections::HashSet<_> = refs.iter().collect();
+            prop_assert_eq!(unique.len(), refs.len());
+            let mut sorted = refs.clone();
+            sorted.sort();
+            prop_assert_eq!(sorted, refs);
+        }
+
+        #[test]
+        fn parse_never_panics(s in "\\PC{0,24}") {
+            let outs = [Pattern::parse("o/{d:date}/{n:int}").unwrap()];
+            let _ = Template::parse(&s, &outs, &domains());
+        }
+    }
+}

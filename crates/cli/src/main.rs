@@ -1,1 +1,40 @@
-fn main(){}
+//! The `databuild` binary: parse the command line, run the command, map errors to exit codes.
+//!
+//! Exit codes: 0 success; 1 the work failed (a build failed, an I/O error); 2 the input is wrong
+//! (a malformed graph file, an invalid or unknown ref, an unplannable request, refused SQL).
+
+mod cli;
+mod commands;
+mod context;
+mod output;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+/// An error caused by what the user asked for; exits with 2.
+#[derive(Debug)]
+pub struct UserError(pub String);
+
+impl std::fmt::Display for UserError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for UserError {}
+
+fn main() -> ExitCode {
+    let cli = cli::Cli::parse();
+    match commands::run(cli) {
+        Ok(code) => code,
+        Err(err) => {
+            eprintln!("error: {err:#}");
+            if err.downcast_ref::<UserError>().is_some() {
+                ExitCode::from(2)
+            } else {
+                ExitCode::from(1)
+            }
+        }
+    }
+}

@@ -87,13 +87,18 @@ mod tests {
 
     #[test]
     fn expands_lists_dates_and_ints() {
-        assert_eq!(expand_braces("x/cat={a,b}").unwrap(), ["x/cat=a", "x/cat=b"]);
+        assert_eq!(
+            expand_braces("x/cat={a,b}").unwrap(),
+            ["x/cat=a", "x/cat=b"]
+        );
         let month = expand_braces("reviews/date={2020-01-01..2020-01-31}").unwrap();
         assert_eq!(month.len(), 31);
         assert_eq!(month[30], "reviews/date=2020-01-31");
         assert_eq!(expand_braces("n/{-1..1}").unwrap(), ["n/-1", "n/0", "n/1"]);
         assert_eq!(
-            expand_braces("c={a,b}/d={2020-02-28..2020-03-01}").unwrap().len(),
+            expand_braces("c={a,b}/d={2020-02-28..2020-03-01}")
+                .unwrap()
+                .len(),
             6
         );
         assert_eq!(expand_braces("plain/ref").unwrap(), ["plain/ref"]);
@@ -101,9 +106,18 @@ mod tests {
 
     #[test]
     fn rejects_malformed_braces() {
-        assert!(matches!(expand_braces("x/{a,b"), Err(BraceExpansionError::Unclosed(_))));
-        assert!(matches!(expand_braces("x/{a}"), Err(BraceExpansionError::Unrecognized { .. })));
-        assert!(matches!(expand_braces("x/{3..1}"), Err(BraceExpansionError::Backwards { .. })));
+        assert!(matches!(
+            expand_braces("x/{a,b"),
+            Err(BraceExpansionError::Unclosed(_))
+        ));
+        assert!(matches!(
+            expand_braces("x/{a}"),
+            Err(BraceExpansionError::Unrecognized { .. })
+        ));
+        assert!(matches!(
+            expand_braces("x/{3..1}"),
+            Err(BraceExpansionError::Backwards { .. })
+        ));
         assert!(matches!(
             expand_braces("x/{0..99999999999}"),
             Err(BraceExpansionError::TooMany(_))

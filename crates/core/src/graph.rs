@@ -256,7 +256,8 @@ impl Loader<'_> {
         for d in &f.dataset {
             let ctx = format!("dataset `{}`", d.name);
             self.check_name(&d.name, "dataset", &mut names)?;
-            let pattern = Pattern::parse(&d.pattern).map_err(|e| self.err(ctx.clone(), e.to_string()))?;
+            let pattern =
+                Pattern::parse(&d.pattern).map_err(|e| self.err(ctx.clone(), e.to_string()))?;
             if matches!(&d.exists, Some(cmd) if cmd.is_empty()) {
                 return Err(self.err(ctx, "`exists` is an empty command; give a program and its arguments, or remove it to check for a file under the data dir"));
             }
@@ -355,34 +356,33 @@ impl Loader<'_> {
             Some(c) if !c.is_empty() && !c[0].is_empty() => c.clone(),
             _ => return Err(err("`command` is missing or empty: give the program and its arguments, such as `command = [\"python3\", \"jobs/extract.py\"]`".into())),
         };
-        let deps = match (&j.inputs, &j.config) {
-            (Some(_), Some(_)) => {
-                return Err(err(
+        let deps =
+            match (&j.inputs, &j.config) {
+                (Some(_), Some(_)) => return Err(err(
                     "give either `inputs` (templates) or `config` (dynamic dependencies), not both"
                         .into(),
-                ))
-            }
-            (_, Some(config)) if config.is_empty() => {
-                return Err(err("`config` is an empty command".into()))
-            }
-            (_, Some(config)) => Deps::Dynamic {
-                config: config.clone(),
-            },
-            (inputs, None) => Deps::Static(
-                inputs
-                    .iter()
-                    .flatten()
-                    .map(|t| {
-                        Template::parse(t, &outputs, domains)
-                            .map(|template| LinkedTemplate {
-                                template,
-                                reads: Vec::new(),
-                            })
-                            .map_err(|e| err(e.to_string()))
-                    })
-                    .collect::<Result<_, _>>()?,
-            ),
-        };
+                )),
+                (_, Some(config)) if config.is_empty() => {
+                    return Err(err("`config` is an empty command".into()))
+                }
+                (_, Some(config)) => Deps::Dynamic {
+                    config: config.clone(),
+                },
+                (inputs, None) => Deps::Static(
+                    inputs
+                        .iter()
+                        .flatten()
+                        .map(|t| {
+                            Template::parse(t, &outputs, domains)
+                                .map(|template| LinkedTemplate {
+                                    template,
+                                    reads: Vec::new(),
+                                })
+                                .map_err(|e| err(e.to_string()))
+                        })
+                        .collect::<Result<_, _>>()?,
+                ),
+            };
         let duration = |key: &str, v: &Option<String>| -> Result<Option<Duration>, GraphError> {
             v.as_deref()
                 .map(|text| {
@@ -445,7 +445,10 @@ impl Loader<'_> {
             .collect();
         for i in 0..producers.len() {
             for k in i + 1..producers.len() {
-                let (a, b) = (graph.pattern_of(producers[i]), graph.pattern_of(producers[k]));
+                let (a, b) = (
+                    graph.pattern_of(producers[i]),
+                    graph.pattern_of(producers[k]),
+                );
                 if !prefixes_compatible(a.literal_prefix(), b.literal_prefix())
                     || !shapes[i].intersects(&shapes[k])
                 {
@@ -565,7 +568,9 @@ command = ["python3", "jobs/summary.py"]
         assert_eq!(job.version, "2");
         assert_eq!(job.timeout, Some(Duration::from_secs(600)));
         assert_eq!((job.retries, job.concurrency, job.batch), (1, Some(2), 4));
-        let (p, values) = g.producer_of("summary/category=news/date=2020-01-01").unwrap();
+        let (p, values) = g
+            .producer_of("summary/category=news/date=2020-01-01")
+            .unwrap();
         assert_eq!(p, Producer::Job { job: 1, output: 0 });
         assert_eq!(values, ["news", "2020-01-01"]);
         assert_eq!(
@@ -625,7 +630,13 @@ command = ["python3", "jobs/summary.py"]
         }
         let g = load(&text).unwrap();
         let (p, values) = g.producer_of("t377/n=5").unwrap();
-        assert_eq!(p, Producer::Job { job: 377, output: 1 });
+        assert_eq!(
+            p,
+            Producer::Job {
+                job: 377,
+                output: 1
+            }
+        );
         assert_eq!(values, ["5"]);
     }
 }

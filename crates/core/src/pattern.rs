@@ -347,8 +347,14 @@ mod tests {
             pat.match_ref("categorized/category=news/date=2020-01-31"),
             Some(vec!["news", "2020-01-31"])
         );
-        assert_eq!(pat.match_ref("categorized/category=news/date=2020-02-30"), None);
-        assert_eq!(pat.match_ref("categorized/category=a/b/date=2020-01-31"), None);
+        assert_eq!(
+            pat.match_ref("categorized/category=news/date=2020-02-30"),
+            None
+        );
+        assert_eq!(
+            pat.match_ref("categorized/category=a/b/date=2020-01-31"),
+            None
+        );
         assert_eq!(pat.match_ref("categorized/category=/date=2020-01-31"), None);
         assert_eq!(pat.literal_prefix(), "categorized/category=");
     }

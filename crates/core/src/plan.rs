@@ -56,8 +56,11 @@ pub trait Resolver {
     /// Is this external partition present?
     fn external_available(&mut self, dataset: &Dataset, r: &PartitionRef) -> Result<bool, String>;
     /// Runs the job's config executable for all these outputs at once.
-    fn job_configs(&mut self, job: &Job, outputs: &[PartitionRef])
-        -> Result<Vec<JobConfig>, String>;
+    fn job_configs(
+        &mut self,
+        job: &Job,
+        outputs: &[PartitionRef],
+    ) -> Result<Vec<JobConfig>, String>;
 }
 
 /// Whether an input must be live before the run (`materialize`), or is read only if present (`query`).
@@ -222,6 +225,9 @@ pub struct PlanRequest {
     pub allow_stale: bool,
 }
 
+/// A ref to build: the index of the output pattern it matched, and why it is built.
+type Wanted = (PartitionRef, usize, BuildReason);
+
 /// What planning has decided about one ref.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Node {
@@ -305,7 +311,7 @@ impl Planner<'_> {
     fn round(&mut self, frontier: Vec<PartitionRef>) -> Result<Vec<PartitionRef>, PlanError> {
         // Refs to build, grouped by job in order of first appearance, with the index of the output
         // pattern each matched and the reason it is built.
-        let mut to_build: Vec<(usize, Vec<(PartitionRef, usize, BuildReason)>)> = Vec::new();
+        let mut to_build: Vec<(usize, Vec<Wanted>)> = Vec::new();
         let mut job_slot: HashMap<usize, usize> = HashMap::new();
         for r in frontier {
             let Some(Node::Pending(needed_by)) = self.nodes.get(&r).copied() else {
@@ -348,14 +354,14 @@ impl Planner<'_> {
         needed_by: Option<usize>,
     ) -> Result<(), PlanError> {
         let ds = &self.graph.datasets[dataset];
-        let available =
-            self.resolver
-                .external_available(ds, &r)
-                .map_err(|message| PlanError::Probe {
-                    dataset: ds.name.clone(),
-                    partition_ref: r.to_string(),
-                    message,
-                })?;
+        let available = self
+            .resolver
+            .external_available(ds, &r)
+            .map_err(|message| PlanError::Probe {
+                dataset: ds.name.clone(),
+                partition_ref: r.to_string(),
+                message,
+            })?;
         self.nodes.insert(r.clone(), Node::Settled);
         if available {
             self.plan.skipped.push(r);
@@ -400,7 +406,7 @@ impl Planner<'_> {
     fn configs_for(
         &mut self,
         job_index: usize,
-        refs: &[(PartitionRef, usize, BuildReason)],
+        refs: &[Wanted],
     ) -> Result<Vec<(JobConfig, Vec<BuildReason>)>, PlanError> {
         let job = &self.graph.jobs[job_index];
         match &job.deps {
@@ -454,13 +460,12 @@ impl Planner<'_> {
             }
             Deps::Dynamic { .. } => {
                 let wanted: Vec<PartitionRef> = refs.iter().map(|(r, _, _)| r.clone()).collect();
-                let configs = self
-                    .resolver
-                    .job_configs(job, &wanted)
-                    .map_err(|message| PlanError::Config {
+                let configs = self.resolver.job_configs(job, &wanted).map_err(|message| {
+                    PlanError::Config {
                         job: job.name.clone(),
                         message,
-                    })?;
+                    }
+                })?;
                 self.check_configs(job_index, refs, configs)
             }
         }
@@ -471,7 +476,7 @@ impl Planner<'_> {
     fn check_configs(
         &self,
         job_index: usize,
-        refs: &[(PartitionRef, usize, BuildReason)],
+        refs: &[Wanted],
         configs: Vec<JobConfig>,
     ) -> Result<Vec<(JobConfig, Vec<BuildReason>)>, PlanError> {
         let job = &self.graph.jobs[job_index];
@@ -488,7 +493,9 @@ impl Planner<'_> {
                 return Err(fail("a config lists no outputs".into()));
             }
             if let Some(key) = config.env.keys().find(|k| k.starts_with("DATABUILD_")) {
-                return Err(fail(format!("a config sets `{key}`, but `DATABUILD_` variables are set by DataBuild itself")));
+                return Err(fail(format!(
+                    "a config sets `{key}`, but `DATABUILD_` variables are set by DataBuild itself"
+                )));
             }
             for out in &config.outputs {
                 match self.graph.producer_of(out.as_str()) {
@@ -506,9 +513,7 @@ impl Planner<'_> {
             }
         }
         if let Some((r, _, _)) = refs.iter().find(|(r, _, _)| !covered.contains(r.as_str())) {
-            return Err(fail(format!(
-                "no config covers the requested output `{r}`"
-            )));
+            return Err(fail(format!("no config covers the requested output `{r}`")));
         }
         for config in configs {
             let why = config

@@ -16,7 +16,9 @@ pub enum RefError {
     DotSegment(String),
     #[error("partition ref `{}` contains a NUL or control character", .0.escape_debug())]
     ControlChar(String),
-    #[error("partition ref `{0}` contains `{1}`, which is reserved for patterns and brace expansion")]
+    #[error(
+        "partition ref `{0}` contains `{1}`, which is reserved for patterns and brace expansion"
+    )]
     Reserved(String, char),
     #[error("partition ref `{0}` starts or ends with whitespace")]
     Whitespace(String),

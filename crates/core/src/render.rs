@@ -104,7 +104,11 @@ fn render_json(graph: &Graph) -> String {
 }
 
 fn quote(s: &str) -> String {
-    format!("\"{}\"", s.replace('\\', "\\\\").replace('"', "\\\""))
+    let escaped = s
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n");
+    format!("\"{escaped}\"")
 }
 
 fn render_dot(graph: &Graph) -> String {
@@ -113,20 +117,20 @@ fn render_dot(graph: &Graph) -> String {
         out.push_str(&format!(
             "  {} [shape=cylinder, label={}];\n",
             quote(&format!("dataset:{}", d.name)),
-            quote(&format!("{}\\n{}", d.name, d.pattern))
+            quote(&format!("{}\n{}", d.name, d.pattern))
         ));
     }
     for j in &graph.jobs {
         let outputs: Vec<&str> = j.outputs.iter().map(|o| o.as_str()).collect();
         let dynamic = if matches!(j.deps, Deps::Dynamic { .. }) {
-            "\\n(dynamic inputs)"
+            "\n(dynamic inputs)"
         } else {
             ""
         };
         out.push_str(&format!(
             "  {} [shape=box, label={}];\n",
             quote(&format!("job:{}", j.name)),
-            quote(&format!("{}\\n{}{dynamic}", j.name, outputs.join("\\n")))
+            quote(&format!("{}\n{}{dynamic}", j.name, outputs.join("\n")))
         ));
     }
     for (p, j, via) in edges(graph) {
@@ -198,7 +202,10 @@ command = ["x"]
     fn renders_all_formats() {
         let g = Graph::parse(G, "g.toml").unwrap();
         let dot = render(&g, Format::Dot);
-        assert!(dot.contains("\"dataset:raw\" -> \"job:a\" [label=\"raw/{d}\"]"), "{dot}");
+        assert!(
+            dot.contains("\"dataset:raw\" -> \"job:a\" [label=\"raw/{d}\"]"),
+            "{dot}"
+        );
         let mermaid = render(&g, Format::Mermaid);
         assert!(mermaid.contains("d0 --> j0"), "{mermaid}");
         let json: serde_json::Value = serde_json::from_str(&render(&g, Format::Json)).unwrap();

@@ -77,7 +77,11 @@ impl Shape {
                 Part::Typed(FieldType::Date) => {
                     let mut f = frontier;
                     for c in "dddd-dd-dd".chars() {
-                        let class = if c == 'd' { Class::Digit } else { Class::Char('-') };
+                        let class = if c == 'd' {
+                            Class::Digit
+                        } else {
+                            Class::Char('-')
+                        };
                         f = vec![b.step(&f, class)];
                     }
                     f

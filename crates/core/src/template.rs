@@ -12,7 +12,9 @@ use std::collections::BTreeMap;
 
 use chrono::Duration;
 
-use crate::pattern::{format_date, parse_date, split_braces, BraceError, FieldType, Pattern, Piece};
+use crate::pattern::{
+    format_date, parse_date, split_braces, BraceError, FieldType, Pattern, Piece,
+};
 use crate::refs::validate_path_text;
 use crate::shape::{Part, Shape};
 
@@ -29,7 +31,9 @@ pub enum TemplateError {
         field: String,
         output: String,
     },
-    #[error("input template `{template}` uses field `{field}` as {a} in one output and {b} in another")]
+    #[error(
+        "input template `{template}` uses field `{field}` as {a} in one output and {b} in another"
+    )]
     TypeMismatch {
         template: String,
         field: String,
@@ -401,11 +405,16 @@ mod tests {
             ]
         );
         assert_eq!(
-            expand("x/{category=*}/{date-1d..date}", out, r).unwrap().len(),
+            expand("x/{category=*}/{date-1d..date}", out, r)
+                .unwrap()
+                .len(),
             4
         );
         assert_eq!(expand("n/{n-1}", "n/{n:int}", "n/0").unwrap(), ["n/-1"]);
-        assert_eq!(expand("n/{n..n+2}", "n/{n:int}", "n/5").unwrap(), ["n/5", "n/6", "n/7"]);
+        assert_eq!(
+            expand("n/{n..n+2}", "n/{n:int}", "n/5").unwrap(),
+            ["n/5", "n/6", "n/7"]
+        );
         assert_eq!(expand("fixed/ref", out, r).unwrap(), ["fixed/ref"]);
     }
 

@@ -1,1 +1,12 @@
+//! DataBuild's execution layer: everything that starts processes or looks at the data dir.
+//!
+//! - [`process`] runs a command with a timeout and captured, capped output, and kills its whole
+//!   process group when it overstays.
+//! - [`LocalResolver`] implements the planner's [`databuild_core::Resolver`]: external datasets are
+//!   checked by file existence or by their probe command, and dynamic jobs' config executables are
+//!   called once per job per planning round.
 
+pub mod process;
+mod resolver;
+
+pub use resolver::LocalResolver;

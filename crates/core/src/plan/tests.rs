@@ -14,7 +14,11 @@ impl Resolver for Facts {
     fn external_available(&mut self, _: &Dataset, r: &PartitionRef) -> Result<bool, String> {
         Ok(self.all_present || self.present.contains(r.as_str()))
     }
-    fn job_configs(&mut self, job: &Job, outputs: &[PartitionRef]) -> Result<Vec<JobConfig>, String> {
+    fn job_configs(
+        &mut self,
+        job: &Job,
+        outputs: &[PartitionRef],
+    ) -> Result<Vec<JobConfig>, String> {
         self.config_calls.push((job.name.clone(), outputs.len()));
         (self.config.expect("a config function"))(outputs)
     }
@@ -33,16 +37,34 @@ fn graph(text: &str) -> Graph {
 }
 
 fn refs(list: &[&str]) -> Vec<PartitionRef> {
-    list.iter().map(|r| PartitionRef::new(*r).unwrap()).collect()
+    list.iter()
+        .map(|r| PartitionRef::new(*r).unwrap())
+        .collect()
 }
 
-fn plan_with(g: &Graph, wanted: &[&str], states: &dyn StateView, facts: &mut Facts) -> Result<Plan, PlanError> {
-    let request = PlanRequest { refs: refs(wanted), ..Default::default() };
+fn plan_with(
+    g: &Graph,
+    wanted: &[&str],
+    states: &dyn StateView,
+    facts: &mut Facts,
+) -> Result<Plan, PlanError> {
+    let request = PlanRequest {
+        refs: refs(wanted),
+        ..Default::default()
+    };
     plan(g, &request, states, facts)
 }
 
 fn simple_plan(g: &Graph, wanted: &[&str]) -> Result<Plan, PlanError> {
-    plan_with(g, wanted, &NothingBuilt, &mut Facts { all_present: true, ..Default::default() })
+    plan_with(
+        g,
+        wanted,
+        &NothingBuilt,
+        &mut Facts {
+            all_present: true,
+            ..Default::default()
+        },
+    )
 }
 
 /// Compact rendering: one line per run, `job: outputs <- inputs`.
@@ -129,7 +151,10 @@ command = ["x"]
     assert_eq!(p.runs[2].job, "all");
     assert_eq!(p.runs[2].inputs.len(), 2);
     assert_eq!(p.runs[0].inputs.len(), 7);
-    assert_eq!(p.runs[0].inputs[0].as_str(), "raw/category=comedy/date=2020-01-01");
+    assert_eq!(
+        p.runs[0].inputs[0].as_str(),
+        "raw/category=comedy/date=2020-01-01"
+    );
     assert_eq!(p.skipped.len(), 14);
 }
 
@@ -140,7 +165,10 @@ fn missing_externals_are_listed_with_who_needs_them() {
     let p = plan_with(&g, &["b/2020-01-01"], &NothingBuilt, &mut facts).unwrap();
     assert!(!p.is_complete());
     assert_eq!(p.missing[0].partition_ref.as_str(), "raw/2020-01-01");
-    assert_eq!(p.missing[0].needed_by.as_deref(), Some("job `a` for `a/2020-01-01`"));
+    assert_eq!(
+        p.missing[0].needed_by.as_deref(),
+        Some("job `a` for `a/2020-01-01`")
+    );
 }
 
 #[test]
@@ -148,15 +176,27 @@ fn live_refs_are_skipped_building_refs_delegated_and_force_rebuilds() {
     let g = graph(DIAMOND);
     let states = States(HashMap::from([
         ("b/2020-01-01", KnownState::Live),
-        ("c/2020-01-01", KnownState::Building { build_request_id: "other".into() }),
+        (
+            "c/2020-01-01",
+            KnownState::Building {
+                build_request_id: "other".into(),
+            },
+        ),
     ]));
-    let mut facts = Facts { all_present: true, ..Default::default() };
+    let mut facts = Facts {
+        all_present: true,
+        ..Default::default()
+    };
     let p = plan_with(&g, &["d/2020-01-01"], &states, &mut facts).unwrap();
     assert_eq!(lines(&p), ["d: d/2020-01-01 <- b/2020-01-01,c/2020-01-01"]);
     assert_eq!(p.skipped, refs(&["b/2020-01-01"]));
     assert_eq!(p.delegated[0].build_request_id, "other");
 
-    let request = PlanRequest { refs: refs(&["b/2020-01-01"]), force: true, allow_stale: false };
+    let request = PlanRequest {
+        refs: refs(&["b/2020-01-01"]),
+        force: true,
+        allow_stale: false,
+    };
     let p = plan(&g, &request, &states, &mut facts).unwrap();
     assert_eq!(p.runs.len(), 2, "forced b, and a which is missing");
     assert_eq!(p.runs[1].reasons, [BuildReason::Forced]);
@@ -166,15 +206,30 @@ fn live_refs_are_skipped_building_refs_delegated_and_force_rebuilds() {
 fn stale_refs_rebuild_unless_allowed() {
     let g = graph(DIAMOND);
     let states = States(HashMap::from([
-        ("a/2020-01-01", KnownState::Stale { reason: "job version changed".into() }),
+        (
+            "a/2020-01-01",
+            KnownState::Stale {
+                reason: "job version changed".into(),
+            },
+        ),
         ("b/2020-01-01", KnownState::Live),
     ]));
-    let mut facts = Facts { all_present: true, ..Default::default() };
+    let mut facts = Facts {
+        all_present: true,
+        ..Default::default()
+    };
     let p = plan_with(&g, &["b/2020-01-01"], &states, &mut facts).unwrap();
     assert!(p.runs.is_empty(), "b is live: its inputs are not visited");
     let p = plan_with(&g, &["c/2020-01-01"], &states, &mut facts).unwrap();
-    assert_eq!(p.runs[0].reasons, [BuildReason::Stale("job version changed".into())]);
-    let request = PlanRequest { refs: refs(&["c/2020-01-01"]), force: false, allow_stale: true };
+    assert_eq!(
+        p.runs[0].reasons,
+        [BuildReason::Stale("job version changed".into())]
+    );
+    let request = PlanRequest {
+        refs: refs(&["c/2020-01-01"]),
+        force: false,
+        allow_stale: true,
+    };
     let p = plan(&g, &request, &states, &mut facts).unwrap();
     assert_eq!(lines(&p), ["c: c/2020-01-01 <- a/2020-01-01"]);
 }
@@ -194,7 +249,10 @@ fn batches_group_outputs() {
 fn unknown_refs_name_who_needs_them() {
     let g = graph(DIAMOND);
     let err = simple_plan(&g, &["nope/1"]).unwrap_err();
-    assert_eq!(err.to_string(), "no job builds `nope/1` and no dataset declares it");
+    assert_eq!(
+        err.to_string(),
+        "no job builds `nope/1` and no dataset declares it"
+    );
 }
 
 #[test]
@@ -280,11 +338,24 @@ fn sum_config(outputs: &[PartitionRef]) -> Result<Vec<JobConfig>, String> {
 #[test]
 fn dynamic_configs_are_asked_once_per_job_per_round() {
     let g = graph(DYNAMIC);
-    let mut facts = Facts { config: Some(sum_config), ..Default::default() };
-    let p = plan_with(&g, &["sum/a_b", "sum/b_c", "generated_number/z"], &NothingBuilt, &mut facts).unwrap();
+    let mut facts = Facts {
+        config: Some(sum_config),
+        ..Default::default()
+    };
+    let p = plan_with(
+        &g,
+        &["sum/a_b", "sum/b_c", "generated_number/z"],
+        &NothingBuilt,
+        &mut facts,
+    )
+    .unwrap();
     assert_eq!(facts.config_calls, [("sum".to_string(), 2)]);
     assert_eq!(p.runs.len(), 6);
-    let sum = p.runs.iter().find(|r| r.outputs[0].as_str() == "sum/a_b").unwrap();
+    let sum = p
+        .runs
+        .iter()
+        .find(|r| r.outputs[0].as_str() == "sum/a_b")
+        .unwrap();
     assert_eq!(sum.args, ["a_b"]);
     assert_eq!(sum.depends_on.len(), 2);
 }
@@ -293,8 +364,14 @@ fn dynamic_configs_are_asked_once_per_job_per_round() {
 fn bad_configs_are_clear_errors() {
     let g = graph(DYNAMIC);
     let cases: [(fn(&[PartitionRef]) -> Result<Vec<JobConfig>, String>, &str); 4] = [
-        (|_| Ok(vec![]), "no config covers the requested output `sum/a`"),
-        (|_| Err("exit status 3".into()), "config of job `sum` failed: exit status 3"),
+        (
+            |_| Ok(vec![]),
+            "no config covers the requested output `sum/a`",
+        ),
+        (
+            |_| Err("exit status 3".into()),
+            "config of job `sum` failed: exit status 3",
+        ),
         (
             |_| {
                 Ok(vec![JobConfig {
@@ -316,8 +393,13 @@ fn bad_configs_are_clear_errors() {
         ),
     ];
     for (config, needle) in cases {
-        let mut facts = Facts { config: Some(config), ..Default::default() };
-        let err = plan_with(&g, &["sum/a"], &NothingBuilt, &mut facts).unwrap_err().to_string();
+        let mut facts = Facts {
+            config: Some(config),
+            ..Default::default()
+        };
+        let err = plan_with(&g, &["sum/a"], &NothingBuilt, &mut facts)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains(needle), "{err}");
     }
 }

@@ -1,0 +1,111 @@
+use std::process::ExitCode;
+
+use databuild_core::{plan, NothingBuilt, Plan, PlanRequest, PlannedRun};
+use databuild_exec::LocalResolver;
+use serde::Serialize;
+
+use crate::context::{parse_refs, Context};
+use crate::output::{count, print_json, short_list};
+use crate::UserError;
+
+/// The `--json` shape of contract section 4.
+#[derive(Serialize)]
+struct AnalyzeJson<'p> {
+    build_request_id: String,
+    job_runs: &'p [PlannedRun],
+    skipped: Vec<&'p str>,
+    delegated: Vec<&'p str>,
+    missing: Vec<&'p str>,
+    delegations: &'p [databuild_core::plan::Delegation],
+    missing_details: &'p [databuild_core::plan::MissingExternal],
+}
+
+pub fn run(ctx: &Context, args: &[String], json: bool) -> anyhow::Result<ExitCode> {
+    let refs = parse_refs(args)?;
+    let request = PlanRequest {
+        refs,
+        ..Default::default()
+    };
+    let mut resolver = LocalResolver::new(&ctx.graph_dir, &ctx.data_dir);
+    let plan = plan(&ctx.graph, &request, &NothingBuilt, &mut resolver)
+        .map_err(|e| UserError(format!("cannot plan: {e}")))?;
+    let build_request_id = uuid::Uuid::new_v4().to_string();
+    if json {
+        print_json(&AnalyzeJson {
+            build_request_id,
+            job_runs: &plan.runs,
+            skipped: plan.skipped.iter().map(|r| r.as_str()).collect(),
+            delegated: plan
+                .delegated
+                .iter()
+                .map(|d| d.partition_ref.as_str())
+                .collect(),
+            missing: plan
+                .missing
+                .iter()
+                .map(|m| m.partition_ref.as_str())
+                .collect(),
+            delegations: &plan.delegated,
+            missing_details: &plan.missing,
+        });
+    } else {
+        print_plan(&plan, request.refs.len());
+    }
+    if let Some(first) = plan.missing.first() {
+        let who = first
+            .needed_by
+            .as_ref()
+            .map(|n| format!(", needed by {n}"))
+            .unwrap_or_default();
+        return Err(UserError(format!(
+            "cannot build: external partition `{}` of dataset `{}` is not available{who}{}",
+            first.partition_ref,
+            first.dataset,
+            match plan.missing.len() {
+                1 => String::new(),
+                n => format!(" ({} missing in all)", n),
+            }
+        ))
+        .into());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn print_plan(plan: &Plan, requested: usize) {
+    println!(
+        "{} for {}: {} skipped (live), {} delegated, {} missing",
+        count(plan.runs.len(), "job run"),
+        count(requested, "requested partition"),
+        plan.skipped.len(),
+        plan.delegated.len(),
+        plan.missing.len(),
+    );
+    let width = plan.runs.iter().map(|r| r.job.len()).max().unwrap_or(0);
+    for (i, run) in plan.runs.iter().enumerate() {
+        let outputs: Vec<&str> = run.outputs.iter().map(|o| o.as_str()).collect();
+        let inputs: Vec<&str> = run.inputs.iter().map(|o| o.as_str()).collect();
+        println!(
+            "  {:>4}  {:width$}  {}{}",
+            i + 1,
+            run.job,
+            short_list(&outputs, 3),
+            if inputs.is_empty() {
+                String::new()
+            } else {
+                format!("  <- {}", short_list(&inputs, 3))
+            }
+        );
+    }
+    for d in &plan.delegated {
+        println!(
+            "  delegated  {}  (being built by {})",
+            d.partition_ref, d.build_request_id
+        );
+    }
+    for m in &plan.missing {
+        println!(
+            "  missing    {}  (external dataset `{}`)",
+            m.partition_ref, m.dataset
+        );
+    }
+}

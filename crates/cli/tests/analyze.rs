@@ -1,0 +1,295 @@
+use crate::util::Project;
+
+const DIAMOND: &str = r#"
+[graph]
+name = "diamond"
+[[dataset]]
+name = "raw"
+pattern = "raw/{d:date}"
+[[job]]
+name = "a"
+outputs = ["a/{d:date}"]
+inputs = ["raw/{d}"]
+command = ["true"]
+[[job]]
+name = "b"
+outputs = ["b/{d:date}"]
+inputs = ["a/{d}"]
+command = ["true"]
+[[job]]
+name = "c"
+outputs = ["c/{d:date}"]
+inputs = ["a/{d}"]
+command = ["true"]
+[[job]]
+name = "d"
+outputs = ["d/{d:date}"]
+inputs = ["b/{d}", "c/{d}"]
+command = ["true"]
+"#;
+
+fn jobs_in_order(v: &serde_json::Value) -> Vec<String> {
+    v["job_runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            format!(
+                "{}:{}",
+                r["job"].as_str().unwrap(),
+                r["outputs"][0].as_str().unwrap()
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn diamond_runs_the_shared_input_once() {
+    let p = Project::new(DIAMOND);
+    p.partition("raw/2020-01-01");
+    let out = p.run(&["--json", "analyze", "d/2020-01-01"]);
+    out.expect_code(0);
+    let v = out.json();
+    assert_eq!(
+        jobs_in_order(&v),
+        [
+            "a:a/2020-01-01",
+            "b:b/2020-01-01",
+            "c:c/2020-01-01",
+            "d:d/2020-01-01"
+        ]
+    );
+    assert_eq!(v["skipped"], serde_json::json!(["raw/2020-01-01"]));
+    assert!(v["build_request_id"].as_str().unwrap().len() >= 32);
+}
+
+#[test]
+fn human_output_lists_runs() {
+    let p = Project::new(DIAMOND);
+    p.partition("raw/2020-01-01");
+    let out = p.run(&["analyze", "b/2020-01-01"]);
+    out.expect_code(0);
+    assert!(
+        out.stdout
+            .starts_with("2 job runs for 1 requested partition"),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        out.stdout.contains("b  b/2020-01-01  <- a/2020-01-01"),
+        "{}",
+        out.stdout
+    );
+}
+
+#[test]
+fn missing_external_input_is_not_plannable() {
+    let p = Project::new(DIAMOND);
+    let out = p.run(&["--json", "analyze", "b/2020-01-01"]);
+    out.expect_code(2);
+    assert_eq!(out.json()["missing"], serde_json::json!(["raw/2020-01-01"]));
+    assert!(
+        out.stderr.contains("external partition `raw/2020-01-01` of dataset `raw` is not available, needed by job `a` for `a/2020-01-01`"),
+        "{}",
+        out.stderr
+    );
+}
+
+#[test]
+fn fan_in_over_a_domain_with_trailing_windows_and_brace_expansion() {
+    let p = Project::new(
+        r#"
+[graph]
+name = "fan"
+[graph.domains]
+category = ["comedy", "news", "technology"]
+[[dataset]]
+name = "raw"
+pattern = "raw/date={date:date}"
+exists = ["sh", "-c", "case \"$0\" in *2019*) exit 1;; esac; exit 0"]
+[[job]]
+name = "categorized"
+outputs = ["categorized/category={category}/date={date:date}"]
+inputs = ["raw/date={date}"]
+command = ["true"]
+[[job]]
+name = "weekly"
+outputs = ["weekly/category={category}/date={date:date}"]
+inputs = ["categorized/category={category}/date={date-6d..date}"]
+command = ["true"]
+[[job]]
+name = "all"
+outputs = ["all/date={date:date}"]
+inputs = ["weekly/category={category=*}/date={date}"]
+command = ["true"]
+"#,
+    );
+    let out = p.run(&["--json", "analyze", "all/date={2020-01-07..2020-01-08}"]);
+    out.expect_code(0);
+    let v = out.json();
+    let runs = v["job_runs"].as_array().unwrap();
+    // 8 days x 3 categories categorized, 2 days x 3 weekly, 2 all.
+    assert_eq!(runs.len(), 24 + 6 + 2);
+    assert_eq!(runs.last().unwrap()["inputs"].as_array().unwrap().len(), 3);
+    // The probe says 2019 is not there.
+    let out = p.run(&["--json", "analyze", "weekly/category=news/date=2020-01-03"]);
+    out.expect_code(2);
+    assert_eq!(
+        out.json()["missing"].as_array().unwrap().len(),
+        4,
+        "2019-12-28..31"
+    );
+}
+
+#[test]
+fn dynamic_config_is_called_once_for_all_refs() {
+    let p = Project::new(
+        r#"
+[graph]
+name = "basic"
+[[job]]
+name = "generate_number"
+outputs = ["generated_number/{name}"]
+command = ["true"]
+[[job]]
+name = "sum"
+outputs = ["sum/{names}"]
+config = ["python3", "config.py"]
+command = ["true"]
+"#,
+    );
+    p.file(
+        "config.py",
+        r#"
+import json, sys
+with open("calls.log", "a") as f:
+    f.write(" ".join(sys.argv[1:]) + "\n")
+configs = []
+for out in sys.argv[1:]:
+    names = out.split("/", 1)[1].split("_")
+    configs.append({"outputs": [out], "inputs": [{"ref": f"generated_number/{n}"} for n in names], "args": names})
+print(json.dumps({"configs": configs}))
+"#,
+    );
+    let out = p.run(&["--json", "analyze", "sum/{pippin_salem,salem_sadie}"]);
+    out.expect_code(0);
+    let v = out.json();
+    assert_eq!(
+        v["job_runs"].as_array().unwrap().len(),
+        5,
+        "3 numbers, 2 sums"
+    );
+    let calls = std::fs::read_to_string(p.path().join("calls.log")).unwrap();
+    assert_eq!(calls, "sum/pippin_salem sum/salem_sadie\n");
+}
+
+#[test]
+fn failing_configs_are_clear_errors() {
+    let graph = r#"
+[graph]
+name = "basic"
+[[job]]
+name = "sum"
+outputs = ["sum/{names}"]
+config = ["python3", "config.py"]
+config_timeout = "1s"
+command = ["true"]
+"#;
+    let cases = [
+        (
+            "import sys; print('boom', file=sys.stderr); sys.exit(3)",
+            "config of job `sum` failed: `python3 config.py` ended with exit status 3:\nboom",
+        ),
+        ("print('not json')", "its output is not the expected JSON"),
+        ("import time; time.sleep(30)", "did not finish within 1 s"),
+        (
+            "print('{\"configs\": []}')",
+            "no config covers the requested output `sum/a`",
+        ),
+    ];
+    for (script, needle) in cases {
+        let p = Project::new(graph);
+        p.file("config.py", script);
+        let out = p.run(&["analyze", "sum/a"]);
+        out.expect_code(2);
+        assert!(out.stderr.contains(needle), "{script}: {}", out.stderr);
+    }
+}
+
+#[test]
+fn invalid_graphs_fail_with_one_clear_message() {
+    let base = "[graph]\nname = \"g\"\n[[dataset]]\nname = \"raw\"\npattern = \"raw/{d:date}\"\n";
+    let cases = [
+        ("[[job]]\nname = \"j\"\noutputs = [\"o/{d:date}\"]\ninputs = [\"raw/{day}\"]\ncommand = [\"x\"]", "databuild.toml: job `j`: input template `raw/{day}` uses field `day`, which output `o/{d:date}` lacks"),
+        ("[[job]]\nname = \"j\"\noutputs = [\"o/{d:date}\"]\ninputs = [\"raw/{d}\"]\n", "databuild.toml: job `j`: `command` is missing"),
+        ("[[job]]\nname = \"j\"\noutputs = [\"o/{d:date}\"]\ncommand = [\"x\"]\ntimeout = \"5 parsecs\"", "databuild.toml: job `j`: `timeout = \"5 parsecs\"` is not a duration"),
+        ("[[job]]\nname = \"a\"\noutputs = [\"o/{d:date}\"]\ncommand = [\"x\"]\n[[job]]\nname = \"b\"\noutputs = [\"o/{s}\"]\ncommand = [\"x\"]", "databuild.toml: job `a` (`o/{d:date}`) and job `b` (`o/{s}`) can match the same ref"),
+        ("[[job]]\nname = \"j\"\noutputs = [\"o/{d:date}\"]\ninputs = [\"raw/{d-1d}\"\ncommand = [\"x\"]", "databuild.toml: TOML parse error at line"),
+        ("[[job]]\nname = \"j\"\noutputs = [\"o/{d:datetime}\"]\ncommand = [\"x\"]", "unknown type `datetime`"),
+    ];
+    for (jobs, needle) in cases {
+        let p = Project::new(&format!("{base}{jobs}"));
+        let out = p.run(&["analyze", "o/2020-01-01"]);
+        out.expect_code(2);
+        assert!(out.stderr.starts_with("error: "), "{}", out.stderr);
+        assert!(
+            out.stderr.contains(needle),
+            "expected {needle:?} in:\n{}",
+            out.stderr
+        );
+        if !needle.contains("TOML") {
+            assert_eq!(out.stderr.trim_end().lines().count(), 1, "{}", out.stderr);
+        }
+        assert!(!out.stderr.contains("panicked"));
+    }
+}
+
+#[test]
+fn bad_refs_unknown_refs_and_cycles_exit_2() {
+    let p = Project::new(
+        r#"
+[graph]
+name = "cycle"
+[[job]]
+name = "x"
+outputs = ["x/{n:int}"]
+inputs = ["y/{n}"]
+command = ["true"]
+[[job]]
+name = "y"
+outputs = ["y/{n:int}"]
+inputs = ["x/{n}"]
+command = ["true"]
+"#,
+    );
+    let cases = [
+        (
+            "x/1",
+            "dependency cycle: x/1 (job `x`) -> y/1 (job `y`) -> x/1 (job `x`)",
+        ),
+        ("z/1", "no job builds `z/1` and no dataset declares it"),
+        ("../etc/passwd", "`.` or `..` path segment"),
+        ("/etc/passwd", "is absolute"),
+        ("x/{1..", "unclosed"),
+        ("x/{3..1}", "runs backwards"),
+    ];
+    for (r, needle) in cases {
+        let out = p.run(&["analyze", r]);
+        out.expect_code(2);
+        assert!(out.stderr.contains(needle), "{r}: {}", out.stderr);
+    }
+}
+
+#[test]
+fn missing_graph_file_points_at_the_fix() {
+    let p = Project::new("");
+    let out = p.run(&["--graph", "elsewhere.toml", "analyze", "a"]);
+    out.expect_code(2);
+    assert!(
+        out.stderr
+            .contains("cannot read graph file `elsewhere.toml`"),
+        "{}",
+        out.stderr
+    );
+    assert!(out.stderr.contains("--graph FILE"), "{}", out.stderr);
+}

@@ -1,0 +1,6 @@
+//! End-to-end tests: each drives the real `databuild` binary in a temp dir of its own.
+
+mod util;
+
+mod analyze;
+mod graph_cmd;

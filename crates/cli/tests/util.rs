@@ -1,0 +1,75 @@
+//! A temp project folder and a way to run `databuild` in it.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+pub struct Project {
+    dir: tempfile::TempDir,
+}
+
+pub struct Run {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Run {
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_str(&self.stdout)
+            .unwrap_or_else(|e| panic!("stdout is not JSON ({e}):\n{}", self.stdout))
+    }
+
+    /// Asserts the exit code, showing both streams when it is not what was expected.
+    #[track_caller]
+    pub fn expect_code(&self, code: i32) -> &Self {
+        assert_eq!(
+            self.code, code,
+            "unexpected exit code\nstdout:\n{}\nstderr:\n{}",
+            self.stdout, self.stderr
+        );
+        self
+    }
+}
+
+impl Project {
+    /// A project whose `databuild.toml` holds `graph`.
+    pub fn new(graph: &str) -> Project {
+        let dir = tempfile::tempdir().expect("temp dir");
+        std::fs::write(dir.path().join("databuild.toml"), graph).expect("write graph");
+        Project { dir }
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Writes a file relative to the project, creating folders.
+    pub fn file(&self, rel: &str, contents: &str) -> PathBuf {
+        let path = self.dir.path().join(rel);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, contents).unwrap();
+        path
+    }
+
+    /// Makes a partition present under the data dir.
+    pub fn partition(&self, r: &str) {
+        self.file(&format!("data/{r}"), "");
+    }
+
+    pub fn command(&self) -> Command {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_databuild"));
+        cmd.current_dir(self.path())
+            .env_remove("DATABUILD_GRAPH")
+            .env_remove("DATABUILD_EVENT_LOG");
+        cmd
+    }
+
+    pub fn run(&self, args: &[&str]) -> Run {
+        let out: Output = self.command().args(args).output().expect("run databuild");
+        Run {
+            code: out.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    }
+}

@@ -133,7 +133,8 @@ mod tests {
 
     #[test]
     fn rejects_escapes() {
-        let cases: &[(&str, fn(&RefError) -> bool)] = &[
+        type Check = fn(&RefError) -> bool;
+        let cases: &[(&str, Check)] = &[
             ("", |e| matches!(e, RefError::Empty)),
             ("/etc/passwd", |e| matches!(e, RefError::Absolute(_))),
             ("../x", |e| matches!(e, RefError::DotSegment(_))),

@@ -1,12 +1,14 @@
 use super::*;
 use proptest::prelude::*;
 
+type ConfigFn = fn(&[PartitionRef]) -> Result<Vec<JobConfig>, String>;
+
 /// A resolver over fixed facts: which externals exist, and a config function for dynamic jobs.
 #[derive(Default)]
 struct Facts {
     present: HashSet<String>,
     all_present: bool,
-    config: Option<fn(&[PartitionRef]) -> Result<Vec<JobConfig>, String>>,
+    config: Option<ConfigFn>,
     config_calls: Vec<(String, usize)>,
 }
 
@@ -363,7 +365,7 @@ fn dynamic_configs_are_asked_once_per_job_per_round() {
 #[test]
 fn bad_configs_are_clear_errors() {
     let g = graph(DYNAMIC);
-    let cases: [(fn(&[PartitionRef]) -> Result<Vec<JobConfig>, String>, &str); 4] = [
+    let cases: [(ConfigFn, &str); 4] = [
         (
             |_| Ok(vec![]),
             "no config covers the requested output `sum/a`",

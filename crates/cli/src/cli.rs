@@ -36,6 +36,9 @@ pub enum Command {
         /// Partition refs; braces expand: `reviews/date={2020-01-01..2020-01-31}`, `x/cat={a,b}`.
         #[arg(required = true)]
         refs: Vec<String>,
+        /// List at most N job runs in the human output (0: all). `--json` always lists all.
+        #[arg(long, default_value_t = 200)]
+        limit: usize,
     },
     /// Print the job graph.
     Graph {

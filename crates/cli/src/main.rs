@@ -12,6 +12,11 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
+/// Planning allocates millions of small strings and vectors; mimalloc handles that pattern several
+/// times faster than glibc's allocator (see BENCHMARKS.md).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// An error caused by what the user asked for; exits with 2.
 #[derive(Debug)]
 pub struct UserError(pub String);

@@ -2,11 +2,19 @@
 
 use serde::Serialize;
 
-pub fn print_json<T: Serialize>(value: &T) {
-    println!(
-        "{}",
-        serde_json::to_string_pretty(value).expect("output serializes")
-    );
+use std::io::{BufWriter, Write};
+
+/// Writes pretty JSON to stdout through one buffer (a plan's JSON can be hundreds of megabytes).
+pub fn print_json<T: Serialize>(value: &T) -> std::io::Result<()> {
+    let mut out = stdout();
+    serde_json::to_writer_pretty(&mut out, value)?;
+    writeln!(out)?;
+    out.flush()
+}
+
+/// Buffered stdout: `println!` flushes every line, one system call each.
+pub fn stdout() -> BufWriter<std::io::StdoutLock<'static>> {
+    BufWriter::with_capacity(64 * 1024, std::io::stdout().lock())
 }
 
 /// `1 run`, `2 runs`.

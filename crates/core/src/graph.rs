@@ -7,6 +7,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
+use rustc_hash::FxHashMap;
 use serde::Deserialize;
 
 use crate::pattern::{FieldType, Pattern};
@@ -195,7 +196,7 @@ impl Graph {
 /// match it, and graphs have few distinct prefix lengths, so a lookup is a handful of hash probes.
 #[derive(Debug, Clone, Default)]
 struct PatternIndex {
-    by_prefix: HashMap<String, Vec<Producer>>,
+    by_prefix: FxHashMap<String, Vec<Producer>>,
     prefix_lengths: Vec<usize>,
 }
 

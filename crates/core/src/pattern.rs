@@ -60,7 +60,34 @@ pub fn parse_date(s: &str) -> Option<NaiveDate> {
 }
 
 pub fn format_date(d: NaiveDate) -> String {
-    d.format("%Y-%m-%d").to_string()
+    let mut s = String::with_capacity(10);
+    push_date(&mut s, d);
+    s
+}
+
+/// Appends `YYYY-MM-DD`. Planning renders dates by the million; chrono's `format` re-parses its
+/// format string on every call, which dominated planning profiles.
+pub fn push_date(out: &mut String, d: NaiveDate) {
+    use chrono::Datelike;
+    use std::fmt::Write;
+    let (y, m, day) = (d.year(), d.month(), d.day());
+    if (0..=9999).contains(&y) {
+        let digits = [
+            b'0' + (y / 1000) as u8,
+            b'0' + (y / 100 % 10) as u8,
+            b'0' + (y / 10 % 10) as u8,
+            b'0' + (y % 10) as u8,
+            b'-',
+            b'0' + (m / 10) as u8,
+            b'0' + (m % 10) as u8,
+            b'-',
+            b'0' + (day / 10) as u8,
+            b'0' + (day % 10) as u8,
+        ];
+        out.push_str(std::str::from_utf8(&digits).expect("ASCII digits"));
+    } else {
+        let _ = write!(out, "{y:04}-{m:02}-{day:02}");
+    }
 }
 
 fn is_canonical_int(s: &str) -> bool {
@@ -303,19 +330,20 @@ fn match_tokens<'r>(tokens: &[Token], s: &'r str, out: &mut Vec<&'r str>) -> boo
             None => false,
         },
         Token::Field { ty, .. } => {
-            let candidate_lengths: Box<dyn Iterator<Item = usize>> = match ty {
-                FieldType::Date => Box::new((s.len() >= 10).then_some(10).into_iter()),
+            // The lengths this field could take here, tried longest first.
+            let (shortest, longest) = match ty {
+                FieldType::Date => (10, if s.len() >= 10 { 10 } else { 0 }),
                 FieldType::Int => {
                     let sign = usize::from(s.starts_with('-'));
                     let digits = s[sign..].bytes().take_while(u8::is_ascii_digit).count();
-                    Box::new((sign + 1..=sign + digits).rev())
+                    (sign + 1, sign + digits)
                 }
-                FieldType::Str => {
-                    let end = s.find('/').unwrap_or(s.len());
-                    Box::new((1..=end).rev().filter(|&n| s.is_char_boundary(n)))
-                }
+                FieldType::Str => (1, s.find('/').unwrap_or(s.len())),
             };
-            for len in candidate_lengths {
+            for len in (shortest..=longest).rev() {
+                if !s.is_char_boundary(len) {
+                    continue;
+                }
                 let value = &s[..len];
                 if !ty.accepts(value) {
                     continue;

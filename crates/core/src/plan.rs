@@ -10,6 +10,9 @@
 //! and config executables through [`Resolver`].
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::sync::Arc;
+
+use rustc_hash::{FxHashMap, FxHashSet};
 
 use serde::{Deserialize, Serialize};
 
@@ -132,10 +135,23 @@ pub struct PlannedRun {
     /// Index of the job in [`Graph::jobs`].
     #[serde(skip)]
     pub job_index: usize,
-    pub job: String,
+    /// The job's name, shared by all its runs.
+    pub job: Arc<str>,
     pub outputs: Vec<PartitionRef>,
     /// Inputs that must be live first.
     pub inputs: Vec<PartitionRef>,
+    /// What only a config executable gives a run. Boxed: plans hold hundreds of thousands of runs,
+    /// and most have none of it.
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    pub extras: Option<Box<RunExtras>>,
+    /// Indices (in [`Plan::runs`]) of the runs that build this run's inputs.
+    pub depends_on: Vec<usize>,
+    /// One reason per output, in output order.
+    pub reasons: Vec<BuildReason>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct RunExtras {
     /// Inputs read only if present; never built.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub query_inputs: Vec<PartitionRef>,
@@ -143,10 +159,74 @@ pub struct PlannedRun {
     pub args: Vec<String>,
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub env: BTreeMap<String, String>,
-    /// Indices (in [`Plan::runs`]) of the runs that build this run's inputs.
-    pub depends_on: Vec<usize>,
-    /// One reason per output, in output order.
-    pub reasons: Vec<BuildReason>,
+}
+
+impl PlannedRun {
+    pub fn args(&self) -> &[String] {
+        self.extras.as_ref().map_or(&[], |e| &e.args)
+    }
+
+    pub fn query_inputs(&self) -> &[PartitionRef] {
+        self.extras.as_ref().map_or(&[], |e| &e.query_inputs)
+    }
+
+    /// Environment variables the config asked for, on top of the job's own.
+    pub fn env(&self) -> impl Iterator<Item = (&String, &String)> {
+        self.extras.iter().flat_map(|e| e.env.iter())
+    }
+}
+
+/// Runs in creation order, stored in fixed-size chunks: a plan of hundreds of thousands of runs
+/// never reallocates (and copies) one huge vector while it grows.
+#[derive(Default)]
+struct RunStore {
+    chunks: Vec<Vec<PlannedRun>>,
+    len: usize,
+}
+
+impl RunStore {
+    const CHUNK: usize = 4096;
+
+    fn push(&mut self, run: PlannedRun) {
+        if self.len % Self::CHUNK == 0 {
+            self.chunks.push(Vec::with_capacity(Self::CHUNK));
+        }
+        self.chunks.last_mut().expect("a chunk").push(run);
+        self.len += 1;
+    }
+
+    fn get(&self, i: usize) -> &PlannedRun {
+        &self.chunks[i / Self::CHUNK][i % Self::CHUNK]
+    }
+
+    fn get_mut(&mut self, i: usize) -> &mut PlannedRun {
+        &mut self.chunks[i / Self::CHUNK][i % Self::CHUNK]
+    }
+
+    fn swap(&mut self, a: usize, b: usize) {
+        let (ca, cb) = (a / Self::CHUNK, b / Self::CHUNK);
+        if ca == cb {
+            self.chunks[ca].swap(a % Self::CHUNK, b % Self::CHUNK);
+        } else {
+            let (lo, hi) = (ca.min(cb), ca.max(cb));
+            let (left, right) = self.chunks.split_at_mut(hi);
+            let (x, y) = (&mut left[lo], &mut right[0]);
+            let (xi, yi) = if ca < cb {
+                (a % Self::CHUNK, b % Self::CHUNK)
+            } else {
+                (b % Self::CHUNK, a % Self::CHUNK)
+            };
+            std::mem::swap(&mut x[xi], &mut y[yi]);
+        }
+    }
+
+    fn into_vec(self) -> Vec<PlannedRun> {
+        let mut all = Vec::with_capacity(self.len);
+        for chunk in self.chunks {
+            all.extend(chunk);
+        }
+        all
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -251,8 +331,13 @@ pub fn plan(
         states,
         resolver,
         requested: request.refs.iter().map(|r| r.as_str()).collect(),
-        nodes: HashMap::with_capacity(request.refs.len() * 4),
-        runs: Vec::new(),
+        job_names: graph
+            .jobs
+            .iter()
+            .map(|j| Arc::from(j.name.as_str()))
+            .collect(),
+        nodes: FxHashMap::with_capacity_and_hasher(request.refs.len() * 4, Default::default()),
+        runs: RunStore::default(),
         run_round: Vec::new(),
         rounds: 0,
         plan: Plan::default(),
@@ -265,9 +350,10 @@ struct Planner<'a> {
     request: &'a PlanRequest,
     states: &'a dyn StateView,
     resolver: &'a mut dyn Resolver,
-    requested: HashSet<&'a str>,
-    nodes: HashMap<PartitionRef, Node>,
-    runs: Vec<PlannedRun>,
+    requested: FxHashSet<&'a str>,
+    job_names: Vec<Arc<str>>,
+    nodes: FxHashMap<PartitionRef, Node>,
+    runs: RunStore,
     /// The round in which each run (by creation index) was planned: deeper rounds run first.
     run_round: Vec<usize>,
     rounds: usize,
@@ -302,7 +388,7 @@ impl Planner<'_> {
 
     fn needed_by(&self, run: Option<usize>) -> Option<String> {
         run.map(|i| {
-            let r = &self.runs[i];
+            let r = self.runs.get(i);
             format!("job `{}` for `{}`", r.job, r.outputs[0])
         })
     }
@@ -319,7 +405,7 @@ impl Planner<'_> {
             };
             let Some((producer, _)) = self.graph.producer_of(r.as_str()) else {
                 return Err(PlanError::UnknownRef {
-                    partition_ref: r.into_string(),
+                    partition_ref: r.to_string(),
                     needed_by: self.needed_by(needed_by),
                 });
             };
@@ -413,8 +499,8 @@ impl Planner<'_> {
             Deps::Static(templates) => {
                 let mut configs = Vec::with_capacity(refs.len() / job.batch as usize + 1);
                 for chunk in refs.chunks(job.batch as usize) {
-                    let mut inputs = Vec::new();
-                    let mut seen = HashSet::new();
+                    let mut inputs: Vec<ConfigInput> = Vec::new();
+                    let mut seen: FxHashSet<String> = FxHashSet::default();
                     let mut expanded = Vec::new();
                     for (r, output, _) in chunk {
                         let values = job.outputs[*output]
@@ -429,7 +515,18 @@ impl Planner<'_> {
                                     message: e.to_string(),
                                 })?;
                             for s in expanded.drain(..) {
-                                if seen.insert(s.clone()) {
+                                // Small runs dedup by scanning; large fan-ins use a set.
+                                let repeat = if inputs.len() < 32 {
+                                    inputs.iter().any(|i| i.partition_ref.as_str() == s)
+                                } else {
+                                    if seen.is_empty() {
+                                        seen.extend(
+                                            inputs.iter().map(|i| i.partition_ref.to_string()),
+                                        );
+                                    }
+                                    !seen.insert(s.clone())
+                                };
+                                if !repeat {
                                     let input = PartitionRef::new(s).map_err(|e| {
                                         PlanError::Template {
                                             job: job.name.clone(),
@@ -537,7 +634,7 @@ impl Planner<'_> {
         reasons: Vec<BuildReason>,
         next: &mut Vec<PartitionRef>,
     ) {
-        let index = self.runs.len();
+        let index = self.runs.len;
         self.run_round.push(self.rounds);
         for out in &config.outputs {
             // A sibling output may already be planned by another run; the first run keeps it.
@@ -565,12 +662,17 @@ impl Planner<'_> {
         }
         self.runs.push(PlannedRun {
             job_index: job,
-            job: self.graph.jobs[job].name.clone(),
+            job: self.job_names[job].clone(),
             outputs: config.outputs,
             inputs,
-            query_inputs,
-            args: config.args,
-            env: config.env,
+            extras: (!query_inputs.is_empty() || !config.args.is_empty() || !config.env.is_empty())
+                .then(|| {
+                    Box::new(RunExtras {
+                        query_inputs,
+                        args: config.args,
+                        env: config.env,
+                    })
+                }),
             depends_on: Vec::new(),
             reasons,
         });
@@ -579,9 +681,9 @@ impl Planner<'_> {
     /// Orders runs so each follows the runs building its inputs (Kahn's algorithm, stable in
     /// creation order), or reports a cycle.
     fn order_runs(&mut self) -> Result<(), PlanError> {
-        let n = self.runs.len();
+        let n = self.runs.len;
         let mut deps: Vec<Vec<usize>> = Vec::with_capacity(n);
-        for run in &self.runs {
+        for run in self.runs.chunks.iter().flatten() {
             let mut d: Vec<usize> = run
                 .inputs
                 .iter()
@@ -624,19 +726,22 @@ impl Planner<'_> {
         for (pos, &r) in order.iter().enumerate() {
             position[r] = pos;
         }
-        let mut runs: Vec<Option<PlannedRun>> = std::mem::take(&mut self.runs)
-            .into_iter()
-            .map(Some)
-            .collect();
-        self.plan.runs = order
-            .iter()
-            .map(|&r| {
-                let mut run = runs[r].take().expect("each run is placed once");
-                run.depends_on = deps[r].iter().map(|&d| position[d]).collect();
-                run.depends_on.sort_unstable();
-                run
-            })
-            .collect();
+        drop(dependents);
+        for (r, mut d) in deps.into_iter().enumerate() {
+            d.iter_mut().for_each(|dep| *dep = position[*dep]);
+            d.sort_unstable();
+            self.runs.get_mut(r).depends_on = d;
+        }
+        // Move each run to its position in place: plans can hold hundreds of thousands of runs,
+        // and copying them into a new vector would double the plan's peak memory.
+        for i in 0..n {
+            while position[i] != i {
+                let target = position[i];
+                self.runs.swap(i, target);
+                position.swap(i, target);
+            }
+        }
+        self.plan.runs = std::mem::take(&mut self.runs).into_vec();
         Ok(())
     }
 
@@ -656,7 +761,10 @@ impl Planner<'_> {
             if let Some(&at) = seen_at.get(&next) {
                 let mut cycle: Vec<String> = path[at..]
                     .iter()
-                    .map(|&r| format!("{} (job `{}`)", self.runs[r].outputs[0], self.runs[r].job))
+                    .map(|&r| {
+                        let run = self.runs.get(r);
+                        format!("{} (job `{}`)", run.outputs[0], run.job)
+                    })
                     .collect();
                 cycle.push(cycle[0].clone());
                 return cycle;

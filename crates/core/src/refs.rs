@@ -4,6 +4,7 @@
 //! be able to name a file outside the data dir.
 
 use std::fmt;
+use std::sync::Arc;
 
 /// Why a string is not a valid partition ref.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -28,24 +29,27 @@ pub enum RefError {
 
 /// A validated partition ref such as `reviews/date=2020-01-01`.
 ///
-/// Holding one proves the string is safe to join onto a data dir.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
-#[serde(transparent)]
-pub struct PartitionRef(String);
+/// Holding one proves the string is safe to join onto a data dir. Plans hold the same ref in many
+/// places (a run's outputs, another run's inputs, the planner's memo), so the text is shared, and
+/// cloning a ref costs a reference count, not an allocation.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PartitionRef(Arc<str>);
+
+impl serde::Serialize for PartitionRef {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.0)
+    }
+}
 
 impl PartitionRef {
-    pub fn new(s: impl Into<String>) -> Result<Self, RefError> {
-        let s = s.into();
-        validate_ref(&s)?;
-        Ok(PartitionRef(s))
+    pub fn new(s: impl AsRef<str>) -> Result<Self, RefError> {
+        let s = s.as_ref();
+        validate_ref(s)?;
+        Ok(PartitionRef(Arc::from(s)))
     }
 
     pub fn as_str(&self) -> &str {
         &self.0
-    }
-
-    pub fn into_string(self) -> String {
-        self.0
     }
 }
 
@@ -83,6 +87,18 @@ impl std::str::FromStr for PartitionRef {
 
 /// Checks the rules every ref obeys. Pattern literals obey the same rules (minus braces), so this is shared.
 pub(crate) fn validate_ref(s: &str) -> Result<(), RefError> {
+    // Planning validates every ref it derives, so the common case is one pass over the bytes;
+    // the precise error comes from the slower checks below only when something looks wrong.
+    let suspicious = s.is_empty()
+        || s.starts_with('/')
+        || s.starts_with(' ')
+        || s.ends_with(' ')
+        || s.as_bytes().iter().any(|&b| {
+            b < 0x20 || b == 0x7f || b >= 0x80 || matches!(b, b'{' | b'}' | b'\\' | b'.')
+        });
+    if !suspicious {
+        return Ok(());
+    }
     validate_path_text(s)?;
     if let Some(c) = s.chars().find(|c| matches!(c, '{' | '}')) {
         return Err(RefError::Reserved(s.to_string(), c));

@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use chrono::Duration;
 
 use crate::pattern::{
-    format_date, parse_date, split_braces, BraceError, FieldType, Pattern, Piece,
+    format_date, parse_date, push_date, split_braces, BraceError, FieldType, Pattern, Piece,
 };
 use crate::refs::validate_path_text;
 use crate::shape::{Part, Shape};
@@ -148,6 +148,9 @@ impl Template {
         for part in &self.parts {
             match part {
                 TPart::Literal(l) => combos.iter_mut().for_each(|c| c.push_str(l)),
+                TPart::Expr(Expr::Term(t)) if combos.len() == 1 => {
+                    self.push_term(&mut combos[0], t, output, values)?;
+                }
                 TPart::Expr(Expr::Term(t)) => {
                     let v = self.term_value(t, output, values, 0)?;
                     combos.iter_mut().for_each(|c| c.push_str(&v));
@@ -230,6 +233,28 @@ impl Template {
                 .map(format_date)
                 .ok_or_else(|| self.overflow(t)),
         }
+    }
+
+    /// Appends the term's value to `out` without an intermediate string (the common case).
+    fn push_term(
+        &self,
+        out: &mut String,
+        t: &Term,
+        output: usize,
+        values: &[&str],
+    ) -> Result<(), TemplateError> {
+        let raw = values[t.positions[output]];
+        match t.ty {
+            _ if t.offset == 0 => out.push_str(raw),
+            FieldType::Date => {
+                let d = parse_date(raw)
+                    .and_then(|d| d.checked_add_signed(Duration::try_days(t.offset)?))
+                    .ok_or_else(|| self.overflow(t))?;
+                push_date(out, d);
+            }
+            _ => out.push_str(&self.term_value(t, output, values, 0)?),
+        }
+        Ok(())
     }
 
     fn overflow(&self, t: &Term) -> TemplateError {

@@ -5,7 +5,9 @@ use databuild_exec::LocalResolver;
 use serde::Serialize;
 
 use crate::context::{parse_refs, Context};
-use crate::output::{count, print_json, short_list};
+use std::io::Write;
+
+use crate::output::{count, print_json, short_list, stdout};
 use crate::UserError;
 
 /// The `--json` shape of contract section 4.
@@ -20,7 +22,7 @@ struct AnalyzeJson<'p> {
     missing_details: &'p [databuild_core::plan::MissingExternal],
 }
 
-pub fn run(ctx: &Context, args: &[String], json: bool) -> anyhow::Result<ExitCode> {
+pub fn run(ctx: &Context, args: &[String], limit: usize, json: bool) -> anyhow::Result<ExitCode> {
     let refs = parse_refs(args)?;
     let request = PlanRequest {
         refs,
@@ -47,9 +49,9 @@ pub fn run(ctx: &Context, args: &[String], json: bool) -> anyhow::Result<ExitCod
                 .collect(),
             delegations: &plan.delegated,
             missing_details: &plan.missing,
-        });
+        })?;
     } else {
-        print_plan(&plan, request.refs.len());
+        print_plan(&plan, request.refs.len(), limit)?;
     }
     if let Some(first) = plan.missing.first() {
         let who = first
@@ -71,20 +73,32 @@ pub fn run(ctx: &Context, args: &[String], json: bool) -> anyhow::Result<ExitCod
     Ok(ExitCode::SUCCESS)
 }
 
-fn print_plan(plan: &Plan, requested: usize) {
-    println!(
+fn print_plan(plan: &Plan, requested: usize, limit: usize) -> std::io::Result<()> {
+    let mut out = stdout();
+    writeln!(
+        out,
         "{} for {}: {} skipped (live), {} delegated, {} missing",
         count(plan.runs.len(), "job run"),
         count(requested, "requested partition"),
         plan.skipped.len(),
         plan.delegated.len(),
         plan.missing.len(),
-    );
-    let width = plan.runs.iter().map(|r| r.job.len()).max().unwrap_or(0);
-    for (i, run) in plan.runs.iter().enumerate() {
+    )?;
+    let shown = if limit == 0 {
+        plan.runs.len()
+    } else {
+        limit.min(plan.runs.len())
+    };
+    let width = plan.runs[..shown]
+        .iter()
+        .map(|r| r.job.len())
+        .max()
+        .unwrap_or(0);
+    for (i, run) in plan.runs[..shown].iter().enumerate() {
         let outputs: Vec<&str> = run.outputs.iter().map(|o| o.as_str()).collect();
         let inputs: Vec<&str> = run.inputs.iter().map(|o| o.as_str()).collect();
-        println!(
+        writeln!(
+            out,
             "  {:>4}  {:width$}  {}{}",
             i + 1,
             run.job,
@@ -94,18 +108,36 @@ fn print_plan(plan: &Plan, requested: usize) {
             } else {
                 format!("  <- {}", short_list(&inputs, 3))
             }
-        );
+        )?;
     }
-    for d in &plan.delegated {
-        println!(
+    if shown < plan.runs.len() {
+        writeln!(
+            out,
+            "  ... {} more (--limit 0 lists all, --json gives every detail)",
+            count(plan.runs.len() - shown, "job run")
+        )?;
+    }
+    for d in plan
+        .delegated
+        .iter()
+        .take(if limit == 0 { usize::MAX } else { limit })
+    {
+        writeln!(
+            out,
             "  delegated  {}  (being built by {})",
             d.partition_ref, d.build_request_id
-        );
+        )?;
     }
-    for m in &plan.missing {
-        println!(
+    for m in plan
+        .missing
+        .iter()
+        .take(if limit == 0 { usize::MAX } else { limit })
+    {
+        writeln!(
+            out,
             "  missing    {}  (external dataset `{}`)",
             m.partition_ref, m.dataset
-        );
+        )?;
     }
+    out.flush()
 }

@@ -11,7 +11,7 @@ use crate::context::Context;
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let ctx = Context::load(&cli.graph)?;
     match cli.command {
-        Command::Analyze { refs } => analyze::run(&ctx, &refs, cli.json),
+        Command::Analyze { refs, limit } => analyze::run(&ctx, &refs, limit, cli.json),
         Command::Graph { format } => graph::run(&ctx, format, cli.json),
     }
 }

@@ -150,7 +150,7 @@ command = ["x"]
     );
     let p = simple_plan(&g, &["all/date=2020-01-07"]).unwrap();
     assert_eq!(p.runs.len(), 3);
-    assert_eq!(p.runs[2].job, "all");
+    assert_eq!(&*p.runs[2].job, "all");
     assert_eq!(p.runs[2].inputs.len(), 2);
     assert_eq!(p.runs[0].inputs.len(), 7);
     assert_eq!(
@@ -358,7 +358,7 @@ fn dynamic_configs_are_asked_once_per_job_per_round() {
         .iter()
         .find(|r| r.outputs[0].as_str() == "sum/a_b")
         .unwrap();
-    assert_eq!(sum.args, ["a_b"]);
+    assert_eq!(sum.args(), ["a_b"]);
     assert_eq!(sum.depends_on.len(), 2);
 }
 

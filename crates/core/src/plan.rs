@@ -188,7 +188,7 @@ impl RunStore {
     const CHUNK: usize = 4096;
 
     fn push(&mut self, run: PlannedRun) {
-        if self.len % Self::CHUNK == 0 {
+        if self.len.is_multiple_of(Self::CHUNK) {
             self.chunks.push(Vec::with_capacity(Self::CHUNK));
         }
         self.chunks.last_mut().expect("a chunk").push(run);

@@ -1,0 +1,270 @@
+//! The event schema (contract section 5): one flat record per event, with kind-specific extras in
+//! [`EventData`]. Fields are only ever added; [`FORMAT_VERSION`] counts those additions.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+/// Version of the event format. Bump it when a field is added to [`Event`] or [`EventData`].
+pub const FORMAT_VERSION: u32 = 1;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Kind {
+    BuildRequest,
+    Partition,
+    JobRun,
+    Delegation,
+}
+
+/// Every status of every kind; which ones a kind may use is the business of [`crate::state`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    // build_request
+    Received,
+    Planning,
+    AnalysisCompleted,
+    Executing,
+    // build_request and job_run
+    Completed,
+    Cancelled,
+    // all kinds
+    Failed,
+    // partition
+    Requested,
+    Scheduled,
+    Building,
+    Available,
+    Delegated,
+    Tainted,
+    // job_run
+    Running,
+    Skipped,
+}
+
+macro_rules! names {
+    ($ty:ident { $($variant:ident => $name:literal),* $(,)? }) => {
+        impl $ty {
+            pub const ALL: &'static [$ty] = &[$($ty::$variant),*];
+
+            pub fn as_str(self) -> &'static str {
+                match self { $($ty::$variant => $name),* }
+            }
+
+            pub fn parse(s: &str) -> Option<$ty> {
+                match s { $($name => Some($ty::$variant),)* _ => None }
+            }
+        }
+
+        impl fmt::Display for $ty {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+    };
+}
+
+names!(Kind {
+    BuildRequest => "build_request",
+    Partition => "partition",
+    JobRun => "job_run",
+    Delegation => "delegation",
+});
+
+names!(Status {
+    Received => "received",
+    Planning => "planning",
+    AnalysisCompleted => "analysis_completed",
+    Executing => "executing",
+    Completed => "completed",
+    Cancelled => "cancelled",
+    Failed => "failed",
+    Requested => "requested",
+    Scheduled => "scheduled",
+    Building => "building",
+    Available => "available",
+    Delegated => "delegated",
+    Tainted => "tainted",
+    Running => "running",
+    Skipped => "skipped",
+});
+
+/// Kind-specific extras, stored as a JSON object. Every field is optional so that old events stay
+/// readable as fields are added.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct EventData {
+    /// build_request received: the refs asked for.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub requested: Vec<String>,
+    /// build_request received: planning only, nothing will run.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub analyze_only: bool,
+    /// build_request received: rebuild the requested refs even if live.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub force: bool,
+    /// job_run scheduled: what the run builds and reads.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub outputs: Vec<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub inputs: Vec<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub args: Vec<String>,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
+    /// partition available: the data version it was built at.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub data_version: Option<String>,
+    /// job_run completed / failed: the process's exit code, if it exited.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i32>,
+    /// job_run running: where the run's process lives, to detect runs whose process died.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
+    /// job_run skipped: the earlier run whose result this one relies on.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub relies_on: Option<String>,
+    /// build_request analysis_completed: how many runs the plan holds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub planned_runs: Option<u64>,
+}
+
+impl EventData {
+    pub fn is_empty(&self) -> bool {
+        *self == EventData::default()
+    }
+}
+
+/// One entry of the build event log.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Event {
+    /// Position in the log, assigned when appended; 0 before.
+    pub idx: i64,
+    pub event_id: String,
+    /// Nanoseconds since the Unix epoch.
+    pub timestamp: i64,
+    pub build_request_id: Option<String>,
+    pub kind: Kind,
+    pub status: Status,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub partition_ref: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub job: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub job_run_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub delegated_to: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub message: Option<String>,
+    #[serde(skip_serializing_if = "EventData::is_empty", default)]
+    pub data: EventData,
+}
+
+/// Nanoseconds since the Unix epoch, now.
+pub fn now_ns() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as i64)
+        .unwrap_or(0)
+}
+
+pub fn new_id() -> String {
+    uuid::Uuid::new_v4().to_string()
+}
+
+impl Event {
+    fn new(kind: Kind, status: Status, build_request_id: Option<&str>) -> Event {
+        Event {
+            idx: 0,
+            event_id: new_id(),
+            timestamp: now_ns(),
+            build_request_id: build_request_id.map(str::to_string),
+            kind,
+            status,
+            partition_ref: None,
+            job: None,
+            job_run_id: None,
+            delegated_to: None,
+            message: None,
+            data: EventData::default(),
+        }
+    }
+
+    pub fn build_request(build_request_id: &str, status: Status) -> Event {
+        Event::new(Kind::BuildRequest, status, Some(build_request_id))
+    }
+
+    pub fn partition(build_request_id: Option<&str>, partition_ref: &str, status: Status) -> Event {
+        let mut e = Event::new(Kind::Partition, status, build_request_id);
+        e.partition_ref = Some(partition_ref.to_string());
+        e
+    }
+
+    pub fn job_run(build_request_id: &str, job_run_id: &str, job: &str, status: Status) -> Event {
+        let mut e = Event::new(Kind::JobRun, status, Some(build_request_id));
+        e.job_run_id = Some(job_run_id.to_string());
+        e.job = Some(job.to_string());
+        e
+    }
+
+    pub fn delegation(build_request_id: &str, partition_ref: &str, delegated_to: &str) -> Event {
+        let mut e = Event::new(Kind::Delegation, Status::Delegated, Some(build_request_id));
+        e.partition_ref = Some(partition_ref.to_string());
+        e.delegated_to = Some(delegated_to.to_string());
+        e
+    }
+
+    pub fn with_message(mut self, message: impl Into<String>) -> Event {
+        self.message = Some(message.into());
+        self
+    }
+
+    pub fn with_run(mut self, job_run_id: &str) -> Event {
+        self.job_run_id = Some(job_run_id.to_string());
+        self
+    }
+
+    pub fn with_data(mut self, f: impl FnOnce(&mut EventData)) -> Event {
+        f(&mut self.data);
+        self
+    }
+
+    /// The event as one line of JSON (for `events --json` and the API).
+    pub fn to_json_line(&self) -> String {
+        serde_json::to_string(self).expect("events serialize")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_roundtrip() {
+        for s in Status::ALL {
+            assert_eq!(Status::parse(s.as_str()), Some(*s));
+            let json = serde_json::to_string(s).unwrap();
+            assert_eq!(json, format!("\"{}\"", s.as_str()));
+        }
+        for k in Kind::ALL {
+            assert_eq!(Kind::parse(k.as_str()), Some(*k));
+        }
+    }
+
+    #[test]
+    fn json_omits_what_is_absent() {
+        let e = Event::partition(Some("br"), "a/1", Status::Requested);
+        let v: serde_json::Value = serde_json::from_str(&e.to_json_line()).unwrap();
+        assert_eq!(v["kind"], "partition");
+        assert_eq!(v["status"], "requested");
+        assert_eq!(v["partition_ref"], "a/1");
+        assert!(v.get("job").is_none());
+        assert!(v.get("data").is_none());
+        let back: Event = serde_json::from_str(&e.to_json_line()).unwrap();
+        assert_eq!(back, e);
+    }
+}

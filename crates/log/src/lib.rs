@@ -1,0 +1,57 @@
+//! DataBuild's build event log: the only source of truth.
+//!
+//! - [`Event`] is the schema of contract section 5; [`state`] holds the state machines every event
+//!   is checked against; [`Replay`] applies events in memory (the reference for projections).
+//! - [`EventStore`] is the storage interface; [`SqliteStore`] the embedded default.
+//! - [`open`] picks a backend from a log URI (`sqlite:PATH`).
+//! - [`LogStates`] lets the planner read partition states from a store.
+
+pub mod event;
+mod planner_view;
+pub mod replay;
+pub mod sqlite;
+pub mod state;
+pub mod store;
+
+use std::path::Path;
+
+pub use event::{Event, EventData, Kind, Status};
+pub use planner_view::LogStates;
+pub use replay::Replay;
+pub use sqlite::SqliteStore;
+pub use store::*;
+
+/// The default log, relative to the graph file's folder.
+pub const DEFAULT_LOG: &str = ".databuild/events.db";
+
+/// Opens the event log named by `uri` (`sqlite:PATH`, relative paths against `base`).
+pub fn open(uri: &str, base: &Path) -> Result<Box<dyn EventStore>> {
+    if let Some(path) = uri.strip_prefix("sqlite:") {
+        let path = base.join(path.strip_prefix("//").unwrap_or(path));
+        return Ok(Box::new(SqliteStore::open(&path)?));
+    }
+    let scheme = uri.split(':').next().unwrap_or(uri);
+    Err(LogError::Open {
+        location: redact(uri),
+        message: match scheme {
+            "postgres" | "postgresql" => {
+                "this databuild has no Postgres event log yet; use `sqlite:PATH`".to_string()
+            }
+            _ => format!("unknown event log scheme `{scheme}`; use `sqlite:PATH`"),
+        },
+    })
+}
+
+/// Hides a password in a URI (`postgres://user:secret@host` → `postgres://user:***@host`).
+pub fn redact(uri: &str) -> String {
+    match (uri.find("://"), uri.find('@')) {
+        (Some(s), Some(at)) if at > s => {
+            let creds = &uri[s + 3..at];
+            match creds.find(':') {
+                Some(c) => format!("{}{}:***{}", &uri[..s + 3], &creds[..c], &uri[at..]),
+                None => uri.to_string(),
+            }
+        }
+        _ => uri.to_string(),
+    }
+}

@@ -1,0 +1,186 @@
+//! Replaying events in memory: the reference model of what the store's projections must hold.
+//!
+//! Property tests check the store against it, and `check-log` replays a whole log through it to
+//! prove every entity's history is a valid path of its state machine.
+
+use rustc_hash::FxHashMap;
+
+use crate::event::{Event, Kind, Status};
+use crate::state::{check, Current, Refusal};
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Replay {
+    pub build_requests: FxHashMap<String, Status>,
+    pub job_runs: FxHashMap<String, Status>,
+    pub request_partitions: FxHashMap<(String, String), Status>,
+    /// Global partition state and the run that holds or last built it.
+    pub partitions: FxHashMap<String, (Status, Option<String>)>,
+}
+
+impl Replay {
+    pub fn current(&self, e: &Event) -> Current {
+        let br = e.build_request_id.as_deref();
+        let r = e.partition_ref.as_deref();
+        Current {
+            build_request: br.and_then(|b| self.build_requests.get(b).copied()),
+            job_run: e
+                .job_run_id
+                .as_deref()
+                .filter(|_| e.kind == Kind::JobRun)
+                .and_then(|id| self.job_runs.get(id).copied()),
+            request_partition: match (br, r, e.kind) {
+                (Some(b), Some(r), Kind::Partition) => self
+                    .request_partitions
+                    .get(&(b.to_string(), r.to_string()))
+                    .copied(),
+                _ => None,
+            },
+            partition: r.and_then(|r| self.partitions.get(r).cloned()),
+        }
+    }
+
+    /// Checks the event and, if it is valid, applies it.
+    pub fn apply(&mut self, e: &Event) -> Result<(), Refusal> {
+        check(e, &self.current(e))?;
+        let br = e.build_request_id.clone();
+        match e.kind {
+            Kind::BuildRequest => {
+                self.build_requests.insert(br.expect("checked"), e.status);
+            }
+            Kind::JobRun => {
+                self.job_runs
+                    .insert(e.job_run_id.clone().expect("checked"), e.status);
+            }
+            Kind::Delegation => {}
+            Kind::Partition => {
+                let r = e.partition_ref.clone().expect("checked");
+                if let Some(b) = br {
+                    self.request_partitions.insert((b, r.clone()), e.status);
+                }
+                if let Some(global) = global_effect(e, self.partitions.get(&r)) {
+                    self.partitions.insert(r, global);
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// How a (valid) partition event changes the partition's global state, if it does.
+pub fn global_effect(
+    e: &Event,
+    before: Option<&(Status, Option<String>)>,
+) -> Option<(Status, Option<String>)> {
+    match (e.status, e.job_run_id.as_ref()) {
+        (Status::Tainted, _) => Some((Status::Tainted, before.and_then(|(_, run)| run.clone()))),
+        (Status::Building | Status::Available | Status::Failed, Some(run)) => {
+            Some((e.status, Some(run.clone())))
+        }
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::{BUILD_REQUEST, JOB_RUN, REQUEST_PARTITION};
+    use proptest::prelude::*;
+
+    /// Random events over a tiny space of ids so that collisions (and so refusals) are common.
+    fn arb_event() -> impl Strategy<Value = Event> {
+        let status = proptest::sample::select(Status::ALL.to_vec());
+        let kind = proptest::sample::select(Kind::ALL.to_vec());
+        (kind, status, 0..2usize, 0..2usize, 0..3usize, any::<bool>()).prop_map(
+            |(kind, status, br, part, run, with_run)| {
+                let br = format!("b{br}");
+                let r = format!("p{part}");
+                let run = format!("r{run}");
+                match kind {
+                    Kind::BuildRequest => Event::build_request(&br, status),
+                    Kind::JobRun => Event::job_run(&br, &run, "job", status),
+                    Kind::Delegation => Event::delegation(&br, &r, "other"),
+                    Kind::Partition if status == Status::Tainted => {
+                        Event::partition(None, &r, status)
+                    }
+                    Kind::Partition if with_run => {
+                        Event::partition(Some(&br), &r, status).with_run(&run)
+                    }
+                    Kind::Partition => Event::partition(Some(&br), &r, status),
+                }
+            },
+        )
+    }
+
+    fn path_is_valid(table: &[(Option<Status>, &[Status])], path: &[Status]) -> bool {
+        let mut from = None;
+        for &to in path {
+            if !table.iter().any(|(f, tos)| *f == from && tos.contains(&to)) {
+                return false;
+            }
+            from = Some(to);
+        }
+        true
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2000))]
+
+        /// Whatever arrives, the accepted history of every entity is a path of its state machine,
+        /// and no partition is ever claimed by two runs at once.
+        #[test]
+        fn accepted_histories_are_valid_paths(events in proptest::collection::vec(arb_event(), 0..60)) {
+            let mut replay = Replay::default();
+            let mut brs: FxHashMap<String, Vec<Status>> = FxHashMap::default();
+            let mut runs: FxHashMap<String, Vec<Status>> = FxHashMap::default();
+            let mut req: FxHashMap<(String, String), Vec<Status>> = FxHashMap::default();
+            for e in &events {
+                let holder_before = e.partition_ref.as_ref().and_then(|r| replay.partitions.get(r).cloned());
+                if replay.apply(e).is_err() {
+                    continue;
+                }
+                match e.kind {
+                    Kind::BuildRequest => brs.entry(e.build_request_id.clone().unwrap()).or_default().push(e.status),
+                    Kind::JobRun => runs.entry(e.job_run_id.clone().unwrap()).or_default().push(e.status),
+                    Kind::Partition => {
+                        if let Some(b) = &e.build_request_id {
+                            req.entry((b.clone(), e.partition_ref.clone().unwrap())).or_default().push(e.status);
+                        }
+                        if e.status == Status::Building && e.job_run_id.is_some() {
+                            if let Some((Status::Building, Some(h))) = holder_before {
+                                prop_assert_eq!(Some(h), e.job_run_id.clone(), "claimed twice");
+                            }
+                        }
+                    }
+                    Kind::Delegation => {}
+                }
+            }
+            for path in brs.values() { prop_assert!(path_is_valid(BUILD_REQUEST, path), "{:?}", path); }
+            for path in runs.values() { prop_assert!(path_is_valid(JOB_RUN, path), "{:?}", path); }
+            for path in req.values() { prop_assert!(path_is_valid(REQUEST_PARTITION, path), "{:?}", path); }
+        }
+    }
+
+    #[test]
+    fn a_full_build_replays() {
+        let mut r = Replay::default();
+        let events = [
+            Event::build_request("b", Status::Received),
+            Event::build_request("b", Status::Planning),
+            Event::partition(Some("b"), "p", Status::Requested),
+            Event::build_request("b", Status::AnalysisCompleted),
+            Event::job_run("b", "r", "j", Status::Scheduled),
+            Event::partition(Some("b"), "p", Status::Scheduled).with_run("r"),
+            Event::build_request("b", Status::Executing),
+            Event::job_run("b", "r", "j", Status::Running),
+            Event::partition(Some("b"), "p", Status::Building).with_run("r"),
+            Event::job_run("b", "r", "j", Status::Completed),
+            Event::partition(Some("b"), "p", Status::Available).with_run("r"),
+            Event::build_request("b", Status::Completed),
+            Event::partition(None, "p", Status::Tainted),
+        ];
+        for e in &events {
+            r.apply(e).unwrap();
+        }
+        assert_eq!(r.partitions["p"], (Status::Tainted, Some("r".to_string())));
+    }
+}

@@ -1,0 +1,841 @@
+//! The SQLite event log: the embedded default.
+//!
+//! One writer connection behind a mutex appends batches in `BEGIN IMMEDIATE` transactions, so two
+//! processes on one file serialize their writes and each batch validates against the state the
+//! other left. Readers use their own connections (WAL lets them read while the writer writes).
+//! User SQL runs on a separate read-only connection with an authorizer, a row cap and a deadline.
+//! The schema is documented in `docs/event-log.md`.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use rusqlite::fallible_iterator::FallibleIterator;
+use rusqlite::hooks::{AuthAction, AuthContext, Authorization};
+use rusqlite::{
+    params, Connection, OpenFlags, OptionalExtension, Transaction, TransactionBehavior,
+};
+
+use crate::event::{Event, EventData, Kind, Status};
+use crate::replay::global_effect;
+use crate::state::{check, Current};
+use crate::store::*;
+
+/// Marks a SQLite file as a DataBuild event log (`PRAGMA application_id`): "DBLG".
+const APPLICATION_ID: i64 = 0x4442_4C47;
+
+/// The schema, as numbered migrations. Version N is reached by applying the first N steps.
+/// Never edit a step that has shipped; add one.
+const MIGRATIONS: &[&str] = &[include_str!("sqlite/v1.sql")];
+
+pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
+
+const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+
+pub struct SqliteStore {
+    path: PathBuf,
+    writer: Mutex<Connection>,
+    readers: Mutex<Vec<Connection>>,
+}
+
+fn storage(e: rusqlite::Error) -> LogError {
+    LogError::Storage(e.to_string())
+}
+
+impl SqliteStore {
+    /// Opens (creating if absent) the log at `path`, applying pending migrations.
+    pub fn open(path: &Path) -> Result<SqliteStore> {
+        let location = path.display().to_string();
+        let open_err = |message: String| LogError::Open {
+            location: location.clone(),
+            message,
+        };
+        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+            if !parent.is_dir() {
+                return Err(open_err(format!(
+                    "the folder `{}` does not exist",
+                    parent.display()
+                )));
+            }
+        }
+        let conn = Connection::open(path).map_err(|e| open_err(e.to_string()))?;
+        conn.busy_timeout(BUSY_TIMEOUT).map_err(storage)?;
+        let store = SqliteStore {
+            path: path.to_path_buf(),
+            writer: Mutex::new(conn),
+            readers: Mutex::new(Vec::new()),
+        };
+        store.prepare_schema()?;
+        Ok(store)
+    }
+
+    fn classify(&self, e: rusqlite::Error) -> LogError {
+        let location = self.location();
+        match e.sqlite_error_code() {
+            Some(rusqlite::ErrorCode::NotADatabase) => LogError::Open {
+                location,
+                message: "the file is not an SQLite database (corrupt, or not an event log)"
+                    .to_string(),
+            },
+            Some(rusqlite::ErrorCode::DatabaseCorrupt) => LogError::Open {
+                location,
+                message: format!("the database is corrupt ({e}); restore it from a backup"),
+            },
+            Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked) => {
+                LogError::Locked {
+                    location,
+                    waited_ms: BUSY_TIMEOUT.as_millis() as u64,
+                }
+            }
+            _ => storage(e),
+        }
+    }
+
+    fn prepare_schema(&self) -> Result<()> {
+        let mut conn = self.writer.lock().expect("writer lock");
+        let location = self.location();
+        // WAL lets readers proceed while a writer appends; NORMAL sync keeps every committed batch
+        // across process crashes (power loss may drop the last few).
+        conn.pragma_update(None, "journal_mode", "WAL")
+            .map_err(|e| self.classify(e))?;
+        conn.pragma_update(None, "synchronous", "NORMAL")
+            .map_err(storage)?;
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(|e| self.classify(e))?;
+        let app_id: i64 = tx
+            .query_row("PRAGMA application_id", [], |r| r.get(0))
+            .map_err(|e| self.classify(e))?;
+        let tables: i64 = tx
+            .query_row("SELECT count(*) FROM sqlite_master", [], |r| r.get(0))
+            .map_err(|e| self.classify(e))?;
+        if app_id != APPLICATION_ID && tables > 0 {
+            return Err(LogError::Open {
+                location,
+                message: "the file is an SQLite database but not a DataBuild event log".into(),
+            });
+        }
+        let version: i64 = if tables == 0 {
+            0
+        } else {
+            tx.query_row(
+                "SELECT value FROM meta WHERE key = 'schema_version'",
+                [],
+                |r| r.get::<_, String>(0),
+            )
+            .map_err(|e| LogError::Open {
+                location: location.clone(),
+                message: format!("its schema version cannot be read ({e})"),
+            })?
+            .parse()
+            .map_err(|_| LogError::Open {
+                location: location.clone(),
+                message: "its schema version is not a number".into(),
+            })?
+        };
+        if version > SCHEMA_VERSION {
+            return Err(LogError::NewerSchema {
+                location,
+                found: version,
+                supported: SCHEMA_VERSION,
+            });
+        }
+        for step in &MIGRATIONS[version as usize..] {
+            tx.execute_batch(step).map_err(storage)?;
+        }
+        if version < SCHEMA_VERSION {
+            tx.pragma_update(None, "application_id", APPLICATION_ID)
+                .map_err(storage)?;
+            tx.execute(
+                "INSERT INTO meta (key, value) VALUES ('schema_version', ?1)
+                 ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                [SCHEMA_VERSION.to_string()],
+            )
+            .map_err(storage)?;
+        }
+        tx.commit().map_err(storage)
+    }
+
+    /// Runs `f` on a pooled read connection.
+    fn read<T>(&self, f: impl FnOnce(&Connection) -> rusqlite::Result<T>) -> Result<T> {
+        let conn = self.readers.lock().expect("reader pool").pop();
+        let conn = match conn {
+            Some(c) => c,
+            None => {
+                let c = Connection::open_with_flags(
+                    &self.path,
+                    OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+                )
+                .map_err(|e| self.classify(e))?;
+                c.busy_timeout(BUSY_TIMEOUT).map_err(storage)?;
+                c.pragma_update(None, "query_only", true).map_err(storage)?;
+                c
+            }
+        };
+        let result = f(&conn).map_err(|e| self.classify(e));
+        self.readers.lock().expect("reader pool").push(conn);
+        result
+    }
+
+    /// A connection for user SQL: read-only at the file level, `query_only`, and an authorizer
+    /// that refuses anything reaching outside the log (ATTACH, PRAGMA, extension loading).
+    fn sql_connection(&self) -> Result<Connection> {
+        let mut conn = Connection::open_with_flags(
+            &self.path,
+            OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )
+        .map_err(|e| self.classify(e))?;
+        conn.busy_timeout(BUSY_TIMEOUT).map_err(storage)?;
+        conn.pragma_update(None, "query_only", true)
+            .map_err(storage)?;
+        conn.authorizer(Some(|ctx: AuthContext<'_>| match ctx.action {
+            AuthAction::Attach { .. }
+            | AuthAction::Detach { .. }
+            | AuthAction::Pragma { .. }
+            | AuthAction::Insert { .. }
+            | AuthAction::Update { .. }
+            | AuthAction::Delete { .. }
+            | AuthAction::CreateTable { .. }
+            | AuthAction::CreateTempTable { .. }
+            | AuthAction::CreateView { .. }
+            | AuthAction::CreateTempView { .. }
+            | AuthAction::DropTable { .. }
+            | AuthAction::AlterTable { .. }
+            | AuthAction::Transaction { .. }
+            | AuthAction::Savepoint { .. } => Authorization::Deny,
+            AuthAction::Function { function_name }
+                if function_name.eq_ignore_ascii_case("load_extension") =>
+            {
+                Authorization::Deny
+            }
+            _ => Authorization::Allow,
+        }))
+        .map_err(storage)?;
+        Ok(conn)
+    }
+}
+
+fn status_of(s: String) -> rusqlite::Result<Status> {
+    Status::parse(&s).ok_or_else(|| {
+        rusqlite::Error::FromSqlConversionFailure(
+            0,
+            rusqlite::types::Type::Text,
+            format!("unknown status `{s}`").into(),
+        )
+    })
+}
+
+fn json_list(s: Option<String>) -> Vec<String> {
+    s.and_then(|s| serde_json::from_str(&s).ok())
+        .unwrap_or_default()
+}
+
+fn to_json<T: serde::Serialize>(v: &T) -> String {
+    serde_json::to_string(v).expect("serializes")
+}
+
+/// The states an event touches, read inside the writing transaction.
+fn current(tx: &Transaction<'_>, e: &Event) -> rusqlite::Result<Current> {
+    let mut c = Current::default();
+    let br = e.build_request_id.as_deref();
+    match e.kind {
+        Kind::BuildRequest => {
+            if let Some(br) = br {
+                c.build_request = tx
+                    .prepare_cached(
+                        "SELECT status FROM build_requests WHERE build_request_id = ?1",
+                    )?
+                    .query_row([br], |r| r.get(0))
+                    .optional()?
+                    .map(status_of)
+                    .transpose()?;
+            }
+        }
+        Kind::JobRun => {
+            if let Some(run) = e.job_run_id.as_deref() {
+                c.job_run = tx
+                    .prepare_cached("SELECT status FROM job_runs WHERE job_run_id = ?1")?
+                    .query_row([run], |r| r.get(0))
+                    .optional()?
+                    .map(status_of)
+                    .transpose()?;
+            }
+        }
+        Kind::Partition => {
+            if let Some(r) = e.partition_ref.as_deref() {
+                if let Some(br) = br {
+                    c.request_partition = tx
+                        .prepare_cached(
+                            "SELECT status FROM request_partitions
+                             WHERE build_request_id = ?1 AND partition_ref = ?2",
+                        )?
+                        .query_row([br, r], |row| row.get(0))
+                        .optional()?
+                        .map(status_of)
+                        .transpose()?;
+                }
+                c.partition = tx
+                    .prepare_cached(
+                        "SELECT status, job_run_id FROM partitions WHERE partition_ref = ?1",
+                    )?
+                    .query_row([r], |row| Ok((row.get::<_, String>(0)?, row.get(1)?)))
+                    .optional()?
+                    .map(|(s, run)| status_of(s).map(|s| (s, run)))
+                    .transpose()?;
+            }
+        }
+        Kind::Delegation => {}
+    }
+    Ok(c)
+}
+
+fn insert_event(tx: &Transaction<'_>, e: &Event) -> rusqlite::Result<i64> {
+    let data = (!e.data.is_empty()).then(|| to_json(&e.data));
+    tx.prepare_cached(
+        "INSERT INTO events (event_id, timestamp, build_request_id, kind, status, partition_ref,
+                             job, job_run_id, delegated_to, message, data)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+    )?
+    .execute(params![
+        e.event_id,
+        e.timestamp,
+        e.build_request_id,
+        e.kind.as_str(),
+        e.status.as_str(),
+        e.partition_ref,
+        e.job,
+        e.job_run_id,
+        e.delegated_to,
+        e.message,
+        data,
+    ])?;
+    Ok(tx.last_insert_rowid())
+}
+
+/// Updates the projections for one (already validated) event.
+fn project(tx: &Transaction<'_>, e: &Event, before: &Current) -> rusqlite::Result<()> {
+    let status = e.status.as_str();
+    match e.kind {
+        Kind::BuildRequest if e.status == Status::Received => {
+            tx.prepare_cached(
+                "INSERT INTO build_requests (build_request_id, status, requested, analyze_only,
+                                             message, created_at, updated_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6)",
+            )?
+            .execute(params![
+                e.build_request_id,
+                status,
+                to_json(&e.data.requested),
+                e.data.analyze_only,
+                e.message,
+                e.timestamp
+            ])?;
+        }
+        Kind::BuildRequest => {
+            tx.prepare_cached(
+                "UPDATE build_requests SET status = ?2, updated_at = ?3,
+                        message = coalesce(?4, message)
+                 WHERE build_request_id = ?1",
+            )?
+            .execute(params![e.build_request_id, status, e.timestamp, e.message])?;
+        }
+        Kind::JobRun if before.job_run.is_none() => {
+            let d = &e.data;
+            tx.prepare_cached(
+                "INSERT INTO job_runs (job_run_id, job, build_request_id, status, outputs, inputs,
+                                       args, env, scheduled_at, message, relies_on)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+            )?
+            .execute(params![
+                e.job_run_id,
+                e.job,
+                e.build_request_id,
+                status,
+                to_json(&d.outputs),
+                to_json(&d.inputs),
+                to_json(&d.args),
+                to_json(&d.env),
+                e.timestamp,
+                e.message,
+                d.relies_on,
+            ])?;
+        }
+        Kind::JobRun if e.status == Status::Running => {
+            tx.prepare_cached(
+                "UPDATE job_runs SET status = ?2, started_at = ?3, pid = ?4, host = ?5
+                 WHERE job_run_id = ?1",
+            )?
+            .execute(params![
+                e.job_run_id,
+                status,
+                e.timestamp,
+                e.data.pid,
+                e.data.host
+            ])?;
+        }
+        Kind::JobRun => {
+            tx.prepare_cached(
+                "UPDATE job_runs SET status = ?2, ended_at = ?3, exit_code = ?4,
+                        message = coalesce(?5, message)
+                 WHERE job_run_id = ?1",
+            )?
+            .execute(params![
+                e.job_run_id,
+                status,
+                e.timestamp,
+                e.data.exit_code,
+                e.message
+            ])?;
+        }
+        Kind::Partition => {
+            if let Some(br) = &e.build_request_id {
+                tx.prepare_cached(
+                    "INSERT INTO request_partitions (build_request_id, partition_ref, status,
+                                                     job_run_id, updated_at)
+                     VALUES (?1, ?2, ?3, ?4, ?5)
+                     ON CONFLICT (build_request_id, partition_ref) DO UPDATE SET
+                        status = excluded.status,
+                        job_run_id = coalesce(excluded.job_run_id, job_run_id),
+                        updated_at = excluded.updated_at",
+                )?
+                .execute(params![
+                    br,
+                    e.partition_ref,
+                    status,
+                    e.job_run_id,
+                    e.timestamp
+                ])?;
+            }
+            if let Some((global, run)) = global_effect(e, before.partition.as_ref()) {
+                tx.prepare_cached(
+                    "INSERT INTO partitions (partition_ref, status, job_run_id, build_request_id,
+                                             job, data_version, message, updated_at)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
+                     ON CONFLICT (partition_ref) DO UPDATE SET
+                        status = excluded.status,
+                        job_run_id = excluded.job_run_id,
+                        build_request_id = coalesce(excluded.build_request_id, build_request_id),
+                        job = coalesce(excluded.job, job),
+                        data_version = CASE WHEN excluded.status = 'available'
+                                            THEN excluded.data_version ELSE data_version END,
+                        message = excluded.message,
+                        updated_at = excluded.updated_at",
+                )?
+                .execute(params![
+                    e.partition_ref,
+                    global.as_str(),
+                    run,
+                    e.build_request_id,
+                    e.job,
+                    e.data.data_version,
+                    e.message,
+                    e.timestamp
+                ])?;
+            }
+        }
+        Kind::Delegation => {}
+    }
+    Ok(())
+}
+
+const EVENT_COLUMNS: &str =
+    "idx, event_id, timestamp, build_request_id, kind, status, partition_ref,
+                             job, job_run_id, delegated_to, message, data";
+
+fn event_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Event> {
+    let kind: String = row.get(4)?;
+    let data: Option<String> = row.get(11)?;
+    Ok(Event {
+        idx: row.get(0)?,
+        event_id: row.get(1)?,
+        timestamp: row.get(2)?,
+        build_request_id: row.get(3)?,
+        kind: Kind::parse(&kind).ok_or_else(|| {
+            rusqlite::Error::FromSqlConversionFailure(
+                4,
+                rusqlite::types::Type::Text,
+                format!("unknown kind `{kind}`").into(),
+            )
+        })?,
+        status: status_of(row.get(5)?)?,
+        partition_ref: row.get(6)?,
+        job: row.get(7)?,
+        job_run_id: row.get(8)?,
+        delegated_to: row.get(9)?,
+        message: row.get(10)?,
+        data: data
+            .and_then(|d| serde_json::from_str::<EventData>(&d).ok())
+            .unwrap_or_default(),
+    })
+}
+
+const PARTITION_COLUMNS: &str =
+    "partition_ref, status, job_run_id, build_request_id, job, data_version, message, updated_at";
+
+fn partition_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<PartitionRow> {
+    Ok(PartitionRow {
+        partition_ref: row.get(0)?,
+        status: status_of(row.get(1)?)?,
+        job_run_id: row.get(2)?,
+        build_request_id: row.get(3)?,
+        job: row.get(4)?,
+        data_version: row.get(5)?,
+        message: row.get(6)?,
+        updated_at: row.get(7)?,
+    })
+}
+
+const BUILD_COLUMNS: &str =
+    "build_request_id, status, requested, analyze_only, message, created_at, updated_at";
+
+fn build_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<BuildRequestRow> {
+    Ok(BuildRequestRow {
+        build_request_id: row.get(0)?,
+        status: status_of(row.get(1)?)?,
+        requested_partitions: json_list(row.get(2)?),
+        analyze_only: row.get(3)?,
+        message: row.get(4)?,
+        created_at: row.get(5)?,
+        updated_at: row.get(6)?,
+    })
+}
+
+const RUN_COLUMNS: &str = "job_run_id, job, build_request_id, status, outputs, inputs, args, env,
+                           scheduled_at, started_at, ended_at, exit_code, message, relies_on, pid, host";
+
+fn run_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<JobRunRow> {
+    let env: Option<String> = row.get(7)?;
+    Ok(JobRunRow {
+        job_run_id: row.get(0)?,
+        job: row.get(1)?,
+        build_request_id: row.get(2)?,
+        status: status_of(row.get(3)?)?,
+        outputs: json_list(row.get(4)?),
+        inputs: json_list(row.get(5)?),
+        args: json_list(row.get(6)?),
+        env: env
+            .and_then(|e| serde_json::from_str(&e).ok())
+            .unwrap_or_default(),
+        scheduled_at: row.get(8)?,
+        started_at: row.get(9)?,
+        ended_at: row.get(10)?,
+        exit_code: row.get(11)?,
+        message: row.get(12)?,
+        relies_on: row.get(13)?,
+        pid: row.get(14)?,
+        host: row.get(15)?,
+    })
+}
+
+/// A percentile of the sorted durations of a job's completed runs.
+fn percentile(conn: &Connection, job: &str, count: u64, p: f64) -> rusqlite::Result<Option<f64>> {
+    if count == 0 {
+        return Ok(None);
+    }
+    let offset = ((count - 1) as f64 * p).round() as i64;
+    conn.prepare_cached(
+        "SELECT (ended_at - started_at) / 1e6 AS d FROM job_runs
+         WHERE job = ?1 AND status = 'completed' AND started_at IS NOT NULL AND ended_at IS NOT NULL
+         ORDER BY d LIMIT 1 OFFSET ?2",
+    )?
+    .query_row(params![job, offset], |r| r.get(0))
+    .optional()
+}
+
+impl EventStore for SqliteStore {
+    fn append(&self, mut events: Vec<Event>) -> Result<Vec<Event>> {
+        let mut conn = self.writer.lock().expect("writer lock");
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(|e| self.classify(e))?;
+        for (position, e) in events.iter_mut().enumerate() {
+            let before = current(&tx, e).map_err(storage)?;
+            check(e, &before).map_err(|refusal| LogError::Refused {
+                position,
+                kind: e.kind.to_string(),
+                status: e.status.to_string(),
+                reason: refusal.0,
+            })?;
+            e.idx = insert_event(&tx, e).map_err(storage)?;
+            project(&tx, e, &before).map_err(storage)?;
+        }
+        tx.commit().map_err(|e| self.classify(e))?;
+        Ok(events)
+    }
+
+    fn events(&self, f: &EventFilter) -> Result<Vec<Event>> {
+        let mut sql = format!("SELECT {EVENT_COLUMNS} FROM events WHERE idx > ?1");
+        let mut args: Vec<rusqlite::types::Value> = vec![f.since.unwrap_or(0).into()];
+        let mut add = |clause: &str, v: rusqlite::types::Value| {
+            args.push(v);
+            sql.push_str(&format!(" AND {clause} ?{}", args.len()));
+        };
+        if let Some(v) = &f.build_request_id {
+            add("build_request_id =", v.clone().into());
+        }
+        if let Some(v) = &f.partition_ref {
+            add("partition_ref =", v.clone().into());
+        }
+        if let Some(v) = &f.job {
+            add("job =", v.clone().into());
+        }
+        if let Some(v) = &f.job_run_id {
+            add("job_run_id =", v.clone().into());
+        }
+        if let Some(v) = f.from {
+            add("timestamp >=", v.into());
+        }
+        if let Some(v) = f.to {
+            add("timestamp <", v.into());
+        }
+        sql.push_str(" ORDER BY idx");
+        if let Some(limit) = f.limit {
+            sql.push_str(&format!(" LIMIT {limit}"));
+        }
+        self.read(|c| {
+            c.prepare_cached(&sql)?
+                .query_map(rusqlite::params_from_iter(args), event_from_row)?
+                .collect()
+        })
+    }
+
+    fn last_idx(&self) -> Result<i64> {
+        self.read(|c| c.query_row("SELECT coalesce(max(idx), 0) FROM events", [], |r| r.get(0)))
+    }
+
+    fn partition(&self, r: &str) -> Result<Option<PartitionRow>> {
+        self.read(|c| {
+            c.prepare_cached(&format!(
+                "SELECT {PARTITION_COLUMNS} FROM partitions WHERE partition_ref = ?1"
+            ))?
+            .query_row([r], partition_from_row)
+            .optional()
+        })
+    }
+
+    fn partitions(&self, q: &PartitionQuery) -> Result<Vec<PartitionRow>> {
+        let sql = format!(
+            "SELECT {PARTITION_COLUMNS} FROM partitions
+             WHERE (?1 IS NULL OR partition_ref GLOB ?1)
+               AND (?2 IS NULL OR status = ?2)
+               AND (?3 IS NULL OR partition_ref > ?3)
+             ORDER BY partition_ref LIMIT ?4"
+        );
+        self.read(|c| {
+            c.prepare_cached(&sql)?
+                .query_map(
+                    params![
+                        q.pattern,
+                        q.status.map(|s| s.as_str()),
+                        q.after,
+                        q.limit as i64
+                    ],
+                    partition_from_row,
+                )?
+                .collect()
+        })
+    }
+
+    fn partition_counts(&self, pattern: Option<&str>) -> Result<BTreeMap<Status, u64>> {
+        self.read(|c| {
+            let rows = c
+                .prepare_cached(
+                    "SELECT status, count(*) FROM partitions
+                     WHERE (?1 IS NULL OR partition_ref GLOB ?1) GROUP BY status",
+                )?
+                .query_map([pattern], |r| {
+                    Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?))
+                })?
+                .collect::<rusqlite::Result<Vec<_>>>()?;
+            rows.into_iter()
+                .map(|(s, n)| Ok((status_of(s)?, n as u64)))
+                .collect()
+        })
+    }
+
+    fn build_request(&self, id: &str) -> Result<Option<BuildRequestRow>> {
+        self.read(|c| {
+            c.prepare_cached(&format!(
+                "SELECT {BUILD_COLUMNS} FROM build_requests WHERE build_request_id = ?1"
+            ))?
+            .query_row([id], build_from_row)
+            .optional()
+        })
+    }
+
+    fn build_requests(&self, q: &BuildQuery) -> Result<Vec<BuildRequestRow>> {
+        self.read(|c| {
+            c.prepare_cached(&format!(
+                "SELECT {BUILD_COLUMNS} FROM build_requests
+                 WHERE (?1 IS NULL OR status = ?1)
+                 ORDER BY created_at DESC, build_request_id LIMIT ?2"
+            ))?
+            .query_map(
+                params![q.status.map(|s| s.as_str()), q.limit as i64],
+                build_from_row,
+            )?
+            .collect()
+        })
+    }
+
+    fn request_partitions(&self, id: &str) -> Result<Vec<RequestPartitionRow>> {
+        self.read(|c| {
+            c.prepare_cached(
+                "SELECT partition_ref, status, job_run_id FROM request_partitions
+                 WHERE build_request_id = ?1 ORDER BY partition_ref",
+            )?
+            .query_map([id], |r| {
+                Ok(RequestPartitionRow {
+                    partition_ref: r.get(0)?,
+                    status: status_of(r.get(1)?)?,
+                    job_run_id: r.get(2)?,
+                })
+            })?
+            .collect()
+        })
+    }
+
+    fn job_run(&self, id: &str) -> Result<Option<JobRunRow>> {
+        self.read(|c| {
+            c.prepare_cached(&format!(
+                "SELECT {RUN_COLUMNS} FROM job_runs WHERE job_run_id = ?1"
+            ))?
+            .query_row([id], run_from_row)
+            .optional()
+        })
+    }
+
+    fn job_runs(&self, q: &RunQuery) -> Result<Vec<JobRunRow>> {
+        self.read(|c| {
+            c.prepare_cached(&format!(
+                "SELECT {RUN_COLUMNS} FROM job_runs
+                 WHERE (?1 IS NULL OR job = ?1) AND (?2 IS NULL OR build_request_id = ?2)
+                 ORDER BY scheduled_at DESC, job_run_id LIMIT ?3"
+            ))?
+            .query_map(
+                params![q.job, q.build_request_id, q.limit as i64],
+                run_from_row,
+            )?
+            .collect()
+        })
+    }
+
+    fn job_stats(&self, job: Option<&str>) -> Result<Vec<JobStats>> {
+        self.read(|c| {
+            let mut stats: Vec<(JobStats, u64)> = c
+                .prepare_cached(
+                    "SELECT job, count(*), sum(status = 'completed'), sum(status = 'failed'),
+                            sum(status = 'cancelled'), sum(status = 'skipped'),
+                            avg(CASE WHEN status = 'completed' THEN (ended_at - started_at) / 1e6 END),
+                            max(scheduled_at),
+                            sum(status = 'completed' AND started_at IS NOT NULL AND ended_at IS NOT NULL)
+                     FROM job_runs WHERE (?1 IS NULL OR job = ?1) GROUP BY job ORDER BY job",
+                )?
+                .query_map([job], |r| {
+                    let completed: i64 = r.get(2)?;
+                    let failed: i64 = r.get(3)?;
+                    let finished = completed + failed;
+                    Ok((
+                        JobStats {
+                            job: r.get(0)?,
+                            runs: r.get::<_, i64>(1)? as u64,
+                            completed: completed as u64,
+                            failed: failed as u64,
+                            cancelled: r.get::<_, i64>(4)? as u64,
+                            skipped: r.get::<_, i64>(5)? as u64,
+                            success_rate: (finished > 0)
+                                .then(|| completed as f64 / finished as f64),
+                            mean_ms: r.get(6)?,
+                            p50_ms: None,
+                            p95_ms: None,
+                            last_run_at: r.get(7)?,
+                        },
+                        r.get::<_, i64>(8)? as u64,
+                    ))
+                })?
+                .collect::<rusqlite::Result<_>>()?;
+            for (s, timed) in &mut stats {
+                s.p50_ms = percentile(c, &s.job, *timed, 0.5)?;
+                s.p95_ms = percentile(c, &s.job, *timed, 0.95)?;
+            }
+            Ok(stats.into_iter().map(|(s, _)| s).collect())
+        })
+    }
+
+    fn sql(&self, query: &str, limits: SqlLimits) -> Result<SqlResult> {
+        let mut conn = self.sql_connection()?;
+        let deadline = Instant::now() + limits.timeout;
+        conn.progress_handler(10_000, Some(move || Instant::now() > deadline))
+            .map_err(storage)?;
+        let refused = |e: rusqlite::Error| {
+            match e.sqlite_error_code() {
+            _ if matches!(e, rusqlite::Error::MultipleStatement) => {
+                LogError::Sql("only one statement per query is allowed".to_string())
+            }
+            // Denied functions come back as plain errors that say so.
+            _ if e.to_string().contains("not authorized") => LogError::Sql(
+                "the query is refused: the event log is read-only here, and ATTACH, PRAGMA and extensions are not available".to_string(),
+            ),
+            Some(rusqlite::ErrorCode::AuthorizationForStatementDenied) => LogError::Sql(
+                "the query is refused: the event log is read-only here, and ATTACH, PRAGMA and extensions are not available".to_string(),
+            ),
+            Some(rusqlite::ErrorCode::OperationInterrupted) => LogError::Sql(format!(
+                "the query ran longer than {} s and was stopped",
+                limits.timeout.as_secs_f64()
+            )),
+            _ => LogError::Sql(format!("the query failed: {e}")),
+        }
+        };
+        // A batch prepares one statement at a time: a second one (even one the authorizer refuses)
+        // means the query holds several.
+        let mut batch = rusqlite::Batch::new(&conn, query);
+        let mut stmt = match batch.next().map_err(refused)? {
+            Some(stmt) => stmt,
+            None => return Err(LogError::Sql("the query is empty".to_string())),
+        };
+        if !matches!(batch.next(), Ok(None)) {
+            return Err(LogError::Sql(
+                "only one statement per query is allowed".to_string(),
+            ));
+        }
+        if !stmt.readonly() {
+            return Err(LogError::Sql(
+                "the query is refused: only reads are allowed on the event log".to_string(),
+            ));
+        }
+        let columns: Vec<String> = stmt.column_names().map(|c| c.to_string()).collect();
+        let width = columns.len();
+        let mut rows = Vec::new();
+        let mut truncated = false;
+        let mut cursor = stmt.query([]).map_err(refused)?;
+        while let Some(row) = cursor.next().map_err(refused)? {
+            if rows.len() == limits.max_rows {
+                truncated = true;
+                break;
+            }
+            let mut values = Vec::with_capacity(width);
+            for i in 0..width {
+                use rusqlite::types::ValueRef;
+                values.push(match row.get_ref(i).map_err(refused)? {
+                    ValueRef::Null => serde_json::Value::Null,
+                    ValueRef::Integer(n) => n.into(),
+                    ValueRef::Real(f) => serde_json::Number::from_f64(f)
+                        .map_or(serde_json::Value::Null, serde_json::Value::Number),
+                    ValueRef::Text(t) => String::from_utf8_lossy(t).into_owned().into(),
+                    ValueRef::Blob(b) => format!("<{} bytes>", b.len()).into(),
+                });
+            }
+            rows.push(values);
+        }
+        Ok(SqlResult {
+            columns,
+            rows,
+            truncated,
+        })
+    }
+
+    fn location(&self) -> String {
+        format!("sqlite:{}", self.path.display())
+    }
+}

@@ -1,0 +1,233 @@
+//! The state machines every event is checked against before it is appended.
+//!
+//! Four entities carry state:
+//! - a build request (by id): `received → planning → analysis_completed → executing → completed | failed | cancelled`;
+//! - a job run (by id): `scheduled → running → completed | failed | cancelled`, or `skipped` outright;
+//! - a partition within one build request (by request and ref): what that request did about it;
+//! - a partition globally (by ref): who is building it now and whether it is available, failed or
+//!   tainted. Only events that carry the job run building the partition (or a taint) move it, and a
+//!   partition being built by one run cannot be claimed by another: this is how the log guarantees
+//!   that no partition is ever built twice at once.
+//!
+//! This module is pure: the store looks up the current states, asks [`check`], and applies.
+
+use crate::event::{Event, Kind, Status};
+
+/// The state of the entities an event touches, as the store found them just before it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Current {
+    pub build_request: Option<Status>,
+    pub job_run: Option<Status>,
+    /// The partition as the event's build request knows it.
+    pub request_partition: Option<Status>,
+    /// The partition globally, with the run that holds it.
+    pub partition: Option<(Status, Option<String>)>,
+}
+
+/// Why an event was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct Refusal(pub String);
+
+type Transitions = &'static [(Option<Status>, &'static [Status])];
+
+use Status::*;
+
+pub const BUILD_REQUEST: Transitions = &[
+    (None, &[Received]),
+    (Some(Received), &[Planning, Failed, Cancelled]),
+    (Some(Planning), &[AnalysisCompleted, Failed, Cancelled]),
+    (
+        Some(AnalysisCompleted),
+        &[Executing, Completed, Failed, Cancelled],
+    ),
+    (Some(Executing), &[Completed, Failed, Cancelled]),
+];
+
+pub const JOB_RUN: Transitions = &[
+    (None, &[Scheduled, Skipped]),
+    (Some(Scheduled), &[Running, Failed, Cancelled]),
+    (Some(Running), &[Completed, Failed, Cancelled]),
+];
+
+/// A partition as one build request sees it. `available` straight from `requested` means the
+/// request found it live already; a delegated partition ends with the delegate's outcome.
+pub const REQUEST_PARTITION: Transitions = &[
+    (None, &[Requested, Scheduled, Delegated]),
+    (Some(Requested), &[Scheduled, Delegated, Available, Failed]),
+    (Some(Scheduled), &[Building, Delegated, Failed]),
+    (Some(Building), &[Available, Failed]),
+    (Some(Delegated), &[Available, Failed]),
+];
+
+/// Statuses that end an entity's life: nothing may follow them.
+pub fn is_terminal(kind: Kind, status: Status) -> bool {
+    let table = match kind {
+        Kind::BuildRequest => BUILD_REQUEST,
+        Kind::JobRun => JOB_RUN,
+        Kind::Partition => REQUEST_PARTITION,
+        Kind::Delegation => return true,
+    };
+    !table.iter().any(|(from, _)| *from == Some(status))
+}
+
+fn allowed(table: Transitions, from: Option<Status>, to: Status) -> bool {
+    table.iter().any(|(f, tos)| *f == from && tos.contains(&to))
+}
+
+fn describe(from: Option<Status>) -> String {
+    from.map_or("nothing (it is new)".to_string(), |s| format!("`{s}`"))
+}
+
+fn require<'a>(field: &'a Option<String>, name: &str, e: &Event) -> Result<&'a str, Refusal> {
+    field
+        .as_deref()
+        .filter(|v| !v.is_empty())
+        .ok_or_else(|| Refusal(format!("a {} event needs `{name}`", e.kind)))
+}
+
+/// Checks one event against the states it would move.
+pub fn check(e: &Event, current: &Current) -> Result<(), Refusal> {
+    match e.kind {
+        Kind::BuildRequest => {
+            let id = require(&e.build_request_id, "build_request_id", e)?;
+            if !allowed(BUILD_REQUEST, current.build_request, e.status) {
+                return Err(Refusal(format!(
+                    "build request {id} cannot go to `{}` from {}",
+                    e.status,
+                    describe(current.build_request)
+                )));
+            }
+        }
+        Kind::JobRun => {
+            let id = require(&e.job_run_id, "job_run_id", e)?;
+            require(&e.job, "job", e)?;
+            if !allowed(JOB_RUN, current.job_run, e.status) {
+                return Err(Refusal(format!(
+                    "job run {id} cannot go to `{}` from {}",
+                    e.status,
+                    describe(current.job_run)
+                )));
+            }
+        }
+        Kind::Delegation => {
+            require(&e.build_request_id, "build_request_id", e)?;
+            require(&e.partition_ref, "partition_ref", e)?;
+            require(&e.delegated_to, "delegated_to", e)?;
+            if e.status != Delegated {
+                return Err(Refusal(format!(
+                    "a delegation event has status `delegated`, not `{}`",
+                    e.status
+                )));
+            }
+        }
+        Kind::Partition => check_partition(e, current)?,
+    }
+    Ok(())
+}
+
+fn check_partition(e: &Event, current: &Current) -> Result<(), Refusal> {
+    let r = require(&e.partition_ref, "partition_ref", e)?;
+    if e.status == Tainted {
+        if e.build_request_id.is_some() || e.job_run_id.is_some() {
+            return Err(Refusal(
+                "a taint belongs to no build request or run".to_string(),
+            ));
+        }
+        if let Some((Building, run)) = &current.partition {
+            return Err(Refusal(format!(
+                "partition {r} is being built by run {}; taint it once the run ends",
+                run.as_deref().unwrap_or("?")
+            )));
+        }
+        return Ok(());
+    }
+    let Some(br) = e.build_request_id.as_deref() else {
+        return Err(Refusal(format!(
+            "a partition `{}` event needs `build_request_id`",
+            e.status
+        )));
+    };
+    if !allowed(REQUEST_PARTITION, current.request_partition, e.status) {
+        return Err(Refusal(format!(
+            "partition {r} cannot go to `{}` from {} in build request {br}",
+            e.status,
+            describe(current.request_partition)
+        )));
+    }
+    // Events naming the run that builds the partition also move its global state.
+    let Some(run) = e.job_run_id.as_deref() else {
+        if e.status == Building {
+            return Err(Refusal(format!(
+                "partition {r} `building` needs the `job_run_id` building it"
+            )));
+        }
+        return Ok(());
+    };
+    match (e.status, &current.partition) {
+        (Building, Some((Building, Some(holder)))) if holder != run => Err(Refusal(format!(
+            "partition {r} is already being built by run {holder}"
+        ))),
+        (Available | Failed, Some((Building, Some(holder)))) if holder == run => Ok(()),
+        (Available | Failed, other) => Err(Refusal(format!(
+            "run {run} cannot finish partition {r}: it is not building it (the partition is {})",
+            other
+                .as_ref()
+                .map_or("unknown".to_string(), |(s, _)| format!("`{s}`"))
+        ))),
+        _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn terminal_states_have_no_successors() {
+        for s in [Completed, Failed, Cancelled] {
+            assert!(is_terminal(Kind::BuildRequest, s));
+        }
+        for s in [Completed, Failed, Cancelled, Skipped] {
+            assert!(is_terminal(Kind::JobRun, s));
+        }
+        assert!(!is_terminal(Kind::BuildRequest, Executing));
+    }
+
+    #[test]
+    fn claims_are_exclusive() {
+        let building = |run: &str| Event::partition(Some("b2"), "p", Building).with_run(run);
+        let held = Current {
+            request_partition: Some(Scheduled),
+            partition: Some((Building, Some("r1".into()))),
+            ..Default::default()
+        };
+        let err = check(&building("r2"), &held).unwrap_err();
+        assert_eq!(err.0, "partition p is already being built by run r1");
+        let done = Event::partition(Some("b2"), "p", Available).with_run("r2");
+        let held = Current {
+            request_partition: Some(Building),
+            ..held
+        };
+        assert!(check(&done, &held)
+            .unwrap_err()
+            .0
+            .contains("not building it"));
+    }
+
+    #[test]
+    fn refuses_skipping_steps_and_missing_fields() {
+        let e = Event::build_request("b", Executing);
+        let err = check(&e, &Current::default()).unwrap_err();
+        assert_eq!(
+            err.0,
+            "build request b cannot go to `executing` from nothing (it is new)"
+        );
+        let mut e = Event::job_run("b", "r", "j", Scheduled);
+        e.job = None;
+        assert_eq!(
+            check(&e, &Current::default()).unwrap_err().0,
+            "a job_run event needs `job`"
+        );
+    }
+}

@@ -1,0 +1,215 @@
+//! The storage interface every backend implements, and the rows its queries return.
+//!
+//! Callers see only [`EventStore`]; [`crate::open`] picks the backend from the log's URI.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use crate::event::{Event, Status};
+
+#[derive(Debug, thiserror::Error)]
+pub enum LogError {
+    #[error("cannot open event log `{location}`: {message}")]
+    Open { location: String, message: String },
+    #[error("event log `{location}` has schema version {found}, newer than this databuild understands ({supported}); upgrade databuild")]
+    NewerSchema {
+        location: String,
+        found: i64,
+        supported: i64,
+    },
+    #[error("event log `{location}` is locked by another process (waited {waited_ms} ms)")]
+    Locked { location: String, waited_ms: u64 },
+    /// An appended event is not a valid next state; nothing of its batch was written.
+    #[error("event refused: {reason} (event {position} of its batch: {kind} `{status}`)")]
+    Refused {
+        position: usize,
+        kind: String,
+        status: String,
+        reason: String,
+    },
+    /// A user's SQL query was refused or failed.
+    #[error("{0}")]
+    Sql(String),
+    #[error("event log storage failed: {0}")]
+    Storage(String),
+}
+
+impl LogError {
+    /// Errors caused by the caller's input rather than the system.
+    pub fn is_user_error(&self) -> bool {
+        matches!(
+            self,
+            LogError::Sql(_) | LogError::NewerSchema { .. } | LogError::Open { .. }
+        )
+    }
+}
+
+pub type Result<T> = std::result::Result<T, LogError>;
+
+/// A partition as the log knows it. Partitions never mentioned by a run are absent: missing.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PartitionRow {
+    pub partition_ref: String,
+    /// `building`, `available`, `failed` or `tainted`.
+    pub status: Status,
+    pub job_run_id: Option<String>,
+    pub build_request_id: Option<String>,
+    pub job: Option<String>,
+    pub data_version: Option<String>,
+    pub message: Option<String>,
+    pub updated_at: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct BuildRequestRow {
+    pub build_request_id: String,
+    pub status: Status,
+    pub requested_partitions: Vec<String>,
+    pub analyze_only: bool,
+    pub message: Option<String>,
+    pub created_at: i64,
+    pub updated_at: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RequestPartitionRow {
+    #[serde(rename = "ref")]
+    pub partition_ref: String,
+    pub status: Status,
+    pub job_run_id: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct JobRunRow {
+    pub job_run_id: String,
+    pub job: String,
+    pub build_request_id: Option<String>,
+    pub status: Status,
+    pub outputs: Vec<String>,
+    pub inputs: Vec<String>,
+    pub args: Vec<String>,
+    pub env: BTreeMap<String, String>,
+    pub scheduled_at: Option<i64>,
+    pub started_at: Option<i64>,
+    pub ended_at: Option<i64>,
+    pub exit_code: Option<i32>,
+    pub message: Option<String>,
+    pub relies_on: Option<String>,
+    pub pid: Option<u32>,
+    pub host: Option<String>,
+}
+
+impl JobRunRow {
+    pub fn duration_ms(&self) -> Option<f64> {
+        Some((self.ended_at? - self.started_at?) as f64 / 1e6)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct JobStats {
+    pub job: String,
+    pub runs: u64,
+    pub completed: u64,
+    pub failed: u64,
+    pub cancelled: u64,
+    pub skipped: u64,
+    /// Completed over finished (completed + failed), if any finished.
+    pub success_rate: Option<f64>,
+    pub mean_ms: Option<f64>,
+    pub p50_ms: Option<f64>,
+    pub p95_ms: Option<f64>,
+    pub last_run_at: Option<i64>,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct EventFilter {
+    /// Only events with `idx` greater than this.
+    pub since: Option<i64>,
+    pub limit: Option<usize>,
+    pub build_request_id: Option<String>,
+    pub partition_ref: Option<String>,
+    pub job: Option<String>,
+    pub job_run_id: Option<String>,
+    /// Time bounds, in ns since the epoch (`from` inclusive, `to` exclusive).
+    pub from: Option<i64>,
+    pub to: Option<i64>,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct PartitionQuery {
+    /// A glob over refs (`*`, `?`, `[...]`), as in SQLite's GLOB.
+    pub pattern: Option<String>,
+    pub status: Option<Status>,
+    pub limit: usize,
+    /// Keyset pagination: only refs sorting after this one.
+    pub after: Option<String>,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct BuildQuery {
+    pub status: Option<Status>,
+    pub limit: usize,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct RunQuery {
+    pub job: Option<String>,
+    pub build_request_id: Option<String>,
+    pub limit: usize,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SqlResult {
+    pub columns: Vec<String>,
+    pub rows: Vec<Vec<serde_json::Value>>,
+    /// True when the row cap cut the result.
+    pub truncated: bool,
+}
+
+/// Limits on a user's SQL query.
+#[derive(Debug, Clone, Copy)]
+pub struct SqlLimits {
+    pub max_rows: usize,
+    pub timeout: std::time::Duration,
+}
+
+impl Default for SqlLimits {
+    fn default() -> Self {
+        SqlLimits {
+            max_rows: 10_000,
+            timeout: std::time::Duration::from_secs(10),
+        }
+    }
+}
+
+/// The build event log. Implementations validate every event against [`crate::state`] and keep
+/// their projections in the same transaction as the events they derive from.
+pub trait EventStore: Send + Sync {
+    /// Appends a batch atomically: all events are valid and written, or none is. Returns them
+    /// with their `idx`.
+    fn append(&self, events: Vec<Event>) -> Result<Vec<Event>>;
+
+    fn events(&self, filter: &EventFilter) -> Result<Vec<Event>>;
+    fn last_idx(&self) -> Result<i64>;
+
+    fn partition(&self, partition_ref: &str) -> Result<Option<PartitionRow>>;
+    fn partitions(&self, query: &PartitionQuery) -> Result<Vec<PartitionRow>>;
+    /// Counts of partitions by status among refs matching `pattern` (all when `None`).
+    fn partition_counts(&self, pattern: Option<&str>) -> Result<BTreeMap<Status, u64>>;
+
+    fn build_request(&self, id: &str) -> Result<Option<BuildRequestRow>>;
+    fn build_requests(&self, query: &BuildQuery) -> Result<Vec<BuildRequestRow>>;
+    fn request_partitions(&self, id: &str) -> Result<Vec<RequestPartitionRow>>;
+
+    fn job_run(&self, id: &str) -> Result<Option<JobRunRow>>;
+    fn job_runs(&self, query: &RunQuery) -> Result<Vec<JobRunRow>>;
+    /// Metrics per job (one job when `job` is given).
+    fn job_stats(&self, job: Option<&str>) -> Result<Vec<JobStats>>;
+
+    /// A read-only query; anything that could write or reach outside the log is refused.
+    fn sql(&self, query: &str, limits: SqlLimits) -> Result<SqlResult>;
+
+    /// Where the log lives, for messages (credentials redacted).
+    fn location(&self) -> String;
+}

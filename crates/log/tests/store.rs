@@ -1,0 +1,386 @@
+//! The storage conformance suite: every backend must pass every test here.
+
+use databuild_log::*;
+use proptest::prelude::*;
+
+/// A fresh store per test. Postgres joins this list when it lands.
+fn stores() -> Vec<(tempfile::TempDir, Box<dyn EventStore>)> {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open(&dir.path().join("events.db")).unwrap();
+    vec![(dir, Box::new(store))]
+}
+
+/// The events of one successful single-run build of `p`.
+fn build_events(br: &str, run: &str, p: &str) -> Vec<Event> {
+    vec![
+        Event::build_request(br, Status::Received).with_data(|d| d.requested = vec![p.into()]),
+        Event::build_request(br, Status::Planning),
+        Event::partition(Some(br), p, Status::Requested),
+        Event::build_request(br, Status::AnalysisCompleted),
+        Event::job_run(br, run, "job", Status::Scheduled).with_data(|d| d.outputs = vec![p.into()]),
+        Event::partition(Some(br), p, Status::Scheduled).with_run(run),
+        Event::build_request(br, Status::Executing),
+        Event::job_run(br, run, "job", Status::Running).with_data(|d| d.pid = Some(42)),
+        Event::partition(Some(br), p, Status::Building).with_run(run),
+        Event::job_run(br, run, "job", Status::Completed).with_data(|d| d.exit_code = Some(0)),
+        Event::partition(Some(br), p, Status::Available)
+            .with_run(run)
+            .with_data(|d| d.data_version = Some("v1".into())),
+        Event::build_request(br, Status::Completed),
+    ]
+}
+
+#[test]
+fn a_build_projects_into_every_view() {
+    for (_dir, store) in stores() {
+        let appended = store.append(build_events("b1", "r1", "a/1")).unwrap();
+        let idx: Vec<i64> = appended.iter().map(|e| e.idx).collect();
+        assert!(
+            idx.windows(2).all(|w| w[0] < w[1]),
+            "idx strictly increases"
+        );
+        assert_eq!(store.last_idx().unwrap(), *idx.last().unwrap());
+
+        let p = store.partition("a/1").unwrap().unwrap();
+        assert_eq!(p.status, Status::Available);
+        assert_eq!(p.job_run_id.as_deref(), Some("r1"));
+        assert_eq!(p.data_version.as_deref(), Some("v1"));
+        assert!(store.partition("a/2").unwrap().is_none());
+
+        let b = store.build_request("b1").unwrap().unwrap();
+        assert_eq!(b.status, Status::Completed);
+        assert_eq!(b.requested_partitions, ["a/1"]);
+        let rp = store.request_partitions("b1").unwrap();
+        assert_eq!(rp[0].status, Status::Available);
+
+        let run = store.job_run("r1").unwrap().unwrap();
+        assert_eq!(run.status, Status::Completed);
+        assert_eq!(run.outputs, ["a/1"]);
+        assert_eq!((run.exit_code, run.pid), (Some(0), Some(42)));
+        assert!(run.duration_ms().unwrap() >= 0.0);
+
+        let stats = store.job_stats(None).unwrap();
+        assert_eq!(stats[0].job, "job");
+        assert_eq!((stats[0].runs, stats[0].completed), (1, 1));
+        assert_eq!(stats[0].success_rate, Some(1.0));
+        assert!(stats[0].p95_ms.is_some());
+    }
+}
+
+#[test]
+fn a_refused_event_loses_its_whole_batch_and_says_why() {
+    for (_dir, store) in stores() {
+        let mut events = build_events("b1", "r1", "a/1");
+        events.insert(3, Event::build_request("b1", Status::Completed));
+        let err = store.append(events).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "event refused: build request b1 cannot go to `completed` from `planning` (event 3 of its batch: build_request `completed`)"
+        );
+        assert_eq!(
+            store.last_idx().unwrap(),
+            0,
+            "nothing of the batch was written"
+        );
+        assert!(store.build_request("b1").unwrap().is_none());
+    }
+}
+
+#[test]
+fn a_partition_is_claimed_by_one_run_at_a_time_even_across_handles() {
+    for (dir, store) in stores() {
+        let other = SqliteStore::open(&dir.path().join("events.db")).unwrap();
+        let start = |br: &str, run: &str| {
+            vec![
+                Event::build_request(br, Status::Received),
+                Event::job_run(br, run, "job", Status::Scheduled),
+                Event::partition(Some(br), "a/1", Status::Scheduled).with_run(run),
+                Event::job_run(br, run, "job", Status::Running),
+                Event::partition(Some(br), "a/1", Status::Building).with_run(run),
+            ]
+        };
+        store.append(start("b1", "r1")).unwrap();
+        let err = other.append(start("b2", "r2")).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("partition a/1 is already being built by run r1"),
+            "{err}"
+        );
+        // Once r1 is done, another run may rebuild it.
+        store
+            .append(vec![
+                Event::partition(Some("b1"), "a/1", Status::Failed).with_run("r1")
+            ])
+            .unwrap();
+        other.append(start("b2", "r2")).unwrap();
+        assert_eq!(
+            other
+                .partition("a/1")
+                .unwrap()
+                .unwrap()
+                .job_run_id
+                .as_deref(),
+            Some("r2")
+        );
+    }
+}
+
+#[test]
+fn events_filter_and_page() {
+    for (_dir, store) in stores() {
+        store.append(build_events("b1", "r1", "a/1")).unwrap();
+        store.append(build_events("b2", "r2", "a/2")).unwrap();
+        let all = store.events(&EventFilter::default()).unwrap();
+        assert_eq!(all.len(), 24);
+        let by_build = store
+            .events(&EventFilter {
+                build_request_id: Some("b2".into()),
+                ..Default::default()
+            })
+            .unwrap();
+        assert_eq!(by_build.len(), 12);
+        let by_part = store
+            .events(&EventFilter {
+                partition_ref: Some("a/1".into()),
+                ..Default::default()
+            })
+            .unwrap();
+        assert_eq!(by_part.len(), 4);
+        let by_job = store
+            .events(&EventFilter {
+                job: Some("job".into()),
+                ..Default::default()
+            })
+            .unwrap();
+        assert_eq!(by_job.len(), 6);
+        let page = store
+            .events(&EventFilter {
+                since: Some(all[9].idx),
+                limit: Some(3),
+                ..Default::default()
+            })
+            .unwrap();
+        assert_eq!(
+            page.iter().map(|e| e.idx).collect::<Vec<_>>(),
+            [all[10].idx, all[11].idx, all[12].idx]
+        );
+        let timed = store
+            .events(&EventFilter {
+                from: Some(all[12].timestamp),
+                to: Some(all[13].timestamp + 1),
+                ..Default::default()
+            })
+            .unwrap();
+        assert!(timed.iter().all(|e| e.timestamp >= all[12].timestamp));
+        assert!(!timed.is_empty());
+        assert_eq!(all[0].data.requested, ["a/1"]);
+    }
+}
+
+#[test]
+fn partitions_list_by_glob_and_status_with_keyset_pages() {
+    for (_dir, store) in stores() {
+        for i in 0..5 {
+            store
+                .append(build_events(
+                    &format!("b{i}"),
+                    &format!("r{i}"),
+                    &format!("a/{i}"),
+                ))
+                .unwrap();
+        }
+        store.append(build_events("bx", "rx", "other/1")).unwrap();
+        store
+            .append(vec![Event::partition(None, "a/3", Status::Tainted)])
+            .unwrap();
+        let q = |pattern: Option<&str>, status: Option<Status>, after: Option<&str>| {
+            store
+                .partitions(&PartitionQuery {
+                    pattern: pattern.map(str::to_string),
+                    status,
+                    limit: 2,
+                    after: after.map(str::to_string),
+                })
+                .unwrap()
+                .into_iter()
+                .map(|p| p.partition_ref)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(q(Some("a/*"), None, None), ["a/0", "a/1"]);
+        assert_eq!(q(Some("a/*"), None, Some("a/1")), ["a/2", "a/3"]);
+        assert_eq!(q(None, Some(Status::Tainted), None), ["a/3"]);
+        let counts = store.partition_counts(Some("a/*")).unwrap();
+        assert_eq!(counts[&Status::Available], 4);
+        assert_eq!(counts[&Status::Tainted], 1);
+    }
+}
+
+#[test]
+fn sql_reads_but_refuses_everything_else() {
+    for (_dir, store) in stores() {
+        store.append(build_events("b1", "r1", "a/1")).unwrap();
+        let limits = SqlLimits::default();
+        let r = store
+            .sql("SELECT partition_ref, status FROM partition_status", limits)
+            .unwrap();
+        assert_eq!(r.columns, ["partition_ref", "status"]);
+        assert_eq!(
+            r.rows,
+            [[serde_json::json!("a/1"), serde_json::json!("live")]]
+        );
+        for view in [
+            "job_run_durations",
+            "build_request_summary",
+            "events_per_hour",
+        ] {
+            store.sql(&format!("SELECT * FROM {view}"), limits).unwrap();
+        }
+        let refused = [
+            ("DELETE FROM events", "read"),
+            ("INSERT INTO meta VALUES ('x', 'y')", "read"),
+            ("DROP TABLE events", "read"),
+            ("SELECT 1; DELETE FROM events", "one statement"),
+            ("ATTACH DATABASE '/tmp/x.db' AS x", "refused"),
+            ("PRAGMA journal_mode = DELETE", "refused"),
+            ("SELECT load_extension('/tmp/evil')", "refused"),
+            ("SELEC 1", "failed"),
+        ];
+        for (q, needle) in refused {
+            let err = store.sql(q, limits).unwrap_err();
+            assert!(matches!(err, LogError::Sql(_)), "{q}: {err}");
+            assert!(err.to_string().contains(needle), "{q}: {err}");
+        }
+        assert_eq!(store.last_idx().unwrap(), 12, "nothing changed");
+        let slow = store.sql(
+            "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n) SELECT count(*) FROM n",
+            SqlLimits { max_rows: 10, timeout: std::time::Duration::from_millis(200) },
+        );
+        assert!(slow.unwrap_err().to_string().contains("was stopped"));
+        let capped = store
+            .sql(
+                "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n LIMIT 100) SELECT i FROM n",
+                SqlLimits { max_rows: 10, ..limits },
+            )
+            .unwrap();
+        assert_eq!(capped.rows.len(), 10);
+        assert!(capped.truncated);
+    }
+}
+
+#[test]
+fn bad_log_files_get_clear_errors_and_are_never_reset() {
+    let dir = tempfile::tempdir().unwrap();
+    let garbage = dir.path().join("garbage.db");
+    std::fs::write(&garbage, vec![0x5a; 8192]).unwrap();
+    let err = SqliteStore::open(&garbage).err().unwrap().to_string();
+    assert!(err.contains("not an SQLite database"), "{err}");
+    assert_eq!(
+        std::fs::read(&garbage).unwrap(),
+        vec![0x5a; 8192],
+        "left untouched"
+    );
+
+    let foreign = dir.path().join("foreign.db");
+    rusqlite_touch(&foreign);
+    let err = SqliteStore::open(&foreign).err().unwrap().to_string();
+    assert!(err.contains("not a DataBuild event log"), "{err}");
+
+    let err = SqliteStore::open(&dir.path().join("no/such/dir/events.db"))
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(err.contains("does not exist"), "{err}");
+
+    let newer = dir.path().join("newer.db");
+    drop(SqliteStore::open(&newer).unwrap());
+    set_schema_version(&newer, 99);
+    let err = SqliteStore::open(&newer).err().unwrap();
+    assert!(
+        matches!(err, LogError::NewerSchema { found: 99, .. }),
+        "{err}"
+    );
+    assert!(err.to_string().contains("upgrade databuild"));
+}
+
+#[test]
+fn reopening_keeps_everything() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("events.db");
+    SqliteStore::open(&path)
+        .unwrap()
+        .append(build_events("b1", "r1", "a/1"))
+        .unwrap();
+    let store = SqliteStore::open(&path).unwrap();
+    assert_eq!(store.last_idx().unwrap(), 12);
+    assert_eq!(
+        store.partition("a/1").unwrap().unwrap().status,
+        Status::Available
+    );
+}
+
+fn rusqlite_touch(path: &std::path::Path) {
+    let out = std::process::Command::new("python3")
+        .args(["-c", "import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); c.execute('create table t (x)'); c.commit()"])
+        .arg(path)
+        .status()
+        .unwrap();
+    assert!(out.success());
+}
+
+fn set_schema_version(path: &std::path::Path, v: i64) {
+    let out = std::process::Command::new("python3")
+        .args(["-c", "import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); c.execute('update meta set value = ? where key = \"schema_version\"', (sys.argv[2],)); c.commit()"])
+        .arg(path)
+        .arg(v.to_string())
+        .status()
+        .unwrap();
+    assert!(out.success());
+}
+
+fn arb_event() -> impl Strategy<Value = Event> {
+    let status = proptest::sample::select(Status::ALL.to_vec());
+    let kind = proptest::sample::select(Kind::ALL.to_vec());
+    (kind, status, 0..2usize, 0..2usize, 0..3usize, any::<bool>()).prop_map(
+        |(kind, status, br, part, run, with_run)| {
+            let (br, r, run) = (format!("b{br}"), format!("p{part}"), format!("r{run}"));
+            match kind {
+                Kind::BuildRequest => Event::build_request(&br, status),
+                Kind::JobRun => Event::job_run(&br, &run, "job", status),
+                Kind::Delegation => Event::delegation(&br, &r, "other"),
+                Kind::Partition if status == Status::Tainted => Event::partition(None, &r, status),
+                Kind::Partition if with_run => {
+                    Event::partition(Some(&br), &r, status).with_run(&run)
+                }
+                Kind::Partition => Event::partition(Some(&br), &r, status),
+            }
+        },
+    )
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// The store accepts exactly what the reference replay accepts, and its projections agree.
+    #[test]
+    fn store_agrees_with_replay(events in proptest::collection::vec(arb_event(), 0..40)) {
+        for (_dir, store) in stores() {
+            let mut replay = Replay::default();
+            for e in &events {
+                let expected = replay.apply(e).is_ok();
+                let got = store.append(vec![e.clone()]).is_ok();
+                prop_assert_eq!(expected, got, "{:?}", e);
+            }
+            for (r, (status, run)) in &replay.partitions {
+                let row = store.partition(r).unwrap().unwrap();
+                prop_assert_eq!(row.status, *status);
+                prop_assert_eq!(&row.job_run_id, run);
+            }
+            for (id, status) in &replay.build_requests {
+                prop_assert_eq!(store.build_request(id).unwrap().unwrap().status, *status);
+            }
+            for (id, status) in &replay.job_runs {
+                prop_assert_eq!(store.job_run(id).unwrap().unwrap().status, *status);
+            }
+        }
+    }
+}

@@ -1,1 +1,104 @@
-fn main() {}
+//! Event log throughput and lookup latency on SQLite.
+//!
+//! `cargo bench -p databuild-log --bench log` (sizes: `LOG_BENCH_EVENTS=1000000,10000000`).
+//! Appends whole builds in batches (each build: 100 partitions, 7 events each, 1 in 20 failing),
+//! then times single-partition status lookups and `partitions --status failed --limit 50`.
+
+use std::time::{Duration, Instant};
+
+use databuild_log::*;
+
+const PARTITIONS_PER_BUILD: usize = 100;
+
+/// The events of one build request of 100 partitions.
+fn build(b: usize) -> Vec<Event> {
+    let br = format!("br-{b}");
+    let mut events = vec![
+        Event::build_request(&br, Status::Received),
+        Event::build_request(&br, Status::Planning),
+        Event::build_request(&br, Status::AnalysisCompleted),
+        Event::build_request(&br, Status::Executing),
+    ];
+    for p in 0..PARTITIONS_PER_BUILD {
+        let r = format!("reviews/category=c{}/date=d{b}", p);
+        let run = format!("run-{b}-{p}");
+        let ok = (b * PARTITIONS_PER_BUILD + p) % 20 != 0;
+        let end = if ok { Status::Available } else { Status::Failed };
+        events.extend([
+            Event::partition(Some(&br), &r, Status::Requested),
+            Event::job_run(&br, &run, "reviews", Status::Scheduled).with_data(|d| d.outputs = vec![r.clone()]),
+            Event::partition(Some(&br), &r, Status::Scheduled).with_run(&run),
+            Event::job_run(&br, &run, "reviews", Status::Running),
+            Event::partition(Some(&br), &r, Status::Building).with_run(&run),
+            Event::job_run(&br, &run, "reviews", if ok { Status::Completed } else { Status::Failed }),
+            Event::partition(Some(&br), &r, end).with_run(&run),
+        ]);
+    }
+    events.push(Event::build_request(&br, Status::Completed));
+    events
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    sorted[((sorted.len() - 1) as f64 * p) as usize]
+}
+
+fn run(target_events: usize) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open(&dir.path().join("events.db")).unwrap();
+    let mut appended = 0usize;
+    let mut builds = 0usize;
+    let mut append_time = Duration::ZERO;
+    while appended < target_events {
+        // Batches of ~10 builds (~7,000 events), as a busy service would group them.
+        let batch: Vec<Event> = (builds..builds + 10).flat_map(build).collect();
+        builds += 10;
+        appended += batch.len();
+        let start = Instant::now();
+        store.append(batch).unwrap();
+        append_time += start.elapsed();
+    }
+    let rate = appended as f64 / append_time.as_secs_f64();
+
+    let mut lookups = Vec::with_capacity(10_000);
+    for i in 0..10_000usize {
+        let b = (i * 7919) % builds;
+        let r = format!("reviews/category=c{}/date=d{b}", i % PARTITIONS_PER_BUILD);
+        let start = Instant::now();
+        let row = store.partition(&r).unwrap();
+        lookups.push(start.elapsed());
+        assert!(row.is_some());
+    }
+    lookups.sort();
+
+    let mut listing = Vec::new();
+    for _ in 0..50 {
+        let start = Instant::now();
+        let rows = store
+            .partitions(&PartitionQuery { status: Some(Status::Failed), limit: 50, ..Default::default() })
+            .unwrap();
+        listing.push(start.elapsed());
+        assert_eq!(rows.len(), 50);
+    }
+    listing.sort();
+    let size = std::fs::metadata(dir.path().join("events.db")).map(|m| m.len()).unwrap_or(0)
+        + std::fs::metadata(dir.path().join("events.db-wal")).map(|m| m.len()).unwrap_or(0);
+    println!(
+        "| {:>10} | {:>9.0} ev/s | {:>7.1} µs / {:>7.1} µs | {:>7.2} ms / {:>7.2} ms | {:>6} MB |",
+        appended,
+        rate,
+        percentile(&lookups, 0.5).as_secs_f64() * 1e6,
+        percentile(&lookups, 0.99).as_secs_f64() * 1e6,
+        percentile(&listing, 0.5).as_secs_f64() * 1e3,
+        percentile(&listing, 0.99).as_secs_f64() * 1e3,
+        size / 1_000_000,
+    );
+}
+
+fn main() {
+    let sizes = std::env::var("LOG_BENCH_EVENTS").unwrap_or_else(|_| "1000000".to_string());
+    println!("| events     | append (batched) | status lookup p50 / p99 | failed --limit 50 p50 / p99 | file size |");
+    println!("|-----------:|-----------------:|------------------------:|----------------------------:|----------:|");
+    for n in sizes.split(',') {
+        run(n.trim().parse().expect("a number of events"));
+    }
+}

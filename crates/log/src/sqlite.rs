@@ -17,6 +17,8 @@ use rusqlite::{
     params, Connection, OpenFlags, OptionalExtension, Transaction, TransactionBehavior,
 };
 
+use rustc_hash::FxHashMap;
+
 use crate::event::{Event, EventData, Kind, Status};
 use crate::replay::global_effect;
 use crate::state::{check, Current};
@@ -33,10 +35,85 @@ pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
 
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// Page cache sizes. Appends touch several indexes at random keys; with SQLite's default 2 MiB
+/// cache the writer spends most of its time re-reading and spilling pages.
+const WRITER_CACHE_KIB: i64 = 64 * 1024;
+const READER_CACHE_KIB: i64 = 16 * 1024;
+
+/// Connection settings shared by the writer and readers. Memory-mapped reads avoid copying pages
+/// through `pread`.
+fn tune(conn: &Connection, cache_kib: i64) -> Result<()> {
+    conn.pragma_update(None, "cache_size", -cache_kib)
+        .map_err(storage)?;
+    conn.pragma_update(None, "mmap_size", 1i64 << 30)
+        .map_err(storage)?;
+    conn.pragma_update(None, "temp_store", "MEMORY")
+        .map_err(storage)?;
+    Ok(())
+}
+
 pub struct SqliteStore {
     path: PathBuf,
-    writer: Mutex<Connection>,
+    writer: Mutex<Writer>,
     readers: Mutex<Vec<Connection>>,
+}
+
+/// The writing connection and what it remembers of entity states between batches.
+///
+/// Validating an event needs the current state of what it touches; reading it back from the
+/// projections costs a B-tree seek per event. The cache answers instead, and is trusted only while
+/// no other connection has committed (`PRAGMA data_version` unchanged) and no batch failed.
+struct Writer {
+    conn: Connection,
+    cache: StateCache,
+    data_version: Option<i64>,
+}
+
+#[derive(Default)]
+struct StateCache {
+    build_requests: FxHashMap<String, Option<Status>>,
+    job_runs: FxHashMap<String, Option<Status>>,
+    request_partitions: FxHashMap<(String, String), Option<Status>>,
+    partitions: FxHashMap<String, Option<(Status, Option<String>)>>,
+}
+
+impl StateCache {
+    /// Bound on remembered entities; past it the cache starts over.
+    const MAX_ENTRIES: usize = 500_000;
+
+    fn len(&self) -> usize {
+        self.build_requests.len()
+            + self.job_runs.len()
+            + self.request_partitions.len()
+            + self.partitions.len()
+    }
+
+    /// Records the states after a (valid) event.
+    fn remember(&mut self, e: &Event, before: &Current) {
+        match e.kind {
+            Kind::BuildRequest => {
+                if let Some(br) = &e.build_request_id {
+                    self.build_requests.insert(br.clone(), Some(e.status));
+                }
+            }
+            Kind::JobRun => {
+                if let Some(run) = &e.job_run_id {
+                    self.job_runs.insert(run.clone(), Some(e.status));
+                }
+            }
+            Kind::Partition => {
+                let r = e.partition_ref.clone().expect("validated");
+                if let Some(br) = &e.build_request_id {
+                    self.request_partitions
+                        .insert((br.clone(), r.clone()), Some(e.status));
+                }
+                if let Some(global) = global_effect(e, before.partition.as_ref()) {
+                    self.partitions.insert(r, Some(global));
+                }
+            }
+            Kind::Delegation => {}
+        }
+    }
 }
 
 fn storage(e: rusqlite::Error) -> LogError {
@@ -63,7 +140,11 @@ impl SqliteStore {
         conn.busy_timeout(BUSY_TIMEOUT).map_err(storage)?;
         let store = SqliteStore {
             path: path.to_path_buf(),
-            writer: Mutex::new(conn),
+            writer: Mutex::new(Writer {
+                conn,
+                cache: StateCache::default(),
+                data_version: None,
+            }),
             readers: Mutex::new(Vec::new()),
         };
         store.prepare_schema()?;
@@ -93,7 +174,8 @@ impl SqliteStore {
     }
 
     fn prepare_schema(&self) -> Result<()> {
-        let mut conn = self.writer.lock().expect("writer lock");
+        let mut writer = self.writer.lock().expect("writer lock");
+        let conn = &mut writer.conn;
         let location = self.location();
         // WAL lets readers proceed while a writer appends; NORMAL sync keeps every committed batch
         // across process crashes (power loss may drop the last few).
@@ -110,6 +192,7 @@ impl SqliteStore {
         let tables: i64 = tx
             .query_row("SELECT count(*) FROM sqlite_master", [], |r| r.get(0))
             .map_err(|e| self.classify(e))?;
+        tune(&tx, WRITER_CACHE_KIB)?;
         if app_id != APPLICATION_ID && tables > 0 {
             return Err(LogError::Open {
                 location,
@@ -169,6 +252,7 @@ impl SqliteStore {
                 )
                 .map_err(|e| self.classify(e))?;
                 c.busy_timeout(BUSY_TIMEOUT).map_err(storage)?;
+                tune(&c, READER_CACHE_KIB)?;
                 c.pragma_update(None, "query_only", true).map_err(storage)?;
                 c
             }
@@ -235,57 +319,71 @@ fn to_json<T: serde::Serialize>(v: &T) -> String {
     serde_json::to_string(v).expect("serializes")
 }
 
-/// The states an event touches, read inside the writing transaction.
-fn current(tx: &Transaction<'_>, e: &Event) -> rusqlite::Result<Current> {
+/// Looks `key` up in the cache, or else with `query` (and remembers the answer).
+fn cached<K, V>(
+    cache: &mut FxHashMap<K, Option<V>>,
+    key: K,
+    query: impl FnOnce() -> rusqlite::Result<Option<V>>,
+) -> rusqlite::Result<Option<V>>
+where
+    K: std::hash::Hash + Eq,
+    V: Clone,
+{
+    if let Some(v) = cache.get(&key) {
+        return Ok(v.clone());
+    }
+    let v = query()?;
+    cache.insert(key, v.clone());
+    Ok(v)
+}
+
+/// The states an event touches, from the cache or read inside the writing transaction.
+fn current(tx: &Transaction<'_>, cache: &mut StateCache, e: &Event) -> rusqlite::Result<Current> {
     let mut c = Current::default();
     let br = e.build_request_id.as_deref();
-    match e.kind {
-        Kind::BuildRequest => {
+    let status_query = |sql: &str, keys: &[&str]| -> rusqlite::Result<Option<Status>> {
+        tx.prepare_cached(sql)?
+            .query_row(rusqlite::params_from_iter(keys), |r| r.get(0))
+            .optional()?
+            .map(status_of)
+            .transpose()
+    };
+    match (e.kind, br, e.job_run_id.as_deref(), e.partition_ref.as_deref()) {
+        (Kind::BuildRequest, Some(br), _, _) => {
+            c.build_request = cached(&mut cache.build_requests, br.to_string(), || {
+                status_query(
+                    "SELECT status FROM build_requests WHERE build_request_id = ?1",
+                    &[br],
+                )
+            })?;
+        }
+        (Kind::JobRun, _, Some(run), _) => {
+            c.job_run = cached(&mut cache.job_runs, run.to_string(), || {
+                status_query("SELECT status FROM job_runs WHERE job_run_id = ?1", &[run])
+            })?;
+        }
+        (Kind::Partition, br, _, Some(r)) => {
             if let Some(br) = br {
-                c.build_request = tx
-                    .prepare_cached(
-                        "SELECT status FROM build_requests WHERE build_request_id = ?1",
-                    )?
-                    .query_row([br], |r| r.get(0))
-                    .optional()?
-                    .map(status_of)
-                    .transpose()?;
+                let key = (br.to_string(), r.to_string());
+                c.request_partition = cached(&mut cache.request_partitions, key, || {
+                    status_query(
+                        "SELECT status FROM request_partitions
+                         WHERE build_request_id = ?1 AND partition_ref = ?2",
+                        &[br, r],
+                    )
+                })?;
             }
+            c.partition = cached(&mut cache.partitions, r.to_string(), || {
+                tx.prepare_cached(
+                    "SELECT status, job_run_id FROM partitions WHERE partition_ref = ?1",
+                )?
+                .query_row([r], |row| Ok((row.get::<_, String>(0)?, row.get(1)?)))
+                .optional()?
+                .map(|(s, run)| status_of(s).map(|s| (s, run)))
+                .transpose()
+            })?;
         }
-        Kind::JobRun => {
-            if let Some(run) = e.job_run_id.as_deref() {
-                c.job_run = tx
-                    .prepare_cached("SELECT status FROM job_runs WHERE job_run_id = ?1")?
-                    .query_row([run], |r| r.get(0))
-                    .optional()?
-                    .map(status_of)
-                    .transpose()?;
-            }
-        }
-        Kind::Partition => {
-            if let Some(r) = e.partition_ref.as_deref() {
-                if let Some(br) = br {
-                    c.request_partition = tx
-                        .prepare_cached(
-                            "SELECT status FROM request_partitions
-                             WHERE build_request_id = ?1 AND partition_ref = ?2",
-                        )?
-                        .query_row([br, r], |row| row.get(0))
-                        .optional()?
-                        .map(status_of)
-                        .transpose()?;
-                }
-                c.partition = tx
-                    .prepare_cached(
-                        "SELECT status, job_run_id FROM partitions WHERE partition_ref = ?1",
-                    )?
-                    .query_row([r], |row| Ok((row.get::<_, String>(0)?, row.get(1)?)))
-                    .optional()?
-                    .map(|(s, run)| status_of(s).map(|s| (s, run)))
-                    .transpose()?;
-            }
-        }
-        Kind::Delegation => {}
+        _ => {}
     }
     Ok(c)
 }
@@ -545,23 +643,46 @@ fn percentile(conn: &Connection, job: &str, count: u64, p: f64) -> rusqlite::Res
 
 impl EventStore for SqliteStore {
     fn append(&self, mut events: Vec<Event>) -> Result<Vec<Event>> {
-        let mut conn = self.writer.lock().expect("writer lock");
-        let tx = conn
+        let mut guard = self.writer.lock().expect("writer lock");
+        let writer = &mut *guard;
+        let tx = writer
+            .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(|e| self.classify(e))?;
-        for (position, e) in events.iter_mut().enumerate() {
-            let before = current(&tx, e).map_err(storage)?;
-            check(e, &before).map_err(|refusal| LogError::Refused {
-                position,
-                kind: e.kind.to_string(),
-                status: e.status.to_string(),
-                reason: refusal.0,
-            })?;
-            e.idx = insert_event(&tx, e).map_err(storage)?;
-            project(&tx, e, &before).map_err(storage)?;
+        let version: i64 = tx
+            .query_row("PRAGMA data_version", [], |r| r.get(0))
+            .map_err(storage)?;
+        if writer.data_version != Some(version) || writer.cache.len() > StateCache::MAX_ENTRIES {
+            writer.cache = StateCache::default();
         }
-        tx.commit().map_err(|e| self.classify(e))?;
-        Ok(events)
+        let result = (|| {
+            for (position, e) in events.iter_mut().enumerate() {
+                let before = current(&tx, &mut writer.cache, e).map_err(storage)?;
+                check(e, &before).map_err(|refusal| LogError::Refused {
+                    position,
+                    kind: e.kind.to_string(),
+                    status: e.status.to_string(),
+                    reason: refusal.0,
+                })?;
+                e.idx = insert_event(&tx, e).map_err(storage)?;
+                project(&tx, e, &before).map_err(storage)?;
+                writer.cache.remember(e, &before);
+            }
+            Ok(())
+        })()
+        .and_then(|()| tx.commit().map_err(|e| self.classify(e)));
+        match result {
+            Ok(()) => {
+                writer.data_version = Some(version);
+                Ok(events)
+            }
+            Err(e) => {
+                // The cache holds states of a batch that was rolled back.
+                writer.cache = StateCache::default();
+                writer.data_version = None;
+                Err(e)
+            }
+        }
     }
 
     fn events(&self, f: &EventFilter) -> Result<Vec<Event>> {

@@ -9,7 +9,7 @@ CREATE TABLE meta (
 -- The log itself: append-only, every view below is derived from it.
 CREATE TABLE events (
     idx              INTEGER PRIMARY KEY AUTOINCREMENT,
-    event_id         TEXT NOT NULL UNIQUE,
+    event_id         TEXT NOT NULL,          -- a UUID, unique by construction
     timestamp        INTEGER NOT NULL,
     build_request_id TEXT,
     kind             TEXT NOT NULL,
@@ -84,7 +84,8 @@ CREATE TABLE job_runs (
 );
 CREATE INDEX job_runs_by_job    ON job_runs (job, scheduled_at);
 CREATE INDEX job_runs_by_build  ON job_runs (build_request_id);
-CREATE INDEX job_runs_by_status ON job_runs (status);
+-- Only unfinished runs: crash recovery looks for them, and the index stays small.
+CREATE INDEX job_runs_unfinished ON job_runs (status) WHERE status IN ('scheduled', 'running');
 
 -- Views answering the common questions, for `databuild sql`.
 CREATE VIEW partition_status AS

@@ -19,7 +19,8 @@ pub struct Cli {
         default_value = "databuild.toml"
     )]
     pub graph: PathBuf,
-    /// The event log: `sqlite:PATH` (default: `.databuild/events.db` beside the graph file).
+    /// The event log: `sqlite:PATH` (default: the graph's `event_log`, else
+    /// `sqlite:.databuild/events.db` beside the graph file).
     #[arg(long, global = true, env = "DATABUILD_EVENT_LOG")]
     pub event_log: Option<String>,
     /// Print machine-readable JSON on stdout.
@@ -40,6 +41,72 @@ pub enum Command {
         #[arg(long, default_value_t = 200)]
         limit: usize,
     },
+    /// The state of partitions: live, stale, missing, building, failed or tainted, with reasons.
+    Status {
+        #[arg(required = true)]
+        refs: Vec<String>,
+    },
+    /// Why a partition is in its state: the run that built it, its inputs, what a build would run.
+    Explain {
+        #[arg(value_name = "REF")]
+        partition_ref: String,
+    },
+    /// List the partitions the event log knows.
+    Partitions {
+        /// A glob over refs: `reviews/*`, `*/date=2020-01-0?`.
+        #[arg(long)]
+        pattern: Option<String>,
+        #[arg(long, value_enum)]
+        status: Option<PartitionStatusArg>,
+        #[arg(long, default_value_t = 100)]
+        limit: usize,
+        /// Continue after this ref (keyset pagination).
+        #[arg(long, value_name = "REF")]
+        after: Option<String>,
+    },
+    /// List build requests, or show one.
+    Builds {
+        id: Option<String>,
+        #[arg(long, default_value_t = 20)]
+        limit: usize,
+    },
+    /// Print events of the log.
+    Events {
+        #[arg(long = "build", value_name = "ID")]
+        build_request_id: Option<String>,
+        #[arg(long = "partition", value_name = "REF")]
+        partition_ref: Option<String>,
+        #[arg(long)]
+        job: Option<String>,
+        #[arg(long = "run", value_name = "ID")]
+        job_run_id: Option<String>,
+        /// Only events after this index.
+        #[arg(long, value_name = "IDX")]
+        since: Option<i64>,
+        #[arg(long)]
+        limit: Option<usize>,
+        /// Keep printing new events as they are appended (Ctrl-C to stop).
+        #[arg(long)]
+        follow: bool,
+    },
+    /// Job metrics: runs, success rate, p50/p95 duration; with NAME, also its recent runs.
+    Jobs { name: Option<String> },
+    /// One job run: config, environment, exit, timings.
+    Runs { id: String },
+    /// Mark partitions invalid, so that builds rebuild them.
+    Taint {
+        #[arg(required = true)]
+        refs: Vec<String>,
+        #[arg(long)]
+        reason: Option<String>,
+    },
+    /// Read-only SQL over the event log (tables and views in docs/event-log.md).
+    Sql {
+        query: String,
+        /// Stop after this many rows.
+        #[arg(long, default_value_t = 10_000)]
+        max_rows: usize,
+    },
     /// Print the job graph.
     Graph {
         #[arg(long, value_enum, default_value_t = GraphFormat::Dot)]
@@ -52,4 +119,12 @@ pub enum GraphFormat {
     Dot,
     Mermaid,
     Json,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum PartitionStatusArg {
+    Live,
+    Building,
+    Failed,
+    Tainted,
 }

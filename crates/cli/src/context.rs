@@ -1,9 +1,11 @@
-//! What every command needs: the loaded graph and where things live.
+//! What every command needs: the loaded graph, where things live, and the event log.
 
 use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
 use databuild_core::{expand_braces, Graph, PartitionRef};
+use databuild_exec::{Engine, EngineError};
+use databuild_log::LogError;
 
 use crate::UserError;
 
@@ -37,6 +39,43 @@ impl Context {
             graph_dir,
             data_dir,
         })
+    }
+
+    /// Opens the event log (flag, else graph file, else the default beside the graph file).
+    pub fn engine(self, event_log: Option<&str>) -> anyhow::Result<Engine> {
+        let uri = match event_log.or(self.graph.event_log.as_deref()) {
+            Some(uri) => uri.to_string(),
+            None => {
+                let dir = self.graph_dir.join(".databuild");
+                std::fs::create_dir_all(&dir)
+                    .with_context(|| format!("cannot create `{}`", dir.display()))?;
+                format!("sqlite:{}", databuild_log::DEFAULT_LOG)
+            }
+        };
+        let store = databuild_log::open(&uri, &self.graph_dir).map_err(log_error)?;
+        Ok(Engine {
+            graph: self.graph,
+            graph_dir: self.graph_dir,
+            data_dir: self.data_dir,
+            store,
+        })
+    }
+}
+
+/// Routes an event log error to the right exit code.
+pub fn log_error(e: LogError) -> anyhow::Error {
+    if e.is_user_error() {
+        UserError(e.to_string()).into()
+    } else {
+        e.into()
+    }
+}
+
+pub fn engine_error(e: EngineError) -> anyhow::Error {
+    if e.is_user_error() {
+        UserError(e.to_string()).into()
+    } else {
+        e.into()
     }
 }
 

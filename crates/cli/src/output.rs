@@ -1,8 +1,8 @@
 //! Printing: JSON on stdout for scripts, short readable text for people.
 
-use serde::Serialize;
-
 use std::io::{BufWriter, Write};
+
+use serde::Serialize;
 
 /// Writes pretty JSON to stdout through one buffer (a plan's JSON can be hundreds of megabytes).
 pub fn print_json<T: Serialize>(value: &T) -> std::io::Result<()> {
@@ -34,4 +34,45 @@ pub fn short_list<T: AsRef<str>>(items: &[T], keep: usize) -> String {
         s.push_str(&format!(" (+{} more)", items.len() - keep));
     }
     s
+}
+
+/// Left-aligned columns, two spaces apart; the last column is never padded.
+pub fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
+    let mut widths: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
+    for row in rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    let mut line = |cells: Vec<&str>| {
+        let last = cells.len().saturating_sub(1);
+        for (i, cell) in cells.iter().enumerate() {
+            if i == last {
+                out.push_str(cell);
+            } else {
+                out.push_str(&format!("{cell:width$}  ", width = widths[i]));
+            }
+        }
+        out.push('\n');
+    };
+    line(headers.to_vec());
+    for row in rows {
+        line(row.iter().map(String::as_str).collect());
+    }
+    out
+}
+
+/// `1.2 s`, `340 ms`, or `-` when unknown.
+pub fn millis(ms: Option<f64>) -> String {
+    match ms {
+        None => "-".to_string(),
+        Some(ms) if ms >= 1000.0 => format!("{:.1} s", ms / 1000.0),
+        Some(ms) => format!("{ms:.0} ms"),
+    }
+}
+
+pub fn time(ns: Option<i64>) -> String {
+    ns.map(databuild_exec::engine::rfc3339)
+        .unwrap_or_else(|| "-".to_string())
 }

@@ -4,3 +4,4 @@ mod util;
 
 mod analyze;
 mod graph_cmd;
+mod log_cmds;

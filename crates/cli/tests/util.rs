@@ -73,3 +73,53 @@ impl Project {
         }
     }
 }
+
+/// Writes the events of one finished single-run build into the project's default event log, as
+/// a build would (used to test the read commands before and apart from `build`).
+pub fn seed_build(project: &Project, br: &str, run: &str, job: &str, r: &str, ok: bool) {
+    use databuild_log::{Event, EventStore, SqliteStore, Status};
+    let dir = project.path().join(".databuild");
+    std::fs::create_dir_all(&dir).unwrap();
+    let store = SqliteStore::open(&dir.join("events.db")).unwrap();
+    let (end, run_end) = if ok {
+        (Status::Available, Status::Completed)
+    } else {
+        (Status::Failed, Status::Failed)
+    };
+    store
+        .append(vec![
+            Event::build_request(br, Status::Received).with_data(|d| d.requested = vec![r.into()]),
+            Event::build_request(br, Status::Planning),
+            Event::partition(Some(br), r, Status::Requested),
+            Event::build_request(br, Status::AnalysisCompleted),
+            Event::job_run(br, run, job, Status::Scheduled).with_data(|d| {
+                d.outputs = vec![r.into()];
+                d.inputs = vec!["raw/2020-01-01".into()];
+            }),
+            Event::partition(Some(br), r, Status::Scheduled).with_run(run),
+            Event::build_request(br, Status::Executing),
+            Event::job_run(br, run, job, Status::Running),
+            Event::partition(Some(br), r, Status::Building).with_run(run),
+            Event::job_run(br, run, job, run_end)
+                .with_data(|d| d.exit_code = Some(if ok { 0 } else { 3 })),
+            {
+                let e = Event::partition(Some(br), r, end).with_run(run);
+                let mut e = if ok {
+                    e
+                } else {
+                    e.with_message("exit status 3")
+                };
+                e.job = Some(job.to_string());
+                e
+            },
+            Event::build_request(
+                br,
+                if ok {
+                    Status::Completed
+                } else {
+                    Status::Failed
+                },
+            ),
+        ])
+        .unwrap();
+}

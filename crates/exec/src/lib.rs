@@ -2,11 +2,15 @@
 //!
 //! - [`process`] runs a command with a timeout and captured, capped output, and kills its whole
 //!   process group when it overstays.
+//! - [`Engine`] is the one implementation of analyze, status, explain and taint that the CLI and
+//!   the service share.
 //! - [`LocalResolver`] implements the planner's [`databuild_core::Resolver`]: external datasets are
 //!   checked by file existence or by their probe command, and dynamic jobs' config executables are
 //!   called once per job per planning round.
 
+pub mod engine;
 pub mod process;
 mod resolver;
 
+pub use engine::{Engine, EngineError};
 pub use resolver::LocalResolver;

@@ -23,14 +23,28 @@ fn build(b: usize) -> Vec<Event> {
         let r = format!("reviews/category=c{}/date=d{b}", p);
         let run = format!("run-{b}-{p}");
         let ok = (b * PARTITIONS_PER_BUILD + p) % 20 != 0;
-        let end = if ok { Status::Available } else { Status::Failed };
+        let end = if ok {
+            Status::Available
+        } else {
+            Status::Failed
+        };
         events.extend([
             Event::partition(Some(&br), &r, Status::Requested),
-            Event::job_run(&br, &run, "reviews", Status::Scheduled).with_data(|d| d.outputs = vec![r.clone()]),
+            Event::job_run(&br, &run, "reviews", Status::Scheduled)
+                .with_data(|d| d.outputs = vec![r.clone()]),
             Event::partition(Some(&br), &r, Status::Scheduled).with_run(&run),
             Event::job_run(&br, &run, "reviews", Status::Running),
             Event::partition(Some(&br), &r, Status::Building).with_run(&run),
-            Event::job_run(&br, &run, "reviews", if ok { Status::Completed } else { Status::Failed }),
+            Event::job_run(
+                &br,
+                &run,
+                "reviews",
+                if ok {
+                    Status::Completed
+                } else {
+                    Status::Failed
+                },
+            ),
             Event::partition(Some(&br), &r, end).with_run(&run),
         ]);
     }
@@ -74,14 +88,22 @@ fn run(target_events: usize) {
     for _ in 0..50 {
         let start = Instant::now();
         let rows = store
-            .partitions(&PartitionQuery { status: Some(Status::Failed), limit: 50, ..Default::default() })
+            .partitions(&PartitionQuery {
+                status: Some(Status::Failed),
+                limit: 50,
+                ..Default::default()
+            })
             .unwrap();
         listing.push(start.elapsed());
         assert_eq!(rows.len(), 50);
     }
     listing.sort();
-    let size = std::fs::metadata(dir.path().join("events.db")).map(|m| m.len()).unwrap_or(0)
-        + std::fs::metadata(dir.path().join("events.db-wal")).map(|m| m.len()).unwrap_or(0);
+    let size = std::fs::metadata(dir.path().join("events.db"))
+        .map(|m| m.len())
+        .unwrap_or(0)
+        + std::fs::metadata(dir.path().join("events.db-wal"))
+            .map(|m| m.len())
+            .unwrap_or(0);
     println!(
         "| {:>10} | {:>9.0} ev/s | {:>7.1} µs / {:>7.1} µs | {:>7.2} ms / {:>7.2} ms | {:>6} MB |",
         appended,

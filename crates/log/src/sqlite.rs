@@ -348,7 +348,12 @@ fn current(tx: &Transaction<'_>, cache: &mut StateCache, e: &Event) -> rusqlite:
             .map(status_of)
             .transpose()
     };
-    match (e.kind, br, e.job_run_id.as_deref(), e.partition_ref.as_deref()) {
+    match (
+        e.kind,
+        br,
+        e.job_run_id.as_deref(),
+        e.partition_ref.as_deref(),
+    ) {
         (Kind::BuildRequest, Some(br), _, _) => {
             c.build_request = cached(&mut cache.build_requests, br.to_string(), || {
                 status_query(
@@ -896,10 +901,10 @@ impl EventStore for SqliteStore {
             }
             // Denied functions come back as plain errors that say so.
             _ if e.to_string().contains("not authorized") => LogError::Sql(
-                "the query is refused: the event log is read-only here, and ATTACH, PRAGMA and extensions are not available".to_string(),
+                "the query is refused: only reads are allowed (no writes, ATTACH, PRAGMA or extensions)".to_string(),
             ),
             Some(rusqlite::ErrorCode::AuthorizationForStatementDenied) => LogError::Sql(
-                "the query is refused: the event log is read-only here, and ATTACH, PRAGMA and extensions are not available".to_string(),
+                "the query is refused: only reads are allowed (no writes, ATTACH, PRAGMA or extensions)".to_string(),
             ),
             Some(rusqlite::ErrorCode::OperationInterrupted) => LogError::Sql(format!(
                 "the query ran longer than {} s and was stopped",

@@ -1,19 +1,18 @@
+use std::io::Write;
 use std::process::ExitCode;
 
-use databuild_core::{plan, NothingBuilt, Plan, PlanRequest, PlannedRun};
-use databuild_exec::LocalResolver;
+use databuild_core::{Plan, PlanRequest, PlannedRun};
+use databuild_exec::Engine;
 use serde::Serialize;
 
-use crate::context::{parse_refs, Context};
-use std::io::Write;
-
+use crate::context::{engine_error, parse_refs};
 use crate::output::{count, print_json, short_list, stdout};
 use crate::UserError;
 
 /// The `--json` shape of contract section 4.
 #[derive(Serialize)]
 struct AnalyzeJson<'p> {
-    build_request_id: String,
+    build_request_id: &'p str,
     job_runs: &'p [PlannedRun],
     skipped: Vec<&'p str>,
     delegated: Vec<&'p str>,
@@ -22,19 +21,17 @@ struct AnalyzeJson<'p> {
     missing_details: &'p [databuild_core::plan::MissingExternal],
 }
 
-pub fn run(ctx: &Context, args: &[String], limit: usize, json: bool) -> anyhow::Result<ExitCode> {
+pub fn run(engine: &Engine, args: &[String], limit: usize, json: bool) -> anyhow::Result<ExitCode> {
     let refs = parse_refs(args)?;
     let request = PlanRequest {
         refs,
         ..Default::default()
     };
-    let mut resolver = LocalResolver::new(&ctx.graph_dir, &ctx.data_dir);
-    let plan = plan(&ctx.graph, &request, &NothingBuilt, &mut resolver)
-        .map_err(|e| UserError(format!("cannot plan: {e}")))?;
-    let build_request_id = uuid::Uuid::new_v4().to_string();
+    let analysis = engine.analyze(&request).map_err(engine_error)?;
+    let plan = &analysis.plan;
     if json {
         print_json(&AnalyzeJson {
-            build_request_id,
+            build_request_id: &analysis.build_request_id,
             job_runs: &plan.runs,
             skipped: plan.skipped.iter().map(|r| r.as_str()).collect(),
             delegated: plan
@@ -51,7 +48,7 @@ pub fn run(ctx: &Context, args: &[String], limit: usize, json: bool) -> anyhow::
             missing_details: &plan.missing,
         })?;
     } else {
-        print_plan(&plan, request.refs.len(), limit)?;
+        print_plan(plan, request.refs.len(), limit)?;
     }
     if let Some(first) = plan.missing.first() {
         let who = first
@@ -65,7 +62,7 @@ pub fn run(ctx: &Context, args: &[String], limit: usize, json: bool) -> anyhow::
             first.dataset,
             match plan.missing.len() {
                 1 => String::new(),
-                n => format!(" ({} missing in all)", n),
+                n => format!(" ({n} missing in all)"),
             }
         ))
         .into());
@@ -84,11 +81,8 @@ fn print_plan(plan: &Plan, requested: usize, limit: usize) -> std::io::Result<()
         plan.delegated.len(),
         plan.missing.len(),
     )?;
-    let shown = if limit == 0 {
-        plan.runs.len()
-    } else {
-        limit.min(plan.runs.len())
-    };
+    let limit = if limit == 0 { usize::MAX } else { limit };
+    let shown = limit.min(plan.runs.len());
     let width = plan.runs[..shown]
         .iter()
         .map(|r| r.job.len())
@@ -117,22 +111,14 @@ fn print_plan(plan: &Plan, requested: usize, limit: usize) -> std::io::Result<()
             count(plan.runs.len() - shown, "job run")
         )?;
     }
-    for d in plan
-        .delegated
-        .iter()
-        .take(if limit == 0 { usize::MAX } else { limit })
-    {
+    for d in plan.delegated.iter().take(limit) {
         writeln!(
             out,
             "  delegated  {}  (being built by {})",
             d.partition_ref, d.build_request_id
         )?;
     }
-    for m in plan
-        .missing
-        .iter()
-        .take(if limit == 0 { usize::MAX } else { limit })
-    {
+    for m in plan.missing.iter().take(limit) {
         writeln!(
             out,
             "  missing    {}  (external dataset `{}`)",

@@ -1,7 +1,9 @@
-//! One module per command; `run` dispatches.
+//! One module per group of commands; `run` dispatches.
 
 mod analyze;
 mod graph;
+mod inspect;
+mod query;
 
 use std::process::ExitCode;
 
@@ -10,8 +12,47 @@ use crate::context::Context;
 
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let ctx = Context::load(&cli.graph)?;
+    let json = cli.json;
+    if let Command::Graph { format } = cli.command {
+        return graph::run(&ctx, format, json);
+    }
+    let engine = ctx.engine(cli.event_log.as_deref())?;
     match cli.command {
-        Command::Analyze { refs, limit } => analyze::run(&ctx, &refs, limit, cli.json),
-        Command::Graph { format } => graph::run(&ctx, format, cli.json),
+        Command::Graph { .. } => unreachable!("handled above"),
+        Command::Analyze { refs, limit } => analyze::run(&engine, &refs, limit, json),
+        Command::Status { refs } => inspect::status(&engine, &refs, json),
+        Command::Explain { partition_ref } => inspect::explain(&engine, &partition_ref, json),
+        Command::Taint { refs, reason } => inspect::taint(&engine, &refs, reason.as_deref(), json),
+        Command::Partitions {
+            pattern,
+            status,
+            limit,
+            after,
+        } => query::partitions(&engine, pattern, status, limit, after, json),
+        Command::Builds { id, limit } => query::builds(&engine, id.as_deref(), limit, json),
+        Command::Events {
+            build_request_id,
+            partition_ref,
+            job,
+            job_run_id,
+            since,
+            limit,
+            follow,
+        } => {
+            let filter = databuild_log::EventFilter {
+                since,
+                limit,
+                build_request_id,
+                partition_ref,
+                job,
+                job_run_id,
+                from: None,
+                to: None,
+            };
+            query::events(&engine, filter, follow, json)
+        }
+        Command::Jobs { name } => query::jobs(&engine, name.as_deref(), json),
+        Command::Runs { id } => query::run(&engine, &id, json),
+        Command::Sql { query, max_rows } => query::sql(&engine, &query, max_rows, json),
     }
 }

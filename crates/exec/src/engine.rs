@@ -1,0 +1,325 @@
+//! The engine: one implementation of analyze, status, explain and taint, shared by the CLI and
+//! the service. It ties the graph (core), the event log and this machine's resolver together.
+
+use std::path::PathBuf;
+
+use databuild_core::{plan, Graph, Plan, PlanError, PlanRequest, Producer};
+use databuild_log::{Event, EventFilter, EventStore, JobRunRow, LogError, LogStates, Status};
+use serde::Serialize;
+
+use crate::resolver::LocalResolver;
+
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    #[error("cannot plan: {0}")]
+    Plan(#[from] PlanError),
+    #[error(transparent)]
+    Log(#[from] LogError),
+    #[error("{0}")]
+    Invalid(String),
+}
+
+impl EngineError {
+    /// Caused by the request (bad refs, unplannable graphs), not by the system.
+    pub fn is_user_error(&self) -> bool {
+        match self {
+            EngineError::Plan(_) | EngineError::Invalid(_) => true,
+            EngineError::Log(e) => e.is_user_error(),
+        }
+    }
+}
+
+pub type Result<T> = std::result::Result<T, EngineError>;
+
+pub struct Engine {
+    pub graph: Graph,
+    /// The graph file's folder: jobs and helpers run there.
+    pub graph_dir: PathBuf,
+    pub data_dir: PathBuf,
+    pub store: Box<dyn EventStore>,
+}
+
+/// The answer of `analyze`: the recorded build request and its plan.
+#[derive(Debug)]
+pub struct Analysis {
+    pub build_request_id: String,
+    pub plan: Plan,
+}
+
+/// What a user sees of a partition (contract section 4, `status`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct StatusReport {
+    #[serde(rename = "ref")]
+    pub partition_ref: String,
+    /// `live`, `stale`, `missing`, `building`, `failed` or `tainted`.
+    pub status: &'static str,
+    pub reasons: Vec<String>,
+    /// The job run that built it (or is building it).
+    pub built_by: Option<String>,
+    pub job: Option<String>,
+    pub build_request_id: Option<String>,
+    /// RFC 3339.
+    pub updated_at: Option<String>,
+}
+
+/// Why a partition is in its state (`explain`).
+#[derive(Debug, Clone, Serialize)]
+pub struct Explanation {
+    #[serde(flatten)]
+    pub status: StatusReport,
+    /// `job` or `dataset`, its name and pattern; absent for refs nothing produces.
+    pub producer: Option<ProducerInfo>,
+    /// The run that built it, or is building it.
+    pub run: Option<JobRunRow>,
+    /// The run's inputs and their state now.
+    pub inputs: Vec<StatusReport>,
+    /// For a partition that is not live: the job runs a build would start.
+    pub to_build: Vec<PlannedStep>,
+    /// The most recent events about it, oldest first.
+    pub history: Vec<Event>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ProducerInfo {
+    pub kind: &'static str,
+    pub name: String,
+    pub pattern: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct PlannedStep {
+    pub job: String,
+    pub outputs: Vec<String>,
+}
+
+pub fn rfc3339(ns: i64) -> String {
+    chrono::DateTime::from_timestamp(
+        ns.div_euclid(1_000_000_000),
+        ns.rem_euclid(1_000_000_000) as u32,
+    )
+    .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true))
+    .unwrap_or_default()
+}
+
+impl Engine {
+    fn resolver(&self) -> LocalResolver {
+        LocalResolver::new(&self.graph_dir, &self.data_dir)
+    }
+
+    fn states(&self) -> LogStates<'_> {
+        LogStates {
+            store: self.store.as_ref(),
+        }
+    }
+
+    /// Plans without recording anything.
+    pub fn plan(&self, request: &PlanRequest) -> Result<Plan> {
+        Ok(plan(
+            &self.graph,
+            request,
+            &self.states(),
+            &mut self.resolver(),
+        )?)
+    }
+
+    /// Plans and records the analysis as a build request that ends at `analysis_completed`
+    /// (or `failed`, with the reason, when the refs cannot be planned).
+    pub fn analyze(&self, request: &PlanRequest) -> Result<Analysis> {
+        let id = databuild_log::event::new_id();
+        let requested: Vec<String> = request.refs.iter().map(|r| r.to_string()).collect();
+        self.store.append(vec![
+            Event::build_request(&id, Status::Received).with_data(|d| {
+                d.requested = requested;
+                d.analyze_only = true;
+                d.force = request.force;
+            }),
+            Event::build_request(&id, Status::Planning),
+        ])?;
+        match self.plan(request) {
+            Ok(plan) => {
+                let mut done = Event::build_request(&id, Status::AnalysisCompleted)
+                    .with_data(|d| d.planned_runs = Some(plan.runs.len() as u64));
+                if let Some(m) = plan.missing.first() {
+                    done = done.with_message(format!(
+                        "{} external partition(s) missing, first `{}`",
+                        plan.missing.len(),
+                        m.partition_ref
+                    ));
+                }
+                self.store.append(vec![done])?;
+                Ok(Analysis {
+                    build_request_id: id,
+                    plan,
+                })
+            }
+            Err(e) => {
+                self.store.append(vec![
+                    Event::build_request(&id, Status::Failed).with_message(e.to_string())
+                ])?;
+                Err(e)
+            }
+        }
+    }
+
+    /// The state of each ref, with reasons.
+    pub fn status(&self, refs: &[String]) -> Result<Vec<StatusReport>> {
+        let mut resolver = self.resolver();
+        refs.iter()
+            .map(|r| self.status_of(r, &mut resolver))
+            .collect()
+    }
+
+    fn status_of(&self, r: &str, resolver: &mut LocalResolver) -> Result<StatusReport> {
+        let mut report = StatusReport {
+            partition_ref: r.to_string(),
+            status: "missing",
+            reasons: Vec::new(),
+            built_by: None,
+            job: None,
+            build_request_id: None,
+            updated_at: None,
+        };
+        let producer = self.graph.producer_of(r).map(|(p, _)| p);
+        match producer {
+            None => {
+                report
+                    .reasons
+                    .push("no job builds it and no dataset declares it".to_string());
+                return Ok(report);
+            }
+            Some(Producer::Dataset(d)) => {
+                let ds = &self.graph.datasets[d];
+                let valid = databuild_core::PartitionRef::new(r)
+                    .map_err(|e| EngineError::Invalid(e.to_string()))?;
+                let available = databuild_core::Resolver::external_available(resolver, ds, &valid)
+                    .map_err(|e| EngineError::Invalid(format!("checking `{r}`: {e}")))?;
+                report.status = if available { "live" } else { "missing" };
+                report.reasons.push(if available {
+                    format!("external partition of dataset `{}`, present", ds.name)
+                } else {
+                    format!(
+                        "external partition of dataset `{}`, not present yet",
+                        ds.name
+                    )
+                });
+                return Ok(report);
+            }
+            Some(Producer::Job { .. }) => {}
+        }
+        let Some(row) = self.store.partition(r)? else {
+            report.reasons.push("no run has built it yet".to_string());
+            return Ok(report);
+        };
+        report.built_by = row.job_run_id.clone();
+        report.job = row.job.clone();
+        report.build_request_id = row.build_request_id.clone();
+        report.updated_at = Some(rfc3339(row.updated_at));
+        let run = row.job_run_id.as_deref().unwrap_or("?");
+        let (status, reason) = match row.status {
+            Status::Available => ("live", format!("built by run {run}")),
+            Status::Building => (
+                "building",
+                format!(
+                    "being built by run {run} of build request {}",
+                    row.build_request_id.as_deref().unwrap_or("?")
+                ),
+            ),
+            Status::Failed => (
+                "failed",
+                format!(
+                    "run {run} failed{}",
+                    row.message.map(|m| format!(": {m}")).unwrap_or_default()
+                ),
+            ),
+            Status::Tainted => (
+                "tainted",
+                format!(
+                    "tainted{}",
+                    row.message.map(|m| format!(": {m}")).unwrap_or_default()
+                ),
+            ),
+            other => ("missing", format!("last recorded as `{other}`")),
+        };
+        report.status = status;
+        report.reasons.push(reason);
+        Ok(report)
+    }
+
+    /// Why `r` is in its state: who built it from what, and what a build would run now.
+    pub fn explain(&self, r: &str) -> Result<Explanation> {
+        let status = self.status(&[r.to_string()])?.remove(0);
+        let producer = self.graph.producer_of(r).map(|(p, _)| ProducerInfo {
+            kind: match p {
+                Producer::Job { .. } => "job",
+                Producer::Dataset(_) => "dataset",
+            },
+            name: self.graph.producer_name(p).to_string(),
+            pattern: self.graph.pattern_of(p).to_string(),
+        });
+        let run = match &status.built_by {
+            Some(id) => self.store.job_run(id)?,
+            None => None,
+        };
+        let inputs = match &run {
+            Some(run) => self.status(&run.inputs)?,
+            None => Vec::new(),
+        };
+        let to_build = match (status.status, producer.as_ref().map(|p| p.kind)) {
+            ("live" | "building", _) | (_, Some("dataset") | None) => Vec::new(),
+            _ => {
+                let refs = vec![databuild_core::PartitionRef::new(r)
+                    .map_err(|e| EngineError::Invalid(e.to_string()))?];
+                let plan = self.plan(&PlanRequest {
+                    refs,
+                    ..Default::default()
+                })?;
+                plan.runs
+                    .iter()
+                    .map(|run| PlannedStep {
+                        job: run.job.to_string(),
+                        outputs: run.outputs.iter().map(|o| o.to_string()).collect(),
+                    })
+                    .collect()
+            }
+        };
+        let mut history = self.store.events(&EventFilter {
+            partition_ref: Some(r.to_string()),
+            ..Default::default()
+        })?;
+        let keep = history.len().saturating_sub(20);
+        history.drain(..keep);
+        Ok(Explanation {
+            status,
+            producer,
+            run,
+            inputs,
+            to_build,
+            history,
+        })
+    }
+
+    /// Marks partitions invalid. A partition being built cannot be tainted until its run ends.
+    pub fn taint(&self, refs: &[String], reason: Option<&str>) -> Result<Vec<Event>> {
+        let events = refs
+            .iter()
+            .map(|r| {
+                if self.graph.producer_of(r).is_none() {
+                    return Err(EngineError::Invalid(format!(
+                        "cannot taint `{r}`: no job builds it and no dataset declares it"
+                    )));
+                }
+                let e = Event::partition(None, r, Status::Tainted);
+                Ok(match reason {
+                    Some(m) => e.with_message(m),
+                    None => e,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        self.store.append(events).map_err(|e| match e {
+            LogError::Refused { reason, .. } => {
+                EngineError::Invalid(format!("cannot taint: {reason}"))
+            }
+            other => other.into(),
+        })
+    }
+}

@@ -9,8 +9,10 @@
 //!   called once per job per planning round.
 
 pub mod engine;
+pub mod local;
 pub mod process;
 mod resolver;
+pub mod versions;
 
 pub use engine::{Engine, EngineError};
 pub use resolver::LocalResolver;

@@ -131,6 +131,19 @@ pub struct EventData {
     /// build_request analysis_completed: how many runs the plan holds.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub planned_runs: Option<u64>,
+    /// job_run scheduled: the job's `version` in the graph file at the time.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub job_version: Option<String>,
+    /// job_run running: the data version of each input as the run started.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub input_versions: BTreeMap<String, String>,
+    /// job_run running: `host/pid/start-time` of the databuild process driving the run, so that a
+    /// run whose driver died can be told from one still in progress.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
+    /// job_run running: where the run's log is kept.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub log_path: Option<String>,
 }
 
 impl EventData {

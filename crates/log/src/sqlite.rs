@@ -447,8 +447,8 @@ fn project(tx: &Transaction<'_>, e: &Event, before: &Current) -> rusqlite::Resul
             let d = &e.data;
             tx.prepare_cached(
                 "INSERT INTO job_runs (job_run_id, job, build_request_id, status, outputs, inputs,
-                                       args, env, scheduled_at, message, relies_on)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+                                       args, env, scheduled_at, message, relies_on, job_version)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
             )?
             .execute(params![
                 e.job_run_id,
@@ -462,6 +462,7 @@ fn project(tx: &Transaction<'_>, e: &Event, before: &Current) -> rusqlite::Resul
                 e.timestamp,
                 e.message,
                 d.relies_on,
+                d.job_version,
             ])?;
         }
         Kind::JobRun if e.status == Status::Running => {
@@ -605,7 +606,8 @@ fn build_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<BuildRequestRow> 
 }
 
 const RUN_COLUMNS: &str = "job_run_id, job, build_request_id, status, outputs, inputs, args, env,
-                           scheduled_at, started_at, ended_at, exit_code, message, relies_on, pid, host";
+                           scheduled_at, started_at, ended_at, exit_code, message, relies_on, pid, host,
+                           owner, job_version, input_versions, log_path";
 
 fn run_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<JobRunRow> {
     let env: Option<String> = row.get(7)?;
@@ -628,6 +630,13 @@ fn run_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<JobRunRow> {
         relies_on: row.get(13)?,
         pid: row.get(14)?,
         host: row.get(15)?,
+        owner: row.get(16)?,
+        job_version: row.get(17)?,
+        input_versions: row
+            .get::<_, Option<String>>(18)?
+            .and_then(|m| serde_json::from_str(&m).ok())
+            .unwrap_or_default(),
+        log_path: row.get(19)?,
     })
 }
 

@@ -52,12 +52,15 @@ pub const JOB_RUN: Transitions = &[
 
 /// A partition as one build request sees it. `available` straight from `requested` means the
 /// request found it live already; a delegated partition ends with the delegate's outcome.
+/// `failed → scheduled` is a retry (a new run); `delegated → scheduled` takes over from a delegate
+/// whose process died.
 pub const REQUEST_PARTITION: Transitions = &[
     (None, &[Requested, Scheduled, Delegated]),
     (Some(Requested), &[Scheduled, Delegated, Available, Failed]),
     (Some(Scheduled), &[Building, Delegated, Failed]),
     (Some(Building), &[Available, Failed]),
-    (Some(Delegated), &[Available, Failed]),
+    (Some(Delegated), &[Available, Failed, Scheduled]),
+    (Some(Failed), &[Scheduled]),
 ];
 
 /// Statuses that end an entity's life: nothing may follow them.
@@ -65,7 +68,9 @@ pub fn is_terminal(kind: Kind, status: Status) -> bool {
     let table = match kind {
         Kind::BuildRequest => BUILD_REQUEST,
         Kind::JobRun => JOB_RUN,
-        Kind::Partition => REQUEST_PARTITION,
+        // A partition can always be rebuilt by a later request; within one request, `failed`
+        // allows a retry. Only `available` ends a request's dealings with it.
+        Kind::Partition => return status == Available,
         Kind::Delegation => return true,
     };
     !table.iter().any(|(from, _)| *from == Some(status))

@@ -98,6 +98,10 @@ pub struct JobRunRow {
     pub relies_on: Option<String>,
     pub pid: Option<u32>,
     pub host: Option<String>,
+    pub owner: Option<String>,
+    pub job_version: Option<String>,
+    pub input_versions: BTreeMap<String, String>,
+    pub log_path: Option<String>,
 }
 
 impl JobRunRow {
@@ -156,6 +160,8 @@ pub struct BuildQuery {
 pub struct RunQuery {
     pub job: Option<String>,
     pub build_request_id: Option<String>,
+    /// Only runs still `scheduled` or `running`.
+    pub unfinished: bool,
     pub limit: usize,
 }
 

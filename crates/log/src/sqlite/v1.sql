@@ -80,7 +80,11 @@ CREATE TABLE job_runs (
     message          TEXT,
     relies_on        TEXT,
     pid              INTEGER,
-    host             TEXT
+    host             TEXT,
+    owner            TEXT,                   -- host/pid/start-time of the driving process
+    job_version      TEXT,
+    input_versions   TEXT,                   -- JSON map: input ref -> data version at start
+    log_path         TEXT
 );
 CREATE INDEX job_runs_by_job    ON job_runs (job, scheduled_at);
 CREATE INDEX job_runs_by_build  ON job_runs (build_request_id);

@@ -1,0 +1,407 @@
+//! Running one job run as a local process (contract section 3).
+//!
+//! The run's stdout and stderr go through one pipe into its log file, capped: a job that floods
+//! its log past the cap is stopped. A run that outlives its timeout or is cancelled has its whole
+//! process group terminated. After exit 0 every output must exist and have been written by the run.
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant, SystemTime};
+
+use nix::sys::signal::{killpg, Signal};
+use nix::unistd::Pid;
+use wait_timeout::ChildExt;
+
+use crate::process::{describe_status, humanize};
+
+/// Default cap on a run's log.
+pub const DEFAULT_LOG_LIMIT: u64 = 10 * 1024 * 1024;
+
+/// How long a cancelled run gets between SIGTERM and SIGKILL.
+const GRACE: Duration = Duration::from_secs(5);
+
+/// Everything needed to start one run.
+#[derive(Debug, Clone)]
+pub struct RunSpec {
+    pub job_run_id: String,
+    pub build_request_id: String,
+    pub job: String,
+    pub command: Vec<String>,
+    pub args: Vec<String>,
+    /// The job's env and the config's, merged.
+    pub env: BTreeMap<String, String>,
+    pub outputs: Vec<String>,
+    pub inputs: Vec<String>,
+    /// Field values of a single-output run, by field name.
+    pub fields: Vec<(String, String)>,
+    pub graph_dir: PathBuf,
+    pub data_dir: PathBuf,
+    pub log_path: PathBuf,
+    pub timeout: Option<Duration>,
+    pub log_limit: u64,
+}
+
+/// How a run ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RunOutcome {
+    Succeeded,
+    Failed {
+        message: String,
+        exit_code: Option<i32>,
+        /// Refs the job reported missing with `DATABUILD_MISSING_DEPS`.
+        missing_deps: Vec<String>,
+    },
+    Cancelled,
+}
+
+impl RunOutcome {
+    fn failed(message: impl Into<String>, exit_code: Option<i32>) -> RunOutcome {
+        RunOutcome::Failed {
+            message: message.into(),
+            exit_code,
+            missing_deps: Vec::new(),
+        }
+    }
+}
+
+/// A way to run job runs: local processes here, Slurm jobs elsewhere. `run` blocks until the run
+/// ends; `cancel` going true asks it to stop.
+pub trait Executor: Send + Sync {
+    fn run(&self, spec: &RunSpec, cancel: &AtomicBool, started: &dyn Fn(u32)) -> RunOutcome;
+}
+
+pub struct LocalExecutor;
+
+fn mtime(path: &Path) -> Option<SystemTime> {
+    std::fs::metadata(path).and_then(|m| m.modified()).ok()
+}
+
+impl Executor for LocalExecutor {
+    fn run(&self, spec: &RunSpec, cancel: &AtomicBool, started: &dyn Fn(u32)) -> RunOutcome {
+        match run_process(spec, cancel, started) {
+            Ok(outcome) => outcome,
+            Err(message) => RunOutcome::failed(message, None),
+        }
+    }
+}
+
+fn environment(spec: &RunSpec) -> Vec<(String, String)> {
+    let json = |v: &[String]| serde_json::to_string(v).expect("refs serialize");
+    let mut env: Vec<(String, String)> = spec.env.clone().into_iter().collect();
+    env.extend([
+        ("DATABUILD_OUTPUTS".to_string(), json(&spec.outputs)),
+        ("DATABUILD_INPUTS".to_string(), json(&spec.inputs)),
+        (
+            "DATABUILD_DATA_DIR".to_string(),
+            spec.data_dir.display().to_string(),
+        ),
+        ("DATABUILD_JOB_RUN_ID".to_string(), spec.job_run_id.clone()),
+        (
+            "DATABUILD_BUILD_REQUEST_ID".to_string(),
+            spec.build_request_id.clone(),
+        ),
+    ]);
+    for (name, value) in &spec.fields {
+        env.push((
+            format!("DATABUILD_FIELD_{}", name.to_ascii_uppercase()),
+            value.clone(),
+        ));
+    }
+    env
+}
+
+/// Copies the job's output into its log up to the cap, then stops copying, raises `flooded` and
+/// keeps draining so the job never blocks on a full pipe before it is stopped.
+fn spawn_log_writer(
+    mut pipe: std::io::PipeReader,
+    mut log: std::fs::File,
+    limit: u64,
+    flooded: Arc<AtomicBool>,
+) -> thread::JoinHandle<()> {
+    thread::spawn(move || {
+        let mut written = 0u64;
+        let mut buf = [0u8; 64 * 1024];
+        loop {
+            let n = match pipe.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => n,
+            };
+            if written >= limit {
+                continue;
+            }
+            let keep = (n as u64).min(limit - written) as usize;
+            let _ = log.write_all(&buf[..keep]);
+            written += keep as u64;
+            if written >= limit {
+                let _ = writeln!(
+                    log,
+                    "\n[databuild: log truncated at {limit} bytes; the job was stopped]"
+                );
+                flooded.store(true, Ordering::SeqCst);
+            }
+        }
+    })
+}
+
+fn run_process(
+    spec: &RunSpec,
+    cancel: &AtomicBool,
+    started: &dyn Fn(u32),
+) -> Result<RunOutcome, String> {
+    if let Some(parent) = spec.log_path.parent() {
+        std::fs::create_dir_all(parent)
+            .map_err(|e| format!("cannot create the log folder `{}`: {e}", parent.display()))?;
+    }
+    std::fs::create_dir_all(&spec.data_dir).map_err(|e| {
+        format!(
+            "cannot create the data dir `{}`: {e}",
+            spec.data_dir.display()
+        )
+    })?;
+    let log = std::fs::File::create(&spec.log_path)
+        .map_err(|e| format!("cannot create the log `{}`: {e}", spec.log_path.display()))?;
+    let before: Vec<Option<SystemTime>> = spec
+        .outputs
+        .iter()
+        .map(|o| mtime(&spec.data_dir.join(o)))
+        .collect();
+    let (reader, writer) = std::io::pipe().map_err(|e| format!("cannot create a pipe: {e}"))?;
+    let writer_err = writer
+        .try_clone()
+        .map_err(|e| format!("cannot create a pipe: {e}"))?;
+    let mut cmd = Command::new(&spec.command[0]);
+    cmd.args(&spec.command[1..])
+        .args(&spec.args)
+        .current_dir(&spec.graph_dir)
+        .envs(environment(spec))
+        .stdin(Stdio::null())
+        .stdout(Stdio::from(writer))
+        .stderr(Stdio::from(writer_err))
+        .process_group(0);
+    let start = Instant::now();
+    let mut child = cmd.spawn().map_err(|e| {
+        format!(
+            "cannot start `{}`: {e} (the command of job `{}`, run from `{}`)",
+            spec.command[0],
+            spec.job,
+            spec.graph_dir.display()
+        )
+    })?;
+    // The parent's copies of the pipe's write end went into `cmd`; drop them so the log writer
+    // sees end-of-file when the job exits.
+    drop(cmd);
+    started(child.id());
+    let flooded = Arc::new(AtomicBool::new(false));
+    let log_writer = spawn_log_writer(reader, log, spec.log_limit, flooded.clone());
+    let group = Pid::from_raw(child.id() as i32);
+
+    let mut stop_reason: Option<RunOutcome> = None;
+    let mut term_sent: Option<Instant> = None;
+    let status = loop {
+        match child.wait_timeout(Duration::from_millis(50)) {
+            Ok(Some(status)) => break status,
+            Ok(None) => {}
+            Err(e) => return Err(format!("waiting for the job failed: {e}")),
+        }
+        if stop_reason.is_none() {
+            if cancel.load(Ordering::SeqCst) {
+                stop_reason = Some(RunOutcome::Cancelled);
+            } else if flooded.load(Ordering::SeqCst) {
+                stop_reason = Some(RunOutcome::failed(
+                    format!(
+                        "the job wrote more than {} of log; it was stopped and its log truncated",
+                        bytes(spec.log_limit)
+                    ),
+                    None,
+                ));
+            } else if let Some(limit) = spec.timeout.filter(|t| start.elapsed() > *t) {
+                stop_reason = Some(RunOutcome::failed(
+                    format!("timed out after {}; the job was stopped", humanize(&limit)),
+                    None,
+                ));
+            }
+            if stop_reason.is_some() {
+                let _ = killpg(group, Signal::SIGTERM);
+                term_sent = Some(Instant::now());
+            }
+        } else if term_sent.is_some_and(|t| t.elapsed() > GRACE) {
+            let _ = killpg(group, Signal::SIGKILL);
+        }
+    };
+    // Anything the job left behind in its group goes with it, so the log pipe closes.
+    let _ = killpg(group, Signal::SIGKILL);
+    let _ = log_writer.join();
+    if let Some(outcome) = stop_reason {
+        return Ok(outcome);
+    }
+    if !status.success() {
+        let missing_deps = missing_deps(&spec.log_path);
+        let mut message = format!("the job ended with {}", describe_status(&status));
+        if status.signal().is_some() {
+            message = format!("the job was {}", describe_status(&status));
+        }
+        if !missing_deps.is_empty() {
+            message = format!("the job reported missing inputs: {}", missing_deps.join(", "));
+        }
+        return Ok(RunOutcome::Failed {
+            message,
+            exit_code: status.code(),
+            missing_deps,
+        });
+    }
+    for (output, before) in spec.outputs.iter().zip(before) {
+        let path = spec.data_dir.join(output);
+        match mtime(&path) {
+            None => {
+                return Ok(RunOutcome::failed(
+                    format!(
+                        "the job exited 0 but did not produce `{output}` (expected at {})",
+                        path.display()
+                    ),
+                    Some(0),
+                ))
+            }
+            Some(now) if Some(now) == before => {
+                return Ok(RunOutcome::failed(
+                    format!("the job exited 0 but did not write `{output}`: it is unchanged since before the run"),
+                    Some(0),
+                ))
+            }
+            Some(_) => {}
+        }
+    }
+    Ok(RunOutcome::Succeeded)
+}
+
+fn bytes(n: u64) -> String {
+    if n >= 1024 * 1024 {
+        format!("{} MiB", n / (1024 * 1024))
+    } else {
+        format!("{n} bytes")
+    }
+}
+
+/// The refs of the last `DATABUILD_MISSING_DEPS [...]` line in a log, if any.
+pub fn missing_deps(log: &Path) -> Vec<String> {
+    let Ok(text) = std::fs::read(log) else {
+        return Vec::new();
+    };
+    String::from_utf8_lossy(&text)
+        .lines()
+        .rev()
+        .find_map(|l| l.trim().strip_prefix("DATABUILD_MISSING_DEPS"))
+        .and_then(|json| serde_json::from_str::<Vec<String>>(json.trim()).ok())
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(dir: &Path, script: &str) -> RunSpec {
+        RunSpec {
+            job_run_id: "run-1".into(),
+            build_request_id: "br-1".into(),
+            job: "j".into(),
+            command: vec!["sh".into(), "-c".into(), script.into()],
+            args: vec![],
+            env: BTreeMap::from([("MODE".to_string(), "fast".to_string())]),
+            outputs: vec!["out/a".into()],
+            inputs: vec!["in/a".into()],
+            fields: vec![("name".into(), "a".into())],
+            graph_dir: dir.to_path_buf(),
+            data_dir: dir.join("data"),
+            log_path: dir.join("logs/run-1.log"),
+            timeout: Some(Duration::from_secs(10)),
+            log_limit: DEFAULT_LOG_LIMIT,
+        }
+    }
+
+    fn run(spec: &RunSpec) -> RunOutcome {
+        LocalExecutor.run(spec, &AtomicBool::new(false), &|_| {})
+    }
+
+    #[test]
+    fn runs_with_the_contract_environment() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = spec(
+            dir.path(),
+            r#"mkdir -p "$DATABUILD_DATA_DIR/out" && echo "$DATABUILD_OUTPUTS $DATABUILD_INPUTS $DATABUILD_FIELD_NAME $MODE $DATABUILD_JOB_RUN_ID" > "$DATABUILD_DATA_DIR/out/a"; echo to-stderr >&2"#,
+        );
+        assert_eq!(run(&s), RunOutcome::Succeeded);
+        let out = std::fs::read_to_string(dir.path().join("data/out/a")).unwrap();
+        assert_eq!(out, "[\"out/a\"] [\"in/a\"] a fast run-1\n");
+        let log = std::fs::read_to_string(&s.log_path).unwrap();
+        assert!(log.contains("to-stderr"));
+    }
+
+    #[test]
+    fn failures_say_what_happened() {
+        let dir = tempfile::tempdir().unwrap();
+        let cases = [
+            ("exit 3", "the job ended with exit status 3"),
+            ("kill -9 $$", "the job was killed by signal 9 (SIGKILL)"),
+            ("true", "did not produce `out/a`"),
+        ];
+        for (script, needle) in cases {
+            match run(&spec(dir.path(), script)) {
+                RunOutcome::Failed { message, .. } => assert!(message.contains(needle), "{script}: {message}"),
+                other => panic!("{script}: {other:?}"),
+            }
+        }
+        let mut s = spec(dir.path(), "sleep 30");
+        s.timeout = Some(Duration::from_millis(300));
+        let started = Instant::now();
+        match run(&s) {
+            RunOutcome::Failed { message, .. } => assert!(message.starts_with("timed out after 300 ms"), "{message}"),
+            other => panic!("{other:?}"),
+        }
+        assert!(started.elapsed() < Duration::from_secs(5));
+        let mut s = spec(dir.path(), "yes databuild");
+        s.log_limit = 100_000;
+        match run(&s) {
+            RunOutcome::Failed { message, .. } => assert!(message.contains("more than 100000 bytes of log"), "{message}"),
+            other => panic!("{other:?}"),
+        }
+        assert!(std::fs::metadata(&s.log_path).unwrap().len() < 100_200);
+    }
+
+    #[test]
+    fn a_job_that_leaves_an_old_output_untouched_fails() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("data/out")).unwrap();
+        std::fs::write(dir.path().join("data/out/a"), "old").unwrap();
+        match run(&spec(dir.path(), "true")) {
+            RunOutcome::Failed { message, .. } => assert!(message.contains("unchanged since before the run"), "{message}"),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn missing_deps_are_reported_and_cancel_stops_the_group() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = spec(dir.path(), r#"echo 'DATABUILD_MISSING_DEPS ["x/1", "x/2"]'; exit 1"#);
+        match run(&s) {
+            RunOutcome::Failed { missing_deps, .. } => assert_eq!(missing_deps, ["x/1", "x/2"]),
+            other => panic!("{other:?}"),
+        }
+        let s = spec(dir.path(), "sleep 30 & sleep 30");
+        let cancel = AtomicBool::new(false);
+        let started = Instant::now();
+        let outcome = thread::scope(|scope| {
+            scope.spawn(|| {
+                thread::sleep(Duration::from_millis(200));
+                cancel.store(true, Ordering::SeqCst);
+            });
+            LocalExecutor.run(&s, &cancel, &|_| {})
+        });
+        assert_eq!(outcome, RunOutcome::Cancelled);
+        assert!(started.elapsed() < Duration::from_secs(5));
+    }
+}

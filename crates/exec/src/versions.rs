@@ -1,0 +1,208 @@
+//! Data versions and staleness.
+//!
+//! A built partition records a data version: a hash of its job's name and version, the run's args
+//! and env, and the data versions of its inputs. An external file's version is its size and
+//! modification time. A partition is stale when the version it would get now differs from the one
+//! it recorded: its job's version changed, or an input (at any depth) was rebuilt or changed.
+
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+
+use databuild_core::{Graph, KnownState, Producer, StateView};
+use databuild_log::{EventStore, Status};
+use rustc_hash::FxHashMap;
+use sha2::{Digest, Sha256};
+
+/// The data version of a run's outputs.
+pub fn data_version(
+    job: &str,
+    job_version: &str,
+    args: &[String],
+    env: &BTreeMap<String, String>,
+    input_versions: &BTreeMap<String, String>,
+) -> String {
+    let mut h = Sha256::new();
+    let mut field = |s: &str| {
+        h.update((s.len() as u64).to_le_bytes());
+        h.update(s.as_bytes());
+    };
+    field(job);
+    field(job_version);
+    for a in args {
+        field(a);
+    }
+    for (k, v) in env.iter().chain(input_versions) {
+        field(k);
+        field(v);
+    }
+    let digest = h.finalize();
+    digest[..16].iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The version of an external partition stored as a file: its size and modification time, so a
+/// re-delivered file makes its readers stale. Probe-checked datasets have no such metadata.
+pub fn external_version(data_dir: &Path, r: &str) -> Option<String> {
+    let meta = std::fs::metadata(data_dir.join(r)).ok()?;
+    let mtime = meta
+        .modified()
+        .ok()
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map_or(0, |d| d.as_nanos());
+    Some(format!("file:{}:{mtime}", meta.len()))
+}
+
+/// What a partition's version is now, and why it differs from the recorded one if it does.
+#[derive(Debug, Clone)]
+struct Effective {
+    version: String,
+    stale: Option<String>,
+}
+
+/// The planner's view of partition states, with staleness. One instance per planning: it
+/// remembers every version it works out.
+pub struct VersionedStates<'a> {
+    graph: &'a Graph,
+    store: &'a dyn EventStore,
+    data_dir: PathBuf,
+    memo: RefCell<FxHashMap<String, Option<Rc<Effective>>>>,
+}
+
+impl<'a> VersionedStates<'a> {
+    pub fn new(graph: &'a Graph, store: &'a dyn EventStore, data_dir: &Path) -> Self {
+        VersionedStates {
+            graph,
+            store,
+            data_dir: data_dir.to_path_buf(),
+            memo: RefCell::default(),
+        }
+    }
+
+    /// The version `r` has now (as recorded, or as a rebuild would record it if stale); `None` if
+    /// it is not live.
+    fn effective(&self, r: &str) -> Option<Rc<Effective>> {
+        if let Some(known) = self.memo.borrow().get(r) {
+            return known.clone();
+        }
+        let result = self.compute(r).map(Rc::new);
+        self.memo.borrow_mut().insert(r.to_string(), result.clone());
+        result
+    }
+
+    fn compute(&self, r: &str) -> Option<Effective> {
+        let (producer, _) = self.graph.producer_of(r)?;
+        if let Producer::Dataset(d) = producer {
+            let version = match self.graph.datasets[d].exists {
+                None => external_version(&self.data_dir, r)?,
+                Some(_) => "probe".to_string(),
+            };
+            return Some(Effective {
+                version,
+                stale: None,
+            });
+        }
+        let row = self.store.partition(r).ok()??;
+        if row.status != Status::Available {
+            return None;
+        }
+        let recorded = row.data_version.clone().unwrap_or_default();
+        let Some(run) = row
+            .job_run_id
+            .as_deref()
+            .and_then(|id| self.store.job_run(id).ok().flatten())
+        else {
+            return Some(Effective {
+                version: recorded,
+                stale: None,
+            });
+        };
+        let Some(job) = self.graph.job(&run.job) else {
+            return Some(Effective {
+                version: recorded,
+                stale: Some(format!("job `{}` is no longer in the graph", run.job)),
+            });
+        };
+        let mut stale = None;
+        if run.job_version.as_deref() != Some(job.version.as_str()) {
+            stale = Some(format!(
+                "job `{}` changed version from {} to {}",
+                job.name,
+                run.job_version.as_deref().unwrap_or("?"),
+                job.version
+            ));
+        }
+        let mut now = BTreeMap::new();
+        for input in &run.inputs {
+            let then = run.input_versions.get(input);
+            match self.effective(input) {
+                None => {
+                    stale.get_or_insert_with(|| format!("input `{input}` is no longer live"));
+                }
+                Some(e) => {
+                    if let Some(why) = &e.stale {
+                        stale.get_or_insert_with(|| format!("input `{input}` is stale ({why})"));
+                    } else if then != Some(&e.version) {
+                        stale.get_or_insert_with(|| {
+                            format!("input `{input}` changed since it was built")
+                        });
+                    }
+                    now.insert(input.clone(), e.version.clone());
+                }
+            }
+        }
+        let version = match stale {
+            None => recorded,
+            Some(_) => data_version(&job.name, &job.version, &run.args, &run.env, &now),
+        };
+        Some(Effective { version, stale })
+    }
+
+    /// The version of `r` as recorded now (for the input versions a run starts from).
+    pub fn current_version(&self, r: &str) -> Option<String> {
+        self.effective(r).map(|e| e.version.clone())
+    }
+}
+
+impl StateView for VersionedStates<'_> {
+    fn state(&self, r: &str) -> KnownState {
+        let Ok(Some(row)) = self.store.partition(r) else {
+            return KnownState::Missing;
+        };
+        match row.status {
+            Status::Available => match self.effective(r).and_then(|e| e.stale.clone()) {
+                Some(reason) => KnownState::Stale { reason },
+                None => KnownState::Live,
+            },
+            Status::Building => KnownState::Building {
+                build_request_id: row.build_request_id.unwrap_or_default(),
+            },
+            Status::Failed => KnownState::Failed,
+            Status::Tainted => KnownState::Tainted,
+            _ => KnownState::Missing,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_depend_on_every_ingredient() {
+        let env = BTreeMap::new();
+        let inputs = BTreeMap::from([("a".to_string(), "1".to_string())]);
+        let base = data_version("j", "1", &[], &env, &inputs);
+        assert_eq!(base, data_version("j", "1", &[], &env, &inputs));
+        assert_ne!(base, data_version("j", "2", &[], &env, &inputs));
+        assert_ne!(base, data_version("k", "1", &[], &env, &inputs));
+        assert_ne!(base, data_version("j", "1", &["x".into()], &env, &inputs));
+        let other = BTreeMap::from([("a".to_string(), "2".to_string())]);
+        assert_ne!(base, data_version("j", "1", &[], &env, &other));
+        // Field boundaries matter: ("ab", "") differs from ("a", "b").
+        assert_ne!(
+            data_version("ab", "", &[], &env, &inputs),
+            data_version("a", "b", &[], &env, &inputs)
+        );
+    }
+}

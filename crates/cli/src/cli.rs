@@ -41,6 +41,26 @@ pub enum Command {
         #[arg(long, default_value_t = 200)]
         limit: usize,
     },
+    /// Make partitions live and fresh: run exactly the jobs needed, skip what is live, wait for
+    /// what another build is making. Exits 0 iff every requested ref is live.
+    Build {
+        #[arg(required = true)]
+        refs: Vec<String>,
+        /// Rebuild the requested refs even if they are live and fresh.
+        #[arg(long)]
+        force: bool,
+        /// Most job runs at once (default: the number of cores).
+        #[arg(long, value_name = "N")]
+        parallel: Option<usize>,
+        /// Keep running what does not depend on a failure.
+        #[arg(long)]
+        keep_going: bool,
+        /// Use stale partitions as they are instead of rebuilding them.
+        #[arg(long)]
+        allow_stale: bool,
+    },
+    /// Cancel a build request: its running job runs are stopped and recorded as cancelled.
+    Cancel { id: String },
     /// The state of partitions: live, stale, missing, building, failed or tainted, with reasons.
     Status {
         #[arg(required = true)]

@@ -3,11 +3,12 @@
 
 use std::path::PathBuf;
 
-use databuild_core::{plan, Graph, Plan, PlanError, PlanRequest, Producer};
-use databuild_log::{Event, EventFilter, EventStore, JobRunRow, LogError, LogStates, Status};
+use databuild_core::{plan, Graph, KnownState, Plan, PlanError, PlanRequest, Producer, StateView};
+use databuild_log::{Event, EventFilter, EventStore, JobRunRow, LogError, Status};
 use serde::Serialize;
 
 use crate::resolver::LocalResolver;
+use crate::versions::VersionedStates;
 
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {
@@ -106,20 +107,10 @@ impl Engine {
         LocalResolver::new(&self.graph_dir, &self.data_dir)
     }
 
-    fn states(&self) -> LogStates<'_> {
-        LogStates {
-            store: self.store.as_ref(),
-        }
-    }
-
-    /// Plans without recording anything.
+    /// Plans without recording anything, against the log's partition states (with staleness).
     pub fn plan(&self, request: &PlanRequest) -> Result<Plan> {
-        Ok(plan(
-            &self.graph,
-            request,
-            &self.states(),
-            &mut self.resolver(),
-        )?)
+        let states = VersionedStates::new(&self.graph, self.store.as_ref(), &self.data_dir);
+        Ok(plan(&self.graph, request, &states, &mut self.resolver())?)
     }
 
     /// Plans and records the analysis as a build request that ends at `analysis_completed`
@@ -164,12 +155,18 @@ impl Engine {
     /// The state of each ref, with reasons.
     pub fn status(&self, refs: &[String]) -> Result<Vec<StatusReport>> {
         let mut resolver = self.resolver();
+        let versions = VersionedStates::new(&self.graph, self.store.as_ref(), &self.data_dir);
         refs.iter()
-            .map(|r| self.status_of(r, &mut resolver))
+            .map(|r| self.status_of(r, &mut resolver, &versions))
             .collect()
     }
 
-    fn status_of(&self, r: &str, resolver: &mut LocalResolver) -> Result<StatusReport> {
+    fn status_of(
+        &self,
+        r: &str,
+        resolver: &mut LocalResolver,
+        versions: &VersionedStates<'_>,
+    ) -> Result<StatusReport> {
         let mut report = StatusReport {
             partition_ref: r.to_string(),
             status: "missing",
@@ -216,7 +213,10 @@ impl Engine {
         report.updated_at = Some(rfc3339(row.updated_at));
         let run = row.job_run_id.as_deref().unwrap_or("?");
         let (status, reason) = match row.status {
-            Status::Available => ("live", format!("built by run {run}")),
+            Status::Available => match versions.state(r) {
+                KnownState::Stale { reason } => ("stale", reason),
+                _ => ("live", format!("built by run {run}")),
+            },
             Status::Building => (
                 "building",
                 format!(

@@ -8,8 +8,10 @@
 //!   checked by file existence or by their probe command, and dynamic jobs' config executables are
 //!   called once per job per planning round.
 
+pub mod build;
 pub mod engine;
 pub mod local;
+pub mod owner;
 pub mod process;
 mod resolver;
 pub mod versions;

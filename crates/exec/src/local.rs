@@ -247,7 +247,10 @@ fn run_process(
             message = format!("the job was {}", describe_status(&status));
         }
         if !missing_deps.is_empty() {
-            message = format!("the job reported missing inputs: {}", missing_deps.join(", "));
+            message = format!(
+                "the job reported missing inputs: {}",
+                missing_deps.join(", ")
+            );
         }
         return Ok(RunOutcome::Failed {
             message,
@@ -351,7 +354,9 @@ mod tests {
         ];
         for (script, needle) in cases {
             match run(&spec(dir.path(), script)) {
-                RunOutcome::Failed { message, .. } => assert!(message.contains(needle), "{script}: {message}"),
+                RunOutcome::Failed { message, .. } => {
+                    assert!(message.contains(needle), "{script}: {message}")
+                }
                 other => panic!("{script}: {other:?}"),
             }
         }
@@ -359,14 +364,19 @@ mod tests {
         s.timeout = Some(Duration::from_millis(300));
         let started = Instant::now();
         match run(&s) {
-            RunOutcome::Failed { message, .. } => assert!(message.starts_with("timed out after 300 ms"), "{message}"),
+            RunOutcome::Failed { message, .. } => {
+                assert!(message.starts_with("timed out after 300 ms"), "{message}")
+            }
             other => panic!("{other:?}"),
         }
         assert!(started.elapsed() < Duration::from_secs(5));
         let mut s = spec(dir.path(), "yes databuild");
         s.log_limit = 100_000;
         match run(&s) {
-            RunOutcome::Failed { message, .. } => assert!(message.contains("more than 100000 bytes of log"), "{message}"),
+            RunOutcome::Failed { message, .. } => assert!(
+                message.contains("more than 100000 bytes of log"),
+                "{message}"
+            ),
             other => panic!("{other:?}"),
         }
         assert!(std::fs::metadata(&s.log_path).unwrap().len() < 100_200);
@@ -378,7 +388,10 @@ mod tests {
         std::fs::create_dir_all(dir.path().join("data/out")).unwrap();
         std::fs::write(dir.path().join("data/out/a"), "old").unwrap();
         match run(&spec(dir.path(), "true")) {
-            RunOutcome::Failed { message, .. } => assert!(message.contains("unchanged since before the run"), "{message}"),
+            RunOutcome::Failed { message, .. } => assert!(
+                message.contains("unchanged since before the run"),
+                "{message}"
+            ),
             other => panic!("{other:?}"),
         }
     }
@@ -386,7 +399,10 @@ mod tests {
     #[test]
     fn missing_deps_are_reported_and_cancel_stops_the_group() {
         let dir = tempfile::tempdir().unwrap();
-        let s = spec(dir.path(), r#"echo 'DATABUILD_MISSING_DEPS ["x/1", "x/2"]'; exit 1"#);
+        let s = spec(
+            dir.path(),
+            r#"echo 'DATABUILD_MISSING_DEPS ["x/1", "x/2"]'; exit 1"#,
+        );
         match run(&s) {
             RunOutcome::Failed { missing_deps, .. } => assert_eq!(missing_deps, ["x/1", "x/2"]),
             other => panic!("{other:?}"),

@@ -137,8 +137,8 @@ pub struct EventData {
     /// job_run running: the data version of each input as the run started.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub input_versions: BTreeMap<String, String>,
-    /// job_run running: `host/pid/start-time` of the databuild process driving the run, so that a
-    /// run whose driver died can be told from one still in progress.
+    /// build_request received, job_run running: `host/pid/start-time` of the databuild process
+    /// driving it, so that work whose driver died can be told from work still in progress.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub owner: Option<String>,
     /// job_run running: where the run's log is kept.

@@ -4,10 +4,8 @@
 //!   is checked against; [`Replay`] applies events in memory (the reference for projections).
 //! - [`EventStore`] is the storage interface; [`SqliteStore`] the embedded default.
 //! - [`open`] picks a backend from a log URI (`sqlite:PATH`).
-//! - [`LogStates`] lets the planner read partition states from a store.
 
 pub mod event;
-mod planner_view;
 pub mod replay;
 pub mod sqlite;
 pub mod state;
@@ -16,7 +14,6 @@ pub mod store;
 use std::path::Path;
 
 pub use event::{Event, EventData, Kind, Status};
-pub use planner_view::LogStates;
 pub use replay::Replay;
 pub use sqlite::SqliteStore;
 pub use store::*;

@@ -423,14 +423,15 @@ fn project(tx: &Transaction<'_>, e: &Event, before: &Current) -> rusqlite::Resul
         Kind::BuildRequest if e.status == Status::Received => {
             tx.prepare_cached(
                 "INSERT INTO build_requests (build_request_id, status, requested, analyze_only,
-                                             message, created_at, updated_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6)",
+                                             owner, message, created_at, updated_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7)",
             )?
             .execute(params![
                 e.build_request_id,
                 status,
                 to_json(&e.data.requested),
                 e.data.analyze_only,
+                e.data.owner,
                 e.message,
                 e.timestamp
             ])?;
@@ -466,16 +467,21 @@ fn project(tx: &Transaction<'_>, e: &Event, before: &Current) -> rusqlite::Resul
             ])?;
         }
         Kind::JobRun if e.status == Status::Running => {
+            let d = &e.data;
             tx.prepare_cached(
-                "UPDATE job_runs SET status = ?2, started_at = ?3, pid = ?4, host = ?5
+                "UPDATE job_runs SET status = ?2, started_at = ?3, pid = ?4, host = ?5, owner = ?6,
+                        input_versions = ?7, log_path = ?8
                  WHERE job_run_id = ?1",
             )?
             .execute(params![
                 e.job_run_id,
                 status,
                 e.timestamp,
-                e.data.pid,
-                e.data.host
+                d.pid,
+                d.host,
+                d.owner,
+                to_json(&d.input_versions),
+                d.log_path
             ])?;
         }
         Kind::JobRun => {
@@ -591,7 +597,7 @@ fn partition_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<PartitionRow>
 }
 
 const BUILD_COLUMNS: &str =
-    "build_request_id, status, requested, analyze_only, message, created_at, updated_at";
+    "build_request_id, status, requested, analyze_only, message, created_at, updated_at, owner";
 
 fn build_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<BuildRequestRow> {
     Ok(BuildRequestRow {
@@ -602,6 +608,7 @@ fn build_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<BuildRequestRow> 
         message: row.get(4)?,
         created_at: row.get(5)?,
         updated_at: row.get(6)?,
+        owner: row.get(7)?,
     })
 }
 
@@ -804,10 +811,12 @@ impl EventStore for SqliteStore {
             c.prepare_cached(&format!(
                 "SELECT {BUILD_COLUMNS} FROM build_requests
                  WHERE (?1 IS NULL OR status = ?1)
+                   AND (NOT ?3 OR (status IN ('received', 'planning', 'analysis_completed', 'executing')
+                                   AND NOT analyze_only))
                  ORDER BY created_at DESC, build_request_id LIMIT ?2"
             ))?
             .query_map(
-                params![q.status.map(|s| s.as_str()), q.limit as i64],
+                params![q.status.map(|s| s.as_str()), q.limit as i64, q.unfinished],
                 build_from_row,
             )?
             .collect()

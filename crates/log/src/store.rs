@@ -67,6 +67,7 @@ pub struct BuildRequestRow {
     pub status: Status,
     pub requested_partitions: Vec<String>,
     pub analyze_only: bool,
+    pub owner: Option<String>,
     pub message: Option<String>,
     pub created_at: i64,
     pub updated_at: i64,
@@ -153,6 +154,8 @@ pub struct PartitionQuery {
 #[derive(Debug, Clone, Default)]
 pub struct BuildQuery {
     pub status: Option<Status>,
+    /// Only builds (not analyses) that have not ended.
+    pub unfinished: bool,
     pub limit: usize,
 }
 

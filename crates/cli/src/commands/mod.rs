@@ -1,6 +1,7 @@
 //! One module per group of commands; `run` dispatches.
 
 mod analyze;
+mod build;
 mod graph;
 mod inspect;
 mod query;
@@ -20,6 +21,24 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Graph { .. } => unreachable!("handled above"),
         Command::Analyze { refs, limit } => analyze::run(&engine, &refs, limit, json),
+        Command::Build {
+            refs,
+            force,
+            parallel,
+            keep_going,
+            allow_stale,
+        } => build::run(
+            &engine,
+            &refs,
+            build::Flags {
+                force,
+                parallel,
+                keep_going,
+                allow_stale,
+            },
+            json,
+        ),
+        Command::Cancel { id } => build::cancel(&engine, &id, json),
         Command::Status { refs } => inspect::status(&engine, &refs, json),
         Command::Explain { partition_ref } => inspect::explain(&engine, &partition_ref, json),
         Command::Taint { refs, reason } => inspect::taint(&engine, &refs, reason.as_deref(), json),

@@ -112,8 +112,8 @@ pub fn builds(
     let Some(id) = id else {
         let rows = store
             .build_requests(&BuildQuery {
-                status: None,
                 limit,
+                ..Default::default()
             })
             .map_err(log_error)?;
         if json {

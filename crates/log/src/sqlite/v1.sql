@@ -46,12 +46,15 @@ CREATE TABLE build_requests (
     status           TEXT NOT NULL,
     requested        TEXT NOT NULL,          -- JSON array of refs
     analyze_only     INTEGER NOT NULL DEFAULT 0,
+    owner            TEXT,                   -- host/pid/start-time of the driving process
     message          TEXT,
     created_at       INTEGER NOT NULL,
     updated_at       INTEGER NOT NULL
 );
 CREATE INDEX build_requests_by_created ON build_requests (created_at);
 CREATE INDEX build_requests_by_status  ON build_requests (status, created_at);
+CREATE INDEX build_requests_unfinished ON build_requests (status)
+    WHERE status IN ('received', 'planning', 'analysis_completed', 'executing') AND NOT analyze_only;
 
 -- Projection: what each build request did about each partition it touched.
 CREATE TABLE request_partitions (

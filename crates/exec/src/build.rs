@@ -1,0 +1,1234 @@
+//! `build`: plan, then run the plan's job runs as their inputs become ready.
+//!
+//! The scheduler is event-driven: a ready queue fed by completions, each run on its own thread
+//! reporting back over a channel; nothing rescans the plan. Every state change is appended to the
+//! event log by this one loop, and claiming a partition (`building`) goes through the log, which
+//! refuses a second claim: when another build got there first, this one waits for it instead
+//! (delegation). Runs whose driving process died are found by their recorded owner and closed.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use databuild_core::{PartitionRef, Plan, PlanRequest, PlannedRun, Producer};
+use databuild_log::{BuildQuery, Event, EventStore, LogError, RunQuery, Status};
+use rustc_hash::{FxHashMap, FxHashSet};
+use serde::Serialize;
+
+use crate::engine::{Engine, EngineError, Result};
+use crate::local::{Executor, RunOutcome, RunSpec, DEFAULT_LOG_LIMIT};
+use crate::owner::{owner_alive, this_owner};
+use crate::versions::{data_version, external_version};
+
+/// How many times a run may come back with `DATABUILD_MISSING_DEPS` before it fails.
+const MAX_MISSING_DEP_ROUNDS: u32 = 3;
+
+#[derive(Debug, Clone)]
+pub struct BuildOptions {
+    pub refs: Vec<PartitionRef>,
+    /// Rebuild the requested refs even if live and fresh.
+    pub force: bool,
+    /// Most runs at once.
+    pub parallel: usize,
+    /// Keep starting runs that do not depend on a failure.
+    pub keep_going: bool,
+    /// Accept stale partitions instead of rebuilding them.
+    pub allow_stale: bool,
+}
+
+/// What a build did (contract section 4, `build --json`).
+#[derive(Debug, Clone, Serialize)]
+pub struct BuildSummary {
+    pub build_request_id: String,
+    /// `completed`, `failed` or `cancelled`.
+    pub status: Status,
+    pub built: Vec<String>,
+    pub skipped: Vec<String>,
+    pub delegated: Vec<String>,
+    pub failed: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+/// Progress reports, for a progress bar or a log. They carry no information the event log lacks.
+#[derive(Debug)]
+pub enum Progress<'a> {
+    Planned {
+        build_request_id: &'a str,
+        runs: usize,
+        skipped: usize,
+        delegated: usize,
+    },
+    Started {
+        job: &'a str,
+        outputs: &'a [PartitionRef],
+    },
+    Finished {
+        job: &'a str,
+        outputs: &'a [PartitionRef],
+        outcome: &'a RunOutcome,
+        took: Duration,
+    },
+    /// A run was added while building (a retry, missing dependencies, a takeover).
+    Added,
+    Note(String),
+}
+
+pub trait Observer {
+    fn on(&mut self, progress: Progress<'_>);
+}
+
+/// An observer that ignores everything.
+pub struct Quiet;
+
+impl Observer for Quiet {
+    fn on(&mut self, _: Progress<'_>) {}
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    Waiting,
+    Ready,
+    Running,
+    Done,
+    Failed,
+    Cancelled,
+}
+
+/// One run of the build (retries reuse the node with a new run id).
+struct Node {
+    run: PlannedRun,
+    id: String,
+    attempt: u32,
+    missing_rounds: u32,
+    state: State,
+    /// Unfinished dependencies (runs and delegations).
+    waiting_on: usize,
+    dependents: Vec<usize>,
+    input_versions: BTreeMap<String, String>,
+    started: Option<Instant>,
+    cancel: Arc<AtomicBool>,
+}
+
+/// A partition another build is making, that runs of this build wait for.
+struct Wait {
+    partition_ref: String,
+    dependents: Vec<usize>,
+    done: bool,
+}
+
+enum Message {
+    Finished { node: usize, outcome: RunOutcome },
+    Resolved { wait: usize, outcome: WaitOutcome },
+}
+
+#[derive(Debug)]
+enum WaitOutcome {
+    Available,
+    Failed(String),
+    /// The process building it is gone.
+    Abandoned,
+}
+
+impl Engine {
+    /// Makes the requested refs live and fresh. Returns the summary even when the build failed;
+    /// errors are for requests that could not be planned or a log that could not be written.
+    pub fn build(
+        &self,
+        options: &BuildOptions,
+        executor: &dyn Executor,
+        observer: &mut dyn Observer,
+        interrupt: &AtomicBool,
+    ) -> Result<BuildSummary> {
+        let id = databuild_log::event::new_id();
+        self.build_with_id(&id, options, executor, observer, interrupt)
+    }
+
+    pub fn build_with_id(
+        &self,
+        id: &str,
+        options: &BuildOptions,
+        executor: &dyn Executor,
+        observer: &mut dyn Observer,
+        interrupt: &AtomicBool,
+    ) -> Result<BuildSummary> {
+        self.close_abandoned_builds()?;
+        let requested: Vec<String> = options.refs.iter().map(|r| r.to_string()).collect();
+        self.store.append(vec![
+            Event::build_request(id, Status::Received).with_data(|d| {
+                d.requested = requested.clone();
+                d.force = options.force;
+                d.owner = Some(this_owner());
+            }),
+            Event::build_request(id, Status::Planning),
+        ])?;
+        let plan = match self.plan(&PlanRequest {
+            refs: options.refs.clone(),
+            force: options.force,
+            allow_stale: options.allow_stale,
+        }) {
+            Ok(plan) => plan,
+            Err(e) => {
+                self.store.append(vec![
+                    Event::build_request(id, Status::Failed).with_message(e.to_string())
+                ])?;
+                return Err(e);
+            }
+        };
+        let mut events: Vec<Event> = requested
+            .iter()
+            .map(|r| Event::partition(Some(id), r, Status::Requested))
+            .collect();
+        events.push(
+            Event::build_request(id, Status::AnalysisCompleted)
+                .with_data(|d| d.planned_runs = Some(plan.runs.len() as u64)),
+        );
+        self.store.append(events)?;
+        if let Some(m) = plan.missing.first() {
+            let message = format!(
+                "external partition `{}` of dataset `{}` is not available{}",
+                m.partition_ref,
+                m.dataset,
+                m.needed_by
+                    .as_ref()
+                    .map(|n| format!(" (needed by {n})"))
+                    .unwrap_or_default()
+            );
+            let mut events: Vec<Event> = requested
+                .iter()
+                .map(|r| {
+                    Event::partition(Some(id), r, Status::Failed).with_message(message.clone())
+                })
+                .collect();
+            events.push(Event::build_request(id, Status::Failed).with_message(message.clone()));
+            self.store.append(events)?;
+            return Ok(BuildSummary {
+                build_request_id: id.to_string(),
+                status: Status::Failed,
+                built: Vec::new(),
+                skipped: Vec::new(),
+                delegated: Vec::new(),
+                failed: requested,
+                message: Some(message),
+            });
+        }
+        let mut scheduler = Scheduler::new(self, id, options, executor);
+        scheduler.start(plan, observer)?;
+        thread::scope(|scope| scheduler.run(scope, observer, interrupt))
+    }
+
+    /// The version an input has now, for the record of a run starting from it.
+    fn input_version(&self, r: &str) -> Option<String> {
+        match self.graph.producer_of(r)?.0 {
+            Producer::Dataset(d) => match self.graph.datasets[d].exists {
+                None => external_version(&self.data_dir, r),
+                Some(_) => Some("probe".to_string()),
+            },
+            Producer::Job { .. } => self.store.partition(r).ok()??.data_version,
+        }
+    }
+
+    /// Closes, truthfully, builds whose driving process on this machine is gone: their unfinished
+    /// runs and claims fail with the reason, so no partition stays `building` forever.
+    pub fn close_abandoned_builds(&self) -> Result<usize> {
+        let unfinished = self.store.build_requests(&BuildQuery {
+            unfinished: true,
+            limit: 10_000,
+            ..Default::default()
+        })?;
+        let mut closed = 0;
+        for b in unfinished {
+            if owner_alive(b.owner.as_deref()) != Some(false) {
+                continue;
+            }
+            let reason = format!(
+                "the databuild process driving it ({}) is gone",
+                b.owner.as_deref().unwrap_or("?")
+            );
+            match self.close_build(&b.build_request_id, Status::Failed, &reason) {
+                Ok(()) => closed += 1,
+                // Another process closed it first.
+                Err(EngineError::Log(LogError::Refused { .. })) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(closed)
+    }
+
+    /// Ends a build request and everything it left unfinished, in one batch.
+    pub fn close_build(&self, id: &str, status: Status, reason: &str) -> Result<()> {
+        let runs = self.store.job_runs(&RunQuery {
+            build_request_id: Some(id.to_string()),
+            unfinished: true,
+            limit: 1_000_000,
+            ..Default::default()
+        })?;
+        let mut events = Vec::new();
+        let run_end = if status == Status::Cancelled {
+            Status::Cancelled
+        } else {
+            Status::Failed
+        };
+        for run in &runs {
+            events
+                .push(Event::job_run(id, &run.job_run_id, &run.job, run_end).with_message(reason));
+        }
+        for p in self.store.request_partitions(id)? {
+            if matches!(p.status, Status::Available | Status::Failed) {
+                continue;
+            }
+            let mut e =
+                Event::partition(Some(id), &p.partition_ref, Status::Failed).with_message(reason);
+            // A claim this build holds is released with it.
+            if let Some(row) = self.store.partition(&p.partition_ref)? {
+                if row.status == Status::Building
+                    && row.job_run_id.is_some()
+                    && row.job_run_id == p.job_run_id
+                {
+                    e = e.with_run(p.job_run_id.as_deref().unwrap_or_default());
+                }
+            }
+            events.push(e);
+        }
+        if let Some(b) = self.store.build_request(id)? {
+            if !databuild_log::state::is_terminal(databuild_log::Kind::BuildRequest, b.status) {
+                events.push(Event::build_request(id, status).with_message(reason));
+            }
+        }
+        self.store.append(events)?;
+        Ok(())
+    }
+
+    /// Cancels a build request. Its process (if alive) sees it and stops its runs; if its process
+    /// is gone, its runs are closed here.
+    pub fn cancel(&self, id: &str) -> Result<()> {
+        let Some(b) = self.store.build_request(id)? else {
+            return Err(EngineError::Invalid(format!(
+                "no build request `{id}` in the event log"
+            )));
+        };
+        if databuild_log::state::is_terminal(databuild_log::Kind::BuildRequest, b.status) {
+            return Err(EngineError::Invalid(format!(
+                "build request {id} already ended ({})",
+                b.status
+            )));
+        }
+        if owner_alive(b.owner.as_deref()) == Some(false) {
+            return self.close_build(id, Status::Cancelled, "cancelled");
+        }
+        self.store.append(vec![
+            Event::build_request(id, Status::Cancelled).with_message("cancelled")
+        ])?;
+        Ok(())
+    }
+}
+
+struct Scheduler<'e> {
+    engine: &'e Engine,
+    id: String,
+    options: &'e BuildOptions,
+    executor: &'e dyn Executor,
+    nodes: Vec<Node>,
+    /// Which node builds each output of this build.
+    by_output: FxHashMap<String, usize>,
+    waits: Vec<Wait>,
+    waiting_for: FxHashMap<String, usize>,
+    ready: VecDeque<usize>,
+    /// Runs held back by their job's `concurrency`, by job index.
+    held: FxHashMap<usize, VecDeque<usize>>,
+    running_per_job: FxHashMap<usize, u32>,
+    running: usize,
+    open_waits: usize,
+    /// Set after a failure without `--keep-going`: no new runs start.
+    stopped: Option<String>,
+    cancelled: bool,
+    /// The build request was cancelled through the log (by `cancel`), which already recorded it.
+    cancelled_outside: bool,
+    skipped: Vec<String>,
+    delegated: Vec<String>,
+    /// Tells waiter threads to stop when the build ends before their partitions resolve.
+    shutdown: Arc<AtomicBool>,
+    tx: mpsc::Sender<Message>,
+    rx: mpsc::Receiver<Message>,
+}
+
+impl<'e> Scheduler<'e> {
+    fn new(
+        engine: &'e Engine,
+        id: &str,
+        options: &'e BuildOptions,
+        executor: &'e dyn Executor,
+    ) -> Self {
+        let (tx, rx) = mpsc::channel();
+        Scheduler {
+            engine,
+            id: id.to_string(),
+            options,
+            executor,
+            nodes: Vec::new(),
+            by_output: FxHashMap::default(),
+            waits: Vec::new(),
+            waiting_for: FxHashMap::default(),
+            ready: VecDeque::new(),
+            held: FxHashMap::default(),
+            running_per_job: FxHashMap::default(),
+            running: 0,
+            open_waits: 0,
+            stopped: None,
+            cancelled: false,
+            cancelled_outside: false,
+            skipped: Vec::new(),
+            delegated: Vec::new(),
+            shutdown: Arc::new(AtomicBool::new(false)),
+            tx,
+            rx,
+        }
+    }
+
+    fn store(&self) -> &'e dyn EventStore {
+        self.engine.store.as_ref()
+    }
+
+    fn append(&self, events: Vec<Event>) -> Result<()> {
+        if !events.is_empty() {
+            self.store().append(events)?;
+        }
+        Ok(())
+    }
+
+    /// Records the plan (skipped, delegated, scheduled) and moves the build to `executing`.
+    fn start(&mut self, plan: Plan, observer: &mut dyn Observer) -> Result<()> {
+        let requested: FxHashSet<&str> = self.options.refs.iter().map(|r| r.as_str()).collect();
+        let mut events = Vec::new();
+        for r in &plan.skipped {
+            if !requested.contains(r.as_str()) {
+                continue;
+            }
+            self.skipped.push(r.to_string());
+            if let Some((Producer::Job { job, .. }, _)) = self.engine.graph.producer_of(r.as_str())
+            {
+                let relies_on = self
+                    .store()
+                    .partition(r.as_str())?
+                    .and_then(|p| p.job_run_id);
+                let run = databuild_log::event::new_id();
+                events.push(
+                    Event::job_run(
+                        &self.id,
+                        &run,
+                        &self.engine.graph.jobs[job].name,
+                        Status::Skipped,
+                    )
+                    .with_data(|d| {
+                        d.outputs = vec![r.to_string()];
+                        d.relies_on = relies_on;
+                    }),
+                );
+            }
+            events.push(Event::partition(
+                Some(&self.id),
+                r.as_str(),
+                Status::Available,
+            ));
+        }
+        self.append(events)?;
+        observer.on(Progress::Planned {
+            build_request_id: &self.id,
+            runs: plan.runs.len(),
+            skipped: self.skipped.len(),
+            delegated: plan.delegated.len(),
+        });
+        self.add_plan(plan)?;
+        self.append(vec![Event::build_request(&self.id, Status::Executing)])
+    }
+
+    /// Adds a plan's runs and delegations to the build, recording them as scheduled. Runs whose
+    /// outputs this build already makes are not added twice.
+    fn add_plan(&mut self, plan: Plan) -> Result<Vec<usize>> {
+        let mut events = Vec::new();
+        for d in &plan.delegated {
+            self.wait_for(d.partition_ref.as_str(), &d.build_request_id, &mut events);
+        }
+        let mut local: Vec<Option<usize>> = Vec::with_capacity(plan.runs.len());
+        let mut added = Vec::new();
+        for run in plan.runs {
+            if let Some(&existing) = run
+                .outputs
+                .iter()
+                .find_map(|o| self.by_output.get(o.as_str()))
+            {
+                local.push(Some(existing));
+                continue;
+            }
+            let index = self.nodes.len();
+            let id = databuild_log::event::new_id();
+            events.extend(self.scheduled_events(&run, &id));
+            let mut waiting_on = 0;
+            for dep in run.depends_on.iter().filter_map(|&d| local[d]) {
+                if self.nodes[dep].state != State::Done {
+                    self.nodes[dep].dependents.push(index);
+                    waiting_on += 1;
+                }
+            }
+            for input in &run.inputs {
+                if let Some(&w) = self.waiting_for.get(input.as_str()) {
+                    if !self.waits[w].done {
+                        self.waits[w].dependents.push(index);
+                        waiting_on += 1;
+                    }
+                }
+            }
+            for o in &run.outputs {
+                self.by_output.insert(o.to_string(), index);
+            }
+            self.nodes.push(Node {
+                run,
+                id,
+                attempt: 1,
+                missing_rounds: 0,
+                state: State::Waiting,
+                waiting_on,
+                dependents: Vec::new(),
+                input_versions: BTreeMap::new(),
+                started: None,
+                cancel: Arc::new(AtomicBool::new(false)),
+            });
+            if waiting_on == 0 {
+                self.make_ready(index);
+            }
+            local.push(Some(index));
+            added.push(index);
+        }
+        self.append(events)?;
+        Ok(added)
+    }
+
+    fn scheduled_events(&self, run: &PlannedRun, id: &str) -> Vec<Event> {
+        let job = &self.engine.graph.jobs[run.job_index];
+        let mut events = vec![Event::job_run(&self.id, id, &job.name, Status::Scheduled)
+            .with_data(|d| {
+                d.outputs = run.outputs.iter().map(|o| o.to_string()).collect();
+                d.inputs = run.inputs.iter().map(|o| o.to_string()).collect();
+                d.args = run.args().to_vec();
+                d.env = run.env().map(|(k, v)| (k.clone(), v.clone())).collect();
+                d.job_version = Some(job.version.clone());
+            })];
+        for o in &run.outputs {
+            let mut e =
+                Event::partition(Some(&self.id), o.as_str(), Status::Scheduled).with_run(id);
+            e.job = Some(job.name.clone());
+            events.push(e);
+        }
+        events
+    }
+
+    /// Starts waiting for a partition another build is making.
+    fn wait_for(&mut self, r: &str, other: &str, events: &mut Vec<Event>) -> usize {
+        if let Some(&w) = self.waiting_for.get(r) {
+            return w;
+        }
+        events.push(Event::partition(Some(&self.id), r, Status::Delegated));
+        events.push(Event::delegation(&self.id, r, other));
+        self.delegated.push(r.to_string());
+        let w = self.waits.len();
+        self.waits.push(Wait {
+            partition_ref: r.to_string(),
+            dependents: Vec::new(),
+            done: false,
+        });
+        self.waiting_for.insert(r.to_string(), w);
+        self.open_waits += 1;
+        w
+    }
+
+    fn make_ready(&mut self, node: usize) {
+        self.nodes[node].state = State::Ready;
+        self.ready.push_back(node);
+    }
+
+    fn run<'s>(
+        mut self,
+        scope: &'s thread::Scope<'s, 'e>,
+        observer: &mut dyn Observer,
+        interrupt: &AtomicBool,
+    ) -> Result<BuildSummary> {
+        for w in 0..self.waits.len() {
+            self.spawn_waiter(scope, w);
+        }
+        let mut last_cancel_check = Instant::now();
+        loop {
+            if !self.cancelled {
+                if interrupt.load(Ordering::SeqCst) {
+                    self.cancel_all("interrupted");
+                } else if last_cancel_check.elapsed() > Duration::from_millis(500) {
+                    last_cancel_check = Instant::now();
+                    if self.store().build_request(&self.id)?.map(|b| b.status)
+                        == Some(Status::Cancelled)
+                    {
+                        self.cancelled_outside = true;
+                        self.cancel_all("cancelled");
+                    }
+                }
+            }
+            self.start_ready(scope, observer)?;
+            // Once stopped, only running runs are waited for.
+            let nothing_left = self.open_waits == 0 && self.ready.is_empty();
+            if self.running == 0 && (nothing_left || self.stopped.is_some()) {
+                break;
+            }
+            match self.rx.recv_timeout(Duration::from_millis(100)) {
+                Ok(Message::Finished { node, outcome }) => {
+                    self.finished(scope, node, outcome, observer)?
+                }
+                Ok(Message::Resolved { wait, outcome }) => {
+                    self.resolved(scope, wait, outcome, observer)?
+                }
+                Err(mpsc::RecvTimeoutError::Timeout) => {}
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    unreachable!("the scheduler holds a sender")
+                }
+            }
+        }
+        self.shutdown.store(true, Ordering::SeqCst);
+        self.finish()
+    }
+
+    fn cancel_all(&mut self, why: &str) {
+        self.cancelled = true;
+        self.stopped.get_or_insert_with(|| why.to_string());
+        for n in &self.nodes {
+            n.cancel.store(true, Ordering::SeqCst);
+        }
+    }
+
+    fn start_ready<'s>(
+        &mut self,
+        scope: &'s thread::Scope<'s, 'e>,
+        observer: &mut dyn Observer,
+    ) -> Result<()> {
+        while self.running < self.options.parallel.max(1) && self.stopped.is_none() {
+            let Some(node) = self.ready.pop_front() else {
+                break;
+            };
+            let job_index = self.nodes[node].run.job_index;
+            let cap = self.engine.graph.jobs[job_index].concurrency;
+            let running = self.running_per_job.get(&job_index).copied().unwrap_or(0);
+            if cap.is_some_and(|c| running >= c) {
+                self.held.entry(job_index).or_default().push_back(node);
+                continue;
+            }
+            self.launch(scope, node, observer)?;
+        }
+        Ok(())
+    }
+
+    /// Claims the node's outputs in the log and starts its process.
+    fn launch<'s>(
+        &mut self,
+        scope: &'s thread::Scope<'s, 'e>,
+        index: usize,
+        observer: &mut dyn Observer,
+    ) -> Result<()> {
+        let engine = self.engine;
+        let job = &engine.graph.jobs[self.nodes[index].run.job_index];
+        let node = &mut self.nodes[index];
+        node.input_versions = node
+            .run
+            .inputs
+            .iter()
+            .filter_map(|i| Some((i.to_string(), engine.input_version(i.as_str())?)))
+            .collect();
+        let log_path = engine
+            .graph_dir
+            .join(".databuild/logs")
+            .join(format!("{}.log", node.id));
+        let mut events = vec![
+            Event::job_run(&self.id, &node.id, &job.name, Status::Running).with_data(|d| {
+                d.pid = Some(std::process::id());
+                d.host = crate::owner::hostname();
+                d.owner = Some(this_owner());
+                d.input_versions = node.input_versions.clone();
+                d.log_path = Some(log_path.display().to_string());
+            }),
+        ];
+        for o in &node.run.outputs {
+            let mut e =
+                Event::partition(Some(&self.id), o.as_str(), Status::Building).with_run(&node.id);
+            e.job = Some(job.name.clone());
+            events.push(e);
+        }
+        match self.store().append(events) {
+            Ok(_) => {}
+            Err(LogError::Refused { reason, .. }) if reason.contains("already being built") => {
+                return self.lost_claim(scope, index);
+            }
+            Err(e) => return Err(e.into()),
+        }
+        let node = &mut self.nodes[index];
+        node.state = State::Running;
+        node.started = Some(Instant::now());
+        *self.running_per_job.entry(node.run.job_index).or_default() += 1;
+        self.running += 1;
+        observer.on(Progress::Started {
+            job: &job.name,
+            outputs: &node.run.outputs,
+        });
+        let cancel = node.cancel.clone();
+        let spec = self.spec(index, log_path);
+        let tx = self.tx.clone();
+        let executor = self.executor;
+        scope.spawn(move || {
+            let outcome = executor.run(&spec, &cancel, &|_| {});
+            let _ = tx.send(Message::Finished {
+                node: index,
+                outcome,
+            });
+        });
+        Ok(())
+    }
+
+    fn spec(&self, index: usize, log_path: PathBuf) -> RunSpec {
+        let engine = self.engine;
+        let node = &self.nodes[index];
+        let job = &engine.graph.jobs[node.run.job_index];
+        let mut env = job.env.clone();
+        env.extend(node.run.env().map(|(k, v)| (k.clone(), v.clone())));
+        let fields = match node.run.outputs.as_slice() {
+            [single] => engine
+                .graph
+                .producer_of(single.as_str())
+                .map(|(p, values)| {
+                    engine
+                        .graph
+                        .pattern_of(p)
+                        .fields()
+                        .zip(values)
+                        .map(|((name, _), v)| (name.to_string(), v.to_string()))
+                        .collect()
+                })
+                .unwrap_or_default(),
+            _ => Vec::new(),
+        };
+        RunSpec {
+            job_run_id: node.id.clone(),
+            build_request_id: self.id.clone(),
+            job: job.name.clone(),
+            command: job.command.clone(),
+            args: node.run.args().to_vec(),
+            env,
+            outputs: node.run.outputs.iter().map(|o| o.to_string()).collect(),
+            inputs: node.run.inputs.iter().map(|o| o.to_string()).collect(),
+            fields,
+            graph_dir: engine.graph_dir.clone(),
+            data_dir: engine.data_dir.clone(),
+            log_path,
+            timeout: job.timeout,
+            log_limit: DEFAULT_LOG_LIMIT,
+        }
+    }
+
+    /// Another build claimed an output between planning and starting: wait for it instead.
+    fn lost_claim<'s>(&mut self, scope: &'s thread::Scope<'s, 'e>, index: usize) -> Result<()> {
+        let job = self.engine.graph.jobs[self.nodes[index].run.job_index]
+            .name
+            .clone();
+        let outputs: Vec<String> = self.nodes[index]
+            .run
+            .outputs
+            .iter()
+            .map(|o| o.to_string())
+            .collect();
+        let mut events = Vec::new();
+        let mut waits = Vec::new();
+        for o in &outputs {
+            let holder = self
+                .store()
+                .partition(o)?
+                .filter(|p| p.status == Status::Building);
+            if let Some(p) = holder {
+                let other = p.build_request_id.unwrap_or_default();
+                let w = self.wait_for(o, &other, &mut events);
+                waits.push(w);
+            }
+        }
+        events.insert(
+            0,
+            Event::job_run(&self.id, &self.nodes[index].id, &job, Status::Cancelled).with_message(
+                "another build started building its outputs first; waiting for it instead",
+            ),
+        );
+        self.append(events)?;
+        let dependents = std::mem::take(&mut self.nodes[index].dependents);
+        self.nodes[index].state = State::Cancelled;
+        for &d in &dependents {
+            self.nodes[d].waiting_on += waits.len().saturating_sub(1);
+        }
+        if waits.is_empty() {
+            // Nobody holds it any more: release the dependents as if built elsewhere.
+            for d in dependents {
+                self.dependency_done(d);
+            }
+            return Ok(());
+        }
+        for &w in &waits {
+            self.waits[w].dependents.extend(dependents.iter().copied());
+            self.spawn_waiter(scope, w);
+        }
+        Ok(())
+    }
+
+    fn spawn_waiter<'s>(&self, scope: &'s thread::Scope<'s, 'e>, w: usize) {
+        let store = self.store();
+        let r = self.waits[w].partition_ref.clone();
+        let tx = self.tx.clone();
+        let shutdown = self.shutdown.clone();
+        scope.spawn(move || {
+            let outcome = loop {
+                if shutdown.load(Ordering::SeqCst) {
+                    return;
+                }
+                match store.partition(&r) {
+                    Ok(Some(p)) if p.status == Status::Building => {
+                        let owner = p
+                            .job_run_id
+                            .as_deref()
+                            .and_then(|id| store.job_run(id).ok().flatten())
+                            .and_then(|run| run.owner);
+                        if owner_alive(owner.as_deref()) == Some(false) {
+                            break WaitOutcome::Abandoned;
+                        }
+                    }
+                    Ok(Some(p)) if p.status == Status::Available => break WaitOutcome::Available,
+                    Ok(Some(p)) => {
+                        break WaitOutcome::Failed(format!(
+                            "the build it was delegated to ended it `{}`{}",
+                            p.status,
+                            p.message.map(|m| format!(": {m}")).unwrap_or_default()
+                        ))
+                    }
+                    Ok(None) => {
+                        break WaitOutcome::Failed(
+                            "the build it was delegated to never built it".into(),
+                        )
+                    }
+                    Err(e) => break WaitOutcome::Failed(e.to_string()),
+                }
+                thread::sleep(Duration::from_millis(50));
+            };
+            let _ = tx.send(Message::Resolved { wait: w, outcome });
+        });
+    }
+
+    fn resolved<'s>(
+        &mut self,
+        scope: &'s thread::Scope<'s, 'e>,
+        w: usize,
+        outcome: WaitOutcome,
+        observer: &mut dyn Observer,
+    ) -> Result<()> {
+        let r = self.waits[w].partition_ref.clone();
+        match outcome {
+            WaitOutcome::Available => {
+                self.append(vec![Event::partition(
+                    Some(&self.id),
+                    &r,
+                    Status::Available,
+                )])?;
+                self.close_wait(w);
+                for d in std::mem::take(&mut self.waits[w].dependents) {
+                    self.dependency_done(d);
+                }
+            }
+            WaitOutcome::Failed(message) => {
+                self.append(vec![Event::partition(Some(&self.id), &r, Status::Failed)
+                    .with_message(message.clone())])?;
+                self.close_wait(w);
+                let reason = format!("`{r}` failed in the build it was delegated to");
+                for d in std::mem::take(&mut self.waits[w].dependents) {
+                    self.cancel_downstream(d, &reason)?;
+                }
+                self.stop_unless_keep_going(&reason);
+            }
+            WaitOutcome::Abandoned => {
+                // Close the dead build, then build the partition here.
+                self.engine.close_abandoned_builds()?;
+                observer.on(Progress::Note(format!(
+                    "the build making `{r}` is gone; building it here"
+                )));
+                self.waiting_for.remove(&r);
+                self.close_wait(w);
+                let dependents = std::mem::take(&mut self.waits[w].dependents);
+                let plan = self.engine.plan(&PlanRequest {
+                    refs: vec![
+                        PartitionRef::new(&r).map_err(|e| EngineError::Invalid(e.to_string()))?
+                    ],
+                    ..Default::default()
+                })?;
+                let before = self.waits.len();
+                self.add_plan(plan)?;
+                for w in before..self.waits.len() {
+                    self.spawn_waiter(scope, w);
+                }
+                observer.on(Progress::Added);
+                match self.by_output.get(&r).copied() {
+                    Some(n) if self.nodes[n].state != State::Done => {
+                        self.nodes[n].dependents.extend(dependents)
+                    }
+                    _ => {
+                        for d in dependents {
+                            self.dependency_done(d);
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn close_wait(&mut self, w: usize) {
+        if !self.waits[w].done {
+            self.waits[w].done = true;
+            self.open_waits -= 1;
+        }
+    }
+
+    fn dependency_done(&mut self, node: usize) {
+        let n = &mut self.nodes[node];
+        n.waiting_on = n.waiting_on.saturating_sub(1);
+        if n.waiting_on == 0 && n.state == State::Waiting {
+            self.make_ready(node);
+        }
+    }
+
+    fn finished<'s>(
+        &mut self,
+        scope: &'s thread::Scope<'s, 'e>,
+        index: usize,
+        outcome: RunOutcome,
+        observer: &mut dyn Observer,
+    ) -> Result<()> {
+        let job_index = self.nodes[index].run.job_index;
+        let job = &self.engine.graph.jobs[job_index];
+        self.running -= 1;
+        if let Some(c) = self.running_per_job.get_mut(&job_index) {
+            *c -= 1;
+        }
+        if let Some(mut held) = self.held.remove(&job_index) {
+            // A slot of this job is free: its held runs go back to the front of the queue.
+            while let Some(n) = held.pop_back() {
+                self.ready.push_front(n);
+            }
+        }
+        let took = self.nodes[index]
+            .started
+            .map(|s| s.elapsed())
+            .unwrap_or_default();
+        observer.on(Progress::Finished {
+            job: &job.name,
+            outputs: &self.nodes[index].run.outputs,
+            outcome: &outcome,
+            took,
+        });
+        let node = &self.nodes[index];
+        let outputs: Vec<String> = node.run.outputs.iter().map(|o| o.to_string()).collect();
+        match outcome {
+            RunOutcome::Succeeded => {
+                let mut env = job.env.clone();
+                env.extend(node.run.env().map(|(k, v)| (k.clone(), v.clone())));
+                let version = data_version(
+                    &job.name,
+                    &job.version,
+                    node.run.args(),
+                    &env,
+                    &node.input_versions,
+                );
+                let mut events =
+                    vec![
+                        Event::job_run(&self.id, &node.id, &job.name, Status::Completed)
+                            .with_data(|d| d.exit_code = Some(0)),
+                    ];
+                for o in &outputs {
+                    let mut e = Event::partition(Some(&self.id), o, Status::Available)
+                        .with_run(&node.id)
+                        .with_data(|d| d.data_version = Some(version.clone()));
+                    e.job = Some(job.name.clone());
+                    events.push(e);
+                }
+                self.append(events)?;
+                self.nodes[index].state = State::Done;
+                for d in self.nodes[index].dependents.clone() {
+                    self.dependency_done(d);
+                }
+            }
+            RunOutcome::Cancelled => {
+                self.end_run(index, Status::Cancelled, "cancelled", None)?;
+                self.nodes[index].state = State::Cancelled;
+                let reason = format!("`{}` was cancelled", outputs[0]);
+                for d in self.nodes[index].dependents.clone() {
+                    self.cancel_downstream(d, &reason)?;
+                }
+            }
+            RunOutcome::Failed {
+                message,
+                exit_code,
+                missing_deps,
+            } => {
+                self.end_run(index, Status::Failed, &message, exit_code)?;
+                let node = &self.nodes[index];
+                if !missing_deps.is_empty()
+                    && node.missing_rounds < MAX_MISSING_DEP_ROUNDS
+                    && !self.cancelled
+                {
+                    return self.fetch_missing(scope, index, missing_deps, observer);
+                }
+                if node.attempt <= job.retries && !self.cancelled {
+                    observer.on(Progress::Added);
+                    return self.reschedule(index, 0, true);
+                }
+                self.nodes[index].state = State::Failed;
+                let reason = format!("`{}` failed", outputs[0]);
+                for d in self.nodes[index].dependents.clone() {
+                    self.cancel_downstream(d, &reason)?;
+                }
+                self.stop_unless_keep_going(&format!("{reason}: {message}"));
+            }
+        }
+        Ok(())
+    }
+
+    fn stop_unless_keep_going(&mut self, reason: &str) {
+        if !self.options.keep_going {
+            self.stopped.get_or_insert_with(|| reason.to_string());
+        }
+    }
+
+    /// Records a run's end and the release of its outputs.
+    fn end_run(
+        &self,
+        index: usize,
+        status: Status,
+        message: &str,
+        exit_code: Option<i32>,
+    ) -> Result<()> {
+        let node = &self.nodes[index];
+        let job = &self.engine.graph.jobs[node.run.job_index].name;
+        let mut events = vec![Event::job_run(&self.id, &node.id, job, status)
+            .with_message(message)
+            .with_data(|d| d.exit_code = exit_code)];
+        for o in &node.run.outputs {
+            let mut e = Event::partition(Some(&self.id), o.as_str(), Status::Failed)
+                .with_run(&node.id)
+                .with_message(message);
+            e.job = Some(job.clone());
+            events.push(e);
+        }
+        self.append(events)
+    }
+
+    /// A new attempt of a run: a new id, scheduled again, waiting on `waiting_on` dependencies.
+    fn reschedule(&mut self, index: usize, waiting_on: usize, retry: bool) -> Result<()> {
+        let id = databuild_log::event::new_id();
+        let events = self.scheduled_events(&self.nodes[index].run, &id);
+        self.append(events)?;
+        let node = &mut self.nodes[index];
+        node.id = id;
+        if retry {
+            node.attempt += 1;
+        }
+        node.waiting_on = waiting_on;
+        node.state = State::Waiting;
+        if waiting_on == 0 {
+            self.make_ready(index);
+        }
+        Ok(())
+    }
+
+    /// The run said some inputs are missing: build them, then run it again.
+    fn fetch_missing<'s>(
+        &mut self,
+        scope: &'s thread::Scope<'s, 'e>,
+        index: usize,
+        missing: Vec<String>,
+        observer: &mut dyn Observer,
+    ) -> Result<()> {
+        self.nodes[index].missing_rounds += 1;
+        let refs = missing
+            .iter()
+            .map(PartitionRef::new)
+            .collect::<std::result::Result<Vec<_>, _>>()
+            .map_err(|e| {
+                EngineError::Invalid(format!(
+                    "a job reported a missing input that is not a valid ref: {e}"
+                ))
+            });
+        let plan = refs.and_then(|refs| {
+            self.engine.plan(&PlanRequest {
+                refs,
+                ..Default::default()
+            })
+        });
+        let plan = match plan {
+            Ok(plan) if plan.missing.is_empty() => plan,
+            Ok(plan) => {
+                return self.give_up(
+                    index,
+                    format!(
+                        "its missing input needs external `{}`, which is not available",
+                        plan.missing[0].partition_ref
+                    ),
+                )
+            }
+            Err(e) => {
+                return self.give_up(index, format!("its missing inputs cannot be planned: {e}"))
+            }
+        };
+        let before = self.waits.len();
+        let added = self.add_plan(plan)?;
+        for w in before..self.waits.len() {
+            self.spawn_waiter(scope, w);
+        }
+        observer.on(Progress::Added);
+        // Wait on whatever of this build makes the missing refs and is not done.
+        let mut waiting_on = 0;
+        for r in &missing {
+            if let Some(&n) = self.by_output.get(r.as_str()) {
+                if n != index && self.nodes[n].state != State::Done {
+                    self.nodes[n].dependents.push(index);
+                    waiting_on += 1;
+                }
+            } else if let Some(&w) = self.waiting_for.get(r.as_str()) {
+                if !self.waits[w].done {
+                    self.waits[w].dependents.push(index);
+                    waiting_on += 1;
+                }
+            }
+        }
+        let _ = added;
+        self.reschedule(index, waiting_on, false)
+    }
+
+    fn give_up(&mut self, index: usize, message: String) -> Result<()> {
+        self.nodes[index].state = State::Failed;
+        let outputs = self.nodes[index].run.outputs[0].to_string();
+        let reason = format!("`{outputs}` failed: {message}");
+        for d in self.nodes[index].dependents.clone() {
+            self.cancel_downstream(d, &reason)?;
+        }
+        self.stop_unless_keep_going(&reason);
+        Ok(())
+    }
+
+    /// Marks a run, and everything waiting on it, as not run because of an upstream failure.
+    fn cancel_downstream(&mut self, start: usize, reason: &str) -> Result<()> {
+        let mut stack = vec![start];
+        let mut events = Vec::new();
+        while let Some(i) = stack.pop() {
+            if !matches!(self.nodes[i].state, State::Waiting | State::Ready) {
+                continue;
+            }
+            self.nodes[i].state = State::Cancelled;
+            let node = &self.nodes[i];
+            let job = &self.engine.graph.jobs[node.run.job_index].name;
+            events.push(
+                Event::job_run(&self.id, &node.id, job, Status::Cancelled)
+                    .with_message(format!("not run: {reason}")),
+            );
+            for o in &node.run.outputs {
+                events.push(
+                    Event::partition(Some(&self.id), o.as_str(), Status::Failed)
+                        .with_message(format!("not built: {reason}")),
+                );
+            }
+            stack.extend(node.dependents.iter().copied());
+        }
+        self.append(events)
+    }
+
+    /// Records what never started, decides the outcome, and ends the build request.
+    fn finish(mut self) -> Result<BuildSummary> {
+        let reason = self
+            .stopped
+            .clone()
+            .unwrap_or_else(|| "the build stopped".to_string());
+        for i in 0..self.nodes.len() {
+            if matches!(self.nodes[i].state, State::Waiting | State::Ready) {
+                self.cancel_downstream(i, &reason)?;
+            }
+        }
+        let mut built = Vec::new();
+        let mut failed_outputs = FxHashSet::default();
+        for n in &self.nodes {
+            for o in &n.run.outputs {
+                match n.state {
+                    State::Done => built.push(o.to_string()),
+                    State::Failed | State::Cancelled => {
+                        failed_outputs.insert(o.to_string());
+                    }
+                    _ => {}
+                }
+            }
+        }
+        let mut failed = Vec::new();
+        let mut events = Vec::new();
+        for w in &self.waits {
+            if !w.done {
+                events.push(
+                    Event::partition(Some(&self.id), &w.partition_ref, Status::Failed)
+                        .with_message(format!("not waited for: {reason}")),
+                );
+            }
+        }
+        for r in &self.options.refs {
+            let live = self
+                .store()
+                .partition(r.as_str())?
+                .is_some_and(|p| p.status == Status::Available)
+                || self.skipped.iter().any(|s| s == r.as_str());
+            if !live {
+                failed.push(r.to_string());
+                // Requested refs that no run of ours ended (a failed delegation, say) end here.
+                let ended = failed_outputs.contains(r.as_str())
+                    || self.by_output.contains_key(r.as_str())
+                    || self.waiting_for.contains_key(r.as_str());
+                if !ended {
+                    events.push(
+                        Event::partition(Some(&self.id), r.as_str(), Status::Failed)
+                            .with_message(reason.clone()),
+                    );
+                }
+            }
+        }
+        let status = if self.cancelled {
+            Status::Cancelled
+        } else if failed.is_empty() {
+            Status::Completed
+        } else {
+            Status::Failed
+        };
+        let message = match status {
+            Status::Completed => None,
+            _ => Some(reason),
+        };
+        if !self.cancelled_outside {
+            let mut e = Event::build_request(&self.id, status);
+            if let Some(m) = &message {
+                e = e.with_message(m.clone());
+            }
+            events.push(e);
+        }
+        self.append(events)?;
+        Ok(BuildSummary {
+            build_request_id: self.id.clone(),
+            status,
+            built,
+            skipped: std::mem::take(&mut self.skipped),
+            delegated: std::mem::take(&mut self.delegated),
+            failed,
+            message,
+        })
+    }
+}

@@ -3,5 +3,6 @@
 mod util;
 
 mod analyze;
+mod build;
 mod graph_cmd;
 mod log_cmds;

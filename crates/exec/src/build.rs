@@ -157,6 +157,7 @@ impl Engine {
         interrupt: &AtomicBool,
     ) -> Result<BuildSummary> {
         self.close_abandoned_builds()?;
+        let started_ns = databuild_log::event::now_ns();
         let requested: Vec<String> = options.refs.iter().map(|r| r.to_string()).collect();
         self.store.append(vec![
             Event::build_request(id, Status::Received).with_data(|d| {
@@ -216,7 +217,7 @@ impl Engine {
                 message: Some(message),
             });
         }
-        let mut scheduler = Scheduler::new(self, id, options, executor);
+        let mut scheduler = Scheduler::new(self, id, options, executor, started_ns);
         scheduler.start(plan, observer)?;
         thread::scope(|scope| scheduler.run(scope, observer, interrupt))
     }
@@ -352,6 +353,8 @@ struct Scheduler<'e> {
     delegated: Vec<String>,
     /// Tells waiter threads to stop when the build ends before their partitions resolve.
     shutdown: Arc<AtomicBool>,
+    /// When the build started (ns): partitions made by others after it were not seen by its plan.
+    started_ns: i64,
     tx: mpsc::Sender<Message>,
     rx: mpsc::Receiver<Message>,
 }
@@ -362,6 +365,7 @@ impl<'e> Scheduler<'e> {
         id: &str,
         options: &'e BuildOptions,
         executor: &'e dyn Executor,
+        started_ns: i64,
     ) -> Self {
         let (tx, rx) = mpsc::channel();
         Scheduler {
@@ -384,6 +388,7 @@ impl<'e> Scheduler<'e> {
             skipped: Vec::new(),
             delegated: Vec::new(),
             shutdown: Arc::new(AtomicBool::new(false)),
+            started_ns,
             tx,
             rx,
         }
@@ -626,7 +631,8 @@ impl<'e> Scheduler<'e> {
         Ok(())
     }
 
-    /// Claims the node's outputs in the log and starts its process.
+    /// Claims the node's outputs in the log and starts its process; or, if another build made or
+    /// is making them meanwhile, relies on that build instead.
     fn launch<'s>(
         &mut self,
         scope: &'s thread::Scope<'s, 'e>,
@@ -635,38 +641,69 @@ impl<'e> Scheduler<'e> {
     ) -> Result<()> {
         let engine = self.engine;
         let job = &engine.graph.jobs[self.nodes[index].run.job_index];
-        let node = &mut self.nodes[index];
-        node.input_versions = node
-            .run
-            .inputs
-            .iter()
-            .filter_map(|i| Some((i.to_string(), engine.input_version(i.as_str())?)))
-            .collect();
         let log_path = engine
             .graph_dir
             .join(".databuild/logs")
-            .join(format!("{}.log", node.id));
-        let mut events = vec![
-            Event::job_run(&self.id, &node.id, &job.name, Status::Running).with_data(|d| {
-                d.pid = Some(std::process::id());
-                d.host = crate::owner::hostname();
-                d.owner = Some(this_owner());
-                d.input_versions = node.input_versions.clone();
-                d.log_path = Some(log_path.display().to_string());
-            }),
-        ];
-        for o in &node.run.outputs {
-            let mut e =
-                Event::partition(Some(&self.id), o.as_str(), Status::Building).with_run(&node.id);
-            e.job = Some(job.name.clone());
-            events.push(e);
-        }
-        match self.store().append(events) {
-            Ok(_) => {}
-            Err(LogError::Refused { reason, .. }) if reason.contains("already being built") => {
-                return self.lost_claim(scope, index);
+            .join(format!("{}.log", self.nodes[index].id));
+        // Check, then claim with compare-and-swap on what was seen: if the partitions changed in
+        // between, the log refuses the claim and we look again.
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            let mut seen = Vec::new();
+            let mut made_by_others = 0;
+            for o in &self.nodes[index].run.outputs {
+                let row = self.store().partition(o.as_str())?;
+                if let Some(p) = &row {
+                    if p.status == Status::Building
+                        && p.build_request_id.as_deref() != Some(&self.id)
+                    {
+                        return self.lost_claim(scope, index);
+                    }
+                    if p.status == Status::Available
+                        && p.build_request_id.as_deref() != Some(&self.id)
+                        && p.updated_at >= self.started_ns
+                    {
+                        made_by_others += 1;
+                    }
+                }
+                seen.push(row.and_then(|p| p.job_run_id).unwrap_or_default());
             }
-            Err(e) => return Err(e.into()),
+            if made_by_others == seen.len() {
+                return self.adopt(index);
+            }
+            let node = &mut self.nodes[index];
+            node.input_versions = node
+                .run
+                .inputs
+                .iter()
+                .filter_map(|i| Some((i.to_string(), engine.input_version(i.as_str())?)))
+                .collect();
+            let mut events = vec![
+                Event::job_run(&self.id, &node.id, &job.name, Status::Running).with_data(|d| {
+                    d.pid = Some(std::process::id());
+                    d.host = crate::owner::hostname();
+                    d.owner = Some(this_owner());
+                    d.input_versions = node.input_versions.clone();
+                    d.log_path = Some(log_path.display().to_string());
+                }),
+            ];
+            for (o, last) in node.run.outputs.iter().zip(seen) {
+                let mut e = Event::partition(Some(&self.id), o.as_str(), Status::Building)
+                    .with_run(&node.id)
+                    .with_data(|d| d.claim_after = Some(last));
+                e.job = Some(job.name.clone());
+                events.push(e);
+            }
+            match self.store().append(events) {
+                Ok(_) => break,
+                Err(LogError::Refused { reason, .. })
+                    if reason.contains("changed since it was checked") && attempts < 5 => {}
+                Err(LogError::Refused { reason, .. }) if reason.contains("already being built") => {
+                    return self.lost_claim(scope, index);
+                }
+                Err(e) => return Err(e.into()),
+            }
         }
         let node = &mut self.nodes[index];
         node.state = State::Running;
@@ -729,6 +766,49 @@ impl<'e> Scheduler<'e> {
             timeout: job.timeout,
             log_limit: DEFAULT_LOG_LIMIT,
         }
+    }
+
+    /// Another build made all of this run's outputs while it waited to start: rely on its result.
+    fn adopt(&mut self, index: usize) -> Result<()> {
+        let node = &self.nodes[index];
+        let job = &self.engine.graph.jobs[node.run.job_index].name;
+        let mut events = Vec::new();
+        let mut relies_on = None;
+        for o in &node.run.outputs {
+            let row = self
+                .store()
+                .partition(o.as_str())?
+                .expect("checked just before");
+            relies_on = row.job_run_id.clone();
+            events.push(Event::partition(
+                Some(&self.id),
+                o.as_str(),
+                Status::Delegated,
+            ));
+            events.push(Event::delegation(
+                &self.id,
+                o.as_str(),
+                row.build_request_id.as_deref().unwrap_or_default(),
+            ));
+            events.push(Event::partition(
+                Some(&self.id),
+                o.as_str(),
+                Status::Available,
+            ));
+            self.delegated.push(o.to_string());
+        }
+        events.insert(
+            0,
+            Event::job_run(&self.id, &node.id, job, Status::Skipped)
+                .with_message("another build made its outputs meanwhile")
+                .with_data(|d| d.relies_on = relies_on),
+        );
+        self.append(events)?;
+        self.nodes[index].state = State::Done;
+        for d in self.nodes[index].dependents.clone() {
+            self.dependency_done(d);
+        }
+        Ok(())
     }
 
     /// Another build claimed an output between planning and starting: wait for it instead.

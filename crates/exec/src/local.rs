@@ -175,7 +175,24 @@ fn run_process(
     let writer_err = writer
         .try_clone()
         .map_err(|e| format!("cannot create a pipe: {e}"))?;
-    let mut cmd = Command::new(&spec.command[0]);
+    let program = resolve_program(&spec.command[0], &spec.graph_dir).ok_or_else(|| {
+        format!(
+            "cannot start `{}`: no such program (the command of job `{}`, run from `{}`)",
+            spec.command[0],
+            spec.job,
+            spec.graph_dir.display()
+        )
+    })?;
+    let mut cmd = match setpriv() {
+        // The job dies with the thread that started it: a databuild killed with SIGKILL leaves no
+        // job behind still writing its outputs.
+        Some(setpriv) => {
+            let mut c = Command::new(setpriv);
+            c.args(["--pdeathsig", "KILL", "--"]).arg(&program);
+            c
+        }
+        None => Command::new(&program),
+    };
     cmd.args(&spec.command[1..])
         .args(&spec.args)
         .current_dir(&spec.graph_dir)
@@ -282,6 +299,33 @@ fn run_process(
     Ok(RunOutcome::Succeeded)
 }
 
+/// `setpriv` from util-linux, if this machine has it.
+fn setpriv() -> Option<&'static Path> {
+    static SETPRIV: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
+    SETPRIV
+        .get_or_init(|| {
+            ["/usr/bin/setpriv", "/bin/setpriv"]
+                .into_iter()
+                .map(PathBuf::from)
+                .find(|p| p.exists())
+        })
+        .as_deref()
+}
+
+/// Finds a command's program as `exec` would: a path (relative to the graph's folder) or a name
+/// on `PATH`.
+fn resolve_program(program: &str, cwd: &Path) -> Option<PathBuf> {
+    if program.contains('/') {
+        let path = cwd.join(program);
+        return path.exists().then_some(path);
+    }
+    std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|dir| dir.join(program))
+            .find(|p| p.is_file())
+    })
+}
+
 fn bytes(n: u64) -> String {
     if n >= 1024 * 1024 {
         format!("{} MiB", n / (1024 * 1024))
@@ -352,6 +396,15 @@ mod tests {
             ("kill -9 $$", "the job was killed by signal 9 (SIGKILL)"),
             ("true", "did not produce `out/a`"),
         ];
+        let mut missing = spec(dir.path(), "true");
+        missing.command = vec!["no-such-program-here".into()];
+        match run(&missing) {
+            RunOutcome::Failed { message, .. } => assert!(
+                message.starts_with("cannot start `no-such-program-here`: no such program"),
+                "{message}"
+            ),
+            other => panic!("{other:?}"),
+        }
         for (script, needle) in cases {
             match run(&spec(dir.path(), script)) {
                 RunOutcome::Failed { message, .. } => {

@@ -141,6 +141,11 @@ pub struct EventData {
     /// driving it, so that work whose driver died can be told from work still in progress.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub owner: Option<String>,
+    /// partition building: the run that last held the partition when the claimer looked ("" for
+    /// none). The log refuses the claim if that changed meanwhile (compare-and-swap), so a build
+    /// never redoes what another just finished.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub claim_after: Option<String>,
     /// job_run running: where the run's log is kept.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub log_path: Option<String>,

@@ -44,9 +44,10 @@ pub const BUILD_REQUEST: Transitions = &[
     (Some(Executing), &[Completed, Failed, Cancelled]),
 ];
 
+/// `scheduled → skipped`: another build made the run's outputs while this one waited to start it.
 pub const JOB_RUN: Transitions = &[
     (None, &[Scheduled, Skipped]),
-    (Some(Scheduled), &[Running, Failed, Cancelled]),
+    (Some(Scheduled), &[Running, Failed, Cancelled, Skipped]),
     (Some(Running), &[Completed, Failed, Cancelled]),
 ];
 
@@ -173,6 +174,21 @@ fn check_partition(e: &Event, current: &Current) -> Result<(), Refusal> {
         (Building, Some((Building, Some(holder)))) if holder != run => Err(Refusal(format!(
             "partition {r} is already being built by run {holder}"
         ))),
+        (Building, now) if e.data.claim_after.is_some() => {
+            let last = now
+                .as_ref()
+                .and_then(|(_, run)| run.clone())
+                .unwrap_or_default();
+            if Some(&last) == e.data.claim_after.as_ref() {
+                Ok(())
+            } else {
+                Err(Refusal(format!(
+                    "partition {r} changed since it was checked (now {} by run {last})",
+                    now.as_ref()
+                        .map_or("unknown".to_string(), |(s, _)| format!("`{s}`"))
+                )))
+            }
+        }
         (Available | Failed, Some((Building, Some(holder)))) if holder == run => Ok(()),
         (Available | Failed, other) => Err(Refusal(format!(
             "run {run} cannot finish partition {r}: it is not building it (the partition is {})",

@@ -1,0 +1,478 @@
+//! `build` over real processes: skipping, staleness, failures of every kind, retries, missing
+//! dependencies, caps, concurrent builds, cancellation and crashes.
+
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use crate::util::Project;
+
+/// A job that writes each of its outputs and notes it in `built.log`, after `$SLEEP` seconds.
+const JOB: &str = r#"#!/bin/sh
+set -e
+sleep "${SLEEP:-0}"
+for out in $(echo "$DATABUILD_OUTPUTS" | tr -d '[]"' | tr ',' ' '); do
+  mkdir -p "$(dirname "$DATABUILD_DATA_DIR/$out")"
+  echo "$DATABUILD_JOB_RUN_ID $DATABUILD_INPUTS" > "$DATABUILD_DATA_DIR/$out"
+  echo "$out $(date +%s%N) $$" >> "$DATABUILD_DATA_DIR/../built.log"
+done
+"#;
+
+const CHAIN: &str = r#"
+[graph]
+name = "chain"
+[graph.domains]
+c = ["x", "y"]
+[[dataset]]
+name = "raw"
+pattern = "raw/{d:date}"
+[[job]]
+name = "a"
+outputs = ["a/{d:date}"]
+inputs = ["raw/{d}"]
+command = ["sh", "job.sh"]
+[[job]]
+name = "b"
+outputs = ["b/c={c}/{d:date}"]
+inputs = ["a/{d-1d..d}"]
+command = ["sh", "job.sh"]
+[[job]]
+name = "c"
+outputs = ["c/{d:date}"]
+inputs = ["b/c={c=*}/{d}"]
+command = ["sh", "job.sh"]
+"#;
+
+fn chain() -> Project {
+    let p = Project::new(CHAIN);
+    p.file("job.sh", JOB);
+    for d in 1..=9 {
+        p.partition(&format!("raw/2020-01-0{d}"));
+    }
+    p
+}
+
+/// Refs in `built.log`, in order.
+fn built(p: &Project) -> Vec<String> {
+    std::fs::read_to_string(p.path().join("built.log"))
+        .unwrap_or_default()
+        .lines()
+        .map(|l| l.split(' ').next().unwrap().to_string())
+        .collect()
+}
+
+fn statuses(p: &Project, id: &str) -> Vec<(String, String)> {
+    p.run(&["--json", "events", "--build", id])
+        .stdout
+        .lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            (
+                v["kind"].as_str().unwrap().to_string(),
+                v["status"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn builds_exactly_what_is_needed_then_nothing() {
+    let p = chain();
+    let out = p.run(&["--json", "build", "c/2020-01-02"]);
+    out.expect_code(0);
+    let v = out.json();
+    assert_eq!(v["status"], "completed");
+    assert_eq!(v["built"].as_array().unwrap().len(), 5, "a x2, b x2, c");
+    let mut runs = built(&p);
+    runs.sort();
+    assert_eq!(
+        runs,
+        [
+            "a/2020-01-01",
+            "a/2020-01-02",
+            "b/c=x/2020-01-02",
+            "b/c=y/2020-01-02",
+            "c/2020-01-02"
+        ]
+    );
+    let content = std::fs::read_to_string(p.path().join("data/c/2020-01-02")).unwrap();
+    assert!(
+        content.contains("b/c=x/2020-01-02") && content.contains("b/c=y/2020-01-02"),
+        "{content}"
+    );
+
+    let id = v["build_request_id"].as_str().unwrap().to_string();
+    let events = statuses(&p, &id);
+    assert_eq!(
+        events.first().unwrap(),
+        &("build_request".into(), "received".into())
+    );
+    assert_eq!(
+        events.last().unwrap(),
+        &("build_request".into(), "completed".into())
+    );
+    let completed = events
+        .iter()
+        .filter(|e| *e == &("job_run".to_string(), "completed".to_string()))
+        .count();
+    assert_eq!(completed, 5);
+
+    let again = p.run(&["--json", "build", "c/2020-01-02"]);
+    again.expect_code(0);
+    assert_eq!(again.json()["skipped"], serde_json::json!(["c/2020-01-02"]));
+    assert_eq!(built(&p).len(), 5, "nothing ran again");
+    let id = again.json()["build_request_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(statuses(&p, &id).contains(&("job_run".into(), "skipped".into())));
+}
+
+#[test]
+fn a_new_job_version_or_a_new_input_rebuilds_exactly_downstream() {
+    let p = chain();
+    p.run(&["build", "c/2020-01-02"]).expect_code(0);
+    std::fs::write(
+        p.path().join("databuild.toml"),
+        CHAIN.replace("name = \"b\"\n", "name = \"b\"\nversion = \"2\"\n"),
+    )
+    .unwrap();
+    let status = p
+        .run(&["--json", "status", "c/2020-01-02", "a/2020-01-02"])
+        .json();
+    assert_eq!(status[0]["status"], "stale");
+    assert!(
+        status[0]["reasons"][0]
+            .as_str()
+            .unwrap()
+            .contains("job `b` changed version from 0 to 2"),
+        "{status}"
+    );
+    assert_eq!(status[1]["status"], "live");
+    p.run(&["build", "c/2020-01-02"]).expect_code(0);
+    let runs = built(&p);
+    let mut rebuilt = runs[5..].to_vec();
+    rebuilt.sort();
+    assert_eq!(
+        rebuilt,
+        ["b/c=x/2020-01-02", "b/c=y/2020-01-02", "c/2020-01-02"]
+    );
+
+    // A re-delivered raw file makes its readers stale; --allow-stale builds nothing.
+    std::thread::sleep(Duration::from_millis(20));
+    p.file("data/raw/2020-01-02", "new delivery");
+    p.run(&["build", "--allow-stale", "c/2020-01-02"])
+        .expect_code(0);
+    assert_eq!(built(&p).len(), 8);
+    p.run(&["build", "c/2020-01-02"]).expect_code(0);
+    let mut rebuilt = built(&p)[8..].to_vec();
+    rebuilt.sort();
+    assert_eq!(
+        rebuilt,
+        [
+            "a/2020-01-02",
+            "b/c=x/2020-01-02",
+            "b/c=y/2020-01-02",
+            "c/2020-01-02"
+        ]
+    );
+    // --force rebuilds the requested ref alone.
+    p.run(&["build", "--force", "c/2020-01-02"]).expect_code(0);
+    assert_eq!(built(&p)[12..], ["c/2020-01-02"]);
+}
+
+fn failing(script: &str, extra: &str) -> Project {
+    let p = Project::new(&format!(
+        r#"
+[graph]
+name = "f"
+[[job]]
+name = "bad"
+outputs = ["bad/{{n:int}}"]
+command = ["sh", "-c", {script:?}]
+{extra}
+[[job]]
+name = "good"
+outputs = ["good/{{n:int}}"]
+command = ["sh", "job.sh"]
+[[job]]
+name = "after"
+outputs = ["after/{{n:int}}"]
+inputs = ["bad/{{n}}"]
+command = ["sh", "job.sh"]
+"#
+    ));
+    p.file("job.sh", JOB);
+    p
+}
+
+#[test]
+fn failing_jobs_fail_their_runs_with_the_reason() {
+    let cases = [
+        ("exit 3", "", "the job ended with exit status 3"),
+        ("true", "", "the job exited 0 but did not produce `bad/1`"),
+        ("kill -9 $$", "", "the job was killed by signal 9 (SIGKILL)"),
+        ("sleep 30", "timeout = \"300ms\"", "timed out after 300 ms"),
+        ("yes databuild-flood", "", "more than 10 MiB of log"),
+        ("echo '{not json'; exit 0", "", "did not produce"),
+    ];
+    for (script, extra, needle) in cases {
+        let p = failing(script, extra);
+        let started = Instant::now();
+        let out = p.run(&["--json", "build", "after/1"]);
+        out.expect_code(1);
+        assert!(started.elapsed() < Duration::from_secs(20), "{script}");
+        let v = out.json();
+        assert_eq!(v["status"], "failed");
+        assert_eq!(v["failed"], serde_json::json!(["after/1"]));
+        let runs = p.run(&["--json", "jobs", "bad"]).json();
+        let message = runs["runs"][0]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        assert!(message.contains(needle), "{script}: {message}");
+        let after = p.run(&["--json", "status", "after/1", "bad/1"]).json();
+        assert_eq!(after[0]["status"], "missing");
+        assert_eq!(after[1]["status"], "failed");
+        assert!(
+            after[1]["reasons"][0].as_str().unwrap().contains(needle),
+            "{after}"
+        );
+        assert!(out.stderr.contains("FAILED  bad  bad/1"), "{}", out.stderr);
+    }
+}
+
+#[test]
+fn keep_going_builds_what_does_not_depend_on_the_failure() {
+    let p = failing("exit 1", "");
+    let out = p.run(&[
+        "--json",
+        "build",
+        "--parallel",
+        "1",
+        "after/1",
+        "good/1",
+        "good/2",
+    ]);
+    out.expect_code(1);
+    let v = out.json();
+    assert!(
+        v["built"].as_array().unwrap().len() < 2,
+        "stopped after the failure: {v}"
+    );
+    let p = failing("exit 1", "");
+    let out = p.run(&[
+        "--json",
+        "build",
+        "--parallel",
+        "1",
+        "--keep-going",
+        "after/1",
+        "good/1",
+        "good/2",
+    ]);
+    out.expect_code(1);
+    let v = out.json();
+    assert_eq!(v["built"], serde_json::json!(["good/1", "good/2"]));
+    assert_eq!(v["failed"], serde_json::json!(["after/1"]));
+}
+
+#[test]
+fn retries_run_again_and_missing_deps_are_built_first() {
+    // Fails the first time, succeeds the second.
+    let p = failing(
+        r#"if [ -e tried ]; then mkdir -p data/bad && echo ok > data/bad/$DATABUILD_FIELD_N; else touch tried; exit 1; fi"#,
+        "retries = 1",
+    );
+    let out = p.run(&["--json", "build", "bad/1"]);
+    out.expect_code(0);
+    let runs = p.run(&["--json", "jobs", "bad"]).json();
+    assert_eq!(runs["job"]["runs"], 2);
+    assert_eq!(runs["job"]["failed"], 1);
+
+    // Needs good/N at run time, without declaring it: asks for it, then succeeds.
+    let p = failing(
+        r#"if [ -e data/good/$DATABUILD_FIELD_N ]; then mkdir -p data/bad && echo ok > data/bad/$DATABUILD_FIELD_N; else echo "DATABUILD_MISSING_DEPS [\"good/$DATABUILD_FIELD_N\"]"; exit 1; fi"#,
+        "",
+    );
+    let out = p.run(&["--json", "build", "bad/7"]);
+    out.expect_code(0);
+    assert_eq!(built(&p), ["good/7"]);
+    assert!(p.path().join("data/bad/7").exists());
+}
+
+/// The most runs of `job` alive at once, from `built.log`-style start/end records.
+fn max_overlap(p: &Project) -> usize {
+    let text = std::fs::read_to_string(p.path().join("spans.log")).unwrap();
+    let mut points: Vec<(u128, i32)> = Vec::new();
+    for line in text.lines() {
+        let mut it = line.split(' ');
+        let start: u128 = it.next().unwrap().parse().unwrap();
+        let end: u128 = it.next().unwrap().parse().unwrap();
+        points.push((start, 1));
+        points.push((end, -1));
+    }
+    points.sort();
+    let (mut now, mut max) = (0, 0);
+    for (_, d) in points {
+        now += d;
+        max = max.max(now);
+    }
+    max as usize
+}
+
+#[test]
+fn parallel_runs_overlap_and_concurrency_caps_them() {
+    let span = r#"s=$(date +%s%N); sleep 0.3; mkdir -p data/w; touch data/w/$DATABUILD_FIELD_N; echo "$s $(date +%s%N)" >> spans.log"#;
+    for (cap, expected) in [("", 4), ("concurrency = 1", 1)] {
+        let p = Project::new(&format!(
+            "[graph]\nname = \"p\"\n[[job]]\nname = \"w\"\noutputs = [\"w/{{n:int}}\"]\ncommand = [\"sh\", \"-c\", {span:?}]\n{cap}\n"
+        ));
+        p.run(&["build", "--parallel", "4", "w/{1..4}"])
+            .expect_code(0);
+        assert_eq!(max_overlap(&p), expected, "{cap}");
+    }
+}
+
+#[test]
+fn two_concurrent_builds_run_each_job_once() {
+    let p = chain();
+    let builds: Vec<_> = (0..2)
+        .map(|_| {
+            p.command()
+                .args(["--json", "build", "c/{2020-01-02..2020-01-04}"])
+                .env("SLEEP", "0.2")
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let outputs: Vec<_> = builds
+        .into_iter()
+        .map(|b| b.wait_with_output().unwrap())
+        .collect();
+    for o in &outputs {
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    }
+    let runs = built(&p);
+    let unique: std::collections::HashSet<_> = runs.iter().collect();
+    assert_eq!(
+        runs.len(),
+        unique.len(),
+        "a partition was built twice: {runs:?}"
+    );
+    assert_eq!(runs.len(), 4 + 6 + 3);
+    let delegated: usize = outputs
+        .iter()
+        .map(|o| {
+            let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+            v["delegated"].as_array().unwrap().len() + v["skipped"].as_array().unwrap().len()
+        })
+        .sum();
+    assert!(delegated > 0, "one build relied on the other");
+}
+
+#[test]
+fn cancel_stops_running_jobs_and_records_it() {
+    let p = chain();
+    let build = p
+        .command()
+        .args(["--json", "build", "a/2020-01-01"])
+        .env("SLEEP", "30")
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let id = wait_for_running_build(&p);
+    let started = Instant::now();
+    p.run(&["cancel", &id]).expect_code(0);
+    let out = build.wait_with_output().unwrap();
+    assert!(started.elapsed() < Duration::from_secs(10));
+    assert_eq!(out.status.code(), Some(1));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["status"], "cancelled");
+    let b = p.run(&["--json", "builds", &id]).json();
+    assert_eq!(b["status"], "cancelled");
+    assert_eq!(b["job_runs"][0]["status"], "cancelled");
+    p.run(&["cancel", &id]).expect_code(2);
+}
+
+#[test]
+fn interrupt_cancels_cleanly() {
+    let p = chain();
+    let build = p
+        .command()
+        .args(["--json", "build", "a/2020-01-01"])
+        .env("SLEEP", "30")
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let id = wait_for_running_build(&p);
+    nix_kill(build.id(), "INT");
+    let out = build.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let b = p.run(&["--json", "builds", &id]).json();
+    assert_eq!(b["status"], "cancelled");
+    assert_eq!(b["job_runs"][0]["status"], "cancelled");
+}
+
+#[test]
+fn a_killed_build_is_closed_and_a_rerun_completes() {
+    let p = chain();
+    let build = p
+        .command()
+        .args(["build", "c/2020-01-02"])
+        .env("SLEEP", "2")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let id = wait_for_running_build(&p);
+    nix_kill(build.id(), "KILL");
+    let mut build = build;
+    build.wait().unwrap();
+    let out = p.run(&["--json", "build", "c/2020-01-02"]);
+    out.expect_code(0);
+    let old = p.run(&["--json", "builds", &id]).json();
+    assert_eq!(old["status"], "failed");
+    assert!(
+        old["message"].as_str().unwrap().contains("is gone"),
+        "{old}"
+    );
+    // The killed build's job died with it: nothing it started finished after the kill.
+    std::thread::sleep(Duration::from_millis(2500));
+    let runs = built(&p);
+    let unique: std::collections::HashSet<_> = runs.iter().collect();
+    assert_eq!(
+        runs.len(),
+        unique.len(),
+        "a partition was built twice: {runs:?}"
+    );
+}
+
+fn wait_for_running_build(p: &Project) -> String {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let v = p.run(&[
+            "--json",
+            "sql",
+            "SELECT build_request_id FROM job_runs WHERE status = 'running'",
+        ]);
+        if v.code == 0 {
+            if let Some(id) = v.json()["rows"][0][0].as_str() {
+                return id.to_string();
+            }
+        }
+        assert!(Instant::now() < deadline, "no run started");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn nix_kill(pid: u32, signal: &str) {
+    let ok = std::process::Command::new("kill")
+        .arg(format!("-{signal}"))
+        .arg(pid.to_string())
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok);
+}

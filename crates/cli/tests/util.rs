@@ -95,10 +95,20 @@ pub fn seed_build(project: &Project, br: &str, run: &str, job: &str, r: &str, ok
             Event::job_run(br, run, job, Status::Scheduled).with_data(|d| {
                 d.outputs = vec![r.into()];
                 d.inputs = vec!["raw/2020-01-01".into()];
+                d.job_version = Some("0".into());
             }),
             Event::partition(Some(br), r, Status::Scheduled).with_run(run),
             Event::build_request(br, Status::Executing),
-            Event::job_run(br, run, job, Status::Running),
+            Event::job_run(br, run, job, Status::Running).with_data(|d| {
+                let raw = databuild_exec::versions::external_version(
+                    &project.path().join("data"),
+                    "raw/2020-01-01",
+                );
+                d.input_versions = raw
+                    .map(|v| ("raw/2020-01-01".to_string(), v))
+                    .into_iter()
+                    .collect();
+            }),
             Event::partition(Some(br), r, Status::Building).with_run(run),
             Event::job_run(br, run, job, run_end)
                 .with_data(|d| d.exit_code = Some(if ok { 0 } else { 3 })),

@@ -147,8 +147,17 @@ impl SqliteStore {
             }),
             readers: Mutex::new(Vec::new()),
         };
-        store.prepare_schema()?;
-        Ok(store)
+        // Two processes creating the same log at once can meet in the journal-mode switch, where
+        // SQLite answers "busy" without waiting: retry for as long as any lock wait would last.
+        let deadline = Instant::now() + BUSY_TIMEOUT;
+        loop {
+            match store.prepare_schema() {
+                Err(LogError::Locked { .. }) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(25));
+                }
+                other => break other.map(|()| store),
+            }
+        }
     }
 
     fn classify(&self, e: rusqlite::Error) -> LogError {
@@ -167,6 +176,7 @@ impl SqliteStore {
                 LogError::Locked {
                     location,
                     waited_ms: BUSY_TIMEOUT.as_millis() as u64,
+                    detail: e.to_string(),
                 }
             }
             _ => storage(e),

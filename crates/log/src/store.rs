@@ -18,8 +18,14 @@ pub enum LogError {
         found: i64,
         supported: i64,
     },
-    #[error("event log `{location}` is locked by another process (waited {waited_ms} ms)")]
-    Locked { location: String, waited_ms: u64 },
+    #[error(
+        "event log `{location}` is locked by another process (waited {waited_ms} ms: {detail})"
+    )]
+    Locked {
+        location: String,
+        waited_ms: u64,
+        detail: String,
+    },
     /// An appended event is not a valid next state; nothing of its batch was written.
     #[error("event refused: {reason} (event {position} of its batch: {kind} `{status}`)")]
     Refused {

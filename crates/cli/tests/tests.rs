@@ -4,5 +4,6 @@ mod util;
 
 mod analyze;
 mod build;
+mod examples;
 mod graph_cmd;
 mod log_cmds;

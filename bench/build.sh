@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Builds N no-op jobs (each a real process) with `databuild build`, and runs the same N processes
+# with xargs as the floor; reports the overhead per job beyond process start.
+# Usage: bench/build.sh [N=10000] [PARALLEL=2]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+n=${1:-10000}
+parallel=${2:-2}
+cargo build --release -q -p databuild
+bin="$PWD/target/release/databuild"
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+cat > "$work/databuild.toml" <<'TOML'
+[graph]
+name = "noop_bench"
+[[job]]
+name = "noop"
+outputs = ["n/{i:int}"]
+command = ["sh", "-c", "touch \"$DATABUILD_DATA_DIR/n/$DATABUILD_FIELD_I\""]
+TOML
+mkdir -p "$work/data/n" "$work/floor/n"
+start=$(date +%s%N)
+seq 1 "$n" | DATABUILD_DATA_DIR="$work/floor" xargs -P "$parallel" -I{} env DATABUILD_FIELD_I={} sh -c 'touch "$DATABUILD_DATA_DIR/n/$DATABUILD_FIELD_I"'
+floor=$(( $(date +%s%N) - start ))
+start=$(date +%s%N)
+"$bin" --graph "$work/databuild.toml" build --parallel "$parallel" "n/{1..$n}" > "$work/out.txt" 2>/dev/null
+total=$(( $(date +%s%N) - start ))
+tail -1 "$work/out.txt"
+awk -v n="$n" -v p="$parallel" -v f="$floor" -v t="$total" 'BEGIN {
+  printf "jobs=%d parallel=%d  floor (xargs): %.2f s  databuild: %.2f s  overhead per job: %.3f ms (wall, at parallel %d)\n",
+         n, p, f/1e9, t/1e9, (t-f)/1e6/n, p }'

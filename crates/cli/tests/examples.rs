@@ -1,0 +1,169 @@
+//! The two example graphs, built end to end through the real binary in a copy of their folder.
+
+use std::path::Path;
+
+use crate::util::Project;
+
+fn example(name: &str) -> Project {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../examples")
+        .join(name);
+    let p = Project::new("");
+    copy_dir(&src, p.path());
+    p
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let name = entry.file_name();
+        if name == "data" || name == ".databuild" || name == "__pycache__" {
+            continue;
+        }
+        let target = to.join(&name);
+        if entry.file_type().unwrap().is_dir() {
+            std::fs::create_dir_all(&target).unwrap();
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), target).unwrap();
+        }
+    }
+}
+
+fn read(p: &Project, r: &str) -> String {
+    std::fs::read_to_string(p.path().join("data").join(r)).unwrap()
+}
+
+fn json(p: &Project, r: &str) -> serde_json::Value {
+    serde_json::from_str(&read(p, r)).unwrap()
+}
+
+fn jsonl(p: &Project, r: &str) -> Vec<serde_json::Value> {
+    read(p, r)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+fn completed_runs(p: &Project) -> u64 {
+    let v = p
+        .run(&[
+            "--json",
+            "sql",
+            "SELECT count(*) FROM job_runs WHERE status = 'completed'",
+        ])
+        .json();
+    v["rows"][0][0].as_u64().unwrap()
+}
+
+#[test]
+fn basic_graph_sums_generated_numbers() {
+    let p = example("basic_graph");
+    let out = p.run(&[
+        "--json",
+        "build",
+        "sum/pippin_salem_sadie",
+        "sum/salem_sadie",
+    ]);
+    out.expect_code(0);
+    // sha256(name) mod 100, as generate_number.py defines it.
+    assert_eq!(read(&p, "generated_number/pippin"), "20\n");
+    assert_eq!(read(&p, "generated_number/salem"), "76\n");
+    assert_eq!(read(&p, "generated_number/sadie"), "24\n");
+    assert_eq!(read(&p, "sum/pippin_salem_sadie"), "120\n");
+    assert_eq!(read(&p, "sum/salem_sadie"), "100\n");
+    assert_eq!(
+        completed_runs(&p),
+        5,
+        "each number generated once for both sums"
+    );
+    p.run(&["build", "sum/pippin_salem_sadie", "sum/salem_sadie"])
+        .expect_code(0);
+    assert_eq!(completed_runs(&p), 5, "a second build runs nothing");
+}
+
+#[test]
+fn podcast_reviews_builds_a_week_of_summaries() {
+    let p = example("podcast_reviews");
+    let week = "daily_summaries/category=comedy/date={2020-01-01..2020-01-07}";
+    let out = p.run(&["--json", "build", week]);
+    out.expect_code(0);
+    let v = out.json();
+    // 13 days of raw, reviews and categorized (7 + the 6-day window), 7 of each later stage.
+    assert_eq!(v["built"].as_array().unwrap().len(), 13 * 3 + 7 * 3);
+
+    let raw = jsonl(&p, "raw_reviews/date=2020-01-07");
+    assert!(
+        (250..=350).contains(&raw.len()),
+        "a few hundred reviews a day: {}",
+        raw.len()
+    );
+    let reviews = jsonl(&p, "reviews/date=2020-01-07");
+    assert!(reviews.len() < raw.len(), "dirty rows are dropped");
+    assert!(reviews
+        .iter()
+        .all(|r| (1..=5).contains(&r["rating"].as_i64().unwrap())));
+    let comedy = jsonl(&p, "categorized_reviews/category=comedy/date=2020-01-07");
+    assert_eq!(
+        comedy.len(),
+        reviews.iter().filter(|r| r["category"] == "comedy").count()
+    );
+
+    let summary = json(&p, "daily_summaries/category=comedy/date=2020-01-07");
+    assert_eq!(summary["category"], "comedy");
+    assert_eq!(summary["date"], "2020-01-07");
+    assert_eq!(
+        summary["review_count"].as_u64().unwrap() as usize,
+        comedy.len()
+    );
+    let mean = comedy
+        .iter()
+        .map(|r| r["rating"].as_f64().unwrap())
+        .sum::<f64>()
+        / comedy.len() as f64;
+    assert!((summary["mean_rating"].as_f64().unwrap() - mean).abs() < 0.001);
+    let model = json(&p, "phrase_models/category=comedy/date=2020-01-07");
+    assert_eq!(model["window_days"], 7);
+    let model_phrases: Vec<&str> = model["top_phrases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["phrase"].as_str().unwrap())
+        .collect();
+    let top = summary["top_phrases"].as_array().unwrap();
+    assert!(!top.is_empty());
+    assert!(
+        top.iter()
+            .all(|t| model_phrases.contains(&t.as_str().unwrap())),
+        "{summary} vs {model_phrases:?}"
+    );
+
+    let runs = completed_runs(&p);
+    p.run(&["build", week]).expect_code(0);
+    assert_eq!(completed_runs(&p), runs, "a second build runs nothing");
+
+    // A new version of phrase_models rebuilds it and what reads it, nothing upstream.
+    let graph = std::fs::read_to_string(p.path().join("databuild.toml")).unwrap();
+    let bumped = graph.replacen(
+        "command = [\"python3\", \"jobs/phrase_models.py\"]\nversion = \"1\"",
+        "command = [\"python3\", \"jobs/phrase_models.py\"]\nversion = \"2\"",
+        1,
+    );
+    assert_ne!(graph, bumped);
+    std::fs::write(p.path().join("databuild.toml"), bumped).unwrap();
+    let out = p.run(&["--json", "build", week]);
+    out.expect_code(0);
+    let mut rebuilt: Vec<String> = out.json()["built"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r.as_str().unwrap().split('/').next().unwrap().to_string())
+        .collect();
+    rebuilt.sort();
+    rebuilt.dedup_by(|a, b| a == b);
+    assert_eq!(
+        rebuilt,
+        ["daily_summaries", "phrase_models", "phrase_stats"]
+    );
+    assert_eq!(completed_runs(&p), runs + 21);
+}

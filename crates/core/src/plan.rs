@@ -43,6 +43,10 @@ pub enum KnownState {
 /// Read access to the current partition states.
 pub trait StateView {
     fn state(&self, r: &str) -> KnownState;
+
+    /// Announces the refs of the next round, so that an implementation backed by a database can
+    /// read them in one go rather than one query each.
+    fn prefetch(&self, _refs: &[PartitionRef]) {}
 }
 
 /// A state view for a world where no job has built anything yet.
@@ -399,6 +403,7 @@ impl Planner<'_> {
         // pattern each matched and the reason it is built.
         let mut to_build: Vec<(usize, Vec<Wanted>)> = Vec::new();
         let mut job_slot: HashMap<usize, usize> = HashMap::new();
+        self.states.prefetch(&frontier);
         for r in frontier {
             let Some(Node::Pending(needed_by)) = self.nodes.get(&r).copied() else {
                 continue; // Already built as a sibling output of a run planned this round.

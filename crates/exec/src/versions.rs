@@ -10,8 +10,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
-use databuild_core::{Graph, KnownState, Producer, StateView};
-use databuild_log::{EventStore, Status};
+use databuild_core::{Graph, KnownState, PartitionRef, Producer, StateView};
+use databuild_log::{EventStore, PartitionRow, Status};
 use rustc_hash::FxHashMap;
 use sha2::{Digest, Sha256};
 
@@ -67,6 +67,8 @@ pub struct VersionedStates<'a> {
     store: &'a dyn EventStore,
     data_dir: PathBuf,
     memo: RefCell<FxHashMap<String, Option<Rc<Effective>>>>,
+    /// Partition rows read ahead by [`StateView::prefetch`].
+    rows: RefCell<FxHashMap<String, Option<PartitionRow>>>,
 }
 
 impl<'a> VersionedStates<'a> {
@@ -76,7 +78,15 @@ impl<'a> VersionedStates<'a> {
             store,
             data_dir: data_dir.to_path_buf(),
             memo: RefCell::default(),
+            rows: RefCell::default(),
         }
+    }
+
+    fn row(&self, r: &str) -> Option<PartitionRow> {
+        if let Some(row) = self.rows.borrow().get(r) {
+            return row.clone();
+        }
+        self.store.partition(r).ok().flatten()
     }
 
     /// The version `r` has now (as recorded, or as a rebuild would record it if stale); `None` if
@@ -102,7 +112,7 @@ impl<'a> VersionedStates<'a> {
                 stale: None,
             });
         }
-        let row = self.store.partition(r).ok()??;
+        let row = self.row(r)?;
         if row.status != Status::Available {
             return None;
         }
@@ -165,8 +175,17 @@ impl<'a> VersionedStates<'a> {
 }
 
 impl StateView for VersionedStates<'_> {
+    fn prefetch(&self, refs: &[PartitionRef]) {
+        let keys: Vec<&str> = refs.iter().map(|r| r.as_str()).collect();
+        if let Ok(rows) = self.store.partitions_by_ref(&keys) {
+            let mut cache = self.rows.borrow_mut();
+            cache.clear();
+            cache.extend(keys.iter().map(|k| k.to_string()).zip(rows));
+        }
+    }
+
     fn state(&self, r: &str) -> KnownState {
-        let Ok(Some(row)) = self.store.partition(r) else {
+        let Some(row) = self.row(r) else {
             return KnownState::Missing;
         };
         match row.status {

@@ -766,6 +766,24 @@ impl EventStore for SqliteStore {
         })
     }
 
+    fn partitions_by_ref(&self, refs: &[&str]) -> Result<Vec<Option<PartitionRow>>> {
+        self.read(|c| {
+            // One read transaction for all lookups: SQLite otherwise takes and drops its file
+            // locks around every single query.
+            c.execute_batch("BEGIN")?;
+            let result = (|| {
+                let mut stmt = c.prepare_cached(&format!(
+                    "SELECT {PARTITION_COLUMNS} FROM partitions WHERE partition_ref = ?1"
+                ))?;
+                refs.iter()
+                    .map(|r| stmt.query_row([r], partition_from_row).optional())
+                    .collect()
+            })();
+            c.execute_batch("COMMIT")?;
+            result
+        })
+    }
+
     fn partitions(&self, q: &PartitionQuery) -> Result<Vec<PartitionRow>> {
         let sql = format!(
             "SELECT {PARTITION_COLUMNS} FROM partitions

@@ -384,3 +384,62 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn an_empty_sqlite_file_is_migrated_to_the_current_schema() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("empty.db");
+    let ok = std::process::Command::new("python3")
+        .args([
+            "-c",
+            "import sqlite3, sys; sqlite3.connect(sys.argv[1]).execute('pragma user_version = 0')",
+        ])
+        .arg(&path)
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok);
+    let store = SqliteStore::open(&path).unwrap();
+    let v = store
+        .sql(
+            "SELECT value FROM meta WHERE key = 'schema_version'",
+            SqlLimits::default(),
+        )
+        .unwrap();
+    assert_eq!(
+        v.rows[0][0],
+        serde_json::json!(sqlite::SCHEMA_VERSION.to_string())
+    );
+    store.append(build_events("b1", "r1", "a/1")).unwrap();
+}
+
+#[test]
+fn a_log_locked_by_another_process_is_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("events.db");
+    drop(SqliteStore::open(&path).unwrap());
+    let store = SqliteStore::open(&path).unwrap();
+    // Another process holds the write lock for longer than the store waits.
+    let mut holder = std::process::Command::new("python3")
+        .args(["-c", "import sqlite3, sys, time; c = sqlite3.connect(sys.argv[1], isolation_level=None); c.execute('BEGIN IMMEDIATE'); print('locked', flush=True); time.sleep(8)"])
+        .arg(&path)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(holder.stdout.as_mut().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    assert_eq!(line.trim(), "locked");
+    let err = store.append(build_events("b1", "r1", "a/1")).unwrap_err();
+    assert!(matches!(err, LogError::Locked { .. }), "{err}");
+    assert!(
+        err.to_string().contains("is locked by another process"),
+        "{err}"
+    );
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+    store.append(build_events("b1", "r1", "a/1")).unwrap();
+}

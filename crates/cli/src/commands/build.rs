@@ -64,6 +64,12 @@ pub fn run(engine: &Engine, args: &[String], flags: Flags, json: bool) -> anyhow
         if !summary.failed.is_empty() {
             println!("not live: {}", short_list(&summary.failed, 5));
         }
+        println!(
+            "data in {}, events in {}, run logs in {}",
+            engine.data_dir.display(),
+            engine.store.location(),
+            engine.graph_dir.join(".databuild/logs").display()
+        );
         if let Some(m) = &summary.message {
             println!("reason: {m}");
         }

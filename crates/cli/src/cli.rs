@@ -127,6 +127,12 @@ pub enum Command {
         #[arg(long, default_value_t = 10_000)]
         max_rows: usize,
     },
+    /// The build graph service (HTTP API) and dashboard. `DATABUILD_TOKEN`, when set, guards
+    /// every mutating request.
+    Serve {
+        #[arg(long, default_value = "127.0.0.1:8080")]
+        bind: std::net::SocketAddr,
+    },
     /// Print the job graph.
     Graph {
         #[arg(long, value_enum, default_value_t = GraphFormat::Dot)]

@@ -144,11 +144,29 @@ impl Engine {
         observer: &mut dyn Observer,
         interrupt: &AtomicBool,
     ) -> Result<BuildSummary> {
-        let id = databuild_log::event::new_id();
-        self.build_with_id(&id, options, executor, observer, interrupt)
+        let id = self.receive(options)?;
+        self.execute(&id, options, executor, observer, interrupt)
     }
 
-    pub fn build_with_id(
+    /// Records a new build request (`received`), after closing builds whose process died, and
+    /// returns its id. [`Engine::execute`] then carries it out.
+    pub fn receive(&self, options: &BuildOptions) -> Result<String> {
+        self.close_abandoned_builds()?;
+        let id = databuild_log::event::new_id();
+        let requested: Vec<String> = options.refs.iter().map(|r| r.to_string()).collect();
+        self.store
+            .append(vec![Event::build_request(&id, Status::Received).with_data(
+                |d| {
+                    d.requested = requested;
+                    d.force = options.force;
+                    d.owner = Some(this_owner());
+                },
+            )])?;
+        Ok(id)
+    }
+
+    /// Plans and runs a received build request.
+    pub fn execute(
         &self,
         id: &str,
         options: &BuildOptions,
@@ -156,17 +174,22 @@ impl Engine {
         observer: &mut dyn Observer,
         interrupt: &AtomicBool,
     ) -> Result<BuildSummary> {
-        self.close_abandoned_builds()?;
         let started_ns = databuild_log::event::now_ns();
         let requested: Vec<String> = options.refs.iter().map(|r| r.to_string()).collect();
-        self.store.append(vec![
-            Event::build_request(id, Status::Received).with_data(|d| {
-                d.requested = requested.clone();
-                d.force = options.force;
-                d.owner = Some(this_owner());
-            }),
-            Event::build_request(id, Status::Planning),
-        ])?;
+        if self.store.build_request(id)?.map(|b| b.status) == Some(Status::Cancelled) {
+            // Cancelled before it began.
+            return Ok(BuildSummary {
+                build_request_id: id.to_string(),
+                status: Status::Cancelled,
+                built: Vec::new(),
+                skipped: Vec::new(),
+                delegated: Vec::new(),
+                failed: requested,
+                message: Some("cancelled".to_string()),
+            });
+        }
+        self.store
+            .append(vec![Event::build_request(id, Status::Planning)])?;
         let plan = match self.plan(&PlanRequest {
             refs: options.refs.clone(),
             force: options.force,

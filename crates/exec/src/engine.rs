@@ -323,3 +323,71 @@ impl Engine {
         })
     }
 }
+
+/// Parses an RFC 3339 time into ns since the epoch.
+pub fn parse_rfc3339(text: &str) -> Option<i64> {
+    chrono::DateTime::parse_from_rfc3339(text)
+        .ok()?
+        .timestamp_nanos_opt()
+}
+
+/// The last `max` bytes of a file, as text (a run's log can be large).
+pub fn read_tail(path: &std::path::Path, max: u64) -> std::io::Result<String> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut file = std::fs::File::open(path)?;
+    let len = file.metadata()?.len();
+    if len > max {
+        file.seek(SeekFrom::Start(len - max))?;
+    }
+    let mut bytes = Vec::new();
+    file.read_to_end(&mut bytes)?;
+    Ok(String::from_utf8_lossy(&bytes).into_owned())
+}
+
+/// A named pattern of the graph and how many of its partitions are in each state.
+#[derive(Debug, Clone, Serialize)]
+pub struct DatasetView {
+    pub name: String,
+    /// `dataset` (external) or `job` (a job's output).
+    pub kind: &'static str,
+    pub pattern: String,
+    /// Partition counts by status (`live`, `building`, `failed`, `tainted`); partitions never built
+    /// are not counted. Counted by a glob of the pattern, so nested patterns may overlap.
+    pub partitions: std::collections::BTreeMap<&'static str, u64>,
+}
+
+impl Engine {
+    /// Every dataset and job output of the graph, with partition counts by status.
+    pub fn datasets(&self) -> Result<Vec<DatasetView>> {
+        self.graph
+            .producers()
+            .map(|p| {
+                let pattern = self.graph.pattern_of(p);
+                let glob: String = pattern
+                    .tokens()
+                    .iter()
+                    .map(|t| match t {
+                        databuild_core::pattern::Token::Literal(l) => l
+                            .replace('[', "[[]")
+                            .replace('*', "[*]")
+                            .replace('?', "[?]"),
+                        databuild_core::pattern::Token::Field { .. } => "*".to_string(),
+                    })
+                    .collect();
+                let counts = self.store.partition_counts(Some(&glob))?;
+                Ok(DatasetView {
+                    name: self.graph.producer_name(p).to_string(),
+                    kind: match p {
+                        Producer::Job { .. } => "job",
+                        Producer::Dataset(_) => "dataset",
+                    },
+                    pattern: pattern.to_string(),
+                    partitions: counts
+                        .into_iter()
+                        .map(|(s, n)| (crate::views::shown_status(s), n))
+                        .collect(),
+                })
+            })
+            .collect()
+    }
+}

@@ -15,6 +15,7 @@ pub mod owner;
 pub mod process;
 mod resolver;
 pub mod versions;
+pub mod views;
 
 pub use engine::{Engine, EngineError};
 pub use resolver::LocalResolver;

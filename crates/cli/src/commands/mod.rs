@@ -73,5 +73,18 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Jobs { name } => query::jobs(&engine, name.as_deref(), json),
         Command::Runs { id } => query::run(&engine, &id, json),
         Command::Sql { query, max_rows } => query::sql(&engine, &query, max_rows, json),
+        Command::Serve { bind } => serve(engine, bind),
     }
+}
+
+fn serve(engine: databuild_exec::Engine, bind: std::net::SocketAddr) -> anyhow::Result<ExitCode> {
+    let token = std::env::var("DATABUILD_TOKEN")
+        .ok()
+        .filter(|t| !t.is_empty());
+    let runtime = tokio::runtime::Runtime::new()?;
+    runtime.block_on(databuild_service::serve(engine, bind, token, |addr| {
+        eprintln!("databuild service listening on http://{addr}");
+    }))?;
+    eprintln!("databuild service stopped");
+    Ok(ExitCode::SUCCESS)
 }

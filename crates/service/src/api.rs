@@ -1,0 +1,568 @@
+//! The handlers of contract section 6.
+
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::{FromRequest, Path, Query, Request, State};
+use axum::http::{header, HeaderMap, Method, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use databuild_core::{PartitionRef, PlanRequest};
+use databuild_exec::build::{BuildOptions, Quiet};
+use databuild_exec::local::LocalExecutor;
+use databuild_exec::views::{parse_partition_status, AnalyzeView};
+use databuild_exec::Engine;
+use databuild_log::{BuildQuery, EventFilter, PartitionQuery, RunQuery, SqlLimits, Status};
+use futures_util::stream::{self, Stream};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use tower_http::limit::RequestBodyLimitLayer;
+use utoipa::ToSchema;
+
+use crate::error::{AppError, ErrorBody};
+use crate::AppState;
+
+type Shared = State<Arc<AppState>>;
+type ApiResult<T> = Result<T, AppError>;
+
+/// A JSON body whose rejection is an [`AppError`].
+#[derive(FromRequest)]
+#[from_request(via(axum::Json), rejection(AppError))]
+pub struct ApiJson<T>(pub T);
+
+pub fn router(state: Arc<AppState>) -> Router {
+    let api = Router::new()
+        .route("/builds", post(post_build).get(list_builds))
+        .route("/builds/{id}", get(get_build).delete(cancel_build))
+        .route("/builds/{id}/events", get(build_events))
+        .route("/builds/{id}/events/stream", get(build_event_stream))
+        .route("/analyze", post(analyze))
+        .route("/partitions", get(list_partitions))
+        .route("/partitions/{partition_ref}/status", get(partition_status))
+        .route("/partitions/{partition_ref}/events", get(partition_events))
+        .route("/events", get(list_events))
+        .route("/jobs", get(list_jobs))
+        .route("/jobs/{name}", get(get_job))
+        .route("/jobs/{name}/runs", get(job_runs))
+        .route("/job-runs/{id}", get(get_run))
+        .route("/job-runs/{id}/log", get(run_log))
+        .route("/datasets", get(list_datasets))
+        .route("/sql", post(sql))
+        .route("/openapi.json", get(crate::openapi::document));
+    Router::new()
+        .nest("/api/v1", api)
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/metrics", get(crate::metrics::metrics))
+        .fallback(|| async { AppError::not_found("no such endpoint; see /api/v1/openapi.json") })
+        .layer(middleware::from_fn_with_state(state.clone(), require_token))
+        .layer(RequestBodyLimitLayer::new(crate::BODY_LIMIT))
+        .with_state(state)
+}
+
+/// Mutating requests need the bearer token when one is configured.
+async fn require_token(State(state): Shared, request: Request, next: Next) -> Response {
+    let mutating = matches!(
+        *request.method(),
+        Method::POST | Method::DELETE | Method::PUT
+    );
+    if let (true, Some(token)) = (mutating, &state.token) {
+        let given = request
+            .headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "));
+        if given != Some(token.as_str()) {
+            return AppError::unauthorized().into_response();
+        }
+    }
+    next.run(request).await
+}
+
+/// Runs engine work off the async threads.
+async fn blocking<T: Send + 'static>(
+    state: &Arc<AppState>,
+    f: impl FnOnce(&Engine) -> ApiResult<T> + Send + 'static,
+) -> ApiResult<T> {
+    let engine = state.engine.clone();
+    tokio::task::spawn_blocking(move || f(&engine)).await?
+}
+
+/// Validates refs and checks that something produces each.
+fn parse_refs(engine: &Engine, refs: &[String]) -> ApiResult<Vec<PartitionRef>> {
+    if refs.is_empty() {
+        return Err(AppError::bad_request(
+            "`partitions` is empty: name at least one ref",
+        ));
+    }
+    refs.iter()
+        .map(|r| {
+            let valid = PartitionRef::new(r).map_err(|e| AppError::bad_request(e.to_string()))?;
+            if engine.graph.producer_of(valid.as_str()).is_none() {
+                return Err(AppError::bad_request(format!(
+                    "no job builds `{r}` and no dataset declares it"
+                )));
+            }
+            Ok(valid)
+        })
+        .collect()
+}
+
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BuildBody {
+    /// Partition refs to make live.
+    pub partitions: Vec<String>,
+    /// Rebuild them even if live and fresh.
+    #[serde(default)]
+    pub force: bool,
+    #[serde(default)]
+    pub allow_stale: bool,
+    #[serde(default)]
+    pub keep_going: bool,
+    /// Most job runs at once (default: the number of cores).
+    pub parallel: Option<usize>,
+}
+
+#[utoipa::path(post, path = "/api/v1/builds", summary = "Request a build; answers at once with its id", request_body = BuildBody, responses((status = 202, description = "Accepted: `{\"build_request_id\"}`", body = Object), (status = 400, description = "Invalid or unknown refs", body = ErrorBody), (status = 401, description = "Token missing", body = ErrorBody)))]
+async fn post_build(
+    State(state): Shared,
+    ApiJson(body): ApiJson<BuildBody>,
+) -> ApiResult<Response> {
+    let st = state.clone();
+    let (id, options) = blocking(&state, move |engine| {
+        let options = BuildOptions {
+            refs: parse_refs(engine, &body.partitions)?,
+            force: body.force,
+            parallel: body
+                .parallel
+                .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+                .max(1),
+            keep_going: body.keep_going,
+            allow_stale: body.allow_stale,
+        };
+        Ok((engine.receive(&options)?, options))
+    })
+    .await?;
+    let interrupt = Arc::new(AtomicBool::new(false));
+    let engine = st.engine.clone();
+    let (thread_id, flag) = (id.clone(), interrupt.clone());
+    let handle = std::thread::Builder::new()
+        .name(format!("build-{id}"))
+        .spawn(move || {
+            if let Err(e) = engine.execute(&thread_id, &options, &LocalExecutor, &mut Quiet, &flag)
+            {
+                eprintln!("build {thread_id}: {e}");
+            }
+        })
+        .map_err(|e| AppError::bad_request(format!("cannot start the build: {e}")))?;
+    st.builds.add(id.clone(), interrupt, handle);
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(json!({ "build_request_id": id })),
+    )
+        .into_response())
+}
+
+#[derive(Deserialize)]
+pub struct ListQuery {
+    limit: Option<usize>,
+    status: Option<String>,
+}
+
+#[utoipa::path(get, path = "/api/v1/builds", summary = "Recent build requests", params(("limit" = Option<usize>, Query, description = "At most this many"), ("status" = Option<String>, Query, description = "Only this status")), responses((status = 200, description = "`{\"builds\": [...]}`", body = Object)))]
+async fn list_builds(State(state): Shared, Query(q): Query<ListQuery>) -> ApiResult<Json<Value>> {
+    let status = match q.status.as_deref() {
+        None => None,
+        Some(s) => Some(
+            Status::parse(s)
+                .ok_or_else(|| AppError::bad_request(format!("unknown build status `{s}`")))?,
+        ),
+    };
+    blocking(&state, move |engine| {
+        let builds = engine.store.build_requests(&BuildQuery {
+            status,
+            limit: q.limit.unwrap_or(20).min(1000),
+            ..Default::default()
+        })?;
+        Ok(Json(json!({ "builds": builds })))
+    })
+    .await
+}
+
+#[utoipa::path(get, path = "/api/v1/builds/{id}", summary = "One build request with its partitions and job runs", params(("id" = String, Path, description = "Build request id")), responses((status = 200, body = Object), (status = 404, body = ErrorBody)))]
+async fn get_build(State(state): Shared, Path(id): Path<String>) -> ApiResult<Json<Value>> {
+    blocking(&state, move |engine| Ok(Json(build_details(engine, &id)?))).await
+}
+
+/// A build request with its partitions and job runs (`GET /builds/{id}`, `databuild builds ID`).
+pub fn build_details(engine: &Engine, id: &str) -> ApiResult<Value> {
+    let build = engine
+        .store
+        .build_request(id)?
+        .ok_or_else(|| AppError::not_found(format!("no build request `{id}`")))?;
+    let mut v = serde_json::to_value(&build).expect("rows serialize");
+    v["partitions"] =
+        serde_json::to_value(engine.store.request_partitions(id)?).expect("rows serialize");
+    v["job_runs"] = serde_json::to_value(engine.store.job_runs(&RunQuery {
+        build_request_id: Some(id.to_string()),
+        limit: 100_000,
+        ..Default::default()
+    })?)
+    .expect("rows serialize");
+    Ok(v)
+}
+
+#[utoipa::path(delete, path = "/api/v1/builds/{id}", summary = "Cancel a build request", params(("id" = String, Path, description = "Build request id")), responses((status = 200, description = "`{\"cancelled\": true}`", body = Object), (status = 404, body = ErrorBody), (status = 409, description = "Already ended", body = ErrorBody)))]
+async fn cancel_build(State(state): Shared, Path(id): Path<String>) -> ApiResult<Json<Value>> {
+    blocking(&state, move |engine| {
+        engine.cancel(&id)?;
+        Ok(Json(json!({ "cancelled": true })))
+    })
+    .await
+}
+
+#[utoipa::path(get, path = "/api/v1/builds/{id}/events", summary = "The events of a build request", params(("id" = String, Path, description = "Build request id")), responses((status = 200, description = "`{\"events\": [...]}`", body = Object), (status = 404, body = ErrorBody)))]
+async fn build_events(State(state): Shared, Path(id): Path<String>) -> ApiResult<Json<Value>> {
+    blocking(&state, move |engine| {
+        if engine.store.build_request(&id)?.is_none() {
+            return Err(AppError::not_found(format!("no build request `{id}`")));
+        }
+        let events = engine.store.events(&EventFilter {
+            build_request_id: Some(id),
+            ..Default::default()
+        })?;
+        Ok(Json(json!({ "events": events })))
+    })
+    .await
+}
+
+/// Server-Sent Events: every event of the build as it is appended, until the build ends.
+#[utoipa::path(get, path = "/api/v1/builds/{id}/events/stream", summary = "Server-Sent Events of a build request until it ends", params(("id" = String, Path, description = "Build request id")), responses((status = 200, description = "text/event-stream, one `event` per log event"), (status = 404, body = ErrorBody)))]
+async fn build_event_stream(
+    State(state): Shared,
+    Path(id): Path<String>,
+) -> ApiResult<Sse<impl Stream<Item = Result<SseEvent, std::convert::Infallible>>>> {
+    let exists = {
+        let id = id.clone();
+        blocking(&state, move |engine| {
+            Ok(engine.store.build_request(&id)?.is_some())
+        })
+        .await?
+    };
+    if !exists {
+        return Err(AppError::not_found(format!("no build request `{id}`")));
+    }
+    let engine = state.engine.clone();
+    // State: (last idx sent, finished, pending events).
+    let stream = stream::unfold(
+        (0i64, false, std::collections::VecDeque::new()),
+        move |(mut since, mut finished, mut pending)| {
+            let engine = engine.clone();
+            let id = id.clone();
+            async move {
+                loop {
+                    if let Some(e) = pending.pop_front() {
+                        let event = SseEvent::default()
+                            .event("event")
+                            .data(serde_json::to_string(&e).expect("events serialize"));
+                        return Some((Ok(event), (since, finished, pending)));
+                    }
+                    if finished {
+                        return None;
+                    }
+                    let (events, ended) =
+                        {
+                            let (engine, id) = (engine.clone(), id.clone());
+                            tokio::task::spawn_blocking(move || {
+                                let events = engine
+                                    .store
+                                    .events(&EventFilter {
+                                        build_request_id: Some(id.clone()),
+                                        since: Some(since),
+                                        ..Default::default()
+                                    })
+                                    .unwrap_or_default();
+                                let ended =
+                                    engine.store.build_request(&id).ok().flatten().is_some_and(
+                                        |b| {
+                                            databuild_log::state::is_terminal(
+                                                databuild_log::Kind::BuildRequest,
+                                                b.status,
+                                            ) || (b.analyze_only
+                                                && b.status == Status::AnalysisCompleted)
+                                        },
+                                    );
+                                (events, ended)
+                            })
+                            .await
+                            .unwrap_or_default()
+                        };
+                    if let Some(last) = events.last() {
+                        since = last.idx;
+                    }
+                    // Events read before seeing the end are all the build will have.
+                    finished = ended;
+                    pending.extend(events);
+                    if pending.is_empty() && !finished {
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
+                }
+            }
+        },
+    );
+    Ok(Sse::new(stream).keep_alive(KeepAlive::default()))
+}
+
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AnalyzeBody {
+    pub partitions: Vec<String>,
+    #[serde(default)]
+    pub force: bool,
+}
+
+#[utoipa::path(post, path = "/api/v1/analyze", summary = "Plan without running (recorded as an analysis)", request_body = AnalyzeBody, responses((status = 200, description = "The analyze JSON of contract section 4", body = Object), (status = 400, body = ErrorBody)))]
+async fn analyze(
+    State(state): Shared,
+    ApiJson(body): ApiJson<AnalyzeBody>,
+) -> ApiResult<Json<Value>> {
+    blocking(&state, move |engine| {
+        let refs = parse_refs(engine, &body.partitions)?;
+        let analysis = engine.analyze(&PlanRequest {
+            refs,
+            force: body.force,
+            allow_stale: false,
+        })?;
+        let view = AnalyzeView::new(&analysis.build_request_id, &analysis.plan);
+        Ok(Json(serde_json::to_value(view).expect("plans serialize")))
+    })
+    .await
+}
+
+#[derive(Deserialize)]
+pub struct PartitionsQuery {
+    pattern: Option<String>,
+    status: Option<String>,
+    limit: Option<usize>,
+    after: Option<String>,
+}
+
+#[utoipa::path(get, path = "/api/v1/partitions", summary = "Partitions known to the log, paginated", params(("pattern" = Option<String>, Query, description = "Glob over refs"), ("status" = Option<String>, Query, description = "live, building, failed or tainted"), ("limit" = Option<usize>, Query), ("after" = Option<String>, Query, description = "Cursor: the `next` of the previous page")), responses((status = 200, description = "`{\"partitions\": [...], \"next\": cursor}`", body = Object)))]
+async fn list_partitions(
+    State(state): Shared,
+    Query(q): Query<PartitionsQuery>,
+) -> ApiResult<Json<Value>> {
+    let status = match q.status.as_deref() {
+        None => None,
+        Some(s) => Some(parse_partition_status(s).ok_or_else(|| {
+            AppError::bad_request(format!(
+                "unknown partition status `{s}`; use live, building, failed or tainted"
+            ))
+        })?),
+    };
+    blocking(&state, move |engine| {
+        let page = engine.partition_page(&PartitionQuery {
+            pattern: q.pattern,
+            status,
+            limit: q.limit.unwrap_or(100).min(10_000),
+            after: q.after,
+        })?;
+        Ok(Json(serde_json::to_value(page).expect("pages serialize")))
+    })
+    .await
+}
+
+#[utoipa::path(get, path = "/api/v1/partitions/{partition_ref}/status", summary = "Is this partition live and fresh, and why not", params(("partition_ref" = String, Path, description = "Percent-encoded ref")), responses((status = 200, body = Object), (status = 400, body = ErrorBody)))]
+async fn partition_status(State(state): Shared, Path(r): Path<String>) -> ApiResult<Json<Value>> {
+    blocking(&state, move |engine| {
+        PartitionRef::new(&r).map_err(|e| AppError::bad_request(e.to_string()))?;
+        let report = engine.status(&[r])?.remove(0);
+        Ok(Json(
+            serde_json::to_value(report).expect("reports serialize"),
+        ))
+    })
+    .await
+}
+
+#[utoipa::path(get, path = "/api/v1/partitions/{partition_ref}/events", summary = "The events of a partition", params(("partition_ref" = String, Path, description = "Percent-encoded ref")), responses((status = 200, body = Object)))]
+async fn partition_events(State(state): Shared, Path(r): Path<String>) -> ApiResult<Json<Value>> {
+    blocking(&state, move |engine| {
+        PartitionRef::new(&r).map_err(|e| AppError::bad_request(e.to_string()))?;
+        let events = engine.store.events(&EventFilter {
+            partition_ref: Some(r),
+            ..Default::default()
+        })?;
+        Ok(Json(json!({ "events": events })))
+    })
+    .await
+}
+
+#[derive(Deserialize)]
+pub struct EventsQuery {
+    since: Option<i64>,
+    limit: Option<usize>,
+    from: Option<String>,
+    to: Option<String>,
+    build: Option<String>,
+    partition: Option<String>,
+    job: Option<String>,
+}
+
+fn parse_time(name: &str, value: Option<String>) -> ApiResult<Option<i64>> {
+    value
+        .map(|v| {
+            chrono_ns(&v).ok_or_else(|| {
+                AppError::bad_request(format!(
+                    "`{name}={v}` is not an RFC 3339 time such as 2020-01-01T00:00:00Z"
+                ))
+            })
+        })
+        .transpose()
+}
+
+fn chrono_ns(text: &str) -> Option<i64> {
+    databuild_exec::engine::parse_rfc3339(text)
+}
+
+#[utoipa::path(get, path = "/api/v1/events", summary = "Events, filtered and paginated", params(("since" = Option<i64>, Query), ("limit" = Option<usize>, Query), ("from" = Option<String>, Query, description = "RFC 3339"), ("to" = Option<String>, Query, description = "RFC 3339"), ("build" = Option<String>, Query), ("partition" = Option<String>, Query), ("job" = Option<String>, Query)), responses((status = 200, description = "`{\"events\": [...], \"next\": idx}`", body = Object), (status = 400, body = ErrorBody)))]
+async fn list_events(State(state): Shared, Query(q): Query<EventsQuery>) -> ApiResult<Json<Value>> {
+    let from = parse_time("from", q.from)?;
+    let to = parse_time("to", q.to)?;
+    blocking(&state, move |engine| {
+        let limit = q.limit.unwrap_or(1000).min(10_000);
+        let events = engine.store.events(&EventFilter {
+            since: q.since,
+            limit: Some(limit),
+            build_request_id: q.build,
+            partition_ref: q.partition,
+            job: q.job,
+            job_run_id: None,
+            from,
+            to,
+        })?;
+        let next = events.last().map(|e| e.idx);
+        Ok(Json(json!({ "events": events, "next": next })))
+    })
+    .await
+}
+
+#[utoipa::path(get, path = "/api/v1/jobs", summary = "Metrics of every job",  responses((status = 200, body = Object)))]
+async fn list_jobs(State(state): Shared) -> ApiResult<Json<Value>> {
+    blocking(&state, |engine| {
+        Ok(Json(json!({ "jobs": engine.store.job_stats(None)? })))
+    })
+    .await
+}
+
+#[utoipa::path(get, path = "/api/v1/jobs/{name}", summary = "One job: metrics and recent runs", params(("name" = String, Path)), responses((status = 200, body = Object), (status = 404, body = ErrorBody)))]
+async fn get_job(State(state): Shared, Path(name): Path<String>) -> ApiResult<Json<Value>> {
+    blocking(&state, move |engine| {
+        if engine.graph.job(&name).is_none() {
+            return Err(AppError::not_found(format!("no job `{name}` in the graph")));
+        }
+        let stats = engine.store.job_stats(Some(&name))?;
+        let runs = engine.store.job_runs(&RunQuery {
+            job: Some(name),
+            limit: 20,
+            ..Default::default()
+        })?;
+        Ok(Json(json!({ "job": stats.first(), "runs": runs })))
+    })
+    .await
+}
+
+#[utoipa::path(get, path = "/api/v1/jobs/{name}/runs", summary = "A job's run history", params(("name" = String, Path), ("limit" = Option<usize>, Query)), responses((status = 200, body = Object), (status = 404, body = ErrorBody)))]
+async fn job_runs(
+    State(state): Shared,
+    Path(name): Path<String>,
+    Query(q): Query<ListQuery>,
+) -> ApiResult<Json<Value>> {
+    blocking(&state, move |engine| {
+        if engine.graph.job(&name).is_none() {
+            return Err(AppError::not_found(format!("no job `{name}` in the graph")));
+        }
+        let runs = engine.store.job_runs(&RunQuery {
+            job: Some(name),
+            limit: q.limit.unwrap_or(100).min(10_000),
+            ..Default::default()
+        })?;
+        Ok(Json(json!({ "runs": runs })))
+    })
+    .await
+}
+
+#[utoipa::path(get, path = "/api/v1/job-runs/{id}", summary = "One job run", params(("id" = String, Path)), responses((status = 200, body = Object), (status = 404, body = ErrorBody)))]
+async fn get_run(State(state): Shared, Path(id): Path<String>) -> ApiResult<Json<Value>> {
+    blocking(&state, move |engine| {
+        let run = engine
+            .store
+            .job_run(&id)?
+            .ok_or_else(|| AppError::not_found(format!("no job run `{id}`")))?;
+        Ok(Json(serde_json::to_value(run).expect("rows serialize")))
+    })
+    .await
+}
+
+/// The most of a run's log this endpoint returns (its tail).
+const LOG_TAIL: u64 = 1024 * 1024;
+
+#[utoipa::path(get, path = "/api/v1/job-runs/{id}/log", summary = "A job run's log (its last MiB)", params(("id" = String, Path)), responses((status = 200, description = "text/plain"), (status = 404, body = ErrorBody)))]
+async fn run_log(State(state): Shared, Path(id): Path<String>) -> ApiResult<Response> {
+    let text = blocking(&state, move |engine| {
+        let run = engine
+            .store
+            .job_run(&id)?
+            .ok_or_else(|| AppError::not_found(format!("no job run `{id}`")))?;
+        let Some(path) = run.log_path else {
+            return Err(AppError::not_found(format!(
+                "job run `{id}` has no log (it never started)"
+            )));
+        };
+        databuild_exec::engine::read_tail(std::path::Path::new(&path), LOG_TAIL).map_err(|e| {
+            AppError::not_found(format!("the log of job run `{id}` cannot be read: {e}"))
+        })
+    })
+    .await?;
+    let mut headers = HeaderMap::new();
+    headers.insert(
+        header::CONTENT_TYPE,
+        "text/plain; charset=utf-8".parse().expect("valid header"),
+    );
+    Ok((headers, text).into_response())
+}
+
+#[utoipa::path(get, path = "/api/v1/datasets", summary = "Every dataset and job output, with partition counts by status",  responses((status = 200, body = Object)))]
+async fn list_datasets(State(state): Shared) -> ApiResult<Json<Value>> {
+    blocking(&state, |engine| {
+        Ok(Json(json!({ "datasets": engine.datasets()? })))
+    })
+    .await
+}
+
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SqlBody {
+    pub query: String,
+    pub max_rows: Option<usize>,
+}
+
+#[utoipa::path(post, path = "/api/v1/sql", summary = "Read-only SQL over the event log", request_body = SqlBody, responses((status = 200, description = "`{\"columns\": [], \"rows\": [[]]}`", body = Object), (status = 400, description = "Refused or invalid", body = ErrorBody)))]
+async fn sql(State(state): Shared, ApiJson(body): ApiJson<SqlBody>) -> ApiResult<Json<Value>> {
+    blocking(&state, move |engine| {
+        let result = engine.store.sql(
+            &body.query,
+            SqlLimits {
+                max_rows: body.max_rows.unwrap_or(10_000).min(100_000),
+                ..Default::default()
+            },
+        )?;
+        Ok(Json(
+            serde_json::to_value(result).expect("results serialize"),
+        ))
+    })
+    .await
+}

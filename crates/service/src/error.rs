@@ -1,0 +1,134 @@
+//! One error type for every handler: a status, a machine-readable code and a message, sent as
+//! `{"error": "...", "code": "..."}`. Internal failures are logged and answered generically.
+
+use axum::extract::rejection::JsonRejection;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use databuild_exec::EngineError;
+use databuild_log::LogError;
+
+/// The body of every error answer.
+#[derive(serde::Serialize, utoipa::ToSchema)]
+pub struct ErrorBody {
+    /// What went wrong, in one sentence.
+    pub error: String,
+    /// A stable, machine-readable code: `bad_request`, `bad_json`, `not_found`, `unauthorized`,
+    /// `unplannable`, `sql_refused`, `already_ended`, `too_large`, `internal`...
+    pub code: String,
+}
+
+#[derive(Debug)]
+pub struct AppError {
+    pub status: StatusCode,
+    pub code: &'static str,
+    pub message: String,
+}
+
+impl AppError {
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        AppError {
+            status: StatusCode::BAD_REQUEST,
+            code: "bad_request",
+            message: message.into(),
+        }
+    }
+
+    pub fn not_found(message: impl Into<String>) -> Self {
+        AppError {
+            status: StatusCode::NOT_FOUND,
+            code: "not_found",
+            message: message.into(),
+        }
+    }
+
+    pub fn unauthorized() -> Self {
+        AppError {
+            status: StatusCode::UNAUTHORIZED,
+            code: "unauthorized",
+            message: "this request needs `Authorization: Bearer <DATABUILD_TOKEN>`".into(),
+        }
+    }
+
+    fn internal(detail: impl std::fmt::Display) -> Self {
+        eprintln!("internal error: {detail}");
+        AppError {
+            status: StatusCode::INTERNAL_SERVER_ERROR,
+            code: "internal",
+            message: "internal error; see the service's log".into(),
+        }
+    }
+}
+
+impl IntoResponse for AppError {
+    fn into_response(self) -> Response {
+        let body = ErrorBody {
+            error: self.message,
+            code: self.code.to_string(),
+        };
+        (self.status, Json(body)).into_response()
+    }
+}
+
+impl From<JsonRejection> for AppError {
+    fn from(r: JsonRejection) -> Self {
+        let status = r.status();
+        AppError {
+            status: if status == StatusCode::PAYLOAD_TOO_LARGE {
+                status
+            } else {
+                StatusCode::BAD_REQUEST
+            },
+            code: if status == StatusCode::PAYLOAD_TOO_LARGE {
+                "too_large"
+            } else {
+                "bad_json"
+            },
+            message: r.body_text(),
+        }
+    }
+}
+
+impl From<LogError> for AppError {
+    fn from(e: LogError) -> Self {
+        match e {
+            LogError::Sql(m) => AppError {
+                status: StatusCode::BAD_REQUEST,
+                code: "sql_refused",
+                message: m,
+            },
+            LogError::Refused { reason, .. } => AppError {
+                status: StatusCode::CONFLICT,
+                code: "refused",
+                message: reason,
+            },
+            other => AppError::internal(other),
+        }
+    }
+}
+
+impl From<EngineError> for AppError {
+    fn from(e: EngineError) -> Self {
+        match e {
+            EngineError::Log(l) => l.into(),
+            EngineError::Plan(p) => AppError {
+                status: StatusCode::BAD_REQUEST,
+                code: "unplannable",
+                message: format!("cannot plan: {p}"),
+            },
+            EngineError::Invalid(m) if m.starts_with("no build request") => AppError::not_found(m),
+            EngineError::Invalid(m) if m.contains("already ended") => AppError {
+                status: StatusCode::CONFLICT,
+                code: "already_ended",
+                message: m,
+            },
+            EngineError::Invalid(m) => AppError::bad_request(m),
+        }
+    }
+}
+
+impl From<tokio::task::JoinError> for AppError {
+    fn from(e: tokio::task::JoinError) -> Self {
+        AppError::internal(e)
+    }
+}

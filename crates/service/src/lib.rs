@@ -1,0 +1,111 @@
+//! The build graph service: the HTTP API of contract section 6 over the same [`Engine`] the CLI
+//! uses, so a build requested here gives the same events as one run by `databuild build`.
+//!
+//! - [`app`] builds the router (testable without a socket); [`serve`] binds it and handles
+//!   shutdown: stop taking requests, cancel running builds (recorded), exit.
+//! - [`api`] holds the handlers; [`error::AppError`] turns every failure into a JSON error.
+//! - Builds run on their own threads ([`Builds`]); the engine is synchronous, so handlers reach it
+//!   through `spawn_blocking`.
+
+pub mod api;
+pub mod error;
+mod metrics;
+mod openapi;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use databuild_exec::Engine;
+
+/// Requests larger than this are refused (413).
+pub const BODY_LIMIT: usize = 1024 * 1024;
+
+/// How long shutdown waits for running builds to record their cancellation.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(9);
+
+/// Builds this process is running, by id, with the flag that interrupts each.
+#[derive(Default)]
+pub struct Builds {
+    running: Mutex<HashMap<String, (Arc<AtomicBool>, JoinHandle<()>)>>,
+}
+
+impl Builds {
+    fn add(&self, id: String, interrupt: Arc<AtomicBool>, handle: JoinHandle<()>) {
+        let mut running = self.running.lock().expect("builds lock");
+        running.retain(|_, (_, h)| !h.is_finished());
+        running.insert(id, (interrupt, handle));
+    }
+
+    /// Interrupts every running build and waits (up to `grace`) for them to record it.
+    pub fn cancel_all(&self, grace: Duration) {
+        let running: Vec<_> = self.running.lock().expect("builds lock").drain().collect();
+        for (_, (flag, _)) in &running {
+            flag.store(true, Ordering::SeqCst);
+        }
+        let deadline = Instant::now() + grace;
+        for (_, (_, handle)) in running {
+            while !handle.is_finished() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+    }
+}
+
+pub struct AppState {
+    pub engine: Arc<Engine>,
+    /// When set, mutating requests need `Authorization: Bearer <token>`.
+    pub token: Option<String>,
+    pub builds: Builds,
+}
+
+pub fn app(state: Arc<AppState>) -> Router {
+    api::router(state)
+}
+
+/// Serves until SIGTERM or SIGINT, then cancels running builds and returns.
+pub async fn serve(
+    engine: Engine,
+    bind: SocketAddr,
+    token: Option<String>,
+    on_ready: impl FnOnce(SocketAddr),
+) -> anyhow::Result<()> {
+    let engine = Arc::new(engine);
+    // Builds left unfinished by a crashed process are closed before new ones start.
+    let closed = {
+        let engine = engine.clone();
+        tokio::task::spawn_blocking(move || engine.close_abandoned_builds()).await??
+    };
+    if closed > 0 {
+        eprintln!("closed {closed} build request(s) left unfinished by a process that is gone");
+    }
+    let state = Arc::new(AppState {
+        engine,
+        token,
+        builds: Builds::default(),
+    });
+    let listener = tokio::net::TcpListener::bind(bind)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot listen on {bind}: {e}"))?;
+    on_ready(listener.local_addr()?);
+    axum::serve(listener, app(state.clone()))
+        .with_graceful_shutdown(shutdown_signal())
+        .await?;
+    let state2 = state.clone();
+    tokio::task::spawn_blocking(move || state2.builds.cancel_all(SHUTDOWN_GRACE)).await?;
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
+    let mut int = signal(SignalKind::interrupt()).expect("SIGINT handler");
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+}

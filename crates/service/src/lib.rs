@@ -28,10 +28,13 @@ pub const BODY_LIMIT: usize = 1024 * 1024;
 /// How long shutdown waits for running builds to record their cancellation.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(9);
 
-/// Builds this process is running, by id, with the flag that interrupts each.
+/// A build running on its own thread, and the flag that interrupts it.
+type RunningBuild = (Arc<AtomicBool>, JoinHandle<()>);
+
+/// Builds this process is running, by id.
 #[derive(Default)]
 pub struct Builds {
-    running: Mutex<HashMap<String, (Arc<AtomicBool>, JoinHandle<()>)>>,
+    running: Mutex<HashMap<String, RunningBuild>>,
 }
 
 impl Builds {

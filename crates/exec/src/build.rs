@@ -1262,20 +1262,13 @@ impl<'e> Scheduler<'e> {
                 self.cancel_downstream(i, &reason)?;
             }
         }
-        let mut built = Vec::new();
         let mut failed_outputs = FxHashSet::default();
         for n in &self.nodes {
-            for o in &n.run.outputs {
-                match n.state {
-                    State::Done => built.push(o.to_string()),
-                    State::Failed | State::Cancelled => {
-                        failed_outputs.insert(o.to_string());
-                    }
-                    _ => {}
-                }
+            if matches!(n.state, State::Failed | State::Cancelled) {
+                failed_outputs.extend(n.run.outputs.iter().map(|o| o.to_string()));
             }
         }
-        let mut failed = Vec::new();
+        let mut failed = false;
         let mut events = Vec::new();
         for w in &self.waits {
             if !w.done {
@@ -1292,7 +1285,7 @@ impl<'e> Scheduler<'e> {
                 .is_some_and(|p| p.status == Status::Available)
                 || self.skipped.iter().any(|s| s == r.as_str());
             if !live {
-                failed.push(r.to_string());
+                failed = true;
                 // Requested refs that no run of ours ended (a failed delegation, say) end here.
                 let ended = failed_outputs.contains(r.as_str())
                     || self.by_output.contains_key(r.as_str())
@@ -1307,31 +1300,78 @@ impl<'e> Scheduler<'e> {
         }
         let status = if self.cancelled {
             Status::Cancelled
-        } else if failed.is_empty() {
-            Status::Completed
-        } else {
+        } else if failed {
             Status::Failed
-        };
-        let message = match status {
-            Status::Completed => None,
-            _ => Some(reason),
+        } else {
+            Status::Completed
         };
         if !self.cancelled_outside {
             let mut e = Event::build_request(&self.id, status);
-            if let Some(m) = &message {
-                e = e.with_message(m.clone());
+            if status != Status::Completed {
+                e = e.with_message(reason);
             }
             events.push(e);
         }
         self.append(events)?;
-        Ok(BuildSummary {
-            build_request_id: self.id.clone(),
-            status,
-            built,
-            skipped: std::mem::take(&mut self.skipped),
-            delegated: std::mem::take(&mut self.delegated),
-            failed,
-            message,
-        })
+        Ok(self
+            .engine
+            .summary(&self.id)?
+            .expect("the build request was recorded"))    }
+}
+
+impl Engine {
+    /// What a build request did, read back from the log: the same answer for the process that ran
+    /// it, for the service, and for anyone asking later.
+    pub fn summary(&self, id: &str) -> Result<Option<BuildSummary>> {
+        let Some(build) = self.store.build_request(id)? else {
+            return Ok(None);
+        };
+        let mut runs = self.store.job_runs(&RunQuery {
+            build_request_id: Some(id.to_string()),
+            limit: 10_000_000,
+            ..Default::default()
+        })?;
+        runs.reverse();
+        let delegated: Vec<String> = {
+            let mut seen = FxHashSet::default();
+            self.store
+                .events(&databuild_log::EventFilter {
+                    build_request_id: Some(id.to_string()),
+                    ..Default::default()
+                })?
+                .into_iter()
+                .filter(|e| e.kind == databuild_log::Kind::Delegation)
+                .filter_map(|e| e.partition_ref)
+                .filter(|r| seen.insert(r.clone()))
+                .collect()
+        };
+        let outputs_of = |status: Status| -> Vec<String> {
+            runs.iter()
+                .filter(|r| r.status == status)
+                .flat_map(|r| r.outputs.iter().cloned())
+                .filter(|o| !delegated.contains(o))
+                .collect()
+        };
+        let available: FxHashSet<String> = self
+            .store
+            .request_partitions(id)?
+            .into_iter()
+            .filter(|p| p.status == Status::Available)
+            .map(|p| p.partition_ref)
+            .collect();
+        Ok(Some(BuildSummary {
+            build_request_id: id.to_string(),
+            status: build.status,
+            built: outputs_of(Status::Completed),
+            skipped: outputs_of(Status::Skipped),
+            failed: build
+                .requested_partitions
+                .iter()
+                .filter(|r| !available.contains(*r))
+                .cloned()
+                .collect(),
+            delegated,
+            message: build.message,
+        }))
     }
 }

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::{FromRequest, Path, Query, Request, State};
-use axum::http::{header, HeaderMap, Method, StatusCode};
+use axum::http::{header, Method, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
@@ -16,7 +16,7 @@ use databuild_exec::build::{BuildOptions, Quiet};
 use databuild_exec::local::LocalExecutor;
 use databuild_exec::views::{parse_partition_status, AnalyzeView};
 use databuild_exec::Engine;
-use databuild_log::{BuildQuery, EventFilter, PartitionQuery, RunQuery, SqlLimits, Status};
+use databuild_log::{EventFilter, PartitionQuery, Status};
 use futures_util::stream::{self, Stream};
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -24,10 +24,10 @@ use tower_http::limit::RequestBodyLimitLayer;
 use utoipa::ToSchema;
 
 use crate::error::{AppError, ErrorBody};
+use crate::views::{self, ApiResult};
 use crate::AppState;
 
 type Shared = State<Arc<AppState>>;
-type ApiResult<T> = Result<T, AppError>;
 
 /// A JSON body whose rejection is an [`AppError`].
 #[derive(FromRequest)]
@@ -44,6 +44,9 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/partitions", get(list_partitions))
         .route("/partitions/{partition_ref}/status", get(partition_status))
         .route("/partitions/{partition_ref}/events", get(partition_events))
+        .route("/partitions/{partition_ref}/explain", get(partition_explain))
+        .route("/partitions/taint", post(taint))
+        .route("/graph", get(graph))
         .route("/events", get(list_events))
         .route("/jobs", get(list_jobs))
         .route("/jobs/{name}", get(get_job))
@@ -182,62 +185,24 @@ async fn list_builds(State(state): Shared, Query(q): Query<ListQuery>) -> ApiRes
                 .ok_or_else(|| AppError::bad_request(format!("unknown build status `{s}`")))?,
         ),
     };
-    blocking(&state, move |engine| {
-        let builds = engine.store.build_requests(&BuildQuery {
-            status,
-            limit: q.limit.unwrap_or(20).min(1000),
-            ..Default::default()
-        })?;
-        Ok(Json(json!({ "builds": builds })))
-    })
-    .await
+    let limit = q.limit.unwrap_or(20).min(1000);
+    blocking(&state, move |engine| views::builds(engine, status, limit).map(Json)).await
 }
 
 #[utoipa::path(get, path = "/api/v1/builds/{id}", summary = "One build request with its partitions and job runs", params(("id" = String, Path, description = "Build request id")), responses((status = 200, body = Object), (status = 404, body = ErrorBody)))]
 async fn get_build(State(state): Shared, Path(id): Path<String>) -> ApiResult<Json<Value>> {
-    blocking(&state, move |engine| Ok(Json(build_details(engine, &id)?))).await
+    blocking(&state, move |engine| views::build(engine, &id).map(Json)).await
 }
 
-/// A build request with its partitions and job runs (`GET /builds/{id}`, `databuild builds ID`).
-pub fn build_details(engine: &Engine, id: &str) -> ApiResult<Value> {
-    let build = engine
-        .store
-        .build_request(id)?
-        .ok_or_else(|| AppError::not_found(format!("no build request `{id}`")))?;
-    let mut v = serde_json::to_value(&build).expect("rows serialize");
-    v["partitions"] =
-        serde_json::to_value(engine.store.request_partitions(id)?).expect("rows serialize");
-    v["job_runs"] = serde_json::to_value(engine.store.job_runs(&RunQuery {
-        build_request_id: Some(id.to_string()),
-        limit: 100_000,
-        ..Default::default()
-    })?)
-    .expect("rows serialize");
-    Ok(v)
-}
 
 #[utoipa::path(delete, path = "/api/v1/builds/{id}", summary = "Cancel a build request", params(("id" = String, Path, description = "Build request id")), responses((status = 200, description = "`{\"cancelled\": true}`", body = Object), (status = 404, body = ErrorBody), (status = 409, description = "Already ended", body = ErrorBody)))]
 async fn cancel_build(State(state): Shared, Path(id): Path<String>) -> ApiResult<Json<Value>> {
-    blocking(&state, move |engine| {
-        engine.cancel(&id)?;
-        Ok(Json(json!({ "cancelled": true })))
-    })
-    .await
+    blocking(&state, move |engine| views::cancel(engine, &id).map(Json)).await
 }
 
 #[utoipa::path(get, path = "/api/v1/builds/{id}/events", summary = "The events of a build request", params(("id" = String, Path, description = "Build request id")), responses((status = 200, description = "`{\"events\": [...]}`", body = Object), (status = 404, body = ErrorBody)))]
 async fn build_events(State(state): Shared, Path(id): Path<String>) -> ApiResult<Json<Value>> {
-    blocking(&state, move |engine| {
-        if engine.store.build_request(&id)?.is_none() {
-            return Err(AppError::not_found(format!("no build request `{id}`")));
-        }
-        let events = engine.store.events(&EventFilter {
-            build_request_id: Some(id),
-            ..Default::default()
-        })?;
-        Ok(Json(json!({ "events": events })))
-    })
-    .await
+    blocking(&state, move |engine| views::build_events(engine, &id).map(Json)).await
 }
 
 /// Server-Sent Events: every event of the build as it is appended, until the build ends.
@@ -352,10 +317,7 @@ pub struct PartitionsQuery {
 }
 
 #[utoipa::path(get, path = "/api/v1/partitions", summary = "Partitions known to the log, paginated", params(("pattern" = Option<String>, Query, description = "Glob over refs"), ("status" = Option<String>, Query, description = "live, building, failed or tainted"), ("limit" = Option<usize>, Query), ("after" = Option<String>, Query, description = "Cursor: the `next` of the previous page")), responses((status = 200, description = "`{\"partitions\": [...], \"next\": cursor}`", body = Object)))]
-async fn list_partitions(
-    State(state): Shared,
-    Query(q): Query<PartitionsQuery>,
-) -> ApiResult<Json<Value>> {
+async fn list_partitions(State(state): Shared, Query(q): Query<PartitionsQuery>) -> ApiResult<Json<Value>> {
     let status = match q.status.as_deref() {
         None => None,
         Some(s) => Some(parse_partition_status(s).ok_or_else(|| {
@@ -364,41 +326,60 @@ async fn list_partitions(
             ))
         })?),
     };
-    blocking(&state, move |engine| {
-        let page = engine.partition_page(&PartitionQuery {
-            pattern: q.pattern,
-            status,
-            limit: q.limit.unwrap_or(100).min(10_000),
-            after: q.after,
-        })?;
-        Ok(Json(serde_json::to_value(page).expect("pages serialize")))
-    })
-    .await
+    let query = PartitionQuery {
+        pattern: q.pattern,
+        status,
+        limit: q.limit.unwrap_or(100).min(10_000),
+        after: q.after,
+    };
+    blocking(&state, move |engine| views::partitions(engine, &query).map(Json)).await
 }
 
 #[utoipa::path(get, path = "/api/v1/partitions/{partition_ref}/status", summary = "Is this partition live and fresh, and why not", params(("partition_ref" = String, Path, description = "Percent-encoded ref")), responses((status = 200, body = Object), (status = 400, body = ErrorBody)))]
 async fn partition_status(State(state): Shared, Path(r): Path<String>) -> ApiResult<Json<Value>> {
-    blocking(&state, move |engine| {
-        PartitionRef::new(&r).map_err(|e| AppError::bad_request(e.to_string()))?;
-        let report = engine.status(&[r])?.remove(0);
-        Ok(Json(
-            serde_json::to_value(report).expect("reports serialize"),
-        ))
-    })
-    .await
+    blocking(&state, move |engine| views::status(engine, &r).map(Json)).await
 }
 
 #[utoipa::path(get, path = "/api/v1/partitions/{partition_ref}/events", summary = "The events of a partition", params(("partition_ref" = String, Path, description = "Percent-encoded ref")), responses((status = 200, body = Object)))]
 async fn partition_events(State(state): Shared, Path(r): Path<String>) -> ApiResult<Json<Value>> {
+    blocking(&state, move |engine| views::partition_events(engine, &r).map(Json)).await
+}
+
+#[utoipa::path(get, path = "/api/v1/partitions/{partition_ref}/explain", summary = "Why a partition is in its state: the run that built it, its inputs, what a build would run", params(("partition_ref" = String, Path, description = "Percent-encoded ref")), responses((status = 200, body = Object), (status = 400, body = ErrorBody)))]
+async fn partition_explain(State(state): Shared, Path(r): Path<String>) -> ApiResult<Json<Value>> {
+    blocking(&state, move |engine| views::explain(engine, &r).map(Json)).await
+}
+
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TaintBody {
+    pub partitions: Vec<String>,
+    pub reason: Option<String>,
+}
+
+#[utoipa::path(post, path = "/api/v1/partitions/taint", summary = "Mark partitions invalid", request_body = TaintBody, responses((status = 200, description = "`{\"events\": [...]}`", body = Object), (status = 400, body = ErrorBody)))]
+async fn taint(State(state): Shared, ApiJson(body): ApiJson<TaintBody>) -> ApiResult<Json<Value>> {
     blocking(&state, move |engine| {
-        PartitionRef::new(&r).map_err(|e| AppError::bad_request(e.to_string()))?;
-        let events = engine.store.events(&EventFilter {
-            partition_ref: Some(r),
-            ..Default::default()
-        })?;
-        Ok(Json(json!({ "events": events })))
+        views::taint(engine, &body.partitions, body.reason.as_deref()).map(Json)
     })
     .await
+}
+
+#[derive(Deserialize)]
+pub struct GraphQuery {
+    format: Option<String>,
+}
+
+#[utoipa::path(get, path = "/api/v1/graph", summary = "The job graph as DOT, Mermaid or JSON", params(("format" = Option<String>, Query, description = "dot (default), mermaid or json")), responses((status = 200, description = "The drawing"), (status = 400, body = ErrorBody)))]
+async fn graph(State(state): Shared, Query(q): Query<GraphQuery>) -> ApiResult<Response> {
+    use databuild_core::render::{render, Format};
+    let format = match q.format.as_deref().unwrap_or("dot") {
+        "dot" => Format::Dot,
+        "mermaid" => Format::Mermaid,
+        "json" => Format::Json,
+        other => return Err(AppError::bad_request(format!("unknown graph format `{other}`; use dot, mermaid or json"))),
+    };
+    Ok(render(&state.engine.graph, format).into_response())
 }
 
 #[derive(Deserialize)]
@@ -410,6 +391,7 @@ pub struct EventsQuery {
     build: Option<String>,
     partition: Option<String>,
     job: Option<String>,
+    run: Option<String>,
 }
 
 fn parse_time(name: &str, value: Option<String>) -> ApiResult<Option<i64>> {
@@ -428,51 +410,29 @@ fn chrono_ns(text: &str) -> Option<i64> {
     databuild_exec::engine::parse_rfc3339(text)
 }
 
-#[utoipa::path(get, path = "/api/v1/events", summary = "Events, filtered and paginated", params(("since" = Option<i64>, Query), ("limit" = Option<usize>, Query), ("from" = Option<String>, Query, description = "RFC 3339"), ("to" = Option<String>, Query, description = "RFC 3339"), ("build" = Option<String>, Query), ("partition" = Option<String>, Query), ("job" = Option<String>, Query)), responses((status = 200, description = "`{\"events\": [...], \"next\": idx}`", body = Object), (status = 400, body = ErrorBody)))]
+#[utoipa::path(get, path = "/api/v1/events", summary = "Events, filtered and paginated", params(("since" = Option<i64>, Query), ("limit" = Option<usize>, Query), ("from" = Option<String>, Query, description = "RFC 3339"), ("to" = Option<String>, Query, description = "RFC 3339"), ("build" = Option<String>, Query), ("partition" = Option<String>, Query), ("job" = Option<String>, Query), ("run" = Option<String>, Query)), responses((status = 200, description = "`{\"events\": [...], \"next\": idx}`", body = Object), (status = 400, body = ErrorBody)))]
 async fn list_events(State(state): Shared, Query(q): Query<EventsQuery>) -> ApiResult<Json<Value>> {
-    let from = parse_time("from", q.from)?;
-    let to = parse_time("to", q.to)?;
-    blocking(&state, move |engine| {
-        let limit = q.limit.unwrap_or(1000).min(10_000);
-        let events = engine.store.events(&EventFilter {
-            since: q.since,
-            limit: Some(limit),
-            build_request_id: q.build,
-            partition_ref: q.partition,
-            job: q.job,
-            job_run_id: None,
-            from,
-            to,
-        })?;
-        let next = events.last().map(|e| e.idx);
-        Ok(Json(json!({ "events": events, "next": next })))
-    })
-    .await
+    let filter = EventFilter {
+        since: q.since,
+        limit: Some(q.limit.unwrap_or(1000).min(10_000)),
+        build_request_id: q.build,
+        partition_ref: q.partition,
+        job: q.job,
+        job_run_id: q.run,
+        from: parse_time("from", q.from)?,
+        to: parse_time("to", q.to)?,
+    };
+    blocking(&state, move |engine| views::events(engine, &filter).map(Json)).await
 }
 
 #[utoipa::path(get, path = "/api/v1/jobs", summary = "Metrics of every job",  responses((status = 200, body = Object)))]
 async fn list_jobs(State(state): Shared) -> ApiResult<Json<Value>> {
-    blocking(&state, |engine| {
-        Ok(Json(json!({ "jobs": engine.store.job_stats(None)? })))
-    })
-    .await
+    blocking(&state, |engine| views::jobs(engine).map(Json)).await
 }
 
 #[utoipa::path(get, path = "/api/v1/jobs/{name}", summary = "One job: metrics and recent runs", params(("name" = String, Path)), responses((status = 200, body = Object), (status = 404, body = ErrorBody)))]
 async fn get_job(State(state): Shared, Path(name): Path<String>) -> ApiResult<Json<Value>> {
-    blocking(&state, move |engine| {
-        if engine.graph.job(&name).is_none() {
-            return Err(AppError::not_found(format!("no job `{name}` in the graph")));
-        }
-        let stats = engine.store.job_stats(Some(&name))?;
-        let runs = engine.store.job_runs(&RunQuery {
-            job: Some(name),
-            limit: 20,
-            ..Default::default()
-        })?;
-        Ok(Json(json!({ "job": stats.first(), "runs": runs })))
-    })
-    .await
+    blocking(&state, move |engine| views::job(engine, &name).map(Json)).await
 }
 
 #[utoipa::path(get, path = "/api/v1/jobs/{name}/runs", summary = "A job's run history", params(("name" = String, Path), ("limit" = Option<usize>, Query)), responses((status = 200, body = Object), (status = 404, body = ErrorBody)))]
@@ -481,66 +441,24 @@ async fn job_runs(
     Path(name): Path<String>,
     Query(q): Query<ListQuery>,
 ) -> ApiResult<Json<Value>> {
-    blocking(&state, move |engine| {
-        if engine.graph.job(&name).is_none() {
-            return Err(AppError::not_found(format!("no job `{name}` in the graph")));
-        }
-        let runs = engine.store.job_runs(&RunQuery {
-            job: Some(name),
-            limit: q.limit.unwrap_or(100).min(10_000),
-            ..Default::default()
-        })?;
-        Ok(Json(json!({ "runs": runs })))
-    })
-    .await
+    let limit = q.limit.unwrap_or(100).min(10_000);
+    blocking(&state, move |engine| views::job_runs(engine, &name, limit).map(Json)).await
 }
 
 #[utoipa::path(get, path = "/api/v1/job-runs/{id}", summary = "One job run", params(("id" = String, Path)), responses((status = 200, body = Object), (status = 404, body = ErrorBody)))]
 async fn get_run(State(state): Shared, Path(id): Path<String>) -> ApiResult<Json<Value>> {
-    blocking(&state, move |engine| {
-        let run = engine
-            .store
-            .job_run(&id)?
-            .ok_or_else(|| AppError::not_found(format!("no job run `{id}`")))?;
-        Ok(Json(serde_json::to_value(run).expect("rows serialize")))
-    })
-    .await
+    blocking(&state, move |engine| views::run(engine, &id).map(Json)).await
 }
-
-/// The most of a run's log this endpoint returns (its tail).
-const LOG_TAIL: u64 = 1024 * 1024;
 
 #[utoipa::path(get, path = "/api/v1/job-runs/{id}/log", summary = "A job run's log (its last MiB)", params(("id" = String, Path)), responses((status = 200, description = "text/plain"), (status = 404, body = ErrorBody)))]
 async fn run_log(State(state): Shared, Path(id): Path<String>) -> ApiResult<Response> {
-    let text = blocking(&state, move |engine| {
-        let run = engine
-            .store
-            .job_run(&id)?
-            .ok_or_else(|| AppError::not_found(format!("no job run `{id}`")))?;
-        let Some(path) = run.log_path else {
-            return Err(AppError::not_found(format!(
-                "job run `{id}` has no log (it never started)"
-            )));
-        };
-        databuild_exec::engine::read_tail(std::path::Path::new(&path), LOG_TAIL).map_err(|e| {
-            AppError::not_found(format!("the log of job run `{id}` cannot be read: {e}"))
-        })
-    })
-    .await?;
-    let mut headers = HeaderMap::new();
-    headers.insert(
-        header::CONTENT_TYPE,
-        "text/plain; charset=utf-8".parse().expect("valid header"),
-    );
-    Ok((headers, text).into_response())
+    let text = blocking(&state, move |engine| views::run_log(engine, &id)).await?;
+    Ok(([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], text).into_response())
 }
 
 #[utoipa::path(get, path = "/api/v1/datasets", summary = "Every dataset and job output, with partition counts by status",  responses((status = 200, body = Object)))]
 async fn list_datasets(State(state): Shared) -> ApiResult<Json<Value>> {
-    blocking(&state, |engine| {
-        Ok(Json(json!({ "datasets": engine.datasets()? })))
-    })
-    .await
+    blocking(&state, |engine| views::datasets(engine).map(Json)).await
 }
 
 #[derive(Deserialize, ToSchema)]
@@ -552,17 +470,6 @@ pub struct SqlBody {
 
 #[utoipa::path(post, path = "/api/v1/sql", summary = "Read-only SQL over the event log", request_body = SqlBody, responses((status = 200, description = "`{\"columns\": [], \"rows\": [[]]}`", body = Object), (status = 400, description = "Refused or invalid", body = ErrorBody)))]
 async fn sql(State(state): Shared, ApiJson(body): ApiJson<SqlBody>) -> ApiResult<Json<Value>> {
-    blocking(&state, move |engine| {
-        let result = engine.store.sql(
-            &body.query,
-            SqlLimits {
-                max_rows: body.max_rows.unwrap_or(10_000).min(100_000),
-                ..Default::default()
-            },
-        )?;
-        Ok(Json(
-            serde_json::to_value(result).expect("results serialize"),
-        ))
-    })
-    .await
+    let max_rows = body.max_rows.unwrap_or(10_000).min(100_000);
+    blocking(&state, move |engine| views::sql(engine, &body.query, max_rows).map(Json)).await
 }

@@ -11,6 +11,7 @@ pub mod api;
 pub mod error;
 mod metrics;
 mod openapi;
+pub mod views;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;

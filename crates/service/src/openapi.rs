@@ -3,7 +3,7 @@
 use axum::Json;
 use utoipa::OpenApi;
 
-use crate::api::{AnalyzeBody, BuildBody, SqlBody};
+use crate::api::{AnalyzeBody, BuildBody, SqlBody, TaintBody};
 use crate::error::ErrorBody;
 
 #[derive(OpenApi)]
@@ -23,6 +23,9 @@ use crate::error::ErrorBody;
         crate::api::list_partitions,
         crate::api::partition_status,
         crate::api::partition_events,
+        crate::api::partition_explain,
+        crate::api::taint,
+        crate::api::graph,
         crate::api::list_events,
         crate::api::list_jobs,
         crate::api::get_job,
@@ -32,7 +35,7 @@ use crate::error::ErrorBody;
         crate::api::list_datasets,
         crate::api::sql,
     ),
-    components(schemas(BuildBody, AnalyzeBody, SqlBody, ErrorBody))
+    components(schemas(BuildBody, AnalyzeBody, SqlBody, TaintBody, ErrorBody))
 )]
 pub struct ApiDoc;
 

@@ -26,6 +26,10 @@ pub struct Cli {
     /// Print machine-readable JSON on stdout.
     #[arg(long, global = true)]
     pub json: bool,
+    /// Send the command to a running `databuild serve` at this URL instead of running it here
+    /// (env `DATABUILD_SERVER`). `DATABUILD_TOKEN` is sent as a bearer token.
+    #[arg(long, global = true, env = "DATABUILD_SERVER", value_name = "URL")]
+    pub server: Option<String>,
     #[command(subcommand)]
     pub command: Command,
 }

@@ -3,10 +3,12 @@
 //! Exit codes: 0 success; 1 the work failed (a build failed, an I/O error); 2 the input is wrong
 //! (a malformed graph file, an invalid or unknown ref, an unplannable request, refused SQL).
 
+mod backend;
 mod cli;
 mod commands;
 mod context;
 mod output;
+mod remote;
 
 use std::process::ExitCode;
 

@@ -76,3 +76,21 @@ pub fn time(ns: Option<i64>) -> String {
     ns.map(databuild_exec::engine::rfc3339)
         .unwrap_or_else(|| "-".to_string())
 }
+
+/// A JSON value as plain text: strings without quotes, null as empty.
+pub fn text(v: &serde_json::Value) -> String {
+    match v {
+        serde_json::Value::String(s) => s.clone(),
+        serde_json::Value::Null => String::new(),
+        other => other.to_string(),
+    }
+}
+
+/// A time in ns since the epoch, in a JSON value, as RFC 3339 (or `-`).
+pub fn time_value(v: &serde_json::Value) -> String {
+    time(v.as_i64())
+}
+
+pub fn millis_value(v: &serde_json::Value) -> String {
+    millis(v.as_f64())
+}

@@ -48,7 +48,9 @@ impl Remote {
         Remote {
             base: base.trim_end_matches('/').to_string(),
             agent: config.into(),
-            token: std::env::var("DATABUILD_TOKEN").ok().filter(|t| !t.is_empty()),
+            token: std::env::var("DATABUILD_TOKEN")
+                .ok()
+                .filter(|t| !t.is_empty()),
         }
     }
 
@@ -148,7 +150,10 @@ mod tests {
 
     #[test]
     fn encodes_refs_as_one_segment() {
-        assert_eq!(segment("reviews/date=2020-01-01"), "reviews%2Fdate=2020-01-01");
+        assert_eq!(
+            segment("reviews/date=2020-01-01"),
+            "reviews%2Fdate=2020-01-01"
+        );
         assert_eq!(segment("a b?c"), "a%20b%3Fc");
     }
 }

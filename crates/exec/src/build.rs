@@ -1316,7 +1316,8 @@ impl<'e> Scheduler<'e> {
         Ok(self
             .engine
             .summary(&self.id)?
-            .expect("the build request was recorded"))    }
+            .expect("the build request was recorded"))
+    }
 }
 
 impl Engine {

@@ -44,7 +44,10 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/partitions", get(list_partitions))
         .route("/partitions/{partition_ref}/status", get(partition_status))
         .route("/partitions/{partition_ref}/events", get(partition_events))
-        .route("/partitions/{partition_ref}/explain", get(partition_explain))
+        .route(
+            "/partitions/{partition_ref}/explain",
+            get(partition_explain),
+        )
         .route("/partitions/taint", post(taint))
         .route("/graph", get(graph))
         .route("/events", get(list_events))
@@ -186,14 +189,16 @@ async fn list_builds(State(state): Shared, Query(q): Query<ListQuery>) -> ApiRes
         ),
     };
     let limit = q.limit.unwrap_or(20).min(1000);
-    blocking(&state, move |engine| views::builds(engine, status, limit).map(Json)).await
+    blocking(&state, move |engine| {
+        views::builds(engine, status, limit).map(Json)
+    })
+    .await
 }
 
 #[utoipa::path(get, path = "/api/v1/builds/{id}", summary = "One build request with its partitions and job runs", params(("id" = String, Path, description = "Build request id")), responses((status = 200, body = Object), (status = 404, body = ErrorBody)))]
 async fn get_build(State(state): Shared, Path(id): Path<String>) -> ApiResult<Json<Value>> {
     blocking(&state, move |engine| views::build(engine, &id).map(Json)).await
 }
-
 
 #[utoipa::path(delete, path = "/api/v1/builds/{id}", summary = "Cancel a build request", params(("id" = String, Path, description = "Build request id")), responses((status = 200, description = "`{\"cancelled\": true}`", body = Object), (status = 404, body = ErrorBody), (status = 409, description = "Already ended", body = ErrorBody)))]
 async fn cancel_build(State(state): Shared, Path(id): Path<String>) -> ApiResult<Json<Value>> {
@@ -202,7 +207,10 @@ async fn cancel_build(State(state): Shared, Path(id): Path<String>) -> ApiResult
 
 #[utoipa::path(get, path = "/api/v1/builds/{id}/events", summary = "The events of a build request", params(("id" = String, Path, description = "Build request id")), responses((status = 200, description = "`{\"events\": [...]}`", body = Object), (status = 404, body = ErrorBody)))]
 async fn build_events(State(state): Shared, Path(id): Path<String>) -> ApiResult<Json<Value>> {
-    blocking(&state, move |engine| views::build_events(engine, &id).map(Json)).await
+    blocking(&state, move |engine| {
+        views::build_events(engine, &id).map(Json)
+    })
+    .await
 }
 
 /// Server-Sent Events: every event of the build as it is appended, until the build ends.
@@ -317,7 +325,10 @@ pub struct PartitionsQuery {
 }
 
 #[utoipa::path(get, path = "/api/v1/partitions", summary = "Partitions known to the log, paginated", params(("pattern" = Option<String>, Query, description = "Glob over refs"), ("status" = Option<String>, Query, description = "live, building, failed or tainted"), ("limit" = Option<usize>, Query), ("after" = Option<String>, Query, description = "Cursor: the `next` of the previous page")), responses((status = 200, description = "`{\"partitions\": [...], \"next\": cursor}`", body = Object)))]
-async fn list_partitions(State(state): Shared, Query(q): Query<PartitionsQuery>) -> ApiResult<Json<Value>> {
+async fn list_partitions(
+    State(state): Shared,
+    Query(q): Query<PartitionsQuery>,
+) -> ApiResult<Json<Value>> {
     let status = match q.status.as_deref() {
         None => None,
         Some(s) => Some(parse_partition_status(s).ok_or_else(|| {
@@ -332,7 +343,10 @@ async fn list_partitions(State(state): Shared, Query(q): Query<PartitionsQuery>)
         limit: q.limit.unwrap_or(100).min(10_000),
         after: q.after,
     };
-    blocking(&state, move |engine| views::partitions(engine, &query).map(Json)).await
+    blocking(&state, move |engine| {
+        views::partitions(engine, &query).map(Json)
+    })
+    .await
 }
 
 #[utoipa::path(get, path = "/api/v1/partitions/{partition_ref}/status", summary = "Is this partition live and fresh, and why not", params(("partition_ref" = String, Path, description = "Percent-encoded ref")), responses((status = 200, body = Object), (status = 400, body = ErrorBody)))]
@@ -342,7 +356,10 @@ async fn partition_status(State(state): Shared, Path(r): Path<String>) -> ApiRes
 
 #[utoipa::path(get, path = "/api/v1/partitions/{partition_ref}/events", summary = "The events of a partition", params(("partition_ref" = String, Path, description = "Percent-encoded ref")), responses((status = 200, body = Object)))]
 async fn partition_events(State(state): Shared, Path(r): Path<String>) -> ApiResult<Json<Value>> {
-    blocking(&state, move |engine| views::partition_events(engine, &r).map(Json)).await
+    blocking(&state, move |engine| {
+        views::partition_events(engine, &r).map(Json)
+    })
+    .await
 }
 
 #[utoipa::path(get, path = "/api/v1/partitions/{partition_ref}/explain", summary = "Why a partition is in its state: the run that built it, its inputs, what a build would run", params(("partition_ref" = String, Path, description = "Percent-encoded ref")), responses((status = 200, body = Object), (status = 400, body = ErrorBody)))]
@@ -377,7 +394,11 @@ async fn graph(State(state): Shared, Query(q): Query<GraphQuery>) -> ApiResult<R
         "dot" => Format::Dot,
         "mermaid" => Format::Mermaid,
         "json" => Format::Json,
-        other => return Err(AppError::bad_request(format!("unknown graph format `{other}`; use dot, mermaid or json"))),
+        other => {
+            return Err(AppError::bad_request(format!(
+                "unknown graph format `{other}`; use dot, mermaid or json"
+            )))
+        }
     };
     Ok(render(&state.engine.graph, format).into_response())
 }
@@ -422,7 +443,10 @@ async fn list_events(State(state): Shared, Query(q): Query<EventsQuery>) -> ApiR
         from: parse_time("from", q.from)?,
         to: parse_time("to", q.to)?,
     };
-    blocking(&state, move |engine| views::events(engine, &filter).map(Json)).await
+    blocking(&state, move |engine| {
+        views::events(engine, &filter).map(Json)
+    })
+    .await
 }
 
 #[utoipa::path(get, path = "/api/v1/jobs", summary = "Metrics of every job",  responses((status = 200, body = Object)))]
@@ -442,7 +466,10 @@ async fn job_runs(
     Query(q): Query<ListQuery>,
 ) -> ApiResult<Json<Value>> {
     let limit = q.limit.unwrap_or(100).min(10_000);
-    blocking(&state, move |engine| views::job_runs(engine, &name, limit).map(Json)).await
+    blocking(&state, move |engine| {
+        views::job_runs(engine, &name, limit).map(Json)
+    })
+    .await
 }
 
 #[utoipa::path(get, path = "/api/v1/job-runs/{id}", summary = "One job run", params(("id" = String, Path)), responses((status = 200, body = Object), (status = 404, body = ErrorBody)))]
@@ -471,5 +498,8 @@ pub struct SqlBody {
 #[utoipa::path(post, path = "/api/v1/sql", summary = "Read-only SQL over the event log", request_body = SqlBody, responses((status = 200, description = "`{\"columns\": [], \"rows\": [[]]}`", body = Object), (status = 400, description = "Refused or invalid", body = ErrorBody)))]
 async fn sql(State(state): Shared, ApiJson(body): ApiJson<SqlBody>) -> ApiResult<Json<Value>> {
     let max_rows = body.max_rows.unwrap_or(10_000).min(100_000);
-    blocking(&state, move |engine| views::sql(engine, &body.query, max_rows).map(Json)).await
+    blocking(&state, move |engine| {
+        views::sql(engine, &body.query, max_rows).map(Json)
+    })
+    .await
 }

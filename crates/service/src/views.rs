@@ -142,9 +142,8 @@ pub fn run_log(engine: &Engine, id: &str) -> ApiResult<String> {
             "job run `{id}` has no log (it never started)"
         )));
     };
-    databuild_exec::engine::read_tail(std::path::Path::new(&path), LOG_TAIL).map_err(|e| {
-        AppError::not_found(format!("the log of job run `{id}` cannot be read: {e}"))
-    })
+    databuild_exec::engine::read_tail(std::path::Path::new(&path), LOG_TAIL)
+        .map_err(|e| AppError::not_found(format!("the log of job run `{id}` cannot be read: {e}")))
 }
 
 pub fn taint(engine: &Engine, refs: &[String], reason: Option<&str>) -> ApiResult<Value> {

@@ -1,19 +1,22 @@
-//! `build` and `cancel`.
+//! `build`: in this process, or on a service with the same progress and summary.
 
 use std::io::IsTerminal;
 use std::process::ExitCode;
-use std::sync::atomic::AtomicBool;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
+use databuild_core::PartitionRef;
 use databuild_exec::build::{BuildOptions, Observer, Progress};
 use databuild_exec::local::{LocalExecutor, RunOutcome};
-use databuild_exec::Engine;
-use databuild_log::Status;
 use indicatif::{ProgressBar, ProgressStyle};
+use rustc_hash::FxHashMap;
+use serde_json::{json, Value};
 
+use crate::backend::Backend;
 use crate::context::{engine_error, parse_refs};
-use crate::output::{count, print_json, short_list};
+use crate::output::{count, print_json, short_list, text};
+use crate::remote::{segment, Remote};
 
 pub struct Flags {
     pub force: bool,
@@ -22,79 +25,206 @@ pub struct Flags {
     pub allow_stale: bool,
 }
 
-pub fn run(engine: &Engine, args: &[String], flags: Flags, json: bool) -> anyhow::Result<ExitCode> {
+pub fn run(
+    backend: &Backend,
+    args: &[String],
+    flags: Flags,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
     let refs = parse_refs(args)?;
-    let parallel = flags
-        .parallel
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-    if parallel == 0 {
+    if flags.parallel == Some(0) {
         return Err(crate::UserError("--parallel must be at least 1".to_string()).into());
     }
-    let options = BuildOptions {
-        refs,
-        force: flags.force,
-        parallel,
-        keep_going: flags.keep_going,
-        allow_stale: flags.allow_stale,
-    };
     // Ctrl-C and SIGTERM stop the running jobs cleanly and record them as cancelled.
     let interrupt = Arc::new(AtomicBool::new(false));
     for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(signal, interrupt.clone())?;
     }
     let started = Instant::now();
-    let mut observer = Reporter::new(!json && std::io::stderr().is_terminal());
-    let summary = engine
-        .build(&options, &LocalExecutor, &mut observer, &interrupt)
-        .map_err(engine_error)?;
-    observer.done();
+    let mut reporter = Reporter::new(!json && std::io::stderr().is_terminal());
+    let (summary, whereabouts) = match backend {
+        Backend::Local(engine) => {
+            let options = BuildOptions {
+                refs,
+                force: flags.force,
+                parallel: flags
+                    .parallel
+                    .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())),
+                keep_going: flags.keep_going,
+                allow_stale: flags.allow_stale,
+            };
+            let summary = engine
+                .build(&options, &LocalExecutor, &mut reporter, &interrupt)
+                .map_err(engine_error)?;
+            let whereabouts = format!(
+                "data in {}, events in {}, run logs in {}",
+                engine.data_dir.display(),
+                engine.store.location(),
+                engine.graph_dir.join(".databuild/logs").display()
+            );
+            (serde_json::to_value(summary)?, whereabouts)
+        }
+        Backend::Remote(client) => {
+            let summary = remote_build(client, &refs, &flags, &mut reporter, &interrupt)?;
+            let id = text(&summary["build_request_id"]);
+            (
+                summary,
+                format!("events at {}/api/v1/builds/{id}/events", client.base()),
+            )
+        }
+    };
+    reporter.done();
     if json {
         print_json(&summary)?;
     } else {
-        println!(
-            "build {} {}: {} built, {} skipped, {} delegated, {} failed ({:.1} s)",
-            summary.build_request_id,
-            summary.status,
-            summary.built.len(),
-            summary.skipped.len(),
-            summary.delegated.len(),
-            summary.failed.len(),
-            started.elapsed().as_secs_f64()
-        );
-        if !summary.failed.is_empty() {
-            println!("not live: {}", short_list(&summary.failed, 5));
-        }
-        println!(
-            "data in {}, events in {}, run logs in {}",
-            engine.data_dir.display(),
-            engine.store.location(),
-            engine.graph_dir.join(".databuild/logs").display()
-        );
-        if let Some(m) = &summary.message {
-            println!("reason: {m}");
-        }
-        if summary.status != Status::Completed {
-            println!(
-                "details: databuild builds {}  (and databuild runs RUN_ID for a run's log)",
-                summary.build_request_id
-            );
-        }
+        print_summary(&summary, started.elapsed(), &whereabouts);
     }
-    Ok(if summary.status == Status::Completed {
+    Ok(if summary["status"] == "completed" {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)
     })
 }
 
-pub fn cancel(engine: &Engine, id: &str, json: bool) -> anyhow::Result<ExitCode> {
-    engine.cancel(id).map_err(engine_error)?;
-    if json {
-        print_json(&serde_json::json!({ "build_request_id": id, "cancelled": true }))?;
-    } else {
-        println!("cancelled build request {id}");
+fn print_summary(summary: &Value, took: Duration, whereabouts: &str) {
+    let len = |k: &str| summary[k].as_array().map_or(0, Vec::len);
+    let id = text(&summary["build_request_id"]);
+    println!(
+        "build {id} {}: {} built, {} skipped, {} delegated, {} failed ({:.1} s)",
+        text(&summary["status"]),
+        len("built"),
+        len("skipped"),
+        len("delegated"),
+        len("failed"),
+        took.as_secs_f64()
+    );
+    let failed: Vec<String> = summary["failed"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(text)
+        .collect();
+    if !failed.is_empty() {
+        println!("not live: {}", short_list(&failed, 5));
     }
-    Ok(ExitCode::SUCCESS)
+    if let Some(m) = summary["message"].as_str() {
+        println!("reason: {m}");
+    }
+    println!("{whereabouts}");
+    if summary["status"] != "completed" {
+        println!("details: databuild builds {id}  (and databuild runs RUN_ID for a run's log)");
+    }
+}
+
+/// Requests the build, follows its events for the progress report (cancelling it on Ctrl-C),
+/// and returns the summary the service gives once it has ended.
+fn remote_build(
+    client: &Remote,
+    refs: &[PartitionRef],
+    flags: &Flags,
+    reporter: &mut Reporter,
+    interrupt: &AtomicBool,
+) -> anyhow::Result<Value> {
+    let refs: Vec<String> = refs.iter().map(|r| r.to_string()).collect();
+    let answer = client.post(
+        "/api/v1/builds",
+        &json!({
+            "partitions": refs,
+            "force": flags.force,
+            "keep_going": flags.keep_going,
+            "allow_stale": flags.allow_stale,
+            "parallel": flags.parallel,
+        }),
+    )?;
+    let id = text(&answer["build_request_id"]);
+    let (tx, rx) = mpsc::channel();
+    let stream_path = format!("/api/v1/builds/{}/events/stream", segment(&id));
+    let stream_client = Remote::new(client.base());
+    let reader = std::thread::spawn(move || {
+        stream_client.stream(&stream_path, |event| {
+            let _ = tx.send(event);
+        })
+    });
+    let mut replay = EventReplay::default();
+    let mut cancelled = false;
+    loop {
+        if interrupt.load(Ordering::SeqCst) && !cancelled {
+            cancelled = true;
+            let _ = client.delete(&format!("/api/v1/builds/{}", segment(&id)));
+        }
+        match rx.recv_timeout(Duration::from_millis(100)) {
+            Ok(event) => replay.apply(&event, reporter),
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+        }
+    }
+    reader.join().expect("the stream reader does not panic")?;
+    let build = client.get(&format!("/api/v1/builds/{}", segment(&id)))?;
+    Ok(build["summary"].clone())
+}
+
+/// Turns a build's events into the progress reports a local build makes.
+#[derive(Default)]
+struct EventReplay {
+    /// Outputs and start time of each run.
+    runs: FxHashMap<String, (Vec<PartitionRef>, Option<i64>)>,
+}
+
+impl EventReplay {
+    fn apply(&mut self, e: &Value, reporter: &mut Reporter) {
+        let (kind, status) = (text(&e["kind"]), text(&e["status"]));
+        let run = text(&e["job_run_id"]);
+        let job = text(&e["job"]);
+        match (kind.as_str(), status.as_str()) {
+            ("build_request", "analysis_completed") => reporter.on(Progress::Planned {
+                build_request_id: &text(&e["build_request_id"]),
+                runs: e["data"]["planned_runs"].as_u64().unwrap_or(0) as usize,
+                skipped: 0,
+                delegated: 0,
+            }),
+            ("job_run", "scheduled") => {
+                let outputs = e["data"]["outputs"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|o| PartitionRef::new(text(o)).ok())
+                    .collect();
+                self.runs.insert(run, (outputs, None));
+            }
+            ("job_run", "running") => {
+                let entry = self.runs.entry(run).or_default();
+                entry.1 = e["timestamp"].as_i64();
+                reporter.on(Progress::Started {
+                    job: &job,
+                    outputs: &entry.0,
+                });
+            }
+            ("job_run", "completed" | "failed" | "cancelled") => {
+                let Some((outputs, Some(start))) = self.runs.get(&run) else {
+                    return; // never started: not a run the report counts
+                };
+                let took = Duration::from_nanos(
+                    (e["timestamp"].as_i64().unwrap_or(*start) - start).max(0) as u64,
+                );
+                let outcome = match status.as_str() {
+                    "completed" => RunOutcome::Succeeded,
+                    "cancelled" => RunOutcome::Cancelled,
+                    _ => RunOutcome::Failed {
+                        message: text(&e["message"]),
+                        exit_code: None,
+                        missing_deps: Vec::new(),
+                    },
+                };
+                reporter.on(Progress::Finished {
+                    job: &job,
+                    outputs,
+                    outcome: &outcome,
+                    took,
+                });
+            }
+            _ => {}
+        }
+    }
 }
 
 /// A progress bar on a terminal; otherwise one line per finished run, on stderr.
@@ -169,7 +299,7 @@ impl Observer for Reporter {
                 outcome,
                 took,
             } => {
-                self.running -= 1;
+                self.running = self.running.saturating_sub(1);
                 if let Some(bar) = &self.bar {
                     bar.inc(1);
                 }

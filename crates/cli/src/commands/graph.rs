@@ -2,19 +2,40 @@ use std::process::ExitCode;
 
 use databuild_core::render::{render, Format};
 
+use crate::backend::Backend;
 use crate::cli::GraphFormat;
 use crate::context::Context;
 
-pub fn run(ctx: &Context, format: GraphFormat, json: bool) -> anyhow::Result<ExitCode> {
-    let format = match format {
+fn format(format: GraphFormat, json: bool) -> Format {
+    match format {
         _ if json => Format::Json,
         GraphFormat::Dot => Format::Dot,
         GraphFormat::Mermaid => Format::Mermaid,
         GraphFormat::Json => Format::Json,
-    };
-    print!("{}", render(&ctx.graph, format));
-    if format == Format::Json {
+    }
+}
+
+fn print(text: &str) {
+    print!("{text}");
+    if !text.ends_with('\n') {
         println!();
     }
+}
+
+pub fn local(ctx: &Context, f: GraphFormat, json: bool) -> anyhow::Result<ExitCode> {
+    print(&render(&ctx.graph, format(f, json)));
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn remote(backend: &Backend, f: GraphFormat, json: bool) -> anyhow::Result<ExitCode> {
+    let Backend::Remote(client) = backend else {
+        unreachable!("the local graph is drawn without opening the log")
+    };
+    let name = match format(f, json) {
+        Format::Dot => "dot",
+        Format::Mermaid => "mermaid",
+        Format::Json => "json",
+    };
+    print(&client.get_text(&format!("/api/v1/graph?format={name}"))?);
     Ok(ExitCode::SUCCESS)
 }

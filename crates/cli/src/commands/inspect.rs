@@ -1,11 +1,12 @@
-//! `status`, `explain`, `taint`: what the engine knows about partitions.
+//! `status`, `explain`, `taint`: what is known about partitions.
 
 use std::process::ExitCode;
 
-use databuild_exec::Engine;
+use serde_json::Value;
 
-use crate::context::{engine_error, parse_refs};
-use crate::output::{print_json, table, time};
+use crate::backend::Backend;
+use crate::context::parse_refs;
+use crate::output::{print_json, table, text, time_value};
 
 fn expand(args: &[String]) -> anyhow::Result<Vec<String>> {
     Ok(parse_refs(args)?
@@ -14,83 +15,109 @@ fn expand(args: &[String]) -> anyhow::Result<Vec<String>> {
         .collect())
 }
 
-pub fn status(engine: &Engine, args: &[String], json: bool) -> anyhow::Result<ExitCode> {
-    let reports = engine.status(&expand(args)?).map_err(engine_error)?;
+fn reasons(v: &Value) -> String {
+    v["reasons"]
+        .as_array()
+        .map(|r| r.iter().map(text).collect::<Vec<_>>().join("; "))
+        .unwrap_or_default()
+}
+
+pub fn status(backend: &Backend, args: &[String], json: bool) -> anyhow::Result<ExitCode> {
+    let reports = backend.status(&expand(args)?)?;
     if json {
         print_json(&reports)?;
-    } else {
-        let rows: Vec<Vec<String>> = reports
-            .iter()
-            .map(|r| {
-                vec![
-                    r.partition_ref.clone(),
-                    r.status.to_string(),
-                    r.reasons.join("; "),
-                ]
-            })
-            .collect();
-        print!("{}", table(&["REF", "STATUS", "WHY"], &rows));
+        return Ok(ExitCode::SUCCESS);
     }
+    let rows: Vec<Vec<String>> = reports
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|r| vec![text(&r["ref"]), text(&r["status"]), reasons(r)])
+        .collect();
+    print!("{}", table(&["REF", "STATUS", "WHY"], &rows));
     Ok(ExitCode::SUCCESS)
 }
 
-pub fn explain(engine: &Engine, r: &str, json: bool) -> anyhow::Result<ExitCode> {
-    let r = databuild_core::PartitionRef::new(r).map_err(|e| crate::UserError(e.to_string()))?;
-    let x = engine.explain(r.as_str()).map_err(engine_error)?;
+pub fn explain(backend: &Backend, r: &str, json: bool) -> anyhow::Result<ExitCode> {
+    databuild_core::PartitionRef::new(r).map_err(|e| crate::UserError(e.to_string()))?;
+    let x = backend.explain(r)?;
     if json {
         print_json(&x)?;
         return Ok(ExitCode::SUCCESS);
     }
-    println!("{}: {}", x.status.partition_ref, x.status.status);
-    for reason in &x.status.reasons {
-        println!("  because {reason}");
+    println!("{}: {}", text(&x["ref"]), text(&x["status"]));
+    for reason in x["reasons"].as_array().into_iter().flatten() {
+        println!("  because {}", text(reason));
     }
-    if let Some(p) = &x.producer {
-        println!("  produced by {} `{}` ({})", p.kind, p.name, p.pattern);
+    if x["producer"].is_object() {
+        let p = &x["producer"];
+        println!(
+            "  produced by {} `{}` ({})",
+            text(&p["kind"]),
+            text(&p["name"]),
+            text(&p["pattern"])
+        );
     }
-    if let Some(run) = &x.run {
+    let run = &x["run"];
+    if run.is_object() {
         println!(
             "  run {}: job `{}`, {} (build request {}), started {}, ended {}{}",
-            run.job_run_id,
-            run.job,
-            run.status,
-            run.build_request_id.as_deref().unwrap_or("-"),
-            time(run.started_at),
-            time(run.ended_at),
-            run.exit_code
+            text(&run["job_run_id"]),
+            text(&run["job"]),
+            text(&run["status"]),
+            text(&run["build_request_id"]),
+            time_value(&run["started_at"]),
+            time_value(&run["ended_at"]),
+            run["exit_code"]
+                .as_i64()
                 .map(|c| format!(", exit {c}"))
                 .unwrap_or_default()
         );
-        if !run.args.is_empty() {
-            println!("  args: {}", run.args.join(" "));
+        let args: Vec<String> = run["args"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(text)
+            .collect();
+        if !args.is_empty() {
+            println!("  args: {}", args.join(" "));
         }
     }
-    if !x.inputs.is_empty() {
+    let inputs = x["inputs"].as_array().cloned().unwrap_or_default();
+    if !inputs.is_empty() {
         println!("  inputs now:");
-        for i in &x.inputs {
-            println!("    {}  {}", i.partition_ref, i.status);
+        for i in &inputs {
+            println!("    {}  {}", text(&i["ref"]), text(&i["status"]));
         }
     }
-    if !x.to_build.is_empty() {
+    let steps = x["to_build"].as_array().cloned().unwrap_or_default();
+    if !steps.is_empty() {
         println!(
             "  to build it, a build would run {} job run(s):",
-            x.to_build.len()
+            steps.len()
         );
-        for step in x.to_build.iter().take(20) {
-            println!("    {}  {}", step.job, step.outputs.join(", "));
+        for step in steps.iter().take(20) {
+            let outputs: Vec<String> = step["outputs"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(text)
+                .collect();
+            println!("    {}  {}", text(&step["job"]), outputs.join(", "));
         }
     }
-    if !x.history.is_empty() {
+    let history = x["history"].as_array().cloned().unwrap_or_default();
+    if !history.is_empty() {
         println!("  history:");
-        for e in &x.history {
+        for e in &history {
             println!(
                 "    #{}  {}  {} {}{}",
-                e.idx,
-                time(Some(e.timestamp)),
-                e.kind,
-                e.status,
-                e.message
-                    .as_ref()
+                e["idx"],
+                time_value(&e["timestamp"]),
+                text(&e["kind"]),
+                text(&e["status"]),
+                e["message"]
+                    .as_str()
                     .map(|m| format!(": {m}"))
                     .unwrap_or_default()
             );
@@ -100,19 +127,18 @@ pub fn explain(engine: &Engine, r: &str, json: bool) -> anyhow::Result<ExitCode>
 }
 
 pub fn taint(
-    engine: &Engine,
+    backend: &Backend,
     args: &[String],
     reason: Option<&str>,
     json: bool,
 ) -> anyhow::Result<ExitCode> {
-    let events = engine.taint(&expand(args)?, reason).map_err(engine_error)?;
-    if json {
-        for e in &events {
-            println!("{}", e.to_json_line());
-        }
-    } else {
-        for e in &events {
-            println!("tainted {}", e.partition_ref.as_deref().unwrap_or_default());
+    let answer = backend.taint(&expand(args)?, reason)?;
+    let events = answer["events"].as_array().cloned().unwrap_or_default();
+    for e in &events {
+        if json {
+            println!("{}", serde_json::to_string(e)?);
+        } else {
+            println!("tainted {}", text(&e["partition_ref"]));
         }
     }
     Ok(ExitCode::SUCCESS)

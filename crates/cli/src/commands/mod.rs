@@ -1,4 +1,4 @@
-//! One module per group of commands; `run` dispatches.
+//! One module per group of commands; `run` dispatches to the local engine or a service.
 
 mod analyze;
 mod build;
@@ -8,19 +8,29 @@ mod query;
 
 use std::process::ExitCode;
 
+use crate::backend::Backend;
 use crate::cli::{Cli, Command};
 use crate::context::Context;
+use crate::remote::Remote;
 
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
-    let ctx = Context::load(&cli.graph)?;
     let json = cli.json;
-    if let Command::Graph { format } = cli.command {
-        return graph::run(&ctx, format, json);
-    }
-    let engine = ctx.engine(cli.event_log.as_deref())?;
+    let backend = match (&cli.server, &cli.command) {
+        (Some(url), Command::Serve { .. }) => {
+            return Err(crate::UserError(format!(
+                "`serve` runs a service; it cannot be sent to one (--server {url})"
+            ))
+            .into())
+        }
+        (Some(url), _) => Backend::Remote(Remote::new(url)),
+        (None, Command::Graph { format }) => {
+            return graph::local(&Context::load(&cli.graph)?, *format, json)
+        }
+        (None, _) => Backend::Local(Context::load(&cli.graph)?.engine(cli.event_log.as_deref())?),
+    };
     match cli.command {
-        Command::Graph { .. } => unreachable!("handled above"),
-        Command::Analyze { refs, limit } => analyze::run(&engine, &refs, limit, json),
+        Command::Graph { format } => graph::remote(&backend, format, json),
+        Command::Analyze { refs, limit } => analyze::run(&backend, &refs, limit, json),
         Command::Build {
             refs,
             force,
@@ -28,7 +38,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             keep_going,
             allow_stale,
         } => build::run(
-            &engine,
+            &backend,
             &refs,
             build::Flags {
                 force,
@@ -38,17 +48,17 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             },
             json,
         ),
-        Command::Cancel { id } => build::cancel(&engine, &id, json),
-        Command::Status { refs } => inspect::status(&engine, &refs, json),
-        Command::Explain { partition_ref } => inspect::explain(&engine, &partition_ref, json),
-        Command::Taint { refs, reason } => inspect::taint(&engine, &refs, reason.as_deref(), json),
+        Command::Cancel { id } => query::cancel(&backend, &id, json),
+        Command::Status { refs } => inspect::status(&backend, &refs, json),
+        Command::Explain { partition_ref } => inspect::explain(&backend, &partition_ref, json),
+        Command::Taint { refs, reason } => inspect::taint(&backend, &refs, reason.as_deref(), json),
         Command::Partitions {
             pattern,
             status,
             limit,
             after,
-        } => query::partitions(&engine, pattern, status, limit, after, json),
-        Command::Builds { id, limit } => query::builds(&engine, id.as_deref(), limit, json),
+        } => query::partitions(&backend, pattern, status, limit, after, json),
+        Command::Builds { id, limit } => query::builds(&backend, id.as_deref(), limit, json),
         Command::Events {
             build_request_id,
             partition_ref,
@@ -68,12 +78,15 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 from: None,
                 to: None,
             };
-            query::events(&engine, filter, follow, json)
+            query::events(&backend, filter, follow, json)
         }
-        Command::Jobs { name } => query::jobs(&engine, name.as_deref(), json),
-        Command::Runs { id } => query::run(&engine, &id, json),
-        Command::Sql { query, max_rows } => query::sql(&engine, &query, max_rows, json),
-        Command::Serve { bind } => serve(engine, bind),
+        Command::Jobs { name } => query::jobs(&backend, name.as_deref(), json),
+        Command::Runs { id } => query::run(&backend, &id, json),
+        Command::Sql { query, max_rows } => query::sql(&backend, &query, max_rows, json),
+        Command::Serve { bind } => match backend {
+            Backend::Local(engine) => serve(engine, bind),
+            Backend::Remote(_) => unreachable!("refused above"),
+        },
     }
 }
 

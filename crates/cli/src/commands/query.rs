@@ -1,422 +1,374 @@
-//! Commands that read the event log directly: partitions, builds, events, jobs, runs, sql.
+//! Commands that read the event log: partitions, builds, events, jobs, runs, sql, cancel.
 
 use std::io::Write;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use databuild_exec::Engine;
-use databuild_log::{BuildQuery, Event, EventFilter, PartitionQuery, RunQuery, SqlLimits, Status};
-use serde::Serialize;
+use databuild_log::{EventFilter, PartitionQuery};
+use serde_json::Value;
 
+use crate::backend::Backend;
 use crate::cli::PartitionStatusArg;
-use crate::context::log_error;
-use crate::output::{count, millis, print_json, stdout, table, time};
-use crate::UserError;
+use crate::output::{count, millis_value, print_json, short_list, stdout, table, text, time_value};
 
-/// The user-facing name of a stored partition status.
-fn shown(status: Status) -> &'static str {
-    match status {
-        Status::Available => "live",
-        other => other.as_str(),
-    }
+fn list(v: &Value) -> Vec<Value> {
+    v.as_array().cloned().unwrap_or_default()
+}
+
+fn strings(v: &Value) -> Vec<String> {
+    list(v).iter().map(text).collect()
 }
 
 pub fn partitions(
-    engine: &Engine,
+    backend: &Backend,
     pattern: Option<String>,
     status: Option<PartitionStatusArg>,
     limit: usize,
     after: Option<String>,
     json: bool,
 ) -> anyhow::Result<ExitCode> {
-    let status = status.map(|s| match s {
-        PartitionStatusArg::Live => Status::Available,
-        PartitionStatusArg::Building => Status::Building,
-        PartitionStatusArg::Failed => Status::Failed,
-        PartitionStatusArg::Tainted => Status::Tainted,
+    let status_name = status.map(|s| match s {
+        PartitionStatusArg::Live => "live",
+        PartitionStatusArg::Building => "building",
+        PartitionStatusArg::Failed => "failed",
+        PartitionStatusArg::Tainted => "tainted",
     });
-    let rows = engine
-        .store
-        .partitions(&PartitionQuery {
-            pattern,
-            status,
-            limit,
-            after,
-        })
-        .map_err(log_error)?;
+    let query = PartitionQuery {
+        pattern,
+        status: status_name.and_then(databuild_exec::views::parse_partition_status),
+        limit,
+        after,
+    };
+    let page = backend.partitions(&query, status_name)?;
     if json {
-        #[derive(Serialize)]
-        struct Row<'a> {
-            #[serde(rename = "ref")]
-            partition_ref: &'a str,
-            status: &'static str,
-            job: Option<&'a str>,
-            built_by: Option<&'a str>,
-            build_request_id: Option<&'a str>,
-            updated_at: String,
-        }
-        #[derive(Serialize)]
-        struct Page<'a> {
-            partitions: Vec<Row<'a>>,
-            next: Option<&'a str>,
-        }
-        let next = (rows.len() == limit)
-            .then(|| rows.last().map(|r| r.partition_ref.as_str()))
-            .flatten();
-        print_json(&Page {
-            partitions: rows
-                .iter()
-                .map(|r| Row {
-                    partition_ref: &r.partition_ref,
-                    status: shown(r.status),
-                    job: r.job.as_deref(),
-                    built_by: r.job_run_id.as_deref(),
-                    build_request_id: r.build_request_id.as_deref(),
-                    updated_at: time(Some(r.updated_at)),
-                })
-                .collect(),
-            next,
-        })?;
+        print_json(&page)?;
         return Ok(ExitCode::SUCCESS);
     }
-    let table_rows: Vec<Vec<String>> = rows
+    let rows: Vec<Vec<String>> = list(&page["partitions"])
         .iter()
         .map(|r| {
             vec![
-                r.partition_ref.clone(),
-                shown(r.status).to_string(),
-                r.job.clone().unwrap_or_default(),
-                time(Some(r.updated_at)),
+                text(&r["ref"]),
+                text(&r["status"]),
+                text(&r["job"]),
+                text(&r["updated_at"]),
             ]
         })
         .collect();
-    print!(
-        "{}",
-        table(&["REF", "STATUS", "JOB", "UPDATED"], &table_rows)
-    );
-    if rows.len() == limit {
-        if let Some(last) = rows.last() {
-            println!("(more: --after '{}')", last.partition_ref);
-        }
+    print!("{}", table(&["REF", "STATUS", "JOB", "UPDATED"], &rows));
+    if let Some(next) = page["next"].as_str() {
+        println!("(more: --after '{next}')");
     }
     Ok(ExitCode::SUCCESS)
 }
 
 pub fn builds(
-    engine: &Engine,
+    backend: &Backend,
     id: Option<&str>,
     limit: usize,
     json: bool,
 ) -> anyhow::Result<ExitCode> {
-    let store = &engine.store;
     let Some(id) = id else {
-        let rows = store
-            .build_requests(&BuildQuery {
-                limit,
-                ..Default::default()
-            })
-            .map_err(log_error)?;
+        let v = backend.builds(limit)?;
         if json {
-            print_json(&serde_json::json!({ "builds": rows }))?;
-        } else {
-            let t: Vec<Vec<String>> = rows
-                .iter()
-                .map(|b| {
-                    vec![
-                        b.build_request_id.clone(),
-                        b.status.to_string(),
-                        time(Some(b.created_at)),
-                        crate::output::short_list(&b.requested_partitions, 2),
-                    ]
-                })
-                .collect();
-            print!("{}", table(&["ID", "STATUS", "CREATED", "REQUESTED"], &t));
+            print_json(&v)?;
+            return Ok(ExitCode::SUCCESS);
         }
-        return Ok(ExitCode::SUCCESS);
-    };
-    let build = store
-        .build_request(id)
-        .map_err(log_error)?
-        .ok_or_else(|| UserError(format!("no build request `{id}` in the event log")))?;
-    let partitions = store.request_partitions(id).map_err(log_error)?;
-    let runs = store
-        .job_runs(&RunQuery {
-            build_request_id: Some(id.to_string()),
-            limit: 100_000,
-            ..Default::default()
-        })
-        .map_err(log_error)?;
-    if json {
-        let mut v = serde_json::to_value(&build)?;
-        v["partitions"] = serde_json::to_value(&partitions)?;
-        v["job_runs"] = serde_json::to_value(&runs)?;
-        print_json(&v)?;
-        return Ok(ExitCode::SUCCESS);
-    }
-    println!("build request {}: {}", build.build_request_id, build.status);
-    println!(
-        "  created {}, updated {}{}",
-        time(Some(build.created_at)),
-        time(Some(build.updated_at)),
-        build
-            .message
-            .as_ref()
-            .map(|m| format!("; {m}"))
-            .unwrap_or_default()
-    );
-    println!("  requested: {}", build.requested_partitions.join(", "));
-    if !partitions.is_empty() {
-        let t: Vec<Vec<String>> = partitions
+        let rows: Vec<Vec<String>> = list(&v["builds"])
             .iter()
-            .map(|p| vec![p.partition_ref.clone(), p.status.to_string()])
-            .collect();
-        print!("{}", indent(&table(&["PARTITION", "STATUS"], &t)));
-    }
-    if !runs.is_empty() {
-        let t: Vec<Vec<String>> = runs
-            .iter()
-            .map(|r| {
+            .map(|b| {
                 vec![
-                    r.job_run_id.clone(),
-                    r.job.clone(),
-                    r.status.to_string(),
-                    millis(r.duration_ms()),
+                    text(&b["build_request_id"]),
+                    text(&b["status"]),
+                    time_value(&b["created_at"]),
+                    short_list(&strings(&b["requested_partitions"]), 2),
                 ]
             })
             .collect();
-        print!("{}", indent(&table(&["RUN", "JOB", "STATUS", "TOOK"], &t)));
+        print!(
+            "{}",
+            table(&["ID", "STATUS", "CREATED", "REQUESTED"], &rows)
+        );
+        return Ok(ExitCode::SUCCESS);
+    };
+    let b = backend.build(id)?;
+    if json {
+        print_json(&b)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!(
+        "build request {}: {}",
+        text(&b["build_request_id"]),
+        text(&b["status"])
+    );
+    println!(
+        "  created {}, updated {}{}",
+        time_value(&b["created_at"]),
+        time_value(&b["updated_at"]),
+        b["message"]
+            .as_str()
+            .map(|m| format!("; {m}"))
+            .unwrap_or_default()
+    );
+    println!(
+        "  requested: {}",
+        strings(&b["requested_partitions"]).join(", ")
+    );
+    let partitions: Vec<Vec<String>> = list(&b["partitions"])
+        .iter()
+        .map(|p| vec![text(&p["ref"]), text(&p["status"])])
+        .collect();
+    if !partitions.is_empty() {
+        print!("{}", indent(&table(&["PARTITION", "STATUS"], &partitions)));
+    }
+    let runs: Vec<Vec<String>> = list(&b["job_runs"])
+        .iter()
+        .map(|r| {
+            vec![
+                text(&r["job_run_id"]),
+                text(&r["job"]),
+                text(&r["status"]),
+                duration(r),
+            ]
+        })
+        .collect();
+    if !runs.is_empty() {
+        print!(
+            "{}",
+            indent(&table(&["RUN", "JOB", "STATUS", "TOOK"], &runs))
+        );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+fn duration(run: &Value) -> String {
+    match (run["started_at"].as_i64(), run["ended_at"].as_i64()) {
+        (Some(s), Some(e)) => crate::output::millis(Some((e - s) as f64 / 1e6)),
+        _ => "-".to_string(),
+    }
 }
 
 fn indent(text: &str) -> String {
     text.lines().map(|l| format!("  {l}\n")).collect()
 }
 
-fn event_line(e: &Event) -> String {
-    let subject = [
-        e.partition_ref.as_deref(),
-        e.job.as_deref(),
-        e.job_run_id.as_deref().map(|_| ""),
-    ]
-    .into_iter()
-    .flatten()
-    .filter(|s| !s.is_empty())
-    .collect::<Vec<_>>()
-    .join(" ");
+fn event_line(e: &Value) -> String {
+    let subject: Vec<String> = [&e["partition_ref"], &e["job"]]
+        .into_iter()
+        .filter_map(|v| v.as_str().map(str::to_string))
+        .collect();
     format!(
         "#{:<6} {}  {:<13} {:<18} {}{}{}",
-        e.idx,
-        time(Some(e.timestamp)),
-        e.kind.as_str(),
-        e.status.as_str(),
-        subject,
-        e.delegated_to
-            .as_ref()
+        e["idx"],
+        time_value(&e["timestamp"]),
+        text(&e["kind"]),
+        text(&e["status"]),
+        subject.join(" "),
+        e["delegated_to"]
+            .as_str()
             .map(|d| format!(" -> {d}"))
             .unwrap_or_default(),
-        e.message
-            .as_ref()
+        e["message"]
+            .as_str()
             .map(|m| format!("  ({m})"))
             .unwrap_or_default()
     )
 }
 
 pub fn events(
-    engine: &Engine,
+    backend: &Backend,
     mut filter: EventFilter,
     follow: bool,
     json: bool,
 ) -> anyhow::Result<ExitCode> {
     let mut out = stdout();
+    let mut remaining = filter.limit;
     loop {
-        let events = engine.store.events(&filter).map_err(log_error)?;
+        // Pages of at most 1,000, as the service serves them.
+        filter.limit = Some(remaining.unwrap_or(1000).min(1000));
+        let page = backend.events(&filter)?;
+        let events = list(&page["events"]);
         for e in &events {
             if json {
-                writeln!(out, "{}", e.to_json_line())?;
+                writeln!(out, "{}", serde_json::to_string(e)?)?;
             } else {
                 writeln!(out, "{}", event_line(e))?;
             }
         }
         out.flush()?;
-        if let Some(last) = events.last() {
-            filter.since = Some(last.idx);
+        if let Some(next) = page["next"].as_i64() {
+            filter.since = Some(next);
         }
-        if !follow {
-            return Ok(ExitCode::SUCCESS);
+        if let Some(r) = remaining.as_mut() {
+            *r = r.saturating_sub(events.len());
+            if *r == 0 {
+                return Ok(ExitCode::SUCCESS);
+            }
         }
-        std::thread::sleep(Duration::from_millis(200));
+        if events.is_empty() {
+            if !follow {
+                return Ok(ExitCode::SUCCESS);
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
     }
 }
 
-pub fn jobs(engine: &Engine, name: Option<&str>, json: bool) -> anyhow::Result<ExitCode> {
-    if let Some(name) = name {
-        if engine.graph.job(name).is_none() {
-            return Err(UserError(format!("no job `{name}` in the graph")).into());
-        }
-    }
-    let stats = engine.store.job_stats(name).map_err(log_error)?;
-    let recent = match name {
-        Some(job) => engine
-            .store
-            .job_runs(&RunQuery {
-                job: Some(job.to_string()),
-                limit: 20,
-                ..Default::default()
-            })
-            .map_err(log_error)?,
-        None => Vec::new(),
-    };
+pub fn jobs(backend: &Backend, name: Option<&str>, json: bool) -> anyhow::Result<ExitCode> {
+    let v = backend.jobs(name)?;
     if json {
-        match name {
-            Some(_) => print_json(&serde_json::json!({
-                "job": stats.first(),
-                "runs": recent,
-            }))?,
-            None => print_json(&serde_json::json!({ "jobs": stats }))?,
-        }
+        print_json(&v)?;
         return Ok(ExitCode::SUCCESS);
     }
-    // Every job of the graph appears, even those that never ran.
-    let names: Vec<&str> = match name {
-        Some(n) => vec![n],
-        None => engine.graph.jobs.iter().map(|j| j.name.as_str()).collect(),
+    let stats = match name {
+        Some(_) => vec![v["job"].clone()],
+        None => list(&v["jobs"]),
     };
-    let rows: Vec<Vec<String>> = names
+    let rows: Vec<Vec<String>> = stats
         .iter()
-        .map(|n| match stats.iter().find(|s| s.job == *n) {
-            Some(s) => vec![
-                n.to_string(),
-                s.runs.to_string(),
-                s.success_rate
+        .map(|s| {
+            vec![
+                text(&s["job"]),
+                s["runs"].to_string(),
+                s["success_rate"]
+                    .as_f64()
                     .map(|r| format!("{:.0}%", r * 100.0))
                     .unwrap_or_else(|| "-".to_string()),
-                millis(s.p50_ms),
-                millis(s.p95_ms),
-                time(s.last_run_at),
-            ],
-            None => vec![
-                n.to_string(),
-                "0".into(),
-                "-".into(),
-                "-".into(),
-                "-".into(),
-                "-".into(),
-            ],
+                millis_value(&s["p50_ms"]),
+                millis_value(&s["p95_ms"]),
+                time_value(&s["last_run_at"]),
+            ]
         })
         .collect();
     print!(
         "{}",
         table(&["JOB", "RUNS", "SUCCESS", "P50", "P95", "LAST RUN"], &rows)
     );
+    let recent = list(&v["runs"]);
     if !recent.is_empty() {
         println!("\nrecent runs:");
-        let t: Vec<Vec<String>> = recent
+        let rows: Vec<Vec<String>> = recent
             .iter()
             .map(|r| {
                 vec![
-                    r.job_run_id.clone(),
-                    r.status.to_string(),
-                    millis(r.duration_ms()),
-                    crate::output::short_list(&r.outputs, 2),
+                    text(&r["job_run_id"]),
+                    text(&r["status"]),
+                    duration(r),
+                    short_list(&strings(&r["outputs"]), 2),
                 ]
             })
             .collect();
-        print!("{}", table(&["RUN", "STATUS", "TOOK", "OUTPUTS"], &t));
+        print!("{}", table(&["RUN", "STATUS", "TOOK", "OUTPUTS"], &rows));
     }
     Ok(ExitCode::SUCCESS)
 }
 
-pub fn run(engine: &Engine, id: &str, json: bool) -> anyhow::Result<ExitCode> {
-    let run = engine
-        .store
-        .job_run(id)
-        .map_err(log_error)?
-        .ok_or_else(|| UserError(format!("no job run `{id}` in the event log")))?;
+pub fn run(backend: &Backend, id: &str, json: bool) -> anyhow::Result<ExitCode> {
+    let run = backend.run(id)?;
     if json {
         print_json(&run)?;
         return Ok(ExitCode::SUCCESS);
     }
     println!(
         "job run {}: job `{}`, {}",
-        run.job_run_id, run.job, run.status
+        text(&run["job_run_id"]),
+        text(&run["job"]),
+        text(&run["status"])
     );
-    println!(
-        "  build request: {}",
-        run.build_request_id.as_deref().unwrap_or("-")
-    );
-    println!("  outputs: {}", run.outputs.join(", "));
+    println!("  build request: {}", text(&run["build_request_id"]));
+    println!("  outputs: {}", strings(&run["outputs"]).join(", "));
+    let inputs = strings(&run["inputs"]);
     println!(
         "  inputs: {}",
-        if run.inputs.is_empty() {
+        if inputs.is_empty() {
             "-".to_string()
         } else {
-            run.inputs.join(", ")
+            inputs.join(", ")
         }
     );
-    if !run.args.is_empty() {
-        println!("  args: {}", run.args.join(" "));
+    let args = strings(&run["args"]);
+    if !args.is_empty() {
+        println!("  args: {}", args.join(" "));
     }
-    for (k, v) in &run.env {
-        println!("  env: {k}={v}");
+    if let Some(env) = run["env"].as_object() {
+        for (k, v) in env {
+            println!("  env: {k}={}", text(v));
+        }
     }
     println!(
         "  scheduled {}, started {}, ended {}, took {}",
-        time(run.scheduled_at),
-        time(run.started_at),
-        time(run.ended_at),
-        millis(run.duration_ms())
+        time_value(&run["scheduled_at"]),
+        time_value(&run["started_at"]),
+        time_value(&run["ended_at"]),
+        duration(&run)
     );
-    if let Some(code) = run.exit_code {
+    if let Some(code) = run["exit_code"].as_i64() {
         println!("  exit code: {code}");
     }
-    if let Some(m) = &run.message {
+    if let Some(m) = run["message"].as_str() {
         println!("  message: {m}");
     }
-    if let Some(r) = &run.relies_on {
+    if let Some(r) = run["relies_on"].as_str() {
         println!("  skipped: relies on run {r}");
+    }
+    if let Some(log) = backend.run_log(id) {
+        let lines: Vec<&str> = log.lines().collect();
+        println!(
+            "  log (last {} lines of {}):",
+            lines.len().min(20),
+            text(&run["log_path"])
+        );
+        for l in &lines[lines.len().saturating_sub(20)..] {
+            println!("    {l}");
+        }
     }
     Ok(ExitCode::SUCCESS)
 }
 
-pub fn sql(engine: &Engine, query: &str, max_rows: usize, json: bool) -> anyhow::Result<ExitCode> {
-    let result = engine
-        .store
-        .sql(
-            query,
-            SqlLimits {
-                max_rows,
-                ..Default::default()
-            },
-        )
-        .map_err(log_error)?;
+pub fn sql(
+    backend: &Backend,
+    query: &str,
+    max_rows: usize,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
+    let result = backend.sql(query, max_rows)?;
     if json {
         print_json(&result)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let rows: Vec<Vec<String>> = list(&result["rows"])
+        .iter()
+        .map(|r| {
+            list(r)
+                .iter()
+                .map(|v| match v {
+                    Value::Null => "NULL".to_string(),
+                    other => text(other),
+                })
+                .collect()
+        })
+        .collect();
+    let headers = strings(&result["columns"]);
+    let headers: Vec<&str> = headers.iter().map(String::as_str).collect();
+    print!("{}", table(&headers, &rows));
+    println!(
+        "({}{})",
+        count(rows.len(), "row"),
+        if result["truncated"].as_bool() == Some(true) {
+            ", cut at --max-rows"
+        } else {
+            ""
+        }
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn cancel(backend: &Backend, id: &str, json: bool) -> anyhow::Result<ExitCode> {
+    let v = backend.cancel(id)?;
+    if json {
+        print_json(&v)?;
     } else {
-        let rows: Vec<Vec<String>> = result
-            .rows
-            .iter()
-            .map(|r| {
-                r.iter()
-                    .map(|v| match v {
-                        serde_json::Value::String(s) => s.clone(),
-                        serde_json::Value::Null => "NULL".to_string(),
-                        other => other.to_string(),
-                    })
-                    .collect()
-            })
-            .collect();
-        let headers: Vec<&str> = result.columns.iter().map(String::as_str).collect();
-        print!("{}", table(&headers, &rows));
-        println!(
-            "({}{})",
-            count(result.rows.len(), "row"),
-            if result.truncated {
-                ", cut at --max-rows"
-            } else {
-                ""
-            }
-        );
+        println!("cancelled build request {id}");
     }
     Ok(ExitCode::SUCCESS)
 }

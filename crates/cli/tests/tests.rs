@@ -7,3 +7,4 @@ mod build;
 mod examples;
 mod graph_cmd;
 mod log_cmds;
+mod service;

@@ -133,3 +133,136 @@ pub fn seed_build(project: &Project, br: &str, run: &str, job: &str, r: &str, ok
         ])
         .unwrap();
 }
+
+/// A `databuild serve` of a project, on a free port; stopped with SIGTERM when dropped.
+pub struct Service {
+    pub child: std::process::Child,
+    pub url: String,
+}
+
+impl Service {
+    pub fn start(project: &Project, env: &[(&str, &str)]) -> Service {
+        use std::io::BufRead;
+        let mut cmd = project.command();
+        cmd.args(["serve", "--bind", "127.0.0.1:0"])
+            .env_remove("DATABUILD_TOKEN")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.spawn().expect("start databuild serve");
+        let stderr = child.stderr.take().unwrap();
+        let mut lines = std::io::BufReader::new(stderr).lines();
+        let url = loop {
+            let line = lines.next().expect("serve prints its address").unwrap();
+            if let Some(addr) = line.strip_prefix("databuild service listening on ") {
+                break addr.to_string();
+            }
+        };
+        // Keep draining stderr so the service never blocks on it.
+        std::thread::spawn(move || for _ in lines {});
+        Service { child, url }
+    }
+
+    /// SIGTERM, then waits; returns how long the service took to exit.
+    pub fn stop(&mut self) -> std::time::Duration {
+        let start = std::time::Instant::now();
+        let _ = std::process::Command::new("kill")
+            .arg("-TERM")
+            .arg(self.child.id().to_string())
+            .status();
+        let _ = self.child.wait();
+        start.elapsed()
+    }
+
+    pub fn agent() -> ureq::Agent {
+        ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .build()
+            .into()
+    }
+
+    /// `(status, body)` of a request.
+    pub fn call(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<&str>,
+        token: Option<&str>,
+    ) -> (u16, String) {
+        let agent = Service::agent();
+        let url = format!("{}{path}", self.url);
+        let auth = token.map(|t| format!("Bearer {t}"));
+        let response = match (method, body) {
+            ("GET", _) => {
+                let mut r = agent.get(&url);
+                if let Some(a) = &auth {
+                    r = r.header("Authorization", a);
+                }
+                r.call()
+            }
+            ("DELETE", _) => {
+                let mut r = agent.delete(&url);
+                if let Some(a) = &auth {
+                    r = r.header("Authorization", a);
+                }
+                r.call()
+            }
+            (_, body) => {
+                let mut r = agent.post(&url).header("Content-Type", "application/json");
+                if let Some(a) = &auth {
+                    r = r.header("Authorization", a);
+                }
+                r.send(body.unwrap_or(""))
+            }
+        };
+        let mut response = response.expect("the service answers");
+        let status = response.status().as_u16();
+        let text = response.body_mut().read_to_string().unwrap_or_default();
+        (status, text)
+    }
+
+    pub fn get(&self, path: &str) -> (u16, serde_json::Value) {
+        let (status, body) = self.call("GET", path, None, None);
+        (
+            status,
+            serde_json::from_str(&body).unwrap_or(serde_json::Value::String(body)),
+        )
+    }
+
+    pub fn post(&self, path: &str, body: &serde_json::Value) -> (u16, serde_json::Value) {
+        let (status, text) = self.call("POST", path, Some(&body.to_string()), None);
+        (
+            status,
+            serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text)),
+        )
+    }
+
+    /// Polls a build until it ends; returns its details.
+    pub fn wait_for_build(&self, id: &str) -> serde_json::Value {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        loop {
+            let (status, v) = self.get(&format!("/api/v1/builds/{id}"));
+            assert_eq!(status, 200, "{v}");
+            if matches!(
+                v["status"].as_str(),
+                Some("completed" | "failed" | "cancelled")
+            ) {
+                return v;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "build {id} never ended"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Service {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

@@ -186,7 +186,9 @@ fn every_endpoint_answers_over_a_real_socket() {
 fn bad_requests_get_json_errors_naming_the_problem() {
     let p = project();
     let s = Service::start(&p, &[]);
-    let cases: Vec<(&str, &str, Option<String>, u16, &str, &str)> = vec![
+    // (method, path, body, status, code, words of the message)
+    type Case = (&'static str, &'static str, Option<String>, u16, &'static str, &'static str);
+    let cases: Vec<Case> = vec![
         (
             "POST",
             "/api/v1/builds",

@@ -107,6 +107,13 @@ impl Backend {
         }
     }
 
+    pub fn datasets(&self) -> anyhow::Result<Value> {
+        match self {
+            Backend::Local(e) => views::datasets(e).map_err(app_error),
+            Backend::Remote(c) => c.get("/api/v1/datasets"),
+        }
+    }
+
     pub fn jobs(&self, name: Option<&str>) -> anyhow::Result<Value> {
         match (self, name) {
             (Backend::Local(e), None) => views::jobs(e).map_err(app_error),

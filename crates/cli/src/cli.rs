@@ -113,6 +113,8 @@ pub enum Command {
         #[arg(long)]
         follow: bool,
     },
+    /// Every dataset and job output of the graph, with its partitions counted by status.
+    Datasets,
     /// Job metrics: runs, success rate, p50/p95 duration; with NAME, also its recent runs.
     Jobs { name: Option<String> },
     /// One job run: config, environment, exit, timings.

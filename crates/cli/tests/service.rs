@@ -187,7 +187,14 @@ fn bad_requests_get_json_errors_naming_the_problem() {
     let p = project();
     let s = Service::start(&p, &[]);
     // (method, path, body, status, code, words of the message)
-    type Case = (&'static str, &'static str, Option<String>, u16, &'static str, &'static str);
+    type Case = (
+        &'static str,
+        &'static str,
+        Option<String>,
+        u16,
+        &'static str,
+        &'static str,
+    );
     let cases: Vec<Case> = vec![
         (
             "POST",
@@ -410,6 +417,8 @@ fn the_cli_gives_the_same_answers_through_the_service() {
         vec!["--json", "events", "--job", "a", "--limit", "3"],
         vec!["jobs"],
         vec!["--json", "jobs", "b"],
+        vec!["datasets"],
+        vec!["--json", "datasets"],
         vec!["runs", &run_id],
         vec!["--json", "runs", &run_id],
         vec!["sql", "SELECT job, status FROM job_runs ORDER BY job"],

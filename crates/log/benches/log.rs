@@ -58,7 +58,12 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
 
 fn run(target_events: usize) {
     let dir = tempfile::tempdir().unwrap();
-    let store = SqliteStore::open(&dir.path().join("events.db")).unwrap();
+    // `LOG_BENCH_KEEP=PATH` keeps the log there (for the service load benchmark).
+    let path = match std::env::var("LOG_BENCH_KEEP") {
+        Ok(p) => std::path::PathBuf::from(p),
+        Err(_) => dir.path().join("events.db"),
+    };
+    let store = SqliteStore::open(&path).unwrap();
     let mut appended = 0usize;
     let mut builds = 0usize;
     let mut append_time = Duration::ZERO;

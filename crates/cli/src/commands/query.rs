@@ -372,3 +372,37 @@ pub fn cancel(backend: &Backend, id: &str, json: bool) -> anyhow::Result<ExitCod
     }
     Ok(ExitCode::SUCCESS)
 }
+
+pub fn datasets(backend: &Backend, json: bool) -> anyhow::Result<ExitCode> {
+    let v = backend.datasets()?;
+    if json {
+        print_json(&v)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let rows: Vec<Vec<String>> = list(&v["datasets"])
+        .iter()
+        .map(|d| {
+            let counts = d["partitions"]
+                .as_object()
+                .map(|m| {
+                    m.iter()
+                        .map(|(k, n)| format!("{n} {k}"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                })
+                .filter(|s| !s.is_empty())
+                .unwrap_or_else(|| "-".to_string());
+            vec![
+                text(&d["name"]),
+                text(&d["kind"]),
+                text(&d["pattern"]),
+                counts,
+            ]
+        })
+        .collect();
+    print!(
+        "{}",
+        table(&["NAME", "KIND", "PATTERN", "PARTITIONS"], &rows)
+    );
+    Ok(ExitCode::SUCCESS)
+}

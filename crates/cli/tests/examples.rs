@@ -4,7 +4,7 @@ use std::path::Path;
 
 use crate::util::Project;
 
-fn example(name: &str) -> Project {
+pub fn example(name: &str) -> Project {
     let src = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../../examples")
         .join(name);

@@ -139,6 +139,16 @@ pub enum Command {
         #[arg(long, default_value = "127.0.0.1:8080")]
         bind: std::net::SocketAddr,
     },
+    /// Copy an event log into an empty one (say, from SQLite to a shared Postgres), event by
+    /// event, validating each on the way in.
+    MigrateLog {
+        /// The log to read: `sqlite:PATH` or `postgres://...`.
+        #[arg(long)]
+        from: String,
+        /// The empty log to write.
+        #[arg(long)]
+        to: String,
+    },
     /// Print the job graph.
     Graph {
         #[arg(long, value_enum, default_value_t = GraphFormat::Dot)]

@@ -8,4 +8,5 @@ mod equivalence;
 mod examples;
 mod graph_cmd;
 mod log_cmds;
+mod postgres;
 mod service;

@@ -21,7 +21,7 @@ use serde::Serialize;
 
 use crate::engine::{Engine, EngineError, Result};
 use crate::local::{Executor, RunOutcome, RunSpec, DEFAULT_LOG_LIMIT};
-use crate::owner::{owner_alive, this_owner};
+use crate::owner::{owner_dead, this_owner, HEARTBEAT_EVERY};
 use crate::versions::{data_version, external_version};
 
 /// How many times a run may come back with `DATABUILD_MISSING_DEPS` before it fails.
@@ -152,6 +152,7 @@ impl Engine {
     /// returns its id. [`Engine::execute`] then carries it out.
     pub fn receive(&self, options: &BuildOptions) -> Result<String> {
         self.close_abandoned_builds()?;
+        self.store.heartbeat(&this_owner())?;
         let id = databuild_log::event::new_id();
         let requested: Vec<String> = options.refs.iter().map(|r| r.to_string()).collect();
         self.store
@@ -266,7 +267,7 @@ impl Engine {
         })?;
         let mut closed = 0;
         for b in unfinished {
-            if owner_alive(b.owner.as_deref()) != Some(false) {
+            if !owner_dead(self.store.as_ref(), b.owner.as_deref()) {
                 continue;
             }
             let reason = format!(
@@ -341,7 +342,7 @@ impl Engine {
                 b.status
             )));
         }
-        if owner_alive(b.owner.as_deref()) == Some(false) {
+        if owner_dead(self.store.as_ref(), b.owner.as_deref()) {
             return self.close_build(id, Status::Cancelled, "cancelled");
         }
         self.store.append(vec![
@@ -588,7 +589,12 @@ impl<'e> Scheduler<'e> {
             self.spawn_waiter(scope, w);
         }
         let mut last_cancel_check = Instant::now();
+        let mut last_heartbeat = Instant::now();
         loop {
+            if last_heartbeat.elapsed() > HEARTBEAT_EVERY {
+                last_heartbeat = Instant::now();
+                self.store().heartbeat(&this_owner())?;
+            }
             if !self.cancelled {
                 if interrupt.load(Ordering::SeqCst) {
                     self.cancel_all("interrupted");
@@ -901,7 +907,7 @@ impl<'e> Scheduler<'e> {
                             .as_deref()
                             .and_then(|id| store.job_run(id).ok().flatten())
                             .and_then(|run| run.owner);
-                        if owner_alive(owner.as_deref()) == Some(false) {
+                        if owner_dead(store, owner.as_deref()) {
                             break WaitOutcome::Abandoned;
                         }
                     }

@@ -45,6 +45,30 @@ pub fn owner_alive(owner: Option<&str>) -> Option<bool> {
     Some(start_time(pid) == Some(started))
 }
 
+/// How long an owner on another machine may stay silent before its work counts as abandoned.
+pub const HEARTBEAT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// How often a driving process says it is alive.
+pub const HEARTBEAT_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Is the process driving some work gone? On this machine we look at the process; on another
+/// (a shared Postgres log), at its heartbeat.
+pub fn owner_dead(store: &dyn databuild_log::EventStore, owner: Option<&str>) -> bool {
+    match owner_alive(owner) {
+        Some(alive) => !alive,
+        None => {
+            let Some(owner) = owner else { return false };
+            match store.last_heartbeat(owner) {
+                Ok(Some(at)) => {
+                    databuild_log::event::now_ns() - at > HEARTBEAT_TIMEOUT.as_nanos() as i64
+                }
+                // Never heard of: it predates heartbeats or never started; leave it be.
+                _ => false,
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

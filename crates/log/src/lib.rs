@@ -2,10 +2,12 @@
 //!
 //! - [`Event`] is the schema of contract section 5; [`state`] holds the state machines every event
 //!   is checked against; [`Replay`] applies events in memory (the reference for projections).
-//! - [`EventStore`] is the storage interface; [`SqliteStore`] the embedded default.
+//! - [`EventStore`] is the storage interface; [`SqliteStore`] the embedded default,
+//!   [`PostgresStore`] the shared one.
 //! - [`open`] picks a backend from a log URI (`sqlite:PATH`).
 
 pub mod event;
+pub mod postgres;
 pub mod replay;
 pub mod sqlite;
 pub mod state;
@@ -14,6 +16,7 @@ pub mod store;
 use std::path::Path;
 
 pub use event::{Event, EventData, Kind, Status};
+pub use postgres::PostgresStore;
 pub use replay::Replay;
 pub use sqlite::SqliteStore;
 pub use store::*;
@@ -21,21 +24,22 @@ pub use store::*;
 /// The default log, relative to the graph file's folder.
 pub const DEFAULT_LOG: &str = ".databuild/events.db";
 
-/// Opens the event log named by `uri` (`sqlite:PATH`, relative paths against `base`).
+/// Opens the event log named by `uri` (`sqlite:PATH`, relative paths against `base`, or
+/// `postgres://...`).
 pub fn open(uri: &str, base: &Path) -> Result<Box<dyn EventStore>> {
     if let Some(path) = uri.strip_prefix("sqlite:") {
         let path = base.join(path.strip_prefix("//").unwrap_or(path));
         return Ok(Box::new(SqliteStore::open(&path)?));
     }
+    if uri.starts_with("postgres://") || uri.starts_with("postgresql://") {
+        return Ok(Box::new(PostgresStore::open(uri)?));
+    }
     let scheme = uri.split(':').next().unwrap_or(uri);
     Err(LogError::Open {
         location: redact(uri),
-        message: match scheme {
-            "postgres" | "postgresql" => {
-                "this databuild has no Postgres event log yet; use `sqlite:PATH`".to_string()
-            }
-            _ => format!("unknown event log scheme `{scheme}`; use `sqlite:PATH`"),
-        },
+        message: format!(
+            "unknown event log scheme `{scheme}`; use `sqlite:PATH` or `postgres://user@host:port/db`"
+        ),
     })
 }
 

@@ -657,12 +657,14 @@ fn run_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<JobRunRow> {
     })
 }
 
-/// A percentile of the sorted durations of a job's completed runs.
+/// A percentile of the sorted durations of a job's completed runs, as Postgres's
+/// `percentile_disc` defines it (the first value whose cumulative share reaches `p`), so both
+/// logs give the same figures.
 fn percentile(conn: &Connection, job: &str, count: u64, p: f64) -> rusqlite::Result<Option<f64>> {
     if count == 0 {
         return Ok(None);
     }
-    let offset = ((count - 1) as f64 * p).round() as i64;
+    let offset = ((p * count as f64).ceil() as i64 - 1).max(0);
     conn.prepare_cached(
         "SELECT (ended_at - started_at) / 1e6 AS d FROM job_runs
          WHERE job = ?1 AND status = 'completed' AND started_at IS NOT NULL AND ended_at IS NOT NULL
@@ -918,7 +920,7 @@ impl EventStore for SqliteStore {
                             skipped: r.get::<_, i64>(5)? as u64,
                             success_rate: (finished > 0)
                                 .then(|| completed as f64 / finished as f64),
-                            mean_ms: r.get(6)?,
+                            mean_ms: round_ms(r.get(6)?),
                             p50_ms: None,
                             p95_ms: None,
                             last_run_at: r.get(7)?,
@@ -1004,6 +1006,28 @@ impl EventStore for SqliteStore {
             columns,
             rows,
             truncated,
+        })
+    }
+
+    fn heartbeat(&self, owner: &str) -> Result<()> {
+        let guard = self.writer.lock().expect("writer lock");
+        guard
+            .conn
+            .execute(
+                "INSERT INTO heartbeats (owner, at) VALUES (?1, ?2)
+                 ON CONFLICT (owner) DO UPDATE SET at = excluded.at",
+                params![owner, crate::event::now_ns()],
+            )
+            .map_err(|e| self.classify(e))?;
+        Ok(())
+    }
+
+    fn last_heartbeat(&self, owner: &str) -> Result<Option<i64>> {
+        self.read(|c| {
+            c.query_row("SELECT at FROM heartbeats WHERE owner = ?1", [owner], |r| {
+                r.get(0)
+            })
+            .optional()
         })
     }
 

@@ -117,6 +117,11 @@ impl JobRunRow {
     }
 }
 
+/// Milliseconds rounded to the microsecond, so that backends summing in different orders agree.
+pub fn round_ms(ms: Option<f64>) -> Option<f64> {
+    ms.map(|m| (m * 1000.0).round() / 1000.0)
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct JobStats {
     pub job: String,
@@ -226,6 +231,11 @@ pub trait EventStore: Send + Sync {
 
     /// A read-only query; anything that could write or reach outside the log is refused.
     fn sql(&self, query: &str, limits: SqlLimits) -> Result<SqlResult>;
+
+    /// Records that `owner` (a driving process) is alive now.
+    fn heartbeat(&self, owner: &str) -> Result<()>;
+    /// When `owner` last said it was alive (ns), if ever.
+    fn last_heartbeat(&self, owner: &str) -> Result<Option<i64>>;
 
     /// Where the log lives, for messages (credentials redacted).
     fn location(&self) -> String;

@@ -4,6 +4,7 @@ mod analyze;
 mod build;
 mod graph;
 mod inspect;
+mod migrate;
 mod query;
 
 use std::process::ExitCode;
@@ -15,6 +16,9 @@ use crate::remote::Remote;
 
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let json = cli.json;
+    if let Command::MigrateLog { from, to } = &cli.command {
+        return migrate::run(from, to, json);
+    }
     let backend = match (&cli.server, &cli.command) {
         (Some(url), Command::Serve { .. }) => {
             return Err(crate::UserError(format!(
@@ -84,6 +88,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Jobs { name } => query::jobs(&backend, name.as_deref(), json),
         Command::Runs { id } => query::run(&backend, &id, json),
         Command::Sql { query, max_rows } => query::sql(&backend, &query, max_rows, json),
+        Command::MigrateLog { .. } => unreachable!("handled above"),
         Command::Serve { bind } => match backend {
             Backend::Local(engine) => serve(engine, bind),
             Backend::Remote(_) => unreachable!("refused above"),

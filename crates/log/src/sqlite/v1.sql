@@ -118,3 +118,9 @@ CREATE VIEW events_per_hour AS
 SELECT strftime('%Y-%m-%d %H:00', timestamp / 1000000000, 'unixepoch') AS hour,
        kind, status, count(*) AS events
 FROM events GROUP BY 1, 2, 3;
+
+-- Liveness of the processes driving builds, for claims held by another machine.
+CREATE TABLE heartbeats (
+    owner TEXT PRIMARY KEY,
+    at    INTEGER NOT NULL
+);

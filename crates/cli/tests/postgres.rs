@@ -1,0 +1,190 @@
+//! A Postgres event log shared by several processes: migration from SQLite, two services on one
+//! log, and one of them killed mid-build. Needs the test command's throwaway Postgres.
+
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+use crate::examples::example;
+use crate::util::{Project, Service};
+
+/// A fresh database on the test server, or `None` when the test command did not start one.
+fn fresh_database() -> Option<String> {
+    let Ok(admin) = std::env::var("DATABUILD_TEST_POSTGRES") else {
+        assert!(
+            std::env::var("DATABUILD_REQUIRE_POSTGRES").is_err(),
+            "DATABUILD_REQUIRE_POSTGRES is set but DATABUILD_TEST_POSTGRES is not"
+        );
+        eprintln!("no test Postgres (run ./test.sh): skipped");
+        return None;
+    };
+    let name = format!("t_{}", databuild_log::event::new_id().replace('-', ""));
+    let ok = std::process::Command::new("psql")
+        .args([
+            admin.as_str(),
+            "-q",
+            "-c",
+            &format!("CREATE DATABASE {name}"),
+        ])
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "cannot create a test database");
+    Some(format!("{}/{name}", admin.rsplit_once('/').unwrap().0))
+}
+
+#[test]
+fn migrate_log_copies_a_sqlite_log_without_loss() {
+    let Some(pg) = fresh_database() else { return };
+    let p = example("basic_graph");
+    p.run(&["build", "sum/pippin_salem", "sum/salem_sadie"])
+        .expect_code(0);
+    p.run(&["taint", "generated_number/sadie"]).expect_code(0);
+    let out = p.run(&[
+        "--json",
+        "migrate-log",
+        "--from",
+        "sqlite:.databuild/events.db",
+        "--to",
+        &pg,
+    ]);
+    out.expect_code(0);
+    let copied = out.json()["events"].as_u64().unwrap();
+    assert!(copied > 20);
+    let on = |log: &str, args: &[&str]| {
+        let mut all = vec!["--event-log", log];
+        all.extend_from_slice(args);
+        let out = p.run(&all);
+        out.expect_code(0);
+        out.stdout
+    };
+    let sqlite = "sqlite:.databuild/events.db";
+    let strip_idx = |s: String| -> Vec<serde_json::Value> {
+        s.lines()
+            .map(|l| {
+                let mut v: serde_json::Value = serde_json::from_str(l).unwrap();
+                v.as_object_mut().unwrap().remove("idx");
+                v
+            })
+            .collect()
+    };
+    assert_eq!(
+        strip_idx(on(sqlite, &["--json", "events"])),
+        strip_idx(on(&pg, &["--json", "events"]))
+    );
+    for args in [
+        vec!["status", "sum/pippin_salem", "generated_number/sadie"],
+        vec!["--json", "jobs"],
+        vec!["partitions"],
+        vec![
+            "--json",
+            "sql",
+            "SELECT job, status FROM job_runs ORDER BY job_run_id",
+        ],
+    ] {
+        assert_eq!(on(sqlite, &args), on(&pg, &args), "{args:?}");
+    }
+    // The target must be empty.
+    let again = p.run(&["migrate-log", "--from", sqlite, "--to", &pg]);
+    again.expect_code(2);
+    assert!(
+        again.stderr.contains("already holds events"),
+        "{}",
+        again.stderr
+    );
+}
+
+const GRAPH: &str = r#"
+[graph]
+name = "shared"
+[[job]]
+name = "slow"
+outputs = ["slow/{n:int}"]
+command = ["sh", "-c", "sleep ${SLEEP:-0.5}; mkdir -p data/slow; echo $DATABUILD_JOB_RUN_ID > data/slow/$DATABUILD_FIELD_N; echo slow/$DATABUILD_FIELD_N >> built.log"]
+[[job]]
+name = "top"
+outputs = ["top/{n:int}"]
+inputs = ["slow/{n}"]
+command = ["sh", "-c", "mkdir -p data/top; echo ok > data/top/$DATABUILD_FIELD_N; echo top/$DATABUILD_FIELD_N >> built.log"]
+"#;
+
+fn built(p: &Project) -> Vec<String> {
+    let mut lines: Vec<String> = std::fs::read_to_string(p.path().join("built.log"))
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_string)
+        .collect();
+    lines.sort();
+    lines
+}
+
+#[test]
+fn two_services_on_one_postgres_run_each_job_once() {
+    let Some(pg) = fresh_database() else { return };
+    let p = Project::new(GRAPH);
+    let env = [("DATABUILD_EVENT_LOG", pg.as_str())];
+    let a = Service::start(&p, &env);
+    let b = Service::start(&p, &env);
+    let request = json!({ "partitions": ["top/1", "top/2", "top/3"] });
+    let ids: Vec<(usize, String)> = std::thread::scope(|scope| {
+        let handles: Vec<_> = [&a, &b, &a, &b]
+            .into_iter()
+            .enumerate()
+            .map(|(i, s)| {
+                let request = request.clone();
+                scope.spawn(move || {
+                    let (status, v) = s.post("/api/v1/builds", &request);
+                    assert_eq!(status, 202, "{v}");
+                    (i, v["build_request_id"].as_str().unwrap().to_string())
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for (i, id) in &ids {
+        let s = if i % 2 == 0 { &a } else { &b };
+        assert_eq!(s.wait_for_build(id)["status"], "completed", "{id}");
+    }
+    assert_eq!(
+        built(&p),
+        ["slow/1", "slow/2", "slow/3", "top/1", "top/2", "top/3"]
+    );
+}
+
+#[test]
+fn killing_one_instance_mid_build_lets_the_other_finish() {
+    let Some(pg) = fresh_database() else { return };
+    let p = Project::new(GRAPH);
+    let env = [("DATABUILD_EVENT_LOG", pg.as_str()), ("SLEEP", "30")];
+    let a = Service::start(&p, &env);
+    let b = Service::start(
+        &p,
+        &[("DATABUILD_EVENT_LOG", pg.as_str()), ("SLEEP", "0.2")],
+    );
+    let (_, v) = a.post("/api/v1/builds", &json!({ "partitions": ["top/1"] }));
+    let first = v["build_request_id"].as_str().unwrap().to_string();
+    // Once a's run of slow/1 is running, b gets the same request and waits for a.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let running = |s: &Service, id: &str| {
+        s.get(&format!("/api/v1/builds/{id}")).1["job_runs"]
+            .as_array()
+            .is_some_and(|runs| runs.iter().any(|r| r["status"] == "running"))
+    };
+    while !running(&a, &first) {
+        assert!(Instant::now() < deadline, "a never started");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let (_, v) = b.post("/api/v1/builds", &json!({ "partitions": ["top/1"] }));
+    let second = v["build_request_id"].as_str().unwrap().to_string();
+    std::thread::sleep(Duration::from_millis(500));
+    drop(a); // SIGKILL mid-build
+    let done = b.wait_for_build(&second);
+    assert_eq!(done["status"], "completed", "{done}");
+    assert_eq!(built(&p), ["slow/1", "top/1"]);
+    let (_, old) = b.get(&format!("/api/v1/builds/{first}"));
+    assert_eq!(old["status"], "failed");
+    assert!(
+        old["message"].as_str().unwrap().contains("is gone"),
+        "{old}"
+    );
+}

@@ -1,0 +1,919 @@
+//! The PostgreSQL event log: one log shared by several DataBuild processes on several machines.
+//!
+//! It keeps the SQLite log's semantics exactly: the same tables, projections written in the
+//! events' transaction, the same validation. Appends from all processes are serialized by a
+//! transaction-scoped advisory lock, so each batch validates against everything committed before
+//! it; a partition claim is therefore atomic across processes. User SQL runs in a read-only
+//! transaction with a statement timeout (and, if configured, as a least-privilege role).
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+
+use postgres::{Client, NoTls, Transaction};
+use rustc_hash::FxHashMap;
+
+use crate::event::{Event, EventData, Kind, Status};
+use crate::replay::global_effect;
+use crate::state::{check, Current};
+use crate::store::*;
+
+/// The schema, as numbered migrations (see the SQLite store).
+const MIGRATIONS: &[&str] = &[include_str!("postgres/v1.sql")];
+pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
+
+/// The advisory lock key that serializes appends: "DBLG".
+const APPEND_LOCK: i64 = 0x4442_4C47;
+
+pub struct PostgresStore {
+    /// The connection string, for new connections; shown redacted.
+    url: String,
+    writer: Mutex<Writer>,
+    readers: Mutex<Vec<Client>>,
+    /// A role to `SET LOCAL ROLE` to for user SQL.
+    sql_role: Option<String>,
+}
+
+struct Writer {
+    client: Client,
+    caches: Caches,
+    /// The append counter as of our last append; the caches hold only while nobody else appended.
+    seen_appends: Option<i64>,
+}
+
+/// Entity states remembered between appends (as the SQLite writer does).
+#[derive(Default)]
+struct Caches {
+    /// Build requests (`b:`), job runs (`r:`) and request partitions (`p:`), by prefixed key.
+    status: FxHashMap<String, Option<Status>>,
+    partitions: FxHashMap<String, Option<(Status, Option<String>)>>,
+}
+
+impl Caches {
+    fn clear(&mut self) {
+        self.status.clear();
+        self.partitions.clear();
+    }
+}
+
+fn storage(e: postgres::Error) -> LogError {
+    LogError::Storage(e.to_string())
+}
+
+fn status_of(s: &str) -> Result<Status> {
+    Status::parse(s).ok_or_else(|| LogError::Storage(format!("unknown status `{s}` in the log")))
+}
+
+fn to_json<T: serde::Serialize>(v: &T) -> String {
+    serde_json::to_string(v).expect("serializes")
+}
+
+fn json_list(s: Option<String>) -> Vec<String> {
+    s.and_then(|s| serde_json::from_str(&s).ok())
+        .unwrap_or_default()
+}
+
+/// A glob (`*`, `?`, `[...]`) as an anchored POSIX regular expression.
+fn glob_to_regex(glob: &str) -> String {
+    let mut re = String::from("^");
+    let mut in_class = false;
+    for c in glob.chars() {
+        match c {
+            '[' if !in_class => {
+                in_class = true;
+                re.push('[');
+            }
+            ']' if in_class => {
+                in_class = false;
+                re.push(']');
+            }
+            '!' if in_class && re.ends_with('[') => re.push('^'),
+            _ if in_class => re.push(c),
+            '*' => re.push_str(".*"),
+            '?' => re.push('.'),
+            c if "\\.^$|()+{}".contains(c) => {
+                re.push('\\');
+                re.push(c);
+            }
+            c => re.push(c),
+        }
+    }
+    re.push('$');
+    re
+}
+
+impl PostgresStore {
+    pub fn open(url: &str) -> Result<PostgresStore> {
+        let location = crate::redact(url);
+        let mut client = Client::connect(url, NoTls).map_err(|e| LogError::Open {
+            location: location.clone(),
+            message: e.to_string(),
+        })?;
+        prepare_schema(&mut client, &location)?;
+        let sql_role = std::env::var("DATABUILD_SQL_ROLE")
+            .ok()
+            .filter(|r| !r.is_empty());
+        Ok(PostgresStore {
+            url: url.to_string(),
+            writer: Mutex::new(Writer {
+                client,
+                caches: Caches::default(),
+                seen_appends: None,
+            }),
+            readers: Mutex::new(Vec::new()),
+            sql_role,
+        })
+    }
+
+    fn read<T>(&self, f: impl FnOnce(&mut Client) -> Result<T>) -> Result<T> {
+        let pooled = self.readers.lock().expect("reader pool").pop();
+        let mut client = match pooled {
+            Some(c) if !c.is_closed() => c,
+            _ => Client::connect(&self.url, NoTls).map_err(storage)?,
+        };
+        let result = f(&mut client);
+        self.readers.lock().expect("reader pool").push(client);
+        result
+    }
+}
+
+fn prepare_schema(client: &mut Client, location: &str) -> Result<()> {
+    let mut tx = client.transaction().map_err(storage)?;
+    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&APPEND_LOCK])
+        .map_err(storage)?;
+    let has_meta: bool = tx
+        .query_one("SELECT to_regclass('meta') IS NOT NULL", &[])
+        .map_err(storage)?
+        .get(0);
+    let version: i64 = if has_meta {
+        let v: String = tx
+            .query_one("SELECT value FROM meta WHERE key = 'schema_version'", &[])
+            .map_err(|e| LogError::Open {
+                location: location.to_string(),
+                message: format!("its schema version cannot be read ({e})"),
+            })?
+            .get(0);
+        v.parse().map_err(|_| LogError::Open {
+            location: location.to_string(),
+            message: "its schema version is not a number".into(),
+        })?
+    } else {
+        let tables: i64 = tx
+            .query_one(
+                "SELECT count(*) FROM information_schema.tables WHERE table_schema = current_schema()",
+                &[],
+            )
+            .map_err(storage)?
+            .get(0);
+        if tables > 0 {
+            return Err(LogError::Open {
+                location: location.to_string(),
+                message: "the database has tables but is not a DataBuild event log".into(),
+            });
+        }
+        0
+    };
+    if version > SCHEMA_VERSION {
+        return Err(LogError::NewerSchema {
+            location: location.to_string(),
+            found: version,
+            supported: SCHEMA_VERSION,
+        });
+    }
+    for step in &MIGRATIONS[version as usize..] {
+        tx.batch_execute(step).map_err(storage)?;
+    }
+    if version < SCHEMA_VERSION {
+        tx.execute(
+            "INSERT INTO meta (key, value) VALUES ('schema_version', $1), ('appends', '0')
+             ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            &[&SCHEMA_VERSION.to_string()],
+        )
+        .map_err(storage)?;
+    }
+    tx.commit().map_err(storage)
+}
+
+fn opt_status(tx: &mut Transaction<'_>, sql: &str, keys: &[&str]) -> Result<Option<Status>> {
+    let params: Vec<&(dyn postgres::types::ToSql + Sync)> = keys
+        .iter()
+        .map(|k| k as &(dyn postgres::types::ToSql + Sync))
+        .collect();
+    let row = tx.query_opt(sql, &params).map_err(storage)?;
+    row.map(|r| status_of(r.get::<_, &str>(0))).transpose()
+}
+
+fn current(tx: &mut Transaction<'_>, w: &mut Caches, e: &Event) -> Result<Current> {
+    let mut c = Current::default();
+    let br = e.build_request_id.as_deref();
+    match (
+        e.kind,
+        br,
+        e.job_run_id.as_deref(),
+        e.partition_ref.as_deref(),
+    ) {
+        (Kind::BuildRequest, Some(br), _, _) => {
+            let key = format!("b:{br}");
+            c.build_request = match w.status.get(&key) {
+                Some(s) => *s,
+                None => {
+                    let s = opt_status(
+                        tx,
+                        "SELECT status FROM build_requests WHERE build_request_id = $1",
+                        &[br],
+                    )?;
+                    w.status.insert(key, s);
+                    s
+                }
+            };
+        }
+        (Kind::JobRun, _, Some(run), _) => {
+            let key = format!("r:{run}");
+            c.job_run = match w.status.get(&key) {
+                Some(s) => *s,
+                None => {
+                    let s = opt_status(
+                        tx,
+                        "SELECT status FROM job_runs WHERE job_run_id = $1",
+                        &[run],
+                    )?;
+                    w.status.insert(key, s);
+                    s
+                }
+            };
+        }
+        (Kind::Partition, br, _, Some(r)) => {
+            if let Some(br) = br {
+                let key = format!("p:{br}\u{0}{r}");
+                c.request_partition = match w.status.get(&key) {
+                    Some(s) => *s,
+                    None => {
+                        let s = opt_status(
+                            tx,
+                            "SELECT status FROM request_partitions WHERE build_request_id = $1 AND partition_ref = $2",
+                            &[br, r],
+                        )?;
+                        w.status.insert(key, s);
+                        s
+                    }
+                };
+            }
+            c.partition = match w.partitions.get(r) {
+                Some(p) => p.clone(),
+                None => {
+                    let row = tx
+                        .query_opt(
+                            "SELECT status, job_run_id FROM partitions WHERE partition_ref = $1",
+                            &[&r],
+                        )
+                        .map_err(storage)?;
+                    let p = row
+                        .map(|row| {
+                            Ok::<_, LogError>((status_of(row.get::<_, &str>(0))?, row.get(1)))
+                        })
+                        .transpose()?;
+                    w.partitions.insert(r.to_string(), p.clone());
+                    p
+                }
+            };
+        }
+        _ => {}
+    }
+    Ok(c)
+}
+
+fn remember(w: &mut Caches, e: &Event, before: &Current) {
+    match e.kind {
+        Kind::BuildRequest => {
+            if let Some(br) = &e.build_request_id {
+                w.status.insert(format!("b:{br}"), Some(e.status));
+            }
+        }
+        Kind::JobRun => {
+            if let Some(run) = &e.job_run_id {
+                w.status.insert(format!("r:{run}"), Some(e.status));
+            }
+        }
+        Kind::Partition => {
+            let r = e.partition_ref.clone().expect("validated");
+            if let Some(br) = &e.build_request_id {
+                w.status.insert(format!("p:{br}\u{0}{r}"), Some(e.status));
+            }
+            if let Some(global) = global_effect(e, before.partition.as_ref()) {
+                w.partitions.insert(r, Some(global));
+            }
+        }
+        Kind::Delegation => {}
+    }
+}
+
+fn insert_event(tx: &mut Transaction<'_>, e: &Event) -> Result<i64> {
+    let data = (!e.data.is_empty()).then(|| to_json(&e.data));
+    let row = tx
+        .query_one(
+            "INSERT INTO events (event_id, timestamp, build_request_id, kind, status, partition_ref,
+                                 job, job_run_id, delegated_to, message, data)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) RETURNING idx",
+            &[
+                &e.event_id,
+                &e.timestamp,
+                &e.build_request_id,
+                &e.kind.as_str(),
+                &e.status.as_str(),
+                &e.partition_ref,
+                &e.job,
+                &e.job_run_id,
+                &e.delegated_to,
+                &e.message,
+                &data,
+            ],
+        )
+        .map_err(storage)?;
+    Ok(row.get(0))
+}
+
+fn project(tx: &mut Transaction<'_>, e: &Event, before: &Current) -> Result<()> {
+    let status = e.status.as_str();
+    let d = &e.data;
+    let pid = d.pid.map(i64::from);
+    match e.kind {
+        Kind::BuildRequest if e.status == Status::Received => {
+            tx.execute(
+                "INSERT INTO build_requests (build_request_id, status, requested, analyze_only,
+                                             owner, message, created_at, updated_at)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $7)",
+                &[&e.build_request_id, &status, &to_json(&d.requested), &d.analyze_only, &d.owner, &e.message, &e.timestamp],
+            )
+        }
+        Kind::BuildRequest => tx.execute(
+            "UPDATE build_requests SET status = $2, updated_at = $3, message = coalesce($4, message)
+             WHERE build_request_id = $1",
+            &[&e.build_request_id, &status, &e.timestamp, &e.message],
+        ),
+        Kind::JobRun if before.job_run.is_none() => tx.execute(
+            "INSERT INTO job_runs (job_run_id, job, build_request_id, status, outputs, inputs, args, env,
+                                   scheduled_at, message, relies_on, job_version)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
+            &[
+                &e.job_run_id,
+                &e.job,
+                &e.build_request_id,
+                &status,
+                &to_json(&d.outputs),
+                &to_json(&d.inputs),
+                &to_json(&d.args),
+                &to_json(&d.env),
+                &e.timestamp,
+                &e.message,
+                &d.relies_on,
+                &d.job_version,
+            ],
+        ),
+        Kind::JobRun if e.status == Status::Running => tx.execute(
+            "UPDATE job_runs SET status = $2, started_at = $3, pid = $4, host = $5, owner = $6,
+                    input_versions = $7, log_path = $8
+             WHERE job_run_id = $1",
+            &[&e.job_run_id, &status, &e.timestamp, &pid, &d.host, &d.owner, &to_json(&d.input_versions), &d.log_path],
+        ),
+        Kind::JobRun => tx.execute(
+            "UPDATE job_runs SET status = $2, ended_at = $3, exit_code = $4, message = coalesce($5, message)
+             WHERE job_run_id = $1",
+            &[&e.job_run_id, &status, &e.timestamp, &d.exit_code, &e.message],
+        ),
+        Kind::Partition => {
+            if let Some(br) = &e.build_request_id {
+                tx.execute(
+                    "INSERT INTO request_partitions (build_request_id, partition_ref, status, job_run_id, updated_at)
+                     VALUES ($1, $2, $3, $4, $5)
+                     ON CONFLICT (build_request_id, partition_ref) DO UPDATE SET
+                        status = excluded.status,
+                        job_run_id = coalesce(excluded.job_run_id, request_partitions.job_run_id),
+                        updated_at = excluded.updated_at",
+                    &[br, &e.partition_ref, &status, &e.job_run_id, &e.timestamp],
+                )
+                .map_err(storage)?;
+            }
+            match global_effect(e, before.partition.as_ref()) {
+                Some((global, run)) => tx.execute(
+                    "INSERT INTO partitions (partition_ref, status, job_run_id, build_request_id, job,
+                                             data_version, message, updated_at)
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+                     ON CONFLICT (partition_ref) DO UPDATE SET
+                        status = excluded.status,
+                        job_run_id = excluded.job_run_id,
+                        build_request_id = coalesce(excluded.build_request_id, partitions.build_request_id),
+                        job = coalesce(excluded.job, partitions.job),
+                        data_version = CASE WHEN excluded.status = 'available'
+                                            THEN excluded.data_version ELSE partitions.data_version END,
+                        message = excluded.message,
+                        updated_at = excluded.updated_at",
+                    &[&e.partition_ref, &global.as_str(), &run, &e.build_request_id, &e.job, &d.data_version, &e.message, &e.timestamp],
+                ),
+                None => Ok(0),
+            }
+        }
+        Kind::Delegation => Ok(0),
+    }
+    .map_err(storage)?;
+    Ok(())
+}
+
+const EVENT_COLUMNS: &str =
+    "idx, event_id, timestamp, build_request_id, kind, status, partition_ref,
+                             job, job_run_id, delegated_to, message, data";
+
+fn event_from_row(row: &postgres::Row) -> Result<Event> {
+    let kind: &str = row.get(4);
+    let data: Option<String> = row.get(11);
+    Ok(Event {
+        idx: row.get(0),
+        event_id: row.get(1),
+        timestamp: row.get(2),
+        build_request_id: row.get(3),
+        kind: Kind::parse(kind)
+            .ok_or_else(|| LogError::Storage(format!("unknown kind `{kind}`")))?,
+        status: status_of(row.get(5))?,
+        partition_ref: row.get(6),
+        job: row.get(7),
+        job_run_id: row.get(8),
+        delegated_to: row.get(9),
+        message: row.get(10),
+        data: data
+            .and_then(|d| serde_json::from_str::<EventData>(&d).ok())
+            .unwrap_or_default(),
+    })
+}
+
+const PARTITION_COLUMNS: &str =
+    "partition_ref, status, job_run_id, build_request_id, job, data_version, message, updated_at";
+
+fn partition_from_row(row: &postgres::Row) -> Result<PartitionRow> {
+    Ok(PartitionRow {
+        partition_ref: row.get(0),
+        status: status_of(row.get(1))?,
+        job_run_id: row.get(2),
+        build_request_id: row.get(3),
+        job: row.get(4),
+        data_version: row.get(5),
+        message: row.get(6),
+        updated_at: row.get(7),
+    })
+}
+
+const BUILD_COLUMNS: &str =
+    "build_request_id, status, requested, analyze_only, message, created_at, updated_at, owner";
+
+fn build_from_row(row: &postgres::Row) -> Result<BuildRequestRow> {
+    Ok(BuildRequestRow {
+        build_request_id: row.get(0),
+        status: status_of(row.get(1))?,
+        requested_partitions: json_list(row.get(2)),
+        analyze_only: row.get(3),
+        message: row.get(4),
+        created_at: row.get(5),
+        updated_at: row.get(6),
+        owner: row.get(7),
+    })
+}
+
+const RUN_COLUMNS: &str = "job_run_id, job, build_request_id, status, outputs, inputs, args, env,
+                           scheduled_at, started_at, ended_at, exit_code, message, relies_on, pid, host,
+                           owner, job_version, input_versions, log_path";
+
+fn run_from_row(row: &postgres::Row) -> Result<JobRunRow> {
+    let env: Option<String> = row.get(7);
+    let input_versions: Option<String> = row.get(18);
+    Ok(JobRunRow {
+        job_run_id: row.get(0),
+        job: row.get(1),
+        build_request_id: row.get(2),
+        status: status_of(row.get(3))?,
+        outputs: json_list(row.get(4)),
+        inputs: json_list(row.get(5)),
+        args: json_list(row.get(6)),
+        env: env
+            .and_then(|e| serde_json::from_str(&e).ok())
+            .unwrap_or_default(),
+        scheduled_at: row.get(8),
+        started_at: row.get(9),
+        ended_at: row.get(10),
+        exit_code: row.get(11),
+        message: row.get(12),
+        relies_on: row.get(13),
+        pid: row.get::<_, Option<i64>>(14).map(|p| p as u32),
+        host: row.get(15),
+        owner: row.get(16),
+        job_version: row.get(17),
+        input_versions: input_versions
+            .and_then(|m| serde_json::from_str(&m).ok())
+            .unwrap_or_default(),
+        log_path: row.get(19),
+    })
+}
+
+fn collect<T>(rows: Vec<postgres::Row>, f: fn(&postgres::Row) -> Result<T>) -> Result<Vec<T>> {
+    rows.iter().map(f).collect()
+}
+
+impl EventStore for PostgresStore {
+    fn append(&self, mut events: Vec<Event>) -> Result<Vec<Event>> {
+        let mut guard = self.writer.lock().expect("writer lock");
+        let Writer {
+            client,
+            caches,
+            seen_appends,
+        } = &mut *guard;
+        let result = (|| -> Result<i64> {
+            let mut tx = client.transaction().map_err(storage)?;
+            tx.execute("SELECT pg_advisory_xact_lock($1)", &[&APPEND_LOCK])
+                .map_err(storage)?;
+            let appends: i64 = tx
+                .query_one(
+                    "UPDATE meta SET value = (value::bigint + 1)::text WHERE key = 'appends'
+                     RETURNING value::bigint - 1",
+                    &[],
+                )
+                .map_err(storage)?
+                .get(0);
+            if *seen_appends != Some(appends)
+                || caches.status.len() + caches.partitions.len() > 500_000
+            {
+                caches.clear();
+            }
+            for (position, e) in events.iter_mut().enumerate() {
+                let before = current(&mut tx, caches, e)?;
+                check(e, &before).map_err(|refusal| LogError::Refused {
+                    position,
+                    kind: e.kind.to_string(),
+                    status: e.status.to_string(),
+                    reason: refusal.0,
+                })?;
+                e.idx = insert_event(&mut tx, e)?;
+                project(&mut tx, e, &before)?;
+                remember(caches, e, &before);
+            }
+            tx.commit().map_err(storage)?;
+            Ok(appends + 1)
+        })();
+        match result {
+            Ok(appends) => {
+                *seen_appends = Some(appends);
+                Ok(events)
+            }
+            Err(e) => {
+                // The caches hold states of a batch that was rolled back.
+                caches.clear();
+                *seen_appends = None;
+                Err(e)
+            }
+        }
+    }
+
+    fn events(&self, f: &EventFilter) -> Result<Vec<Event>> {
+        let limit = f.limit.map_or(i64::MAX, |l| l as i64);
+        self.read(|c| {
+            let rows = c
+                .query(
+                    &format!(
+                        "SELECT {EVENT_COLUMNS} FROM events
+                         WHERE idx > $1 AND ($2::text IS NULL OR build_request_id = $2)
+                           AND ($3::text IS NULL OR partition_ref = $3) AND ($4::text IS NULL OR job = $4)
+                           AND ($5::text IS NULL OR job_run_id = $5) AND ($6::bigint IS NULL OR timestamp >= $6)
+                           AND ($7::bigint IS NULL OR timestamp < $7)
+                         ORDER BY idx LIMIT $8"
+                    ),
+                    &[&f.since.unwrap_or(0), &f.build_request_id, &f.partition_ref, &f.job, &f.job_run_id, &f.from, &f.to, &limit],
+                )
+                .map_err(storage)?;
+            collect(rows, event_from_row)
+        })
+    }
+
+    fn last_idx(&self) -> Result<i64> {
+        self.read(|c| {
+            Ok(c.query_one("SELECT coalesce(max(idx), 0) FROM events", &[])
+                .map_err(storage)?
+                .get(0))
+        })
+    }
+
+    fn partition(&self, r: &str) -> Result<Option<PartitionRow>> {
+        self.read(|c| {
+            c.query_opt(
+                &format!("SELECT {PARTITION_COLUMNS} FROM partitions WHERE partition_ref = $1"),
+                &[&r],
+            )
+            .map_err(storage)?
+            .as_ref()
+            .map(partition_from_row)
+            .transpose()
+        })
+    }
+
+    fn partitions_by_ref(&self, refs: &[&str]) -> Result<Vec<Option<PartitionRow>>> {
+        let wanted: Vec<String> = refs.iter().map(|r| r.to_string()).collect();
+        let rows = self.read(|c| {
+            let rows = c
+                .query(
+                    &format!(
+                        "SELECT {PARTITION_COLUMNS} FROM partitions WHERE partition_ref = ANY($1)"
+                    ),
+                    &[&wanted],
+                )
+                .map_err(storage)?;
+            collect(rows, partition_from_row)
+        })?;
+        let mut by_ref: FxHashMap<String, PartitionRow> = rows
+            .into_iter()
+            .map(|r| (r.partition_ref.clone(), r))
+            .collect();
+        Ok(refs.iter().map(|r| by_ref.remove(*r)).collect())
+    }
+
+    fn partitions(&self, q: &PartitionQuery) -> Result<Vec<PartitionRow>> {
+        let regex = q.pattern.as_deref().map(glob_to_regex);
+        let status = q.status.map(|s| s.as_str());
+        self.read(|c| {
+            let rows = c
+                .query(
+                    &format!(
+                        "SELECT {PARTITION_COLUMNS} FROM partitions
+                         WHERE ($1::text IS NULL OR partition_ref ~ $1) AND ($2::text IS NULL OR status = $2)
+                           AND ($3::text IS NULL OR partition_ref > $3)
+                         ORDER BY partition_ref COLLATE \"C\" LIMIT $4"
+                    ),
+                    &[&regex, &status, &q.after, &(q.limit as i64)],
+                )
+                .map_err(storage)?;
+            collect(rows, partition_from_row)
+        })
+    }
+
+    fn partition_counts(&self, pattern: Option<&str>) -> Result<BTreeMap<Status, u64>> {
+        let regex = pattern.map(glob_to_regex);
+        self.read(|c| {
+            c.query(
+                "SELECT status, count(*) FROM partitions WHERE ($1::text IS NULL OR partition_ref ~ $1) GROUP BY status",
+                &[&regex],
+            )
+            .map_err(storage)?
+            .iter()
+            .map(|r| Ok((status_of(r.get(0))?, r.get::<_, i64>(1) as u64)))
+            .collect()
+        })
+    }
+
+    fn build_request(&self, id: &str) -> Result<Option<BuildRequestRow>> {
+        self.read(|c| {
+            c.query_opt(
+                &format!("SELECT {BUILD_COLUMNS} FROM build_requests WHERE build_request_id = $1"),
+                &[&id],
+            )
+            .map_err(storage)?
+            .as_ref()
+            .map(build_from_row)
+            .transpose()
+        })
+    }
+
+    fn build_requests(&self, q: &BuildQuery) -> Result<Vec<BuildRequestRow>> {
+        let status = q.status.map(|s| s.as_str());
+        self.read(|c| {
+            let rows = c
+                .query(
+                    &format!(
+                        "SELECT {BUILD_COLUMNS} FROM build_requests
+                         WHERE ($1::text IS NULL OR status = $1)
+                           AND (NOT $3 OR (status IN ('received', 'planning', 'analysis_completed', 'executing')
+                                           AND NOT analyze_only))
+                         ORDER BY created_at DESC, build_request_id LIMIT $2"
+                    ),
+                    &[&status, &(q.limit as i64), &q.unfinished],
+                )
+                .map_err(storage)?;
+            collect(rows, build_from_row)
+        })
+    }
+
+    fn request_partitions(&self, id: &str) -> Result<Vec<RequestPartitionRow>> {
+        self.read(|c| {
+            c.query(
+                "SELECT partition_ref, status, job_run_id FROM request_partitions
+                 WHERE build_request_id = $1 ORDER BY partition_ref COLLATE \"C\"",
+                &[&id],
+            )
+            .map_err(storage)?
+            .iter()
+            .map(|r| {
+                Ok(RequestPartitionRow {
+                    partition_ref: r.get(0),
+                    status: status_of(r.get(1))?,
+                    job_run_id: r.get(2),
+                })
+            })
+            .collect()
+        })
+    }
+
+    fn job_run(&self, id: &str) -> Result<Option<JobRunRow>> {
+        self.read(|c| {
+            c.query_opt(
+                &format!("SELECT {RUN_COLUMNS} FROM job_runs WHERE job_run_id = $1"),
+                &[&id],
+            )
+            .map_err(storage)?
+            .as_ref()
+            .map(run_from_row)
+            .transpose()
+        })
+    }
+
+    fn job_runs(&self, q: &RunQuery) -> Result<Vec<JobRunRow>> {
+        self.read(|c| {
+            let rows = c
+                .query(
+                    &format!(
+                        "SELECT {RUN_COLUMNS} FROM job_runs
+                         WHERE ($1::text IS NULL OR job = $1) AND ($2::text IS NULL OR build_request_id = $2)
+                           AND (NOT $4 OR status IN ('scheduled', 'running'))
+                         ORDER BY scheduled_at DESC, job_run_id LIMIT $3"
+                    ),
+                    &[&q.job, &q.build_request_id, &(q.limit as i64), &q.unfinished],
+                )
+                .map_err(storage)?;
+            collect(rows, run_from_row)
+        })
+    }
+
+    fn job_stats(&self, job: Option<&str>) -> Result<Vec<JobStats>> {
+        self.read(|c| {
+            let rows = c
+                .query(
+                    "SELECT job, count(*), count(*) FILTER (WHERE status = 'completed'),
+                            count(*) FILTER (WHERE status = 'failed'), count(*) FILTER (WHERE status = 'cancelled'),
+                            count(*) FILTER (WHERE status = 'skipped'),
+                            (avg(ended_at - started_at) FILTER (WHERE status = 'completed'))::float8 / 1e6::float8,
+                            max(scheduled_at),
+                            (percentile_disc(0.5) WITHIN GROUP (ORDER BY (ended_at - started_at))
+                                FILTER (WHERE status = 'completed' AND ended_at IS NOT NULL AND started_at IS NOT NULL))::float8 / 1e6::float8,
+                            (percentile_disc(0.95) WITHIN GROUP (ORDER BY (ended_at - started_at))
+                                FILTER (WHERE status = 'completed' AND ended_at IS NOT NULL AND started_at IS NOT NULL))::float8 / 1e6::float8
+                     FROM job_runs WHERE ($1::text IS NULL OR job = $1) GROUP BY job ORDER BY job",
+                    &[&job],
+                )
+                .map_err(storage)?;
+            Ok(rows
+                .iter()
+                .map(|r| {
+                    let completed = r.get::<_, i64>(2) as u64;
+                    let failed = r.get::<_, i64>(3) as u64;
+                    let finished = completed + failed;
+                    let num = |i: usize| r.get::<_, Option<f64>>(i);
+                    JobStats {
+                        job: r.get(0),
+                        runs: r.get::<_, i64>(1) as u64,
+                        completed,
+                        failed,
+                        cancelled: r.get::<_, i64>(4) as u64,
+                        skipped: r.get::<_, i64>(5) as u64,
+                        success_rate: (finished > 0).then(|| completed as f64 / finished as f64),
+                        mean_ms: round_ms(num(6)),
+                        p50_ms: num(8),
+                        p95_ms: num(9),
+                        last_run_at: r.get(7),
+                    }
+                })
+                .collect())
+        })
+    }
+
+    fn sql(&self, query: &str, limits: SqlLimits) -> Result<SqlResult> {
+        self.read(|c| {
+            let refused = |e: postgres::Error| {
+                let message = e
+                    .as_db_error()
+                    .map_or_else(|| e.to_string(), |d| d.message().to_string());
+                match e.code() {
+                    Some(code) if *code == postgres::error::SqlState::READ_ONLY_SQL_TRANSACTION => {
+                        LogError::Sql("the query is refused: only reads are allowed".to_string())
+                    }
+                    Some(code) if *code == postgres::error::SqlState::QUERY_CANCELED => {
+                        LogError::Sql(format!(
+                            "the query ran longer than {} s and was stopped",
+                            limits.timeout.as_secs_f64()
+                        ))
+                    }
+                    Some(code) if *code == postgres::error::SqlState::INSUFFICIENT_PRIVILEGE => {
+                        LogError::Sql(format!("the query is refused: {message}"))
+                    }
+                    _ if message.contains("cannot insert multiple commands") => {
+                        LogError::Sql("only one statement per query is allowed".to_string())
+                    }
+                    _ => LogError::Sql(format!("the query failed: {message}")),
+                }
+            };
+            let mut tx = c
+                .build_transaction()
+                .read_only(true)
+                .start()
+                .map_err(storage)?;
+            tx.batch_execute(&format!(
+                "SET LOCAL statement_timeout = {}",
+                limits.timeout.as_millis()
+            ))
+            .map_err(storage)?;
+            if let Some(role) = &self.sql_role {
+                tx.batch_execute(&format!("SET LOCAL ROLE \"{}\"", role.replace('"', "")))
+                    .map_err(storage)?;
+            }
+            // Preparing (the extended protocol) refuses several statements in one query, and
+            // tells the columns' types; the simple protocol then runs it and answers in text.
+            let stmt = tx.prepare(query).map_err(refused)?;
+            let columns: Vec<String> = stmt
+                .columns()
+                .iter()
+                .map(|c| c.name().to_string())
+                .collect();
+            let types: Vec<postgres::types::Type> =
+                stmt.columns().iter().map(|c| c.type_().clone()).collect();
+            let mut rows = Vec::new();
+            let mut truncated = false;
+            for message in tx.simple_query(query).map_err(refused)? {
+                let postgres::SimpleQueryMessage::Row(row) = message else {
+                    continue;
+                };
+                if rows.len() == limits.max_rows {
+                    truncated = true;
+                    break;
+                }
+                rows.push(
+                    (0..row.len())
+                        .map(|i| text_to_json(row.get(i), types.get(i)))
+                        .collect(),
+                );
+            }
+            let _ = tx.rollback();
+            Ok(SqlResult {
+                columns,
+                rows,
+                truncated,
+            })
+        })
+    }
+
+    fn heartbeat(&self, owner: &str) -> Result<()> {
+        let now = crate::event::now_ns();
+        self.read(|c| {
+            c.execute(
+                "INSERT INTO heartbeats (owner, at) VALUES ($1, $2) ON CONFLICT (owner) DO UPDATE SET at = excluded.at",
+                &[&owner, &now],
+            )
+            .map_err(storage)?;
+            Ok(())
+        })
+    }
+
+    fn last_heartbeat(&self, owner: &str) -> Result<Option<i64>> {
+        self.read(|c| {
+            Ok(
+                c.query_opt("SELECT at FROM heartbeats WHERE owner = $1", &[&owner])
+                    .map_err(storage)?
+                    .map(|r| r.get(0)),
+            )
+        })
+    }
+
+    fn location(&self) -> String {
+        crate::redact(&self.url)
+    }
+}
+
+/// A value of the simple protocol (text) as JSON, typed by its column.
+fn text_to_json(value: Option<&str>, ty: Option<&postgres::types::Type>) -> serde_json::Value {
+    use postgres::types::Type;
+    let Some(v) = value else {
+        return serde_json::Value::Null;
+    };
+    match ty {
+        Some(t) if [Type::INT2, Type::INT4, Type::INT8, Type::OID].contains(t) => v
+            .parse::<i64>()
+            .map_or_else(|_| v.into(), serde_json::Value::from),
+        Some(t) if [Type::FLOAT4, Type::FLOAT8, Type::NUMERIC].contains(t) => v
+            .parse::<f64>()
+            .ok()
+            .and_then(serde_json::Number::from_f64)
+            .map_or_else(|| v.into(), serde_json::Value::Number),
+        Some(t) if *t == Type::BOOL => serde_json::Value::Bool(v == "t"),
+        _ => v.into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::glob_to_regex;
+
+    #[test]
+    fn globs_become_anchored_regexes() {
+        assert_eq!(glob_to_regex("a/*"), "^a/.*$");
+        assert_eq!(glob_to_regex("x.y?[!/]"), "^x\\.y.[^/]$");
+    }
+}

@@ -139,6 +139,9 @@ pub enum Command {
         #[arg(long, default_value = "127.0.0.1:8080")]
         bind: std::net::SocketAddr,
     },
+    /// Check the event log: every entity's history is a valid path of its state machine, and the
+    /// projections match a replay of the events. Exits 1 if not.
+    CheckLog,
     /// Copy an event log into an empty one (say, from SQLite to a shared Postgres), event by
     /// event, validating each on the way in.
     MigrateLog {

@@ -9,4 +9,5 @@ mod examples;
 mod graph_cmd;
 mod log_cmds;
 mod postgres;
+mod reliability;
 mod service;

@@ -276,8 +276,16 @@ impl Engine {
             );
             match self.close_build(&b.build_request_id, Status::Failed, &reason) {
                 Ok(()) => closed += 1,
-                // Another process closed it first.
-                Err(EngineError::Log(LogError::Refused { .. })) => {}
+                // Another process may have closed it first; anything else is a bug to report.
+                Err(EngineError::Log(LogError::Refused { reason, .. })) => {
+                    let now = self.store.build_request(&b.build_request_id)?;
+                    if now.is_none_or(|n| !databuild_log::state::is_terminal(databuild_log::Kind::BuildRequest, n.status)) {
+                        return Err(EngineError::Invalid(format!(
+                            "cannot close abandoned build request {}: {reason}",
+                            b.build_request_id
+                        )));
+                    }
+                }
                 Err(e) => return Err(e),
             }
         }

@@ -1,6 +1,7 @@
 //! Event log throughput and lookup latency on SQLite.
 //!
-//! `cargo bench -p databuild-log --bench log` (sizes: `LOG_BENCH_EVENTS=1000000,10000000`).
+//! `cargo bench -p databuild-log --bench log` (sizes: `LOG_BENCH_EVENTS=1000000,10000000`;
+//! `LOG_BENCH_POSTGRES=URL` for a Postgres log).
 //! Appends whole builds in batches (each build: 100 partitions, 7 events each, 1 in 20 failing),
 //! then times single-partition status lookups and `partitions --status failed --limit 50`.
 
@@ -63,7 +64,11 @@ fn run(target_events: usize) {
         Ok(p) => std::path::PathBuf::from(p),
         Err(_) => dir.path().join("events.db"),
     };
-    let store = SqliteStore::open(&path).unwrap();
+    // `LOG_BENCH_POSTGRES=URL` measures a Postgres log (an empty database) instead.
+    let store: Box<dyn EventStore> = match std::env::var("LOG_BENCH_POSTGRES") {
+        Ok(url) => Box::new(PostgresStore::open(&url).unwrap()),
+        Err(_) => Box::new(SqliteStore::open(&path).unwrap()),
+    };
     let mut appended = 0usize;
     let mut builds = 0usize;
     let mut append_time = Duration::ZERO;

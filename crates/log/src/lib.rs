@@ -17,7 +17,7 @@ use std::path::Path;
 
 pub use event::{Event, EventData, Kind, Status};
 pub use postgres::PostgresStore;
-pub use replay::Replay;
+pub use replay::{check_store, CheckReport, Replay};
 pub use sqlite::SqliteStore;
 pub use store::*;
 

@@ -184,3 +184,123 @@ mod tests {
         assert_eq!(r.partitions["p"], (Status::Tainted, Some("r".to_string())));
     }
 }
+
+/// What `check-log` found.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct CheckReport {
+    pub events: u64,
+    pub build_requests: usize,
+    pub job_runs: usize,
+    pub partitions: usize,
+    /// Each impossible transition or projection that disagrees with the replay, in words.
+    pub problems: Vec<String>,
+}
+
+impl CheckReport {
+    pub fn ok(&self) -> bool {
+        self.problems.is_empty()
+    }
+}
+
+/// Replays the whole log: every event must be a valid next state of its entity, and every
+/// projection row must match what the replay derives.
+pub fn check_store(store: &dyn crate::store::EventStore) -> crate::store::Result<CheckReport> {
+    use crate::store::{EventFilter, SqlLimits};
+    const PAGE: usize = 10_000;
+    const MAX_PROBLEMS: usize = 100;
+    let mut replay = Replay::default();
+    let mut report = CheckReport::default();
+    let mut since = 0;
+    loop {
+        let page = store.events(&EventFilter {
+            since: Some(since),
+            limit: Some(PAGE),
+            ..Default::default()
+        })?;
+        let Some(last) = page.last() else { break };
+        since = last.idx;
+        for e in &page {
+            report.events += 1;
+            if let Err(refusal) = replay.apply(e) {
+                if report.problems.len() < MAX_PROBLEMS {
+                    report.problems.push(format!("event #{}: {refusal}", e.idx));
+                }
+            }
+        }
+    }
+    let everything = SqlLimits {
+        max_rows: usize::MAX,
+        timeout: std::time::Duration::from_secs(3600),
+    };
+    let rows = |sql: &str| -> crate::store::Result<Vec<Vec<String>>> {
+        Ok(store
+            .sql(sql, everything)?
+            .rows
+            .into_iter()
+            .map(|r| {
+                r.into_iter()
+                    .map(|v| v.as_str().map(str::to_string).unwrap_or_default())
+                    .collect()
+            })
+            .collect())
+    };
+    let mut disagree = |what: String| {
+        if report.problems.len() < MAX_PROBLEMS {
+            report.problems.push(what);
+        }
+    };
+    let builds = rows("SELECT build_request_id, status FROM build_requests")?;
+    for r in &builds {
+        let replayed = replay.build_requests.get(&r[0]).map(|s| s.as_str());
+        if replayed != Some(r[1].as_str()) {
+            disagree(format!("build request {} is `{}` in its projection but `{}` in the events", r[0], r[1], replayed.unwrap_or("absent")));
+        }
+    }
+    let runs = rows("SELECT job_run_id, status FROM job_runs")?;
+    for r in &runs {
+        let replayed = replay.job_runs.get(&r[0]).map(|s| s.as_str());
+        if replayed != Some(r[1].as_str()) {
+            disagree(format!("job run {} is `{}` in its projection but `{}` in the events", r[0], r[1], replayed.unwrap_or("absent")));
+        }
+    }
+    let partitions = rows("SELECT partition_ref, status, job_run_id FROM partitions")?;
+    for r in &partitions {
+        match replay.partitions.get(&r[0]) {
+            Some((status, run)) if status.as_str() == r[1] && run.as_deref().unwrap_or("") == r[2] => {}
+            other => disagree(format!(
+                "partition {} is `{}` (run {}) in its projection but {} in the events",
+                r[0],
+                r[1],
+                r[2],
+                other.map_or("absent".to_string(), |(s, run)| format!(
+                    "`{s}` (run {})",
+                    run.as_deref().unwrap_or("-")
+                ))
+            )),
+        }
+    }
+    let request_partitions = rows("SELECT build_request_id, partition_ref, status FROM request_partitions")?;
+    for r in &request_partitions {
+        let replayed = replay
+            .request_partitions
+            .get(&(r[0].clone(), r[1].clone()))
+            .map(|s| s.as_str());
+        if replayed != Some(r[2].as_str()) {
+            disagree(format!("partition {} of build request {} is `{}` in its projection but `{}` in the events", r[1], r[0], r[2], replayed.unwrap_or("absent")));
+        }
+    }
+    for (what, projected, replayed) in [
+        ("build requests", builds.len(), replay.build_requests.len()),
+        ("job runs", runs.len(), replay.job_runs.len()),
+        ("partitions", partitions.len(), replay.partitions.len()),
+        ("request partitions", request_partitions.len(), replay.request_partitions.len()),
+    ] {
+        if projected != replayed {
+            disagree(format!("{projected} {what} in the projections but {replayed} in the events"));
+        }
+    }
+    report.build_requests = builds.len();
+    report.job_runs = runs.len();
+    report.partitions = partitions.len();
+    Ok(report)
+}

@@ -885,10 +885,11 @@ impl EventStore for SqliteStore {
             c.prepare_cached(&format!(
                 "SELECT {RUN_COLUMNS} FROM job_runs
                  WHERE (?1 IS NULL OR job = ?1) AND (?2 IS NULL OR build_request_id = ?2)
+                   AND (NOT ?4 OR status IN ('scheduled', 'running'))
                  ORDER BY scheduled_at DESC, job_run_id LIMIT ?3"
             ))?
             .query_map(
-                params![q.job, q.build_request_id, q.limit as i64],
+                params![q.job, q.build_request_id, q.limit as i64, q.unfinished],
                 run_from_row,
             )?
             .collect()

@@ -1,4 +1,4 @@
-//! `migrate-log`: copy every event of one log into an empty one.
+//! `migrate-log` (copy every event of one log into an empty one) and `check-log`.
 
 use std::io::IsTerminal;
 use std::process::ExitCode;
@@ -78,4 +78,26 @@ pub fn run(from: &str, to: &str, json: bool) -> anyhow::Result<ExitCode> {
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `check-log`.
+pub fn check(engine: &databuild_exec::Engine, json: bool) -> anyhow::Result<ExitCode> {
+    let report = databuild_log::check_store(engine.store.as_ref()).map_err(log_error)?;
+    if json {
+        print_json(&report)?;
+    } else {
+        println!(
+            "{}: {} events, {} build requests, {} job runs, {} partitions: {}",
+            engine.store.location(),
+            report.events,
+            report.build_requests,
+            report.job_runs,
+            report.partitions,
+            if report.ok() { "consistent" } else { "PROBLEMS" }
+        );
+        for p in &report.problems {
+            println!("  {p}");
+        }
+    }
+    Ok(if report.ok() { ExitCode::SUCCESS } else { ExitCode::from(1) })
 }

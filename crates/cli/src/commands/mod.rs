@@ -89,6 +89,10 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Runs { id } => query::run(&backend, &id, json),
         Command::Sql { query, max_rows } => query::sql(&backend, &query, max_rows, json),
         Command::MigrateLog { .. } => unreachable!("handled above"),
+        Command::CheckLog => match &backend {
+            Backend::Local(engine) => migrate::check(engine, json),
+            Backend::Remote(_) => Err(crate::UserError("check-log reads the log directly; run it without --server".into()).into()),
+        },
         Command::Serve { bind } => match backend {
             Backend::Local(engine) => serve(engine, bind),
             Backend::Remote(_) => unreachable!("refused above"),

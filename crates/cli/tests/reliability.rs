@@ -63,13 +63,18 @@ struct Rng(u64);
 
 impl Rng {
     fn below(&mut self, n: u64) -> u64 {
-        self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         (self.0 >> 33) % n
     }
 }
 
 fn kill9(pid: u32) {
-    let _ = std::process::Command::new("kill").args(["-KILL", &pid.to_string()]).status();
+    let _ = std::process::Command::new("kill")
+        .args(["-KILL", &pid.to_string()])
+        .status();
 }
 
 /// The pids of this project's running jobs.
@@ -82,7 +87,8 @@ fn job_pids(p: &Project) -> Vec<u32> {
         .lines()
         .filter_map(|l| l.trim().parse().ok())
         .filter(|pid: &u32| {
-            std::fs::read_link(format!("/proc/{pid}/cwd")).is_ok_and(|cwd| cwd == p.path().canonicalize().unwrap())
+            std::fs::read_link(format!("/proc/{pid}/cwd"))
+                .is_ok_and(|cwd| cwd == p.path().canonicalize().unwrap())
         })
         .collect()
 }
@@ -91,7 +97,10 @@ fn assert_consistent(p: &Project, context: &str) {
     let check = p.run(&["check-log"]);
     assert_eq!(check.code, 0, "{context}: {}", check.stdout);
     let violations = std::fs::read_to_string(p.path().join("violations.log")).unwrap_or_default();
-    assert!(violations.is_empty(), "{context}: built twice at once: {violations}");
+    assert!(
+        violations.is_empty(),
+        "{context}: built twice at once: {violations}"
+    );
 }
 
 #[test]
@@ -145,14 +154,21 @@ fn builds_killed_at_random_points_recover_with_nothing_built_twice() {
             // Kill the service running it.
             _ => {
                 let s = Service::start(&p, &[]);
-                let (status, _) = s.post("/api/v1/builds", &json!({ "partitions": [target], "parallel": 2 }));
+                let (status, _) = s.post(
+                    "/api/v1/builds",
+                    &json!({ "partitions": [target], "parallel": 2 }),
+                );
                 assert_eq!(status, 202, "{context}");
                 std::thread::sleep(delay);
                 drop(s);
             }
         }
         let rerun = p.run(&["build", &target]);
-        assert_eq!(rerun.code, 0, "{context}: the rerun failed:\n{}\n{}", rerun.stdout, rerun.stderr);
+        assert_eq!(
+            rerun.code, 0,
+            "{context}: the rerun failed:\n{}\n{}",
+            rerun.stdout, rerun.stderr
+        );
         assert_consistent(&p, &context);
     }
 }
@@ -161,7 +177,11 @@ fn builds_killed_at_random_points_recover_with_nothing_built_twice() {
 fn many_clients_on_overlapping_refs_build_each_partition_once() {
     let p = project();
     let s = Service::start(&p, &[]);
-    let targets = ["all/2020-03-{01..04}", "all/2020-03-{03..06}", "window/c=x/2020-03-{01..06}"];
+    let targets = [
+        "all/2020-03-{01..04}",
+        "all/2020-03-{03..06}",
+        "window/c=x/2020-03-{01..06}",
+    ];
     std::thread::scope(|scope| {
         for i in 0..6 {
             let p = &p;
@@ -174,7 +194,9 @@ fn many_clients_on_overlapping_refs_build_each_partition_once() {
         for i in 0..4 {
             let s = &s;
             scope.spawn(move || {
-                let refs: Vec<String> = (1..=4).map(|d| format!("all/2020-03-0{}", d + i % 3)).collect();
+                let refs: Vec<String> = (1..=4)
+                    .map(|d| format!("all/2020-03-0{}", d + i % 3))
+                    .collect();
                 let (status, v) = s.post("/api/v1/builds", &json!({ "partitions": refs }));
                 assert_eq!(status, 202);
                 let done = s.wait_for_build(v["build_request_id"].as_str().unwrap());
@@ -184,6 +206,15 @@ fn many_clients_on_overlapping_refs_build_each_partition_once() {
     });
     assert_consistent(&p, "10 concurrent clients");
     // One completed run per partition made.
-    let v = p.run(&["--json", "sql", "SELECT count(*), count(DISTINCT outputs) FROM job_runs WHERE status = 'completed'"]).json();
-    assert_eq!(v["rows"][0][0], v["rows"][0][1], "a partition was built twice");
+    let v = p
+        .run(&[
+            "--json",
+            "sql",
+            "SELECT count(*), count(DISTINCT outputs) FROM job_runs WHERE status = 'completed'",
+        ])
+        .json();
+    assert_eq!(
+        v["rows"][0][0], v["rows"][0][1],
+        "a partition was built twice"
+    );
 }

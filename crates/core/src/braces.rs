@@ -71,13 +71,11 @@ fn alternatives(arg: &str, inner: &str) -> Result<Vec<String>, BraceExpansionErr
                 return Err(BraceExpansionError::TooMany(arg.to_string()));
             }
             // As in bash, `{01..10}` keeps the zero padding of its endpoints.
-            let padded = [a, b]
-                .iter()
-                .any(|s| s.trim_start_matches('-').len() > 1 && s.trim_start_matches('-').starts_with('0'));
+            let padded = [a, b].iter().any(|s| {
+                s.trim_start_matches('-').len() > 1 && s.trim_start_matches('-').starts_with('0')
+            });
             let width = if padded { a.len().max(b.len()) } else { 0 };
-            return Ok((start..=end)
-                .map(|n| format!("{n:0width$}"))
-                .collect());
+            return Ok((start..=end).map(|n| format!("{n:0width$}")).collect());
         }
         return Err(unrecognized());
     }
@@ -102,7 +100,15 @@ mod tests {
         assert_eq!(month.len(), 31);
         assert_eq!(month[30], "reviews/date=2020-01-31");
         assert_eq!(expand_braces("n/{-1..1}").unwrap(), ["n/-1", "n/0", "n/1"]);
-        assert_eq!(expand_braces("d/2020-03-{08..11}").unwrap(), ["d/2020-03-08", "d/2020-03-09", "d/2020-03-10", "d/2020-03-11"]);
+        assert_eq!(
+            expand_braces("d/2020-03-{08..11}").unwrap(),
+            [
+                "d/2020-03-08",
+                "d/2020-03-09",
+                "d/2020-03-10",
+                "d/2020-03-11"
+            ]
+        );
         assert_eq!(
             expand_braces("c={a,b}/d={2020-02-28..2020-03-01}")
                 .unwrap()

@@ -279,7 +279,12 @@ impl Engine {
                 // Another process may have closed it first; anything else is a bug to report.
                 Err(EngineError::Log(LogError::Refused { reason, .. })) => {
                     let now = self.store.build_request(&b.build_request_id)?;
-                    if now.is_none_or(|n| !databuild_log::state::is_terminal(databuild_log::Kind::BuildRequest, n.status)) {
+                    if now.is_none_or(|n| {
+                        !databuild_log::state::is_terminal(
+                            databuild_log::Kind::BuildRequest,
+                            n.status,
+                        )
+                    }) {
                         return Err(EngineError::Invalid(format!(
                             "cannot close abandoned build request {}: {reason}",
                             b.build_request_id

@@ -36,6 +36,7 @@ pub struct PostgresStore {
 struct Writer {
     client: Client,
     caches: Caches,
+    statements: Statements,
     /// The append counter as of our last append; the caches hold only while nobody else appended.
     seen_appends: Option<i64>,
 }
@@ -52,6 +53,58 @@ impl Caches {
     fn clear(&mut self) {
         self.status.clear();
         self.partitions.clear();
+    }
+}
+
+/// Statements prepared once per connection: each append otherwise pays a parse round trip for
+/// every statement of every event.
+#[derive(Default)]
+struct Statements(FxHashMap<&'static str, postgres::Statement>);
+
+type Params<'a> = &'a [&'a (dyn postgres::types::ToSql + Sync)];
+
+impl Statements {
+    fn get(
+        &mut self,
+        tx: &mut Transaction<'_>,
+        sql: &'static str,
+    ) -> std::result::Result<postgres::Statement, postgres::Error> {
+        if let Some(s) = self.0.get(sql) {
+            return Ok(s.clone());
+        }
+        let prepared = tx.prepare(sql)?;
+        self.0.insert(sql, prepared.clone());
+        Ok(prepared)
+    }
+
+    fn execute(
+        &mut self,
+        tx: &mut Transaction<'_>,
+        sql: &'static str,
+        params: Params<'_>,
+    ) -> std::result::Result<u64, postgres::Error> {
+        let s = self.get(tx, sql)?;
+        tx.execute(&s, params)
+    }
+
+    fn query_one(
+        &mut self,
+        tx: &mut Transaction<'_>,
+        sql: &'static str,
+        params: Params<'_>,
+    ) -> std::result::Result<postgres::Row, postgres::Error> {
+        let s = self.get(tx, sql)?;
+        tx.query_one(&s, params)
+    }
+
+    fn query_opt(
+        &mut self,
+        tx: &mut Transaction<'_>,
+        sql: &'static str,
+        params: Params<'_>,
+    ) -> std::result::Result<Option<postgres::Row>, postgres::Error> {
+        let s = self.get(tx, sql)?;
+        tx.query_opt(&s, params)
     }
 }
 
@@ -117,6 +170,7 @@ impl PostgresStore {
             writer: Mutex::new(Writer {
                 client,
                 caches: Caches::default(),
+                statements: Statements::default(),
                 seen_appends: None,
             }),
             readers: Mutex::new(Vec::new()),
@@ -193,16 +247,26 @@ fn prepare_schema(client: &mut Client, location: &str) -> Result<()> {
     tx.commit().map_err(storage)
 }
 
-fn opt_status(tx: &mut Transaction<'_>, sql: &str, keys: &[&str]) -> Result<Option<Status>> {
+fn opt_status(
+    tx: &mut Transaction<'_>,
+    st: &mut Statements,
+    sql: &'static str,
+    keys: &[&str],
+) -> Result<Option<Status>> {
     let params: Vec<&(dyn postgres::types::ToSql + Sync)> = keys
         .iter()
         .map(|k| k as &(dyn postgres::types::ToSql + Sync))
         .collect();
-    let row = tx.query_opt(sql, &params).map_err(storage)?;
+    let row = st.query_opt(tx, sql, &params).map_err(storage)?;
     row.map(|r| status_of(r.get::<_, &str>(0))).transpose()
 }
 
-fn current(tx: &mut Transaction<'_>, w: &mut Caches, e: &Event) -> Result<Current> {
+fn current(
+    tx: &mut Transaction<'_>,
+    st: &mut Statements,
+    w: &mut Caches,
+    e: &Event,
+) -> Result<Current> {
     let mut c = Current::default();
     let br = e.build_request_id.as_deref();
     match (
@@ -218,6 +282,7 @@ fn current(tx: &mut Transaction<'_>, w: &mut Caches, e: &Event) -> Result<Curren
                 None => {
                     let s = opt_status(
                         tx,
+                        st,
                         "SELECT status FROM build_requests WHERE build_request_id = $1",
                         &[br],
                     )?;
@@ -233,6 +298,7 @@ fn current(tx: &mut Transaction<'_>, w: &mut Caches, e: &Event) -> Result<Curren
                 None => {
                     let s = opt_status(
                         tx,
+                        st,
                         "SELECT status FROM job_runs WHERE job_run_id = $1",
                         &[run],
                     )?;
@@ -249,6 +315,7 @@ fn current(tx: &mut Transaction<'_>, w: &mut Caches, e: &Event) -> Result<Curren
                     None => {
                         let s = opt_status(
                             tx,
+                            st,
                             "SELECT status FROM request_partitions WHERE build_request_id = $1 AND partition_ref = $2",
                             &[br, r],
                         )?;
@@ -306,10 +373,11 @@ fn remember(w: &mut Caches, e: &Event, before: &Current) {
     }
 }
 
-fn insert_event(tx: &mut Transaction<'_>, e: &Event) -> Result<i64> {
+fn insert_event(tx: &mut Transaction<'_>, st: &mut Statements, e: &Event) -> Result<i64> {
     let data = (!e.data.is_empty()).then(|| to_json(&e.data));
-    let row = tx
+    let row = st
         .query_one(
+            tx,
             "INSERT INTO events (event_id, timestamp, build_request_id, kind, status, partition_ref,
                                  job, job_run_id, delegated_to, message, data)
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) RETURNING idx",
@@ -331,25 +399,30 @@ fn insert_event(tx: &mut Transaction<'_>, e: &Event) -> Result<i64> {
     Ok(row.get(0))
 }
 
-fn project(tx: &mut Transaction<'_>, e: &Event, before: &Current) -> Result<()> {
+fn project(
+    tx: &mut Transaction<'_>,
+    st: &mut Statements,
+    e: &Event,
+    before: &Current,
+) -> Result<()> {
     let status = e.status.as_str();
     let d = &e.data;
     let pid = d.pid.map(i64::from);
     match e.kind {
         Kind::BuildRequest if e.status == Status::Received => {
-            tx.execute(
+            st.execute(tx,
                 "INSERT INTO build_requests (build_request_id, status, requested, analyze_only,
                                              owner, message, created_at, updated_at)
                  VALUES ($1, $2, $3, $4, $5, $6, $7, $7)",
                 &[&e.build_request_id, &status, &to_json(&d.requested), &d.analyze_only, &d.owner, &e.message, &e.timestamp],
             )
         }
-        Kind::BuildRequest => tx.execute(
+        Kind::BuildRequest => st.execute(tx,
             "UPDATE build_requests SET status = $2, updated_at = $3, message = coalesce($4, message)
              WHERE build_request_id = $1",
             &[&e.build_request_id, &status, &e.timestamp, &e.message],
         ),
-        Kind::JobRun if before.job_run.is_none() => tx.execute(
+        Kind::JobRun if before.job_run.is_none() => st.execute(tx,
             "INSERT INTO job_runs (job_run_id, job, build_request_id, status, outputs, inputs, args, env,
                                    scheduled_at, message, relies_on, job_version)
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
@@ -368,20 +441,20 @@ fn project(tx: &mut Transaction<'_>, e: &Event, before: &Current) -> Result<()> 
                 &d.job_version,
             ],
         ),
-        Kind::JobRun if e.status == Status::Running => tx.execute(
+        Kind::JobRun if e.status == Status::Running => st.execute(tx,
             "UPDATE job_runs SET status = $2, started_at = $3, pid = $4, host = $5, owner = $6,
                     input_versions = $7, log_path = $8
              WHERE job_run_id = $1",
             &[&e.job_run_id, &status, &e.timestamp, &pid, &d.host, &d.owner, &to_json(&d.input_versions), &d.log_path],
         ),
-        Kind::JobRun => tx.execute(
+        Kind::JobRun => st.execute(tx,
             "UPDATE job_runs SET status = $2, ended_at = $3, exit_code = $4, message = coalesce($5, message)
              WHERE job_run_id = $1",
             &[&e.job_run_id, &status, &e.timestamp, &d.exit_code, &e.message],
         ),
         Kind::Partition => {
             if let Some(br) = &e.build_request_id {
-                tx.execute(
+                st.execute(tx,
                     "INSERT INTO request_partitions (build_request_id, partition_ref, status, job_run_id, updated_at)
                      VALUES ($1, $2, $3, $4, $5)
                      ON CONFLICT (build_request_id, partition_ref) DO UPDATE SET
@@ -393,7 +466,7 @@ fn project(tx: &mut Transaction<'_>, e: &Event, before: &Current) -> Result<()> 
                 .map_err(storage)?;
             }
             match global_effect(e, before.partition.as_ref()) {
-                Some((global, run)) => tx.execute(
+                Some((global, run)) => st.execute(tx,
                     "INSERT INTO partitions (partition_ref, status, job_run_id, build_request_id, job,
                                              data_version, message, updated_at)
                      VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
@@ -520,6 +593,7 @@ impl EventStore for PostgresStore {
         let Writer {
             client,
             caches,
+            statements,
             seen_appends,
         } = &mut *guard;
         let result = (|| -> Result<i64> {
@@ -540,15 +614,15 @@ impl EventStore for PostgresStore {
                 caches.clear();
             }
             for (position, e) in events.iter_mut().enumerate() {
-                let before = current(&mut tx, caches, e)?;
+                let before = current(&mut tx, statements, caches, e)?;
                 check(e, &before).map_err(|refusal| LogError::Refused {
                     position,
                     kind: e.kind.to_string(),
                     status: e.status.to_string(),
                     reason: refusal.0,
                 })?;
-                e.idx = insert_event(&mut tx, e)?;
-                project(&mut tx, e, &before)?;
+                e.idx = insert_event(&mut tx, statements, e)?;
+                project(&mut tx, statements, e, &before)?;
                 remember(caches, e, &before);
             }
             tx.commit().map_err(storage)?;

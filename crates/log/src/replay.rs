@@ -253,20 +253,31 @@ pub fn check_store(store: &dyn crate::store::EventStore) -> crate::store::Result
     for r in &builds {
         let replayed = replay.build_requests.get(&r[0]).map(|s| s.as_str());
         if replayed != Some(r[1].as_str()) {
-            disagree(format!("build request {} is `{}` in its projection but `{}` in the events", r[0], r[1], replayed.unwrap_or("absent")));
+            disagree(format!(
+                "build request {} is `{}` in its projection but `{}` in the events",
+                r[0],
+                r[1],
+                replayed.unwrap_or("absent")
+            ));
         }
     }
     let runs = rows("SELECT job_run_id, status FROM job_runs")?;
     for r in &runs {
         let replayed = replay.job_runs.get(&r[0]).map(|s| s.as_str());
         if replayed != Some(r[1].as_str()) {
-            disagree(format!("job run {} is `{}` in its projection but `{}` in the events", r[0], r[1], replayed.unwrap_or("absent")));
+            disagree(format!(
+                "job run {} is `{}` in its projection but `{}` in the events",
+                r[0],
+                r[1],
+                replayed.unwrap_or("absent")
+            ));
         }
     }
     let partitions = rows("SELECT partition_ref, status, job_run_id FROM partitions")?;
     for r in &partitions {
         match replay.partitions.get(&r[0]) {
-            Some((status, run)) if status.as_str() == r[1] && run.as_deref().unwrap_or("") == r[2] => {}
+            Some((status, run))
+                if status.as_str() == r[1] && run.as_deref().unwrap_or("") == r[2] => {}
             other => disagree(format!(
                 "partition {} is `{}` (run {}) in its projection but {} in the events",
                 r[0],
@@ -279,24 +290,37 @@ pub fn check_store(store: &dyn crate::store::EventStore) -> crate::store::Result
             )),
         }
     }
-    let request_partitions = rows("SELECT build_request_id, partition_ref, status FROM request_partitions")?;
+    let request_partitions =
+        rows("SELECT build_request_id, partition_ref, status FROM request_partitions")?;
     for r in &request_partitions {
         let replayed = replay
             .request_partitions
             .get(&(r[0].clone(), r[1].clone()))
             .map(|s| s.as_str());
         if replayed != Some(r[2].as_str()) {
-            disagree(format!("partition {} of build request {} is `{}` in its projection but `{}` in the events", r[1], r[0], r[2], replayed.unwrap_or("absent")));
+            disagree(format!(
+                "partition {} of build request {} is `{}` in its projection but `{}` in the events",
+                r[1],
+                r[0],
+                r[2],
+                replayed.unwrap_or("absent")
+            ));
         }
     }
     for (what, projected, replayed) in [
         ("build requests", builds.len(), replay.build_requests.len()),
         ("job runs", runs.len(), replay.job_runs.len()),
         ("partitions", partitions.len(), replay.partitions.len()),
-        ("request partitions", request_partitions.len(), replay.request_partitions.len()),
+        (
+            "request partitions",
+            request_partitions.len(),
+            replay.request_partitions.len(),
+        ),
     ] {
         if projected != replayed {
-            disagree(format!("{projected} {what} in the projections but {replayed} in the events"));
+            disagree(format!(
+                "{projected} {what} in the projections but {replayed} in the events"
+            ));
         }
     }
     report.build_requests = builds.len();

@@ -523,17 +523,38 @@ fn unfinished_queries_see_only_unfinished_work() {
         store.append(build_events("b1", "r1", "a/1")).unwrap();
         store
             .append(vec![
-                Event::build_request("b2", Status::Received).with_data(|d| d.requested = vec!["a/2".into()]),
-                Event::job_run("b2", "r2", "job", Status::Scheduled).with_data(|d| d.outputs = vec!["a/2".into()]),
+                Event::build_request("b2", Status::Received)
+                    .with_data(|d| d.requested = vec!["a/2".into()]),
+                Event::job_run("b2", "r2", "job", Status::Scheduled)
+                    .with_data(|d| d.outputs = vec!["a/2".into()]),
             ])
             .unwrap();
         let runs = store
-            .job_runs(&RunQuery { unfinished: true, limit: 100, ..Default::default() })
+            .job_runs(&RunQuery {
+                unfinished: true,
+                limit: 100,
+                ..Default::default()
+            })
             .unwrap();
-        assert_eq!(runs.iter().map(|r| r.job_run_id.as_str()).collect::<Vec<_>>(), ["r2"]);
+        assert_eq!(
+            runs.iter()
+                .map(|r| r.job_run_id.as_str())
+                .collect::<Vec<_>>(),
+            ["r2"]
+        );
         let builds = store
-            .build_requests(&BuildQuery { unfinished: true, limit: 100, ..Default::default() })
+            .build_requests(&BuildQuery {
+                unfinished: true,
+                limit: 100,
+                ..Default::default()
+            })
             .unwrap();
-        assert_eq!(builds.iter().map(|b| b.build_request_id.as_str()).collect::<Vec<_>>(), ["b2"]);
+        assert_eq!(
+            builds
+                .iter()
+                .map(|b| b.build_request_id.as_str())
+                .collect::<Vec<_>>(),
+            ["b2"]
+        );
     }
 }

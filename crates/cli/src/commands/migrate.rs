@@ -93,11 +93,19 @@ pub fn check(engine: &databuild_exec::Engine, json: bool) -> anyhow::Result<Exit
             report.build_requests,
             report.job_runs,
             report.partitions,
-            if report.ok() { "consistent" } else { "PROBLEMS" }
+            if report.ok() {
+                "consistent"
+            } else {
+                "PROBLEMS"
+            }
         );
         for p in &report.problems {
             println!("  {p}");
         }
     }
-    Ok(if report.ok() { ExitCode::SUCCESS } else { ExitCode::from(1) })
+    Ok(if report.ok() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
 }

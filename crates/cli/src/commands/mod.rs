@@ -91,7 +91,10 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::MigrateLog { .. } => unreachable!("handled above"),
         Command::CheckLog => match &backend {
             Backend::Local(engine) => migrate::check(engine, json),
-            Backend::Remote(_) => Err(crate::UserError("check-log reads the log directly; run it without --server".into()).into()),
+            Backend::Remote(_) => Err(crate::UserError(
+                "check-log reads the log directly; run it without --server".into(),
+            )
+            .into()),
         },
         Command::Serve { bind } => match backend {
             Backend::Local(engine) => serve(engine, bind),

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite, as CI runs it: formatting, lints, then every test of the workspace,
-# with the storage suite on both SQLite and a throwaway PostgreSQL that this script starts
-# (installing Debian's postgresql package if the machine lacks it) and removes afterwards.
+# with the storage suite on both SQLite and a throwaway PostgreSQL, and the executor suite on both
+# local processes and a single-node Slurm, which this script starts (installing Debian's packages if
+# the machine lacks them; it runs as root, as CI does) and removes afterwards.
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -13,12 +14,16 @@ cargo clippy --workspace --all-targets --quiet -- -D warnings
 scratch=$(mktemp -d)
 cleanup() {
   ./scripts/postgres.sh stop "$scratch/postgres"
+  ./scripts/slurm.sh stop "$scratch/slurm"
   rm -rf "$scratch"
 }
 trap cleanup EXIT
 echo "== starting a throwaway PostgreSQL"
 DATABUILD_TEST_POSTGRES=$(./scripts/postgres.sh start "$scratch/postgres")
 export DATABUILD_TEST_POSTGRES DATABUILD_REQUIRE_POSTGRES=1
+echo "== starting a single-node Slurm"
+DATABUILD_TEST_SLURM=$(./scripts/slurm.sh start "$scratch/slurm")
+export DATABUILD_TEST_SLURM SLURM_CONF=$DATABUILD_TEST_SLURM DATABUILD_REQUIRE_SLURM=1
 
 echo "== cargo test"
 cargo test --workspace --quiet

@@ -10,13 +10,15 @@ cargo build --release -q -p databuild
 bin="$PWD/target/release/databuild"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-cat > "$work/databuild.toml" <<'TOML'
+executor=${EXECUTOR:-local}   # EXECUTOR=slurm (with SLURM_CONF set) runs the jobs on Slurm
+cat > "$work/databuild.toml" <<TOML
 [graph]
 name = "noop_bench"
+executor = "$executor"
 [[job]]
 name = "noop"
 outputs = ["n/{i:int}"]
-command = ["sh", "-c", "touch \"$DATABUILD_DATA_DIR/n/$DATABUILD_FIELD_I\""]
+command = ["sh", "-c", "touch \"\$DATABUILD_DATA_DIR/n/\$DATABUILD_FIELD_I\""]
 TOML
 mkdir -p "$work/data/n" "$work/floor/n"
 start=$(date +%s%N)
@@ -27,5 +29,5 @@ start=$(date +%s%N)
 total=$(( $(date +%s%N) - start ))
 tail -1 "$work/out.txt"
 awk -v n="$n" -v p="$parallel" -v f="$floor" -v t="$total" 'BEGIN {
-  printf "jobs=%d parallel=%d  floor (xargs): %.2f s  databuild: %.2f s  overhead per job: %.3f ms (wall, at parallel %d)\n",
+  printf "executor='"$executor"' jobs=%d parallel=%d  floor (xargs): %.2f s  databuild: %.2f s  overhead per job: %.3f ms (wall, at parallel %d)\n",
          n, p, f/1e9, t/1e9, (t-f)/1e6/n, p }'

@@ -11,7 +11,7 @@ use crate::remote::{query, segment, Remote};
 use crate::UserError;
 
 pub enum Backend {
-    Local(Engine),
+    Local(Box<Engine>),
     Remote(Remote),
 }
 

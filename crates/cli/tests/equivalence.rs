@@ -11,7 +11,7 @@ use crate::util::{Project, Service};
 
 /// Events of one build, normalized: times, indexes, event ids, process details and temp paths
 /// dropped, and ids replaced by their order of first appearance (`run#1`, `build#1`).
-fn normalized(p: &Project, build: &str) -> Vec<String> {
+pub fn normalized(p: &Project, build: &str) -> Vec<String> {
     let out = p.run(&["--json", "events", "--build", build]);
     out.expect_code(0);
     let dir = p.path().canonicalize().unwrap().display().to_string();
@@ -41,7 +41,7 @@ fn normalized(p: &Project, build: &str) -> Vec<String> {
                 }
             }
             if let Some(data) = obj.get_mut("data").and_then(Value::as_object_mut) {
-                for key in ["owner", "pid", "host", "log_path"] {
+                for key in ["owner", "pid", "host", "log_path", "executor_id"] {
                     data.remove(key);
                 }
                 if let Some(id) = data
@@ -58,7 +58,7 @@ fn normalized(p: &Project, build: &str) -> Vec<String> {
 }
 
 /// Fails with the first difference and its surroundings, side by side.
-fn assert_same_events(cli: &[String], service: &[String]) {
+pub fn assert_same_events(cli: &[String], service: &[String]) {
     if cli == service {
         return;
     }

@@ -11,3 +11,4 @@ mod log_cmds;
 mod postgres;
 mod reliability;
 mod service;
+mod slurm;

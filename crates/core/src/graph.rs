@@ -43,8 +43,20 @@ struct GraphSection {
     name: String,
     event_log: Option<String>,
     data_dir: Option<String>,
+    executor: Option<String>,
     #[serde(default)]
     domains: BTreeMap<String, Vec<String>>,
+    slurm: Option<SlurmSection>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SlurmSection {
+    partition: Option<String>,
+    account: Option<String>,
+    #[serde(default)]
+    sbatch_args: Vec<String>,
+    pending_timeout: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -71,6 +83,8 @@ struct JobSection {
     batch: Option<u32>,
     #[serde(default)]
     env: BTreeMap<String, String>,
+    cpus: Option<u32>,
+    mem: Option<String>,
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -114,6 +128,26 @@ pub struct Job {
     pub concurrency: Option<u32>,
     pub batch: u32,
     pub env: BTreeMap<String, String>,
+    /// Resources asked of a cluster executor (Slurm `--cpus-per-task`, `--mem`).
+    pub cpus: Option<u32>,
+    pub mem: Option<String>,
+}
+
+/// Where job runs execute.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ExecutorConfig {
+    Local,
+    Slurm(SlurmConfig),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SlurmConfig {
+    pub partition: Option<String>,
+    pub account: Option<String>,
+    /// More `sbatch` arguments, passed as given.
+    pub sbatch_args: Vec<String>,
+    /// A run still pending after this long fails (with Slurm's reason).
+    pub pending_timeout: Duration,
 }
 
 /// What makes a ref exist: the output pattern of a job, or an external dataset.
@@ -131,6 +165,7 @@ pub struct Graph {
     pub name: String,
     pub event_log: Option<String>,
     pub data_dir: String,
+    pub executor: ExecutorConfig,
     pub domains: BTreeMap<String, Vec<String>>,
     pub datasets: Vec<Dataset>,
     pub jobs: Vec<Job>,
@@ -273,10 +308,12 @@ impl Loader<'_> {
             self.check_name(&j.name, "job", &mut names)?;
             jobs.push(self.load_job(j, &f.graph.domains)?);
         }
+        let executor = self.executor(f.graph.executor.as_deref(), f.graph.slurm)?;
         let mut graph = Graph {
             name: f.graph.name,
             event_log: f.graph.event_log,
             data_dir: f.graph.data_dir.unwrap_or_else(|| "data".to_string()),
+            executor,
             domains: f.graph.domains,
             datasets,
             jobs,
@@ -286,6 +323,44 @@ impl Loader<'_> {
         self.link_templates(&mut graph)?;
         graph.index = PatternIndex::build(&graph);
         Ok(graph)
+    }
+
+    fn executor(
+        &self,
+        name: Option<&str>,
+        slurm: Option<SlurmSection>,
+    ) -> Result<ExecutorConfig, GraphError> {
+        let ctx = || Some("graph".to_string());
+        match name.unwrap_or("local") {
+            "local" => Ok(ExecutorConfig::Local),
+            "slurm" => {
+                let s = slurm.unwrap_or(SlurmSection {
+                    partition: None,
+                    account: None,
+                    sbatch_args: Vec::new(),
+                    pending_timeout: None,
+                });
+                let pending_timeout = match s.pending_timeout.as_deref() {
+                    None => Duration::from_secs(600),
+                    Some(t) => humantime::parse_duration(t).map_err(|e| {
+                        self.err(
+                            ctx(),
+                            format!("`slurm.pending_timeout = \"{t}\"` is not a duration ({e})"),
+                        )
+                    })?,
+                };
+                Ok(ExecutorConfig::Slurm(SlurmConfig {
+                    partition: s.partition,
+                    account: s.account,
+                    sbatch_args: s.sbatch_args,
+                    pending_timeout,
+                }))
+            }
+            other => Err(self.err(
+                ctx(),
+                format!("unknown executor `{other}`; use \"local\" or \"slurm\""),
+            )),
+        }
     }
 
     fn check_name<'a>(
@@ -434,6 +509,8 @@ impl Loader<'_> {
             concurrency: j.concurrency,
             batch: j.batch.unwrap_or(1),
             env: j.env.clone(),
+            cpus: j.cpus,
+            mem: j.mem.clone(),
         })
     }
 

@@ -21,7 +21,7 @@ pub mod shape;
 pub mod template;
 
 pub use braces::{expand_braces, BraceExpansionError};
-pub use graph::{Dataset, Deps, Graph, GraphError, Job, Producer};
+pub use graph::{Dataset, Deps, ExecutorConfig, Graph, GraphError, Job, Producer, SlurmConfig};
 pub use pattern::{FieldType, Pattern, PatternError};
 pub use plan::{
     plan, BuildReason, ConfigInput, DepKind, JobConfig, KnownState, NothingBuilt, Plan, PlanError,

@@ -122,8 +122,15 @@ struct Wait {
 }
 
 enum Message {
-    Finished { node: usize, outcome: RunOutcome },
-    Resolved { wait: usize, outcome: WaitOutcome },
+    Finished {
+        node: usize,
+        outcome: RunOutcome,
+        executor_id: Option<String>,
+    },
+    Resolved {
+        wait: usize,
+        outcome: WaitOutcome,
+    },
 }
 
 #[derive(Debug)]
@@ -628,9 +635,11 @@ impl<'e> Scheduler<'e> {
                 break;
             }
             match self.rx.recv_timeout(Duration::from_millis(100)) {
-                Ok(Message::Finished { node, outcome }) => {
-                    self.finished(scope, node, outcome, observer)?
-                }
+                Ok(Message::Finished {
+                    node,
+                    outcome,
+                    executor_id,
+                }) => self.finished(scope, node, outcome, executor_id, observer)?,
                 Ok(Message::Resolved { wait, outcome }) => {
                     self.resolved(scope, wait, outcome, observer)?
                 }
@@ -761,10 +770,14 @@ impl<'e> Scheduler<'e> {
         let tx = self.tx.clone();
         let executor = self.executor;
         scope.spawn(move || {
-            let outcome = executor.run(&spec, &cancel, &|_| {});
+            let executor_id = std::sync::Mutex::new(None);
+            let outcome = executor.run(&spec, &cancel, &|id| {
+                *executor_id.lock().expect("id lock") = Some(id.to_string());
+            });
             let _ = tx.send(Message::Finished {
                 node: index,
                 outcome,
+                executor_id: executor_id.into_inner().expect("id lock"),
             });
         });
         Ok(())
@@ -807,6 +820,8 @@ impl<'e> Scheduler<'e> {
             log_path,
             timeout: job.timeout,
             log_limit: DEFAULT_LOG_LIMIT,
+            cpus: job.cpus,
+            mem: job.mem.clone(),
         }
     }
 
@@ -1031,6 +1046,7 @@ impl<'e> Scheduler<'e> {
         scope: &'s thread::Scope<'s, 'e>,
         index: usize,
         outcome: RunOutcome,
+        executor_id: Option<String>,
         observer: &mut dyn Observer,
     ) -> Result<()> {
         let job_index = self.nodes[index].run.job_index;
@@ -1070,8 +1086,12 @@ impl<'e> Scheduler<'e> {
                 );
                 let mut events =
                     vec![
-                        Event::job_run(&self.id, &node.id, &job.name, Status::Completed)
-                            .with_data(|d| d.exit_code = Some(0)),
+                        Event::job_run(&self.id, &node.id, &job.name, Status::Completed).with_data(
+                            |d| {
+                                d.exit_code = Some(0);
+                                d.executor_id = executor_id.clone();
+                            },
+                        ),
                     ];
                 for o in &outputs {
                     let mut e = Event::partition(Some(&self.id), o, Status::Available)
@@ -1087,7 +1107,7 @@ impl<'e> Scheduler<'e> {
                 }
             }
             RunOutcome::Cancelled => {
-                self.end_run(index, Status::Cancelled, "cancelled", None)?;
+                self.end_run(index, Status::Cancelled, "cancelled", None, executor_id)?;
                 self.nodes[index].state = State::Cancelled;
                 let reason = format!("`{}` was cancelled", outputs[0]);
                 for d in self.nodes[index].dependents.clone() {
@@ -1099,7 +1119,7 @@ impl<'e> Scheduler<'e> {
                 exit_code,
                 missing_deps,
             } => {
-                self.end_run(index, Status::Failed, &message, exit_code)?;
+                self.end_run(index, Status::Failed, &message, exit_code, executor_id)?;
                 let node = &self.nodes[index];
                 if !missing_deps.is_empty()
                     && node.missing_rounds < MAX_MISSING_DEP_ROUNDS
@@ -1135,12 +1155,16 @@ impl<'e> Scheduler<'e> {
         status: Status,
         message: &str,
         exit_code: Option<i32>,
+        executor_id: Option<String>,
     ) -> Result<()> {
         let node = &self.nodes[index];
         let job = &self.engine.graph.jobs[node.run.job_index].name;
         let mut events = vec![Event::job_run(&self.id, &node.id, job, status)
             .with_message(message)
-            .with_data(|d| d.exit_code = exit_code)];
+            .with_data(|d| {
+                d.exit_code = exit_code;
+                d.executor_id = executor_id;
+            })];
         for o in &node.run.outputs {
             let mut e = Event::partition(Some(&self.id), o.as_str(), Status::Failed)
                 .with_run(&node.id)

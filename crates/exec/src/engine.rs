@@ -103,6 +103,16 @@ pub fn rfc3339(ns: i64) -> String {
 }
 
 impl Engine {
+    /// The executor the graph asks for (`[graph] executor`).
+    pub fn executor(&self) -> Box<dyn crate::local::Executor> {
+        match &self.graph.executor {
+            databuild_core::ExecutorConfig::Local => Box::new(crate::local::LocalExecutor),
+            databuild_core::ExecutorConfig::Slurm(config) => {
+                Box::new(crate::slurm::SlurmExecutor::new(config.clone()))
+            }
+        }
+    }
+
     fn resolver(&self) -> LocalResolver {
         LocalResolver::new(&self.graph_dir, &self.data_dir)
     }

@@ -14,6 +14,7 @@ pub mod local;
 pub mod owner;
 pub mod process;
 mod resolver;
+pub mod slurm;
 pub mod versions;
 pub mod views;
 

@@ -45,6 +45,9 @@ pub struct RunSpec {
     pub log_path: PathBuf,
     pub timeout: Option<Duration>,
     pub log_limit: u64,
+    /// Resources for a cluster executor.
+    pub cpus: Option<u32>,
+    pub mem: Option<String>,
 }
 
 /// How a run ended.
@@ -61,7 +64,7 @@ pub enum RunOutcome {
 }
 
 impl RunOutcome {
-    fn failed(message: impl Into<String>, exit_code: Option<i32>) -> RunOutcome {
+    pub(crate) fn failed(message: impl Into<String>, exit_code: Option<i32>) -> RunOutcome {
         RunOutcome::Failed {
             message: message.into(),
             exit_code,
@@ -71,9 +74,10 @@ impl RunOutcome {
 }
 
 /// A way to run job runs: local processes here, Slurm jobs elsewhere. `run` blocks until the run
-/// ends; `cancel` going true asks it to stop.
+/// ends; `cancel` going true asks it to stop. `started` receives the run's id in the executor
+/// (`slurm:1234`) when it has one worth recording.
 pub trait Executor: Send + Sync {
-    fn run(&self, spec: &RunSpec, cancel: &AtomicBool, started: &dyn Fn(u32)) -> RunOutcome;
+    fn run(&self, spec: &RunSpec, cancel: &AtomicBool, started: &dyn Fn(&str)) -> RunOutcome;
 }
 
 pub struct LocalExecutor;
@@ -83,15 +87,15 @@ fn mtime(path: &Path) -> Option<SystemTime> {
 }
 
 impl Executor for LocalExecutor {
-    fn run(&self, spec: &RunSpec, cancel: &AtomicBool, started: &dyn Fn(u32)) -> RunOutcome {
-        match run_process(spec, cancel, started) {
+    fn run(&self, spec: &RunSpec, cancel: &AtomicBool, _started: &dyn Fn(&str)) -> RunOutcome {
+        match run_process(spec, cancel) {
             Ok(outcome) => outcome,
             Err(message) => RunOutcome::failed(message, None),
         }
     }
 }
 
-fn environment(spec: &RunSpec) -> Vec<(String, String)> {
+pub(crate) fn environment(spec: &RunSpec) -> Vec<(String, String)> {
     let json = |v: &[String]| serde_json::to_string(v).expect("refs serialize");
     let mut env: Vec<(String, String)> = spec.env.clone().into_iter().collect();
     env.extend([
@@ -149,11 +153,7 @@ fn spawn_log_writer(
     })
 }
 
-fn run_process(
-    spec: &RunSpec,
-    cancel: &AtomicBool,
-    started: &dyn Fn(u32),
-) -> Result<RunOutcome, String> {
+fn run_process(spec: &RunSpec, cancel: &AtomicBool) -> Result<RunOutcome, String> {
     if let Some(parent) = spec.log_path.parent() {
         std::fs::create_dir_all(parent)
             .map_err(|e| format!("cannot create the log folder `{}`: {e}", parent.display()))?;
@@ -166,11 +166,7 @@ fn run_process(
     })?;
     let log = std::fs::File::create(&spec.log_path)
         .map_err(|e| format!("cannot create the log `{}`: {e}", spec.log_path.display()))?;
-    let before: Vec<Option<SystemTime>> = spec
-        .outputs
-        .iter()
-        .map(|o| mtime(&spec.data_dir.join(o)))
-        .collect();
+    let before = output_times(spec);
     let (reader, writer) = std::io::pipe().map_err(|e| format!("cannot create a pipe: {e}"))?;
     let writer_err = writer
         .try_clone()
@@ -213,7 +209,6 @@ fn run_process(
     // The parent's copies of the pipe's write end went into `cmd`; drop them so the log writer
     // sees end-of-file when the job exits.
     drop(cmd);
-    started(child.id());
     let flooded = Arc::new(AtomicBool::new(false));
     let log_writer = spawn_log_writer(reader, log, spec.log_limit, flooded.clone());
     let group = Pid::from_raw(child.id() as i32);
@@ -275,28 +270,41 @@ fn run_process(
             missing_deps,
         });
     }
+    Ok(verify_outputs(spec, &before))
+}
+
+/// The modification times of a run's outputs before it starts.
+pub(crate) fn output_times(spec: &RunSpec) -> Vec<Option<SystemTime>> {
+    spec.outputs
+        .iter()
+        .map(|o| mtime(&spec.data_dir.join(o)))
+        .collect()
+}
+
+/// After exit 0: every output exists and was written by the run.
+pub(crate) fn verify_outputs(spec: &RunSpec, before: &[Option<SystemTime>]) -> RunOutcome {
     for (output, before) in spec.outputs.iter().zip(before) {
         let path = spec.data_dir.join(output);
         match mtime(&path) {
             None => {
-                return Ok(RunOutcome::failed(
+                return RunOutcome::failed(
                     format!(
                         "the job exited 0 but did not produce `{output}` (expected at {})",
                         path.display()
                     ),
                     Some(0),
-                ))
+                )
             }
-            Some(now) if Some(now) == before => {
-                return Ok(RunOutcome::failed(
+            Some(now) if Some(now) == *before => {
+                return RunOutcome::failed(
                     format!("the job exited 0 but did not write `{output}`: it is unchanged since before the run"),
                     Some(0),
-                ))
+                )
             }
             Some(_) => {}
         }
     }
-    Ok(RunOutcome::Succeeded)
+    RunOutcome::Succeeded
 }
 
 /// `setpriv` from util-linux, if this machine has it.
@@ -367,6 +375,8 @@ mod tests {
             log_path: dir.join("logs/run-1.log"),
             timeout: Some(Duration::from_secs(10)),
             log_limit: DEFAULT_LOG_LIMIT,
+            cpus: None,
+            mem: None,
         }
     }
 

@@ -146,6 +146,9 @@ pub struct EventData {
     /// never redoes what another just finished.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub claim_after: Option<String>,
+    /// job_run ended: the run's id in the executor that ran it (`slurm:1234`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub executor_id: Option<String>,
     /// job_run running: where the run's log is kept.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub log_path: Option<String>,

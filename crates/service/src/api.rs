@@ -13,7 +13,6 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use databuild_core::{PartitionRef, PlanRequest};
 use databuild_exec::build::{BuildOptions, Quiet};
-use databuild_exec::local::LocalExecutor;
 use databuild_exec::views::{parse_partition_status, AnalyzeView};
 use databuild_exec::Engine;
 use databuild_log::{EventFilter, PartitionQuery, Status};
@@ -155,11 +154,13 @@ async fn post_build(
     .await?;
     let interrupt = Arc::new(AtomicBool::new(false));
     let engine = st.engine.clone();
+    let executor = st.executor.clone();
     let (thread_id, flag) = (id.clone(), interrupt.clone());
     let handle = std::thread::Builder::new()
         .name(format!("build-{id}"))
         .spawn(move || {
-            if let Err(e) = engine.execute(&thread_id, &options, &LocalExecutor, &mut Quiet, &flag)
+            if let Err(e) =
+                engine.execute(&thread_id, &options, executor.as_ref(), &mut Quiet, &flag)
             {
                 eprintln!("build {thread_id}: {e}");
             }

@@ -62,6 +62,8 @@ impl Builds {
 
 pub struct AppState {
     pub engine: Arc<Engine>,
+    /// One executor for all builds, so a cluster executor follows all runs together.
+    pub executor: Arc<dyn databuild_exec::local::Executor>,
     /// When set, mutating requests need `Authorization: Bearer <token>`.
     pub token: Option<String>,
     pub builds: Builds,
@@ -87,8 +89,10 @@ pub async fn serve(
     if closed > 0 {
         eprintln!("closed {closed} build request(s) left unfinished by a process that is gone");
     }
+    let executor: Arc<dyn databuild_exec::local::Executor> = Arc::from(engine.executor());
     let state = Arc::new(AppState {
         engine,
+        executor,
         token,
         builds: Builds::default(),
     });

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use databuild_core::PartitionRef;
 use databuild_exec::build::{BuildOptions, Observer, Progress};
-use databuild_exec::local::{LocalExecutor, RunOutcome};
+use databuild_exec::local::RunOutcome;
 use indicatif::{ProgressBar, ProgressStyle};
 use rustc_hash::FxHashMap;
 use serde_json::{json, Value};
@@ -53,8 +53,9 @@ pub fn run(
                 keep_going: flags.keep_going,
                 allow_stale: flags.allow_stale,
             };
+            let executor = engine.executor();
             let summary = engine
-                .build(&options, &LocalExecutor, &mut reporter, &interrupt)
+                .build(&options, executor.as_ref(), &mut reporter, &interrupt)
                 .map_err(engine_error)?;
             let whereabouts = format!(
                 "data in {}, events in {}, run logs in {}",

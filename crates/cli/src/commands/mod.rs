@@ -30,7 +30,9 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         (None, Command::Graph { format }) => {
             return graph::local(&Context::load(&cli.graph)?, *format, json)
         }
-        (None, _) => Backend::Local(Context::load(&cli.graph)?.engine(cli.event_log.as_deref())?),
+        (None, _) => Backend::Local(Box::new(
+            Context::load(&cli.graph)?.engine(cli.event_log.as_deref())?,
+        )),
     };
     match cli.command {
         Command::Graph { format } => graph::remote(&backend, format, json),
@@ -97,7 +99,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             .into()),
         },
         Command::Serve { bind } => match backend {
-            Backend::Local(engine) => serve(engine, bind),
+            Backend::Local(engine) => serve(*engine, bind),
             Backend::Remote(_) => unreachable!("refused above"),
         },
     }

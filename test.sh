@@ -25,5 +25,12 @@ echo "== starting a single-node Slurm"
 DATABUILD_TEST_SLURM=$(./scripts/slurm.sh start "$scratch/slurm")
 export DATABUILD_TEST_SLURM SLURM_CONF=$DATABUILD_TEST_SLURM DATABUILD_REQUIRE_SLURM=1
 
+echo "== Chromium and playwright-core for the dashboard's browser test"
+if [ ! -x /usr/bin/chromium ]; then
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null
+fi
+(cd tests/browser && npm ci --no-audit --no-fund --silent)
+export DATABUILD_REQUIRE_BROWSER=1
+
 echo "== cargo test"
 cargo test --workspace --quiet

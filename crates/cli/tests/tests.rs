@@ -4,6 +4,7 @@ mod util;
 
 mod analyze;
 mod build;
+mod dashboard;
 mod equivalence;
 mod examples;
 mod graph_cmd;

@@ -60,6 +60,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/openapi.json", get(crate::openapi::document));
     Router::new()
         .nest("/api/v1", api)
+        .merge(crate::dashboard::routes())
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/metrics", get(crate::metrics::metrics))
         .fallback(|| async { AppError::not_found("no such endpoint; see /api/v1/openapi.json") })
@@ -137,24 +138,48 @@ async fn post_build(
     State(state): Shared,
     ApiJson(body): ApiJson<BuildBody>,
 ) -> ApiResult<Response> {
-    let st = state.clone();
-    let (id, options) = blocking(&state, move |engine| {
+    let id = start_build(
+        &state,
+        body.partitions,
+        body.force,
+        body.keep_going,
+        body.allow_stale,
+        body.parallel,
+    )
+    .await?;
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(json!({ "build_request_id": id })),
+    )
+        .into_response())
+}
+
+/// Records a build request and runs it on its own thread; returns its id at once. Shared by the
+/// API and the dashboard.
+pub async fn start_build(
+    state: &Arc<AppState>,
+    partitions: Vec<String>,
+    force: bool,
+    keep_going: bool,
+    allow_stale: bool,
+    parallel: Option<usize>,
+) -> ApiResult<String> {
+    let (id, options) = blocking(state, move |engine| {
         let options = BuildOptions {
-            refs: parse_refs(engine, &body.partitions)?,
-            force: body.force,
-            parallel: body
-                .parallel
+            refs: parse_refs(engine, &partitions)?,
+            force,
+            parallel: parallel
                 .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
                 .max(1),
-            keep_going: body.keep_going,
-            allow_stale: body.allow_stale,
+            keep_going,
+            allow_stale,
         };
         Ok((engine.receive(&options)?, options))
     })
     .await?;
     let interrupt = Arc::new(AtomicBool::new(false));
-    let engine = st.engine.clone();
-    let executor = st.executor.clone();
+    let engine = state.engine.clone();
+    let executor = state.executor.clone();
     let (thread_id, flag) = (id.clone(), interrupt.clone());
     let handle = std::thread::Builder::new()
         .name(format!("build-{id}"))
@@ -166,12 +191,8 @@ async fn post_build(
             }
         })
         .map_err(|e| AppError::bad_request(format!("cannot start the build: {e}")))?;
-    st.builds.add(id.clone(), interrupt, handle);
-    Ok((
-        StatusCode::ACCEPTED,
-        Json(json!({ "build_request_id": id })),
-    )
-        .into_response())
+    state.builds.add(id.clone(), interrupt, handle);
+    Ok(id)
 }
 
 #[derive(Deserialize)]

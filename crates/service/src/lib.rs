@@ -8,9 +8,11 @@
 //!   through `spawn_blocking`.
 
 pub mod api;
+mod dashboard;
 pub mod error;
 mod metrics;
 mod openapi;
+mod svg;
 pub mod views;
 
 use std::collections::HashMap;

@@ -1,0 +1,847 @@
+//! The dashboard: server-rendered pages (maud), htmx for live parts, every asset embedded.
+//! Every page reads the same views as the API; reading works without JavaScript.
+
+use std::sync::Arc;
+
+use axum::extract::{Form, Path, Query, State};
+use axum::http::header;
+use axum::response::{IntoResponse, Redirect, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use databuild_core::{PartitionRef, PlanRequest};
+use databuild_exec::views::parse_partition_status;
+use databuild_exec::Engine;
+use databuild_log::{PartitionQuery, SqlLimits};
+use maud::{html, Markup, PreEscaped, DOCTYPE};
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::error::AppError;
+use crate::svg;
+use crate::views;
+use crate::AppState;
+
+type Shared = State<Arc<AppState>>;
+
+const HTMX: &str = include_str!("../assets/htmx.min.js");
+
+const STYLE: &str = r#"
+body { font: 14px/1.45 system-ui, sans-serif; margin: 0; color: #1f2933; background: #f7f9fb; }
+header { background: #1f2933; padding: 8px 20px; display: flex; gap: 18px; align-items: center; }
+header a { color: #e4e7eb; text-decoration: none; } header a.brand { font-weight: 700; color: #fff; }
+main { padding: 16px 20px; max-width: 1200px; }
+h1 { font-size: 20px; margin: 4px 0 12px; } h2 { font-size: 16px; margin: 18px 0 8px; }
+table { border-collapse: collapse; background: #fff; width: 100%; margin-bottom: 8px; }
+th, td { text-align: left; padding: 4px 8px; border-bottom: 1px solid #e4e7eb; vertical-align: top; }
+th { background: #eef1f4; font-weight: 600; }
+.badge { display: inline-block; padding: 1px 7px; border-radius: 9px; color: #fff; font-size: 12px; }
+.muted { color: #7b8794; } .empty { color: #7b8794; font-style: italic; padding: 8px 0; }
+.error { background: #fde8e8; border: 1px solid #d64545; padding: 10px; border-radius: 4px; }
+form.inline { display: inline; } input[type=text], textarea { font: inherit; padding: 4px; }
+textarea { width: 100%; } button { font: inherit; padding: 4px 12px; cursor: pointer; }
+pre.log { background: #1f2933; color: #e4e7eb; padding: 10px; overflow: auto; max-height: 480px; }
+.scroll { overflow: auto; background: #fff; border: 1px solid #e4e7eb; padding: 6px; }
+code { font-size: 13px; }
+"#;
+
+pub fn routes() -> Router<Arc<AppState>> {
+    Router::new()
+        .route("/", get(home))
+        .route("/assets/htmx.min.js", get(htmx))
+        .route("/builds/{id}", get(build_page))
+        .route("/builds/{id}/live", get(build_live))
+        .route("/partitions", get(partitions_page))
+        .route("/partitions/{partition_ref}", get(partition_page))
+        .route("/datasets", get(datasets_page))
+        .route("/jobs", get(jobs_page))
+        .route("/jobs/{name}", get(job_page))
+        .route("/runs/{id}", get(run_page))
+        .route("/runs/{id}/live", get(run_live))
+        .route("/analyze", get(analyze_page))
+        .route("/sql", get(sql_page))
+        .route("/ui/build", post(ui_build))
+        .route("/ui/taint", post(ui_taint))
+        .route("/ui/cancel/{id}", post(ui_cancel))
+}
+
+async fn htmx() -> impl IntoResponse {
+    (
+        [
+            (header::CONTENT_TYPE, "text/javascript"),
+            (header::CACHE_CONTROL, "max-age=3600"),
+        ],
+        HTMX,
+    )
+}
+
+fn layout(title: &str, body: Markup) -> Markup {
+    html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                title { (title) " · DataBuild" }
+                style { (PreEscaped(STYLE)) }
+                script src="/assets/htmx.min.js" {}
+            }
+            body {
+                header {
+                    a.brand href="/" { "DataBuild" }
+                    a href="/partitions" { "Partitions" }
+                    a href="/datasets" { "Datasets" }
+                    a href="/jobs" { "Jobs" }
+                    a href="/analyze" { "Analyze" }
+                    a href="/sql" { "SQL" }
+                }
+                main { (body) }
+            }
+        }
+    }
+}
+
+/// A failure as a page, with the API's message.
+fn error_page(e: AppError) -> Response {
+    let status = e.status;
+    let page = layout(
+        "Error",
+        html! { h1 { "Something is wrong" } p.error { (e.message) } },
+    );
+    (status, page).into_response()
+}
+
+async fn page<T: Send + 'static>(
+    state: &Arc<AppState>,
+    f: impl FnOnce(&Engine) -> Result<T, AppError> + Send + 'static,
+) -> Result<T, Response> {
+    let engine = state.engine.clone();
+    tokio::task::spawn_blocking(move || f(&engine))
+        .await
+        .map_err(|e| error_page(e.into()))?
+        .map_err(error_page)
+}
+
+fn s(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        Value::Null => String::new(),
+        other => other.to_string(),
+    }
+}
+
+fn list(v: &Value) -> Vec<Value> {
+    v.as_array().cloned().unwrap_or_default()
+}
+
+fn badge(status: &str) -> Markup {
+    html! { span.badge style={ "background:" (svg::colour(status)) } { (status) } }
+}
+
+fn time(v: &Value) -> String {
+    v.as_i64()
+        .map(databuild_exec::engine::rfc3339)
+        .unwrap_or_else(|| "-".into())
+}
+
+fn took(run: &Value) -> String {
+    match (run["started_at"].as_i64(), run["ended_at"].as_i64()) {
+        (Some(a), Some(b)) => format!("{:.2} s", (b - a) as f64 / 1e9),
+        _ => "-".into(),
+    }
+}
+
+fn enc(s: &str) -> String {
+    let mut out = String::new();
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || b"-_.~=".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+fn partition_link(r: &str) -> Markup {
+    html! { a href={ "/partitions/" (enc(r)) } { code { (r) } } }
+}
+
+fn token_field(state: &AppState) -> Markup {
+    html! { @if state.token.is_some() { input type="password" name="token" placeholder="token" required; } }
+}
+
+async fn home(State(state): Shared) -> Response {
+    let st = state.clone();
+    let data = page(&state, |engine| {
+        let builds = views::builds(engine, None, 10)?;
+        let failed = engine.partition_page(&PartitionQuery {
+            status: Some(databuild_log::Status::Failed),
+            limit: 10,
+            ..Default::default()
+        })?;
+        let week_ago = databuild_log::event::now_ns() - 7 * 86_400 * 1_000_000_000;
+        let jobs = engine.store.sql(
+            &format!(
+                "SELECT job, count(*), count(CASE WHEN status = 'completed' THEN 1 END),
+                        count(CASE WHEN status = 'failed' THEN 1 END)
+                 FROM job_runs WHERE scheduled_at > {week_ago} GROUP BY job ORDER BY job"
+            ),
+            SqlLimits::default(),
+        )?;
+        Ok((builds, failed, jobs))
+    })
+    .await;
+    let (builds, failed, jobs) = match data {
+        Ok(d) => d,
+        Err(r) => return r,
+    };
+    layout("Home", html! {
+        h1 { "Build graph " (st.engine.graph.name) }
+        form method="get" action="/analyze" {
+            textarea name="refs" rows="2" placeholder="partition refs, one per line; braces expand: reviews/date={2020-01-01..2020-01-07}" {}
+            button type="submit" { "Analyze" }
+            " "
+            button type="submit" formaction="/ui/build" formmethod="post" { "Build" }
+            " " label { input type="checkbox" name="force" value="true"; " force" }
+            " " (token_field(&st))
+        }
+        h2 { "Recent builds" }
+        @let rows = list(&builds["builds"]);
+        @if rows.is_empty() { p.empty { "No builds yet." } } @else {
+            table { tr { th { "Build" } th { "Status" } th { "Requested" } th { "Created" } }
+                @for b in &rows { tr {
+                    td { a href={ "/builds/" (s(&b["build_request_id"])) } { code { (s(&b["build_request_id"])[..8.min(s(&b["build_request_id"]).len())]) } } }
+                    td { (badge(&s(&b["status"]))) }
+                    td { @for r in list(&b["requested_partitions"]).iter().take(3) { (partition_link(&s(r))) " " } }
+                    td.muted { (time(&b["created_at"])) }
+                } }
+            }
+        }
+        h2 { "Recently failed partitions" }
+        @if failed.partitions.is_empty() { p.empty { "No failed partitions." } } @else {
+            table { tr { th { "Partition" } th { "Job" } th { "Updated" } }
+                @for p in &failed.partitions { tr { td { (partition_link(&p.partition_ref)) } td { (p.job.clone().unwrap_or_default()) } td.muted { (p.updated_at) } } }
+            }
+        }
+        h2 { "Jobs, last 7 days" }
+        @if jobs.rows.is_empty() { p.empty { "No job ran in the last week." } } @else {
+            table { tr { th { "Job" } th { "Runs" } th { "Success" } }
+                @for r in &jobs.rows {
+                    @let done = r[2].as_f64().unwrap_or(0.0) + r[3].as_f64().unwrap_or(0.0);
+                    tr { td { a href={ "/jobs/" (s(&r[0])) } { (s(&r[0])) } } td { (s(&r[1])) }
+                         td { @if done > 0.0 { (format!("{:.0}%", 100.0 * r[2].as_f64().unwrap_or(0.0) / done)) } @else { "-" } } }
+                }
+            }
+        }
+    }).into_response()
+}
+
+/// The graph of a build's runs: an edge where a run reads what another run of the build makes.
+fn runs_graph(runs: &[Value]) -> String {
+    let mut producer = std::collections::HashMap::new();
+    for r in runs {
+        for o in list(&r["outputs"]) {
+            producer.insert(s(&o), s(&r["job_run_id"]));
+        }
+    }
+    let nodes: Vec<svg::GraphNode> = runs
+        .iter()
+        .rev()
+        .map(|r| svg::GraphNode {
+            id: s(&r["job_run_id"]),
+            label: format!(
+                "{} {}",
+                s(&r["job"]),
+                list(&r["outputs"]).first().map(s).unwrap_or_default()
+            ),
+            status: s(&r["status"]),
+            href: format!("/runs/{}", s(&r["job_run_id"])),
+            depends_on: list(&r["inputs"])
+                .iter()
+                .filter_map(|i| producer.get(&s(i)).cloned())
+                .collect(),
+        })
+        .collect();
+    svg::graph(&nodes)
+}
+
+fn build_body(b: &Value, events: &[Value], state: &AppState) -> Markup {
+    let id = s(&b["build_request_id"]);
+    let status = s(&b["status"]);
+    let finished = matches!(status.as_str(), "completed" | "failed" | "cancelled")
+        || b["analyze_only"] == true;
+    let runs = list(&b["job_runs"]);
+    html! {
+        div #live hx-get={ "/builds/" (id) "/live" } hx-trigger=[(!finished).then_some("every 1s")] hx-swap="outerHTML" {
+            p { "Status " span #build-status { (badge(&status)) } " · created " (time(&b["created_at"])) " · updated " (time(&b["updated_at"]))
+                @if let Some(m) = b["message"].as_str() { " · " span.muted { (m) } } }
+            @if !finished {
+                form.inline method="post" action={ "/ui/cancel/" (id) } { (token_field(state)) button type="submit" { "Cancel build" } }
+            }
+            h2 { "Job runs" }
+            @if runs.is_empty() { p.empty { "No job runs (yet)." } } @else {
+                div.scroll { (PreEscaped(runs_graph(&runs))) }
+                table { tr { th { "Run" } th { "Job" } th { "Status" } th { "Outputs" } th { "Took" } }
+                    @for r in runs.iter().rev() { tr {
+                        td { a href={ "/runs/" (s(&r["job_run_id"])) } { code { (s(&r["job_run_id"])[..8]) } } }
+                        td { (s(&r["job"])) } td { (badge(&s(&r["status"]))) }
+                        td { @for o in list(&r["outputs"]).iter().take(3) { (partition_link(&s(o))) " " } }
+                        td { (took(r)) }
+                    } }
+                }
+            }
+            h2 { "Partitions" }
+            table { tr { th { "Partition" } th { "In this build" } }
+                @for p in list(&b["partitions"]) { tr { td { (partition_link(&s(&p["ref"]))) } td { (badge(&s(&p["status"]))) } } }
+            }
+            @let delegations: Vec<&Value> = events.iter().filter(|e| e["kind"] == "delegation").collect();
+            @if !delegations.is_empty() {
+                h2 { "Delegations" }
+                ul { @for d in delegations { li { (partition_link(&s(&d["partition_ref"]))) " is built by build "
+                    a href={ "/builds/" (s(&d["delegated_to"])) } { code { (s(&d["delegated_to"])) } } } } }
+            }
+            h2 { "Events" @if events.len() > 200 { span.muted { " (the last 200 of " (events.len()) ")" } } }
+            table #events { tr { th { "#" } th { "Kind" } th { "Status" } th { "Subject" } th { "Message" } }
+                @for e in &events[events.len().saturating_sub(200)..] { tr { td { (s(&e["idx"])) } td { (s(&e["kind"])) } td { (badge(&s(&e["status"]))) }
+                    td { code { (s(&e["partition_ref"])) " " (s(&e["job"])) } } td.muted { (s(&e["message"])) } } }
+            }
+        }
+    }
+}
+
+async fn build_page(State(state): Shared, Path(id): Path<String>) -> Response {
+    let st = state.clone();
+    let bid = id.clone();
+    match page(&state, move |engine| {
+        Ok((views::build(engine, &bid)?, list(&views::build_events(engine, &bid)?["events"])))
+    })
+    .await
+    {
+        Ok((b, events)) => layout(&format!("Build {id}"), html! {
+            h1 { "Build " code { (id) } }
+            p { "Requested: " @for r in list(&b["requested_partitions"]) { (partition_link(&s(&r))) " " } }
+            (build_body(&b, &events, &st))
+        })
+        .into_response(),
+        Err(r) => r,
+    }
+}
+
+async fn build_live(State(state): Shared, Path(id): Path<String>) -> Response {
+    let st = state.clone();
+    match page(&state, move |engine| {
+        Ok((
+            views::build(engine, &id)?,
+            list(&views::build_events(engine, &id)?["events"]),
+        ))
+    })
+    .await
+    {
+        Ok((b, events)) => build_body(&b, &events, &st).into_response(),
+        Err(r) => r,
+    }
+}
+
+#[derive(Deserialize)]
+pub struct PartitionsQuery {
+    pattern: Option<String>,
+    status: Option<String>,
+    after: Option<String>,
+}
+
+async fn partitions_page(State(state): Shared, Query(q): Query<PartitionsQuery>) -> Response {
+    let status = q.status.clone().filter(|s| !s.is_empty());
+    let pattern = q.pattern.clone().filter(|s| !s.is_empty());
+    let query = PartitionQuery {
+        pattern: pattern.clone(),
+        status: status.as_deref().and_then(parse_partition_status),
+        limit: 100,
+        after: q.after.clone(),
+    };
+    let page_data = match page(&state, move |engine| views::partitions(engine, &query)).await {
+        Ok(p) => p,
+        Err(r) => return r,
+    };
+    let rows = list(&page_data["partitions"]);
+    layout("Partitions", html! {
+        h1 { "Partitions" }
+        form method="get" action="/partitions" {
+            input type="text" name="pattern" placeholder="glob, e.g. reviews/*" value=[pattern.as_deref()];
+            " " select name="status" { option value="" { "any status" }
+                @for st in ["live", "building", "failed", "tainted"] { option value=(st) selected[status.as_deref() == Some(st)] { (st) } } }
+            " " button type="submit" { "Search" }
+        }
+        @if rows.is_empty() { p.empty { "No partition matches. Partitions appear here once a run has touched them." } } @else {
+            table { tr { th { "Partition" } th { "Status" } th { "Job" } th { "Updated" } }
+                @for p in &rows { tr { td { (partition_link(&s(&p["ref"]))) } td { (badge(&s(&p["status"]))) } td { (s(&p["job"])) } td.muted { (s(&p["updated_at"])) } } }
+            }
+            @if let Some(next) = page_data["next"].as_str() {
+                a href={ "/partitions?after=" (enc(next)) "&pattern=" (enc(pattern.as_deref().unwrap_or(""))) "&status=" (status.as_deref().unwrap_or("")) } { "Next page →" }
+            }
+        }
+    }).into_response()
+}
+
+async fn datasets_page(State(state): Shared) -> Response {
+    let data = page(&state, |engine| {
+        let datasets = engine.datasets()?;
+        let mut strips = Vec::new();
+        for d in &datasets {
+            strips.push(calendar_for(engine, &d.pattern)?);
+        }
+        Ok((datasets, strips))
+    })
+    .await;
+    let (datasets, strips) = match data {
+        Ok(d) => d,
+        Err(r) => return r,
+    };
+    layout("Datasets", html! {
+        h1 { "Datasets" }
+        table { tr { th { "Name" } th { "Kind" } th { "Pattern" } th { "Partitions" } th { "By date (last 60 days with data)" } }
+            @for (d, strip) in datasets.iter().zip(&strips) { tr {
+                td { @if d.kind == "job" { a href={ "/jobs/" (d.name) } { (d.name) } } @else { (d.name) } }
+                td { (d.kind) } td { code { (d.pattern) } }
+                td { @if d.partitions.is_empty() { span.muted { "none built" } } @for (st, n) in &d.partitions { (n) " " (badge(st)) " " } }
+                td { (PreEscaped(strip.clone())) }
+            } }
+        }
+    }).into_response()
+}
+
+/// A calendar strip for a pattern with a date field: each day from the first to the last date
+/// with partitions (at most 60), coloured by its worst state, `missing` where none exist.
+fn calendar_for(engine: &Engine, pattern: &str) -> Result<String, AppError> {
+    let Ok(p) = databuild_core::Pattern::parse(pattern) else {
+        return Ok(String::new());
+    };
+    let Some(date_index) = p
+        .fields()
+        .position(|(_, t)| t == databuild_core::FieldType::Date)
+    else {
+        return Ok(String::new());
+    };
+    let glob: String = p
+        .tokens()
+        .iter()
+        .map(|t| match t {
+            databuild_core::pattern::Token::Literal(l) => l.replace(['[', '*', '?'], "?"),
+            databuild_core::pattern::Token::Field { .. } => "*".to_string(),
+        })
+        .collect();
+    let rows = engine.store.partitions(&PartitionQuery {
+        pattern: Some(glob),
+        limit: 5000,
+        ..Default::default()
+    })?;
+    let rank = |s: &str| match s {
+        "failed" => 4,
+        "tainted" => 3,
+        "building" => 2,
+        "stale" => 1,
+        _ => 0,
+    };
+    let mut by_date: std::collections::BTreeMap<String, String> = Default::default();
+    for r in rows {
+        let Some(values) = p.match_ref(&r.partition_ref) else {
+            continue;
+        };
+        let status = databuild_exec::views::shown_status(r.status).to_string();
+        let e = by_date
+            .entry(values[date_index].to_string())
+            .or_insert_with(|| status.clone());
+        if rank(&status) > rank(e) {
+            *e = status;
+        }
+    }
+    let (Some(first), Some(last)) = (
+        by_date.keys().next().cloned(),
+        by_date.keys().last().cloned(),
+    ) else {
+        return Ok(String::new());
+    };
+    let (Some(first), Some(last)) = (
+        databuild_core::pattern::parse_date(&first),
+        databuild_core::pattern::parse_date(&last),
+    ) else {
+        return Ok(String::new());
+    };
+    let start = std::cmp::max(first, last - chrono::Duration::days(59));
+    let days: Vec<(String, String)> = start
+        .iter_days()
+        .take_while(|d| *d <= last)
+        .map(|d| {
+            let key = databuild_core::pattern::format_date(d);
+            let status = by_date
+                .get(&key)
+                .cloned()
+                .unwrap_or_else(|| "missing".into());
+            (key, status)
+        })
+        .collect();
+    Ok(svg::calendar(&days))
+}
+
+async fn partition_page(State(state): Shared, Path(r): Path<String>) -> Response {
+    let st = state.clone();
+    let pr = r.clone();
+    let data = page(&state, move |engine| {
+        let x = views::explain(engine, &pr)?;
+        let quoted = serde_json::to_string(&pr).unwrap_or_default().replace('\'', "''");
+        let downstream = engine.store.sql(
+            &format!("SELECT outputs FROM job_runs WHERE inputs LIKE '%{}%' ORDER BY scheduled_at DESC LIMIT 20", quoted.replace('%', "")),
+            SqlLimits::default(),
+        )?;
+        let builds = engine.store.sql(
+            &format!("SELECT DISTINCT build_request_id FROM request_partitions WHERE partition_ref = '{}' LIMIT 20", pr.replace('\'', "''")),
+            SqlLimits::default(),
+        )?;
+        Ok((x, downstream, builds))
+    })
+    .await;
+    let (x, downstream, builds) = match data {
+        Ok(d) => d,
+        Err(r) => return r,
+    };
+    let mut below: Vec<String> = downstream
+        .rows
+        .iter()
+        .flat_map(|row| serde_json::from_str::<Vec<String>>(&s(&row[0])).unwrap_or_default())
+        .collect();
+    below.sort();
+    below.dedup();
+    layout(&r, html! {
+        h1 { code { (r) } " " (badge(&s(&x["status"]))) }
+        ul { @for reason in list(&x["reasons"]) { li { (s(&reason)) } } }
+        @if x["producer"].is_object() { p { "Produced by " (s(&x["producer"]["kind"])) " " b { (s(&x["producer"]["name"])) } " " code { (s(&x["producer"]["pattern"])) } } }
+        @if x["run"].is_object() { p { "Built by run " a href={ "/runs/" (s(&x["run"]["job_run_id"])) } { code { (s(&x["run"]["job_run_id"])) } }
+            " of build " a href={ "/builds/" (s(&x["run"]["build_request_id"])) } { code { (s(&x["run"]["build_request_id"])) } } } }
+        form.inline method="post" action="/ui/build" {
+            input type="hidden" name="refs" value=(r);
+            label { input type="checkbox" name="force" value="true"; " force" } " " (token_field(&st))
+            button type="submit" { "Build" }
+        }
+        " "
+        form.inline method="post" action="/ui/taint" {
+            input type="hidden" name="ref" value=(r);
+            input type="text" name="reason" placeholder="reason"; " " (token_field(&st))
+            button type="submit" { "Taint" }
+        }
+        h2 { "Upstream (the inputs of its run)" }
+        @let inputs = list(&x["inputs"]);
+        @if inputs.is_empty() { p.empty { "None recorded." } } @else {
+            table { @for i in &inputs { tr { td { (partition_link(&s(&i["ref"]))) } td { (badge(&s(&i["status"]))) } } } }
+        }
+        h2 { "Downstream (what runs built from it)" }
+        @if below.is_empty() { p.empty { "Nothing read it yet." } } @else { ul { @for d in &below { li { (partition_link(d)) } } } }
+        @let steps = list(&x["to_build"]);
+        @if !steps.is_empty() {
+            h2 { "To build it" }
+            table { tr { th { "Job" } th { "Outputs" } } @for st in &steps { tr { td { (s(&st["job"])) } td { @for o in list(&st["outputs"]) { (partition_link(&s(&o))) " " } } } } }
+        }
+        h2 { "Builds that touched it" }
+        ul { @for b in &builds.rows { li { a href={ "/builds/" (s(&b[0])) } { code { (s(&b[0])) } } } } }
+        h2 { "History" }
+        table { tr { th { "#" } th { "Status" } th { "Time" } th { "Message" } }
+            @for e in list(&x["history"]) { tr { td { (s(&e["idx"])) } td { (badge(&s(&e["status"]))) } td.muted { (time(&e["timestamp"])) } td { (s(&e["message"])) } } } }
+    }).into_response()
+}
+
+async fn jobs_page(State(state): Shared) -> Response {
+    let jobs = match page(&state, views::jobs).await {
+        Ok(j) => j,
+        Err(r) => return r,
+    };
+    layout("Jobs", html! {
+        h1 { "Jobs" }
+        table { tr { th { "Job" } th { "Runs" } th { "Success" } th { "Mean" } th { "p95" } th { "Last run" } }
+            @for j in list(&jobs["jobs"]) { tr {
+                td { a href={ "/jobs/" (s(&j["job"])) } { (s(&j["job"])) } } td { (s(&j["runs"])) }
+                td { @match j["success_rate"].as_f64() { Some(r) => (format!("{:.0}%", r * 100.0)), None => "-" } }
+                td { @match j["mean_ms"].as_f64() { Some(m) => (format!("{m:.0} ms")), None => "-" } }
+                td { @match j["p95_ms"].as_f64() { Some(m) => (format!("{m:.0} ms")), None => "-" } }
+                td.muted { (time(&j["last_run_at"])) }
+            } }
+        }
+    }).into_response()
+}
+
+async fn job_page(State(state): Shared, Path(name): Path<String>) -> Response {
+    let n = name.clone();
+    let data = page(&state, move |engine| {
+        Ok((views::job(engine, &n)?, views::job_runs(engine, &n, 100)?))
+    })
+    .await;
+    let (job, runs) = match data {
+        Ok(d) => d,
+        Err(r) => return r,
+    };
+    let runs = list(&runs["runs"]);
+    let points: Vec<(String, f64, String)> = runs
+        .iter()
+        .rev()
+        .filter_map(|r| {
+            Some((
+                s(&r["job_run_id"]),
+                (r["ended_at"].as_i64()? - r["started_at"].as_i64()?) as f64 / 1e6,
+                s(&r["status"]),
+            ))
+        })
+        .collect();
+    layout(&name, html! {
+        h1 { "Job " (name) }
+        p { (s(&job["job"]["runs"])) " runs · " (s(&job["job"]["completed"])) " completed · " (s(&job["job"]["failed"])) " failed" }
+        h2 { "Durations" }
+        @if points.is_empty() { p.empty { "No finished runs yet." } } @else { div.scroll { (PreEscaped(svg::duration_chart(&points))) } }
+        h2 { "Recent runs" }
+        table { tr { th { "Run" } th { "Status" } th { "Outputs" } th { "Took" } th { "Scheduled" } }
+            @for r in &runs { tr {
+                td { a href={ "/runs/" (s(&r["job_run_id"])) } { code { (s(&r["job_run_id"])[..8]) } } }
+                td { (badge(&s(&r["status"]))) } td { @for o in list(&r["outputs"]).iter().take(2) { (partition_link(&s(o))) " " } }
+                td { (took(r)) } td.muted { (time(&r["scheduled_at"])) }
+            } }
+        }
+    }).into_response()
+}
+
+fn run_body(run: &Value, log: &str) -> Markup {
+    let running = matches!(s(&run["status"]).as_str(), "scheduled" | "running");
+    let id = s(&run["job_run_id"]);
+    html! {
+        div #live hx-get={ "/runs/" (id) "/live" } hx-trigger=[running.then_some("every 1s")] hx-swap="outerHTML" {
+            p { (badge(&s(&run["status"]))) " job " a href={ "/jobs/" (s(&run["job"])) } { (s(&run["job"])) }
+                " · build " a href={ "/builds/" (s(&run["build_request_id"])) } { code { (s(&run["build_request_id"])) } } }
+            table {
+                tr { th { "Outputs" } td { @for o in list(&run["outputs"]) { (partition_link(&s(&o))) " " } } }
+                tr { th { "Inputs" } td { @for i in list(&run["inputs"]) { (partition_link(&s(&i))) " " } } }
+                tr { th { "Args" } td { code { (list(&run["args"]).iter().map(s).collect::<Vec<_>>().join(" ")) } } }
+                tr { th { "Env" } td { @if let Some(env) = run["env"].as_object() { @for (k, v) in env { code { (k) "=" (s(v)) } " " } } } }
+                tr { th { "Exit" } td { (s(&run["exit_code"])) " " span.muted { (s(&run["message"])) } } }
+                tr { th { "Timings" } td { "scheduled " (time(&run["scheduled_at"])) ", started " (time(&run["started_at"])) ", ended " (time(&run["ended_at"])) " (" (took(run)) ")" } }
+            }
+            h2 { "Log" }
+            @if log.is_empty() { p.empty { "No log (yet)." } } @else { pre.log { (log) } }
+        }
+    }
+}
+
+async fn run_page(State(state): Shared, Path(id): Path<String>) -> Response {
+    let rid = id.clone();
+    match page(&state, move |engine| {
+        Ok((
+            views::run(engine, &rid)?,
+            views::run_log(engine, &rid).unwrap_or_default(),
+        ))
+    })
+    .await
+    {
+        Ok((run, log)) => layout(
+            &format!("Run {id}"),
+            html! { h1 { "Job run " code { (id) } } (run_body(&run, &log)) },
+        )
+        .into_response(),
+        Err(r) => r,
+    }
+}
+
+async fn run_live(State(state): Shared, Path(id): Path<String>) -> Response {
+    match page(&state, move |engine| {
+        Ok((
+            views::run(engine, &id)?,
+            views::run_log(engine, &id).unwrap_or_default(),
+        ))
+    })
+    .await
+    {
+        Ok((run, log)) => run_body(&run, &log).into_response(),
+        Err(r) => r,
+    }
+}
+
+#[derive(Deserialize)]
+pub struct RefsQuery {
+    refs: Option<String>,
+}
+
+/// Refs from a text box: one or more per line, braces expanded.
+fn refs_from_text(text: &str) -> Result<Vec<PartitionRef>, AppError> {
+    let mut refs = Vec::new();
+    for word in text.split_whitespace() {
+        for r in
+            databuild_core::expand_braces(word).map_err(|e| AppError::bad_request(e.to_string()))?
+        {
+            refs.push(PartitionRef::new(r).map_err(|e| AppError::bad_request(e.to_string()))?);
+        }
+    }
+    if refs.is_empty() {
+        return Err(AppError::bad_request("name at least one partition ref"));
+    }
+    Ok(refs)
+}
+
+async fn analyze_page(State(state): Shared, Query(q): Query<RefsQuery>) -> Response {
+    let text = q.refs.clone().unwrap_or_default();
+    let form = html! {
+        form method="get" action="/analyze" {
+            textarea name="refs" rows="2" placeholder="partition refs" { (text) }
+            button type="submit" { "Analyze" }
+        }
+    };
+    if text.trim().is_empty() {
+        return layout("Analyze", html! { h1 { "Analyze" } (form) p.empty { "Name partitions to see what a build would run." } }).into_response();
+    }
+    let plan = page(&state, move |engine| {
+        let refs = refs_from_text(&text)?;
+        Ok(engine.plan(&PlanRequest {
+            refs,
+            ..Default::default()
+        })?)
+    })
+    .await;
+    let plan = match plan {
+        Ok(p) => p,
+        Err(r) => return r,
+    };
+    let nodes: Vec<svg::GraphNode> = plan
+        .runs
+        .iter()
+        .enumerate()
+        .take(300)
+        .map(|(i, r)| svg::GraphNode {
+            id: i.to_string(),
+            label: format!("{} {}", r.job, r.outputs[0]),
+            status: "scheduled".into(),
+            href: format!("/partitions/{}", enc(r.outputs[0].as_str())),
+            depends_on: r.depends_on.iter().map(|d| d.to_string()).collect(),
+        })
+        .collect();
+    layout("Analyze", html! {
+        h1 { "Analyze" }
+        (form)
+        p { (plan.runs.len()) " job runs · " (plan.skipped.len()) " skipped (live) · " (plan.delegated.len()) " delegated · " (plan.missing.len()) " missing" }
+        @if !plan.missing.is_empty() { p.error { "Cannot complete: " @for m in &plan.missing { code { (m.partition_ref) } " (dataset " (m.dataset) ") " } } }
+        @if !nodes.is_empty() { div.scroll { (PreEscaped(svg::graph(&nodes))) } }
+        @if plan.runs.len() > 300 { p.muted { "The drawing shows the first 300 runs." } }
+        table { tr { th { "#" } th { "Job" } th { "Outputs" } th { "Inputs" } }
+            @for (i, r) in plan.runs.iter().enumerate().take(1000) { tr {
+                td { (i + 1) } td { (r.job) } td { @for o in &r.outputs { (partition_link(o.as_str())) " " } }
+                td.muted { (r.inputs.iter().take(4).map(|i| i.as_str()).collect::<Vec<_>>().join(", ")) @if r.inputs.len() > 4 { " …" } }
+            } }
+        }
+    }).into_response()
+}
+
+#[derive(Deserialize)]
+pub struct SqlQuery {
+    q: Option<String>,
+}
+
+const EXAMPLES: &[(&str, &str)] = &[
+    ("Partitions by status", "SELECT status, count(*) AS partitions FROM partition_status GROUP BY status"),
+    ("Slowest jobs", "SELECT job, count(*) AS runs, avg(duration_ms) AS mean_ms FROM job_run_durations WHERE status = 'completed' GROUP BY job ORDER BY mean_ms DESC"),
+    ("Recent builds", "SELECT * FROM build_request_summary ORDER BY created DESC LIMIT 20"),
+    ("Events per hour", "SELECT * FROM events_per_hour ORDER BY hour DESC LIMIT 48"),
+];
+
+async fn sql_page(State(state): Shared, Query(q): Query<SqlQuery>) -> Response {
+    let query = q.q.clone().unwrap_or_default();
+    let result = if query.trim().is_empty() {
+        None
+    } else {
+        let text = query.clone();
+        Some(page(&state, move |engine| views::sql(engine, &text, 1000)).await)
+    };
+    let outcome = match result {
+        None => html! {},
+        Some(Ok(v)) => html! {
+            p.muted { (list(&v["rows"]).len()) " rows" @if v["truncated"] == true { " (cut at 1,000)" } }
+            div.scroll { table #results {
+                tr { @for c in list(&v["columns"]) { th { (s(&c)) } } }
+                @for row in list(&v["rows"]) { tr { @for cell in list(&row) { td { (s(&cell)) } } } }
+            } }
+        },
+        Some(Err(r)) => return r,
+    };
+    layout("SQL", html! {
+        h1 { "SQL over the event log" }
+        p.muted { "Read-only; one statement; stopped after 10 s; 1,000 rows at most. Tables and views: events, partitions, build_requests, request_partitions, job_runs, partition_status, job_run_durations, build_request_summary, events_per_hour." }
+        form method="get" action="/sql" {
+            textarea name="q" rows="4" { (query) }
+            button type="submit" { "Run" }
+        }
+        p { "Examples: " @for (name, example) in EXAMPLES { a href={ "/sql?q=" (enc(example)) } { (name) } " · " } }
+        (outcome)
+    }).into_response()
+}
+
+#[derive(Deserialize)]
+pub struct BuildForm {
+    refs: String,
+    force: Option<String>,
+    token: Option<String>,
+}
+
+/// The token check of the forms: `Some(error page)` when a configured token is missing or wrong.
+fn token_refused(state: &AppState, token: Option<&str>) -> Option<Response> {
+    match &state.token {
+        Some(t) if token != Some(t.as_str()) => Some(error_page(AppError::unauthorized())),
+        _ => None,
+    }
+}
+
+async fn ui_build(State(state): Shared, Form(form): Form<BuildForm>) -> Response {
+    if let Some(r) = token_refused(&state, form.token.as_deref()) {
+        return r;
+    }
+    let refs = match refs_from_text(&form.refs) {
+        Ok(r) => r,
+        Err(e) => return error_page(e),
+    };
+    let refs: Vec<String> = refs.iter().map(|r| r.to_string()).collect();
+    match crate::api::start_build(&state, refs, form.force.is_some(), false, false, None).await {
+        Ok(id) => Redirect::to(&format!("/builds/{id}")).into_response(),
+        Err(e) => error_page(e),
+    }
+}
+
+#[derive(Deserialize)]
+pub struct TaintForm {
+    r#ref: String,
+    reason: Option<String>,
+    token: Option<String>,
+}
+
+async fn ui_taint(State(state): Shared, Form(form): Form<TaintForm>) -> Response {
+    if let Some(r) = token_refused(&state, form.token.as_deref()) {
+        return r;
+    }
+    let r = form.r#ref.clone();
+    let reason = form.reason.clone().filter(|s| !s.is_empty());
+    match page(&state, move |engine| {
+        views::taint(engine, &[r], reason.as_deref())
+    })
+    .await
+    {
+        Ok(_) => Redirect::to(&format!("/partitions/{}", enc(&form.r#ref))).into_response(),
+        Err(resp) => resp,
+    }
+}
+
+#[derive(Deserialize)]
+pub struct TokenForm {
+    token: Option<String>,
+}
+
+async fn ui_cancel(
+    State(state): Shared,
+    Path(id): Path<String>,
+    Form(form): Form<TokenForm>,
+) -> Response {
+    if let Some(r) = token_refused(&state, form.token.as_deref()) {
+        return r;
+    }
+    let bid = id.clone();
+    match page(&state, move |engine| views::cancel(engine, &bid)).await {
+        Ok(_) => Redirect::to(&format!("/builds/{id}")).into_response(),
+        Err(r) => r,
+    }
+}

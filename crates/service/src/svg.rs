@@ -1,0 +1,167 @@
+//! Pictures drawn on the server as SVG: a graph of runs and partitions, a duration chart, and a
+//! calendar strip. No JavaScript is needed to see them.
+
+use std::collections::HashMap;
+use std::fmt::Write;
+
+/// The colour of a state, shared by every picture and badge.
+pub fn colour(status: &str) -> &'static str {
+    match status {
+        "live" | "available" | "completed" => "#2e9e5b",
+        "building" | "running" | "executing" => "#2f74c0",
+        "scheduled" | "requested" | "planning" | "received" | "analysis_completed" => "#9aa5b1",
+        "failed" => "#d64545",
+        "stale" => "#e0a526",
+        "tainted" => "#8e44ad",
+        "cancelled" | "skipped" | "delegated" => "#6c7a89",
+        _ => "#cfd6dd",
+    }
+}
+
+fn escape(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+/// A node of a graph: its label, state, a link, and the nodes it depends on.
+pub struct GraphNode {
+    pub id: String,
+    pub label: String,
+    pub status: String,
+    pub href: String,
+    pub depends_on: Vec<String>,
+}
+
+/// A layered drawing: each node in the column after its deepest dependency.
+pub fn graph(nodes: &[GraphNode]) -> String {
+    if nodes.is_empty() {
+        return String::new();
+    }
+    let index: HashMap<&str, usize> = nodes
+        .iter()
+        .enumerate()
+        .map(|(i, n)| (n.id.as_str(), i))
+        .collect();
+    let mut layer = vec![0usize; nodes.len()];
+    // Longest-path layering; nodes arrive in dependency order, and a few passes settle any rest.
+    for _ in 0..nodes.len().min(50) {
+        let mut changed = false;
+        for (i, n) in nodes.iter().enumerate() {
+            for d in &n.depends_on {
+                if let Some(&j) = index.get(d.as_str()) {
+                    if layer[i] <= layer[j] {
+                        layer[i] = layer[j] + 1;
+                        changed = true;
+                    }
+                }
+            }
+        }
+        if !changed {
+            break;
+        }
+    }
+    let (w, h, gap_x, gap_y) = (190, 34, 60, 14);
+    let mut rows = vec![0usize; layer.iter().max().unwrap_or(&0) + 1];
+    let mut pos = vec![(0, 0); nodes.len()];
+    for i in 0..nodes.len() {
+        let l = layer[i];
+        pos[i] = (10 + l * (w + gap_x), 10 + rows[l] * (h + gap_y));
+        rows[l] += 1;
+    }
+    let width = 20 + rows.len() * (w + gap_x);
+    let height = 20 + rows.iter().max().unwrap_or(&1) * (h + gap_y);
+    let mut svg = format!(
+        r#"<svg xmlns="http://www.w3.org/2000/svg" class="graph" width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img" aria-label="graph of job runs">"#
+    );
+    for (i, n) in nodes.iter().enumerate() {
+        for d in &n.depends_on {
+            if let Some(&j) = index.get(d.as_str()) {
+                let (x1, y1) = (pos[j].0 + w, pos[j].1 + h / 2);
+                let (x2, y2) = (pos[i].0, pos[i].1 + h / 2);
+                let _ = write!(
+                    svg,
+                    r##"<path d="M{x1},{y1} C{},{y1} {},{y2} {x2},{y2}" fill="none" stroke="#9aa5b1"/>"##,
+                    x1 + 30,
+                    x2 - 30
+                );
+            }
+        }
+    }
+    for (i, n) in nodes.iter().enumerate() {
+        let (x, y) = pos[i];
+        let label: String = n.label.chars().take(28).collect();
+        let _ = write!(
+            svg,
+            r##"<a href="{}"><g class="node" data-status="{}"><rect x="{x}" y="{y}" width="{w}" height="{h}" rx="5" fill="{}"/><text x="{}" y="{}" font-size="11" fill="#fff">{}</text></g><title>{} ({})</title></a>"##,
+            escape(&n.href),
+            escape(&n.status),
+            colour(&n.status),
+            x + 8,
+            y + 21,
+            escape(&label),
+            escape(&n.label),
+            escape(&n.status)
+        );
+    }
+    svg.push_str("</svg>");
+    svg
+}
+
+/// Durations (ms) of runs in time order, as a bar chart.
+pub fn duration_chart(points: &[(String, f64, String)]) -> String {
+    if points.is_empty() {
+        return String::new();
+    }
+    let max = points.iter().map(|p| p.1).fold(1.0, f64::max);
+    let (bar, gap, height) = (10.0, 3.0, 120.0);
+    let width = points.len() as f64 * (bar + gap) + 60.0;
+    let mut svg = format!(
+        r#"<svg xmlns="http://www.w3.org/2000/svg" class="chart" width="{width}" height="{}" role="img" aria-label="run durations">"#,
+        height + 30.0
+    );
+    let _ = write!(
+        svg,
+        r##"<text x="0" y="12" font-size="10" fill="#555">{:.0} ms</text>"##,
+        max
+    );
+    for (i, (label, ms, status)) in points.iter().enumerate() {
+        let h = (ms / max * height).max(1.0);
+        let x = 50.0 + i as f64 * (bar + gap);
+        let _ = write!(
+            svg,
+            r#"<rect x="{x}" y="{}" width="{bar}" height="{h}" fill="{}"><title>{}: {:.0} ms</title></rect>"#,
+            height - h + 15.0,
+            colour(status),
+            escape(label),
+            ms
+        );
+    }
+    svg.push_str("</svg>");
+    svg
+}
+
+/// One cell per date, coloured by the worst state of that date's partitions.
+pub fn calendar(days: &[(String, String)]) -> String {
+    let size = 14;
+    let width = days.len() * (size + 2) + 4;
+    let mut svg = format!(
+        r#"<svg xmlns="http://www.w3.org/2000/svg" class="calendar" width="{width}" height="{}" role="img" aria-label="dates by state">"#,
+        size + 4
+    );
+    for (i, (date, status)) in days.iter().enumerate() {
+        let _ = write!(
+            svg,
+            r#"<rect x="{}" y="2" width="{size}" height="{size}" rx="2" fill="{}" data-date="{}" data-status="{}"><title>{}: {}</title></rect>"#,
+            2 + i * (size + 2),
+            colour(status),
+            escape(date),
+            escape(status),
+            escape(date),
+            escape(status)
+        );
+    }
+    svg.push_str("</svg>");
+    svg
+}

@@ -1,0 +1,72 @@
+// Drives Debian's Chromium (headless) through every page of a running dashboard:
+//   node dashboard.mjs BASE_URL REF_TO_BUILD [SCREENSHOT_DIR]
+// It starts a build from the home page and watches it finish without reloading, runs an SQL
+// query, and fails on any console error or failed page.
+import { chromium } from 'playwright-core';
+
+const [base, buildRef, shots] = process.argv.slice(2);
+const browser = await chromium.launch({
+  executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
+  args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
+         '--disable-background-networking', '--disable-component-update', '--disable-sync'],
+});
+const page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
+const problems = [];
+page.on('console', (m) => { if (m.type() === 'error') problems.push(`console error on ${page.url()}: ${m.text()}`); });
+page.on('pageerror', (e) => problems.push(`page error on ${page.url()}: ${e}`));
+page.on('requestfailed', (r) => problems.push(`request failed: ${r.url()}`));
+
+async function visit(path, name) {
+  const response = await page.goto(base + path);
+  if (!response.ok()) throw new Error(`${path}: HTTP ${response.status()}`);
+  if (shots) await page.screenshot({ path: `${shots}/${name}.png`, fullPage: true });
+}
+
+try {
+  await visit('/', 'home-empty');
+  // Start a build from the page, then watch it finish in place.
+  await page.fill('textarea[name=refs]', buildRef);
+  await Promise.all([page.waitForURL(/\/builds\//), page.click('button[formaction="/ui/build"]')]);
+  await page.evaluate(() => { window.__stayed = true; });
+  await page.waitForSelector('#build-status .badge:text-is("completed")', { timeout: 60000 });
+  if (!(await page.evaluate(() => window.__stayed === true))) throw new Error('the build page reloaded');
+  await page.waitForSelector('svg.graph .node');
+  if (shots) await page.screenshot({ path: `${shots}/build.png`, fullPage: true });
+  const buildUrl = page.url();
+
+  // Follow links from the build page: a run, then its job, then a partition.
+  await page.click('svg.graph a');
+  await page.waitForSelector('h1:has-text("Job run")');
+  if (shots) await page.screenshot({ path: `${shots}/run.png`, fullPage: true });
+  await page.goto(buildUrl);
+  await visit('/partitions', 'partitions');
+  await page.click('table a[href^="/partitions/"]');
+  await page.waitForSelector('button:text-is("Build")');
+  if (shots) await page.screenshot({ path: `${shots}/partition.png`, fullPage: true });
+  await visit('/datasets', 'datasets');
+  await visit('/jobs', 'jobs');
+  await page.click('table a[href^="/jobs/"]');
+  await page.waitForSelector('h1:has-text("Job ")');
+  if (shots) await page.screenshot({ path: `${shots}/job.png`, fullPage: true });
+  await visit(`/analyze?refs=${encodeURIComponent(buildRef)}`, 'analyze');
+
+  // An SQL query through the form.
+  await visit('/sql', 'sql-empty');
+  await page.fill('textarea[name=q]', 'SELECT status, count(*) AS n FROM partition_status GROUP BY status');
+  await Promise.all([page.waitForURL(/q=/), page.click('button:text-is("Run")')]);
+  await page.waitForSelector('#results td');
+  if (shots) await page.screenshot({ path: `${shots}/sql.png`, fullPage: true });
+  await visit('/', 'home');
+  // Honest error states.
+  const missing = await page.goto(base + '/builds/no-such-build');
+  if (missing.status() !== 404) throw new Error(`unknown build: HTTP ${missing.status()}`);
+  problems.splice(0, problems.length, ...problems.filter((p) => !p.includes('404')));
+} catch (e) {
+  problems.push(String(e));
+}
+await browser.close();
+if (problems.length) {
+  console.error(problems.join('\n'));
+  process.exit(1);
+}
+console.log('dashboard ok');

@@ -271,7 +271,7 @@ fn build_body(b: &Value, events: &[Value], state: &AppState) -> Markup {
         || b["analyze_only"] == true;
     let runs = list(&b["job_runs"]);
     html! {
-        div #live hx-get={ "/builds/" (id) "/live" } hx-trigger=[(!finished).then_some("every 1s")] hx-swap="outerHTML" {
+        div #live data-finished=(finished) {
             p { "Status " span #build-status { (badge(&status)) } " · created " (time(&b["created_at"])) " · updated " (time(&b["updated_at"]))
                 @if let Some(m) = b["message"].as_str() { " · " span.muted { (m) } } }
             @if !finished {
@@ -320,6 +320,20 @@ async fn build_page(State(state): Shared, Path(id): Path<String>) -> Response {
             h1 { "Build " code { (id) } }
             p { "Requested: " @for r in list(&b["requested_partitions"]) { (partition_link(&s(&r))) " " } }
             (build_body(&b, &events, &st))
+            // Live updates: the build's Server-Sent Events stream; each event re-renders the live
+            // part of the page (at most every 300 ms), until the stream ends with the build.
+            script { (PreEscaped(format!(r#"
+(function () {{
+  if (document.getElementById('live').dataset.finished === 'true' || !window.EventSource) return;
+  var pending = false, source = new EventSource('/api/v1/builds/{id}/events/stream');
+  function refresh() {{
+    pending = false;
+    htmx.ajax('GET', '/builds/{id}/live', {{ target: '#live', swap: 'outerHTML' }});
+  }}
+  source.addEventListener('event', function () {{ if (!pending) {{ pending = true; setTimeout(refresh, 300); }} }});
+  source.onerror = function () {{ source.close(); refresh(); }};
+}})();
+"#))) }
         })
         .into_response(),
         Err(r) => r,

@@ -394,7 +394,6 @@ struct Scheduler<'e> {
     /// The build request was cancelled through the log (by `cancel`), which already recorded it.
     cancelled_outside: bool,
     skipped: Vec<String>,
-    delegated: Vec<String>,
     /// Tells waiter threads to stop when the build ends before their partitions resolve.
     shutdown: Arc<AtomicBool>,
     /// When the build started (ns): partitions made by others after it were not seen by its plan.
@@ -430,7 +429,6 @@ impl<'e> Scheduler<'e> {
             cancelled: false,
             cancelled_outside: false,
             skipped: Vec::new(),
-            delegated: Vec::new(),
             shutdown: Arc::new(AtomicBool::new(false)),
             started_ns,
             tx,
@@ -582,7 +580,6 @@ impl<'e> Scheduler<'e> {
         }
         events.push(Event::partition(Some(&self.id), r, Status::Delegated));
         events.push(Event::delegation(&self.id, r, other));
-        self.delegated.push(r.to_string());
         let w = self.waits.len();
         self.waits.push(Wait {
             partition_ref: r.to_string(),
@@ -852,7 +849,6 @@ impl<'e> Scheduler<'e> {
                 o.as_str(),
                 Status::Available,
             ));
-            self.delegated.push(o.to_string());
         }
         events.insert(
             0,

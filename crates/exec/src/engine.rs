@@ -402,63 +402,23 @@ impl Engine {
     }
 }
 
-/// A job's metrics, for every job of the graph (those that never ran too).
-#[derive(Debug, Clone, Serialize)]
-pub struct JobView {
-    pub job: String,
-    pub runs: u64,
-    pub completed: u64,
-    pub failed: u64,
-    pub cancelled: u64,
-    pub skipped: u64,
-    pub success_rate: Option<f64>,
-    pub mean_ms: Option<f64>,
-    pub p50_ms: Option<f64>,
-    pub p95_ms: Option<f64>,
-    pub last_run_at: Option<i64>,
-}
-
 impl Engine {
-    /// Metrics of every job of the graph, or of one.
-    pub fn jobs(&self, name: Option<&str>) -> Result<Vec<JobView>> {
+    /// Metrics of every job of the graph (those that never ran too), or of one.
+    pub fn jobs(&self, name: Option<&str>) -> Result<Vec<databuild_log::JobStats>> {
         if let Some(n) = name {
             if self.graph.job(n).is_none() {
                 return Err(EngineError::Invalid(format!("no job `{n}` in the graph")));
             }
         }
-        let stats = self.store.job_stats(name)?;
+        let mut stats = self.store.job_stats(name)?;
         Ok(self
             .graph
             .jobs
             .iter()
             .filter(|j| name.is_none_or(|n| n == j.name))
-            .map(|j| match stats.iter().find(|s| s.job == j.name) {
-                Some(s) => JobView {
-                    job: s.job.clone(),
-                    runs: s.runs,
-                    completed: s.completed,
-                    failed: s.failed,
-                    cancelled: s.cancelled,
-                    skipped: s.skipped,
-                    success_rate: s.success_rate,
-                    mean_ms: s.mean_ms,
-                    p50_ms: s.p50_ms,
-                    p95_ms: s.p95_ms,
-                    last_run_at: s.last_run_at,
-                },
-                None => JobView {
-                    job: j.name.clone(),
-                    runs: 0,
-                    completed: 0,
-                    failed: 0,
-                    cancelled: 0,
-                    skipped: 0,
-                    success_rate: None,
-                    mean_ms: None,
-                    p50_ms: None,
-                    p95_ms: None,
-                    last_run_at: None,
-                },
+            .map(|j| match stats.iter().position(|s| s.job == j.name) {
+                Some(i) => stats.swap_remove(i),
+                None => databuild_log::JobStats::never_run(&j.name),
             })
             .collect())
     }

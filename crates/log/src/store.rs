@@ -138,6 +138,25 @@ pub struct JobStats {
     pub last_run_at: Option<i64>,
 }
 
+impl JobStats {
+    /// The figures of a job with no runs.
+    pub fn never_run(job: &str) -> JobStats {
+        JobStats {
+            job: job.to_string(),
+            runs: 0,
+            completed: 0,
+            failed: 0,
+            cancelled: 0,
+            skipped: 0,
+            success_rate: None,
+            mean_ms: None,
+            p50_ms: None,
+            p95_ms: None,
+            last_run_at: None,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Default)]
 pub struct EventFilter {
     /// Only events with `idx` greater than this.

@@ -121,14 +121,16 @@ pub(crate) fn environment(spec: &RunSpec) -> Vec<(String, String)> {
 }
 
 /// Copies the job's output into its log up to the cap, then stops copying, raises `flooded` and
-/// keeps draining so the job never blocks on a full pipe before it is stopped.
+/// keeps draining so the job never blocks on a full pipe before it is stopped. The log file is
+/// created with the first byte: a silent job costs no file.
 fn spawn_log_writer(
     mut pipe: std::io::PipeReader,
-    mut log: std::fs::File,
+    path: PathBuf,
     limit: u64,
     flooded: Arc<AtomicBool>,
 ) -> thread::JoinHandle<()> {
     thread::spawn(move || {
+        let mut log: Option<std::fs::File> = None;
         let mut written = 0u64;
         let mut buf = [0u8; 64 * 1024];
         loop {
@@ -139,6 +141,10 @@ fn spawn_log_writer(
             if written >= limit {
                 continue;
             }
+            if log.is_none() {
+                log = std::fs::File::create(&path).ok();
+            }
+            let Some(log) = log.as_mut() else { continue };
             let keep = (n as u64).min(limit - written) as usize;
             let _ = log.write_all(&buf[..keep]);
             written += keep as u64;
@@ -164,8 +170,6 @@ fn run_process(spec: &RunSpec, cancel: &AtomicBool) -> Result<RunOutcome, String
             spec.data_dir.display()
         )
     })?;
-    let log = std::fs::File::create(&spec.log_path)
-        .map_err(|e| format!("cannot create the log `{}`: {e}", spec.log_path.display()))?;
     let before = output_times(spec);
     let (reader, writer) = std::io::pipe().map_err(|e| format!("cannot create a pipe: {e}"))?;
     let writer_err = writer
@@ -179,16 +183,8 @@ fn run_process(spec: &RunSpec, cancel: &AtomicBool) -> Result<RunOutcome, String
             spec.graph_dir.display()
         )
     })?;
-    let mut cmd = match setpriv() {
-        // The job dies with the thread that started it: a databuild killed with SIGKILL leaves no
-        // job behind still writing its outputs.
-        Some(setpriv) => {
-            let mut c = Command::new(setpriv);
-            c.args(["--pdeathsig", "KILL", "--"]).arg(&program);
-            c
-        }
-        None => Command::new(&program),
-    };
+    let mut cmd = Command::new(&program);
+    die_with_parent(&mut cmd);
     cmd.args(&spec.command[1..])
         .args(&spec.args)
         .current_dir(&spec.graph_dir)
@@ -210,7 +206,12 @@ fn run_process(spec: &RunSpec, cancel: &AtomicBool) -> Result<RunOutcome, String
     // sees end-of-file when the job exits.
     drop(cmd);
     let flooded = Arc::new(AtomicBool::new(false));
-    let log_writer = spawn_log_writer(reader, log, spec.log_limit, flooded.clone());
+    let log_writer = spawn_log_writer(
+        reader,
+        spec.log_path.clone(),
+        spec.log_limit,
+        flooded.clone(),
+    );
     let group = Pid::from_raw(child.id() as i32);
 
     let mut stop_reason: Option<RunOutcome> = None;
@@ -307,17 +308,17 @@ pub(crate) fn verify_outputs(spec: &RunSpec, before: &[Option<SystemTime>]) -> R
     RunOutcome::Succeeded
 }
 
-/// `setpriv` from util-linux, if this machine has it.
-fn setpriv() -> Option<&'static Path> {
-    static SETPRIV: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
-    SETPRIV
-        .get_or_init(|| {
-            ["/usr/bin/setpriv", "/bin/setpriv"]
-                .into_iter()
-                .map(PathBuf::from)
-                .find(|p| p.exists())
-        })
-        .as_deref()
+/// The job dies with the thread that started it (Linux's parent-death signal): a databuild killed
+/// with SIGKILL leaves no job behind still writing its outputs.
+#[allow(unsafe_code)]
+fn die_with_parent(cmd: &mut Command) {
+    // SAFETY: the closure runs in the child between fork and exec. It calls only prctl(2), which
+    // is async-signal-safe, and touches no memory shared with the parent.
+    unsafe {
+        cmd.pre_exec(|| {
+            nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(std::io::Error::from)
+        });
+    }
 }
 
 /// Finds a command's program as `exec` would: a path (relative to the graph's folder) or a name

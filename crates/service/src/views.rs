@@ -142,8 +142,14 @@ pub fn run_log(engine: &Engine, id: &str) -> ApiResult<String> {
             "job run `{id}` has no log (it never started)"
         )));
     };
-    databuild_exec::engine::read_tail(std::path::Path::new(&path), LOG_TAIL)
-        .map_err(|e| AppError::not_found(format!("the log of job run `{id}` cannot be read: {e}")))
+    match databuild_exec::engine::read_tail(std::path::Path::new(&path), LOG_TAIL) {
+        Ok(text) => Ok(text),
+        // The log file is created with the job's first output: a silent job has none.
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(String::new()),
+        Err(e) => Err(AppError::not_found(format!(
+            "the log of job run `{id}` cannot be read: {e}"
+        ))),
+    }
 }
 
 pub fn taint(engine: &Engine, refs: &[String], reason: Option<&str>) -> ApiResult<Value> {

@@ -311,7 +311,7 @@ pub fn run(backend: &Backend, id: &str, json: bool) -> anyhow::Result<ExitCode> 
     if let Some(r) = run["relies_on"].as_str() {
         println!("  skipped: relies on run {r}");
     }
-    if let Some(log) = backend.run_log(id) {
+    if let Some(log) = backend.run_log(id).filter(|l| !l.is_empty()) {
         let lines: Vec<&str> = log.lines().collect();
         println!(
             "  log (last {} lines of {}):",

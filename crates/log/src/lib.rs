@@ -6,6 +6,7 @@
 //!   [`PostgresStore`] the shared one.
 //! - [`open`] picks a backend from a log URI (`sqlite:PATH`).
 
+mod cache;
 pub mod event;
 pub mod postgres;
 pub mod replay;

@@ -12,6 +12,7 @@ use std::sync::Mutex;
 use postgres::{Client, NoTls, Transaction};
 use rustc_hash::FxHashMap;
 
+use crate::cache::{cached, StateCache};
 use crate::event::{Event, EventData, Kind, Status};
 use crate::replay::global_effect;
 use crate::state::{check, Current};
@@ -35,25 +36,10 @@ pub struct PostgresStore {
 
 struct Writer {
     client: Client,
-    caches: Caches,
+    caches: StateCache,
     statements: Statements,
     /// The append counter as of our last append; the caches hold only while nobody else appended.
     seen_appends: Option<i64>,
-}
-
-/// Entity states remembered between appends (as the SQLite writer does).
-#[derive(Default)]
-struct Caches {
-    /// Build requests (`b:`), job runs (`r:`) and request partitions (`p:`), by prefixed key.
-    status: FxHashMap<String, Option<Status>>,
-    partitions: FxHashMap<String, Option<(Status, Option<String>)>>,
-}
-
-impl Caches {
-    fn clear(&mut self) {
-        self.status.clear();
-        self.partitions.clear();
-    }
 }
 
 /// Statements prepared once per connection: each append otherwise pays a parse round trip for
@@ -169,7 +155,7 @@ impl PostgresStore {
             url: url.to_string(),
             writer: Mutex::new(Writer {
                 client,
-                caches: Caches::default(),
+                caches: StateCache::default(),
                 statements: Statements::default(),
                 seen_appends: None,
             }),
@@ -264,7 +250,7 @@ fn opt_status(
 fn current(
     tx: &mut Transaction<'_>,
     st: &mut Statements,
-    w: &mut Caches,
+    w: &mut StateCache,
     e: &Event,
 ) -> Result<Current> {
     let mut c = Current::default();
@@ -276,101 +262,51 @@ fn current(
         e.partition_ref.as_deref(),
     ) {
         (Kind::BuildRequest, Some(br), _, _) => {
-            let key = format!("b:{br}");
-            c.build_request = match w.status.get(&key) {
-                Some(s) => *s,
-                None => {
-                    let s = opt_status(
-                        tx,
-                        st,
-                        "SELECT status FROM build_requests WHERE build_request_id = $1",
-                        &[br],
-                    )?;
-                    w.status.insert(key, s);
-                    s
-                }
-            };
+            c.build_request = cached(&mut w.build_requests, br.to_string(), || {
+                opt_status(
+                    tx,
+                    st,
+                    "SELECT status FROM build_requests WHERE build_request_id = $1",
+                    &[br],
+                )
+            })?;
         }
         (Kind::JobRun, _, Some(run), _) => {
-            let key = format!("r:{run}");
-            c.job_run = match w.status.get(&key) {
-                Some(s) => *s,
-                None => {
-                    let s = opt_status(
-                        tx,
-                        st,
-                        "SELECT status FROM job_runs WHERE job_run_id = $1",
-                        &[run],
-                    )?;
-                    w.status.insert(key, s);
-                    s
-                }
-            };
+            c.job_run = cached(&mut w.job_runs, run.to_string(), || {
+                opt_status(
+                    tx,
+                    st,
+                    "SELECT status FROM job_runs WHERE job_run_id = $1",
+                    &[run],
+                )
+            })?;
         }
         (Kind::Partition, br, _, Some(r)) => {
             if let Some(br) = br {
-                let key = format!("p:{br}\u{0}{r}");
-                c.request_partition = match w.status.get(&key) {
-                    Some(s) => *s,
-                    None => {
-                        let s = opt_status(
-                            tx,
-                            st,
-                            "SELECT status FROM request_partitions WHERE build_request_id = $1 AND partition_ref = $2",
-                            &[br, r],
-                        )?;
-                        w.status.insert(key, s);
-                        s
-                    }
-                };
+                let key = (br.to_string(), r.to_string());
+                c.request_partition = cached(&mut w.request_partitions, key, || {
+                    opt_status(
+                        tx,
+                        st,
+                        "SELECT status FROM request_partitions WHERE build_request_id = $1 AND partition_ref = $2",
+                        &[br, r],
+                    )
+                })?;
             }
-            c.partition = match w.partitions.get(r) {
-                Some(p) => p.clone(),
-                None => {
-                    let row = tx
-                        .query_opt(
-                            "SELECT status, job_run_id FROM partitions WHERE partition_ref = $1",
-                            &[&r],
-                        )
-                        .map_err(storage)?;
-                    let p = row
-                        .map(|row| {
-                            Ok::<_, LogError>((status_of(row.get::<_, &str>(0))?, row.get(1)))
-                        })
-                        .transpose()?;
-                    w.partitions.insert(r.to_string(), p.clone());
-                    p
-                }
-            };
+            c.partition = cached(&mut w.partitions, r.to_string(), || {
+                st.query_opt(
+                    tx,
+                    "SELECT status, job_run_id FROM partitions WHERE partition_ref = $1",
+                    &[&r],
+                )
+                .map_err(storage)?
+                .map(|row| Ok::<_, LogError>((status_of(row.get::<_, &str>(0))?, row.get(1))))
+                .transpose()
+            })?;
         }
         _ => {}
     }
     Ok(c)
-}
-
-fn remember(w: &mut Caches, e: &Event, before: &Current) {
-    match e.kind {
-        Kind::BuildRequest => {
-            if let Some(br) = &e.build_request_id {
-                w.status.insert(format!("b:{br}"), Some(e.status));
-            }
-        }
-        Kind::JobRun => {
-            if let Some(run) = &e.job_run_id {
-                w.status.insert(format!("r:{run}"), Some(e.status));
-            }
-        }
-        Kind::Partition => {
-            let r = e.partition_ref.clone().expect("validated");
-            if let Some(br) = &e.build_request_id {
-                w.status.insert(format!("p:{br}\u{0}{r}"), Some(e.status));
-            }
-            if let Some(global) = global_effect(e, before.partition.as_ref()) {
-                w.partitions.insert(r, Some(global));
-            }
-        }
-        Kind::Delegation => {}
-    }
 }
 
 fn insert_event(tx: &mut Transaction<'_>, st: &mut Statements, e: &Event) -> Result<i64> {
@@ -608,10 +544,8 @@ impl EventStore for PostgresStore {
                 )
                 .map_err(storage)?
                 .get(0);
-            if *seen_appends != Some(appends)
-                || caches.status.len() + caches.partitions.len() > 500_000
-            {
-                caches.clear();
+            if *seen_appends != Some(appends) || caches.len() > StateCache::MAX_ENTRIES {
+                *caches = StateCache::default();
             }
             for (position, e) in events.iter_mut().enumerate() {
                 let before = current(&mut tx, statements, caches, e)?;
@@ -623,7 +557,7 @@ impl EventStore for PostgresStore {
                 })?;
                 e.idx = insert_event(&mut tx, statements, e)?;
                 project(&mut tx, statements, e, &before)?;
-                remember(caches, e, &before);
+                caches.remember(e, &before);
             }
             tx.commit().map_err(storage)?;
             Ok(appends + 1)
@@ -634,8 +568,8 @@ impl EventStore for PostgresStore {
                 Ok(events)
             }
             Err(e) => {
-                // The caches hold states of a batch that was rolled back.
-                caches.clear();
+                // The cache holds states of a batch that was rolled back.
+                *caches = StateCache::default();
                 *seen_appends = None;
                 Err(e)
             }

@@ -17,8 +17,7 @@ use rusqlite::{
     params, Connection, OpenFlags, OptionalExtension, Transaction, TransactionBehavior,
 };
 
-use rustc_hash::FxHashMap;
-
+use crate::cache::{cached, StateCache};
 use crate::event::{Event, EventData, Kind, Status};
 use crate::replay::global_effect;
 use crate::state::{check, Current};
@@ -67,53 +66,6 @@ struct Writer {
     conn: Connection,
     cache: StateCache,
     data_version: Option<i64>,
-}
-
-#[derive(Default)]
-struct StateCache {
-    build_requests: FxHashMap<String, Option<Status>>,
-    job_runs: FxHashMap<String, Option<Status>>,
-    request_partitions: FxHashMap<(String, String), Option<Status>>,
-    partitions: FxHashMap<String, Option<(Status, Option<String>)>>,
-}
-
-impl StateCache {
-    /// Bound on remembered entities; past it the cache starts over.
-    const MAX_ENTRIES: usize = 500_000;
-
-    fn len(&self) -> usize {
-        self.build_requests.len()
-            + self.job_runs.len()
-            + self.request_partitions.len()
-            + self.partitions.len()
-    }
-
-    /// Records the states after a (valid) event.
-    fn remember(&mut self, e: &Event, before: &Current) {
-        match e.kind {
-            Kind::BuildRequest => {
-                if let Some(br) = &e.build_request_id {
-                    self.build_requests.insert(br.clone(), Some(e.status));
-                }
-            }
-            Kind::JobRun => {
-                if let Some(run) = &e.job_run_id {
-                    self.job_runs.insert(run.clone(), Some(e.status));
-                }
-            }
-            Kind::Partition => {
-                let r = e.partition_ref.clone().expect("validated");
-                if let Some(br) = &e.build_request_id {
-                    self.request_partitions
-                        .insert((br.clone(), r.clone()), Some(e.status));
-                }
-                if let Some(global) = global_effect(e, before.partition.as_ref()) {
-                    self.partitions.insert(r, Some(global));
-                }
-            }
-            Kind::Delegation => {}
-        }
-    }
 }
 
 fn storage(e: rusqlite::Error) -> LogError {
@@ -327,24 +279,6 @@ fn json_list(s: Option<String>) -> Vec<String> {
 
 fn to_json<T: serde::Serialize>(v: &T) -> String {
     serde_json::to_string(v).expect("serializes")
-}
-
-/// Looks `key` up in the cache, or else with `query` (and remembers the answer).
-fn cached<K, V>(
-    cache: &mut FxHashMap<K, Option<V>>,
-    key: K,
-    query: impl FnOnce() -> rusqlite::Result<Option<V>>,
-) -> rusqlite::Result<Option<V>>
-where
-    K: std::hash::Hash + Eq,
-    V: Clone,
-{
-    if let Some(v) = cache.get(&key) {
-        return Ok(v.clone());
-    }
-    let v = query()?;
-    cache.insert(key, v.clone());
-    Ok(v)
 }
 
 /// The states an event touches, from the cache or read inside the writing transaction.

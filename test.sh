@@ -13,9 +13,11 @@ cargo clippy --workspace --all-targets --quiet -- -D warnings
 
 scratch=$(mktemp -d)
 cleanup() {
-  ./scripts/postgres.sh stop "$scratch/postgres"
-  ./scripts/slurm.sh stop "$scratch/slurm"
-  rm -rf "$scratch"
+  status=$?
+  ./scripts/postgres.sh stop "$scratch/postgres" || true
+  ./scripts/slurm.sh stop "$scratch/slurm" || true
+  rm -rf "$scratch" 2>/dev/null || true
+  exit "$status"
 }
 trap cleanup EXIT
 echo "== starting a throwaway PostgreSQL"

@@ -61,8 +61,17 @@ CONF
     echo "$dir/slurm.conf"
     ;;
   stop)
-    for pid in "$dir/slurmd.pid" "$dir/slurmctld.pid" "$dir/munge/munged.pid"; do
-      [ -f "$pid" ] && kill "$(cat "$pid")" 2>/dev/null || true
+    pids=""
+    for file in "$dir/slurmd.pid" "$dir/slurmctld.pid" "$dir/munge/munged.pid"; do
+      [ -f "$file" ] && pids="$pids $(cat "$file")"
+    done
+    for pid in $pids; do kill "$pid" 2>/dev/null || true; done
+    # Wait for them to go, so that DIR can be removed (slurmctld saves its state on the way out).
+    for _ in $(seq 100); do
+      alive=""
+      for pid in $pids; do kill -0 "$pid" 2>/dev/null && alive=1; done
+      [ -z "$alive" ] && break
+      sleep 0.1
     done
     ;;
 esac

@@ -380,6 +380,7 @@ fn cancel_stops_running_jobs_and_records_it() {
         .args(["--json", "build", "a/2020-01-01"])
         .env("SLEEP", "30")
         .stdout(Stdio::piped())
+        .stderr(Stdio::null())
         .spawn()
         .unwrap();
     let id = wait_for_running_build(&p);
@@ -404,6 +405,7 @@ fn interrupt_cancels_cleanly() {
         .args(["--json", "build", "a/2020-01-01"])
         .env("SLEEP", "30")
         .stdout(Stdio::piped())
+        .stderr(Stdio::null())
         .spawn()
         .unwrap();
     let id = wait_for_running_build(&p);

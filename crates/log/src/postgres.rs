@@ -754,43 +754,40 @@ impl EventStore for PostgresStore {
 
     fn job_stats(&self, job: Option<&str>) -> Result<Vec<JobStats>> {
         self.read(|c| {
-            let rows = c
+            let mut per_job: BTreeMap<String, (BTreeMap<Status, u64>, Option<i64>)> =
+                BTreeMap::new();
+            for r in c
                 .query(
-                    "SELECT job, count(*), count(*) FILTER (WHERE status = 'completed'),
-                            count(*) FILTER (WHERE status = 'failed'), count(*) FILTER (WHERE status = 'cancelled'),
-                            count(*) FILTER (WHERE status = 'skipped'),
-                            (avg(ended_at - started_at) FILTER (WHERE status = 'completed'))::float8 / 1e6::float8,
-                            max(scheduled_at),
-                            (percentile_disc(0.5) WITHIN GROUP (ORDER BY (ended_at - started_at))
-                                FILTER (WHERE status = 'completed' AND ended_at IS NOT NULL AND started_at IS NOT NULL))::float8 / 1e6::float8,
-                            (percentile_disc(0.95) WITHIN GROUP (ORDER BY (ended_at - started_at))
-                                FILTER (WHERE status = 'completed' AND ended_at IS NOT NULL AND started_at IS NOT NULL))::float8 / 1e6::float8
-                     FROM job_runs WHERE ($1::text IS NULL OR job = $1) GROUP BY job ORDER BY job",
+                    "SELECT job, status, count(*), max(scheduled_at) FROM job_runs
+                     WHERE ($1::text IS NULL OR job = $1) GROUP BY job, status",
                     &[&job],
                 )
-                .map_err(storage)?;
-            Ok(rows
-                .iter()
-                .map(|r| {
-                    let completed = r.get::<_, i64>(2) as u64;
-                    let failed = r.get::<_, i64>(3) as u64;
-                    let finished = completed + failed;
-                    let num = |i: usize| r.get::<_, Option<f64>>(i);
-                    JobStats {
-                        job: r.get(0),
-                        runs: r.get::<_, i64>(1) as u64,
-                        completed,
-                        failed,
-                        cancelled: r.get::<_, i64>(4) as u64,
-                        skipped: r.get::<_, i64>(5) as u64,
-                        success_rate: (finished > 0).then(|| completed as f64 / finished as f64),
-                        mean_ms: round_ms(num(6)),
-                        p50_ms: num(8),
-                        p95_ms: num(9),
-                        last_run_at: r.get(7),
-                    }
+                .map_err(storage)?
+            {
+                let entry = per_job.entry(r.get(0)).or_default();
+                entry
+                    .0
+                    .insert(status_of(r.get(1))?, r.get::<_, i64>(2) as u64);
+                entry.1 = entry.1.max(r.get(3));
+            }
+            per_job
+                .into_iter()
+                .map(|(job, (counts, last))| {
+                    let ms: Vec<f64> = c
+                        .query(
+                            "SELECT (ended_at - started_at)::float8 / 1e6::float8 FROM job_runs
+                             WHERE job = $1 AND status = 'completed' AND started_at IS NOT NULL
+                               AND ended_at IS NOT NULL
+                             ORDER BY scheduled_at DESC LIMIT $2",
+                            &[&job, &(DURATION_SAMPLE as i64)],
+                        )
+                        .map_err(storage)?
+                        .iter()
+                        .map(|r| r.get(0))
+                        .collect();
+                    Ok(JobStats::from_counts(&job, &counts, last, ms))
                 })
-                .collect())
+                .collect()
         })
     }
 

@@ -591,23 +591,6 @@ fn run_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<JobRunRow> {
     })
 }
 
-/// A percentile of the sorted durations of a job's completed runs, as Postgres's
-/// `percentile_disc` defines it (the first value whose cumulative share reaches `p`), so both
-/// logs give the same figures.
-fn percentile(conn: &Connection, job: &str, count: u64, p: f64) -> rusqlite::Result<Option<f64>> {
-    if count == 0 {
-        return Ok(None);
-    }
-    let offset = ((p * count as f64).ceil() as i64 - 1).max(0);
-    conn.prepare_cached(
-        "SELECT (ended_at - started_at) / 1e6 AS d FROM job_runs
-         WHERE job = ?1 AND status = 'completed' AND started_at IS NOT NULL AND ended_at IS NOT NULL
-         ORDER BY d LIMIT 1 OFFSET ?2",
-    )?
-    .query_row(params![job, offset], |r| r.get(0))
-    .optional()
-}
-
 impl EventStore for SqliteStore {
     fn append(&self, mut events: Vec<Event>) -> Result<Vec<Event>> {
         let mut guard = self.writer.lock().expect("writer lock");
@@ -832,43 +815,37 @@ impl EventStore for SqliteStore {
 
     fn job_stats(&self, job: Option<&str>) -> Result<Vec<JobStats>> {
         self.read(|c| {
-            let mut stats: Vec<(JobStats, u64)> = c
+            // Counts come from the (job, status, scheduled_at) index alone; durations from the
+            // most recent completed runs only.
+            let mut per_job: BTreeMap<String, (BTreeMap<Status, u64>, Option<i64>)> = BTreeMap::new();
+            let rows = c
                 .prepare_cached(
-                    "SELECT job, count(*), sum(status = 'completed'), sum(status = 'failed'),
-                            sum(status = 'cancelled'), sum(status = 'skipped'),
-                            avg(CASE WHEN status = 'completed' THEN (ended_at - started_at) / 1e6 END),
-                            max(scheduled_at),
-                            sum(status = 'completed' AND started_at IS NOT NULL AND ended_at IS NOT NULL)
-                     FROM job_runs WHERE (?1 IS NULL OR job = ?1) GROUP BY job ORDER BY job",
+                    "SELECT job, status, count(*), max(scheduled_at) FROM job_runs
+                     WHERE (?1 IS NULL OR job = ?1) GROUP BY job, status",
                 )?
                 .query_map([job], |r| {
-                    let completed: i64 = r.get(2)?;
-                    let failed: i64 = r.get(3)?;
-                    let finished = completed + failed;
-                    Ok((
-                        JobStats {
-                            job: r.get(0)?,
-                            runs: r.get::<_, i64>(1)? as u64,
-                            completed: completed as u64,
-                            failed: failed as u64,
-                            cancelled: r.get::<_, i64>(4)? as u64,
-                            skipped: r.get::<_, i64>(5)? as u64,
-                            success_rate: (finished > 0)
-                                .then(|| completed as f64 / finished as f64),
-                            mean_ms: round_ms(r.get(6)?),
-                            p50_ms: None,
-                            p95_ms: None,
-                            last_run_at: r.get(7)?,
-                        },
-                        r.get::<_, i64>(8)? as u64,
-                    ))
+                    Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?, r.get::<_, i64>(2)?, r.get::<_, Option<i64>>(3)?))
                 })?
-                .collect::<rusqlite::Result<_>>()?;
-            for (s, timed) in &mut stats {
-                s.p50_ms = percentile(c, &s.job, *timed, 0.5)?;
-                s.p95_ms = percentile(c, &s.job, *timed, 0.95)?;
+                .collect::<rusqlite::Result<Vec<_>>>()?;
+            for (job, status, n, last) in rows {
+                let entry = per_job.entry(job).or_default();
+                entry.0.insert(status_of(status)?, n as u64);
+                entry.1 = entry.1.max(last);
             }
-            Ok(stats.into_iter().map(|(s, _)| s).collect())
+            let mut durations = c.prepare_cached(
+                "SELECT (ended_at - started_at) / 1e6 FROM job_runs
+                 WHERE job = ?1 AND status = 'completed' AND started_at IS NOT NULL AND ended_at IS NOT NULL
+                 ORDER BY scheduled_at DESC LIMIT ?2",
+            )?;
+            per_job
+                .into_iter()
+                .map(|(job, (counts, last))| {
+                    let ms = durations
+                        .query_map(params![job, DURATION_SAMPLE as i64], |r| r.get::<_, f64>(0))?
+                        .collect::<rusqlite::Result<Vec<_>>>()?;
+                    Ok(JobStats::from_counts(&job, &counts, last, ms))
+                })
+                .collect()
         })
     }
 

@@ -132,13 +132,55 @@ pub struct JobStats {
     pub skipped: u64,
     /// Completed over finished (completed + failed), if any finished.
     pub success_rate: Option<f64>,
+    /// Mean and percentiles over the most recent [`DURATION_SAMPLE`] completed runs.
     pub mean_ms: Option<f64>,
     pub p50_ms: Option<f64>,
     pub p95_ms: Option<f64>,
     pub last_run_at: Option<i64>,
 }
 
+/// How many of a job's most recent completed runs its duration figures describe: the figures stay
+/// cheap at millions of runs and follow the job's current behaviour.
+pub const DURATION_SAMPLE: usize = 1000;
+
 impl JobStats {
+    /// Figures from run counts by status, the last run's time, and the durations (ms) of the most
+    /// recent completed runs. Percentiles are Postgres's `percentile_disc`: the first value whose
+    /// cumulative share reaches p.
+    pub fn from_counts(
+        job: &str,
+        counts: &BTreeMap<Status, u64>,
+        last_run_at: Option<i64>,
+        mut durations: Vec<f64>,
+    ) -> JobStats {
+        let count = |s: Status| counts.get(&s).copied().unwrap_or(0);
+        let (completed, failed) = (count(Status::Completed), count(Status::Failed));
+        durations.sort_by(f64::total_cmp);
+        let percentile = |p: f64| {
+            (!durations.is_empty()).then(|| {
+                let i = ((p * durations.len() as f64).ceil() as usize).max(1) - 1;
+                durations[i]
+            })
+        };
+        JobStats {
+            job: job.to_string(),
+            runs: counts.values().sum(),
+            completed,
+            failed,
+            cancelled: count(Status::Cancelled),
+            skipped: count(Status::Skipped),
+            success_rate: (completed + failed > 0)
+                .then(|| completed as f64 / (completed + failed) as f64),
+            mean_ms: round_ms(
+                (!durations.is_empty())
+                    .then(|| durations.iter().sum::<f64>() / durations.len() as f64),
+            ),
+            p50_ms: round_ms(percentile(0.5)),
+            p95_ms: round_ms(percentile(0.95)),
+            last_run_at,
+        }
+    }
+
     /// The figures of a job with no runs.
     pub fn never_run(job: &str) -> JobStats {
         JobStats {

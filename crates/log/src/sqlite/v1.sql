@@ -90,6 +90,8 @@ CREATE TABLE job_runs (
     log_path         TEXT
 );
 CREATE INDEX job_runs_by_job    ON job_runs (job, scheduled_at);
+CREATE INDEX job_runs_by_job_status ON job_runs (job, status, scheduled_at);
+CREATE INDEX job_runs_by_time   ON job_runs (scheduled_at);
 CREATE INDEX job_runs_by_build  ON job_runs (build_request_id);
 -- Only unfinished runs: crash recovery looks for them, and the index stays small.
 CREATE INDEX job_runs_unfinished ON job_runs (status) WHERE status IN ('scheduled', 'running');

@@ -372,9 +372,8 @@ fn two_concurrent_builds_run_each_job_once() {
     assert!(delegated > 0, "one build relied on the other");
 }
 
-#[test]
-fn cancel_stops_running_jobs_and_records_it() {
-    let p = chain();
+/// Starts a build of one job that sleeps 30 s and waits until it runs; returns it and its id.
+fn sleeping_build(p: &Project) -> (std::process::Child, String) {
     let build = p
         .command()
         .args(["--json", "build", "a/2020-01-01"])
@@ -383,38 +382,38 @@ fn cancel_stops_running_jobs_and_records_it() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let id = wait_for_running_build(&p);
-    let started = Instant::now();
-    p.run(&["cancel", &id]).expect_code(0);
+    let id = wait_for_running_build(p);
+    (build, id)
+}
+
+/// The build ended cancelled, with its run cancelled, exiting 1.
+fn assert_cancelled(p: &Project, build: std::process::Child, id: &str) {
     let out = build.wait_with_output().unwrap();
-    assert!(started.elapsed() < Duration::from_secs(10));
     assert_eq!(out.status.code(), Some(1));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["status"], "cancelled");
-    let b = p.run(&["--json", "builds", &id]).json();
+    let b = p.run(&["--json", "builds", id]).json();
     assert_eq!(b["status"], "cancelled");
     assert_eq!(b["job_runs"][0]["status"], "cancelled");
+}
+
+#[test]
+fn cancel_stops_running_jobs_and_records_it() {
+    let p = chain();
+    let (build, id) = sleeping_build(&p);
+    let started = Instant::now();
+    p.run(&["cancel", &id]).expect_code(0);
+    assert_cancelled(&p, build, &id);
+    assert!(started.elapsed() < Duration::from_secs(10));
     p.run(&["cancel", &id]).expect_code(2);
 }
 
 #[test]
 fn interrupt_cancels_cleanly() {
     let p = chain();
-    let build = p
-        .command()
-        .args(["--json", "build", "a/2020-01-01"])
-        .env("SLEEP", "30")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let id = wait_for_running_build(&p);
+    let (build, id) = sleeping_build(&p);
     nix_kill(build.id(), "INT");
-    let out = build.wait_with_output().unwrap();
-    assert_eq!(out.status.code(), Some(1));
-    let b = p.run(&["--json", "builds", &id]).json();
-    assert_eq!(b["status"], "cancelled");
-    assert_eq!(b["job_runs"][0]["status"], "cancelled");
+    assert_cancelled(&p, build, &id);
 }
 
 #[test]

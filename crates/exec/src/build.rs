@@ -1377,10 +1377,10 @@ impl Engine {
             self.store
                 .events(&databuild_log::EventFilter {
                     build_request_id: Some(id.to_string()),
+                    kind: Some(databuild_log::Kind::Delegation),
                     ..Default::default()
                 })?
                 .into_iter()
-                .filter(|e| e.kind == databuild_log::Kind::Delegation)
                 .filter_map(|e| e.partition_ref)
                 .filter(|r| seen.insert(r.clone()))
                 .collect()

@@ -587,9 +587,10 @@ impl EventStore for PostgresStore {
                            AND ($3::text IS NULL OR partition_ref = $3) AND ($4::text IS NULL OR job = $4)
                            AND ($5::text IS NULL OR job_run_id = $5) AND ($6::bigint IS NULL OR timestamp >= $6)
                            AND ($7::bigint IS NULL OR timestamp < $7)
+                           AND ($9::text IS NULL OR kind = $9)
                          ORDER BY idx LIMIT $8"
                     ),
-                    &[&f.since.unwrap_or(0), &f.build_request_id, &f.partition_ref, &f.job, &f.job_run_id, &f.from, &f.to, &limit],
+                    &[&f.since.unwrap_or(0), &f.build_request_id, &f.partition_ref, &f.job, &f.job_run_id, &f.from, &f.to, &limit, &f.kind.map(|k| k.as_str())],
                 )
                 .map_err(storage)?;
             collect(rows, event_from_row)

@@ -654,6 +654,9 @@ impl EventStore for SqliteStore {
         if let Some(v) = &f.job_run_id {
             add("job_run_id =", v.clone().into());
         }
+        if let Some(k) = f.kind {
+            add("kind =", k.as_str().to_string().into());
+        }
         if let Some(v) = f.from {
             add("timestamp >=", v.into());
         }

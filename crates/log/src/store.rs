@@ -208,6 +208,7 @@ pub struct EventFilter {
     pub partition_ref: Option<String>,
     pub job: Option<String>,
     pub job_run_id: Option<String>,
+    pub kind: Option<crate::event::Kind>,
     /// Time bounds, in ns since the epoch (`from` inclusive, `to` exclusive).
     pub from: Option<i64>,
     pub to: Option<i64>,

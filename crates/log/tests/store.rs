@@ -558,3 +558,18 @@ fn unfinished_queries_see_only_unfinished_work() {
         );
     }
 }
+
+#[test]
+fn events_filter_by_kind() {
+    for (_f, store) in stores() {
+        store.append(build_events("b1", "r1", "a/1")).unwrap();
+        let runs = store
+            .events(&EventFilter {
+                kind: Some(Kind::JobRun),
+                ..Default::default()
+            })
+            .unwrap();
+        assert_eq!(runs.len(), 3);
+        assert!(runs.iter().all(|e| e.kind == Kind::JobRun));
+    }
+}

@@ -462,6 +462,7 @@ async fn list_events(State(state): Shared, Query(q): Query<EventsQuery>) -> ApiR
         partition_ref: q.partition,
         job: q.job,
         job_run_id: q.run,
+        kind: None,
         from: parse_time("from", q.from)?,
         to: parse_time("to", q.to)?,
     };

@@ -81,6 +81,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 partition_ref,
                 job,
                 job_run_id,
+                kind: None,
                 from: None,
                 to: None,
             };

@@ -493,6 +493,31 @@ fn project(tx: &Transaction<'_>, e: &Event, before: &Current) -> rusqlite::Resul
     Ok(())
 }
 
+/// A `WHERE` clause of the filters actually given, with their values in order.
+#[derive(Default)]
+struct Filters {
+    clause: String,
+    values: Vec<rusqlite::types::Value>,
+}
+
+impl Filters {
+    fn raw(&mut self, condition: &str) {
+        let joiner = if self.clause.is_empty() {
+            " WHERE "
+        } else {
+            " AND "
+        };
+        self.clause.push_str(joiner);
+        self.clause.push_str(condition);
+    }
+
+    fn add(&mut self, column_op: &str, value: rusqlite::types::Value) {
+        self.values.push(value);
+        let condition = format!("{column_op} ?{}", self.values.len());
+        self.raw(&condition);
+    }
+}
+
 const EVENT_COLUMNS: &str =
     "idx, event_id, timestamp, build_request_id, kind, status, partition_ref,
                              job, job_run_id, delegated_to, message, data";
@@ -636,40 +661,36 @@ impl EventStore for SqliteStore {
     }
 
     fn events(&self, f: &EventFilter) -> Result<Vec<Event>> {
-        let mut sql = format!("SELECT {EVENT_COLUMNS} FROM events WHERE idx > ?1");
-        let mut args: Vec<rusqlite::types::Value> = vec![f.since.unwrap_or(0).into()];
-        let mut add = |clause: &str, v: rusqlite::types::Value| {
-            args.push(v);
-            sql.push_str(&format!(" AND {clause} ?{}", args.len()));
-        };
-        if let Some(v) = &f.build_request_id {
-            add("build_request_id =", v.clone().into());
-        }
-        if let Some(v) = &f.partition_ref {
-            add("partition_ref =", v.clone().into());
-        }
-        if let Some(v) = &f.job {
-            add("job =", v.clone().into());
-        }
-        if let Some(v) = &f.job_run_id {
-            add("job_run_id =", v.clone().into());
+        let mut filters = Filters::default();
+        filters.add("idx >", f.since.unwrap_or(0).into());
+        let texts = [
+            ("build_request_id =", &f.build_request_id),
+            ("partition_ref =", &f.partition_ref),
+            ("job =", &f.job),
+            ("job_run_id =", &f.job_run_id),
+        ];
+        for (column_op, value) in texts {
+            if let Some(v) = value {
+                filters.add(column_op, v.clone().into());
+            }
         }
         if let Some(k) = f.kind {
-            add("kind =", k.as_str().to_string().into());
+            filters.add("kind =", k.as_str().to_string().into());
         }
         if let Some(v) = f.from {
-            add("timestamp >=", v.into());
+            filters.add("timestamp >=", v.into());
         }
         if let Some(v) = f.to {
-            add("timestamp <", v.into());
+            filters.add("timestamp <", v.into());
         }
-        sql.push_str(" ORDER BY idx");
-        if let Some(limit) = f.limit {
-            sql.push_str(&format!(" LIMIT {limit}"));
-        }
+        let limit = f.limit.map(|l| format!(" LIMIT {l}")).unwrap_or_default();
+        let sql = format!(
+            "SELECT {EVENT_COLUMNS} FROM events{} ORDER BY idx{limit}",
+            filters.clause
+        );
         self.read(|c| {
             c.prepare_cached(&sql)?
-                .query_map(rusqlite::params_from_iter(args), event_from_row)?
+                .query_map(rusqlite::params_from_iter(filters.values), event_from_row)?
                 .collect()
         })
     }
@@ -707,22 +728,26 @@ impl EventStore for SqliteStore {
     }
 
     fn partitions(&self, q: &PartitionQuery) -> Result<Vec<PartitionRow>> {
+        // Only the filters given go into the statement: `?1 IS NULL OR ...` would keep SQLite
+        // from using the indexes behind them.
+        let mut filters = Filters::default();
+        if let Some(p) = &q.pattern {
+            filters.add("partition_ref GLOB", p.clone().into());
+        }
+        if let Some(st) = q.status {
+            filters.add("status =", st.as_str().to_string().into());
+        }
+        if let Some(a) = &q.after {
+            filters.add("partition_ref >", a.clone().into());
+        }
         let sql = format!(
-            "SELECT {PARTITION_COLUMNS} FROM partitions
-             WHERE (?1 IS NULL OR partition_ref GLOB ?1)
-               AND (?2 IS NULL OR status = ?2)
-               AND (?3 IS NULL OR partition_ref > ?3)
-             ORDER BY partition_ref LIMIT ?4"
+            "SELECT {PARTITION_COLUMNS} FROM partitions{} ORDER BY partition_ref LIMIT {}",
+            filters.clause, q.limit
         );
         self.read(|c| {
             c.prepare_cached(&sql)?
                 .query_map(
-                    params![
-                        q.pattern,
-                        q.status.map(|s| s.as_str()),
-                        q.after,
-                        q.limit as i64
-                    ],
+                    rusqlite::params_from_iter(filters.values),
                     partition_from_row,
                 )?
                 .collect()
@@ -801,18 +826,24 @@ impl EventStore for SqliteStore {
     }
 
     fn job_runs(&self, q: &RunQuery) -> Result<Vec<JobRunRow>> {
+        let mut filters = Filters::default();
+        if let Some(j) = &q.job {
+            filters.add("job =", j.clone().into());
+        }
+        if let Some(b) = &q.build_request_id {
+            filters.add("build_request_id =", b.clone().into());
+        }
+        if q.unfinished {
+            filters.raw("status IN ('scheduled', 'running')");
+        }
+        let sql = format!(
+            "SELECT {RUN_COLUMNS} FROM job_runs{} ORDER BY scheduled_at DESC, job_run_id LIMIT {}",
+            filters.clause, q.limit
+        );
         self.read(|c| {
-            c.prepare_cached(&format!(
-                "SELECT {RUN_COLUMNS} FROM job_runs
-                 WHERE (?1 IS NULL OR job = ?1) AND (?2 IS NULL OR build_request_id = ?2)
-                   AND (NOT ?4 OR status IN ('scheduled', 'running'))
-                 ORDER BY scheduled_at DESC, job_run_id LIMIT ?3"
-            ))?
-            .query_map(
-                params![q.job, q.build_request_id, q.limit as i64, q.unfinished],
-                run_from_row,
-            )?
-            .collect()
+            c.prepare_cached(&sql)?
+                .query_map(rusqlite::params_from_iter(filters.values), run_from_row)?
+                .collect()
         })
     }
 

@@ -193,10 +193,6 @@ impl Graph {
         self.jobs.iter().find(|j| j.name == name)
     }
 
-    pub fn job_index(&self, name: &str) -> Option<usize> {
-        self.jobs.iter().position(|j| j.name == name)
-    }
-
     pub fn pattern_of(&self, producer: Producer) -> &Pattern {
         match producer {
             Producer::Job { job, output } => &self.jobs[job].outputs[output],

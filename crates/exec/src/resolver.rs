@@ -1,6 +1,6 @@
 //! The planner's I/O: is an external partition there, and what does a dynamic job need?
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
@@ -28,10 +28,6 @@ impl LocalResolver {
             graph_dir: graph_dir.into(),
             data_dir: data_dir.into(),
         }
-    }
-
-    pub fn data_dir(&self) -> &Path {
-        &self.data_dir
     }
 
     fn command(&self, argv: &[String]) -> Command {

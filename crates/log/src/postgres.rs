@@ -426,6 +426,36 @@ fn project(
     Ok(())
 }
 
+/// A `WHERE` clause of the filters actually given (as in the SQLite store): conditions on absent
+/// parameters would keep the planner from the indexes behind them.
+#[derive(Default)]
+struct Filters {
+    clause: String,
+    values: Vec<Box<dyn postgres::types::ToSql + Sync>>,
+}
+
+impl Filters {
+    fn raw(&mut self, condition: &str) {
+        let joiner = if self.clause.is_empty() {
+            " WHERE "
+        } else {
+            " AND "
+        };
+        self.clause.push_str(joiner);
+        self.clause.push_str(condition);
+    }
+
+    fn add(&mut self, column_op: &str, value: impl postgres::types::ToSql + Sync + 'static) {
+        self.values.push(Box::new(value));
+        let condition = format!("{column_op} ${}", self.values.len());
+        self.raw(&condition);
+    }
+
+    fn params(&self) -> Vec<&(dyn postgres::types::ToSql + Sync)> {
+        self.values.iter().map(|v| v.as_ref()).collect()
+    }
+}
+
 const EVENT_COLUMNS: &str =
     "idx, event_id, timestamp, build_request_id, kind, status, partition_ref,
                              job, job_run_id, delegated_to, message, data";
@@ -577,23 +607,37 @@ impl EventStore for PostgresStore {
     }
 
     fn events(&self, f: &EventFilter) -> Result<Vec<Event>> {
-        let limit = f.limit.map_or(i64::MAX, |l| l as i64);
+        let mut filters = Filters::default();
+        filters.add("idx >", f.since.unwrap_or(0));
+        for (column_op, value) in [
+            ("build_request_id =", &f.build_request_id),
+            ("partition_ref =", &f.partition_ref),
+            ("job =", &f.job),
+            ("job_run_id =", &f.job_run_id),
+        ] {
+            if let Some(v) = value {
+                filters.add(column_op, v.clone());
+            }
+        }
+        if let Some(k) = f.kind {
+            filters.add("kind =", k.as_str().to_string());
+        }
+        if let Some(v) = f.from {
+            filters.add("timestamp >=", v);
+        }
+        if let Some(v) = f.to {
+            filters.add("timestamp <", v);
+        }
+        let limit = f.limit.map(|l| format!(" LIMIT {l}")).unwrap_or_default();
+        let sql = format!(
+            "SELECT {EVENT_COLUMNS} FROM events{} ORDER BY idx{limit}",
+            filters.clause
+        );
         self.read(|c| {
-            let rows = c
-                .query(
-                    &format!(
-                        "SELECT {EVENT_COLUMNS} FROM events
-                         WHERE idx > $1 AND ($2::text IS NULL OR build_request_id = $2)
-                           AND ($3::text IS NULL OR partition_ref = $3) AND ($4::text IS NULL OR job = $4)
-                           AND ($5::text IS NULL OR job_run_id = $5) AND ($6::bigint IS NULL OR timestamp >= $6)
-                           AND ($7::bigint IS NULL OR timestamp < $7)
-                           AND ($9::text IS NULL OR kind = $9)
-                         ORDER BY idx LIMIT $8"
-                    ),
-                    &[&f.since.unwrap_or(0), &f.build_request_id, &f.partition_ref, &f.job, &f.job_run_id, &f.from, &f.to, &limit, &f.kind.map(|k| k.as_str())],
-                )
-                .map_err(storage)?;
-            collect(rows, event_from_row)
+            collect(
+                c.query(&sql, &filters.params()).map_err(storage)?,
+                event_from_row,
+            )
         })
     }
 
@@ -639,21 +683,25 @@ impl EventStore for PostgresStore {
     }
 
     fn partitions(&self, q: &PartitionQuery) -> Result<Vec<PartitionRow>> {
-        let regex = q.pattern.as_deref().map(glob_to_regex);
-        let status = q.status.map(|s| s.as_str());
+        let mut filters = Filters::default();
+        if let Some(p) = &q.pattern {
+            filters.add("partition_ref ~", glob_to_regex(p));
+        }
+        if let Some(st) = q.status {
+            filters.add("status =", st.as_str().to_string());
+        }
+        if let Some(a) = &q.after {
+            filters.add("partition_ref COLLATE \"C\" >", a.clone());
+        }
+        let sql = format!(
+            "SELECT {PARTITION_COLUMNS} FROM partitions{} ORDER BY partition_ref COLLATE \"C\" LIMIT {}",
+            filters.clause, q.limit
+        );
         self.read(|c| {
-            let rows = c
-                .query(
-                    &format!(
-                        "SELECT {PARTITION_COLUMNS} FROM partitions
-                         WHERE ($1::text IS NULL OR partition_ref ~ $1) AND ($2::text IS NULL OR status = $2)
-                           AND ($3::text IS NULL OR partition_ref > $3)
-                         ORDER BY partition_ref COLLATE \"C\" LIMIT $4"
-                    ),
-                    &[&regex, &status, &q.after, &(q.limit as i64)],
-                )
-                .map_err(storage)?;
-            collect(rows, partition_from_row)
+            collect(
+                c.query(&sql, &filters.params()).map_err(storage)?,
+                partition_from_row,
+            )
         })
     }
 
@@ -737,19 +785,25 @@ impl EventStore for PostgresStore {
     }
 
     fn job_runs(&self, q: &RunQuery) -> Result<Vec<JobRunRow>> {
+        let mut filters = Filters::default();
+        if let Some(j) = &q.job {
+            filters.add("job =", j.clone());
+        }
+        if let Some(b) = &q.build_request_id {
+            filters.add("build_request_id =", b.clone());
+        }
+        if q.unfinished {
+            filters.raw("status IN ('scheduled', 'running')");
+        }
+        let sql = format!(
+            "SELECT {RUN_COLUMNS} FROM job_runs{} ORDER BY scheduled_at DESC, job_run_id LIMIT {}",
+            filters.clause, q.limit
+        );
         self.read(|c| {
-            let rows = c
-                .query(
-                    &format!(
-                        "SELECT {RUN_COLUMNS} FROM job_runs
-                         WHERE ($1::text IS NULL OR job = $1) AND ($2::text IS NULL OR build_request_id = $2)
-                           AND (NOT $4 OR status IN ('scheduled', 'running'))
-                         ORDER BY scheduled_at DESC, job_run_id LIMIT $3"
-                    ),
-                    &[&q.job, &q.build_request_id, &(q.limit as i64), &q.unfinished],
-                )
-                .map_err(storage)?;
-            collect(rows, run_from_row)
+            collect(
+                c.query(&sql, &filters.params()).map_err(storage)?,
+                run_from_row,
+            )
         })
     }
 

@@ -39,7 +39,9 @@ CREATE TABLE partitions (
     message          TEXT,
     updated_at       BIGINT NOT NULL
 );
-CREATE INDEX partitions_by_status ON partitions (status, partition_ref);
+-- Listings page in bytewise ("C") order, as on SQLite, whatever the database's collation.
+CREATE INDEX partitions_by_ref_c  ON partitions (partition_ref COLLATE "C");
+CREATE INDEX partitions_by_status ON partitions (status, partition_ref COLLATE "C");
 
 -- Projection: build requests.
 CREATE TABLE build_requests (

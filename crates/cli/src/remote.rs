@@ -13,18 +13,8 @@ pub struct Remote {
     token: Option<String>,
 }
 
-/// Percent-encodes one path segment (a ref's `/` becomes `%2F`).
-pub fn segment(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~' | b'=') {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
-}
+/// Percent-encodes one path segment (a ref's `/` becomes `%2F`), as the dashboard does.
+pub use databuild_service::encode_segment as segment;
 
 /// A query string from optional pairs.
 pub fn query(pairs: &[(&str, Option<String>)]) -> String {

@@ -149,10 +149,11 @@ fn took(run: &Value) -> String {
     }
 }
 
-fn enc(s: &str) -> String {
-    let mut out = String::new();
+/// A ref or query value in a URL (`/` as `%2F`), as the API expects it.
+pub fn enc(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
     for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || b"-_.~=".contains(&b) {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~' | b'=') {
             out.push(b as char);
         } else {
             out.push_str(&format!("%{b:02X}"));

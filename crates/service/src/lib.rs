@@ -9,6 +9,8 @@
 
 pub mod api;
 mod dashboard;
+
+pub use dashboard::enc as encode_segment;
 pub mod error;
 mod metrics;
 mod openapi;

@@ -148,4 +148,32 @@ impl Backend {
             }
         }
     }
+
+    pub fn sources(&self) -> anyhow::Result<Value> {
+        match self {
+            Backend::Local(e) => views::sources(e).map_err(app_error),
+            Backend::Remote(c) => c.get("/api/v1/sources"),
+        }
+    }
+
+    pub fn source(&self, name: &str) -> anyhow::Result<Value> {
+        match self {
+            Backend::Local(e) => views::source(e, name).map_err(app_error),
+            Backend::Remote(c) => c.get(&format!("/api/v1/sources/{}", segment(name))),
+        }
+    }
+
+    pub fn seal(&self, name: Option<&str>, through: Option<&str>) -> anyhow::Result<Value> {
+        match (self, name) {
+            (Backend::Local(e), _) => views::seal(e, name, through).map_err(app_error),
+            (Backend::Remote(c), Some(n)) => c.post(
+                &format!("/api/v1/sources/{}/seal", segment(n)),
+                &json!({ "through": through }),
+            ),
+            (Backend::Remote(_), None) => Err(UserError(
+                "name the source to seal on a service (the service seals all sources every minute)".into(),
+            )
+            .into()),
+        }
+    }
 }

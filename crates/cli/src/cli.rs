@@ -152,10 +152,51 @@ pub enum Command {
         #[arg(long)]
         to: String,
     },
+    /// Every source (webhook or directory): retention, days open/sealed/expired, and its tables
+    /// with their versions and the version each alias reads.
+    Sources,
+    /// One source's details, or sealing it.
+    Source {
+        #[command(subcommand)]
+        action: SourceAction,
+    },
+    /// Point a table's alias (`TABLE/date=...`) at another version, after checking that it covers
+    /// every date the current one covers. Promoting an earlier version is a rollback.
+    Promote {
+        table: String,
+        #[arg(long)]
+        version: u32,
+        /// First rebuild the partitions built over the alias against the new version; promote
+        /// only if that succeeds.
+        #[arg(long)]
+        build_downstream: bool,
+    },
+    /// Builds a table version's day (run by builds, not by hand).
+    #[command(hide = true)]
+    TableJob {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
     /// Print the job graph.
     Graph {
         #[arg(long, value_enum, default_value_t = GraphFormat::Dot)]
         format: GraphFormat,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SourceAction {
+    /// Coverage by date: the raw partition (open, sealed, expired) and every table version
+    /// (loaded from raw or carried forward), with retention.
+    Show { name: String },
+    /// Ingest dropped files, seal every day that has ended (or through `--through`, even today)
+    /// and expire raw days past retention. The service does this every minute by itself.
+    Seal {
+        /// One source (default: all).
+        name: Option<String>,
+        /// Seal through this date (YYYY-MM-DD).
+        #[arg(long, value_name = "DATE")]
+        through: Option<String>,
     },
 }
 

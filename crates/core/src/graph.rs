@@ -12,6 +12,7 @@ use serde::Deserialize;
 
 use crate::pattern::{FieldType, Pattern};
 use crate::shape::Shape;
+use crate::tables::{self, BodyFormat, Column, Source, SourceKind, Table, TableVersion};
 use crate::template::Template;
 
 /// A problem with a graph file, naming the file and the part of it at fault.
@@ -35,6 +36,34 @@ struct GraphFile {
     dataset: Vec<DatasetSection>,
     #[serde(default)]
     job: Vec<JobSection>,
+    #[serde(default)]
+    source: Vec<SourceSection>,
+    #[serde(default)]
+    table: Vec<TableSection>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SourceSection {
+    name: String,
+    kind: String,
+    retention: String,
+    body_format: Option<String>,
+    secret_env: Option<String>,
+    max_body: Option<toml::Value>,
+    rate_limit: Option<u32>,
+    path: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TableSection {
+    name: String,
+    source: String,
+    version: u32,
+    columns: BTreeMap<String, String>,
+    #[serde(default)]
+    defaults: BTreeMap<String, toml::Value>,
 }
 
 #[derive(Deserialize)]
@@ -98,6 +127,8 @@ pub struct Dataset {
     /// A probe command, called with the ref as its last argument; exit 0 means available.
     /// Without one, a partition is available when `<data_dir>/<ref>` exists.
     pub exists: Option<Vec<String>>,
+    /// The source (index in [`Graph::sources`]) whose raw partitions this dataset names.
+    pub source: Option<usize>,
 }
 
 /// How a job finds its inputs.
@@ -107,6 +138,9 @@ pub enum Deps {
     Static(Vec<LinkedTemplate>),
     /// A config executable called with the requested outputs (contract section 2).
     Dynamic { config: Vec<String> },
+    /// A table version, built by DataBuild itself: from the raw source partition while it is
+    /// retained, else carried forward from the previous version. Resolved like a config.
+    Table { table: usize, version: u32 },
 }
 
 #[derive(Debug, Clone)]
@@ -155,6 +189,8 @@ pub struct SlurmConfig {
 pub enum Producer {
     Job { job: usize, output: usize },
     Dataset(usize),
+    /// A table's alias (index in [`Graph::tables`]): reads as the promoted version.
+    Alias(usize),
 }
 
 /// The default time a config executable may take before planning gives up on it.
@@ -169,8 +205,13 @@ pub struct Graph {
     pub domains: BTreeMap<String, Vec<String>>,
     pub datasets: Vec<Dataset>,
     pub jobs: Vec<Job>,
+    pub sources: Vec<Source>,
+    pub tables: Vec<Table>,
     index: PatternIndex,
 }
+
+/// The program a table version's runs execute: the `databuild` binary itself (`table-job`).
+pub const TABLE_JOB_COMMAND: &str = "databuild table-job";
 
 impl Graph {
     /// Parses and validates a graph file's text. `file` names it in errors.
@@ -197,7 +238,16 @@ impl Graph {
         match producer {
             Producer::Job { job, output } => &self.jobs[job].outputs[output],
             Producer::Dataset(d) => &self.datasets[d].pattern,
+            Producer::Alias(t) => &self.tables[t].alias,
         }
+    }
+
+    pub fn table(&self, name: &str) -> Option<&Table> {
+        self.tables.iter().find(|t| t.name == name)
+    }
+
+    pub fn source(&self, name: &str) -> Option<&Source> {
+        self.sources.iter().find(|s| s.name == name)
     }
 
     /// Who produces `r`, with the field values the ref carries.
@@ -211,7 +261,8 @@ impl Graph {
         let jobs = self.jobs.iter().enumerate().flat_map(|(j, job)| {
             (0..job.outputs.len()).map(move |o| Producer::Job { job: j, output: o })
         });
-        datasets.chain(jobs)
+        let aliases = (0..self.tables.len()).map(Producer::Alias);
+        datasets.chain(jobs).chain(aliases)
     }
 
     /// A human name for a producer: the dataset or the job.
@@ -219,6 +270,7 @@ impl Graph {
         match p {
             Producer::Job { job, .. } => &self.jobs[job].name,
             Producer::Dataset(d) => &self.datasets[d].name,
+            Producer::Alias(t) => &self.tables[t].name,
         }
     }
 }
@@ -297,13 +349,36 @@ impl Loader<'_> {
                 name: d.name.clone(),
                 pattern,
                 exists: d.exists.clone(),
+                source: None,
             });
         }
         let mut jobs = Vec::new();
         for j in &f.job {
             self.check_name(&j.name, "job", &mut names)?;
-            jobs.push(self.load_job(j, &f.graph.domains)?);
+            let job = self.load_job(j, &f.graph.domains)?;
+            if let Some(p) = job.outputs.iter().find(|p| p.as_str().starts_with("source/")) {
+                return Err(self.err(
+                    format!("job `{}`", j.name),
+                    format!("output `{p}` is in `source/`, which belongs to [[source]] sections"),
+                ));
+            }
+            jobs.push(job);
         }
+        let mut sources = Vec::new();
+        // Sources have names of their own: a table usually shares its source's name.
+        let mut source_names = HashMap::new();
+        for s in &f.source {
+            self.check_name(&s.name, "source", &mut source_names)?;
+            let source = self.load_source(s)?;
+            datasets.push(Dataset {
+                name: format!("source:{}", s.name),
+                pattern: Pattern::parse(&source.pattern()).expect("a valid pattern"),
+                exists: None,
+                source: Some(sources.len()),
+            });
+            sources.push(source);
+        }
+        let tables = self.load_tables(&f.table, &sources, &mut jobs, &mut names)?;
         let executor = self.executor(f.graph.executor.as_deref(), f.graph.slurm)?;
         let mut graph = Graph {
             name: f.graph.name,
@@ -313,6 +388,8 @@ impl Loader<'_> {
             domains: f.graph.domains,
             datasets,
             jobs,
+            sources,
+            tables,
             index: PatternIndex::default(),
         };
         self.check_overlaps(&graph)?;
@@ -510,6 +587,150 @@ impl Loader<'_> {
         })
     }
 
+    fn load_source(&self, s: &SourceSection) -> Result<Source, GraphError> {
+        let err = |m: String| self.err(format!("source `{}`", s.name), m);
+        let kind = match (s.kind.as_str(), &s.path) {
+            ("webhook", None) => SourceKind::Webhook,
+            ("webhook", Some(_)) => return Err(err("`path` is for `kind = \"directory\"` sources".into())),
+            ("directory", path) => SourceKind::Directory {
+                path: path.clone().unwrap_or_else(|| format!("incoming/{}", s.name)),
+            },
+            (other, _) => return Err(err(format!("`kind = \"{other}\"` is not a source kind; use \"webhook\" or \"directory\""))),
+        };
+        let body_format = match s.body_format.as_deref() {
+            None => BodyFormat::Json,
+            Some(f) => BodyFormat::parse(f).ok_or_else(|| {
+                err(format!("`body_format = \"{f}\"` is unknown; use \"json\", \"json_array\" or \"text\""))
+            })?,
+        };
+        let max_body = match &s.max_body {
+            None => 1024 * 1024,
+            Some(toml::Value::Integer(n)) if *n > 0 => *n as usize,
+            Some(toml::Value::String(t)) => tables::parse_size(t).map_err(|e| err(format!("`max_body`: {e}")))?,
+            Some(other) => return Err(err(format!("`max_body = {other}` is not a size; write it like \"1MiB\""))),
+        };
+        if s.rate_limit == Some(0) {
+            return Err(err("`rate_limit` must be at least 1 (requests per second)".into()));
+        }
+        Ok(Source {
+            name: s.name.clone(),
+            kind,
+            retention_days: tables::parse_retention(&s.retention).map_err(err)?,
+            body_format,
+            secret_env: s.secret_env.clone(),
+            max_body,
+            rate_limit: s.rate_limit.unwrap_or(100),
+        })
+    }
+
+    /// Groups `[[table]]` sections by name into versioned tables, each version a built-in job.
+    fn load_tables<'a>(
+        &self,
+        sections: &'a [TableSection],
+        sources: &[Source],
+        jobs: &mut Vec<Job>,
+        names: &mut HashMap<&'a str, &'static str>,
+    ) -> Result<Vec<Table>, GraphError> {
+        let mut tables: Vec<Table> = Vec::new();
+        for t in sections {
+            let ctx = format!("table `{}` v{}", t.name, t.version);
+            let err = |m: String| self.err(ctx.clone(), m);
+            let source = sources
+                .iter()
+                .position(|s| s.name == t.source)
+                .ok_or_else(|| err(format!("`source = \"{}\"` names no [[source]]", t.source)))?;
+            let index = match tables.iter().position(|x| x.name == t.name) {
+                Some(i) if tables[i].source != source => {
+                    return Err(err("every version of a table reads the same source".into()))
+                }
+                Some(i) if tables[i].version(t.version).is_some() => {
+                    return Err(err("this version is declared twice".into()))
+                }
+                Some(i) => i,
+                None => {
+                    self.check_name(&t.name, "table", names)?;
+                    tables.push(Table {
+                        name: t.name.clone(),
+                        source,
+                        versions: Vec::new(),
+                        alias: Pattern::parse(&format!("{}/date={{date:date}}", t.name))
+                            .map_err(|e| err(e.to_string()))?,
+                    });
+                    tables.len() - 1
+                }
+            };
+            if t.columns.is_empty() {
+                return Err(err("`columns` is empty; declare them like `columns = { id = \"int\", note = \"str?\" }`".into()));
+            }
+            let columns = t
+                .columns
+                .iter()
+                .map(|(n, spec)| Column::parse(n, spec))
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(err)?;
+            let mut defaults = BTreeMap::new();
+            for (name, v) in &t.defaults {
+                if !t.columns.contains_key(name) {
+                    return Err(err(format!("`defaults` names `{name}`, which is not a column")));
+                }
+                let json = serde_json::to_value(v).map_err(|e| err(e.to_string()))?;
+                let column = columns.iter().find(|c| &c.name == name).expect("checked");
+                if tables::conform(&serde_json::json!({ name: json.clone() }), std::slice::from_ref(column)).is_err() {
+                    return Err(err(format!("the default of `{name}` is not a {}", column.spec())));
+                }
+                defaults.insert(name.clone(), json);
+            }
+            let job = self.table_job(&tables[index], index, t.version, &columns, &defaults)
+                .map_err(|e| err(e.to_string()))?;
+            if jobs.iter().any(|j| j.name == job.name) {
+                return Err(err(format!("its job name `{}` is already used by a job", job.name)));
+            }
+            tables[index].versions.push(TableVersion {
+                version: t.version,
+                columns,
+                defaults,
+                job: jobs.len(),
+            });
+            tables[index].versions.sort_by_key(|v| v.version);
+            jobs.push(job);
+        }
+        Ok(tables)
+    }
+
+    fn table_job(
+        &self,
+        table: &Table,
+        index: usize,
+        version: u32,
+        columns: &[Column],
+        defaults: &BTreeMap<String, serde_json::Value>,
+    ) -> Result<Job, crate::pattern::PatternError> {
+        // Editing a version's schema in place makes its partitions stale: the job version hashes it.
+        let schema: Vec<String> = columns.iter().map(|c| format!("{}:{}", c.name, c.spec())).collect();
+        let signature = format!("{}|{}", schema.join(","), serde_json::to_string(defaults).unwrap_or_default());
+        Ok(Job {
+            name: format!("{}.v{version}", table.name),
+            outputs: vec![
+                Pattern::parse(&format!("{}/v{version}/date={{date:date}}", table.name))?,
+                Pattern::parse(&format!("{}/v{version}/errors/date={{date:date}}", table.name))?,
+            ],
+            deps: Deps::Table {
+                table: index,
+                version,
+            },
+            command: TABLE_JOB_COMMAND.split(' ').map(str::to_string).collect(),
+            version: format!("{version}-{:08x}", fnv1a(signature.as_bytes()) as u32),
+            timeout: None,
+            config_timeout: DEFAULT_CONFIG_TIMEOUT,
+            retries: 0,
+            concurrency: None,
+            batch: 1,
+            env: BTreeMap::new(),
+            cpus: None,
+            mem: None,
+        })
+    }
+
     /// Rejects two producers that could claim the same ref (contract section 1).
     fn check_overlaps(&self, graph: &Graph) -> Result<(), GraphError> {
         let producers: Vec<Producer> = graph.producers().collect();
@@ -531,6 +752,7 @@ impl Loader<'_> {
                 let describe = |p: Producer| match p {
                     Producer::Job { job, .. } => format!("job `{}`", graph.jobs[job].name),
                     Producer::Dataset(d) => format!("dataset `{}`", graph.datasets[d].name),
+                    Producer::Alias(t) => format!("table alias `{}`", graph.tables[t].name),
                 };
                 let (da, db) = (describe(producers[i]), describe(producers[k]));
                 let message = if da == db {
@@ -585,6 +807,13 @@ impl Loader<'_> {
         }
         Ok(())
     }
+}
+
+/// A small stable hash (FNV-1a) for job versions derived from a schema.
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf29ce484222325, |h, b| {
+        (h ^ u64::from(*b)).wrapping_mul(0x100000001b3)
+    })
 }
 
 fn template_prefix(t: &str) -> &str {

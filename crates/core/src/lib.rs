@@ -18,13 +18,17 @@ pub mod plan;
 pub mod refs;
 pub mod render;
 pub mod shape;
+pub mod tables;
 pub mod template;
 
 pub use braces::{expand_braces, BraceExpansionError};
-pub use graph::{Dataset, Deps, ExecutorConfig, Graph, GraphError, Job, Producer, SlurmConfig};
+pub use graph::{
+    Dataset, Deps, ExecutorConfig, Graph, GraphError, Job, Producer, SlurmConfig, TABLE_JOB_COMMAND,
+};
+pub use tables::{BodyFormat, Column, Migration, Source, SourceKind, Table, TableVersion};
 pub use pattern::{FieldType, Pattern, PatternError};
 pub use plan::{
-    plan, BuildReason, ConfigInput, DepKind, JobConfig, KnownState, NothingBuilt, Plan, PlanError,
+    plan, resolve_alias, BuildReason, ConfigInput, DepKind, JobConfig, KnownState, NothingBuilt, Plan, PlanError,
     PlanRequest, PlannedRun, Resolver, StateView,
 };
 pub use refs::{PartitionRef, RefError};

@@ -47,6 +47,31 @@ pub trait StateView {
     /// Announces the refs of the next round, so that an implementation backed by a database can
     /// read them in one go rather than one query each.
     fn prefetch(&self, _refs: &[PartitionRef]) {}
+
+    /// The version a table's alias points at, if one was promoted (else its first version).
+    fn promoted(&self, _table: &str) -> Option<u32> {
+        None
+    }
+}
+
+/// The ref an alias ref (`orders/date=D`) reads now: the promoted version's (`orders/v2/date=D`),
+/// or the version `pins` names for its table.
+pub fn resolve_alias(
+    graph: &Graph,
+    states: &dyn StateView,
+    pins: &BTreeMap<String, u32>,
+    r: &str,
+) -> Option<PartitionRef> {
+    let (Producer::Alias(t), values) = graph.producer_of(r)? else {
+        return None;
+    };
+    let table = &graph.tables[t];
+    let version = pins
+        .get(&table.name)
+        .copied()
+        .or_else(|| states.promoted(&table.name))
+        .unwrap_or_else(|| table.initial_version());
+    PartitionRef::new(table.data_ref(version, values[0])).ok()
 }
 
 /// A state view for a world where no job has built anything yet.
@@ -163,9 +188,16 @@ pub struct RunExtras {
     pub args: Vec<String>,
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub env: BTreeMap<String, String>,
+    /// Inputs given as a table's alias, and the version ref each was read as.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub aliased: Vec<(PartitionRef, PartitionRef)>,
 }
 
 impl PlannedRun {
+    pub fn aliased(&self) -> &[(PartitionRef, PartitionRef)] {
+        self.extras.as_ref().map_or(&[], |e| &e.aliased)
+    }
+
     pub fn args(&self) -> &[String] {
         self.extras.as_ref().map_or(&[], |e| &e.args)
     }
@@ -307,6 +339,9 @@ pub struct PlanRequest {
     pub force: bool,
     /// Accept stale partitions as they are instead of rebuilding them.
     pub allow_stale: bool,
+    /// Read these tables' aliases as these versions instead of the promoted ones (to build
+    /// downstream against a version before promoting it).
+    pub pins: BTreeMap<String, u32>,
 }
 
 /// A ref to build: the index of the output pattern it matched, and why it is built.
@@ -341,6 +376,7 @@ pub fn plan(
             .map(|j| Arc::from(j.name.as_str()))
             .collect(),
         nodes: FxHashMap::with_capacity_and_hasher(request.refs.len() * 4, Default::default()),
+        aliases: FxHashMap::default(),
         runs: RunStore::default(),
         run_round: Vec::new(),
         rounds: 0,
@@ -357,6 +393,8 @@ struct Planner<'a> {
     requested: FxHashSet<&'a str>,
     job_names: Vec<Arc<str>>,
     nodes: FxHashMap<PartitionRef, Node>,
+    /// Alias refs reached, and the version refs they read.
+    aliases: FxHashMap<PartitionRef, PartitionRef>,
     runs: RunStore,
     /// The round in which each run (by creation index) was planned: deeper rounds run first.
     run_round: Vec<usize>,
@@ -403,6 +441,7 @@ impl Planner<'_> {
         // pattern each matched and the reason it is built.
         let mut to_build: Vec<(usize, Vec<Wanted>)> = Vec::new();
         let mut job_slot: HashMap<usize, usize> = HashMap::new();
+        let mut next = Vec::new();
         self.states.prefetch(&frontier);
         for r in frontier {
             let Some(Node::Pending(needed_by)) = self.nodes.get(&r).copied() else {
@@ -416,6 +455,16 @@ impl Planner<'_> {
             };
             match producer {
                 Producer::Dataset(d) => self.settle_external(d, r, needed_by)?,
+                Producer::Alias(_) => {
+                    let pinned = resolve_alias(self.graph, self.states, &self.request.pins, r.as_str())
+                        .expect("an alias ref resolves");
+                    if !self.nodes.contains_key(&pinned) {
+                        self.nodes.insert(pinned.clone(), Node::Pending(needed_by));
+                        next.push(pinned.clone());
+                    }
+                    self.nodes.insert(r.clone(), Node::Settled);
+                    self.aliases.insert(r, pinned);
+                }
                 Producer::Job { job, output } => {
                     let Some(reason) = self.build_reason(&r) else {
                         continue;
@@ -428,7 +477,6 @@ impl Planner<'_> {
                 }
             }
         }
-        let mut next = Vec::new();
         for (job, refs) in to_build {
             let configs = self.configs_for(job, &refs)?;
             for (config, reasons) in configs {
@@ -560,7 +608,7 @@ impl Planner<'_> {
                 }
                 Ok(configs)
             }
-            Deps::Dynamic { .. } => {
+            Deps::Dynamic { .. } | Deps::Table { .. } => {
                 let wanted: Vec<PartitionRef> = refs.iter().map(|(r, _, _)| r.clone()).collect();
                 let configs = self.resolver.job_configs(job, &wanted).map_err(|message| {
                     PlanError::Config {
@@ -652,7 +700,22 @@ impl Planner<'_> {
         }
         let mut inputs = Vec::with_capacity(config.inputs.len());
         let mut query_inputs = Vec::new();
-        for input in config.inputs {
+        let mut aliased = Vec::new();
+        for mut input in config.inputs {
+            // A run reads the version an alias points at, so it can be built against a version
+            // before promotion, and its record says which version it read.
+            if !self.graph.tables.is_empty() {
+                let pinned = resolve_alias(
+                    self.graph,
+                    self.states,
+                    &self.request.pins,
+                    input.partition_ref.as_str(),
+                );
+                if let Some(pinned) = pinned {
+                    aliased.push((input.partition_ref, pinned.clone()));
+                    input.partition_ref = pinned;
+                }
+            }
             match input.dep {
                 DepKind::Query => query_inputs.push(input.partition_ref),
                 DepKind::Materialize => {
@@ -670,14 +733,18 @@ impl Planner<'_> {
             job: self.job_names[job].clone(),
             outputs: config.outputs,
             inputs,
-            extras: (!query_inputs.is_empty() || !config.args.is_empty() || !config.env.is_empty())
-                .then(|| {
-                    Box::new(RunExtras {
-                        query_inputs,
-                        args: config.args,
-                        env: config.env,
-                    })
-                }),
+            extras: (!query_inputs.is_empty()
+                || !config.args.is_empty()
+                || !config.env.is_empty()
+                || !aliased.is_empty())
+            .then(|| {
+                Box::new(RunExtras {
+                    query_inputs,
+                    args: config.args,
+                    env: config.env,
+                    aliased,
+                })
+            }),
             depends_on: Vec::new(),
             reasons,
         });
@@ -692,9 +759,12 @@ impl Planner<'_> {
             let mut d: Vec<usize> = run
                 .inputs
                 .iter()
-                .filter_map(|i| match self.nodes.get(i) {
-                    Some(Node::Planned(p)) => Some(*p),
-                    _ => None,
+                .filter_map(|i| {
+                    let i = self.aliases.get(i).unwrap_or(i);
+                    match self.nodes.get(i) {
+                        Some(Node::Planned(p)) => Some(*p),
+                        _ => None,
+                    }
                 })
                 .collect();
             d.sort_unstable();

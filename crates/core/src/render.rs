@@ -47,15 +47,39 @@ struct JsonEdge<'g> {
 fn edges(graph: &Graph) -> Vec<(Producer, usize, &str)> {
     let mut out = Vec::new();
     for (j, job) in graph.jobs.iter().enumerate() {
-        if let Deps::Static(templates) = &job.deps {
-            for t in templates {
-                for &p in &t.reads {
-                    out.push((p, j, t.template.as_str()));
+        match &job.deps {
+            Deps::Static(templates) => {
+                for t in templates {
+                    for &p in &t.reads {
+                        out.push((p, j, t.template.as_str()));
+                    }
                 }
             }
+            Deps::Table { table, version } => {
+                let t = &graph.tables[*table];
+                let raw = graph
+                    .datasets
+                    .iter()
+                    .position(|d| d.source == Some(t.source))
+                    .expect("every source has a dataset");
+                out.push((Producer::Dataset(raw), j, graph.datasets[raw].pattern.as_str()));
+                if let Some(prev) = t.previous(*version) {
+                    out.push((Producer::Job { job: prev.job, output: 0 }, j, "carry forward"));
+                }
+            }
+            Deps::Dynamic { .. } => {}
         }
     }
     out
+}
+
+/// Aliases are drawn as datasets: patterns that read as a table's promoted version.
+fn aliases(graph: &Graph) -> impl Iterator<Item = (usize, String, &str)> {
+    graph
+        .tables
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (i, format!("{} (alias)", t.name), t.alias.as_str()))
 }
 
 pub fn render(graph: &Graph, format: Format) -> String {
@@ -76,6 +100,10 @@ fn render_json(graph: &Graph) -> String {
                 name: &d.name,
                 pattern: d.pattern.as_str(),
             })
+            .chain(graph.tables.iter().map(|t| JsonDataset {
+                name: &t.name,
+                pattern: t.alias.as_str(),
+            }))
             .collect(),
         jobs: graph
             .jobs
@@ -85,7 +113,7 @@ fn render_json(graph: &Graph) -> String {
                 outputs: j.outputs.iter().map(|o| o.as_str()).collect(),
                 inputs: match &j.deps {
                     Deps::Static(t) => t.iter().map(|t| t.template.as_str()).collect(),
-                    Deps::Dynamic { .. } => Vec::new(),
+                    Deps::Dynamic { .. } | Deps::Table { .. } => Vec::new(),
                 },
                 dynamic: matches!(j.deps, Deps::Dynamic { .. }),
                 version: &j.version,
@@ -120,6 +148,13 @@ fn render_dot(graph: &Graph) -> String {
             quote(&format!("{}\n{}", d.name, d.pattern))
         ));
     }
+    for (i, name, pattern) in aliases(graph) {
+        out.push_str(&format!(
+            "  {} [shape=cylinder, style=dashed, label={}];\n",
+            quote(&node_id(graph, Producer::Alias(i))),
+            quote(&format!("{name}\n{pattern}"))
+        ));
+    }
     for j in &graph.jobs {
         let outputs: Vec<&str> = j.outputs.iter().map(|o| o.as_str()).collect();
         let dynamic = if matches!(j.deps, Deps::Dynamic { .. }) {
@@ -149,6 +184,7 @@ fn node_id(graph: &Graph, p: Producer) -> String {
     match p {
         Producer::Dataset(d) => format!("dataset:{}", graph.datasets[d].name),
         Producer::Job { job, .. } => format!("job:{}", graph.jobs[job].name),
+        Producer::Alias(t) => format!("alias:{}", graph.tables[t].name),
     }
 }
 
@@ -157,6 +193,7 @@ fn render_mermaid(graph: &Graph) -> String {
     let id = |p: Producer| match p {
         Producer::Dataset(d) => format!("d{d}"),
         Producer::Job { job, .. } => format!("j{job}"),
+        Producer::Alias(t) => format!("a{t}"),
     };
     let label = |s: &str| s.replace('"', "#quot;");
     let mut out = String::from("flowchart LR\n");
@@ -166,6 +203,9 @@ fn render_mermaid(graph: &Graph) -> String {
             label(&d.name),
             label(d.pattern.as_str())
         ));
+    }
+    for (i, name, pattern) in aliases(graph) {
+        out.push_str(&format!("  a{i}[(\"{}<br/>{}\")]\n", label(&name), label(pattern)));
     }
     for (i, j) in graph.jobs.iter().enumerate() {
         let outputs: Vec<String> = j.outputs.iter().map(|o| label(o.as_str())).collect();

@@ -38,6 +38,8 @@ pub struct BuildOptions {
     pub keep_going: bool,
     /// Accept stale partitions instead of rebuilding them.
     pub allow_stale: bool,
+    /// Read these tables' aliases as these versions (see [`PlanRequest::pins`]).
+    pub pins: BTreeMap<String, u32>,
 }
 
 /// What a build did (contract section 4, `build --json`).
@@ -126,6 +128,8 @@ enum Message {
         node: usize,
         outcome: RunOutcome,
         executor_id: Option<String>,
+        /// What a successful run reported through `DATABUILD_REPORT`.
+        report: Option<serde_json::Value>,
     },
     Resolved {
         wait: usize,
@@ -183,6 +187,10 @@ impl Engine {
         interrupt: &AtomicBool,
     ) -> Result<BuildSummary> {
         let started_ns = databuild_log::event::now_ns();
+        let options = &BuildOptions {
+            refs: self.pin_aliases(&options.refs, &options.pins),
+            ..options.clone()
+        };
         let requested: Vec<String> = options.refs.iter().map(|r| r.to_string()).collect();
         if self.store.build_request(id)?.map(|b| b.status) == Some(Status::Cancelled) {
             // Cancelled before it began.
@@ -198,10 +206,14 @@ impl Engine {
         }
         self.store
             .append(vec![Event::build_request(id, Status::Planning)])?;
+        if !self.graph.tables.is_empty() {
+            self.link_tables()?;
+        }
         let plan = match self.plan(&PlanRequest {
             refs: options.refs.clone(),
             force: options.force,
             allow_stale: options.allow_stale,
+            pins: options.pins.clone(),
         }) {
             Ok(plan) => plan,
             Err(e) => {
@@ -256,11 +268,14 @@ impl Engine {
     /// The version an input has now, for the record of a run starting from it.
     fn input_version(&self, r: &str) -> Option<String> {
         match self.graph.producer_of(r)?.0 {
-            Producer::Dataset(d) => match self.graph.datasets[d].exists {
-                None => external_version(&self.data_dir, r),
-                Some(_) => Some("probe".to_string()),
+            Producer::Dataset(d) => match (&self.graph.datasets[d].exists, self.graph.datasets[d].source) {
+                (_, Some(_)) => crate::versions::source_version(&self.data_dir, r),
+                (None, None) => external_version(&self.data_dir, r),
+                (Some(_), None) => Some("probe".to_string()),
             },
             Producer::Job { .. } => self.store.partition(r).ok()??.data_version,
+            // Runs read aliases as version refs (the planner pins them); never asked.
+            Producer::Alias(_) => None,
         }
     }
 
@@ -636,7 +651,8 @@ impl<'e> Scheduler<'e> {
                     node,
                     outcome,
                     executor_id,
-                }) => self.finished(scope, node, outcome, executor_id, observer)?,
+                    report,
+                }) => self.finished(scope, node, outcome, executor_id, report, observer)?,
                 Ok(Message::Resolved { wait, outcome }) => {
                     self.resolved(scope, wait, outcome, observer)?
                 }
@@ -726,6 +742,9 @@ impl<'e> Scheduler<'e> {
                 .inputs
                 .iter()
                 .filter_map(|i| Some((i.to_string(), engine.input_version(i.as_str())?)))
+                .chain(node.run.aliased().iter().map(|(alias, read)| {
+                    (alias.to_string(), format!("{}{read}", crate::versions::ALIAS_PREFIX))
+                }))
                 .collect();
             let mut events = vec![
                 Event::job_run(&self.id, &node.id, &job.name, Status::Running).with_data(|d| {
@@ -768,13 +787,21 @@ impl<'e> Scheduler<'e> {
         let executor = self.executor;
         scope.spawn(move || {
             let executor_id = std::sync::Mutex::new(None);
-            let outcome = executor.run(&spec, &cancel, &|id| {
+            let mut outcome = executor.run(&spec, &cancel, &|id| {
                 *executor_id.lock().expect("id lock") = Some(id.to_string());
             });
+            let mut report = None;
+            if outcome == RunOutcome::Succeeded {
+                match crate::local::read_report(&spec.report_path()) {
+                    Ok(r) => report = r,
+                    Err(message) => outcome = RunOutcome::failed(message, Some(0)),
+                }
+            }
             let _ = tx.send(Message::Finished {
                 node: index,
                 outcome,
                 executor_id: executor_id.into_inner().expect("id lock"),
+                report,
             });
         });
         Ok(())
@@ -802,11 +829,18 @@ impl<'e> Scheduler<'e> {
                 .unwrap_or_default(),
             _ => Vec::new(),
         };
+        let command = match job.deps {
+            // Table versions are built by this very binary (`databuild table-job`).
+            databuild_core::Deps::Table { .. } => std::env::current_exe()
+                .map(|exe| vec![exe.display().to_string(), "table-job".to_string()])
+                .unwrap_or_else(|_| job.command.clone()),
+            _ => job.command.clone(),
+        };
         RunSpec {
             job_run_id: node.id.clone(),
             build_request_id: self.id.clone(),
             job: job.name.clone(),
-            command: job.command.clone(),
+            command,
             args: node.run.args().to_vec(),
             env,
             outputs: node.run.outputs.iter().map(|o| o.to_string()).collect(),
@@ -1043,6 +1077,7 @@ impl<'e> Scheduler<'e> {
         index: usize,
         outcome: RunOutcome,
         executor_id: Option<String>,
+        report: Option<serde_json::Value>,
         observer: &mut dyn Observer,
     ) -> Result<()> {
         let job_index = self.nodes[index].run.job_index;
@@ -1086,13 +1121,17 @@ impl<'e> Scheduler<'e> {
                             |d| {
                                 d.exit_code = Some(0);
                                 d.executor_id = executor_id.clone();
+                                d.report = report.clone();
                             },
                         ),
                     ];
                 for o in &outputs {
                     let mut e = Event::partition(Some(&self.id), o, Status::Available)
                         .with_run(&node.id)
-                        .with_data(|d| d.data_version = Some(version.clone()));
+                        .with_data(|d| {
+                            d.data_version = Some(version.clone());
+                            d.report = report.clone();
+                        });
                     e.job = Some(job.name.clone());
                     events.push(e);
                 }

@@ -3,7 +3,9 @@
 
 use std::path::PathBuf;
 
-use databuild_core::{plan, Graph, KnownState, Plan, PlanError, PlanRequest, Producer, StateView};
+use databuild_core::{
+    plan, Graph, KnownState, PartitionRef, Plan, PlanError, PlanRequest, Producer, StateView,
+};
 use databuild_log::{Event, EventFilter, EventStore, JobRunRow, LogError, Status};
 use serde::Serialize;
 
@@ -72,6 +74,9 @@ pub struct Explanation {
     pub producer: Option<ProducerInfo>,
     /// The run that built it, or is building it.
     pub run: Option<JobRunRow>,
+    /// What that run reported (`DATABUILD_REPORT`): row counts, provenance.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub report: Option<serde_json::Value>,
     /// The run's inputs and their state now.
     pub inputs: Vec<StatusReport>,
     /// For a partition that is not live: the job runs a build would start.
@@ -91,6 +96,27 @@ pub struct ProducerInfo {
 pub struct PlannedStep {
     pub job: String,
     pub outputs: Vec<String>,
+}
+
+/// Today's date (UTC), `YYYY-MM-DD`: which day webhooks land in, which days have ended and which
+/// raw partitions retention keeps. `DATABUILD_NOW` (a date or an RFC 3339 time) sets the clock,
+/// to replay past days or to test retention.
+pub fn today() -> String {
+    let now = std::env::var("DATABUILD_NOW")
+        .ok()
+        .and_then(|v| {
+            databuild_core::pattern::parse_date(&v)
+                .or_else(|| chrono::DateTime::parse_from_rfc3339(&v).ok().map(|t| t.date_naive()))
+        })
+        .unwrap_or_else(|| {
+            let secs = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs() as i64);
+            chrono::DateTime::from_timestamp(secs, 0)
+                .expect("now is a valid time")
+                .date_naive()
+        });
+    databuild_core::pattern::format_date(now)
 }
 
 pub fn rfc3339(ns: i64) -> String {
@@ -113,14 +139,38 @@ impl Engine {
         }
     }
 
-    fn resolver(&self) -> LocalResolver {
-        LocalResolver::new(&self.graph_dir, &self.data_dir)
+    fn resolver(&self) -> LocalResolver<'_> {
+        LocalResolver::new(&self.graph, &self.graph_dir, &self.data_dir, today())
+    }
+
+    fn versions(&self) -> VersionedStates<'_> {
+        VersionedStates::new(&self.graph, self.store.as_ref(), &self.data_dir)
     }
 
     /// Plans without recording anything, against the log's partition states (with staleness).
     pub fn plan(&self, request: &PlanRequest) -> Result<Plan> {
-        let states = VersionedStates::new(&self.graph, self.store.as_ref(), &self.data_dir);
+        let states = self.versions().with_pins(request.pins.clone());
+        let request = &PlanRequest {
+            refs: self.pin_aliases(&request.refs, &request.pins),
+            ..request.clone()
+        };
         Ok(plan(&self.graph, request, &states, &mut self.resolver())?)
+    }
+
+    /// Requested alias refs become the version refs they read now: a build of `orders/date=D`
+    /// builds (and reports) `orders/v2/date=D` when v2 is promoted.
+    pub fn pin_aliases(
+        &self,
+        refs: &[PartitionRef],
+        pins: &std::collections::BTreeMap<String, u32>,
+    ) -> Vec<PartitionRef> {
+        if self.graph.tables.is_empty() {
+            return refs.to_vec();
+        }
+        let states = self.versions().with_pins(pins.clone());
+        refs.iter()
+            .map(|r| states.resolve(r.as_str()).unwrap_or_else(|| r.clone()))
+            .collect()
     }
 
     /// Plans and records the analysis as a build request that ends at `analysis_completed`
@@ -194,6 +244,16 @@ impl Engine {
                     .push("no job builds it and no dataset declares it".to_string());
                 return Ok(report);
             }
+            Some(Producer::Alias(_)) => {
+                let read = versions.resolve(r).expect("an alias resolves");
+                let mut inner = self.status_of(read.as_str(), resolver, versions)?;
+                inner.partition_ref = r.to_string();
+                inner.reasons.insert(0, format!("alias: reads {read}"));
+                return Ok(inner);
+            }
+            Some(Producer::Dataset(d)) if self.graph.datasets[d].source.is_some() => {
+                return self.source_status(report, d);
+            }
             Some(Producer::Dataset(d)) => {
                 let ds = &self.graph.datasets[d];
                 let valid = databuild_core::PartitionRef::new(r)
@@ -255,14 +315,40 @@ impl Engine {
         Ok(report)
     }
 
+    fn source_status(&self, mut report: StatusReport, dataset: usize) -> Result<StatusReport> {
+        let source = &self.graph.sources[self.graph.datasets[dataset].source.expect("a source")];
+        let r = report.partition_ref.clone();
+        let row = self.store.partition(&r)?;
+        if let Some(row) = &row {
+            report.updated_at = Some(rfc3339(row.updated_at));
+        }
+        let dir = self.data_dir.join(&r);
+        let (status, reason) = match crate::sources::sealed_version(&dir) {
+            Some(version) => ("live", format!(
+                "source partition of `{}`, sealed with {} records",
+                source.name,
+                version.split(':').nth(1).unwrap_or("?")
+            )),
+            None if row.as_ref().is_some_and(|p| p.status == Status::Expired) => ("expired", format!(
+                "its raw data expired (source `{}` keeps {} days); table versions carry it forward from their previous version",
+                source.name, source.retention_days
+            )),
+            None if dir.exists() => ("missing", format!(
+                "open: source `{}` still receives data for this day; it is sealed when the day ends (or by `databuild source seal {}`)",
+                source.name, source.name
+            )),
+            None => ("missing", format!("no data of source `{}` has arrived for this day", source.name)),
+        };
+        report.status = status;
+        report.reasons.push(reason);
+        Ok(report)
+    }
+
     /// Why `r` is in its state: who built it from what, and what a build would run now.
     pub fn explain(&self, r: &str) -> Result<Explanation> {
         let status = self.status(&[r.to_string()])?.remove(0);
         let producer = self.graph.producer_of(r).map(|(p, _)| ProducerInfo {
-            kind: match p {
-                Producer::Job { .. } => "job",
-                Producer::Dataset(_) => "dataset",
-            },
+            kind: producer_kind(&self.graph, p),
             name: self.graph.producer_name(p).to_string(),
             pattern: self.graph.pattern_of(p).to_string(),
         });
@@ -275,7 +361,7 @@ impl Engine {
             None => Vec::new(),
         };
         let to_build = match (status.status, producer.as_ref().map(|p| p.kind)) {
-            ("live" | "building", _) | (_, Some("dataset") | None) => Vec::new(),
+            ("live" | "building", _) | (_, Some("dataset" | "source") | None) => Vec::new(),
             _ => {
                 let refs = vec![databuild_core::PartitionRef::new(r)
                     .map_err(|e| EngineError::Invalid(e.to_string()))?];
@@ -296,12 +382,18 @@ impl Engine {
             partition_ref: Some(r.to_string()),
             ..Default::default()
         })?;
+        let report = history
+            .iter()
+            .rev()
+            .find(|e| e.status == Status::Available)
+            .and_then(|e| e.data.report.clone());
         let keep = history.len().saturating_sub(20);
         history.drain(..keep);
         Ok(Explanation {
             status,
             producer,
             run,
+            report,
             inputs,
             to_build,
             history,
@@ -332,6 +424,32 @@ impl Engine {
             other => other.into(),
         })
     }
+}
+
+/// `job`, `dataset`, `source` (raw partitions of a [[source]]) or `alias` (a table's alias).
+pub fn producer_kind(graph: &Graph, p: Producer) -> &'static str {
+    match p {
+        Producer::Job { .. } => "job",
+        Producer::Dataset(d) if graph.datasets[d].source.is_some() => "source",
+        Producer::Dataset(_) => "dataset",
+        Producer::Alias(_) => "alias",
+    }
+}
+
+/// A glob (as the log's partition queries take) matching every ref of a pattern, and maybe more:
+/// fields become `*`.
+pub fn pattern_glob(pattern: &databuild_core::Pattern) -> String {
+    pattern
+        .tokens()
+        .iter()
+        .map(|t| match t {
+            databuild_core::pattern::Token::Literal(l) => l
+                .replace('[', "[[]")
+                .replace('*', "[*]")
+                .replace('?', "[?]"),
+            databuild_core::pattern::Token::Field { .. } => "*".to_string(),
+        })
+        .collect()
 }
 
 /// Parses an RFC 3339 time into ns since the epoch.
@@ -373,24 +491,10 @@ impl Engine {
             .producers()
             .map(|p| {
                 let pattern = self.graph.pattern_of(p);
-                let glob: String = pattern
-                    .tokens()
-                    .iter()
-                    .map(|t| match t {
-                        databuild_core::pattern::Token::Literal(l) => l
-                            .replace('[', "[[]")
-                            .replace('*', "[*]")
-                            .replace('?', "[?]"),
-                        databuild_core::pattern::Token::Field { .. } => "*".to_string(),
-                    })
-                    .collect();
-                let counts = self.store.partition_counts(Some(&glob))?;
+                let counts = self.store.partition_counts(Some(&pattern_glob(pattern)))?;
                 Ok(DatasetView {
                     name: self.graph.producer_name(p).to_string(),
-                    kind: match p {
-                        Producer::Job { .. } => "job",
-                        Producer::Dataset(_) => "dataset",
-                    },
+                    kind: producer_kind(&self.graph, p),
                     pattern: pattern.to_string(),
                     partitions: counts
                         .into_iter()

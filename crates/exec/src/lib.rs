@@ -15,6 +15,9 @@ pub mod owner;
 pub mod process;
 mod resolver;
 pub mod slurm;
+pub mod sources;
+pub mod table_job;
+pub mod tables;
 pub mod versions;
 pub mod views;
 

@@ -50,6 +50,32 @@ pub struct RunSpec {
     pub mem: Option<String>,
 }
 
+/// The most a run's report may hold.
+pub const REPORT_LIMIT: u64 = 64 * 1024;
+
+impl RunSpec {
+    /// Where the run may write its report (a JSON object; `DATABUILD_REPORT`), next to its log.
+    pub fn report_path(&self) -> PathBuf {
+        self.log_path.with_extension("report.json")
+    }
+}
+
+/// Reads what a run reported: `Ok(None)` if it wrote nothing, an error naming the problem if it
+/// wrote something that is not a small JSON object.
+pub fn read_report(path: &std::path::Path) -> Result<Option<serde_json::Value>, String> {
+    let Ok(meta) = std::fs::metadata(path) else {
+        return Ok(None);
+    };
+    if meta.len() > REPORT_LIMIT {
+        return Err(format!("its report (DATABUILD_REPORT) is larger than {REPORT_LIMIT} bytes"));
+    }
+    let text = std::fs::read_to_string(path).map_err(|e| format!("its report cannot be read: {e}"))?;
+    match serde_json::from_str(&text) {
+        Ok(v @ serde_json::Value::Object(_)) => Ok(Some(v)),
+        _ => Err("its report (DATABUILD_REPORT) is not a JSON object".to_string()),
+    }
+}
+
 /// How a run ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RunOutcome {
@@ -106,6 +132,10 @@ pub(crate) fn environment(spec: &RunSpec) -> Vec<(String, String)> {
             spec.data_dir.display().to_string(),
         ),
         ("DATABUILD_JOB_RUN_ID".to_string(), spec.job_run_id.clone()),
+        (
+            "DATABUILD_REPORT".to_string(),
+            spec.report_path().display().to_string(),
+        ),
         (
             "DATABUILD_BUILD_REQUEST_ID".to_string(),
             spec.build_request_id.clone(),

@@ -4,7 +4,9 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
-use databuild_core::{Dataset, Job, JobConfig, PartitionRef, Resolver};
+use databuild_core::{ConfigInput, Dataset, Deps, Graph, Job, JobConfig, PartitionRef, Resolver};
+
+use crate::table_job::Schema;
 
 use crate::process::{describe_status, run_captured, tail_lines};
 
@@ -16,18 +18,64 @@ pub const PROBE_TIMEOUT: Duration = Duration::from_secs(60);
 const MAX_ARG_BYTES: usize = 1024 * 1024;
 
 /// Resolves external data and dynamic dependencies on this machine.
-pub struct LocalResolver {
+pub struct LocalResolver<'g> {
+    graph: &'g Graph,
     /// The graph file's folder: helpers run there, as jobs do.
     graph_dir: PathBuf,
     data_dir: PathBuf,
+    /// `YYYY-MM-DD`: which raw source partitions retention still keeps.
+    today: String,
 }
 
-impl LocalResolver {
-    pub fn new(graph_dir: impl Into<PathBuf>, data_dir: impl Into<PathBuf>) -> Self {
+impl<'g> LocalResolver<'g> {
+    pub fn new(
+        graph: &'g Graph,
+        graph_dir: impl Into<PathBuf>,
+        data_dir: impl Into<PathBuf>,
+        today: String,
+    ) -> Self {
         LocalResolver {
+            graph,
             graph_dir: graph_dir.into(),
             data_dir: data_dir.into(),
+            today,
         }
+    }
+
+    /// A table version's day reads its raw source partition while retention keeps it; after
+    /// that, the previous version's day, carried forward.
+    fn table_configs(&self, table: usize, version: u32, outputs: &[PartitionRef]) -> Result<Vec<JobConfig>, String> {
+        let table = &self.graph.tables[table];
+        let source = &self.graph.sources[table.source];
+        let this = table.version(version).expect("a declared version");
+        let mut dates: Vec<&str> = outputs
+            .iter()
+            .filter_map(|o| o.as_str().rsplit_once("date=").map(|(_, d)| d))
+            .collect();
+        dates.dedup();
+        let mut configs = Vec::with_capacity(dates.len());
+        for date in dates {
+            let raw = source.partition_ref(date);
+            let retained = self.data_dir.join(&raw).exists() || !source.is_expired(date, &self.today);
+            let (input, args) = match table.previous(version) {
+                Some(prev) if !retained => {
+                    databuild_core::Migration::between(prev, this).map_err(|e| {
+                        format!("cannot carry {} forward to v{version} ({raw} expired): {e}", table.data_ref(prev.version, date))
+                    })?;
+                    let args = vec!["carry".to_string(), Schema::of(prev).to_arg(), Schema::of(this).to_arg()];
+                    (table.data_ref(prev.version, date), args)
+                }
+                _ => (raw, vec!["load".to_string(), Schema::of(this).to_arg()]),
+            };
+            let r = |s: String| PartitionRef::new(s).map_err(|e| e.to_string());
+            configs.push(JobConfig {
+                outputs: vec![r(table.data_ref(version, date))?, r(table.errors_ref(version, date))?],
+                inputs: vec![ConfigInput { partition_ref: r(input)?, dep: Default::default() }],
+                args,
+                env: Default::default(),
+            });
+        }
+        Ok(configs)
     }
 
     fn command(&self, argv: &[String]) -> Command {
@@ -72,8 +120,11 @@ impl LocalResolver {
     }
 }
 
-impl Resolver for LocalResolver {
+impl Resolver for LocalResolver<'_> {
     fn external_available(&mut self, dataset: &Dataset, r: &PartitionRef) -> Result<bool, String> {
+        if dataset.source.is_some() {
+            return Ok(crate::sources::sealed_version(&self.data_dir.join(r.as_str())).is_some());
+        }
         let Some(probe) = &dataset.exists else {
             return Ok(self.data_dir.join(r.as_str()).exists());
         };
@@ -88,8 +139,10 @@ impl Resolver for LocalResolver {
         job: &Job,
         outputs: &[PartitionRef],
     ) -> Result<Vec<JobConfig>, String> {
-        let databuild_core::Deps::Dynamic { config } = &job.deps else {
-            return Err(format!("job `{}` has no config executable", job.name));
+        let config = match &job.deps {
+            Deps::Dynamic { config } => config,
+            Deps::Table { table, version } => return self.table_configs(*table, *version, outputs),
+            Deps::Static(_) => return Err(format!("job `{}` has no config executable", job.name)),
         };
         let mut configs = Vec::new();
         let mut start = 0;

@@ -10,8 +10,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
-use databuild_core::{Graph, KnownState, PartitionRef, Producer, StateView};
-use databuild_log::{EventStore, PartitionRow, Status};
+use databuild_core::{resolve_alias, Graph, KnownState, PartitionRef, Producer, StateView};
+use databuild_log::{EventFilter, EventStore, Kind, PartitionRow, Status};
 use rustc_hash::FxHashMap;
 use sha2::{Digest, Sha256};
 
@@ -53,6 +53,26 @@ pub fn external_version(data_dir: &Path, r: &str) -> Option<String> {
     Some(format!("file:{}:{mtime}", meta.len()))
 }
 
+/// How a run records an input it was given as a table's alias: `alias:<the version ref read>`.
+pub const ALIAS_PREFIX: &str = "alias:";
+
+/// The version each table's alias was last promoted to, from the log.
+pub fn promotions(store: &dyn EventStore) -> databuild_log::Result<BTreeMap<String, u32>> {
+    let events = store.events(&EventFilter {
+        kind: Some(Kind::Alias),
+        ..Default::default()
+    })?;
+    Ok(events
+        .into_iter()
+        .filter_map(|e| Some((e.data.table?, e.data.version?)))
+        .collect())
+}
+
+/// The version of a source partition: what sealing it recorded; none while it is open.
+pub fn source_version(data_dir: &Path, r: &str) -> Option<String> {
+    crate::sources::sealed_version(&data_dir.join(r))
+}
+
 /// What a partition's version is now, and why it differs from the recorded one if it does.
 #[derive(Debug, Clone)]
 struct Effective {
@@ -69,6 +89,8 @@ pub struct VersionedStates<'a> {
     memo: RefCell<FxHashMap<String, Option<Rc<Effective>>>>,
     /// Partition rows read ahead by [`StateView::prefetch`].
     rows: RefCell<FxHashMap<String, Option<PartitionRow>>>,
+    promotions: BTreeMap<String, u32>,
+    pins: BTreeMap<String, u32>,
 }
 
 impl<'a> VersionedStates<'a> {
@@ -79,7 +101,24 @@ impl<'a> VersionedStates<'a> {
             data_dir: data_dir.to_path_buf(),
             memo: RefCell::default(),
             rows: RefCell::default(),
+            promotions: if graph.tables.is_empty() {
+                BTreeMap::new()
+            } else {
+                promotions(store).unwrap_or_default()
+            },
+            pins: BTreeMap::new(),
         }
+    }
+
+    /// Reads these tables' aliases as these versions (see [`databuild_core::PlanRequest::pins`]).
+    pub fn with_pins(mut self, pins: BTreeMap<String, u32>) -> Self {
+        self.pins = pins;
+        self
+    }
+
+    /// The version ref an alias ref reads now.
+    pub fn resolve(&self, r: &str) -> Option<PartitionRef> {
+        resolve_alias(self.graph, self, &self.pins, r)
     }
 
     fn row(&self, r: &str) -> Option<PartitionRow> {
@@ -102,15 +141,21 @@ impl<'a> VersionedStates<'a> {
 
     fn compute(&self, r: &str) -> Option<Effective> {
         let (producer, _) = self.graph.producer_of(r)?;
-        if let Producer::Dataset(d) = producer {
-            let version = match self.graph.datasets[d].exists {
-                None => external_version(&self.data_dir, r)?,
-                Some(_) => "probe".to_string(),
-            };
-            return Some(Effective {
-                version,
-                stale: None,
-            });
+        match producer {
+            Producer::Dataset(d) => {
+                let ds = &self.graph.datasets[d];
+                let version = match (&ds.exists, ds.source) {
+                    (_, Some(_)) => source_version(&self.data_dir, r)?,
+                    (None, None) => external_version(&self.data_dir, r)?,
+                    (Some(_), None) => "probe".to_string(),
+                };
+                return Some(Effective {
+                    version,
+                    stale: None,
+                });
+            }
+            Producer::Alias(_) => return self.effective(self.resolve(r)?.as_str()).map(|e| (*e).clone()),
+            Producer::Job { .. } => {}
         }
         let row = self.row(r)?;
         if row.status != Status::Available {
@@ -141,6 +186,19 @@ impl<'a> VersionedStates<'a> {
                 run.job_version.as_deref().unwrap_or("?"),
                 job.version
             ));
+        }
+        for (alias, then) in &run.input_versions {
+            let Some(read) = then.strip_prefix(ALIAS_PREFIX) else {
+                continue;
+            };
+            match self.resolve(alias) {
+                Some(now) if now.as_str() != read => {
+                    stale.get_or_insert_with(|| {
+                        format!("`{alias}` now reads {now} (it was built from {read})")
+                    });
+                }
+                _ => {}
+            }
         }
         let mut now = BTreeMap::new();
         for input in &run.inputs {
@@ -175,6 +233,10 @@ impl<'a> VersionedStates<'a> {
 }
 
 impl StateView for VersionedStates<'_> {
+    fn promoted(&self, table: &str) -> Option<u32> {
+        self.promotions.get(table).copied()
+    }
+
     fn prefetch(&self, refs: &[PartitionRef]) {
         let keys: Vec<&str> = refs.iter().map(|r| r.as_str()).collect();
         if let Ok(rows) = self.store.partitions_by_ref(&keys) {

@@ -52,7 +52,7 @@ impl StateCache {
                     self.partitions.insert(r, Some(global));
                 }
             }
-            Kind::Delegation => {}
+            Kind::Delegation | Kind::Alias => {}
         }
     }
 }

@@ -7,7 +7,7 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 /// Version of the event format. Bump it when a field is added to [`Event`] or [`EventData`].
-pub const FORMAT_VERSION: u32 = 1;
+pub const FORMAT_VERSION: u32 = 2;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -16,6 +16,8 @@ pub enum Kind {
     Partition,
     JobRun,
     Delegation,
+    /// A table's alias moved to another version (`promoted`).
+    Alias,
 }
 
 /// Every status of every kind; which ones a kind may use is the business of [`crate::state`].
@@ -42,6 +44,11 @@ pub enum Status {
     // job_run
     Running,
     Skipped,
+    // source partitions (no build request): closed to new data / its raw data deleted
+    Sealed,
+    Expired,
+    // alias
+    Promoted,
 }
 
 macro_rules! names {
@@ -71,6 +78,7 @@ names!(Kind {
     Partition => "partition",
     JobRun => "job_run",
     Delegation => "delegation",
+    Alias => "alias",
 });
 
 names!(Status {
@@ -89,6 +97,9 @@ names!(Status {
     Tainted => "tainted",
     Running => "running",
     Skipped => "skipped",
+    Sealed => "sealed",
+    Expired => "expired",
+    Promoted => "promoted",
 });
 
 /// Kind-specific extras, stored as a JSON object. Every field is optional so that old events stay
@@ -152,6 +163,18 @@ pub struct EventData {
     /// job_run running: where the run's log is kept.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub log_path: Option<String>,
+    /// job_run completed, partition available: what the run reported through `DATABUILD_REPORT`
+    /// (row counts, quarantined rows, provenance).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub report: Option<serde_json::Value>,
+    /// partition sealed: how many records the source partition holds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub records: Option<u64>,
+    /// alias promoted: the table and the version its alias now points at.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub table: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub version: Option<u32>,
 }
 
 impl EventData {
@@ -237,6 +260,14 @@ impl Event {
         e.partition_ref = Some(partition_ref.to_string());
         e.delegated_to = Some(delegated_to.to_string());
         e
+    }
+
+    /// A table's alias now points at `version`.
+    pub fn alias(table: &str, version: u32) -> Event {
+        Event::new(Kind::Alias, Status::Promoted, None).with_data(|d| {
+            d.table = Some(table.to_string());
+            d.version = Some(version);
+        })
     }
 
     pub fn with_message(mut self, message: impl Into<String>) -> Event {

@@ -19,7 +19,10 @@ use crate::state::{check, Current};
 use crate::store::*;
 
 /// The schema, as numbered migrations (see the SQLite store).
-const MIGRATIONS: &[&str] = &[include_str!("postgres/v1.sql")];
+const MIGRATIONS: &[&str] = &[
+    include_str!("postgres/v1.sql"),
+    include_str!("postgres/v2.sql"),
+];
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
 
 /// The advisory lock key that serializes appends: "DBLG".
@@ -224,9 +227,15 @@ fn prepare_schema(client: &mut Client, location: &str) -> Result<()> {
     }
     if version < SCHEMA_VERSION {
         tx.execute(
-            "INSERT INTO meta (key, value) VALUES ('schema_version', $1), ('appends', '0')
+            "INSERT INTO meta (key, value) VALUES ('schema_version', $1)
              ON CONFLICT (key) DO UPDATE SET value = excluded.value",
             &[&SCHEMA_VERSION.to_string()],
+        )
+        .map_err(storage)?;
+        // The append counter survives upgrades: other instances compare against it.
+        tx.execute(
+            "INSERT INTO meta (key, value) VALUES ('appends', '0') ON CONFLICT (key) DO NOTHING",
+            &[],
         )
         .map_err(storage)?;
     }
@@ -411,7 +420,7 @@ fn project(
                         job_run_id = excluded.job_run_id,
                         build_request_id = coalesce(excluded.build_request_id, partitions.build_request_id),
                         job = coalesce(excluded.job, partitions.job),
-                        data_version = CASE WHEN excluded.status = 'available'
+                        data_version = CASE WHEN excluded.status IN ('available', 'sealed')
                                             THEN excluded.data_version ELSE partitions.data_version END,
                         message = excluded.message,
                         updated_at = excluded.updated_at",
@@ -420,7 +429,7 @@ fn project(
                 None => Ok(0),
             }
         }
-        Kind::Delegation => Ok(0),
+        Kind::Delegation | Kind::Alias => Ok(0),
     }
     .map_err(storage)?;
     Ok(())
@@ -620,7 +629,8 @@ impl EventStore for PostgresStore {
             }
         }
         if let Some(k) = f.kind {
-            filters.add("kind =", k.as_str().to_string());
+            // A literal (kinds are fixed names), so partial indexes on rare kinds serve it.
+            filters.raw(&format!("kind = '{}'", k.as_str()));
         }
         if let Some(v) = f.from {
             filters.add("timestamp >=", v);

@@ -51,7 +51,7 @@ impl Replay {
                 self.job_runs
                     .insert(e.job_run_id.clone().expect("checked"), e.status);
             }
-            Kind::Delegation => {}
+            Kind::Delegation | Kind::Alias => {}
             Kind::Partition => {
                 let r = e.partition_ref.clone().expect("checked");
                 if let Some(b) = br {
@@ -73,6 +73,7 @@ pub fn global_effect(
 ) -> Option<(Status, Option<String>)> {
     match (e.status, e.job_run_id.as_ref()) {
         (Status::Tainted, _) => Some((Status::Tainted, before.and_then(|(_, run)| run.clone()))),
+        (Status::Sealed | Status::Expired, _) => Some((e.status, None)),
         (Status::Building | Status::Available | Status::Failed, Some(run)) => {
             Some((e.status, Some(run.clone())))
         }
@@ -99,7 +100,18 @@ mod tests {
                     Kind::BuildRequest => Event::build_request(&br, status),
                     Kind::JobRun => Event::job_run(&br, &run, "job", status),
                     Kind::Delegation => Event::delegation(&br, &r, "other"),
-                    Kind::Partition if status == Status::Tainted => {
+                    Kind::Alias => Event::alias("t", run.len() as u32),
+                    Kind::Partition
+                        if matches!(status, Status::Sealed | Status::Expired) && with_run =>
+                    {
+                        Event::partition(None, &format!("source/{r}"), status)
+                    }
+                    Kind::Partition
+                        if matches!(
+                            status,
+                            Status::Tainted | Status::Sealed | Status::Expired
+                        ) =>
+                    {
                         Event::partition(None, &r, status)
                     }
                     Kind::Partition if with_run => {
@@ -151,7 +163,7 @@ mod tests {
                             }
                         }
                     }
-                    Kind::Delegation => {}
+                    Kind::Delegation | Kind::Alias => {}
                 }
             }
             for path in brs.values() { prop_assert!(path_is_valid(BUILD_REQUEST, path), "{:?}", path); }

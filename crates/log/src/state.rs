@@ -72,7 +72,7 @@ pub fn is_terminal(kind: Kind, status: Status) -> bool {
         // A partition can always be rebuilt by a later request; within one request, `failed`
         // allows a retry. Only `available` ends a request's dealings with it.
         Kind::Partition => return status == Available,
-        Kind::Delegation => return true,
+        Kind::Delegation | Kind::Alias => return true,
     };
     !table.iter().any(|(from, _)| *from == Some(status))
 }
@@ -128,6 +128,13 @@ pub fn check(e: &Event, current: &Current) -> Result<(), Refusal> {
             }
         }
         Kind::Partition => check_partition(e, current)?,
+        Kind::Alias => {
+            if e.status != Promoted || e.data.table.is_none() || e.data.version.is_none() {
+                return Err(Refusal(
+                    "an alias event is `promoted`, with `table` and `version`".to_string(),
+                ));
+            }
+        }
     }
     Ok(())
 }
@@ -147,6 +154,9 @@ fn check_partition(e: &Event, current: &Current) -> Result<(), Refusal> {
             )));
         }
         return Ok(());
+    }
+    if matches!(e.status, Sealed | Expired) {
+        return check_source_partition(r, e, current);
     }
     let Some(br) = e.build_request_id.as_deref() else {
         return Err(Refusal(format!(
@@ -198,6 +208,36 @@ fn check_partition(e: &Event, current: &Current) -> Result<(), Refusal> {
         ))),
         _ => Ok(()),
     }
+}
+
+/// Source partitions (`source/...`, a namespace no job may build) are sealed when their day ends
+/// (again if late data arrived) and expire once: after that their raw data is gone.
+fn check_source_partition(r: &str, e: &Event, current: &Current) -> Result<(), Refusal> {
+    if !r.starts_with("source/") {
+        return Err(Refusal(format!(
+            "only source partitions (`source/...`) are `{}`, not {r}",
+            e.status
+        )));
+    }
+    if e.build_request_id.is_some() || e.job_run_id.is_some() {
+        return Err(Refusal(format!(
+            "a `{}` partition event belongs to no build request or run",
+            e.status
+        )));
+    }
+    let now = current.partition.as_ref().map(|(s, _)| *s);
+    let allowed = match e.status {
+        Sealed => matches!(now, None | Some(Sealed)),
+        _ => now == Some(Sealed),
+    };
+    if !allowed {
+        return Err(Refusal(format!(
+            "partition {r} cannot go to `{}` from {}",
+            e.status,
+            describe(now)
+        )));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -57,7 +57,8 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/job-runs/{id}/log", get(run_log))
         .route("/datasets", get(list_datasets))
         .route("/sql", post(sql))
-        .route("/openapi.json", get(crate::openapi::document));
+        .route("/openapi.json", get(crate::openapi::document))
+        .merge(crate::sources::routes());
     Router::new()
         .nest("/api/v1", api)
         .merge(crate::dashboard::routes())
@@ -66,6 +67,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .fallback(|| async { AppError::not_found("no such endpoint; see /api/v1/openapi.json") })
         .layer(middleware::from_fn_with_state(state.clone(), require_token))
         .layer(RequestBodyLimitLayer::new(crate::BODY_LIMIT))
+        .merge(crate::sources::webhook_routes())
         .with_state(state)
 }
 
@@ -173,6 +175,7 @@ pub async fn start_build(
                 .max(1),
             keep_going,
             allow_stale,
+            pins: Default::default(),
         };
         Ok((engine.receive(&options)?, options))
     })
@@ -330,7 +333,7 @@ async fn analyze(
         let analysis = engine.analyze(&PlanRequest {
             refs,
             force: body.force,
-            allow_stale: false,
+            ..Default::default()
         })?;
         let view = AnalyzeView::new(&analysis.build_request_id, &analysis.plan);
         Ok(Json(serde_json::to_value(view).expect("plans serialize")))

@@ -14,6 +14,7 @@ pub use dashboard::enc as encode_segment;
 pub mod error;
 mod metrics;
 mod openapi;
+pub mod sources;
 mod svg;
 pub mod views;
 
@@ -71,6 +72,8 @@ pub struct AppState {
     /// When set, mutating requests need `Authorization: Bearer <token>`.
     pub token: Option<String>,
     pub builds: Builds,
+    /// Per-source webhook rate limits.
+    pub flood_guard: sources::FloodGuard,
 }
 
 pub fn app(state: Arc<AppState>) -> Router {
@@ -99,7 +102,9 @@ pub async fn serve(
         executor,
         token,
         builds: Builds::default(),
+        flood_guard: Default::default(),
     });
+    tokio::spawn(maintain_sources(state.clone()));
     let listener = tokio::net::TcpListener::bind(bind)
         .await
         .map_err(|e| anyhow::anyhow!("cannot listen on {bind}: {e}"))?;
@@ -110,6 +115,31 @@ pub async fn serve(
     let state2 = state.clone();
     tokio::task::spawn_blocking(move || state2.builds.cancel_all(SHUTDOWN_GRACE)).await?;
     Ok(())
+}
+
+/// Seals ended days, ingests dropped files and expires old raw data: at start, then every
+/// `DATABUILD_SOURCE_INTERVAL` (default 60 s).
+async fn maintain_sources(state: Arc<AppState>) {
+    if state.engine.graph.sources.is_empty() {
+        return;
+    }
+    let every = std::env::var("DATABUILD_SOURCE_INTERVAL")
+        .ok()
+        .and_then(|v| humantime_secs(&v))
+        .unwrap_or(Duration::from_secs(60));
+    loop {
+        let engine = state.engine.clone();
+        match tokio::task::spawn_blocking(move || engine.maintain_sources(None, None)).await {
+            Ok(Err(e)) => eprintln!("source maintenance failed: {e}"),
+            Err(e) => eprintln!("source maintenance failed: {e}"),
+            Ok(Ok(_)) => {}
+        }
+        tokio::time::sleep(every).await;
+    }
+}
+
+fn humantime_secs(v: &str) -> Option<Duration> {
+    v.trim_end_matches('s').parse::<f64>().ok().filter(|s| *s > 0.0).map(Duration::from_secs_f64)
 }
 
 async fn shutdown_signal() {

@@ -34,8 +34,21 @@ use crate::error::ErrorBody;
         crate::api::run_log,
         crate::api::list_datasets,
         crate::api::sql,
+        crate::sources::webhook,
+        crate::sources::list_sources,
+        crate::sources::get_source,
+        crate::sources::seal,
+        crate::sources::promote,
     ),
-    components(schemas(BuildBody, AnalyzeBody, SqlBody, TaintBody, ErrorBody))
+    components(schemas(
+        BuildBody,
+        AnalyzeBody,
+        SqlBody,
+        TaintBody,
+        ErrorBody,
+        crate::sources::SealBody,
+        crate::sources::PromoteBody
+    ))
 )]
 pub struct ApiDoc;
 

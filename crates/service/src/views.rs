@@ -174,3 +174,36 @@ pub fn sql(engine: &Engine, query: &str, max_rows: usize) -> ApiResult<Value> {
 pub fn datasets(engine: &Engine) -> ApiResult<Value> {
     Ok(json!({ "datasets": engine.datasets()? }))
 }
+
+/// Every source with its days and tables.
+pub fn sources(engine: &Engine) -> ApiResult<Value> {
+    Ok(json!({ "sources": engine.sources()? }))
+}
+
+/// One source: coverage by date of its raw data and of every table version.
+pub fn source(engine: &Engine, name: &str) -> ApiResult<Value> {
+    if engine.graph.source(name).is_none() {
+        return Err(AppError::not_found(format!("no source `{name}` in the graph")));
+    }
+    Ok(to_value(engine.source_detail(name)?))
+}
+
+/// Ingests, seals and expires one source (or all).
+pub fn seal(engine: &Engine, name: Option<&str>, through: Option<&str>) -> ApiResult<Value> {
+    Ok(json!({ "sources": engine.maintain_sources(name, through)? }))
+}
+
+/// Points a table's alias at a version.
+pub fn promote(
+    engine: &Engine,
+    table: &str,
+    version: u32,
+    downstream: Option<(
+        &databuild_exec::build::BuildOptions,
+        &dyn databuild_exec::local::Executor,
+        &mut dyn databuild_exec::build::Observer,
+        &std::sync::atomic::AtomicBool,
+    )>,
+) -> ApiResult<Value> {
+    Ok(to_value(engine.promote(table, version, downstream)?))
+}

@@ -52,6 +52,7 @@ pub fn run(
                     .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())),
                 keep_going: flags.keep_going,
                 allow_stale: flags.allow_stale,
+                pins: Default::default(),
             };
             let executor = engine.executor();
             let summary = engine
@@ -229,14 +230,14 @@ impl EventReplay {
 }
 
 /// A progress bar on a terminal; otherwise one line per finished run, on stderr.
-struct Reporter {
+pub(super) struct Reporter {
     bar: Option<ProgressBar>,
     running: usize,
     failed: usize,
 }
 
 impl Reporter {
-    fn new(terminal: bool) -> Reporter {
+    pub(super) fn new(terminal: bool) -> Reporter {
         let bar = terminal.then(|| {
             let bar = ProgressBar::new(0);
             bar.set_style(
@@ -269,7 +270,7 @@ impl Reporter {
         }
     }
 
-    fn done(&self) {
+    pub(super) fn done(&self) {
         if let Some(bar) = &self.bar {
             bar.finish_and_clear();
         }

@@ -6,6 +6,7 @@ mod graph;
 mod inspect;
 mod migrate;
 mod query;
+mod sources;
 
 use std::process::ExitCode;
 
@@ -16,8 +17,10 @@ use crate::remote::Remote;
 
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let json = cli.json;
-    if let Command::MigrateLog { from, to } = &cli.command {
-        return migrate::run(from, to, json);
+    match &cli.command {
+        Command::MigrateLog { from, to } => return migrate::run(from, to, json),
+        Command::TableJob { args } => return sources::table_job(args),
+        _ => {}
     }
     let backend = match (&cli.server, &cli.command) {
         (Some(url), Command::Serve { .. }) => {
@@ -91,7 +94,19 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Jobs { name } => query::jobs(&backend, name.as_deref(), json),
         Command::Runs { id } => query::run(&backend, &id, json),
         Command::Sql { query, max_rows } => query::sql(&backend, &query, max_rows, json),
-        Command::MigrateLog { .. } => unreachable!("handled above"),
+        Command::Sources => sources::list_sources(&backend, json),
+        Command::Source { action } => match action {
+            crate::cli::SourceAction::Show { name } => sources::show(&backend, &name, json),
+            crate::cli::SourceAction::Seal { name, through } => {
+                sources::seal(&backend, name.as_deref(), through.as_deref(), json)
+            }
+        },
+        Command::Promote {
+            table,
+            version,
+            build_downstream,
+        } => sources::promote(&backend, &table, version, build_downstream, json),
+        Command::MigrateLog { .. } | Command::TableJob { .. } => unreachable!("handled above"),
         Command::CheckLog => match &backend {
             Backend::Local(engine) => migrate::check(engine, json),
             Backend::Remote(_) => Err(crate::UserError(

@@ -197,7 +197,7 @@ fn live_refs_are_skipped_building_refs_delegated_and_force_rebuilds() {
     let request = PlanRequest {
         refs: refs(&["b/2020-01-01"]),
         force: true,
-        allow_stale: false,
+        ..Default::default()
     };
     let p = plan(&g, &request, &states, &mut facts).unwrap();
     assert_eq!(p.runs.len(), 2, "forced b, and a which is missing");
@@ -229,8 +229,8 @@ fn stale_refs_rebuild_unless_allowed() {
     );
     let request = PlanRequest {
         refs: refs(&["c/2020-01-01"]),
-        force: false,
         allow_stale: true,
+        ..Default::default()
     };
     let p = plan(&g, &request, &states, &mut facts).unwrap();
     assert_eq!(lines(&p), ["c: c/2020-01-01 <- a/2020-01-01"]);

@@ -1,0 +1,457 @@
+//! Sources and versioned tables: the schema side, with no I/O.
+//!
+//! A source receives raw records from outside (webhooks, dropped files) into one partition per
+//! arrival day, `source/{name}/date={date}`, kept for its retention. A table reads a source under a
+//! schema version: each version builds `{table}/v{N}/date={date}` (the rows that fit) and
+//! `{table}/v{N}/errors/date={date}` (the rows that don't, with why). When a day's raw data has
+//! expired, a version is carried forward from the previous one through a [`Migration`], so no
+//! history is lost. `{table}/date={date}` is the table's alias: it reads as the promoted version.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde_json::{Map, Value};
+
+use crate::pattern::{parse_date, Pattern};
+
+/// Where a source's data comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SourceKind {
+    /// `POST /api/v1/webhooks/{source}`.
+    Webhook,
+    /// Files dropped into this folder (relative to the graph file) are ingested and removed.
+    Directory { path: String },
+}
+
+/// How a request body or a dropped file splits into records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BodyFormat {
+    /// One JSON object.
+    Json,
+    /// A JSON array of objects.
+    JsonArray,
+    /// Lines of text; each non-empty line is the record `{"text": line}`.
+    Text,
+}
+
+impl BodyFormat {
+    pub fn parse(s: &str) -> Option<BodyFormat> {
+        match s {
+            "json" => Some(BodyFormat::Json),
+            "json_array" => Some(BodyFormat::JsonArray),
+            "text" => Some(BodyFormat::Text),
+            _ => None,
+        }
+    }
+
+    /// Splits a body into records, or says why it is not of this format.
+    pub fn records(self, body: &[u8]) -> Result<Vec<Value>, String> {
+        let text = std::str::from_utf8(body).map_err(|_| "the body is not UTF-8".to_string())?;
+        match self {
+            BodyFormat::Json => match serde_json::from_str::<Value>(text) {
+                Ok(v @ Value::Object(_)) => Ok(vec![v]),
+                Ok(_) => Err("the body is JSON but not an object".into()),
+                Err(e) => Err(format!("the body is not a JSON object: {e}")),
+            },
+            BodyFormat::JsonArray => match serde_json::from_str::<Value>(text) {
+                Ok(Value::Array(items)) => {
+                    if let Some(i) = items.iter().position(|v| !v.is_object()) {
+                        return Err(format!("element {i} of the array is not an object"));
+                    }
+                    Ok(items)
+                }
+                Ok(_) => Err("the body is JSON but not an array".into()),
+                Err(e) => Err(format!("the body is not a JSON array: {e}")),
+            },
+            BodyFormat::Text => Ok(text
+                .lines()
+                .filter(|l| !l.trim().is_empty())
+                .map(|l| Value::Object(Map::from_iter([("text".into(), l.into())])))
+                .collect()),
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Source {
+    pub name: String,
+    pub kind: SourceKind,
+    /// Raw partitions older than this many days (counted from today) are deleted.
+    pub retention_days: u32,
+    pub body_format: BodyFormat,
+    /// The environment variable holding the HMAC-SHA256 key webhook bodies are signed with.
+    pub secret_env: Option<String>,
+    pub max_body: usize,
+    /// Webhook requests accepted per second (a burst of twice as many); more get 429.
+    pub rate_limit: u32,
+}
+
+impl Source {
+    pub fn partition_ref(&self, date: &str) -> String {
+        format!("source/{}/date={date}", self.name)
+    }
+
+    pub fn pattern(&self) -> String {
+        format!("source/{}/date={{date:date}}", self.name)
+    }
+
+    /// Is the raw partition of `date` past retention on `today`?
+    pub fn is_expired(&self, date: &str, today: &str) -> bool {
+        match (parse_date(date), parse_date(today)) {
+            (Some(d), Some(t)) => (t - d).num_days() >= i64::from(self.retention_days),
+            _ => false,
+        }
+    }
+}
+
+/// A column type; `nullable` comes from a `?` suffix.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ColumnType {
+    Int,
+    Float,
+    Str,
+    Bool,
+    Date,
+}
+
+impl ColumnType {
+    fn parse(s: &str) -> Option<ColumnType> {
+        Some(match s {
+            "int" => ColumnType::Int,
+            "float" => ColumnType::Float,
+            "str" => ColumnType::Str,
+            "bool" => ColumnType::Bool,
+            "date" => ColumnType::Date,
+            _ => return None,
+        })
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            ColumnType::Int => "int",
+            ColumnType::Float => "float",
+            ColumnType::Str => "str",
+            ColumnType::Bool => "bool",
+            ColumnType::Date => "date",
+        }
+    }
+
+    /// Does a JSON value have this type? (Integers count as floats.)
+    fn accepts(self, v: &Value) -> bool {
+        match self {
+            ColumnType::Int => v.is_i64() || v.is_u64(),
+            ColumnType::Float => v.is_number(),
+            ColumnType::Str => v.is_string(),
+            ColumnType::Bool => v.is_boolean(),
+            ColumnType::Date => v.as_str().is_some_and(|s| parse_date(s).is_some()),
+        }
+    }
+
+    /// Can every value of `self` be carried into `to` without loss?
+    fn widens_to(self, to: ColumnType) -> bool {
+        self == to || matches!((self, to), (ColumnType::Int, ColumnType::Float)) || to == ColumnType::Str
+    }
+
+    fn cast(self, to: ColumnType, v: Value) -> Value {
+        match (self, to) {
+            (a, b) if a == b => v,
+            (_, ColumnType::Float) => v.as_f64().map_or(v, Value::from),
+            (_, ColumnType::Str) => match v {
+                Value::String(_) => v,
+                other => Value::String(other.to_string()),
+            },
+            _ => v,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Column {
+    pub name: String,
+    pub ty: ColumnType,
+    pub nullable: bool,
+}
+
+impl Column {
+    /// Parses `int`, `str?`...
+    pub fn parse(name: &str, spec: &str) -> Result<Column, String> {
+        let (base, nullable) = match spec.strip_suffix('?') {
+            Some(b) => (b, true),
+            None => (spec, false),
+        };
+        let ty = ColumnType::parse(base).ok_or_else(|| {
+            format!("column `{name}` has type `{spec}`; use int, float, str, bool or date, with `?` for nullable")
+        })?;
+        Ok(Column {
+            name: name.to_string(),
+            ty,
+            nullable,
+        })
+    }
+
+    pub fn spec(&self) -> String {
+        format!("{}{}", self.ty.name(), if self.nullable { "?" } else { "" })
+    }
+}
+
+/// One schema version of a table.
+#[derive(Debug, Clone)]
+pub struct TableVersion {
+    pub version: u32,
+    pub columns: Vec<Column>,
+    /// Values for columns a carried-forward row lacks.
+    pub defaults: BTreeMap<String, Value>,
+    /// The job (index in `Graph::jobs`) that builds this version.
+    pub job: usize,
+}
+
+#[derive(Debug, Clone)]
+pub struct Table {
+    pub name: String,
+    /// Index in `Graph::sources`.
+    pub source: usize,
+    /// Ascending by version.
+    pub versions: Vec<TableVersion>,
+    /// `{table}/date={date:date}`.
+    pub alias: Pattern,
+}
+
+impl Table {
+    pub fn version(&self, v: u32) -> Option<&TableVersion> {
+        self.versions.iter().find(|t| t.version == v)
+    }
+
+    /// The version the alias reads until one is promoted: the first.
+    pub fn initial_version(&self) -> u32 {
+        self.versions[0].version
+    }
+
+    pub fn previous(&self, v: u32) -> Option<&TableVersion> {
+        self.versions.iter().rev().find(|t| t.version < v)
+    }
+
+    pub fn data_ref(&self, version: u32, date: &str) -> String {
+        format!("{}/v{version}/date={date}", self.name)
+    }
+
+    pub fn errors_ref(&self, version: u32, date: &str) -> String {
+        format!("{}/v{version}/errors/date={date}", self.name)
+    }
+
+}
+
+/// Checks a record against a schema: the row keeps the schema's columns, in its types.
+pub fn conform(record: &Value, columns: &[Column]) -> Result<Map<String, Value>, String> {
+    let Value::Object(fields) = record else {
+        return Err("the record is not a JSON object".into());
+    };
+    let mut row = Map::with_capacity(columns.len());
+    for c in columns {
+        let v = fields.get(&c.name).cloned().unwrap_or(Value::Null);
+        if v.is_null() {
+            if !c.nullable {
+                return Err(format!("column `{}` is missing or null", c.name));
+            }
+        } else if !c.ty.accepts(&v) {
+            return Err(format!("column `{}` should be {}, not {v}", c.name, c.ty.name()));
+        }
+        row.insert(c.name.clone(), v);
+    }
+    Ok(row)
+}
+
+/// How a row of one version becomes a row of the next.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Migration {
+    steps: Vec<(String, Step)>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+enum Step {
+    Keep,
+    Cast(ColumnType, ColumnType),
+    Fill(Value),
+}
+
+impl Migration {
+    /// The migration from `from` to `to`, or an error naming the column that cannot be carried.
+    pub fn between(from: &TableVersion, to: &TableVersion) -> Result<Migration, String> {
+        let mut steps = Vec::with_capacity(to.columns.len());
+        for c in &to.columns {
+            let default = to.defaults.get(&c.name);
+            let step = match from.columns.iter().find(|o| o.name == c.name) {
+                Some(old) if !old.ty.widens_to(c.ty) => {
+                    return Err(format!(
+                        "column `{}` changes from {} to {}, which is not a widening cast (int → float, anything → str)",
+                        c.name,
+                        old.spec(),
+                        c.spec()
+                    ))
+                }
+                Some(old) if old.nullable && !c.nullable && default.is_none() => {
+                    return Err(format!(
+                        "column `{}` becomes non-null ({} → {}); give it a default for the nulls of v{}",
+                        c.name,
+                        old.spec(),
+                        c.spec(),
+                        from.version
+                    ))
+                }
+                Some(old) if old.ty == c.ty => Step::Keep,
+                Some(old) => Step::Cast(old.ty, c.ty),
+                None => match default {
+                    Some(v) => Step::Fill(v.clone()),
+                    None if c.nullable => Step::Fill(Value::Null),
+                    None => {
+                        return Err(format!(
+                            "column `{}` is new in v{} and not nullable; give it a default (`defaults = {{ {} = ... }}`) or make it `{}?`",
+                            c.name,
+                            to.version,
+                            c.name,
+                            c.ty.name()
+                        ))
+                    }
+                },
+            };
+            steps.push((c.name.clone(), step));
+        }
+        Ok(Migration { steps })
+    }
+
+    /// Carries one row forward; nulls of a column that became non-null take its default.
+    pub fn apply(&self, mut row: Map<String, Value>, to: &TableVersion) -> Map<String, Value> {
+        let mut out = Map::with_capacity(self.steps.len());
+        for (name, step) in &self.steps {
+            let v = match step {
+                Step::Keep => row.remove(name).unwrap_or(Value::Null),
+                Step::Cast(a, b) => match row.remove(name).unwrap_or(Value::Null) {
+                    Value::Null => Value::Null,
+                    v => a.cast(*b, v),
+                },
+                Step::Fill(v) => v.clone(),
+            };
+            let v = match (v, to.defaults.get(name)) {
+                (Value::Null, Some(d)) => d.clone(),
+                (v, _) => v,
+            };
+            out.insert(name.clone(), v);
+        }
+        out
+    }
+}
+
+/// Parses a retention such as `7d` or `36h` into whole days (at least one).
+pub fn parse_retention(s: &str) -> Result<u32, String> {
+    let d: Duration = humantime::parse_duration(s)
+        .map_err(|e| format!("`retention = \"{s}\"` is not a duration ({e}); write it like \"7d\""))?;
+    let days = d.as_secs().div_ceil(86_400);
+    if days == 0 {
+        return Err(format!("`retention = \"{s}\"` must be at least a day"));
+    }
+    u32::try_from(days).map_err(|_| format!("`retention = \"{s}\"` is too long"))
+}
+
+/// Parses a size such as `1MiB`, `512KiB`, `2000` (bytes).
+pub fn parse_size(s: &str) -> Result<usize, String> {
+    let s = s.trim();
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let n: usize = num
+        .parse()
+        .map_err(|_| format!("`{s}` is not a size; write it like \"1MiB\" or \"64KiB\""))?;
+    let factor = match unit.trim() {
+        "" | "B" => 1,
+        "KiB" | "KB" | "k" => 1024,
+        "MiB" | "MB" | "M" => 1024 * 1024,
+        "GiB" | "GB" | "G" => 1024 * 1024 * 1024,
+        other => return Err(format!("`{other}` is not a size unit; use B, KiB, MiB or GiB")),
+    };
+    Ok(n * factor)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn version(v: u32, cols: &[(&str, &str)], defaults: Value) -> TableVersion {
+        TableVersion {
+            version: v,
+            columns: cols
+                .iter()
+                .map(|(n, s)| Column::parse(n, s).unwrap())
+                .collect(),
+            defaults: serde_json::from_value(defaults).unwrap(),
+            job: 0,
+        }
+    }
+
+    #[test]
+    fn records_conform_or_say_why_not() {
+        let v = version(1, &[("id", "int"), ("amount", "float"), ("note", "str?"), ("day", "date")], json!({}));
+        let row = conform(&json!({"id": 1, "amount": 2, "day": "2026-01-02", "extra": true}), &v.columns).unwrap();
+        assert_eq!(Value::Object(row), json!({"id": 1, "amount": 2, "note": null, "day": "2026-01-02"}));
+        let bad = [
+            (json!({"amount": 1.0, "day": "2026-01-02"}), "column `id` is missing or null"),
+            (json!({"id": "x", "amount": 1.0, "day": "2026-01-02"}), "column `id` should be int, not \"x\""),
+            (json!({"id": 1, "amount": 1.0, "day": "2026-02-30"}), "column `day` should be date"),
+            (json!([1]), "not a JSON object"),
+        ];
+        for (record, why) in bad {
+            let err = conform(&record, &v.columns).unwrap_err();
+            assert!(err.contains(why), "{err}");
+        }
+    }
+
+    #[test]
+    fn migrations_add_drop_and_widen() {
+        let v1 = version(1, &[("id", "int"), ("amount", "int"), ("gone", "str")], json!({}));
+        let v2 = version(2, &[("id", "int"), ("amount", "float"), ("coupon", "str?"), ("channel", "str")], json!({"channel": "web"}));
+        let m = Migration::between(&v1, &v2).unwrap();
+        let row = conform(&json!({"id": 7, "amount": 3, "gone": "x"}), &v1.columns).unwrap();
+        let carried = m.apply(row, &v2);
+        assert_eq!(Value::Object(carried), json!({"id": 7, "amount": 3.0, "coupon": null, "channel": "web"}));
+    }
+
+    #[test]
+    fn incompatible_changes_name_the_column() {
+        let v1 = version(1, &[("amount", "float"), ("note", "str?")], json!({}));
+        let cases = [
+            (version(2, &[("amount", "int")], json!({})), "column `amount` changes from float to int"),
+            (version(2, &[("amount", "float"), ("note", "str")], json!({})), "column `note` becomes non-null"),
+            (version(2, &[("amount", "float"), ("region", "str")], json!({})), "column `region` is new in v2 and not nullable"),
+        ];
+        for (v2, why) in cases {
+            let err = Migration::between(&v1, &v2).unwrap_err();
+            assert!(err.contains(why), "{err}");
+        }
+    }
+
+    #[test]
+    fn body_formats_split_records() {
+        assert_eq!(BodyFormat::Json.records(br#"{"a":1}"#).unwrap().len(), 1);
+        assert_eq!(BodyFormat::JsonArray.records(br#"[{"a":1},{"a":2}]"#).unwrap().len(), 2);
+        assert_eq!(BodyFormat::Text.records(b"x\n\ny\n").unwrap(), vec![json!({"text": "x"}), json!({"text": "y"})]);
+        assert!(BodyFormat::Json.records(b"[1]").unwrap_err().contains("not an object"));
+        assert!(BodyFormat::JsonArray.records(b"[1]").unwrap_err().contains("element 0"));
+        assert!(BodyFormat::Json.records(b"{").is_err());
+        assert!(BodyFormat::Text.records(&[0xff]).is_err());
+    }
+
+    #[test]
+    fn retention_counts_days() {
+        let s = Source {
+            name: "o".into(),
+            kind: SourceKind::Webhook,
+            retention_days: parse_retention("7d").unwrap(),
+            body_format: BodyFormat::Json,
+            secret_env: None,
+            max_body: 1,
+            rate_limit: 1,
+        };
+        assert!(!s.is_expired("2026-01-04", "2026-01-10"));
+        assert!(s.is_expired("2026-01-03", "2026-01-10"));
+        assert_eq!(parse_size("1MiB").unwrap(), 1 << 20);
+        assert!(parse_retention("0s").is_err());
+    }
+}

@@ -1,0 +1,422 @@
+//! Raw source partitions on disk: durable ingest, sealing, expiry and coverage.
+//!
+//! A source partition is a folder `<data_dir>/source/{name}/date={date}` of JSON-lines chunks:
+//! `webhook.jsonl` (appended by webhook requests) and one `file-*.jsonl` per ingested file. A
+//! `_SEALED` file closes the day and holds its version (record count and a hash of the chunks);
+//! the planner treats a source partition as available once it is sealed. Expiry deletes the
+//! folder. Every seal and expiry is recorded in the event log by [`maintain`].
+//!
+//! Durability: an append is acknowledged only after `fsync` of the chunk (and of the folders it
+//! created). A crash can leave a torn last line of an unacknowledged request; the first append of
+//! a process cuts it off, and readers ignore it.
+
+use std::collections::{BTreeMap, HashSet};
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, OnceLock};
+
+use databuild_core::pattern::{format_date, parse_date};
+use databuild_core::{Graph, Source, SourceKind};
+use databuild_log::{Event, EventStore, PartitionQuery, Status};
+use serde::Serialize;
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+const SEALED: &str = "_SEALED";
+
+/// A source operation failed on the disk or in the log.
+#[derive(Debug, thiserror::Error)]
+pub enum SourceError {
+    #[error("source data: {0}")]
+    Io(#[from] io::Error),
+    #[error(transparent)]
+    Log(#[from] databuild_log::LogError),
+}
+
+pub type Result<T> = std::result::Result<T, SourceError>;
+const WEBHOOK_CHUNK: &str = "webhook.jsonl";
+
+/// The folder of a source partition.
+pub fn partition_dir(data_dir: &Path, source: &Source, date: &str) -> PathBuf {
+    data_dir.join(source.partition_ref(date))
+}
+
+/// A sealed partition's version, or `None` while it is open (or gone).
+pub fn sealed_version(dir: &Path) -> Option<String> {
+    fs::read_to_string(dir.join(SEALED))
+        .ok()
+        .map(|s| s.trim().to_string())
+}
+
+/// One lock per source for this process: appends to one chunk never interleave, and the torn-tail
+/// repair runs once before the first append.
+fn source_lock(name: &str) -> &'static Mutex<HashSet<PathBuf>> {
+    static LOCKS: OnceLock<Mutex<BTreeMap<String, &'static Mutex<HashSet<PathBuf>>>>> =
+        OnceLock::new();
+    let mut all = LOCKS
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    all.entry(name.to_string())
+        .or_insert_with(|| Box::leak(Box::default()))
+}
+
+/// Appends records to the partition of `date`, durably. Late data for a sealed day reopens it:
+/// it is sealed again (with a new version) by the next [`maintain`].
+pub fn append(data_dir: &Path, source: &Source, date: &str, records: &[Value]) -> io::Result<()> {
+    let mut repaired = source_lock(&source.name)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    let dir = partition_dir(data_dir, source, date);
+    create_dir_durably(&dir)?;
+    let path = dir.join(WEBHOOK_CHUNK);
+    if repaired.insert(path.clone()) {
+        cut_torn_tail(&path)?;
+    }
+    let mut buf = Vec::with_capacity(records.len() * 64);
+    for r in records {
+        serde_json::to_writer(&mut buf, r).expect("JSON values serialize");
+        buf.push(b'\n');
+    }
+    let existed = path.exists();
+    let mut file = OpenOptions::new().create(true).append(true).open(&path)?;
+    file.write_all(&buf)?;
+    file.sync_data()?;
+    if !existed {
+        File::open(&dir)?.sync_all()?;
+    }
+    match fs::remove_file(dir.join(SEALED)) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+        _ => {}
+    }
+    Ok(())
+}
+
+/// Creates a folder and its missing parents, syncing each parent so the new entries survive a crash.
+fn create_dir_durably(dir: &Path) -> io::Result<()> {
+    if dir.is_dir() {
+        return Ok(());
+    }
+    if let Some(parent) = dir.parent() {
+        create_dir_durably(parent)?;
+    }
+    match fs::create_dir(dir) {
+        Err(e) if e.kind() != io::ErrorKind::AlreadyExists => return Err(e),
+        _ => {}
+    }
+    if let Some(parent) = dir.parent() {
+        File::open(parent)?.sync_all()?;
+    }
+    Ok(())
+}
+
+/// Cuts a chunk back to its last complete line (what a crash mid-append leaves).
+fn cut_torn_tail(path: &Path) -> io::Result<()> {
+    let Ok(bytes) = fs::read(path) else {
+        return Ok(());
+    };
+    if bytes.is_empty() || bytes.ends_with(b"\n") {
+        return Ok(());
+    }
+    let keep = bytes.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+    let file = OpenOptions::new().write(true).open(path)?;
+    file.set_len(keep as u64)?;
+    file.sync_all()
+}
+
+/// The records of a source partition, in chunk order (a torn last line is skipped).
+pub fn read_records(dir: &Path) -> io::Result<Vec<Value>> {
+    let mut records = Vec::new();
+    for chunk in chunks(dir)? {
+        let reader = BufReader::new(File::open(&chunk)?);
+        for line in reader.lines() {
+            let line = line?;
+            if let Ok(v) = serde_json::from_str(&line) {
+                records.push(v);
+            }
+        }
+    }
+    Ok(records)
+}
+
+fn chunks(dir: &Path) -> io::Result<Vec<PathBuf>> {
+    let mut chunks: Vec<PathBuf> = fs::read_dir(dir)?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|e| e == "jsonl"))
+        .collect();
+    chunks.sort();
+    Ok(chunks)
+}
+
+/// The dates of a source's partitions on disk, ascending.
+fn dates_on_disk(data_dir: &Path, source: &Source) -> Vec<String> {
+    let root = data_dir.join("source").join(&source.name);
+    let mut dates: Vec<String> = fs::read_dir(root)
+        .into_iter()
+        .flatten()
+        .filter_map(|e| {
+            let name = e.ok()?.file_name().into_string().ok()?;
+            let date = name.strip_prefix("date=")?;
+            parse_date(date).map(|_| date.to_string())
+        })
+        .collect();
+    dates.sort();
+    dates
+}
+
+/// Ingests the files waiting in a directory source's folder: each becomes a chunk of today's
+/// partition, then is removed. A file that is not of the source's format moves to `rejected/`
+/// with a `.error` note. A file seen before (same name and content) is not ingested twice.
+pub fn ingest_directory(
+    graph_dir: &Path,
+    data_dir: &Path,
+    source: &Source,
+    today: &str,
+) -> io::Result<IngestReport> {
+    let SourceKind::Directory { path } = &source.kind else {
+        return Ok(IngestReport::default());
+    };
+    let folder = graph_dir.join(path);
+    let mut report = IngestReport::default();
+    let Ok(entries) = fs::read_dir(&folder) else {
+        return Ok(report);
+    };
+    let mut files: Vec<PathBuf> = entries
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.is_file())
+        .filter(|p| {
+            let name = p.file_name().and_then(|n| n.to_str()).unwrap_or(".");
+            !name.starts_with('.') && !name.ends_with(".tmp")
+        })
+        .collect();
+    files.sort();
+    for file in files {
+        let body = fs::read(&file)?;
+        let name = file.file_name().and_then(|n| n.to_str()).unwrap_or("file");
+        let records = match source.body_format.records(&body) {
+            Ok(r) => r,
+            Err(why) => {
+                let rejected = folder.join("rejected");
+                fs::create_dir_all(&rejected)?;
+                fs::write(rejected.join(format!("{name}.error")), format!("{why}\n"))?;
+                fs::rename(&file, rejected.join(name))?;
+                report.rejected.push(format!("{name}: {why}"));
+                continue;
+            }
+        };
+        let digest = Sha256::digest(&body);
+        let stem: String = name
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '_' })
+            .collect();
+        let chunk_name = format!("file-{stem}-{:02x}{:02x}{:02x}{:02x}.jsonl", digest[0], digest[1], digest[2], digest[3]);
+        let seen = dates_on_disk(data_dir, source)
+            .iter()
+            .any(|d| partition_dir(data_dir, source, d).join(&chunk_name).exists());
+        if !seen {
+            let dir = partition_dir(data_dir, source, today);
+            create_dir_durably(&dir)?;
+            let tmp = dir.join(format!(".{chunk_name}.tmp"));
+            let mut out = File::create(&tmp)?;
+            for r in &records {
+                serde_json::to_writer(&mut out, r).expect("JSON values serialize");
+                out.write_all(b"\n")?;
+            }
+            out.sync_all()?;
+            fs::rename(&tmp, dir.join(&chunk_name))?;
+            File::open(&dir)?.sync_all()?;
+            let _ = fs::remove_file(dir.join(SEALED));
+            report.records += records.len() as u64;
+            report.files += 1;
+        }
+        fs::remove_file(&file)?;
+    }
+    Ok(report)
+}
+
+#[derive(Debug, Default, Clone, Serialize)]
+pub struct IngestReport {
+    pub files: u64,
+    pub records: u64,
+    pub rejected: Vec<String>,
+}
+
+/// What one maintenance pass of a source did.
+#[derive(Debug, Default, Clone, Serialize)]
+pub struct Maintenance {
+    pub source: String,
+    pub ingested: IngestReport,
+    /// `(date, records)` of each partition sealed.
+    pub sealed: Vec<(String, u64)>,
+    pub expired: Vec<String>,
+}
+
+/// Ingests dropped files, seals every day that has ended (and `through`, if given, even today),
+/// and expires what retention no longer keeps; records every seal and expiry in the log. A day
+/// with no data between the first and the last is sealed empty: no data is an answer too.
+pub fn maintain(
+    graph_dir: &Path,
+    data_dir: &Path,
+    store: &dyn EventStore,
+    source: &Source,
+    today: &str,
+    through: Option<&str>,
+) -> Result<Maintenance> {
+    let mut done = Maintenance {
+        source: source.name.clone(),
+        ingested: ingest_directory(graph_dir, data_dir, source, today)?,
+        ..Default::default()
+    };
+    let last = match through {
+        Some(d) => d.to_string(),
+        None => format_date(parse_date(today).expect("today is a date") - chrono::Days::new(1)),
+    };
+    let on_disk = dates_on_disk(data_dir, source);
+    let mut events = Vec::new();
+    if let Some(first) = on_disk.first() {
+        let mut day = parse_date(first).expect("listed dates parse");
+        let end = parse_date(&last).expect("a date");
+        while day <= end {
+            let date = format_date(day);
+            day = day + chrono::Days::new(1);
+            if source.is_expired(&date, today) && !on_disk.contains(&date) {
+                continue;
+            }
+            let dir = partition_dir(data_dir, source, &date);
+            if sealed_version(&dir).is_some() {
+                continue;
+            }
+            let (records, version) = seal(&dir)?;
+            events.push(
+                Event::partition(None, &source.partition_ref(&date), Status::Sealed).with_data(
+                    |d| {
+                        d.records = Some(records);
+                        d.data_version = Some(version);
+                    },
+                ),
+            );
+            done.sealed.push((date, records));
+        }
+    }
+    for date in on_disk.iter().filter(|d| source.is_expired(d, today)) {
+        let dir = partition_dir(data_dir, source, date);
+        if sealed_version(&dir).is_none() {
+            let (records, version) = seal(&dir)?;
+            events.push(
+                Event::partition(None, &source.partition_ref(date), Status::Sealed).with_data(
+                    |d| {
+                        d.records = Some(records);
+                        d.data_version = Some(version);
+                    },
+                ),
+            );
+        }
+        events.push(
+            Event::partition(None, &source.partition_ref(date), Status::Expired).with_message(
+                format!("raw data older than the retention of {} days was deleted", source.retention_days),
+            ),
+        );
+        done.expired.push(date.clone());
+    }
+    // Record first, then delete: a crash in between leaves data the log calls expired, which
+    // the next pass deletes; never data deleted without a record.
+    if !events.is_empty() {
+        store.append(events)?;
+    }
+    for date in &done.expired {
+        fs::remove_dir_all(partition_dir(data_dir, source, date))?;
+    }
+    Ok(done)
+}
+
+/// Closes a partition: counts its records and writes its version into `_SEALED`.
+fn seal(dir: &Path) -> io::Result<(u64, String)> {
+    create_dir_durably(dir)?;
+    let mut hash = Sha256::new();
+    let mut records = 0u64;
+    for chunk in chunks(dir)? {
+        let bytes = fs::read(&chunk)?;
+        let complete = bytes.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+        records += bytes[..complete].iter().filter(|&&b| b == b'\n').count() as u64;
+        hash.update(chunk.file_name().unwrap_or_default().as_encoded_bytes());
+        hash.update(&bytes[..complete]);
+    }
+    let digest = hash.finalize();
+    let version = format!(
+        "sealed:{records}:{}",
+        digest[..8].iter().map(|b| format!("{b:02x}")).collect::<String>()
+    );
+    let tmp = dir.join(".sealed.tmp");
+    let mut f = File::create(&tmp)?;
+    f.write_all(version.as_bytes())?;
+    f.sync_all()?;
+    fs::rename(&tmp, dir.join(SEALED))?;
+    File::open(dir)?.sync_all()?;
+    Ok((records, version))
+}
+
+/// One day of a source: open, sealed or expired.
+#[derive(Debug, Clone, Serialize)]
+pub struct SourceDay {
+    pub date: String,
+    /// `open`, `sealed` or `expired`.
+    pub state: &'static str,
+    pub records: Option<u64>,
+}
+
+/// The days of a source, from the log (sealed, expired) and the disk (open), ascending.
+pub fn source_days(
+    data_dir: &Path,
+    store: &dyn EventStore,
+    source: &Source,
+) -> Result<Vec<SourceDay>> {
+    let prefix = format!("source/{}/date=", source.name);
+    let mut days: BTreeMap<String, SourceDay> = BTreeMap::new();
+    let mut after = None;
+    loop {
+        let page = store.partitions(&PartitionQuery {
+            pattern: Some(format!("{prefix}*")),
+            after: after.clone(),
+            limit: 1000,
+            ..Default::default()
+        })?;
+        let Some(last) = page.last() else { break };
+        after = Some(last.partition_ref.clone());
+        for row in &page {
+            let date = row.partition_ref[prefix.len()..].to_string();
+            let state = if row.status == Status::Expired { "expired" } else { "sealed" };
+            let records = row
+                .data_version
+                .as_deref()
+                .and_then(|v| v.split(':').nth(1))
+                .and_then(|n| n.parse().ok());
+            days.insert(date.clone(), SourceDay { date, state, records });
+        }
+        if page.len() < 1000 {
+            break;
+        }
+    }
+    for date in dates_on_disk(data_dir, source) {
+        let dir = partition_dir(data_dir, source, &date);
+        if sealed_version(&dir).is_none() {
+            days.insert(date.clone(), SourceDay { date, state: "open", records: None });
+        }
+    }
+    Ok(days.into_values().collect())
+}
+
+/// Runs [`maintain`] over every source of a graph.
+pub fn maintain_all(
+    graph: &Graph,
+    graph_dir: &Path,
+    data_dir: &Path,
+    store: &dyn EventStore,
+    today: &str,
+) -> Result<Vec<Maintenance>> {
+    graph
+        .sources
+        .iter()
+        .map(|s| maintain(graph_dir, data_dir, store, s, today, None))
+        .collect()
+}

@@ -1,0 +1,400 @@
+//! Sources and tables as users see them (`databuild sources`, `source show`), and promotion.
+//!
+//! Promotion moves a table's alias to another version with one `alias promoted` event, after
+//! checking that the version covers every date the current one covers; the `current` link under
+//! the table's folder is switched at the same time, so readers of `<table>/date=D` paths move
+//! together. With `build_downstream`, the partitions built over the alias are first rebuilt
+//! against the new version (the build reads the alias as that version), and nothing is promoted
+//! unless that build succeeds.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::AtomicBool;
+
+use databuild_core::{Deps, PartitionRef, Producer, Table};
+use databuild_log::{Event, PartitionQuery, Status};
+use serde::Serialize;
+
+use crate::build::{BuildOptions, BuildSummary, Observer};
+use crate::engine::{pattern_glob, today, Engine, EngineError, Result};
+use crate::local::Executor;
+use crate::sources::{source_days, SourceDay};
+use crate::versions::promotions;
+
+#[derive(Debug, Clone, Serialize)]
+pub struct SourceView {
+    pub name: String,
+    /// `webhook` or `directory`.
+    pub kind: &'static str,
+    pub retention_days: u32,
+    pub body_format: &'static str,
+    pub signed: bool,
+    pub days: DayCounts,
+    pub tables: Vec<TableView>,
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct DayCounts {
+    pub open: usize,
+    pub sealed: usize,
+    pub expired: usize,
+    pub first: Option<String>,
+    pub last: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct TableView {
+    pub name: String,
+    /// The version `<table>/date=...` reads.
+    pub promoted: u32,
+    pub versions: Vec<VersionView>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct VersionView {
+    pub version: u32,
+    /// `name: type` per column.
+    pub columns: Vec<String>,
+    /// Dates with a live partition of this version.
+    pub live_dates: usize,
+    /// Of those, how many were carried forward from the previous version.
+    pub carried: usize,
+}
+
+/// One date of `source show`: the raw partition and each table version's partition.
+#[derive(Debug, Clone, Serialize)]
+pub struct CoverageRow {
+    pub date: String,
+    pub raw: Option<SourceDay>,
+    /// `table.vN` → `live (loaded)`, `live (carried)`, `stale`, `failed`...
+    pub versions: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct SourceDetail {
+    #[serde(flatten)]
+    pub source: SourceView,
+    pub today: String,
+    pub coverage: Vec<CoverageRow>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Promotion {
+    pub table: String,
+    pub from: u32,
+    pub to: u32,
+    /// The downstream build run first, if asked for.
+    pub downstream: Option<BuildSummary>,
+}
+
+/// A table version's partitions: date → (status, provenance), read page by page.
+fn version_partitions(
+    engine: &Engine,
+    table: &Table,
+    version: u32,
+) -> Result<BTreeMap<String, (Status, &'static str)>> {
+    let prefix = format!("{}/v{version}/date=", table.name);
+    let mut out = BTreeMap::new();
+    let mut after = None;
+    loop {
+        let page = engine.store.partitions(&PartitionQuery {
+            pattern: Some(format!("{prefix}*")),
+            after: after.clone(),
+            limit: 1000,
+            ..Default::default()
+        })?;
+        for row in &page {
+            let provenance = match row.job_run_id.as_deref() {
+                Some(id) if row.status == Status::Available => match engine.store.job_run(id)? {
+                    Some(run) if run.args.first().map(String::as_str) == Some("carry") => "carried",
+                    _ => "loaded",
+                },
+                _ => "",
+            };
+            out.insert(row.partition_ref[prefix.len()..].to_string(), (row.status, provenance));
+        }
+        match page.last() {
+            Some(last) if page.len() == 1000 => after = Some(last.partition_ref.clone()),
+            _ => break,
+        }
+    }
+    Ok(out)
+}
+
+fn live_dates(engine: &Engine, table: &Table, version: u32) -> Result<BTreeSet<String>> {
+    Ok(version_partitions(engine, table, version)?
+        .into_iter()
+        .filter(|(_, (s, _))| *s == Status::Available)
+        .map(|(d, _)| d)
+        .collect())
+}
+
+impl Engine {
+    fn promoted_versions(&self) -> Result<BTreeMap<String, u32>> {
+        Ok(promotions(self.store.as_ref())?)
+    }
+
+    /// The version a table's alias reads now.
+    pub fn promoted(&self, table: &Table) -> Result<u32> {
+        Ok(self
+            .promoted_versions()?
+            .get(&table.name)
+            .copied()
+            .unwrap_or_else(|| table.initial_version()))
+    }
+
+    fn table_view(&self, table: &Table) -> Result<TableView> {
+        let versions = table
+            .versions
+            .iter()
+            .map(|v| {
+                let parts = version_partitions(self, table, v.version)?;
+                let live: Vec<_> = parts.values().filter(|(s, _)| *s == Status::Available).collect();
+                Ok(VersionView {
+                    version: v.version,
+                    columns: v.columns.iter().map(|c| format!("{}: {}", c.name, c.spec())).collect(),
+                    live_dates: live.len(),
+                    carried: live.iter().filter(|(_, p)| *p == "carried").count(),
+                })
+            })
+            .collect::<Result<_>>()?;
+        Ok(TableView {
+            name: table.name.clone(),
+            promoted: self.promoted(table)?,
+            versions,
+        })
+    }
+
+    fn source_view(&self, index: usize, days: &[SourceDay]) -> Result<SourceView> {
+        let source = &self.graph.sources[index];
+        let mut counts = DayCounts {
+            first: days.first().map(|d| d.date.clone()),
+            last: days.last().map(|d| d.date.clone()),
+            ..Default::default()
+        };
+        for d in days {
+            match d.state {
+                "open" => counts.open += 1,
+                "sealed" => counts.sealed += 1,
+                _ => counts.expired += 1,
+            }
+        }
+        Ok(SourceView {
+            name: source.name.clone(),
+            kind: match source.kind {
+                databuild_core::SourceKind::Webhook => "webhook",
+                databuild_core::SourceKind::Directory { .. } => "directory",
+            },
+            retention_days: source.retention_days,
+            body_format: match source.body_format {
+                databuild_core::BodyFormat::Json => "json",
+                databuild_core::BodyFormat::JsonArray => "json_array",
+                databuild_core::BodyFormat::Text => "text",
+            },
+            signed: source.secret_env.is_some(),
+            days: counts,
+            tables: self
+                .graph
+                .tables
+                .iter()
+                .filter(|t| t.source == index)
+                .map(|t| self.table_view(t))
+                .collect::<Result<_>>()?,
+        })
+    }
+
+    /// Every source of the graph, with its days and tables.
+    pub fn sources(&self) -> Result<Vec<SourceView>> {
+        (0..self.graph.sources.len())
+            .map(|i| {
+                let days = source_days(&self.data_dir, self.store.as_ref(), &self.graph.sources[i])
+                    .map_err(source_error)?;
+                self.source_view(i, &days)
+            })
+            .collect()
+    }
+
+    fn source_index(&self, name: &str) -> Result<usize> {
+        self.graph.sources.iter().position(|s| s.name == name).ok_or_else(|| {
+            let known: Vec<&str> = self.graph.sources.iter().map(|s| s.name.as_str()).collect();
+            EngineError::Invalid(format!(
+                "no source `{name}` in the graph (sources: {})",
+                if known.is_empty() { "none".to_string() } else { known.join(", ") }
+            ))
+        })
+    }
+
+    /// One source in detail: per date, the raw partition and every table version.
+    pub fn source_detail(&self, name: &str) -> Result<SourceDetail> {
+        let index = self.source_index(name)?;
+        let source = &self.graph.sources[index];
+        let days = source_days(&self.data_dir, self.store.as_ref(), source).map_err(source_error)?;
+        let mut rows: BTreeMap<String, CoverageRow> = days
+            .iter()
+            .map(|d| {
+                (d.date.clone(), CoverageRow { date: d.date.clone(), raw: Some(d.clone()), versions: BTreeMap::new() })
+            })
+            .collect();
+        for table in self.graph.tables.iter().filter(|t| t.source == index) {
+            for v in &table.versions {
+                for (date, (status, provenance)) in version_partitions(self, table, v.version)? {
+                    let shown = match status {
+                        Status::Available => format!("live ({provenance})"),
+                        other => crate::views::shown_status(other).to_string(),
+                    };
+                    rows.entry(date.clone())
+                        .or_insert_with(|| CoverageRow { date, raw: None, versions: BTreeMap::new() })
+                        .versions
+                        .insert(format!("{}.v{}", table.name, v.version), shown);
+                }
+            }
+        }
+        Ok(SourceDetail {
+            source: self.source_view(index, &days)?,
+            today: today(),
+            coverage: rows.into_values().collect(),
+        })
+    }
+
+    /// Seals (through `through`, else every ended day), ingests dropped files and expires, for
+    /// one source or all.
+    pub fn maintain_sources(
+        &self,
+        name: Option<&str>,
+        through: Option<&str>,
+    ) -> Result<Vec<crate::sources::Maintenance>> {
+        let indices: Vec<usize> = match name {
+            Some(n) => vec![self.source_index(n)?],
+            None => (0..self.graph.sources.len()).collect(),
+        };
+        if let Some(d) = through {
+            if databuild_core::pattern::parse_date(d).is_none() {
+                return Err(EngineError::Invalid(format!("`{d}` is not a date (YYYY-MM-DD)")));
+            }
+        }
+        let today = today();
+        indices
+            .into_iter()
+            .map(|i| {
+                crate::sources::maintain(
+                    &self.graph_dir,
+                    &self.data_dir,
+                    self.store.as_ref(),
+                    &self.graph.sources[i],
+                    &today,
+                    through,
+                )
+                .map_err(source_error)
+            })
+            .collect()
+    }
+
+    /// Moves a table's alias to `version` (see the module docs).
+    pub fn promote(
+        &self,
+        table_name: &str,
+        version: u32,
+        downstream: Option<(&BuildOptions, &dyn Executor, &mut dyn Observer, &AtomicBool)>,
+    ) -> Result<Promotion> {
+        let table = self.graph.table(table_name).ok_or_else(|| {
+            EngineError::Invalid(format!("no table `{table_name}` in the graph"))
+        })?;
+        if table.version(version).is_none() {
+            let known: Vec<String> = table.versions.iter().map(|v| format!("v{}", v.version)).collect();
+            return Err(EngineError::Invalid(format!(
+                "table `{table_name}` has no version {version} (it has {})",
+                known.join(", ")
+            )));
+        }
+        let from = self.promoted(table)?;
+        let have = live_dates(self, table, version)?;
+        let missing: Vec<String> = live_dates(self, table, from)?.difference(&have).cloned().collect();
+        if !missing.is_empty() && from != version {
+            let shown = if missing.len() == 1 { missing[0].clone() } else { format!("{}..{}", missing[0], missing[missing.len() - 1]) };
+            return Err(EngineError::Invalid(format!(
+                "cannot promote `{table_name}` to v{version}: it lacks {} date(s) that v{from} covers ({}); build them first: databuild build '{}'",
+                missing.len(),
+                missing.iter().take(5).cloned().collect::<Vec<_>>().join(", "),
+                table.data_ref(version, &format!("{{{shown}}}")),
+            )));
+        }
+        let mut summary = None;
+        if let Some((options, executor, observer, interrupt)) = downstream {
+            let refs = self.downstream_of(table)?;
+            if !refs.is_empty() {
+                let mut pins = options.pins.clone();
+                pins.insert(table.name.clone(), version);
+                let options = BuildOptions { refs, pins, ..options.clone() };
+                let built = self.build(&options, executor, observer, interrupt)?;
+                if built.status != Status::Completed {
+                    return Err(EngineError::Invalid(format!(
+                        "not promoted: rebuilding the downstream of `{table_name}` on v{version} failed (build request {}, {} failed); `{table_name}` still reads v{from}",
+                        built.build_request_id,
+                        built.failed.len()
+                    )));
+                }
+                summary = Some(built);
+            }
+        }
+        self.store.append(vec![Event::alias(&table.name, version).with_message(format!(
+            "`{}/date=...` now reads v{version} (was v{from})",
+            table.name
+        ))])?;
+        crate::table_job::point_current(&self.data_dir, &table.name, version)
+            .map_err(|e| EngineError::Invalid(format!("promoted in the log, but the `current` link of `{table_name}` could not be switched: {e}")))?;
+        Ok(Promotion { table: table.name.clone(), from, to: version, downstream: summary })
+    }
+
+    /// Live partitions of jobs that read a table through its alias.
+    fn downstream_of(&self, table: &Table) -> Result<Vec<PartitionRef>> {
+        let t = self.graph.tables.iter().position(|x| x.name == table.name).expect("a table");
+        let mut refs = Vec::new();
+        for job in &self.graph.jobs {
+            let Deps::Static(templates) = &job.deps else { continue };
+            if !templates.iter().any(|l| l.reads.contains(&Producer::Alias(t))) {
+                continue;
+            }
+            for output in &job.outputs {
+                let mut after = None;
+                loop {
+                    let page = self.store.partitions(&PartitionQuery {
+                        pattern: Some(pattern_glob(output)),
+                        status: Some(Status::Available),
+                        after: after.clone(),
+                        limit: 1000,
+                    })?;
+                    for row in &page {
+                        if output.match_ref(&row.partition_ref).is_some() {
+                            refs.push(PartitionRef::new(row.partition_ref.as_str()).map_err(|e| EngineError::Invalid(e.to_string()))?);
+                        }
+                    }
+                    match page.last() {
+                        Some(last) if page.len() == 1000 => after = Some(last.partition_ref.clone()),
+                        _ => break,
+                    }
+                }
+            }
+        }
+        Ok(refs)
+    }
+
+    /// Makes sure each table's `current` link exists (pointing at the promoted version).
+    pub fn link_tables(&self) -> Result<()> {
+        let promoted = self.promoted_versions()?;
+        for t in &self.graph.tables {
+            let link = self.data_dir.join(&t.name).join("current");
+            if link.symlink_metadata().is_err() {
+                let v = promoted.get(&t.name).copied().unwrap_or_else(|| t.initial_version());
+                crate::table_job::point_current(&self.data_dir, &t.name, v)
+                    .map_err(|e| EngineError::Invalid(format!("cannot link `{}/current`: {e}", t.name)))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+fn source_error(e: crate::sources::SourceError) -> EngineError {
+    match e {
+        crate::sources::SourceError::Log(l) => EngineError::Log(l),
+        other => EngineError::Invalid(other.to_string()),
+    }
+}

@@ -1,0 +1,319 @@
+//! Webhook ingest and the sources/tables endpoints.
+//!
+//! `POST /api/v1/webhooks/{source}` answers only once the records are on disk (fsync). Checks, in
+//! order: the source exists and takes webhooks (404/400), the flood limit (429), the size (413),
+//! the signature (401), the body format (400). A source with `secret_env` is authenticated by its
+//! HMAC-SHA256 signature (`X-DataBuild-Signature: sha256=<hex>`), since the systems that call
+//! webhooks sign rather than hold our token; one without needs the bearer token when the service
+//! has one, like every mutating request.
+
+use std::collections::HashMap;
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::body::Body;
+use axum::extract::{Path, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use databuild_core::{Source, SourceKind};
+use databuild_exec::build::{BuildOptions, Quiet};
+use databuild_exec::engine::today;
+use hmac::{Hmac, Mac};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use sha2::Sha256;
+use utoipa::ToSchema;
+
+use crate::api::ApiJson;
+use crate::error::{AppError, ErrorBody};
+use crate::views::{self, ApiResult};
+use crate::AppState;
+
+type Shared = State<Arc<AppState>>;
+
+/// The header carrying a webhook body's signature.
+pub const SIGNATURE_HEADER: &str = "x-databuild-signature";
+
+/// Routes under `/api/v1`. The webhook route has its own size limit (the source's `max_body`),
+/// so it is merged outside the service-wide body limit.
+pub fn routes() -> Router<Arc<AppState>> {
+    Router::new()
+        .route("/sources", get(list_sources))
+        .route("/sources/{name}", get(get_source))
+        .route("/sources/{name}/seal", post(seal))
+        .route("/tables/{name}/promote", post(promote))
+}
+
+pub fn webhook_routes() -> Router<Arc<AppState>> {
+    Router::new().route("/api/v1/webhooks/{source}", post(webhook))
+}
+
+/// Per-source token buckets: `rate_limit` requests a second, bursts of twice that.
+#[derive(Default)]
+pub struct FloodGuard {
+    buckets: Mutex<HashMap<String, (f64, Instant)>>,
+}
+
+impl FloodGuard {
+    /// Takes one request's token, or says how long to wait for one.
+    fn admit(&self, source: &Source) -> Result<(), Duration> {
+        let rate = f64::from(source.rate_limit);
+        let burst = rate * 2.0;
+        let mut buckets = self.buckets.lock().unwrap_or_else(|e| e.into_inner());
+        let now = Instant::now();
+        let (tokens, last) = buckets
+            .entry(source.name.clone())
+            .or_insert((burst, now));
+        *tokens = (*tokens + now.duration_since(*last).as_secs_f64() * rate).min(burst);
+        *last = now;
+        if *tokens >= 1.0 {
+            *tokens -= 1.0;
+            Ok(())
+        } else {
+            Err(Duration::from_secs_f64((1.0 - *tokens) / rate))
+        }
+    }
+}
+
+fn error(status: StatusCode, code: &'static str, message: String) -> AppError {
+    AppError {
+        status,
+        code,
+        message,
+    }
+}
+
+#[utoipa::path(post, path = "/api/v1/webhooks/{source}", summary = "Ingest records into a webhook source",
+    description = "Appends the body's records to today's raw partition of the source and answers once they are on disk. Bodies are `body_format` of the source: a JSON object, a JSON array of objects, or lines of text.",
+    params(("source" = String, Path, description = "The source's name")),
+    request_body(content = String, description = "The records"),
+    responses((status = 200, description = "`{\"source\", \"date\", \"records\"}`", body = Object),
+        (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody),
+        (status = 413, body = ErrorBody), (status = 429, body = ErrorBody)))]
+async fn webhook(
+    State(state): Shared,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    match ingest(&state, &name, &headers, body).await {
+        Ok(answer) => Json(answer).into_response(),
+        Err((e, retry_after)) => {
+            let mut response = e.into_response();
+            if let Some(wait) = retry_after {
+                let secs = wait.as_secs().max(1).to_string();
+                response.headers_mut().insert(
+                    header::RETRY_AFTER,
+                    HeaderValue::from_str(&secs).expect("digits"),
+                );
+            }
+            response
+        }
+    }
+}
+
+type IngestError = (AppError, Option<Duration>);
+
+async fn ingest(
+    state: &Arc<AppState>,
+    name: &str,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<Value, IngestError> {
+    let plain = |e: AppError| (e, None);
+    let source = state
+        .engine
+        .graph
+        .source(name)
+        .ok_or_else(|| plain(AppError::not_found(format!("no source `{name}` in the graph"))))?
+        .clone();
+    if let SourceKind::Directory { path } = &source.kind {
+        return Err(plain(AppError::bad_request(format!(
+            "source `{name}` reads files dropped into `{path}`; it takes no webhooks"
+        ))));
+    }
+    state.flood_guard.admit(&source).map_err(|wait| {
+        let e = error(StatusCode::TOO_MANY_REQUESTS, "too_many_requests", format!(
+            "source `{name}` takes at most {} requests a second; retry after {} ms",
+            source.rate_limit,
+            wait.as_millis()
+        ));
+        (e, Some(wait))
+    })?;
+    let too_large = || {
+        plain(error(StatusCode::PAYLOAD_TOO_LARGE, "too_large", format!(
+            "the body is larger than source `{name}`'s max_body of {} bytes",
+            source.max_body
+        )))
+    };
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok());
+    if declared.is_some_and(|n| n > source.max_body) {
+        return Err(too_large());
+    }
+    let bytes = axum::body::to_bytes(body, source.max_body)
+        .await
+        .map_err(|_| too_large())?;
+    authenticate(state, &source, headers, &bytes).map_err(plain)?;
+    let records = source
+        .body_format
+        .records(&bytes)
+        .map_err(|why| plain(AppError::bad_request(format!("source `{name}`: {why}"))))?;
+    let engine = state.engine.clone();
+    let date = today();
+    let count = records.len();
+    let day = date.clone();
+    tokio::task::spawn_blocking(move || {
+        databuild_exec::sources::append(&engine.data_dir, &source, &day, &records)
+    })
+    .await
+    .map_err(|e| plain(AppError::from(e)))?
+    .map_err(|e| {
+        eprintln!("webhook {name}: cannot store records: {e}");
+        plain(error(StatusCode::SERVICE_UNAVAILABLE, "storage", format!(
+            "the records could not be stored ({e}); nothing was kept, retry"
+        )))
+    })?;
+    Ok(json!({ "source": name, "date": date, "records": count }))
+}
+
+fn authenticate(
+    state: &AppState,
+    source: &Source,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Result<(), AppError> {
+    let unauthorized = |m: String| error(StatusCode::UNAUTHORIZED, "unauthorized", m);
+    let Some(var) = &source.secret_env else {
+        return match &state.token {
+            None => Ok(()),
+            Some(token) => {
+                let given = headers
+                    .get(header::AUTHORIZATION)
+                    .and_then(|v| v.to_str().ok())
+                    .and_then(|v| v.strip_prefix("Bearer "));
+                if given == Some(token.as_str()) {
+                    Ok(())
+                } else {
+                    Err(AppError::unauthorized())
+                }
+            }
+        };
+    };
+    let secret = std::env::var(var).ok().filter(|s| !s.is_empty()).ok_or_else(|| {
+        error(StatusCode::SERVICE_UNAVAILABLE, "misconfigured", format!(
+            "source `{}` needs signed bodies but `{var}` is not set in the service's environment",
+            source.name
+        ))
+    })?;
+    let given = headers
+        .get(SIGNATURE_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .ok_or_else(|| unauthorized(format!(
+            "source `{}` needs the header `X-DataBuild-Signature: sha256=<hex HMAC-SHA256 of the body>`",
+            source.name
+        )))?;
+    let hex = given.strip_prefix("sha256=").unwrap_or(given);
+    let Some(signature) = decode_hex(hex) else {
+        return Err(unauthorized("the signature is not hex".into()));
+    };
+    let mut mac = Hmac::<Sha256>::new_from_slice(secret.as_bytes()).expect("HMAC takes any key");
+    mac.update(body);
+    mac.verify_slice(&signature)
+        .map_err(|_| unauthorized(format!("the signature does not match the body (source `{}`)", source.name)))
+}
+
+/// The signature a webhook sender computes: `sha256=<hex HMAC-SHA256(secret, body)>`.
+pub fn sign(secret: &str, body: &[u8]) -> String {
+    let mut mac = Hmac::<Sha256>::new_from_slice(secret.as_bytes()).expect("HMAC takes any key");
+    mac.update(body);
+    let bytes = mac.finalize().into_bytes();
+    format!("sha256={}", bytes.iter().map(|b| format!("{b:02x}")).collect::<String>())
+}
+
+fn decode_hex(s: &str) -> Option<Vec<u8>> {
+    if s.len() % 2 != 0 {
+        return None;
+    }
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
+        .collect()
+}
+
+async fn blocking<T: Send + 'static>(
+    state: &Arc<AppState>,
+    f: impl FnOnce(&AppState) -> ApiResult<T> + Send + 'static,
+) -> ApiResult<T> {
+    let state = state.clone();
+    tokio::task::spawn_blocking(move || f(&state)).await?
+}
+
+#[utoipa::path(get, path = "/api/v1/sources", summary = "Every source, its days and its tables", responses((status = 200, description = "`{\"sources\": [...]}`", body = Object)))]
+async fn list_sources(State(state): Shared) -> ApiResult<Json<Value>> {
+    blocking(&state, |s| views::sources(&s.engine).map(Json)).await
+}
+
+#[utoipa::path(get, path = "/api/v1/sources/{name}", summary = "One source: coverage by date of the raw data and of every table version", params(("name" = String, Path, description = "The source")), responses((status = 200, body = Object), (status = 404, body = ErrorBody)))]
+async fn get_source(State(state): Shared, Path(name): Path<String>) -> ApiResult<Json<Value>> {
+    blocking(&state, move |s| views::source(&s.engine, &name).map(Json)).await
+}
+
+#[derive(Deserialize, ToSchema, Default)]
+pub struct SealBody {
+    /// Seal through this date (`YYYY-MM-DD`), even today; default: every day that has ended.
+    pub through: Option<String>,
+}
+
+#[utoipa::path(post, path = "/api/v1/sources/{name}/seal", summary = "Ingest dropped files, seal ended days (or through a date) and expire what retention drops", params(("name" = String, Path, description = "The source")), request_body = SealBody, responses((status = 200, body = Object), (status = 400, body = ErrorBody)))]
+async fn seal(
+    State(state): Shared,
+    Path(name): Path<String>,
+    ApiJson(body): ApiJson<SealBody>,
+) -> ApiResult<Json<Value>> {
+    blocking(&state, move |s| {
+        views::seal(&s.engine, Some(&name), body.through.as_deref()).map(Json)
+    })
+    .await
+}
+
+#[derive(Deserialize, ToSchema)]
+pub struct PromoteBody {
+    pub version: u32,
+    /// Rebuild the partitions built over the alias against the version first.
+    #[serde(default)]
+    pub build_downstream: bool,
+}
+
+#[utoipa::path(post, path = "/api/v1/tables/{name}/promote", summary = "Point a table's alias at a version (a rollback when it is an earlier one)", params(("name" = String, Path, description = "The table")), request_body = PromoteBody, responses((status = 200, body = Object), (status = 400, body = ErrorBody)))]
+async fn promote(
+    State(state): Shared,
+    Path(name): Path<String>,
+    ApiJson(body): ApiJson<PromoteBody>,
+) -> ApiResult<Json<Value>> {
+    blocking(&state, move |s| {
+        let options = BuildOptions {
+            refs: Vec::new(),
+            force: false,
+            parallel: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            keep_going: false,
+            allow_stale: false,
+            pins: Default::default(),
+        };
+        let interrupt = AtomicBool::new(false);
+        let mut quiet = Quiet;
+        let downstream = body.build_downstream.then_some((
+            &options,
+            s.executor.as_ref(),
+            &mut quiet as &mut dyn databuild_exec::build::Observer,
+            &interrupt,
+        ));
+        views::promote(&s.engine, &name, body.version, downstream).map(Json)
+    })
+    .await
+}

@@ -171,7 +171,8 @@ impl Backend {
                 &json!({ "through": through }),
             ),
             (Backend::Remote(_), None) => Err(UserError(
-                "name the source to seal on a service (the service seals all sources every minute)".into(),
+                "name the source to seal on a service (the service seals all sources every minute)"
+                    .into(),
             )
             .into()),
         }

@@ -13,3 +13,4 @@ mod postgres;
 mod reliability;
 mod service;
 mod slurm;
+mod sources;

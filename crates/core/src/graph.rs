@@ -114,6 +114,7 @@ struct JobSection {
     env: BTreeMap<String, String>,
     cpus: Option<u32>,
     mem: Option<String>,
+    migrate: Option<Vec<String>>,
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -165,6 +166,9 @@ pub struct Job {
     /// Resources asked of a cluster executor (Slurm `--cpus-per-task`, `--mem`).
     pub cpus: Option<u32>,
     pub mem: Option<String>,
+    /// Carries a partition forward to a new job version when its inputs have expired: run with
+    /// the partition as its only output, it rewrites it in place.
+    pub migrate: Option<Vec<String>>,
 }
 
 /// Where job runs execute.
@@ -187,7 +191,10 @@ pub struct SlurmConfig {
 /// What makes a ref exist: the output pattern of a job, or an external dataset.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Producer {
-    Job { job: usize, output: usize },
+    Job {
+        job: usize,
+        output: usize,
+    },
     Dataset(usize),
     /// A table's alias (index in [`Graph::tables`]): reads as the promoted version.
     Alias(usize),
@@ -356,7 +363,11 @@ impl Loader<'_> {
         for j in &f.job {
             self.check_name(&j.name, "job", &mut names)?;
             let job = self.load_job(j, &f.graph.domains)?;
-            if let Some(p) = job.outputs.iter().find(|p| p.as_str().starts_with("source/")) {
+            if let Some(p) = job
+                .outputs
+                .iter()
+                .find(|p| p.as_str().starts_with("source/"))
+            {
                 return Err(self.err(
                     format!("job `{}`", j.name),
                     format!("output `{p}` is in `source/`, which belongs to [[source]] sections"),
@@ -584,6 +595,12 @@ impl Loader<'_> {
             env: j.env.clone(),
             cpus: j.cpus,
             mem: j.mem.clone(),
+            migrate: match &j.migrate {
+                Some(m) if m.is_empty() || m[0].is_empty() => {
+                    return Err(err("`migrate` is an empty command".into()))
+                }
+                other => other.clone(),
+            },
         })
     }
 
@@ -591,26 +608,44 @@ impl Loader<'_> {
         let err = |m: String| self.err(format!("source `{}`", s.name), m);
         let kind = match (s.kind.as_str(), &s.path) {
             ("webhook", None) => SourceKind::Webhook,
-            ("webhook", Some(_)) => return Err(err("`path` is for `kind = \"directory\"` sources".into())),
+            ("webhook", Some(_)) => {
+                return Err(err("`path` is for `kind = \"directory\"` sources".into()))
+            }
             ("directory", path) => SourceKind::Directory {
-                path: path.clone().unwrap_or_else(|| format!("incoming/{}", s.name)),
+                path: path
+                    .clone()
+                    .unwrap_or_else(|| format!("incoming/{}", s.name)),
             },
-            (other, _) => return Err(err(format!("`kind = \"{other}\"` is not a source kind; use \"webhook\" or \"directory\""))),
+            (other, _) => {
+                return Err(err(format!(
+                    "`kind = \"{other}\"` is not a source kind; use \"webhook\" or \"directory\""
+                )))
+            }
         };
         let body_format = match s.body_format.as_deref() {
             None => BodyFormat::Json,
             Some(f) => BodyFormat::parse(f).ok_or_else(|| {
-                err(format!("`body_format = \"{f}\"` is unknown; use \"json\", \"json_array\" or \"text\""))
+                err(format!(
+                    "`body_format = \"{f}\"` is unknown; use \"json\", \"json_array\" or \"text\""
+                ))
             })?,
         };
         let max_body = match &s.max_body {
             None => 1024 * 1024,
             Some(toml::Value::Integer(n)) if *n > 0 => *n as usize,
-            Some(toml::Value::String(t)) => tables::parse_size(t).map_err(|e| err(format!("`max_body`: {e}")))?,
-            Some(other) => return Err(err(format!("`max_body = {other}` is not a size; write it like \"1MiB\""))),
+            Some(toml::Value::String(t)) => {
+                tables::parse_size(t).map_err(|e| err(format!("`max_body`: {e}")))?
+            }
+            Some(other) => {
+                return Err(err(format!(
+                    "`max_body = {other}` is not a size; write it like \"1MiB\""
+                )))
+            }
         };
         if s.rate_limit == Some(0) {
-            return Err(err("`rate_limit` must be at least 1 (requests per second)".into()));
+            return Err(err(
+                "`rate_limit` must be at least 1 (requests per second)".into()
+            ));
         }
         Ok(Source {
             name: s.name.clone(),
@@ -671,19 +706,28 @@ impl Loader<'_> {
             let mut defaults = BTreeMap::new();
             for (name, v) in &t.defaults {
                 if !t.columns.contains_key(name) {
-                    return Err(err(format!("`defaults` names `{name}`, which is not a column")));
+                    return Err(err(format!(
+                        "`defaults` names `{name}`, which is not a column"
+                    )));
                 }
                 let json = serde_json::to_value(v).map_err(|e| err(e.to_string()))?;
                 let column = columns.iter().find(|c| &c.name == name).expect("checked");
-                if tables::conform(&serde_json::json!({ name: json.clone() }), std::slice::from_ref(column)).is_err() {
-                    return Err(err(format!("the default of `{name}` is not a {}", column.spec())));
+                if !tables::fits(column, &json) {
+                    return Err(err(format!(
+                        "the default of `{name}` is not a {}",
+                        column.spec()
+                    )));
                 }
                 defaults.insert(name.clone(), json);
             }
-            let job = self.table_job(&tables[index], index, t.version, &columns, &defaults)
+            let job = self
+                .table_job(&tables[index], index, t.version, &columns, &defaults)
                 .map_err(|e| err(e.to_string()))?;
             if jobs.iter().any(|j| j.name == job.name) {
-                return Err(err(format!("its job name `{}` is already used by a job", job.name)));
+                return Err(err(format!(
+                    "its job name `{}` is already used by a job",
+                    job.name
+                )));
             }
             tables[index].versions.push(TableVersion {
                 version: t.version,
@@ -706,13 +750,23 @@ impl Loader<'_> {
         defaults: &BTreeMap<String, serde_json::Value>,
     ) -> Result<Job, crate::pattern::PatternError> {
         // Editing a version's schema in place makes its partitions stale: the job version hashes it.
-        let schema: Vec<String> = columns.iter().map(|c| format!("{}:{}", c.name, c.spec())).collect();
-        let signature = format!("{}|{}", schema.join(","), serde_json::to_string(defaults).unwrap_or_default());
+        let schema: Vec<String> = columns
+            .iter()
+            .map(|c| format!("{}:{}", c.name, c.spec()))
+            .collect();
+        let signature = format!(
+            "{}|{}",
+            schema.join(","),
+            serde_json::to_string(defaults).unwrap_or_default()
+        );
         Ok(Job {
             name: format!("{}.v{version}", table.name),
             outputs: vec![
                 Pattern::parse(&format!("{}/v{version}/date={{date:date}}", table.name))?,
-                Pattern::parse(&format!("{}/v{version}/errors/date={{date:date}}", table.name))?,
+                Pattern::parse(&format!(
+                    "{}/v{version}/errors/date={{date:date}}",
+                    table.name
+                ))?,
             ],
             deps: Deps::Table {
                 table: index,
@@ -728,6 +782,7 @@ impl Loader<'_> {
             env: BTreeMap::new(),
             cpus: None,
             mem: None,
+            migrate: None,
         })
     }
 
@@ -910,6 +965,79 @@ command = ["python3", "jobs/summary.py"]
         for (text, needle) in cases {
             let err = load_err(&text);
             assert!(err.starts_with("databuild.toml: "), "{err}");
+            assert!(err.contains(needle), "expected {needle:?} in:\n{err}");
+        }
+    }
+
+    const ORDERS: &str = r#"
+[graph]
+name = "orders"
+[[source]]
+name = "orders"
+kind = "webhook"
+retention = "7d"
+[[table]]
+name = "orders"
+source = "orders"
+version = 1
+columns = { id = "int", amount = "int" }
+[[table]]
+name = "orders"
+source = "orders"
+version = 2
+columns = { id = "int", amount = "float", note = "str?" }
+[[job]]
+name = "revenue"
+outputs = ["revenue/date={date:date}"]
+inputs = ["orders/date={date}"]
+command = ["x"]
+"#;
+
+    #[test]
+    fn sources_and_tables_become_datasets_jobs_and_an_alias() {
+        let g = load(ORDERS).unwrap();
+        assert_eq!(g.sources[0].retention_days, 7);
+        let t = g.table("orders").unwrap();
+        assert_eq!(
+            t.versions.iter().map(|v| v.version).collect::<Vec<_>>(),
+            [1, 2]
+        );
+        let (p, _) = g.producer_of("orders/v2/date=2026-01-01").unwrap();
+        assert_eq!(g.producer_name(p), "orders.v2");
+        let (p, _) = g.producer_of("orders/v2/errors/date=2026-01-01").unwrap();
+        assert_eq!(g.producer_name(p), "orders.v2");
+        assert_eq!(
+            g.producer_of("orders/date=2026-01-01").unwrap().0,
+            Producer::Alias(0)
+        );
+        let (p, _) = g.producer_of("source/orders/date=2026-01-01").unwrap();
+        assert_eq!(p, Producer::Dataset(0));
+        let Deps::Static(t) = &g.job("revenue").unwrap().deps else {
+            panic!("static")
+        };
+        assert_eq!(t[0].reads, [Producer::Alias(0)]);
+    }
+
+    #[test]
+    fn bad_sources_and_tables_name_the_problem() {
+        let base = "[graph]\nname = \"g\"\n[[source]]\nname = \"s\"\nkind = \"webhook\"\nretention = \"7d\"\n";
+        let table = |body: &str| {
+            format!("{base}[[table]]\nname = \"t\"\nsource = \"s\"\nversion = 1\n{body}")
+        };
+        let cases = [
+            ("[graph]\nname = \"g\"\n[[source]]\nname = \"s\"\nkind = \"ftp\"\nretention = \"7d\"\n".to_string(), "source `s`: `kind = \"ftp\"` is not a source kind"),
+            ("[graph]\nname = \"g\"\n[[source]]\nname = \"s\"\nkind = \"webhook\"\nretention = \"soon\"\n".to_string(), "source `s`: `retention = \"soon\"` is not a duration"),
+            ("[graph]\nname = \"g\"\n[[source]]\nname = \"s\"\nkind = \"webhook\"\nretention = \"7d\"\nbody_format = \"xml\"\n".to_string(), "`body_format = \"xml\"` is unknown"),
+            (format!("{base}[[table]]\nname = \"t\"\nsource = \"nope\"\nversion = 1\ncolumns = {{ a = \"int\" }}\n"), "table `t` v1: `source = \"nope\"` names no [[source]]"),
+            (table("columns = { a = \"integer\" }"), "column `a` has type `integer`"),
+            (table("columns = { a = \"int\" }\ndefaults = { b = 1 }"), "`defaults` names `b`, which is not a column"),
+            (table("columns = { a = \"int\" }\ndefaults = { a = \"x\" }"), "the default of `a` is not a int"),
+            (table("columns = {}"), "`columns` is empty"),
+            (format!("{}\n[[table]]\nname = \"t\"\nsource = \"s\"\nversion = 1\ncolumns = {{ a = \"int\" }}\n", table("columns = { a = \"int\" }")), "this version is declared twice"),
+            (format!("{base}[[job]]\nname = \"j\"\noutputs = [\"source/x/{{d}}\"]\ncommand = [\"x\"]\n"), "belongs to [[source]] sections"),
+        ];
+        for (text, needle) in cases {
+            let err = load_err(&text);
             assert!(err.contains(needle), "expected {needle:?} in:\n{err}");
         }
     }

@@ -25,11 +25,11 @@ pub use braces::{expand_braces, BraceExpansionError};
 pub use graph::{
     Dataset, Deps, ExecutorConfig, Graph, GraphError, Job, Producer, SlurmConfig, TABLE_JOB_COMMAND,
 };
-pub use tables::{BodyFormat, Column, Migration, Source, SourceKind, Table, TableVersion};
 pub use pattern::{FieldType, Pattern, PatternError};
 pub use plan::{
-    plan, resolve_alias, BuildReason, ConfigInput, DepKind, JobConfig, KnownState, NothingBuilt, Plan, PlanError,
-    PlanRequest, PlannedRun, Resolver, StateView,
+    plan, resolve_alias, BuildReason, ConfigInput, DepKind, JobConfig, KnownState, NothingBuilt,
+    Plan, PlanError, PlanRequest, PlannedRun, Resolver, StateView,
 };
 pub use refs::{PartitionRef, RefError};
+pub use tables::{BodyFormat, Column, Migration, Source, SourceKind, Table, TableVersion};
 pub use template::{Template, TemplateError};

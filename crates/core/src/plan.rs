@@ -38,6 +38,11 @@ pub enum KnownState {
     },
     Failed,
     Tainted,
+    /// Stale, but an input it was built from has expired: it cannot be rebuilt, so it is kept
+    /// as it is (or carried forward by the job's `migrate` command, if it has one).
+    Kept {
+        reason: String,
+    },
 }
 
 /// Read access to the current partition states.
@@ -157,6 +162,8 @@ pub enum BuildReason {
     Forced,
     /// Not needed itself, but the job's config builds it together with a needed output.
     Sibling,
+    /// Its job changed and its inputs expired: the job's `migrate` command carries it forward.
+    CarryForward(String),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -194,6 +201,11 @@ pub struct RunExtras {
 }
 
 impl PlannedRun {
+    /// A carry-forward run: the job's `migrate` command rewrites the existing partition.
+    pub fn is_carry_forward(&self) -> bool {
+        matches!(self.reasons.first(), Some(BuildReason::CarryForward(_)))
+    }
+
     pub fn aliased(&self) -> &[(PartitionRef, PartitionRef)] {
         self.extras.as_ref().map_or(&[], |e| &e.aliased)
     }
@@ -442,6 +454,7 @@ impl Planner<'_> {
         let mut to_build: Vec<(usize, Vec<Wanted>)> = Vec::new();
         let mut job_slot: HashMap<usize, usize> = HashMap::new();
         let mut next = Vec::new();
+        let mut carried = Vec::new();
         self.states.prefetch(&frontier);
         for r in frontier {
             let Some(Node::Pending(needed_by)) = self.nodes.get(&r).copied() else {
@@ -456,8 +469,9 @@ impl Planner<'_> {
             match producer {
                 Producer::Dataset(d) => self.settle_external(d, r, needed_by)?,
                 Producer::Alias(_) => {
-                    let pinned = resolve_alias(self.graph, self.states, &self.request.pins, r.as_str())
-                        .expect("an alias ref resolves");
+                    let pinned =
+                        resolve_alias(self.graph, self.states, &self.request.pins, r.as_str())
+                            .expect("an alias ref resolves");
                     if !self.nodes.contains_key(&pinned) {
                         self.nodes.insert(pinned.clone(), Node::Pending(needed_by));
                         next.push(pinned.clone());
@@ -469,6 +483,10 @@ impl Planner<'_> {
                     let Some(reason) = self.build_reason(&r) else {
                         continue;
                     };
+                    if let BuildReason::CarryForward(_) = reason {
+                        carried.push((job, r, reason));
+                        continue;
+                    }
                     let slot = *job_slot.entry(job).or_insert_with(|| {
                         to_build.push((job, Vec::new()));
                         to_build.len() - 1
@@ -476,6 +494,15 @@ impl Planner<'_> {
                     to_build[slot].1.push((r, output, reason));
                 }
             }
+        }
+        for (job, r, reason) in carried {
+            let config = JobConfig {
+                outputs: vec![r],
+                inputs: Vec::new(),
+                args: Vec::new(),
+                env: BTreeMap::new(),
+            };
+            self.add_run(job, config, vec![reason], &mut next);
         }
         for (job, refs) in to_build {
             let configs = self.configs_for(job, &refs)?;
@@ -523,7 +550,10 @@ impl Planner<'_> {
             KnownState::Failed => BuildReason::Failed,
             KnownState::Tainted => BuildReason::Tainted,
             KnownState::Stale { reason } if !self.request.allow_stale => BuildReason::Stale(reason),
-            KnownState::Live | KnownState::Stale { .. } => {
+            KnownState::Kept { reason } if self.carries_forward(r) && !self.request.allow_stale => {
+                BuildReason::CarryForward(reason)
+            }
+            KnownState::Live | KnownState::Stale { .. } | KnownState::Kept { .. } => {
                 self.plan.skipped.push(r.clone());
                 self.nodes.insert(r.clone(), Node::Settled);
                 return None;
@@ -538,6 +568,11 @@ impl Planner<'_> {
             }
         };
         Some(reason)
+    }
+
+    /// Does the job building `r` declare a `migrate` command?
+    fn carries_forward(&self, r: &PartitionRef) -> bool {
+        matches!(self.graph.producer_of(r.as_str()), Some((Producer::Job { job, .. }, _)) if self.graph.jobs[job].migrate.is_some())
     }
 
     /// Turns one job's refs of this round into run configs: batches of static templates, or one call

@@ -62,9 +62,20 @@ fn edges(graph: &Graph) -> Vec<(Producer, usize, &str)> {
                     .iter()
                     .position(|d| d.source == Some(t.source))
                     .expect("every source has a dataset");
-                out.push((Producer::Dataset(raw), j, graph.datasets[raw].pattern.as_str()));
+                out.push((
+                    Producer::Dataset(raw),
+                    j,
+                    graph.datasets[raw].pattern.as_str(),
+                ));
                 if let Some(prev) = t.previous(*version) {
-                    out.push((Producer::Job { job: prev.job, output: 0 }, j, "carry forward"));
+                    out.push((
+                        Producer::Job {
+                            job: prev.job,
+                            output: 0,
+                        },
+                        j,
+                        "carry forward",
+                    ));
                 }
             }
             Deps::Dynamic { .. } => {}
@@ -205,7 +216,11 @@ fn render_mermaid(graph: &Graph) -> String {
         ));
     }
     for (i, name, pattern) in aliases(graph) {
-        out.push_str(&format!("  a{i}[(\"{}<br/>{}\")]\n", label(&name), label(pattern)));
+        out.push_str(&format!(
+            "  a{i}[(\"{}<br/>{}\")]\n",
+            label(&name),
+            label(pattern)
+        ));
     }
     for (i, j) in graph.jobs.iter().enumerate() {
         let outputs: Vec<String> = j.outputs.iter().map(|o| label(o.as_str())).collect();

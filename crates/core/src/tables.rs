@@ -149,7 +149,9 @@ impl ColumnType {
 
     /// Can every value of `self` be carried into `to` without loss?
     fn widens_to(self, to: ColumnType) -> bool {
-        self == to || matches!((self, to), (ColumnType::Int, ColumnType::Float)) || to == ColumnType::Str
+        self == to
+            || matches!((self, to), (ColumnType::Int, ColumnType::Float))
+            || to == ColumnType::Str
     }
 
     fn cast(self, to: ColumnType, v: Value) -> Value {
@@ -237,23 +239,38 @@ impl Table {
     pub fn errors_ref(&self, version: u32, date: &str) -> String {
         format!("{}/v{version}/errors/date={date}", self.name)
     }
-
 }
 
-/// Checks a record against a schema: the row keeps the schema's columns, in its types.
-pub fn conform(record: &Value, columns: &[Column]) -> Result<Map<String, Value>, String> {
+/// Checks a record against a schema version: the row keeps the version's columns, in their
+/// types; a missing or null field takes the column's declared default, if it has one.
+pub fn conform(record: &Value, version: &TableVersion) -> Result<Map<String, Value>, String> {
+    conform_columns(record, &version.columns, &version.defaults)
+}
+
+fn conform_columns(
+    record: &Value,
+    columns: &[Column],
+    defaults: &BTreeMap<String, Value>,
+) -> Result<Map<String, Value>, String> {
     let Value::Object(fields) = record else {
         return Err("the record is not a JSON object".into());
     };
     let mut row = Map::with_capacity(columns.len());
     for c in columns {
-        let v = fields.get(&c.name).cloned().unwrap_or(Value::Null);
+        let mut v = fields.get(&c.name).cloned().unwrap_or(Value::Null);
+        if v.is_null() {
+            v = defaults.get(&c.name).cloned().unwrap_or(Value::Null);
+        }
         if v.is_null() {
             if !c.nullable {
                 return Err(format!("column `{}` is missing or null", c.name));
             }
         } else if !c.ty.accepts(&v) {
-            return Err(format!("column `{}` should be {}, not {v}", c.name, c.ty.name()));
+            return Err(format!(
+                "column `{}` should be {}, not {v}",
+                c.name,
+                c.ty.name()
+            ));
         }
         row.insert(c.name.clone(), v);
     }
@@ -340,10 +357,21 @@ impl Migration {
     }
 }
 
+/// Does a value fit a column? (For checking declared defaults.)
+pub fn fits(column: &Column, v: &Value) -> bool {
+    conform_columns(
+        &Value::Object(Map::from_iter([(column.name.clone(), v.clone())])),
+        std::slice::from_ref(column),
+        &BTreeMap::new(),
+    )
+    .is_ok()
+}
+
 /// Parses a retention such as `7d` or `36h` into whole days (at least one).
 pub fn parse_retention(s: &str) -> Result<u32, String> {
-    let d: Duration = humantime::parse_duration(s)
-        .map_err(|e| format!("`retention = \"{s}\"` is not a duration ({e}); write it like \"7d\""))?;
+    let d: Duration = humantime::parse_duration(s).map_err(|e| {
+        format!("`retention = \"{s}\"` is not a duration ({e}); write it like \"7d\"")
+    })?;
     let days = d.as_secs().div_ceil(86_400);
     if days == 0 {
         return Err(format!("`retention = \"{s}\"` must be at least a day"));
@@ -364,7 +392,11 @@ pub fn parse_size(s: &str) -> Result<usize, String> {
         "KiB" | "KB" | "k" => 1024,
         "MiB" | "MB" | "M" => 1024 * 1024,
         "GiB" | "GB" | "G" => 1024 * 1024 * 1024,
-        other => return Err(format!("`{other}` is not a size unit; use B, KiB, MiB or GiB")),
+        other => {
+            return Err(format!(
+                "`{other}` is not a size unit; use B, KiB, MiB or GiB"
+            ))
+        }
     };
     Ok(n * factor)
 }
@@ -388,38 +420,88 @@ mod tests {
 
     #[test]
     fn records_conform_or_say_why_not() {
-        let v = version(1, &[("id", "int"), ("amount", "float"), ("note", "str?"), ("day", "date")], json!({}));
-        let row = conform(&json!({"id": 1, "amount": 2, "day": "2026-01-02", "extra": true}), &v.columns).unwrap();
-        assert_eq!(Value::Object(row), json!({"id": 1, "amount": 2, "note": null, "day": "2026-01-02"}));
+        let v = version(
+            1,
+            &[
+                ("id", "int"),
+                ("amount", "float"),
+                ("note", "str?"),
+                ("day", "date"),
+            ],
+            json!({}),
+        );
+        let row = conform(
+            &json!({"id": 1, "amount": 2, "day": "2026-01-02", "extra": true}),
+            &v,
+        )
+        .unwrap();
+        assert_eq!(
+            Value::Object(row),
+            json!({"id": 1, "amount": 2, "note": null, "day": "2026-01-02"})
+        );
         let bad = [
-            (json!({"amount": 1.0, "day": "2026-01-02"}), "column `id` is missing or null"),
-            (json!({"id": "x", "amount": 1.0, "day": "2026-01-02"}), "column `id` should be int, not \"x\""),
-            (json!({"id": 1, "amount": 1.0, "day": "2026-02-30"}), "column `day` should be date"),
+            (
+                json!({"amount": 1.0, "day": "2026-01-02"}),
+                "column `id` is missing or null",
+            ),
+            (
+                json!({"id": "x", "amount": 1.0, "day": "2026-01-02"}),
+                "column `id` should be int, not \"x\"",
+            ),
+            (
+                json!({"id": 1, "amount": 1.0, "day": "2026-02-30"}),
+                "column `day` should be date",
+            ),
             (json!([1]), "not a JSON object"),
         ];
         for (record, why) in bad {
-            let err = conform(&record, &v.columns).unwrap_err();
+            let err = conform(&record, &v).unwrap_err();
             assert!(err.contains(why), "{err}");
         }
     }
 
     #[test]
     fn migrations_add_drop_and_widen() {
-        let v1 = version(1, &[("id", "int"), ("amount", "int"), ("gone", "str")], json!({}));
-        let v2 = version(2, &[("id", "int"), ("amount", "float"), ("coupon", "str?"), ("channel", "str")], json!({"channel": "web"}));
+        let v1 = version(
+            1,
+            &[("id", "int"), ("amount", "int"), ("gone", "str")],
+            json!({}),
+        );
+        let v2 = version(
+            2,
+            &[
+                ("id", "int"),
+                ("amount", "float"),
+                ("coupon", "str?"),
+                ("channel", "str"),
+            ],
+            json!({"channel": "web"}),
+        );
         let m = Migration::between(&v1, &v2).unwrap();
-        let row = conform(&json!({"id": 7, "amount": 3, "gone": "x"}), &v1.columns).unwrap();
+        let row = conform(&json!({"id": 7, "amount": 3, "gone": "x"}), &v1).unwrap();
         let carried = m.apply(row, &v2);
-        assert_eq!(Value::Object(carried), json!({"id": 7, "amount": 3.0, "coupon": null, "channel": "web"}));
+        assert_eq!(
+            Value::Object(carried),
+            json!({"id": 7, "amount": 3.0, "coupon": null, "channel": "web"})
+        );
     }
 
     #[test]
     fn incompatible_changes_name_the_column() {
         let v1 = version(1, &[("amount", "float"), ("note", "str?")], json!({}));
         let cases = [
-            (version(2, &[("amount", "int")], json!({})), "column `amount` changes from float to int"),
-            (version(2, &[("amount", "float"), ("note", "str")], json!({})), "column `note` becomes non-null"),
-            (version(2, &[("amount", "float"), ("region", "str")], json!({})), "column `region` is new in v2 and not nullable"),
+            (
+                version(2, &[("amount", "int")], json!({})),
+                "column `amount` changes from float to int",
+            ),
+            (
+                version(2, &[("amount", "float"), ("note", "str")], json!({})),
+                "column `note` becomes non-null",
+            ),
+            (
+                version(2, &[("amount", "float"), ("region", "str")], json!({})),
+                "column `region` is new in v2 and not nullable",
+            ),
         ];
         for (v2, why) in cases {
             let err = Migration::between(&v1, &v2).unwrap_err();
@@ -430,10 +512,25 @@ mod tests {
     #[test]
     fn body_formats_split_records() {
         assert_eq!(BodyFormat::Json.records(br#"{"a":1}"#).unwrap().len(), 1);
-        assert_eq!(BodyFormat::JsonArray.records(br#"[{"a":1},{"a":2}]"#).unwrap().len(), 2);
-        assert_eq!(BodyFormat::Text.records(b"x\n\ny\n").unwrap(), vec![json!({"text": "x"}), json!({"text": "y"})]);
-        assert!(BodyFormat::Json.records(b"[1]").unwrap_err().contains("not an object"));
-        assert!(BodyFormat::JsonArray.records(b"[1]").unwrap_err().contains("element 0"));
+        assert_eq!(
+            BodyFormat::JsonArray
+                .records(br#"[{"a":1},{"a":2}]"#)
+                .unwrap()
+                .len(),
+            2
+        );
+        assert_eq!(
+            BodyFormat::Text.records(b"x\n\ny\n").unwrap(),
+            vec![json!({"text": "x"}), json!({"text": "y"})]
+        );
+        assert!(BodyFormat::Json
+            .records(b"[1]")
+            .unwrap_err()
+            .contains("not an object"));
+        assert!(BodyFormat::JsonArray
+            .records(b"[1]")
+            .unwrap_err()
+            .contains("element 0"));
         assert!(BodyFormat::Json.records(b"{").is_err());
         assert!(BodyFormat::Text.records(&[0xff]).is_err());
     }

@@ -268,7 +268,10 @@ impl Engine {
     /// The version an input has now, for the record of a run starting from it.
     fn input_version(&self, r: &str) -> Option<String> {
         match self.graph.producer_of(r)?.0 {
-            Producer::Dataset(d) => match (&self.graph.datasets[d].exists, self.graph.datasets[d].source) {
+            Producer::Dataset(d) => match (
+                &self.graph.datasets[d].exists,
+                self.graph.datasets[d].source,
+            ) {
                 (_, Some(_)) => crate::versions::source_version(&self.data_dir, r),
                 (None, None) => external_version(&self.data_dir, r),
                 (Some(_), None) => Some("probe".to_string()),
@@ -743,7 +746,10 @@ impl<'e> Scheduler<'e> {
                 .iter()
                 .filter_map(|i| Some((i.to_string(), engine.input_version(i.as_str())?)))
                 .chain(node.run.aliased().iter().map(|(alias, read)| {
-                    (alias.to_string(), format!("{}{read}", crate::versions::ALIAS_PREFIX))
+                    (
+                        alias.to_string(),
+                        format!("{}{read}", crate::versions::ALIAS_PREFIX),
+                    )
                 }))
                 .collect();
             let mut events = vec![
@@ -829,7 +835,32 @@ impl<'e> Scheduler<'e> {
                 .unwrap_or_default(),
             _ => Vec::new(),
         };
+        if node.run.is_carry_forward() {
+            // Which version the partition is carried forward from, for the migrate command.
+            let from = node.run.outputs.first().and_then(|o| {
+                let events = engine
+                    .store
+                    .events(&databuild_log::EventFilter {
+                        partition_ref: Some(o.to_string()),
+                        ..Default::default()
+                    })
+                    .ok()?;
+                // The last run that wrote it (skipped runs only relied on it).
+                events
+                    .iter()
+                    .rev()
+                    .filter(|e| e.status == Status::Available)
+                    .filter_map(|e| engine.store.job_run(e.job_run_id.as_deref()?).ok()?)
+                    .find(|run| run.status == Status::Completed && run.job_run_id != node.id)?
+                    .job_version
+            });
+            env.insert(
+                "DATABUILD_MIGRATE_FROM_VERSION".to_string(),
+                from.unwrap_or_default(),
+            );
+        }
         let command = match job.deps {
+            _ if node.run.is_carry_forward() => job.migrate.clone().unwrap_or_default(),
             // Table versions are built by this very binary (`databuild table-job`).
             databuild_core::Deps::Table { .. } => std::env::current_exe()
                 .map(|exe| vec![exe.display().to_string(), "table-job".to_string()])
@@ -1104,6 +1135,20 @@ impl<'e> Scheduler<'e> {
         });
         let node = &self.nodes[index];
         let outputs: Vec<String> = node.run.outputs.iter().map(|o| o.to_string()).collect();
+        let report = match (node.run.reasons.first(), report) {
+            (Some(databuild_core::BuildReason::CarryForward(why)), report) => {
+                let mut r = report.unwrap_or_else(|| serde_json::json!({}));
+                if r.get("provenance").is_none() {
+                    r["provenance"] = format!(
+                        "carried forward by `migrate` to version {}: {why}",
+                        job.version
+                    )
+                    .into();
+                }
+                Some(r)
+            }
+            (_, report) => report,
+        };
         match outcome {
             RunOutcome::Succeeded => {
                 let mut env = job.env.clone();

@@ -105,8 +105,11 @@ pub fn today() -> String {
     let now = std::env::var("DATABUILD_NOW")
         .ok()
         .and_then(|v| {
-            databuild_core::pattern::parse_date(&v)
-                .or_else(|| chrono::DateTime::parse_from_rfc3339(&v).ok().map(|t| t.date_naive()))
+            databuild_core::pattern::parse_date(&v).or_else(|| {
+                chrono::DateTime::parse_from_rfc3339(&v)
+                    .ok()
+                    .map(|t| t.date_naive())
+            })
         })
         .unwrap_or_else(|| {
             let secs = std::time::SystemTime::now()
@@ -284,7 +287,7 @@ impl Engine {
         let run = row.job_run_id.as_deref().unwrap_or("?");
         let (status, reason) = match row.status {
             Status::Available => match versions.state(r) {
-                KnownState::Stale { reason } => ("stale", reason),
+                KnownState::Stale { reason } | KnownState::Kept { reason } => ("stale", reason),
                 _ => ("live", format!("built by run {run}")),
             },
             Status::Building => (

@@ -67,9 +67,12 @@ pub fn read_report(path: &std::path::Path) -> Result<Option<serde_json::Value>, 
         return Ok(None);
     };
     if meta.len() > REPORT_LIMIT {
-        return Err(format!("its report (DATABUILD_REPORT) is larger than {REPORT_LIMIT} bytes"));
+        return Err(format!(
+            "its report (DATABUILD_REPORT) is larger than {REPORT_LIMIT} bytes"
+        ));
     }
-    let text = std::fs::read_to_string(path).map_err(|e| format!("its report cannot be read: {e}"))?;
+    let text =
+        std::fs::read_to_string(path).map_err(|e| format!("its report cannot be read: {e}"))?;
     match serde_json::from_str(&text) {
         Ok(v @ serde_json::Value::Object(_)) => Ok(Some(v)),
         _ => Err("its report (DATABUILD_REPORT) is not a JSON object".to_string()),

@@ -44,7 +44,12 @@ impl<'g> LocalResolver<'g> {
 
     /// A table version's day reads its raw source partition while retention keeps it; after
     /// that, the previous version's day, carried forward.
-    fn table_configs(&self, table: usize, version: u32, outputs: &[PartitionRef]) -> Result<Vec<JobConfig>, String> {
+    fn table_configs(
+        &self,
+        table: usize,
+        version: u32,
+        outputs: &[PartitionRef],
+    ) -> Result<Vec<JobConfig>, String> {
         let table = &self.graph.tables[table];
         let source = &self.graph.sources[table.source];
         let this = table.version(version).expect("a declared version");
@@ -56,21 +61,35 @@ impl<'g> LocalResolver<'g> {
         let mut configs = Vec::with_capacity(dates.len());
         for date in dates {
             let raw = source.partition_ref(date);
-            let retained = self.data_dir.join(&raw).exists() || !source.is_expired(date, &self.today);
+            let retained =
+                self.data_dir.join(&raw).exists() || !source.is_expired(date, &self.today);
             let (input, args) = match table.previous(version) {
                 Some(prev) if !retained => {
                     databuild_core::Migration::between(prev, this).map_err(|e| {
-                        format!("cannot carry {} forward to v{version} ({raw} expired): {e}", table.data_ref(prev.version, date))
+                        format!(
+                            "cannot carry {} forward to v{version} ({raw} expired): {e}",
+                            table.data_ref(prev.version, date)
+                        )
                     })?;
-                    let args = vec!["carry".to_string(), Schema::of(prev).to_arg(), Schema::of(this).to_arg()];
+                    let args = vec![
+                        "carry".to_string(),
+                        Schema::of(prev).to_arg(),
+                        Schema::of(this).to_arg(),
+                    ];
                     (table.data_ref(prev.version, date), args)
                 }
                 _ => (raw, vec!["load".to_string(), Schema::of(this).to_arg()]),
             };
             let r = |s: String| PartitionRef::new(s).map_err(|e| e.to_string());
             configs.push(JobConfig {
-                outputs: vec![r(table.data_ref(version, date))?, r(table.errors_ref(version, date))?],
-                inputs: vec![ConfigInput { partition_ref: r(input)?, dep: Default::default() }],
+                outputs: vec![
+                    r(table.data_ref(version, date))?,
+                    r(table.errors_ref(version, date))?,
+                ],
+                inputs: vec![ConfigInput {
+                    partition_ref: r(input)?,
+                    dep: Default::default(),
+                }],
                 args,
                 env: Default::default(),
             });

@@ -49,11 +49,13 @@ pub fn sealed_version(dir: &Path) -> Option<String> {
         .map(|s| s.trim().to_string())
 }
 
+/// A source's append lock, holding the chunks whose torn tail this process has repaired.
+type SourceLock = Mutex<HashSet<PathBuf>>;
+
 /// One lock per source for this process: appends to one chunk never interleave, and the torn-tail
 /// repair runs once before the first append.
-fn source_lock(name: &str) -> &'static Mutex<HashSet<PathBuf>> {
-    static LOCKS: OnceLock<Mutex<BTreeMap<String, &'static Mutex<HashSet<PathBuf>>>>> =
-        OnceLock::new();
+fn source_lock(name: &str) -> &'static SourceLock {
+    static LOCKS: OnceLock<Mutex<BTreeMap<String, &'static SourceLock>>> = OnceLock::new();
     let mut all = LOCKS
         .get_or_init(Default::default)
         .lock()
@@ -208,12 +210,23 @@ pub fn ingest_directory(
         let digest = Sha256::digest(&body);
         let stem: String = name
             .chars()
-            .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '_' })
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                    c
+                } else {
+                    '_'
+                }
+            })
             .collect();
-        let chunk_name = format!("file-{stem}-{:02x}{:02x}{:02x}{:02x}.jsonl", digest[0], digest[1], digest[2], digest[3]);
-        let seen = dates_on_disk(data_dir, source)
-            .iter()
-            .any(|d| partition_dir(data_dir, source, d).join(&chunk_name).exists());
+        let chunk_name = format!(
+            "file-{stem}-{:02x}{:02x}{:02x}{:02x}.jsonl",
+            digest[0], digest[1], digest[2], digest[3]
+        );
+        let seen = dates_on_disk(data_dir, source).iter().any(|d| {
+            partition_dir(data_dir, source, d)
+                .join(&chunk_name)
+                .exists()
+        });
         if !seen {
             let dir = partition_dir(data_dir, source, today);
             create_dir_durably(&dir)?;
@@ -314,7 +327,10 @@ pub fn maintain(
         }
         events.push(
             Event::partition(None, &source.partition_ref(date), Status::Expired).with_message(
-                format!("raw data older than the retention of {} days was deleted", source.retention_days),
+                format!(
+                    "raw data older than the retention of {} days was deleted",
+                    source.retention_days
+                ),
             ),
         );
         done.expired.push(date.clone());
@@ -345,7 +361,10 @@ fn seal(dir: &Path) -> io::Result<(u64, String)> {
     let digest = hash.finalize();
     let version = format!(
         "sealed:{records}:{}",
-        digest[..8].iter().map(|b| format!("{b:02x}")).collect::<String>()
+        digest[..8]
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect::<String>()
     );
     let tmp = dir.join(".sealed.tmp");
     let mut f = File::create(&tmp)?;
@@ -385,13 +404,24 @@ pub fn source_days(
         after = Some(last.partition_ref.clone());
         for row in &page {
             let date = row.partition_ref[prefix.len()..].to_string();
-            let state = if row.status == Status::Expired { "expired" } else { "sealed" };
+            let state = if row.status == Status::Expired {
+                "expired"
+            } else {
+                "sealed"
+            };
             let records = row
                 .data_version
                 .as_deref()
                 .and_then(|v| v.split(':').nth(1))
                 .and_then(|n| n.parse().ok());
-            days.insert(date.clone(), SourceDay { date, state, records });
+            days.insert(
+                date.clone(),
+                SourceDay {
+                    date,
+                    state,
+                    records,
+                },
+            );
         }
         if page.len() < 1000 {
             break;
@@ -400,7 +430,14 @@ pub fn source_days(
     for date in dates_on_disk(data_dir, source) {
         let dir = partition_dir(data_dir, source, &date);
         if sealed_version(&dir).is_none() {
-            days.insert(date.clone(), SourceDay { date, state: "open", records: None });
+            days.insert(
+                date.clone(),
+                SourceDay {
+                    date,
+                    state: "open",
+                    records: None,
+                },
+            );
         }
     }
     Ok(days.into_values().collect())

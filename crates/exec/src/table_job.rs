@@ -32,7 +32,11 @@ impl Schema {
     pub fn of(v: &TableVersion) -> Schema {
         Schema {
             version: v.version,
-            columns: v.columns.iter().map(|c| (c.name.clone(), c.spec())).collect(),
+            columns: v
+                .columns
+                .iter()
+                .map(|c| (c.name.clone(), c.spec()))
+                .collect(),
             defaults: v.defaults.clone(),
         }
     }
@@ -65,14 +69,20 @@ struct Env {
 }
 
 fn env() -> Result<Env, String> {
-    let var = |k: &str| std::env::var(k).map_err(|_| format!("`{k}` is not set: `databuild table-job` runs as a job of a build"));
+    let var = |k: &str| {
+        std::env::var(k).map_err(|_| {
+            format!("`{k}` is not set: `databuild table-job` runs as a job of a build")
+        })
+    };
     let refs = |k: &str| -> Result<Vec<String>, String> {
-        serde_json::from_str(&var(k)?).map_err(|e| format!("`{k}` is not a JSON array of refs: {e}"))
+        serde_json::from_str(&var(k)?)
+            .map_err(|e| format!("`{k}` is not a JSON array of refs: {e}"))
     };
     let outputs = refs("DATABUILD_OUTPUTS")?;
     let inputs = refs("DATABUILD_INPUTS")?;
-    let (errors, data): (Vec<String>, Vec<String>) =
-        outputs.into_iter().partition(|o| o.contains("/errors/date="));
+    let (errors, data): (Vec<String>, Vec<String>) = outputs
+        .into_iter()
+        .partition(|o| o.contains("/errors/date="));
     match (data.as_slice(), errors.as_slice(), inputs.as_slice()) {
         ([d], [e], [i]) => Ok(Env {
             data_dir: PathBuf::from(var("DATABUILD_DATA_DIR")?),
@@ -81,7 +91,9 @@ fn env() -> Result<Env, String> {
             errors_ref: e.clone(),
             report: std::env::var_os("DATABUILD_REPORT").map(PathBuf::from),
         }),
-        _ => Err("a table run builds one day: a data and an errors partition from one input".into()),
+        _ => {
+            Err("a table run builds one day: a data and an errors partition from one input".into())
+        }
     }
 }
 
@@ -93,12 +105,19 @@ pub fn run(args: &[String]) -> Result<(), String> {
     };
     let report = match args {
         [mode, s] if mode == "load" => load(&env, &schema(s)?.table_version()?)?,
-        [mode, from, to] if mode == "carry" => {
-            carry(&env, &schema(from)?.table_version()?, &schema(to)?.table_version()?)?
+        [mode, from, to] if mode == "carry" => carry(
+            &env,
+            &schema(from)?.table_version()?,
+            &schema(to)?.table_version()?,
+        )?,
+        _ => {
+            return Err(
+                "usage: databuild table-job load SCHEMA | carry FROM_SCHEMA TO_SCHEMA".into(),
+            )
         }
-        _ => return Err("usage: databuild table-job load SCHEMA | carry FROM_SCHEMA TO_SCHEMA".into()),
     };
-    link_alias(&env.data_dir, &env.data_ref).map_err(|e| format!("cannot link the alias of {}: {e}", env.data_ref))?;
+    link_alias(&env.data_dir, &env.data_ref)
+        .map_err(|e| format!("cannot link the alias of {}: {e}", env.data_ref))?;
     if let Some(path) = &env.report {
         fs::write(path, report.to_string()).map_err(|e| format!("cannot write the report: {e}"))?;
     }
@@ -113,7 +132,7 @@ fn load(env: &Env, to: &TableVersion) -> Result<Value, String> {
     let mut rows = Rows::create(&env.data_dir, &env.data_ref)?;
     let mut errors = Rows::create(&env.data_dir, &env.errors_ref)?;
     for record in &records {
-        match conform(record, &to.columns) {
+        match conform(record, to) {
             Ok(row) => rows.push(&Value::Object(row))?,
             Err(why) => errors.push(&json!({ "record": record, "error": why }))?,
         }
@@ -127,8 +146,12 @@ fn load(env: &Env, to: &TableVersion) -> Result<Value, String> {
 }
 
 fn carry(env: &Env, from: &TableVersion, to: &TableVersion) -> Result<Value, String> {
-    let migration = Migration::between(from, to)
-        .map_err(|e| format!("cannot carry v{} forward to v{}: {e}", from.version, to.version))?;
+    let migration = Migration::between(from, to).map_err(|e| {
+        format!(
+            "cannot carry v{} forward to v{}: {e}",
+            from.version, to.version
+        )
+    })?;
     let path = env.data_dir.join(&env.input);
     let file = File::open(&path).map_err(|e| format!("cannot read {}: {e}", env.input))?;
     let mut rows = Rows::create(&env.data_dir, &env.data_ref)?;
@@ -141,7 +164,7 @@ fn carry(env: &Env, from: &TableVersion, to: &TableVersion) -> Result<Value, Str
         };
         let carried: Map<String, Value> = migration.apply(row, to);
         // Defaults and casts are checked again: a carried row must fit the new schema too.
-        match conform(&Value::Object(carried.clone()), &to.columns) {
+        match conform(&Value::Object(carried.clone()), to) {
             Ok(_) => rows.push(&Value::Object(carried))?,
             Err(why) => errors.push(&json!({ "record": carried, "error": why }))?,
         }
@@ -172,7 +195,12 @@ impl Rows {
         }
         let tmp = path.with_extension(format!("tmp-{}", std::process::id()));
         let out = BufWriter::new(File::create(&tmp).map_err(fail)?);
-        Ok(Rows { tmp, path, out, count: 0 })
+        Ok(Rows {
+            tmp,
+            path,
+            out,
+            count: 0,
+        })
     }
 
     fn push(&mut self, row: &Value) -> Result<(), String> {
@@ -194,7 +222,8 @@ impl Rows {
 /// Makes `<table>/date=D` (the alias path) point at `current/date=D`; `current` points at the
 /// promoted version, so promotion switches every alias path at once.
 pub fn link_alias(data_dir: &Path, data_ref: &str) -> std::io::Result<()> {
-    let (Some((table, _)), Some(date)) = (data_ref.split_once('/'), data_ref.rsplit('/').next()) else {
+    let (Some((table, _)), Some(date)) = (data_ref.split_once('/'), data_ref.rsplit('/').next())
+    else {
         return Ok(());
     };
     let alias = data_dir.join(table).join(date);

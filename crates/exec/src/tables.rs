@@ -110,7 +110,10 @@ fn version_partitions(
                 },
                 _ => "",
             };
-            out.insert(row.partition_ref[prefix.len()..].to_string(), (row.status, provenance));
+            out.insert(
+                row.partition_ref[prefix.len()..].to_string(),
+                (row.status, provenance),
+            );
         }
         match page.last() {
             Some(last) if page.len() == 1000 => after = Some(last.partition_ref.clone()),
@@ -148,10 +151,17 @@ impl Engine {
             .iter()
             .map(|v| {
                 let parts = version_partitions(self, table, v.version)?;
-                let live: Vec<_> = parts.values().filter(|(s, _)| *s == Status::Available).collect();
+                let live: Vec<_> = parts
+                    .values()
+                    .filter(|(s, _)| *s == Status::Available)
+                    .collect();
                 Ok(VersionView {
                     version: v.version,
-                    columns: v.columns.iter().map(|c| format!("{}: {}", c.name, c.spec())).collect(),
+                    columns: v
+                        .columns
+                        .iter()
+                        .map(|c| format!("{}: {}", c.name, c.spec()))
+                        .collect(),
                     live_dates: live.len(),
                     carried: live.iter().filter(|(_, p)| *p == "carried").count(),
                 })
@@ -214,24 +224,40 @@ impl Engine {
     }
 
     fn source_index(&self, name: &str) -> Result<usize> {
-        self.graph.sources.iter().position(|s| s.name == name).ok_or_else(|| {
-            let known: Vec<&str> = self.graph.sources.iter().map(|s| s.name.as_str()).collect();
-            EngineError::Invalid(format!(
-                "no source `{name}` in the graph (sources: {})",
-                if known.is_empty() { "none".to_string() } else { known.join(", ") }
-            ))
-        })
+        self.graph
+            .sources
+            .iter()
+            .position(|s| s.name == name)
+            .ok_or_else(|| {
+                let known: Vec<&str> = self.graph.sources.iter().map(|s| s.name.as_str()).collect();
+                EngineError::Invalid(format!(
+                    "no source `{name}` in the graph (sources: {})",
+                    if known.is_empty() {
+                        "none".to_string()
+                    } else {
+                        known.join(", ")
+                    }
+                ))
+            })
     }
 
     /// One source in detail: per date, the raw partition and every table version.
     pub fn source_detail(&self, name: &str) -> Result<SourceDetail> {
         let index = self.source_index(name)?;
         let source = &self.graph.sources[index];
-        let days = source_days(&self.data_dir, self.store.as_ref(), source).map_err(source_error)?;
+        let days =
+            source_days(&self.data_dir, self.store.as_ref(), source).map_err(source_error)?;
         let mut rows: BTreeMap<String, CoverageRow> = days
             .iter()
             .map(|d| {
-                (d.date.clone(), CoverageRow { date: d.date.clone(), raw: Some(d.clone()), versions: BTreeMap::new() })
+                (
+                    d.date.clone(),
+                    CoverageRow {
+                        date: d.date.clone(),
+                        raw: Some(d.clone()),
+                        versions: BTreeMap::new(),
+                    },
+                )
             })
             .collect();
         for table in self.graph.tables.iter().filter(|t| t.source == index) {
@@ -242,7 +268,11 @@ impl Engine {
                         other => crate::views::shown_status(other).to_string(),
                     };
                     rows.entry(date.clone())
-                        .or_insert_with(|| CoverageRow { date, raw: None, versions: BTreeMap::new() })
+                        .or_insert_with(|| CoverageRow {
+                            date,
+                            raw: None,
+                            versions: BTreeMap::new(),
+                        })
                         .versions
                         .insert(format!("{}.v{}", table.name, v.version), shown);
                 }
@@ -268,7 +298,9 @@ impl Engine {
         };
         if let Some(d) = through {
             if databuild_core::pattern::parse_date(d).is_none() {
-                return Err(EngineError::Invalid(format!("`{d}` is not a date (YYYY-MM-DD)")));
+                return Err(EngineError::Invalid(format!(
+                    "`{d}` is not a date (YYYY-MM-DD)"
+                )));
             }
         }
         let today = today();
@@ -295,11 +327,16 @@ impl Engine {
         version: u32,
         downstream: Option<(&BuildOptions, &dyn Executor, &mut dyn Observer, &AtomicBool)>,
     ) -> Result<Promotion> {
-        let table = self.graph.table(table_name).ok_or_else(|| {
-            EngineError::Invalid(format!("no table `{table_name}` in the graph"))
-        })?;
+        let table = self
+            .graph
+            .table(table_name)
+            .ok_or_else(|| EngineError::Invalid(format!("no table `{table_name}` in the graph")))?;
         if table.version(version).is_none() {
-            let known: Vec<String> = table.versions.iter().map(|v| format!("v{}", v.version)).collect();
+            let known: Vec<String> = table
+                .versions
+                .iter()
+                .map(|v| format!("v{}", v.version))
+                .collect();
             return Err(EngineError::Invalid(format!(
                 "table `{table_name}` has no version {version} (it has {})",
                 known.join(", ")
@@ -307,9 +344,16 @@ impl Engine {
         }
         let from = self.promoted(table)?;
         let have = live_dates(self, table, version)?;
-        let missing: Vec<String> = live_dates(self, table, from)?.difference(&have).cloned().collect();
+        let missing: Vec<String> = live_dates(self, table, from)?
+            .difference(&have)
+            .cloned()
+            .collect();
         if !missing.is_empty() && from != version {
-            let shown = if missing.len() == 1 { missing[0].clone() } else { format!("{}..{}", missing[0], missing[missing.len() - 1]) };
+            let shown = if missing.len() == 1 {
+                missing[0].clone()
+            } else {
+                format!("{}..{}", missing[0], missing[missing.len() - 1])
+            };
             return Err(EngineError::Invalid(format!(
                 "cannot promote `{table_name}` to v{version}: it lacks {} date(s) that v{from} covers ({}); build them first: databuild build '{}'",
                 missing.len(),
@@ -323,7 +367,11 @@ impl Engine {
             if !refs.is_empty() {
                 let mut pins = options.pins.clone();
                 pins.insert(table.name.clone(), version);
-                let options = BuildOptions { refs, pins, ..options.clone() };
+                let options = BuildOptions {
+                    refs,
+                    pins,
+                    ..options.clone()
+                };
                 let built = self.build(&options, executor, observer, interrupt)?;
                 if built.status != Status::Completed {
                     return Err(EngineError::Invalid(format!(
@@ -335,22 +383,40 @@ impl Engine {
                 summary = Some(built);
             }
         }
-        self.store.append(vec![Event::alias(&table.name, version).with_message(format!(
-            "`{}/date=...` now reads v{version} (was v{from})",
-            table.name
-        ))])?;
+        self.store
+            .append(vec![Event::alias(&table.name, version).with_message(
+                format!(
+                    "`{}/date=...` now reads v{version} (was v{from})",
+                    table.name
+                ),
+            )])?;
         crate::table_job::point_current(&self.data_dir, &table.name, version)
             .map_err(|e| EngineError::Invalid(format!("promoted in the log, but the `current` link of `{table_name}` could not be switched: {e}")))?;
-        Ok(Promotion { table: table.name.clone(), from, to: version, downstream: summary })
+        Ok(Promotion {
+            table: table.name.clone(),
+            from,
+            to: version,
+            downstream: summary,
+        })
     }
 
     /// Live partitions of jobs that read a table through its alias.
     fn downstream_of(&self, table: &Table) -> Result<Vec<PartitionRef>> {
-        let t = self.graph.tables.iter().position(|x| x.name == table.name).expect("a table");
+        let t = self
+            .graph
+            .tables
+            .iter()
+            .position(|x| x.name == table.name)
+            .expect("a table");
         let mut refs = Vec::new();
         for job in &self.graph.jobs {
-            let Deps::Static(templates) = &job.deps else { continue };
-            if !templates.iter().any(|l| l.reads.contains(&Producer::Alias(t))) {
+            let Deps::Static(templates) = &job.deps else {
+                continue;
+            };
+            if !templates
+                .iter()
+                .any(|l| l.reads.contains(&Producer::Alias(t)))
+            {
                 continue;
             }
             for output in &job.outputs {
@@ -364,11 +430,16 @@ impl Engine {
                     })?;
                     for row in &page {
                         if output.match_ref(&row.partition_ref).is_some() {
-                            refs.push(PartitionRef::new(row.partition_ref.as_str()).map_err(|e| EngineError::Invalid(e.to_string()))?);
+                            refs.push(
+                                PartitionRef::new(row.partition_ref.as_str())
+                                    .map_err(|e| EngineError::Invalid(e.to_string()))?,
+                            );
                         }
                     }
                     match page.last() {
-                        Some(last) if page.len() == 1000 => after = Some(last.partition_ref.clone()),
+                        Some(last) if page.len() == 1000 => {
+                            after = Some(last.partition_ref.clone())
+                        }
                         _ => break,
                     }
                 }
@@ -383,9 +454,13 @@ impl Engine {
         for t in &self.graph.tables {
             let link = self.data_dir.join(&t.name).join("current");
             if link.symlink_metadata().is_err() {
-                let v = promoted.get(&t.name).copied().unwrap_or_else(|| t.initial_version());
-                crate::table_job::point_current(&self.data_dir, &t.name, v)
-                    .map_err(|e| EngineError::Invalid(format!("cannot link `{}/current`: {e}", t.name)))?;
+                let v = promoted
+                    .get(&t.name)
+                    .copied()
+                    .unwrap_or_else(|| t.initial_version());
+                crate::table_job::point_current(&self.data_dir, &t.name, v).map_err(|e| {
+                    EngineError::Invalid(format!("cannot link `{}/current`: {e}", t.name))
+                })?;
             }
         }
         Ok(())

@@ -78,6 +78,9 @@ pub fn source_version(data_dir: &Path, r: &str) -> Option<String> {
 struct Effective {
     version: String,
     stale: Option<String>,
+    /// Stale but not rebuildable (an input expired): kept as it is, so readers built from it
+    /// are not stale on its account.
+    kept: bool,
 }
 
 /// The planner's view of partition states, with staleness. One instance per planning: it
@@ -91,6 +94,7 @@ pub struct VersionedStates<'a> {
     rows: RefCell<FxHashMap<String, Option<PartitionRow>>>,
     promotions: BTreeMap<String, u32>,
     pins: BTreeMap<String, u32>,
+    today: String,
 }
 
 impl<'a> VersionedStates<'a> {
@@ -107,7 +111,21 @@ impl<'a> VersionedStates<'a> {
                 promotions(store).unwrap_or_default()
             },
             pins: BTreeMap::new(),
+            today: crate::engine::today(),
         }
+    }
+
+    /// Is `r` a raw source partition that retention has deleted?
+    fn expired(&self, r: &str) -> bool {
+        let Some((Producer::Dataset(d), values)) = self.graph.producer_of(r) else {
+            return false;
+        };
+        let Some(source) = self.graph.datasets[d].source else {
+            return false;
+        };
+        !self.data_dir.join(r).exists()
+            && (self.graph.sources[source].is_expired(values[0], &self.today)
+                || self.row(r).is_some_and(|p| p.status == Status::Expired))
     }
 
     /// Reads these tables' aliases as these versions (see [`databuild_core::PlanRequest::pins`]).
@@ -152,9 +170,14 @@ impl<'a> VersionedStates<'a> {
                 return Some(Effective {
                     version,
                     stale: None,
+                    kept: false,
                 });
             }
-            Producer::Alias(_) => return self.effective(self.resolve(r)?.as_str()).map(|e| (*e).clone()),
+            Producer::Alias(_) => {
+                return self
+                    .effective(self.resolve(r)?.as_str())
+                    .map(|e| (*e).clone())
+            }
             Producer::Job { .. } => {}
         }
         let row = self.row(r)?;
@@ -170,12 +193,14 @@ impl<'a> VersionedStates<'a> {
             return Some(Effective {
                 version: recorded,
                 stale: None,
+                kept: false,
             });
         };
         let Some(job) = self.graph.job(&run.job) else {
             return Some(Effective {
                 version: recorded,
                 stale: Some(format!("job `{}` is no longer in the graph", run.job)),
+                kept: false,
             });
         };
         let mut stale = None;
@@ -201,11 +226,27 @@ impl<'a> VersionedStates<'a> {
             }
         }
         let mut now = BTreeMap::new();
+        let mut expired = None;
         for input in &run.inputs {
             let then = run.input_versions.get(input);
             match self.effective(input) {
+                // Expired raw data did not change: what was built from it stands.
+                None if self.expired(input) => {
+                    expired.get_or_insert(input);
+                    if let Some(v) = then {
+                        now.insert(input.clone(), v.clone());
+                    }
+                }
                 None => {
                     stale.get_or_insert_with(|| format!("input `{input}` is no longer live"));
+                }
+                Some(e) if e.kept => {
+                    if then != Some(&e.version) {
+                        stale.get_or_insert_with(|| {
+                            format!("input `{input}` changed since it was built")
+                        });
+                    }
+                    now.insert(input.clone(), e.version.clone());
                 }
                 Some(e) => {
                     if let Some(why) = &e.stale {
@@ -219,11 +260,22 @@ impl<'a> VersionedStates<'a> {
                 }
             }
         }
+        if let (Some(why), Some(input)) = (&stale, expired) {
+            return Some(Effective {
+                version: recorded,
+                stale: Some(format!("not rebuildable: input `{input}` expired ({why})")),
+                kept: true,
+            });
+        }
         let version = match stale {
             None => recorded,
             Some(_) => data_version(&job.name, &job.version, &run.args, &run.env, &now),
         };
-        Some(Effective { version, stale })
+        Some(Effective {
+            version,
+            stale,
+            kept: false,
+        })
     }
 
     /// The version of `r` as recorded now (for the input versions a run starts from).
@@ -251,8 +303,16 @@ impl StateView for VersionedStates<'_> {
             return KnownState::Missing;
         };
         match row.status {
-            Status::Available => match self.effective(r).and_then(|e| e.stale.clone()) {
-                Some(reason) => KnownState::Stale { reason },
+            Status::Available => match self.effective(r) {
+                Some(e) if e.kept => KnownState::Kept {
+                    reason: e.stale.clone().unwrap_or_default(),
+                },
+                Some(e) => match &e.stale {
+                    Some(reason) => KnownState::Stale {
+                        reason: reason.clone(),
+                    },
+                    None => KnownState::Live,
+                },
                 None => KnownState::Live,
             },
             Status::Building => KnownState::Building {

@@ -107,10 +107,7 @@ mod tests {
                         Event::partition(None, &format!("source/{r}"), status)
                     }
                     Kind::Partition
-                        if matches!(
-                            status,
-                            Status::Tainted | Status::Sealed | Status::Expired
-                        ) =>
+                        if matches!(status, Status::Tainted | Status::Sealed | Status::Expired) =>
                     {
                         Event::partition(None, &r, status)
                     }

@@ -28,10 +28,7 @@ const APPLICATION_ID: i64 = 0x4442_4C47;
 
 /// The schema, as numbered migrations. Version N is reached by applying the first N steps.
 /// Never edit a step that has shipped; add one.
-const MIGRATIONS: &[&str] = &[
-    include_str!("sqlite/v1.sql"),
-    include_str!("sqlite/v2.sql"),
-];
+const MIGRATIONS: &[&str] = &[include_str!("sqlite/v1.sql"), include_str!("sqlite/v2.sql")];
 
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
 

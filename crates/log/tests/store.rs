@@ -420,7 +420,17 @@ fn arb_event() -> impl Strategy<Value = Event> {
                 Kind::BuildRequest => Event::build_request(&br, status),
                 Kind::JobRun => Event::job_run(&br, &run, "job", status),
                 Kind::Delegation => Event::delegation(&br, &r, "other"),
-                Kind::Partition if status == Status::Tainted => Event::partition(None, &r, status),
+                Kind::Alias => Event::alias("t", run.len() as u32),
+                Kind::Partition
+                    if matches!(status, Status::Sealed | Status::Expired) && with_run =>
+                {
+                    Event::partition(None, &format!("source/{r}"), status)
+                }
+                Kind::Partition
+                    if matches!(status, Status::Tainted | Status::Sealed | Status::Expired) =>
+                {
+                    Event::partition(None, &r, status)
+                }
                 Kind::Partition if with_run => {
                     Event::partition(Some(&br), &r, status).with_run(&run)
                 }
@@ -484,6 +494,42 @@ fn an_empty_sqlite_file_is_migrated_to_the_current_schema() {
         serde_json::json!(sqlite::SCHEMA_VERSION.to_string())
     );
     store.append(build_events("b1", "r1", "a/1")).unwrap();
+}
+
+#[test]
+fn a_version_1_log_is_upgraded_in_place_and_keeps_its_events() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("v1.db");
+    let store = SqliteStore::open(&path).unwrap();
+    store.append(build_events("b1", "r1", "a/1")).unwrap();
+    drop(store);
+    // Make it what version 1 wrote: no alias index, schema version 1.
+    let ok = std::process::Command::new("python3")
+        .args(["-c", "import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); c.execute('drop index events_of_alias'); c.execute('update meta set value = 1 where key = \"schema_version\"'); c.commit()"])
+        .arg(&path)
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok);
+    let store = SqliteStore::open(&path).unwrap();
+    let v = store
+        .sql(
+            "SELECT (SELECT value FROM meta WHERE key = 'schema_version'), (SELECT count(*) FROM sqlite_master WHERE name = 'events_of_alias'), (SELECT count(*) FROM events)",
+            SqlLimits::default(),
+        )
+        .unwrap();
+    assert_eq!(v.rows[0][0], serde_json::json!("2"));
+    assert_eq!(v.rows[0][1], serde_json::json!(1));
+    assert!(v.rows[0][2].as_i64().unwrap() > 0);
+    store.append(vec![Event::alias("orders", 2)]).unwrap();
+    let aliases = store
+        .events(&EventFilter {
+            kind: Some(Kind::Alias),
+            ..Default::default()
+        })
+        .unwrap();
+    assert_eq!(aliases.len(), 1);
+    assert_eq!(aliases[0].data.version, Some(2));
 }
 
 #[test]

@@ -96,6 +96,11 @@ pub async fn serve(
     if closed > 0 {
         eprintln!("closed {closed} build request(s) left unfinished by a process that is gone");
     }
+    // Sources are sealed, ingested and expired before the first request, then every interval.
+    if !engine.graph.sources.is_empty() {
+        let engine = engine.clone();
+        tokio::task::spawn_blocking(move || engine.maintain_sources(None, None)).await??;
+    }
     let executor: Arc<dyn databuild_exec::local::Executor> = Arc::from(engine.executor());
     let state = Arc::new(AppState {
         engine,
@@ -117,7 +122,7 @@ pub async fn serve(
     Ok(())
 }
 
-/// Seals ended days, ingests dropped files and expires old raw data: at start, then every
+/// Seals ended days, ingests dropped files and expires old raw data every
 /// `DATABUILD_SOURCE_INTERVAL` (default 60 s).
 async fn maintain_sources(state: Arc<AppState>) {
     if state.engine.graph.sources.is_empty() {
@@ -128,18 +133,22 @@ async fn maintain_sources(state: Arc<AppState>) {
         .and_then(|v| humantime_secs(&v))
         .unwrap_or(Duration::from_secs(60));
     loop {
+        tokio::time::sleep(every).await;
         let engine = state.engine.clone();
         match tokio::task::spawn_blocking(move || engine.maintain_sources(None, None)).await {
             Ok(Err(e)) => eprintln!("source maintenance failed: {e}"),
             Err(e) => eprintln!("source maintenance failed: {e}"),
             Ok(Ok(_)) => {}
         }
-        tokio::time::sleep(every).await;
     }
 }
 
 fn humantime_secs(v: &str) -> Option<Duration> {
-    v.trim_end_matches('s').parse::<f64>().ok().filter(|s| *s > 0.0).map(Duration::from_secs_f64)
+    v.trim_end_matches('s')
+        .parse::<f64>()
+        .ok()
+        .filter(|s| *s > 0.0)
+        .map(Duration::from_secs_f64)
 }
 
 async fn shutdown_signal() {

@@ -64,9 +64,7 @@ impl FloodGuard {
         let burst = rate * 2.0;
         let mut buckets = self.buckets.lock().unwrap_or_else(|e| e.into_inner());
         let now = Instant::now();
-        let (tokens, last) = buckets
-            .entry(source.name.clone())
-            .or_insert((burst, now));
+        let (tokens, last) = buckets.entry(source.name.clone()).or_insert((burst, now));
         *tokens = (*tokens + now.duration_since(*last).as_secs_f64() * rate).min(burst);
         *last = now;
         if *tokens >= 1.0 {
@@ -128,7 +126,11 @@ async fn ingest(
         .engine
         .graph
         .source(name)
-        .ok_or_else(|| plain(AppError::not_found(format!("no source `{name}` in the graph"))))?
+        .ok_or_else(|| {
+            plain(AppError::not_found(format!(
+                "no source `{name}` in the graph"
+            )))
+        })?
         .clone();
     if let SourceKind::Directory { path } = &source.kind {
         return Err(plain(AppError::bad_request(format!(
@@ -136,18 +138,26 @@ async fn ingest(
         ))));
     }
     state.flood_guard.admit(&source).map_err(|wait| {
-        let e = error(StatusCode::TOO_MANY_REQUESTS, "too_many_requests", format!(
-            "source `{name}` takes at most {} requests a second; retry after {} ms",
-            source.rate_limit,
-            wait.as_millis()
-        ));
+        let e = error(
+            StatusCode::TOO_MANY_REQUESTS,
+            "too_many_requests",
+            format!(
+                "source `{name}` takes at most {} requests a second; retry after {} ms",
+                source.rate_limit,
+                wait.as_millis()
+            ),
+        );
         (e, Some(wait))
     })?;
     let too_large = || {
-        plain(error(StatusCode::PAYLOAD_TOO_LARGE, "too_large", format!(
-            "the body is larger than source `{name}`'s max_body of {} bytes",
-            source.max_body
-        )))
+        plain(error(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "too_large",
+            format!(
+                "the body is larger than source `{name}`'s max_body of {} bytes",
+                source.max_body
+            ),
+        ))
     };
     let declared = headers
         .get(header::CONTENT_LENGTH)
@@ -175,9 +185,11 @@ async fn ingest(
     .map_err(|e| plain(AppError::from(e)))?
     .map_err(|e| {
         eprintln!("webhook {name}: cannot store records: {e}");
-        plain(error(StatusCode::SERVICE_UNAVAILABLE, "storage", format!(
-            "the records could not be stored ({e}); nothing was kept, retry"
-        )))
+        plain(error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "storage",
+            format!("the records could not be stored ({e}); nothing was kept, retry"),
+        ))
     })?;
     Ok(json!({ "source": name, "date": date, "records": count }))
 }
@@ -205,12 +217,19 @@ fn authenticate(
             }
         };
     };
-    let secret = std::env::var(var).ok().filter(|s| !s.is_empty()).ok_or_else(|| {
-        error(StatusCode::SERVICE_UNAVAILABLE, "misconfigured", format!(
+    let secret = std::env::var(var)
+        .ok()
+        .filter(|s| !s.is_empty())
+        .ok_or_else(|| {
+            error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "misconfigured",
+                format!(
             "source `{}` needs signed bodies but `{var}` is not set in the service's environment",
             source.name
-        ))
-    })?;
+        ),
+            )
+        })?;
     let given = headers
         .get(SIGNATURE_HEADER)
         .and_then(|v| v.to_str().ok())
@@ -224,8 +243,12 @@ fn authenticate(
     };
     let mut mac = Hmac::<Sha256>::new_from_slice(secret.as_bytes()).expect("HMAC takes any key");
     mac.update(body);
-    mac.verify_slice(&signature)
-        .map_err(|_| unauthorized(format!("the signature does not match the body (source `{}`)", source.name)))
+    mac.verify_slice(&signature).map_err(|_| {
+        unauthorized(format!(
+            "the signature does not match the body (source `{}`)",
+            source.name
+        ))
+    })
 }
 
 /// The signature a webhook sender computes: `sha256=<hex HMAC-SHA256(secret, body)>`.
@@ -233,11 +256,14 @@ pub fn sign(secret: &str, body: &[u8]) -> String {
     let mut mac = Hmac::<Sha256>::new_from_slice(secret.as_bytes()).expect("HMAC takes any key");
     mac.update(body);
     let bytes = mac.finalize().into_bytes();
-    format!("sha256={}", bytes.iter().map(|b| format!("{b:02x}")).collect::<String>())
+    format!(
+        "sha256={}",
+        bytes.iter().map(|b| format!("{b:02x}")).collect::<String>()
+    )
 }
 
 fn decode_hex(s: &str) -> Option<Vec<u8>> {
-    if s.len() % 2 != 0 {
+    if !s.len().is_multiple_of(2) {
         return None;
     }
     (0..s.len())

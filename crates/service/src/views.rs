@@ -183,7 +183,9 @@ pub fn sources(engine: &Engine) -> ApiResult<Value> {
 /// One source: coverage by date of its raw data and of every table version.
 pub fn source(engine: &Engine, name: &str) -> ApiResult<Value> {
     if engine.graph.source(name).is_none() {
-        return Err(AppError::not_found(format!("no source `{name}` in the graph")));
+        return Err(AppError::not_found(format!(
+            "no source `{name}` in the graph"
+        )));
     }
     Ok(to_value(engine.source_detail(name)?))
 }

@@ -83,6 +83,20 @@ pub fn explain(backend: &Backend, r: &str, json: bool) -> anyhow::Result<ExitCod
             println!("  args: {}", args.join(" "));
         }
     }
+    let report = &x["report"];
+    if let Some(provenance) = report["provenance"].as_str() {
+        println!("  provenance: {provenance}");
+    }
+    if let Some(fields) = report.as_object() {
+        let counts: Vec<String> = fields
+            .iter()
+            .filter(|(k, v)| v.is_number() && k.as_str() != "provenance")
+            .map(|(k, v)| format!("{k} {v}"))
+            .collect();
+        if !counts.is_empty() {
+            println!("  reported: {}", counts.join(", "));
+        }
+    }
     let inputs = x["inputs"].as_array().cloned().unwrap_or_default();
     if !inputs.is_empty() {
         println!("  inputs now:");

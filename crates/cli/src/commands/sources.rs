@@ -30,7 +30,11 @@ pub fn list_sources(backend: &Backend, json: bool) -> anyhow::Result<ExitCode> {
                 let versions: Vec<String> = list(&t["versions"])
                     .iter()
                     .map(|v| {
-                        let mark = if v["version"] == t["promoted"] { "*" } else { "" };
+                        let mark = if v["version"] == t["promoted"] {
+                            "*"
+                        } else {
+                            ""
+                        };
                         format!("v{}{mark} {} days", v["version"], v["live_dates"])
                     })
                     .collect();
@@ -41,21 +45,37 @@ pub fn list_sources(backend: &Backend, json: bool) -> anyhow::Result<ExitCode> {
             text(&s["name"]),
             text(&s["kind"]),
             format!("{}d", s["retention_days"]),
-            format!("{} open, {} sealed, {} expired", d["open"], d["sealed"], d["expired"]),
+            format!(
+                "{} open, {} sealed, {} expired",
+                d["open"], d["sealed"], d["expired"]
+            ),
             match (d["first"].as_str(), d["last"].as_str()) {
                 (Some(a), Some(b)) => format!("{a}..{b}"),
                 _ => "-".to_string(),
             },
-            if tables.is_empty() { "-".to_string() } else { tables.join("; ") },
+            if tables.is_empty() {
+                "-".to_string()
+            } else {
+                tables.join("; ")
+            },
         ]);
     }
     print!(
         "{}",
-        table(&["SOURCE", "KIND", "RETENTION", "DAYS", "RANGE", "TABLES (* = promoted)"], &rows)
+        table(
+            &[
+                "SOURCE",
+                "KIND",
+                "RETENTION",
+                "DAYS",
+                "RANGE",
+                "TABLES (* = promoted)"
+            ],
+            &rows
+        )
     );
     Ok(ExitCode::SUCCESS)
 }
-
 
 pub fn show(backend: &Backend, name: &str, json: bool) -> anyhow::Result<ExitCode> {
     let v = backend.source(name)?;
@@ -73,12 +93,20 @@ pub fn show(backend: &Backend, name: &str, json: bool) -> anyhow::Result<ExitCod
     let mut columns: Vec<String> = Vec::new();
     for t in list(&v["tables"]) {
         for ver in list(&t["versions"]) {
-            let promoted = if ver["version"] == t["promoted"] { " *" } else { "" };
+            let promoted = if ver["version"] == t["promoted"] {
+                " *"
+            } else {
+                ""
+            };
             println!(
                 "  {}.v{}{promoted}: {}",
                 text(&t["name"]),
                 ver["version"],
-                list(&ver["columns"]).iter().map(text).collect::<Vec<_>>().join(", ")
+                list(&ver["columns"])
+                    .iter()
+                    .map(text)
+                    .collect::<Vec<_>>()
+                    .join(", ")
             );
             columns.push(format!("{}.v{}", text(&t["name"]), ver["version"]));
         }
@@ -98,7 +126,10 @@ pub fn show(backend: &Backend, name: &str, json: bool) -> anyhow::Result<ExitCod
                 },
             ];
             cells.extend(columns.iter().map(|c| {
-                row["versions"][c.as_str()].as_str().unwrap_or("-").to_string()
+                row["versions"][c.as_str()]
+                    .as_str()
+                    .unwrap_or("-")
+                    .to_string()
             }));
             cells
         })
@@ -133,7 +164,10 @@ pub fn seal(
             },
             expired.len(),
             if ingested["files"].as_u64().unwrap_or(0) > 0 {
-                format!(", ingested {} file(s), {} records", ingested["files"], ingested["records"])
+                format!(
+                    ", ingested {} file(s), {} records",
+                    ingested["files"], ingested["records"]
+                )
             } else {
                 String::new()
             }
@@ -177,7 +211,10 @@ pub fn promote(
             answer?
         }
         Backend::Remote(c) => c.post(
-            &format!("/api/v1/tables/{}/promote", crate::remote::segment(table_name)),
+            &format!(
+                "/api/v1/tables/{}/promote",
+                crate::remote::segment(table_name)
+            ),
             &json!({ "version": version, "build_downstream": build_downstream }),
         )?,
     };
@@ -193,7 +230,10 @@ pub fn promote(
             if v["downstream"].is_null() {
                 String::new()
             } else {
-                format!("; {rebuilt} downstream partition(s) rebuilt on v{} first", v["to"])
+                format!(
+                    "; {rebuilt} downstream partition(s) rebuilt on v{} first",
+                    v["to"]
+                )
             }
         );
     }

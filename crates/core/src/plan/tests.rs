@@ -457,3 +457,121 @@ proptest! {
         }
     }
 }
+
+const TABLES: &str = r#"
+[graph]
+name = "t"
+[[source]]
+name = "o"
+kind = "webhook"
+retention = "7d"
+[[table]]
+name = "o"
+source = "o"
+version = 1
+columns = { id = "int" }
+[[table]]
+name = "o"
+source = "o"
+version = 2
+columns = { id = "int", note = "str?" }
+[[job]]
+name = "sum"
+outputs = ["sum/date={date:date}"]
+inputs = ["o/date={date}"]
+command = ["x"]
+migrate = ["m"]
+"#;
+
+/// Table versions resolve through the resolver; here every day loads from its raw partition.
+fn load_from_raw(outputs: &[PartitionRef]) -> Result<Vec<JobConfig>, String> {
+    Ok(outputs
+        .iter()
+        .filter(|o| !o.as_str().contains("/errors/"))
+        .map(|o| {
+            let (prefix, date) = o.as_str().rsplit_once("date=").unwrap();
+            JobConfig {
+                outputs: refs(&[o.as_str(), &format!("{prefix}errors/date={date}")]),
+                inputs: vec![ConfigInput {
+                    partition_ref: PartitionRef::new(format!("source/o/date={date}")).unwrap(),
+                    dep: DepKind::Materialize,
+                }],
+                args: vec!["load".into()],
+                env: BTreeMap::new(),
+            }
+        })
+        .collect())
+}
+
+struct Promoted(u32);
+
+impl StateView for Promoted {
+    fn state(&self, _: &str) -> KnownState {
+        KnownState::Missing
+    }
+    fn promoted(&self, _: &str) -> Option<u32> {
+        Some(self.0)
+    }
+}
+
+#[test]
+fn aliases_read_the_promoted_version_or_a_pinned_one() {
+    let g = graph(TABLES);
+    let mut facts = Facts {
+        all_present: true,
+        config: Some(load_from_raw),
+        ..Default::default()
+    };
+    let p = plan_with(&g, &["sum/date=2026-01-01"], &NothingBuilt, &mut facts).unwrap();
+    assert_eq!(
+        lines(&p),
+        [
+            "o.v1: o/v1/date=2026-01-01,o/v1/errors/date=2026-01-01 <- source/o/date=2026-01-01",
+            "sum: sum/date=2026-01-01 <- o/v1/date=2026-01-01",
+        ]
+    );
+    assert_eq!(
+        p.runs[1].aliased(),
+        [(
+            PartitionRef::new("o/date=2026-01-01").unwrap(),
+            PartitionRef::new("o/v1/date=2026-01-01").unwrap()
+        )]
+    );
+    let p = plan_with(&g, &["sum/date=2026-01-01"], &Promoted(2), &mut facts).unwrap();
+    assert_eq!(p.runs[1].inputs, refs(&["o/v2/date=2026-01-01"]));
+    let request = PlanRequest {
+        refs: refs(&["sum/date=2026-01-01", "o/date=2026-01-02"]),
+        pins: BTreeMap::from([("o".to_string(), 1)]),
+        ..Default::default()
+    };
+    let p = plan(&g, &request, &Promoted(2), &mut facts).unwrap();
+    assert_eq!(
+        p.runs.iter().filter(|r| r.job.as_ref() == "o.v1").count(),
+        2,
+        "pins win: {:?}",
+        lines(&p)
+    );
+}
+
+#[test]
+fn kept_partitions_are_carried_forward_by_migrate_or_left_alone() {
+    let g = graph(TABLES);
+    let states = States(HashMap::from([(
+        "sum/date=2026-01-01",
+        KnownState::Kept {
+            reason: "not rebuildable".into(),
+        },
+    )]));
+    let mut facts = Facts {
+        all_present: true,
+        config: Some(load_from_raw),
+        ..Default::default()
+    };
+    let p = plan_with(&g, &["sum/date=2026-01-01"], &states, &mut facts).unwrap();
+    assert_eq!(lines(&p), ["sum: sum/date=2026-01-01 <- "]);
+    assert!(p.runs[0].is_carry_forward());
+    let without = graph(&TABLES.replace("migrate = [\"m\"]\n", ""));
+    let p = plan_with(&without, &["sum/date=2026-01-01"], &states, &mut facts).unwrap();
+    assert!(p.runs.is_empty());
+    assert_eq!(p.skipped, refs(&["sum/date=2026-01-01"]));
+}

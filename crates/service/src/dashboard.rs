@@ -53,6 +53,7 @@ pub fn routes() -> Router<Arc<AppState>> {
         .route("/partitions", get(partitions_page))
         .route("/partitions/{partition_ref}", get(partition_page))
         .route("/datasets", get(datasets_page))
+        .route("/sources", get(sources_page))
         .route("/jobs", get(jobs_page))
         .route("/jobs/{name}", get(job_page))
         .route("/runs/{id}", get(run_page))
@@ -80,6 +81,7 @@ fn layout(title: &str, body: Markup) -> Markup {
         html lang="en" {
             head {
                 meta charset="utf-8";
+                link rel="icon" href="data:,";
                 title { (title) " · DataBuild" }
                 style { (PreEscaped(STYLE)) }
                 script src="/assets/htmx.min.js" {}
@@ -89,6 +91,7 @@ fn layout(title: &str, body: Markup) -> Markup {
                     a.brand href="/" { "DataBuild" }
                     a href="/partitions" { "Partitions" }
                     a href="/datasets" { "Datasets" }
+                    a href="/sources" { "Sources" }
                     a href="/jobs" { "Jobs" }
                     a href="/analyze" { "Analyze" }
                     a href="/sql" { "SQL" }
@@ -421,6 +424,67 @@ async fn datasets_page(State(state): Shared) -> Response {
             } }
         }
     }).into_response()
+}
+
+/// Sources and their tables: per source, one strip of days for the raw data (open, sealed,
+/// expired) and one per table version (loaded from raw, carried forward, stale, missing), the
+/// promoted version marked.
+async fn sources_page(State(state): Shared) -> Response {
+    let data = page(&state, |engine| {
+        engine
+            .graph
+            .sources
+            .iter()
+            .map(|s| Ok(engine.source_detail(&s.name)?))
+            .collect::<Result<Vec<_>, AppError>>()
+    })
+    .await;
+    let details = match data {
+        Ok(d) => d,
+        Err(r) => return r,
+    };
+    const DAYS: usize = 90;
+    layout("Sources", html! {
+        h1 { "Sources" }
+        @if details.is_empty() { p.muted { "This graph declares no [[source]]." } }
+        @for d in &details {
+            @let src = &d.source;
+            @let days: Vec<_> = d.coverage.iter().rev().take(DAYS).rev().collect();
+            section.source data-source=(src.name) {
+                h2 { (src.name) }
+                p { (src.kind) " source · keeps " (src.retention_days) " days · " (src.body_format)
+                    @if src.signed { " · signed" }
+                    " · " (src.days.open) " open, " (src.days.sealed) " sealed, " (src.days.expired) " expired · today " (d.today) }
+                table.coverage {
+                    tr { th { "" } th { @if let (Some(a), Some(b)) = (days.first(), days.last()) { (a.date) " → " (b.date) } } th { "Columns" } }
+                    tr {
+                        td { "raw" }
+                        td { (PreEscaped(svg::calendar(&days.iter().map(|c| (c.date.clone(), c.raw.as_ref().map_or("missing", |r| r.state).to_string())).collect::<Vec<_>>()))) }
+                        td { span.muted { "source/" (src.name) "/date=…" } }
+                    }
+                    @for t in &src.tables { @for v in &t.versions {
+                        @let key = format!("{}.v{}", t.name, v.version);
+                        tr data-version=(key) {
+                            td { a href={ "/jobs/" (key) } { (key) } @if v.version == t.promoted { " " span.badge style="background:#2f74c0" { "promoted" } } }
+                            td { (PreEscaped(svg::calendar(&days.iter().map(|c| (c.date.clone(), coverage_state(c.versions.get(&key)))).collect::<Vec<_>>()))) }
+                            td { code { (v.columns.join(", ")) } " · " (v.live_dates) " days, " (v.carried) " carried forward" }
+                        }
+                    } }
+                }
+            }
+        }
+        p.muted { "Colours: " (badge("sealed")) " " (badge("open")) " " (badge("expired")) " raw · "
+            (badge("live")) " loaded from raw " (badge("carried")) " carried forward " (badge("stale")) " " (badge("missing")) }
+    }).into_response()
+}
+
+/// The colour key of a table version's day: `live (carried)` → `carried`, `live (loaded)` → `live`.
+fn coverage_state(shown: Option<&String>) -> String {
+    match shown.map(String::as_str) {
+        None => "missing".to_string(),
+        Some("live (carried)") => "carried".to_string(),
+        Some(s) => s.split(' ').next().unwrap_or(s).to_string(),
+    }
 }
 
 /// A calendar strip for a pattern with a date field: each day from the first to the last date

@@ -14,6 +14,11 @@ pub fn colour(status: &str) -> &'static str {
         "stale" => "#e0a526",
         "tainted" => "#8e44ad",
         "cancelled" | "skipped" | "delegated" => "#6c7a89",
+        // sources and table versions
+        "sealed" => "#2e9e5b",
+        "open" => "#2f74c0",
+        "expired" => "#4b4f56",
+        "carried" => "#17a2b8",
         _ => "#cfd6dd",
     }
 }

@@ -399,6 +399,16 @@ fn orders_story_keeps_every_row_through_a_new_version_and_promotion() {
     // Today is still open: its raw partition is not sealed, so no version can be built for it.
     let open = cli(&p, &today, &["build", &format!("orders/v1/date={today}")]);
     assert_eq!(open.code, 1, "{}", open.stderr);
+    assert!(
+        open.stdout
+            .contains("no data of source `orders` has arrived for this day")
+            || open
+                .stderr
+                .contains("no data of source `orders` has arrived for this day"),
+        "{}{}",
+        open.stdout,
+        open.stderr
+    );
     let check = cli(&p, &today, &["check-log"]);
     check.expect_code(0);
 }
@@ -764,7 +774,10 @@ fn check_sources_page(url: &str, source: &str) {
         return;
     }
     let mut cmd = std::process::Command::new("node");
-    cmd.current_dir(&browser).arg("sources.mjs").arg(url).arg(source);
+    cmd.current_dir(&browser)
+        .arg("sources.mjs")
+        .arg(url)
+        .arg(source);
     if let Ok(dir) = std::env::var("DATABUILD_SCREENSHOTS") {
         cmd.arg(dir);
     }

@@ -233,8 +233,19 @@ impl Engine {
         );
         self.store.append(events)?;
         if let Some(m) = plan.missing.first() {
+            // A source partition says why: still open, expired, or never received.
+            let why = match self.graph.producer_of(m.partition_ref.as_str()) {
+                Some((Producer::Dataset(d), _)) if self.graph.datasets[d].source.is_some() => self
+                    .status(&[m.partition_ref.to_string()])
+                    .ok()
+                    .and_then(|mut s| s.pop())
+                    .and_then(|s| s.reasons.into_iter().next())
+                    .map(|r| format!(": {r}"))
+                    .unwrap_or_default(),
+                _ => String::new(),
+            };
             let message = format!(
-                "external partition `{}` of dataset `{}` is not available{}",
+                "external partition `{}` of dataset `{}` is not available{}{why}",
                 m.partition_ref,
                 m.dataset,
                 m.needed_by

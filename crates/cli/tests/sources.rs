@@ -789,3 +789,28 @@ fn check_sources_page(url: &str, source: &str) {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+#[test]
+fn an_incompatible_schema_change_is_refused_naming_the_column() {
+    let v1 = "[graph]\nname = \"g\"\n[[source]]\nname = \"s\"\nkind = \"webhook\"\nretention = \"2d\"\n[[table]]\nname = \"t\"\nsource = \"s\"\nversion = 1\ncolumns = { a = \"float\" }\n";
+    let p = Project::new(v1);
+    let service = Service::start(&p, &[("DATABUILD_NOW", &day(1))]);
+    let (status, v, _) = webhook(&service, "s", r#"{"a": 1.5}"#, None);
+    assert_eq!(status, 200, "{v}");
+    drop(service);
+    cli(&p, &day(2), &["source", "seal"]).expect_code(0);
+    cli(&p, &day(2), &["build", "t/v1/date=2026-01-01"]).expect_code(0);
+    cli(&p, &day(3), &["source", "seal"]).expect_code(0); // day 1's raw data expires
+    std::fs::write(
+        p.path().join("databuild.toml"),
+        format!("{v1}[[table]]\nname = \"t\"\nsource = \"s\"\nversion = 2\ncolumns = {{ a = \"int\" }}\n"),
+    )
+    .unwrap();
+    let refused = cli(&p, &day(3), &["build", "t/v2/date=2026-01-01"]);
+    refused.expect_code(2);
+    assert!(
+        refused.stderr.contains("cannot carry t/v1/date=2026-01-01 forward to v2 (source/s/date=2026-01-01 expired): column `a` changes from float to int, which is not a widening cast"),
+        "{}",
+        refused.stderr
+    );
+}

@@ -16,6 +16,7 @@ pub(crate) struct StateCache {
     pub job_runs: FxHashMap<String, Option<Status>>,
     pub request_partitions: FxHashMap<(String, String), Option<Status>>,
     pub partitions: FxHashMap<String, Option<(Status, Option<String>)>>,
+    pub wants: FxHashMap<String, Option<Status>>,
 }
 
 impl StateCache {
@@ -27,6 +28,7 @@ impl StateCache {
             + self.job_runs.len()
             + self.request_partitions.len()
             + self.partitions.len()
+            + self.wants.len()
     }
 
     /// Records the states after a (valid) event.
@@ -50,6 +52,12 @@ impl StateCache {
                 }
                 if let Some(global) = global_effect(e, before.partition.as_ref()) {
                     self.partitions.insert(r, Some(global));
+                }
+            }
+            Kind::Want if e.status == Status::SlaMissed => {}
+            Kind::Want => {
+                if let Some(id) = &e.data.want_id {
+                    self.wants.insert(id.clone(), Some(e.status));
                 }
             }
             Kind::Delegation | Kind::Alias => {}

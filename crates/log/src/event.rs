@@ -18,6 +18,9 @@ pub enum Kind {
     Delegation,
     /// A table's alias moved to another version (`promoted`).
     Alias,
+    /// A standing request for partitions: `requested`, `waiting`, `satisfied`; `sla_missed`;
+    /// `expired` / `cancelled`.
+    Want,
 }
 
 /// Every status of every kind; which ones a kind may use is the business of [`crate::state`].
@@ -49,6 +52,10 @@ pub enum Status {
     Expired,
     // alias
     Promoted,
+    // want
+    Waiting,
+    Satisfied,
+    SlaMissed,
 }
 
 macro_rules! names {
@@ -79,6 +86,7 @@ names!(Kind {
     JobRun => "job_run",
     Delegation => "delegation",
     Alias => "alias",
+    Want => "want",
 });
 
 names!(Status {
@@ -100,6 +108,9 @@ names!(Status {
     Sealed => "sealed",
     Expired => "expired",
     Promoted => "promoted",
+    Waiting => "waiting",
+    Satisfied => "satisfied",
+    SlaMissed => "sla_missed",
 });
 
 /// Kind-specific extras, stored as a JSON object. Every field is optional so that old events stay
@@ -175,6 +186,21 @@ pub struct EventData {
     pub table: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub version: Option<u32>,
+    /// want: which want (its refs are in `requested`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub want_id: Option<String>,
+    /// want requested: when it expires (ns), and its SLA: how long after the end of a
+    /// partition's day (the date in its ref) it must be live.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sla_seconds: Option<u64>,
+    /// want requested: the `[[want]]` of the graph file it was made from, if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub recurring: Option<String>,
+    /// want waiting: the build request started for it, or the one on an upstream service.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub upstream: Option<String>,
 }
 
 impl EventData {
@@ -260,6 +286,11 @@ impl Event {
         e.partition_ref = Some(partition_ref.to_string());
         e.delegated_to = Some(delegated_to.to_string());
         e
+    }
+
+    /// An event of a want; `partition_ref` is what it waits for, or the partition that missed its SLA.
+    pub fn want(want_id: &str, status: Status) -> Event {
+        Event::new(Kind::Want, status, None).with_data(|d| d.want_id = Some(want_id.to_string()))
     }
 
     /// A table's alias now points at `version`.

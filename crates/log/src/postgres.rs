@@ -290,6 +290,12 @@ fn current(
                 )
             })?;
         }
+        (Kind::Want, _, _, _) if e.data.want_id.is_some() => {
+            let id = e.data.want_id.as_deref().expect("checked");
+            c.want = cached(&mut w.wants, id.to_string(), || {
+                opt_status(tx, st, "SELECT status FROM wants WHERE want_id = $1", &[id])
+            })?;
+        }
         (Kind::Partition, br, _, Some(r)) => {
             if let Some(br) = br {
                 let key = (br.to_string(), r.to_string());
@@ -429,6 +435,23 @@ fn project(
                 None => Ok(0),
             }
         }
+        Kind::Want if e.status == Status::Requested => st.execute(tx,
+            "INSERT INTO wants (want_id, status, refs, created_at, expires_at, sla_seconds,
+                                recurring, message, updated_at)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $4)",
+            &[&d.want_id, &status, &to_json(&d.requested), &e.timestamp, &d.expires_at,
+              &d.sla_seconds.map(|s| s as i64), &d.recurring, &e.message],
+        ),
+        Kind::Want if e.status == Status::SlaMissed => st.execute(tx,
+            "UPDATE wants SET sla_missed = sla_missed + 1, updated_at = $2 WHERE want_id = $1",
+            &[&d.want_id, &e.timestamp],
+        ),
+        Kind::Want => st.execute(tx,
+            "UPDATE wants SET status = $2, waiting_for = $3, message = $4,
+                    build_request_id = coalesce($5, build_request_id), updated_at = $6
+             WHERE want_id = $1",
+            &[&d.want_id, &status, &e.partition_ref, &e.message, &d.upstream, &e.timestamp],
+        ),
         Kind::Delegation | Kind::Alias => Ok(0),
     }
     .map_err(storage)?;
@@ -526,6 +549,26 @@ fn build_from_row(row: &postgres::Row) -> Result<BuildRequestRow> {
 const RUN_COLUMNS: &str = "job_run_id, job, build_request_id, status, outputs, inputs, args, env,
                            scheduled_at, started_at, ended_at, exit_code, message, relies_on, pid, host,
                            owner, job_version, input_versions, log_path";
+
+const WANT_COLUMNS: &str = "want_id, status, refs, created_at, expires_at, sla_seconds, recurring,
+                            waiting_for, message, build_request_id, sla_missed, updated_at";
+
+fn want_from_row(row: &postgres::Row) -> Result<WantRow> {
+    Ok(WantRow {
+        want_id: row.get(0),
+        status: status_of(row.get(1))?,
+        refs: json_list(row.get(2)),
+        created_at: row.get(3),
+        expires_at: row.get(4),
+        sla_seconds: row.get::<_, Option<i64>>(5).map(|s| s as u64),
+        recurring: row.get(6),
+        waiting_for: row.get(7),
+        message: row.get(8),
+        build_request_id: row.get(9),
+        sla_missed: row.get::<_, i64>(10) as u64,
+        updated_at: row.get(11),
+    })
+}
 
 fn run_from_row(row: &postgres::Row) -> Result<JobRunRow> {
     let env: Option<String> = row.get(7);
@@ -791,6 +834,36 @@ impl EventStore for PostgresStore {
             .as_ref()
             .map(run_from_row)
             .transpose()
+        })
+    }
+
+    fn want(&self, id: &str) -> Result<Option<WantRow>> {
+        self.read(|c| {
+            c.query_opt(
+                &format!("SELECT {WANT_COLUMNS} FROM wants WHERE want_id = $1"),
+                &[&id],
+            )
+            .map_err(storage)?
+            .as_ref()
+            .map(want_from_row)
+            .transpose()
+        })
+    }
+
+    fn wants(&self, status: Option<Status>, active: bool, limit: usize) -> Result<Vec<WantRow>> {
+        let mut filters = Filters::default();
+        if let Some(s) = status {
+            filters.add("status =", s.as_str().to_string());
+        }
+        if active {
+            filters.raw("status NOT IN ('expired', 'cancelled')");
+        }
+        let sql = format!(
+            "SELECT {WANT_COLUMNS} FROM wants{} ORDER BY created_at DESC, want_id LIMIT {limit}",
+            filters.clause
+        );
+        self.read(|c| {
+            collect(c.query(&sql, &filters.params()).map_err(storage)?, want_from_row)
         })
     }
 

@@ -15,6 +15,7 @@ pub struct Replay {
     pub request_partitions: FxHashMap<(String, String), Status>,
     /// Global partition state and the run that holds or last built it.
     pub partitions: FxHashMap<String, (Status, Option<String>)>,
+    pub wants: FxHashMap<String, Status>,
 }
 
 impl Replay {
@@ -36,6 +37,12 @@ impl Replay {
                 _ => None,
             },
             partition: r.and_then(|r| self.partitions.get(r).cloned()),
+            want: e
+                .data
+                .want_id
+                .as_deref()
+                .filter(|_| e.kind == Kind::Want)
+                .and_then(|id| self.wants.get(id).copied()),
         }
     }
 
@@ -52,6 +59,11 @@ impl Replay {
                     .insert(e.job_run_id.clone().expect("checked"), e.status);
             }
             Kind::Delegation | Kind::Alias => {}
+            Kind::Want if e.status == Status::SlaMissed => {}
+            Kind::Want => {
+                self.wants
+                    .insert(e.data.want_id.clone().expect("checked"), e.status);
+            }
             Kind::Partition => {
                 let r = e.partition_ref.clone().expect("checked");
                 if let Some(b) = br {
@@ -101,6 +113,11 @@ mod tests {
                     Kind::JobRun => Event::job_run(&br, &run, "job", status),
                     Kind::Delegation => Event::delegation(&br, &r, "other"),
                     Kind::Alias => Event::alias("t", run.len() as u32),
+                    Kind::Want => Event::want(&run, status).with_data(|d| {
+                        if with_run {
+                            d.requested = vec![r.clone()];
+                        }
+                    }),
                     Kind::Partition
                         if matches!(status, Status::Sealed | Status::Expired) && with_run =>
                     {
@@ -160,7 +177,7 @@ mod tests {
                             }
                         }
                     }
-                    Kind::Delegation | Kind::Alias => {}
+                    Kind::Delegation | Kind::Alias | Kind::Want => {}
                 }
             }
             for path in brs.values() { prop_assert!(path_is_valid(BUILD_REQUEST, path), "{:?}", path); }
@@ -264,6 +281,18 @@ pub fn check_store(store: &dyn crate::store::EventStore) -> crate::store::Result
         if replayed != Some(r[1].as_str()) {
             disagree(format!(
                 "build request {} is `{}` in its projection but `{}` in the events",
+                r[0],
+                r[1],
+                replayed.unwrap_or("absent")
+            ));
+        }
+    }
+    let wants = rows("SELECT want_id, status FROM wants")?;
+    for r in &wants {
+        let replayed = replay.wants.get(&r[0]).map(|s| s.as_str());
+        if replayed != Some(r[1].as_str()) {
+            disagree(format!(
+                "want {} is `{}` in its projection but `{}` in the events",
                 r[0],
                 r[1],
                 replayed.unwrap_or("absent")

@@ -311,6 +311,12 @@ fn current(tx: &Transaction<'_>, cache: &mut StateCache, e: &Event) -> rusqlite:
                 status_query("SELECT status FROM job_runs WHERE job_run_id = ?1", &[run])
             })?;
         }
+        (Kind::Want, _, _, _) if e.data.want_id.is_some() => {
+            let id = e.data.want_id.as_deref().expect("checked");
+            c.want = cached(&mut cache.wants, id.to_string(), || {
+                status_query("SELECT status FROM wants WHERE want_id = ?1", &[id])
+            })?;
+        }
         (Kind::Partition, br, _, Some(r)) => {
             if let Some(br) = br {
                 let key = (br.to_string(), r.to_string());
@@ -488,6 +494,45 @@ fn project(tx: &Transaction<'_>, e: &Event, before: &Current) -> rusqlite::Resul
                 ])?;
             }
         }
+        Kind::Want if e.status == Status::Requested => {
+            let d = &e.data;
+            tx.prepare_cached(
+                "INSERT INTO wants (want_id, status, refs, created_at, expires_at, sla_seconds,
+                                    recurring, message, updated_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?4)",
+            )?
+            .execute(params![
+                d.want_id,
+                status,
+                to_json(&d.requested),
+                e.timestamp,
+                d.expires_at,
+                d.sla_seconds.map(|s| s as i64),
+                d.recurring,
+                e.message
+            ])?;
+        }
+        Kind::Want if e.status == Status::SlaMissed => {
+            tx.prepare_cached(
+                "UPDATE wants SET sla_missed = sla_missed + 1, updated_at = ?2 WHERE want_id = ?1",
+            )?
+            .execute(params![e.data.want_id, e.timestamp])?;
+        }
+        Kind::Want => {
+            tx.prepare_cached(
+                "UPDATE wants SET status = ?2, waiting_for = ?3, message = ?4,
+                        build_request_id = coalesce(?5, build_request_id), updated_at = ?6
+                 WHERE want_id = ?1",
+            )?
+            .execute(params![
+                e.data.want_id,
+                status,
+                e.partition_ref,
+                e.message,
+                e.data.upstream,
+                e.timestamp
+            ])?;
+        }
         Kind::Delegation | Kind::Alias => {}
     }
     Ok(())
@@ -516,6 +561,26 @@ impl Filters {
         let condition = format!("{column_op} ?{}", self.values.len());
         self.raw(&condition);
     }
+}
+
+const WANT_COLUMNS: &str = "want_id, status, refs, created_at, expires_at, sla_seconds, recurring,
+                            waiting_for, message, build_request_id, sla_missed, updated_at";
+
+fn want_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<WantRow> {
+    Ok(WantRow {
+        want_id: row.get(0)?,
+        status: status_of(row.get(1)?)?,
+        refs: serde_json::from_str(&row.get::<_, String>(2)?).unwrap_or_default(),
+        created_at: row.get(3)?,
+        expires_at: row.get(4)?,
+        sla_seconds: row.get::<_, Option<i64>>(5)?.map(|s| s as u64),
+        recurring: row.get(6)?,
+        waiting_for: row.get(7)?,
+        message: row.get(8)?,
+        build_request_id: row.get(9)?,
+        sla_missed: row.get::<_, i64>(10)? as u64,
+        updated_at: row.get(11)?,
+    })
 }
 
 const EVENT_COLUMNS: &str =
@@ -823,6 +888,33 @@ impl EventStore for SqliteStore {
             ))?
             .query_row([id], run_from_row)
             .optional()
+        })
+    }
+
+    fn want(&self, id: &str) -> Result<Option<WantRow>> {
+        self.read(|c| {
+            c.prepare_cached(&format!("SELECT {WANT_COLUMNS} FROM wants WHERE want_id = ?1"))?
+                .query_row([id], want_from_row)
+                .optional()
+        })
+    }
+
+    fn wants(&self, status: Option<Status>, active: bool, limit: usize) -> Result<Vec<WantRow>> {
+        let mut filters = Filters::default();
+        if let Some(s) = status {
+            filters.add("status =", s.as_str().to_string().into());
+        }
+        if active {
+            filters.raw("status NOT IN ('expired', 'cancelled')");
+        }
+        let sql = format!(
+            "SELECT {WANT_COLUMNS} FROM wants{} ORDER BY created_at DESC, want_id LIMIT {limit}",
+            filters.clause
+        );
+        self.read(|c| {
+            c.prepare_cached(&sql)?
+                .query_map(rusqlite::params_from_iter(filters.values), want_from_row)?
+                .collect()
         })
     }
 

@@ -22,6 +22,7 @@ pub struct Current {
     pub request_partition: Option<Status>,
     /// The partition globally, with the run that holds it.
     pub partition: Option<(Status, Option<String>)>,
+    pub want: Option<Status>,
 }
 
 /// Why an event was refused.
@@ -64,11 +65,21 @@ pub const REQUEST_PARTITION: Transitions = &[
     (Some(Failed), &[Scheduled]),
 ];
 
+/// A want is checked again and again: `waiting` and `satisfied` follow each other as its
+/// partitions come and go. `sla_missed` notes a miss without changing its state.
+pub const WANT: Transitions = &[
+    (None, &[Requested]),
+    (Some(Requested), &[Waiting, Satisfied, SlaMissed, Expired, Cancelled]),
+    (Some(Waiting), &[Waiting, Satisfied, SlaMissed, Expired, Cancelled]),
+    (Some(Satisfied), &[Waiting, Satisfied, SlaMissed, Expired, Cancelled]),
+];
+
 /// Statuses that end an entity's life: nothing may follow them.
 pub fn is_terminal(kind: Kind, status: Status) -> bool {
     let table = match kind {
         Kind::BuildRequest => BUILD_REQUEST,
         Kind::JobRun => JOB_RUN,
+        Kind::Want => WANT,
         // A partition can always be rebuilt by a later request; within one request, `failed`
         // allows a retry. Only `available` ends a request's dealings with it.
         Kind::Partition => return status == Available,
@@ -128,6 +139,19 @@ pub fn check(e: &Event, current: &Current) -> Result<(), Refusal> {
             }
         }
         Kind::Partition => check_partition(e, current)?,
+        Kind::Want => {
+            let id = require(&e.data.want_id, "want_id", e)?;
+            if !allowed(WANT, current.want, e.status) {
+                return Err(Refusal(format!(
+                    "want {id} cannot go to `{}` from {}",
+                    e.status,
+                    describe(current.want)
+                )));
+            }
+            if e.status == Requested && e.data.requested.is_empty() {
+                return Err(Refusal(format!("want {id} names no partitions")));
+            }
+        }
         Kind::Alias => {
             if e.status != Promoted || e.data.table.is_none() || e.data.version.is_none() {
                 return Err(Refusal(

@@ -111,6 +111,32 @@ pub struct JobRunRow {
     pub log_path: Option<String>,
 }
 
+/// A want as its projection holds it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct WantRow {
+    pub want_id: String,
+    /// `requested`, `waiting`, `satisfied`, `expired` or `cancelled`.
+    pub status: Status,
+    pub refs: Vec<String>,
+    pub created_at: i64,
+    pub expires_at: Option<i64>,
+    pub sla_seconds: Option<u64>,
+    pub recurring: Option<String>,
+    pub waiting_for: Option<String>,
+    pub message: Option<String>,
+    pub build_request_id: Option<String>,
+    /// How many of its partitions missed their SLA.
+    pub sla_missed: u64,
+    pub updated_at: i64,
+}
+
+impl WantRow {
+    /// Still asking: neither expired nor cancelled.
+    pub fn is_active(&self) -> bool {
+        !matches!(self.status, Status::Expired | Status::Cancelled)
+    }
+}
+
 impl JobRunRow {
     pub fn duration_ms(&self) -> Option<f64> {
         Some((self.ended_at? - self.started_at?) as f64 / 1e6)
@@ -287,6 +313,9 @@ pub trait EventStore: Send + Sync {
     fn request_partitions(&self, id: &str) -> Result<Vec<RequestPartitionRow>>;
 
     fn job_run(&self, id: &str) -> Result<Option<JobRunRow>>;
+    fn want(&self, id: &str) -> Result<Option<WantRow>>;
+    /// Wants, newest first; `active` keeps those neither expired nor cancelled.
+    fn wants(&self, status: Option<Status>, active: bool, limit: usize) -> Result<Vec<WantRow>>;
     fn job_runs(&self, query: &RunQuery) -> Result<Vec<JobRunRow>>;
     /// Metrics per job (one job when `job` is given).
     fn job_stats(&self, job: Option<&str>) -> Result<Vec<JobStats>>;

@@ -421,6 +421,11 @@ fn arb_event() -> impl Strategy<Value = Event> {
                 Kind::JobRun => Event::job_run(&br, &run, "job", status),
                 Kind::Delegation => Event::delegation(&br, &r, "other"),
                 Kind::Alias => Event::alias("t", run.len() as u32),
+                    Kind::Want => Event::want(&run, status).with_data(|d| {
+                        if with_run {
+                            d.requested = vec![r.clone()];
+                        }
+                    }),
                 Kind::Partition
                     if matches!(status, Status::Sealed | Status::Expired) && with_run =>
                 {
@@ -505,7 +510,7 @@ fn a_version_1_log_is_upgraded_in_place_and_keeps_its_events() {
     drop(store);
     // Make it what version 1 wrote: no alias index, schema version 1.
     let ok = std::process::Command::new("python3")
-        .args(["-c", "import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); c.execute('drop index events_of_alias'); c.execute('update meta set value = 1 where key = \"schema_version\"'); c.commit()"])
+        .args(["-c", "import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); c.execute('drop index events_of_alias'); c.execute('drop table wants'); c.execute('update meta set value = 1 where key = \"schema_version\"'); c.commit()"])
         .arg(&path)
         .status()
         .unwrap()

@@ -1,5 +1,23 @@
--- Version 2: sources and versioned tables.
+-- Version 2: sources, versioned tables and wants.
 -- `alias` events (a table's alias promoted to a version) are few and read at every planning:
 -- a partial index finds them without scanning the log. `sealed` / `expired` partition statuses
 -- need no schema change.
 CREATE INDEX events_of_alias ON events (idx) WHERE kind = 'alias';
+
+-- Wants: standing requests for partitions, acted on by the service's reconciler.
+CREATE TABLE wants (
+    want_id         TEXT PRIMARY KEY,
+    status          TEXT NOT NULL,      -- requested, waiting, satisfied, expired, cancelled
+    refs            TEXT NOT NULL,      -- JSON array
+    created_at      INTEGER NOT NULL,
+    expires_at      INTEGER,
+    sla_seconds     INTEGER,
+    recurring       TEXT,               -- the [[want]] of the graph file it was made from
+    waiting_for     TEXT,               -- the partition it waits for
+    message         TEXT,               -- why it waits, or what it is doing
+    build_request_id TEXT,              -- the build (or upstream build) started for it
+    sla_missed      INTEGER NOT NULL DEFAULT 0,
+    updated_at      INTEGER NOT NULL
+);
+CREATE INDEX wants_by_status ON wants (status, created_at);
+CREATE INDEX wants_by_recurring ON wants (recurring, created_at) WHERE recurring IS NOT NULL;

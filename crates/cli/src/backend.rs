@@ -177,4 +177,40 @@ impl Backend {
             .into()),
         }
     }
+
+    pub fn want(
+        &self,
+        refs: &[String],
+        ttl: Option<&str>,
+        sla: Option<&str>,
+    ) -> anyhow::Result<Value> {
+        match self {
+            Backend::Local(e) => views::want(e, refs, ttl, sla).map_err(app_error),
+            Backend::Remote(c) => c.post(
+                "/api/v1/wants",
+                &json!({ "partitions": refs, "ttl": ttl, "sla": sla }),
+            ),
+        }
+    }
+
+    pub fn wants(&self, status: Option<&str>, all: bool, limit: usize) -> anyhow::Result<Value> {
+        match self {
+            Backend::Local(e) => views::wants(e, status, all, limit).map_err(app_error),
+            Backend::Remote(c) => c.get(&format!(
+                "/api/v1/wants{}",
+                query(&[
+                    ("status", status.map(str::to_string)),
+                    ("all", all.then(|| "true".to_string())),
+                    ("limit", Some(limit.to_string())),
+                ])
+            )),
+        }
+    }
+
+    pub fn unwant(&self, id: &str) -> anyhow::Result<Value> {
+        match self {
+            Backend::Local(e) => views::unwant(e, id).map_err(app_error),
+            Backend::Remote(c) => c.delete(&format!("/api/v1/wants/{}", segment(id))),
+        }
+    }
 }

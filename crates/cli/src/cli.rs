@@ -171,6 +171,31 @@ pub enum Command {
         #[arg(long)]
         build_downstream: bool,
     },
+    /// Want partitions: `databuild serve` builds them as soon as their inputs exist, and records
+    /// why they wait and when an SLA is missed.
+    Want {
+        #[arg(required = true)]
+        refs: Vec<String>,
+        /// How long the want stands (default 30d).
+        #[arg(long)]
+        ttl: Option<String>,
+        /// How long after each partition's day ends (the date in its ref) it must be live.
+        #[arg(long)]
+        sla: Option<String>,
+    },
+    /// List wants: the active ones, or those with a status.
+    Wants {
+        /// requested, waiting, satisfied, expired or cancelled.
+        #[arg(long)]
+        status: Option<String>,
+        /// Include ended (expired, cancelled) wants.
+        #[arg(long)]
+        all: bool,
+        #[arg(long, default_value_t = 100)]
+        limit: usize,
+    },
+    /// Withdraw a want.
+    Unwant { id: String },
     /// Builds a table version's day (run by builds, not by hand).
     #[command(hide = true)]
     TableJob {

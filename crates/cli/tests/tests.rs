@@ -14,3 +14,4 @@ mod reliability;
 mod service;
 mod slurm;
 mod sources;
+mod wants;

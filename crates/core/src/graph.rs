@@ -40,6 +40,17 @@ struct GraphFile {
     source: Vec<SourceSection>,
     #[serde(default)]
     table: Vec<TableSection>,
+    #[serde(default)]
+    want: Vec<WantSection>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WantSection {
+    name: String,
+    refs: Vec<String>,
+    sla: Option<String>,
+    ttl: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -94,6 +105,7 @@ struct DatasetSection {
     name: String,
     pattern: String,
     exists: Option<Vec<String>>,
+    upstream: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -130,6 +142,9 @@ pub struct Dataset {
     pub exists: Option<Vec<String>>,
     /// The source (index in [`Graph::sources`]) whose raw partitions this dataset names.
     pub source: Option<usize>,
+    /// Another DataBuild service that builds this dataset (`http://host:port`): availability is
+    /// its partition status, and wanted partitions are asked of it.
+    pub upstream: Option<String>,
 }
 
 /// How a job finds its inputs.
@@ -214,6 +229,7 @@ pub struct Graph {
     pub jobs: Vec<Job>,
     pub sources: Vec<Source>,
     pub tables: Vec<Table>,
+    pub wants: Vec<crate::wants::RecurringWant>,
     index: PatternIndex,
 }
 
@@ -349,6 +365,17 @@ impl Loader<'_> {
             self.check_name(&d.name, "dataset", &mut names)?;
             let pattern =
                 Pattern::parse(&d.pattern).map_err(|e| self.err(ctx.clone(), e.to_string()))?;
+            if d.exists.is_some() && d.upstream.is_some() {
+                return Err(self.err(
+                    ctx,
+                    "give `exists` (a probe) or `upstream` (a service), not both",
+                ));
+            }
+            if let Some(u) = &d.upstream {
+                if !(u.starts_with("http://") || u.starts_with("https://")) {
+                    return Err(self.err(ctx, format!("`upstream = \"{u}\"` is not an http:// or https:// URL of a DataBuild service")));
+                }
+            }
             if matches!(&d.exists, Some(cmd) if cmd.is_empty()) {
                 return Err(self.err(ctx, "`exists` is an empty command; give a program and its arguments, or remove it to check for a file under the data dir"));
             }
@@ -357,6 +384,10 @@ impl Loader<'_> {
                 pattern,
                 exists: d.exists.clone(),
                 source: None,
+                upstream: d
+                    .upstream
+                    .as_ref()
+                    .map(|u| u.trim_end_matches('/').to_string()),
             });
         }
         let mut jobs = Vec::new();
@@ -386,6 +417,7 @@ impl Loader<'_> {
                 pattern: Pattern::parse(&source.pattern()).expect("a valid pattern"),
                 exists: None,
                 source: Some(sources.len()),
+                upstream: None,
             });
             sources.push(source);
         }
@@ -401,11 +433,13 @@ impl Loader<'_> {
             jobs,
             sources,
             tables,
+            wants: Vec::new(),
             index: PatternIndex::default(),
         };
         self.check_overlaps(&graph)?;
         self.link_templates(&mut graph)?;
         graph.index = PatternIndex::build(&graph);
+        graph.wants = self.load_wants(&f.want, &graph)?;
         Ok(graph)
     }
 
@@ -602,6 +636,52 @@ impl Loader<'_> {
                 other => other.clone(),
             },
         })
+    }
+
+    /// Recurring wants: their templates must expand to refs the graph can build.
+    fn load_wants(
+        &self,
+        sections: &[WantSection],
+        graph: &Graph,
+    ) -> Result<Vec<crate::wants::RecurringWant>, GraphError> {
+        let mut names = HashMap::new();
+        let mut wants = Vec::new();
+        for w in sections {
+            self.check_name(&w.name, "want", &mut names)?;
+            let err = |m: String| self.err(format!("want `{}`", w.name), m);
+            if w.refs.is_empty() {
+                return Err(err("`refs` is empty".into()));
+            }
+            let sample = chrono::NaiveDate::from_ymd_opt(2000, 1, 1).expect("a date");
+            for t in &w.refs {
+                for r in crate::wants::expand(t, sample, &graph.domains).map_err(err)? {
+                    crate::refs::validate_ref(&r)
+                        .map_err(|e| err(format!("`{t}` gives `{r}`: {e}")))?;
+                    if graph.producer_of(&r).is_none() {
+                        return Err(err(format!(
+                            "`{t}` gives `{r}`, which no job builds and no dataset declares"
+                        )));
+                    }
+                }
+            }
+            let duration = |key: &str,
+                            v: &Option<String>|
+             -> Result<Option<Duration>, GraphError> {
+                v.as_deref()
+                    .map(|t| {
+                        humantime::parse_duration(t)
+                            .map_err(|e| err(format!("`{key} = \"{t}\"` is not a duration ({e})")))
+                    })
+                    .transpose()
+            };
+            wants.push(crate::wants::RecurringWant {
+                name: w.name.clone(),
+                refs: w.refs.clone(),
+                sla: duration("sla", &w.sla)?,
+                ttl: duration("ttl", &w.ttl)?.unwrap_or(Duration::from_secs(7 * 86_400)),
+            });
+        }
+        Ok(wants)
     }
 
     fn load_source(&self, s: &SourceSection) -> Result<Source, GraphError> {

@@ -20,6 +20,7 @@ pub mod render;
 pub mod shape;
 pub mod tables;
 pub mod template;
+pub mod wants;
 
 pub use braces::{expand_braces, BraceExpansionError};
 pub use graph::{

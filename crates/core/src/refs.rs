@@ -129,6 +129,19 @@ pub(crate) fn validate_path_text(s: &str) -> Result<(), RefError> {
     Ok(())
 }
 
+/// A ref or query value as one URL path segment (`/` as `%2F`), as the service's API expects it.
+pub fn encode_segment(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~' | b'=') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

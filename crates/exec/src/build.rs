@@ -279,6 +279,9 @@ impl Engine {
     /// The version an input has now, for the record of a run starting from it.
     fn input_version(&self, r: &str) -> Option<String> {
         match self.graph.producer_of(r)?.0 {
+            Producer::Dataset(d) if self.graph.datasets[d].upstream.is_some() => {
+                crate::versions::upstream_version(&self.graph.datasets[d], r)
+            }
             Producer::Dataset(d) => match (
                 &self.graph.datasets[d].exists,
                 self.graph.datasets[d].source,

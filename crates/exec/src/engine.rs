@@ -83,6 +83,8 @@ pub struct Explanation {
     pub to_build: Vec<PlannedStep>,
     /// The most recent events about it, oldest first.
     pub history: Vec<Event>,
+    /// Active wants that name it, with what they wait for.
+    pub wants: Vec<databuild_log::WantRow>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -400,6 +402,7 @@ impl Engine {
             inputs,
             to_build,
             history,
+            wants: self.wants_of(r)?,
         })
     }
 

@@ -18,8 +18,10 @@ pub mod slurm;
 pub mod sources;
 pub mod table_job;
 pub mod tables;
+pub mod upstream;
 pub mod versions;
 pub mod views;
+pub mod wants;
 
 pub use engine::{Engine, EngineError};
 pub use resolver::LocalResolver;

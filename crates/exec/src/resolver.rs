@@ -144,6 +144,9 @@ impl Resolver for LocalResolver<'_> {
         if dataset.source.is_some() {
             return Ok(crate::sources::sealed_version(&self.data_dir.join(r.as_str())).is_some());
         }
+        if let Some(upstream) = &dataset.upstream {
+            return crate::upstream::status(upstream, r.as_str()).map(|(s, _)| s == "live");
+        }
         let Some(probe) = &dataset.exists else {
             return Ok(self.data_dir.join(r.as_str()).exists());
         };

@@ -73,6 +73,12 @@ pub fn source_version(data_dir: &Path, r: &str) -> Option<String> {
     crate::sources::sealed_version(&data_dir.join(r))
 }
 
+/// The version of a partition an upstream service builds: the run that built it there.
+pub fn upstream_version(ds: &databuild_core::Dataset, r: &str) -> Option<String> {
+    let (status, built_by) = crate::upstream::status(ds.upstream.as_deref()?, r).ok()?;
+    (status == "live").then(|| format!("upstream:{}", built_by.unwrap_or_default()))
+}
+
 /// What a partition's version is now, and why it differs from the recorded one if it does.
 #[derive(Debug, Clone)]
 struct Effective {
@@ -163,6 +169,7 @@ impl<'a> VersionedStates<'a> {
             Producer::Dataset(d) => {
                 let ds = &self.graph.datasets[d];
                 let version = match (&ds.exists, ds.source) {
+                    _ if ds.upstream.is_some() => upstream_version(ds, r)?,
                     (_, Some(_)) => source_version(&self.data_dir, r)?,
                     (None, None) => external_version(&self.data_dir, r)?,
                     (Some(_), None) => "probe".to_string(),

@@ -863,7 +863,10 @@ impl EventStore for PostgresStore {
             filters.clause
         );
         self.read(|c| {
-            collect(c.query(&sql, &filters.params()).map_err(storage)?, want_from_row)
+            collect(
+                c.query(&sql, &filters.params()).map_err(storage)?,
+                want_from_row,
+            )
         })
     }
 

@@ -893,9 +893,11 @@ impl EventStore for SqliteStore {
 
     fn want(&self, id: &str) -> Result<Option<WantRow>> {
         self.read(|c| {
-            c.prepare_cached(&format!("SELECT {WANT_COLUMNS} FROM wants WHERE want_id = ?1"))?
-                .query_row([id], want_from_row)
-                .optional()
+            c.prepare_cached(&format!(
+                "SELECT {WANT_COLUMNS} FROM wants WHERE want_id = ?1"
+            ))?
+            .query_row([id], want_from_row)
+            .optional()
         })
     }
 

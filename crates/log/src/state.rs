@@ -69,9 +69,18 @@ pub const REQUEST_PARTITION: Transitions = &[
 /// partitions come and go. `sla_missed` notes a miss without changing its state.
 pub const WANT: Transitions = &[
     (None, &[Requested]),
-    (Some(Requested), &[Waiting, Satisfied, SlaMissed, Expired, Cancelled]),
-    (Some(Waiting), &[Waiting, Satisfied, SlaMissed, Expired, Cancelled]),
-    (Some(Satisfied), &[Waiting, Satisfied, SlaMissed, Expired, Cancelled]),
+    (
+        Some(Requested),
+        &[Waiting, Satisfied, SlaMissed, Expired, Cancelled],
+    ),
+    (
+        Some(Waiting),
+        &[Waiting, Satisfied, SlaMissed, Expired, Cancelled],
+    ),
+    (
+        Some(Satisfied),
+        &[Waiting, Satisfied, SlaMissed, Expired, Cancelled],
+    ),
 ];
 
 /// Statuses that end an entity's life: nothing may follow them.

@@ -421,11 +421,11 @@ fn arb_event() -> impl Strategy<Value = Event> {
                 Kind::JobRun => Event::job_run(&br, &run, "job", status),
                 Kind::Delegation => Event::delegation(&br, &r, "other"),
                 Kind::Alias => Event::alias("t", run.len() as u32),
-                    Kind::Want => Event::want(&run, status).with_data(|d| {
-                        if with_run {
-                            d.requested = vec![r.clone()];
-                        }
-                    }),
+                Kind::Want => Event::want(&run, status).with_data(|d| {
+                    if with_run {
+                        d.requested = vec![r.clone()];
+                    }
+                }),
                 Kind::Partition
                     if matches!(status, Status::Sealed | Status::Expired) && with_run =>
                 {

@@ -58,7 +58,8 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/datasets", get(list_datasets))
         .route("/sql", post(sql))
         .route("/openapi.json", get(crate::openapi::document))
-        .merge(crate::sources::routes());
+        .merge(crate::sources::routes())
+        .merge(crate::wants::routes());
     Router::new()
         .nest("/api/v1", api)
         .merge(crate::dashboard::routes())

@@ -152,18 +152,7 @@ fn took(run: &Value) -> String {
     }
 }
 
-/// A ref or query value in a URL (`/` as `%2F`), as the API expects it.
-pub fn enc(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~' | b'=') {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
-}
+pub use databuild_core::refs::encode_segment as enc;
 
 fn partition_link(r: &str) -> Markup {
     html! { a href={ "/partitions/" (enc(r)) } { code { (r) } } }

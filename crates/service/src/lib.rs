@@ -14,9 +14,11 @@ pub use dashboard::enc as encode_segment;
 pub mod error;
 mod metrics;
 mod openapi;
+mod reconciler;
 pub mod sources;
 mod svg;
 pub mod views;
+mod wants;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -110,6 +112,8 @@ pub async fn serve(
         flood_guard: Default::default(),
     });
     tokio::spawn(maintain_sources(state.clone()));
+    let stop_reconciler = Arc::new(AtomicBool::new(false));
+    reconciler::spawn(state.clone(), stop_reconciler.clone());
     let listener = tokio::net::TcpListener::bind(bind)
         .await
         .map_err(|e| anyhow::anyhow!("cannot listen on {bind}: {e}"))?;
@@ -117,6 +121,7 @@ pub async fn serve(
     axum::serve(listener, app(state.clone()))
         .with_graceful_shutdown(shutdown_signal())
         .await?;
+    stop_reconciler.store(true, Ordering::Relaxed);
     let state2 = state.clone();
     tokio::task::spawn_blocking(move || state2.builds.cancel_all(SHUTDOWN_GRACE)).await?;
     Ok(())

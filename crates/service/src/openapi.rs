@@ -39,6 +39,10 @@ use crate::error::ErrorBody;
         crate::sources::get_source,
         crate::sources::seal,
         crate::sources::promote,
+        crate::wants::create_want,
+        crate::wants::list_wants,
+        crate::wants::get_want,
+        crate::wants::delete_want,
     ),
     components(schemas(
         BuildBody,
@@ -47,7 +51,8 @@ use crate::error::ErrorBody;
         TaintBody,
         ErrorBody,
         crate::sources::SealBody,
-        crate::sources::PromoteBody
+        crate::sources::PromoteBody,
+        crate::wants::WantBody
     ))
 )]
 pub struct ApiDoc;

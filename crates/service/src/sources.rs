@@ -272,7 +272,8 @@ fn decode_hex(s: &str) -> Option<Vec<u8>> {
         .collect()
 }
 
-async fn blocking<T: Send + 'static>(
+/// Runs work needing the whole state (engine and executor) off the async threads.
+pub(crate) async fn blocking<T: Send + 'static>(
     state: &Arc<AppState>,
     f: impl FnOnce(&AppState) -> ApiResult<T> + Send + 'static,
 ) -> ApiResult<T> {

@@ -209,3 +209,68 @@ pub fn promote(
 ) -> ApiResult<Value> {
     Ok(to_value(engine.promote(table, version, downstream)?))
 }
+
+/// Records a want.
+pub fn want(
+    engine: &Engine,
+    refs: &[String],
+    ttl: Option<&str>,
+    sla: Option<&str>,
+) -> ApiResult<Value> {
+    let duration = |name: &str, v: Option<&str>| -> ApiResult<Option<std::time::Duration>> {
+        v.map(|t| {
+            humantime::parse_duration(t).map_err(|e| {
+                AppError::bad_request(format!(
+                    "`{name}` = `{t}` is not a duration ({e}); write it like \"6h\" or \"30d\""
+                ))
+            })
+        })
+        .transpose()
+    };
+    let parsed = refs
+        .iter()
+        .map(|r| PartitionRef::new(r.as_str()).map_err(|e| AppError::bad_request(e.to_string())))
+        .collect::<ApiResult<Vec<_>>>()?;
+    let row = engine.want(&parsed, duration("ttl", ttl)?, duration("sla", sla)?, None)?;
+    Ok(want_value(&row))
+}
+
+/// A want as the API shows it: its row, times in RFC 3339.
+fn want_value(w: &databuild_log::WantRow) -> Value {
+    let mut v = to_value(w);
+    v["created_at"] = json!(databuild_exec::engine::rfc3339(w.created_at));
+    v["updated_at"] = json!(databuild_exec::engine::rfc3339(w.updated_at));
+    v["expires_at"] = json!(w.expires_at.map(databuild_exec::engine::rfc3339));
+    v
+}
+
+pub fn wants(engine: &Engine, status: Option<&str>, all: bool, limit: usize) -> ApiResult<Value> {
+    let status = status
+        .map(|s| {
+            Status::parse(s)
+                .filter(|s| matches!(s, Status::Requested | Status::Waiting | Status::Satisfied | Status::Expired | Status::Cancelled))
+                .ok_or_else(|| AppError::bad_request(format!("unknown want status `{s}`; use requested, waiting, satisfied, expired or cancelled")))
+        })
+        .transpose()?;
+    let rows = engine
+        .store
+        .wants(status, !all && status.is_none(), limit)?;
+    Ok(json!({ "wants": rows.iter().map(want_value).collect::<Vec<_>>() }))
+}
+
+pub fn want_detail(engine: &Engine, id: &str) -> ApiResult<Value> {
+    let row = engine
+        .store
+        .want(id)?
+        .ok_or_else(|| AppError::not_found(format!("no want `{id}`")))?;
+    let mut v = want_value(&row);
+    v["partitions"] = to_value(engine.status(&row.refs)?);
+    Ok(v)
+}
+
+pub fn unwant(engine: &Engine, id: &str) -> ApiResult<Value> {
+    if engine.store.want(id)?.is_none() {
+        return Err(AppError::not_found(format!("no want `{id}`")));
+    }
+    Ok(want_value(&engine.unwant(id)?))
+}

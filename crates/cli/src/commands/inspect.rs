@@ -83,6 +83,18 @@ pub fn explain(backend: &Backend, r: &str, json: bool) -> anyhow::Result<ExitCod
             println!("  args: {}", args.join(" "));
         }
     }
+    for w in x["wants"].as_array().into_iter().flatten() {
+        println!(
+            "  wanted by want {} ({}{}): {}",
+            text(&w["want_id"]),
+            text(&w["status"]),
+            w["sla_seconds"]
+                .as_u64()
+                .map(|s| format!(", SLA {s}s"))
+                .unwrap_or_default(),
+            text(&w["message"])
+        );
+    }
     let report = &x["report"];
     if let Some(provenance) = report["provenance"].as_str() {
         println!("  provenance: {provenance}");

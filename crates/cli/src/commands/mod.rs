@@ -7,6 +7,7 @@ mod inspect;
 mod migrate;
 mod query;
 mod sources;
+mod wants;
 
 use std::process::ExitCode;
 
@@ -106,6 +107,13 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             version,
             build_downstream,
         } => sources::promote(&backend, &table, version, build_downstream, json),
+        Command::Want { refs, ttl, sla } => {
+            wants::want(&backend, &refs, ttl.as_deref(), sla.as_deref(), json)
+        }
+        Command::Wants { status, all, limit } => {
+            wants::list(&backend, status.as_deref(), all, limit, json)
+        }
+        Command::Unwant { id } => wants::unwant(&backend, &id, json),
         Command::MigrateLog { .. } | Command::TableJob { .. } => unreachable!("handled above"),
         Command::CheckLog => match &backend {
             Backend::Local(engine) => migrate::check(engine, json),

@@ -20,3 +20,5 @@ CREATE TABLE wants (
 );
 CREATE INDEX wants_by_status ON wants (status, created_at);
 CREATE INDEX wants_by_recurring ON wants (recurring, created_at) WHERE recurring IS NOT NULL;
+-- Want events are read back by the reconciler when it starts (which SLA misses are recorded).
+CREATE INDEX events_of_wants ON events (idx) WHERE kind = 'want';

@@ -1,0 +1,251 @@
+//! Wants with a real service: waiting for external data, building within seconds of it
+//! appearing, SLA misses, recurring wants from the graph file, taints, and two services where one
+//! graph depends on the other's dataset.
+
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use crate::util::{Project, Service};
+
+const GRAPH: &str = r#"
+[graph]
+name = "w"
+
+[[dataset]]
+name = "raw"
+pattern = "raw/date={date:date}"
+
+[[job]]
+name = "clean"
+outputs = ["clean/date={date:date}"]
+inputs = ["raw/date={date}"]
+command = ["sh", "-c", "mkdir -p $DATABUILD_DATA_DIR/clean && cp $DATABUILD_DATA_DIR/raw/date=$DATABUILD_FIELD_DATE $DATABUILD_DATA_DIR/clean/date=$DATABUILD_FIELD_DATE"]
+
+[[job]]
+name = "report"
+outputs = ["report/date={date:date}"]
+inputs = ["clean/date={date}"]
+command = ["sh", "-c", "mkdir -p $DATABUILD_DATA_DIR/report && wc -c < $DATABUILD_DATA_DIR/clean/date=$DATABUILD_FIELD_DATE > $DATABUILD_DATA_DIR/report/date=$DATABUILD_FIELD_DATE"]
+"#;
+
+fn fast(extra: &[(&'static str, &'static str)]) -> Vec<(&'static str, &'static str)> {
+    let mut env = vec![("DATABUILD_WANT_PROBE_INTERVAL", "0.2")];
+    env.extend_from_slice(extra);
+    env
+}
+
+/// Polls until `check` holds, or fails after `within`, saying what it waited for.
+fn eventually<T>(within: Duration, what: &str, mut check: impl FnMut() -> Option<T>) -> T {
+    let start = Instant::now();
+    loop {
+        if let Some(v) = check() {
+            return v;
+        }
+        assert!(start.elapsed() < within, "not within {within:?}: {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn want(service: &Service, body: Value) -> String {
+    let (status, v) = service.post("/api/v1/wants", &body);
+    assert_eq!(status, 201, "{v}");
+    v["want_id"].as_str().unwrap().to_string()
+}
+
+fn want_state(service: &Service, id: &str) -> Value {
+    let (status, v) = service.get(&format!("/api/v1/wants/{id}"));
+    assert_eq!(status, 200, "{v}");
+    v
+}
+
+fn completed_runs(p: &Project, job: &str) -> u64 {
+    let v = p
+        .run(&[
+            "--json",
+            "sql",
+            &format!("SELECT count(*) FROM job_runs WHERE job = '{job}' AND status = 'completed'"),
+        ])
+        .json();
+    v["rows"][0][0].as_u64().unwrap()
+}
+
+#[test]
+fn a_want_waits_for_its_input_builds_within_seconds_and_records_a_late_sla() {
+    let p = Project::new(GRAPH);
+    let service = Service::start(&p, &fast(&[]));
+    // 2020-01-01 ended long ago: with a one-hour SLA it is already late.
+    let late = want(
+        &service,
+        json!({ "partitions": ["report/date=2020-01-01"], "sla": "1h" }),
+    );
+    // A day far ahead has time.
+    let on_time = want(
+        &service,
+        json!({ "partitions": ["report/date=2099-01-01"], "sla": "1h" }),
+    );
+    let w = eventually(
+        Duration::from_secs(10),
+        "the want says what it waits for",
+        || {
+            let w = want_state(&service, &late);
+            (w["status"] == "waiting" && w["sla_missed"] == 1).then_some(w)
+        },
+    );
+    assert_eq!(w["waiting_for"], "raw/date=2020-01-01", "{w}");
+    assert!(
+        w["message"]
+            .as_str()
+            .unwrap()
+            .contains("waiting for `raw/date=2020-01-01`"),
+        "{w}"
+    );
+    let explained = p
+        .run(&["--json", "explain", "report/date=2020-01-01"])
+        .json();
+    assert_eq!(
+        explained["wants"][0]["want_id"],
+        late.as_str(),
+        "{explained}"
+    );
+    let missed = p.run(&["--json", "sql", "SELECT partition_ref, message FROM events WHERE kind = 'want' AND status = 'sla_missed'"]).json();
+    assert_eq!(missed["rows"].as_array().unwrap().len(), 1, "{missed}");
+    assert_eq!(missed["rows"][0][0], "report/date=2020-01-01");
+    assert_eq!(want_state(&service, &on_time)["sla_missed"], 0);
+
+    // The input lands: the want is built and satisfied within seconds, with no command.
+    p.file("data/raw/date=2020-01-01", "hello\n");
+    let landed = Instant::now();
+    eventually(Duration::from_secs(10), "the want is satisfied", || {
+        (want_state(&service, &late)["status"] == "satisfied").then_some(())
+    });
+    assert!(
+        landed.elapsed() < Duration::from_secs(5),
+        "took {:?}",
+        landed.elapsed()
+    );
+    assert_eq!(
+        std::fs::read_to_string(p.path().join("data/report/date=2020-01-01"))
+            .unwrap()
+            .trim(),
+        "6"
+    );
+
+    // A taint upstream makes the wanted partition stale: the reconciler rebuilds it.
+    let before = completed_runs(&p, "report");
+    p.run(&["taint", "clean/date=2020-01-01", "--reason", "bad upstream"])
+        .expect_code(0);
+    eventually(
+        Duration::from_secs(10),
+        "the wanted partition is rebuilt after a taint",
+        || {
+            let w = want_state(&service, &late);
+            (completed_runs(&p, "report") > before && w["status"] == "satisfied").then_some(())
+        },
+    );
+
+    // Withdrawn wants end; the CLI and the API show the same list.
+    let out = p.run(&["--server", &service.url, "--json", "unwant", &on_time]);
+    out.expect_code(0);
+    assert_eq!(out.json()["status"], "cancelled");
+    let local = p.run(&["--json", "wants", "--all"]).json();
+    let remote = p
+        .run(&["--server", &service.url, "--json", "wants", "--all"])
+        .json();
+    assert_eq!(local, remote);
+    assert_eq!(local["wants"].as_array().unwrap().len(), 2);
+}
+
+#[test]
+fn a_recurring_want_builds_yesterday_with_no_command() {
+    let graph = format!(
+        "{GRAPH}\n[[want]]\nname = \"daily\"\nrefs = [\"report/date={{today-1d}}\"]\nsla = \"6h\"\n"
+    );
+    let p = Project::new(&graph);
+    p.file("data/raw/date=2026-05-01", "abc\n");
+    let service = Service::start(&p, &fast(&[("DATABUILD_NOW", "2026-05-02")]));
+    eventually(
+        Duration::from_secs(10),
+        "yesterday's report is built",
+        || {
+            p.path()
+                .join("data/report/date=2026-05-01")
+                .exists()
+                .then_some(())
+        },
+    );
+    let wants = p.run(&["--server", &service.url, "--json", "wants"]).json();
+    let w = &wants["wants"][0];
+    assert_eq!(w["recurring"], "daily", "{wants}");
+    assert_eq!(w["refs"], json!(["report/date=2026-05-01"]));
+    eventually(
+        Duration::from_secs(10),
+        "the recurring want is satisfied",
+        || {
+            (want_state(&service, w["want_id"].as_str().unwrap())["status"] == "satisfied")
+                .then_some(())
+        },
+    );
+    // A restart does not make the day's want twice.
+    drop(service);
+    let service = Service::start(&p, &fast(&[("DATABUILD_NOW", "2026-05-02")]));
+    std::thread::sleep(Duration::from_millis(1500));
+    let (_, all) = service.get("/api/v1/wants?all=true");
+    assert_eq!(all["wants"].as_array().unwrap().len(), 1, "{all}");
+}
+
+#[test]
+fn a_graph_builds_across_the_boundary_from_another_service() {
+    let upstream = Project::new(GRAPH);
+    upstream.file("data/raw/date=2026-02-03", "from upstream\n");
+    let up = Service::start(&upstream, &[]);
+    let downstream = Project::new(&format!(
+        r#"
+[graph]
+name = "down"
+
+[[dataset]]
+name = "clean"
+pattern = "clean/date={{date:date}}"
+upstream = "{}"
+
+[[job]]
+name = "summary"
+outputs = ["summary/date={{date:date}}"]
+inputs = ["clean/date={{date}}"]
+command = ["sh", "-c", "mkdir -p $DATABUILD_DATA_DIR/summary && tr a-z A-Z < {}/data/clean/date=$DATABUILD_FIELD_DATE > $DATABUILD_DATA_DIR/summary/date=$DATABUILD_FIELD_DATE"]
+"#,
+        up.url,
+        upstream.path().display()
+    ));
+    let down = Service::start(&downstream, &fast(&[]));
+    let before = downstream
+        .run(&["--json", "status", "clean/date=2026-02-03"])
+        .json();
+    assert_eq!(before[0]["status"], "missing", "{before}");
+    let id = want(&down, json!({ "partitions": ["summary/date=2026-02-03"] }));
+    eventually(
+        Duration::from_secs(15),
+        "the want across services is satisfied",
+        || (want_state(&down, &id)["status"] == "satisfied").then_some(()),
+    );
+    assert_eq!(
+        std::fs::read_to_string(downstream.path().join("data/summary/date=2026-02-03")).unwrap(),
+        "FROM UPSTREAM\n"
+    );
+    // The upstream build is linked from our events, and it was a real build there.
+    let linked = downstream.run(&["--json", "sql", "SELECT json_extract(data, '$.upstream') FROM events WHERE kind = 'want' AND json_extract(data, '$.upstream') LIKE 'http%'"]).json();
+    let link = linked["rows"][0][0].as_str().unwrap().to_string();
+    assert!(
+        link.starts_with(&format!("{}/api/v1/builds/", up.url)),
+        "{link}"
+    );
+    let upstream_build = link.rsplit('/').next().unwrap();
+    let (status, b) = up.get(&format!("/api/v1/builds/{upstream_build}"));
+    assert_eq!(status, 200);
+    assert_eq!(b["status"], "completed", "{b}");
+    let after = downstream
+        .run(&["--json", "status", "clean/date=2026-02-03"])
+        .json();
+    assert_eq!(after[0]["status"], "live", "{after}");
+}

@@ -1,0 +1,409 @@
+//! The reconciler: makes wanted partitions live as soon as they can be.
+//!
+//! It follows the event log (new events since the last it saw, by index) instead of re-checking
+//! every want on a timer: a new want, a partition becoming available, sealed, expired or tainted,
+//! and a build ending mark the wants they concern for a look. Only external data that announces
+//! nothing (files, probes) is polled, every `DATABUILD_WANT_PROBE_INTERVAL` (default 10 s), and
+//! only for the wants waiting on it. A look decides (see [`databuild_exec::wants::Decision`]):
+//! satisfied, expired, wait (saying for what, and asking an upstream service to build it), or
+//! start a build. Deadlines (TTL, SLA) and the graph's recurring `[[want]]`s are checked every
+//! second, in memory.
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use databuild_exec::engine::today;
+use databuild_exec::wants::Decision;
+use databuild_exec::Engine;
+use databuild_log::{Event, EventFilter, Kind, Status, WantRow};
+
+use crate::AppState;
+
+/// How often the log is checked for new events.
+const TICK: Duration = Duration::from_millis(200);
+/// A want whose build failed is tried again after this long (or when something it needs changes).
+const RETRY_AFTER: Duration = Duration::from_secs(60);
+
+pub fn spawn(state: Arc<AppState>, stop: Arc<AtomicBool>) {
+    let runtime = tokio::runtime::Handle::current();
+    let probe_every = std::env::var("DATABUILD_WANT_PROBE_INTERVAL")
+        .ok()
+        .and_then(|v| humantime_secs(&v))
+        .unwrap_or(Duration::from_secs(10));
+    std::thread::Builder::new()
+        .name("reconciler".into())
+        .spawn(move || {
+            let mut r = Reconciler::new(state, runtime, probe_every);
+            while !stop.load(Ordering::Relaxed) {
+                if let Err(e) = r.pass() {
+                    eprintln!("reconciler: {e}");
+                    std::thread::sleep(Duration::from_secs(1));
+                }
+            }
+        })
+        .expect("a thread");
+}
+
+fn humantime_secs(v: &str) -> Option<Duration> {
+    v.trim_end_matches('s')
+        .parse::<f64>()
+        .ok()
+        .filter(|s| *s > 0.0)
+        .map(Duration::from_secs_f64)
+}
+
+struct Reconciler {
+    state: Arc<AppState>,
+    runtime: tokio::runtime::Handle,
+    probe_every: Duration,
+    /// The last event index looked at.
+    seen: i64,
+    /// Wants to look at in this pass.
+    dirty: BTreeSet<String>,
+    /// Builds started for wants, by want.
+    building: HashMap<String, String>,
+    /// When a want's build last failed.
+    failed: HashMap<String, Instant>,
+    /// Upstream builds asked for, by ref.
+    asked: HashMap<String, String>,
+    /// Upstream builds that ended (sent by their followers).
+    ended: (mpsc::Sender<String>, mpsc::Receiver<String>),
+    sla_recorded: BTreeSet<(String, String)>,
+    recurring_done: HashSet<(String, Vec<String>)>,
+    last_second: Instant,
+    last_probe: Instant,
+    started: bool,
+}
+
+type Result<T> = std::result::Result<T, databuild_exec::EngineError>;
+
+impl Reconciler {
+    fn new(state: Arc<AppState>, runtime: tokio::runtime::Handle, probe_every: Duration) -> Self {
+        Reconciler {
+            state,
+            runtime,
+            probe_every,
+            seen: 0,
+            dirty: BTreeSet::new(),
+            building: HashMap::new(),
+            failed: HashMap::new(),
+            asked: HashMap::new(),
+            ended: mpsc::channel(),
+            sla_recorded: BTreeSet::new(),
+            recurring_done: HashSet::new(),
+            last_second: Instant::now() - Duration::from_secs(2),
+            last_probe: Instant::now(),
+            started: false,
+        }
+    }
+
+    fn engine(&self) -> &Engine {
+        &self.state.engine
+    }
+
+    fn active(&self) -> Result<Vec<WantRow>> {
+        Ok(self.engine().store.wants(None, true, 100_000)?)
+    }
+
+    /// One turn: wait a tick (or for an upstream build to end), then look at what changed.
+    fn pass(&mut self) -> Result<()> {
+        if !self.started {
+            // Start from the log's end, looking once at every active want.
+            self.seen = self.engine().store.last_idx()?;
+            self.sla_recorded = self.engine().recorded_sla_misses()?;
+            self.dirty
+                .extend(self.active()?.into_iter().map(|w| w.want_id));
+            self.started = true;
+        }
+        if let Ok(r) = self.ended.1.recv_timeout(TICK) {
+            self.asked.remove(&r);
+            self.wake_waiting_on(&r)?;
+        }
+        self.follow_log()?;
+        if self.last_second.elapsed() >= Duration::from_secs(1) {
+            self.last_second = Instant::now();
+            self.recurring()?;
+            self.deadlines()?;
+        }
+        if self.last_probe.elapsed() >= self.probe_every {
+            self.last_probe = Instant::now();
+            self.probe_externals()?;
+        }
+        for id in std::mem::take(&mut self.dirty) {
+            if let Some(want) = self.engine().store.want(&id)? {
+                if want.is_active() {
+                    self.look_at(&want)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Marks the wants that new events concern.
+    fn follow_log(&mut self) -> Result<()> {
+        if self.engine().store.last_idx()? <= self.seen {
+            return Ok(());
+        }
+        let events = self.engine().store.events(&EventFilter {
+            since: Some(self.seen),
+            limit: Some(10_000),
+            ..Default::default()
+        })?;
+        let Some(last) = events.last() else {
+            return Ok(());
+        };
+        self.seen = last.idx;
+        let mut touched: HashSet<String> = HashSet::new();
+        let mut ended_builds: HashSet<String> = HashSet::new();
+        let mut everything = false;
+        for e in &events {
+            match (e.kind, e.status) {
+                (Kind::Want, Status::Requested) => {
+                    self.dirty.extend(e.data.want_id.clone());
+                }
+                (Kind::Partition, Status::Tainted) => everything = true,
+                (Kind::Partition, Status::Available | Status::Sealed | Status::Expired)
+                    if e.build_request_id.is_none() || e.job_run_id.is_some() =>
+                {
+                    touched.extend(e.partition_ref.clone());
+                }
+                (Kind::BuildRequest, Status::Completed | Status::Failed | Status::Cancelled) => {
+                    ended_builds.extend(e.build_request_id.clone());
+                }
+                _ => {}
+            }
+        }
+        if touched.is_empty() && ended_builds.is_empty() && !everything {
+            return Ok(());
+        }
+        for w in self.active()? {
+            let concerned = everything
+                || w.waiting_for.as_ref().is_some_and(|r| touched.contains(r))
+                || w.refs.iter().any(|r| touched.contains(r))
+                || self
+                    .building
+                    .get(&w.want_id)
+                    .is_some_and(|b| ended_builds.contains(b));
+            if concerned {
+                self.dirty.insert(w.want_id);
+            }
+        }
+        Ok(())
+    }
+
+    fn wake_waiting_on(&mut self, r: &str) -> Result<()> {
+        for w in self.active()? {
+            if w.waiting_for.as_deref() == Some(r) {
+                self.dirty.insert(w.want_id);
+            }
+        }
+        Ok(())
+    }
+
+    /// Wants waiting on external data that announces nothing: files, probes, upstream services.
+    fn probe_externals(&mut self) -> Result<()> {
+        for w in self.active()? {
+            let Some(r) = &w.waiting_for else { continue };
+            let external = matches!(
+                self.engine().graph.producer_of(r),
+                Some((databuild_core::Producer::Dataset(d), _))
+                    if self.engine().graph.datasets[d].source.is_none()
+            );
+            if external && w.status == Status::Waiting {
+                self.dirty.insert(w.want_id);
+            }
+        }
+        Ok(())
+    }
+
+    /// TTLs and SLAs, in memory but for the partitions overdue.
+    fn deadlines(&mut self) -> Result<()> {
+        let now = databuild_log::event::now_ns();
+        for w in self.active()? {
+            if w.expires_at.is_some_and(|t| now >= t) {
+                self.dirty.insert(w.want_id.clone());
+                continue;
+            }
+            if w.status == Status::Satisfied || w.sla_seconds.is_none() {
+                continue;
+            }
+            for (r, deadline) in self.engine().sla_misses(&w, now)? {
+                if self.sla_recorded.insert((w.want_id.clone(), r.clone())) {
+                    self.engine().note_sla_miss(&w, &r, deadline)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Today's instance of each `[[want]]` of the graph, made once.
+    fn recurring(&mut self) -> Result<()> {
+        if self.engine().graph.wants.is_empty() {
+            return Ok(());
+        }
+        let today = databuild_core::pattern::parse_date(&today()).expect("today is a date");
+        let recurring = self.engine().graph.wants.clone();
+        for rw in &recurring {
+            let mut refs = Vec::new();
+            for t in &rw.refs {
+                refs.extend(
+                    databuild_core::wants::expand(t, today, &self.engine().graph.domains)
+                        .map_err(databuild_exec::EngineError::Invalid)?,
+                );
+            }
+            let key = (rw.name.clone(), refs.clone());
+            if self.recurring_done.contains(&key) {
+                continue;
+            }
+            let exists = self
+                .engine()
+                .store
+                .wants(None, false, 1000)?
+                .iter()
+                .any(|w| w.recurring.as_deref() == Some(&rw.name) && w.refs == refs);
+            if !exists {
+                let parsed = refs
+                    .iter()
+                    .map(|r| databuild_core::PartitionRef::new(r.as_str()))
+                    .collect::<std::result::Result<Vec<_>, _>>()
+                    .map_err(|e| databuild_exec::EngineError::Invalid(e.to_string()))?;
+                self.engine()
+                    .want(&parsed, Some(rw.ttl), rw.sla, Some(&rw.name))?;
+            }
+            self.recurring_done.insert(key);
+        }
+        Ok(())
+    }
+
+    /// Decides about one want and acts.
+    fn look_at(&mut self, want: &WantRow) -> Result<()> {
+        let engine = self.state.engine.clone();
+        let now = databuild_log::event::now_ns();
+        match engine.decide(want, now)? {
+            Decision::Satisfied => {
+                self.building.remove(&want.want_id);
+                let message = format!("all {} partition(s) live", want.refs.len());
+                engine.note_want(want, Status::Satisfied, None, Some(message), None)?;
+            }
+            Decision::Expire => {
+                engine
+                    .store
+                    .append(vec![Event::want(&want.want_id, Status::Expired)
+                        .with_message("its time to live has passed")])?;
+            }
+            Decision::Wait {
+                partition_ref,
+                dataset,
+                upstream: None,
+            } => {
+                let message = format!("waiting for `{partition_ref}` (dataset `{dataset}`)");
+                engine.note_want(
+                    want,
+                    Status::Waiting,
+                    Some(&partition_ref),
+                    Some(message),
+                    None,
+                )?;
+            }
+            Decision::Wait {
+                partition_ref,
+                upstream: Some(upstream),
+                ..
+            } => self.ask_upstream(want, &partition_ref, &upstream)?,
+            Decision::Build { refs } => self.build(want, refs)?,
+        }
+        Ok(())
+    }
+
+    fn ask_upstream(&mut self, want: &WantRow, r: &str, upstream: &str) -> Result<()> {
+        let engine = self.state.engine.clone();
+        if let Some(id) = self.asked.get(r) {
+            let message = format!("waiting for `{r}` from {upstream} (its build request {id})");
+            engine.note_want(want, Status::Waiting, Some(r), Some(message), None)?;
+            return Ok(());
+        }
+        match databuild_exec::upstream::request_build(upstream, &[r.to_string()]) {
+            Ok(id) => {
+                self.asked.insert(r.to_string(), id.clone());
+                let (tx, up, build, partition) = (
+                    self.ended.0.clone(),
+                    upstream.to_string(),
+                    id.clone(),
+                    r.to_string(),
+                );
+                std::thread::spawn(move || {
+                    if let Err(e) = databuild_exec::upstream::follow(&up, &build) {
+                        eprintln!("reconciler: {e}");
+                        std::thread::sleep(Duration::from_secs(5));
+                    }
+                    let _ = tx.send(partition);
+                });
+                let message = format!("asked {upstream} to build `{r}` (its build request {id})");
+                let link = format!("{upstream}/api/v1/builds/{id}");
+                engine.note_want(want, Status::Waiting, Some(r), Some(message), Some(link))?;
+            }
+            Err(e) => {
+                let message = format!("waiting for `{r}` from {upstream}: {e}");
+                engine.note_want(want, Status::Waiting, Some(r), Some(message), None)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn build(&mut self, want: &WantRow, refs: Vec<String>) -> Result<()> {
+        let engine = self.state.engine.clone();
+        if let Some(id) = self.building.get(&want.want_id) {
+            let running = engine.store.build_request(id)?.is_some_and(|b| {
+                !matches!(
+                    b.status,
+                    Status::Completed | Status::Failed | Status::Cancelled
+                )
+            });
+            if running {
+                return Ok(());
+            }
+            let failed = engine
+                .store
+                .build_request(id)?
+                .is_some_and(|b| b.status != Status::Completed);
+            if failed {
+                self.failed.insert(want.want_id.clone(), Instant::now());
+                self.building.remove(&want.want_id);
+            }
+        }
+        if let Some(at) = self.failed.get(&want.want_id) {
+            if at.elapsed() < RETRY_AFTER {
+                let message = format!(
+                    "its last build failed; trying again in {} s",
+                    (RETRY_AFTER - at.elapsed()).as_secs()
+                );
+                engine.note_want(want, Status::Waiting, None, Some(message), None)?;
+                return Ok(());
+            }
+        }
+        let started = self.runtime.block_on(crate::api::start_build(
+            &self.state,
+            refs.clone(),
+            false,
+            false,
+            false,
+            None,
+        ));
+        match started {
+            Ok(id) => {
+                self.building.insert(want.want_id.clone(), id.clone());
+                let message = format!("building {} partition(s) in build request {id}", refs.len());
+                engine.note_want(want, Status::Waiting, None, Some(message), Some(id))?;
+            }
+            Err(e) => {
+                self.failed.insert(want.want_id.clone(), Instant::now());
+                let message = format!("cannot start a build: {}", e.message);
+                engine.note_want(want, Status::Waiting, None, Some(message), None)?;
+            }
+        }
+        Ok(())
+    }
+}

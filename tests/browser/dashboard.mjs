@@ -1,10 +1,11 @@
 // Drives Debian's Chromium (headless) through every page of a running dashboard:
-//   node dashboard.mjs BASE_URL REF_TO_BUILD [SCREENSHOT_DIR]
+//   node dashboard.mjs BASE_URL REF_TO_BUILD   (screenshots into $SHOTS, if set)
 // It starts a build from the home page and watches it finish without reloading, runs an SQL
 // query, and fails on any console error or failed page.
 import { chromium } from 'playwright-core';
 
-const [base, buildRef, shots] = process.argv.slice(2);
+const [base, buildRef] = process.argv.slice(2);
+const shots = process.env.SHOTS;
 const browser = await chromium.launch({
   executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
   args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',

@@ -1,9 +1,10 @@
 // Checks the Sources page in Debian's Chromium: every day of the raw data and of each table
 // version is drawn, expired raw days and carried-forward days are told apart, and the promoted
-// version is marked.   node sources.mjs BASE_URL SOURCE [SCREENSHOT_DIR]
+// version is marked.   node sources.mjs BASE_URL SOURCE   (screenshots into $SHOTS)
 import { chromium } from 'playwright-core';
 
-const [base, source, shots] = process.argv.slice(2);
+const [base, source] = process.argv.slice(2);
+const shots = process.env.SHOTS;
 const browser = await chromium.launch({
   executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
   args: ['--no-sandbox', '--disable-gpu', '--no-first-run', '--disable-background-networking'],

@@ -394,7 +394,7 @@ fn orders_story_keeps_every_row_through_a_new_version_and_promotion() {
         format!("orders/v1/date={}", day(3))
     );
 
-    check_sources_page(&service.url, "orders");
+    crate::util::browser("sources.mjs", &[&service.url, "orders"]);
 
     // Today is still open: its raw partition is not sealed, so no version can be built for it.
     let open = cli(&p, &today, &["build", &format!("orders/v1/date={today}")]);
@@ -757,36 +757,6 @@ version = {version}
             .unwrap()
             .contains("carried forward by `migrate`"),
         "{explained}"
-    );
-}
-
-/// The Sources page in Debian's Chromium (`tests/browser/sources.mjs`), when the test command
-/// has installed it.
-fn check_sources_page(url: &str, source: &str) {
-    let browser = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/browser");
-    let ready = browser.join("node_modules/playwright-core").exists()
-        && std::path::Path::new("/usr/bin/chromium").exists();
-    if !ready {
-        assert!(
-            std::env::var("DATABUILD_REQUIRE_BROWSER").is_err(),
-            "DATABUILD_REQUIRE_BROWSER is set but Chromium or playwright-core is missing"
-        );
-        return;
-    }
-    let mut cmd = std::process::Command::new("node");
-    cmd.current_dir(&browser)
-        .arg("sources.mjs")
-        .arg(url)
-        .arg(source);
-    if let Ok(dir) = std::env::var("DATABUILD_SCREENSHOTS") {
-        cmd.arg(dir);
-    }
-    let out = cmd.output().expect("node runs");
-    assert!(
-        out.status.success(),
-        "the Sources page failed in the browser:\n{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
     );
 }
 

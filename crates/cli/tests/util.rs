@@ -266,3 +266,32 @@ impl Drop for Service {
         let _ = self.child.wait();
     }
 }
+
+/// Runs a script of `tests/browser` in Debian's Chromium, when the test command has installed it
+/// (`DATABUILD_REQUIRE_BROWSER` makes its absence a failure). Screenshots go where
+/// `DATABUILD_SCREENSHOTS` says.
+pub fn browser(script: &str, args: &[&str]) {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/browser");
+    let ready = dir.join("node_modules/playwright-core").exists()
+        && Path::new("/usr/bin/chromium").exists();
+    if !ready {
+        assert!(
+            std::env::var("DATABUILD_REQUIRE_BROWSER").is_err(),
+            "DATABUILD_REQUIRE_BROWSER is set but Chromium or playwright-core is missing"
+        );
+        eprintln!("no Chromium or playwright-core (run ./test.sh): {script} skipped");
+        return;
+    }
+    let mut cmd = Command::new("node");
+    cmd.current_dir(&dir).arg(script).args(args);
+    if let Ok(shots) = std::env::var("DATABUILD_SCREENSHOTS") {
+        cmd.env("SHOTS", shots);
+    }
+    let out = cmd.output().expect("node runs");
+    assert!(
+        out.status.success(),
+        "{script} failed in the browser:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

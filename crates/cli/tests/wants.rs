@@ -112,6 +112,15 @@ fn a_want_waits_for_its_input_builds_within_seconds_and_records_a_late_sla() {
     assert_eq!(missed["rows"].as_array().unwrap().len(), 1, "{missed}");
     assert_eq!(missed["rows"][0][0], "report/date=2020-01-01");
     assert_eq!(want_state(&service, &on_time)["sla_missed"], 0);
+    crate::util::browser(
+        "page.mjs",
+        &[
+            &format!("{}/wants", service.url),
+            "wants",
+            "waiting for `raw/date=2020-01-01`",
+            "1 missed",
+        ],
+    );
 
     // The input lands: the want is built and satisfied within seconds, with no command.
     p.file("data/raw/date=2020-01-01", "hello\n");

@@ -9,9 +9,10 @@ use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use axum::Router;
 use databuild_core::{PartitionRef, PlanRequest};
+use databuild_exec::engine::rfc3339;
 use databuild_exec::views::parse_partition_status;
 use databuild_exec::Engine;
-use databuild_log::{PartitionQuery, SqlLimits};
+use databuild_log::{PartitionQuery, SqlLimits, Status};
 use maud::{html, Markup, PreEscaped, DOCTYPE};
 use serde::Deserialize;
 use serde_json::Value;
@@ -54,6 +55,7 @@ pub fn routes() -> Router<Arc<AppState>> {
         .route("/partitions/{partition_ref}", get(partition_page))
         .route("/datasets", get(datasets_page))
         .route("/sources", get(sources_page))
+        .route("/wants", get(wants_page))
         .route("/jobs", get(jobs_page))
         .route("/jobs/{name}", get(job_page))
         .route("/runs/{id}", get(run_page))
@@ -92,6 +94,7 @@ fn layout(title: &str, body: Markup) -> Markup {
                     a href="/partitions" { "Partitions" }
                     a href="/datasets" { "Datasets" }
                     a href="/sources" { "Sources" }
+                    a href="/wants" { "Wants" }
                     a href="/jobs" { "Jobs" }
                     a href="/analyze" { "Analyze" }
                     a href="/sql" { "SQL" }
@@ -464,6 +467,38 @@ async fn sources_page(State(state): Shared) -> Response {
         }
         p.muted { "Colours: " (badge("sealed")) " " (badge("open")) " " (badge("expired")) " raw · "
             (badge("live")) " loaded from raw " (badge("carried")) " carried forward " (badge("stale")) " " (badge("missing")) }
+    }).into_response()
+}
+
+/// Wants: what is wanted, whether it is satisfied, and if not, what it waits for and since when.
+async fn wants_page(State(state): Shared) -> Response {
+    let wants = match page(&state, |engine| Ok(engine.store.wants(None, false, 200)?)).await {
+        Ok(w) => w,
+        Err(r) => return r,
+    };
+    let colour = |s: Status| match s {
+        Status::Satisfied => "live",
+        Status::Waiting | Status::Requested => "building",
+        _ => "cancelled",
+    };
+    layout("Wants", html! {
+        h1 { "Wants" }
+        p.muted { "Partitions wanted with " code { "databuild want" } " or a " code { "[[want]]" } " of the graph file; the service builds them as soon as their inputs exist." }
+        @if wants.is_empty() { p.muted { "No wants yet." } }
+        @else {
+            table.wants {
+                tr { th { "Want" } th { "Status" } th { "Partitions" } th { "Why" } th { "Since" } th { "SLA" } th { "Expires" } }
+                @for w in &wants { tr data-want=(w.want_id) {
+                    td { code { (w.want_id.get(..8).unwrap_or(&w.want_id)) } @if let Some(r) = &w.recurring { br; span.muted { "recurring " (r) } } }
+                    td { span.badge style={ "background:" (svg::colour(colour(w.status))) } { (w.status) } }
+                    td { @for r in w.refs.iter().take(5) { (partition_link(r)) br; } @if w.refs.len() > 5 { span.muted { "+" (w.refs.len() - 5) " more" } } }
+                    td.why { (w.message.clone().unwrap_or_default()) }
+                    td { (rfc3339(w.updated_at)) }
+                    td { @if let Some(s) = w.sla_seconds { (humantime::format_duration(std::time::Duration::from_secs(s))) } @if w.sla_missed > 0 { " " span.badge style={ "background:" (svg::colour("failed")) } { (w.sla_missed) " missed" } } }
+                    td { (w.expires_at.map(rfc3339).unwrap_or_default()) }
+                } }
+            }
+        }
     }).into_response()
 }
 

@@ -162,8 +162,14 @@ impl Engine {
         })
     }
 
-    /// Partitions of a want that missed their SLA by `now_ns` and are not live.
-    pub fn sla_misses(&self, want: &WantRow, now_ns: i64) -> Result<Vec<(String, i64)>> {
+    /// Partitions of a want that missed their SLA by `now_ns` and are not live, leaving out those
+    /// `known` already (so a long-late want costs no status checks).
+    pub fn sla_misses(
+        &self,
+        want: &WantRow,
+        now_ns: i64,
+        known: &BTreeSet<(String, String)>,
+    ) -> Result<Vec<(String, i64)>> {
         let Some(sla) = want.sla_seconds else {
             return Ok(Vec::new());
         };
@@ -172,7 +178,8 @@ impl Engine {
             .iter()
             .filter_map(|r| {
                 let deadline = databuild_core::wants::day_end_ns(r)? + (sla as i64) * 1_000_000_000;
-                (now_ns > deadline).then(|| (r.clone(), deadline))
+                (now_ns > deadline && !known.contains(&(want.want_id.clone(), r.clone())))
+                    .then(|| (r.clone(), deadline))
             })
             .collect();
         if overdue.is_empty() {

@@ -230,7 +230,7 @@ impl Reconciler {
             if w.status == Status::Satisfied || w.sla_seconds.is_none() {
                 continue;
             }
-            for (r, deadline) in self.engine().sla_misses(&w, now)? {
+            for (r, deadline) in self.engine().sla_misses(&w, now, &self.sla_recorded)? {
                 if self.sla_recorded.insert((w.want_id.clone(), r.clone())) {
                     self.engine().note_sla_miss(&w, &r, deadline)?;
                 }

@@ -218,3 +218,51 @@ fn many_clients_on_overlapping_refs_build_each_partition_once() {
         "a partition was built twice"
     );
 }
+
+/// A `databuild` killed with SIGKILL takes its running jobs with it, their own subprocesses
+/// included: nothing keeps writing outputs behind the back of the next build.
+#[test]
+fn a_killed_build_leaves_no_job_or_job_subprocess_running() {
+    let p = Project::new(
+        "[graph]\nname = \"tree\"\n[[job]]\nname = \"slow\"\noutputs = [\"slow/{n:int}\"]\ncommand = [\"sh\", \"-c\", \"sleep 60 & echo $! > pids/child-$DATABUILD_FIELD_N; echo $$ > pids/job-$DATABUILD_FIELD_N; wait\"]\n",
+    );
+    std::fs::create_dir_all(p.path().join("pids")).unwrap();
+    let mut build = p
+        .command()
+        .args(["build", "--parallel", "2", "slow/{1,2}"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pids_dir = p.path().join("pids");
+    let read_pids = || -> Vec<u32> {
+        std::fs::read_dir(&pids_dir)
+            .unwrap()
+            .filter_map(|e| std::fs::read_to_string(e.unwrap().path()).ok())
+            .filter_map(|s| s.trim().parse().ok())
+            .collect()
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while read_pids().len() < 4 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the jobs never started"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let pids = read_pids();
+    kill9(build.id());
+    let _ = build.wait();
+    let alive = |pid: &u32| {
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| !s.contains(") Z "))
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while pids.iter().any(alive) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "still running after the build was killed: {:?}",
+            pids.iter().filter(|p| alive(p)).collect::<Vec<_>>()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}

@@ -8,9 +8,9 @@ use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::{ChildStdin, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::thread;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -217,7 +217,6 @@ fn run_process(spec: &RunSpec, cancel: &AtomicBool) -> Result<RunOutcome, String
         )
     })?;
     let mut cmd = Command::new(&program);
-    die_with_parent(&mut cmd);
     cmd.args(&spec.command[1..])
         .args(&spec.args)
         .current_dir(&spec.graph_dir)
@@ -246,6 +245,7 @@ fn run_process(spec: &RunSpec, cancel: &AtomicBool) -> Result<RunOutcome, String
         flooded.clone(),
     );
     let group = Pid::from_raw(child.id() as i32);
+    let _guarded = Guarded::new(group);
 
     let mut stop_reason: Option<RunOutcome> = None;
     let mut term_sent: Option<Instant> = None;
@@ -341,16 +341,71 @@ pub(crate) fn verify_outputs(spec: &RunSpec, before: &[Option<SystemTime>]) -> R
     RunOutcome::Succeeded
 }
 
-/// The job dies with the thread that started it (Linux's parent-death signal): a databuild killed
-/// with SIGKILL leaves no job behind still writing its outputs.
-#[allow(unsafe_code)]
-fn die_with_parent(cmd: &mut Command) {
-    // SAFETY: the closure runs in the child between fork and exec. It calls only prctl(2), which
-    // is async-signal-safe, and touches no memory shared with the parent.
-    unsafe {
-        cmd.pre_exec(|| {
-            nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(std::io::Error::from)
-        });
+/// Kills the process groups of running jobs when this process dies, however it dies: a watchdog
+/// `sh` reads `+PGID` / `-PGID` lines on a pipe whose only writer is this process, and on
+/// end-of-file (the kernel closes the pipe when this process is gone, SIGKILL included) kills
+/// every group still registered. A whole group goes, so a job's own subprocesses go too.
+///
+/// This replaces a parent-death signal set between `fork` and `exec`: such a hook forces a full
+/// `fork` of this large, multi-threaded process for every job (page tables copied, copy-on-write
+/// faults after), which cost more than the jobs themselves; without it jobs start with
+/// `posix_spawn`. One watchdog serves the whole process.
+struct Watchdog {
+    pipe: Mutex<ChildStdin>,
+}
+
+const WATCHDOG_SCRIPT: &str = r#"trap '' INT TERM HUP
+set=' '
+while read -r op pg; do
+  case $op in
+    +) set="$set$pg " ;;
+    -) case $set in *" $pg "*) set="${set%%" $pg "*} ${set#*" $pg "}" ;; esac ;;
+  esac
+done
+for pg in $set; do kill -9 "-$pg" 2>/dev/null; done"#;
+
+fn watchdog() -> Option<&'static Watchdog> {
+    static WATCHDOG: OnceLock<Option<Watchdog>> = OnceLock::new();
+    WATCHDOG
+        .get_or_init(|| {
+            let mut child = Command::new("sh")
+                .args(["-c", WATCHDOG_SCRIPT])
+                .stdin(Stdio::piped())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .process_group(0) // terminal signals aimed at us do not reach it
+                .spawn()
+                .ok()?;
+            let pipe = child.stdin.take()?;
+            // Reaped by nobody until we exit: it must outlive us, and it is one process.
+            std::mem::forget(child);
+            Some(Watchdog {
+                pipe: Mutex::new(pipe),
+            })
+        })
+        .as_ref()
+}
+
+/// A job's process group, registered with the watchdog for as long as this value lives.
+struct Guarded(Pid);
+
+impl Guarded {
+    fn new(group: Pid) -> Guarded {
+        Guarded::send('+', group);
+        Guarded(group)
+    }
+
+    fn send(op: char, group: Pid) {
+        if let Some(w) = watchdog() {
+            let mut pipe = w.pipe.lock().unwrap_or_else(|e| e.into_inner());
+            let _ = writeln!(pipe, "{op} {group}");
+        }
+    }
+}
+
+impl Drop for Guarded {
+    fn drop(&mut self) {
+        Guarded::send('-', self.0);
     }
 }
 

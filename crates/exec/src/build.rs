@@ -432,6 +432,11 @@ struct Scheduler<'e> {
     started_ns: i64,
     tx: mpsc::Sender<Message>,
     rx: mpsc::Receiver<Message>,
+    /// Completions not yet written: they go into the log with the next claim (one transaction
+    /// instead of two), or before the loop waits.
+    pending: std::cell::RefCell<Vec<Event>>,
+    /// Data versions of the partitions this build made, for the runs that read them.
+    made: FxHashMap<String, String>,
 }
 
 impl<'e> Scheduler<'e> {
@@ -444,6 +449,8 @@ impl<'e> Scheduler<'e> {
     ) -> Self {
         let (tx, rx) = mpsc::channel();
         Scheduler {
+            pending: Default::default(),
+            made: FxHashMap::default(),
             engine,
             id: id.to_string(),
             options,
@@ -472,11 +479,19 @@ impl<'e> Scheduler<'e> {
         self.engine.store.as_ref()
     }
 
+    /// Appends events, after any deferred completions.
     fn append(&self, events: Vec<Event>) -> Result<()> {
-        if !events.is_empty() {
-            self.store().append(events)?;
+        let mut all = self.pending.take();
+        all.extend(events);
+        if !all.is_empty() {
+            self.store().append(all)?;
         }
         Ok(())
+    }
+
+    /// Writes deferred completions now.
+    fn flush(&self) -> Result<()> {
+        self.append(Vec::new())
     }
 
     /// Records the plan (skipped, delegated, scheduled) and moves the build to `executing`.
@@ -663,6 +678,7 @@ impl<'e> Scheduler<'e> {
             if self.running == 0 && (nothing_left || self.stopped.is_some()) {
                 break;
             }
+            self.flush()?;
             match self.rx.recv_timeout(Duration::from_millis(100)) {
                 Ok(Message::Finished {
                     node,
@@ -680,6 +696,7 @@ impl<'e> Scheduler<'e> {
             }
         }
         self.shutdown.store(true, Ordering::SeqCst);
+        self.flush()?;
         self.finish()
     }
 
@@ -758,7 +775,13 @@ impl<'e> Scheduler<'e> {
                 .run
                 .inputs
                 .iter()
-                .filter_map(|i| Some((i.to_string(), engine.input_version(i.as_str())?)))
+                .filter_map(|i| {
+                    let made = self.made.get(i.as_str()).cloned();
+                    Some((
+                        i.to_string(),
+                        made.or_else(|| engine.input_version(i.as_str()))?,
+                    ))
+                })
                 .chain(node.run.aliased().iter().map(|(alias, read)| {
                     (
                         alias.to_string(),
@@ -782,14 +805,26 @@ impl<'e> Scheduler<'e> {
                 e.job = Some(job.name.clone());
                 events.push(e);
             }
-            match self.store().append(events) {
+            // Deferred completions ride along; if the claim is refused they go in alone.
+            let deferred = self.pending.take();
+            let mut batch = deferred.clone();
+            batch.extend(events);
+            let refusal = match self.store().append(batch) {
                 Ok(_) => break,
-                Err(LogError::Refused { reason, .. })
-                    if reason.contains("changed since it was checked") && attempts < 5 => {}
-                Err(LogError::Refused { reason, .. }) if reason.contains("already being built") => {
-                    return self.lost_claim(scope, index);
-                }
+                Err(e @ LogError::Refused { .. }) => e,
                 Err(e) => return Err(e.into()),
+            };
+            if !deferred.is_empty() {
+                self.store().append(deferred)?;
+            }
+            let LogError::Refused { reason, .. } = &refusal else {
+                unreachable!("matched above")
+            };
+            if reason.contains("already being built") {
+                return self.lost_claim(scope, index);
+            }
+            if !(reason.contains("changed since it was checked") && attempts < 5) {
+                return Err(refusal.into());
             }
         }
         let node = &mut self.nodes[index];
@@ -1194,7 +1229,11 @@ impl<'e> Scheduler<'e> {
                     e.job = Some(job.name.clone());
                     events.push(e);
                 }
-                self.append(events)?;
+                // Deferred: it goes into the log with the next claim, or before the loop waits.
+                for o in &outputs {
+                    self.made.insert(o.clone(), version.clone());
+                }
+                self.pending.borrow_mut().extend(events);
                 self.nodes[index].state = State::Done;
                 for d in self.nodes[index].dependents.clone() {
                     self.dependency_done(d);

@@ -10,8 +10,7 @@ use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{ChildStdin, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
-use std::thread;
+use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant, SystemTime};
 
 use nix::sys::signal::{killpg, Signal};
@@ -153,43 +152,81 @@ pub(crate) fn environment(spec: &RunSpec) -> Vec<(String, String)> {
     env
 }
 
-/// Copies the job's output into its log up to the cap, then stops copying, raises `flooded` and
-/// keeps draining so the job never blocks on a full pipe before it is stopped. The log file is
-/// created with the first byte: a silent job costs no file.
-fn spawn_log_writer(
-    mut pipe: std::io::PipeReader,
+/// How often a running job is checked for cancellation and its timeout when it is quiet.
+const POLL: Duration = Duration::from_millis(50);
+
+/// A run's log: the job's output up to the cap, in a file created with the first byte (a silent
+/// job costs no file). Past the cap it keeps reading (so the job never blocks on a full pipe)
+/// but stops writing, and raises `flooded` so the job is stopped.
+struct LogSink {
     path: PathBuf,
     limit: u64,
-    flooded: Arc<AtomicBool>,
-) -> thread::JoinHandle<()> {
-    thread::spawn(move || {
-        let mut log: Option<std::fs::File> = None;
-        let mut written = 0u64;
-        let mut buf = [0u8; 64 * 1024];
-        loop {
-            let n = match pipe.read(&mut buf) {
-                Ok(0) | Err(_) => break,
-                Ok(n) => n,
-            };
-            if written >= limit {
-                continue;
-            }
-            if log.is_none() {
-                log = std::fs::File::create(&path).ok();
-            }
-            let Some(log) = log.as_mut() else { continue };
-            let keep = (n as u64).min(limit - written) as usize;
-            let _ = log.write_all(&buf[..keep]);
-            written += keep as u64;
-            if written >= limit {
-                let _ = writeln!(
-                    log,
-                    "\n[databuild: log truncated at {limit} bytes; the job was stopped]"
-                );
-                flooded.store(true, Ordering::SeqCst);
-            }
+    file: Option<std::fs::File>,
+    written: u64,
+    flooded: bool,
+    buf: Box<[u8]>,
+}
+
+impl LogSink {
+    fn new(path: PathBuf, limit: u64) -> LogSink {
+        LogSink {
+            path,
+            limit,
+            file: None,
+            written: 0,
+            flooded: false,
+            buf: vec![0; 64 * 1024].into_boxed_slice(),
         }
-    })
+    }
+
+    /// Waits up to `wait` for output and copies what is there; `false` once the pipe is closed.
+    fn copy_ready(
+        &mut self,
+        pipe: &mut std::io::PipeReader,
+        wait: Duration,
+    ) -> Result<bool, String> {
+        use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+        use std::os::fd::AsFd;
+        let timeout = PollTimeout::try_from(wait).unwrap_or(PollTimeout::MAX);
+        let mut fds = [PollFd::new(pipe.as_fd(), PollFlags::POLLIN)];
+        match poll(&mut fds, timeout) {
+            Ok(0) => return Ok(true),
+            Ok(_) => {}
+            Err(nix::errno::Errno::EINTR) => return Ok(true),
+            Err(e) => return Err(format!("cannot read the job's output: {e}")),
+        }
+        let n = match pipe.read(&mut self.buf) {
+            Ok(0) => return Ok(false),
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => return Ok(true),
+            Err(_) => return Ok(false),
+        };
+        self.write(n);
+        Ok(true)
+    }
+
+    fn write(&mut self, n: usize) {
+        if self.written >= self.limit {
+            return;
+        }
+        if self.file.is_none() {
+            self.file = std::fs::File::create(&self.path).ok();
+        }
+        let Some(file) = self.file.as_mut() else {
+            return;
+        };
+        let keep = (n as u64).min(self.limit - self.written) as usize;
+        let _ = file.write_all(&self.buf[..keep]);
+        self.written += keep as u64;
+        if self.written >= self.limit {
+            let _ = writeln!(
+                file,
+                "\n[databuild: log truncated at {} bytes; the job was stopped]",
+                self.limit
+            );
+            self.flooded = true;
+        }
+    }
 }
 
 fn run_process(spec: &RunSpec, cancel: &AtomicBool) -> Result<RunOutcome, String> {
@@ -237,28 +274,42 @@ fn run_process(spec: &RunSpec, cancel: &AtomicBool) -> Result<RunOutcome, String
     // The parent's copies of the pipe's write end went into `cmd`; drop them so the log writer
     // sees end-of-file when the job exits.
     drop(cmd);
-    let flooded = Arc::new(AtomicBool::new(false));
-    let log_writer = spawn_log_writer(
-        reader,
-        spec.log_path.clone(),
-        spec.log_limit,
-        flooded.clone(),
-    );
     let group = Pid::from_raw(child.id() as i32);
     let _guarded = Guarded::new(group);
-
+    let mut log = LogSink::new(spec.log_path.clone(), spec.log_limit);
+    let mut pipe = Some(reader);
     let mut stop_reason: Option<RunOutcome> = None;
     let mut term_sent: Option<Instant> = None;
+    // One thread follows the job: its output (copied into the log as it comes), its exit, and
+    // the reasons to stop it. Waking on output or exit, not on a timer, keeps short jobs short.
     let status = loop {
-        match child.wait_timeout(Duration::from_millis(50)) {
-            Ok(Some(status)) => break status,
-            Ok(None) => {}
-            Err(e) => return Err(format!("waiting for the job failed: {e}")),
+        match &mut pipe {
+            Some(p) => {
+                if !log.copy_ready(p, POLL)? {
+                    pipe = None; // every writer closed it: the job is ending
+                }
+            }
+            None => {
+                if let Some(status) = child
+                    .wait_timeout(POLL)
+                    .map_err(|e| format!("waiting for the job failed: {e}"))?
+                {
+                    break status;
+                }
+            }
+        }
+        if pipe.is_some() {
+            if let Some(status) = child
+                .try_wait()
+                .map_err(|e| format!("waiting for the job failed: {e}"))?
+            {
+                break status;
+            }
         }
         if stop_reason.is_none() {
             if cancel.load(Ordering::SeqCst) {
                 stop_reason = Some(RunOutcome::Cancelled);
-            } else if flooded.load(Ordering::SeqCst) {
+            } else if log.flooded {
                 stop_reason = Some(RunOutcome::failed(
                     format!(
                         "the job wrote more than {} of log; it was stopped and its log truncated",
@@ -280,9 +331,12 @@ fn run_process(spec: &RunSpec, cancel: &AtomicBool) -> Result<RunOutcome, String
             let _ = killpg(group, Signal::SIGKILL);
         }
     };
-    // Anything the job left behind in its group goes with it, so the log pipe closes.
+    // Anything the job left behind in its group goes with it, so the log pipe closes; what is
+    // still in the pipe goes into the log.
     let _ = killpg(group, Signal::SIGKILL);
-    let _ = log_writer.join();
+    if let Some(mut p) = pipe {
+        while log.copy_ready(&mut p, Duration::from_secs(1))? {}
+    }
     if let Some(outcome) = stop_reason {
         return Ok(outcome);
     }
@@ -562,9 +616,9 @@ mod tests {
         let s = spec(dir.path(), "sleep 30 & sleep 30");
         let cancel = AtomicBool::new(false);
         let started = Instant::now();
-        let outcome = thread::scope(|scope| {
+        let outcome = std::thread::scope(|scope| {
             scope.spawn(|| {
-                thread::sleep(Duration::from_millis(200));
+                std::thread::sleep(Duration::from_millis(200));
                 cancel.store(true, Ordering::SeqCst);
             });
             LocalExecutor.run(&s, &cancel, &|_| {})

@@ -437,6 +437,9 @@ struct Scheduler<'e> {
     pending: std::cell::RefCell<Vec<Event>>,
     /// Data versions of the partitions this build made, for the runs that read them.
     made: FxHashMap<String, String>,
+    /// The run holding each output when the plan was recorded (read in one query): a first
+    /// claim compares against it instead of reading the partition again.
+    holders: FxHashMap<String, String>,
 }
 
 impl<'e> Scheduler<'e> {
@@ -451,6 +454,7 @@ impl<'e> Scheduler<'e> {
         Scheduler {
             pending: Default::default(),
             made: FxHashMap::default(),
+            holders: FxHashMap::default(),
             engine,
             id: id.to_string(),
             options,
@@ -598,6 +602,28 @@ impl<'e> Scheduler<'e> {
             added.push(index);
         }
         self.append(events)?;
+        let outputs: Vec<String> = added
+            .iter()
+            .flat_map(|&i| self.nodes[i].run.outputs.iter().map(|o| o.to_string()))
+            .collect();
+        for chunk in outputs.chunks(10_000) {
+            let keys: Vec<&str> = chunk.iter().map(String::as_str).collect();
+            let rows = self.store().partitions_by_ref(&keys)?;
+            for (r, row) in chunk.iter().zip(rows) {
+                // Only what the plan saw: a partition changed since the build started (another
+                // build made or is making it) goes through the full check at launch.
+                match row {
+                    None => {
+                        self.holders.insert(r.clone(), String::new());
+                    }
+                    Some(p) if p.updated_at < self.started_ns && p.status != Status::Building => {
+                        self.holders
+                            .insert(r.clone(), p.job_run_id.unwrap_or_default());
+                    }
+                    Some(_) => {}
+                }
+            }
+        }
         Ok(added)
     }
 
@@ -750,7 +776,19 @@ impl<'e> Scheduler<'e> {
             attempts += 1;
             let mut seen = Vec::new();
             let mut made_by_others = 0;
+            // First try: claim against the holders seen when the plan was recorded. If anything
+            // changed since, the log refuses and the next try reads the partitions.
+            let known: Option<Vec<String>> = self.nodes[index]
+                .run
+                .outputs
+                .iter()
+                .map(|o| self.holders.remove(o.as_str()))
+                .collect();
+            let known = known.filter(|_| attempts == 1);
             for o in &self.nodes[index].run.outputs {
+                if known.is_some() {
+                    break;
+                }
                 let row = self.store().partition(o.as_str())?;
                 if let Some(p) = &row {
                     if p.status == Status::Building
@@ -767,7 +805,9 @@ impl<'e> Scheduler<'e> {
                 }
                 seen.push(row.and_then(|p| p.job_run_id).unwrap_or_default());
             }
-            if made_by_others == seen.len() {
+            if let Some(known) = known {
+                seen = known;
+            } else if made_by_others == seen.len() {
                 return self.adopt(index);
             }
             let node = &mut self.nodes[index];

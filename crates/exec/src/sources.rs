@@ -286,6 +286,16 @@ pub fn maintain(
         None => format_date(parse_date(today).expect("today is a date") - chrono::Days::new(1)),
     };
     let on_disk = dates_on_disk(data_dir, source);
+    // What the log says of each day on disk, in one query: a crash between writing a `_SEALED`
+    // file and its event, or between an expiry event and the deletion, is finished here.
+    let keys: Vec<String> = on_disk.iter().map(|d| source.partition_ref(d)).collect();
+    let key_refs: Vec<&str> = keys.iter().map(String::as_str).collect();
+    let logged: BTreeMap<&str, Status> = on_disk
+        .iter()
+        .map(String::as_str)
+        .zip(store.partitions_by_ref(&key_refs)?)
+        .filter_map(|(d, row)| Some((d, row?.status)))
+        .collect();
     let mut events = Vec::new();
     if let Some(first) = on_disk.first() {
         let mut day = parse_date(first).expect("listed dates parse");
@@ -293,46 +303,29 @@ pub fn maintain(
         while day <= end {
             let date = format_date(day);
             day = day + chrono::Days::new(1);
-            if source.is_expired(&date, today) && !on_disk.contains(&date) {
-                continue;
+            if source.is_expired(&date, today) {
+                continue; // handled below
             }
             let dir = partition_dir(data_dir, source, &date);
-            if sealed_version(&dir).is_some() {
+            let recorded = logged.get(date.as_str()) == Some(&Status::Sealed);
+            if sealed_version(&dir).is_some() && recorded {
                 continue;
             }
-            let (records, version) = seal(&dir)?;
-            events.push(
-                Event::partition(None, &source.partition_ref(&date), Status::Sealed).with_data(
-                    |d| {
-                        d.records = Some(records);
-                        d.data_version = Some(version);
-                    },
-                ),
-            );
+            let (records, event) = seal(&dir, source, &date)?;
+            events.push(event);
             done.sealed.push((date, records));
         }
     }
     for date in on_disk.iter().filter(|d| source.is_expired(d, today)) {
-        let dir = partition_dir(data_dir, source, date);
-        if sealed_version(&dir).is_none() {
-            let (records, version) = seal(&dir)?;
-            events.push(
-                Event::partition(None, &source.partition_ref(date), Status::Sealed).with_data(
-                    |d| {
-                        d.records = Some(records);
-                        d.data_version = Some(version);
-                    },
-                ),
-            );
+        match logged.get(date.as_str()) {
+            Some(Status::Expired) => {} // recorded; only the deletion was left to do
+            Some(Status::Sealed) => events.push(expired_event(source, date)),
+            _ => {
+                let dir = partition_dir(data_dir, source, date);
+                events.push(seal(&dir, source, date)?.1);
+                events.push(expired_event(source, date));
+            }
         }
-        events.push(
-            Event::partition(None, &source.partition_ref(date), Status::Expired).with_message(
-                format!(
-                    "raw data older than the retention of {} days was deleted",
-                    source.retention_days
-                ),
-            ),
-        );
         done.expired.push(date.clone());
     }
     // Record first, then delete: a crash in between leaves data the log calls expired, which
@@ -346,8 +339,16 @@ pub fn maintain(
     Ok(done)
 }
 
-/// Closes a partition: counts its records and writes its version into `_SEALED`.
-fn seal(dir: &Path) -> io::Result<(u64, String)> {
+fn expired_event(source: &Source, date: &str) -> Event {
+    Event::partition(None, &source.partition_ref(date), Status::Expired).with_message(format!(
+        "raw data older than the retention of {} days was deleted",
+        source.retention_days
+    ))
+}
+
+/// Closes a partition: counts its records, writes its version into `_SEALED`, and returns the
+/// record count and the event that says so.
+fn seal(dir: &Path, source: &Source, date: &str) -> io::Result<(u64, Event)> {
     create_dir_durably(dir)?;
     let mut hash = Sha256::new();
     let mut records = 0u64;
@@ -372,7 +373,12 @@ fn seal(dir: &Path) -> io::Result<(u64, String)> {
     f.sync_all()?;
     fs::rename(&tmp, dir.join(SEALED))?;
     File::open(dir)?.sync_all()?;
-    Ok((records, version))
+    let event =
+        Event::partition(None, &source.partition_ref(date), Status::Sealed).with_data(|d| {
+            d.records = Some(records);
+            d.data_version = Some(version);
+        });
+    Ok((records, event))
 }
 
 /// One day of a source: open, sealed or expired.
@@ -456,4 +462,77 @@ pub fn maintain_all(
         .iter()
         .map(|s| maintain(graph_dir, data_dir, store, s, today, None))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use databuild_core::{BodyFormat, SourceKind};
+    use databuild_log::SqliteStore;
+
+    fn source() -> Source {
+        Source {
+            name: "s".into(),
+            kind: SourceKind::Webhook,
+            retention_days: 3,
+            body_format: BodyFormat::Json,
+            secret_env: None,
+            max_body: 1 << 20,
+            rate_limit: 10,
+        }
+    }
+
+    /// A crash can leave a `_SEALED` file without its event, or an `expired` event with the data
+    /// still on disk; the next pass finishes the job instead of failing on the log's refusal.
+    #[test]
+    fn maintenance_finishes_what_a_crash_interrupted() {
+        let dir = tempfile::tempdir().unwrap();
+        let (data, store) = (
+            dir.path().join("data"),
+            SqliteStore::open(&dir.path().join("e.db")).unwrap(),
+        );
+        let s = source();
+        append(&data, &s, "2026-01-01", &[serde_json::json!({"a": 1})]).unwrap();
+        // Sealed on disk, but the event was never written.
+        let unlogged = partition_dir(&data, &s, "2026-01-02");
+        fs::create_dir_all(&unlogged).unwrap();
+        fs::write(unlogged.join(SEALED), "sealed:0:x").unwrap();
+        let done = maintain(dir.path(), &data, &store, &s, "2026-01-03", None).unwrap();
+        assert_eq!(
+            done.sealed
+                .iter()
+                .map(|(d, _)| d.as_str())
+                .collect::<Vec<_>>(),
+            ["2026-01-01", "2026-01-02"]
+        );
+        assert_eq!(done.sealed[0].1, 1);
+        // Expired in the log, but the deletion never happened.
+        store.append(vec![expired_event(&s, "2026-01-01")]).unwrap();
+        let done = maintain(dir.path(), &data, &store, &s, "2026-01-04", None).unwrap();
+        assert_eq!(done.expired, ["2026-01-01"]);
+        assert!(!partition_dir(&data, &s, "2026-01-01").exists());
+        let row = store
+            .partition("source/s/date=2026-01-01")
+            .unwrap()
+            .unwrap();
+        assert_eq!(row.status, Status::Expired);
+    }
+
+    #[test]
+    fn a_torn_tail_is_cut_before_the_next_append() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = Source {
+            name: "torn".into(),
+            ..source()
+        };
+        let day = partition_dir(dir.path(), &s, "2026-01-01");
+        fs::create_dir_all(&day).unwrap();
+        fs::write(day.join(WEBHOOK_CHUNK), "{\"a\":1}\n{\"a\":").unwrap();
+        append(dir.path(), &s, "2026-01-01", &[serde_json::json!({"a": 2})]).unwrap();
+        let records = read_records(&day).unwrap();
+        assert_eq!(
+            records,
+            [serde_json::json!({"a": 1}), serde_json::json!({"a": 2})]
+        );
+    }
 }

@@ -133,10 +133,7 @@ async fn maintain_sources(state: Arc<AppState>) {
     if state.engine.graph.sources.is_empty() {
         return;
     }
-    let every = std::env::var("DATABUILD_SOURCE_INTERVAL")
-        .ok()
-        .and_then(|v| humantime_secs(&v))
-        .unwrap_or(Duration::from_secs(60));
+    let every = interval_from_env("DATABUILD_SOURCE_INTERVAL", Duration::from_secs(60));
     loop {
         tokio::time::sleep(every).await;
         let engine = state.engine.clone();
@@ -148,12 +145,18 @@ async fn maintain_sources(state: Arc<AppState>) {
     }
 }
 
-fn humantime_secs(v: &str) -> Option<Duration> {
-    v.trim_end_matches('s')
-        .parse::<f64>()
+/// An interval from the environment: seconds (`0.2`, `60`) or a duration (`90s`, `5m`).
+pub(crate) fn interval_from_env(var: &str, default: Duration) -> Duration {
+    let Ok(v) = std::env::var(var) else {
+        return default;
+    };
+    v.parse::<f64>()
         .ok()
         .filter(|s| *s > 0.0)
         .map(Duration::from_secs_f64)
+        .or_else(|| humantime::parse_duration(&v).ok())
+        .filter(|d| !d.is_zero())
+        .unwrap_or(default)
 }
 
 async fn shutdown_signal() {

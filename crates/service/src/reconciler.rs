@@ -29,10 +29,8 @@ const RETRY_AFTER: Duration = Duration::from_secs(60);
 
 pub fn spawn(state: Arc<AppState>, stop: Arc<AtomicBool>) {
     let runtime = tokio::runtime::Handle::current();
-    let probe_every = std::env::var("DATABUILD_WANT_PROBE_INTERVAL")
-        .ok()
-        .and_then(|v| humantime_secs(&v))
-        .unwrap_or(Duration::from_secs(10));
+    let probe_every =
+        crate::interval_from_env("DATABUILD_WANT_PROBE_INTERVAL", Duration::from_secs(10));
     std::thread::Builder::new()
         .name("reconciler".into())
         .spawn(move || {
@@ -45,14 +43,6 @@ pub fn spawn(state: Arc<AppState>, stop: Arc<AtomicBool>) {
             }
         })
         .expect("a thread");
-}
-
-fn humantime_secs(v: &str) -> Option<Duration> {
-    v.trim_end_matches('s')
-        .parse::<f64>()
-        .ok()
-        .filter(|s| *s > 0.0)
-        .map(Duration::from_secs_f64)
 }
 
 struct Reconciler {

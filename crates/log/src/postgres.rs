@@ -455,6 +455,24 @@ fn project(
         Kind::Delegation | Kind::Alias => Ok(0),
     }
     .map_err(storage)?;
+    if e.kind == Kind::JobRun {
+        if let Some(old) = before.job_run {
+            st.execute(
+                tx,
+                "UPDATE job_counts SET n = n - 1 WHERE job = $1 AND status = $2",
+                &[&e.job, &old.as_str()],
+            )
+            .map_err(storage)?;
+        }
+        let scheduled = before.job_run.is_none().then_some(e.timestamp);
+        st.execute(tx,
+            "INSERT INTO job_counts (job, status, n, last_scheduled_at) VALUES ($1, $2, 1, $3)
+             ON CONFLICT (job, status) DO UPDATE SET n = job_counts.n + 1,
+                last_scheduled_at = greatest(job_counts.last_scheduled_at, excluded.last_scheduled_at)",
+            &[&e.job, &status, &scheduled],
+        )
+        .map_err(storage)?;
+    }
     Ok(())
 }
 
@@ -899,16 +917,17 @@ impl EventStore for PostgresStore {
                 BTreeMap::new();
             for r in c
                 .query(
-                    "SELECT job, status, count(*), max(scheduled_at) FROM job_runs
-                     WHERE ($1::text IS NULL OR job = $1) GROUP BY job, status",
+                    "SELECT job, status, n, last_scheduled_at FROM job_counts
+                     WHERE ($1::text IS NULL OR job = $1)",
                     &[&job],
                 )
                 .map_err(storage)?
             {
                 let entry = per_job.entry(r.get(0)).or_default();
-                entry
-                    .0
-                    .insert(status_of(r.get(1))?, r.get::<_, i64>(2) as u64);
+                let n = r.get::<_, i64>(2);
+                if n > 0 {
+                    entry.0.insert(status_of(r.get(1))?, n as u64);
+                }
                 entry.1 = entry.1.max(r.get(3));
             }
             per_job

@@ -287,6 +287,16 @@ pub fn check_store(store: &dyn crate::store::EventStore) -> crate::store::Result
             ));
         }
     }
+    let counted = rows(
+        "SELECT c.job, c.status, c.n, (SELECT count(*) FROM job_runs r WHERE r.job = c.job AND r.status = c.status)
+         FROM job_counts c WHERE c.n <> (SELECT count(*) FROM job_runs r WHERE r.job = c.job AND r.status = c.status)",
+    )?;
+    for r in &counted {
+        disagree(format!(
+            "job `{}` has {} `{}` runs in job_counts but {} in job_runs",
+            r[0], r[2], r[1], r[3]
+        ));
+    }
     let wants = rows("SELECT want_id, status FROM wants")?;
     for r in &wants {
         let replayed = replay.wants.get(&r[0]).map(|s| s.as_str());

@@ -535,6 +535,29 @@ fn project(tx: &Transaction<'_>, e: &Event, before: &Current) -> rusqlite::Resul
         }
         Kind::Delegation | Kind::Alias => {}
     }
+    if e.kind == Kind::JobRun {
+        count_job_run(tx, e, before.job_run)?;
+    }
+    Ok(())
+}
+
+/// Keeps `job_counts` (runs by job and status) in step with `job_runs`, so job metrics never
+/// count a million runs.
+fn count_job_run(tx: &Transaction<'_>, e: &Event, before: Option<Status>) -> rusqlite::Result<()> {
+    if let Some(old) = before {
+        tx.prepare_cached("UPDATE job_counts SET n = n - 1 WHERE job = ?1 AND status = ?2")?
+            .execute(params![e.job, old.as_str()])?;
+    }
+    tx.prepare_cached(
+        "INSERT INTO job_counts (job, status, n, last_scheduled_at) VALUES (?1, ?2, 1, ?3)
+         ON CONFLICT (job, status) DO UPDATE SET n = n + 1,
+            last_scheduled_at = max(coalesce(last_scheduled_at, 0), coalesce(excluded.last_scheduled_at, 0))",
+    )?
+    .execute(params![
+        e.job,
+        e.status.as_str(),
+        before.is_none().then_some(e.timestamp)
+    ])?;
     Ok(())
 }
 
@@ -947,18 +970,21 @@ impl EventStore for SqliteStore {
             // Counts come from the (job, status, scheduled_at) index alone; durations from the
             // most recent completed runs only.
             let mut per_job: BTreeMap<String, (BTreeMap<Status, u64>, Option<i64>)> = BTreeMap::new();
+            let sql = match job {
+                Some(_) => "SELECT job, status, n, last_scheduled_at FROM job_counts WHERE job = ?1",
+                None => "SELECT job, status, n, last_scheduled_at FROM job_counts WHERE ?1 IS NULL",
+            };
             let rows = c
-                .prepare_cached(
-                    "SELECT job, status, count(*), max(scheduled_at) FROM job_runs
-                     WHERE (?1 IS NULL OR job = ?1) GROUP BY job, status",
-                )?
+                .prepare_cached(sql)?
                 .query_map([job], |r| {
                     Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?, r.get::<_, i64>(2)?, r.get::<_, Option<i64>>(3)?))
                 })?
                 .collect::<rusqlite::Result<Vec<_>>>()?;
             for (job, status, n, last) in rows {
                 let entry = per_job.entry(job).or_default();
-                entry.0.insert(status_of(status)?, n as u64);
+                if n > 0 {
+                    entry.0.insert(status_of(status)?, n as u64);
+                }
                 entry.1 = entry.1.max(last);
             }
             let mut durations = c.prepare_cached(

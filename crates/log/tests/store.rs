@@ -510,7 +510,7 @@ fn a_version_1_log_is_upgraded_in_place_and_keeps_its_events() {
     drop(store);
     // Make it what version 1 wrote: no alias index, schema version 1.
     let ok = std::process::Command::new("python3")
-        .args(["-c", "import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); c.execute('drop index events_of_alias'); c.execute('drop table wants'); c.execute('drop index events_of_wants'); c.execute('update meta set value = 1 where key = \"schema_version\"'); c.commit()"])
+        .args(["-c", "import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); c.execute('drop index events_of_alias'); c.execute('drop table wants'); c.execute('drop index events_of_wants'); c.execute('drop table job_counts'); c.execute('update meta set value = 1 where key = \"schema_version\"'); c.commit()"])
         .arg(&path)
         .status()
         .unwrap()
@@ -525,6 +525,11 @@ fn a_version_1_log_is_upgraded_in_place_and_keeps_its_events() {
         .unwrap();
     assert_eq!(v.rows[0][0], serde_json::json!("2"));
     assert_eq!(v.rows[0][1], serde_json::json!(1));
+    // Projections added by version 2 are filled from what version 1 wrote.
+    let report = databuild_log::check_store(&store).unwrap();
+    assert!(report.problems.is_empty(), "{:?}", report.problems);
+    let jobs = store.job_stats(None).unwrap();
+    assert!(jobs.iter().any(|j| j.runs > 0), "{jobs:?}");
     assert!(v.rows[0][2].as_i64().unwrap() > 0);
     store.append(vec![Event::alias("orders", 2)]).unwrap();
     let aliases = store

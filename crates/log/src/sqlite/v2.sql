@@ -23,3 +23,15 @@ CREATE INDEX wants_by_status ON wants (status, created_at);
 CREATE INDEX wants_by_recurring ON wants (recurring, created_at) WHERE recurring IS NOT NULL;
 -- Want events are read back by the reconciler when it starts (which SLA misses are recorded).
 CREATE INDEX events_of_wants ON events (idx) WHERE kind = 'want';
+
+-- Runs by job and status, kept in step with job_runs, so job metrics read a few rows instead of
+-- counting every run (filled from job_runs for logs written by version 1).
+CREATE TABLE job_counts (
+    job               TEXT NOT NULL,
+    status            TEXT NOT NULL,
+    n                 INTEGER NOT NULL,
+    last_scheduled_at INTEGER,
+    PRIMARY KEY (job, status)
+);
+INSERT INTO job_counts (job, status, n, last_scheduled_at)
+    SELECT job, status, count(*), max(scheduled_at) FROM job_runs GROUP BY job, status;

@@ -497,7 +497,14 @@ impl Engine {
             .producers()
             .map(|p| {
                 let pattern = self.graph.pattern_of(p);
-                let counts = self.store.partition_counts(Some(&pattern_glob(pattern)))?;
+                // A single-output job's partitions are counted by a projection; other patterns
+                // by a glob over the partitions.
+                let counts = match p {
+                    Producer::Job { job, .. } if self.graph.jobs[job].outputs.len() == 1 => self
+                        .store
+                        .job_partition_counts(&self.graph.jobs[job].name)?,
+                    _ => self.store.partition_counts(Some(&pattern_glob(pattern)))?,
+                };
                 Ok(DatasetView {
                     name: self.graph.producer_name(p).to_string(),
                     kind: producer_kind(&self.graph, p),

@@ -134,6 +134,7 @@ pub(crate) fn environment(spec: &RunSpec) -> Vec<(String, String)> {
             spec.data_dir.display().to_string(),
         ),
         ("DATABUILD_JOB_RUN_ID".to_string(), spec.job_run_id.clone()),
+        ("DATABUILD_WATCH".to_string(), watch_token().to_string()),
         (
             "DATABUILD_REPORT".to_string(),
             spec.report_path().display().to_string(),
@@ -408,6 +409,9 @@ struct Watchdog {
     pipe: Mutex<ChildStdin>,
 }
 
+/// `$1` is this process's watch token: at the end, besides the registered groups, every process
+/// whose environment carries it goes too (a job started a moment before its group was
+/// registered, or a subprocess that left the job's group).
 const WATCHDOG_SCRIPT: &str = r#"trap '' INT TERM HUP
 set=' '
 while read -r op pg; do
@@ -416,14 +420,24 @@ while read -r op pg; do
     -) case $set in *" $pg "*) set="${set%%" $pg "*} ${set#*" $pg "}" ;; esac ;;
   esac
 done
-for pg in $set; do kill -9 "-$pg" 2>/dev/null; done"#;
+for pg in $set; do kill -9 "-$pg" 2>/dev/null; done
+for d in /proc/[0-9]*; do
+  [ "${d#/proc/}" = "$$" ] && continue
+  grep -qsxz "DATABUILD_WATCH=$1" "$d/environ" && kill -9 "${d#/proc/}" 2>/dev/null
+done"#;
+
+/// Marks the jobs of this process (`DATABUILD_WATCH` in their environment) for the watchdog.
+fn watch_token() -> &'static str {
+    static TOKEN: OnceLock<String> = OnceLock::new();
+    TOKEN.get_or_init(|| format!("{}-{}", std::process::id(), databuild_log::event::now_ns()))
+}
 
 fn watchdog() -> Option<&'static Watchdog> {
     static WATCHDOG: OnceLock<Option<Watchdog>> = OnceLock::new();
     WATCHDOG
         .get_or_init(|| {
             let mut child = Command::new("sh")
-                .args(["-c", WATCHDOG_SCRIPT])
+                .args(["-c", WATCHDOG_SCRIPT, "databuild-watchdog", watch_token()])
                 .stdin(Stdio::piped())
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())

@@ -790,6 +790,19 @@ impl EventStore for PostgresStore {
         })
     }
 
+    fn job_partition_counts(&self, job: &str) -> Result<BTreeMap<Status, u64>> {
+        self.read(|c| {
+            c.query(
+                "SELECT status, n FROM partition_counts WHERE job = $1 AND n > 0",
+                &[&job],
+            )
+            .map_err(storage)?
+            .iter()
+            .map(|r| Ok((status_of(r.get(0))?, r.get::<_, i64>(1) as u64)))
+            .collect()
+        })
+    }
+
     fn build_request(&self, id: &str) -> Result<Option<BuildRequestRow>> {
         self.read(|c| {
             c.query_opt(

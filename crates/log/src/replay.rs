@@ -297,6 +297,16 @@ pub fn check_store(store: &dyn crate::store::EventStore) -> crate::store::Result
             r[0], r[2], r[1], r[3]
         ));
     }
+    let partition_counts = rows(
+        "SELECT c.job, c.status, c.n FROM partition_counts c
+         WHERE c.n <> (SELECT count(*) FROM partitions p WHERE coalesce(p.job, '') = c.job AND p.status = c.status)",
+    )?;
+    for r in &partition_counts {
+        disagree(format!(
+            "partition_counts says {} `{}` partitions of job `{}`, the partitions table disagrees",
+            r[2], r[1], r[0]
+        ));
+    }
     let wants = rows("SELECT want_id, status FROM wants")?;
     for r in &wants {
         let replayed = replay.wants.get(&r[0]).map(|s| s.as_str());

@@ -860,6 +860,18 @@ impl EventStore for SqliteStore {
         })
     }
 
+    fn job_partition_counts(&self, job: &str) -> Result<BTreeMap<Status, u64>> {
+        self.read(|c| {
+            let rows = c
+                .prepare_cached("SELECT status, n FROM partition_counts WHERE job = ?1 AND n > 0")?
+                .query_map([job], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))?
+                .collect::<rusqlite::Result<Vec<_>>>()?;
+            rows.into_iter()
+                .map(|(s, n)| Ok((status_of(s)?, n as u64)))
+                .collect()
+        })
+    }
+
     fn build_request(&self, id: &str) -> Result<Option<BuildRequestRow>> {
         self.read(|c| {
             c.prepare_cached(&format!(

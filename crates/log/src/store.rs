@@ -307,6 +307,8 @@ pub trait EventStore: Send + Sync {
     fn partitions(&self, query: &PartitionQuery) -> Result<Vec<PartitionRow>>;
     /// Counts of partitions by status among refs matching `pattern` (all when `None`).
     fn partition_counts(&self, pattern: Option<&str>) -> Result<BTreeMap<Status, u64>>;
+    /// Counts of the partitions a job built, by status (from a projection: a few rows read).
+    fn job_partition_counts(&self, job: &str) -> Result<BTreeMap<Status, u64>>;
 
     fn build_request(&self, id: &str) -> Result<Option<BuildRequestRow>>;
     fn build_requests(&self, query: &BuildQuery) -> Result<Vec<BuildRequestRow>>;

@@ -2,20 +2,12 @@
 //   node dashboard.mjs BASE_URL REF_TO_BUILD   (screenshots into $SHOTS, if set)
 // It starts a build from the home page and watches it finish without reloading, runs an SQL
 // query, and fails on any console error or failed page.
-import { chromium } from 'playwright-core';
+import { open, check } from './browser.mjs';
 
 const [base, buildRef] = process.argv.slice(2);
 const shots = process.env.SHOTS;
-const browser = await chromium.launch({
-  executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
-  args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
-         '--disable-background-networking', '--disable-component-update', '--disable-sync'],
-});
-const page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
-const problems = [];
-page.on('console', (m) => { if (m.type() === 'error') problems.push(`console error on ${page.url()}: ${m.text()}`); });
-page.on('pageerror', (e) => problems.push(`page error on ${page.url()}: ${e}`));
-page.on('requestfailed', (r) => problems.push(`request failed: ${r.url()}`));
+const session = await open();
+const { page, problems } = session;
 
 async function visit(path, name) {
   const response = await page.goto(base + path);
@@ -23,7 +15,7 @@ async function visit(path, name) {
   if (shots) await page.screenshot({ path: `${shots}/${name}.png`, fullPage: true });
 }
 
-try {
+await check(session, 'dashboard', async () => {
   await visit('/', 'home-empty');
   // Start a build from the page, then watch it finish in place.
   await page.fill('textarea[name=refs]', buildRef);
@@ -62,12 +54,4 @@ try {
   const missing = await page.goto(base + '/builds/no-such-build');
   if (missing.status() !== 404) throw new Error(`unknown build: HTTP ${missing.status()}`);
   problems.splice(0, problems.length, ...problems.filter((p) => !p.includes('404')));
-} catch (e) {
-  problems.push(String(e));
-}
-await browser.close();
-if (problems.length) {
-  console.error(problems.join('\n'));
-  process.exit(1);
-}
-console.log('dashboard ok');
+});

@@ -42,6 +42,20 @@ pub struct BuildOptions {
     pub pins: BTreeMap<String, u32>,
 }
 
+impl Default for BuildOptions {
+    /// Nothing requested yet; as many runs at once as this machine has cores.
+    fn default() -> Self {
+        BuildOptions {
+            refs: Vec::new(),
+            force: false,
+            parallel: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            keep_going: false,
+            allow_stale: false,
+            pins: BTreeMap::new(),
+        }
+    }
+}
+
 /// What a build did (contract section 4, `build --json`).
 #[derive(Debug, Clone, Serialize)]
 pub struct BuildSummary {

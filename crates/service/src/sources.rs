@@ -324,14 +324,7 @@ async fn promote(
     ApiJson(body): ApiJson<PromoteBody>,
 ) -> ApiResult<Json<Value>> {
     blocking(&state, move |s| {
-        let options = BuildOptions {
-            refs: Vec::new(),
-            force: false,
-            parallel: std::thread::available_parallelism().map_or(1, |n| n.get()),
-            keep_going: false,
-            allow_stale: false,
-            pins: Default::default(),
-        };
+        let options = BuildOptions::default();
         let interrupt = AtomicBool::new(false);
         let mut quiet = Quiet;
         let downstream = body.build_downstream.then_some((

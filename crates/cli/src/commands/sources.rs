@@ -188,14 +188,7 @@ pub fn promote(
 ) -> anyhow::Result<ExitCode> {
     let v = match backend {
         Backend::Local(engine) => {
-            let options = BuildOptions {
-                refs: Vec::new(),
-                force: false,
-                parallel: std::thread::available_parallelism().map_or(1, |n| n.get()),
-                keep_going: false,
-                allow_stale: false,
-                pins: Default::default(),
-            };
+            let options = BuildOptions::default();
             let executor = engine.executor();
             let interrupt = AtomicBool::new(false);
             let mut reporter = Reporter::new(!json && std::io::stderr().is_terminal());

@@ -259,6 +259,18 @@ fn orders_story_keeps_every_row_through_a_new_version_and_promotion() {
                 .starts_with("loaded from source/orders/date="));
         }
     }
+    // The CLI shows what the service shows.
+    for args in [vec!["sources"], vec!["source", "show", "orders"]] {
+        let mut local = vec!["--json"];
+        local.extend(&args);
+        let mut remote = vec!["--server", service.url.as_str(), "--json"];
+        remote.extend(&args);
+        assert_eq!(
+            cli(&p, &today, &local).json(),
+            cli(&p, &today, &remote).json(),
+            "{args:?}"
+        );
+    }
     let shown = cli(&p, &today, &["source", "show", "orders"]);
     shown.expect_code(0);
     assert!(

@@ -201,9 +201,15 @@ impl Engine {
         interrupt: &AtomicBool,
     ) -> Result<BuildSummary> {
         let started_ns = databuild_log::event::now_ns();
-        let options = &BuildOptions {
-            refs: self.pin_aliases(&options.refs, &options.pins),
-            ..options.clone()
+        let pinned;
+        let options = if self.graph.tables.is_empty() {
+            options
+        } else {
+            pinned = BuildOptions {
+                refs: self.pin_aliases(&options.refs, &options.pins),
+                ..options.clone()
+            };
+            &pinned
         };
         let requested: Vec<String> = options.refs.iter().map(|r| r.to_string()).collect();
         if self.store.build_request(id)?.map(|b| b.status) == Some(Status::Cancelled) {

@@ -155,9 +155,15 @@ impl Engine {
     /// Plans without recording anything, against the log's partition states (with staleness).
     pub fn plan(&self, request: &PlanRequest) -> Result<Plan> {
         let states = self.versions().with_pins(request.pins.clone());
-        let request = &PlanRequest {
-            refs: self.pin_aliases(&request.refs, &request.pins),
-            ..request.clone()
+        let pinned;
+        let request = if self.graph.tables.is_empty() {
+            request // no aliases to resolve: no copy of a possibly huge request
+        } else {
+            pinned = PlanRequest {
+                refs: self.pin_aliases(&request.refs, &request.pins),
+                ..request.clone()
+            };
+            &pinned
         };
         Ok(plan(&self.graph, request, &states, &mut self.resolver())?)
     }

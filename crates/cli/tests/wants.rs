@@ -108,6 +108,13 @@ fn a_want_waits_for_its_input_builds_within_seconds_and_records_a_late_sla() {
         late.as_str(),
         "{explained}"
     );
+    let told = p.run(&["explain", "report/date=2020-01-01"]);
+    assert!(
+        told.stdout
+            .contains("waiting for `raw/date=2020-01-01` (dataset `raw`) since 20"),
+        "{}",
+        told.stdout
+    );
     let missed = p.run(&["--json", "sql", "SELECT partition_ref, message FROM events WHERE kind = 'want' AND status = 'sla_missed'"]).json();
     assert_eq!(missed["rows"].as_array().unwrap().len(), 1, "{missed}");
     assert_eq!(missed["rows"][0][0], "report/date=2020-01-01");

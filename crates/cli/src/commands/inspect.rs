@@ -85,14 +85,15 @@ pub fn explain(backend: &Backend, r: &str, json: bool) -> anyhow::Result<ExitCod
     }
     for w in x["wants"].as_array().into_iter().flatten() {
         println!(
-            "  wanted by want {} ({}{}): {}",
+            "  wanted by want {} ({}{}): {} since {}",
             text(&w["want_id"]),
             text(&w["status"]),
             w["sla_seconds"]
                 .as_u64()
                 .map(|s| format!(", SLA {s}s"))
                 .unwrap_or_default(),
-            text(&w["message"])
+            text(&w["message"]),
+            time_value(&w["updated_at"])
         );
     }
     let report = &x["report"];

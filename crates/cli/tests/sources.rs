@@ -407,6 +407,14 @@ fn orders_story_keeps_every_row_through_a_new_version_and_promotion() {
     );
 
     crate::util::browser("sources.mjs", &[&service.url, "orders"]);
+    crate::util::browser(
+        "page.mjs",
+        &[
+            &format!("{}/partitions/orders%2Fv2%2Fdate%3D2026-01-02", service.url),
+            "partition-carried",
+            "Provenance: carried forward from orders/v1/date=2026-01-02",
+        ],
+    );
 
     // Today is still open: its raw partition is not sealed, so no version can be built for it.
     let open = cli(&p, &today, &["build", &format!("orders/v1/date={today}")]);

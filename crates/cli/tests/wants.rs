@@ -128,6 +128,14 @@ fn a_want_waits_for_its_input_builds_within_seconds_and_records_a_late_sla() {
             "1 missed",
         ],
     );
+    crate::util::browser(
+        "page.mjs",
+        &[
+            &format!("{}/partitions/report%2Fdate%3D2020-01-01", service.url),
+            "partition-wanted",
+            "Wanted (waiting): waiting for `raw/date=2020-01-01`",
+        ],
+    );
 
     // The input lands: the want is built and satisfied within seconds, with no command.
     p.file("data/raw/date=2020-01-01", "hello\n");

@@ -618,6 +618,11 @@ async fn partition_page(State(state): Shared, Path(r): Path<String>) -> Response
         @if x["producer"].is_object() { p { "Produced by " (s(&x["producer"]["kind"])) " " b { (s(&x["producer"]["name"])) } " " code { (s(&x["producer"]["pattern"])) } } }
         @if x["run"].is_object() { p { "Built by run " a href={ "/runs/" (s(&x["run"]["job_run_id"])) } { code { (s(&x["run"]["job_run_id"])) } }
             " of build " a href={ "/builds/" (s(&x["run"]["build_request_id"])) } { code { (s(&x["run"]["build_request_id"])) } } } }
+        @if let Some(p) = x["report"]["provenance"].as_str() { p.provenance { "Provenance: " (p) } }
+        @for w in list(&x["wants"]) {
+            p.wanted { "Wanted (" (s(&w["status"])) "): " (s(&w["message"])) " since " (time(&w["updated_at"]))
+                " · " a href="/wants" { "wants" } }
+        }
         form.inline method="post" action="/ui/build" {
             input type="hidden" name="refs" value=(r);
             label { input type="checkbox" name="force" value="true"; " force" } " " (token_field(&st))

@@ -264,6 +264,7 @@ fn run_process(spec: &RunSpec, cancel: &AtomicBool) -> Result<RunOutcome, String
         .stderr(Stdio::from(writer_err))
         .process_group(0);
     let start = Instant::now();
+    let starting = Guarded::starting();
     let mut child = cmd.spawn().map_err(|e| {
         format!(
             "cannot start `{}`: {e} (the command of job `{}`, run from `{}`)",
@@ -276,7 +277,8 @@ fn run_process(spec: &RunSpec, cancel: &AtomicBool) -> Result<RunOutcome, String
     // sees end-of-file when the job exits.
     drop(cmd);
     let group = Pid::from_raw(child.id() as i32);
-    let _guarded = Guarded::new(group);
+    let _guarded = Guarded::group(group);
+    drop(starting);
     let mut log = LogSink::new(spec.log_path.clone(), spec.log_limit);
     let mut pipe = Some(reader);
     let mut stop_reason: Option<RunOutcome> = None;
@@ -409,9 +411,10 @@ struct Watchdog {
     pipe: Mutex<ChildStdin>,
 }
 
-/// `$1` is this process's watch token: at the end, besides the registered groups, every process
-/// whose environment carries it goes too (a job started a moment before its group was
-/// registered, or a subprocess that left the job's group).
+/// `$1` is this process's watch token: at the end, if anything was still registered (groups, or
+/// `p<n>`: a job being started), every process whose environment carries the token goes too (a
+/// job started a moment before its group was registered, or a subprocess that left its group).
+/// A process that ended normally has nothing registered, and costs no sweep.
 const WATCHDOG_SCRIPT: &str = r#"trap '' INT TERM HUP
 set=' '
 while read -r op pg; do
@@ -420,7 +423,8 @@ while read -r op pg; do
     -) case $set in *" $pg "*) set="${set%%" $pg "*} ${set#*" $pg "}" ;; esac ;;
   esac
 done
-for pg in $set; do kill -9 "-$pg" 2>/dev/null; done
+for pg in $set; do case $pg in p*) ;; *) kill -9 "-$pg" 2>/dev/null ;; esac; done
+[ "$set" = ' ' ] && exit 0
 for d in /proc/[0-9]*; do
   [ "${d#/proc/}" = "$$" ] && continue
   grep -qsxz "DATABUILD_WATCH=$1" "$d/environ" && kill -9 "${d#/proc/}" 2>/dev/null
@@ -454,26 +458,38 @@ fn watchdog() -> Option<&'static Watchdog> {
         .as_ref()
 }
 
-/// A job's process group, registered with the watchdog for as long as this value lives.
-struct Guarded(Pid);
+/// An entry in the watchdog's set for as long as this value lives: a job's process group, or
+/// (`p<n>`) a job about to start, whose group is not known yet.
+struct Guarded(String);
 
 impl Guarded {
-    fn new(group: Pid) -> Guarded {
-        Guarded::send('+', group);
-        Guarded(group)
+    /// Registered before a job starts, so that the watchdog, were this process to die before the
+    /// job's group is registered, still finds something running and sweeps by token.
+    fn starting() -> Guarded {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        Guarded::new(format!("p{}", NEXT.fetch_add(1, Ordering::Relaxed)))
     }
 
-    fn send(op: char, group: Pid) {
+    fn group(group: Pid) -> Guarded {
+        Guarded::new(group.to_string())
+    }
+
+    fn new(entry: String) -> Guarded {
+        Guarded::send('+', &entry);
+        Guarded(entry)
+    }
+
+    fn send(op: char, entry: &str) {
         if let Some(w) = watchdog() {
             let mut pipe = w.pipe.lock().unwrap_or_else(|e| e.into_inner());
-            let _ = writeln!(pipe, "{op} {group}");
+            let _ = writeln!(pipe, "{op} {entry}");
         }
     }
 }
 
 impl Drop for Guarded {
     fn drop(&mut self) {
-        Guarded::send('-', self.0);
+        Guarded::send('-', &self.0);
     }
 }
 

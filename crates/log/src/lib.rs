@@ -16,6 +16,12 @@ pub mod store;
 
 use std::path::Path;
 
+// Lets shared test code name this crate the same way inside and outside it.
+extern crate self as databuild_log;
+
+#[cfg(test)]
+mod testing;
+
 pub use event::{Event, EventData, Kind, Status};
 pub use postgres::PostgresStore;
 pub use replay::{check_store, CheckReport, Replay};

@@ -410,40 +410,9 @@ fn set_schema_version(path: &std::path::Path, v: i64) {
     assert!(out.success());
 }
 
-fn arb_event() -> impl Strategy<Value = Event> {
-    let status = proptest::sample::select(Status::ALL.to_vec());
-    let kind = proptest::sample::select(Kind::ALL.to_vec());
-    (kind, status, 0..2usize, 0..2usize, 0..3usize, any::<bool>()).prop_map(
-        |(kind, status, br, part, run, with_run)| {
-            let (br, r, run) = (format!("b{br}"), format!("p{part}"), format!("r{run}"));
-            match kind {
-                Kind::BuildRequest => Event::build_request(&br, status),
-                Kind::JobRun => Event::job_run(&br, &run, "job", status),
-                Kind::Delegation => Event::delegation(&br, &r, "other"),
-                Kind::Alias => Event::alias("t", run.len() as u32),
-                Kind::Want => Event::want(&run, status).with_data(|d| {
-                    if with_run {
-                        d.requested = vec![r.clone()];
-                    }
-                }),
-                Kind::Partition
-                    if matches!(status, Status::Sealed | Status::Expired) && with_run =>
-                {
-                    Event::partition(None, &format!("source/{r}"), status)
-                }
-                Kind::Partition
-                    if matches!(status, Status::Tainted | Status::Sealed | Status::Expired) =>
-                {
-                    Event::partition(None, &r, status)
-                }
-                Kind::Partition if with_run => {
-                    Event::partition(Some(&br), &r, status).with_run(&run)
-                }
-                Kind::Partition => Event::partition(Some(&br), &r, status),
-            }
-        },
-    )
-}
+#[path = "../src/testing.rs"]
+mod testing;
+use testing::arb_event;
 
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(64))]

@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Mutex, OnceLock};
 
 use databuild_core::pattern::{format_date, parse_date};
-use databuild_core::{Graph, Source, SourceKind};
+use databuild_core::{Source, SourceKind};
 use databuild_log::{Event, EventStore, PartitionQuery, Status};
 use serde::Serialize;
 use serde_json::Value;
@@ -193,6 +193,14 @@ pub fn ingest_directory(
         })
         .collect();
     files.sort();
+    // The chunk names already ingested, listed once for all the files.
+    let mut ingested: HashSet<String> = HashSet::new();
+    if !files.is_empty() {
+        for d in dates_on_disk(data_dir, source) {
+            let chunks = fs::read_dir(partition_dir(data_dir, source, &d))?;
+            ingested.extend(chunks.filter_map(|e| e.ok()?.file_name().into_string().ok()));
+        }
+    }
     for file in files {
         let body = fs::read(&file)?;
         let name = file.file_name().and_then(|n| n.to_str()).unwrap_or("file");
@@ -222,12 +230,7 @@ pub fn ingest_directory(
             "file-{stem}-{:02x}{:02x}{:02x}{:02x}.jsonl",
             digest[0], digest[1], digest[2], digest[3]
         );
-        let seen = dates_on_disk(data_dir, source).iter().any(|d| {
-            partition_dir(data_dir, source, d)
-                .join(&chunk_name)
-                .exists()
-        });
-        if !seen {
+        if ingested.insert(chunk_name.clone()) {
             let dir = partition_dir(data_dir, source, today);
             create_dir_durably(&dir)?;
             let tmp = dir.join(format!(".{chunk_name}.tmp"));
@@ -447,21 +450,6 @@ pub fn source_days(
         }
     }
     Ok(days.into_values().collect())
-}
-
-/// Runs [`maintain`] over every source of a graph.
-pub fn maintain_all(
-    graph: &Graph,
-    graph_dir: &Path,
-    data_dir: &Path,
-    store: &dyn EventStore,
-    today: &str,
-) -> Result<Vec<Maintenance>> {
-    graph
-        .sources
-        .iter()
-        .map(|s| maintain(graph_dir, data_dir, store, s, today, None))
-        .collect()
 }
 
 #[cfg(test)]

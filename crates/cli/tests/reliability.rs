@@ -242,27 +242,17 @@ fn a_killed_build_leaves_no_job_or_job_subprocess_running() {
             .filter_map(|s| s.trim().parse().ok())
             .collect()
     };
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    while read_pids().len() < 4 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the jobs never started"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let pids = read_pids();
+    let pids = crate::util::eventually(Duration::from_secs(20), "the jobs start", || {
+        Some(read_pids()).filter(|p| p.len() == 4)
+    });
     kill9(build.id());
     let _ = build.wait();
     let alive = |pid: &u32| {
         std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| !s.contains(") Z "))
     };
-    let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    while pids.iter().any(alive) {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "still running after the build was killed: {:?}",
-            pids.iter().filter(|p| alive(p)).collect::<Vec<_>>()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    crate::util::eventually(
+        Duration::from_secs(5),
+        "the jobs and their subprocesses die with the build",
+        || (!pids.iter().any(alive)).then_some(()),
+    );
 }

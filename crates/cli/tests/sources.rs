@@ -347,18 +347,15 @@ fn orders_story_keeps_every_row_through_a_new_version_and_promotion() {
 
     // Rollback: the alias reads v1 again, downstream becomes stale, and a build moves it back.
     // v1 lacks day 10 (only v2 was built for it): a rollback that would lose it is refused.
-    let refused = cli(
-        &p,
-        &today,
-        &[
-            "--server",
-            &service.url,
-            "promote",
-            "orders",
-            "--version",
-            "1",
-        ],
-    );
+    let rollback = [
+        "--server",
+        &service.url,
+        "promote",
+        "orders",
+        "--version",
+        "1",
+    ];
+    let refused = cli(&p, &today, &rollback);
     refused.expect_code(2);
     assert!(
         refused
@@ -368,18 +365,7 @@ fn orders_story_keeps_every_row_through_a_new_version_and_promotion() {
         refused.stderr
     );
     build(&service, &["orders/v1/date=2026-01-10".to_string()]);
-    let rolled = cli(
-        &p,
-        &today,
-        &[
-            "--server",
-            &service.url,
-            "promote",
-            "orders",
-            "--version",
-            "1",
-        ],
-    );
+    let rolled = cli(&p, &today, &rollback);
     rolled.expect_code(0);
     let status = cli(
         &p,

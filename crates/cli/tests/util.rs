@@ -295,3 +295,19 @@ pub fn browser(script: &str, args: &[&str]) {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// Polls until `check` holds, or fails after `within`, saying what it waited for.
+pub fn eventually<T>(
+    within: std::time::Duration,
+    what: &str,
+    mut check: impl FnMut() -> Option<T>,
+) -> T {
+    let start = std::time::Instant::now();
+    loop {
+        if let Some(v) = check() {
+            return v;
+        }
+        assert!(start.elapsed() < within, "not within {within:?}: {what}");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}

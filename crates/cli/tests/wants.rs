@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use crate::util::{Project, Service};
+use crate::util::{eventually, Project, Service};
 
 const GRAPH: &str = r#"
 [graph]
@@ -33,18 +33,6 @@ fn fast(extra: &[(&'static str, &'static str)]) -> Vec<(&'static str, &'static s
     let mut env = vec![("DATABUILD_WANT_PROBE_INTERVAL", "0.2")];
     env.extend_from_slice(extra);
     env
-}
-
-/// Polls until `check` holds, or fails after `within`, saying what it waited for.
-fn eventually<T>(within: Duration, what: &str, mut check: impl FnMut() -> Option<T>) -> T {
-    let start = Instant::now();
-    loop {
-        if let Some(v) = check() {
-            return v;
-        }
-        assert!(start.elapsed() < within, "not within {within:?}: {what}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }
 
 fn want(service: &Service, body: Value) -> String {

@@ -455,24 +455,6 @@ fn project(
         Kind::Delegation | Kind::Alias => Ok(0),
     }
     .map_err(storage)?;
-    if e.kind == Kind::JobRun {
-        if let Some(old) = before.job_run {
-            st.execute(
-                tx,
-                "UPDATE job_counts SET n = n - 1 WHERE job = $1 AND status = $2",
-                &[&e.job, &old.as_str()],
-            )
-            .map_err(storage)?;
-        }
-        let scheduled = before.job_run.is_none().then_some(e.timestamp);
-        st.execute(tx,
-            "INSERT INTO job_counts (job, status, n, last_scheduled_at) VALUES ($1, $2, 1, $3)
-             ON CONFLICT (job, status) DO UPDATE SET n = job_counts.n + 1,
-                last_scheduled_at = greatest(job_counts.last_scheduled_at, excluded.last_scheduled_at)",
-            &[&e.job, &status, &scheduled],
-        )
-        .map_err(storage)?;
-    }
     Ok(())
 }
 

@@ -535,29 +535,6 @@ fn project(tx: &Transaction<'_>, e: &Event, before: &Current) -> rusqlite::Resul
         }
         Kind::Delegation | Kind::Alias => {}
     }
-    if e.kind == Kind::JobRun {
-        count_job_run(tx, e, before.job_run)?;
-    }
-    Ok(())
-}
-
-/// Keeps `job_counts` (runs by job and status) in step with `job_runs`, so job metrics never
-/// count a million runs.
-fn count_job_run(tx: &Transaction<'_>, e: &Event, before: Option<Status>) -> rusqlite::Result<()> {
-    if let Some(old) = before {
-        tx.prepare_cached("UPDATE job_counts SET n = n - 1 WHERE job = ?1 AND status = ?2")?
-            .execute(params![e.job, old.as_str()])?;
-    }
-    tx.prepare_cached(
-        "INSERT INTO job_counts (job, status, n, last_scheduled_at) VALUES (?1, ?2, 1, ?3)
-         ON CONFLICT (job, status) DO UPDATE SET n = n + 1,
-            last_scheduled_at = max(coalesce(last_scheduled_at, 0), coalesce(excluded.last_scheduled_at, 0))",
-    )?
-    .execute(params![
-        e.job,
-        e.status.as_str(),
-        before.is_none().then_some(e.timestamp)
-    ])?;
     Ok(())
 }
 

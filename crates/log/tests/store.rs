@@ -479,7 +479,7 @@ fn a_version_1_log_is_upgraded_in_place_and_keeps_its_events() {
     drop(store);
     // Make it what version 1 wrote: no alias index, schema version 1.
     let ok = std::process::Command::new("python3")
-        .args(["-c", "import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); c.execute('drop index events_of_alias'); c.execute('drop table wants'); c.execute('drop index events_of_wants'); c.execute('drop table job_counts'); c.execute('drop table partition_counts'); c.execute('drop trigger partitions_counted_on_insert'); c.execute('drop trigger partitions_counted_on_update'); c.execute('update meta set value = 1 where key = \"schema_version\"'); c.commit()"])
+        .args(["-c", "import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); c.execute('drop index events_of_alias'); c.execute('drop table wants'); c.execute('drop index events_of_wants'); c.execute('drop table job_counts'); c.execute('drop trigger job_runs_counted_on_insert'); c.execute('drop trigger job_runs_counted_on_update'); c.execute('drop table partition_counts'); c.execute('drop trigger partitions_counted_on_insert'); c.execute('drop trigger partitions_counted_on_update'); c.execute('update meta set value = 1 where key = \"schema_version\"'); c.commit()"])
         .arg(&path)
         .status()
         .unwrap()

@@ -23,7 +23,7 @@ CREATE INDEX wants_by_recurring ON wants (recurring, created_at) WHERE recurring
 -- Want events are read back by the reconciler when it starts (which SLA misses are recorded).
 CREATE INDEX events_of_wants ON events (idx) WHERE kind = 'want';
 
--- Runs by job and status, kept in step with job_runs, so job metrics read a few rows instead of
+-- Runs by job and status, kept by a trigger on job_runs, so job metrics read a few rows instead of
 -- counting every run (filled from job_runs for logs written by version 1).
 CREATE TABLE job_counts (
     job               TEXT NOT NULL,
@@ -34,6 +34,25 @@ CREATE TABLE job_counts (
 );
 INSERT INTO job_counts (job, status, n, last_scheduled_at)
     SELECT job, status, count(*), max(scheduled_at) FROM job_runs GROUP BY job, status;
+CREATE FUNCTION count_job_runs() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF TG_OP = 'UPDATE' THEN
+        IF OLD.status IS NOT DISTINCT FROM NEW.status THEN
+            RETURN NULL;
+        END IF;
+        UPDATE job_counts SET n = n - 1 WHERE job = OLD.job AND status = OLD.status;
+        INSERT INTO job_counts (job, status, n) VALUES (NEW.job, NEW.status, 1)
+            ON CONFLICT (job, status) DO UPDATE SET n = job_counts.n + 1;
+    ELSE
+        INSERT INTO job_counts (job, status, n, last_scheduled_at)
+            VALUES (NEW.job, NEW.status, 1, NEW.scheduled_at)
+            ON CONFLICT (job, status) DO UPDATE SET n = job_counts.n + 1,
+                last_scheduled_at = greatest(job_counts.last_scheduled_at, excluded.last_scheduled_at);
+    END IF;
+    RETURN NULL;
+END $$;
+CREATE TRIGGER job_runs_counted AFTER INSERT OR UPDATE ON job_runs
+    FOR EACH ROW EXECUTE FUNCTION count_job_runs();
 
 -- Partitions by job and status (job '' for partitions no job built), kept by a trigger, so the
 -- datasets view reads a few rows instead of counting every partition.

@@ -24,7 +24,7 @@ CREATE INDEX wants_by_recurring ON wants (recurring, created_at) WHERE recurring
 -- Want events are read back by the reconciler when it starts (which SLA misses are recorded).
 CREATE INDEX events_of_wants ON events (idx) WHERE kind = 'want';
 
--- Runs by job and status, kept in step with job_runs, so job metrics read a few rows instead of
+-- Runs by job and status, kept by triggers on job_runs, so job metrics read a few rows instead of
 -- counting every run (filled from job_runs for logs written by version 1).
 CREATE TABLE job_counts (
     job               TEXT NOT NULL,
@@ -35,6 +35,18 @@ CREATE TABLE job_counts (
 );
 INSERT INTO job_counts (job, status, n, last_scheduled_at)
     SELECT job, status, count(*), max(scheduled_at) FROM job_runs GROUP BY job, status;
+CREATE TRIGGER job_runs_counted_on_insert AFTER INSERT ON job_runs BEGIN
+    INSERT INTO job_counts (job, status, n, last_scheduled_at)
+        VALUES (NEW.job, NEW.status, 1, NEW.scheduled_at)
+        ON CONFLICT (job, status) DO UPDATE SET n = n + 1,
+            last_scheduled_at = max(coalesce(last_scheduled_at, 0), coalesce(excluded.last_scheduled_at, 0));
+END;
+CREATE TRIGGER job_runs_counted_on_update AFTER UPDATE OF status ON job_runs
+    WHEN OLD.status IS NOT NEW.status BEGIN
+    UPDATE job_counts SET n = n - 1 WHERE job = OLD.job AND status = OLD.status;
+    INSERT INTO job_counts (job, status, n) VALUES (NEW.job, NEW.status, 1)
+        ON CONFLICT (job, status) DO UPDATE SET n = n + 1;
+END;
 
 -- Partitions by job and status (job '' for partitions no job built), kept by triggers, so the
 -- datasets view reads a few rows instead of counting every partition.

@@ -96,8 +96,16 @@ async fn blocking<T: Send + 'static>(
     state: &Arc<AppState>,
     f: impl FnOnce(&Engine) -> ApiResult<T> + Send + 'static,
 ) -> ApiResult<T> {
-    let engine = state.engine.clone();
-    tokio::task::spawn_blocking(move || f(&engine)).await?
+    blocking_with_state(state, move |s| f(&s.engine)).await
+}
+
+/// Runs work that needs the whole state (engine and executor) off the async threads.
+pub(crate) async fn blocking_with_state<T: Send + 'static>(
+    state: &Arc<AppState>,
+    f: impl FnOnce(&AppState) -> ApiResult<T> + Send + 'static,
+) -> ApiResult<T> {
+    let state = state.clone();
+    tokio::task::spawn_blocking(move || f(&state)).await?
 }
 
 /// Validates refs and checks that something produces each.

@@ -27,7 +27,7 @@ use serde_json::{json, Value};
 use sha2::Sha256;
 use utoipa::ToSchema;
 
-use crate::api::ApiJson;
+use crate::api::{blocking_with_state as blocking, ApiJson};
 use crate::error::{AppError, ErrorBody};
 use crate::views::{self, ApiResult};
 use crate::AppState;
@@ -270,15 +270,6 @@ fn decode_hex(s: &str) -> Option<Vec<u8>> {
         .step_by(2)
         .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
         .collect()
-}
-
-/// Runs work needing the whole state (engine and executor) off the async threads.
-pub(crate) async fn blocking<T: Send + 'static>(
-    state: &Arc<AppState>,
-    f: impl FnOnce(&AppState) -> ApiResult<T> + Send + 'static,
-) -> ApiResult<T> {
-    let state = state.clone();
-    tokio::task::spawn_blocking(move || f(&state)).await?
 }
 
 #[utoipa::path(get, path = "/api/v1/sources", summary = "Every source, its days and its tables", responses((status = 200, description = "`{\"sources\": [...]}`", body = Object)))]

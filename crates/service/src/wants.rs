@@ -11,9 +11,8 @@ use serde::Deserialize;
 use serde_json::Value;
 use utoipa::ToSchema;
 
-use crate::api::ApiJson;
+use crate::api::{blocking_with_state as blocking, ApiJson};
 use crate::error::ErrorBody;
-use crate::sources::blocking;
 use crate::views::{self, ApiResult};
 use crate::AppState;
 

@@ -175,9 +175,6 @@ impl Engine {
         refs: &[PartitionRef],
         pins: &std::collections::BTreeMap<String, u32>,
     ) -> Vec<PartitionRef> {
-        if self.graph.tables.is_empty() {
-            return refs.to_vec();
-        }
         let states = self.versions().with_pins(pins.clone());
         refs.iter()
             .map(|r| states.resolve(r.as_str()).unwrap_or_else(|| r.clone()))

@@ -16,12 +16,15 @@ use rustc_hash::{FxHashMap, FxHashSet};
 
 use serde::{Deserialize, Serialize};
 
-use crate::graph::{Dataset, Deps, Graph, Job, Producer};
+use crate::graph::{Dataset, Deps, Graph, Job, LinkedTemplate, Producer};
 use crate::refs::PartitionRef;
 
 /// Planning stops after this many rounds: a job that depends on its own earlier partitions
 /// (`total/{date}` reading `total/{date-1d}`) needs a base case, and without one would walk back forever.
 pub const MAX_ROUNDS: usize = 100_000;
+
+/// Runs per slice when a round's template expansion runs on a second thread.
+const PIPELINED_RUNS: usize = 8192;
 
 /// What the event log knows about a ref that a job builds.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -49,9 +52,11 @@ pub enum KnownState {
 pub trait StateView {
     fn state(&self, r: &str) -> KnownState;
 
-    /// Announces the refs of the next round, so that an implementation backed by a database can
-    /// read them in one go rather than one query each.
-    fn prefetch(&self, _refs: &[PartitionRef]) {}
+    /// The states of a whole planning round, in order. An implementation backed by a database
+    /// reads them in one go rather than one query each.
+    fn states(&self, refs: &[&str]) -> Vec<KnownState> {
+        refs.iter().map(|r| self.state(r)).collect()
+    }
 
     /// The version a table's alias points at, if one was promoted (else its first version).
     fn promoted(&self, _table: &str) -> Option<u32> {
@@ -250,31 +255,6 @@ impl RunStore {
     fn get_mut(&mut self, i: usize) -> &mut PlannedRun {
         &mut self.chunks[i / Self::CHUNK][i % Self::CHUNK]
     }
-
-    fn swap(&mut self, a: usize, b: usize) {
-        let (ca, cb) = (a / Self::CHUNK, b / Self::CHUNK);
-        if ca == cb {
-            self.chunks[ca].swap(a % Self::CHUNK, b % Self::CHUNK);
-        } else {
-            let (lo, hi) = (ca.min(cb), ca.max(cb));
-            let (left, right) = self.chunks.split_at_mut(hi);
-            let (x, y) = (&mut left[lo], &mut right[0]);
-            let (xi, yi) = if ca < cb {
-                (a % Self::CHUNK, b % Self::CHUNK)
-            } else {
-                (b % Self::CHUNK, a % Self::CHUNK)
-            };
-            std::mem::swap(&mut x[xi], &mut y[yi]);
-        }
-    }
-
-    fn into_vec(self) -> Vec<PlannedRun> {
-        let mut all = Vec::with_capacity(self.len);
-        for chunk in self.chunks {
-            all.extend(chunk);
-        }
-        all
-    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -359,15 +339,23 @@ pub struct PlanRequest {
 /// A ref to build: the index of the output pattern it matched, and why it is built.
 type Wanted = (PartitionRef, usize, BuildReason);
 
-/// What planning has decided about one ref.
+/// What planning has decided about one ref. Eight bytes: a large plan holds millions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Node {
-    /// Reached; to be decided in the next round. Holds the run that needs it, if any.
-    Pending(Option<usize>),
+    /// Reached; to be decided in the next round. Holds the run that needs it, or [`REQUESTED`].
+    Pending(u32),
     /// Built by the run with this index (in creation order).
-    Planned(usize),
+    Planned(u32),
     /// Live, present, delegated or missing: no run of this plan builds it.
     Settled,
+}
+
+/// A pending ref that no run needs: it was requested.
+const REQUESTED: u32 = u32::MAX;
+
+/// The run a pending ref was reached from, if any.
+fn needer(pending: u32) -> Option<usize> {
+    (pending != REQUESTED).then_some(pending as usize)
 }
 
 pub fn plan(
@@ -387,8 +375,12 @@ pub fn plan(
             .iter()
             .map(|j| Arc::from(j.name.as_str()))
             .collect(),
-        nodes: FxHashMap::with_capacity_and_hasher(request.refs.len() * 4, Default::default()),
+        ids: FxHashMap::with_capacity_and_hasher(request.refs.len() * 4, Default::default()),
+        refs: Vec::with_capacity(request.refs.len() * 4),
+        nodes: Vec::with_capacity(request.refs.len() * 4),
         aliases: FxHashMap::default(),
+        run_inputs: Vec::new(),
+        run_input_starts: vec![0],
         runs: RunStore::default(),
         run_round: Vec::new(),
         rounds: 0,
@@ -404,9 +396,17 @@ struct Planner<'a> {
     resolver: &'a mut dyn Resolver,
     requested: FxHashSet<&'a str>,
     job_names: Vec<Arc<str>>,
-    nodes: FxHashMap<PartitionRef, Node>,
+    /// Every ref planning reached, numbered in the order reached: past this map, planning works
+    /// with the numbers (`refs` and `nodes` are indexed by them), not by hashing text.
+    ids: FxHashMap<PartitionRef, u32>,
+    refs: Vec<PartitionRef>,
+    nodes: Vec<Node>,
     /// Alias refs reached, and the version refs they read.
-    aliases: FxHashMap<PartitionRef, PartitionRef>,
+    aliases: FxHashMap<u32, u32>,
+    /// The numbers of each run's inputs: run `i`'s are
+    /// `run_inputs[run_input_starts[i]..run_input_starts[i + 1]]`.
+    run_inputs: Vec<u32>,
+    run_input_starts: Vec<usize>,
     runs: RunStore,
     /// The round in which each run (by creation index) was planned: deeper rounds run first.
     run_round: Vec<usize>,
@@ -418,15 +418,15 @@ impl Planner<'_> {
     fn run(mut self) -> Result<Plan, PlanError> {
         let mut frontier = Vec::with_capacity(self.request.refs.len());
         for r in &self.request.refs {
-            if !self.nodes.contains_key(r) {
-                self.nodes.insert(r.clone(), Node::Pending(None));
-                frontier.push(r.clone());
+            let (id, new) = self.intern(r.clone(), Node::Pending(REQUESTED));
+            if new {
+                frontier.push(id);
             }
         }
         while !frontier.is_empty() {
             self.rounds += 1;
             if self.rounds > MAX_ROUNDS {
-                let last = frontier[0].to_string();
+                let last = self.refs[frontier[0] as usize].to_string();
                 let job = self
                     .graph
                     .producer_of(&last)
@@ -440,6 +440,18 @@ impl Planner<'_> {
         Ok(self.plan)
     }
 
+    /// The number of `r`, and whether it is new (then its node starts as `node`).
+    fn intern(&mut self, r: PartitionRef, node: Node) -> (u32, bool) {
+        if let Some(&id) = self.ids.get(&r) {
+            return (id, false);
+        }
+        let id = self.refs.len() as u32;
+        self.ids.insert(r.clone(), id);
+        self.refs.push(r);
+        self.nodes.push(node);
+        (id, true)
+    }
+
     fn needed_by(&self, run: Option<usize>) -> Option<String> {
         run.map(|i| {
             let r = self.runs.get(i);
@@ -448,18 +460,25 @@ impl Planner<'_> {
     }
 
     /// Decides every ref of the frontier and returns the refs the new runs read.
-    fn round(&mut self, frontier: Vec<PartitionRef>) -> Result<Vec<PartitionRef>, PlanError> {
+    fn round(&mut self, frontier: Vec<u32>) -> Result<Vec<u32>, PlanError> {
         // Refs to build, grouped by job in order of first appearance, with the index of the output
         // pattern each matched and the reason it is built.
         let mut to_build: Vec<(usize, Vec<Wanted>)> = Vec::new();
         let mut job_slot: HashMap<usize, usize> = HashMap::new();
         let mut next = Vec::new();
         let mut carried = Vec::new();
-        self.states.prefetch(&frontier);
-        for r in frontier {
-            let Some(Node::Pending(needed_by)) = self.nodes.get(&r).copied() else {
+        let keys: Vec<&str> = frontier
+            .iter()
+            .map(|&id| self.refs[id as usize].as_str())
+            .collect();
+        let known = self.states.states(&keys);
+        drop(keys);
+        for (id, known) in frontier.into_iter().zip(known) {
+            let Node::Pending(pending) = self.nodes[id as usize] else {
                 continue; // Already built as a sibling output of a run planned this round.
             };
+            let r = self.refs[id as usize].clone();
+            let needed_by = needer(pending);
             let Some((producer, _)) = self.graph.producer_of(r.as_str()) else {
                 return Err(PlanError::UnknownRef {
                     partition_ref: r.to_string(),
@@ -467,20 +486,20 @@ impl Planner<'_> {
                 });
             };
             match producer {
-                Producer::Dataset(d) => self.settle_external(d, r, needed_by)?,
+                Producer::Dataset(d) => self.settle_external(d, id, needed_by)?,
                 Producer::Alias(_) => {
                     let pinned =
                         resolve_alias(self.graph, self.states, &self.request.pins, r.as_str())
                             .expect("an alias ref resolves");
-                    if !self.nodes.contains_key(&pinned) {
-                        self.nodes.insert(pinned.clone(), Node::Pending(needed_by));
-                        next.push(pinned.clone());
+                    let (pinned, new) = self.intern(pinned, Node::Pending(pending));
+                    if new {
+                        next.push(pinned);
                     }
-                    self.nodes.insert(r.clone(), Node::Settled);
-                    self.aliases.insert(r, pinned);
+                    self.nodes[id as usize] = Node::Settled;
+                    self.aliases.insert(id, pinned);
                 }
                 Producer::Job { job, output } => {
-                    let Some(reason) = self.build_reason(&r) else {
+                    let Some(reason) = self.build_reason(id, known) else {
                         continue;
                     };
                     if let BuildReason::CarryForward(_) = reason {
@@ -505,6 +524,10 @@ impl Planner<'_> {
             self.add_run(job, config, vec![reason], &mut next);
         }
         for (job, refs) in to_build {
+            if let Deps::Static(templates) = &self.graph.jobs[job].deps {
+                self.add_static_runs(job, templates, &refs, &mut next)?;
+                continue;
+            }
             let configs = self.configs_for(job, &refs)?;
             for (config, reasons) in configs {
                 self.add_run(job, config, reasons, &mut next);
@@ -513,13 +536,53 @@ impl Planner<'_> {
         Ok(next)
     }
 
+    /// Adds the runs of a job with static input templates. A large round expands its templates on
+    /// a second thread, a slice ahead of the runs being added, so the two overlap.
+    fn add_static_runs(
+        &mut self,
+        job_index: usize,
+        templates: &[LinkedTemplate],
+        refs: &[Wanted],
+        next: &mut Vec<u32>,
+    ) -> Result<(), PlanError> {
+        let graph = self.graph;
+        let job = &graph.jobs[job_index];
+        let slice = PIPELINED_RUNS * job.batch as usize;
+        if refs.len() <= slice {
+            for (config, reasons) in static_configs(graph, job, templates, refs)? {
+                self.add_run(job_index, config, reasons, next);
+            }
+            return Ok(());
+        }
+        std::thread::scope(|scope| {
+            let (expanded, configs) = std::sync::mpsc::sync_channel(2);
+            scope.spawn(move || {
+                for chunk in refs.chunks(slice) {
+                    let result = static_configs(graph, job, templates, chunk);
+                    let failed = result.is_err();
+                    // Stops when planning stopped listening (it failed) or at the first error.
+                    if expanded.send(result).is_err() || failed {
+                        break;
+                    }
+                }
+            });
+            for result in configs {
+                for (config, reasons) in result? {
+                    self.add_run(job_index, config, reasons, next);
+                }
+            }
+            Ok(())
+        })
+    }
+
     fn settle_external(
         &mut self,
         dataset: usize,
-        r: PartitionRef,
+        id: u32,
         needed_by: Option<usize>,
     ) -> Result<(), PlanError> {
         let ds = &self.graph.datasets[dataset];
+        let r = self.refs[id as usize].clone();
         let available = self
             .resolver
             .external_available(ds, &r)
@@ -528,7 +591,7 @@ impl Planner<'_> {
                 partition_ref: r.to_string(),
                 message,
             })?;
-        self.nodes.insert(r.clone(), Node::Settled);
+        self.nodes[id as usize] = Node::Settled;
         if available {
             self.plan.skipped.push(r);
         } else {
@@ -542,9 +605,10 @@ impl Planner<'_> {
     }
 
     /// Why this job output must be built, or `None` (after settling it) when it must not.
-    fn build_reason(&mut self, r: &PartitionRef) -> Option<BuildReason> {
+    fn build_reason(&mut self, id: u32, known: KnownState) -> Option<BuildReason> {
+        let r = &self.refs[id as usize];
         let forced = self.request.force && self.requested.contains(r.as_str());
-        let reason = match self.states.state(r.as_str()) {
+        let reason = match known {
             _ if forced => BuildReason::Forced,
             KnownState::Missing => BuildReason::Missing,
             KnownState::Failed => BuildReason::Failed,
@@ -555,7 +619,7 @@ impl Planner<'_> {
             }
             KnownState::Live | KnownState::Stale { .. } | KnownState::Kept { .. } => {
                 self.plan.skipped.push(r.clone());
-                self.nodes.insert(r.clone(), Node::Settled);
+                self.nodes[id as usize] = Node::Settled;
                 return None;
             }
             KnownState::Building { build_request_id } => {
@@ -563,7 +627,7 @@ impl Planner<'_> {
                     partition_ref: r.clone(),
                     build_request_id,
                 });
-                self.nodes.insert(r.clone(), Node::Settled);
+                self.nodes[id as usize] = Node::Settled;
                 return None;
             }
         };
@@ -584,65 +648,7 @@ impl Planner<'_> {
     ) -> Result<Vec<(JobConfig, Vec<BuildReason>)>, PlanError> {
         let job = &self.graph.jobs[job_index];
         match &job.deps {
-            Deps::Static(templates) => {
-                let mut configs = Vec::with_capacity(refs.len() / job.batch as usize + 1);
-                for chunk in refs.chunks(job.batch as usize) {
-                    let mut inputs: Vec<ConfigInput> = Vec::new();
-                    let mut seen: FxHashSet<String> = FxHashSet::default();
-                    let mut expanded = Vec::new();
-                    for (r, output, _) in chunk {
-                        let values = job.outputs[*output]
-                            .match_ref(r.as_str())
-                            .expect("the index matched this ref to this output");
-                        for t in templates {
-                            expanded.clear();
-                            t.template
-                                .expand(*output, &values, &self.graph.domains, &mut expanded)
-                                .map_err(|e| PlanError::Template {
-                                    job: job.name.clone(),
-                                    message: e.to_string(),
-                                })?;
-                            for s in expanded.drain(..) {
-                                // Small runs dedup by scanning; large fan-ins use a set.
-                                let repeat = if inputs.len() < 32 {
-                                    inputs.iter().any(|i| i.partition_ref.as_str() == s)
-                                } else {
-                                    if seen.is_empty() {
-                                        seen.extend(
-                                            inputs.iter().map(|i| i.partition_ref.to_string()),
-                                        );
-                                    }
-                                    !seen.insert(s.clone())
-                                };
-                                if !repeat {
-                                    let input = PartitionRef::new(s).map_err(|e| {
-                                        PlanError::Template {
-                                            job: job.name.clone(),
-                                            message: format!(
-                                                "input template `{}` gives an invalid ref for `{r}`: {e}",
-                                                t.template.as_str()
-                                            ),
-                                        }
-                                    })?;
-                                    inputs.push(ConfigInput {
-                                        partition_ref: input,
-                                        dep: DepKind::Materialize,
-                                    });
-                                }
-                            }
-                        }
-                    }
-                    let config = JobConfig {
-                        outputs: chunk.iter().map(|(r, _, _)| r.clone()).collect(),
-                        inputs,
-                        args: Vec::new(),
-                        env: BTreeMap::new(),
-                    };
-                    let reasons = chunk.iter().map(|(_, _, why)| why.clone()).collect();
-                    configs.push((config, reasons));
-                }
-                Ok(configs)
-            }
+            Deps::Static(templates) => static_configs(self.graph, job, templates, refs),
             Deps::Dynamic { .. } | Deps::Table { .. } => {
                 let wanted: Vec<PartitionRef> = refs.iter().map(|(r, _, _)| r.clone()).collect();
                 let configs = self.resolver.job_configs(job, &wanted).map_err(|message| {
@@ -720,17 +726,16 @@ impl Planner<'_> {
         job: usize,
         config: JobConfig,
         reasons: Vec<BuildReason>,
-        next: &mut Vec<PartitionRef>,
+        next: &mut Vec<u32>,
     ) {
-        let index = self.runs.len;
+        let index = self.runs.len as u32;
         self.run_round.push(self.rounds);
         for out in &config.outputs {
+            let (id, _) = self.intern(out.clone(), Node::Planned(index));
             // A sibling output may already be planned by another run; the first run keeps it.
-            match self.nodes.get(out) {
-                Some(Node::Planned(_)) => {}
-                _ => {
-                    self.nodes.insert(out.clone(), Node::Planned(index));
-                }
+            let node = &mut self.nodes[id as usize];
+            if !matches!(node, Node::Planned(_)) {
+                *node = Node::Planned(index);
             }
         }
         let mut inputs = Vec::with_capacity(config.inputs.len());
@@ -754,15 +759,18 @@ impl Planner<'_> {
             match input.dep {
                 DepKind::Query => query_inputs.push(input.partition_ref),
                 DepKind::Materialize => {
-                    if !self.nodes.contains_key(&input.partition_ref) {
-                        self.nodes
-                            .insert(input.partition_ref.clone(), Node::Pending(Some(index)));
-                        next.push(input.partition_ref.clone());
+                    // Many runs read the same input (a week's window, the day's reviews): they
+                    // share the ref planning holds.
+                    let (id, new) = self.intern(input.partition_ref, Node::Pending(index));
+                    if new {
+                        next.push(id);
                     }
-                    inputs.push(input.partition_ref);
+                    self.run_inputs.push(id);
+                    inputs.push(self.refs[id as usize].clone());
                 }
             }
         }
+        self.run_input_starts.push(self.run_inputs.len());
         self.runs.push(PlannedRun {
             job_index: job,
             job: self.job_names[job].clone(),
@@ -790,14 +798,15 @@ impl Planner<'_> {
     fn order_runs(&mut self) -> Result<(), PlanError> {
         let n = self.runs.len;
         let mut deps: Vec<Vec<usize>> = Vec::with_capacity(n);
-        for run in self.runs.chunks.iter().flatten() {
-            let mut d: Vec<usize> = run
-                .inputs
+        for run in 0..n {
+            let inputs =
+                &self.run_inputs[self.run_input_starts[run]..self.run_input_starts[run + 1]];
+            let mut d: Vec<usize> = inputs
                 .iter()
                 .filter_map(|i| {
                     let i = self.aliases.get(i).unwrap_or(i);
-                    match self.nodes.get(i) {
-                        Some(Node::Planned(p)) => Some(*p),
+                    match self.nodes[*i as usize] {
+                        Node::Planned(p) => Some(p as usize),
                         _ => None,
                     }
                 })
@@ -806,14 +815,26 @@ impl Planner<'_> {
             d.dedup();
             deps.push(d);
         }
-        let mut dependents: Vec<Vec<usize>> = vec![Vec::new(); n];
+        // The runs waiting on each run, flat: run `i`'s are `dependents[starts[i]..starts[i + 1]]`
+        // (one allocation instead of one per run).
+        let mut starts = vec![0usize; n + 1];
+        for &dep in deps.iter().flatten() {
+            starts[dep + 1] += 1;
+        }
+        for i in 0..n {
+            starts[i + 1] += starts[i];
+        }
+        let mut dependents = vec![0u32; starts[n]];
+        let mut filled = starts.clone();
         let mut waiting: Vec<usize> = vec![0; n];
         for (run, d) in deps.iter().enumerate() {
             waiting[run] = d.len();
             for &dep in d {
-                dependents[dep].push(run);
+                dependents[filled[dep]] = run as u32;
+                filled[dep] += 1;
             }
         }
+        drop(filled);
         // Start from the deepest rounds so the order reads upstream to downstream, and keep creation
         // order within a round so batches and requests stay in the order they were given.
         let mut roots: Vec<usize> = (0..n).filter(|&r| waiting[r] == 0).collect();
@@ -822,7 +843,8 @@ impl Planner<'_> {
         let mut order = Vec::with_capacity(n);
         while let Some(r) = ready.pop_front() {
             order.push(r);
-            for &d in &dependents[r] {
+            for &d in &dependents[starts[r]..starts[r + 1]] {
+                let d = d as usize;
                 waiting[d] -= 1;
                 if waiting[d] == 0 {
                     ready.push_back(d);
@@ -836,22 +858,27 @@ impl Planner<'_> {
         for (pos, &r) in order.iter().enumerate() {
             position[r] = pos;
         }
-        drop(dependents);
+        drop((dependents, starts));
         for (r, mut d) in deps.into_iter().enumerate() {
             d.iter_mut().for_each(|dep| *dep = position[*dep]);
             d.sort_unstable();
             self.runs.get_mut(r).depends_on = d;
         }
-        // Move each run to its position in place: plans can hold hundreds of thousands of runs,
-        // and copying them into a new vector would double the plan's peak memory.
-        for i in 0..n {
-            while position[i] != i {
-                let target = position[i];
-                self.runs.swap(i, target);
-                position.swap(i, target);
+        // Each run goes straight to its place, chunk by chunk, each chunk freed once emptied.
+        // (`Option<PlannedRun>` is as large as a run, so the last step reuses the same memory.)
+        let mut placed: Vec<Option<PlannedRun>> = Vec::new();
+        placed.resize_with(n, || None);
+        let mut r = 0;
+        for chunk in std::mem::take(&mut self.runs).chunks {
+            for run in chunk {
+                placed[position[r]] = Some(run);
+                r += 1;
             }
         }
-        self.plan.runs = std::mem::take(&mut self.runs).into_vec();
+        self.plan.runs = placed
+            .into_iter()
+            .map(|run| run.expect("positions are a permutation"))
+            .collect();
         Ok(())
     }
 
@@ -884,6 +911,69 @@ impl Planner<'_> {
             current = next;
         }
     }
+}
+
+/// Run configs of a job with static input templates, for some of its refs to build.
+fn static_configs(
+    graph: &Graph,
+    job: &Job,
+    templates: &[LinkedTemplate],
+    refs: &[Wanted],
+) -> Result<Vec<(JobConfig, Vec<BuildReason>)>, PlanError> {
+    let mut configs = Vec::with_capacity(refs.len() / job.batch as usize + 1);
+    for chunk in refs.chunks(job.batch as usize) {
+        let mut inputs: Vec<ConfigInput> = Vec::new();
+        let mut seen: FxHashSet<String> = FxHashSet::default();
+        let mut expanded = Vec::new();
+        for (r, output, _) in chunk {
+            let values = job.outputs[*output]
+                .match_ref(r.as_str())
+                .expect("the index matched this ref to this output");
+            for t in templates {
+                expanded.clear();
+                t.template
+                    .expand(*output, &values, &graph.domains, &mut expanded)
+                    .map_err(|e| PlanError::Template {
+                        job: job.name.clone(),
+                        message: e.to_string(),
+                    })?;
+                for s in expanded.drain(..) {
+                    // Small runs dedup by scanning; large fan-ins use a set.
+                    let repeat = if inputs.len() < 32 {
+                        inputs.iter().any(|i| i.partition_ref.as_str() == s)
+                    } else {
+                        if seen.is_empty() {
+                            seen.extend(inputs.iter().map(|i| i.partition_ref.to_string()));
+                        }
+                        !seen.insert(s.clone())
+                    };
+                    if repeat {
+                        continue;
+                    }
+                    let input = PartitionRef::new(s).map_err(|e| PlanError::Template {
+                        job: job.name.clone(),
+                        message: format!(
+                            "input template `{}` gives an invalid ref for `{r}`: {e}",
+                            t.template.as_str()
+                        ),
+                    })?;
+                    inputs.push(ConfigInput {
+                        partition_ref: input,
+                        dep: DepKind::Materialize,
+                    });
+                }
+            }
+        }
+        let config = JobConfig {
+            outputs: chunk.iter().map(|(r, _, _)| r.clone()).collect(),
+            inputs,
+            args: Vec::new(),
+            env: BTreeMap::new(),
+        };
+        let reasons = chunk.iter().map(|(_, _, why)| why.clone()).collect();
+        configs.push((config, reasons));
+    }
+    Ok(configs)
 }
 
 #[cfg(test)]

@@ -15,7 +15,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use databuild_core::{PartitionRef, Plan, PlanRequest, PlannedRun, Producer};
-use databuild_log::{BuildQuery, Event, EventStore, LogError, RunQuery, Status};
+use databuild_log::{BuildQuery, Event, EventStore, LogError, PartitionRow, RunQuery, Status};
 use rustc_hash::{FxHashMap, FxHashSet};
 use serde::Serialize;
 
@@ -628,11 +628,16 @@ impl<'e> Scheduler<'e> {
             .collect();
         for chunk in outputs.chunks(10_000) {
             let keys: Vec<&str> = chunk.iter().map(String::as_str).collect();
-            let rows = self.store().partitions_by_ref(&keys)?;
-            for (r, row) in chunk.iter().zip(rows) {
+            let mut rows: FxHashMap<String, PartitionRow> = self
+                .store()
+                .partitions_by_ref(&keys)?
+                .into_iter()
+                .map(|p| (p.partition_ref.clone(), p))
+                .collect();
+            for r in chunk {
                 // Only what the plan saw: a partition changed since the build started (another
                 // build made or is making it) goes through the full check at launch.
-                match row {
+                match rows.remove(r) {
                     None => {
                         self.holders.insert(r.clone(), String::new());
                     }

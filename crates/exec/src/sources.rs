@@ -293,11 +293,15 @@ pub fn maintain(
     // file and its event, or between an expiry event and the deletion, is finished here.
     let keys: Vec<String> = on_disk.iter().map(|d| source.partition_ref(d)).collect();
     let key_refs: Vec<&str> = keys.iter().map(String::as_str).collect();
+    let by_ref: BTreeMap<String, Status> = store
+        .partitions_by_ref(&key_refs)?
+        .into_iter()
+        .map(|row| (row.partition_ref, row.status))
+        .collect();
     let logged: BTreeMap<&str, Status> = on_disk
         .iter()
-        .map(String::as_str)
-        .zip(store.partitions_by_ref(&key_refs)?)
-        .filter_map(|(d, row)| Some((d, row?.status)))
+        .zip(&keys)
+        .filter_map(|(d, key)| Some((d.as_str(), *by_ref.get(key)?)))
         .collect();
     let mut events = Vec::new();
     if let Some(first) = on_disk.first() {

@@ -96,8 +96,8 @@ pub struct VersionedStates<'a> {
     store: &'a dyn EventStore,
     data_dir: PathBuf,
     memo: RefCell<FxHashMap<String, Option<Rc<Effective>>>>,
-    /// Partition rows read ahead by [`StateView::prefetch`].
-    rows: RefCell<FxHashMap<String, Option<PartitionRow>>>,
+    /// The rows found of the planning round being decided (see [`StateView::states`]).
+    rows: RefCell<FxHashMap<String, PartitionRow>>,
     promotions: BTreeMap<String, u32>,
     pins: BTreeMap<String, u32>,
     today: String,
@@ -147,7 +147,7 @@ impl<'a> VersionedStates<'a> {
 
     fn row(&self, r: &str) -> Option<PartitionRow> {
         if let Some(row) = self.rows.borrow().get(r) {
-            return row.clone();
+            return Some(row.clone());
         }
         self.store.partition(r).ok().flatten()
     }
@@ -296,13 +296,30 @@ impl StateView for VersionedStates<'_> {
         self.promotions.get(table).copied()
     }
 
-    fn prefetch(&self, refs: &[PartitionRef]) {
-        let keys: Vec<&str> = refs.iter().map(|r| r.as_str()).collect();
-        if let Ok(rows) = self.store.partitions_by_ref(&keys) {
-            let mut cache = self.rows.borrow_mut();
-            cache.clear();
-            cache.extend(keys.iter().map(|k| k.to_string()).zip(rows));
-        }
+    fn states(&self, refs: &[&str]) -> Vec<KnownState> {
+        let Ok(found) = self.store.partitions_by_ref(refs) else {
+            return refs.iter().map(|r| self.state(r)).collect();
+        };
+        // Only the refs found need a closer look (and keep their rows for it); planning a
+        // backfill asks for millions that were never built.
+        let mut rows = self.rows.borrow_mut();
+        rows.clear();
+        rows.extend(
+            found
+                .into_iter()
+                .map(|row| (row.partition_ref.clone(), row)),
+        );
+        let any_found = !rows.is_empty();
+        drop(rows);
+        refs.iter()
+            .map(|r| {
+                if any_found && self.rows.borrow().contains_key(*r) {
+                    self.state(r)
+                } else {
+                    KnownState::Missing
+                }
+            })
+            .collect()
     }
 
     fn state(&self, r: &str) -> KnownState {

@@ -715,9 +715,9 @@ impl EventStore for PostgresStore {
         })
     }
 
-    fn partitions_by_ref(&self, refs: &[&str]) -> Result<Vec<Option<PartitionRow>>> {
+    fn partitions_by_ref(&self, refs: &[&str]) -> Result<Vec<PartitionRow>> {
         let wanted: Vec<String> = refs.iter().map(|r| r.to_string()).collect();
-        let rows = self.read(|c| {
+        self.read(|c| {
             let rows = c
                 .query(
                     &format!(
@@ -727,12 +727,7 @@ impl EventStore for PostgresStore {
                 )
                 .map_err(storage)?;
             collect(rows, partition_from_row)
-        })?;
-        let mut by_ref: FxHashMap<String, PartitionRow> = rows
-            .into_iter()
-            .map(|r| (r.partition_ref.clone(), r))
-            .collect();
-        Ok(refs.iter().map(|r| by_ref.remove(*r)).collect())
+        })
     }
 
     fn partitions(&self, q: &PartitionQuery) -> Result<Vec<PartitionRow>> {

@@ -775,7 +775,7 @@ impl EventStore for SqliteStore {
         })
     }
 
-    fn partitions_by_ref(&self, refs: &[&str]) -> Result<Vec<Option<PartitionRow>>> {
+    fn partitions_by_ref(&self, refs: &[&str]) -> Result<Vec<PartitionRow>> {
         self.read(|c| {
             // One read transaction for all lookups: SQLite otherwise takes and drops its file
             // locks around every single query.
@@ -784,9 +784,13 @@ impl EventStore for SqliteStore {
                 let mut stmt = c.prepare_cached(&format!(
                     "SELECT {PARTITION_COLUMNS} FROM partitions WHERE partition_ref = ?1"
                 ))?;
-                refs.iter()
-                    .map(|r| stmt.query_row([r], partition_from_row).optional())
-                    .collect()
+                let mut found = Vec::new();
+                for r in refs {
+                    if let Some(row) = stmt.query_row([r], partition_from_row).optional()? {
+                        found.push(row);
+                    }
+                }
+                Ok(found)
             })();
             c.execute_batch("COMMIT")?;
             result

@@ -302,8 +302,9 @@ pub trait EventStore: Send + Sync {
     fn last_idx(&self) -> Result<i64>;
 
     fn partition(&self, partition_ref: &str) -> Result<Option<PartitionRow>>;
-    /// Many partitions at once (in one read transaction), in the order asked; absent ones as `None`.
-    fn partitions_by_ref(&self, refs: &[&str]) -> Result<Vec<Option<PartitionRow>>>;
+    /// The rows of those of `refs` that exist, read at once (one read transaction), in no particular
+    /// order. Absent refs give nothing: planning asks for millions, most of them never built.
+    fn partitions_by_ref(&self, refs: &[&str]) -> Result<Vec<PartitionRow>>;
     fn partitions(&self, query: &PartitionQuery) -> Result<Vec<PartitionRow>>;
     /// Counts of partitions by status among refs matching `pattern` (all when `None`).
     fn partition_counts(&self, pattern: Option<&str>) -> Result<BTreeMap<Status, u64>>;

@@ -176,7 +176,11 @@ pub fn run(
                     &analysis.plan,
                 ))?;
             }
-            PlanText::from_plan(&analysis.plan, limit)
+            let text = PlanText::from_plan(&analysis.plan, limit);
+            // The process ends right after printing: freeing a plan of millions of runs one
+            // allocation at a time would take seconds for nothing.
+            std::mem::forget(analysis);
+            text
         }
         Backend::Remote(client) => {
             let refs: Vec<String> = refs.iter().map(|r| r.to_string()).collect();

@@ -575,3 +575,78 @@ fn kept_partitions_are_carried_forward_by_migrate_or_left_alone() {
     assert!(p.runs.is_empty());
     assert_eq!(p.skipped, refs(&["sum/date=2026-01-01"]));
 }
+
+/// Rounds larger than a pipeline slice expand their templates on a second thread: the plan must
+/// be the same as one made slice by slice, with inputs shared between the runs that read them.
+#[test]
+fn large_rounds_plan_like_small_ones() {
+    let g = graph(DIAMOND);
+    let start = chrono::NaiveDate::from_ymd_opt(2000, 1, 1).unwrap();
+    let days: Vec<String> = (0..(PIPELINED_RUNS as i64 * 2 + 17))
+        .map(|i| {
+            format!(
+                "d/{}",
+                crate::pattern::format_date(start + chrono::Duration::days(i))
+            )
+        })
+        .collect();
+    let wanted: Vec<&str> = days.iter().map(String::as_str).collect();
+    let whole = simple_plan(&g, &wanted).unwrap();
+    assert_eq!(whole.runs.len(), wanted.len() * 4);
+    let mut position = HashMap::new();
+    for (i, run) in whole.runs.iter().enumerate() {
+        assert!(run.depends_on.iter().all(|&d| d < i));
+        position.insert(run.outputs[0].clone(), i);
+    }
+    // Day by day, the same runs with the same inputs and dependencies.
+    for day in wanted.iter().step_by(997) {
+        let alone = simple_plan(&g, &[day]).unwrap();
+        for run in &alone.runs {
+            let same = &whole.runs[position[&run.outputs[0]]];
+            assert_eq!((&same.job, &same.inputs), (&run.job, &run.inputs));
+            let deps: Vec<_> = same
+                .depends_on
+                .iter()
+                .map(|&d| &whole.runs[d].outputs[0])
+                .collect();
+            let alone_deps: Vec<_> = run
+                .depends_on
+                .iter()
+                .map(|&d| &alone.runs[d].outputs[0])
+                .collect();
+            assert_eq!(deps, alone_deps);
+        }
+    }
+    // `b` and `c` read the same `a` partition: one shared ref, not two copies.
+    let b = &whole.runs[position[&PartitionRef::new("b/2000-01-01").unwrap()]];
+    let c = &whole.runs[position[&PartitionRef::new("c/2000-01-01").unwrap()]];
+    assert!(std::ptr::eq(b.inputs[0].as_str(), c.inputs[0].as_str()));
+}
+
+#[test]
+fn a_template_error_in_a_late_slice_stops_planning_with_it() {
+    let g = graph(
+        r#"
+[graph]
+name = "ranges"
+[[dataset]]
+name = "v"
+pattern = "v/{n:int}"
+[[job]]
+name = "sum"
+outputs = ["sum/lo={lo:int}/hi={hi:int}"]
+inputs = ["v/{lo..hi}"]
+command = ["x"]
+"#,
+    );
+    let mut wanted: Vec<String> = (0..PIPELINED_RUNS * 3)
+        .map(|i| format!("sum/lo={i}/hi={i}"))
+        .collect();
+    wanted.push("sum/lo=0/hi=99999999".into());
+    let wanted: Vec<&str> = wanted.iter().map(String::as_str).collect();
+    let err = simple_plan(&g, &wanted).unwrap_err();
+    assert!(
+        matches!(&err, PlanError::Template { job, message } if job == "sum" && message.contains("more than the limit")),
+        "{err}"
+    );
+}

@@ -336,8 +336,13 @@ pub struct PlanRequest {
     pub pins: BTreeMap<String, u32>,
 }
 
-/// A ref to build: the index of the output pattern it matched, and why it is built.
-type Wanted = (PartitionRef, usize, BuildReason);
+/// A ref to build: its number, the index of the output pattern it matched, and why it is built.
+struct Wanted {
+    r: PartitionRef,
+    id: u32,
+    output: usize,
+    reason: BuildReason,
+}
 
 /// What planning has decided about one ref. Eight bytes: a large plan holds millions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -375,7 +380,7 @@ pub fn plan(
             .iter()
             .map(|j| Arc::from(j.name.as_str()))
             .collect(),
-        ids: FxHashMap::with_capacity_and_hasher(request.refs.len() * 4, Default::default()),
+        ids: FxHashMap::with_capacity_and_hasher(request.refs.len() * 2, Default::default()),
         refs: Vec::with_capacity(request.refs.len() * 4),
         nodes: Vec::with_capacity(request.refs.len() * 4),
         aliases: FxHashMap::default(),
@@ -510,7 +515,12 @@ impl Planner<'_> {
                         to_build.push((job, Vec::new()));
                         to_build.len() - 1
                     });
-                    to_build[slot].1.push((r, output, reason));
+                    to_build[slot].1.push(Wanted {
+                        r,
+                        id,
+                        output,
+                        reason,
+                    });
                 }
             }
         }
@@ -521,7 +531,7 @@ impl Planner<'_> {
                 args: Vec::new(),
                 env: BTreeMap::new(),
             };
-            self.add_run(job, config, vec![reason], &mut next);
+            self.add_run(job, config, vec![reason], None, &mut next);
         }
         for (job, refs) in to_build {
             if let Deps::Static(templates) = &self.graph.jobs[job].deps {
@@ -530,7 +540,7 @@ impl Planner<'_> {
             }
             let configs = self.configs_for(job, &refs)?;
             for (config, reasons) in configs {
-                self.add_run(job, config, reasons, &mut next);
+                self.add_run(job, config, reasons, None, &mut next);
             }
         }
         Ok(next)
@@ -549,8 +559,11 @@ impl Planner<'_> {
         let job = &graph.jobs[job_index];
         let slice = PIPELINED_RUNS * job.batch as usize;
         if refs.len() <= slice {
+            let mut built = refs;
             for (config, reasons) in static_configs(graph, job, templates, refs)? {
-                self.add_run(job_index, config, reasons, next);
+                let (outputs, rest) = built.split_at(config.outputs.len());
+                built = rest;
+                self.add_run(job_index, config, reasons, Some(outputs), next);
             }
             return Ok(());
         }
@@ -566,9 +579,12 @@ impl Planner<'_> {
                     }
                 }
             });
+            let mut built = refs;
             for result in configs {
                 for (config, reasons) in result? {
-                    self.add_run(job_index, config, reasons, next);
+                    let (outputs, rest) = built.split_at(config.outputs.len());
+                    built = rest;
+                    self.add_run(job_index, config, reasons, Some(outputs), next);
                 }
             }
             Ok(())
@@ -650,7 +666,7 @@ impl Planner<'_> {
         match &job.deps {
             Deps::Static(templates) => static_configs(self.graph, job, templates, refs),
             Deps::Dynamic { .. } | Deps::Table { .. } => {
-                let wanted: Vec<PartitionRef> = refs.iter().map(|(r, _, _)| r.clone()).collect();
+                let wanted: Vec<PartitionRef> = refs.iter().map(|w| w.r.clone()).collect();
                 let configs = self.resolver.job_configs(job, &wanted).map_err(|message| {
                     PlanError::Config {
                         job: job.name.clone(),
@@ -676,7 +692,7 @@ impl Planner<'_> {
             message,
         };
         let reasons: HashMap<&str, &BuildReason> =
-            refs.iter().map(|(r, _, why)| (r.as_str(), why)).collect();
+            refs.iter().map(|w| (w.r.as_str(), &w.reason)).collect();
         let mut covered: HashSet<&str> = HashSet::new();
         let mut checked = Vec::with_capacity(configs.len());
         for config in &configs {
@@ -703,8 +719,11 @@ impl Planner<'_> {
                 }
             }
         }
-        if let Some((r, _, _)) = refs.iter().find(|(r, _, _)| !covered.contains(r.as_str())) {
-            return Err(fail(format!("no config covers the requested output `{r}`")));
+        if let Some(w) = refs.iter().find(|w| !covered.contains(w.r.as_str())) {
+            return Err(fail(format!(
+                "no config covers the requested output `{}`",
+                w.r
+            )));
         }
         for config in configs {
             let why = config
@@ -726,12 +745,17 @@ impl Planner<'_> {
         job: usize,
         config: JobConfig,
         reasons: Vec<BuildReason>,
+        outputs: Option<&[Wanted]>,
         next: &mut Vec<u32>,
     ) {
         let index = self.runs.len as u32;
         self.run_round.push(self.rounds);
-        for out in &config.outputs {
-            let (id, _) = self.intern(out.clone(), Node::Planned(index));
+        for (i, out) in config.outputs.iter().enumerate() {
+            // The refs of static configs are numbered already (and in order).
+            let id = match outputs {
+                Some(wanted) => wanted[i].id,
+                None => self.intern(out.clone(), Node::Planned(index)).0,
+            };
             // A sibling output may already be planned by another run; the first run keeps it.
             let node = &mut self.nodes[id as usize];
             if !matches!(node, Node::Planned(_)) {
@@ -741,6 +765,11 @@ impl Planner<'_> {
         let mut inputs = Vec::with_capacity(config.inputs.len());
         let mut query_inputs = Vec::new();
         let mut aliased = Vec::new();
+        // The previous run's inputs: neighbours often share most of theirs (a trailing window).
+        let previous = match self.run_input_starts.len() {
+            1 => 0..0,
+            n => self.run_input_starts[n - 2]..self.run_inputs.len(),
+        };
         for mut input in config.inputs {
             // A run reads the version an alias points at, so it can be built against a version
             // before promotion, and its record says which version it read.
@@ -761,10 +790,24 @@ impl Planner<'_> {
                 DepKind::Materialize => {
                     // Many runs read the same input (a week's window, the day's reviews): they
                     // share the ref planning holds.
-                    let (id, new) = self.intern(input.partition_ref, Node::Pending(index));
-                    if new {
-                        next.push(id);
-                    }
+                    let shared = (previous.len() <= 16)
+                        .then(|| {
+                            self.run_inputs[previous.clone()]
+                                .iter()
+                                .copied()
+                                .find(|&id| self.refs[id as usize] == input.partition_ref)
+                        })
+                        .flatten();
+                    let id = match shared {
+                        Some(id) => id,
+                        None => {
+                            let (id, new) = self.intern(input.partition_ref, Node::Pending(index));
+                            if new {
+                                next.push(id);
+                            }
+                            id
+                        }
+                    };
                     self.run_inputs.push(id);
                     inputs.push(self.refs[id as usize].clone());
                 }
@@ -925,7 +968,7 @@ fn static_configs(
         let mut inputs: Vec<ConfigInput> = Vec::new();
         let mut seen: FxHashSet<String> = FxHashSet::default();
         let mut expanded = Vec::new();
-        for (r, output, _) in chunk {
+        for Wanted { r, output, .. } in chunk {
             let values = job.outputs[*output]
                 .match_ref(r.as_str())
                 .expect("the index matched this ref to this output");
@@ -965,12 +1008,12 @@ fn static_configs(
             }
         }
         let config = JobConfig {
-            outputs: chunk.iter().map(|(r, _, _)| r.clone()).collect(),
+            outputs: chunk.iter().map(|w| w.r.clone()).collect(),
             inputs,
             args: Vec::new(),
             env: BTreeMap::new(),
         };
-        let reasons = chunk.iter().map(|(_, _, why)| why.clone()).collect();
+        let reasons = chunk.iter().map(|w| w.reason.clone()).collect();
         configs.push((config, reasons));
     }
     Ok(configs)

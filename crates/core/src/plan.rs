@@ -538,7 +538,7 @@ impl Planner<'_> {
                 self.add_static_runs(job, templates, &refs, &mut next)?;
                 continue;
             }
-            let configs = self.configs_for(job, &refs)?;
+            let configs = self.resolved_configs(job, &refs)?;
             for (config, reasons) in configs {
                 self.add_run(job, config, reasons, None, &mut next);
             }
@@ -558,13 +558,17 @@ impl Planner<'_> {
         let graph = self.graph;
         let job = &graph.jobs[job_index];
         let slice = PIPELINED_RUNS * job.batch as usize;
-        if refs.len() <= slice {
-            let mut built = refs;
-            for (config, reasons) in static_configs(graph, job, templates, refs)? {
-                let (outputs, rest) = built.split_at(config.outputs.len());
-                built = rest;
-                self.add_run(job_index, config, reasons, Some(outputs), next);
+        // Static configs list their outputs in the order of `refs`: each takes the next ones.
+        let mut unbuilt = refs;
+        let mut add = |planner: &mut Self, configs: Vec<(JobConfig, Vec<BuildReason>)>| {
+            for (config, reasons) in configs {
+                let (outputs, rest) = unbuilt.split_at(config.outputs.len());
+                unbuilt = rest;
+                planner.add_run(job_index, config, reasons, Some(outputs), next);
             }
+        };
+        if refs.len() <= slice {
+            add(self, static_configs(graph, job, templates, refs)?);
             return Ok(());
         }
         std::thread::scope(|scope| {
@@ -579,13 +583,8 @@ impl Planner<'_> {
                     }
                 }
             });
-            let mut built = refs;
             for result in configs {
-                for (config, reasons) in result? {
-                    let (outputs, rest) = built.split_at(config.outputs.len());
-                    built = rest;
-                    self.add_run(job_index, config, reasons, Some(outputs), next);
-                }
+                add(self, result?);
             }
             Ok(())
         })
@@ -655,27 +654,23 @@ impl Planner<'_> {
         matches!(self.graph.producer_of(r.as_str()), Some((Producer::Job { job, .. }, _)) if self.graph.jobs[job].migrate.is_some())
     }
 
-    /// Turns one job's refs of this round into run configs: batches of static templates, or one call
-    /// of the config executable.
-    fn configs_for(
+    /// Asks the resolver (the config executable, or the table loader) for the run configs of one
+    /// job's refs of this round: one call per job and round.
+    fn resolved_configs(
         &mut self,
         job_index: usize,
         refs: &[Wanted],
     ) -> Result<Vec<(JobConfig, Vec<BuildReason>)>, PlanError> {
         let job = &self.graph.jobs[job_index];
-        match &job.deps {
-            Deps::Static(templates) => static_configs(self.graph, job, templates, refs),
-            Deps::Dynamic { .. } | Deps::Table { .. } => {
-                let wanted: Vec<PartitionRef> = refs.iter().map(|w| w.r.clone()).collect();
-                let configs = self.resolver.job_configs(job, &wanted).map_err(|message| {
-                    PlanError::Config {
-                        job: job.name.clone(),
-                        message,
-                    }
+        let wanted: Vec<PartitionRef> = refs.iter().map(|w| w.r.clone()).collect();
+        let configs =
+            self.resolver
+                .job_configs(job, &wanted)
+                .map_err(|message| PlanError::Config {
+                    job: job.name.clone(),
+                    message,
                 })?;
-                self.check_configs(job_index, refs, configs)
-            }
-        }
+        self.check_configs(job_index, refs, configs)
     }
 
     /// A config executable's answer must cover every requested output exactly once, with outputs of

@@ -302,18 +302,14 @@ impl StateView for VersionedStates<'_> {
         };
         // Only the refs found need a closer look (and keep their rows for it); planning a
         // backfill asks for millions that were never built.
-        let mut rows = self.rows.borrow_mut();
-        rows.clear();
-        rows.extend(
-            found
-                .into_iter()
-                .map(|row| (row.partition_ref.clone(), row)),
-        );
-        let any_found = !rows.is_empty();
-        drop(rows);
+        *self.rows.borrow_mut() = found
+            .into_iter()
+            .map(|row| (row.partition_ref.clone(), row))
+            .collect();
         refs.iter()
             .map(|r| {
-                if any_found && self.rows.borrow().contains_key(*r) {
+                let found = self.rows.borrow().contains_key(*r);
+                if found {
                     self.state(r)
                 } else {
                     KnownState::Missing

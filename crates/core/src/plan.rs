@@ -10,9 +10,11 @@
 //! and config executables through [`Resolver`].
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::hash::BuildHasher;
 use std::sync::Arc;
 
-use rustc_hash::{FxHashMap, FxHashSet};
+use hashbrown::HashTable;
+use rustc_hash::{FxBuildHasher, FxHashMap, FxHashSet};
 
 use serde::{Deserialize, Serialize};
 
@@ -380,7 +382,7 @@ pub fn plan(
             .iter()
             .map(|j| Arc::from(j.name.as_str()))
             .collect(),
-        ids: FxHashMap::with_capacity_and_hasher(request.refs.len() * 2, Default::default()),
+        ids: HashTable::with_capacity(request.refs.len() * 2),
         refs: Vec::with_capacity(request.refs.len() * 4),
         nodes: Vec::with_capacity(request.refs.len() * 4),
         aliases: FxHashMap::default(),
@@ -403,7 +405,9 @@ struct Planner<'a> {
     job_names: Vec<Arc<str>>,
     /// Every ref planning reached, numbered in the order reached: past this map, planning works
     /// with the numbers (`refs` and `nodes` are indexed by them), not by hashing text.
-    ids: FxHashMap<PartitionRef, u32>,
+    ///
+    /// A table of numbers hashed by their ref's text: each ref is held once, in `refs`.
+    ids: HashTable<u32>,
     refs: Vec<PartitionRef>,
     nodes: Vec<Node>,
     /// Alias refs reached, and the version refs they read.
@@ -447,11 +451,15 @@ impl Planner<'_> {
 
     /// The number of `r`, and whether it is new (then its node starts as `node`).
     fn intern(&mut self, r: PartitionRef, node: Node) -> (u32, bool) {
-        if let Some(&id) = self.ids.get(&r) {
+        let hash = FxBuildHasher.hash_one(r.as_str());
+        let refs = &self.refs;
+        if let Some(&id) = self.ids.find(hash, |&id| refs[id as usize] == r) {
             return (id, false);
         }
         let id = self.refs.len() as u32;
-        self.ids.insert(r.clone(), id);
+        self.ids.insert_unique(hash, id, |&id| {
+            FxBuildHasher.hash_one(refs[id as usize].as_str())
+        });
         self.refs.push(r);
         self.nodes.push(node);
         (id, true)

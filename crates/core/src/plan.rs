@@ -376,7 +376,12 @@ pub fn plan(
         request,
         states,
         resolver,
-        requested: request.refs.iter().map(|r| r.as_str()).collect(),
+        // Only `force` asks whether a ref was requested.
+        requested: if request.force {
+            request.refs.iter().map(|r| r.as_str()).collect()
+        } else {
+            FxHashSet::default()
+        },
         job_names: graph
             .jobs
             .iter()
@@ -401,6 +406,7 @@ struct Planner<'a> {
     request: &'a PlanRequest,
     states: &'a dyn StateView,
     resolver: &'a mut dyn Resolver,
+    /// The requested refs, when the request forces them (else empty).
     requested: FxHashSet<&'a str>,
     job_names: Vec<Arc<str>>,
     /// Every ref planning reached, numbered in the order reached: past this map, planning works

@@ -82,7 +82,7 @@ pub fn engine_error(e: EngineError) -> anyhow::Error {
 /// Expands braces in each argument and validates the resulting refs, keeping their order and
 /// dropping repeats.
 pub fn parse_refs(args: &[String]) -> anyhow::Result<Vec<PartitionRef>> {
-    let mut seen = std::collections::HashSet::new();
+    let mut seen = rustc_hash::FxHashSet::default();
     let mut refs = Vec::new();
     for arg in args {
         for r in expand_braces(arg).map_err(|e| UserError(e.to_string()))? {

@@ -228,7 +228,11 @@ pub fn check_store(store: &dyn crate::store::EventStore) -> crate::store::Result
             .into_iter()
             .map(|r| {
                 r.into_iter()
-                    .map(|v| v.as_str().map(str::to_string).unwrap_or_default())
+                    .map(|v| match v {
+                        serde_json::Value::String(s) => s,
+                        serde_json::Value::Null => String::new(),
+                        other => other.to_string(),
+                    })
                     .collect()
             })
             .collect())
@@ -250,25 +254,25 @@ pub fn check_store(store: &dyn crate::store::EventStore) -> crate::store::Result
             ));
         }
     }
-    let counted = rows(
-        "SELECT c.job, c.status, c.n, (SELECT count(*) FROM job_runs r WHERE r.job = c.job AND r.status = c.status)
-         FROM job_counts c WHERE c.n <> (SELECT count(*) FROM job_runs r WHERE r.job = c.job AND r.status = c.status)",
-    )?;
-    for r in &counted {
-        disagree(format!(
-            "job `{}` has {} `{}` runs in job_counts but {} in job_runs",
-            r[0], r[2], r[1], r[3]
-        ));
-    }
-    let partition_counts = rows(
-        "SELECT c.job, c.status, c.n FROM partition_counts c
-         WHERE c.n <> (SELECT count(*) FROM partitions p WHERE coalesce(p.job, '') = c.job AND p.status = c.status)",
-    )?;
-    for r in &partition_counts {
-        disagree(format!(
-            "partition_counts says {} `{}` partitions of job `{}`, the partitions table disagrees",
-            r[2], r[1], r[0]
-        ));
+    // Each count projection against a recount of what it counts, both ways: a count that drifted
+    // and a (job, status) the projection lacks.
+    for (projection, counted) in [
+        ("job_counts", "job_runs"),
+        ("partition_counts", "partitions"),
+    ] {
+        let drifted = rows(&format!(
+            "SELECT coalesce(c.job, t.job), coalesce(c.status, t.status), coalesce(c.n, 0), coalesce(t.n, 0)
+             FROM {projection} c
+             FULL JOIN (SELECT coalesce(job, '') AS job, status, count(*) AS n FROM {counted} GROUP BY 1, 2) t
+               ON t.job = c.job AND t.status = c.status
+             WHERE coalesce(c.n, 0) <> coalesce(t.n, 0)"
+        ))?;
+        for r in &drifted {
+            disagree(format!(
+                "{projection} says {} `{}` of job `{}`, but {counted} holds {}",
+                r[2], r[1], r[0], r[3]
+            ));
+        }
     }
     let wants = rows("SELECT want_id, status FROM wants")?;
     for r in &wants {

@@ -598,3 +598,40 @@ fn events_filter_by_kind() {
         assert!(runs.iter().all(|e| e.kind == Kind::JobRun));
     }
 }
+
+/// `check_store` recounts the count projections on both backends, and names a count that drifted
+/// as well as one the projection lost.
+#[test]
+fn the_check_recounts_the_count_projections() {
+    for (_f, store) in stores() {
+        store.append(build_events("b1", "r1", "a/1")).unwrap();
+        let report = check_store(store.as_ref()).unwrap();
+        assert!(report.problems.is_empty(), "{:?}", report.problems);
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("events.db");
+    let store = SqliteStore::open(&path).unwrap();
+    store.append(build_events("b1", "r1", "a/1")).unwrap();
+    let ok = std::process::Command::new("python3")
+        .args(["-c", "import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); c.execute('update job_counts set n = 5'); c.execute('delete from partition_counts'); c.commit()"])
+        .arg(&path)
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok);
+    let problems = check_store(&store).unwrap().problems;
+    assert!(
+        problems
+            .iter()
+            .any(|p| p
+                .starts_with("job_counts says 5 `completed` of job `job`, but job_runs holds 1")),
+        "{problems:?}"
+    );
+    assert!(
+        problems
+            .iter()
+            .any(|p| p
+                .contains("partition_counts says 0 `available` of job ``, but partitions holds 1")),
+        "{problems:?}"
+    );
+}

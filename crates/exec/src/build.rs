@@ -15,7 +15,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use databuild_core::{PartitionRef, Plan, PlanRequest, PlannedRun, Producer};
-use databuild_log::{BuildQuery, Event, EventStore, LogError, PartitionRow, RunQuery, Status};
+use databuild_log::{BuildQuery, Event, EventStore, LogError, RunQuery, Status};
 use rustc_hash::{FxHashMap, FxHashSet};
 use serde::Serialize;
 
@@ -622,30 +622,23 @@ impl<'e> Scheduler<'e> {
             added.push(index);
         }
         self.append(events)?;
-        let outputs: Vec<String> = added
+        let store = self.store();
+        let outputs: Vec<&str> = added
             .iter()
-            .flat_map(|&i| self.nodes[i].run.outputs.iter().map(|o| o.to_string()))
+            .flat_map(|&i| self.nodes[i].run.outputs.iter().map(|o| o.as_str()))
             .collect();
-        for chunk in outputs.chunks(10_000) {
-            let keys: Vec<&str> = chunk.iter().map(String::as_str).collect();
-            let mut rows: FxHashMap<String, PartitionRow> = self
-                .store()
-                .partitions_by_ref(&keys)?
-                .into_iter()
-                .map(|p| (p.partition_ref.clone(), p))
-                .collect();
-            for r in chunk {
+        for keys in outputs.chunks(10_000) {
+            // Absent from the log: nobody holds it.
+            self.holders
+                .extend(keys.iter().map(|r| (r.to_string(), String::new())));
+            for p in store.partitions_by_ref(keys)? {
                 // Only what the plan saw: a partition changed since the build started (another
                 // build made or is making it) goes through the full check at launch.
-                match rows.remove(r) {
-                    None => {
-                        self.holders.insert(r.clone(), String::new());
-                    }
-                    Some(p) if p.updated_at < self.started_ns && p.status != Status::Building => {
-                        self.holders
-                            .insert(r.clone(), p.job_run_id.unwrap_or_default());
-                    }
-                    Some(_) => {}
+                if p.updated_at < self.started_ns && p.status != Status::Building {
+                    let holder = p.job_run_id.unwrap_or_default();
+                    self.holders.insert(p.partition_ref, holder);
+                } else {
+                    self.holders.remove(&p.partition_ref);
                 }
             }
         }

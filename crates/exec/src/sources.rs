@@ -298,11 +298,7 @@ pub fn maintain(
         .into_iter()
         .map(|row| (row.partition_ref, row.status))
         .collect();
-    let logged: BTreeMap<&str, Status> = on_disk
-        .iter()
-        .zip(&keys)
-        .filter_map(|(d, key)| Some((d.as_str(), *by_ref.get(key)?)))
-        .collect();
+    let logged = |date: &str| by_ref.get(&source.partition_ref(date)).copied();
     let mut events = Vec::new();
     if let Some(first) = on_disk.first() {
         let mut day = parse_date(first).expect("listed dates parse");
@@ -314,7 +310,7 @@ pub fn maintain(
                 continue; // handled below
             }
             let dir = partition_dir(data_dir, source, &date);
-            let recorded = logged.get(date.as_str()) == Some(&Status::Sealed);
+            let recorded = logged(&date) == Some(Status::Sealed);
             if sealed_version(&dir).is_some() && recorded {
                 continue;
             }
@@ -324,7 +320,7 @@ pub fn maintain(
         }
     }
     for date in on_disk.iter().filter(|d| source.is_expired(d, today)) {
-        match logged.get(date.as_str()) {
+        match logged(date) {
             Some(Status::Expired) => {} // recorded; only the deletion was left to do
             Some(Status::Sealed) => events.push(expired_event(source, date)),
             _ => {

@@ -409,10 +409,9 @@ struct Planner<'a> {
     /// The requested refs, when the request forces them (else empty).
     requested: FxHashSet<&'a str>,
     job_names: Vec<Arc<str>>,
-    /// Every ref planning reached, numbered in the order reached: past this map, planning works
-    /// with the numbers (`refs` and `nodes` are indexed by them), not by hashing text.
-    ///
-    /// A table of numbers hashed by their ref's text: each ref is held once, in `refs`.
+    /// Every ref planning reached, numbered in the order reached: past this table, planning works
+    /// with the numbers (`refs` and `nodes` are indexed by them), not by hashing text. It holds
+    /// the numbers, hashed by their ref's text, so each ref is held once, in `refs`.
     ids: HashTable<u32>,
     refs: Vec<PartitionRef>,
     nodes: Vec<Node>,
@@ -471,6 +470,24 @@ impl Planner<'_> {
         (id, true)
     }
 
+    /// The number of an input of run `run`, numbering it (and reaching it: `next`) if it is new.
+    /// Many runs read the same input (a week's window, the day's reviews), and neighbours share
+    /// most of theirs: the previous run's inputs (from `previous` in `run_inputs`) are looked at
+    /// before the table.
+    fn input_id(&mut self, r: PartitionRef, run: u32, previous: usize, next: &mut Vec<u32>) -> u32 {
+        let neighbours = &self.run_inputs[previous..];
+        if neighbours.len() <= 16 {
+            if let Some(&id) = neighbours.iter().find(|&&id| self.refs[id as usize] == r) {
+                return id;
+            }
+        }
+        let (id, new) = self.intern(r, Node::Pending(run));
+        if new {
+            next.push(id);
+        }
+        id
+    }
+
     fn needed_by(&self, run: Option<usize>) -> Option<String> {
         run.map(|i| {
             let r = self.runs.get(i);
@@ -491,7 +508,6 @@ impl Planner<'_> {
             .map(|&id| self.refs[id as usize].as_str())
             .collect();
         let known = self.states.states(&keys);
-        drop(keys);
         for (id, known) in frontier.into_iter().zip(known) {
             let Node::Pending(pending) = self.nodes[id as usize] else {
                 continue; // Already built as a sibling output of a run planned this round.
@@ -774,11 +790,9 @@ impl Planner<'_> {
         let mut inputs = Vec::with_capacity(config.inputs.len());
         let mut query_inputs = Vec::new();
         let mut aliased = Vec::new();
-        // The previous run's inputs: neighbours often share most of theirs (a trailing window).
-        let previous = match self.run_input_starts.len() {
-            1 => 0..0,
-            n => self.run_input_starts[n - 2]..self.run_inputs.len(),
-        };
+        // Where the previous run's inputs start.
+        let starts = &self.run_input_starts;
+        let previous = starts.len().checked_sub(2).map_or(0, |i| starts[i]);
         for mut input in config.inputs {
             // A run reads the version an alias points at, so it can be built against a version
             // before promotion, and its record says which version it read.
@@ -797,26 +811,7 @@ impl Planner<'_> {
             match input.dep {
                 DepKind::Query => query_inputs.push(input.partition_ref),
                 DepKind::Materialize => {
-                    // Many runs read the same input (a week's window, the day's reviews): they
-                    // share the ref planning holds.
-                    let shared = (previous.len() <= 16)
-                        .then(|| {
-                            self.run_inputs[previous.clone()]
-                                .iter()
-                                .copied()
-                                .find(|&id| self.refs[id as usize] == input.partition_ref)
-                        })
-                        .flatten();
-                    let id = match shared {
-                        Some(id) => id,
-                        None => {
-                            let (id, new) = self.intern(input.partition_ref, Node::Pending(index));
-                            if new {
-                                next.push(id);
-                            }
-                            id
-                        }
-                    };
+                    let id = self.input_id(input.partition_ref, index, previous, next);
                     self.run_inputs.push(id);
                     inputs.push(self.refs[id as usize].clone());
                 }

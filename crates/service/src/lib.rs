@@ -145,18 +145,21 @@ async fn maintain_sources(state: Arc<AppState>) {
     }
 }
 
-/// An interval from the environment: seconds (`0.2`, `60`) or a duration (`90s`, `5m`).
+/// An interval from the environment: seconds (`0.2`, `60`) or a duration (`90s`, `5m`); the
+/// default when unset or not a positive interval.
 pub(crate) fn interval_from_env(var: &str, default: Duration) -> Duration {
-    let Ok(v) = std::env::var(var) else {
-        return default;
-    };
+    std::env::var(var)
+        .ok()
+        .and_then(|v| parse_interval(&v))
+        .unwrap_or(default)
+}
+
+fn parse_interval(v: &str) -> Option<Duration> {
     v.parse::<f64>()
         .ok()
-        .filter(|s| *s > 0.0)
-        .map(Duration::from_secs_f64)
-        .or_else(|| humantime::parse_duration(&v).ok())
+        .and_then(|s| Duration::try_from_secs_f64(s).ok())
+        .or_else(|| humantime::parse_duration(v).ok())
         .filter(|d| !d.is_zero())
-        .unwrap_or(default)
 }
 
 async fn shutdown_signal() {
@@ -166,5 +169,21 @@ async fn shutdown_signal() {
     tokio::select! {
         _ = term.recv() => {}
         _ = int.recv() => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn intervals_are_seconds_or_durations_and_nonsense_is_refused() {
+        assert_eq!(parse_interval("0.2"), Some(Duration::from_millis(200)));
+        assert_eq!(parse_interval("60"), Some(Duration::from_secs(60)));
+        assert_eq!(parse_interval("90s"), Some(Duration::from_secs(90)));
+        assert_eq!(parse_interval("5m"), Some(Duration::from_secs(300)));
+        for bad in ["0", "-1", "inf", "NaN", "1e30", "soon", ""] {
+            assert_eq!(parse_interval(bad), None, "{bad}");
+        }
     }
 }

@@ -220,12 +220,17 @@ fn many_clients_on_overlapping_refs_build_each_partition_once() {
 }
 
 /// A `databuild` killed with SIGKILL takes its running jobs with it, their own subprocesses
-/// included: nothing keeps writing outputs behind the back of the next build.
+/// included: nothing keeps writing outputs behind the back of the next build. Each job starts one
+/// subprocess with an empty environment (only its process group finds it) and one in a session
+/// of its own (only the watch token in its environment finds it).
 #[test]
 fn a_killed_build_leaves_no_job_or_job_subprocess_running() {
-    let p = Project::new(
-        "[graph]\nname = \"tree\"\n[[job]]\nname = \"slow\"\noutputs = [\"slow/{n:int}\"]\ncommand = [\"sh\", \"-c\", \"sleep 60 & echo $! > pids/child-$DATABUILD_FIELD_N; echo $$ > pids/job-$DATABUILD_FIELD_N; wait\"]\n",
-    );
+    let job = "env -i sleep 60 & echo $! > pids/grouped-$DATABUILD_FIELD_N; \
+               setsid sleep 60 & echo $! > pids/left-$DATABUILD_FIELD_N; \
+               echo $$ > pids/job-$DATABUILD_FIELD_N; wait";
+    let p = Project::new(&format!(
+        "[graph]\nname = \"tree\"\n[[job]]\nname = \"slow\"\noutputs = [\"slow/{{n:int}}\"]\ncommand = [\"sh\", \"-c\", {job:?}]\n"
+    ));
     std::fs::create_dir_all(p.path().join("pids")).unwrap();
     let mut build = p
         .command()
@@ -243,7 +248,7 @@ fn a_killed_build_leaves_no_job_or_job_subprocess_running() {
             .collect()
     };
     let pids = crate::util::eventually(Duration::from_secs(20), "the jobs start", || {
-        Some(read_pids()).filter(|p| p.len() == 4)
+        Some(read_pids()).filter(|p| p.len() == 6)
     });
     kill9(build.id());
     let _ = build.wait();

@@ -264,7 +264,7 @@ fn run_process(spec: &RunSpec, cancel: &AtomicBool) -> Result<RunOutcome, String
         .stderr(Stdio::from(writer_err))
         .process_group(0);
     let start = Instant::now();
-    let starting = Guarded::starting();
+    let guarded = Guarded::starting();
     let mut child = cmd.spawn().map_err(|e| {
         format!(
             "cannot start `{}`: {e} (the command of job `{}`, run from `{}`)",
@@ -277,8 +277,7 @@ fn run_process(spec: &RunSpec, cancel: &AtomicBool) -> Result<RunOutcome, String
     // sees end-of-file when the job exits.
     drop(cmd);
     let group = Pid::from_raw(child.id() as i32);
-    let _guarded = Guarded::group(group);
-    drop(starting);
+    guarded.started(group);
     let mut log = LogSink::new(spec.log_path.clone(), spec.log_limit);
     let mut pipe = Some(reader);
     let mut stop_reason: Option<RunOutcome> = None;
@@ -399,32 +398,45 @@ pub(crate) fn verify_outputs(spec: &RunSpec, before: &[Option<SystemTime>]) -> R
 }
 
 /// Kills the process groups of running jobs when this process dies, however it dies: a watchdog
-/// `sh` reads `+PGID` / `-PGID` lines on a pipe whose only writer is this process, and on
-/// end-of-file (the kernel closes the pipe when this process is gone, SIGKILL included) kills
-/// every group still registered. A whole group goes, so a job's own subprocesses go too.
+/// `sh` waits for end-of-file on a pipe whose only writer is this process (the kernel closes it
+/// when this process is gone, SIGKILL included), then kills every process group left in the
+/// registry. A whole group goes, so a job's own subprocesses go too.
 ///
 /// This replaces a parent-death signal set between `fork` and `exec`: such a hook forces a full
 /// `fork` of this large, multi-threaded process for every job (page tables copied, copy-on-write
 /// faults after), which cost more than the jobs themselves; without it jobs start with
 /// `posix_spawn`. One watchdog serves the whole process.
+///
+/// The registry is a memory file shared with the watchdog (its stdout), in fixed-width slots
+/// written with one `pwrite` each. The watchdog reads it only once this process is gone, so a
+/// job costs it no wake-up: telling it about each job through its pipe woke it four times per
+/// job, and on this kind of VM a wake-up across CPUs costs ~40 µs.
 struct Watchdog {
-    pipe: Mutex<ChildStdin>,
+    /// Never written: it stays open for as long as this process lives.
+    _alive: ChildStdin,
+    registry: std::fs::File,
+    /// Which slots of the registry are taken.
+    taken: Mutex<Vec<bool>>,
 }
 
+/// Bytes per registry slot: an entry (a process group, or `p`), padded with spaces, and a newline.
+const SLOT: usize = 16;
+
 /// `$1` is this process's watch token: at the end, if anything was still registered (groups, or
-/// `p<n>`: a job being started), every process whose environment carries the token goes too (a
-/// job started a moment before its group was registered, or a subprocess that left its group).
-/// A process that ended normally has nothing registered, and costs no sweep.
+/// `p`: a job being started), every process whose environment carries the token goes too (a job
+/// started a moment before its group was registered, or a subprocess that left its group). A
+/// process that ended normally has nothing registered, and costs no sweep.
 const WATCHDOG_SCRIPT: &str = r#"trap '' INT TERM HUP
-set=' '
-while read -r op pg; do
-  case $op in
-    +) set="$set$pg " ;;
-    -) case $set in *" $pg "*) set="${set%%" $pg "*} ${set#*" $pg "}" ;; esac ;;
+while read -r _; do :; done
+registered=
+while read -r pg; do
+  case $pg in
+    '') ;;
+    p) registered=1 ;;
+    *) registered=1; kill -9 "-$pg" 2>/dev/null ;;
   esac
-done
-for pg in $set; do case $pg in p*) ;; *) kill -9 "-$pg" 2>/dev/null ;; esac; done
-[ "$set" = ' ' ] && exit 0
+done < /proc/self/fd/1
+[ -z "$registered" ] && exit 0
 for d in /proc/[0-9]*; do
   [ "${d#/proc/}" = "$$" ] && continue
   grep -qsxz "DATABUILD_WATCH=$1" "$d/environ" && kill -9 "${d#/proc/}" 2>/dev/null
@@ -440,56 +452,83 @@ fn watchdog() -> Option<&'static Watchdog> {
     static WATCHDOG: OnceLock<Option<Watchdog>> = OnceLock::new();
     WATCHDOG
         .get_or_init(|| {
+            use nix::sys::memfd::{memfd_create, MemFdCreateFlag};
+            let registry = std::fs::File::from(
+                memfd_create(c"databuild-watchdog", MemFdCreateFlag::MFD_CLOEXEC).ok()?,
+            );
             let mut child = Command::new("sh")
                 .args(["-c", WATCHDOG_SCRIPT, "databuild-watchdog", watch_token()])
                 .stdin(Stdio::piped())
-                .stdout(Stdio::null())
+                .stdout(Stdio::from(registry.try_clone().ok()?))
                 .stderr(Stdio::null())
                 .process_group(0) // terminal signals aimed at us do not reach it
                 .spawn()
                 .ok()?;
-            let pipe = child.stdin.take()?;
+            let alive = child.stdin.take()?;
             // Reaped by nobody until we exit: it must outlive us, and it is one process.
             std::mem::forget(child);
             Some(Watchdog {
-                pipe: Mutex::new(pipe),
+                _alive: alive,
+                registry,
+                taken: Mutex::new(Vec::new()),
             })
         })
         .as_ref()
 }
 
-/// An entry in the watchdog's set for as long as this value lives: a job's process group, or
-/// (`p<n>`) a job about to start, whose group is not known yet.
-struct Guarded(String);
+impl Watchdog {
+    fn take_slot(&self, entry: &str) -> usize {
+        let mut taken = self.taken.lock().unwrap_or_else(|e| e.into_inner());
+        let slot = taken.iter().position(|t| !t).unwrap_or(taken.len());
+        if slot == taken.len() {
+            taken.push(true);
+        } else {
+            taken[slot] = true;
+        }
+        drop(taken);
+        self.write(slot, entry);
+        slot
+    }
+
+    /// One `pwrite`: the watchdog sees the slot's old entry or its new one, never a mix.
+    fn write(&self, slot: usize, entry: &str) {
+        use std::os::unix::fs::FileExt;
+        let mut line = [b' '; SLOT];
+        line[SLOT - 1] = b'\n';
+        line[..entry.len()].copy_from_slice(entry.as_bytes());
+        let _ = self.registry.write_all_at(&line, (slot * SLOT) as u64);
+    }
+
+    fn free_slot(&self, slot: usize) {
+        // Blanked before it is freed: a job taking the slot next must not have its entry erased.
+        self.write(slot, "");
+        self.taken.lock().unwrap_or_else(|e| e.into_inner())[slot] = false;
+    }
+}
+
+/// A job's slot in the watchdog's registry for as long as this value lives: `p` while the job
+/// is being started and its group is not known yet, then its process group.
+struct Guarded(Option<usize>);
 
 impl Guarded {
-    /// Registered before a job starts, so that the watchdog, were this process to die before the
-    /// job's group is registered, still finds something running and sweeps by token.
+    /// Taken before a job starts, so that the watchdog, were this process to die before the job's
+    /// group is registered, still finds something registered and sweeps by token.
     fn starting() -> Guarded {
-        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-        Guarded::new(format!("p{}", NEXT.fetch_add(1, Ordering::Relaxed)))
+        Guarded(watchdog().map(|w| w.take_slot("p")))
     }
 
-    fn group(group: Pid) -> Guarded {
-        Guarded::new(group.to_string())
-    }
-
-    fn new(entry: String) -> Guarded {
-        Guarded::send('+', &entry);
-        Guarded(entry)
-    }
-
-    fn send(op: char, entry: &str) {
-        if let Some(w) = watchdog() {
-            let mut pipe = w.pipe.lock().unwrap_or_else(|e| e.into_inner());
-            let _ = writeln!(pipe, "{op} {entry}");
+    fn started(&self, group: Pid) {
+        if let (Some(w), Some(slot)) = (watchdog(), self.0) {
+            w.write(slot, &group.to_string());
         }
     }
 }
 
 impl Drop for Guarded {
     fn drop(&mut self) {
-        Guarded::send('-', &self.0);
+        if let (Some(w), Some(slot)) = (watchdog(), self.0) {
+            w.free_slot(slot);
+        }
     }
 }
 

@@ -241,6 +241,41 @@ fn failing_jobs_fail_their_runs_with_the_reason() {
     }
 }
 
+/// With every slot busy, the next run is claimed ahead; when a failure stops the build, that
+/// claimed run is released in the log as not started, not left building.
+#[test]
+fn a_run_claimed_ahead_is_released_when_the_build_stops() {
+    let p = failing("sleep 0.3; exit 3", "");
+    let out = p.run(&["--json", "build", "--parallel", "1", "bad/{1,2,3}"]);
+    out.expect_code(1);
+    let runs = p.run(&["--json", "jobs", "bad"]).json();
+    let mut seen: Vec<(String, String)> = runs["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            let message = r["message"].as_str().unwrap_or_default();
+            let message = message.split(':').next().unwrap_or_default();
+            (r["status"].as_str().unwrap().to_string(), message.to_string())
+        })
+        .collect();
+    seen.sort();
+    assert_eq!(
+        seen,
+        [
+            ("cancelled".to_string(), "not run".to_string()),
+            ("cancelled".to_string(), "not started".to_string()),
+            ("failed".to_string(), "the job ended with exit status 3".to_string()),
+        ],
+        "{runs}"
+    );
+    let statuses = p.run(&["--json", "status", "bad/1", "bad/2", "bad/3"]).json();
+    for s in statuses.as_array().unwrap() {
+        assert_ne!(s["status"], "building", "{statuses}");
+    }
+    p.run(&["check-log"]).expect_code(0);
+}
+
 #[test]
 fn keep_going_builds_what_does_not_depend_on_the_failure() {
     let p = failing("exit 1", "");

@@ -109,6 +109,8 @@ impl Observer for Quiet {
 enum State {
     Waiting,
     Ready,
+    /// Claimed in the log, waiting for a slot (see `Scheduler::staged`).
+    Staged,
     Running,
     Done,
     Failed,
@@ -437,8 +439,12 @@ struct Scheduler<'e> {
     ready: VecDeque<usize>,
     /// Runs held back by their job's `concurrency`, by job index.
     held: FxHashMap<usize, VecDeque<usize>>,
+    /// Runs claimed or running, by job index (what `concurrency` caps).
     running_per_job: FxHashMap<usize, u32>,
     running: usize,
+    /// A run claimed while every slot is busy: the slot that frees first starts it at once,
+    /// instead of waiting for a claim (a log write) between one job's end and the next's start.
+    staged: VecDeque<usize>,
     open_waits: usize,
     /// Set after a failure without `--keep-going`: no new runs start.
     stopped: Option<String>,
@@ -487,6 +493,7 @@ impl<'e> Scheduler<'e> {
             held: FxHashMap::default(),
             running_per_job: FxHashMap::default(),
             running: 0,
+            staged: VecDeque::new(),
             open_waits: 0,
             stopped: None,
             cancelled: false,
@@ -718,7 +725,8 @@ impl<'e> Scheduler<'e> {
             }
             self.start_ready(scope, observer)?;
             // Once stopped, only running runs are waited for.
-            let nothing_left = self.open_waits == 0 && self.ready.is_empty();
+            let nothing_left =
+                self.open_waits == 0 && self.ready.is_empty() && self.staged.is_empty();
             if self.running == 0 && (nothing_left || self.stopped.is_some()) {
                 break;
             }
@@ -752,15 +760,42 @@ impl<'e> Scheduler<'e> {
         }
     }
 
+    /// Starts runs while slots are free, then claims one more to start the moment a slot frees.
     fn start_ready<'s>(
         &mut self,
         scope: &'s thread::Scope<'s, 'e>,
         observer: &mut dyn Observer,
     ) -> Result<()> {
-        while self.running < self.options.parallel.max(1) && self.stopped.is_none() {
-            let Some(node) = self.ready.pop_front() else {
-                break;
+        if let Some(reason) = self.stopped.clone() {
+            while let Some(node) = self.staged.pop_front() {
+                self.unstage(node, &reason)?;
+            }
+            return Ok(());
+        }
+        let slots = self.options.parallel.max(1);
+        loop {
+            let slot_free = self.running < slots;
+            if slot_free {
+                if let Some(node) = self.staged.pop_front() {
+                    self.start_run(scope, node, observer);
+                    continue;
+                }
+            } else if !self.staged.is_empty() {
+                return Ok(());
+            }
+            let Some(node) = self.next_ready() else {
+                return Ok(());
             };
+            if self.claim(scope, node)? {
+                self.staged.push_back(node);
+                self.nodes[node].state = State::Staged;
+            }
+        }
+    }
+
+    /// The next ready run its job's `concurrency` lets start; others are held.
+    fn next_ready(&mut self) -> Option<usize> {
+        while let Some(node) = self.ready.pop_front() {
             let job_index = self.nodes[node].run.job_index;
             let cap = self.engine.graph.jobs[job_index].concurrency;
             let running = self.running_per_job.get(&job_index).copied().unwrap_or(0);
@@ -768,25 +803,45 @@ impl<'e> Scheduler<'e> {
                 self.held.entry(job_index).or_default().push_back(node);
                 continue;
             }
-            self.launch(scope, node, observer)?;
+            return Some(node);
+        }
+        None
+    }
+
+    /// A staged run the build will not start after all (it stopped): released in the log.
+    fn unstage(&mut self, index: usize, reason: &str) -> Result<()> {
+        let job_index = self.nodes[index].run.job_index;
+        if let Some(c) = self.running_per_job.get_mut(&job_index) {
+            *c -= 1;
+        }
+        self.end_run(
+            index,
+            Status::Cancelled,
+            &format!("not started: {reason}"),
+            None,
+            None,
+        )?;
+        self.nodes[index].state = State::Cancelled;
+        let reason = format!("`{}` was not started", self.nodes[index].run.outputs[0]);
+        for d in self.nodes[index].dependents.clone() {
+            self.cancel_downstream(d, &reason)?;
         }
         Ok(())
     }
 
-    /// Claims the node's outputs in the log and starts its process; or, if another build made or
-    /// is making them meanwhile, relies on that build instead.
-    fn launch<'s>(
-        &mut self,
-        scope: &'s thread::Scope<'s, 'e>,
-        index: usize,
-        observer: &mut dyn Observer,
-    ) -> Result<()> {
-        let engine = self.engine;
-        let job = &engine.graph.jobs[self.nodes[index].run.job_index];
-        let log_path = engine
+    fn log_path(&self, index: usize) -> PathBuf {
+        self.engine
             .graph_dir
             .join(".databuild/logs")
-            .join(format!("{}.log", self.nodes[index].id));
+            .join(format!("{}.log", self.nodes[index].id))
+    }
+
+    /// Claims the node's outputs in the log: `true` when claimed; `false` when another build made
+    /// or is making them meanwhile, and this build relies on that build instead.
+    fn claim<'s>(&mut self, scope: &'s thread::Scope<'s, 'e>, index: usize) -> Result<bool> {
+        let engine = self.engine;
+        let job = &engine.graph.jobs[self.nodes[index].run.job_index];
+        let log_path = self.log_path(index);
         // Check, then claim with compare-and-swap on what was seen: if the partitions changed in
         // between, the log refuses the claim and we look again.
         let mut attempts = 0;
@@ -812,7 +867,7 @@ impl<'e> Scheduler<'e> {
                     if p.status == Status::Building
                         && p.build_request_id.as_deref() != Some(&self.id)
                     {
-                        return self.lost_claim(scope, index);
+                        return self.lost_claim(scope, index).map(|()| false);
                     }
                     if p.status == Status::Available
                         && p.build_request_id.as_deref() != Some(&self.id)
@@ -826,7 +881,7 @@ impl<'e> Scheduler<'e> {
             if let Some(known) = known {
                 seen = known;
             } else if made_by_others == seen.len() {
-                return self.adopt(index);
+                return self.adopt(index).map(|()| false);
             }
             let node = &mut self.nodes[index];
             node.input_versions = node
@@ -879,19 +934,33 @@ impl<'e> Scheduler<'e> {
                 unreachable!("matched above")
             };
             if reason.contains("already being built") {
-                return self.lost_claim(scope, index);
+                return self.lost_claim(scope, index).map(|()| false);
             }
             if !(reason.contains("changed since it was checked") && attempts < 5) {
                 return Err(refusal.into());
             }
         }
+        *self
+            .running_per_job
+            .entry(self.nodes[index].run.job_index)
+            .or_default() += 1;
+        Ok(true)
+    }
+
+    /// Starts a claimed run's process.
+    fn start_run<'s>(
+        &mut self,
+        scope: &'s thread::Scope<'s, 'e>,
+        index: usize,
+        observer: &mut dyn Observer,
+    ) {
+        let log_path = self.log_path(index);
         let node = &mut self.nodes[index];
         node.state = State::Running;
         node.started = Some(Instant::now());
-        *self.running_per_job.entry(node.run.job_index).or_default() += 1;
         self.running += 1;
         observer.on(Progress::Started {
-            job: &job.name,
+            job: &self.engine.graph.jobs[node.run.job_index].name,
             outputs: &node.run.outputs,
         });
         let cancel = node.cancel.clone();
@@ -917,7 +986,6 @@ impl<'e> Scheduler<'e> {
                 report,
             });
         });
-        Ok(())
     }
 
     fn spec(&self, index: usize, log_path: PathBuf) -> RunSpec {

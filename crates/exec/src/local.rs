@@ -116,10 +116,9 @@ fn mtime(path: &Path) -> Option<SystemTime> {
 
 impl Executor for LocalExecutor {
     fn run(&self, spec: &RunSpec, cancel: &AtomicBool, _started: &dyn Fn(&str)) -> RunOutcome {
-        match run_process(spec, cancel) {
-            Ok(outcome) => outcome,
-            Err(message) => RunOutcome::failed(message, None),
-        }
+        Process::start(spec)
+            .and_then(|process| process.follow(spec, cancel))
+            .unwrap_or_else(|message| RunOutcome::failed(message, None))
     }
 }
 
@@ -180,30 +179,16 @@ impl LogSink {
         }
     }
 
-    /// Waits up to `wait` for output and copies what is there; `false` once the pipe is closed.
-    fn copy_ready(
-        &mut self,
-        pipe: &mut std::io::PipeReader,
-        wait: Duration,
-    ) -> Result<bool, String> {
-        use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
-        use std::os::fd::AsFd;
-        let timeout = PollTimeout::try_from(wait).unwrap_or(PollTimeout::MAX);
-        let mut fds = [PollFd::new(pipe.as_fd(), PollFlags::POLLIN)];
-        match poll(&mut fds, timeout) {
-            Ok(0) => return Ok(true),
-            Ok(_) => {}
-            Err(nix::errno::Errno::EINTR) => return Ok(true),
-            Err(e) => return Err(format!("cannot read the job's output: {e}")),
+    /// Copies what the pipe holds; `false` once it is closed.
+    fn copy(&mut self, pipe: &mut std::io::PipeReader) -> bool {
+        match pipe.read(&mut self.buf) {
+            Ok(0) => false,
+            Ok(n) => {
+                self.write(n);
+                true
+            }
+            Err(e) => e.kind() == std::io::ErrorKind::Interrupted,
         }
-        let n = match pipe.read(&mut self.buf) {
-            Ok(0) => return Ok(false),
-            Ok(n) => n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => return Ok(true),
-            Err(_) => return Ok(false),
-        };
-        self.write(n);
-        Ok(true)
     }
 
     fn write(&mut self, n: usize) {
@@ -230,137 +215,218 @@ impl LogSink {
     }
 }
 
-fn run_process(spec: &RunSpec, cancel: &AtomicBool) -> Result<RunOutcome, String> {
-    if let Some(parent) = spec.log_path.parent() {
-        std::fs::create_dir_all(parent)
-            .map_err(|e| format!("cannot create the log folder `{}`: {e}", parent.display()))?;
+/// A started job process, until it is followed to its end.
+struct Process {
+    child: std::process::Child,
+    group: Pid,
+    /// Its entry in the watchdog's registry, kept until its group is killed at the end.
+    _guarded: Guarded,
+    pipe: std::io::PipeReader,
+    pidfd: Option<std::os::fd::OwnedFd>,
+    /// Its outputs' modification times before it started.
+    before: Vec<Option<SystemTime>>,
+    start: Instant,
+}
+
+impl Process {
+    fn start(spec: &RunSpec) -> Result<Process, String> {
+        if let Some(parent) = spec.log_path.parent() {
+            std::fs::create_dir_all(parent)
+                .map_err(|e| format!("cannot create the log folder `{}`: {e}", parent.display()))?;
+        }
+        std::fs::create_dir_all(&spec.data_dir).map_err(|e| {
+            format!(
+                "cannot create the data dir `{}`: {e}",
+                spec.data_dir.display()
+            )
+        })?;
+        let before = output_times(spec);
+        let (reader, writer) = std::io::pipe().map_err(|e| format!("cannot create a pipe: {e}"))?;
+        let writer_err = writer
+            .try_clone()
+            .map_err(|e| format!("cannot create a pipe: {e}"))?;
+        let program = resolve_program(&spec.command[0], &spec.graph_dir).ok_or_else(|| {
+            format!(
+                "cannot start `{}`: no such program (the command of job `{}`, run from `{}`)",
+                spec.command[0],
+                spec.job,
+                spec.graph_dir.display()
+            )
+        })?;
+        let mut cmd = Command::new(&program);
+        cmd.args(&spec.command[1..])
+            .args(&spec.args)
+            .current_dir(&spec.graph_dir)
+            .envs(environment(spec))
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(writer))
+            .stderr(Stdio::from(writer_err))
+            .process_group(0);
+        let start = Instant::now();
+        let guarded = Guarded::starting();
+        let child = cmd.spawn().map_err(|e| {
+            format!(
+                "cannot start `{}`: {e} (the command of job `{}`, run from `{}`)",
+                spec.command[0],
+                spec.job,
+                spec.graph_dir.display()
+            )
+        })?;
+        // The parent's copies of the pipe's write end went into `cmd`; drop them so the log writer
+        // sees end-of-file when the job exits.
+        drop(cmd);
+        let group = Pid::from_raw(child.id() as i32);
+        guarded.started(group);
+        let pidfd = rustix::process::pidfd_open(
+            rustix::process::Pid::from_child(&child),
+            rustix::process::PidfdFlags::empty(),
+        )
+        .ok();
+        Ok(Process {
+            child,
+            group,
+            _guarded: guarded,
+            pipe: reader,
+            pidfd,
+            before,
+            start,
+        })
     }
-    std::fs::create_dir_all(&spec.data_dir).map_err(|e| {
-        format!(
-            "cannot create the data dir `{}`: {e}",
-            spec.data_dir.display()
-        )
-    })?;
-    let before = output_times(spec);
-    let (reader, writer) = std::io::pipe().map_err(|e| format!("cannot create a pipe: {e}"))?;
-    let writer_err = writer
-        .try_clone()
-        .map_err(|e| format!("cannot create a pipe: {e}"))?;
-    let program = resolve_program(&spec.command[0], &spec.graph_dir).ok_or_else(|| {
-        format!(
-            "cannot start `{}`: no such program (the command of job `{}`, run from `{}`)",
-            spec.command[0],
-            spec.job,
-            spec.graph_dir.display()
-        )
-    })?;
-    let mut cmd = Command::new(&program);
-    cmd.args(&spec.command[1..])
-        .args(&spec.args)
-        .current_dir(&spec.graph_dir)
-        .envs(environment(spec))
-        .stdin(Stdio::null())
-        .stdout(Stdio::from(writer))
-        .stderr(Stdio::from(writer_err))
-        .process_group(0);
-    let start = Instant::now();
-    let guarded = Guarded::starting();
-    let mut child = cmd.spawn().map_err(|e| {
-        format!(
-            "cannot start `{}`: {e} (the command of job `{}`, run from `{}`)",
-            spec.command[0],
-            spec.job,
-            spec.graph_dir.display()
-        )
-    })?;
-    // The parent's copies of the pipe's write end went into `cmd`; drop them so the log writer
-    // sees end-of-file when the job exits.
-    drop(cmd);
-    let group = Pid::from_raw(child.id() as i32);
-    guarded.started(group);
-    let mut log = LogSink::new(spec.log_path.clone(), spec.log_limit);
-    let mut pipe = Some(reader);
-    let mut stop_reason: Option<RunOutcome> = None;
-    let mut term_sent: Option<Instant> = None;
-    // One thread follows the job: its output (copied into the log as it comes), its exit, and
-    // the reasons to stop it. Waking on output or exit, not on a timer, keeps short jobs short.
-    let status = loop {
-        match &mut pipe {
-            Some(p) => {
-                if !log.copy_ready(p, POLL)? {
-                    pipe = None; // every writer closed it: the job is ending
+
+    /// Follows the job to its end: its output (copied into the log as it comes), its exit, and the
+    /// reasons to stop it. It sleeps in one `poll` on the log pipe and a pidfd of the job, so it
+    /// wakes once when the job ends, not on a timer or a process-wide SIGCHLD.
+    fn follow(self, spec: &RunSpec, cancel: &AtomicBool) -> Result<RunOutcome, String> {
+        let Process {
+            mut child,
+            group,
+            _guarded,
+            pipe,
+            pidfd,
+            before,
+            start,
+        } = self;
+        let mut log = LogSink::new(spec.log_path.clone(), spec.log_limit);
+        let mut pipe = Some(pipe);
+        let mut stop_reason: Option<RunOutcome> = None;
+        let mut term_sent: Option<Instant> = None;
+        let status = loop {
+            let ready = if pidfd.is_none() && pipe.is_none() {
+                // No pidfd (a kernel before 5.3) and the pipe closed: wait for the exit itself.
+                match child
+                    .wait_timeout(POLL)
+                    .map_err(|e| format!("waiting for the job failed: {e}"))?
+                {
+                    Some(status) => break status,
+                    None => Ready::default(),
+                }
+            } else {
+                wait_ready(pipe.as_ref(), pidfd.as_ref(), POLL)?
+            };
+            if ready.output {
+                if let Some(p) = &mut pipe {
+                    if !log.copy(p) {
+                        pipe = None; // every writer closed it: the job is ending
+                    }
                 }
             }
-            None => {
+            if ready.exited {
                 if let Some(status) = child
-                    .wait_timeout(POLL)
+                    .try_wait()
                     .map_err(|e| format!("waiting for the job failed: {e}"))?
                 {
                     break status;
                 }
             }
-        }
-        if pipe.is_some() {
-            if let Some(status) = child
-                .try_wait()
-                .map_err(|e| format!("waiting for the job failed: {e}"))?
-            {
-                break status;
-            }
-        }
-        if stop_reason.is_none() {
-            if cancel.load(Ordering::SeqCst) {
-                stop_reason = Some(RunOutcome::Cancelled);
-            } else if log.flooded {
-                stop_reason = Some(RunOutcome::failed(
-                    format!(
+            if stop_reason.is_none() {
+                if cancel.load(Ordering::SeqCst) {
+                    stop_reason = Some(RunOutcome::Cancelled);
+                } else if log.flooded {
+                    stop_reason = Some(RunOutcome::failed(
+                        format!(
                         "the job wrote more than {} of log; it was stopped and its log truncated",
                         bytes(spec.log_limit)
                     ),
-                    None,
-                ));
-            } else if let Some(limit) = spec.timeout.filter(|t| start.elapsed() > *t) {
-                stop_reason = Some(RunOutcome::failed(
-                    format!("timed out after {}; the job was stopped", humanize(&limit)),
-                    None,
-                ));
+                        None,
+                    ));
+                } else if let Some(limit) = spec.timeout.filter(|t| start.elapsed() > *t) {
+                    stop_reason = Some(RunOutcome::failed(
+                        format!("timed out after {}; the job was stopped", humanize(&limit)),
+                        None,
+                    ));
+                }
+                if stop_reason.is_some() {
+                    let _ = killpg(group, Signal::SIGTERM);
+                    term_sent = Some(Instant::now());
+                }
+            } else if term_sent.is_some_and(|t| t.elapsed() > GRACE) {
+                let _ = killpg(group, Signal::SIGKILL);
             }
-            if stop_reason.is_some() {
-                let _ = killpg(group, Signal::SIGTERM);
-                term_sent = Some(Instant::now());
+        };
+        // Anything the job left behind in its group goes with it, so the log pipe closes; what is
+        // still in the pipe goes into the log.
+        let _ = killpg(group, Signal::SIGKILL);
+        if let Some(mut p) = pipe {
+            while wait_ready(Some(&p), None, Duration::from_secs(1))?.output && log.copy(&mut p) {}
+        }
+        if let Some(outcome) = stop_reason {
+            return Ok(outcome);
+        }
+        if !status.success() {
+            let missing_deps = missing_deps(&spec.log_path);
+            let mut message = format!("the job ended with {}", describe_status(&status));
+            if status.signal().is_some() {
+                message = format!("the job was {}", describe_status(&status));
             }
-        } else if term_sent.is_some_and(|t| t.elapsed() > GRACE) {
-            let _ = killpg(group, Signal::SIGKILL);
+            if !missing_deps.is_empty() {
+                message = format!(
+                    "the job reported missing inputs: {}",
+                    missing_deps.join(", ")
+                );
+            }
+            return Ok(RunOutcome::Failed {
+                message,
+                exit_code: status.code(),
+                missing_deps,
+            });
         }
-    };
-    // Anything the job left behind in its group goes with it, so the log pipe closes; what is
-    // still in the pipe goes into the log.
-    let _ = killpg(group, Signal::SIGKILL);
-    if let Some(mut p) = pipe {
-        while log.copy_ready(&mut p, Duration::from_secs(1))? {}
+        Ok(verify_outputs(spec, &before))
     }
-    if let Some(outcome) = stop_reason {
-        return Ok(outcome);
+}
+
+/// What woke a run's follower.
+#[derive(Default)]
+struct Ready {
+    output: bool,
+    exited: bool,
+}
+
+/// Waits up to `wait` for output on the pipe or the job's exit (its pidfd readable). Without a
+/// pidfd, `exited` is true whenever the wait ends: the caller asks the process.
+fn wait_ready(
+    pipe: Option<&std::io::PipeReader>,
+    pidfd: Option<&std::os::fd::OwnedFd>,
+    wait: Duration,
+) -> Result<Ready, String> {
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    use std::os::fd::AsFd;
+    let timeout = PollTimeout::try_from(wait).unwrap_or(PollTimeout::MAX);
+    let mut fds: Vec<PollFd<'_>> = Vec::with_capacity(2);
+    if let Some(p) = pipe {
+        fds.push(PollFd::new(p.as_fd(), PollFlags::POLLIN));
     }
-    if !status.success() {
-        let missing_deps = missing_deps(&spec.log_path);
-        let mut message = format!("the job ended with {}", describe_status(&status));
-        if status.signal().is_some() {
-            message = format!("the job was {}", describe_status(&status));
-        }
-        if !missing_deps.is_empty() {
-            message = format!(
-                "the job reported missing inputs: {}",
-                missing_deps.join(", ")
-            );
-        }
-        return Ok(RunOutcome::Failed {
-            message,
-            exit_code: status.code(),
-            missing_deps,
-        });
+    if let Some(fd) = pidfd {
+        fds.push(PollFd::new(fd.as_fd(), PollFlags::POLLIN));
     }
-    Ok(verify_outputs(spec, &before))
+    match poll(&mut fds, timeout) {
+        Ok(_) | Err(nix::errno::Errno::EINTR) => {}
+        Err(e) => return Err(format!("cannot follow the job: {e}")),
+    }
+    let fired = |fd: &PollFd<'_>| fd.revents().is_some_and(|r| !r.is_empty());
+    Ok(Ready {
+        output: pipe.is_some() && fired(&fds[0]),
+        exited: pidfd.is_none_or(|_| fired(fds.last().expect("the pidfd is polled"))),
+    })
 }
 
 /// The modification times of a run's outputs before it starts.

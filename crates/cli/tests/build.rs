@@ -256,7 +256,10 @@ fn a_run_claimed_ahead_is_released_when_the_build_stops() {
         .map(|r| {
             let message = r["message"].as_str().unwrap_or_default();
             let message = message.split(':').next().unwrap_or_default();
-            (r["status"].as_str().unwrap().to_string(), message.to_string())
+            (
+                r["status"].as_str().unwrap().to_string(),
+                message.to_string(),
+            )
         })
         .collect();
     seen.sort();
@@ -265,11 +268,16 @@ fn a_run_claimed_ahead_is_released_when_the_build_stops() {
         [
             ("cancelled".to_string(), "not run".to_string()),
             ("cancelled".to_string(), "not started".to_string()),
-            ("failed".to_string(), "the job ended with exit status 3".to_string()),
+            (
+                "failed".to_string(),
+                "the job ended with exit status 3".to_string()
+            ),
         ],
         "{runs}"
     );
-    let statuses = p.run(&["--json", "status", "bad/1", "bad/2", "bad/3"]).json();
+    let statuses = p
+        .run(&["--json", "status", "bad/1", "bad/2", "bad/3"])
+        .json();
     for s in statuses.as_array().unwrap() {
         assert_ne!(s["status"], "building", "{statuses}");
     }

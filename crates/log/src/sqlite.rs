@@ -55,6 +55,75 @@ pub struct SqliteStore {
     path: PathBuf,
     writer: Mutex<Writer>,
     readers: Mutex<Vec<Connection>>,
+    checkpointer: Option<Checkpointer>,
+}
+
+/// How often the checkpointer looks for new writes to copy from the WAL into the database.
+const CHECKPOINT_EVERY: Duration = Duration::from_millis(250);
+
+/// WAL pages past which the writer checkpoints by itself: a backstop, should the checkpointer
+/// fall behind (SQLite's default, 1,000 pages, is what the checkpointer replaces).
+const WRITER_CHECKPOINT_PAGES: i64 = 16 * 1024;
+
+/// Copies the WAL into the database on a thread of its own. A checkpoint syncs the WAL and the
+/// database to disk, milliseconds each on a busy disk. Left to SQLite, it runs inside whichever
+/// commit crosses 1,000 WAL pages, and whoever appends waits: in a build, the scheduler, while a
+/// slot stays idle (0.5 s over a 2,700-job build, measured with `strace -T`).
+struct Checkpointer {
+    /// Raised by every write, lowered by the checkpoint that follows it.
+    written: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    /// Dropped to stop the thread.
+    stop: Option<std::sync::mpsc::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Checkpointer {
+    fn start(path: &Path) -> Option<Checkpointer> {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let conn = Connection::open_with_flags(
+            path,
+            OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )
+        .ok()?;
+        let written = std::sync::Arc::new(AtomicBool::new(false));
+        let (stop, stopped) = std::sync::mpsc::channel::<()>();
+        let seen = written.clone();
+        let thread = std::thread::Builder::new()
+            .name("databuild-checkpoint".to_string())
+            .spawn(move || {
+                // Woken by the clock, not by each write: a wake-up per commit would cost the
+                // writer more than the checkpoint saves it.
+                while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
+                    stopped.recv_timeout(CHECKPOINT_EVERY)
+                {
+                    if seen.swap(false, Ordering::Relaxed) {
+                        // PASSIVE never waits for the writer or readers; what it cannot copy
+                        // now, the next round does.
+                        let _ = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()));
+                    }
+                }
+            })
+            .ok()?;
+        Some(Checkpointer {
+            written,
+            stop: Some(stop),
+            thread: Some(thread),
+        })
+    }
+
+    fn note_write(&self) {
+        self.written
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+impl Drop for Checkpointer {
+    fn drop(&mut self) {
+        drop(self.stop.take());
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
 }
 
 /// The writing connection and what it remembers of entity states between batches.
@@ -98,17 +167,37 @@ impl SqliteStore {
                 data_version: None,
             }),
             readers: Mutex::new(Vec::new()),
+            checkpointer: None,
         };
         // Two processes creating the same log at once can meet in the journal-mode switch, where
         // SQLite answers "busy" without waiting: retry for as long as any lock wait would last.
         let deadline = Instant::now() + BUSY_TIMEOUT;
-        loop {
+        let mut store = loop {
             match store.prepare_schema() {
                 Err(LogError::Locked { .. }) if Instant::now() < deadline => {
                     std::thread::sleep(Duration::from_millis(25));
                 }
-                other => break other.map(|()| store),
+                other => break other.map(|()| store)?,
             }
+        };
+        // Without a checkpointer thread, the writer keeps SQLite's own checkpoints.
+        if let Some(checkpointer) = Checkpointer::start(path) {
+            store
+                .writer
+                .get_mut()
+                .expect("writer lock")
+                .conn
+                .pragma_update(None, "wal_autocheckpoint", WRITER_CHECKPOINT_PAGES)
+                .map_err(storage)?;
+            store.checkpointer = Some(checkpointer);
+        }
+        Ok(store)
+    }
+
+    /// Tells the checkpointer there is something to copy.
+    fn written(&self) {
+        if let Some(c) = &self.checkpointer {
+            c.note_write();
         }
     }
 
@@ -714,6 +803,7 @@ impl EventStore for SqliteStore {
         match result {
             Ok(()) => {
                 writer.data_version = Some(version);
+                self.written();
                 Ok(events)
             }
             Err(e) => {
@@ -1079,6 +1169,7 @@ impl EventStore for SqliteStore {
                 params![owner, crate::event::now_ns()],
             )
             .map_err(|e| self.classify(e))?;
+        self.written();
         Ok(())
     }
 
@@ -1093,5 +1184,44 @@ impl EventStore for SqliteStore {
 
     fn location(&self) -> String {
         format!("sqlite:{}", self.path.display())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The checkpointer copies the WAL into the database file on its own, well before the
+    /// writer's backstop (`WRITER_CHECKPOINT_PAGES`) would.
+    #[test]
+    fn the_checkpointer_copies_writes_into_the_database_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("events.db");
+        let store = SqliteStore::open(&path).unwrap();
+        let size = || std::fs::metadata(&path).unwrap().len();
+        let before = size();
+        for b in 0..20 {
+            let br = format!("br-{b}");
+            let mut events = vec![Event::build_request(&br, Status::Received)];
+            for p in 0..100 {
+                events.push(Event::partition(
+                    Some(&br),
+                    &format!("p/{b}/{p}"),
+                    Status::Requested,
+                ));
+            }
+            store.append(events).unwrap();
+        }
+        let wal = std::fs::metadata(path.with_extension("db-wal"))
+            .unwrap()
+            .len();
+        assert!(wal > 100 * 4096, "the writes went to the WAL ({wal} bytes)");
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while size() <= before {
+            assert!(Instant::now() < deadline, "nothing was checkpointed");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        drop(store);
+        assert_eq!(SqliteStore::open(&path).unwrap().last_idx().unwrap(), 2020);
     }
 }

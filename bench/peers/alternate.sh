@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Alternates `make -j2` and `databuild build --parallel 2` on the ~2.7k-job peer workload, one of
+# each per round, and prints each round's times and ratio, then the medians. Alternating keeps the
+# machine's drift (±15% over minutes here) out of the comparison.
+#
+#   bench/peers/alternate.sh [ROUNDS] [DATABUILD_BINARY...]
+#
+# With several binaries (say, two commits' builds), each runs once per round after make.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+rounds=${1:-10}
+shift || true
+if [ $# -eq 0 ]; then
+  cargo build --release -q -p databuild
+  set -- "$PWD/target/release/databuild"
+fi
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+python3 bench/peers/generate.py "$work" 120 10 >/dev/null
+cd "$work"
+seconds() { local s; s=$(date +%s.%N); "$@" >/dev/null 2>&1; echo "$(date +%s.%N) - $s" | bc; }
+clean() { rm -rf data/reviews data/categorized data/summary data/weekly .databuild; }
+for _ in $(seq "$rounds"); do
+  clean
+  m=$(seconds make -s -j2)
+  line=$(printf 'make %.2f s' "$m")
+  for b in "$@"; do
+    clean
+    t=$(seconds "$b" build --parallel 2 $(cat targets.txt))
+    line="$line | $(basename "$b") $(printf '%.2f s (%.2f×)' "$t" "$(echo "$t / $m" | bc -l)")"
+    echo "$b $t $m" >> times
+  done
+  echo "$line"
+done
+python3 - <<'PY'
+import statistics
+rows = [l.split() for l in open("times")]
+for b in dict.fromkeys(r[0] for r in rows):
+    t = [float(r[1]) for r in rows if r[0] == b]
+    m = [float(r[2]) for r in rows if r[0] == b]
+    ratios = sorted(x / y for x, y in zip(t, m))
+    print(f"{b}: median {statistics.median(t):.2f} s vs make {statistics.median(m):.2f} s = "
+          f"{statistics.median(t) / statistics.median(m):.2f}×; per-round ratios "
+          f"{ratios[0]:.2f}–{ratios[-1]:.2f}× (median {statistics.median(ratios):.2f}×)")
+PY

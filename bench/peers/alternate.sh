@@ -5,7 +5,9 @@
 #
 #   bench/peers/alternate.sh [ROUNDS] [DATABUILD_BINARY...]
 #
-# With several binaries (say, two commits' builds), each runs once per round after make.
+# With several binaries (say, two commits' builds), each runs once per round after make. Run such
+# a comparison a second time with the binaries swapped: the position in a round matters here (the
+# build before it may still be writing its log back to disk).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 rounds=${1:-10}

@@ -391,13 +391,24 @@ fn reopening_keeps_everything() {
     );
 }
 
-fn rusqlite_touch(path: &std::path::Path) {
-    let out = std::process::Command::new("python3")
-        .args(["-c", "import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); c.execute('create table t (x)'); c.commit()"])
+/// Runs `sql` on the log file from another process (Python's sqlite3), as a user or another tool
+/// would.
+fn sqlite_exec(path: &std::path::Path, sql: &str) {
+    let ok = std::process::Command::new("python3")
+        .args([
+            "-c",
+            "import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); c.executescript(sys.argv[2]); c.commit()",
+        ])
         .arg(path)
+        .arg(sql)
         .status()
-        .unwrap();
-    assert!(out.success());
+        .unwrap()
+        .success();
+    assert!(ok, "{sql}");
+}
+
+fn rusqlite_touch(path: &std::path::Path) {
+    sqlite_exec(path, "create table t (x)");
 }
 
 fn set_schema_version(path: &std::path::Path, v: i64) {
@@ -478,13 +489,14 @@ fn a_version_1_log_is_upgraded_in_place_and_keeps_its_events() {
     store.append(build_events("b1", "r1", "a/1")).unwrap();
     drop(store);
     // Make it what version 1 wrote: no alias index, schema version 1.
-    let ok = std::process::Command::new("python3")
-        .args(["-c", "import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); c.execute('drop index events_of_alias'); c.execute('drop table wants'); c.execute('drop index events_of_wants'); c.execute('drop table job_counts'); c.execute('drop trigger job_runs_counted_on_insert'); c.execute('drop trigger job_runs_counted_on_update'); c.execute('drop table partition_counts'); c.execute('drop trigger partitions_counted_on_insert'); c.execute('drop trigger partitions_counted_on_update'); c.execute('update meta set value = 1 where key = \"schema_version\"'); c.commit()"])
-        .arg(&path)
-        .status()
-        .unwrap()
-        .success();
-    assert!(ok);
+    sqlite_exec(
+        &path,
+        "drop index events_of_alias; drop table wants; drop index events_of_wants;
+         drop table job_counts; drop trigger job_runs_counted_on_insert;
+         drop trigger job_runs_counted_on_update; drop table partition_counts;
+         drop trigger partitions_counted_on_insert; drop trigger partitions_counted_on_update;
+         update meta set value = 1 where key = 'schema_version';",
+    );
     let store = SqliteStore::open(&path).unwrap();
     let v = store
         .sql(
@@ -612,13 +624,10 @@ fn the_check_recounts_the_count_projections() {
     let path = dir.path().join("events.db");
     let store = SqliteStore::open(&path).unwrap();
     store.append(build_events("b1", "r1", "a/1")).unwrap();
-    let ok = std::process::Command::new("python3")
-        .args(["-c", "import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); c.execute('update job_counts set n = 5'); c.execute('delete from partition_counts'); c.commit()"])
-        .arg(&path)
-        .status()
-        .unwrap()
-        .success();
-    assert!(ok);
+    sqlite_exec(
+        &path,
+        "update job_counts set n = 5; delete from partition_counts;",
+    );
     let problems = check_store(&store).unwrap().problems;
     assert!(
         problems

@@ -55,7 +55,8 @@ pub struct SqliteStore {
     path: PathBuf,
     writer: Mutex<Writer>,
     readers: Mutex<Vec<Connection>>,
-    checkpointer: Option<Checkpointer>,
+    /// Started by the first write: a store only read from needs none.
+    checkpointer: std::sync::OnceLock<Option<Checkpointer>>,
 }
 
 /// How often the checkpointer looks for new writes to copy from the WAL into the database.
@@ -110,11 +111,6 @@ impl Checkpointer {
             thread: Some(thread),
         })
     }
-
-    fn note_write(&self) {
-        self.written
-            .store(true, std::sync::atomic::Ordering::Relaxed);
-    }
 }
 
 impl Drop for Checkpointer {
@@ -167,37 +163,37 @@ impl SqliteStore {
                 data_version: None,
             }),
             readers: Mutex::new(Vec::new()),
-            checkpointer: None,
+            checkpointer: std::sync::OnceLock::new(),
         };
         // Two processes creating the same log at once can meet in the journal-mode switch, where
         // SQLite answers "busy" without waiting: retry for as long as any lock wait would last.
         let deadline = Instant::now() + BUSY_TIMEOUT;
-        let mut store = loop {
+        loop {
             match store.prepare_schema() {
                 Err(LogError::Locked { .. }) if Instant::now() < deadline => {
                     std::thread::sleep(Duration::from_millis(25));
                 }
-                other => break other.map(|()| store)?,
+                other => break other.map(|()| store),
             }
-        };
-        // Without a checkpointer thread, the writer keeps SQLite's own checkpoints.
-        if let Some(checkpointer) = Checkpointer::start(path) {
-            store
-                .writer
-                .get_mut()
-                .expect("writer lock")
-                .conn
-                .pragma_update(None, "wal_autocheckpoint", WRITER_CHECKPOINT_PAGES)
-                .map_err(storage)?;
-            store.checkpointer = Some(checkpointer);
         }
-        Ok(store)
+    }
+
+    /// Starts the checkpointer before the first write, and hands it the checkpoints of the
+    /// `writer` connection but for a backstop. Without one, the writer keeps SQLite's own.
+    fn start_checkpointer(&self, writer: &Connection) {
+        self.checkpointer.get_or_init(|| {
+            let checkpointer = Checkpointer::start(&self.path)?;
+            writer
+                .pragma_update(None, "wal_autocheckpoint", WRITER_CHECKPOINT_PAGES)
+                .ok()?;
+            Some(checkpointer)
+        });
     }
 
     /// Tells the checkpointer there is something to copy.
     fn written(&self) {
-        if let Some(c) = &self.checkpointer {
-            c.note_write();
+        if let Some(Some(c)) = self.checkpointer.get() {
+            c.written.store(true, std::sync::atomic::Ordering::Relaxed);
         }
     }
 
@@ -774,6 +770,7 @@ impl EventStore for SqliteStore {
     fn append(&self, mut events: Vec<Event>) -> Result<Vec<Event>> {
         let mut guard = self.writer.lock().expect("writer lock");
         let writer = &mut *guard;
+        self.start_checkpointer(&writer.conn);
         let tx = writer
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
@@ -1161,6 +1158,7 @@ impl EventStore for SqliteStore {
 
     fn heartbeat(&self, owner: &str) -> Result<()> {
         let guard = self.writer.lock().expect("writer lock");
+        self.start_checkpointer(&guard.conn);
         guard
             .conn
             .execute(

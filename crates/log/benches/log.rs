@@ -2,7 +2,8 @@
 //!
 //! `cargo bench -p databuild-log --bench log` (sizes: `LOG_BENCH_EVENTS=1000000,10000000`;
 //! `LOG_BENCH_POSTGRES=URL` for a Postgres log).
-//! Appends whole builds in batches (each build: 100 partitions, 7 events each, 1 in 20 failing),
+//! Appends whole builds in batches (each build: 100 partitions, 7 events each, 1 in 20 failing);
+//! then 30 more builds with each run's 7 events in a commit of its own, as a build writes them;
 //! then times single-partition status lookups and `partitions --status failed --limit 50`.
 
 use std::time::{Duration, Instant};
@@ -10,6 +11,9 @@ use std::time::{Duration, Instant};
 use databuild_log::*;
 
 const PARTITIONS_PER_BUILD: usize = 100;
+
+/// Builds appended one run at a time after the batches, for the rate of small commits.
+const COMMIT_BUILDS: usize = 30;
 
 /// The events of one build request of 100 partitions.
 fn build(b: usize) -> Vec<Event> {
@@ -83,6 +87,23 @@ fn run(target_events: usize) {
     }
     let rate = appended as f64 / append_time.as_secs_f64();
 
+    // A build's pattern: each run's events in a commit of their own (~7 events).
+    let mut commits = 0usize;
+    let mut commit_time = Duration::ZERO;
+    for b in builds..builds + COMMIT_BUILDS {
+        let events = build(b);
+        let (head, rest) = events.split_at(4);
+        store.append(head.to_vec()).unwrap();
+        for chunk in rest.chunks(7) {
+            let start = Instant::now();
+            store.append(chunk.to_vec()).unwrap();
+            commit_time += start.elapsed();
+            commits += 1;
+        }
+    }
+    builds += COMMIT_BUILDS;
+    let commit_rate = commits as f64 / commit_time.as_secs_f64();
+
     let mut lookups = Vec::with_capacity(10_000);
     for i in 0..10_000usize {
         let b = (i * 7919) % builds;
@@ -115,9 +136,10 @@ fn run(target_events: usize) {
             .map(|m| m.len())
             .unwrap_or(0);
     println!(
-        "| {:>10} | {:>9.0} ev/s | {:>7.1} µs / {:>7.1} µs | {:>7.2} ms / {:>7.2} ms | {:>6} MB |",
+        "| {:>10} | {:>9.0} ev/s | {:>7.0} /s | {:>7.1} µs / {:>7.1} µs | {:>7.2} ms / {:>7.2} ms | {:>6} MB |",
         appended,
         rate,
+        commit_rate,
         percentile(&lookups, 0.5).as_secs_f64() * 1e6,
         percentile(&lookups, 0.99).as_secs_f64() * 1e6,
         percentile(&listing, 0.5).as_secs_f64() * 1e3,
@@ -128,8 +150,8 @@ fn run(target_events: usize) {
 
 fn main() {
     let sizes = std::env::var("LOG_BENCH_EVENTS").unwrap_or_else(|_| "1000000".to_string());
-    println!("| events     | append (batched) | status lookup p50 / p99 | failed --limit 50 p50 / p99 | file size |");
-    println!("|-----------:|-----------------:|------------------------:|----------------------------:|----------:|");
+    println!("| events     | append (batched) | commits of one run's events | status lookup p50 / p99 | failed --limit 50 p50 / p99 | file size |");
+    println!("|-----------:|-----------------:|-----------:|------------------------:|----------------------------:|----------:|");
     for n in sizes.split(',') {
         run(n.trim().parse().expect("a number of events"));
     }

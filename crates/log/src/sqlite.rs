@@ -17,6 +17,8 @@ use rusqlite::{
     params, Connection, OpenFlags, OptionalExtension, Transaction, TransactionBehavior,
 };
 
+mod wal_batch;
+
 use crate::cache::{cached, StateCache};
 use crate::event::{Event, EventData, Kind, Status};
 use crate::replay::global_effect;
@@ -133,6 +135,16 @@ struct Writer {
     data_version: Option<i64>,
 }
 
+/// The writing connection: through the VFS that writes each commit's WAL frames at once, when it
+/// could be registered (it always can with the SQLite built in).
+fn open_writer(path: &Path) -> rusqlite::Result<Connection> {
+    if wal_batch::register() {
+        Connection::open_with_flags_and_vfs(path, OpenFlags::default(), wal_batch::NAME)
+    } else {
+        Connection::open(path)
+    }
+}
+
 fn storage(e: rusqlite::Error) -> LogError {
     LogError::Storage(e.to_string())
 }
@@ -153,7 +165,7 @@ impl SqliteStore {
                 )));
             }
         }
-        let conn = Connection::open(path).map_err(|e| open_err(e.to_string()))?;
+        let conn = open_writer(path).map_err(|e| open_err(e.to_string()))?;
         conn.busy_timeout(BUSY_TIMEOUT).map_err(storage)?;
         let store = SqliteStore {
             path: path.to_path_buf(),

@@ -30,7 +30,11 @@ const APPLICATION_ID: i64 = 0x4442_4C47;
 
 /// The schema, as numbered migrations. Version N is reached by applying the first N steps.
 /// Never edit a step that has shipped; add one.
-const MIGRATIONS: &[&str] = &[include_str!("sqlite/v1.sql"), include_str!("sqlite/v2.sql")];
+const MIGRATIONS: &[&str] = &[
+    include_str!("sqlite/v1.sql"),
+    include_str!("sqlite/v2.sql"),
+    include_str!("sqlite/v3.sql"),
+];
 
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
 
@@ -463,7 +467,27 @@ fn insert_event(tx: &Transaction<'_>, e: &Event) -> rusqlite::Result<i64> {
     Ok(tx.last_insert_rowid())
 }
 
-/// Updates the projections for one (already validated) event.
+/// Moves a run from its old status's count to its new one's (`job_counts`).
+fn recount_run(tx: &Transaction<'_>, e: &Event, before: &Current) -> rusqlite::Result<()> {
+    let Some(old) = before.job_run.filter(|old| *old != e.status) else {
+        return Ok(());
+    };
+    // The run's own job, as its row holds it.
+    let job: String = tx
+        .prepare_cached("SELECT job FROM job_runs WHERE job_run_id = ?1")?
+        .query_row([&e.job_run_id], |r| r.get(0))?;
+    tx.prepare_cached("UPDATE job_counts SET n = n - 1 WHERE job = ?1 AND status = ?2")?
+        .execute(params![job, old.as_str()])?;
+    tx.prepare_cached(
+        "INSERT INTO job_counts (job, status, n) VALUES (?1, ?2, 1)
+         ON CONFLICT (job, status) DO UPDATE SET n = n + 1",
+    )?
+    .execute(params![job, e.status.as_str()])?;
+    Ok(())
+}
+
+/// Updates the projections for one (already validated) event, the count projections included
+/// (written here rather than by triggers: see `sqlite/v3.sql`).
 fn project(tx: &Transaction<'_>, e: &Event, before: &Current) -> rusqlite::Result<()> {
     let status = e.status.as_str();
     match e.kind {
@@ -512,6 +536,13 @@ fn project(tx: &Transaction<'_>, e: &Event, before: &Current) -> rusqlite::Resul
                 d.relies_on,
                 d.job_version,
             ])?;
+            tx.prepare_cached(
+                "INSERT INTO job_counts (job, status, n, last_scheduled_at) VALUES (?1, ?2, 1, ?3)
+                 ON CONFLICT (job, status) DO UPDATE SET n = n + 1,
+                    last_scheduled_at = max(coalesce(last_scheduled_at, 0),
+                                            coalesce(excluded.last_scheduled_at, 0))",
+            )?
+            .execute(params![e.job, status, e.timestamp])?;
         }
         Kind::JobRun if e.status == Status::Running => {
             let d = &e.data;
@@ -530,6 +561,7 @@ fn project(tx: &Transaction<'_>, e: &Event, before: &Current) -> rusqlite::Resul
                 to_json(&d.input_versions),
                 d.log_path
             ])?;
+            recount_run(tx, e, before)?;
         }
         Kind::JobRun => {
             tx.prepare_cached(
@@ -544,6 +576,7 @@ fn project(tx: &Transaction<'_>, e: &Event, before: &Current) -> rusqlite::Resul
                 e.data.exit_code,
                 e.message
             ])?;
+            recount_run(tx, e, before)?;
         }
         Kind::Partition => {
             if let Some(br) = &e.build_request_id {
@@ -565,6 +598,14 @@ fn project(tx: &Transaction<'_>, e: &Event, before: &Current) -> rusqlite::Resul
                 ])?;
             }
             if let Some((global, run)) = global_effect(e, before.partition.as_ref()) {
+                if let Some((old, _)) = &before.partition {
+                    tx.prepare_cached(
+                        "UPDATE partition_counts SET n = n - 1 WHERE status = ?2
+                            AND job = (SELECT coalesce(job, '') FROM partitions
+                                       WHERE partition_ref = ?1)",
+                    )?
+                    .execute(params![e.partition_ref, old.as_str()])?;
+                }
                 tx.prepare_cached(
                     "INSERT INTO partitions (partition_ref, status, job_run_id, build_request_id,
                                              job, data_version, message, updated_at)
@@ -589,6 +630,13 @@ fn project(tx: &Transaction<'_>, e: &Event, before: &Current) -> rusqlite::Resul
                     e.message,
                     e.timestamp
                 ])?;
+                tx.prepare_cached(
+                    "INSERT INTO partition_counts (job, status, n)
+                     VALUES ((SELECT coalesce(job, '') FROM partitions WHERE partition_ref = ?1),
+                             ?2, 1)
+                     ON CONFLICT (job, status) DO UPDATE SET n = n + 1",
+                )?
+                .execute(params![e.partition_ref, global.as_str()])?;
             }
         }
         Kind::Want if e.status == Status::Requested => {

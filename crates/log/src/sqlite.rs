@@ -16,6 +16,7 @@ use rusqlite::hooks::{AuthAction, AuthContext, Authorization};
 use rusqlite::{
     params, Connection, OpenFlags, OptionalExtension, Transaction, TransactionBehavior,
 };
+use rustc_hash::FxHashMap;
 
 mod wal_batch;
 
@@ -467,28 +468,85 @@ fn insert_event(tx: &Transaction<'_>, e: &Event) -> rusqlite::Result<i64> {
     Ok(tx.last_insert_rowid())
 }
 
-/// Moves a run from its old status's count to its new one's (`job_counts`).
-fn recount_run(tx: &Transaction<'_>, e: &Event, before: &Current) -> rusqlite::Result<()> {
-    let Some(old) = before.job_run.filter(|old| *old != e.status) else {
-        return Ok(());
-    };
-    // The run's own job, as its row holds it.
-    let job: String = tx
-        .prepare_cached("SELECT job FROM job_runs WHERE job_run_id = ?1")?
-        .query_row([&e.job_run_id], |r| r.get(0))?;
-    tx.prepare_cached("UPDATE job_counts SET n = n - 1 WHERE job = ?1 AND status = ?2")?
-        .execute(params![job, old.as_str()])?;
-    tx.prepare_cached(
-        "INSERT INTO job_counts (job, status, n) VALUES (?1, ?2, 1)
-         ON CONFLICT (job, status) DO UPDATE SET n = n + 1",
-    )?
-    .execute(params![job, e.status.as_str()])?;
+/// What a batch changes in the count projections, written once when the batch ends: a claim moves
+/// a run and a partition between statuses, and a batch of whole runs mostly cancels out.
+#[derive(Default)]
+struct CountChanges {
+    /// Per (job, status): the change in runs, and the latest `scheduled_at` among runs counted in.
+    runs: FxHashMap<(String, Status), (i64, Option<i64>)>,
+    /// Per (job, or `''` for none; status): the change in partitions.
+    partitions: FxHashMap<(String, Status), i64>,
+}
+
+impl CountChanges {
+    fn run(&mut self, job: &str, status: Status, by: i64, scheduled_at: Option<i64>) {
+        let (n, last) = self.runs.entry((job.to_string(), status)).or_default();
+        *n += by;
+        *last = (*last).max(scheduled_at);
+    }
+
+    fn partition(&mut self, job: &str, status: Status, by: i64) {
+        *self
+            .partitions
+            .entry((job.to_string(), status))
+            .or_default() += by;
+    }
+
+    fn write(&self, tx: &Transaction<'_>) -> rusqlite::Result<()> {
+        let mut runs = tx.prepare_cached(
+            "INSERT INTO job_counts (job, status, n, last_scheduled_at) VALUES (?1, ?2, ?3, ?4)
+             ON CONFLICT (job, status) DO UPDATE SET n = n + excluded.n,
+                last_scheduled_at = CASE WHEN excluded.last_scheduled_at IS NULL
+                    THEN last_scheduled_at
+                    ELSE max(coalesce(last_scheduled_at, 0), excluded.last_scheduled_at) END",
+        )?;
+        for ((job, status), (n, last)) in &self.runs {
+            if *n != 0 || last.is_some() {
+                runs.execute(params![job, status.as_str(), n, last])?;
+            }
+        }
+        let mut partitions = tx.prepare_cached(
+            "INSERT INTO partition_counts (job, status, n) VALUES (?1, ?2, ?3)
+             ON CONFLICT (job, status) DO UPDATE SET n = n + excluded.n",
+        )?;
+        for ((job, status), n) in &self.partitions {
+            if *n != 0 {
+                partitions.execute(params![job, status.as_str(), n])?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The job a run's row holds.
+fn job_of_run(tx: &Transaction<'_>, run: Option<&str>) -> rusqlite::Result<String> {
+    tx.prepare_cached("SELECT job FROM job_runs WHERE job_run_id = ?1")?
+        .query_row([run], |r| r.get(0))
+}
+
+/// Moves an updated run from its old status's count to its new one's.
+fn recount_run(
+    tx: &Transaction<'_>,
+    e: &Event,
+    before: &Current,
+    counts: &mut CountChanges,
+) -> rusqlite::Result<()> {
+    if let Some(old) = before.job_run.filter(|old| *old != e.status) {
+        let job = job_of_run(tx, e.job_run_id.as_deref())?;
+        counts.run(&job, old, -1, None);
+        counts.run(&job, e.status, 1, None);
+    }
     Ok(())
 }
 
 /// Updates the projections for one (already validated) event, the count projections included
 /// (written here rather than by triggers: see `sqlite/v3.sql`).
-fn project(tx: &Transaction<'_>, e: &Event, before: &Current) -> rusqlite::Result<()> {
+fn project(
+    tx: &Transaction<'_>,
+    e: &Event,
+    before: &Current,
+    counts: &mut CountChanges,
+) -> rusqlite::Result<()> {
     let status = e.status.as_str();
     match e.kind {
         Kind::BuildRequest if e.status == Status::Received => {
@@ -536,13 +594,13 @@ fn project(tx: &Transaction<'_>, e: &Event, before: &Current) -> rusqlite::Resul
                 d.relies_on,
                 d.job_version,
             ])?;
-            tx.prepare_cached(
-                "INSERT INTO job_counts (job, status, n, last_scheduled_at) VALUES (?1, ?2, 1, ?3)
-                 ON CONFLICT (job, status) DO UPDATE SET n = n + 1,
-                    last_scheduled_at = max(coalesce(last_scheduled_at, 0),
-                                            coalesce(excluded.last_scheduled_at, 0))",
-            )?
-            .execute(params![e.job, status, e.timestamp])?;
+            // `job` is required: the insert above refused an event without one.
+            counts.run(
+                e.job.as_deref().unwrap_or_default(),
+                e.status,
+                1,
+                Some(e.timestamp),
+            );
         }
         Kind::JobRun if e.status == Status::Running => {
             let d = &e.data;
@@ -561,7 +619,7 @@ fn project(tx: &Transaction<'_>, e: &Event, before: &Current) -> rusqlite::Resul
                 to_json(&d.input_versions),
                 d.log_path
             ])?;
-            recount_run(tx, e, before)?;
+            recount_run(tx, e, before, counts)?;
         }
         Kind::JobRun => {
             tx.prepare_cached(
@@ -576,7 +634,7 @@ fn project(tx: &Transaction<'_>, e: &Event, before: &Current) -> rusqlite::Resul
                 e.data.exit_code,
                 e.message
             ])?;
-            recount_run(tx, e, before)?;
+            recount_run(tx, e, before, counts)?;
         }
         Kind::Partition => {
             if let Some(br) = &e.build_request_id {
@@ -598,14 +656,20 @@ fn project(tx: &Transaction<'_>, e: &Event, before: &Current) -> rusqlite::Resul
                 ])?;
             }
             if let Some((global, run)) = global_effect(e, before.partition.as_ref()) {
-                if let Some((old, _)) = &before.partition {
-                    tx.prepare_cached(
-                        "UPDATE partition_counts SET n = n - 1 WHERE status = ?2
-                            AND job = (SELECT coalesce(job, '') FROM partitions
-                                       WHERE partition_ref = ?1)",
-                    )?
-                    .execute(params![e.partition_ref, old.as_str()])?;
-                }
+                // The row's job before and after the upsert below (`coalesce(excluded.job, job)`).
+                let old_job = match &before.partition {
+                    Some((old, _)) => {
+                        let job: String = tx
+                            .prepare_cached(
+                                "SELECT coalesce(job, '') FROM partitions WHERE partition_ref = ?1",
+                            )?
+                            .query_row([&e.partition_ref], |r| r.get(0))?;
+                        counts.partition(&job, *old, -1);
+                        job
+                    }
+                    None => String::new(),
+                };
+                counts.partition(e.job.as_deref().unwrap_or(&old_job), global, 1);
                 tx.prepare_cached(
                     "INSERT INTO partitions (partition_ref, status, job_run_id, build_request_id,
                                              job, data_version, message, updated_at)
@@ -630,13 +694,6 @@ fn project(tx: &Transaction<'_>, e: &Event, before: &Current) -> rusqlite::Resul
                     e.message,
                     e.timestamp
                 ])?;
-                tx.prepare_cached(
-                    "INSERT INTO partition_counts (job, status, n)
-                     VALUES ((SELECT coalesce(job, '') FROM partitions WHERE partition_ref = ?1),
-                             ?2, 1)
-                     ON CONFLICT (job, status) DO UPDATE SET n = n + 1",
-                )?
-                .execute(params![e.partition_ref, global.as_str()])?;
             }
         }
         Kind::Want if e.status == Status::Requested => {
@@ -842,6 +899,7 @@ impl EventStore for SqliteStore {
             writer.cache = StateCache::default();
         }
         let result = (|| {
+            let mut counts = CountChanges::default();
             for (position, e) in events.iter_mut().enumerate() {
                 let before = current(&tx, &mut writer.cache, e).map_err(storage)?;
                 check(e, &before).map_err(|refusal| LogError::Refused {
@@ -851,10 +909,10 @@ impl EventStore for SqliteStore {
                     reason: refusal.0,
                 })?;
                 e.idx = insert_event(&tx, e).map_err(storage)?;
-                project(&tx, e, &before).map_err(storage)?;
+                project(&tx, e, &before, &mut counts).map_err(storage)?;
                 writer.cache.remember(e, &before);
             }
-            Ok(())
+            counts.write(&tx).map_err(storage)
         })()
         .and_then(|()| tx.commit().map_err(|e| self.classify(e)));
         match result {

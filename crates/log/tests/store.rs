@@ -425,6 +425,27 @@ fn set_schema_version(path: &std::path::Path, v: i64) {
 mod testing;
 use testing::arb_event;
 
+/// The store's projections hold what the reference replay holds, and its counts a recount.
+fn store_matches(
+    store: &dyn EventStore,
+    replay: &Replay,
+) -> std::result::Result<(), TestCaseError> {
+    for (r, (status, run)) in &replay.partitions {
+        let row = store.partition(r).unwrap().unwrap();
+        prop_assert_eq!(row.status, *status);
+        prop_assert_eq!(&row.job_run_id, run);
+    }
+    for (id, status) in &replay.build_requests {
+        prop_assert_eq!(store.build_request(id).unwrap().unwrap().status, *status);
+    }
+    for (id, status) in &replay.job_runs {
+        prop_assert_eq!(store.job_run(id).unwrap().unwrap().status, *status);
+    }
+    let problems = databuild_log::check_store(store).unwrap().problems;
+    prop_assert!(problems.is_empty(), "{:?}", problems);
+    Ok(())
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(64))]
 
@@ -438,20 +459,29 @@ proptest! {
                 let got = store.append(vec![e.clone()]).is_ok();
                 prop_assert_eq!(expected, got, "{:?}", e);
             }
-            for (r, (status, run)) in &replay.partitions {
-                let row = store.partition(r).unwrap().unwrap();
-                prop_assert_eq!(row.status, *status);
-                prop_assert_eq!(&row.job_run_id, run);
+            store_matches(store.as_ref(), &replay)?;
+        }
+    }
+
+    /// The same in batches: a batch is taken whole or refused whole, and what a batch changes
+    /// several times (a run scheduled, started and finished) ends as the replay says.
+    #[test]
+    fn store_agrees_with_replay_in_batches(
+        events in proptest::collection::vec(arb_event(), 0..60),
+        size in 2usize..8,
+    ) {
+        for (_dir, store) in stores() {
+            let mut replay = Replay::default();
+            for batch in events.chunks(size) {
+                let mut after = replay.clone();
+                let expected = batch.iter().all(|e| after.apply(e).is_ok());
+                let got = store.append(batch.to_vec()).is_ok();
+                prop_assert_eq!(expected, got, "{:?}", batch);
+                if expected {
+                    replay = after;
+                }
             }
-            for (id, status) in &replay.build_requests {
-                prop_assert_eq!(store.build_request(id).unwrap().unwrap().status, *status);
-            }
-            for (id, status) in &replay.job_runs {
-                prop_assert_eq!(store.job_run(id).unwrap().unwrap().status, *status);
-            }
-            // The count projections agree with a recount of the rows they count.
-            let problems = databuild_log::check_store(store.as_ref()).unwrap().problems;
-            prop_assert!(problems.is_empty(), "{:?}", problems);
+            store_matches(store.as_ref(), &replay)?;
         }
     }
 }

@@ -513,7 +513,12 @@ impl<'e> Scheduler<'e> {
     /// Appends events, after any deferred completions.
     fn append(&self, events: Vec<Event>) -> Result<()> {
         let mut all = self.pending.take();
-        all.extend(events);
+        if all.is_empty() {
+            // The plan's thousands of events are not copied into an empty vector.
+            all = events;
+        } else {
+            all.extend(events);
+        }
         if !all.is_empty() {
             self.store().append(all)?;
         }
@@ -574,7 +579,12 @@ impl<'e> Scheduler<'e> {
     /// Adds a plan's runs and delegations to the build, recording them as scheduled. Runs whose
     /// outputs this build already makes are not added twice.
     fn add_plan(&mut self, plan: Plan) -> Result<Vec<usize>> {
-        let mut events = Vec::new();
+        // Sized up front: growing these by doubling copied every event and node already added
+        // (a fifth of recording a 2,700-run plan, in `perf`).
+        let outputs: usize = plan.runs.iter().map(|r| r.outputs.len()).sum();
+        let mut events = Vec::with_capacity(plan.runs.len() + outputs + 2 * plan.delegated.len());
+        self.nodes.reserve(plan.runs.len());
+        self.by_output.reserve(outputs);
         for d in &plan.delegated {
             self.wait_for(d.partition_ref.as_str(), &d.build_request_id, &mut events);
         }

@@ -820,10 +820,7 @@ impl<'e> Scheduler<'e> {
 
     /// A staged run the build will not start after all (it stopped): released in the log.
     fn unstage(&mut self, index: usize, reason: &str) -> Result<()> {
-        let job_index = self.nodes[index].run.job_index;
-        if let Some(c) = self.running_per_job.get_mut(&job_index) {
-            *c -= 1;
-        }
+        self.free_job_slot(self.nodes[index].run.job_index);
         self.end_run(
             index,
             Status::Cancelled,
@@ -837,6 +834,19 @@ impl<'e> Scheduler<'e> {
             self.cancel_downstream(d, &reason)?;
         }
         Ok(())
+    }
+
+    /// A claimed or running run of the job is over: one more may start, and the runs its
+    /// `concurrency` held back go back to the front of the queue.
+    fn free_job_slot(&mut self, job_index: usize) {
+        if let Some(c) = self.running_per_job.get_mut(&job_index) {
+            *c -= 1;
+        }
+        if let Some(mut held) = self.held.remove(&job_index) {
+            while let Some(n) = held.pop_back() {
+                self.ready.push_front(n);
+            }
+        }
     }
 
     fn log_path(&self, index: usize) -> PathBuf {
@@ -1299,15 +1309,7 @@ impl<'e> Scheduler<'e> {
         let job_index = self.nodes[index].run.job_index;
         let job = &self.engine.graph.jobs[job_index];
         self.running -= 1;
-        if let Some(c) = self.running_per_job.get_mut(&job_index) {
-            *c -= 1;
-        }
-        if let Some(mut held) = self.held.remove(&job_index) {
-            // A slot of this job is free: its held runs go back to the front of the queue.
-            while let Some(n) = held.pop_back() {
-                self.ready.push_front(n);
-            }
-        }
+        self.free_job_slot(job_index);
         let took = self.nodes[index]
             .started
             .map(|s| s.elapsed())

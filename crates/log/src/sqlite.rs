@@ -524,6 +524,12 @@ fn job_of_run(tx: &Transaction<'_>, run: Option<&str>) -> rusqlite::Result<Strin
         .query_row([run], |r| r.get(0))
 }
 
+/// The job a partition's row holds (`''` for none, as `partition_counts` counts it).
+fn job_of_partition(tx: &Transaction<'_>, r: Option<&str>) -> rusqlite::Result<String> {
+    tx.prepare_cached("SELECT coalesce(job, '') FROM partitions WHERE partition_ref = ?1")?
+        .query_row([r], |row| row.get(0))
+}
+
 /// Moves an updated run from its old status's count to its new one's.
 fn recount_run(
     tx: &Transaction<'_>,
@@ -657,18 +663,11 @@ fn project(
             }
             if let Some((global, run)) = global_effect(e, before.partition.as_ref()) {
                 // The row's job before and after the upsert below (`coalesce(excluded.job, job)`).
-                let old_job = match &before.partition {
-                    Some((old, _)) => {
-                        let job: String = tx
-                            .prepare_cached(
-                                "SELECT coalesce(job, '') FROM partitions WHERE partition_ref = ?1",
-                            )?
-                            .query_row([&e.partition_ref], |r| r.get(0))?;
-                        counts.partition(&job, *old, -1);
-                        job
-                    }
-                    None => String::new(),
-                };
+                let mut old_job = String::new();
+                if let Some((old, _)) = &before.partition {
+                    old_job = job_of_partition(tx, e.partition_ref.as_deref())?;
+                    counts.partition(&old_job, *old, -1);
+                }
                 counts.partition(e.job.as_deref().unwrap_or(&old_job), global, 1);
                 tx.prepare_cached(
                     "INSERT INTO partitions (partition_ref, status, job_run_id, build_request_id,

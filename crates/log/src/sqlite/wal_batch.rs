@@ -170,11 +170,15 @@ unsafe fn write_out(f: *mut File) -> c_int {
 /// about new frames). The commit's own `xWrite` has written everything out already; this has never
 /// been seen to find bytes left.
 unsafe fn write_out_peer_wal(db: *mut ffi::sqlite3_file) -> c_int {
-    let wal = (*db.cast::<File>()).peer;
-    if wal.is_null() || (*wal).gathered.is_null() || (*(*wal).gathered).bytes.is_empty() {
-        return ffi::SQLITE_OK;
+    match (*db.cast::<File>()).peer {
+        wal if wal.is_null() => ffi::SQLITE_OK,
+        wal => write_out(wal),
     }
-    write_out(wal)
+}
+
+/// Writes out what the file itself gathered (a WAL file; nothing for others).
+unsafe fn write_out_own(file: *mut ffi::sqlite3_file) -> c_int {
+    write_out(file.cast())
 }
 
 unsafe extern "C" fn x_write(
@@ -210,11 +214,12 @@ unsafe extern "C" fn x_write(
     ffi::SQLITE_OK
 }
 
-/// Forwards a method to the default VFS's file, after writing out what a WAL file gathered.
+/// Forwards a method to the default VFS's file, after `$write_out` (the file's own gathered
+/// bytes, or for a database file's shared-memory calls, its WAL's).
 macro_rules! forward {
-    ($name:ident, $method:ident, ($($arg:ident: $ty:ty),*), $missing:expr) => {
+    ($write_out:ident, $name:ident, $method:ident, ($($arg:ident: $ty:ty),*), $missing:expr) => {
         unsafe extern "C" fn $name(file: *mut ffi::sqlite3_file $(, $arg: $ty)*) -> c_int {
-            let rc = write_out(file.cast());
+            let rc = $write_out(file);
             if rc != ffi::SQLITE_OK {
                 return rc;
             }
@@ -226,38 +231,31 @@ macro_rules! forward {
     };
 }
 
-forward!(x_read, xRead, (data: *mut c_void, amount: c_int, offset: i64), ffi::SQLITE_IOERR_READ);
-forward!(x_truncate, xTruncate, (size: i64), ffi::SQLITE_IOERR_TRUNCATE);
-forward!(x_sync, xSync, (flags: c_int), ffi::SQLITE_IOERR_FSYNC);
-forward!(x_file_size, xFileSize, (size: *mut i64), ffi::SQLITE_IOERR_FSTAT);
-forward!(x_lock, xLock, (level: c_int), ffi::SQLITE_IOERR_LOCK);
-forward!(x_unlock, xUnlock, (level: c_int), ffi::SQLITE_IOERR_UNLOCK);
-forward!(x_check_reserved_lock, xCheckReservedLock, (out: *mut c_int), ffi::SQLITE_IOERR_CHECKRESERVEDLOCK);
-forward!(x_file_control, xFileControl, (op: c_int, arg: *mut c_void), ffi::SQLITE_NOTFOUND);
-forward!(x_sector_size, xSectorSize, (), 4096);
-forward!(x_device_characteristics, xDeviceCharacteristics, (), 0);
-forward!(x_shm_map, xShmMap, (page: c_int, size: c_int, extend: c_int, out: *mut *mut c_void), ffi::SQLITE_IOERR_SHMMAP);
-forward!(x_fetch, xFetch, (offset: i64, amount: c_int, out: *mut *mut c_void), {
+forward!(write_out_own, x_read, xRead, (data: *mut c_void, amount: c_int, offset: i64), ffi::SQLITE_IOERR_READ);
+forward!(write_out_own, x_truncate, xTruncate, (size: i64), ffi::SQLITE_IOERR_TRUNCATE);
+forward!(write_out_own, x_sync, xSync, (flags: c_int), ffi::SQLITE_IOERR_FSYNC);
+forward!(write_out_own, x_file_size, xFileSize, (size: *mut i64), ffi::SQLITE_IOERR_FSTAT);
+forward!(write_out_own, x_lock, xLock, (level: c_int), ffi::SQLITE_IOERR_LOCK);
+forward!(write_out_own, x_unlock, xUnlock, (level: c_int), ffi::SQLITE_IOERR_UNLOCK);
+forward!(write_out_own, x_check_reserved_lock, xCheckReservedLock, (out: *mut c_int), ffi::SQLITE_IOERR_CHECKRESERVEDLOCK);
+forward!(write_out_own, x_file_control, xFileControl, (op: c_int, arg: *mut c_void), ffi::SQLITE_NOTFOUND);
+forward!(write_out_own, x_sector_size, xSectorSize, (), 4096);
+forward!(
+    write_out_own,
+    x_device_characteristics,
+    xDeviceCharacteristics,
+    (),
+    0
+);
+forward!(write_out_own, x_shm_map, xShmMap, (page: c_int, size: c_int, extend: c_int, out: *mut *mut c_void), ffi::SQLITE_IOERR_SHMMAP);
+forward!(write_out_own, x_fetch, xFetch, (offset: i64, amount: c_int, out: *mut *mut c_void), {
     *out = ptr::null_mut();
     ffi::SQLITE_OK
 });
-forward!(x_unfetch, xUnfetch, (offset: i64, p: *mut c_void), ffi::SQLITE_OK);
+forward!(write_out_own, x_unfetch, xUnfetch, (offset: i64, p: *mut c_void), ffi::SQLITE_OK);
 
-unsafe extern "C" fn x_shm_lock(
-    file: *mut ffi::sqlite3_file,
-    offset: c_int,
-    n: c_int,
-    flags: c_int,
-) -> c_int {
-    let rc = write_out_peer_wal(file);
-    if rc != ffi::SQLITE_OK {
-        return rc;
-    }
-    match real_methods(file).xShmLock {
-        Some(m) => m(real(file), offset, n, flags),
-        None => ffi::SQLITE_IOERR_SHMLOCK,
-    }
-}
+forward!(write_out_peer_wal, x_shm_lock, xShmLock, (offset: c_int, n: c_int, flags: c_int), ffi::SQLITE_IOERR_SHMLOCK);
+forward!(write_out_peer_wal, x_shm_unmap, xShmUnmap, (delete: c_int), ffi::SQLITE_OK);
 
 unsafe extern "C" fn x_shm_barrier(file: *mut ffi::sqlite3_file) {
     // A failure cannot be reported here (`xShmBarrier` returns nothing), and going on would let
@@ -271,17 +269,6 @@ unsafe extern "C" fn x_shm_barrier(file: *mut ffi::sqlite3_file) {
     }
     if let Some(m) = real_methods(file).xShmBarrier {
         m(real(file))
-    }
-}
-
-unsafe extern "C" fn x_shm_unmap(file: *mut ffi::sqlite3_file, delete: c_int) -> c_int {
-    let rc = write_out_peer_wal(file);
-    if rc != ffi::SQLITE_OK {
-        return rc;
-    }
-    match real_methods(file).xShmUnmap {
-        Some(m) => m(real(file), delete),
-        None => ffi::SQLITE_OK,
     }
 }
 

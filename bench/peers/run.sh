@@ -25,6 +25,7 @@ results="$work/results.tsv"
 time_cmd() {
   local size=$1 system=$2 scenario=$3 dir=$4; shift 4
   local start end
+  sync  # the previous command's write-back would otherwise land on this one
   start=$(date +%s%N)
   if (cd "$dir" && timeout "$limit" "$@" >/dev/null 2>&1); then
     end=$(date +%s%N)

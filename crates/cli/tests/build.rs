@@ -376,6 +376,99 @@ fn parallel_runs_overlap_and_concurrency_caps_them() {
     }
 }
 
+/// Runs claimed ahead carry the completions of the runs before them into the log, but a
+/// completion never waits long for one: here the next claim is 4 s away.
+#[test]
+fn a_finished_run_is_recorded_while_claimed_runs_wait_for_a_slot() {
+    let job = r#"[ "$DATABUILD_FIELD_N" = 1 ] || sleep 4; mkdir -p data/w; touch data/w/$DATABUILD_FIELD_N"#;
+    let p = Project::new(&format!(
+        "[graph]\nname = \"p\"\n[[job]]\nname = \"w\"\noutputs = [\"w/{{n:int}}\"]\ncommand = [\"sh\", \"-c\", {job:?}]\n"
+    ));
+    let mut build = p
+        .command()
+        .args(["build", "--parallel", "2", "w/{1..4}"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    crate::util::eventually(Duration::from_secs(10), "w/1 live", || {
+        let status = p.run(&["--json", "status", "w/1"]);
+        (status.code == 0 && status.json()[0]["status"] == "live").then_some(())
+    });
+    assert!(
+        started.elapsed() < Duration::from_millis(3500),
+        "w/1 was recorded only after {:?}, with the slower runs",
+        started.elapsed()
+    );
+    assert!(build.try_wait().unwrap().is_none(), "the build still runs");
+    assert!(build.wait().unwrap().success());
+    p.run(&["check-log"]).expect_code(0);
+}
+
+/// Two builds wait for the same partition, then both claim what reads it: the one that comes
+/// second has its batch of claims refused, relies on the other for the shared run, and still
+/// claims and builds the run only it wants.
+#[test]
+fn a_refused_batch_of_claims_claims_the_other_runs_alone() {
+    let p = Project::new(
+        r#"
+[graph]
+name = "refused"
+[[job]]
+name = "a"
+outputs = ["a/{n:int}"]
+command = ["sh", "job.sh"]
+[[job]]
+name = "b"
+outputs = ["b/{n:int}"]
+inputs = ["a/{n}"]
+command = ["sh", "job.sh"]
+[[job]]
+name = "c"
+outputs = ["c/{n:int}"]
+inputs = ["a/{n}"]
+command = ["sh", "job.sh"]
+"#,
+    );
+    p.file("job.sh", JOB);
+    let spawn = |targets: &[&str]| {
+        p.command()
+            .args(["--json", "build", "--parallel", "2"])
+            .args(targets)
+            .env("SLEEP", "1")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let first = spawn(&["b/1"]);
+    wait_for_running_build(&p);
+    let second = spawn(&["b/1", "c/1"]);
+    let outputs: Vec<serde_json::Value> = [first, second]
+        .into_iter()
+        .map(|b| {
+            let out = b.wait_with_output().unwrap();
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            serde_json::from_slice(&out.stdout).unwrap()
+        })
+        .collect();
+    let mut runs = built(&p);
+    runs.sort();
+    assert_eq!(runs, ["a/1", "b/1", "c/1"], "each built once");
+    assert_eq!(
+        outputs[1]["built"],
+        serde_json::json!(["c/1"]),
+        "{}",
+        outputs[1]
+    );
+    p.run(&["check-log"]).expect_code(0);
+}
+
 #[test]
 fn two_concurrent_builds_run_each_job_once() {
     let p = chain();

@@ -26,6 +26,11 @@ use crate::versions::{data_version, external_version};
 
 /// How many times a run may come back with `DATABUILD_MISSING_DEPS` before it fails.
 const MAX_MISSING_DEP_ROUNDS: u32 = 3;
+/// How many runs a build claims beyond its free slots, to start them the moment a slot frees.
+/// Claimed runs show as running in the log; a few of them halve the log writes per run.
+const MAX_CLAIM_AHEAD: usize = 4;
+/// How long a completion may wait for a claim to carry it into the log.
+const MAX_DEFER: Duration = Duration::from_millis(100);
 
 #[derive(Debug, Clone)]
 pub struct BuildOptions {
@@ -459,8 +464,10 @@ struct Scheduler<'e> {
     tx: mpsc::Sender<Message>,
     rx: mpsc::Receiver<Message>,
     /// Completions not yet written: they go into the log with the next claim (one transaction
-    /// instead of two), or before the loop waits.
+    /// instead of two), or when the loop waits with nothing staged, or after `MAX_DEFER`.
     pending: std::cell::RefCell<Vec<Event>>,
+    /// When the oldest of `pending` was deferred.
+    deferred_at: std::cell::Cell<Option<Instant>>,
     /// Data versions of the partitions this build made, for the runs that read them.
     made: FxHashMap<String, String>,
     /// The run holding each output when the plan was recorded (read in one query): a first
@@ -479,6 +486,7 @@ impl<'e> Scheduler<'e> {
         let (tx, rx) = mpsc::channel();
         Scheduler {
             pending: Default::default(),
+            deferred_at: Default::default(),
             made: FxHashMap::default(),
             holders: FxHashMap::default(),
             engine,
@@ -512,7 +520,7 @@ impl<'e> Scheduler<'e> {
 
     /// Appends events, after any deferred completions.
     fn append(&self, events: Vec<Event>) -> Result<()> {
-        let mut all = self.pending.take();
+        let mut all = self.take_pending();
         if all.is_empty() {
             // The plan's thousands of events are not copied into an empty vector.
             all = events;
@@ -528,6 +536,34 @@ impl<'e> Scheduler<'e> {
     /// Writes deferred completions now.
     fn flush(&self) -> Result<()> {
         self.append(Vec::new())
+    }
+
+    /// Holds events back to ride along with the next write.
+    fn defer(&self, events: Vec<Event>) {
+        if self.deferred_at.get().is_none() {
+            self.deferred_at.set(Some(Instant::now()));
+        }
+        self.pending.borrow_mut().extend(events);
+    }
+
+    fn take_pending(&self) -> Vec<Event> {
+        self.deferred_at.set(None);
+        self.pending.take()
+    }
+
+    /// How long the loop may wait for a message before deferred events must be written. While a
+    /// run is staged, the next job end brings a claim to carry them; otherwise they go now.
+    fn flush_due(&self) -> Result<Duration> {
+        let wait = Duration::from_millis(100);
+        let Some(at) = self.deferred_at.get() else {
+            return Ok(wait);
+        };
+        let left = MAX_DEFER.saturating_sub(at.elapsed());
+        if self.staged.is_empty() || left.is_zero() {
+            self.flush()?;
+            return Ok(wait);
+        }
+        Ok(left.min(wait))
     }
 
     /// Records the plan (skipped, delegated, scheduled) and moves the build to `executing`.
@@ -740,8 +776,8 @@ impl<'e> Scheduler<'e> {
             if self.running == 0 && (nothing_left || self.stopped.is_some()) {
                 break;
             }
-            self.flush()?;
-            match self.rx.recv_timeout(Duration::from_millis(100)) {
+            let wait = self.flush_due()?;
+            match self.rx.recv_timeout(wait) {
                 Ok(Message::Finished {
                     node,
                     outcome,
@@ -770,7 +806,9 @@ impl<'e> Scheduler<'e> {
         }
     }
 
-    /// Starts runs while slots are free, then claims one more to start the moment a slot frees.
+    /// Starts runs while slots are free. Once none is staged, it claims the next runs, for the
+    /// free slots and up to `MAX_CLAIM_AHEAD` more, in one log write: a job's end starts the next
+    /// run without waiting for the log, and the log takes one write per few runs.
     fn start_ready<'s>(
         &mut self,
         scope: &'s thread::Scope<'s, 'e>,
@@ -784,23 +822,83 @@ impl<'e> Scheduler<'e> {
         }
         let slots = self.options.parallel.max(1);
         loop {
-            let slot_free = self.running < slots;
-            if slot_free {
+            if self.running < slots {
                 if let Some(node) = self.staged.pop_front() {
                     self.start_run(scope, node, observer);
                     continue;
                 }
-            } else if !self.staged.is_empty() {
+            }
+            if !self.staged.is_empty() {
                 return Ok(());
             }
-            let Some(node) = self.next_ready() else {
+            let want = slots - self.running.min(slots) + slots.min(MAX_CLAIM_AHEAD);
+            if !self.claim_next(scope, want)? {
                 return Ok(());
-            };
-            if self.claim(scope, node)? {
-                self.staged.push_back(node);
-                self.nodes[node].state = State::Staged;
             }
         }
+    }
+
+    /// Claims up to `want` ready runs in one log write, with the completions waiting to be
+    /// written, and stages them. `false` when no run was ready.
+    fn claim_next<'s>(&mut self, scope: &'s thread::Scope<'s, 'e>, want: usize) -> Result<bool> {
+        let mut batch = Vec::new();
+        let mut events = Vec::new();
+        let mut took_any = false;
+        while batch.len() < want {
+            let Some(node) = self.next_ready() else {
+                break;
+            };
+            took_any = true;
+            // Against the holders the plan saw; a run whose outputs it did not see is claimed
+            // alone, reading its partitions first.
+            let known: Option<Vec<String>> = self.nodes[node]
+                .run
+                .outputs
+                .iter()
+                .map(|o| self.holders.remove(o.as_str()))
+                .collect();
+            match known {
+                Some(seen) => {
+                    events.extend(self.claim_events(node, seen));
+                    self.take_job_slot(node);
+                    batch.push(node);
+                }
+                None => {
+                    if self.claim(scope, node)? {
+                        self.stage(node);
+                    }
+                }
+            }
+        }
+        if batch.is_empty() {
+            return Ok(took_any);
+        }
+        let deferred = self.take_pending();
+        let mut all = deferred.clone();
+        all.extend(events);
+        match self.store().append(all) {
+            Ok(_) => batch.into_iter().for_each(|node| self.stage(node)),
+            // Another build changed one of the partitions since the plan: each run is claimed
+            // on its own, reading its partitions, and the completions go in alone.
+            Err(LogError::Refused { .. }) => {
+                if !deferred.is_empty() {
+                    self.store().append(deferred)?;
+                }
+                for node in batch {
+                    self.free_job_slot(self.nodes[node].run.job_index);
+                    if self.claim(scope, node)? {
+                        self.stage(node);
+                    }
+                }
+            }
+            Err(e) => return Err(e.into()),
+        }
+        Ok(true)
+    }
+
+    fn stage(&mut self, node: usize) {
+        self.staged.push_back(node);
+        self.nodes[node].state = State::Staged;
     }
 
     /// The next ready run its job's `concurrency` lets start; others are held.
@@ -856,12 +954,10 @@ impl<'e> Scheduler<'e> {
             .join(format!("{}.log", self.nodes[index].id))
     }
 
-    /// Claims the node's outputs in the log: `true` when claimed; `false` when another build made
-    /// or is making them meanwhile, and this build relies on that build instead.
+    /// Claims the node's outputs in the log after reading them: `true` when claimed; `false`
+    /// when another build made or is making them meanwhile, and this build relies on that build
+    /// instead. (Runs whose holders the plan saw are claimed in batches by `claim_next`.)
     fn claim<'s>(&mut self, scope: &'s thread::Scope<'s, 'e>, index: usize) -> Result<bool> {
-        let engine = self.engine;
-        let job = &engine.graph.jobs[self.nodes[index].run.job_index];
-        let log_path = self.log_path(index);
         // Check, then claim with compare-and-swap on what was seen: if the partitions changed in
         // between, the log refuses the claim and we look again.
         let mut attempts = 0;
@@ -869,19 +965,7 @@ impl<'e> Scheduler<'e> {
             attempts += 1;
             let mut seen = Vec::new();
             let mut made_by_others = 0;
-            // First try: claim against the holders seen when the plan was recorded. If anything
-            // changed since, the log refuses and the next try reads the partitions.
-            let known: Option<Vec<String>> = self.nodes[index]
-                .run
-                .outputs
-                .iter()
-                .map(|o| self.holders.remove(o.as_str()))
-                .collect();
-            let known = known.filter(|_| attempts == 1);
             for o in &self.nodes[index].run.outputs {
-                if known.is_some() {
-                    break;
-                }
                 let row = self.store().partition(o.as_str())?;
                 if let Some(p) = &row {
                     if p.status == Status::Building
@@ -898,48 +982,12 @@ impl<'e> Scheduler<'e> {
                 }
                 seen.push(row.and_then(|p| p.job_run_id).unwrap_or_default());
             }
-            if let Some(known) = known {
-                seen = known;
-            } else if made_by_others == seen.len() {
+            if made_by_others == seen.len() {
                 return self.adopt(index).map(|()| false);
             }
-            let node = &mut self.nodes[index];
-            node.input_versions = node
-                .run
-                .inputs
-                .iter()
-                .filter_map(|i| {
-                    let made = self.made.get(i.as_str()).cloned();
-                    Some((
-                        i.to_string(),
-                        made.or_else(|| engine.input_version(i.as_str()))?,
-                    ))
-                })
-                .chain(node.run.aliased().iter().map(|(alias, read)| {
-                    (
-                        alias.to_string(),
-                        format!("{}{read}", crate::versions::ALIAS_PREFIX),
-                    )
-                }))
-                .collect();
-            let mut events = vec![
-                Event::job_run(&self.id, &node.id, &job.name, Status::Running).with_data(|d| {
-                    d.pid = Some(std::process::id());
-                    d.host = crate::owner::hostname();
-                    d.owner = Some(this_owner());
-                    d.input_versions = node.input_versions.clone();
-                    d.log_path = Some(log_path.display().to_string());
-                }),
-            ];
-            for (o, last) in node.run.outputs.iter().zip(seen) {
-                let mut e = Event::partition(Some(&self.id), o.as_str(), Status::Building)
-                    .with_run(&node.id)
-                    .with_data(|d| d.claim_after = Some(last));
-                e.job = Some(job.name.clone());
-                events.push(e);
-            }
+            let events = self.claim_events(index, seen);
             // Deferred completions ride along; if the claim is refused they go in alone.
-            let deferred = self.pending.take();
+            let deferred = self.take_pending();
             let mut batch = deferred.clone();
             batch.extend(events);
             let refusal = match self.store().append(batch) {
@@ -960,11 +1008,60 @@ impl<'e> Scheduler<'e> {
                 return Err(refusal.into());
             }
         }
+        self.take_job_slot(index);
+        Ok(true)
+    }
+
+    /// A claim's events: the run starts, holding its outputs, each claimed against the run that
+    /// held it when `seen` (compare-and-swap in the log). Fixes the versions of the run's inputs.
+    fn claim_events(&mut self, index: usize, seen: Vec<String>) -> Vec<Event> {
+        let log_path = self.log_path(index);
+        let job = &self.engine.graph.jobs[self.nodes[index].run.job_index];
+        let input_versions = self.nodes[index]
+            .run
+            .inputs
+            .iter()
+            .filter_map(|i| {
+                let made = self.made.get(i.as_str()).cloned();
+                Some((
+                    i.to_string(),
+                    made.or_else(|| self.engine.input_version(i.as_str()))?,
+                ))
+            })
+            .chain(self.nodes[index].run.aliased().iter().map(|(alias, read)| {
+                (
+                    alias.to_string(),
+                    format!("{}{read}", crate::versions::ALIAS_PREFIX),
+                )
+            }))
+            .collect();
+        let node = &mut self.nodes[index];
+        node.input_versions = input_versions;
+        let mut events = vec![
+            Event::job_run(&self.id, &node.id, &job.name, Status::Running).with_data(|d| {
+                d.pid = Some(std::process::id());
+                d.host = crate::owner::hostname();
+                d.owner = Some(this_owner());
+                d.input_versions = node.input_versions.clone();
+                d.log_path = Some(log_path.display().to_string());
+            }),
+        ];
+        for (o, last) in node.run.outputs.iter().zip(seen) {
+            let mut e = Event::partition(Some(&self.id), o.as_str(), Status::Building)
+                .with_run(&node.id)
+                .with_data(|d| d.claim_after = Some(last));
+            e.job = Some(job.name.clone());
+            events.push(e);
+        }
+        events
+    }
+
+    /// A claimed run counts against its job's `concurrency` until it ends.
+    fn take_job_slot(&mut self, index: usize) {
         *self
             .running_per_job
             .entry(self.nodes[index].run.job_index)
             .or_default() += 1;
-        Ok(true)
     }
 
     /// Starts a claimed run's process.
@@ -1371,7 +1468,7 @@ impl<'e> Scheduler<'e> {
                 for o in &outputs {
                     self.made.insert(o.clone(), version.clone());
                 }
-                self.pending.borrow_mut().extend(events);
+                self.defer(events);
                 self.nodes[index].state = State::Done;
                 for d in self.nodes[index].dependents.clone() {
                     self.dependency_done(d);

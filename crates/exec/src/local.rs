@@ -4,7 +4,7 @@
 //! its log past the cap is stopped. A run that outlives its timeout or is cancelled has its whole
 //! process group terminated. After exit 0 every output must exist and have been written by the run.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::io::{Read, Write};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
@@ -599,17 +599,28 @@ impl Drop for Guarded {
 }
 
 /// Finds a command's program as `exec` would: a path (relative to the graph's folder) or a name
-/// on `PATH`.
+/// on `PATH`. A name found on `PATH` is remembered: looking through `PATH` again for every run
+/// cost a `stat` per folder before the program's.
 fn resolve_program(program: &str, cwd: &Path) -> Option<PathBuf> {
     if program.contains('/') {
         let path = cwd.join(program);
         return path.exists().then_some(path);
     }
-    std::env::var_os("PATH").and_then(|paths| {
+    static FOUND: OnceLock<Mutex<HashMap<String, PathBuf>>> = OnceLock::new();
+    let found = FOUND.get_or_init(Default::default);
+    if let Some(path) = found.lock().expect("programs lock").get(program) {
+        return Some(path.clone());
+    }
+    let path = std::env::var_os("PATH").and_then(|paths| {
         std::env::split_paths(&paths)
             .map(|dir| dir.join(program))
             .find(|p| p.is_file())
-    })
+    })?;
+    found
+        .lock()
+        .expect("programs lock")
+        .insert(program.to_string(), path.clone());
+    Some(path)
 }
 
 fn bytes(n: u64) -> String {

@@ -241,12 +241,13 @@ fn failing_jobs_fail_their_runs_with_the_reason() {
     }
 }
 
-/// With every slot busy, the next run is claimed ahead; when a failure stops the build, that
-/// claimed run is released in the log as not started, not left building.
+/// Runs are claimed ahead of the slots (two for one slot); when a failure stops the build, the
+/// claimed runs are released in the log as not started, not left building, and none of them
+/// starts after the failure.
 #[test]
 fn a_run_claimed_ahead_is_released_when_the_build_stops() {
     let p = failing("sleep 0.3; exit 3", "");
-    let out = p.run(&["--json", "build", "--parallel", "1", "bad/{1,2,3}"]);
+    let out = p.run(&["--json", "build", "--parallel", "1", "bad/{1..4}"]);
     out.expect_code(1);
     let runs = p.run(&["--json", "jobs", "bad"]).json();
     let mut seen: Vec<(String, String)> = runs["runs"]
@@ -268,6 +269,7 @@ fn a_run_claimed_ahead_is_released_when_the_build_stops() {
         [
             ("cancelled".to_string(), "not run".to_string()),
             ("cancelled".to_string(), "not started".to_string()),
+            ("cancelled".to_string(), "not started".to_string()),
             (
                 "failed".to_string(),
                 "the job ended with exit status 3".to_string()
@@ -276,7 +278,7 @@ fn a_run_claimed_ahead_is_released_when_the_build_stops() {
         "{runs}"
     );
     let statuses = p
-        .run(&["--json", "status", "bad/1", "bad/2", "bad/3"])
+        .run(&["--json", "status", "bad/1", "bad/2", "bad/3", "bad/4"])
         .json();
     for s in statuses.as_array().unwrap() {
         assert_ne!(s["status"], "building", "{statuses}");

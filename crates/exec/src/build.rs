@@ -22,13 +22,14 @@ use serde::Serialize;
 use crate::engine::{Engine, EngineError, Result};
 use crate::local::{Executor, RunOutcome, RunSpec, DEFAULT_LOG_LIMIT};
 use crate::owner::{owner_dead, this_owner, HEARTBEAT_EVERY};
+use crate::slots::{Ended, Launch, Launches};
 use crate::versions::{data_version, external_version};
 
 /// How many times a run may come back with `DATABUILD_MISSING_DEPS` before it fails.
 const MAX_MISSING_DEP_ROUNDS: u32 = 3;
-/// How many runs a build claims beyond its free slots, to start them the moment a slot frees.
-/// Claimed runs show as running in the log; a few of them halve the log writes per run.
-const MAX_CLAIM_AHEAD: usize = 4;
+/// The most runs a build claims beyond its slots, for slots to start the moment they free.
+/// Claimed runs show as running in the log; a few of them cut the log writes per run by as much.
+const MAX_CLAIM_AHEAD: usize = 8;
 /// How long a completion may wait for a claim to carry it into the log.
 const MAX_DEFER: Duration = Duration::from_millis(100);
 
@@ -145,12 +146,14 @@ struct Wait {
 }
 
 enum Message {
+    /// A slot started a claimed run.
+    Started {
+        node: usize,
+        at: Instant,
+    },
     Finished {
         node: usize,
-        outcome: RunOutcome,
-        executor_id: Option<String>,
-        /// What a successful run reported through `DATABUILD_REPORT`.
-        report: Option<serde_json::Value>,
+        ended: Ended,
     },
     Resolved {
         wait: usize,
@@ -447,9 +450,13 @@ struct Scheduler<'e> {
     /// Runs claimed or running, by job index (what `concurrency` caps).
     running_per_job: FxHashMap<usize, u32>,
     running: usize,
-    /// A run claimed while every slot is busy: the slot that frees first starts it at once,
-    /// instead of waiting for a claim (a log write) between one job's end and the next's start.
-    staged: VecDeque<usize>,
+    /// Claimed runs no slot has started yet (in `launches`, or started and not yet reported).
+    staged: usize,
+    /// Claimed runs, for the slots' threads to take; a slot whose job ends starts the next at
+    /// once, with no log write or thread hand-over in between.
+    launches: Arc<Launches>,
+    /// Slot threads started so far (at most `--parallel`, started as runs need them).
+    slot_threads: usize,
     open_waits: usize,
     /// Set after a failure without `--keep-going`: no new runs start.
     stopped: Option<String>,
@@ -473,6 +480,13 @@ struct Scheduler<'e> {
     /// The run holding each output when the plan was recorded (read in one query): a first
     /// claim compares against it instead of reading the partition again.
     holders: FxHashMap<String, String>,
+}
+
+impl Drop for Scheduler<'_> {
+    /// However the build ends, the slots' threads end with their current runs.
+    fn drop(&mut self) {
+        self.launches.close();
+    }
 }
 
 impl<'e> Scheduler<'e> {
@@ -501,7 +515,9 @@ impl<'e> Scheduler<'e> {
             held: FxHashMap::default(),
             running_per_job: FxHashMap::default(),
             running: 0,
-            staged: VecDeque::new(),
+            staged: 0,
+            launches: Arc::default(),
+            slot_threads: 0,
             open_waits: 0,
             stopped: None,
             cancelled: false,
@@ -551,15 +567,15 @@ impl<'e> Scheduler<'e> {
         self.pending.take()
     }
 
-    /// How long the loop may wait for a message before deferred events must be written. While a
-    /// run is staged, the next job end brings a claim to carry them; otherwise they go now.
+    /// How long the loop may wait for a message before deferred events must be written. While
+    /// runs are staged, a claim to carry them comes as slots take those; otherwise they go now.
     fn flush_due(&self) -> Result<Duration> {
         let wait = Duration::from_millis(100);
         let Some(at) = self.deferred_at.get() else {
             return Ok(wait);
         };
         let left = MAX_DEFER.saturating_sub(at.elapsed());
-        if self.staged.is_empty() || left.is_zero() {
+        if self.staged == 0 || left.is_zero() {
             self.flush()?;
             return Ok(wait);
         }
@@ -769,21 +785,29 @@ impl<'e> Scheduler<'e> {
                     }
                 }
             }
-            self.start_ready(scope, observer)?;
+            self.start_ready(scope)?;
             // Once stopped, only running runs are waited for.
-            let nothing_left =
-                self.open_waits == 0 && self.ready.is_empty() && self.staged.is_empty();
-            if self.running == 0 && (nothing_left || self.stopped.is_some()) {
+            let nothing_left = self.open_waits == 0 && self.ready.is_empty() && self.staged == 0;
+            // A run a slot took just before the build stopped is reported still: waited for.
+            if self.running == 0 && self.staged == 0 && (nothing_left || self.stopped.is_some()) {
                 break;
             }
             let wait = self.flush_due()?;
             match self.rx.recv_timeout(wait) {
-                Ok(Message::Finished {
-                    node,
-                    outcome,
-                    executor_id,
-                    report,
-                }) => self.finished(scope, node, outcome, executor_id, report, observer)?,
+                Ok(Message::Started { node, at }) => self.started(node, at, observer),
+                Ok(Message::Finished { node, ended }) => {
+                    self.finished(
+                        scope,
+                        node,
+                        ended.outcome,
+                        ended.executor_id,
+                        ended.report,
+                        observer,
+                    )?;
+                    if self.stopped.is_none() {
+                        self.launches.resume();
+                    }
+                }
                 Ok(Message::Resolved { wait, outcome }) => {
                     self.resolved(scope, wait, outcome, observer)?
                 }
@@ -806,36 +830,26 @@ impl<'e> Scheduler<'e> {
         }
     }
 
-    /// Starts runs while slots are free. Once none is staged, it claims the next runs, for the
-    /// free slots and up to `MAX_CLAIM_AHEAD` more, in one log write: a job's end starts the next
-    /// run without waiting for the log, and the log takes one write per few runs.
-    fn start_ready<'s>(
-        &mut self,
-        scope: &'s thread::Scope<'s, 'e>,
-        observer: &mut dyn Observer,
-    ) -> Result<()> {
+    /// Keeps the slots fed: it claims runs ahead of them, twice as many as there are slots (at
+    /// most `MAX_CLAIM_AHEAD`), refilling in one log write once half are taken. A slot that frees
+    /// finds a run waiting, and the log takes one write per few runs.
+    fn start_ready<'s>(&mut self, scope: &'s thread::Scope<'s, 'e>) -> Result<()> {
         if let Some(reason) = self.stopped.clone() {
-            while let Some(node) = self.staged.pop_front() {
-                self.unstage(node, &reason)?;
+            for launch in self.launches.drain() {
+                self.staged -= 1;
+                self.unstage(launch.node, &reason)?;
             }
             return Ok(());
         }
         let slots = self.options.parallel.max(1);
-        loop {
-            if self.running < slots {
-                if let Some(node) = self.staged.pop_front() {
-                    self.start_run(scope, node, observer);
-                    continue;
-                }
-            }
-            if !self.staged.is_empty() {
-                return Ok(());
-            }
-            let want = slots - self.running.min(slots) + slots.min(MAX_CLAIM_AHEAD);
+        let ahead = (2 * slots).min(MAX_CLAIM_AHEAD);
+        while self.staged < ahead / 2 {
+            let want = (slots + ahead).saturating_sub(self.running + self.staged);
             if !self.claim_next(scope, want)? {
-                return Ok(());
+                break;
             }
         }
+        Ok(())
     }
 
     /// Claims up to `want` ready runs in one log write, with the completions waiting to be
@@ -865,7 +879,7 @@ impl<'e> Scheduler<'e> {
                 }
                 None => {
                     if self.claim(scope, node)? {
-                        self.stage(node);
+                        self.stage(scope, node);
                     }
                 }
             }
@@ -877,7 +891,7 @@ impl<'e> Scheduler<'e> {
         let mut all = deferred.clone();
         all.extend(events);
         match self.store().append(all) {
-            Ok(_) => batch.into_iter().for_each(|node| self.stage(node)),
+            Ok(_) => batch.into_iter().for_each(|node| self.stage(scope, node)),
             // Another build changed one of the partitions since the plan: each run is claimed
             // on its own, reading its partitions, and the completions go in alone.
             Err(LogError::Refused { .. }) => {
@@ -887,7 +901,7 @@ impl<'e> Scheduler<'e> {
                 for node in batch {
                     self.free_job_slot(self.nodes[node].run.job_index);
                     if self.claim(scope, node)? {
-                        self.stage(node);
+                        self.stage(scope, node);
                     }
                 }
             }
@@ -896,9 +910,47 @@ impl<'e> Scheduler<'e> {
         Ok(true)
     }
 
-    fn stage(&mut self, node: usize) {
-        self.staged.push_back(node);
+    /// Hands a claimed run to the slots, starting a slot thread if every one is busy.
+    fn stage<'s>(&mut self, scope: &'s thread::Scope<'s, 'e>, node: usize) {
         self.nodes[node].state = State::Staged;
+        self.staged += 1;
+        let spec = self.spec(node, self.log_path(node));
+        let cancel = self.nodes[node].cancel.clone();
+        self.launches.push(Launch { node, spec, cancel });
+        if self.slot_threads < self.options.parallel.max(1)
+            && self.slot_threads < self.running + self.staged
+        {
+            self.slot_threads += 1;
+            let (launches, tx, executor) = (self.launches.clone(), self.tx.clone(), self.executor);
+            scope.spawn(move || {
+                while let Some(launch) = launches.next() {
+                    let node = launch.node;
+                    let _ = tx.send(Message::Started {
+                        node,
+                        at: Instant::now(),
+                    });
+                    let ended = crate::slots::run(executor, &launch);
+                    if ended.outcome != RunOutcome::Succeeded {
+                        // Whether the build goes on is the scheduler's call (it may stop).
+                        launches.pause();
+                    }
+                    let _ = tx.send(Message::Finished { node, ended });
+                }
+            });
+        }
+    }
+
+    /// A slot started a claimed run.
+    fn started(&mut self, index: usize, at: Instant, observer: &mut dyn Observer) {
+        self.staged -= 1;
+        self.running += 1;
+        let node = &mut self.nodes[index];
+        node.state = State::Running;
+        node.started = Some(at);
+        observer.on(Progress::Started {
+            job: &self.engine.graph.jobs[node.run.job_index].name,
+            outputs: &node.run.outputs,
+        });
     }
 
     /// The next ready run its job's `concurrency` lets start; others are held.
@@ -1062,47 +1114,6 @@ impl<'e> Scheduler<'e> {
             .running_per_job
             .entry(self.nodes[index].run.job_index)
             .or_default() += 1;
-    }
-
-    /// Starts a claimed run's process.
-    fn start_run<'s>(
-        &mut self,
-        scope: &'s thread::Scope<'s, 'e>,
-        index: usize,
-        observer: &mut dyn Observer,
-    ) {
-        let log_path = self.log_path(index);
-        let node = &mut self.nodes[index];
-        node.state = State::Running;
-        node.started = Some(Instant::now());
-        self.running += 1;
-        observer.on(Progress::Started {
-            job: &self.engine.graph.jobs[node.run.job_index].name,
-            outputs: &node.run.outputs,
-        });
-        let cancel = node.cancel.clone();
-        let spec = self.spec(index, log_path);
-        let tx = self.tx.clone();
-        let executor = self.executor;
-        scope.spawn(move || {
-            let executor_id = std::sync::Mutex::new(None);
-            let mut outcome = executor.run(&spec, &cancel, &|id| {
-                *executor_id.lock().expect("id lock") = Some(id.to_string());
-            });
-            let mut report = None;
-            if outcome == RunOutcome::Succeeded {
-                match crate::local::read_report(&spec.report_path()) {
-                    Ok(r) => report = r,
-                    Err(message) => outcome = RunOutcome::failed(message, Some(0)),
-                }
-            }
-            let _ = tx.send(Message::Finished {
-                node: index,
-                outcome,
-                executor_id: executor_id.into_inner().expect("id lock"),
-                report,
-            });
-        });
     }
 
     fn spec(&self, index: usize, log_path: PathBuf) -> RunSpec {

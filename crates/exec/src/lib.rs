@@ -14,6 +14,7 @@ pub mod local;
 pub mod owner;
 pub mod process;
 mod resolver;
+mod slots;
 pub mod slurm;
 pub mod sources;
 pub mod table_job;

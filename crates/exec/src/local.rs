@@ -26,7 +26,7 @@ pub const DEFAULT_LOG_LIMIT: u64 = 10 * 1024 * 1024;
 const GRACE: Duration = Duration::from_secs(5);
 
 /// Everything needed to start one run.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct RunSpec {
     pub job_run_id: String,
     pub build_request_id: String,

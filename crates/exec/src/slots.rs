@@ -1,0 +1,178 @@
+//! A build's slots: one thread per slot runs claimed runs one after another, taken from a queue
+//! the scheduler keeps filled. A slot whose job ends starts the next run at once, instead of
+//! waiting for the scheduler's thread to wake up and start a new thread for it: that hand-over
+//! was most of the time a slot sat idle between two short jobs.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+
+use crate::local::{Executor, RunOutcome, RunSpec};
+
+/// A claimed run, with what a slot needs to start it.
+pub(crate) struct Launch {
+    pub node: usize,
+    pub spec: RunSpec,
+    pub cancel: Arc<AtomicBool>,
+}
+
+/// How a run ended, for the scheduler.
+pub(crate) struct Ended {
+    pub outcome: RunOutcome,
+    pub executor_id: Option<String>,
+    /// What a successful run reported through `DATABUILD_REPORT`.
+    pub report: Option<serde_json::Value>,
+}
+
+/// Claimed runs waiting for a slot.
+#[derive(Default)]
+pub(crate) struct Launches {
+    queue: Mutex<Queue>,
+    added: Condvar,
+}
+
+#[derive(Default)]
+struct Queue {
+    runs: VecDeque<Launch>,
+    /// Set by a slot whose run did not succeed, until the scheduler has decided whether the
+    /// build goes on: no slot starts a run meanwhile.
+    paused: bool,
+    closed: bool,
+}
+
+impl Launches {
+    pub fn push(&self, launch: Launch) {
+        self.lock().runs.push_back(launch);
+        self.added.notify_one();
+    }
+
+    /// Takes back the runs no slot has taken yet.
+    pub fn drain(&self) -> Vec<Launch> {
+        self.lock().runs.drain(..).collect()
+    }
+
+    /// Holds every slot back until `resume`.
+    pub fn pause(&self) {
+        self.lock().paused = true;
+    }
+
+    pub fn resume(&self) {
+        let mut queue = self.lock();
+        if queue.paused {
+            queue.paused = false;
+            drop(queue);
+            self.added.notify_all();
+        }
+    }
+
+    /// Lets the slots' threads end, each once its current run does.
+    pub fn close(&self) {
+        self.lock().closed = true;
+        self.added.notify_all();
+    }
+
+    /// The next run, waiting for one (and while paused); `None` once closed.
+    pub fn next(&self) -> Option<Launch> {
+        let mut queue = self.lock();
+        loop {
+            if !queue.paused {
+                if let Some(launch) = queue.runs.pop_front() {
+                    return Some(launch);
+                }
+            }
+            if queue.closed {
+                return None;
+            }
+            queue = self.added.wait(queue).expect("launch queue lock");
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Queue> {
+        self.queue.lock().expect("launch queue lock")
+    }
+}
+
+/// Runs a launch to its end. One cancelled while it waited in the queue does not start.
+pub(crate) fn run(executor: &dyn Executor, launch: &Launch) -> Ended {
+    if launch.cancel.load(Ordering::SeqCst) {
+        return Ended {
+            outcome: RunOutcome::Cancelled,
+            executor_id: None,
+            report: None,
+        };
+    }
+    let executor_id = Mutex::new(None);
+    let mut outcome = executor.run(&launch.spec, &launch.cancel, &|id| {
+        *executor_id.lock().expect("id lock") = Some(id.to_string());
+    });
+    let mut report = None;
+    if outcome == RunOutcome::Succeeded {
+        match crate::local::read_report(&launch.spec.report_path()) {
+            Ok(r) => report = r,
+            Err(message) => outcome = RunOutcome::failed(message, Some(0)),
+        }
+    }
+    Ended {
+        outcome,
+        executor_id: executor_id.into_inner().expect("id lock"),
+        report,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn launch(node: usize) -> Launch {
+        Launch {
+            node,
+            spec: RunSpec::default(),
+            cancel: Arc::default(),
+        }
+    }
+
+    #[test]
+    fn slots_take_runs_in_order_until_closed() {
+        let launches = Launches::default();
+        launches.push(launch(1));
+        launches.push(launch(2));
+        assert_eq!(launches.next().map(|l| l.node), Some(1));
+        std::thread::scope(|s| {
+            let waiting = s.spawn(|| {
+                let mut taken = Vec::new();
+                while let Some(l) = launches.next() {
+                    taken.push(l.node);
+                }
+                taken
+            });
+            launches.push(launch(3));
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            launches.close();
+            assert_eq!(waiting.join().unwrap(), [2, 3]);
+        });
+        assert!(launches.drain().is_empty());
+    }
+
+    #[test]
+    fn a_paused_queue_holds_its_runs_until_resumed() {
+        let launches = Launches::default();
+        launches.push(launch(1));
+        launches.pause();
+        std::thread::scope(|s| {
+            let waiting = s.spawn(|| launches.next().map(|l| l.node));
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            assert!(!waiting.is_finished(), "took a run while paused");
+            launches.resume();
+            assert_eq!(waiting.join().unwrap(), Some(1));
+        });
+    }
+
+    #[test]
+    fn drained_runs_are_not_taken() {
+        let launches = Launches::default();
+        launches.push(launch(1));
+        assert_eq!(launches.drain().len(), 1);
+        launches.close();
+        assert!(launches.next().is_none());
+    }
+}

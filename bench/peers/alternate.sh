@@ -5,9 +5,8 @@
 #
 #   bench/peers/alternate.sh [ROUNDS] [DATABUILD_BINARY...]
 #
-# With several binaries (say, two commits' builds), each runs once per round after make. Run such
-# a comparison a second time with the binaries swapped, to be sure the position in a round does
-# not matter.
+# With several binaries (say, two commits' builds), each runs once per round after make, in an
+# order that rotates from round to round; use an even number of rounds.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 rounds=${1:-10}
@@ -24,11 +23,16 @@ cd "$work"
 # on whichever command runs next (the second in a round came out ahead by ~10% without this).
 seconds() { local s; sync; sleep 0.5; s=$(date +%s.%N); "$@" >/dev/null 2>&1; echo "$(date +%s.%N) - $s" | bc; }
 clean() { rm -rf data/reviews data/categorized data/summary data/weekly .databuild; }
-for _ in $(seq "$rounds"); do
+binaries=("$@")
+for round in $(seq "$rounds"); do
   clean
   m=$(seconds make -s -j2)
   line=$(printf 'make %.2f s' "$m")
-  for b in "$@"; do
+  # The binaries' order rotates each round: the position in a round still matters by ~10%
+  # here (the first after make does worse), so each binary takes each position in turn.
+  n=${#binaries[@]}
+  for i in $(seq 0 $((n - 1))); do
+    b=${binaries[$(((i + round) % n))]}
     clean
     t=$(seconds "$b" build --parallel 2 $(cat targets.txt))
     line="$line | $(basename "$b") $(printf '%.2f s (%.2f×)' "$t" "$(echo "$t / $m" | bc -l)")"

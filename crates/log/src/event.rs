@@ -243,7 +243,7 @@ pub fn now_ns() -> i64 {
 }
 
 pub fn new_id() -> String {
-    uuid::Uuid::new_v4().to_string()
+    uuid::Uuid::now_v7().to_string()
 }
 
 impl Event {

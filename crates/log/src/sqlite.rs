@@ -518,31 +518,19 @@ impl CountChanges {
     }
 }
 
-/// The job a run's row holds.
-fn job_of_run(tx: &Transaction<'_>, run: Option<&str>) -> rusqlite::Result<String> {
-    tx.prepare_cached("SELECT job FROM job_runs WHERE job_run_id = ?1")?
-        .query_row([run], |r| r.get(0))
-}
-
 /// The job a partition's row holds (`''` for none, as `partition_counts` counts it).
 fn job_of_partition(tx: &Transaction<'_>, r: Option<&str>) -> rusqlite::Result<String> {
     tx.prepare_cached("SELECT coalesce(job, '') FROM partitions WHERE partition_ref = ?1")?
         .query_row([r], |row| row.get(0))
 }
 
-/// Moves an updated run from its old status's count to its new one's.
-fn recount_run(
-    tx: &Transaction<'_>,
-    e: &Event,
-    before: &Current,
-    counts: &mut CountChanges,
-) -> rusqlite::Result<()> {
+/// Moves an updated run of `job` (the job its row holds) from its old status's count to its new
+/// one's.
+fn recount_run(e: &Event, before: &Current, job: &str, counts: &mut CountChanges) {
     if let Some(old) = before.job_run.filter(|old| *old != e.status) {
-        let job = job_of_run(tx, e.job_run_id.as_deref())?;
-        counts.run(&job, old, -1, None);
-        counts.run(&job, e.status, 1, None);
+        counts.run(job, old, -1, None);
+        counts.run(job, e.status, 1, None);
     }
-    Ok(())
 }
 
 /// Updates the projections for one (already validated) event, the count projections included
@@ -608,39 +596,48 @@ fn project(
                 Some(e.timestamp),
             );
         }
+        // The updates return the row's job, for its counts.
         Kind::JobRun if e.status == Status::Running => {
             let d = &e.data;
-            tx.prepare_cached(
-                "UPDATE job_runs SET status = ?2, started_at = ?3, pid = ?4, host = ?5, owner = ?6,
-                        input_versions = ?7, log_path = ?8
-                 WHERE job_run_id = ?1",
-            )?
-            .execute(params![
-                e.job_run_id,
-                status,
-                e.timestamp,
-                d.pid,
-                d.host,
-                d.owner,
-                to_json(&d.input_versions),
-                d.log_path
-            ])?;
-            recount_run(tx, e, before, counts)?;
+            let job: String = tx
+                .prepare_cached(
+                    "UPDATE job_runs SET status = ?2, started_at = ?3, pid = ?4, host = ?5,
+                            owner = ?6, input_versions = ?7, log_path = ?8
+                     WHERE job_run_id = ?1 RETURNING job",
+                )?
+                .query_row(
+                    params![
+                        e.job_run_id,
+                        status,
+                        e.timestamp,
+                        d.pid,
+                        d.host,
+                        d.owner,
+                        to_json(&d.input_versions),
+                        d.log_path
+                    ],
+                    |r| r.get(0),
+                )?;
+            recount_run(e, before, &job, counts);
         }
         Kind::JobRun => {
-            tx.prepare_cached(
-                "UPDATE job_runs SET status = ?2, ended_at = ?3, exit_code = ?4,
-                        message = coalesce(?5, message)
-                 WHERE job_run_id = ?1",
-            )?
-            .execute(params![
-                e.job_run_id,
-                status,
-                e.timestamp,
-                e.data.exit_code,
-                e.message
-            ])?;
-            recount_run(tx, e, before, counts)?;
+            let job: String = tx
+                .prepare_cached(
+                    "UPDATE job_runs SET status = ?2, ended_at = ?3, exit_code = ?4,
+                            message = coalesce(?5, message)
+                     WHERE job_run_id = ?1 RETURNING job",
+                )?
+                .query_row(
+                    params![
+                        e.job_run_id,
+                        status,
+                        e.timestamp,
+                        e.data.exit_code,
+                        e.message
+                    ],
+                    |r| r.get(0),
+                )?;
+            recount_run(e, before, &job, counts);
         }
         Kind::Partition => {
             if let Some(br) = &e.build_request_id {

@@ -32,6 +32,8 @@ const MAX_MISSING_DEP_ROUNDS: u32 = 3;
 const MAX_CLAIM_AHEAD: usize = 8;
 /// How long a completion may wait for a claim to carry it into the log.
 const MAX_DEFER: Duration = Duration::from_millis(100);
+/// The scheduler's loop wakes at least this often, to check for cancellation and heartbeats.
+const IDLE_WAKE: Duration = Duration::from_millis(100);
 
 #[derive(Debug, Clone)]
 pub struct BuildOptions {
@@ -570,16 +572,15 @@ impl<'e> Scheduler<'e> {
     /// How long the loop may wait for a message before deferred events must be written. While
     /// runs are staged, a claim to carry them comes as slots take those; otherwise they go now.
     fn flush_due(&self) -> Result<Duration> {
-        let wait = Duration::from_millis(100);
         let Some(at) = self.deferred_at.get() else {
-            return Ok(wait);
+            return Ok(IDLE_WAKE);
         };
         let left = MAX_DEFER.saturating_sub(at.elapsed());
         if self.staged == 0 || left.is_zero() {
             self.flush()?;
-            return Ok(wait);
+            return Ok(IDLE_WAKE);
         }
-        Ok(left.min(wait))
+        Ok(left.min(IDLE_WAKE))
     }
 
     /// Records the plan (skipped, delegated, scheduled) and moves the build to `executing`.
@@ -796,14 +797,7 @@ impl<'e> Scheduler<'e> {
             match self.rx.recv_timeout(wait) {
                 Ok(Message::Started { node, at }) => self.started(node, at, observer),
                 Ok(Message::Finished { node, ended }) => {
-                    self.finished(
-                        scope,
-                        node,
-                        ended.outcome,
-                        ended.executor_id,
-                        ended.report,
-                        observer,
-                    )?;
+                    self.finished(scope, node, ended, observer)?;
                     if self.stopped.is_none() {
                         self.launches.resume();
                     }
@@ -887,17 +881,11 @@ impl<'e> Scheduler<'e> {
         if batch.is_empty() {
             return Ok(took_any);
         }
-        let deferred = self.take_pending();
-        let mut all = deferred.clone();
-        all.extend(events);
-        match self.store().append(all) {
-            Ok(_) => batch.into_iter().for_each(|node| self.stage(scope, node)),
+        match self.append_claims(events)? {
+            None => batch.into_iter().for_each(|node| self.stage(scope, node)),
             // Another build changed one of the partitions since the plan: each run is claimed
-            // on its own, reading its partitions, and the completions go in alone.
-            Err(LogError::Refused { .. }) => {
-                if !deferred.is_empty() {
-                    self.store().append(deferred)?;
-                }
+            // on its own, reading its partitions.
+            Some(_) => {
                 for node in batch {
                     self.free_job_slot(self.nodes[node].run.job_index);
                     if self.claim(scope, node)? {
@@ -905,9 +893,26 @@ impl<'e> Scheduler<'e> {
                     }
                 }
             }
-            Err(e) => return Err(e.into()),
         }
         Ok(true)
+    }
+
+    /// Appends claims with the deferred completions riding along. If the log refuses the claims,
+    /// the completions go in alone and the refusal is returned.
+    fn append_claims(&self, claims: Vec<Event>) -> Result<Option<LogError>> {
+        let deferred = self.take_pending();
+        let mut all = deferred.clone();
+        all.extend(claims);
+        match self.store().append(all) {
+            Ok(_) => Ok(None),
+            Err(refusal @ LogError::Refused { .. }) => {
+                if !deferred.is_empty() {
+                    self.store().append(deferred)?;
+                }
+                Ok(Some(refusal))
+            }
+            Err(e) => Err(e.into()),
+        }
     }
 
     /// Hands a claimed run to the slots, starting a slot thread if every one is busy.
@@ -1038,18 +1043,9 @@ impl<'e> Scheduler<'e> {
                 return self.adopt(index).map(|()| false);
             }
             let events = self.claim_events(index, seen);
-            // Deferred completions ride along; if the claim is refused they go in alone.
-            let deferred = self.take_pending();
-            let mut batch = deferred.clone();
-            batch.extend(events);
-            let refusal = match self.store().append(batch) {
-                Ok(_) => break,
-                Err(e @ LogError::Refused { .. }) => e,
-                Err(e) => return Err(e.into()),
+            let Some(refusal) = self.append_claims(events)? else {
+                break;
             };
-            if !deferred.is_empty() {
-                self.store().append(deferred)?;
-            }
             let LogError::Refused { reason, .. } = &refusal else {
                 unreachable!("matched above")
             };
@@ -1409,9 +1405,11 @@ impl<'e> Scheduler<'e> {
         &mut self,
         scope: &'s thread::Scope<'s, 'e>,
         index: usize,
-        outcome: RunOutcome,
-        executor_id: Option<String>,
-        report: Option<serde_json::Value>,
+        Ended {
+            outcome,
+            executor_id,
+            report,
+        }: Ended,
         observer: &mut dyn Observer,
     ) -> Result<()> {
         let job_index = self.nodes[index].run.job_index;

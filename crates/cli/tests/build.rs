@@ -588,6 +588,44 @@ fn a_killed_build_is_closed_and_a_rerun_completes() {
     );
 }
 
+/// A job of a killed build that left its process group and dropped the watch token outlives the
+/// build's watchdog; the build that closes the killed one ends it before releasing its partition,
+/// so the rerun never writes the partition while it does.
+#[test]
+fn a_rerun_waits_for_what_a_killed_build_left_running() {
+    let job = r#"set -u
+mkdir -p locks data/w
+if [ ! -e started ]; then
+  touch started
+  env -u DATABUILD_WATCH setsid sh -c 'exec 9>locks/w; flock 9; touch locked; sleep 30' &
+  while [ ! -e locked ]; do sleep 0.01; done
+  sleep 30
+fi
+exec 9>locks/w
+flock -n 9 || { echo "$DATABUILD_JOB_RUN_ID" >> violations.log; exit 1; }
+touch data/w/$DATABUILD_FIELD_N"#;
+    let p = Project::new(&format!(
+        "[graph]\nname = \"p\"\n[[job]]\nname = \"w\"\noutputs = [\"w/{{n:int}}\"]\ncommand = [\"sh\", \"-c\", {job:?}]\n"
+    ));
+    let mut build = p
+        .command()
+        .args(["build", "w/1"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    crate::util::eventually(Duration::from_secs(10), "the job's lock taken", || {
+        p.path().join("locked").exists().then_some(())
+    });
+    nix_kill(build.id(), "KILL");
+    build.wait().unwrap();
+    let rerun = p.run(&["build", "w/1"]);
+    let violations = std::fs::read_to_string(p.path().join("violations.log")).unwrap_or_default();
+    assert!(violations.is_empty(), "written twice at once: {violations}");
+    rerun.expect_code(0);
+    p.run(&["check-log"]).expect_code(0);
+}
+
 fn wait_for_running_build(p: &Project) -> String {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {

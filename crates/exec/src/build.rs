@@ -376,6 +376,14 @@ impl Engine {
             limit: 1_000_000,
             ..Default::default()
         })?;
+        // Its driver is gone; what it left running here goes before its claims are released.
+        crate::local::end_leftover_jobs(
+            &runs
+                .iter()
+                .filter(|r| r.status == Status::Running)
+                .map(|r| r.job_run_id.as_str())
+                .collect::<Vec<_>>(),
+        );
         let mut events = Vec::new();
         let run_end = if status == Status::Cancelled {
             Status::Cancelled

@@ -134,10 +134,27 @@ pub enum Command {
         max_rows: usize,
     },
     /// The build graph service (HTTP API) and dashboard. `DATABUILD_TOKEN`, when set, guards
-    /// every mutating request.
+    /// every write and SQL; `--guard-reads` (or `DATABUILD_READ_TOKEN`, a token for reads only)
+    /// guards every read too. Limits: `DATABUILD_MAX_REFS` (refs per request, default 1000000),
+    /// `DATABUILD_SQL_CONCURRENCY` (default 4), `DATABUILD_MAX_STREAMS` (default 64).
     Serve {
         #[arg(long, default_value = "127.0.0.1:8080")]
         bind: std::net::SocketAddr,
+        /// Every read needs a token too (the dashboard asks for it once, in a login form).
+        #[arg(long, env = "DATABUILD_GUARD_READS")]
+        guard_reads: bool,
+        /// A host name requests may be addressed to, beyond loopback names and IP addresses
+        /// (repeatable; env `DATABUILD_ALLOWED_HOSTS`, comma-separated).
+        #[arg(
+            long = "allow-host",
+            value_name = "NAME",
+            env = "DATABUILD_ALLOWED_HOSTS",
+            value_delimiter = ','
+        )]
+        allowed_hosts: Vec<String>,
+        /// Serve a non-loopback address without a token (anyone who reaches it can build).
+        #[arg(long)]
+        allow_open: bool,
     },
     /// Check the event log: every entity's history is a valid path of its state machine, and the
     /// projections match a replay of the events. Exits 1 if not.

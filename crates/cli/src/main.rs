@@ -9,6 +9,7 @@ mod commands;
 mod context;
 mod output;
 mod remote;
+mod settings;
 
 use std::process::ExitCode;
 

@@ -38,9 +38,9 @@ impl Remote {
         Remote {
             base: base.trim_end_matches('/').to_string(),
             agent: config.into(),
-            token: std::env::var("DATABUILD_TOKEN")
-                .ok()
-                .filter(|t| !t.is_empty()),
+            // The write token when there is one, else the read token: a reader's CLI reads.
+            token: crate::settings::secret("DATABUILD_TOKEN")
+                .or_else(|| crate::settings::secret("DATABUILD_READ_TOKEN")),
         }
     }
 
@@ -78,10 +78,18 @@ impl Remote {
         anyhow::anyhow!("cannot reach the databuild service at {}: {e}", self.base)
     }
 
+    /// `Authorization: Bearer <token>` on every request, reads included (a service may guard
+    /// them).
+    fn authorized<B>(&self, request: ureq::RequestBuilder<B>) -> ureq::RequestBuilder<B> {
+        match &self.token {
+            Some(t) => request.header("Authorization", &format!("Bearer {t}")),
+            None => request,
+        }
+    }
+
     pub fn get_text(&self, path: &str) -> anyhow::Result<String> {
         let response = self
-            .agent
-            .get(&self.url(path))
+            .authorized(self.agent.get(&self.url(path)))
             .call()
             .map_err(|e| self.unreachable(e))?;
         self.finish(response)
@@ -92,20 +100,18 @@ impl Remote {
     }
 
     pub fn post(&self, path: &str, body: &Value) -> anyhow::Result<Value> {
-        let mut request = self.agent.post(&self.url(path));
-        if let Some(t) = &self.token {
-            request = request.header("Authorization", &format!("Bearer {t}"));
-        }
-        let response = request.send_json(body).map_err(|e| self.unreachable(e))?;
+        let response = self
+            .authorized(self.agent.post(&self.url(path)))
+            .send_json(body)
+            .map_err(|e| self.unreachable(e))?;
         Ok(serde_json::from_str(&self.finish(response)?)?)
     }
 
     pub fn delete(&self, path: &str) -> anyhow::Result<Value> {
-        let mut request = self.agent.delete(&self.url(path));
-        if let Some(t) = &self.token {
-            request = request.header("Authorization", &format!("Bearer {t}"));
-        }
-        let response = request.call().map_err(|e| self.unreachable(e))?;
+        let response = self
+            .authorized(self.agent.delete(&self.url(path)))
+            .call()
+            .map_err(|e| self.unreachable(e))?;
         Ok(serde_json::from_str(&self.finish(response)?)?)
     }
 
@@ -113,8 +119,7 @@ impl Remote {
     /// stream ends.
     pub fn stream(&self, path: &str, mut on_event: impl FnMut(Value)) -> anyhow::Result<()> {
         let response = self
-            .agent
-            .get(&self.url(path))
+            .authorized(self.agent.get(&self.url(path)))
             .call()
             .map_err(|e| self.unreachable(e))?;
         if !response.status().is_success() {

@@ -1,11 +1,17 @@
-//! Brace expansion of command-line refs, as a shell would do it but aware of dates:
+//! Brace expansion of user refs, as a shell would do it but aware of dates:
 //! `x/cat={a,b}` gives 2 refs, `reviews/date={2020-01-01..2020-01-31}` 31, `n/{1..3}` 3.
 //! Several braces give their cartesian product.
+//!
+//! Every entry point (the CLI, the API, the dashboard) expands a request's words with
+//! [`expand_all`], which counts what the words would give before it allocates anything, and
+//! refuses a request that would name more refs than its cap.
+
+use chrono::NaiveDate;
 
 use crate::pattern::{format_date, parse_date};
 
-/// The most refs one argument may expand to; more is almost certainly a typo in a range.
-pub const MAX_EXPANSION: usize = 10_000_000;
+/// How many refs one request may name unless the operator raises it (`DATABUILD_MAX_REFS`).
+pub const DEFAULT_MAX_REFS: usize = 1_000_000;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum BraceExpansionError {
@@ -17,72 +23,168 @@ pub enum BraceExpansionError {
     Unrecognized { arg: String, inner: String },
     #[error("`{arg}`: the range `{{{inner}}}` runs backwards")]
     Backwards { arg: String, inner: String },
-    #[error("`{0}` expands to more than {MAX_EXPANSION} refs")]
-    TooMany(String),
+    #[error("{what} would name {count} refs, more than the {max} one request may name; narrow the ranges, or raise the cap with DATABUILD_MAX_REFS")]
+    TooMany {
+        /// The word that went over, or "the request" when only the words together did.
+        what: String,
+        /// How many refs it would have named (saturating).
+        count: u128,
+        max: usize,
+    },
 }
 
+/// Expands every word of one request, refusing the request before expanding anything when the
+/// words together would name more than `max` refs.
+pub fn expand_all<S: AsRef<str>>(
+    words: &[S],
+    max: usize,
+) -> Result<Vec<String>, BraceExpansionError> {
+    let mut total: u128 = 0;
+    for word in words {
+        let word = word.as_ref();
+        let count = count_braces(word, max)?;
+        total = total.saturating_add(count);
+        if total > max as u128 {
+            let what = if count > max as u128 {
+                format!("`{word}`")
+            } else {
+                "the request".to_string()
+            };
+            return Err(BraceExpansionError::TooMany {
+                what,
+                count: total,
+                max,
+            });
+        }
+    }
+    let mut refs = Vec::with_capacity(total as usize);
+    for word in words {
+        expand_into(word.as_ref(), &mut refs)?;
+    }
+    Ok(refs)
+}
+
+/// Expands one word, with the default cap.
 pub fn expand_braces(arg: &str) -> Result<Vec<String>, BraceExpansionError> {
-    let pieces = crate::pattern::split_braces(arg).map_err(|e| match e {
+    expand_all(&[arg], DEFAULT_MAX_REFS)
+}
+
+/// How many refs `arg` names, without building them (saturating at `u128::MAX`).
+fn count_braces(arg: &str, max: usize) -> Result<u128, BraceExpansionError> {
+    let mut count: u128 = 1;
+    for piece in pieces(arg)? {
+        if let crate::pattern::Piece::Braced(inner) = piece {
+            count = count.saturating_mul(Alternatives::parse(arg, inner)?.len());
+        }
+    }
+    if count > max as u128 {
+        return Err(BraceExpansionError::TooMany {
+            what: format!("`{arg}`"),
+            count,
+            max,
+        });
+    }
+    Ok(count)
+}
+
+fn expand_into(arg: &str, out: &mut Vec<String>) -> Result<(), BraceExpansionError> {
+    let mut results = vec![String::new()];
+    for piece in pieces(arg)? {
+        results = match piece {
+            crate::pattern::Piece::Text(t) => {
+                for r in &mut results {
+                    r.push_str(t);
+                }
+                results
+            }
+            crate::pattern::Piece::Braced(inner) => {
+                let options = Alternatives::parse(arg, inner)?.strings();
+                results
+                    .iter()
+                    .flat_map(|r| options.iter().map(move |o| format!("{r}{o}")))
+                    .collect()
+            }
+        };
+    }
+    out.append(&mut results);
+    Ok(())
+}
+
+fn pieces(arg: &str) -> Result<Vec<crate::pattern::Piece<'_>>, BraceExpansionError> {
+    crate::pattern::split_braces(arg).map_err(|e| match e {
         crate::pattern::BraceError::Unclosed => BraceExpansionError::Unclosed(arg.to_string()),
         crate::pattern::BraceError::StrayClose => BraceExpansionError::StrayClose(arg.to_string()),
-    })?;
-    let mut results = vec![String::new()];
-    for piece in pieces {
-        let options = match piece {
-            crate::pattern::Piece::Text(t) => vec![t.to_string()],
-            crate::pattern::Piece::Braced(inner) => alternatives(arg, inner)?,
-        };
-        if results.len().saturating_mul(options.len()) > MAX_EXPANSION {
-            return Err(BraceExpansionError::TooMany(arg.to_string()));
-        }
-        results = results
-            .iter()
-            .flat_map(|r| options.iter().map(move |o| format!("{r}{o}")))
-            .collect();
-    }
-    Ok(results)
+    })
 }
 
-fn alternatives(arg: &str, inner: &str) -> Result<Vec<String>, BraceExpansionError> {
-    let unrecognized = || BraceExpansionError::Unrecognized {
-        arg: arg.to_string(),
-        inner: inner.to_string(),
-    };
-    let backwards = || BraceExpansionError::Backwards {
-        arg: arg.to_string(),
-        inner: inner.to_string(),
-    };
-    if let Some((a, b)) = inner.split_once("..") {
-        if let (Some(start), Some(end)) = (parse_date(a), parse_date(b)) {
-            if start > end {
-                return Err(backwards());
+/// What one `{...}` stands for, parsed without building its values.
+enum Alternatives<'a> {
+    List(&'a str),
+    Dates { start: NaiveDate, days: i64 },
+    Ints { start: i64, end: i64, width: usize },
+}
+
+impl<'a> Alternatives<'a> {
+    fn parse(arg: &str, inner: &'a str) -> Result<Self, BraceExpansionError> {
+        let unrecognized = || BraceExpansionError::Unrecognized {
+            arg: arg.to_string(),
+            inner: inner.to_string(),
+        };
+        let backwards = || BraceExpansionError::Backwards {
+            arg: arg.to_string(),
+            inner: inner.to_string(),
+        };
+        if let Some((a, b)) = inner.split_once("..") {
+            if let (Some(start), Some(end)) = (parse_date(a), parse_date(b)) {
+                if start > end {
+                    return Err(backwards());
+                }
+                let days = (end - start).num_days() + 1;
+                return Ok(Alternatives::Dates { start, days });
             }
-            let days = (end - start).num_days() as usize + 1;
-            if days > MAX_EXPANSION {
-                return Err(BraceExpansionError::TooMany(arg.to_string()));
+            if let (Ok(start), Ok(end)) = (a.parse::<i64>(), b.parse::<i64>()) {
+                if start > end {
+                    return Err(backwards());
+                }
+                // As in bash, `{01..10}` keeps the zero padding of its endpoints.
+                let padded = [a, b].iter().any(|s| {
+                    s.trim_start_matches('-').len() > 1
+                        && s.trim_start_matches('-').starts_with('0')
+                });
+                let width = if padded { a.len().max(b.len()) } else { 0 };
+                return Ok(Alternatives::Ints { start, end, width });
             }
-            return Ok(start.iter_days().take(days).map(format_date).collect());
+            return Err(unrecognized());
         }
-        if let (Ok(start), Ok(end)) = (a.parse::<i64>(), b.parse::<i64>()) {
-            if start > end {
-                return Err(backwards());
-            }
-            if (end - start) as u128 + 1 > MAX_EXPANSION as u128 {
-                return Err(BraceExpansionError::TooMany(arg.to_string()));
-            }
-            // As in bash, `{01..10}` keeps the zero padding of its endpoints.
-            let padded = [a, b].iter().any(|s| {
-                s.trim_start_matches('-').len() > 1 && s.trim_start_matches('-').starts_with('0')
-            });
-            let width = if padded { a.len().max(b.len()) } else { 0 };
-            return Ok((start..=end).map(|n| format!("{n:0width$}")).collect());
+        if inner.contains(',') {
+            return Ok(Alternatives::List(inner));
         }
-        return Err(unrecognized());
+        Err(unrecognized())
     }
-    if inner.contains(',') {
-        return Ok(inner.split(',').map(str::to_string).collect());
+
+    fn len(&self) -> u128 {
+        match self {
+            Alternatives::List(inner) => inner.split(',').count() as u128,
+            Alternatives::Dates { days, .. } => *days as u128,
+            Alternatives::Ints { start, end, .. } => (*end as i128 - *start as i128 + 1) as u128,
+        }
     }
-    Err(unrecognized())
+
+    /// The values; only called once [`expand_all`] has bounded their number.
+    fn strings(&self) -> Vec<String> {
+        match self {
+            Alternatives::List(inner) => inner.split(',').map(str::to_string).collect(),
+            Alternatives::Dates { start, days } => start
+                .iter_days()
+                .take(*days as usize)
+                .map(format_date)
+                .collect(),
+            Alternatives::Ints { start, end, width } => {
+                let width = *width;
+                (*start..=*end).map(|n| format!("{n:0width$}")).collect()
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -134,8 +236,55 @@ mod tests {
         ));
         assert!(matches!(
             expand_braces("x/{0..99999999999}"),
-            Err(BraceExpansionError::TooMany(_))
+            Err(BraceExpansionError::TooMany { .. })
         ));
+    }
+
+    #[test]
+    fn a_request_is_counted_before_anything_is_built() {
+        // 2^30 refs from 30 two-way lists: refused from the count alone, at once.
+        let word = "x/".to_string() + &"{a,b}".repeat(30);
+        let start = std::time::Instant::now();
+        let err = expand_all(&[&word], DEFAULT_MAX_REFS).unwrap_err();
+        assert!(start.elapsed() < std::time::Duration::from_millis(50));
+        assert_eq!(
+            err,
+            BraceExpansionError::TooMany {
+                what: format!("`{word}`"),
+                count: 1 << 30,
+                max: DEFAULT_MAX_REFS
+            }
+        );
+        assert!(err.to_string().contains("DATABUILD_MAX_REFS"), "{err}");
+        // Products past u128 saturate instead of wrapping round to a small count.
+        let huge = "x/".to_string() + &"{0..9999999999999999}".repeat(12);
+        assert!(matches!(
+            expand_all(&[&huge], usize::MAX),
+            Err(BraceExpansionError::TooMany {
+                count: u128::MAX,
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn the_cap_is_on_the_whole_request() {
+        let words = ["n/{1..6}", "m/{1..5}"];
+        assert_eq!(expand_all(&words, 11).unwrap().len(), 11);
+        let err = expand_all(&words, 10).unwrap_err();
+        assert_eq!(
+            err,
+            BraceExpansionError::TooMany {
+                what: "the request".into(),
+                count: 11,
+                max: 10
+            }
+        );
+        assert!(
+            err.to_string()
+                .starts_with("the request would name 11 refs, more than the 10"),
+            "{err}"
+        );
     }
 
     proptest! {

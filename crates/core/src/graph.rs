@@ -87,6 +87,8 @@ struct GraphSection {
     #[serde(default)]
     domains: BTreeMap<String, Vec<String>>,
     slurm: Option<SlurmSection>,
+    #[serde(default)]
+    show_env: Vec<String>,
 }
 
 #[derive(Deserialize)]
@@ -230,13 +232,28 @@ pub struct Graph {
     pub sources: Vec<Source>,
     pub tables: Vec<Table>,
     pub wants: Vec<crate::wants::RecurringWant>,
+    /// The env names (from config executables) whose values the log records and shows; every
+    /// other value is recorded as [`REDACTED`], since env often carries secrets.
+    pub show_env: Vec<String>,
     index: PatternIndex,
 }
+
+/// What the log records instead of an env value the graph does not mark safe to show.
+pub const REDACTED: &str = "<redacted>";
 
 /// The program a table version's runs execute: the `databuild` binary itself (`table-job`).
 pub const TABLE_JOB_COMMAND: &str = "databuild table-job";
 
 impl Graph {
+    /// An env value as the log may record it: itself for names in `show_env`, else [`REDACTED`].
+    pub fn recorded_env_value<'v>(&self, name: &str, value: &'v str) -> &'v str {
+        if self.show_env.iter().any(|n| n == name) {
+            value
+        } else {
+            REDACTED
+        }
+    }
+
     /// Parses and validates a graph file's text. `file` names it in errors.
     pub fn parse(text: &str, file: &str) -> Result<Graph, GraphError> {
         let err = |context: Option<String>, message: String| GraphError {
@@ -434,6 +451,7 @@ impl Loader<'_> {
             sources,
             tables,
             wants: Vec::new(),
+            show_env: f.graph.show_env,
             index: PatternIndex::default(),
         };
         self.check_overlaps(&graph)?;

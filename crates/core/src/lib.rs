@@ -22,7 +22,7 @@ pub mod tables;
 pub mod template;
 pub mod wants;
 
-pub use braces::{expand_braces, BraceExpansionError};
+pub use braces::{expand_all, expand_braces, BraceExpansionError, DEFAULT_MAX_REFS};
 pub use graph::{
     Dataset, Deps, ExecutorConfig, Graph, GraphError, Job, Producer, SlurmConfig, TABLE_JOB_COMMAND,
 };

@@ -730,7 +730,14 @@ impl<'e> Scheduler<'e> {
                 d.outputs = run.outputs.iter().map(|o| o.to_string()).collect();
                 d.inputs = run.inputs.iter().map(|o| o.to_string()).collect();
                 d.args = run.args().to_vec();
-                d.env = run.env().map(|(k, v)| (k.clone(), v.clone())).collect();
+                // Env values often carry secrets: only those the graph marks safe are recorded.
+                d.env = run
+                    .env()
+                    .map(|(k, v)| {
+                        let graph = &self.engine.graph;
+                        (k.clone(), graph.recorded_env_value(k, v).to_string())
+                    })
+                    .collect();
                 d.job_version = Some(job.version.clone());
             })];
         for o in &run.outputs {

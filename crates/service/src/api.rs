@@ -4,13 +4,13 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::{FromRequest, Path, Query, Request, State};
-use axum::http::{header, Method, StatusCode};
-use axum::middleware::{self, Next};
+use axum::extract::{FromRequest, Path, Query, State};
+use axum::http::{header, StatusCode};
+use axum::middleware;
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use axum::{Json, Router};
+use axum::{Extension, Json, Router};
 use databuild_core::{PartitionRef, PlanRequest};
 use databuild_exec::build::{BuildOptions, Quiet};
 use databuild_exec::views::{parse_partition_status, AnalyzeView};
@@ -23,6 +23,7 @@ use tower_http::limit::RequestBodyLimitLayer;
 use utoipa::ToSchema;
 
 use crate::error::{AppError, ErrorBody};
+use crate::guard::Role;
 use crate::views::{self, ApiResult};
 use crate::AppState;
 
@@ -66,29 +67,14 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/metrics", get(crate::metrics::metrics))
         .fallback(|| async { AppError::not_found("no such endpoint; see /api/v1/openapi.json") })
-        .layer(middleware::from_fn_with_state(state.clone(), require_token))
         .layer(RequestBodyLimitLayer::new(crate::BODY_LIMIT))
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            crate::guard::check,
+        ))
         .merge(crate::sources::webhook_routes())
+        .layer(middleware::from_fn(crate::guard::headers))
         .with_state(state)
-}
-
-/// Mutating requests need the bearer token when one is configured.
-async fn require_token(State(state): Shared, request: Request, next: Next) -> Response {
-    let mutating = matches!(
-        *request.method(),
-        Method::POST | Method::DELETE | Method::PUT
-    );
-    if let (true, Some(token)) = (mutating, &state.token) {
-        let given = request
-            .headers()
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "));
-        if given != Some(token.as_str()) {
-            return AppError::unauthorized().into_response();
-        }
-    }
-    next.run(request).await
 }
 
 /// Runs engine work off the async threads.
@@ -108,24 +94,40 @@ pub(crate) async fn blocking_with_state<T: Send + 'static>(
     tokio::task::spawn_blocking(move || f(&state)).await?
 }
 
-/// Validates refs and checks that something produces each.
-fn parse_refs(engine: &Engine, refs: &[String]) -> ApiResult<Vec<PartitionRef>> {
-    if refs.is_empty() {
+/// Expands braces (within the service's cap on refs per request), validates the refs and
+/// checks that something produces each. Shared by the API and the dashboard.
+pub(crate) fn parse_refs<S: AsRef<str>>(
+    engine: &Engine,
+    words: &[S],
+    max_refs: usize,
+) -> ApiResult<Vec<PartitionRef>> {
+    if words.is_empty() {
         return Err(AppError::bad_request(
             "`partitions` is empty: name at least one ref",
         ));
     }
-    refs.iter()
-        .map(|r| {
-            let valid = PartitionRef::new(r).map_err(|e| AppError::bad_request(e.to_string()))?;
-            if engine.graph.producer_of(valid.as_str()).is_none() {
-                return Err(AppError::bad_request(format!(
-                    "no job builds `{r}` and no dataset declares it"
-                )));
-            }
-            Ok(valid)
-        })
-        .collect()
+    let expanded = databuild_core::expand_all(words, max_refs).map_err(|e| match e {
+        databuild_core::BraceExpansionError::TooMany { .. } => AppError {
+            status: StatusCode::PAYLOAD_TOO_LARGE,
+            code: "too_many_refs",
+            message: e.to_string(),
+        },
+        other => AppError::bad_request(other.to_string()),
+    })?;
+    let mut seen = std::collections::HashSet::with_capacity(expanded.len());
+    let mut refs = Vec::with_capacity(expanded.len());
+    for r in expanded {
+        let valid = PartitionRef::new(&r).map_err(|e| AppError::bad_request(e.to_string()))?;
+        if engine.graph.producer_of(valid.as_str()).is_none() {
+            return Err(AppError::bad_request(format!(
+                "no job builds `{r}` and no dataset declares it"
+            )));
+        }
+        if seen.insert(r) {
+            refs.push(valid);
+        }
+    }
+    Ok(refs)
 }
 
 #[derive(Deserialize, ToSchema)]
@@ -175,9 +177,10 @@ pub async fn start_build(
     allow_stale: bool,
     parallel: Option<usize>,
 ) -> ApiResult<String> {
+    let max_refs = state.limits.max_refs;
     let (id, options) = blocking(state, move |engine| {
         let options = BuildOptions {
-            refs: parse_refs(engine, &partitions)?,
+            refs: parse_refs(engine, &partitions, max_refs)?,
             force,
             parallel: parallel
                 .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
@@ -251,8 +254,16 @@ async fn build_events(State(state): Shared, Path(id): Path<String>) -> ApiResult
 #[utoipa::path(get, path = "/api/v1/builds/{id}/events/stream", summary = "Server-Sent Events of a build request until it ends", params(("id" = String, Path, description = "Build request id")), responses((status = 200, description = "text/event-stream, one `event` per log event"), (status = 404, body = ErrorBody)))]
 async fn build_event_stream(
     State(state): Shared,
+    Extension(role): Extension<Role>,
     Path(id): Path<String>,
 ) -> ApiResult<Sse<impl Stream<Item = Result<SseEvent, std::convert::Infallible>>>> {
+    // The permit rides in the stream's state: it is given back when the client goes away.
+    let permit = state
+        .stream_slots
+        .clone()
+        .try_acquire_owned()
+        .map_err(|_| AppError::busy("event streams", state.limits.event_streams))?;
+    let private = role == Role::Anonymous && state.guard.has_token();
     let exists = {
         let id = id.clone();
         blocking(&state, move |engine| {
@@ -266,17 +277,19 @@ async fn build_event_stream(
     let engine = state.engine.clone();
     // State: (last idx sent, finished, pending events).
     let stream = stream::unfold(
-        (0i64, false, std::collections::VecDeque::new()),
-        move |(mut since, mut finished, mut pending)| {
+        (0i64, false, std::collections::VecDeque::new(), permit),
+        move |(mut since, mut finished, mut pending, permit)| {
             let engine = engine.clone();
             let id = id.clone();
             async move {
                 loop {
                     if let Some(e) = pending.pop_front() {
-                        let event = SseEvent::default()
-                            .event("event")
-                            .data(serde_json::to_string(&e).expect("events serialize"));
-                        return Some((Ok(event), (since, finished, pending)));
+                        let mut value = serde_json::to_value(&e).expect("events serialize");
+                        if private {
+                            crate::guard::strip_private(&mut value);
+                        }
+                        let event = SseEvent::default().event("event").data(value.to_string());
+                        return Some((Ok(event), (since, finished, pending, permit)));
                     }
                     if finished {
                         return None;
@@ -337,8 +350,9 @@ async fn analyze(
     State(state): Shared,
     ApiJson(body): ApiJson<AnalyzeBody>,
 ) -> ApiResult<Json<Value>> {
+    let max_refs = state.limits.max_refs;
     blocking(&state, move |engine| {
-        let refs = parse_refs(engine, &body.partitions)?;
+        let refs = parse_refs(engine, &body.partitions, max_refs)?;
         let analysis = engine.analyze(&PlanRequest {
             refs,
             force: body.force,
@@ -533,8 +547,20 @@ pub struct SqlBody {
 #[utoipa::path(post, path = "/api/v1/sql", summary = "Read-only SQL over the event log", request_body = SqlBody, responses((status = 200, description = "`{\"columns\": [], \"rows\": [[]]}`", body = Object), (status = 400, description = "Refused or invalid", body = ErrorBody)))]
 async fn sql(State(state): Shared, ApiJson(body): ApiJson<SqlBody>) -> ApiResult<Json<Value>> {
     let max_rows = body.max_rows.unwrap_or(10_000).min(100_000);
-    blocking(&state, move |engine| {
-        views::sql(engine, &body.query, max_rows).map(Json)
-    })
-    .await
+    run_sql(&state, body.query, max_rows).await.map(Json)
+}
+
+/// Runs user SQL if fewer than the service's limit of queries are running, else answers 429.
+/// Shared by the API and the dashboard.
+pub(crate) async fn run_sql(
+    state: &Arc<AppState>,
+    query: String,
+    max_rows: usize,
+) -> ApiResult<Value> {
+    let _permit = state
+        .sql_slots
+        .clone()
+        .try_acquire_owned()
+        .map_err(|_| AppError::busy("SQL queries", state.limits.sql_queries))?;
+    blocking(state, move |engine| views::sql(engine, &query, max_rows)).await
 }

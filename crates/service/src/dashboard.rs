@@ -7,7 +7,7 @@ use axum::extract::{Form, Path, Query, State};
 use axum::http::header;
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
-use axum::Router;
+use axum::{Extension, Router};
 use databuild_core::{PartitionRef, PlanRequest};
 use databuild_exec::engine::rfc3339;
 use databuild_exec::views::parse_partition_status;
@@ -18,6 +18,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use crate::error::AppError;
+use crate::guard::Role;
 use crate::svg;
 use crate::views;
 use crate::AppState;
@@ -65,6 +66,8 @@ pub fn routes() -> Router<Arc<AppState>> {
         .route("/ui/build", post(ui_build))
         .route("/ui/taint", post(ui_taint))
         .route("/ui/cancel/{id}", post(ui_cancel))
+        .route("/login", get(login_page).post(login))
+        .route("/logout", post(logout))
 }
 
 async fn htmx() -> impl IntoResponse {
@@ -161,11 +164,16 @@ fn partition_link(r: &str) -> Markup {
     html! { a href={ "/partitions/" (enc(r)) } { code { (r) } } }
 }
 
-fn token_field(state: &AppState) -> Markup {
-    html! { @if state.token.is_some() { input type="password" name="token" placeholder="token" required; } }
+/// What every state-changing form carries: the CSRF token, and a token field unless the
+/// session already may write.
+fn form_auth(state: &AppState, role: Role) -> Markup {
+    html! {
+        input type="hidden" name="csrf" value=(state.guard.csrf_token());
+        @if state.guard.has_token() && role < Role::Writer { input type="password" name="token" placeholder="token" required; }
+    }
 }
 
-async fn home(State(state): Shared) -> Response {
+async fn home(State(state): Shared, Extension(role): Extension<Role>) -> Response {
     let st = state.clone();
     let data = page(&state, |engine| {
         let builds = views::builds(engine, None, 10)?;
@@ -191,7 +199,7 @@ async fn home(State(state): Shared) -> Response {
             " "
             button type="submit" formaction="/ui/build" formmethod="post" { "Build" }
             " " label { input type="checkbox" name="force" value="true"; " force" }
-            " " (token_field(&st))
+            " " (form_auth(&st, role))
         }
         h2 { "Recent builds" }
         @let rows = list(&builds["builds"]);
@@ -253,7 +261,7 @@ fn runs_graph(runs: &[Value]) -> String {
     svg::graph(&nodes)
 }
 
-fn build_body(b: &Value, events: &[Value], state: &AppState) -> Markup {
+fn build_body(b: &Value, events: &[Value], state: &AppState, role: Role) -> Markup {
     let id = s(&b["build_request_id"]);
     let status = s(&b["status"]);
     let finished = matches!(status.as_str(), "completed" | "failed" | "cancelled")
@@ -264,7 +272,7 @@ fn build_body(b: &Value, events: &[Value], state: &AppState) -> Markup {
             p { "Status " span #build-status { (badge(&status)) } " · created " (time(&b["created_at"])) " · updated " (time(&b["updated_at"]))
                 @if let Some(m) = b["message"].as_str() { " · " span.muted { (m) } } }
             @if !finished {
-                form.inline method="post" action={ "/ui/cancel/" (id) } { (token_field(state)) button type="submit" { "Cancel build" } }
+                form.inline method="post" action={ "/ui/cancel/" (id) } { (form_auth(state, role)) button type="submit" { "Cancel build" } }
             }
             h2 { "Job runs" }
             @if runs.is_empty() { p.empty { "No job runs (yet)." } } @else {
@@ -297,7 +305,11 @@ fn build_body(b: &Value, events: &[Value], state: &AppState) -> Markup {
     }
 }
 
-async fn build_page(State(state): Shared, Path(id): Path<String>) -> Response {
+async fn build_page(
+    State(state): Shared,
+    Extension(role): Extension<Role>,
+    Path(id): Path<String>,
+) -> Response {
     let st = state.clone();
     let bid = id.clone();
     match page(&state, move |engine| {
@@ -308,7 +320,7 @@ async fn build_page(State(state): Shared, Path(id): Path<String>) -> Response {
         Ok((b, events)) => layout(&format!("Build {id}"), html! {
             h1 { "Build " code { (id) } }
             p { "Requested: " @for r in list(&b["requested_partitions"]) { (partition_link(&s(&r))) " " } }
-            (build_body(&b, &events, &st))
+            (build_body(&b, &events, &st, role))
             // Live updates: the build's Server-Sent Events stream; each event re-renders the live
             // part of the page (at most every 300 ms), until the stream ends with the build.
             script { (PreEscaped(format!(r#"
@@ -329,7 +341,11 @@ async fn build_page(State(state): Shared, Path(id): Path<String>) -> Response {
     }
 }
 
-async fn build_live(State(state): Shared, Path(id): Path<String>) -> Response {
+async fn build_live(
+    State(state): Shared,
+    Extension(role): Extension<Role>,
+    Path(id): Path<String>,
+) -> Response {
     let st = state.clone();
     match page(&state, move |engine| {
         Ok((
@@ -339,7 +355,7 @@ async fn build_live(State(state): Shared, Path(id): Path<String>) -> Response {
     })
     .await
     {
-        Ok((b, events)) => build_body(&b, &events, &st).into_response(),
+        Ok((b, events)) => build_body(&b, &events, &st, role).into_response(),
         Err(r) => r,
     }
 }
@@ -580,7 +596,11 @@ fn calendar_for(engine: &Engine, pattern: &str) -> Result<String, AppError> {
 /// How many of the latest runs the partition page looks through for readers of a partition.
 const RECENT_RUNS: usize = 20_000;
 
-async fn partition_page(State(state): Shared, Path(r): Path<String>) -> Response {
+async fn partition_page(
+    State(state): Shared,
+    Extension(role): Extension<Role>,
+    Path(r): Path<String>,
+) -> Response {
     let st = state.clone();
     let pr = r.clone();
     let data = page(&state, move |engine| {
@@ -625,13 +645,13 @@ async fn partition_page(State(state): Shared, Path(r): Path<String>) -> Response
         }
         form.inline method="post" action="/ui/build" {
             input type="hidden" name="refs" value=(r);
-            label { input type="checkbox" name="force" value="true"; " force" } " " (token_field(&st))
+            label { input type="checkbox" name="force" value="true"; " force" } " " (form_auth(&st, role))
             button type="submit" { "Build" }
         }
         " "
         form.inline method="post" action="/ui/taint" {
             input type="hidden" name="ref" value=(r);
-            input type="text" name="reason" placeholder="reason"; " " (token_field(&st))
+            input type="text" name="reason" placeholder="reason"; " " (form_auth(&st, role))
             button type="submit" { "Taint" }
         }
         h2 { "Upstream (the inputs of its run)" }
@@ -770,20 +790,14 @@ pub struct RefsQuery {
     refs: Option<String>,
 }
 
-/// Refs from a text box: one or more per line, braces expanded.
-fn refs_from_text(text: &str) -> Result<Vec<PartitionRef>, AppError> {
-    let mut refs = Vec::new();
-    for word in text.split_whitespace() {
-        for r in
-            databuild_core::expand_braces(word).map_err(|e| AppError::bad_request(e.to_string()))?
-        {
-            refs.push(PartitionRef::new(r).map_err(|e| AppError::bad_request(e.to_string()))?);
-        }
-    }
-    if refs.is_empty() {
-        return Err(AppError::bad_request("name at least one partition ref"));
-    }
-    Ok(refs)
+/// Refs from a text box: one or more per line, braces expanded, as the API takes them.
+fn refs_from_text(
+    engine: &Engine,
+    text: &str,
+    max_refs: usize,
+) -> Result<Vec<PartitionRef>, AppError> {
+    let words: Vec<&str> = text.split_whitespace().collect();
+    crate::api::parse_refs(engine, &words, max_refs)
 }
 
 async fn analyze_page(State(state): Shared, Query(q): Query<RefsQuery>) -> Response {
@@ -797,8 +811,9 @@ async fn analyze_page(State(state): Shared, Query(q): Query<RefsQuery>) -> Respo
     if text.trim().is_empty() {
         return layout("Analyze", html! { h1 { "Analyze" } (form) p.empty { "Name partitions to see what a build would run." } }).into_response();
     }
+    let max_refs = state.limits.max_refs;
     let plan = page(&state, move |engine| {
-        let refs = refs_from_text(&text)?;
+        let refs = refs_from_text(engine, &text, max_refs)?;
         Ok(engine.plan(&PlanRequest {
             refs,
             ..Default::default()
@@ -855,8 +870,11 @@ async fn sql_page(State(state): Shared, Query(q): Query<SqlQuery>) -> Response {
     let result = if query.trim().is_empty() {
         None
     } else {
-        let text = query.clone();
-        Some(page(&state, move |engine| views::sql(engine, &text, 1000)).await)
+        Some(
+            crate::api::run_sql(&state, query.clone(), 1000)
+                .await
+                .map_err(error_page),
+        )
     };
     let outcome = match result {
         None => html! {},
@@ -886,26 +904,40 @@ pub struct BuildForm {
     refs: String,
     force: Option<String>,
     token: Option<String>,
+    csrf: Option<String>,
 }
 
-/// The token check of the forms: `Some(error page)` when a configured token is missing or wrong.
-fn token_refused(state: &AppState, token: Option<&str>) -> Option<Response> {
-    match &state.token {
-        Some(t) if token != Some(t.as_str()) => Some(error_page(AppError::unauthorized())),
-        _ => None,
+/// The checks of every form: its CSRF token, then the right to write (the session's, or the
+/// form's token field). `Some(error page)` when one fails.
+fn form_refused(
+    state: &AppState,
+    session: Role,
+    csrf: Option<&str>,
+    token: Option<&str>,
+) -> Option<Response> {
+    if !state.guard.csrf_ok(csrf) {
+        return Some(error_page(AppError {
+            status: axum::http::StatusCode::FORBIDDEN,
+            code: "csrf",
+            message: "this form is out of date or was not sent by this dashboard; reload the page and try again".into(),
+        }));
     }
+    if crate::guard::form_role(&state.guard, session, token) < Role::Writer {
+        return Some(error_page(AppError::unauthorized(true)));
+    }
+    None
 }
 
-async fn ui_build(State(state): Shared, Form(form): Form<BuildForm>) -> Response {
-    if let Some(r) = token_refused(&state, form.token.as_deref()) {
+async fn ui_build(
+    State(state): Shared,
+    Extension(role): Extension<Role>,
+    Form(form): Form<BuildForm>,
+) -> Response {
+    if let Some(r) = form_refused(&state, role, form.csrf.as_deref(), form.token.as_deref()) {
         return r;
     }
-    let refs = match refs_from_text(&form.refs) {
-        Ok(r) => r,
-        Err(e) => return error_page(e),
-    };
-    let refs: Vec<String> = refs.iter().map(|r| r.to_string()).collect();
-    match crate::api::start_build(&state, refs, form.force.is_some(), false, false, None).await {
+    let words: Vec<String> = form.refs.split_whitespace().map(str::to_string).collect();
+    match crate::api::start_build(&state, words, form.force.is_some(), false, false, None).await {
         Ok(id) => Redirect::to(&format!("/builds/{id}")).into_response(),
         Err(e) => error_page(e),
     }
@@ -916,10 +948,15 @@ pub struct TaintForm {
     r#ref: String,
     reason: Option<String>,
     token: Option<String>,
+    csrf: Option<String>,
 }
 
-async fn ui_taint(State(state): Shared, Form(form): Form<TaintForm>) -> Response {
-    if let Some(r) = token_refused(&state, form.token.as_deref()) {
+async fn ui_taint(
+    State(state): Shared,
+    Extension(role): Extension<Role>,
+    Form(form): Form<TaintForm>,
+) -> Response {
+    if let Some(r) = form_refused(&state, role, form.csrf.as_deref(), form.token.as_deref()) {
         return r;
     }
     let r = form.r#ref.clone();
@@ -937,14 +974,16 @@ async fn ui_taint(State(state): Shared, Form(form): Form<TaintForm>) -> Response
 #[derive(Deserialize)]
 pub struct TokenForm {
     token: Option<String>,
+    csrf: Option<String>,
 }
 
 async fn ui_cancel(
     State(state): Shared,
+    Extension(role): Extension<Role>,
     Path(id): Path<String>,
     Form(form): Form<TokenForm>,
 ) -> Response {
-    if let Some(r) = token_refused(&state, form.token.as_deref()) {
+    if let Some(r) = form_refused(&state, role, form.csrf.as_deref(), form.token.as_deref()) {
         return r;
     }
     let bid = id.clone();
@@ -952,4 +991,83 @@ async fn ui_cancel(
         Ok(_) => Redirect::to(&format!("/builds/{id}")).into_response(),
         Err(r) => r,
     }
+}
+
+#[derive(Deserialize)]
+pub struct LoginQuery {
+    next: Option<String>,
+}
+
+/// Where to go after logging in: a path of this service only (never `//other.site`).
+fn local_path(next: Option<&str>) -> String {
+    match next {
+        Some(p) if p.starts_with('/') && !p.starts_with("//") && !p.contains('\\') => p.to_string(),
+        _ => "/".to_string(),
+    }
+}
+
+async fn login_page(State(state): Shared, Query(q): Query<LoginQuery>) -> Response {
+    let next = local_path(q.next.as_deref());
+    layout("Log in", html! {
+        h1 { "Log in" }
+        @if state.guard.has_token() {
+            p.muted { "This service is guarded: enter DATABUILD_TOKEN to read and write, or DATABUILD_READ_TOKEN to read." }
+            form method="post" action="/login" {
+                input type="hidden" name="next" value=(next);
+                input type="hidden" name="csrf" value=(state.guard.csrf_token());
+                input type="password" name="token" placeholder="token" required autofocus;
+                " " button type="submit" { "Log in" }
+            }
+        } @else {
+            p { "This service has no token: everything is open. " a href="/" { "Home" } }
+        }
+    })
+    .into_response()
+}
+
+#[derive(Deserialize)]
+pub struct LoginForm {
+    token: String,
+    next: Option<String>,
+    csrf: Option<String>,
+}
+
+async fn login(State(state): Shared, Form(form): Form<LoginForm>) -> Response {
+    if !state.guard.csrf_ok(form.csrf.as_deref()) {
+        return form_refused(&state, Role::Writer, None, None).expect("a CSRF refusal");
+    }
+    let role = state.guard.token_role(&form.token);
+    let Some(cookie) = state.guard.session_cookie(role) else {
+        let mut page = error_page(AppError {
+            status: axum::http::StatusCode::UNAUTHORIZED,
+            code: "unauthorized",
+            message: "that token is neither DATABUILD_TOKEN nor DATABUILD_READ_TOKEN".into(),
+        });
+        // Every wrong guess costs its sender a moment.
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+        page.headers_mut()
+            .insert(header::CACHE_CONTROL, "no-store".parse().expect("a header"));
+        return page;
+    };
+    let mut response = Redirect::to(&local_path(form.next.as_deref())).into_response();
+    response
+        .headers_mut()
+        .insert(header::SET_COOKIE, cookie.parse().expect("a cookie header"));
+    response
+}
+
+async fn logout(State(state): Shared, Form(form): Form<TokenForm>) -> Response {
+    if !state.guard.csrf_ok(form.csrf.as_deref()) {
+        return form_refused(&state, Role::Writer, None, None).expect("a CSRF refusal");
+    }
+    let mut response = Redirect::to("/login").into_response();
+    let expired = format!(
+        "{}=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0",
+        crate::guard::SESSION_COOKIE
+    );
+    response.headers_mut().insert(
+        header::SET_COOKIE,
+        expired.parse().expect("a cookie header"),
+    );
+    response
 }

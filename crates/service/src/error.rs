@@ -42,15 +42,29 @@ impl AppError {
         }
     }
 
-    pub fn unauthorized() -> Self {
+    /// A request without the token it needs: the write token, or any token.
+    pub fn unauthorized(write: bool) -> Self {
         AppError {
             status: StatusCode::UNAUTHORIZED,
             code: "unauthorized",
-            message: "this request needs `Authorization: Bearer <DATABUILD_TOKEN>`".into(),
+            message: if write {
+                "this request needs `Authorization: Bearer <DATABUILD_TOKEN>`".into()
+            } else {
+                "this request needs `Authorization: Bearer <token>` (DATABUILD_TOKEN or DATABUILD_READ_TOKEN)".into()
+            },
         }
     }
 
-    fn internal(detail: impl std::fmt::Display) -> Self {
+    /// Too many requests of one kind at once; the caller should retry shortly.
+    pub fn busy(what: &str, limit: usize) -> Self {
+        AppError {
+            status: StatusCode::TOO_MANY_REQUESTS,
+            code: "busy",
+            message: format!("{limit} {what} are already running; retry in a moment"),
+        }
+    }
+
+    pub(crate) fn internal(detail: impl std::fmt::Display) -> Self {
         eprintln!("internal error: {detail}");
         AppError {
             status: StatusCode::INTERNAL_SERVER_ERROR,
@@ -62,11 +76,19 @@ impl AppError {
 
 impl IntoResponse for AppError {
     fn into_response(self) -> Response {
+        let status = self.status;
         let body = ErrorBody {
             error: self.message,
             code: self.code.to_string(),
         };
-        (self.status, Json(body)).into_response()
+        let mut response = (status, Json(body)).into_response();
+        if status == StatusCode::TOO_MANY_REQUESTS {
+            response.headers_mut().insert(
+                axum::http::header::RETRY_AFTER,
+                axum::http::HeaderValue::from_static("1"),
+            );
+        }
+        response
     }
 }
 

@@ -12,6 +12,7 @@ mod dashboard;
 
 pub use dashboard::enc as encode_segment;
 pub mod error;
+pub mod guard;
 mod metrics;
 mod openapi;
 mod reconciler;
@@ -67,15 +68,66 @@ impl Builds {
     }
 }
 
+/// How much one service takes on at once, read once at start.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    /// The most refs one request may name, braces expanded (`DATABUILD_MAX_REFS`).
+    pub max_refs: usize,
+    /// SQL queries running at once (`DATABUILD_SQL_CONCURRENCY`); more are answered 429.
+    pub sql_queries: usize,
+    /// Event streams open at once (`DATABUILD_MAX_STREAMS`); more are answered 429.
+    pub event_streams: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_refs: databuild_core::DEFAULT_MAX_REFS,
+            sql_queries: 4,
+            event_streams: 64,
+        }
+    }
+}
+
+/// Everything `serve` is told at start.
+#[derive(Debug, Clone, Default)]
+pub struct ServeConfig {
+    pub access: guard::Access,
+    pub limits: Limits,
+}
+
 pub struct AppState {
     pub engine: Arc<Engine>,
     /// One executor for all builds, so a cluster executor follows all runs together.
     pub executor: Arc<dyn databuild_exec::local::Executor>,
-    /// When set, mutating requests need `Authorization: Bearer <token>`.
-    pub token: Option<String>,
+    /// Tokens, sessions and CSRF tokens.
+    pub guard: guard::Guard,
+    pub limits: Limits,
+    /// Permits for SQL queries and event streams: what is running now.
+    pub sql_slots: Arc<tokio::sync::Semaphore>,
+    pub stream_slots: Arc<tokio::sync::Semaphore>,
     pub builds: Builds,
     /// Per-source webhook rate limits.
     pub flood_guard: sources::FloodGuard,
+}
+
+impl AppState {
+    pub fn new(
+        engine: Arc<Engine>,
+        executor: Arc<dyn databuild_exec::local::Executor>,
+        config: ServeConfig,
+    ) -> AppState {
+        AppState {
+            engine,
+            executor,
+            guard: guard::Guard::new(config.access),
+            sql_slots: Arc::new(tokio::sync::Semaphore::new(config.limits.sql_queries)),
+            stream_slots: Arc::new(tokio::sync::Semaphore::new(config.limits.event_streams)),
+            limits: config.limits,
+            builds: Builds::default(),
+            flood_guard: Default::default(),
+        }
+    }
 }
 
 pub fn app(state: Arc<AppState>) -> Router {
@@ -86,7 +138,7 @@ pub fn app(state: Arc<AppState>) -> Router {
 pub async fn serve(
     engine: Engine,
     bind: SocketAddr,
-    token: Option<String>,
+    config: ServeConfig,
     on_ready: impl FnOnce(SocketAddr),
 ) -> anyhow::Result<()> {
     let engine = Arc::new(engine);
@@ -104,13 +156,7 @@ pub async fn serve(
         tokio::task::spawn_blocking(move || engine.maintain_sources(None, None)).await??;
     }
     let executor: Arc<dyn databuild_exec::local::Executor> = Arc::from(engine.executor());
-    let state = Arc::new(AppState {
-        engine,
-        executor,
-        token,
-        builds: Builds::default(),
-        flood_guard: Default::default(),
-    });
+    let state = Arc::new(AppState::new(engine, executor, config));
     tokio::spawn(maintain_sources(state.clone()));
     let stop_reconciler = Arc::new(AtomicBool::new(false));
     reconciler::spawn(state.clone(), stop_reconciler.clone());

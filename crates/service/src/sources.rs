@@ -202,19 +202,11 @@ fn authenticate(
 ) -> Result<(), AppError> {
     let unauthorized = |m: String| error(StatusCode::UNAUTHORIZED, "unauthorized", m);
     let Some(var) = &source.secret_env else {
-        return match &state.token {
-            None => Ok(()),
-            Some(token) => {
-                let given = headers
-                    .get(header::AUTHORIZATION)
-                    .and_then(|v| v.to_str().ok())
-                    .and_then(|v| v.strip_prefix("Bearer "));
-                if given == Some(token.as_str()) {
-                    Ok(())
-                } else {
-                    Err(AppError::unauthorized())
-                }
-            }
+        // Without a secret of its own, a source takes the service's token (when one is set).
+        return if state.guard.role(headers) == crate::guard::Role::Writer {
+            Ok(())
+        } else {
+            Err(AppError::unauthorized(true))
         };
     };
     let secret = std::env::var(var)

@@ -122,19 +122,58 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             )
             .into()),
         },
-        Command::Serve { bind } => match backend {
-            Backend::Local(engine) => serve(*engine, bind),
+        Command::Serve {
+            bind,
+            guard_reads,
+            allowed_hosts,
+            allow_open,
+        } => match backend {
+            Backend::Local(engine) => {
+                let access = databuild_service::guard::Access {
+                    token: crate::settings::secret("DATABUILD_TOKEN"),
+                    read_token: crate::settings::secret("DATABUILD_READ_TOKEN"),
+                    guard_reads,
+                    allowed_hosts,
+                };
+                serve(*engine, bind, access, allow_open)
+            }
             Backend::Remote(_) => unreachable!("refused above"),
         },
     }
 }
 
-fn serve(engine: databuild_exec::Engine, bind: std::net::SocketAddr) -> anyhow::Result<ExitCode> {
-    let token = std::env::var("DATABUILD_TOKEN")
-        .ok()
-        .filter(|t| !t.is_empty());
+fn serve(
+    engine: databuild_exec::Engine,
+    bind: std::net::SocketAddr,
+    access: databuild_service::guard::Access,
+    allow_open: bool,
+) -> anyhow::Result<ExitCode> {
+    access
+        .validate()
+        .map_err(|e| crate::UserError(e.to_string()))?;
+    if !bind.ip().is_loopback() && access.token.is_none() && !allow_open {
+        return Err(crate::UserError(format!(
+            "refusing to serve {bind} without DATABUILD_TOKEN: anyone who can reach it could run builds and read the log; set DATABUILD_TOKEN (and --guard-reads to guard reads too), or pass --allow-open on a network you trust"
+        ))
+        .into());
+    }
+    if !bind.ip().is_loopback()
+        && access.token.is_some()
+        && !access.guard_reads
+        && access.read_token.is_none()
+    {
+        eprintln!("note: reads are open to anyone who can reach {bind} (hosts, pids and paths of runs are hidden from them); pass --guard-reads to guard them");
+    }
+    let config = databuild_service::ServeConfig {
+        access,
+        limits: databuild_service::Limits {
+            max_refs: crate::settings::max_refs()?,
+            sql_queries: crate::settings::count("DATABUILD_SQL_CONCURRENCY", 4)?,
+            event_streams: crate::settings::count("DATABUILD_MAX_STREAMS", 64)?,
+        },
+    };
     let runtime = tokio::runtime::Runtime::new()?;
-    runtime.block_on(databuild_service::serve(engine, bind, token, |addr| {
+    runtime.block_on(databuild_service::serve(engine, bind, config, |addr| {
         eprintln!("databuild service listening on http://{addr}");
     }))?;
     eprintln!("databuild service stopped");

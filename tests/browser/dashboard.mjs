@@ -1,11 +1,12 @@
 // Drives Debian's Chromium (headless) through every page of a running dashboard:
-//   node dashboard.mjs BASE_URL REF_TO_BUILD   (screenshots into $SHOTS, if set)
+//   node dashboard.mjs BASE_URL REF_TO_BUILD [TOKEN]   (screenshots into $SHOTS, if set)
 // It starts a build from the home page and watches it finish without reloading, runs an SQL
-// query, and fails on any console error or failed page.
+// query, and fails on any console error or failed page. With TOKEN, the service guards reads:
+// the dashboard must ask for a login first, then work as without one.
 import { open, check } from './browser.mjs';
 
-const [base, buildRef] = process.argv.slice(2);
-const shots = process.env.SHOTS;
+const [base, buildRef, token] = process.argv.slice(2);
+const shots = token ? undefined : process.env.SHOTS;
 const session = await open();
 const { page, problems } = session;
 
@@ -15,7 +16,13 @@ async function visit(path, name) {
   if (shots) await page.screenshot({ path: `${shots}/${name}.png`, fullPage: true });
 }
 
-await check(session, 'dashboard', async () => {
+await check(session, token ? 'dashboard (guarded)' : 'dashboard', async () => {
+  if (token) {
+    await page.goto(base + '/');
+    if (!page.url().includes('/login')) throw new Error(`a guarded dashboard showed ${page.url()}`);
+    await page.fill('input[name=token]', token);
+    await Promise.all([page.waitForURL(base + '/'), page.click('button:text-is("Log in")')]);
+  }
   await visit('/', 'home-empty');
   // Start a build from the page, then watch it finish in place.
   await page.fill('textarea[name=refs]', buildRef);

@@ -11,6 +11,7 @@ mod graph_cmd;
 mod log_cmds;
 mod postgres;
 mod reliability;
+mod security;
 mod service;
 mod slurm;
 mod sources;

@@ -142,9 +142,15 @@ pub struct Service {
 
 impl Service {
     pub fn start(project: &Project, env: &[(&str, &str)]) -> Service {
+        Service::start_with_args(project, &["--bind", "127.0.0.1:0"], env)
+    }
+
+    /// `databuild serve ARGS`, with `env`.
+    pub fn start_with_args(project: &Project, args: &[&str], env: &[(&str, &str)]) -> Service {
         use std::io::BufRead;
         let mut cmd = project.command();
-        cmd.args(["serve", "--bind", "127.0.0.1:0"])
+        cmd.arg("serve")
+            .args(args)
             .env_remove("DATABUILD_TOKEN")
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::piped());

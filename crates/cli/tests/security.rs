@@ -1,0 +1,682 @@
+//! A service safe to leave running, attacked over real sockets: guarded reads and sessions,
+//! cross-site and rebinding requests, CSRF, secrets in env, bounded requests, SQL and streams.
+//! Requests are written byte for byte on a TCP connection, so every header is the attacker's.
+
+use std::io::{Read, Write};
+use std::time::{Duration, Instant};
+
+use crate::util::{Project, Service};
+
+const GRAPH: &str = r#"
+[graph]
+name = "guarded"
+show_env = ["REGION"]
+[[dataset]]
+name = "raw"
+pattern = "raw/{d:date}"
+[[job]]
+name = "a"
+outputs = ["a/{d:date}"]
+inputs = ["raw/{d}"]
+command = ["sh", "job.sh"]
+[[job]]
+name = "dyn"
+outputs = ["dyn/{k}"]
+config = ["python3", "config.py"]
+command = ["sh", "job.sh"]
+"#;
+
+const JOB: &str = r#"set -e
+sleep "${SLEEP:-0}"
+for out in $(echo "$DATABUILD_OUTPUTS" | tr -d '[]"' | tr ',' ' '); do
+  mkdir -p "$(dirname "$DATABUILD_DATA_DIR/$out")"
+  echo "$DATABUILD_JOB_RUN_ID" > "$DATABUILD_DATA_DIR/$out"
+done
+"#;
+
+/// Records every call's arguments, and hands each run a secret and a region through env.
+const CONFIG: &str = r#"
+import json, sys
+with open("config-calls.log", "a") as f:
+    f.write(json.dumps(sys.argv[1:]) + "\n")
+print(json.dumps({"configs": [
+    {"outputs": [out], "inputs": [], "env": {"DYN_TOKEN": "ghp_s3cretvalue", "REGION": "eu-west"}}
+    for out in sys.argv[1:]
+]}))
+"#;
+
+fn project() -> Project {
+    let p = Project::new(GRAPH);
+    p.file("job.sh", JOB);
+    p.file("config.py", CONFIG);
+    for d in 1..=3 {
+        p.partition(&format!("raw/2020-01-0{d}"));
+    }
+    p
+}
+
+/// An answer read off the socket.
+struct Answer {
+    status: u16,
+    head: String,
+    body: String,
+}
+
+impl Answer {
+    fn header(&self, name: &str) -> Option<String> {
+        self.head.lines().find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            k.eq_ignore_ascii_case(name).then(|| v.trim().to_string())
+        })
+    }
+
+    fn json(&self) -> serde_json::Value {
+        serde_json::from_str(&self.body)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {} {}", self.status, self.body))
+    }
+}
+
+/// One request on a connection of its own. `headers` may replace `Host`.
+fn send(s: &Service, method: &str, path: &str, headers: &[(&str, &str)], body: &str) -> Answer {
+    let addr = s.url.trim_start_matches("http://");
+    let mut text = format!("{method} {path} HTTP/1.1\r\nConnection: close\r\n");
+    if !headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("host")) {
+        text.push_str(&format!("Host: {addr}\r\n"));
+    }
+    for (k, v) in headers {
+        text.push_str(&format!("{k}: {v}\r\n"));
+    }
+    if !headers
+        .iter()
+        .any(|(k, _)| k.eq_ignore_ascii_case("content-length"))
+    {
+        text.push_str(&format!("Content-Length: {}\r\n", body.len()));
+    }
+    text.push_str("\r\n");
+    text.push_str(body);
+    let mut stream = std::net::TcpStream::connect(addr).expect("connect");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    stream.write_all(text.as_bytes()).expect("send");
+    let mut raw = Vec::new();
+    let _ = stream.read_to_end(&mut raw);
+    let raw = String::from_utf8_lossy(&raw).into_owned();
+    let (head, body) = raw.split_once("\r\n\r\n").unwrap_or((&raw, ""));
+    let status = head
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let chunked = head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked");
+    Answer {
+        status,
+        head: head.to_string(),
+        body: if chunked {
+            dechunk(body)
+        } else {
+            body.to_string()
+        },
+    }
+}
+
+fn dechunk(mut body: &str) -> String {
+    let mut out = String::new();
+    while let Some((size, rest)) = body.split_once("\r\n") {
+        let n = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
+        if n == 0 || rest.len() < n {
+            break;
+        }
+        out.push_str(&rest[..n]);
+        body = rest[n..].trim_start_matches("\r\n");
+    }
+    out
+}
+
+fn get(s: &Service, path: &str, headers: &[(&str, &str)]) -> Answer {
+    send(s, "GET", path, headers, "")
+}
+
+fn post_json(s: &Service, path: &str, headers: &[(&str, &str)], body: &str) -> Answer {
+    let mut h = vec![("Content-Type", "application/json")];
+    h.extend_from_slice(headers);
+    send(s, "POST", path, &h, body)
+}
+
+fn post_form(s: &Service, path: &str, headers: &[(&str, &str)], body: &str) -> Answer {
+    let mut h = vec![("Content-Type", "application/x-www-form-urlencoded")];
+    h.extend_from_slice(headers);
+    send(s, "POST", path, &h, body)
+}
+
+/// The CSRF token of the dashboard's forms, read off a page as a browser would: the login
+/// page of a service with a token, the home page of one without.
+fn csrf(s: &Service, page: &str) -> String {
+    let page = get(s, page, &[]);
+    let at = page
+        .body
+        .find("name=\"csrf\" value=\"")
+        .expect("a CSRF field")
+        + 19;
+    page.body[at..at + 64].to_string()
+}
+
+fn build_count(p: &Project) -> usize {
+    let out = p.run(&["--json", "builds"]);
+    out.expect_code(0);
+    out.json()["builds"].as_array().unwrap().len()
+}
+
+const BEARER: (&str, &str) = ("Authorization", "Bearer w-s3cret");
+const READER: (&str, &str) = ("Authorization", "Bearer r-s3cret");
+
+fn guarded(p: &Project) -> Service {
+    Service::start(
+        p,
+        &[
+            ("DATABUILD_TOKEN", "w-s3cret"),
+            ("DATABUILD_READ_TOKEN", "r-s3cret"),
+        ],
+    )
+}
+
+#[test]
+fn guarded_reads_need_a_token_and_the_read_token_only_reads() {
+    let p = project();
+    let s = guarded(&p);
+    for path in [
+        "/api/v1/builds",
+        "/api/v1/events",
+        "/api/v1/datasets",
+        "/metrics",
+    ] {
+        let a = get(&s, path, &[]);
+        assert_eq!(a.status, 401, "{path}: {}", a.body);
+        assert_eq!(a.json()["code"], "unauthorized");
+        assert_eq!(get(&s, path, &[READER]).status, 200, "{path}");
+        assert_eq!(get(&s, path, &[BEARER]).status, 200, "{path}");
+    }
+    // SQL through the dashboard's GET, the hole that was seen.
+    let sql = "/sql?q=SELECT%20count(*)%20FROM%20events";
+    assert_eq!(get(&s, sql, &[]).status, 401);
+    assert_eq!(get(&s, sql, &[READER]).status, 200);
+    // The health check stays open for load balancers.
+    assert_eq!(get(&s, "/healthz", &[]).status, 200);
+    // A reader reads and runs SQL but never writes.
+    let body = r#"{"partitions": ["a/2020-01-01"]}"#;
+    assert_eq!(post_json(&s, "/api/v1/builds", &[READER], body).status, 401);
+    let sql = post_json(
+        &s,
+        "/api/v1/sql",
+        &[READER],
+        r#"{"query": "SELECT 1 AS one"}"#,
+    );
+    assert_eq!(sql.status, 200, "{}", sql.body);
+    assert_eq!(post_json(&s, "/api/v1/builds", &[BEARER], body).status, 202);
+    // A wrong token of the right length is no token.
+    let wrong = ("Authorization", "Bearer w-s3creT");
+    assert_eq!(get(&s, "/api/v1/builds", &[wrong]).status, 401);
+    // The CLI sends the read token on reads.
+    let out = p
+        .command()
+        .args(["--server", &s.url, "--json", "builds"])
+        .env_remove("DATABUILD_TOKEN")
+        .env("DATABUILD_READ_TOKEN", "r-s3cret")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn the_dashboard_asks_for_a_login_and_keeps_a_safe_session() {
+    let p = project();
+    let s = guarded(&p);
+    let html = ("Accept", "text/html");
+    let home = get(&s, "/builds/x?y=1", &[html]);
+    assert_eq!(home.status, 303);
+    assert_eq!(
+        home.header("location").as_deref(),
+        Some("/login?next=%2Fbuilds%2Fx%3Fy=1")
+    );
+    let token = csrf(&s, "/login");
+    let started = Instant::now();
+    let wrong = post_form(
+        &s,
+        "/login",
+        &[],
+        &format!("token=guess&next=%2F&csrf={token}"),
+    );
+    assert_eq!(wrong.status, 401);
+    assert!(wrong.header("set-cookie").is_none());
+    assert!(
+        started.elapsed() >= Duration::from_millis(200),
+        "wrong guesses are slowed"
+    );
+    let login = post_form(
+        &s,
+        "/login",
+        &[],
+        &format!("token=w-s3cret&next=%2Fjobs&csrf={token}"),
+    );
+    assert_eq!(login.status, 303, "{}", login.body);
+    assert_eq!(login.header("location").as_deref(), Some("/jobs"));
+    let cookie = login.header("set-cookie").expect("a session cookie");
+    for attribute in ["HttpOnly", "SameSite=Strict", "Path=/"] {
+        assert!(cookie.contains(attribute), "{cookie}");
+    }
+    assert!(
+        !cookie.contains("w-s3cret"),
+        "the cookie is not the token: {cookie}"
+    );
+    let session = cookie.split(';').next().unwrap().to_string();
+    let page = get(&s, "/", &[html, ("Cookie", &session)]);
+    assert_eq!(page.status, 200);
+    // Logged in as a writer, forms need no token field, and they work.
+    assert!(!page.body.contains("name=\"token\""), "{}", page.body);
+    let build = post_form(
+        &s,
+        "/ui/build",
+        &[("Cookie", &session)],
+        &format!("refs=a%2F2020-01-0%7B1..2%7D&csrf={token}"),
+    );
+    assert_eq!(build.status, 303, "{}", build.body);
+    // A login never sends the browser to another site.
+    let away = post_form(
+        &s,
+        "/login",
+        &[],
+        &format!("token=w-s3cret&next=%2F%2Fevil.example&csrf={token}"),
+    );
+    assert_eq!(away.header("location").as_deref(), Some("/"));
+    // A forged or a reader's cookie does not write.
+    let forged = session.replace("writer.", "writer.1");
+    assert_eq!(
+        get(&s, "/api/v1/builds", &[("Cookie", &forged)]).status,
+        401
+    );
+    let reader = post_form(
+        &s,
+        "/login",
+        &[],
+        &format!("token=r-s3cret&next=%2F&csrf={token}"),
+    );
+    let reader = reader.header("set-cookie").unwrap();
+    let reader = reader.split(';').next().unwrap();
+    assert_eq!(get(&s, "/api/v1/builds", &[("Cookie", reader)]).status, 200);
+    let refused = post_form(
+        &s,
+        "/ui/build",
+        &[("Cookie", reader)],
+        &format!("refs=a%2F2020-01-03&csrf={token}"),
+    );
+    assert_eq!(refused.status, 401, "{}", refused.body);
+}
+
+#[test]
+fn dashboard_forms_work_with_a_token_and_refuse_forgeries() {
+    let p = project();
+    let s = Service::start(&p, &[("DATABUILD_TOKEN", "w-s3cret")]);
+    let token = csrf(&s, "/login");
+    let before = build_count(&p);
+    // The form's token field (no session) is enough: the header check no longer runs first.
+    let ok = post_form(
+        &s,
+        "/ui/build",
+        &[],
+        &format!("refs=a%2F2020-01-01&token=w-s3cret&csrf={token}"),
+    );
+    assert_eq!(ok.status, 303, "{}", ok.body);
+    assert_eq!(build_count(&p), before + 1);
+    // Without the CSRF token, or from another site, nothing happens.
+    let no_csrf = post_form(&s, "/ui/build", &[], "refs=a%2F2020-01-02&token=w-s3cret");
+    assert_eq!(no_csrf.status, 403, "{}", no_csrf.body);
+    let evil = ("Origin", "http://evil.example");
+    for path in ["/ui/build", "/ui/taint", "/ui/cancel/x", "/login"] {
+        let a = post_form(
+            &s,
+            path,
+            &[evil],
+            &format!("refs=a%2F2020-01-02&ref=a%2F2020-01-01&token=w-s3cret&csrf={token}"),
+        );
+        assert_eq!(a.status, 403, "{path}: {}", a.body);
+        assert_eq!(a.json()["code"], "cross_origin");
+    }
+    let fetch = ("Sec-Fetch-Site", "cross-site");
+    assert_eq!(
+        post_form(
+            &s,
+            "/ui/build",
+            &[fetch],
+            &format!("refs=a%2F2020-01-02&token=w-s3cret&csrf={token}")
+        )
+        .status,
+        403
+    );
+    // The API, too, refuses a browser's cross-site write even with a token.
+    let api = post_json(
+        &s,
+        "/api/v1/builds",
+        &[evil, BEARER],
+        r#"{"partitions": ["a/2020-01-02"]}"#,
+    );
+    assert_eq!(api.status, 403);
+    assert_eq!(
+        build_count(&p),
+        before + 1,
+        "no forged request built anything"
+    );
+    // Reads without the token are open, but never say where runs ran; SQL needs the token.
+    let id = ok
+        .header("location")
+        .unwrap()
+        .trim_start_matches("/builds/")
+        .to_string();
+    let b = s.wait_for_build(&id);
+    let run = b["job_runs"][0]["job_run_id"].as_str().unwrap().to_string();
+    let anonymous = get(&s, &format!("/api/v1/job-runs/{run}"), &[]).json();
+    let private = get(&s, &format!("/api/v1/job-runs/{run}"), &[BEARER]).json();
+    for field in ["owner", "host", "pid", "log_path"] {
+        assert!(anonymous.get(field).is_none(), "{field}: {anonymous}");
+    }
+    assert!(private["log_path"].is_string(), "{private}");
+    let events = get(&s, &format!("/api/v1/events?run={run}"), &[]);
+    assert!(
+        !events.body.contains("\"pid\"") && !events.body.contains("\"host\""),
+        "{}",
+        events.body
+    );
+    assert_eq!(get(&s, "/sql?q=SELECT%201", &[]).status, 401);
+    assert_eq!(
+        post_json(
+            &s,
+            "/api/v1/sql",
+            &[],
+            r#"{"query": "SELECT owner FROM job_runs"}"#
+        )
+        .status,
+        401
+    );
+}
+
+#[test]
+fn rebinding_hosts_are_refused_and_pages_cannot_be_framed() {
+    let p = project();
+    let s = Service::start(&p, &[]);
+    for path in ["/", "/api/v1/builds", "/sql?q=SELECT%201"] {
+        let a = get(&s, path, &[("Host", "rebind.attacker.example")]);
+        assert_eq!(a.status, 421, "{path}: {}", a.body);
+        assert_eq!(a.json()["code"], "bad_host");
+        assert!(
+            a.body.contains("--allow-host rebind.attacker.example"),
+            "{}",
+            a.body
+        );
+    }
+    for host in ["localhost:1", "127.0.0.1", "[::1]:80"] {
+        assert_eq!(get(&s, "/healthz", &[("Host", host)]).status, 200, "{host}");
+    }
+    let page = get(&s, "/", &[]);
+    assert_eq!(page.header("x-frame-options").as_deref(), Some("DENY"));
+    assert_eq!(
+        page.header("content-security-policy").as_deref(),
+        Some("frame-ancestors 'none'")
+    );
+    assert_eq!(
+        page.header("x-content-type-options").as_deref(),
+        Some("nosniff")
+    );
+    // A configured name is answered.
+    let named = Service::start(&p, &[("DATABUILD_ALLOWED_HOSTS", "databuild.internal")]);
+    assert_eq!(
+        get(&named, "/healthz", &[("Host", "databuild.internal:8080")]).status,
+        200
+    );
+    // Without a token, an open service still refuses forms another site posts.
+    let token = csrf(&s, "/");
+    let evil = post_form(
+        &s,
+        "/ui/build",
+        &[("Origin", "http://evil.example")],
+        &format!("refs=a%2F2020-01-01&csrf={token}"),
+    );
+    assert_eq!(evil.status, 403);
+}
+
+#[test]
+fn env_values_are_never_recorded_unless_the_graph_shows_them() {
+    let p = project();
+    p.run(&["build", "dyn/k=one"]).expect_code(0);
+    let sql = p.run(&[
+        "--json",
+        "sql",
+        "SELECT job_run_id, env FROM job_runs WHERE job = 'dyn'",
+    ]);
+    sql.expect_code(0);
+    assert!(sql.stdout.contains("<redacted>"), "{}", sql.stdout);
+    assert!(
+        sql.stdout.contains("eu-west"),
+        "REGION is marked safe: {}",
+        sql.stdout
+    );
+    assert!(!sql.stdout.contains("ghp_s3cretvalue"), "{}", sql.stdout);
+    let run = sql.json()["rows"][0][0].as_str().unwrap().to_string();
+    let shown = p.run(&["runs", &run]);
+    shown.expect_code(0);
+    assert!(
+        shown.stdout.contains("DYN_TOKEN=<redacted>"),
+        "{}",
+        shown.stdout
+    );
+    assert!(
+        !shown.stdout.contains("ghp_s3cretvalue"),
+        "{}",
+        shown.stdout
+    );
+    // Not in any byte of the log either.
+    for file in ["events.db", "events.db-wal"] {
+        let bytes = std::fs::read(p.path().join(".databuild").join(file)).unwrap_or_default();
+        assert!(
+            !bytes.windows(15).any(|w| w == b"ghp_s3cretvalue"),
+            "{file} holds the secret"
+        );
+    }
+    // The job itself got the real value.
+    let s = Service::start(&p, &[]);
+    let events = get(&s, "/api/v1/events?job=dyn", &[]);
+    assert!(!events.body.contains("ghp_s3cretvalue"));
+    assert!(events.body.contains("<redacted>"), "{}", events.body);
+}
+
+#[test]
+fn config_executables_get_refs_as_arguments_and_run_for_authenticated_readers_only() {
+    let p = project();
+    let s = guarded(&p);
+    let hostile = "dyn/k=$(id>pwned);`id>pwned2`";
+    let query = format!(
+        "/analyze?refs={}",
+        databuild_service::encode_segment(hostile)
+    );
+    let anonymous = get(&s, &query, &[]);
+    assert_eq!(anonymous.status, 401);
+    assert!(
+        !p.path().join("config-calls.log").exists(),
+        "the config ran for a stranger"
+    );
+    let page = get(&s, &query, &[READER]);
+    assert_eq!(page.status, 200, "{}", page.body);
+    let calls = std::fs::read_to_string(p.path().join("config-calls.log")).unwrap();
+    let argv: Vec<String> = serde_json::from_str(calls.lines().next().unwrap()).unwrap();
+    assert_eq!(argv, [hostile], "the ref is one argument, as typed");
+    assert!(!p.path().join("pwned").exists() && !p.path().join("pwned2").exists());
+}
+
+#[test]
+fn requests_are_bounded_before_any_work() {
+    let p = project();
+    let s = Service::start(&p, &[("DATABUILD_MAX_REFS", "1000")]);
+    let before = build_count(&p);
+    // A range of ten million, and thirty two-way lists, are refused from their count alone.
+    for refs in ["a/{1..9999999}", &format!("a/{}", "{x,y}".repeat(30))] {
+        let started = Instant::now();
+        let body = serde_json::json!({ "partitions": [refs] }).to_string();
+        for path in ["/api/v1/analyze", "/api/v1/builds"] {
+            let a = post_json(&s, path, &[], &body);
+            assert_eq!(a.status, 413, "{path}: {}", a.body);
+            assert_eq!(a.json()["code"], "too_many_refs");
+            assert!(a.body.contains("DATABUILD_MAX_REFS"), "{}", a.body);
+        }
+        let page = get(
+            &s,
+            &format!("/analyze?refs={}", databuild_service::encode_segment(refs)),
+            &[],
+        );
+        assert_eq!(page.status, 413);
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "{:?}",
+            started.elapsed()
+        );
+    }
+    assert_eq!(
+        build_count(&p),
+        before,
+        "nothing recorded for a refused request"
+    );
+    // Under the cap, braces work in the API as in the CLI.
+    let ok = post_json(
+        &s,
+        "/api/v1/analyze",
+        &[],
+        r#"{"partitions": ["a/2020-01-0{1..3}"]}"#,
+    );
+    assert_eq!(ok.status, 200, "{}", ok.body);
+    assert_eq!(ok.json()["job_runs"].as_array().unwrap().len(), 3);
+    // The CLI has the same cap and says how to raise it.
+    let out = p
+        .command()
+        .args(["analyze", "a/2020-01-{01..30}"])
+        .env("DATABUILD_MAX_REFS", "10")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("would name 30 refs, more than the 10") && err.contains("DATABUILD_MAX_REFS"),
+        "{err}"
+    );
+    // A body declared larger than the limit is refused as JSON before it is read.
+    let big = send(
+        &s,
+        "POST",
+        "/api/v1/builds",
+        &[
+            ("Content-Type", "application/json"),
+            ("Content-Length", "2000000"),
+        ],
+        "{}",
+    );
+    assert_eq!(big.status, 413);
+    assert_eq!(big.json()["code"], "too_large");
+}
+
+#[test]
+fn sql_and_event_streams_are_limited_in_number() {
+    let p = project();
+    let s = Service::start(
+        &p,
+        &[
+            ("DATABUILD_SQL_CONCURRENCY", "1"),
+            ("DATABUILD_MAX_STREAMS", "1"),
+        ],
+    );
+    let slow = r#"{"query": "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 5000000) SELECT count(*) FROM c"}"#;
+    let busy = std::thread::scope(|scope| {
+        let first = scope.spawn(|| post_json(&s, "/api/v1/sql", &[], slow));
+        let second =
+            crate::util::eventually(Duration::from_secs(5), "a second query refused", || {
+                std::thread::sleep(Duration::from_millis(50));
+                let a = post_json(&s, "/api/v1/sql", &[], r#"{"query": "SELECT 1"}"#);
+                (a.status == 429).then_some(a)
+            });
+        // The service itself stays responsive meanwhile.
+        let started = Instant::now();
+        assert_eq!(get(&s, "/healthz", &[]).status, 200);
+        assert!(started.elapsed() < Duration::from_millis(500));
+        assert_eq!(first.join().unwrap().status, 200);
+        second
+    });
+    assert_eq!(busy.json()["code"], "busy");
+    assert_eq!(busy.header("retry-after").as_deref(), Some("1"));
+    // Once the first is done, queries run again.
+    assert_eq!(
+        post_json(&s, "/api/v1/sql", &[], r#"{"query": "SELECT 1"}"#).status,
+        200
+    );
+    // One event stream at a time: a slow build's stream holds the only permit.
+    let started = post_json(
+        &s,
+        "/api/v1/builds",
+        &[],
+        r#"{"partitions": ["a/2020-01-03"], "force": true}"#,
+    );
+    assert_eq!(started.status, 202, "{}", started.body);
+    let id = started.json()["build_request_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let addr = s.url.trim_start_matches("http://").to_string();
+    let mut held = std::net::TcpStream::connect(&addr).unwrap();
+    write!(
+        held,
+        "GET /api/v1/builds/{id}/events/stream HTTP/1.1\r\nHost: {addr}\r\n\r\n"
+    )
+    .unwrap();
+    let mut first_bytes = [0u8; 12];
+    held.read_exact(&mut first_bytes).unwrap();
+    assert_eq!(&first_bytes, b"HTTP/1.1 200");
+    let second = get(&s, &format!("/api/v1/builds/{id}/events/stream"), &[]);
+    assert_eq!(second.status, 429, "{}", second.body);
+    drop(held);
+    crate::util::eventually(Duration::from_secs(5), "the permit returned", || {
+        let id = id.clone();
+        let s = &s;
+        std::thread::sleep(Duration::from_millis(50));
+        (get(s, &format!("/api/v1/builds/{id}/events/stream"), &[]).status == 200).then_some(())
+    });
+}
+
+#[test]
+fn a_public_address_needs_a_token_or_an_explicit_flag() {
+    let p = project();
+    let out = p
+        .command()
+        .args(["serve", "--bind", "0.0.0.0:0"])
+        .env_remove("DATABUILD_TOKEN")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("refusing to serve 0.0.0.0:0 without DATABUILD_TOKEN")
+            && err.contains("--allow-open"),
+        "{err}"
+    );
+    let bad = p
+        .command()
+        .args(["serve", "--bind", "127.0.0.1:0"])
+        .env_remove("DATABUILD_TOKEN")
+        .env("DATABUILD_READ_TOKEN", "r")
+        .output()
+        .unwrap();
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&bad.stderr)
+        .contains("DATABUILD_READ_TOKEN is set but DATABUILD_TOKEN is not"));
+    let open = Service::start_with_args(&p, &["--bind", "0.0.0.0:0", "--allow-open"], &[]);
+    assert_eq!(get(&open, "/healthz", &[]).status, 200);
+}

@@ -15,4 +15,5 @@ mod security;
 mod service;
 mod slurm;
 mod sources;
+mod truth;
 mod wants;

@@ -15,7 +15,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use databuild_core::{PartitionRef, Plan, PlanRequest, PlannedRun, Producer};
-use databuild_log::{BuildQuery, Event, EventStore, LogError, RunQuery, Status};
+use databuild_log::{AfterFailure, BuildQuery, Event, EventStore, LogError, RunQuery, Status};
 use rustc_hash::{FxHashMap, FxHashSet};
 use serde::Serialize;
 
@@ -91,11 +91,27 @@ pub enum Progress<'a> {
         job: &'a str,
         outputs: &'a [PartitionRef],
     },
+    /// A run ended, and that is its outputs' outcome in this build.
     Finished {
         job: &'a str,
         outputs: &'a [PartitionRef],
         outcome: &'a RunOutcome,
         took: Duration,
+    },
+    /// A run failed, and another attempt follows.
+    Retrying {
+        job: &'a str,
+        outputs: &'a [PartitionRef],
+        message: &'a str,
+        /// The attempt that follows (2 for the first retry), of `attempts`.
+        attempt: u32,
+        attempts: u32,
+    },
+    /// A run reported missing inputs: they are built first, then it runs again.
+    FetchingInputs {
+        job: &'a str,
+        outputs: &'a [PartitionRef],
+        missing: &'a [String],
     },
     /// A run was added while building (a retry, missing dependencies, a takeover).
     Added,
@@ -997,6 +1013,7 @@ impl<'e> Scheduler<'e> {
             &format!("not started: {reason}"),
             None,
             None,
+            None,
         )?;
         self.nodes[index].state = State::Cancelled;
         let reason = format!("`{}` was not started", self.nodes[index].run.outputs[0]);
@@ -1133,6 +1150,8 @@ impl<'e> Scheduler<'e> {
         let job = &engine.graph.jobs[node.run.job_index];
         let mut env = job.env.clone();
         env.extend(node.run.env().map(|(k, v)| (k.clone(), v.clone())));
+        // Not part of the data version: which attempt made a partition does not change it.
+        env.insert("DATABUILD_ATTEMPT".to_string(), node.attempt.to_string());
         let fields = match node.run.outputs.as_slice() {
             [single] => engine
                 .graph
@@ -1435,13 +1454,44 @@ impl<'e> Scheduler<'e> {
             .started
             .map(|s| s.elapsed())
             .unwrap_or_default();
-        observer.on(Progress::Finished {
-            job: &job.name,
-            outputs: &self.nodes[index].run.outputs,
-            outcome: &outcome,
-            took,
-        });
         let node = &self.nodes[index];
+        // A failure that is retried, or whose missing inputs are fetched, is not the outcome of
+        // its outputs: it is reported (and recorded) as what happens next.
+        let then = match &outcome {
+            RunOutcome::Failed { missing_deps, .. } if !self.cancelled => {
+                if !missing_deps.is_empty() && node.missing_rounds < MAX_MISSING_DEP_ROUNDS {
+                    Some(AfterFailure::FetchInputs)
+                } else if node.attempt <= job.retries {
+                    Some(AfterFailure::Retry)
+                } else {
+                    None
+                }
+            }
+            _ => None,
+        };
+        match (&outcome, then) {
+            (RunOutcome::Failed { message, .. }, Some(AfterFailure::Retry)) => {
+                observer.on(Progress::Retrying {
+                    job: &job.name,
+                    outputs: &node.run.outputs,
+                    message,
+                    attempt: node.attempt + 1,
+                    attempts: job.retries + 1,
+                })
+            }
+            (RunOutcome::Failed { missing_deps, .. }, Some(AfterFailure::FetchInputs)) => observer
+                .on(Progress::FetchingInputs {
+                    job: &job.name,
+                    outputs: &node.run.outputs,
+                    missing: missing_deps,
+                }),
+            _ => observer.on(Progress::Finished {
+                job: &job.name,
+                outputs: &node.run.outputs,
+                outcome: &outcome,
+                took,
+            }),
+        }
         let outputs: Vec<String> = node.run.outputs.iter().map(|o| o.to_string()).collect();
         let report = match (node.run.reasons.first(), report) {
             (Some(databuild_core::BuildReason::CarryForward(why)), report) => {
@@ -1499,7 +1549,14 @@ impl<'e> Scheduler<'e> {
                 }
             }
             RunOutcome::Cancelled => {
-                self.end_run(index, Status::Cancelled, "cancelled", None, executor_id)?;
+                self.end_run(
+                    index,
+                    Status::Cancelled,
+                    "cancelled",
+                    None,
+                    executor_id,
+                    None,
+                )?;
                 self.nodes[index].state = State::Cancelled;
                 let reason = format!("`{}` was cancelled", outputs[0]);
                 for d in self.nodes[index].dependents.clone() {
@@ -1511,17 +1568,23 @@ impl<'e> Scheduler<'e> {
                 exit_code,
                 missing_deps,
             } => {
-                self.end_run(index, Status::Failed, &message, exit_code, executor_id)?;
-                let node = &self.nodes[index];
-                if !missing_deps.is_empty()
-                    && node.missing_rounds < MAX_MISSING_DEP_ROUNDS
-                    && !self.cancelled
-                {
-                    return self.fetch_missing(scope, index, missing_deps, observer);
-                }
-                if node.attempt <= job.retries && !self.cancelled {
-                    observer.on(Progress::Added);
-                    return self.reschedule(index, 0, true);
+                self.end_run(
+                    index,
+                    Status::Failed,
+                    &message,
+                    exit_code,
+                    executor_id,
+                    then,
+                )?;
+                match then {
+                    Some(AfterFailure::FetchInputs) => {
+                        return self.fetch_missing(scope, index, missing_deps, observer)
+                    }
+                    Some(AfterFailure::Retry) => {
+                        observer.on(Progress::Added);
+                        return self.reschedule(index, 0, true);
+                    }
+                    None => {}
                 }
                 self.nodes[index].state = State::Failed;
                 let reason = format!("`{}` failed", outputs[0]);
@@ -1540,7 +1603,7 @@ impl<'e> Scheduler<'e> {
         }
     }
 
-    /// Records a run's end and the release of its outputs.
+    /// Records a run's end and the release of its outputs (`then`: what follows a failure).
     fn end_run(
         &self,
         index: usize,
@@ -1548,15 +1611,22 @@ impl<'e> Scheduler<'e> {
         message: &str,
         exit_code: Option<i32>,
         executor_id: Option<String>,
+        then: Option<AfterFailure>,
     ) -> Result<()> {
         let node = &self.nodes[index];
-        let job = &self.engine.graph.jobs[node.run.job_index].name;
-        let mut events = vec![Event::job_run(&self.id, &node.id, job, status)
+        let job = &self.engine.graph.jobs[node.run.job_index];
+        let mut events = vec![Event::job_run(&self.id, &node.id, &job.name, status)
             .with_message(message)
             .with_data(|d| {
                 d.exit_code = exit_code;
                 d.executor_id = executor_id;
+                d.then = then;
+                if status == Status::Failed {
+                    d.attempt = Some(node.attempt);
+                    d.attempts = Some(job.retries + 1);
+                }
             })];
+        let job = &job.name;
         for o in &node.run.outputs {
             let mut e = Event::partition(Some(&self.id), o.as_str(), Status::Failed)
                 .with_run(&node.id)

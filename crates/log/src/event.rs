@@ -201,6 +201,25 @@ pub struct EventData {
     /// want waiting: the build request started for it, or the one on an upstream service.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub upstream: Option<String>,
+    /// job_run scheduled and failed: which attempt of its outputs this run is (1 for the first),
+    /// and how many the job allows (`retries` + 1).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub attempt: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub attempts: Option<u32>,
+    /// job_run failed: what the build does about it next, when the failure is not final.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub then: Option<AfterFailure>,
+}
+
+/// What a build does after a run failed, when that is not the end of its outputs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AfterFailure {
+    /// Another attempt is scheduled (the job's `retries`).
+    Retry,
+    /// The run reported missing inputs: they are built, then it runs again.
+    FetchInputs,
 }
 
 impl EventData {

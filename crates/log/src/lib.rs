@@ -22,7 +22,7 @@ extern crate self as databuild_log;
 #[cfg(test)]
 mod testing;
 
-pub use event::{Event, EventData, Kind, Status};
+pub use event::{AfterFailure, Event, EventData, Kind, Status};
 pub use postgres::PostgresStore;
 pub use replay::{check_store, CheckReport, Replay};
 pub use sqlite::SqliteStore;

@@ -208,18 +208,40 @@ impl EventReplay {
                 let took = Duration::from_nanos(
                     (e["timestamp"].as_i64().unwrap_or(*start) - start).max(0) as u64,
                 );
+                let message = text(&e["message"]);
+                let outputs = outputs.clone();
+                match e["data"]["then"].as_str() {
+                    Some("retry") => {
+                        let attempt = e["data"]["attempt"].as_u64().unwrap_or(1) as u32;
+                        return reporter.on(Progress::Retrying {
+                            job: &job,
+                            outputs: &outputs,
+                            message: &message,
+                            attempt: attempt + 1,
+                            attempts: e["data"]["attempts"].as_u64().unwrap_or(0) as u32,
+                        });
+                    }
+                    Some("fetch_inputs") => {
+                        return reporter.on(Progress::FetchingInputs {
+                            job: &job,
+                            outputs: &outputs,
+                            missing: &[],
+                        })
+                    }
+                    _ => {}
+                }
                 let outcome = match status.as_str() {
                     "completed" => RunOutcome::Succeeded,
                     "cancelled" => RunOutcome::Cancelled,
                     _ => RunOutcome::Failed {
-                        message: text(&e["message"]),
+                        message,
                         exit_code: None,
                         missing_deps: Vec::new(),
                     },
                 };
                 reporter.on(Progress::Finished {
                     job: &job,
-                    outputs,
+                    outputs: &outputs,
                     outcome: &outcome,
                     took,
                 });
@@ -261,6 +283,14 @@ impl Reporter {
         match &self.bar {
             Some(bar) => bar.println(text),
             None => eprintln!("{text}"),
+        }
+    }
+
+    /// A run ended that is not its outputs' last word (a retry or missing inputs follow).
+    fn ended_attempt(&mut self) {
+        self.running = self.running.saturating_sub(1);
+        if let Some(bar) = &self.bar {
+            bar.inc(1);
         }
     }
 
@@ -321,6 +351,35 @@ impl Observer for Reporter {
                     }
                     RunOutcome::Cancelled => self.line(format!("cancelled  {job}  {outputs}")),
                 }
+            }
+            Progress::Retrying {
+                job,
+                outputs,
+                message,
+                attempt,
+                attempts,
+            } => {
+                self.ended_attempt();
+                self.line(format!(
+                    "retrying  {job}  {}: {message} (attempt {attempt} of {attempts})",
+                    short_list(outputs, 2)
+                ));
+            }
+            Progress::FetchingInputs {
+                job,
+                outputs,
+                missing,
+            } => {
+                self.ended_attempt();
+                let missing = if missing.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({})", short_list(missing, 3))
+                };
+                self.line(format!(
+                    "waiting   {job}  {}: building its missing inputs first{missing}",
+                    short_list(outputs, 2)
+                ));
             }
             Progress::Added => {
                 if let Some(bar) = &self.bar {

@@ -976,18 +976,8 @@ impl EventStore for PostgresStore {
                 stmt
             } else {
                 let bounded = bounded_query(query, columns.len(), limits.max_value_len);
-                tx.prepare(&bounded).map_err(|e| {
-                    match e.code() {
-                    Some(code) if *code == postgres::error::SqlState::SYNTAX_ERROR => {
-                        LogError::Sql(
-                            "the query is refused: only a query that can stand as a subquery \
-                             is run (SELECT, VALUES, TABLE or WITH, with nothing after a final `;`)"
-                                .to_string(),
-                        )
-                    }
-                    _ => refused(e),
-                }
-                })?
+                tx.prepare(&bounded)
+                    .map_err(|e| unbounded_refusal(e, &limits))?
             };
             let portal = tx.bind(&run, &[]).map_err(refused)?;
             let mut size = ResultSize::new(&columns, &limits);
@@ -1006,9 +996,11 @@ impl EventStore for PostgresStore {
                 ))
                 .map_err(storage)?;
                 let mut fetched = 0;
-                let mut batch = tx
-                    .query_portal_raw(&portal, SQL_FETCH_ROWS)
-                    .map_err(refused)?;
+                // No further than the row past the cap, which says the result was cut.
+                let past_cap = (limits.max_rows - rows.len()).saturating_add(1);
+                let want =
+                    i32::try_from(past_cap).map_or(SQL_FETCH_ROWS, |n| n.min(SQL_FETCH_ROWS));
+                let mut batch = tx.query_portal_raw(&portal, want).map_err(refused)?;
                 while let Some(row) = batch.next().map_err(refused)? {
                     fetched += 1;
                     if rows.len() == limits.max_rows {
@@ -1017,7 +1009,7 @@ impl EventStore for PostgresStore {
                     }
                     rows.push(bounded_row(&row, &types, &limits, &mut size)?);
                 }
-                if fetched < SQL_FETCH_ROWS {
+                if fetched < want {
                     break;
                 }
             }
@@ -1071,6 +1063,8 @@ const SQL_FETCH_ROWS: i32 = 1000;
 /// since a query may repeat a name or leave one out; the newline ends a trailing `--` comment.
 fn bounded_query(query: &str, width: usize, max_value_len: usize) -> String {
     let query = query.trim_end_matches(|c: char| c == ';' || c.is_whitespace());
+    // No text value is longer than 1 GB on the server: a larger limit is none.
+    let max_value_len = max_value_len.min(i32::MAX as usize);
     let names: Vec<String> = (1..=width).map(|i| format!("c{i}")).collect();
     let as_text: Vec<String> = names
         .iter()
@@ -1116,6 +1110,19 @@ fn bounded_row(
             Ok(value)
         })
         .collect()
+}
+
+/// A query that parsed alone but not as [`bounded_query`]'s subquery (`SHOW`, `EXPLAIN`, a write
+/// with `RETURNING`, a comment after a final `;`) is not run: it could not be bounded.
+fn unbounded_refusal(e: postgres::Error, limits: &SqlLimits) -> LogError {
+    match e.code() {
+        Some(code) if *code == postgres::error::SqlState::SYNTAX_ERROR => LogError::Sql(
+            "the query is refused: only a query that can stand as a subquery is run \
+             (SELECT, VALUES, TABLE or WITH, with nothing after a final `;`)"
+                .to_string(),
+        ),
+        _ => sql_refusal(e, limits),
+    }
 }
 
 fn refused_for_time(limits: &SqlLimits) -> LogError {

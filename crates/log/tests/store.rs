@@ -534,6 +534,27 @@ fn sql_results_keep_their_types_names_and_order() {
             .unwrap();
         let order: Vec<i64> = r.rows.iter().map(|r| r[0].as_i64().unwrap()).collect();
         assert_eq!(order, [5, 4, 3, 2, 1]);
+        // Past one fetch of rows (PostgreSQL fetches 1,000 at a time).
+        let many = store
+            .sql(
+                "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 2500) \
+                 SELECT i FROM n ORDER BY i",
+                limits,
+            )
+            .unwrap();
+        assert_eq!((many.rows.len(), many.truncated), (2500, false));
+        assert_eq!(many.rows[2499][0], serde_json::json!(2500));
+        let cut = store
+            .sql(
+                "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 2500) \
+                 SELECT i FROM n ORDER BY i",
+                SqlLimits {
+                    max_rows: 2000,
+                    ..limits
+                },
+            )
+            .unwrap();
+        assert_eq!((cut.rows.len(), cut.truncated), (2000, true));
         if !is_sqlite(store.as_ref()) {
             let r = store
                 .sql("SELECT true AS t, false AS f, ARRAY[1, 2] AS a", limits)

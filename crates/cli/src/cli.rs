@@ -236,7 +236,7 @@ pub enum SourceAction {
     Seal {
         /// One source (default: all).
         name: Option<String>,
-        /// Seal through this date (YYYY-MM-DD).
+        /// Seal through this date (YYYY-MM-DD), today at the latest.
         #[arg(long, value_name = "DATE")]
         through: Option<String>,
     },

@@ -293,6 +293,14 @@ fn bad_requests_get_json_errors_naming_the_problem() {
             "only reads",
         ),
         (
+            "POST",
+            "/api/v1/sql",
+            Some(r#"{"query": "SELECT printf('%.*c', 100000000, 'x')"}"#.into()),
+            400,
+            "sql_too_large",
+            "longer than 1 MiB",
+        ),
+        (
             "GET",
             "/api/v1/nothing",
             None,

@@ -790,3 +790,71 @@ fn an_incompatible_schema_change_is_refused_naming_the_column() {
         refused.stderr
     );
 }
+
+/// Sealing says a day is over; a day that has not begun cannot be: `--through` a future date is
+/// refused as a user error (exit 2, HTTP 400) and nothing is ingested or sealed.
+#[test]
+fn sealing_a_future_day_is_refused_and_seals_nothing() {
+    let p = Project::new(
+        r#"
+[graph]
+name = "future"
+
+[[source]]
+name = "drops"
+kind = "directory"
+retention = "5d"
+body_format = "json_array"
+"#,
+    );
+    p.file("incoming/drops/a.json", r#"[{"n": 1}]"#);
+    let days = |p: &Project| -> Vec<String> {
+        std::fs::read_dir(p.path().join("data/source/drops"))
+            .map(|d| {
+                d.map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let refused = cli(
+        &p,
+        "2026-12-01",
+        &["source", "seal", "drops", "--through", "2100-01-01"],
+    );
+    refused.expect_code(2);
+    assert!(
+        refused.stderr.contains(
+            "`--through 2100-01-01` is in the future: only days up to today (2026-12-01) can be sealed"
+        ),
+        "{}",
+        refused.stderr
+    );
+    assert!(days(&p).is_empty(), "{:?}", days(&p));
+    assert!(
+        p.path().join("incoming/drops/a.json").exists(),
+        "not ingested"
+    );
+    // Today itself can be sealed.
+    cli(
+        &p,
+        "2026-12-01",
+        &["source", "seal", "drops", "--through", "2026-12-01"],
+    )
+    .expect_code(0);
+    assert_eq!(days(&p), ["date=2026-12-01"]);
+
+    let service = start(&p, "2026-12-01");
+    let (status, v) = service.post(
+        "/api/v1/sources/drops/seal",
+        &json!({ "through": "2026-12-02" }),
+    );
+    assert_eq!(status, 400, "{v}");
+    assert!(
+        v["error"]
+            .as_str()
+            .unwrap()
+            .contains("is in the future: only days up to today (2026-12-01) can be sealed"),
+        "{v}"
+    );
+    assert_eq!(days(&p), ["date=2026-12-01"], "nothing more sealed");
+}

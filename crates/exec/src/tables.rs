@@ -296,14 +296,10 @@ impl Engine {
             Some(n) => vec![self.source_index(n)?],
             None => (0..self.graph.sources.len()).collect(),
         };
-        if let Some(d) = through {
-            if databuild_core::pattern::parse_date(d).is_none() {
-                return Err(EngineError::Invalid(format!(
-                    "`{d}` is not a date (YYYY-MM-DD)"
-                )));
-            }
-        }
         let today = today();
+        if let Some(d) = through {
+            check_seal_date(d, &today)?;
+        }
         indices
             .into_iter()
             .map(|i| {
@@ -472,4 +468,21 @@ fn source_error(e: crate::sources::SourceError) -> EngineError {
         crate::sources::SourceError::Log(l) => EngineError::Log(l),
         other => EngineError::Invalid(other.to_string()),
     }
+}
+
+/// A day can be sealed once it has begun: a future day sealed now would be live with no
+/// records, and builds downstream would read it as a day that had none.
+fn check_seal_date(through: &str, today: &str) -> Result<()> {
+    let parse = databuild_core::pattern::parse_date;
+    let Some(day) = parse(through) else {
+        return Err(EngineError::Invalid(format!(
+            "`{through}` is not a date (YYYY-MM-DD)"
+        )));
+    };
+    if parse(today).is_some_and(|today| day > today) {
+        return Err(EngineError::Invalid(format!(
+            "`--through {through}` is in the future: only days up to today ({today}) can be sealed"
+        )));
+    }
+    Ok(())
 }

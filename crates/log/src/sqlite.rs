@@ -45,6 +45,11 @@ const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 /// cache the writer spends most of its time re-reading and spilling pages.
 const WRITER_CACHE_KIB: i64 = 64 * 1024;
 const READER_CACHE_KIB: i64 = 16 * 1024;
+/// A user query's page cache: small, and its sorts and temporary tables spill to files, so one
+/// query holds little of the log in memory however much it reads.
+const SQL_CACHE_KIB: i64 = 2 * 1024;
+/// The longest user query (SQLite's own limit is 1 GB of text to parse).
+const SQL_MAX_QUERY_LEN: usize = 100_000;
 
 /// Connection settings shared by the writer and readers. Memory-mapped reads avoid copying pages
 /// through `pread`.
@@ -327,15 +332,30 @@ impl SqliteStore {
     }
 
     /// A connection for user SQL: read-only at the file level, `query_only`, and an authorizer
-    /// that refuses anything reaching outside the log (ATTACH, PRAGMA, extension loading).
-    fn sql_connection(&self) -> Result<Connection> {
+    /// that refuses anything reaching outside the log (ATTACH, PRAGMA, extension loading). No
+    /// string or blob may grow past `max_value_len`: SQLite checks as it builds one, inside a
+    /// function call, where neither the progress handler nor an interrupt can stop it.
+    fn sql_connection(&self, limits: &SqlLimits) -> Result<Connection> {
+        use rusqlite::limits::Limit;
         let mut conn = Connection::open_with_flags(
             &self.path,
             OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
         )
         .map_err(|e| self.classify(e))?;
         conn.busy_timeout(BUSY_TIMEOUT).map_err(storage)?;
+        // Pragmas before the authorizer, which refuses them.
         conn.pragma_update(None, "query_only", true)
+            .map_err(storage)?;
+        conn.pragma_update(None, "cache_size", -SQL_CACHE_KIB)
+            .map_err(storage)?;
+        conn.pragma_update(None, "temp_store", "FILE")
+            .map_err(storage)?;
+        let value_len = i32::try_from(limits.max_value_len).unwrap_or(i32::MAX);
+        conn.set_limit(Limit::SQLITE_LIMIT_LENGTH, value_len)
+            .map_err(storage)?;
+        conn.set_limit(Limit::SQLITE_LIMIT_SQL_LENGTH, SQL_MAX_QUERY_LEN as i32)
+            .map_err(storage)?;
+        conn.set_limit(Limit::SQLITE_LIMIT_ATTACHED, 0)
             .map_err(storage)?;
         conn.authorizer(Some(|ctx: AuthContext<'_>| match ctx.action {
             AuthAction::Attach { .. }
@@ -361,6 +381,48 @@ impl SqliteStore {
         }))
         .map_err(storage)?;
         Ok(conn)
+    }
+}
+
+/// Interrupts `conn` once `timeout` has passed, unless the returned sender is dropped first: a
+/// backstop to the progress handler, should a statement go long between two of its calls.
+fn arm_deadline(conn: &Connection, timeout: Duration) -> Option<std::sync::mpsc::Sender<()>> {
+    let handle = conn.get_interrupt_handle();
+    let (disarm, armed) = std::sync::mpsc::channel::<()>();
+    std::thread::Builder::new()
+        .name("sql-deadline".into())
+        .spawn(move || {
+            if armed.recv_timeout(timeout) == Err(std::sync::mpsc::RecvTimeoutError::Timeout) {
+                handle.interrupt();
+            }
+        })
+        .ok()?;
+    Some(disarm)
+}
+
+/// What a user query's failure tells its author.
+fn sql_refusal(e: rusqlite::Error, limits: &SqlLimits) -> LogError {
+    let read_only = || {
+        LogError::Sql(
+            "the query is refused: only reads are allowed (no writes, ATTACH, PRAGMA or extensions)"
+                .to_string(),
+        )
+    };
+    match e.sqlite_error_code() {
+        _ if matches!(e, rusqlite::Error::MultipleStatement) => {
+            LogError::Sql("only one statement per query is allowed".to_string())
+        }
+        // Denied functions come back as plain errors that say so.
+        _ if e.to_string().contains("not authorized") => read_only(),
+        Some(rusqlite::ErrorCode::AuthorizationForStatementDenied) => read_only(),
+        Some(rusqlite::ErrorCode::OperationInterrupted) => LogError::Sql(format!(
+            "the query ran longer than {} s and was stopped",
+            limits.timeout.as_secs_f64()
+        )),
+        // The query is no longer than SQLITE_LIMIT_SQL_LENGTH (checked first): a string or
+        // blob outgrew SQLITE_LIMIT_LENGTH.
+        Some(rusqlite::ErrorCode::TooBig) => limits.value_too_long(),
+        _ => LogError::Sql(format!("the query failed: {e}")),
     }
 }
 
@@ -1199,29 +1261,18 @@ impl EventStore for SqliteStore {
     }
 
     fn sql(&self, query: &str, limits: SqlLimits) -> Result<SqlResult> {
-        let mut conn = self.sql_connection()?;
+        if query.len() > SQL_MAX_QUERY_LEN {
+            return Err(LogError::Sql(format!(
+                "the query is {} bytes long; at most {SQL_MAX_QUERY_LEN} are allowed",
+                query.len()
+            )));
+        }
+        let mut conn = self.sql_connection(&limits)?;
         let deadline = Instant::now() + limits.timeout;
         conn.progress_handler(10_000, Some(move || Instant::now() > deadline))
             .map_err(storage)?;
-        let refused = |e: rusqlite::Error| {
-            match e.sqlite_error_code() {
-            _ if matches!(e, rusqlite::Error::MultipleStatement) => {
-                LogError::Sql("only one statement per query is allowed".to_string())
-            }
-            // Denied functions come back as plain errors that say so.
-            _ if e.to_string().contains("not authorized") => LogError::Sql(
-                "the query is refused: only reads are allowed (no writes, ATTACH, PRAGMA or extensions)".to_string(),
-            ),
-            Some(rusqlite::ErrorCode::AuthorizationForStatementDenied) => LogError::Sql(
-                "the query is refused: only reads are allowed (no writes, ATTACH, PRAGMA or extensions)".to_string(),
-            ),
-            Some(rusqlite::ErrorCode::OperationInterrupted) => LogError::Sql(format!(
-                "the query ran longer than {} s and was stopped",
-                limits.timeout.as_secs_f64()
-            )),
-            _ => LogError::Sql(format!("the query failed: {e}")),
-        }
-        };
+        let _disarm = arm_deadline(&conn, limits.timeout);
+        let refused = |e: rusqlite::Error| sql_refusal(e, &limits);
         // A batch prepares one statement at a time: a second one (even one the authorizer refuses)
         // means the query holds several.
         let mut batch = rusqlite::Batch::new(&conn, query);
@@ -1241,6 +1292,7 @@ impl EventStore for SqliteStore {
         }
         let columns: Vec<String> = stmt.column_names().map(|c| c.to_string()).collect();
         let width = columns.len();
+        let mut size = ResultSize::new(&columns, &limits);
         let mut rows = Vec::new();
         let mut truncated = false;
         let mut cursor = stmt.query([]).map_err(refused)?;
@@ -1252,14 +1304,16 @@ impl EventStore for SqliteStore {
             let mut values = Vec::with_capacity(width);
             for i in 0..width {
                 use rusqlite::types::ValueRef;
-                values.push(match row.get_ref(i).map_err(refused)? {
+                let value = match row.get_ref(i).map_err(refused)? {
                     ValueRef::Null => serde_json::Value::Null,
                     ValueRef::Integer(n) => n.into(),
                     ValueRef::Real(f) => serde_json::Number::from_f64(f)
                         .map_or(serde_json::Value::Null, serde_json::Value::Number),
                     ValueRef::Text(t) => String::from_utf8_lossy(t).into_owned().into(),
                     ValueRef::Blob(b) => format!("<{} bytes>", b.len()).into(),
-                });
+                };
+                size.add(&value)?;
+                values.push(value);
             }
             rows.push(values);
         }
@@ -1302,6 +1356,26 @@ impl EventStore for SqliteStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The interrupt armed beside the progress handler stops a statement on its own.
+    #[test]
+    fn the_deadline_interrupts_a_user_query_by_itself() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(&dir.path().join("events.db")).unwrap();
+        let conn = store.sql_connection(&SqlLimits::default()).unwrap();
+        let _disarm = arm_deadline(&conn, Duration::from_millis(200));
+        let started = Instant::now();
+        let endless = "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n) \
+                       SELECT count(*) FROM n";
+        let err = conn
+            .query_row(endless, [], |r| r.get::<_, i64>(0))
+            .unwrap_err();
+        assert_eq!(
+            err.sqlite_error_code(),
+            Some(rusqlite::ErrorCode::OperationInterrupted)
+        );
+        assert!(started.elapsed() < Duration::from_secs(2));
+    }
 
     /// The checkpointer copies the WAL into the database file on its own, well before the
     /// writer's backstop (`WRITER_CHECKPOINT_PAGES`) would.

@@ -37,6 +37,9 @@ pub enum LogError {
     /// A user's SQL query was refused or failed.
     #[error("{0}")]
     Sql(String),
+    /// A user's SQL query would build a value, or a result, larger than its limits allow.
+    #[error("{0}")]
+    SqlTooLarge(String),
     #[error("event log storage failed: {0}")]
     Storage(String),
 }
@@ -46,7 +49,10 @@ impl LogError {
     pub fn is_user_error(&self) -> bool {
         matches!(
             self,
-            LogError::Sql(_) | LogError::NewerSchema { .. } | LogError::Open { .. }
+            LogError::Sql(_)
+                | LogError::SqlTooLarge(_)
+                | LogError::NewerSchema { .. }
+                | LogError::Open { .. }
         )
     }
 }
@@ -275,11 +281,18 @@ pub struct SqlResult {
     pub truncated: bool,
 }
 
-/// Limits on a user's SQL query.
+/// Limits on a user's SQL query. Rows past `max_rows` are cut (`truncated`); a value or a result
+/// past its byte limit is refused ([`LogError::SqlTooLarge`]): a cut value or a result missing
+/// rows for their size would read as an answer.
 #[derive(Debug, Clone, Copy)]
 pub struct SqlLimits {
     pub max_rows: usize,
     pub timeout: std::time::Duration,
+    /// The result's size: the bytes of every value's text (8 per number) and of the column
+    /// names.
+    pub max_bytes: usize,
+    /// The longest string or blob the query may build, in the result or on the way to it.
+    pub max_value_len: usize,
 }
 
 impl Default for SqlLimits {
@@ -287,7 +300,66 @@ impl Default for SqlLimits {
         SqlLimits {
             max_rows: 10_000,
             timeout: std::time::Duration::from_secs(10),
+            max_bytes: 16 << 20,
+            max_value_len: 1 << 20,
         }
+    }
+}
+
+impl SqlLimits {
+    /// The refusal of a value longer than `max_value_len`.
+    pub fn value_too_long(&self) -> LogError {
+        LogError::SqlTooLarge(format!(
+            "a value in the result would be longer than {} (the limit on one value); \
+             select a part of it (substr, length) instead",
+            human_bytes(self.max_value_len)
+        ))
+    }
+
+    /// The refusal of a result larger than `max_bytes`.
+    pub fn result_too_large(&self) -> LogError {
+        LogError::SqlTooLarge(format!(
+            "the result would be larger than {} (the limit on one result); \
+             narrow the query: fewer rows (LIMIT, WHERE) or fewer columns",
+            human_bytes(self.max_bytes)
+        ))
+    }
+}
+
+/// The running size of a user query's result, refused once past `max_bytes`.
+pub(crate) struct ResultSize {
+    bytes: usize,
+    limits: SqlLimits,
+}
+
+impl ResultSize {
+    pub(crate) fn new(columns: &[String], limits: &SqlLimits) -> Self {
+        ResultSize {
+            bytes: columns.iter().map(String::len).sum(),
+            limits: *limits,
+        }
+    }
+
+    pub(crate) fn add(&mut self, value: &serde_json::Value) -> Result<()> {
+        self.bytes += match value {
+            serde_json::Value::String(s) => s.len(),
+            serde_json::Value::Number(_) => 8,
+            serde_json::Value::Bool(_) => 1,
+            _ => 0,
+        };
+        if self.bytes > self.limits.max_bytes {
+            return Err(self.limits.result_too_large());
+        }
+        Ok(())
+    }
+}
+
+/// `n` bytes for a message: in MiB or KiB when a whole number of them, else in bytes.
+fn human_bytes(n: usize) -> String {
+    match n {
+        n if n >= 1 << 20 && n % (1 << 20) == 0 => format!("{} MiB", n >> 20),
+        n if n >= 1 << 10 && n % (1 << 10) == 0 => format!("{} KiB", n >> 10),
+        n => format!("{n} bytes"),
     }
 }
 

@@ -369,6 +369,7 @@ fn sql_reads_but_refuses_everything_else() {
             SqlLimits {
                 max_rows: 10,
                 timeout: std::time::Duration::from_millis(200),
+                ..Default::default()
             },
         );
         assert!(slow.unwrap_err().to_string().contains("was stopped"));
@@ -380,6 +381,192 @@ fn sql_reads_but_refuses_everything_else() {
             .unwrap();
         assert_eq!(capped.rows.len(), 10);
         assert!(capped.truncated);
+    }
+}
+
+/// A query building a huge value is refused as it builds it, quickly, naming the limit: the
+/// value never reaches the result (SQLite: SQLITE_LIMIT_LENGTH; PostgreSQL: checked on the server
+/// before it ships).
+#[test]
+fn sql_refuses_a_value_longer_than_its_limit() {
+    for (_f, store) in stores() {
+        store.append(build_events("b1", "r1", "a/1")).unwrap();
+        let sqlite = is_sqlite(store.as_ref());
+        let long = |n: usize| match sqlite {
+            true => format!("SELECT printf('%.*c', {n}, 'x') AS v FROM events LIMIT 8"),
+            false => format!("SELECT repeat('x', {n}) AS v FROM events LIMIT 8"),
+        };
+        let started = std::time::Instant::now();
+        let err = store
+            .sql(&long(100_000_000), SqlLimits::default())
+            .unwrap_err();
+        assert!(matches!(err, LogError::SqlTooLarge(_)), "{err}");
+        assert!(
+            err.to_string().starts_with(
+                "a value in the result would be longer than 1 MiB (the limit on one value)"
+            ),
+            "{err}"
+        );
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(3),
+            "{:?}",
+            started.elapsed()
+        );
+        let limits = SqlLimits {
+            max_value_len: 2000,
+            ..Default::default()
+        };
+        let short = store.sql(&long(1000), limits).unwrap();
+        assert_eq!(short.rows.len(), 8);
+        assert_eq!(short.rows[0][0].as_str().unwrap().len(), 1000);
+        let err = store.sql(&long(3000), limits).unwrap_err();
+        assert!(err.to_string().contains("longer than 2000 bytes"), "{err}");
+    }
+}
+
+/// A result past `max_bytes` is refused, not cut: the message names the cap and how to narrow
+/// the query.
+#[test]
+fn sql_refuses_a_result_larger_than_its_byte_cap() {
+    for (_f, store) in stores() {
+        let wide = match is_sqlite(store.as_ref()) {
+            true => "printf('%.*c', 100, 'x')",
+            false => "repeat('x', 100)",
+        };
+        let query = |n: usize| {
+            format!(
+                "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < {n}) \
+                 SELECT i, {wide} AS v FROM n"
+            )
+        };
+        let limits = SqlLimits {
+            max_bytes: 10 * 1024,
+            ..Default::default()
+        };
+        let err = store.sql(&query(1000), limits).unwrap_err();
+        assert!(matches!(err, LogError::SqlTooLarge(_)), "{err}");
+        let message = err.to_string();
+        assert!(
+            message.contains("larger than 10 KiB (the limit on one result)"),
+            "{message}"
+        );
+        assert!(
+            message.contains("LIMIT") && message.contains("fewer columns"),
+            "{message}"
+        );
+        let fits = store.sql(&query(50), limits).unwrap();
+        assert_eq!(fits.rows.len(), 50);
+        assert!(!fits.truncated);
+        // The row cap still cuts first, and says so.
+        let capped = store
+            .sql(
+                &query(1000),
+                SqlLimits {
+                    max_rows: 20,
+                    ..limits
+                },
+            )
+            .unwrap();
+        assert_eq!((capped.rows.len(), capped.truncated), (20, true));
+    }
+}
+
+/// One function call doing a lot of work stops by the deadline: SQLite's progress handler does
+/// not run inside a call, so the value limit and the interrupt do it; PostgreSQL's statement
+/// timeout does.
+#[test]
+fn sql_stops_a_heavy_function_call_by_its_deadline() {
+    for (_f, store) in stores() {
+        let heavy: &[&str] = match is_sqlite(store.as_ref()) {
+            true => &["SELECT replace(hex(zeroblob(200000000)), '0', 'aa')"],
+            false => &[
+                "SELECT repeat(md5('x'), 50000000)",
+                "SELECT length(regexp_replace(repeat('ab', 2000000), 'a', 'xyz', 'g'))",
+            ],
+        };
+        let limits = SqlLimits {
+            timeout: std::time::Duration::from_millis(500),
+            ..Default::default()
+        };
+        for q in heavy {
+            let started = std::time::Instant::now();
+            let err = store.sql(q, limits).unwrap_err();
+            let took = started.elapsed();
+            assert!(
+                took < limits.timeout + std::time::Duration::from_secs(2),
+                "{q}: {took:?}"
+            );
+            let message = err.to_string();
+            assert!(
+                message.contains("was stopped")
+                    || message.contains("too large")
+                    || message.contains("longer than"),
+                "{q}: {message}"
+            );
+        }
+    }
+}
+
+/// However a store bounds the result (PostgreSQL runs the query as a subquery), values keep
+/// their JSON types and the query's order, repeated names stay, and a trailing `;` or comment
+/// is no error.
+#[test]
+fn sql_results_keep_their_types_names_and_order() {
+    for (_f, store) in stores() {
+        let limits = SqlLimits::default();
+        let r = store
+            .sql("SELECT 1 AS a, 1.5 AS b, 'x' AS a, NULL AS d;  ", limits)
+            .unwrap();
+        assert_eq!(r.columns, ["a", "b", "a", "d"]);
+        assert_eq!(
+            r.rows,
+            [serde_json::json!([1, 1.5, "x", null])
+                .as_array()
+                .unwrap()
+                .clone()]
+        );
+        let r = store
+            .sql(
+                "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 5) \
+                 SELECT i FROM n ORDER BY i DESC -- newest first",
+                limits,
+            )
+            .unwrap();
+        let order: Vec<i64> = r.rows.iter().map(|r| r[0].as_i64().unwrap()).collect();
+        assert_eq!(order, [5, 4, 3, 2, 1]);
+        // Past one fetch of rows (PostgreSQL fetches 1,000 at a time).
+        let many = store
+            .sql(
+                "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 2500) \
+                 SELECT i FROM n ORDER BY i",
+                limits,
+            )
+            .unwrap();
+        assert_eq!((many.rows.len(), many.truncated), (2500, false));
+        assert_eq!(many.rows[2499][0], serde_json::json!(2500));
+        let cut = store
+            .sql(
+                "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 2500) \
+                 SELECT i FROM n ORDER BY i",
+                SqlLimits {
+                    max_rows: 2000,
+                    ..limits
+                },
+            )
+            .unwrap();
+        assert_eq!((cut.rows.len(), cut.truncated), (2000, true));
+        if !is_sqlite(store.as_ref()) {
+            let r = store
+                .sql("SELECT true AS t, false AS f, ARRAY[1, 2] AS a", limits)
+                .unwrap();
+            assert_eq!(
+                r.rows[0],
+                serde_json::json!([true, false, "{1,2}"])
+                    .as_array()
+                    .unwrap()
+                    .clone()
+            );
+        }
     }
 }
 

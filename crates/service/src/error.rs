@@ -14,7 +14,7 @@ pub struct ErrorBody {
     /// What went wrong, in one sentence.
     pub error: String,
     /// A stable, machine-readable code: `bad_request`, `bad_json`, `not_found`, `unauthorized`,
-    /// `unplannable`, `sql_refused`, `already_ended`, `too_large`, `internal`...
+    /// `unplannable`, `sql_refused`, `sql_too_large`, `already_ended`, `too_large`, `internal`...
     pub code: String,
 }
 
@@ -117,6 +117,11 @@ impl From<LogError> for AppError {
             LogError::Sql(m) => AppError {
                 status: StatusCode::BAD_REQUEST,
                 code: "sql_refused",
+                message: m,
+            },
+            LogError::SqlTooLarge(m) => AppError {
+                status: StatusCode::BAD_REQUEST,
+                code: "sql_too_large",
                 message: m,
             },
             LogError::Refused { reason, .. } => AppError {

@@ -276,7 +276,8 @@ async fn get_source(State(state): Shared, Path(name): Path<String>) -> ApiResult
 
 #[derive(Deserialize, ToSchema, Default)]
 pub struct SealBody {
-    /// Seal through this date (`YYYY-MM-DD`), even today; default: every day that has ended.
+    /// Seal through this date (`YYYY-MM-DD`), even today but no later; default: every day that has
+    /// ended.
     pub through: Option<String>,
 }
 

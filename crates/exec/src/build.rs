@@ -73,10 +73,50 @@ pub struct BuildSummary {
     pub built: Vec<String>,
     pub skipped: Vec<String>,
     pub delegated: Vec<String>,
+    /// Requested refs that are not live at the end of the build (contract section 4).
     pub failed: Vec<String>,
+    /// Runs that ran and failed for good (not retried), each with its last log line.
+    pub failures: Vec<RunFailure>,
+    /// Outputs of runs that started and were cancelled.
+    pub cancelled: Vec<String>,
+    /// Outputs of runs the build never started (it stopped, or an input failed).
+    pub not_started: Vec<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
 }
+
+impl BuildSummary {
+    /// A build that ended before any run: every requested ref is not live.
+    fn nothing_ran(id: &str, status: Status, requested: Vec<String>, message: String) -> Self {
+        BuildSummary {
+            build_request_id: id.to_string(),
+            status,
+            built: Vec::new(),
+            skipped: Vec::new(),
+            delegated: Vec::new(),
+            failed: requested,
+            failures: Vec::new(),
+            cancelled: Vec::new(),
+            not_started: Vec::new(),
+            message: Some(message),
+        }
+    }
+}
+
+/// A run that failed, as a summary names it.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct RunFailure {
+    pub job: String,
+    pub job_run_id: String,
+    pub outputs: Vec<String>,
+    /// Why, as the log records it (`the job ended with exit status 4`).
+    pub message: Option<String>,
+    /// The last non-empty line of the run's log, if it has one.
+    pub log_tail: Option<String>,
+}
+
+/// How many failures a summary quotes the logs of (each is a file read).
+const QUOTED_FAILURES: usize = 1000;
 
 /// Progress reports, for a progress bar or a log. They carry no information the event log lacks.
 #[derive(Debug)]
@@ -242,15 +282,12 @@ impl Engine {
         let requested: Vec<String> = options.refs.iter().map(|r| r.to_string()).collect();
         if self.store.build_request(id)?.map(|b| b.status) == Some(Status::Cancelled) {
             // Cancelled before it began.
-            return Ok(BuildSummary {
-                build_request_id: id.to_string(),
-                status: Status::Cancelled,
-                built: Vec::new(),
-                skipped: Vec::new(),
-                delegated: Vec::new(),
-                failed: requested,
-                message: Some("cancelled".to_string()),
-            });
+            return Ok(BuildSummary::nothing_ran(
+                id,
+                Status::Cancelled,
+                requested,
+                "cancelled".to_string(),
+            ));
         }
         self.store
             .append(vec![Event::build_request(id, Status::Planning)])?;
@@ -309,15 +346,12 @@ impl Engine {
                 .collect();
             events.push(Event::build_request(id, Status::Failed).with_message(message.clone()));
             self.store.append(events)?;
-            return Ok(BuildSummary {
-                build_request_id: id.to_string(),
-                status: Status::Failed,
-                built: Vec::new(),
-                skipped: Vec::new(),
-                delegated: Vec::new(),
-                failed: requested,
-                message: Some(message),
-            });
+            return Ok(BuildSummary::nothing_ran(
+                id,
+                Status::Failed,
+                requested,
+                message,
+            ));
         }
         let mut scheduler = Scheduler::new(self, id, options, executor, started_ns);
         scheduler.start(plan, observer)?;
@@ -1007,14 +1041,16 @@ impl<'e> Scheduler<'e> {
     /// A staged run the build will not start after all (it stopped): released in the log.
     fn unstage(&mut self, index: usize, reason: &str) -> Result<()> {
         self.free_job_slot(self.nodes[index].run.job_index);
-        self.end_run(
+        let mut events = self.end_run_events(
             index,
             Status::Cancelled,
             &format!("not started: {reason}"),
             None,
             None,
             None,
-        )?;
+        );
+        events[0].data.not_started = true;
+        self.append(events)?;
         self.nodes[index].state = State::Cancelled;
         let reason = format!("`{}` was not started", self.nodes[index].run.outputs[0]);
         for d in self.nodes[index].dependents.clone() {
@@ -1613,6 +1649,19 @@ impl<'e> Scheduler<'e> {
         executor_id: Option<String>,
         then: Option<AfterFailure>,
     ) -> Result<()> {
+        let events = self.end_run_events(index, status, message, exit_code, executor_id, then);
+        self.append(events)
+    }
+
+    fn end_run_events(
+        &self,
+        index: usize,
+        status: Status,
+        message: &str,
+        exit_code: Option<i32>,
+        executor_id: Option<String>,
+        then: Option<AfterFailure>,
+    ) -> Vec<Event> {
         let node = &self.nodes[index];
         let job = &self.engine.graph.jobs[node.run.job_index];
         let mut events = vec![Event::job_run(&self.id, &node.id, &job.name, status)
@@ -1634,7 +1683,7 @@ impl<'e> Scheduler<'e> {
             e.job = Some(job.clone());
             events.push(e);
         }
-        self.append(events)
+        events
     }
 
     /// A new attempt of a run: a new id, scheduled again, waiting on `waiting_on` dependencies.
@@ -1730,6 +1779,30 @@ impl<'e> Scheduler<'e> {
         Ok(())
     }
 
+    /// Why a build that did not stop at its first failure (`--keep-going`) ends failed: the runs
+    /// that failed, by their first output.
+    fn failed_runs_reason(&self) -> String {
+        let failed: Vec<&str> = self
+            .nodes
+            .iter()
+            .filter(|n| n.state == State::Failed)
+            .map(|n| n.run.outputs[0].as_str())
+            .collect();
+        match failed.len() {
+            0 => "the build stopped".to_string(),
+            1 => format!("`{}` failed", failed[0]),
+            n => {
+                let shown: Vec<String> = failed.iter().take(5).map(|r| format!("`{r}`")).collect();
+                let more = if n > 5 {
+                    format!(" and {} more", n - 5)
+                } else {
+                    String::new()
+                };
+                format!("{n} job runs failed: {}{more}", shown.join(", "))
+            }
+        }
+    }
+
     /// Marks a run, and everything waiting on it, as not run because of an upstream failure.
     fn cancel_downstream(&mut self, start: usize, reason: &str) -> Result<()> {
         let mut stack = vec![start];
@@ -1761,7 +1834,7 @@ impl<'e> Scheduler<'e> {
         let reason = self
             .stopped
             .clone()
-            .unwrap_or_else(|| "the build stopped".to_string());
+            .unwrap_or_else(|| self.failed_runs_reason());
         for i in 0..self.nodes.len() {
             if matches!(self.nodes[i].state, State::Waiting | State::Ready) {
                 self.cancel_downstream(i, &reason)?;
@@ -1865,9 +1938,44 @@ impl Engine {
             .filter(|p| p.status == Status::Available)
             .map(|p| p.partition_ref)
             .collect();
+        // A run's outputs end with the last run that had them: an earlier failed attempt that
+        // was retried is not a failure of the build.
+        let mut last_of: FxHashMap<&str, usize> = FxHashMap::default();
+        for (i, r) in runs.iter().enumerate() {
+            if let Some(first) = r.outputs.first() {
+                last_of.insert(first, i);
+            }
+        }
+        let mut last: Vec<&databuild_log::JobRunRow> =
+            last_of.values().map(|&i| &runs[i]).collect();
+        last.sort_by_key(|r| r.scheduled_at);
+        let ended_unbuilt = |started: bool| -> Vec<String> {
+            last.iter()
+                .filter(|r| r.status == Status::Cancelled && r.started_at.is_some() == started)
+                .flat_map(|r| r.outputs.iter().cloned())
+                .filter(|o| !delegated.contains(o))
+                .collect()
+        };
+        let failures = last
+            .iter()
+            .filter(|r| r.status == Status::Failed)
+            .enumerate()
+            .map(|(i, r)| RunFailure {
+                job: r.job.clone(),
+                job_run_id: r.job_run_id.clone(),
+                outputs: r.outputs.clone(),
+                message: r.message.clone(),
+                log_tail: (i < QUOTED_FAILURES)
+                    .then(|| r.log_path.as_deref().and_then(last_log_line))
+                    .flatten(),
+            })
+            .collect();
         Ok(Some(BuildSummary {
             build_request_id: id.to_string(),
             status: build.status,
+            failures,
+            cancelled: ended_unbuilt(true),
+            not_started: ended_unbuilt(false),
             built: outputs_of(Status::Completed),
             skipped: outputs_of(Status::Skipped),
             failed: build
@@ -1880,4 +1988,14 @@ impl Engine {
             message: build.message,
         }))
     }
+}
+
+/// The last non-empty line of a run's log (read from its last 4 KiB).
+fn last_log_line(path: &str) -> Option<String> {
+    let tail = crate::engine::read_tail(std::path::Path::new(path), 4096).ok()?;
+    tail.lines()
+        .rev()
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .map(|l| l.chars().take(300).collect())
 }

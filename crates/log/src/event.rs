@@ -207,6 +207,10 @@ pub struct EventData {
     pub attempt: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub attempts: Option<u32>,
+    /// job_run cancelled: the run was claimed (`running` in the log) but its process never
+    /// started, so it has no start time.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub not_started: bool,
     /// job_run failed: what the build does about it next, when the failure is not final.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub then: Option<AfterFailure>,

@@ -400,9 +400,10 @@ fn project(
             &[&e.job_run_id, &status, &e.timestamp, &pid, &d.host, &d.owner, &to_json(&d.input_versions), &d.log_path],
         ),
         Kind::JobRun => st.execute(tx,
-            "UPDATE job_runs SET status = $2, ended_at = $3, exit_code = $4, message = coalesce($5, message)
+            "UPDATE job_runs SET status = $2, ended_at = $3, exit_code = $4, message = coalesce($5, message),
+                    started_at = CASE WHEN $6 THEN NULL ELSE started_at END
              WHERE job_run_id = $1",
-            &[&e.job_run_id, &status, &e.timestamp, &d.exit_code, &e.message],
+            &[&e.job_run_id, &status, &e.timestamp, &d.exit_code, &e.message, &d.not_started],
         ),
         Kind::Partition => {
             if let Some(br) = &e.build_request_id {

@@ -686,7 +686,8 @@ fn project(
             let job: String = tx
                 .prepare_cached(
                     "UPDATE job_runs SET status = ?2, ended_at = ?3, exit_code = ?4,
-                            message = coalesce(?5, message)
+                            message = coalesce(?5, message),
+                            started_at = CASE WHEN ?6 THEN NULL ELSE started_at END
                      WHERE job_run_id = ?1 RETURNING job",
                 )?
                 .query_row(
@@ -695,7 +696,8 @@ fn project(
                         status,
                         e.timestamp,
                         e.data.exit_code,
-                        e.message
+                        e.message,
+                        e.data.not_started
                     ],
                     |r| r.get(0),
                 )?;

@@ -307,6 +307,16 @@ impl Default for SqlLimits {
 }
 
 impl SqlLimits {
+    /// For the service's own queries (the dashboard, metrics): no caps on sizes, since their
+    /// values are the log's own (a run's outputs may be megabytes) and their shape is known.
+    pub fn internal() -> Self {
+        SqlLimits {
+            max_bytes: usize::MAX,
+            max_value_len: i32::MAX as usize,
+            ..Default::default()
+        }
+    }
+
     /// The refusal of a value longer than `max_value_len`.
     pub fn value_too_long(&self) -> LogError {
         LogError::SqlTooLarge(format!(

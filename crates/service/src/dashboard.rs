@@ -610,13 +610,13 @@ async fn partition_page(
             // Among the most recent runs only: the runs' inputs are not indexed, and a log of
             // millions of runs would be scanned end to end for a partition read by none.
             &format!("SELECT outputs FROM (SELECT outputs, inputs, scheduled_at FROM job_runs ORDER BY scheduled_at DESC LIMIT {RECENT_RUNS}) WHERE inputs LIKE '%{}%' ORDER BY scheduled_at DESC LIMIT 20", quoted.replace('%', "")),
-            SqlLimits::default(),
+            SqlLimits::internal(),
         )?;
         let builds = engine.store.sql(
             // Through the partition's events (indexed by partition), not `request_partitions`,
             // whose key starts with the build.
             &format!("SELECT DISTINCT build_request_id FROM events WHERE partition_ref = '{}' AND build_request_id IS NOT NULL LIMIT 20", pr.replace('\'', "''")),
-            SqlLimits::default(),
+            SqlLimits::internal(),
         )?;
         Ok((x, downstream, builds))
     })

@@ -26,7 +26,7 @@ fn label(value: &serde_json::Value) -> String {
 pub async fn metrics(State(state): State<Arc<AppState>>) -> Result<impl IntoResponse, AppError> {
     let engine = state.engine.clone();
     let text = tokio::task::spawn_blocking(move || -> Result<String, AppError> {
-        let q = |sql: &str| engine.store.sql(sql, SqlLimits::default());
+        let q = |sql: &str| engine.store.sql(sql, SqlLimits::internal());
         let mut out = String::new();
         family(&mut out, "databuild_build_requests", "gauge", "Build requests by status.");
         for row in q("SELECT status, count(*) FROM build_requests GROUP BY status")?.rows {

@@ -88,18 +88,50 @@ pub fn run(
     })
 }
 
+/// How many failed runs the text summary lists, one a line.
+const SHOWN_FAILURES: usize = 10;
+
 fn print_summary(summary: &Value, took: Duration, whereabouts: &str) {
     let len = |k: &str| summary[k].as_array().map_or(0, Vec::len);
     let id = text(&summary["build_request_id"]);
     println!(
-        "build {id} {}: {} built, {} skipped, {} delegated, {} failed ({:.1} s)",
+        "build {id} {}: {} built, {} skipped, {} delegated, {} failed, {} cancelled, {} not started ({:.1} s)",
         text(&summary["status"]),
         len("built"),
         len("skipped"),
         len("delegated"),
-        len("failed"),
+        len("failures"),
+        len("cancelled"),
+        len("not_started"),
         took.as_secs_f64()
     );
+    let failures = summary["failures"].as_array().cloned().unwrap_or_default();
+    for f in failures.iter().take(SHOWN_FAILURES) {
+        let outputs: Vec<String> = f["outputs"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(text)
+            .collect();
+        let run = text(&f["job_run_id"]);
+        let mut line = format!(
+            "failed: {} (job {}, run {}): {}",
+            short_list(&outputs, 2),
+            text(&f["job"]),
+            &run[..run.len().min(8)],
+            text(&f["message"])
+        );
+        if let Some(tail) = f["log_tail"].as_str() {
+            line.push_str(&format!(" | log: {tail}"));
+        }
+        println!("{line}");
+    }
+    if failures.len() > SHOWN_FAILURES {
+        println!(
+            "... and {} more failed runs (databuild --json builds {id})",
+            failures.len() - SHOWN_FAILURES
+        );
+    }
     let failed: Vec<String> = summary["failed"]
         .as_array()
         .into_iter()

@@ -295,13 +295,21 @@ pub fn run(backend: &Backend, id: &str, json: bool) -> anyhow::Result<ExitCode> 
             println!("  env: {k}={}", text(v));
         }
     }
-    println!(
-        "  scheduled {}, started {}, ended {}, took {}",
-        time_value(&run["scheduled_at"]),
-        time_value(&run["started_at"]),
-        time_value(&run["ended_at"]),
-        duration(&run)
-    );
+    if run["started_at"].is_null() && !run["ended_at"].is_null() {
+        println!(
+            "  scheduled {}, never started, ended {}",
+            time_value(&run["scheduled_at"]),
+            time_value(&run["ended_at"])
+        );
+    } else {
+        println!(
+            "  scheduled {}, started {}, ended {}, took {}",
+            time_value(&run["scheduled_at"]),
+            time_value(&run["started_at"]),
+            time_value(&run["ended_at"]),
+            duration(&run)
+        );
+    }
     if let Some(code) = run["exit_code"].as_i64() {
         println!("  exit code: {code}");
     }

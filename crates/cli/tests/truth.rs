@@ -206,12 +206,143 @@ fn a_fail_fast_stop_counts_what_never_started_apart_from_what_failed() {
         "SELECT job_run_id, started_at FROM job_runs WHERE status = 'cancelled' AND message LIKE 'not started%'",
     ]);
     let rows = rows.json()["rows"].as_array().unwrap().clone();
-    assert!(!rows.is_empty(), "--parallel 1 claims runs ahead of its slot");
-    assert_eq!(v["cancelled"], serde_json::json!([]), "nothing ran to be cancelled: {v}");
+    assert!(
+        !rows.is_empty(),
+        "--parallel 1 claims runs ahead of its slot"
+    );
+    assert_eq!(
+        v["cancelled"],
+        serde_json::json!([]),
+        "nothing ran to be cancelled: {v}"
+    );
     for row in &rows {
         assert!(row[1].is_null(), "{row}");
         let shown = p.run(&["runs", row[0].as_str().unwrap()]);
         assert!(shown.stdout.contains("never started"), "{}", shown.stdout);
         assert!(!shown.stdout.contains("took"), "{}", shown.stdout);
     }
+}
+
+/// `w/N` sleeps `$SLEEP` then writes its partition; its version comes from `$VERSION` in the
+/// graph file; `bad/N` fails at once.
+fn versioned(version: &str) -> String {
+    format!(
+        r#"
+[graph]
+name = "versioned"
+[[job]]
+name = "w"
+outputs = ["w/{{n:int}}"]
+version = "{version}"
+command = ["sh", "-c", "sleep ${{SLEEP:-0}}; mkdir -p data/w; echo $DATABUILD_JOB_RUN_ID > data/w/$DATABUILD_FIELD_N"]
+[[job]]
+name = "bad"
+outputs = ["bad/{{n:int}}"]
+command = ["sh", "-c", "exit 3"]
+"#
+    )
+}
+
+fn statuses(p: &Project, refs: &str) -> Vec<String> {
+    let out = p.run(&["--json", "status", refs]);
+    out.expect_code(0);
+    out.json()
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["status"].as_str().unwrap().to_string())
+        .collect()
+}
+
+fn failed_count(p: &Project, dataset: &str) -> u64 {
+    let out = p.run(&["--json", "datasets"]);
+    out.expect_code(0);
+    let v = out.json();
+    let d = v["datasets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["name"] == dataset)
+        .unwrap_or_else(|| panic!("no dataset {dataset}: {v}"))
+        .clone();
+    assert!(d["partitions"].is_object(), "{d}");
+    d["partitions"]["failed"].as_u64().unwrap_or(0)
+}
+
+#[test]
+fn runs_a_stopped_build_never_started_leave_their_partitions_as_they_were() {
+    let p = Project::new(&versioned("1"));
+    p.run(&["build", "w/{1..3}"]).expect_code(0);
+    // Version 2 makes w/1..3 stale; w/4..6 were never built.
+    std::fs::write(p.path().join("databuild.toml"), versioned("2")).unwrap();
+    assert_eq!(
+        statuses(&p, "w/{1..6}"),
+        ["stale", "stale", "stale", "missing", "missing", "missing"]
+    );
+    // One slot: bad/1 runs first and fails; the runs claimed ahead of the slot never start.
+    let out = p.run(&["--json", "build", "--parallel", "1", "bad/1", "w/{1..6}"]);
+    out.expect_code(1);
+    let v = out.json();
+    assert!(!v["not_started"].as_array().unwrap().is_empty(), "{v}");
+    let after = statuses(&p, "w/{1..6}");
+    for (i, s) in after.iter().enumerate() {
+        let expected = if i < 3 { "stale" } else { "missing" };
+        assert!(s == expected || s == "live", "w/{}: {s} ({after:?})", i + 1);
+    }
+    assert_eq!(failed_count(&p, "w"), 0);
+    let listed = p.run(&["--json", "partitions", "--status", "failed"]);
+    assert!(!listed.stdout.contains("w/"), "{}", listed.stdout);
+    p.run(&["check-log"]).expect_code(0);
+    // A rerun finishes what was left, building each once.
+    std::fs::write(
+        p.path().join("databuild.toml"),
+        versioned("2").replace(
+            "exit 3",
+            "mkdir -p data/bad; touch data/bad/$DATABUILD_FIELD_N",
+        ),
+    )
+    .unwrap();
+    p.run(&["build", "bad/1", "w/{1..6}"]).expect_code(0);
+    assert_eq!(statuses(&p, "w/{1..6}"), ["live"; 6]);
+}
+
+#[test]
+fn ctrl_c_leaves_stale_partitions_stale_not_failed() {
+    let p = Project::new(&versioned("1"));
+    p.run(&["build", "w/{1..4}"]).expect_code(0);
+    std::fs::write(p.path().join("databuild.toml"), versioned("2")).unwrap();
+    let build = p
+        .command()
+        .args(["--json", "build", "--parallel", "2", "w/{1..4}"])
+        .env("SLEEP", "5")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    crate::util::eventually(std::time::Duration::from_secs(10), "a run started", || {
+        let v = p.run(&[
+            "--json",
+            "sql",
+            "SELECT count(*) FROM job_runs WHERE status = 'running'",
+        ]);
+        (v.code == 0 && v.json()["rows"][0][0].as_i64() > Some(0)).then_some(())
+    });
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let ok = std::process::Command::new("kill")
+        .args(["-INT", &build.id().to_string()])
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok);
+    let out = build.wait_with_output().unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["status"], "cancelled", "{v}");
+    assert!(
+        v["failures"].as_array().unwrap().is_empty(),
+        "nothing failed: {v}"
+    );
+    assert!(!v["cancelled"].as_array().unwrap().is_empty(), "{v}");
+    assert_eq!(statuses(&p, "w/{1..4}"), ["stale"; 4]);
+    assert_eq!(failed_count(&p, "w"), 0);
+    p.run(&["check-log"]).expect_code(0);
 }

@@ -444,12 +444,18 @@ impl Engine {
             events
                 .push(Event::job_run(id, &run.job_run_id, &run.job, run_end).with_message(reason));
         }
+        // Cancelled, its partitions go back to what they were; failed (its driver died with
+        // jobs running), they are failed.
+        let partition_end = run_end;
         for p in self.store.request_partitions(id)? {
-            if matches!(p.status, Status::Available | Status::Failed) {
+            if matches!(
+                p.status,
+                Status::Available | Status::Failed | Status::Cancelled
+            ) {
                 continue;
             }
             let mut e =
-                Event::partition(Some(id), &p.partition_ref, Status::Failed).with_message(reason);
+                Event::partition(Some(id), &p.partition_ref, partition_end).with_message(reason);
             // A claim this build holds is released with it.
             if let Some(row) = self.store.partition(&p.partition_ref)? {
                 if row.status == Status::Building
@@ -1676,8 +1682,15 @@ impl<'e> Scheduler<'e> {
                 }
             })];
         let job = &job.name;
+        // A run that failed fails its outputs; one cancelled (or never started) releases them:
+        // they go back to what they were before the claim.
+        let partition_status = if status == Status::Cancelled {
+            Status::Cancelled
+        } else {
+            Status::Failed
+        };
         for o in &node.run.outputs {
-            let mut e = Event::partition(Some(&self.id), o.as_str(), Status::Failed)
+            let mut e = Event::partition(Some(&self.id), o.as_str(), partition_status)
                 .with_run(&node.id)
                 .with_message(message);
             e.job = Some(job.clone());
@@ -1820,7 +1833,7 @@ impl<'e> Scheduler<'e> {
             );
             for o in &node.run.outputs {
                 events.push(
-                    Event::partition(Some(&self.id), o.as_str(), Status::Failed)
+                    Event::partition(Some(&self.id), o.as_str(), Status::Cancelled)
                         .with_message(format!("not built: {reason}")),
                 );
             }
@@ -1851,7 +1864,7 @@ impl<'e> Scheduler<'e> {
         for w in &self.waits {
             if !w.done {
                 events.push(
-                    Event::partition(Some(&self.id), &w.partition_ref, Status::Failed)
+                    Event::partition(Some(&self.id), &w.partition_ref, Status::Cancelled)
                         .with_message(format!("not waited for: {reason}")),
                 );
             }

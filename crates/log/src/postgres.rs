@@ -23,6 +23,7 @@ use crate::store::*;
 const MIGRATIONS: &[&str] = &[
     include_str!("postgres/v1.sql"),
     include_str!("postgres/v2.sql"),
+    include_str!("postgres/v3.sql"),
 ];
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
 
@@ -418,12 +419,42 @@ fn project(
                 )
                 .map_err(storage)?;
             }
+            if crate::replay::is_release(e) {
+                // Back to what the claim replaced (see v3.sql), or away if it replaced nothing.
+                st.execute(tx,
+                    "DELETE FROM partitions WHERE partition_ref = $1 AND coalesce(prev_status, '') = ''",
+                    &[&e.partition_ref],
+                )
+                .map_err(storage)?;
+                st.execute(tx,
+                    "UPDATE partitions SET status = prev_status, job_run_id = prev_job_run_id,
+                            build_request_id = prev_build_request_id, message = prev_message,
+                            updated_at = prev_updated_at, prev_status = NULL, prev_job_run_id = NULL,
+                            prev_build_request_id = NULL, prev_message = NULL, prev_updated_at = NULL
+                     WHERE partition_ref = $1",
+                    &[&e.partition_ref],
+                )
+                .map_err(storage)?;
+                return Ok(());
+            }
             match global_effect(e, before.partition.as_ref()) {
                 Some((global, run)) => st.execute(tx,
                     "INSERT INTO partitions (partition_ref, status, job_run_id, build_request_id, job,
-                                             data_version, message, updated_at)
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+                                             data_version, message, updated_at, prev_status)
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, CASE WHEN $2 = 'building' THEN '' END)
                      ON CONFLICT (partition_ref) DO UPDATE SET
+                        -- A claim keeps what it replaces, for a release (see v3.sql).
+                        prev_status = CASE WHEN excluded.status <> 'building' THEN NULL
+                                           WHEN partitions.status = 'building' THEN partitions.prev_status
+                                           ELSE partitions.status END,
+                        prev_job_run_id = CASE WHEN partitions.status = 'building' THEN partitions.prev_job_run_id
+                                               ELSE partitions.job_run_id END,
+                        prev_build_request_id = CASE WHEN partitions.status = 'building' THEN partitions.prev_build_request_id
+                                                     ELSE partitions.build_request_id END,
+                        prev_message = CASE WHEN partitions.status = 'building' THEN partitions.prev_message
+                                            ELSE partitions.message END,
+                        prev_updated_at = CASE WHEN partitions.status = 'building' THEN partitions.prev_updated_at
+                                               ELSE partitions.updated_at END,
                         status = excluded.status,
                         job_run_id = excluded.job_run_id,
                         build_request_id = coalesce(excluded.build_request_id, partitions.build_request_id),

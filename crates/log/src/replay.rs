@@ -15,6 +15,9 @@ pub struct Replay {
     pub request_partitions: FxHashMap<(String, String), Status>,
     /// Global partition state and the run that holds or last built it.
     pub partitions: FxHashMap<String, (Status, Option<String>)>,
+    /// Of each partition being built: its state before the claim (`None`: it had none), which
+    /// a release (`cancelled` by the holding run) restores.
+    pub before_claim: FxHashMap<String, Option<(Status, Option<String>)>>,
     pub wants: FxHashMap<String, Status>,
 }
 
@@ -69,7 +72,18 @@ impl Replay {
                 if let Some(b) = br {
                     self.request_partitions.insert((b, r.clone()), e.status);
                 }
-                if let Some(global) = global_effect(e, self.partitions.get(&r)) {
+                if is_release(e) {
+                    match self.before_claim.remove(&r).flatten() {
+                        Some(before) => self.partitions.insert(r, before),
+                        None => self.partitions.remove(&r),
+                    };
+                } else if let Some(global) = global_effect(e, self.partitions.get(&r)) {
+                    let before = self.partitions.get(&r);
+                    if global.0 == Status::Building
+                        && before.is_none_or(|(s, _)| *s != Status::Building)
+                    {
+                        self.before_claim.insert(r.clone(), before.cloned());
+                    }
                     self.partitions.insert(r, global);
                 }
             }
@@ -78,7 +92,14 @@ impl Replay {
     }
 }
 
-/// How a (valid) partition event changes the partition's global state, if it does.
+/// A run that held a partition gives it up without building it: the partition goes back to
+/// what it was before the claim (the log keeps that state beside the claim).
+pub fn is_release(e: &Event) -> bool {
+    e.kind == Kind::Partition && e.status == Status::Cancelled && e.job_run_id.is_some()
+}
+
+/// How a (valid) partition event changes the partition's global state, if it does (a release
+/// aside: see [`is_release`]).
 pub fn global_effect(
     e: &Event,
     before: Option<&(Status, Option<String>)>,

@@ -35,6 +35,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("sqlite/v1.sql"),
     include_str!("sqlite/v2.sql"),
     include_str!("sqlite/v3.sql"),
+    include_str!("sqlite/v4.sql"),
 ];
 
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
@@ -722,7 +723,9 @@ fn project(
                     e.timestamp
                 ])?;
             }
-            if let Some((global, run)) = global_effect(e, before.partition.as_ref()) {
+            if crate::replay::is_release(e) {
+                release(tx, e, counts)?;
+            } else if let Some((global, run)) = global_effect(e, before.partition.as_ref()) {
                 // The row's job before and after the upsert below (`coalesce(excluded.job, job)`).
                 let mut old_job = String::new();
                 if let Some((old, _)) = &before.partition {
@@ -732,9 +735,23 @@ fn project(
                 counts.partition(e.job.as_deref().unwrap_or(&old_job), global, 1);
                 tx.prepare_cached(
                     "INSERT INTO partitions (partition_ref, status, job_run_id, build_request_id,
-                                             job, data_version, message, updated_at)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
+                                             job, data_version, message, updated_at, prev_status)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8,
+                             CASE WHEN ?2 = 'building' THEN '' END)
                      ON CONFLICT (partition_ref) DO UPDATE SET
+                        -- A claim keeps what it replaces, for a release (see v4.sql). A claim
+                        -- never replaces a claim (the log refuses it), but a run may re-claim.
+                        prev_status = CASE WHEN excluded.status <> 'building' THEN NULL
+                                           WHEN partitions.status = 'building' THEN prev_status
+                                           ELSE partitions.status END,
+                        prev_job_run_id = CASE WHEN partitions.status = 'building' THEN prev_job_run_id
+                                               ELSE partitions.job_run_id END,
+                        prev_build_request_id = CASE WHEN partitions.status = 'building' THEN prev_build_request_id
+                                                     ELSE partitions.build_request_id END,
+                        prev_message = CASE WHEN partitions.status = 'building' THEN prev_message
+                                            ELSE partitions.message END,
+                        prev_updated_at = CASE WHEN partitions.status = 'building' THEN prev_updated_at
+                                               ELSE partitions.updated_at END,
                         status = excluded.status,
                         job_run_id = excluded.job_run_id,
                         build_request_id = coalesce(excluded.build_request_id, build_request_id),
@@ -796,6 +813,35 @@ fn project(
             ])?;
         }
         Kind::Delegation | Kind::Alias => {}
+    }
+    Ok(())
+}
+
+/// A run gives up its claim without building: the partition's row goes back to what the claim
+/// replaced, or away if the partition had none (see `sqlite/v4.sql`).
+fn release(tx: &Transaction<'_>, e: &Event, counts: &mut CountChanges) -> rusqlite::Result<()> {
+    let (prev, job): (Option<String>, Option<String>) = tx
+        .prepare_cached("SELECT prev_status, job FROM partitions WHERE partition_ref = ?1")?
+        .query_row([&e.partition_ref], |r| Ok((r.get(0)?, r.get(1)?)))?;
+    let job = job.unwrap_or_default();
+    counts.partition(&job, Status::Building, -1);
+    match prev.as_deref().and_then(Status::parse) {
+        Some(restored) => {
+            counts.partition(&job, restored, 1);
+            tx.prepare_cached(
+                "UPDATE partitions SET status = prev_status, job_run_id = prev_job_run_id,
+                        build_request_id = prev_build_request_id, message = prev_message,
+                        updated_at = prev_updated_at, prev_status = NULL, prev_job_run_id = NULL,
+                        prev_build_request_id = NULL, prev_message = NULL, prev_updated_at = NULL
+                 WHERE partition_ref = ?1",
+            )?
+            .execute([&e.partition_ref])?;
+        }
+        // No row before the claim (or a claim made before version 4): none after it.
+        None => {
+            tx.prepare_cached("DELETE FROM partitions WHERE partition_ref = ?1")?
+                .execute([&e.partition_ref])?;
+        }
     }
     Ok(())
 }

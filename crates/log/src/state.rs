@@ -55,14 +55,19 @@ pub const JOB_RUN: Transitions = &[
 /// A partition as one build request sees it. `available` straight from `requested` means the
 /// request found it live already; a delegated partition ends with the delegate's outcome.
 /// `failed → scheduled` is a retry (a new run); `delegated → scheduled` takes over from a delegate
-/// whose process died.
+/// whose process died. `cancelled`: the request gave it up without a job failing (it stopped, or
+/// was cancelled, before or while building it); a claim it held is released.
 pub const REQUEST_PARTITION: Transitions = &[
     (None, &[Requested, Scheduled, Delegated]),
-    (Some(Requested), &[Scheduled, Delegated, Available, Failed]),
-    (Some(Scheduled), &[Building, Delegated, Failed]),
-    (Some(Building), &[Available, Failed]),
-    (Some(Delegated), &[Available, Failed, Scheduled]),
+    (
+        Some(Requested),
+        &[Scheduled, Delegated, Available, Failed, Cancelled],
+    ),
+    (Some(Scheduled), &[Building, Delegated, Failed, Cancelled]),
+    (Some(Building), &[Available, Failed, Cancelled]),
+    (Some(Delegated), &[Available, Failed, Scheduled, Cancelled]),
     (Some(Failed), &[Scheduled]),
+    (Some(Cancelled), &[Scheduled, Delegated]),
 ];
 
 /// A want is checked again and again: `waiting` and `satisfied` follow each other as its
@@ -232,8 +237,8 @@ fn check_partition(e: &Event, current: &Current) -> Result<(), Refusal> {
                 )))
             }
         }
-        (Available | Failed, Some((Building, Some(holder)))) if holder == run => Ok(()),
-        (Available | Failed, other) => Err(Refusal(format!(
+        (Available | Failed | Cancelled, Some((Building, Some(holder)))) if holder == run => Ok(()),
+        (Available | Failed | Cancelled, other) => Err(Refusal(format!(
             "run {run} cannot finish partition {r}: it is not building it (the partition is {})",
             other
                 .as_ref()

@@ -756,6 +756,11 @@ fn a_version_1_log_is_upgraded_in_place_and_keeps_its_events() {
         &path,
         "drop index events_of_alias; drop table wants; drop index events_of_wants;
          drop table job_counts; drop table partition_counts;
+         alter table partitions drop column prev_status;
+         alter table partitions drop column prev_job_run_id;
+         alter table partitions drop column prev_build_request_id;
+         alter table partitions drop column prev_message;
+         alter table partitions drop column prev_updated_at;
          update meta set value = 1 where key = 'schema_version';",
     );
     let store = SqliteStore::open(&path).unwrap();

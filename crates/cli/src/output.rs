@@ -86,9 +86,12 @@ pub fn text(v: &serde_json::Value) -> String {
     }
 }
 
-/// A time in ns since the epoch, in a JSON value, as RFC 3339 (or `-`).
+/// A time of an answer as RFC 3339 (or `-`): answers give RFC 3339 text, events ns.
 pub fn time_value(v: &serde_json::Value) -> String {
-    time(v.as_i64())
+    match v {
+        serde_json::Value::String(t) => t.clone(),
+        other => time(other.as_i64()),
+    }
 }
 
 pub fn millis_value(v: &serde_json::Value) -> String {

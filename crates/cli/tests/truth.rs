@@ -346,3 +346,42 @@ fn ctrl_c_leaves_stale_partitions_stale_not_failed() {
     assert_eq!(failed_count(&p, "w"), 0);
     p.run(&["check-log"]).expect_code(0);
 }
+
+#[test]
+fn every_answer_gives_times_in_rfc3339_with_the_exact_ns_beside() {
+    let p = Project::new(GRAPH);
+    p.run(&["build", "dep/1"]).expect_code(0);
+    p.run(&["want", "dep/2", "--sla", "1h"]).expect_code(0);
+    let s = Service::start(&p, &[]);
+    let is_time = |v: &serde_json::Value, key: &str| {
+        let text = v[key].as_str().unwrap_or_else(|| panic!("{key}: {v}"));
+        assert!(
+            text.len() >= 20 && text.ends_with('Z') && text.as_bytes()[10] == b'T',
+            "{key}: {text}"
+        );
+        assert!(
+            v[format!("{key}_ns")].as_i64().unwrap() > 1_600_000_000_000_000_000,
+            "{v}"
+        );
+    };
+    let (_, builds) = s.get("/api/v1/builds");
+    let build = &builds["builds"][0];
+    is_time(build, "created_at");
+    is_time(build, "updated_at");
+    let local = p.run(&["--json", "builds"]).json();
+    is_time(&local["builds"][0], "created_at");
+    let id = build["build_request_id"].as_str().unwrap();
+    let (_, detail) = s.get(&format!("/api/v1/builds/{id}"));
+    for key in ["scheduled_at", "started_at", "ended_at"] {
+        is_time(&detail["job_runs"][0], key);
+    }
+    let (_, wants) = s.get("/api/v1/wants");
+    is_time(&wants["wants"][0], "created_at");
+    let (_, partitions) = s.get("/api/v1/partitions");
+    is_time(&partitions["partitions"][0], "updated_at");
+    // The text output reads them too.
+    let run = detail["job_runs"][0]["job_run_id"].as_str().unwrap();
+    let shown = p.run(&["runs", run]);
+    assert!(shown.stdout.contains("took "), "{}", shown.stdout);
+    assert!(!shown.stdout.contains("took -"), "{}", shown.stdout);
+}

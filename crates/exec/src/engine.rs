@@ -61,8 +61,8 @@ pub struct StatusReport {
     pub built_by: Option<String>,
     pub job: Option<String>,
     pub build_request_id: Option<String>,
-    /// RFC 3339.
-    pub updated_at: Option<String>,
+    /// ns since the epoch; answers show it as RFC 3339 (`updated_at`) and ns (`updated_at_ns`).
+    pub updated_at: Option<i64>,
 }
 
 /// Why a partition is in its state (`explain`).
@@ -288,7 +288,7 @@ impl Engine {
         report.built_by = row.job_run_id.clone();
         report.job = row.job.clone();
         report.build_request_id = row.build_request_id.clone();
-        report.updated_at = Some(rfc3339(row.updated_at));
+        report.updated_at = Some(row.updated_at);
         let run = row.job_run_id.as_deref().unwrap_or("?");
         let (status, reason) = match row.status {
             Status::Available => match versions.state(r) {
@@ -328,7 +328,7 @@ impl Engine {
         let r = report.partition_ref.clone();
         let row = self.store.partition(&r)?;
         if let Some(row) = &row {
-            report.updated_at = Some(rfc3339(row.updated_at));
+            report.updated_at = Some(row.updated_at);
         }
         let dir = self.data_dir.join(&r);
         let (status, reason) = match crate::sources::sealed_version(&dir) {

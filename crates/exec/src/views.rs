@@ -5,7 +5,7 @@ use databuild_core::{Plan, PlannedRun};
 use databuild_log::{PartitionQuery, PartitionRow, Status};
 use serde::Serialize;
 
-use crate::engine::{rfc3339, Engine, Result};
+use crate::engine::{Engine, Result};
 
 /// `analyze --json` (contract section 4).
 #[derive(Debug, Serialize)]
@@ -58,7 +58,8 @@ pub struct PartitionItem {
     pub job: Option<String>,
     pub built_by: Option<String>,
     pub build_request_id: Option<String>,
-    pub updated_at: String,
+    /// ns since the epoch; answers show it as RFC 3339 (`updated_at`) and ns (`updated_at_ns`).
+    pub updated_at: i64,
 }
 
 /// A page of partitions, with the cursor of the next page (`after`).
@@ -72,7 +73,7 @@ impl From<PartitionRow> for PartitionItem {
     fn from(r: PartitionRow) -> Self {
         PartitionItem {
             status: shown_status(r.status),
-            updated_at: rfc3339(r.updated_at),
+            updated_at: r.updated_at,
             partition_ref: r.partition_ref,
             job: r.job,
             built_by: r.job_run_id,

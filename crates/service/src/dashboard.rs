@@ -145,14 +145,19 @@ fn badge(status: &str) -> Markup {
     html! { span.badge style={ "background:" (svg::colour(status)) } { (status) } }
 }
 
+/// A time of an answer: RFC 3339 text (answers' times), or ns since the epoch (events').
 fn time(v: &Value) -> String {
-    v.as_i64()
-        .map(databuild_exec::engine::rfc3339)
-        .unwrap_or_else(|| "-".into())
+    match v {
+        Value::String(t) => t.clone(),
+        other => other
+            .as_i64()
+            .map(databuild_exec::engine::rfc3339)
+            .unwrap_or_else(|| "-".into()),
+    }
 }
 
 fn took(run: &Value) -> String {
-    match (run["started_at"].as_i64(), run["ended_at"].as_i64()) {
+    match (run["started_at_ns"].as_i64(), run["ended_at_ns"].as_i64()) {
         (Some(a), Some(b)) => format!("{:.2} s", (b - a) as f64 / 1e9),
         _ => "-".into(),
     }
@@ -710,7 +715,7 @@ async fn job_page(State(state): Shared, Path(name): Path<String>) -> Response {
         .filter_map(|r| {
             Some((
                 s(&r["job_run_id"]),
-                (r["ended_at"].as_i64()? - r["started_at"].as_i64()?) as f64 / 1e6,
+                (r["ended_at_ns"].as_i64()? - r["started_at_ns"].as_i64()?) as f64 / 1e6,
                 s(&r["status"]),
             ))
         })

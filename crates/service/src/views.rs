@@ -15,6 +15,37 @@ fn to_value<T: serde::Serialize>(v: T) -> Value {
     serde_json::to_value(v).expect("answers serialize")
 }
 
+/// Every answer leaves here: its times as RFC 3339 (see [`rfc3339_times`]).
+fn answer(mut v: Value) -> ApiResult<Value> {
+    rfc3339_times(&mut v);
+    Ok(v)
+}
+
+/// One time format in every answer: each `*_at` time (ns since the epoch in the log) becomes
+/// RFC 3339 text, its exact value kept beside it as `*_at_ns`. (An event's `timestamp` stays ns,
+/// as contract section 5 defines it.)
+pub fn rfc3339_times(v: &mut Value) {
+    match v {
+        Value::Object(map) => {
+            let mut exact = Vec::new();
+            for (k, value) in map.iter_mut() {
+                match value.as_i64() {
+                    Some(ns) if k.ends_with("_at") => {
+                        *value = Value::String(databuild_exec::engine::rfc3339(ns));
+                        exact.push((format!("{k}_ns"), ns));
+                    }
+                    _ => rfc3339_times(value),
+                }
+            }
+            for (k, ns) in exact {
+                map.insert(k, Value::from(ns));
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(rfc3339_times),
+        _ => {}
+    }
+}
+
 fn valid_ref(r: &str) -> ApiResult<()> {
     PartitionRef::new(r)
         .map(|_| ())
@@ -27,7 +58,7 @@ pub fn builds(engine: &Engine, status: Option<Status>, limit: usize) -> ApiResul
         limit,
         ..Default::default()
     })?;
-    Ok(json!({ "builds": builds }))
+    answer(json!({ "builds": builds }))
 }
 
 /// A build request with its partitions, job runs and summary.
@@ -44,7 +75,7 @@ pub fn build(engine: &Engine, id: &str) -> ApiResult<Value> {
         ..Default::default()
     })?);
     v["summary"] = to_value(engine.summary(id)?);
-    Ok(v)
+    answer(v)
 }
 
 pub fn build_events(engine: &Engine, id: &str) -> ApiResult<Value> {
@@ -55,26 +86,26 @@ pub fn build_events(engine: &Engine, id: &str) -> ApiResult<Value> {
         build_request_id: Some(id.to_string()),
         ..Default::default()
     })?;
-    Ok(json!({ "events": events }))
+    answer(json!({ "events": events }))
 }
 
 pub fn cancel(engine: &Engine, id: &str) -> ApiResult<Value> {
     engine.cancel(id)?;
-    Ok(json!({ "build_request_id": id, "cancelled": true }))
+    answer(json!({ "build_request_id": id, "cancelled": true }))
 }
 
 pub fn partitions(engine: &Engine, query: &PartitionQuery) -> ApiResult<Value> {
-    Ok(to_value(engine.partition_page(query)?))
+    answer(to_value(engine.partition_page(query)?))
 }
 
 pub fn status(engine: &Engine, r: &str) -> ApiResult<Value> {
     valid_ref(r)?;
-    Ok(to_value(engine.status(&[r.to_string()])?.remove(0)))
+    answer(to_value(engine.status(&[r.to_string()])?.remove(0)))
 }
 
 pub fn explain(engine: &Engine, r: &str) -> ApiResult<Value> {
     valid_ref(r)?;
-    Ok(to_value(engine.explain(r)?))
+    answer(to_value(engine.explain(r)?))
 }
 
 pub fn partition_events(engine: &Engine, r: &str) -> ApiResult<Value> {
@@ -83,18 +114,18 @@ pub fn partition_events(engine: &Engine, r: &str) -> ApiResult<Value> {
         partition_ref: Some(r.to_string()),
         ..Default::default()
     })?;
-    Ok(json!({ "events": events }))
+    answer(json!({ "events": events }))
 }
 
 /// Events with `next`, the index to pass as `since` for the following page.
 pub fn events(engine: &Engine, filter: &EventFilter) -> ApiResult<Value> {
     let events = engine.store.events(filter)?;
     let next = events.last().map(|e| e.idx);
-    Ok(json!({ "events": events, "next": next }))
+    answer(json!({ "events": events, "next": next }))
 }
 
 pub fn jobs(engine: &Engine) -> ApiResult<Value> {
-    Ok(json!({ "jobs": engine.jobs(None)? }))
+    answer(json!({ "jobs": engine.jobs(None)? }))
 }
 
 pub fn job(engine: &Engine, name: &str) -> ApiResult<Value> {
@@ -106,7 +137,7 @@ pub fn job(engine: &Engine, name: &str) -> ApiResult<Value> {
         limit: 20,
         ..Default::default()
     })?;
-    Ok(json!({ "job": stats.first(), "runs": runs }))
+    answer(json!({ "job": stats.first(), "runs": runs }))
 }
 
 pub fn job_runs(engine: &Engine, name: &str, limit: usize) -> ApiResult<Value> {
@@ -118,7 +149,7 @@ pub fn job_runs(engine: &Engine, name: &str, limit: usize) -> ApiResult<Value> {
         limit,
         ..Default::default()
     })?;
-    Ok(json!({ "runs": runs }))
+    answer(json!({ "runs": runs }))
 }
 
 pub fn run(engine: &Engine, id: &str) -> ApiResult<Value> {
@@ -126,7 +157,7 @@ pub fn run(engine: &Engine, id: &str) -> ApiResult<Value> {
         .store
         .job_run(id)?
         .ok_or_else(|| AppError::not_found(format!("no job run `{id}`")))?;
-    Ok(to_value(run))
+    answer(to_value(run))
 }
 
 /// The most of a run's log returned (its tail).
@@ -157,7 +188,7 @@ pub fn taint(engine: &Engine, refs: &[String], reason: Option<&str>) -> ApiResul
         valid_ref(r)?;
     }
     let events = engine.taint(refs, reason)?;
-    Ok(json!({ "events": events }))
+    answer(json!({ "events": events }))
 }
 
 pub fn sql(engine: &Engine, query: &str, max_rows: usize) -> ApiResult<Value> {
@@ -172,12 +203,12 @@ pub fn sql(engine: &Engine, query: &str, max_rows: usize) -> ApiResult<Value> {
 }
 
 pub fn datasets(engine: &Engine) -> ApiResult<Value> {
-    Ok(json!({ "datasets": engine.datasets()? }))
+    answer(json!({ "datasets": engine.datasets()? }))
 }
 
 /// Every source with its days and tables.
 pub fn sources(engine: &Engine) -> ApiResult<Value> {
-    Ok(json!({ "sources": engine.sources()? }))
+    answer(json!({ "sources": engine.sources()? }))
 }
 
 /// One source: coverage by date of its raw data and of every table version.
@@ -187,12 +218,12 @@ pub fn source(engine: &Engine, name: &str) -> ApiResult<Value> {
             "no source `{name}` in the graph"
         )));
     }
-    Ok(to_value(engine.source_detail(name)?))
+    answer(to_value(engine.source_detail(name)?))
 }
 
 /// Ingests, seals and expires one source (or all).
 pub fn seal(engine: &Engine, name: Option<&str>, through: Option<&str>) -> ApiResult<Value> {
-    Ok(json!({ "sources": engine.maintain_sources(name, through)? }))
+    answer(json!({ "sources": engine.maintain_sources(name, through)? }))
 }
 
 /// Points a table's alias at a version.
@@ -207,7 +238,7 @@ pub fn promote(
         &std::sync::atomic::AtomicBool,
     )>,
 ) -> ApiResult<Value> {
-    Ok(to_value(engine.promote(table, version, downstream)?))
+    answer(to_value(engine.promote(table, version, downstream)?))
 }
 
 /// Records a want.
@@ -232,16 +263,12 @@ pub fn want(
         .map(|r| PartitionRef::new(r.as_str()).map_err(|e| AppError::bad_request(e.to_string())))
         .collect::<ApiResult<Vec<_>>>()?;
     let row = engine.want(&parsed, duration("ttl", ttl)?, duration("sla", sla)?, None)?;
-    Ok(want_value(&row))
+    answer(want_value(&row))
 }
 
-/// A want as the API shows it: its row, times in RFC 3339.
+/// A want as the API shows it: its row (its times made RFC 3339 by [`answer`]).
 fn want_value(w: &databuild_log::WantRow) -> Value {
-    let mut v = to_value(w);
-    v["created_at"] = json!(databuild_exec::engine::rfc3339(w.created_at));
-    v["updated_at"] = json!(databuild_exec::engine::rfc3339(w.updated_at));
-    v["expires_at"] = json!(w.expires_at.map(databuild_exec::engine::rfc3339));
-    v
+    to_value(w)
 }
 
 pub fn wants(engine: &Engine, status: Option<&str>, all: bool, limit: usize) -> ApiResult<Value> {
@@ -255,7 +282,7 @@ pub fn wants(engine: &Engine, status: Option<&str>, all: bool, limit: usize) -> 
     let rows = engine
         .store
         .wants(status, !all && status.is_none(), limit)?;
-    Ok(json!({ "wants": rows.iter().map(want_value).collect::<Vec<_>>() }))
+    answer(json!({ "wants": rows.iter().map(want_value).collect::<Vec<_>>() }))
 }
 
 pub fn want_detail(engine: &Engine, id: &str) -> ApiResult<Value> {
@@ -265,12 +292,35 @@ pub fn want_detail(engine: &Engine, id: &str) -> ApiResult<Value> {
         .ok_or_else(|| AppError::not_found(format!("no want `{id}`")))?;
     let mut v = want_value(&row);
     v["partitions"] = to_value(engine.status(&row.refs)?);
-    Ok(v)
+    answer(v)
 }
 
 pub fn unwant(engine: &Engine, id: &str) -> ApiResult<Value> {
     if engine.store.want(id)?.is_none() {
         return Err(AppError::not_found(format!("no want `{id}`")));
     }
-    Ok(want_value(&engine.unwant(id)?))
+    answer(want_value(&engine.unwant(id)?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times_are_rfc3339_with_their_exact_ns_beside_them() {
+        let mut v = json!({"builds": [{"created_at": 1_700_000_000_123_456_789i64, "updated_at": null, "n": 3,
+                            "events": [{"timestamp": 5, "data": {"expires_at": 0}}]}]});
+        rfc3339_times(&mut v);
+        let b = &v["builds"][0];
+        assert_eq!(b["created_at"], "2023-11-14T22:13:20.123Z");
+        assert_eq!(b["created_at_ns"], 1_700_000_000_123_456_789i64);
+        assert_eq!(b["updated_at"], Value::Null);
+        assert!(b.get("updated_at_ns").is_none());
+        assert_eq!(b["n"], 3);
+        assert_eq!(b["events"][0]["timestamp"], 5, "events keep ns");
+        assert_eq!(
+            b["events"][0]["data"]["expires_at"],
+            "1970-01-01T00:00:00.000Z"
+        );
+    }
 }

@@ -142,7 +142,7 @@ pub fn builds(
 }
 
 fn duration(run: &Value) -> String {
-    match (run["started_at"].as_i64(), run["ended_at"].as_i64()) {
+    match (run["started_at_ns"].as_i64(), run["ended_at_ns"].as_i64()) {
         (Some(s), Some(e)) => crate::output::millis(Some((e - s) as f64 / 1e6)),
         _ => "-".to_string(),
     }

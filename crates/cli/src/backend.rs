@@ -53,9 +53,14 @@ impl Backend {
         }
     }
 
-    pub fn partitions(&self, q: &PartitionQuery, status: Option<&str>) -> anyhow::Result<Value> {
+    pub fn partitions(
+        &self,
+        q: &PartitionQuery,
+        listed: Option<databuild_exec::views::ListedStatus>,
+        status: Option<&str>,
+    ) -> anyhow::Result<Value> {
         match self {
-            Backend::Local(e) => views::partitions(e, q).map_err(app_error),
+            Backend::Local(e) => views::partitions(e, q, listed).map_err(app_error),
             Backend::Remote(c) => c.get(&format!(
                 "/api/v1/partitions{}",
                 query(&[

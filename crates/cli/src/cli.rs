@@ -252,6 +252,7 @@ pub enum GraphFormat {
 #[derive(Debug, Clone, Copy, ValueEnum)]
 pub enum PartitionStatusArg {
     Live,
+    Stale,
     Building,
     Failed,
     Tainted,

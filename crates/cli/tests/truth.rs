@@ -385,3 +385,90 @@ fn every_answer_gives_times_in_rfc3339_with_the_exact_ns_beside() {
     assert!(shown.stdout.contains("took "), "{}", shown.stdout);
     assert!(!shown.stdout.contains("took -"), "{}", shown.stdout);
 }
+
+#[test]
+fn stale_partitions_are_listed_counted_and_summed_up_everywhere() {
+    let p = Project::new(&versioned("1"));
+    p.run(&["build", "w/{1..5}"]).expect_code(0);
+    std::fs::write(p.path().join("databuild.toml"), versioned("2")).unwrap();
+    p.run(&["build", "w/{4..5}"]).expect_code(0);
+    let refs_of = |v: &serde_json::Value| -> Vec<String> {
+        v["partitions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["ref"].as_str().unwrap().to_string())
+            .collect()
+    };
+    // The CLI lists stale and live apart, with the reason, in pages.
+    let stale = p.run(&["--json", "partitions", "--status", "stale"]);
+    stale.expect_code(0);
+    let v = stale.json();
+    assert_eq!(refs_of(&v), ["w/1", "w/2", "w/3"]);
+    assert!(
+        v["partitions"][0]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("version"),
+        "{v}"
+    );
+    assert_eq!(v["partitions"][0]["status"], "stale");
+    let live = p.run(&["--json", "partitions", "--status", "live"]).json();
+    assert_eq!(refs_of(&live), ["w/4", "w/5"]);
+    let first = p
+        .run(&["--json", "partitions", "--status", "stale", "--limit", "2"])
+        .json();
+    assert_eq!(refs_of(&first), ["w/1", "w/2"]);
+    let next = first["next"].as_str().unwrap();
+    let second = p
+        .run(&[
+            "--json",
+            "partitions",
+            "--status",
+            "stale",
+            "--limit",
+            "2",
+            "--after",
+            next,
+        ])
+        .json();
+    assert_eq!(refs_of(&second), ["w/3"]);
+    // datasets counts them apart; status sums a set up.
+    let datasets = p.run(&["--json", "datasets"]).json();
+    let w = datasets["datasets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["name"] == "w")
+        .unwrap()
+        .clone();
+    assert_eq!(
+        w["partitions"],
+        serde_json::json!({"live": 2, "stale": 3}),
+        "{w}"
+    );
+    assert_eq!(w["freshness_checked"], true);
+    let status = p.run(&["status", "w/{1..6}"]);
+    assert!(
+        status.stdout.contains("6 refs: 3 stale, 2 live, 1 missing"),
+        "{}",
+        status.stdout
+    );
+    // The API and the dashboard, the same.
+    let s = Service::start(&p, &[]);
+    let (code, api) = s.get("/api/v1/partitions?status=stale");
+    assert_eq!(code, 200, "{api}");
+    assert_eq!(refs_of(&api), ["w/1", "w/2", "w/3"]);
+    let (_, page) = s.get("/partitions?status=stale");
+    let page = page.as_str().unwrap().to_string();
+    assert!(page.contains("w/3") && !page.contains(">w/4<"), "{page}");
+    let (code, bad) = s.get("/api/v1/partitions?status=fresh");
+    assert_eq!(code, 400);
+    assert!(
+        bad["error"]
+            .as_str()
+            .unwrap()
+            .contains("live, stale, building"),
+        "{bad}"
+    );
+}

@@ -488,9 +488,14 @@ pub struct DatasetView {
     /// `dataset` (external) or `job` (a job's output).
     pub kind: &'static str,
     pub pattern: String,
-    /// Partition counts by status (`live`, `building`, `failed`, `tainted`); partitions never built
-    /// are not counted. Counted by a glob of the pattern, so nested patterns may overlap.
+    /// Partition counts by status (`live`, `stale`, `building`, `failed`, `tainted`); partitions
+    /// never built are not counted. Counted by a glob of the pattern, so nested patterns may
+    /// overlap.
     pub partitions: std::collections::BTreeMap<&'static str, u64>,
+    /// Whether `live` and `stale` were told apart: a dataset with more available partitions than
+    /// one freshness scan checks (`views::FRESHNESS_SCAN`) counts them all as `live` here; list
+    /// its stale ones with `partitions --status stale`.
+    pub freshness_checked: bool,
 }
 
 impl Engine {
@@ -508,14 +513,25 @@ impl Engine {
                         .job_partition_counts(&self.graph.jobs[job].name)?,
                     _ => self.store.partition_counts(Some(&pattern_glob(pattern)))?,
                 };
+                let mut partitions: std::collections::BTreeMap<&'static str, u64> = counts
+                    .into_iter()
+                    .map(|(s, n)| (crate::views::shown_status(s), n))
+                    .collect();
+                let available = partitions.get("live").copied().unwrap_or(0);
+                let freshness_checked = available as usize <= crate::views::FRESHNESS_SCAN;
+                if freshness_checked && available > 0 && matches!(p, Producer::Job { .. }) {
+                    let stale = self.stale_count(pattern, available as usize)?;
+                    if stale > 0 {
+                        partitions.insert("live", available - stale);
+                        partitions.insert("stale", stale);
+                    }
+                }
                 Ok(DatasetView {
                     name: self.graph.producer_name(p).to_string(),
                     kind: producer_kind(&self.graph, p),
                     pattern: pattern.to_string(),
-                    partitions: counts
-                        .into_iter()
-                        .map(|(s, n)| (crate::views::shown_status(s), n))
-                        .collect(),
+                    partitions,
+                    freshness_checked,
                 })
             })
             .collect()
@@ -523,6 +539,20 @@ impl Engine {
 }
 
 impl Engine {
+    /// How many of a pattern's `available` partitions are stale (at most `available` are).
+    fn stale_count(&self, pattern: &databuild_core::Pattern, available: usize) -> Result<u64> {
+        let page = self.partition_page(
+            &databuild_log::PartitionQuery {
+                pattern: Some(pattern_glob(pattern)),
+                status: Some(Status::Available),
+                limit: available,
+                after: None,
+            },
+            Some(crate::views::ListedStatus::Stale),
+        )?;
+        Ok(page.partitions.len() as u64)
+    }
+
     /// Metrics of every job of the graph (those that never ran too), or of one.
     pub fn jobs(&self, name: Option<&str>) -> Result<Vec<databuild_log::JobStats>> {
         if let Some(n) = name {

@@ -1,11 +1,12 @@
 //! JSON views shared by the CLI's `--json` output and the HTTP API, so both give the same answer.
 
-use databuild_core::plan::{Delegation, MissingExternal};
+use databuild_core::plan::{Delegation, KnownState, MissingExternal, StateView};
 use databuild_core::{Plan, PlannedRun};
 use databuild_log::{PartitionQuery, PartitionRow, Status};
 use serde::Serialize;
 
 use crate::engine::{Engine, Result};
+use crate::versions::VersionedStates;
 
 /// `analyze --json` (contract section 4).
 #[derive(Debug, Serialize)]
@@ -60,6 +61,9 @@ pub struct PartitionItem {
     pub build_request_id: Option<String>,
     /// ns since the epoch; answers show it as RFC 3339 (`updated_at`) and ns (`updated_at_ns`).
     pub updated_at: i64,
+    /// Why a stale partition is stale (in `live` / `stale` listings).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
 
 /// A page of partitions, with the cursor of the next page (`after`).
@@ -78,30 +82,117 @@ impl From<PartitionRow> for PartitionItem {
             job: r.job,
             built_by: r.job_run_id,
             build_request_id: r.build_request_id,
+            reason: None,
         }
     }
 }
 
 /// Parses a partition status filter as users write it (`live` for available).
-pub fn parse_partition_status(s: &str) -> Option<Status> {
-    match s {
-        "live" | "available" => Some(Status::Available),
-        "building" => Some(Status::Building),
-        "failed" => Some(Status::Failed),
-        "tainted" => Some(Status::Tainted),
-        _ => None,
+/// A status a listing can ask for: one the log records, or `live` / `stale`, which split the
+/// log's `available` by freshness (derived, as `status` derives it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ListedStatus {
+    Live,
+    Stale,
+    Recorded(Status),
+}
+
+impl ListedStatus {
+    pub const NAMES: &'static str = "live, stale, building, failed or tainted";
+
+    pub fn parse(s: &str) -> Option<ListedStatus> {
+        match s {
+            "live" | "available" => Some(ListedStatus::Live),
+            "stale" => Some(ListedStatus::Stale),
+            "building" => Some(ListedStatus::Recorded(Status::Building)),
+            "failed" => Some(ListedStatus::Recorded(Status::Failed)),
+            "tainted" => Some(ListedStatus::Recorded(Status::Tainted)),
+            _ => None,
+        }
+    }
+
+    /// What the log is asked for.
+    pub fn recorded(self) -> Status {
+        match self {
+            ListedStatus::Live | ListedStatus::Stale => Status::Available,
+            ListedStatus::Recorded(s) => s,
+        }
     }
 }
 
+/// The most partitions one page of a `live` or `stale` listing checks the freshness of. A page
+/// may hold fewer matches than asked for, with a cursor to go on from: its cost is bounded by
+/// this, not by how rare the matches are.
+pub const FRESHNESS_SCAN: usize = 20_000;
+
 impl Engine {
-    pub fn partition_page(&self, query: &PartitionQuery) -> Result<PartitionPage> {
-        let rows = self.store.partitions(query)?;
-        let next = (rows.len() == query.limit && query.limit > 0)
-            .then(|| rows.last().map(|r| r.partition_ref.clone()))
-            .flatten();
-        Ok(PartitionPage {
-            partitions: rows.into_iter().map(PartitionItem::from).collect(),
-            next,
-        })
+    /// One page of partitions. For `live` and `stale`, each available partition's freshness is
+    /// derived as `status` does, and the page says why each stale one is.
+    pub fn partition_page(
+        &self,
+        query: &PartitionQuery,
+        listed: Option<ListedStatus>,
+    ) -> Result<PartitionPage> {
+        let want_fresh = match listed {
+            Some(ListedStatus::Live) => true,
+            Some(ListedStatus::Stale) => false,
+            _ => {
+                let rows = self.store.partitions(query)?;
+                let next = (rows.len() == query.limit && query.limit > 0)
+                    .then(|| rows.last().map(|r| r.partition_ref.clone()))
+                    .flatten();
+                return Ok(PartitionPage {
+                    partitions: rows.into_iter().map(PartitionItem::from).collect(),
+                    next,
+                });
+            }
+        };
+        let versions = VersionedStates::new(&self.graph, self.store.as_ref(), &self.data_dir);
+        let mut page = PartitionPage {
+            partitions: Vec::new(),
+            next: None,
+        };
+        let mut cursor = query.after.clone();
+        let mut scanned = 0;
+        let batch = query.limit.clamp(100, 2_000);
+        while page.partitions.len() < query.limit && scanned < FRESHNESS_SCAN {
+            let rows = self.store.partitions(&PartitionQuery {
+                pattern: query.pattern.clone(),
+                status: Some(Status::Available),
+                limit: batch,
+                after: cursor.clone(),
+            })?;
+            let (fetched, full) = (rows.len(), rows.len() == batch);
+            let refs: Vec<&str> = rows.iter().map(|r| r.partition_ref.as_str()).collect();
+            let states = versions.states(&refs);
+            let mut taken = 0;
+            for (row, state) in rows.into_iter().zip(states) {
+                taken += 1;
+                scanned += 1;
+                cursor = Some(row.partition_ref.clone());
+                let stale = match state {
+                    KnownState::Stale { reason } | KnownState::Kept { reason } => Some(reason),
+                    _ => None,
+                };
+                if stale.is_none() == want_fresh {
+                    let mut item = PartitionItem::from(row);
+                    if let Some(reason) = stale {
+                        item.status = "stale";
+                        item.reason = Some(reason);
+                    }
+                    page.partitions.push(item);
+                    if page.partitions.len() == query.limit {
+                        break;
+                    }
+                }
+            }
+            // The log has nothing after this batch, and all of it was looked at: the end.
+            if !full && taken == fetched {
+                cursor = None;
+                break;
+            }
+        }
+        page.next = cursor;
+        Ok(page)
     }
 }

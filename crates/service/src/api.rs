@@ -13,7 +13,7 @@ use axum::routing::{get, post};
 use axum::{Extension, Json, Router};
 use databuild_core::{PartitionRef, PlanRequest};
 use databuild_exec::build::{BuildOptions, Quiet};
-use databuild_exec::views::{parse_partition_status, AnalyzeView};
+use databuild_exec::views::{AnalyzeView, ListedStatus};
 use databuild_exec::Engine;
 use databuild_log::{EventFilter, PartitionQuery, Status};
 use futures_util::stream::{self, Stream};
@@ -372,27 +372,28 @@ pub struct PartitionsQuery {
     after: Option<String>,
 }
 
-#[utoipa::path(get, path = "/api/v1/partitions", summary = "Partitions known to the log, paginated", params(("pattern" = Option<String>, Query, description = "Glob over refs"), ("status" = Option<String>, Query, description = "live, building, failed or tainted"), ("limit" = Option<usize>, Query), ("after" = Option<String>, Query, description = "Cursor: the `next` of the previous page")), responses((status = 200, description = "`{\"partitions\": [...], \"next\": cursor}`", body = Object)))]
+#[utoipa::path(get, path = "/api/v1/partitions", summary = "Partitions known to the log, paginated", params(("pattern" = Option<String>, Query, description = "Glob over refs"), ("status" = Option<String>, Query, description = "live, stale, building, failed or tainted"), ("limit" = Option<usize>, Query), ("after" = Option<String>, Query, description = "Cursor: the `next` of the previous page")), responses((status = 200, description = "`{\"partitions\": [...], \"next\": cursor}`", body = Object)))]
 async fn list_partitions(
     State(state): Shared,
     Query(q): Query<PartitionsQuery>,
 ) -> ApiResult<Json<Value>> {
-    let status = match q.status.as_deref() {
+    let listed = match q.status.as_deref() {
         None => None,
-        Some(s) => Some(parse_partition_status(s).ok_or_else(|| {
+        Some(s) => Some(ListedStatus::parse(s).ok_or_else(|| {
             AppError::bad_request(format!(
-                "unknown partition status `{s}`; use live, building, failed or tainted"
+                "unknown partition status `{s}`; use {}",
+                ListedStatus::NAMES
             ))
         })?),
     };
     let query = PartitionQuery {
         pattern: q.pattern,
-        status,
+        status: listed.map(ListedStatus::recorded),
         limit: q.limit.unwrap_or(100).min(10_000),
         after: q.after,
     };
     blocking(&state, move |engine| {
-        views::partitions(engine, &query).map(Json)
+        views::partitions(engine, &query, listed).map(Json)
     })
     .await
 }

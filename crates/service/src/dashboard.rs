@@ -10,7 +10,7 @@ use axum::routing::{get, post};
 use axum::{Extension, Router};
 use databuild_core::{PartitionRef, PlanRequest};
 use databuild_exec::engine::rfc3339;
-use databuild_exec::views::parse_partition_status;
+use databuild_exec::views::ListedStatus;
 use databuild_exec::Engine;
 use databuild_log::{PartitionQuery, SqlLimits, Status};
 use maud::{html, Markup, PreEscaped, DOCTYPE};
@@ -182,11 +182,14 @@ async fn home(State(state): Shared, Extension(role): Extension<Role>) -> Respons
     let st = state.clone();
     let data = page(&state, |engine| {
         let builds = views::builds(engine, None, 10)?;
-        let failed = engine.partition_page(&PartitionQuery {
-            status: Some(databuild_log::Status::Failed),
-            limit: 10,
-            ..Default::default()
-        })?;
+        let failed = engine.partition_page(
+            &PartitionQuery {
+                status: Some(databuild_log::Status::Failed),
+                limit: 10,
+                ..Default::default()
+            },
+            None,
+        )?;
         // Run counts come from a projection: a few rows, whatever the log's size.
         let jobs = engine.store.job_stats(None)?;
         Ok((builds, failed, jobs))
@@ -375,13 +378,18 @@ pub struct PartitionsQuery {
 async fn partitions_page(State(state): Shared, Query(q): Query<PartitionsQuery>) -> Response {
     let status = q.status.clone().filter(|s| !s.is_empty());
     let pattern = q.pattern.clone().filter(|s| !s.is_empty());
+    let listed = status.as_deref().and_then(ListedStatus::parse);
     let query = PartitionQuery {
         pattern: pattern.clone(),
-        status: status.as_deref().and_then(parse_partition_status),
+        status: listed.map(ListedStatus::recorded),
         limit: 100,
         after: q.after.clone(),
     };
-    let page_data = match page(&state, move |engine| views::partitions(engine, &query)).await {
+    let page_data = match page(&state, move |engine| {
+        views::partitions(engine, &query, listed)
+    })
+    .await
+    {
         Ok(p) => p,
         Err(r) => return r,
     };
@@ -391,13 +399,15 @@ async fn partitions_page(State(state): Shared, Query(q): Query<PartitionsQuery>)
         form method="get" action="/partitions" {
             input type="text" name="pattern" placeholder="glob, e.g. reviews/*" value=[pattern.as_deref()];
             " " select name="status" { option value="" { "any status" }
-                @for st in ["live", "building", "failed", "tainted"] { option value=(st) selected[status.as_deref() == Some(st)] { (st) } } }
+                @for st in ["live", "stale", "building", "failed", "tainted"] { option value=(st) selected[status.as_deref() == Some(st)] { (st) } } }
             " " button type="submit" { "Search" }
         }
         @if rows.is_empty() { p.empty { "No partition matches. Partitions appear here once a run has touched them." } } @else {
             table { tr { th { "Partition" } th { "Status" } th { "Job" } th { "Updated" } }
-                @for p in &rows { tr { td { (partition_link(&s(&p["ref"]))) } td { (badge(&s(&p["status"]))) } td { (s(&p["job"])) } td.muted { (s(&p["updated_at"])) } } }
+                @for p in &rows { tr { td { (partition_link(&s(&p["ref"]))) } td { (badge(&s(&p["status"])))
+                    @if let Some(why) = p["reason"].as_str() { " " span.muted { (why) } } } td { (s(&p["job"])) } td.muted { (s(&p["updated_at"])) } } }
             }
+            @if rows.len() < 100 && page_data["next"].is_string() { p.muted { "Freshness is checked for a bounded number of partitions per page; more may follow." } }
             @if let Some(next) = page_data["next"].as_str() {
                 a href={ "/partitions?after=" (enc(next)) "&pattern=" (enc(pattern.as_deref().unwrap_or(""))) "&status=" (status.as_deref().unwrap_or("")) } { "Next page →" }
             }

@@ -3,6 +3,7 @@
 //! show the same thing.
 
 use databuild_core::PartitionRef;
+use databuild_exec::views::ListedStatus;
 use databuild_exec::Engine;
 use databuild_log::{BuildQuery, EventFilter, PartitionQuery, RunQuery, SqlLimits, Status};
 use serde_json::{json, Value};
@@ -94,8 +95,12 @@ pub fn cancel(engine: &Engine, id: &str) -> ApiResult<Value> {
     answer(json!({ "build_request_id": id, "cancelled": true }))
 }
 
-pub fn partitions(engine: &Engine, query: &PartitionQuery) -> ApiResult<Value> {
-    answer(to_value(engine.partition_page(query)?))
+pub fn partitions(
+    engine: &Engine,
+    query: &PartitionQuery,
+    listed: Option<ListedStatus>,
+) -> ApiResult<Value> {
+    answer(to_value(engine.partition_page(query, listed)?))
 }
 
 pub fn status(engine: &Engine, r: &str) -> ApiResult<Value> {

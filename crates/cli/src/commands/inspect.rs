@@ -35,7 +35,25 @@ pub fn status(backend: &Backend, args: &[String], json: bool) -> anyhow::Result<
         .map(|r| vec![text(&r["ref"]), text(&r["status"]), reasons(r)])
         .collect();
     print!("{}", table(&["REF", "STATUS", "WHY"], &rows));
+    if rows.len() > 1 {
+        println!("{}", status_summary(rows.iter().map(|r| r[1].as_str())));
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `3 refs: 1 live, 2 stale`, in the order statuses first appear.
+fn status_summary<'a>(statuses: impl Iterator<Item = &'a str>) -> String {
+    let mut counts: Vec<(&str, usize)> = Vec::new();
+    let mut total = 0;
+    for s in statuses {
+        total += 1;
+        match counts.iter_mut().find(|(name, _)| *name == s) {
+            Some((_, n)) => *n += 1,
+            None => counts.push((s, 1)),
+        }
+    }
+    let parts: Vec<String> = counts.iter().map(|(s, n)| format!("{n} {s}")).collect();
+    format!("{total} refs: {}", parts.join(", "))
 }
 
 pub fn explain(backend: &Backend, r: &str, json: bool) -> anyhow::Result<ExitCode> {

@@ -29,17 +29,19 @@ pub fn partitions(
 ) -> anyhow::Result<ExitCode> {
     let status_name = status.map(|s| match s {
         PartitionStatusArg::Live => "live",
+        PartitionStatusArg::Stale => "stale",
         PartitionStatusArg::Building => "building",
         PartitionStatusArg::Failed => "failed",
         PartitionStatusArg::Tainted => "tainted",
     });
+    let listed = status_name.and_then(databuild_exec::views::ListedStatus::parse);
     let query = PartitionQuery {
         pattern,
-        status: status_name.and_then(databuild_exec::views::parse_partition_status),
+        status: listed.map(databuild_exec::views::ListedStatus::recorded),
         limit,
         after,
     };
-    let page = backend.partitions(&query, status_name)?;
+    let page = backend.partitions(&query, listed, status_name)?;
     if json {
         print_json(&page)?;
         return Ok(ExitCode::SUCCESS);
@@ -52,10 +54,14 @@ pub fn partitions(
                 text(&r["status"]),
                 text(&r["job"]),
                 text(&r["updated_at"]),
+                text(&r["reason"]),
             ]
         })
         .collect();
-    print!("{}", table(&["REF", "STATUS", "JOB", "UPDATED"], &rows));
+    print!(
+        "{}",
+        table(&["REF", "STATUS", "JOB", "UPDATED", "WHY"], &rows)
+    );
     if let Some(next) = page["next"].as_str() {
         println!("(more: --after '{next}')");
     }

@@ -98,9 +98,47 @@ impl Engine {
         let next = (rows.len() == query.limit && query.limit > 0)
             .then(|| rows.last().map(|r| r.partition_ref.clone()))
             .flatten();
-        Ok(PartitionPage {
-            partitions: rows.into_iter().map(PartitionItem::from).collect(),
-            next,
-        })
+        // What the log recorded, checked against the data: a job output whose data is gone is
+        // missing; an external's taint holds only until its data changes. A filter by status is
+        // on what is shown (a page may then hold fewer rows; `next` still pages on).
+        let versions = self.versions();
+        let partitions = rows
+            .into_iter()
+            .map(|row| {
+                let shown = self.shown_status(&versions, &row);
+                let mut item = PartitionItem::from(row);
+                item.status = shown;
+                item
+            })
+            .filter(|item| query.status.is_none_or(|s| shown_status(s) == item.status))
+            .collect();
+        Ok(PartitionPage { partitions, next })
+    }
+
+    fn shown_status(
+        &self,
+        versions: &crate::versions::VersionedStates<'_>,
+        row: &PartitionRow,
+    ) -> &'static str {
+        use databuild_core::Producer;
+        let producer = self.graph.producer_of(&row.partition_ref).map(|(p, _)| p);
+        match (row.status, producer) {
+            (Status::Available, Some(Producer::Job { .. }))
+                if !self.data_dir.join(&row.partition_ref).exists() =>
+            {
+                "missing"
+            }
+            (Status::Tainted, Some(Producer::Dataset(d)))
+                if self.graph.datasets[d].source.is_none() =>
+            {
+                let r = row.partition_ref.as_str();
+                match versions.current_version(r) {
+                    None => "missing",
+                    Some(_) if versions.external_tainted(r).is_some() => "tainted",
+                    Some(_) => "live",
+                }
+            }
+            (status, _) => shown_status(status),
+        }
     }
 }

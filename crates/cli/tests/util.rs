@@ -75,9 +75,13 @@ impl Project {
 }
 
 /// Writes the events of one finished single-run build into the project's default event log, as
-/// a build would (used to test the read commands before and apart from `build`).
+/// a build would (used to test the read commands before and apart from `build`); a successful
+/// one leaves its partition's data too, as the job would have.
 pub fn seed_build(project: &Project, br: &str, run: &str, job: &str, r: &str, ok: bool) {
     use databuild_log::{Event, EventStore, SqliteStore, Status};
+    if ok {
+        project.partition(r);
+    }
     let dir = project.path().join(".databuild");
     std::fs::create_dir_all(&dir).unwrap();
     let store = SqliteStore::open(&dir.join("events.db")).unwrap();

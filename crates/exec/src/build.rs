@@ -23,7 +23,7 @@ use crate::engine::{Engine, EngineError, Result};
 use crate::local::{Executor, RunOutcome, RunSpec, DEFAULT_LOG_LIMIT};
 use crate::owner::{owner_dead, this_owner, HEARTBEAT_EVERY};
 use crate::slots::{Ended, Launch, Launches};
-use crate::versions::{data_version, external_version};
+use crate::versions::data_version;
 
 /// How many times a run may come back with `DATABUILD_MISSING_DEPS` before it fails.
 const MAX_MISSING_DEP_ROUNDS: u32 = 3;
@@ -361,17 +361,13 @@ impl Engine {
     /// The version an input has now, for the record of a run starting from it.
     fn input_version(&self, r: &str) -> Option<String> {
         match self.graph.producer_of(r)?.0 {
-            Producer::Dataset(d) if self.graph.datasets[d].upstream.is_some() => {
-                crate::versions::upstream_version(&self.graph.datasets[d], r)
-            }
-            Producer::Dataset(d) => match (
-                &self.graph.datasets[d].exists,
-                self.graph.datasets[d].source,
-            ) {
-                (_, Some(_)) => crate::versions::source_version(&self.data_dir, r),
-                (None, None) => external_version(&self.data_dir, r),
-                (Some(_), None) => Some("probe".to_string()),
-            },
+            // Marked while a taint holds, so the run is not stale on the taint's account.
+            Producer::Dataset(d) => crate::versions::external_input_version(
+                self.store.as_ref(),
+                &self.graph.datasets[d],
+                &self.data_dir,
+                r,
+            ),
             Producer::Job { .. } => self.store.partition(r).ok()??.data_version,
             // Runs read aliases as version refs (the planner pins them); never asked.
             Producer::Alias(_) => None,
@@ -1251,6 +1247,20 @@ impl<'e> Scheduler<'e> {
             env,
             outputs: node.run.outputs.iter().map(|o| o.to_string()).collect(),
             inputs: node.run.inputs.iter().map(|o| o.to_string()).collect(),
+            present_inputs: node
+                .run
+                .inputs
+                .iter()
+                .filter(|i| match engine.graph.producer_of(i.as_str()) {
+                    Some((Producer::Job { .. }, _)) => true,
+                    Some((Producer::Dataset(d), _)) => {
+                        let ds = &engine.graph.datasets[d];
+                        ds.exists.is_none() && ds.source.is_none() && ds.upstream.is_none()
+                    }
+                    _ => false,
+                })
+                .map(|i| i.to_string())
+                .collect(),
             fields,
             graph_dir: engine.graph_dir.clone(),
             data_dir: engine.data_dir.clone(),

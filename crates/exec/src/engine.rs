@@ -148,8 +148,9 @@ impl Engine {
         LocalResolver::new(&self.graph, &self.graph_dir, &self.data_dir, today())
     }
 
-    fn versions(&self) -> VersionedStates<'_> {
+    pub(crate) fn versions(&self) -> VersionedStates<'_> {
         VersionedStates::new(&self.graph, self.store.as_ref(), &self.data_dir)
+            .shown_from(&self.graph_dir)
     }
 
     /// Plans without recording anything, against the log's partition states (with staleness).
@@ -223,7 +224,7 @@ impl Engine {
     /// The state of each ref, with reasons.
     pub fn status(&self, refs: &[String]) -> Result<Vec<StatusReport>> {
         let mut resolver = self.resolver();
-        let versions = VersionedStates::new(&self.graph, self.store.as_ref(), &self.data_dir);
+        let versions = self.versions();
         refs.iter()
             .map(|r| self.status_of(r, &mut resolver, &versions))
             .collect()
@@ -268,7 +269,25 @@ impl Engine {
                     .map_err(|e| EngineError::Invalid(e.to_string()))?;
                 let available = databuild_core::Resolver::external_available(resolver, ds, &valid)
                     .map_err(|e| EngineError::Invalid(format!("checking `{r}`: {e}")))?;
-                report.status = if available { "live" } else { "missing" };
+                let tainted = available.then(|| versions.external_tainted(r)).flatten();
+                report.status = match (available, &tainted) {
+                    (true, Some(_)) => "tainted",
+                    (true, None) => "live",
+                    (false, _) => "missing",
+                };
+                if let Some(why) = tainted {
+                    report.reasons.push(why);
+                    report.reasons.push(format!(
+                        "external partition of dataset `{}`, present; live again once its data changes{}",
+                        ds.name,
+                        if ds.exists.is_none() && ds.upstream.is_none() {
+                            " (its size or modification time)"
+                        } else {
+                            ""
+                        }
+                    ));
+                    return Ok(report);
+                }
                 report.reasons.push(if available {
                     format!("external partition of dataset `{}`, present", ds.name)
                 } else {
@@ -293,6 +312,12 @@ impl Engine {
         let (status, reason) = match row.status {
             Status::Available => match versions.state(r) {
                 KnownState::Stale { reason } | KnownState::Kept { reason } => ("stale", reason),
+                KnownState::Missing => (
+                    "missing",
+                    versions
+                        .gone(r)
+                        .unwrap_or_else(|| "its data is gone".to_string()),
+                ),
                 _ => ("live", format!("built by run {run}")),
             },
             Status::Building => (
@@ -410,16 +435,42 @@ impl Engine {
     }
 
     /// Marks partitions invalid. A partition being built cannot be tainted until its run ends.
+    /// A job's output is rebuilt by the next build that needs it; an external partition stays
+    /// tainted until its data changes, and what was built from it before the taint is stale.
     pub fn taint(&self, refs: &[String], reason: Option<&str>) -> Result<Vec<Event>> {
+        let versions = self.versions();
         let events = refs
             .iter()
             .map(|r| {
-                if self.graph.producer_of(r).is_none() {
-                    return Err(EngineError::Invalid(format!(
-                        "cannot taint `{r}`: no job builds it and no dataset declares it"
-                    )));
+                // A table's alias names the version it reads: that is what is tainted.
+                let read = versions.resolve(r).map(|v| v.to_string());
+                let r = read.as_deref().unwrap_or(r);
+                let mut e = Event::partition(None, r, Status::Tainted);
+                match self.graph.producer_of(r).map(|(p, _)| p) {
+                    None => {
+                        return Err(EngineError::Invalid(format!(
+                            "cannot taint `{r}`: no job builds it and no dataset declares it"
+                        )))
+                    }
+                    Some(Producer::Dataset(d)) if self.graph.datasets[d].source.is_some() => {
+                        return Err(EngineError::Invalid(format!(
+                            "cannot taint `{r}`: it is a raw partition of source `{}`, sealed and expired by DataBuild; taint the table partitions built from it instead",
+                            self.graph.sources[self.graph.datasets[d].source.expect("a source")].name
+                        )))
+                    }
+                    Some(Producer::Alias(_)) => {
+                        return Err(EngineError::Invalid(format!(
+                            "cannot taint `{r}`: the table version its alias reads is unknown"
+                        )))
+                    }
+                    // The data it has now: the taint holds until that changes.
+                    Some(Producer::Dataset(d)) => {
+                        let ds = &self.graph.datasets[d];
+                        e.data.data_version =
+                            crate::versions::raw_external_version(ds, &self.data_dir, r);
+                    }
+                    Some(Producer::Job { .. }) => {}
                 }
-                let e = Event::partition(None, r, Status::Tainted);
                 Ok(match reason {
                     Some(m) => e.with_message(m),
                     None => e,

@@ -37,6 +37,9 @@ pub struct RunSpec {
     pub env: BTreeMap<String, String>,
     pub outputs: Vec<String>,
     pub inputs: Vec<String>,
+    /// The inputs whose data must be `<data_dir>/<ref>` when the run starts (job outputs and
+    /// file datasets): a slot checks them before it starts the job.
+    pub present_inputs: Vec<String>,
     /// Field values of a single-output run, by field name.
     pub fields: Vec<(String, String)>,
     pub graph_dir: PathBuf,
@@ -707,6 +710,7 @@ mod tests {
             env: BTreeMap::from([("MODE".to_string(), "fast".to_string())]),
             outputs: vec!["out/a".into()],
             inputs: vec!["in/a".into()],
+            present_inputs: vec![],
             fields: vec![("name".into(), "a".into())],
             graph_dir: dir.to_path_buf(),
             data_dir: dir.join("data"),

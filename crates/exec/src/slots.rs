@@ -101,6 +101,13 @@ pub(crate) fn run(executor: &dyn Executor, launch: &Launch) -> Ended {
             report: None,
         };
     }
+    if let Some(outcome) = inputs_gone(&launch.spec) {
+        return Ended {
+            outcome,
+            executor_id: None,
+            report: None,
+        };
+    }
     let executor_id = Mutex::new(None);
     let mut outcome = executor.run(&launch.spec, &launch.cancel, &|id| {
         *executor_id.lock().expect("id lock") = Some(id.to_string());
@@ -117,6 +124,30 @@ pub(crate) fn run(executor: &dyn Executor, launch: &Launch) -> Ended {
         executor_id: executor_id.into_inner().expect("id lock"),
         report,
     }
+}
+
+/// A run whose inputs' data is gone (deleted since planning, or by another job) is not started:
+/// it fails as missing those inputs, and the build makes them again before it runs it.
+fn inputs_gone(spec: &RunSpec) -> Option<RunOutcome> {
+    let gone: Vec<String> = spec
+        .present_inputs
+        .iter()
+        .filter(|i| !spec.data_dir.join(i).exists())
+        .cloned()
+        .collect();
+    let first = gone.first()?;
+    Some(RunOutcome::Failed {
+        message: format!(
+            "not started: the data of its input `{first}` (`{}`) is gone{}",
+            spec.data_dir.join(first).display(),
+            match gone.len() {
+                1 => String::new(),
+                n => format!(" ({} more inputs too)", n - 1),
+            }
+        ),
+        exit_code: None,
+        missing_deps: gone,
+    })
 }
 
 #[cfg(test)]

@@ -79,6 +79,89 @@ pub fn upstream_version(ds: &databuild_core::Dataset, r: &str) -> Option<String>
     (status == "live").then(|| format!("upstream:{}", built_by.unwrap_or_default()))
 }
 
+/// The version an external partition's data has now (its file's size and mtime, what sealing
+/// recorded, the upstream run, or `probe`), as its readers record it before any taint.
+pub fn raw_external_version(
+    ds: &databuild_core::Dataset,
+    data_dir: &Path,
+    r: &str,
+) -> Option<String> {
+    match (&ds.exists, ds.source) {
+        _ if ds.upstream.is_some() => upstream_version(ds, r),
+        (_, Some(_)) => source_version(data_dir, r),
+        (None, None) => external_version(data_dir, r),
+        (Some(_), None) => Some("probe".to_string()),
+    }
+}
+
+/// A taint of an external partition that still holds: the data is what it was when tainted.
+#[derive(Debug, Clone)]
+pub struct ExternalTaint {
+    /// The taint event's position in the log: a second taint is a change of its own.
+    pub idx: i64,
+    /// `tainted`, with the reason given.
+    pub reason: String,
+}
+
+impl ExternalTaint {
+    /// The version readers record while the taint holds, so what was read before it is stale.
+    fn version(&self, data: &str) -> String {
+        format!("tainted:{}:{data}", self.idx)
+    }
+}
+
+/// The taint on external `r` if its row says tainted and its data (`now`) is still what the
+/// taint recorded. A taint recorded while the data was absent ends when data arrives.
+fn external_taint(
+    store: &dyn EventStore,
+    row: Option<&PartitionRow>,
+    r: &str,
+    now: &str,
+) -> Option<ExternalTaint> {
+    if row?.status != Status::Tainted {
+        return None;
+    }
+    let events = store
+        .events(&EventFilter {
+            partition_ref: Some(r.to_string()),
+            kind: Some(Kind::Partition),
+            ..Default::default()
+        })
+        .ok()?;
+    let taint = events.iter().rev().find(|e| e.status == Status::Tainted)?;
+    (taint.data.data_version.as_deref() == Some(now)).then(|| ExternalTaint {
+        idx: taint.idx,
+        reason: match &taint.message {
+            Some(m) => format!("tainted: {m}"),
+            None => "tainted".to_string(),
+        },
+    })
+}
+
+/// The version of external `r` as a run starting now records it: its data's version, marked
+/// while a taint holds. `None` when it is not present.
+pub fn external_input_version(
+    store: &dyn EventStore,
+    ds: &databuild_core::Dataset,
+    data_dir: &Path,
+    r: &str,
+) -> Option<String> {
+    let data = raw_external_version(ds, data_dir, r)?;
+    let row = store.partition(r).ok().flatten();
+    Some(match external_taint(store, row.as_ref(), r, &data) {
+        Some(t) => t.version(&data),
+        None => data,
+    })
+}
+
+/// How a job output's path is shown: relative to the graph's folder when it lies inside it.
+fn shown_path(base: Option<&Path>, path: &Path) -> String {
+    base.and_then(|b| path.strip_prefix(b).ok())
+        .unwrap_or(path)
+        .display()
+        .to_string()
+}
+
 /// What a partition's version is now, and why it differs from the recorded one if it does.
 #[derive(Debug, Clone)]
 struct Effective {
@@ -87,6 +170,24 @@ struct Effective {
     /// Stale but not rebuildable (an input expired): kept as it is, so readers built from it
     /// are not stale on its account.
     kept: bool,
+    /// An external partition tainted since its data last changed: why.
+    tainted: Option<String>,
+    /// A job output recorded live whose data is gone from the data dir: why it is missing. Its
+    /// version stands (a rebuild from the same inputs records the same one), so its readers are
+    /// not stale on its account.
+    gone: Option<String>,
+}
+
+impl Effective {
+    fn new(version: String, stale: Option<String>) -> Self {
+        Effective {
+            version,
+            stale,
+            kept: false,
+            tainted: None,
+            gone: None,
+        }
+    }
 }
 
 /// The planner's view of partition states, with staleness. One instance per planning: it
@@ -95,10 +196,15 @@ pub struct VersionedStates<'a> {
     graph: &'a Graph,
     store: &'a dyn EventStore,
     data_dir: PathBuf,
+    /// The graph's folder, to show data paths from.
+    base: Option<PathBuf>,
     memo: RefCell<FxHashMap<String, Option<Rc<Effective>>>>,
     /// The rows found of the planning round being decided (see [`StateView::states`]).
     rows: RefCell<FxHashMap<String, PartitionRow>>,
     promotions: BTreeMap<String, u32>,
+    /// The datasets with a tainted partition in the log (found at the first external asked
+    /// about): only their partitions' rows are read, so a no-op build reads no row per external.
+    tainted_datasets: std::cell::OnceCell<rustc_hash::FxHashSet<usize>>,
     pins: BTreeMap<String, u32>,
     today: String,
 }
@@ -109,6 +215,7 @@ impl<'a> VersionedStates<'a> {
             graph,
             store,
             data_dir: data_dir.to_path_buf(),
+            base: None,
             memo: RefCell::default(),
             rows: RefCell::default(),
             promotions: if graph.tables.is_empty() {
@@ -116,6 +223,7 @@ impl<'a> VersionedStates<'a> {
             } else {
                 promotions(store).unwrap_or_default()
             },
+            tainted_datasets: Default::default(),
             pins: BTreeMap::new(),
             today: crate::engine::today(),
         }
@@ -132,6 +240,32 @@ impl<'a> VersionedStates<'a> {
         !self.data_dir.join(r).exists()
             && (self.graph.sources[source].is_expired(values[0], &self.today)
                 || self.row(r).is_some_and(|p| p.status == Status::Expired))
+    }
+
+    /// Shows data paths relative to the graph's folder.
+    pub fn shown_from(mut self, graph_dir: &Path) -> Self {
+        self.base = Some(graph_dir.to_path_buf());
+        self
+    }
+
+    fn tainted_datasets(&self) -> &rustc_hash::FxHashSet<usize> {
+        self.tainted_datasets.get_or_init(|| {
+            (0..self.graph.datasets.len())
+                .filter(|&d| {
+                    let glob =
+                        crate::engine::pattern_glob(self.graph.pattern_of(Producer::Dataset(d)));
+                    // Unknown (the log failed): look at the rows.
+                    self.store
+                        .partitions(&databuild_log::PartitionQuery {
+                            pattern: Some(glob),
+                            status: Some(Status::Tainted),
+                            limit: 1,
+                            after: None,
+                        })
+                        .map_or(true, |rows| !rows.is_empty())
+                })
+                .collect()
+        })
     }
 
     /// Reads these tables' aliases as these versions (see [`databuild_core::PlanRequest::pins`]).
@@ -168,16 +302,17 @@ impl<'a> VersionedStates<'a> {
         match producer {
             Producer::Dataset(d) => {
                 let ds = &self.graph.datasets[d];
-                let version = match (&ds.exists, ds.source) {
-                    _ if ds.upstream.is_some() => upstream_version(ds, r)?,
-                    (_, Some(_)) => source_version(&self.data_dir, r)?,
-                    (None, None) => external_version(&self.data_dir, r)?,
-                    (Some(_), None) => "probe".to_string(),
-                };
-                return Some(Effective {
-                    version,
-                    stale: None,
-                    kept: false,
+                let data = raw_external_version(ds, &self.data_dir, r)?;
+                if !self.tainted_datasets().contains(&d) {
+                    return Some(Effective::new(data, None));
+                }
+                let row = self.row(r);
+                return Some(match external_taint(self.store, row.as_ref(), r, &data) {
+                    Some(t) => Effective {
+                        tainted: Some(t.reason.clone()),
+                        ..Effective::new(t.version(&data), None)
+                    },
+                    None => Effective::new(data, None),
                 });
             }
             Producer::Alias(_) => {
@@ -191,24 +326,36 @@ impl<'a> VersionedStates<'a> {
         if row.status != Status::Available {
             return None;
         }
+        // Every job output is `<data_dir>/<ref>` once its run exits 0 (contract section 3): one
+        // `stat` tells whether its data is still there.
+        let path = self.data_dir.join(r);
+        let gone = (!path.exists()).then(|| {
+            format!(
+                "recorded live by run {}, but its data `{}` is gone",
+                row.job_run_id.as_deref().unwrap_or("?"),
+                shown_path(self.base.as_deref(), &path)
+            )
+        });
+        let mut effective = self.compute_built(&row);
+        effective.gone = gone;
+        Some(effective)
+    }
+
+    /// The version of a job output recorded available, and whether it is stale.
+    fn compute_built(&self, row: &PartitionRow) -> Effective {
         let recorded = row.data_version.clone().unwrap_or_default();
         let Some(run) = row
             .job_run_id
             .as_deref()
             .and_then(|id| self.store.job_run(id).ok().flatten())
         else {
-            return Some(Effective {
-                version: recorded,
-                stale: None,
-                kept: false,
-            });
+            return Effective::new(recorded, None);
         };
         let Some(job) = self.graph.job(&run.job) else {
-            return Some(Effective {
-                version: recorded,
-                stale: Some(format!("job `{}` is no longer in the graph", run.job)),
-                kept: false,
-            });
+            return Effective::new(
+                recorded,
+                Some(format!("job `{}` is no longer in the graph", run.job)),
+            );
         };
         let mut stale = None;
         if run.job_version.as_deref() != Some(job.version.as_str()) {
@@ -245,7 +392,14 @@ impl<'a> VersionedStates<'a> {
                     }
                 }
                 None => {
-                    stale.get_or_insert_with(|| format!("input `{input}` is no longer live"));
+                    let tainted = self.row(input).is_some_and(|p| p.status == Status::Tainted);
+                    stale.get_or_insert_with(|| {
+                        if tainted {
+                            format!("input `{input}` is tainted")
+                        } else {
+                            format!("input `{input}` is no longer live")
+                        }
+                    });
                 }
                 Some(e) if e.kept => {
                     if then != Some(&e.version) {
@@ -258,6 +412,8 @@ impl<'a> VersionedStates<'a> {
                 Some(e) => {
                     if let Some(why) = &e.stale {
                         stale.get_or_insert_with(|| format!("input `{input}` is stale ({why})"));
+                    } else if let (Some(why), true) = (&e.tainted, then != Some(&e.version)) {
+                        stale.get_or_insert_with(|| format!("input `{input}` is {why}"));
                     } else if then != Some(&e.version) {
                         stale.get_or_insert_with(|| {
                             format!("input `{input}` changed since it was built")
@@ -268,26 +424,34 @@ impl<'a> VersionedStates<'a> {
             }
         }
         if let (Some(why), Some(input)) = (&stale, expired) {
-            return Some(Effective {
-                version: recorded,
-                stale: Some(format!("not rebuildable: input `{input}` expired ({why})")),
+            return Effective {
                 kept: true,
-            });
+                ..Effective::new(
+                    recorded,
+                    Some(format!("not rebuildable: input `{input}` expired ({why})")),
+                )
+            };
         }
         let version = match stale {
             None => recorded,
             Some(_) => data_version(&job.name, &job.version, &run.args, &run.env, &now),
         };
-        Some(Effective {
-            version,
-            stale,
-            kept: false,
-        })
+        Effective::new(version, stale)
     }
 
     /// The version of `r` as recorded now (for the input versions a run starts from).
     pub fn current_version(&self, r: &str) -> Option<String> {
         self.effective(r).map(|e| e.version.clone())
+    }
+
+    /// Why job output `r`, recorded live, is missing: its data is gone from the data dir.
+    pub fn gone(&self, r: &str) -> Option<String> {
+        self.effective(r)?.gone.clone()
+    }
+
+    /// The taint of external `r` if it still holds (its data has not changed since).
+    pub fn external_tainted(&self, r: &str) -> Option<String> {
+        self.effective(r)?.tainted.clone()
     }
 }
 
@@ -324,6 +488,8 @@ impl StateView for VersionedStates<'_> {
         };
         match row.status {
             Status::Available => match self.effective(r) {
+                // Recorded live, but its data is gone: built again like any missing partition.
+                Some(e) if e.gone.is_some() => KnownState::Missing,
                 Some(e) if e.kept => KnownState::Kept {
                     reason: e.stale.clone().unwrap_or_default(),
                 },

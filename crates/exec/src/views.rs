@@ -6,7 +6,6 @@ use databuild_log::{PartitionQuery, PartitionRow, Status};
 use serde::Serialize;
 
 use crate::engine::{Engine, Result};
-use crate::versions::VersionedStates;
 
 /// `analyze --json` (contract section 4).
 #[derive(Debug, Serialize)]
@@ -136,18 +135,9 @@ impl Engine {
         let want_fresh = match listed {
             Some(ListedStatus::Live) => true,
             Some(ListedStatus::Stale) => false,
-            _ => {
-                let rows = self.store.partitions(query)?;
-                let next = (rows.len() == query.limit && query.limit > 0)
-                    .then(|| rows.last().map(|r| r.partition_ref.clone()))
-                    .flatten();
-                return Ok(PartitionPage {
-                    partitions: rows.into_iter().map(PartitionItem::from).collect(),
-                    next,
-                });
-            }
+            _ => return self.recorded_page(query),
         };
-        let versions = VersionedStates::new(&self.graph, self.store.as_ref(), &self.data_dir);
+        let versions = self.versions();
         let mut page = PartitionPage {
             partitions: Vec::new(),
             next: None,
@@ -170,13 +160,17 @@ impl Engine {
                 taken += 1;
                 scanned += 1;
                 cursor = Some(row.partition_ref.clone());
-                let stale = match state {
-                    KnownState::Stale { reason } | KnownState::Kept { reason } => Some(reason),
-                    _ => None,
+                // Available in the log, but live, stale, or missing (its data is gone).
+                let (fresh, reason) = match state {
+                    KnownState::Stale { reason } | KnownState::Kept { reason } => {
+                        (false, Some(reason))
+                    }
+                    KnownState::Live => (true, None),
+                    _ => continue,
                 };
-                if stale.is_none() == want_fresh {
+                if fresh == want_fresh {
                     let mut item = PartitionItem::from(row);
-                    if let Some(reason) = stale {
+                    if let Some(reason) = reason {
                         item.status = "stale";
                         item.reason = Some(reason);
                     }
@@ -194,5 +188,54 @@ impl Engine {
         }
         page.next = cursor;
         Ok(page)
+    }
+
+    /// A page by recorded status, each shown as it is: a job output whose data is gone is
+    /// missing; an external's taint holds only until its data changes. A filter by status is
+    /// on what is shown (a page may then hold fewer rows; `next` still pages on).
+    fn recorded_page(&self, query: &PartitionQuery) -> Result<PartitionPage> {
+        let rows = self.store.partitions(query)?;
+        let next = (rows.len() == query.limit && query.limit > 0)
+            .then(|| rows.last().map(|r| r.partition_ref.clone()))
+            .flatten();
+        let versions = self.versions();
+        let partitions = rows
+            .into_iter()
+            .map(|row| {
+                let shown = self.shown_status(&versions, &row);
+                let mut item = PartitionItem::from(row);
+                item.status = shown;
+                item
+            })
+            .filter(|item| query.status.is_none_or(|s| shown_status(s) == item.status))
+            .collect();
+        Ok(PartitionPage { partitions, next })
+    }
+
+    fn shown_status(
+        &self,
+        versions: &crate::versions::VersionedStates<'_>,
+        row: &PartitionRow,
+    ) -> &'static str {
+        use databuild_core::Producer;
+        let producer = self.graph.producer_of(&row.partition_ref).map(|(p, _)| p);
+        match (row.status, producer) {
+            (Status::Available, Some(Producer::Job { .. }))
+                if !self.data_dir.join(&row.partition_ref).exists() =>
+            {
+                "missing"
+            }
+            (Status::Tainted, Some(Producer::Dataset(d)))
+                if self.graph.datasets[d].source.is_none() =>
+            {
+                let r = row.partition_ref.as_str();
+                match versions.current_version(r) {
+                    None => "missing",
+                    Some(_) if versions.external_tainted(r).is_some() => "tainted",
+                    Some(_) => "live",
+                }
+            }
+            (status, _) => shown_status(status),
+        }
     }
 }

@@ -206,8 +206,15 @@ fn a_fail_fast_stop_counts_what_never_started_apart_from_what_failed() {
         "SELECT job_run_id, started_at FROM job_runs WHERE status = 'cancelled' AND message LIKE 'not started%'",
     ]);
     let rows = rows.json()["rows"].as_array().unwrap().clone();
-    assert!(!rows.is_empty(), "--parallel 1 claims runs ahead of its slot");
-    assert_eq!(v["cancelled"], serde_json::json!([]), "nothing ran to be cancelled: {v}");
+    assert!(
+        !rows.is_empty(),
+        "--parallel 1 claims runs ahead of its slot"
+    );
+    assert_eq!(
+        v["cancelled"],
+        serde_json::json!([]),
+        "nothing ran to be cancelled: {v}"
+    );
     for row in &rows {
         assert!(row[1].is_null(), "{row}");
         let shown = p.run(&["runs", row[0].as_str().unwrap()]);

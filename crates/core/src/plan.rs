@@ -297,9 +297,12 @@ impl Plan {
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PlanError {
-    #[error("no job builds `{partition_ref}` and no dataset declares it{}", needed_by_suffix(.needed_by))]
+    /// No producer matches the ref; `reason` says why ([`Graph::unmatched_reason`]): nothing
+    /// builds or declares it, or a typed field's text is not of its type.
+    #[error("{reason}{}", needed_by_suffix(.needed_by))]
     UnknownRef {
         partition_ref: String,
+        reason: String,
         needed_by: Option<String>,
     },
     #[error("job `{job}`: {message}")]
@@ -517,6 +520,7 @@ impl Planner<'_> {
             let Some((producer, _)) = self.graph.producer_of(r.as_str()) else {
                 return Err(PlanError::UnknownRef {
                     partition_ref: r.to_string(),
+                    reason: self.graph.unmatched_reason(r.as_str()),
                     needed_by: self.needed_by(needed_by),
                 });
             };

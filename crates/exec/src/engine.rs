@@ -247,9 +247,11 @@ impl Engine {
         let producer = self.graph.producer_of(r).map(|(p, _)| p);
         match producer {
             None => {
-                report
-                    .reasons
-                    .push("no job builds it and no dataset declares it".to_string());
+                report.reasons.push(
+                    self.graph.mismatch_reason(r).unwrap_or_else(|| {
+                        "no job builds it and no dataset declares it".to_string()
+                    }),
+                );
                 return Ok(report);
             }
             Some(Producer::Alias(_)) => {
@@ -416,7 +418,10 @@ impl Engine {
             .map(|r| {
                 if self.graph.producer_of(r).is_none() {
                     return Err(EngineError::Invalid(format!(
-                        "cannot taint `{r}`: no job builds it and no dataset declares it"
+                        "cannot taint `{r}`: {}",
+                        self.graph.mismatch_reason(r).unwrap_or_else(|| {
+                            "no job builds it and no dataset declares it".to_string()
+                        })
                     )));
                 }
                 let e = Event::partition(None, r, Status::Tainted);

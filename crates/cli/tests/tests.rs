@@ -16,4 +16,5 @@ mod service;
 mod slurm;
 mod sources;
 mod truth;
+mod truth_plan;
 mod wants;

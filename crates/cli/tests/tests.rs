@@ -17,4 +17,5 @@ mod slurm;
 mod sources;
 mod truth;
 mod truth_data;
+mod truth_plan;
 mod wants;

@@ -10,7 +10,7 @@ use std::time::Duration;
 use rustc_hash::FxHashMap;
 use serde::Deserialize;
 
-use crate::pattern::{FieldType, Pattern};
+use crate::pattern::{FieldMismatch, FieldType, Pattern};
 use crate::shape::Shape;
 use crate::tables::{self, BodyFormat, Column, Source, SourceKind, Table, TableVersion};
 use crate::template::Template;
@@ -305,6 +305,40 @@ impl Graph {
         datasets.chain(jobs).chain(aliases)
     }
 
+    /// Why no producer matches `r`, as a sentence naming it: a typed field's text that is not of
+    /// its type when `r` has a pattern's literal shape ([`Graph::mismatch_reason`]), else that
+    /// nothing builds or declares it.
+    pub fn unmatched_reason(&self, r: &str) -> String {
+        self.mismatch_reason(r)
+            .unwrap_or_else(|| format!("no job builds `{r}` and no dataset declares it"))
+    }
+
+    /// When `r` has a pattern's literal shape but a typed field's text is not of its type
+    /// (`2024-13-01` for a `date`): a sentence saying so, naming the field, the ref and the pattern.
+    pub fn mismatch_reason(&self, r: &str) -> Option<String> {
+        let (p, m) = self.index.mismatch(r, self)?;
+        let verb = if matches!(p, Producer::Job { .. }) {
+            "builds"
+        } else {
+            "declares"
+        };
+        Some(format!(
+            "{m} in `{r}` ({} {verb} `{}`)",
+            self.describe_producer(p),
+            self.pattern_of(p)
+        ))
+    }
+
+    /// A producer as a sentence names it: ``job `x` ``, ``dataset `raw` ``, ``table `orders` ``.
+    pub fn describe_producer(&self, p: Producer) -> String {
+        let kind = match p {
+            Producer::Job { .. } => "job",
+            Producer::Dataset(_) => "dataset",
+            Producer::Alias(_) => "table",
+        };
+        format!("{kind} `{}`", self.producer_name(p))
+    }
+
     /// A human name for a producer: the dataset or the job.
     pub fn producer_name(&self, p: Producer) -> &str {
         match p {
@@ -349,6 +383,12 @@ impl PatternIndex {
     fn lookup<'r>(&self, r: &'r str, graph: &Graph) -> Option<(Producer, Vec<&'r str>)> {
         self.candidates(r)
             .find_map(|p| graph.pattern_of(p).match_ref(r).map(|values| (p, values)))
+    }
+
+    /// The first pattern whose literal shape `r` has, and the field whose text is not of its type.
+    fn mismatch(&self, r: &str, graph: &Graph) -> Option<(Producer, FieldMismatch)> {
+        self.candidates(r)
+            .find_map(|p| graph.pattern_of(p).field_mismatch(r).map(|m| (p, m)))
     }
 }
 
@@ -1035,6 +1075,27 @@ command = ["python3", "jobs/summary.py"]
         );
         assert!(g.producer_of("raw/reviews/date=2020-13-01").is_none());
         assert!(g.producer_of("nothing").is_none());
+    }
+
+    #[test]
+    fn unmatched_refs_say_which_field_is_wrong_or_that_nothing_makes_them() {
+        let g = load(PODCAST).unwrap();
+        assert_eq!(
+            g.unmatched_reason("raw/reviews/date=2020-13-01"),
+            "`2020-13-01` is not a valid date for field `date` in `raw/reviews/date=2020-13-01` (dataset `raw_reviews` declares `raw/reviews/date={date:date}`)"
+        );
+        assert_eq!(
+            g.unmatched_reason("summary/category=news/date=2020-02-30"),
+            "`2020-02-30` is not a valid date for field `date` in `summary/category=news/date=2020-02-30` (job `summary` builds `summary/category={category}/date={date:date}`)"
+        );
+        assert_eq!(
+            g.unmatched_reason("nothing/date=2020-13-01"),
+            "no job builds `nothing/date=2020-13-01` and no dataset declares it"
+        );
+        assert_eq!(
+            g.describe_producer(Producer::Dataset(0)),
+            "dataset `raw_reviews`"
+        );
     }
 
     #[test]

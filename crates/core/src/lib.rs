@@ -28,8 +28,8 @@ pub use graph::{
 };
 pub use pattern::{FieldType, Pattern, PatternError};
 pub use plan::{
-    plan, resolve_alias, BuildReason, ConfigInput, DepKind, JobConfig, KnownState, NothingBuilt,
-    Plan, PlanError, PlanRequest, PlannedRun, Resolver, StateView,
+    config_change, plan, resolve_alias, BuildReason, BuiltWith, ConfigInput, DepKind, JobConfig,
+    KnownState, NothingBuilt, Plan, PlanError, PlanRequest, PlannedRun, Resolver, StateView,
 };
 pub use refs::{PartitionRef, RefError};
 pub use tables::{BodyFormat, Column, Migration, Source, SourceKind, Table, TableVersion};

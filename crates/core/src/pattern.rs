@@ -267,6 +267,27 @@ impl Pattern {
         }
     }
 
+    /// Why `r` does not match although it has this pattern's literal shape: the first typed field
+    /// whose text is not of its type (`2024-13-01` for a `date`). `None` if `r` matches, or if
+    /// its literal text differs.
+    pub fn field_mismatch(&self, r: &str) -> Option<FieldMismatch> {
+        if self.match_ref(r).is_some() {
+            return None;
+        }
+        let mut values = Vec::with_capacity(self.tokens.len());
+        if !match_loose(&self.tokens, r, &mut values) {
+            return None;
+        }
+        self.fields()
+            .zip(values)
+            .find(|((_, ty), value)| !ty.accepts(value))
+            .map(|((field, ty), value)| FieldMismatch {
+                value: value.to_string(),
+                field: field.to_string(),
+                ty,
+            })
+    }
+
     /// Fills the fields with `values` (in field order). The caller vouches that values fit their types.
     pub fn render(&self, values: &[&str]) -> String {
         let mut out = String::with_capacity(self.source.len() + 16);
@@ -316,6 +337,57 @@ fn parse_field(pattern: &str, inner: &str) -> Result<(String, FieldType), Patter
         ));
     }
     Ok((name.to_string(), ty))
+}
+
+/// A ref's text where a typed field is expected, which is not of that type.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FieldMismatch {
+    pub value: String,
+    pub field: String,
+    pub ty: FieldType,
+}
+
+impl fmt::Display for FieldMismatch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let what = match self.ty {
+            FieldType::Date => "date",
+            FieldType::Int => "integer",
+            FieldType::Str => "value",
+        };
+        write!(
+            f,
+            "`{}` is not a valid {what} for field `{}`",
+            self.value, self.field
+        )
+    }
+}
+
+/// Matches the literal shape only: every field takes any non-empty text without `/`, whatever
+/// its type (to say which field's text is wrong when the typed match fails).
+fn match_loose<'r>(tokens: &[Token], s: &'r str, out: &mut Vec<&'r str>) -> bool {
+    let Some((first, rest)) = tokens.split_first() else {
+        return s.is_empty();
+    };
+    match first {
+        Token::Literal(l) => match s.strip_prefix(l.as_str()) {
+            Some(after) => match_loose(rest, after, out),
+            None => false,
+        },
+        Token::Field { .. } => {
+            let longest = s.find('/').unwrap_or(s.len());
+            for len in (1..=longest).rev() {
+                if !s.is_char_boundary(len) {
+                    continue;
+                }
+                out.push(&s[..len]);
+                if match_loose(rest, &s[len..], out) {
+                    return true;
+                }
+                out.pop();
+            }
+            false
+        }
+    }
 }
 
 /// Backtracking matcher. Patterns are short and fields are separated by literals, so the
@@ -405,6 +477,43 @@ mod tests {
         assert_eq!(pat.match_ref("sum/x_y_z"), Some(vec!["x_y", "z"]));
         let pat = p("x/{n:int}_{s}");
         assert_eq!(pat.match_ref("x/12_ab"), Some(vec!["12", "ab"]));
+    }
+
+    #[test]
+    fn mismatches_name_the_field_whose_text_is_not_of_its_type() {
+        let pat = p("reviews/category={category}/date={date:date}");
+        let m = pat
+            .field_mismatch("reviews/category=news/date=2024-13-01")
+            .unwrap();
+        assert_eq!(
+            m.to_string(),
+            "`2024-13-01` is not a valid date for field `date`"
+        );
+        assert_eq!(
+            pat.field_mismatch("reviews/category=news/date=yesterday")
+                .unwrap()
+                .value,
+            "yesterday"
+        );
+        // A match, another shape, an empty field: no mismatch to explain.
+        assert_eq!(
+            pat.field_mismatch("reviews/category=news/date=2024-12-01"),
+            None
+        );
+        assert_eq!(pat.field_mismatch("other/category=news/date=x"), None);
+        assert_eq!(
+            pat.field_mismatch("reviews/category=/date=2024-12-01"),
+            None
+        );
+        assert_eq!(
+            pat.field_mismatch("reviews/category=news/date=2024-12-01/extra"),
+            None
+        );
+        let pat = p("n/{n:int}_{s}");
+        assert_eq!(
+            pat.field_mismatch("n/007_x").unwrap().to_string(),
+            "`007` is not a valid integer for field `n`"
+        );
     }
 
     #[test]

@@ -9,7 +9,7 @@
 //! The planner does no I/O: what the log knows comes in through [`StateView`], and external checks
 //! and config executables through [`Resolver`].
 
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::hash::BuildHasher;
 use std::sync::Arc;
 
@@ -24,6 +24,12 @@ use crate::refs::PartitionRef;
 /// Planning stops after this many rounds: a job that depends on its own earlier partitions
 /// (`total/{date}` reading `total/{date-1d}`) needs a base case, and without one would walk back forever.
 pub const MAX_ROUNDS: usize = 100_000;
+
+/// Planning stops after this many rounds that called a config executable: each is a process
+/// (milliseconds, not the microseconds of a template's round), so a config that reads its own job's
+/// earlier partitions without a base case would otherwise take hours to reach [`MAX_ROUNDS`]. A
+/// thousand rounds are almost three years of a daily chain, planned in seconds.
+pub const MAX_CONFIG_ROUNDS: usize = 1_000;
 
 /// Runs per slice when a round's template expansion runs on a second thread.
 const PIPELINED_RUNS: usize = 8192;
@@ -63,6 +69,88 @@ pub trait StateView {
     /// The version a table's alias points at, if one was promoted (else its first version).
     fn promoted(&self, _table: &str) -> Option<u32> {
         None
+    }
+
+    /// Does [`StateView::config_change`] know what built partitions were built with? Then planning
+    /// asks a job's config about its live partitions too (in the same call as the rest), to rebuild
+    /// those whose config now chooses differently.
+    fn checks_configs(&self) -> bool {
+        false
+    }
+
+    /// How `config` (what `r`'s job's config executable says about `r` now, its materialize inputs
+    /// read as the version refs aliases point at) differs from the run that built `r`, if it does:
+    /// a reason such as "its config now reads `a/2` instead of `a/1`".
+    fn config_change(&self, _r: &str, _job: &Job, _config: &JobConfig) -> Option<String> {
+        None
+    }
+}
+
+/// What the log recorded of a run's config: what it read and how it was called.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BuiltWith {
+    /// The inputs that had to be live (the version refs, for aliases).
+    pub inputs: Vec<String>,
+    pub args: Vec<String>,
+    /// As the log records them: [`crate::graph::REDACTED`] for names not in `show_env`.
+    pub env: BTreeMap<String, String>,
+}
+
+/// How a config's answer now differs from what the run that built a partition recorded, in
+/// inputs (as a set), args, and env (names, and the values the log shows), or `None` if it does not
+/// as far as the log can tell (a redacted value's change shows only in the data version).
+pub fn config_change(graph: &Graph, built: &BuiltWith, now: &JobConfig) -> Option<String> {
+    let then: BTreeSet<&str> = built.inputs.iter().map(String::as_str).collect();
+    let reads: BTreeSet<&str> = now
+        .inputs
+        .iter()
+        .filter(|i| i.dep == DepKind::Materialize)
+        .map(|i| i.partition_ref.as_str())
+        .collect();
+    if reads != then {
+        let added: Vec<&str> = reads.difference(&then).copied().collect();
+        let dropped: Vec<&str> = then.difference(&reads).copied().collect();
+        return Some(match (added.is_empty(), dropped.is_empty()) {
+            (false, false) => format!(
+                "its config now reads {} instead of {}",
+                some_refs(&added),
+                some_refs(&dropped)
+            ),
+            (false, true) => format!("its config now also reads {}", some_refs(&added)),
+            _ => format!("its config no longer reads {}", some_refs(&dropped)),
+        });
+    }
+    if now.args != built.args {
+        return Some(format!(
+            "its config now passes args {:?} instead of {:?}",
+            now.args, built.args
+        ));
+    }
+    let shown = |k: &str, v: &str| graph.recorded_env_value(k, v).to_string();
+    for (k, v) in &now.env {
+        match built.env.get(k) {
+            None => return Some(format!("its config now sets env `{k}`")),
+            Some(was) if *was != shown(k, v) => {
+                return Some(format!(
+                    "its config now sets env `{k}` to {:?} instead of {was:?}",
+                    shown(k, v)
+                ))
+            }
+            Some(_) => {}
+        }
+    }
+    if let Some(k) = built.env.keys().find(|k| !now.env.contains_key(*k)) {
+        return Some(format!("its config no longer sets env `{k}`"));
+    }
+    None
+}
+
+/// Up to three refs, quoted, and how many more.
+fn some_refs(refs: &[&str]) -> String {
+    let shown: Vec<String> = refs.iter().take(3).map(|r| format!("`{r}`")).collect();
+    match refs.len() {
+        n if n > 3 => format!("{} and {} more", shown.join(", "), n - 3),
+        _ => shown.join(", "),
     }
 }
 
@@ -297,9 +385,12 @@ impl Plan {
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PlanError {
-    #[error("no job builds `{partition_ref}` and no dataset declares it{}", needed_by_suffix(.needed_by))]
+    /// No producer matches the ref; `reason` says why ([`Graph::unmatched_reason`]): nothing
+    /// builds or declares it, or a typed field's text is not of its type.
+    #[error("{reason}{}", needed_by_suffix(.needed_by))]
     UnknownRef {
         partition_ref: String,
+        reason: String,
         needed_by: Option<String>,
     },
     #[error("job `{job}`: {message}")]
@@ -314,8 +405,11 @@ pub enum PlanError {
     },
     #[error("dependency cycle: {}", .0.join(" -> "))]
     Cycle(Vec<String>),
-    #[error("planning went {MAX_ROUNDS} levels deep without reaching live or external data (last: `{last}`, job `{job}`); a job that reads its own earlier partitions needs a base case: a live partition or a dataset")]
-    Unbounded { last: String, job: String },
+    /// `producer` as [`Graph::describe_producer`] names it (``job `x` ``).
+    #[error("planning went {MAX_ROUNDS} levels deep without reaching live or external data (last: `{last}`, {producer}); a job that reads its own earlier partitions needs a base case: a live partition or a dataset")]
+    Unbounded { last: String, producer: String },
+    #[error("planning called config executables in {MAX_CONFIG_ROUNDS} rounds without reaching live or external data (last: `{last}`, asked of job `{job}`'s config); a job whose config reads its own earlier partitions needs a base case: a live partition or a dataset (to plan a longer chain, build its oldest partitions first)")]
+    UnboundedConfig { last: String, job: String },
 }
 
 fn needed_by_suffix(needed_by: &Option<String>) -> String {
@@ -396,6 +490,8 @@ pub fn plan(
         runs: RunStore::default(),
         run_round: Vec::new(),
         rounds: 0,
+        config_rounds: 0,
+        recheck: states.checks_configs() && !request.allow_stale,
         plan: Plan::default(),
     }
     .run()
@@ -425,6 +521,10 @@ struct Planner<'a> {
     /// The round in which each run (by creation index) was planned: deeper rounds run first.
     run_round: Vec<usize>,
     rounds: usize,
+    /// Rounds that called a config executable (see [`MAX_CONFIG_ROUNDS`]).
+    config_rounds: usize,
+    /// Ask configs about live partitions too ([`StateView::checks_configs`]).
+    recheck: bool,
     plan: Plan,
 }
 
@@ -440,13 +540,21 @@ impl Planner<'_> {
         while !frontier.is_empty() {
             self.rounds += 1;
             if self.rounds > MAX_ROUNDS {
-                let last = self.refs[frontier[0] as usize].to_string();
-                let job = self
-                    .graph
-                    .producer_of(&last)
-                    .map(|(p, _)| self.graph.producer_name(p).to_string())
-                    .unwrap_or_default();
-                return Err(PlanError::Unbounded { last, job });
+                // The walk back is a job's: name the first ref a job builds (a dataset's refs
+                // end their branch), as what it is.
+                let found = frontier
+                    .iter()
+                    .map(|&id| self.refs[id as usize].as_str())
+                    .filter_map(|r| Some((r, self.graph.producer_of(r)?.0)))
+                    .find(|(_, p)| matches!(p, Producer::Job { .. }));
+                let (last, producer) = match found {
+                    Some((r, p)) => (r.to_string(), self.graph.describe_producer(p)),
+                    None => (
+                        self.refs[frontier[0] as usize].to_string(),
+                        "no job".to_string(),
+                    ),
+                };
+                return Err(PlanError::Unbounded { last, producer });
             }
             frontier = self.round(frontier)?;
         }
@@ -498,8 +606,9 @@ impl Planner<'_> {
     /// Decides every ref of the frontier and returns the refs the new runs read.
     fn round(&mut self, frontier: Vec<u32>) -> Result<Vec<u32>, PlanError> {
         // Refs to build, grouped by job in order of first appearance, with the index of the output
-        // pattern each matched and the reason it is built.
-        let mut to_build: Vec<(usize, Vec<Wanted>)> = Vec::new();
+        // pattern each matched and the reason it is built; and the live refs of config jobs, to
+        // ask their config about in the same call.
+        let mut to_build: Vec<(usize, Vec<Wanted>, Vec<Wanted>)> = Vec::new();
         let mut job_slot: HashMap<usize, usize> = HashMap::new();
         let mut next = Vec::new();
         let mut carried = Vec::new();
@@ -517,6 +626,7 @@ impl Planner<'_> {
             let Some((producer, _)) = self.graph.producer_of(r.as_str()) else {
                 return Err(PlanError::UnknownRef {
                     partition_ref: r.to_string(),
+                    reason: self.graph.unmatched_reason(r.as_str()),
                     needed_by: self.needed_by(needed_by),
                 });
             };
@@ -534,23 +644,42 @@ impl Planner<'_> {
                     self.aliases.insert(id, pinned);
                 }
                 Producer::Job { job, output } => {
-                    let Some(reason) = self.build_reason(id, known) else {
-                        continue;
+                    let recheck = self.recheck
+                        && known == KnownState::Live
+                        && matches!(self.graph.jobs[job].deps, Deps::Dynamic { .. })
+                        && !(self.request.force && self.requested.contains(r.as_str()));
+                    let reason = if recheck {
+                        None
+                    } else {
+                        let Some(reason) = self.build_reason(id, known) else {
+                            continue;
+                        };
+                        if let BuildReason::CarryForward(_) = reason {
+                            carried.push((job, r, reason));
+                            continue;
+                        }
+                        Some(reason)
                     };
-                    if let BuildReason::CarryForward(_) = reason {
-                        carried.push((job, r, reason));
-                        continue;
-                    }
                     let slot = *job_slot.entry(job).or_insert_with(|| {
-                        to_build.push((job, Vec::new()));
+                        to_build.push((job, Vec::new(), Vec::new()));
                         to_build.len() - 1
                     });
-                    to_build[slot].1.push(Wanted {
-                        r,
-                        id,
-                        output,
-                        reason,
-                    });
+                    let (_, wanted, live) = &mut to_build[slot];
+                    match reason {
+                        Some(reason) => wanted.push(Wanted {
+                            r,
+                            id,
+                            output,
+                            reason,
+                        }),
+                        // The reason is decided by what the config says.
+                        None => live.push(Wanted {
+                            r,
+                            id,
+                            output,
+                            reason: BuildReason::Sibling,
+                        }),
+                    }
                 }
             }
         }
@@ -563,14 +692,33 @@ impl Planner<'_> {
             };
             self.add_run(job, config, vec![reason], None, &mut next);
         }
-        for (job, refs) in to_build {
+        let mut called = false;
+        for (job, refs, live) in to_build {
             if let Deps::Static(templates) = &self.graph.jobs[job].deps {
                 self.add_static_runs(job, templates, &refs, &mut next)?;
                 continue;
             }
-            let configs = self.resolved_configs(job, &refs)?;
+            if let Deps::Dynamic { .. } = self.graph.jobs[job].deps {
+                if !called {
+                    called = true;
+                    self.config_rounds += 1;
+                }
+                if self.config_rounds > MAX_CONFIG_ROUNDS {
+                    return Err(PlanError::UnboundedConfig {
+                        last: refs.first().or(live.first()).expect("a ref").r.to_string(),
+                        job: self.graph.jobs[job].name.clone(),
+                    });
+                }
+            }
+            let configs = self.resolved_configs(job, &refs, &live)?;
+            let live_ids: FxHashMap<&str, u32> =
+                live.iter().map(|w| (w.r.as_str(), w.id)).collect();
             for (config, reasons) in configs {
-                self.add_run(job, config, reasons, None, &mut next);
+                match reasons {
+                    Some(reasons) => self.add_run(job, config, reasons, None, &mut next),
+                    // Every output was live and its config chose as it did: nothing to build.
+                    None => self.settle_live(&live_ids, &config),
+                }
             }
         }
         Ok(next)
@@ -685,22 +833,79 @@ impl Planner<'_> {
     }
 
     /// Asks the resolver (the config executable, or the table loader) for the run configs of one
-    /// job's refs of this round: one call per job and round.
+    /// job's refs of this round, to build (`refs`) and live (`live`, to re-check): one call per job
+    /// and round. A config with nothing to build (`None` for its reasons) builds only live refs
+    /// whose config chose as before.
+    #[allow(clippy::type_complexity)]
     fn resolved_configs(
         &mut self,
         job_index: usize,
         refs: &[Wanted],
-    ) -> Result<Vec<(JobConfig, Vec<BuildReason>)>, PlanError> {
+        live: &[Wanted],
+    ) -> Result<Vec<(JobConfig, Option<Vec<BuildReason>>)>, PlanError> {
         let job = &self.graph.jobs[job_index];
-        let wanted: Vec<PartitionRef> = refs.iter().map(|w| w.r.clone()).collect();
+        let asked: Vec<PartitionRef> = refs.iter().chain(live).map(|w| w.r.clone()).collect();
         let configs =
             self.resolver
-                .job_configs(job, &wanted)
+                .job_configs(job, &asked)
                 .map_err(|message| PlanError::Config {
                     job: job.name.clone(),
                     message,
                 })?;
-        self.check_configs(job_index, refs, configs)
+        let checked = self.check_configs(job_index, refs, live, configs)?;
+        if live.is_empty() {
+            return Ok(checked.into_iter().map(|(c, r)| (c, Some(r))).collect());
+        }
+        let live_refs: HashSet<&str> = live.iter().map(|w| w.r.as_str()).collect();
+        let wanted_refs: HashSet<&str> = refs.iter().map(|w| w.r.as_str()).collect();
+        let mut decided = Vec::with_capacity(checked.len());
+        for (config, mut reasons) in checked {
+            let mut build = false;
+            for (out, reason) in config.outputs.iter().zip(&mut reasons) {
+                if wanted_refs.contains(out.as_str()) {
+                    build = true;
+                } else if live_refs.contains(out.as_str()) {
+                    if let Some(why) = self.config_changed(job, out, &config) {
+                        *reason = BuildReason::Stale(why);
+                        build = true;
+                    }
+                }
+            }
+            decided.push((config, build.then_some(reasons)));
+        }
+        Ok(decided)
+    }
+
+    /// How the config's answer for live `r` differs from what built it (aliases read as the
+    /// version refs they point at, as a run would record them).
+    fn config_changed(&self, job: &Job, r: &PartitionRef, config: &JobConfig) -> Option<String> {
+        let mut now = config.clone();
+        if !self.graph.tables.is_empty() {
+            for input in &mut now.inputs {
+                let pinned = resolve_alias(
+                    self.graph,
+                    self.states,
+                    &self.request.pins,
+                    input.partition_ref.as_str(),
+                );
+                if let Some(pinned) = pinned {
+                    input.partition_ref = pinned;
+                }
+            }
+        }
+        self.states.config_change(r.as_str(), job, &now)
+    }
+
+    /// Live refs whose config did not change: skipped, as any live ref.
+    fn settle_live(&mut self, live: &FxHashMap<&str, u32>, config: &JobConfig) {
+        for out in &config.outputs {
+            if let Some(&id) = live.get(out.as_str()) {
+                if matches!(self.nodes[id as usize], Node::Pending(_)) {
+                    self.nodes[id as usize] = Node::Settled;
+                    self.plan.skipped.push(out.clone());
+                }
+            }
+        }
     }
 
     /// A config executable's answer must cover every requested output exactly once, with outputs of
@@ -709,6 +914,7 @@ impl Planner<'_> {
         &self,
         job_index: usize,
         refs: &[Wanted],
+        live: &[Wanted],
         configs: Vec<JobConfig>,
     ) -> Result<Vec<(JobConfig, Vec<BuildReason>)>, PlanError> {
         let job = &self.graph.jobs[job_index];
@@ -744,7 +950,11 @@ impl Planner<'_> {
                 }
             }
         }
-        if let Some(w) = refs.iter().find(|w| !covered.contains(w.r.as_str())) {
+        if let Some(w) = refs
+            .iter()
+            .chain(live)
+            .find(|w| !covered.contains(w.r.as_str()))
+        {
             return Err(fail(format!(
                 "no config covers the requested output `{}`",
                 w.r

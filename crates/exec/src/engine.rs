@@ -3,12 +3,16 @@
 
 use std::path::PathBuf;
 
+use std::collections::HashMap;
+
 use databuild_core::{
-    plan, Graph, KnownState, PartitionRef, Plan, PlanError, PlanRequest, Producer, StateView,
+    plan, Deps, Graph, JobConfig, KnownState, PartitionRef, Plan, PlanError, PlanRequest, Producer,
+    StateView,
 };
 use databuild_log::{Event, EventFilter, EventStore, JobRunRow, LogError, Status};
 use serde::Serialize;
 
+use crate::rechecked::Rechecked;
 use crate::resolver::LocalResolver;
 use crate::versions::VersionedStates;
 
@@ -153,9 +157,14 @@ impl Engine {
             .shown_from(&self.graph_dir)
     }
 
-    /// Plans without recording anything, against the log's partition states (with staleness).
+    /// Plans without recording anything, against the log's partition states (with staleness, and
+    /// live partitions of config jobs re-checked against their config).
     pub fn plan(&self, request: &PlanRequest) -> Result<Plan> {
-        let states = self.versions().with_pins(request.pins.clone());
+        let states = Rechecked::new(
+            self.versions().with_pins(request.pins.clone()),
+            &self.graph,
+            self.store.as_ref(),
+        );
         let pinned;
         let request = if self.graph.tables.is_empty() {
             request // no aliases to resolve: no copy of a possibly huge request
@@ -225,9 +234,82 @@ impl Engine {
     pub fn status(&self, refs: &[String]) -> Result<Vec<StatusReport>> {
         let mut resolver = self.resolver();
         let versions = self.versions();
-        refs.iter()
+        let mut reports = refs
+            .iter()
             .map(|r| self.status_of(r, &mut resolver, &versions))
-            .collect()
+            .collect::<Result<Vec<_>>>()?;
+        self.recheck_configs(&mut reports, &mut resolver, &versions)?;
+        Ok(reports)
+    }
+
+    /// Live partitions of config jobs are stale when their config now chooses differently from
+    /// the run that built them: one config call per job for all of them.
+    fn recheck_configs(
+        &self,
+        reports: &mut [StatusReport],
+        resolver: &mut LocalResolver,
+        versions: &VersionedStates<'_>,
+    ) -> Result<()> {
+        let mut by_job: Vec<(usize, Vec<usize>)> = Vec::new();
+        for (i, report) in reports.iter().enumerate() {
+            if report.status != "live" {
+                continue;
+            }
+            let Some((Producer::Job { job, .. }, _)) =
+                self.graph.producer_of(&report.partition_ref)
+            else {
+                continue;
+            };
+            if !matches!(self.graph.jobs[job].deps, Deps::Dynamic { .. }) {
+                continue;
+            }
+            match by_job.iter_mut().find(|(j, _)| *j == job) {
+                Some((_, reports)) => reports.push(i),
+                None => by_job.push((job, vec![i])),
+            }
+        }
+        for (job, indices) in by_job {
+            let job = &self.graph.jobs[job];
+            let failed = |message: String| {
+                EngineError::Invalid(format!(
+                    "cannot re-check live partitions of job `{}`: its config failed: {message}",
+                    job.name
+                ))
+            };
+            let mut refs: Vec<PartitionRef> = Vec::with_capacity(indices.len());
+            for &i in &indices {
+                let r = PartitionRef::new(&reports[i].partition_ref)
+                    .map_err(|e| EngineError::Invalid(e.to_string()))?;
+                if !refs.contains(&r) {
+                    refs.push(r);
+                }
+            }
+            let configs =
+                databuild_core::Resolver::job_configs(resolver, job, &refs).map_err(failed)?;
+            let by_output: HashMap<&str, &JobConfig> = configs
+                .iter()
+                .flat_map(|c| c.outputs.iter().map(move |o| (o.as_str(), c)))
+                .collect();
+            for &i in &indices {
+                let r = &reports[i].partition_ref;
+                let Some(&config) = by_output.get(r.as_str()) else {
+                    return Err(failed(format!("no config covers `{r}`")));
+                };
+                let mut now = config.clone();
+                for input in &mut now.inputs {
+                    if let Some(read) = versions.resolve(input.partition_ref.as_str()) {
+                        input.partition_ref = read;
+                    }
+                }
+                let change =
+                    crate::rechecked::config_change(&self.graph, self.store.as_ref(), r, job, &now);
+                if let Some(why) = change {
+                    reports[i].status = "stale";
+                    reports[i].reasons = vec![why];
+                }
+            }
+        }
+        Ok(())
     }
 
     fn status_of(
@@ -248,9 +330,11 @@ impl Engine {
         let producer = self.graph.producer_of(r).map(|(p, _)| p);
         match producer {
             None => {
-                report
-                    .reasons
-                    .push("no job builds it and no dataset declares it".to_string());
+                report.reasons.push(
+                    self.graph.mismatch_reason(r).unwrap_or_else(|| {
+                        "no job builds it and no dataset declares it".to_string()
+                    }),
+                );
                 return Ok(report);
             }
             Some(Producer::Alias(_)) => {
@@ -449,7 +533,10 @@ impl Engine {
                 match self.graph.producer_of(r).map(|(p, _)| p) {
                     None => {
                         return Err(EngineError::Invalid(format!(
-                            "cannot taint `{r}`: no job builds it and no dataset declares it"
+                            "cannot taint `{r}`: {}",
+                            self.graph.mismatch_reason(r).unwrap_or_else(|| {
+                                "no job builds it and no dataset declares it".to_string()
+                            })
                         )))
                     }
                     Some(Producer::Dataset(d)) if self.graph.datasets[d].source.is_some() => {

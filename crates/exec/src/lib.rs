@@ -13,6 +13,7 @@ pub mod engine;
 pub mod local;
 pub mod owner;
 pub mod process;
+pub mod rechecked;
 mod resolver;
 mod slots;
 pub mod slurm;

@@ -54,7 +54,10 @@ impl Engine {
         for r in refs {
             if self.graph.producer_of(r.as_str()).is_none() {
                 return Err(EngineError::Invalid(format!(
-                    "cannot want `{r}`: no job builds it and no dataset declares it"
+                    "cannot want `{r}`: {}",
+                    self.graph.mismatch_reason(r.as_str()).unwrap_or_else(|| {
+                        "no job builds it and no dataset declares it".to_string()
+                    })
                 )));
             }
         }

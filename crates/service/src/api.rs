@@ -119,9 +119,7 @@ pub(crate) fn parse_refs<S: AsRef<str>>(
     for r in expanded {
         let valid = PartitionRef::new(&r).map_err(|e| AppError::bad_request(e.to_string()))?;
         if engine.graph.producer_of(valid.as_str()).is_none() {
-            return Err(AppError::bad_request(format!(
-                "no job builds `{r}` and no dataset declares it"
-            )));
+            return Err(AppError::bad_request(engine.graph.unmatched_reason(&r)));
         }
         if seen.insert(r) {
             refs.push(valid);

@@ -650,3 +650,235 @@ command = ["x"]
         "{err}"
     );
 }
+
+/// States where some `sum/` partitions are live, built by runs that recorded these configs.
+struct BuiltSums(HashMap<&'static str, BuiltWith>);
+
+impl StateView for BuiltSums {
+    fn state(&self, r: &str) -> KnownState {
+        if self.0.contains_key(r) || r.starts_with("generated_number/") {
+            KnownState::Live
+        } else {
+            KnownState::Missing
+        }
+    }
+    fn checks_configs(&self) -> bool {
+        true
+    }
+    fn config_change(&self, r: &str, job: &Job, config: &JobConfig) -> Option<String> {
+        assert_eq!(job.name, "sum");
+        let g = graph(DYNAMIC);
+        config_change(&g, self.0.get(r)?, config)
+    }
+}
+
+fn built_sum(inputs: &[&str]) -> BuiltWith {
+    let names: Vec<&str> = inputs
+        .iter()
+        .map(|i| i.trim_start_matches("generated_number/"))
+        .collect();
+    BuiltWith {
+        inputs: inputs.iter().map(|i| i.to_string()).collect(),
+        args: vec![names.join("_")],
+        env: BTreeMap::new(),
+    }
+}
+
+#[test]
+fn live_partitions_of_config_jobs_are_rebuilt_when_their_config_chooses_differently() {
+    let g = graph(DYNAMIC);
+    let states = BuiltSums(HashMap::from([
+        // As its config says now.
+        (
+            "sum/a_b",
+            built_sum(&["generated_number/a", "generated_number/b"]),
+        ),
+        // Built when it read `c` instead of `d`.
+        (
+            "sum/b_d",
+            built_sum(&["generated_number/b", "generated_number/c"]),
+        ),
+    ]));
+    let mut facts = Facts {
+        config: Some(sum_config),
+        ..Default::default()
+    };
+    let p = plan_with(&g, &["sum/a_b", "sum/b_d", "sum/e"], &states, &mut facts).unwrap();
+    // One call for the round: the refs to build and the live ones to re-check.
+    assert_eq!(facts.config_calls, [("sum".to_string(), 3)]);
+    assert_eq!(
+        p.skipped,
+        refs(&[
+            "sum/a_b",
+            "generated_number/e",
+            "generated_number/b",
+            "generated_number/d"
+        ])
+    );
+    let reasons: Vec<(String, BuildReason)> = p
+        .runs
+        .iter()
+        .map(|r| (r.outputs[0].to_string(), r.reasons[0].clone()))
+        .collect();
+    assert_eq!(
+        reasons,
+        [
+            ("sum/e".to_string(), BuildReason::Missing),
+            (
+                "sum/b_d".to_string(),
+                BuildReason::Stale(
+                    "its config now reads `generated_number/d` instead of `generated_number/c`"
+                        .into()
+                )
+            ),
+        ]
+    );
+    // Accepting stale partitions asks the config only about what must be built.
+    let mut facts = Facts {
+        config: Some(sum_config),
+        ..Default::default()
+    };
+    let request = PlanRequest {
+        refs: refs(&["sum/a_b", "sum/b_d"]),
+        allow_stale: true,
+        ..Default::default()
+    };
+    let p = plan(&g, &request, &states, &mut facts).unwrap();
+    assert!(facts.config_calls.is_empty());
+    assert!(p.runs.is_empty());
+}
+
+#[test]
+fn config_changes_name_what_changed() {
+    let g = graph("[graph]\nname = \"g\"\nshow_env = [\"MODE\"]\n[[job]]\nname = \"j\"\noutputs = [\"o/{x}\"]\nconfig = [\"c\"]\ncommand = [\"x\"]\n");
+    let input = |r: &str, dep| ConfigInput {
+        partition_ref: PartitionRef::new(r).unwrap(),
+        dep,
+    };
+    let now = JobConfig {
+        outputs: refs(&["o/1"]),
+        inputs: vec![
+            input("a/1", DepKind::Materialize),
+            input("q/1", DepKind::Query),
+        ],
+        args: vec!["--fast".into()],
+        env: BTreeMap::from([
+            ("MODE".to_string(), "full".to_string()),
+            ("TOKEN".to_string(), "s3cret".to_string()),
+        ]),
+    };
+    let built = BuiltWith {
+        inputs: vec!["a/1".into()],
+        args: vec!["--fast".into()],
+        env: BTreeMap::from([
+            ("MODE".to_string(), "full".to_string()),
+            ("TOKEN".to_string(), crate::graph::REDACTED.to_string()),
+        ]),
+    };
+    // Query inputs are not recorded; a redacted value cannot be compared.
+    assert_eq!(config_change(&g, &built, &now), None);
+    let change = |f: &dyn Fn(&mut BuiltWith)| {
+        let mut b = built.clone();
+        f(&mut b);
+        config_change(&g, &b, &now).unwrap()
+    };
+    assert_eq!(
+        change(&|b| b.inputs = vec!["a/0".into()]),
+        "its config now reads `a/1` instead of `a/0`"
+    );
+    assert_eq!(
+        change(&|b| b.inputs.clear()),
+        "its config now also reads `a/1`"
+    );
+    assert_eq!(
+        change(&|b| b
+            .inputs
+            .extend(["a/2", "a/3", "a/4", "a/5"].map(String::from))),
+        "its config no longer reads `a/2`, `a/3`, `a/4` and 1 more"
+    );
+    assert_eq!(
+        change(&|b| b.args.clear()),
+        "its config now passes args [\"--fast\"] instead of []"
+    );
+    assert_eq!(
+        change(&|b| {
+            b.env.insert("MODE".into(), "fast".into());
+        }),
+        "its config now sets env `MODE` to \"full\" instead of \"fast\""
+    );
+    assert_eq!(
+        change(&|b| {
+            b.env.remove("TOKEN");
+        }),
+        "its config now sets env `TOKEN`"
+    );
+    assert_eq!(
+        change(&|b| {
+            b.env.insert("OLD".into(), "1".into());
+        }),
+        "its config no longer sets env `OLD`"
+    );
+}
+
+/// A config that reads the day before, back forever.
+fn yesterday_config(outputs: &[PartitionRef]) -> Result<Vec<JobConfig>, String> {
+    Ok(outputs
+        .iter()
+        .map(|o| {
+            let day = crate::pattern::parse_date(o.as_str().trim_start_matches("x/")).unwrap();
+            let before = crate::pattern::format_date(day.pred_opt().unwrap());
+            JobConfig {
+                outputs: vec![o.clone()],
+                inputs: vec![ConfigInput {
+                    partition_ref: PartitionRef::new(format!("x/{before}")).unwrap(),
+                    dep: DepKind::Materialize,
+                }],
+                args: vec![],
+                env: BTreeMap::new(),
+            }
+        })
+        .collect())
+}
+
+#[test]
+fn a_config_that_reads_its_own_past_without_a_base_case_stops_with_a_clear_error() {
+    let g = graph("[graph]\nname = \"g\"\n[[job]]\nname = \"x\"\noutputs = [\"x/{date:date}\"]\nconfig = [\"c\"]\ncommand = [\"x\"]\n");
+    let mut facts = Facts {
+        config: Some(yesterday_config),
+        ..Default::default()
+    };
+    let err = plan_with(&g, &["x/2024-01-01"], &NothingBuilt, &mut facts).unwrap_err();
+    assert_eq!(facts.config_calls.len(), MAX_CONFIG_ROUNDS);
+    assert_eq!(
+        err.to_string(),
+        "planning called config executables in 1000 rounds without reaching live or external data (last: `x/2021-04-06`, asked of job `x`'s config); a job whose config reads its own earlier partitions needs a base case: a live partition or a dataset (to plan a longer chain, build its oldest partitions first)"
+    );
+    // With a live base within reach, it plans.
+    let states = States(HashMap::from([("x/2023-12-01", KnownState::Live)]));
+    let mut facts = Facts {
+        config: Some(yesterday_config),
+        ..Default::default()
+    };
+    let p = plan_with(&g, &["x/2024-01-01"], &states, &mut facts).unwrap();
+    assert_eq!(p.runs.len(), 31);
+}
+
+#[test]
+fn an_unbounded_static_chain_names_its_job_not_the_dataset_beside_it() {
+    let g = graph("[graph]\nname = \"g\"\n[[dataset]]\nname = \"raw\"\npattern = \"raw/{n:int}\"\n[[job]]\nname = \"total\"\noutputs = [\"total/{n:int}\"]\ninputs = [\"raw/{n}\", \"total/{n-1}\"]\ncommand = [\"x\"]\n");
+    let err = simple_plan(&g, &["total/0"]).unwrap_err().to_string();
+    assert!(
+        err.contains("(last: `total/-100000`, job `total`)"),
+        "{err}"
+    );
+    assert!(!err.contains("job `raw`"), "{err}");
+}
+
+#[test]
+fn refs_with_a_bad_typed_field_say_which() {
+    let err = simple_plan(&graph(DIAMOND), &["d/2020-13-01"]).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "`2020-13-01` is not a valid date for field `d` in `d/2020-13-01` (job `d` builds `d/{d:date}`)"
+    );
+}

@@ -27,9 +27,10 @@ pub const MAX_ROUNDS: usize = 100_000;
 
 /// Planning stops after this many rounds that called a config executable: each is a process
 /// (milliseconds, not the microseconds of a template's round), so a config that reads its own job's
-/// earlier partitions without a base case would otherwise take hours to reach [`MAX_ROUNDS`]. A
-/// thousand rounds are almost three years of a daily chain, planned in seconds.
-pub const MAX_CONFIG_ROUNDS: usize = 1_000;
+/// earlier partitions without a base case would otherwise take hours to reach [`MAX_ROUNDS`]. 200
+/// rounds stop such a chain within seconds for a shell config (about a minute for one that takes
+/// 300 ms to start); a longer legitimate chain is built oldest first.
+pub const MAX_CONFIG_ROUNDS: usize = 200;
 
 /// Runs per slice when a round's template expansion runs on a second thread.
 const PIPELINED_RUNS: usize = 8192;

@@ -335,7 +335,7 @@ impl Engine {
                 m.dataset,
                 m.needed_by
                     .as_ref()
-                    .map(|n| format!(" (needed by {n})"))
+                    .map(|n| format!(", needed by {n}"))
                     .unwrap_or_default()
             );
             let mut events: Vec<Event> = requested

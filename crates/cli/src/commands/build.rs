@@ -83,9 +83,30 @@ pub fn run(
     }
     Ok(if summary["status"] == "completed" {
         ExitCode::SUCCESS
+    } else if refused_at_planning(&summary) {
+        // The plan could not be carried out (an external input is missing): the request is at
+        // fault, as `analyze` says of the same refs.
+        eprintln!("error: {}", text(&summary["message"]));
+        ExitCode::from(2)
     } else {
         ExitCode::from(1)
     })
+}
+
+/// A build that failed having done nothing at all: nothing ran, was skipped or waited for.
+fn refused_at_planning(summary: &Value) -> bool {
+    let none = |k: &str| summary[k].as_array().is_none_or(Vec::is_empty);
+    summary["status"] == "failed"
+        && [
+            "built",
+            "skipped",
+            "delegated",
+            "failures",
+            "cancelled",
+            "not_started",
+        ]
+        .into_iter()
+        .all(none)
 }
 
 /// How many failed runs the text summary lists, one a line.

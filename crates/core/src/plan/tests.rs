@@ -851,7 +851,7 @@ fn a_config_that_reads_its_own_past_without_a_base_case_stops_with_a_clear_error
     assert_eq!(facts.config_calls.len(), MAX_CONFIG_ROUNDS);
     assert_eq!(
         err.to_string(),
-        "planning called config executables in 1000 rounds without reaching live or external data (last: `x/2021-04-06`, asked of job `x`'s config); a job whose config reads its own earlier partitions needs a base case: a live partition or a dataset (to plan a longer chain, build its oldest partitions first)"
+        "planning called config executables in 200 rounds without reaching live or external data (last: `x/2023-06-15`, asked of job `x`'s config); a job whose config reads its own earlier partitions needs a base case: a live partition or a dataset (to plan a longer chain, build its oldest partitions first)"
     );
     // With a live base within reach, it plans.
     let states = States(HashMap::from([("x/2023-12-01", KnownState::Live)]));

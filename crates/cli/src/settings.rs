@@ -10,7 +10,10 @@ pub fn secret(var: &str) -> Option<String> {
     std::env::var(var).ok().filter(|t| !t.is_empty())
 }
 
-/// A positive count from the environment, or `default` when unset.
+/// The largest count a setting takes (more would be no limit at all, and overflow semaphores).
+const MAX_COUNT: usize = 100_000_000;
+
+/// A count from 1 to [`MAX_COUNT`] from the environment, or `default` when unset.
 pub fn count(var: &str, default: usize) -> anyhow::Result<usize> {
     match std::env::var(var) {
         Err(_) => Ok(default),
@@ -19,10 +22,10 @@ pub fn count(var: &str, default: usize) -> anyhow::Result<usize> {
             .replace('_', "")
             .parse::<usize>()
             .ok()
-            .filter(|n| *n > 0)
+            .filter(|n| (1..=MAX_COUNT).contains(n))
             .ok_or_else(|| {
                 UserError(format!(
-                    "{var}={v} is not a positive whole number (unset it for {default})"
+                    "{var}={v} is not a whole number from 1 to {MAX_COUNT} (unset it for {default})"
                 ))
                 .into()
             }),

@@ -680,3 +680,123 @@ fn a_public_address_needs_a_token_or_an_explicit_flag() {
     let open = Service::start_with_args(&p, &["--bind", "0.0.0.0:0", "--allow-open"], &[]);
     assert_eq!(get(&open, "/healthz", &[]).status, 200);
 }
+
+#[test]
+fn what_a_review_found_stays_fixed() {
+    let p = project();
+    let s = Service::start(&p, &[("DATABUILD_TOKEN", "w-s3cret")]);
+    // Browsers drop a tab from a URL: `/\t/evil.example` would be `//evil.example`.
+    let token = csrf(&s, "/login");
+    for next in [
+        "%2F%09%2Fevil.example",
+        "%2F%5Cevil.example",
+        "%2F%2Fevil.example",
+    ] {
+        let a = post_form(
+            &s,
+            "/login",
+            &[],
+            &format!("token=w-s3cret&next={next}&csrf={token}"),
+        );
+        assert_eq!(a.header("location").as_deref(), Some("/"), "{next}");
+    }
+    // Planning runs config executables: not for strangers once a token is set.
+    let body = r#"{"partitions": ["dyn/k=x"]}"#;
+    assert_eq!(post_json(&s, "/api/v1/analyze", &[], body).status, 401);
+    assert_eq!(get(&s, "/analyze?refs=dyn%2Fk%3Dx", &[]).status, 401);
+    assert!(!p.path().join("config-calls.log").exists());
+    assert_eq!(
+        post_json(&s, "/api/v1/analyze", &[BEARER], body).status,
+        200
+    );
+    // A ref text of half a megabyte around a million-way range: refused from its size.
+    let huge = format!(
+        r#"{{"partitions": ["a/{}{{1..1000000}}"]}}"#,
+        "A".repeat(500_000)
+    );
+    let started = Instant::now();
+    let a = post_json(&s, "/api/v1/analyze", &[BEARER], &huge);
+    assert_eq!(a.status, 400, "{}", &a.body[..a.body.len().min(300)]);
+    assert!(a.body.len() < 1000, "the error quotes a little");
+    assert!(started.elapsed() < Duration::from_secs(2));
+    // No Host header at all.
+    let addr = s.url.trim_start_matches("http://");
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    stream.write_all(b"GET /healthz HTTP/1.0\r\n\r\n").unwrap();
+    let mut answer = String::new();
+    let _ = stream.read_to_string(&mut answer);
+    assert!(
+        answer.starts_with("HTTP/1.0 400") || answer.starts_with("HTTP/1.1 400"),
+        "{answer}"
+    );
+}
+
+#[test]
+fn a_query_whose_client_hung_up_keeps_its_slot_until_it_ends() {
+    let p = project();
+    let s = Service::start(&p, &[("DATABUILD_SQL_CONCURRENCY", "1")]);
+    let slow = r#"{"query": "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 5000000) SELECT count(*) FROM c"}"#;
+    let addr = s.url.trim_start_matches("http://").to_string();
+    let mut hung_up = std::net::TcpStream::connect(&addr).unwrap();
+    write!(
+        hung_up,
+        "POST /api/v1/sql HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{slow}",
+        slow.len()
+    )
+    .unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    drop(hung_up);
+    std::thread::sleep(Duration::from_millis(100));
+    let next = post_json(&s, "/api/v1/sql", &[], r#"{"query": "SELECT 1"}"#);
+    assert_eq!(
+        next.status, 429,
+        "the hung-up query still runs: {}",
+        next.body
+    );
+    crate::util::eventually(Duration::from_secs(20), "the slot back", || {
+        std::thread::sleep(Duration::from_millis(100));
+        (post_json(&s, "/api/v1/sql", &[], r#"{"query": "SELECT 1"}"#).status == 200).then_some(())
+    });
+}
+
+#[test]
+fn webhooks_take_the_token_only_as_a_bearer_header_and_never_from_a_web_page() {
+    let p = Project::new(
+        r#"
+[graph]
+name = "hooks"
+[[source]]
+name = "orders"
+kind = "webhook"
+retention = "7d"
+body_format = "json"
+"#,
+    );
+    let s = Service::start(&p, &[("DATABUILD_TOKEN", "w-s3cret")]);
+    let token = csrf(&s, "/login");
+    let login = post_form(
+        &s,
+        "/login",
+        &[],
+        &format!("token=w-s3cret&next=%2F&csrf={token}"),
+    );
+    let cookie = login.header("set-cookie").unwrap();
+    let session = cookie.split(';').next().unwrap();
+    let record = r#"{"order_id": 1}"#;
+    let by_cookie = post_json(
+        &s,
+        "/api/v1/webhooks/orders",
+        &[("Cookie", session)],
+        record,
+    );
+    assert_eq!(by_cookie.status, 401, "{}", by_cookie.body);
+    let from_page = post_json(
+        &s,
+        "/api/v1/webhooks/orders",
+        &[BEARER, ("Origin", "http://evil.example")],
+        record,
+    );
+    assert_eq!(from_page.status, 403, "{}", from_page.body);
+    let sender = post_json(&s, "/api/v1/webhooks/orders", &[BEARER], record);
+    assert_eq!(sender.status, 200, "{}", sender.body);
+}

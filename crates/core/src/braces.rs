@@ -13,6 +13,21 @@ use crate::pattern::{format_date, parse_date};
 /// How many refs one request may name unless the operator raises it (`DATABUILD_MAX_REFS`).
 pub const DEFAULT_MAX_REFS: usize = 1_000_000;
 
+/// The most bytes the refs of one request may take once expanded: with the cap on their number,
+/// this bounds what an expansion allocates however long the text around a brace is.
+pub const MAX_EXPANDED_BYTES: u128 = 256 << 20;
+
+/// How much of a word an error quotes.
+const QUOTED: usize = 200;
+
+/// A word as an error quotes it: cut after [`QUOTED`] characters.
+fn quoted(word: &str) -> String {
+    match word.char_indices().nth(QUOTED) {
+        Some((at, _)) => format!("{}…", &word[..at]),
+        None => word.to_string(),
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum BraceExpansionError {
     #[error("`{0}` has an unclosed `{{`")]
@@ -23,6 +38,10 @@ pub enum BraceExpansionError {
     Unrecognized { arg: String, inner: String },
     #[error("`{arg}`: the range `{{{inner}}}` runs backwards")]
     Backwards { arg: String, inner: String },
+    #[error("`{word}` would expand to refs of {len} bytes, longer than the {max} a ref may have")]
+    TooLong { word: String, len: u128, max: usize },
+    #[error("the request would expand to {bytes} bytes of refs, more than the {max} one request may take; narrow the ranges")]
+    TooBig { bytes: u128, max: u128 },
     #[error("{what} would name {count} refs, more than the {max} one request may name; narrow the ranges, or raise the cap with DATABUILD_MAX_REFS")]
     TooMany {
         /// The word that went over, or "the request" when only the words together did.
@@ -39,14 +58,22 @@ pub fn expand_all<S: AsRef<str>>(
     words: &[S],
     max: usize,
 ) -> Result<Vec<String>, BraceExpansionError> {
-    let mut total: u128 = 0;
+    let (mut total, mut bytes): (u128, u128) = (0, 0);
     for word in words {
         let word = word.as_ref();
-        let count = count_braces(word, max)?;
+        let (count, longest) = count_braces(word, max)?;
+        if longest > crate::refs::MAX_REF_LEN as u128 {
+            return Err(BraceExpansionError::TooLong {
+                word: quoted(word),
+                len: longest,
+                max: crate::refs::MAX_REF_LEN,
+            });
+        }
         total = total.saturating_add(count);
+        bytes = bytes.saturating_add(count.saturating_mul(longest));
         if total > max as u128 {
             let what = if count > max as u128 {
-                format!("`{word}`")
+                format!("`{}`", quoted(word))
             } else {
                 "the request".to_string()
             };
@@ -54,6 +81,12 @@ pub fn expand_all<S: AsRef<str>>(
                 what,
                 count: total,
                 max,
+            });
+        }
+        if bytes > MAX_EXPANDED_BYTES {
+            return Err(BraceExpansionError::TooBig {
+                bytes,
+                max: MAX_EXPANDED_BYTES,
             });
         }
     }
@@ -69,22 +102,27 @@ pub fn expand_braces(arg: &str) -> Result<Vec<String>, BraceExpansionError> {
     expand_all(&[arg], DEFAULT_MAX_REFS)
 }
 
-/// How many refs `arg` names, without building them (saturating at `u128::MAX`).
-fn count_braces(arg: &str, max: usize) -> Result<u128, BraceExpansionError> {
-    let mut count: u128 = 1;
+/// How many refs `arg` names and how long the longest is, without building them (saturating).
+fn count_braces(arg: &str, max: usize) -> Result<(u128, u128), BraceExpansionError> {
+    let (mut count, mut longest): (u128, u128) = (1, 0);
     for piece in pieces(arg)? {
-        if let crate::pattern::Piece::Braced(inner) = piece {
-            count = count.saturating_mul(Alternatives::parse(arg, inner)?.len());
+        match piece {
+            crate::pattern::Piece::Text(t) => longest += t.len() as u128,
+            crate::pattern::Piece::Braced(inner) => {
+                let alternatives = Alternatives::parse(arg, inner)?;
+                count = count.saturating_mul(alternatives.len());
+                longest = longest.saturating_add(alternatives.longest());
+            }
         }
     }
     if count > max as u128 {
         return Err(BraceExpansionError::TooMany {
-            what: format!("`{arg}`"),
+            what: format!("`{}`", quoted(arg)),
             count,
             max,
         });
     }
-    Ok(count)
+    Ok((count, longest))
 }
 
 fn expand_into(arg: &str, out: &mut Vec<String>) -> Result<(), BraceExpansionError> {
@@ -112,8 +150,8 @@ fn expand_into(arg: &str, out: &mut Vec<String>) -> Result<(), BraceExpansionErr
 
 fn pieces(arg: &str) -> Result<Vec<crate::pattern::Piece<'_>>, BraceExpansionError> {
     crate::pattern::split_braces(arg).map_err(|e| match e {
-        crate::pattern::BraceError::Unclosed => BraceExpansionError::Unclosed(arg.to_string()),
-        crate::pattern::BraceError::StrayClose => BraceExpansionError::StrayClose(arg.to_string()),
+        crate::pattern::BraceError::Unclosed => BraceExpansionError::Unclosed(quoted(arg)),
+        crate::pattern::BraceError::StrayClose => BraceExpansionError::StrayClose(quoted(arg)),
     })
 }
 
@@ -127,12 +165,12 @@ enum Alternatives<'a> {
 impl<'a> Alternatives<'a> {
     fn parse(arg: &str, inner: &'a str) -> Result<Self, BraceExpansionError> {
         let unrecognized = || BraceExpansionError::Unrecognized {
-            arg: arg.to_string(),
-            inner: inner.to_string(),
+            arg: quoted(arg),
+            inner: quoted(inner),
         };
         let backwards = || BraceExpansionError::Backwards {
-            arg: arg.to_string(),
-            inner: inner.to_string(),
+            arg: quoted(arg),
+            inner: quoted(inner),
         };
         if let Some((a, b)) = inner.split_once("..") {
             if let (Some(start), Some(end)) = (parse_date(a), parse_date(b)) {
@@ -167,6 +205,18 @@ impl<'a> Alternatives<'a> {
             Alternatives::List(inner) => inner.split(',').count() as u128,
             Alternatives::Dates { days, .. } => *days as u128,
             Alternatives::Ints { start, end, .. } => (*end as i128 - *start as i128 + 1) as u128,
+        }
+    }
+
+    /// The length of the longest value.
+    fn longest(&self) -> u128 {
+        let digits = |n: i64| n.to_string().len();
+        match self {
+            Alternatives::List(inner) => inner.split(',').map(str::len).max().unwrap_or(0) as u128,
+            Alternatives::Dates { .. } => 10,
+            Alternatives::Ints { start, end, width } => {
+                (*width).max(digits(*start)).max(digits(*end)) as u128
+            }
         }
     }
 
@@ -264,6 +314,30 @@ mod tests {
                 count: u128::MAX,
                 ..
             })
+        ));
+    }
+
+    #[test]
+    fn long_text_around_a_brace_is_refused_before_it_is_copied() {
+        // A 1M-ref request whose every ref would be a megabyte long: refused from its sizes.
+        let word = format!("x/{}{{1..1000000}}", "A".repeat(1_000_000));
+        let err = expand_all(&[&word], DEFAULT_MAX_REFS).unwrap_err();
+        assert!(matches!(err, BraceExpansionError::TooLong { .. }), "{err}");
+        assert!(
+            err.to_string().len() < 400,
+            "the error quotes a little: {err}"
+        );
+        // Zero padding counts too.
+        let padded = format!("x/{{0..{}1}}", "0".repeat(5000));
+        assert!(matches!(
+            expand_all(&[&padded], DEFAULT_MAX_REFS),
+            Err(BraceExpansionError::TooLong { .. })
+        ));
+        // Refs under the length cap, but too many bytes in all.
+        let wide = format!("x/{}{{1..1000000}}", "A".repeat(900));
+        assert!(matches!(
+            expand_all(&[&wide], DEFAULT_MAX_REFS),
+            Err(BraceExpansionError::TooBig { .. })
         ));
     }
 

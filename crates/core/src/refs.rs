@@ -6,6 +6,10 @@
 use std::fmt;
 use std::sync::Arc;
 
+/// The longest a ref may be, in bytes: the path it names must fit in one (`PATH_MAX` is 4096,
+/// and the data dir comes before it).
+pub const MAX_REF_LEN: usize = 1024;
+
 /// Why a string is not a valid partition ref.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RefError {
@@ -25,6 +29,8 @@ pub enum RefError {
     Whitespace(String),
     #[error("partition ref `{0}` contains a backslash; use `/` to separate path segments")]
     Backslash(String),
+    #[error("partition ref `{0}…` is {1} bytes long; refs may have at most {MAX_REF_LEN}")]
+    TooLong(String, usize),
 }
 
 /// A validated partition ref such as `reviews/date=2020-01-01`.
@@ -90,6 +96,7 @@ pub(crate) fn validate_ref(s: &str) -> Result<(), RefError> {
     // Planning validates every ref it derives, so the common case is one pass over the bytes;
     // the precise error comes from the slower checks below only when something looks wrong.
     let suspicious = s.is_empty()
+        || s.len() > MAX_REF_LEN
         || s.starts_with('/')
         || s.starts_with(' ')
         || s.ends_with(' ')
@@ -110,6 +117,10 @@ pub(crate) fn validate_ref(s: &str) -> Result<(), RefError> {
 pub(crate) fn validate_path_text(s: &str) -> Result<(), RefError> {
     if s.is_empty() {
         return Err(RefError::Empty);
+    }
+    if s.len() > MAX_REF_LEN {
+        let shown: String = s.chars().take(60).collect();
+        return Err(RefError::TooLong(shown, s.len()));
     }
     if s.chars().any(char::is_control) {
         return Err(RefError::ControlChar(s.to_string()));

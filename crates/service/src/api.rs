@@ -107,7 +107,8 @@ pub(crate) fn parse_refs<S: AsRef<str>>(
         ));
     }
     let expanded = databuild_core::expand_all(words, max_refs).map_err(|e| match e {
-        databuild_core::BraceExpansionError::TooMany { .. } => AppError {
+        databuild_core::BraceExpansionError::TooMany { .. }
+        | databuild_core::BraceExpansionError::TooBig { .. } => AppError {
             status: StatusCode::PAYLOAD_TOO_LARGE,
             code: "too_many_refs",
             message: e.to_string(),
@@ -261,7 +262,7 @@ async fn build_event_stream(
         .clone()
         .try_acquire_owned()
         .map_err(|_| AppError::busy("event streams", state.limits.event_streams))?;
-    let private = role == Role::Anonymous && state.guard.has_token();
+    let private = state.guard.hides_private(role);
     let exists = {
         let id = id.clone();
         blocking(&state, move |engine| {
@@ -556,10 +557,16 @@ pub(crate) async fn run_sql(
     query: String,
     max_rows: usize,
 ) -> ApiResult<Value> {
-    let _permit = state
+    let permit = state
         .sql_slots
         .clone()
         .try_acquire_owned()
         .map_err(|_| AppError::busy("SQL queries", state.limits.sql_queries))?;
-    blocking(state, move |engine| views::sql(engine, &query, max_rows)).await
+    // The permit goes with the query, not the request: a client that hangs up does not end the
+    // query, so neither may it free the query's slot.
+    blocking(state, move |engine| {
+        let _permit = permit;
+        views::sql(engine, &query, max_rows)
+    })
+    .await
 }

@@ -922,6 +922,14 @@ pub struct BuildForm {
     csrf: Option<String>,
 }
 
+fn csrf_refused() -> Response {
+    error_page(AppError {
+        status: axum::http::StatusCode::FORBIDDEN,
+        code: "csrf",
+        message: "this form is out of date or was not sent by this dashboard; reload the page and try again".into(),
+    })
+}
+
 /// The checks of every form: its CSRF token, then the right to write (the session's, or the
 /// form's token field). `Some(error page)` when one fails.
 fn form_refused(
@@ -931,11 +939,7 @@ fn form_refused(
     token: Option<&str>,
 ) -> Option<Response> {
     if !state.guard.csrf_ok(csrf) {
-        return Some(error_page(AppError {
-            status: axum::http::StatusCode::FORBIDDEN,
-            code: "csrf",
-            message: "this form is out of date or was not sent by this dashboard; reload the page and try again".into(),
-        }));
+        return Some(csrf_refused());
     }
     if crate::guard::form_role(&state.guard, session, token) < Role::Writer {
         return Some(error_page(AppError::unauthorized(true)));
@@ -1015,8 +1019,16 @@ pub struct LoginQuery {
 
 /// Where to go after logging in: a path of this service only (never `//other.site`).
 fn local_path(next: Option<&str>) -> String {
+    // Browsers drop tabs and newlines from a URL, so `/\t/evil` would be `//evil`: only visible
+    // ASCII, a single leading `/` and no backslash make a local path.
     match next {
-        Some(p) if p.starts_with('/') && !p.starts_with("//") && !p.contains('\\') => p.to_string(),
+        Some(p)
+            if p.starts_with('/')
+                && !p.starts_with("//")
+                && p.bytes().all(|b| b.is_ascii_graphic() && b != b'\\') =>
+        {
+            p.to_string()
+        }
         _ => "/".to_string(),
     }
 }
@@ -1049,7 +1061,7 @@ pub struct LoginForm {
 
 async fn login(State(state): Shared, Form(form): Form<LoginForm>) -> Response {
     if !state.guard.csrf_ok(form.csrf.as_deref()) {
-        return form_refused(&state, Role::Writer, None, None).expect("a CSRF refusal");
+        return csrf_refused();
     }
     let role = state.guard.token_role(&form.token);
     let Some(cookie) = state.guard.session_cookie(role) else {
@@ -1073,7 +1085,7 @@ async fn login(State(state): Shared, Form(form): Form<LoginForm>) -> Response {
 
 async fn logout(State(state): Shared, Form(form): Form<TokenForm>) -> Response {
     if !state.guard.csrf_ok(form.csrf.as_deref()) {
-        return form_refused(&state, Role::Writer, None, None).expect("a CSRF refusal");
+        return csrf_refused();
     }
     let mut response = Redirect::to("/login").into_response();
     let expired = format!(

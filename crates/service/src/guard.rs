@@ -118,6 +118,23 @@ impl Guard {
         self.access.token.is_some()
     }
 
+    /// Whether answers to `role` leave out where runs ran (see [`strip_private`]).
+    pub fn hides_private(&self, role: Role) -> bool {
+        role == Role::Anonymous && self.has_token()
+    }
+
+    /// The role an `Authorization: Bearer` header gives (no session cookie: for webhooks).
+    pub fn bearer_role(&self, headers: &HeaderMap) -> Role {
+        if self.access.token.is_none() {
+            return Role::Writer;
+        }
+        headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .map_or(Role::Anonymous, |t| self.token_role(t))
+    }
+
     /// The role a token gives, compared in constant time.
     pub fn token_role(&self, given: &str) -> Role {
         match (&self.access.token, &self.access.read_token) {
@@ -130,14 +147,10 @@ impl Guard {
 
     /// The caller's role from its `Authorization` header or its session cookie.
     pub fn role(&self, headers: &HeaderMap) -> Role {
+        let bearer = self.bearer_role(headers);
         if self.access.token.is_none() {
-            return Role::Writer;
+            return bearer;
         }
-        let bearer = headers
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .map_or(Role::Anonymous, |t| self.token_role(t));
         let session = cookie(headers, SESSION_COOKIE)
             .map_or(Role::Anonymous, |c| self.session_role(c, now_seconds()));
         bearer.max(session)
@@ -214,13 +227,17 @@ impl Guard {
             || path.starts_with("/assets/")
             // Dashboard forms authenticate with their own fields (see `form_role`).
             || path.starts_with("/ui/");
-        let sql = path == "/sql" || path == "/api/v1/sql";
-        let read_like_post = sql || path == "/api/v1/analyze";
+        // SQL and planning run the caller's queries and the graph's config executables: never
+        // for strangers once a token is set. They only read, so a read token will do.
+        let runs_code = matches!(
+            path,
+            "/sql" | "/api/v1/sql" | "/analyze" | "/api/v1/analyze"
+        );
         if public {
             Role::Anonymous
-        } else if is_mutating(method) && !read_like_post {
+        } else if is_mutating(method) && !runs_code {
             Role::Writer
-        } else if sql || self.access.reads_guarded() {
+        } else if runs_code || self.access.reads_guarded() {
             Role::Reader
         } else {
             Role::Anonymous
@@ -230,6 +247,16 @@ impl Guard {
 
 fn is_mutating(method: &Method) -> bool {
     !matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS)
+}
+
+/// A state-changing request from a browser must come from a page of this service (see
+/// [`check`]); webhooks, outside that check, ask it themselves.
+pub fn same_origin_or_refused(headers: &HeaderMap) -> Result<(), AppError> {
+    same_origin(headers).map_err(|message| AppError {
+        status: StatusCode::FORBIDDEN,
+        code: "cross_origin",
+        message,
+    })
 }
 
 /// Equality of two secrets in time that depends on neither: both are hashed first, so neither
@@ -322,30 +349,34 @@ pub async fn check(
 ) -> Response {
     let guard = &state.guard;
     let headers = request.headers();
-    if let Some(host) = headers.get(header::HOST).and_then(|v| v.to_str().ok()) {
-        if !guard.host_allowed(host) {
-            return refused(
-                StatusCode::MISDIRECTED_REQUEST,
-                "bad_host",
-                format!(
-                    "this service does not answer to the host name `{}`; if it is yours, start it with `--allow-host {}`",
-                    host_name(host),
-                    host_name(host)
-                ),
-            );
-        }
+    // Browsers always send a Host; a request without a readable one is refused, not waved on.
+    let Some(host) = headers.get(header::HOST).and_then(|v| v.to_str().ok()) else {
+        return refused(
+            StatusCode::BAD_REQUEST,
+            "bad_host",
+            "the request has no readable Host header".to_string(),
+        );
+    };
+    if !guard.host_allowed(host) {
+        let name = host_name(host);
+        return refused(
+            StatusCode::MISDIRECTED_REQUEST,
+            "bad_host",
+            format!(
+                "this service does not answer to the host name `{name}`; if it is yours, start it with `--allow-host {name}`"
+            ),
+        );
     }
     let declared = headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|n| n > crate::BODY_LIMIT as u64) {
+    if let Some(n) = declared.filter(|n| *n > crate::BODY_LIMIT as u64) {
         return refused(
             StatusCode::PAYLOAD_TOO_LARGE,
             "too_large",
             format!(
-                "the request body is {} bytes; the limit is {} bytes",
-                declared.unwrap_or_default(),
+                "the request body is {n} bytes; the limit is {} bytes",
                 crate::BODY_LIMIT
             ),
         );
@@ -377,7 +408,7 @@ pub async fn check(
     }
     request.extensions_mut().insert(role);
     let response = next.run(request).await;
-    if role == Role::Anonymous && guard.has_token() {
+    if guard.hides_private(role) {
         return strip_private_response(response).await;
     }
     response
@@ -422,7 +453,8 @@ async fn strip_private_response(response: Response) -> Response {
     let json = response
         .headers()
         .get(header::CONTENT_TYPE)
-        .is_some_and(|v| v.as_bytes().starts_with(b"application/json"));
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.to_ascii_lowercase().contains("json"));
     if !json {
         return response;
     }
@@ -430,8 +462,9 @@ async fn strip_private_response(response: Response) -> Response {
     let Ok(bytes) = axum::body::to_bytes(body, STRIP_LIMIT).await else {
         return AppError::internal("an answer too large to redact").into_response();
     };
+    // An answer that cannot be checked is not passed on unchecked.
     let Ok(mut value) = serde_json::from_slice::<Value>(&bytes) else {
-        return Response::from_parts(parts, axum::body::Body::from(bytes));
+        return AppError::internal("a JSON answer that does not parse").into_response();
     };
     strip_private(&mut value);
     let body = serde_json::to_vec(&value).expect("values serialize");

@@ -97,6 +97,10 @@ async fn webhook(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
+    // Senders are servers, which send no Origin; a web page posting here is refused.
+    if let Err(e) = crate::guard::same_origin_or_refused(&headers) {
+        return e.into_response();
+    }
     match ingest(&state, &name, &headers, body).await {
         Ok(answer) => Json(answer).into_response(),
         Err((e, retry_after)) => {
@@ -203,7 +207,8 @@ fn authenticate(
     let unauthorized = |m: String| error(StatusCode::UNAUTHORIZED, "unauthorized", m);
     let Some(var) = &source.secret_env else {
         // Without a secret of its own, a source takes the service's token (when one is set).
-        return if state.guard.role(headers) == crate::guard::Role::Writer {
+        // The bearer header only: a browser's session cookie must not post records.
+        return if state.guard.bearer_role(headers) == crate::guard::Role::Writer {
             Ok(())
         } else {
             Err(AppError::unauthorized(true))

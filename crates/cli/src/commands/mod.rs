@@ -162,7 +162,7 @@ fn serve(
         && !access.guard_reads
         && access.read_token.is_none()
     {
-        eprintln!("note: reads are open to anyone who can reach {bind} (hosts, pids and paths of runs are hidden from them); pass --guard-reads to guard them");
+        eprintln!("note: reads are open to anyone who can reach {bind} (answers leave out the fields naming hosts, pids and paths of runs, but run logs and messages stay readable); pass --guard-reads to guard them");
     }
     let config = databuild_service::ServeConfig {
         access,

@@ -877,19 +877,18 @@ impl Planner<'_> {
         Ok(decided)
     }
 
+    /// The version ref a table alias reads in this request (`None`: not an alias).
+    fn pinned(&self, r: &PartitionRef) -> Option<PartitionRef> {
+        resolve_alias(self.graph, self.states, &self.request.pins, r.as_str())
+    }
+
     /// How the config's answer for live `r` differs from what built it (aliases read as the
     /// version refs they point at, as a run would record them).
     fn config_changed(&self, job: &Job, r: &PartitionRef, config: &JobConfig) -> Option<String> {
         let mut now = config.clone();
         if !self.graph.tables.is_empty() {
             for input in &mut now.inputs {
-                let pinned = resolve_alias(
-                    self.graph,
-                    self.states,
-                    &self.request.pins,
-                    input.partition_ref.as_str(),
-                );
-                if let Some(pinned) = pinned {
+                if let Some(pinned) = self.pinned(&input.partition_ref) {
                     input.partition_ref = pinned;
                 }
             }
@@ -1008,13 +1007,7 @@ impl Planner<'_> {
             // A run reads the version an alias points at, so it can be built against a version
             // before promotion, and its record says which version it read.
             if !self.graph.tables.is_empty() {
-                let pinned = resolve_alias(
-                    self.graph,
-                    self.states,
-                    &self.request.pins,
-                    input.partition_ref.as_str(),
-                );
-                if let Some(pinned) = pinned {
+                if let Some(pinned) = self.pinned(&input.partition_ref) {
                     aliased.push((input.partition_ref, pinned.clone()));
                     input.partition_ref = pinned;
                 }

@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
-use databuild_core::{expand_all, Graph, PartitionRef};
+use databuild_core::{parse_user_refs, Graph, PartitionRef};
 use databuild_exec::{Engine, EngineError};
 use databuild_log::LogError;
 
@@ -82,15 +82,8 @@ pub fn engine_error(e: EngineError) -> anyhow::Error {
 /// Expands braces in each argument (within `DATABUILD_MAX_REFS`) and validates the resulting
 /// refs, keeping their order and dropping repeats.
 pub fn parse_refs(args: &[String]) -> anyhow::Result<Vec<PartitionRef>> {
-    let expanded =
-        expand_all(args, crate::settings::max_refs()?).map_err(|e| UserError(e.to_string()))?;
-    let mut seen = rustc_hash::FxHashSet::default();
-    let mut refs = Vec::with_capacity(expanded.len());
-    for r in expanded {
-        let r = PartitionRef::new(r).map_err(|e| UserError(e.to_string()))?;
-        if seen.insert(r.clone()) {
-            refs.push(r);
-        }
-    }
-    Ok(refs)
+    Ok(
+        parse_user_refs(args, crate::settings::max_refs()?)
+            .map_err(|e| UserError(e.to_string()))?,
+    )
 }

@@ -97,6 +97,33 @@ pub fn expand_all<S: AsRef<str>>(
     Ok(refs)
 }
 
+/// Why the words of a request are not refs: their braces, or a ref they give.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum UserRefError {
+    #[error(transparent)]
+    Braces(#[from] BraceExpansionError),
+    #[error(transparent)]
+    Ref(#[from] crate::refs::RefError),
+}
+
+/// The refs a user's words name, as every entry point takes them (the CLI, the API, the
+/// dashboard): braces expanded within `max` refs, each validated, in order, repeats dropped.
+pub fn parse_user_refs<S: AsRef<str>>(
+    words: &[S],
+    max: usize,
+) -> Result<Vec<crate::PartitionRef>, UserRefError> {
+    let expanded = expand_all(words, max)?;
+    let mut seen = rustc_hash::FxHashSet::default();
+    let mut refs = Vec::with_capacity(expanded.len());
+    for r in expanded {
+        let r = crate::PartitionRef::new(r)?;
+        if seen.insert(r.clone()) {
+            refs.push(r);
+        }
+    }
+    Ok(refs)
+}
+
 /// Expands one word, with the default cap.
 pub fn expand_braces(arg: &str) -> Result<Vec<String>, BraceExpansionError> {
     expand_all(&[arg], DEFAULT_MAX_REFS)

@@ -22,7 +22,9 @@ pub mod tables;
 pub mod template;
 pub mod wants;
 
-pub use braces::{expand_all, expand_braces, BraceExpansionError, DEFAULT_MAX_REFS};
+pub use braces::{
+    expand_all, expand_braces, parse_user_refs, BraceExpansionError, UserRefError, DEFAULT_MAX_REFS,
+};
 pub use graph::{
     Dataset, Deps, ExecutorConfig, Graph, GraphError, Job, Producer, SlurmConfig, TABLE_JOB_COMMAND,
 };

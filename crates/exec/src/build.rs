@@ -442,7 +442,6 @@ impl Engine {
         }
         // Cancelled, its partitions go back to what they were; failed (its driver died with
         // jobs running), they are failed.
-        let partition_end = run_end;
         for p in self.store.request_partitions(id)? {
             if matches!(
                 p.status,
@@ -450,8 +449,7 @@ impl Engine {
             ) {
                 continue;
             }
-            let mut e =
-                Event::partition(Some(id), &p.partition_ref, partition_end).with_message(reason);
+            let mut e = Event::partition(Some(id), &p.partition_ref, run_end).with_message(reason);
             // A claim this build holds is released with it.
             if let Some(row) = self.store.partition(&p.partition_ref)? {
                 if row.status == Status::Building
@@ -1043,16 +1041,14 @@ impl<'e> Scheduler<'e> {
     /// A staged run the build will not start after all (it stopped): released in the log.
     fn unstage(&mut self, index: usize, reason: &str) -> Result<()> {
         self.free_job_slot(self.nodes[index].run.job_index);
-        let mut events = self.end_run_events(
+        self.end_run(
             index,
             Status::Cancelled,
             &format!("not started: {reason}"),
             None,
             None,
             None,
-        );
-        events[0].data.not_started = true;
-        self.append(events)?;
+        )?;
         self.nodes[index].state = State::Cancelled;
         let reason = format!("`{}` was not started", self.nodes[index].run.outputs[0]);
         for d in self.nodes[index].dependents.clone() {
@@ -1655,7 +1651,8 @@ impl<'e> Scheduler<'e> {
         }
     }
 
-    /// Records a run's end and the release of its outputs (`then`: what follows a failure).
+    /// Records a run's end and the release of its outputs (`then`: what follows a failure). A
+    /// run still staged ends without its process having started (`not_started`).
     fn end_run(
         &self,
         index: usize,
@@ -1665,19 +1662,6 @@ impl<'e> Scheduler<'e> {
         executor_id: Option<String>,
         then: Option<AfterFailure>,
     ) -> Result<()> {
-        let events = self.end_run_events(index, status, message, exit_code, executor_id, then);
-        self.append(events)
-    }
-
-    fn end_run_events(
-        &self,
-        index: usize,
-        status: Status,
-        message: &str,
-        exit_code: Option<i32>,
-        executor_id: Option<String>,
-        then: Option<AfterFailure>,
-    ) -> Vec<Event> {
         let node = &self.nodes[index];
         let job = &self.engine.graph.jobs[node.run.job_index];
         let mut events = vec![Event::job_run(&self.id, &node.id, &job.name, status)
@@ -1686,6 +1670,7 @@ impl<'e> Scheduler<'e> {
                 d.exit_code = exit_code;
                 d.executor_id = executor_id;
                 d.then = then;
+                d.not_started = node.state == State::Staged;
                 if status == Status::Failed {
                     d.attempt = Some(node.attempt);
                     d.attempts = Some(job.retries + 1);
@@ -1706,7 +1691,7 @@ impl<'e> Scheduler<'e> {
             e.job = Some(job.clone());
             events.push(e);
         }
-        events
+        self.append(events)
     }
 
     /// A new attempt of a run: a new id, scheduled again, waiting on `waiting_on` dependencies.
@@ -1934,24 +1919,23 @@ impl Engine {
             ..Default::default()
         })?;
         runs.reverse();
-        let delegated: Vec<String> = {
-            let mut seen = FxHashSet::default();
-            self.store
-                .events(&databuild_log::EventFilter {
-                    build_request_id: Some(id.to_string()),
-                    kind: Some(databuild_log::Kind::Delegation),
-                    ..Default::default()
-                })?
-                .into_iter()
-                .filter_map(|e| e.partition_ref)
-                .filter(|r| seen.insert(r.clone()))
-                .collect()
-        };
+        let mut is_delegated = FxHashSet::default();
+        let delegated: Vec<String> = self
+            .store
+            .events(&databuild_log::EventFilter {
+                build_request_id: Some(id.to_string()),
+                kind: Some(databuild_log::Kind::Delegation),
+                ..Default::default()
+            })?
+            .into_iter()
+            .filter_map(|e| e.partition_ref)
+            .filter(|r| is_delegated.insert(r.clone()))
+            .collect();
         let outputs_of = |status: Status| -> Vec<String> {
             runs.iter()
                 .filter(|r| r.status == status)
                 .flat_map(|r| r.outputs.iter().cloned())
-                .filter(|o| !delegated.contains(o))
+                .filter(|o| !is_delegated.contains(o))
                 .collect()
         };
         let available: FxHashSet<String> = self
@@ -1976,7 +1960,7 @@ impl Engine {
             last.iter()
                 .filter(|r| r.status == Status::Cancelled && r.started_at.is_some() == started)
                 .flat_map(|r| r.outputs.iter().cloned())
-                .filter(|o| !delegated.contains(o))
+                .filter(|o| !is_delegated.contains(o))
                 .collect()
         };
         let failures = last

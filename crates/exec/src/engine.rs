@@ -276,11 +276,12 @@ impl Engine {
                     job.name
                 ))
             };
+            let mut seen = rustc_hash::FxHashSet::default();
             let mut refs: Vec<PartitionRef> = Vec::with_capacity(indices.len());
             for &i in &indices {
                 let r = PartitionRef::new(&reports[i].partition_ref)
                     .map_err(|e| EngineError::Invalid(e.to_string()))?;
-                if !refs.contains(&r) {
+                if seen.insert(r.clone()) {
                     refs.push(r);
                 }
             }

@@ -86,7 +86,6 @@ impl From<PartitionRow> for PartitionItem {
     }
 }
 
-/// Parses a partition status filter as users write it (`live` for available).
 /// A status a listing can ask for: one the log records, or `live` / `stale`, which split the
 /// log's `available` by freshness (derived, as `status` derives it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

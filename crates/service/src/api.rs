@@ -106,25 +106,24 @@ pub(crate) fn parse_refs<S: AsRef<str>>(
             "`partitions` is empty: name at least one ref",
         ));
     }
-    let expanded = databuild_core::expand_all(words, max_refs).map_err(|e| match e {
-        databuild_core::BraceExpansionError::TooMany { .. }
-        | databuild_core::BraceExpansionError::TooBig { .. } => AppError {
-            status: StatusCode::PAYLOAD_TOO_LARGE,
-            code: "too_many_refs",
-            message: e.to_string(),
-        },
+    use databuild_core::{BraceExpansionError, UserRefError};
+    let refs = databuild_core::parse_user_refs(words, max_refs).map_err(|e| match e {
+        UserRefError::Braces(
+            BraceExpansionError::TooMany { .. } | BraceExpansionError::TooBig { .. },
+        ) => AppError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "too_many_refs",
+            e.to_string(),
+        ),
         other => AppError::bad_request(other.to_string()),
     })?;
-    let mut seen = std::collections::HashSet::with_capacity(expanded.len());
-    let mut refs = Vec::with_capacity(expanded.len());
-    for r in expanded {
-        let valid = PartitionRef::new(&r).map_err(|e| AppError::bad_request(e.to_string()))?;
-        if engine.graph.producer_of(valid.as_str()).is_none() {
-            return Err(AppError::bad_request(engine.graph.unmatched_reason(&r)));
-        }
-        if seen.insert(r) {
-            refs.push(valid);
-        }
+    if let Some(r) = refs
+        .iter()
+        .find(|r| engine.graph.producer_of(r.as_str()).is_none())
+    {
+        return Err(AppError::bad_request(
+            engine.graph.unmatched_reason(r.as_str()),
+        ));
     }
     Ok(refs)
 }

@@ -923,11 +923,11 @@ pub struct BuildForm {
 }
 
 fn csrf_refused() -> Response {
-    error_page(AppError {
-        status: axum::http::StatusCode::FORBIDDEN,
-        code: "csrf",
-        message: "this form is out of date or was not sent by this dashboard; reload the page and try again".into(),
-    })
+    error_page(AppError::new(
+        axum::http::StatusCode::FORBIDDEN,
+        "csrf",
+        "this form is out of date or was not sent by this dashboard; reload the page and try again",
+    ))
 }
 
 /// The checks of every form: its CSRF token, then the right to write (the session's, or the
@@ -1065,11 +1065,11 @@ async fn login(State(state): Shared, Form(form): Form<LoginForm>) -> Response {
     }
     let role = state.guard.token_role(&form.token);
     let Some(cookie) = state.guard.session_cookie(role) else {
-        let mut page = error_page(AppError {
-            status: axum::http::StatusCode::UNAUTHORIZED,
-            code: "unauthorized",
-            message: "that token is neither DATABUILD_TOKEN nor DATABUILD_READ_TOKEN".into(),
-        });
+        let mut page = error_page(AppError::new(
+            axum::http::StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "that token is neither DATABUILD_TOKEN nor DATABUILD_READ_TOKEN",
+        ));
         // Every wrong guess costs its sender a moment.
         tokio::time::sleep(std::time::Duration::from_millis(250)).await;
         page.headers_mut()
@@ -1088,10 +1088,7 @@ async fn logout(State(state): Shared, Form(form): Form<TokenForm>) -> Response {
         return csrf_refused();
     }
     let mut response = Redirect::to("/login").into_response();
-    let expired = format!(
-        "{}=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0",
-        crate::guard::SESSION_COOKIE
-    );
+    let expired = crate::guard::session_cookie_header("", 0);
     response.headers_mut().insert(
         header::SET_COOKIE,
         expired.parse().expect("a cookie header"),

@@ -26,6 +26,14 @@ pub struct AppError {
 }
 
 impl AppError {
+    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        AppError {
+            status,
+            code,
+            message: message.into(),
+        }
+    }
+
     pub fn bad_request(message: impl Into<String>) -> Self {
         AppError {
             status: StatusCode::BAD_REQUEST,

@@ -109,10 +109,6 @@ impl Guard {
         Guard { access, secret }
     }
 
-    pub fn access(&self) -> &Access {
-        &self.access
-    }
-
     /// Whether any token is configured (the dashboard then asks for one).
     pub fn has_token(&self) -> bool {
         self.access.token.is_some()
@@ -193,9 +189,7 @@ impl Guard {
     /// The `Set-Cookie` value that starts a session.
     pub fn session_cookie(&self, role: Role) -> Option<String> {
         let value = self.session_value(role, now_seconds())?;
-        Some(format!(
-            "{SESSION_COOKIE}={value}; Path=/; HttpOnly; SameSite=Strict; Max-Age={SESSION_SECONDS}"
-        ))
+        Some(session_cookie_header(&value, SESSION_SECONDS))
     }
 
     /// The CSRF token every dashboard form carries. A page of another site cannot read it (the
@@ -249,14 +243,9 @@ fn is_mutating(method: &Method) -> bool {
     !matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS)
 }
 
-/// A state-changing request from a browser must come from a page of this service (see
-/// [`check`]); webhooks, outside that check, ask it themselves.
-pub fn same_origin_or_refused(headers: &HeaderMap) -> Result<(), AppError> {
-    same_origin(headers).map_err(|message| AppError {
-        status: StatusCode::FORBIDDEN,
-        code: "cross_origin",
-        message,
-    })
+/// A `Set-Cookie` value of the session cookie: `value` for `max_age` seconds (0 ends it).
+pub fn session_cookie_header(value: &str, max_age: u64) -> String {
+    format!("{SESSION_COOKIE}={value}; Path=/; HttpOnly; SameSite=Strict; Max-Age={max_age}")
 }
 
 /// Equality of two secrets in time that depends on neither: both are hashed first, so neither
@@ -309,8 +298,9 @@ fn cookie<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
 
 /// A state-changing request from a browser must come from a page of this service: its
 /// `Origin` (or, without one, its `Sec-Fetch-Site`) says so. Clients that are not browsers send
-/// neither and pass.
-fn same_origin(headers: &HeaderMap) -> Result<(), String> {
+/// neither and pass. [`check`] asks it of every write; webhooks, outside it, ask it themselves.
+pub fn same_origin(headers: &HeaderMap) -> Result<(), AppError> {
+    let refused = |message: String| AppError::new(StatusCode::FORBIDDEN, "cross_origin", message);
     let host = headers.get(header::HOST).and_then(|v| v.to_str().ok());
     if let Some(origin) = headers.get(header::ORIGIN) {
         let origin = origin.to_str().unwrap_or("null");
@@ -319,26 +309,17 @@ fn same_origin(headers: &HeaderMap) -> Result<(), String> {
             .map(|(_, rest)| rest.trim_end_matches('/'));
         return match (authority, host) {
             (Some(a), Some(h)) if a.eq_ignore_ascii_case(h) => Ok(()),
-            _ => Err(format!(
+            _ => Err(refused(format!(
                 "a request from the page `{origin}` cannot change this service: only its own pages can"
-            )),
+            ))),
         };
     }
     match headers.get("sec-fetch-site").and_then(|v| v.to_str().ok()) {
-        Some("cross-site") => {
-            Err("a request from another site cannot change this service".to_string())
-        }
+        Some("cross-site") => Err(refused(
+            "a request from another site cannot change this service".to_string(),
+        )),
         _ => Ok(()),
     }
-}
-
-fn refused(status: StatusCode, code: &'static str, message: String) -> Response {
-    AppError {
-        status,
-        code,
-        message,
-    }
-    .into_response()
 }
 
 /// Every request but webhooks passes here first.
@@ -351,40 +332,43 @@ pub async fn check(
     let headers = request.headers();
     // Browsers always send a Host; a request without a readable one is refused, not waved on.
     let Some(host) = headers.get(header::HOST).and_then(|v| v.to_str().ok()) else {
-        return refused(
+        return AppError::new(
             StatusCode::BAD_REQUEST,
             "bad_host",
-            "the request has no readable Host header".to_string(),
-        );
+            "the request has no readable Host header",
+        )
+        .into_response();
     };
     if !guard.host_allowed(host) {
         let name = host_name(host);
-        return refused(
+        return AppError::new(
             StatusCode::MISDIRECTED_REQUEST,
             "bad_host",
             format!(
                 "this service does not answer to the host name `{name}`; if it is yours, start it with `--allow-host {name}`"
             ),
-        );
+        )
+        .into_response();
     }
     let declared = headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
     if let Some(n) = declared.filter(|n| *n > crate::BODY_LIMIT as u64) {
-        return refused(
+        return AppError::new(
             StatusCode::PAYLOAD_TOO_LARGE,
             "too_large",
             format!(
                 "the request body is {n} bytes; the limit is {} bytes",
                 crate::BODY_LIMIT
             ),
-        );
+        )
+        .into_response();
     }
     let method = request.method().clone();
     if is_mutating(&method) {
-        if let Err(message) = same_origin(headers) {
-            return refused(StatusCode::FORBIDDEN, "cross_origin", message);
+        if let Err(refusal) = same_origin(headers) {
+            return refusal.into_response();
         }
     }
     let role = guard.role(headers);

@@ -98,7 +98,7 @@ async fn webhook(
     body: Body,
 ) -> Response {
     // Senders are servers, which send no Origin; a web page posting here is refused.
-    if let Err(e) = crate::guard::same_origin_or_refused(&headers) {
+    if let Err(e) = crate::guard::same_origin(&headers) {
         return e.into_response();
     }
     match ingest(&state, &name, &headers, body).await {

@@ -339,8 +339,8 @@ impl Reporter {
         }
     }
 
-    /// A run ended that is not its outputs' last word (a retry or missing inputs follow).
-    fn ended_attempt(&mut self) {
+    /// A run ended: one fewer running, one more done on the bar.
+    fn run_ended(&mut self) {
         self.running = self.running.saturating_sub(1);
         if let Some(bar) = &self.bar {
             bar.inc(1);
@@ -384,10 +384,7 @@ impl Observer for Reporter {
                 outcome,
                 took,
             } => {
-                self.running = self.running.saturating_sub(1);
-                if let Some(bar) = &self.bar {
-                    bar.inc(1);
-                }
+                self.run_ended();
                 let outputs = short_list(outputs, 2);
                 match outcome {
                     RunOutcome::Succeeded => {
@@ -412,7 +409,7 @@ impl Observer for Reporter {
                 attempt,
                 attempts,
             } => {
-                self.ended_attempt();
+                self.run_ended();
                 self.line(format!(
                     "retrying  {job}  {}: {message} (attempt {attempt} of {attempts})",
                     short_list(outputs, 2)
@@ -423,7 +420,7 @@ impl Observer for Reporter {
                 outputs,
                 missing,
             } => {
-                self.ended_attempt();
+                self.run_ended();
                 let missing = if missing.is_empty() {
                     String::new()
                 } else {

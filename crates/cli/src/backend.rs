@@ -112,10 +112,10 @@ impl Backend {
         }
     }
 
-    pub fn datasets(&self) -> anyhow::Result<Value> {
+    pub fn datasets(&self, exact: bool) -> anyhow::Result<Value> {
         match self {
-            Backend::Local(e) => views::datasets(e).map_err(app_error),
-            Backend::Remote(c) => c.get("/api/v1/datasets"),
+            Backend::Local(e) => views::datasets(e, exact).map_err(app_error),
+            Backend::Remote(c) => c.get(&format!("/api/v1/datasets?exact={exact}")),
         }
     }
 

@@ -114,7 +114,12 @@ pub enum Command {
         follow: bool,
     },
     /// Every dataset and job output of the graph, with its partitions counted by status.
-    Datasets,
+    Datasets {
+        /// Split every job output's available partitions into live, stale and missing, however
+        /// many (a check of each); without it, only those with at most 20,000.
+        #[arg(long)]
+        exact: bool,
+    },
     /// Job metrics: runs, success rate, p50/p95 duration; with NAME, also its recent runs.
     Jobs { name: Option<String> },
     /// One job run: config, environment, exit, timings.

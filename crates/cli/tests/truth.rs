@@ -447,7 +447,6 @@ fn stale_partitions_are_listed_counted_and_summed_up_everywhere() {
         serde_json::json!({"live": 2, "stale": 3}),
         "{w}"
     );
-    assert_eq!(w["freshness_checked"], true);
     let status = p.run(&["status", "w/{1..6}"]);
     assert!(
         status.stdout.contains("6 refs: 3 stale, 2 live, 1 missing"),
@@ -471,4 +470,24 @@ fn stale_partitions_are_listed_counted_and_summed_up_everywhere() {
             .contains("live, stale, building"),
         "{bad}"
     );
+    // Asked to check every partition, the same counts, on both sides.
+    assert_eq!(p.run(&["--json", "datasets", "--exact"]).json(), datasets);
+    let (code, api) = s.get("/api/v1/datasets?exact=true");
+    assert_eq!((code, api), (200, datasets.clone()));
+    // A live partition whose data is gone is counted missing, not live.
+    std::fs::remove_file(p.path().join("data/w/5")).unwrap();
+    let datasets = p.run(&["--json", "datasets"]).json();
+    let w = datasets["datasets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["name"] == "w")
+        .unwrap()
+        .clone();
+    assert_eq!(
+        w["partitions"],
+        serde_json::json!({"live": 1, "stale": 3, "missing": 1}),
+        "{w}"
+    );
+    assert_eq!(w["freshness_checked"], true);
 }

@@ -627,19 +627,23 @@ pub struct DatasetView {
     /// `dataset` (external) or `job` (a job's output).
     pub kind: &'static str,
     pub pattern: String,
-    /// Partition counts by status (`live`, `stale`, `building`, `failed`, `tainted`); partitions
-    /// never built are not counted. Counted by a glob of the pattern, so nested patterns may
-    /// overlap.
+    /// Partition counts by status (`live`, `stale`, `missing` for data gone since it was recorded
+    /// live, `building`, `failed`, `tainted`); partitions never built are not counted. Counted by
+    /// a glob of the pattern, so nested patterns may overlap.
     pub partitions: std::collections::BTreeMap<&'static str, u64>,
-    /// Whether `live` and `stale` were told apart: a dataset with more available partitions than
-    /// one freshness scan checks (`views::FRESHNESS_SCAN`) counts them all as `live` here; list
-    /// its stale ones with `partitions --status stale`.
+    /// Whether each available partition's freshness was derived, so `live`, `stale` and
+    /// `missing` are exact. Unless asked for (`exact`), a job output with more available
+    /// partitions than one freshness scan checks (`views::FRESHNESS_SCAN`) is counted as the log
+    /// records it, `available`: the exact split costs a check of every one of them.
     pub freshness_checked: bool,
 }
 
 impl Engine {
     /// Every dataset and job output of the graph, with partition counts by status.
-    pub fn datasets(&self) -> Result<Vec<DatasetView>> {
+    /// Every dataset and job output with its partition counts; `exact` derives the freshness of
+    /// every available partition however many there are (linear in them).
+    pub fn datasets(&self, exact: bool) -> Result<Vec<DatasetView>> {
+        use crate::views::FRESHNESS_SCAN;
         self.graph
             .producers()
             .map(|p| {
@@ -657,12 +661,20 @@ impl Engine {
                     .map(|(s, n)| (crate::views::shown_status(s), n))
                     .collect();
                 let available = partitions.get("live").copied().unwrap_or(0);
-                let freshness_checked = available as usize <= crate::views::FRESHNESS_SCAN;
-                if freshness_checked && available > 0 && matches!(p, Producer::Job { .. }) {
-                    let stale = self.stale_count(pattern, available as usize)?;
-                    if stale > 0 {
-                        partitions.insert("live", available - stale);
-                        partitions.insert("stale", stale);
+                let freshness_checked = exact || available as usize <= FRESHNESS_SCAN;
+                if available > 0 && matches!(p, Producer::Job { .. }) {
+                    if freshness_checked {
+                        let counts = self.freshness(p)?;
+                        partitions.insert("live", counts.live);
+                        for (status, n) in [("stale", counts.stale), ("missing", counts.missing)] {
+                            if n > 0 {
+                                partitions.insert(status, n);
+                            }
+                        }
+                    } else {
+                        // Recorded live, not checked: say only what the log says.
+                        partitions.remove("live");
+                        partitions.insert("available", available);
                     }
                 }
                 Ok(DatasetView {
@@ -678,20 +690,6 @@ impl Engine {
 }
 
 impl Engine {
-    /// How many of a pattern's `available` partitions are stale (at most `available` are).
-    fn stale_count(&self, pattern: &databuild_core::Pattern, available: usize) -> Result<u64> {
-        let page = self.partition_page(
-            &databuild_log::PartitionQuery {
-                pattern: Some(pattern_glob(pattern)),
-                status: Some(Status::Available),
-                limit: available,
-                after: None,
-            },
-            Some(crate::views::ListedStatus::Stale),
-        )?;
-        Ok(page.partitions.len() as u64)
-    }
-
     /// Metrics of every job of the graph (those that never ran too), or of one.
     pub fn jobs(&self, name: Option<&str>) -> Result<Vec<databuild_log::JobStats>> {
         if let Some(n) = name {

@@ -10,6 +10,7 @@
 
 pub mod build;
 pub mod engine;
+pub mod freshness;
 pub mod local;
 pub mod owner;
 pub mod process;

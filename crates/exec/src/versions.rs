@@ -286,6 +286,14 @@ impl<'a> VersionedStates<'a> {
         self.store.partition(r).ok().flatten()
     }
 
+    /// Keeps `rows` (just read) for the states asked next.
+    fn keep_rows(&self, rows: impl IntoIterator<Item = PartitionRow>) {
+        *self.rows.borrow_mut() = rows
+            .into_iter()
+            .map(|row| (row.partition_ref.clone(), row))
+            .collect();
+    }
+
     /// The version `r` has now (as recorded, or as a rebuild would record it if stale); `None` if
     /// it is not live.
     fn effective(&self, r: &str) -> Option<Rc<Effective>> {
@@ -453,6 +461,15 @@ impl<'a> VersionedStates<'a> {
     pub fn external_tainted(&self, r: &str) -> Option<String> {
         self.effective(r)?.tainted.clone()
     }
+
+    /// The states of partitions whose rows were just read (as [`StateView::states`] of their
+    /// refs, without reading the rows again).
+    pub fn states_of_rows(&self, rows: &[PartitionRow]) -> Vec<KnownState> {
+        self.keep_rows(rows.iter().cloned());
+        rows.iter()
+            .map(|row| self.state(&row.partition_ref))
+            .collect()
+    }
 }
 
 impl StateView for VersionedStates<'_> {
@@ -466,10 +483,7 @@ impl StateView for VersionedStates<'_> {
         };
         // Only the refs found need a closer look (and keep their rows for it); planning a
         // backfill asks for millions that were never built.
-        *self.rows.borrow_mut() = found
-            .into_iter()
-            .map(|row| (row.partition_ref.clone(), row))
-            .collect();
+        self.keep_rows(found);
         refs.iter()
             .map(|r| {
                 let found = self.rows.borrow().contains_key(*r);

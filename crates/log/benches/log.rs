@@ -33,13 +33,19 @@ fn build(b: usize) -> Vec<Event> {
         } else {
             Status::Failed
         };
+        // Partition events name their job, as a build's do (so per-job counts see them).
+        let partition = |status| {
+            let mut e = Event::partition(Some(&br), &r, status);
+            e.job = Some("reviews".to_string());
+            e
+        };
         events.extend([
-            Event::partition(Some(&br), &r, Status::Requested),
+            partition(Status::Requested),
             Event::job_run(&br, &run, "reviews", Status::Scheduled)
                 .with_data(|d| d.outputs = vec![r.clone()]),
-            Event::partition(Some(&br), &r, Status::Scheduled).with_run(&run),
+            partition(Status::Scheduled).with_run(&run),
             Event::job_run(&br, &run, "reviews", Status::Running),
-            Event::partition(Some(&br), &r, Status::Building).with_run(&run),
+            partition(Status::Building).with_run(&run),
             Event::job_run(
                 &br,
                 &run,
@@ -50,7 +56,7 @@ fn build(b: usize) -> Vec<Event> {
                     Status::Failed
                 },
             ),
-            Event::partition(Some(&br), &r, end).with_run(&run),
+            partition(end).with_run(&run),
         ]);
     }
     events.push(Event::build_request(&br, Status::Completed));

@@ -531,9 +531,22 @@ async fn run_log(State(state): Shared, Path(id): Path<String>) -> ApiResult<Resp
     Ok(([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], text).into_response())
 }
 
-#[utoipa::path(get, path = "/api/v1/datasets", summary = "Every dataset and job output, with partition counts by status",  responses((status = 200, body = Object)))]
-async fn list_datasets(State(state): Shared) -> ApiResult<Json<Value>> {
-    blocking(&state, |engine| views::datasets(engine).map(Json)).await
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DatasetsQuery {
+    exact: Option<bool>,
+}
+
+#[utoipa::path(get, path = "/api/v1/datasets", summary = "Every dataset and job output, with partition counts by status", params(("exact" = Option<bool>, Query, description = "Derive the freshness of every available partition, however many (linear in them); otherwise only datasets with at most 20,000 available partitions are split into live, stale and missing")), responses((status = 200, body = Object)))]
+async fn list_datasets(
+    State(state): Shared,
+    Query(q): Query<DatasetsQuery>,
+) -> ApiResult<Json<Value>> {
+    let exact = q.exact.unwrap_or(false);
+    blocking(&state, move |engine| {
+        views::datasets(engine, exact).map(Json)
+    })
+    .await
 }
 
 #[derive(Deserialize, ToSchema)]

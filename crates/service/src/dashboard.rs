@@ -417,7 +417,7 @@ async fn partitions_page(State(state): Shared, Query(q): Query<PartitionsQuery>)
 
 async fn datasets_page(State(state): Shared) -> Response {
     let data = page(&state, |engine| {
-        let datasets = engine.datasets()?;
+        let datasets = engine.datasets(false)?;
         let mut strips = Vec::new();
         for d in &datasets {
             strips.push(calendar_for(engine, &d.pattern)?);

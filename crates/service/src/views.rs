@@ -207,8 +207,8 @@ pub fn sql(engine: &Engine, query: &str, max_rows: usize) -> ApiResult<Value> {
     Ok(to_value(result))
 }
 
-pub fn datasets(engine: &Engine) -> ApiResult<Value> {
-    answer(json!({ "datasets": engine.datasets()? }))
+pub fn datasets(engine: &Engine, exact: bool) -> ApiResult<Value> {
+    answer(json!({ "datasets": engine.datasets(exact)? }))
 }
 
 /// Every source with its days and tables.

@@ -91,7 +91,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             };
             query::events(&backend, filter, follow, json)
         }
-        Command::Datasets => query::datasets(&backend, json),
+        Command::Datasets { exact } => query::datasets(&backend, exact, json),
         Command::Jobs { name } => query::jobs(&backend, name.as_deref(), json),
         Command::Runs { id } => query::run(&backend, &id, json),
         Command::Sql { query, max_rows } => query::sql(&backend, &query, max_rows, json),

@@ -387,8 +387,8 @@ pub fn cancel(backend: &Backend, id: &str, json: bool) -> anyhow::Result<ExitCod
     Ok(ExitCode::SUCCESS)
 }
 
-pub fn datasets(backend: &Backend, json: bool) -> anyhow::Result<ExitCode> {
-    let v = backend.datasets()?;
+pub fn datasets(backend: &Backend, exact: bool, json: bool) -> anyhow::Result<ExitCode> {
+    let v = backend.datasets(exact)?;
     if json {
         print_json(&v)?;
         return Ok(ExitCode::SUCCESS);
@@ -418,5 +418,15 @@ pub fn datasets(backend: &Backend, json: bool) -> anyhow::Result<ExitCode> {
         "{}",
         table(&["NAME", "KIND", "PATTERN", "PARTITIONS"], &rows)
     );
+    if list(&v["datasets"])
+        .iter()
+        .any(|d| d["freshness_checked"] == false)
+    {
+        println!(
+            "`available` is recorded live, its freshness not checked (over {} partitions): \
+             `datasets --exact` checks each, `partitions --status stale` pages through the stale",
+            databuild_exec::views::FRESHNESS_SCAN
+        );
+    }
     Ok(ExitCode::SUCCESS)
 }

@@ -294,3 +294,36 @@ fn a_missing_external_input_is_named_alike_by_analyze_and_build() {
         out.stdout
     );
 }
+
+/// A read of the log that fails while planning stops the build with the log's error: it is
+/// never taken for "missing", which would rebuild live partitions.
+#[test]
+fn a_log_that_cannot_be_read_while_planning_stops_the_build_instead_of_rebuilding() {
+    let p = Project::new(
+        r#"
+[graph]
+name = "unreadable"
+[[job]]
+name = "a"
+outputs = ["a/{n:int}"]
+command = ["sh", "-c", "echo run >> runs.log; mkdir -p data/a; touch data/a/$DATABUILD_FIELD_N"]
+"#,
+    );
+    p.run(&["build", "a/{1..3}"]).expect_code(0);
+    // The partitions' projection can no longer be read (as after a damaged page would be).
+    rusqlite::Connection::open(p.path().join(".databuild/events.db"))
+        .unwrap()
+        .execute_batch("ALTER TABLE partitions RENAME TO partitions_elsewhere")
+        .unwrap();
+    for args in [&["analyze", "a/{1..3}"][..], &["build", "a/{1..3}"]] {
+        let out = p.run(args);
+        out.expect_code(1);
+        assert!(
+            out.stderr.contains("event log storage failed") && out.stderr.contains("partitions"),
+            "{args:?}: {}",
+            out.stderr
+        );
+    }
+    let runs = std::fs::read_to_string(p.path().join("runs.log")).unwrap();
+    assert_eq!(runs.lines().count(), 3, "nothing was rebuilt");
+}

@@ -31,7 +31,8 @@ pub use graph::{
 pub use pattern::{FieldType, Pattern, PatternError};
 pub use plan::{
     config_change, plan, resolve_alias, BuildReason, BuiltWith, ConfigInput, DepKind, JobConfig,
-    KnownState, NothingBuilt, Plan, PlanError, PlanRequest, PlannedRun, Resolver, StateView,
+    KnownState, NothingBuilt, Plan, PlanError, PlanRequest, PlannedRun, Resolver, StateError,
+    StateView,
 };
 pub use refs::{PartitionRef, RefError};
 pub use tables::{BodyFormat, Column, Migration, Source, SourceKind, Table, TableVersion};

@@ -57,13 +57,19 @@ pub enum KnownState {
     },
 }
 
+/// The partition states could not be read (the event log failed). Planning stops on it: a state
+/// that was not read is never taken for `Missing`, which would rebuild what is live.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("reading the partitions' states failed: {0}")]
+pub struct StateError(pub String);
+
 /// Read access to the current partition states.
 pub trait StateView {
-    fn state(&self, r: &str) -> KnownState;
+    fn state(&self, r: &str) -> Result<KnownState, StateError>;
 
     /// The states of a whole planning round, in order. An implementation backed by a database
     /// reads them in one go rather than one query each.
-    fn states(&self, refs: &[&str]) -> Vec<KnownState> {
+    fn states(&self, refs: &[&str]) -> Result<Vec<KnownState>, StateError> {
         refs.iter().map(|r| self.state(r)).collect()
     }
 
@@ -179,8 +185,8 @@ pub fn resolve_alias(
 pub struct NothingBuilt;
 
 impl StateView for NothingBuilt {
-    fn state(&self, _: &str) -> KnownState {
-        KnownState::Missing
+    fn state(&self, _: &str) -> Result<KnownState, StateError> {
+        Ok(KnownState::Missing)
     }
 }
 
@@ -406,6 +412,8 @@ pub enum PlanError {
     },
     #[error("dependency cycle: {}", .0.join(" -> "))]
     Cycle(Vec<String>),
+    #[error(transparent)]
+    State(#[from] StateError),
     /// `producer` as [`Graph::describe_producer`] names it (``job `x` ``).
     #[error("planning went {MAX_ROUNDS} levels deep without reaching live or external data (last: `{last}`, {producer}); a job that reads its own earlier partitions needs a base case: a live partition or a dataset")]
     Unbounded { last: String, producer: String },
@@ -617,7 +625,7 @@ impl Planner<'_> {
             .iter()
             .map(|&id| self.refs[id as usize].as_str())
             .collect();
-        let known = self.states.states(&keys);
+        let known = self.states.states(&keys)?;
         for (id, known) in frontier.into_iter().zip(known) {
             let Node::Pending(pending) = self.nodes[id as usize] else {
                 continue; // Already built as a sibling output of a run planned this round.

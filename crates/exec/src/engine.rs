@@ -7,7 +7,6 @@ use std::collections::HashMap;
 
 use databuild_core::{
     plan, Deps, Graph, JobConfig, KnownState, PartitionRef, Plan, PlanError, PlanRequest, Producer,
-    StateView,
 };
 use databuild_log::{Event, EventFilter, EventStore, JobRunRow, LogError, Status};
 use serde::Serialize;
@@ -175,7 +174,11 @@ impl Engine {
             };
             &pinned
         };
-        Ok(plan(&self.graph, request, &states, &mut self.resolver())?)
+        plan(&self.graph, request, &states, &mut self.resolver()).map_err(|e| match e {
+            // The log's own error, with its kind (a failure of the system, not of the request).
+            PlanError::State(_) => states.take_failure().map_or(e.into(), EngineError::Log),
+            e => e.into(),
+        })
     }
 
     /// Requested alias refs become the version refs they read now: a build of `orders/date=D`
@@ -395,7 +398,7 @@ impl Engine {
         report.updated_at = Some(row.updated_at);
         let run = row.job_run_id.as_deref().unwrap_or("?");
         let (status, reason) = match row.status {
-            Status::Available => match versions.state(r) {
+            Status::Available => match versions.known(r)? {
                 KnownState::Stale { reason } | KnownState::Kept { reason } => ("stale", reason),
                 KnownState::Missing => (
                     "missing",

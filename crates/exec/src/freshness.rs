@@ -46,7 +46,7 @@ impl Engine {
                 })
                 .cloned()
                 .collect();
-            for state in versions.states_of_rows(&own) {
+            for state in versions.states_of_rows(&own)? {
                 match state {
                     KnownState::Live => counts.live += 1,
                     KnownState::Stale { .. } | KnownState::Kept { .. } => counts.stale += 1,

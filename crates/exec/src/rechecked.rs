@@ -6,7 +6,7 @@
 //! and compares through [`config_change`]; `status` does the same with one call per job.
 
 use databuild_core::graph::REDACTED;
-use databuild_core::{BuiltWith, Graph, Job, JobConfig, KnownState, StateView};
+use databuild_core::{BuiltWith, Graph, Job, JobConfig, KnownState, StateError, StateView};
 use databuild_log::EventStore;
 
 use crate::versions::{data_version, VersionedStates};
@@ -19,6 +19,11 @@ pub struct Rechecked<'a> {
 }
 
 impl<'a> Rechecked<'a> {
+    /// The log's error, if a read failed while planning.
+    pub fn take_failure(&self) -> Option<databuild_log::LogError> {
+        self.versions.take_failure()
+    }
+
     pub fn new(versions: VersionedStates<'a>, graph: &'a Graph, store: &'a dyn EventStore) -> Self {
         Rechecked {
             versions,
@@ -29,11 +34,11 @@ impl<'a> Rechecked<'a> {
 }
 
 impl StateView for Rechecked<'_> {
-    fn state(&self, r: &str) -> KnownState {
+    fn state(&self, r: &str) -> Result<KnownState, StateError> {
         self.versions.state(r)
     }
 
-    fn states(&self, refs: &[&str]) -> Vec<KnownState> {
+    fn states(&self, refs: &[&str]) -> Result<Vec<KnownState>, StateError> {
         self.versions.states(refs)
     }
 

@@ -10,8 +10,10 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
-use databuild_core::{resolve_alias, Graph, KnownState, PartitionRef, Producer, StateView};
-use databuild_log::{EventFilter, EventStore, Kind, PartitionRow, Status};
+use databuild_core::{
+    resolve_alias, Graph, KnownState, PartitionRef, Producer, StateError, StateView,
+};
+use databuild_log::{EventFilter, EventStore, Kind, LogError, PartitionRow, Status};
 use rustc_hash::FxHashMap;
 use sha2::{Digest, Sha256};
 
@@ -207,26 +209,63 @@ pub struct VersionedStates<'a> {
     tainted_datasets: std::cell::OnceCell<rustc_hash::FxHashSet<usize>>,
     pins: BTreeMap<String, u32>,
     today: String,
+    /// The first read of the log that failed: what was worked out since is not to be trusted,
+    /// so the states asked for are an error (never `Missing`, which would rebuild live data).
+    failure: RefCell<Option<LogError>>,
 }
 
 impl<'a> VersionedStates<'a> {
     pub fn new(graph: &'a Graph, store: &'a dyn EventStore, data_dir: &Path) -> Self {
-        VersionedStates {
+        let mut states = VersionedStates {
             graph,
             store,
             data_dir: data_dir.to_path_buf(),
             base: None,
             memo: RefCell::default(),
             rows: RefCell::default(),
-            promotions: if graph.tables.is_empty() {
-                BTreeMap::new()
-            } else {
-                promotions(store).unwrap_or_default()
-            },
+            promotions: BTreeMap::new(),
             tainted_datasets: Default::default(),
             pins: BTreeMap::new(),
             today: crate::engine::today(),
+            failure: RefCell::default(),
+        };
+        if !graph.tables.is_empty() {
+            states.promotions = states.noted(promotions(store)).unwrap_or_default();
         }
+        states
+    }
+
+    /// The value of a read of the log; a failed one is remembered (see `failure`).
+    fn noted<T>(&self, read: databuild_log::Result<T>) -> Option<T> {
+        match read {
+            Ok(value) => Some(value),
+            Err(e) => {
+                self.failure.borrow_mut().get_or_insert(e);
+                None
+            }
+        }
+    }
+
+    fn failed(&self) -> Option<StateError> {
+        let failure = self.failure.borrow();
+        failure.as_ref().map(|e| StateError(e.to_string()))
+    }
+
+    /// The log's failure, if a read failed since the last time it was taken.
+    pub fn take_failure(&self) -> Option<LogError> {
+        self.failure.borrow_mut().take()
+    }
+
+    /// `r`'s state; an error if the log could not be read to work it out.
+    pub fn known(&self, r: &str) -> Result<KnownState, LogError> {
+        let state = self.derive(r);
+        self.take_failure().map_or(Ok(state), Err)
+    }
+
+    /// The states of many refs, as the planner asks for a round.
+    pub fn known_all(&self, refs: &[&str]) -> Result<Vec<KnownState>, LogError> {
+        let states = self.derive_all(refs);
+        self.take_failure().map_or(Ok(states), Err)
     }
 
     /// Is `r` a raw source partition that retention has deleted?
@@ -283,7 +322,7 @@ impl<'a> VersionedStates<'a> {
         if let Some(row) = self.rows.borrow().get(r) {
             return Some(row.clone());
         }
-        self.store.partition(r).ok().flatten()
+        self.noted(self.store.partition(r)).flatten()
     }
 
     /// Keeps `rows` (just read) for the states asked next.
@@ -355,7 +394,7 @@ impl<'a> VersionedStates<'a> {
         let Some(run) = row
             .job_run_id
             .as_deref()
-            .and_then(|id| self.store.job_run(id).ok().flatten())
+            .and_then(|id| self.noted(self.store.job_run(id)).flatten())
         else {
             return Effective::new(recorded, None);
         };
@@ -462,24 +501,10 @@ impl<'a> VersionedStates<'a> {
         self.effective(r)?.tainted.clone()
     }
 
-    /// The states of partitions whose rows were just read (as [`StateView::states`] of their
-    /// refs, without reading the rows again).
-    pub fn states_of_rows(&self, rows: &[PartitionRow]) -> Vec<KnownState> {
-        self.keep_rows(rows.iter().cloned());
-        rows.iter()
-            .map(|row| self.state(&row.partition_ref))
-            .collect()
-    }
-}
-
-impl StateView for VersionedStates<'_> {
-    fn promoted(&self, table: &str) -> Option<u32> {
-        self.promotions.get(table).copied()
-    }
-
-    fn states(&self, refs: &[&str]) -> Vec<KnownState> {
-        let Ok(found) = self.store.partitions_by_ref(refs) else {
-            return refs.iter().map(|r| self.state(r)).collect();
+    /// The states of a round's refs, their rows read at once.
+    fn derive_all(&self, refs: &[&str]) -> Vec<KnownState> {
+        let Some(found) = self.noted(self.store.partitions_by_ref(refs)) else {
+            return Vec::new();
         };
         // Only the refs found need a closer look (and keep their rows for it); planning a
         // backfill asks for millions that were never built.
@@ -488,7 +513,7 @@ impl StateView for VersionedStates<'_> {
             .map(|r| {
                 let found = self.rows.borrow().contains_key(*r);
                 if found {
-                    self.state(r)
+                    self.derive(r)
                 } else {
                     KnownState::Missing
                 }
@@ -496,7 +521,8 @@ impl StateView for VersionedStates<'_> {
             .collect()
     }
 
-    fn state(&self, r: &str) -> KnownState {
+    /// `r`'s state as far as the log could be read (see `failure`).
+    fn derive(&self, r: &str) -> KnownState {
         let Some(row) = self.row(r) else {
             return KnownState::Missing;
         };
@@ -522,6 +548,35 @@ impl StateView for VersionedStates<'_> {
             Status::Tainted => KnownState::Tainted,
             _ => KnownState::Missing,
         }
+    }
+
+    /// The states of partitions whose rows were just read (as [`StateView::states`] of their
+    /// refs, without reading the rows again).
+    pub fn states_of_rows(&self, rows: &[PartitionRow]) -> Result<Vec<KnownState>, LogError> {
+        self.keep_rows(rows.iter().cloned());
+        let states = rows
+            .iter()
+            .map(|row| self.derive(&row.partition_ref))
+            .collect();
+        self.take_failure().map_or(Ok(states), Err)
+    }
+}
+
+impl StateView for VersionedStates<'_> {
+    fn promoted(&self, table: &str) -> Option<u32> {
+        self.promotions.get(table).copied()
+    }
+
+    // The log's own error stays behind for the caller to take (`take_failure`): the planner
+    // only needs to know that it must stop.
+    fn states(&self, refs: &[&str]) -> Result<Vec<KnownState>, StateError> {
+        let states = self.derive_all(refs);
+        self.failed().map_or(Ok(states), Err)
+    }
+
+    fn state(&self, r: &str) -> Result<KnownState, StateError> {
+        let state = self.derive(r);
+        self.failed().map_or(Ok(state), Err)
     }
 }
 

@@ -1,6 +1,6 @@
 //! JSON views shared by the CLI's `--json` output and the HTTP API, so both give the same answer.
 
-use databuild_core::plan::{Delegation, KnownState, MissingExternal, StateView};
+use databuild_core::plan::{Delegation, KnownState, MissingExternal};
 use databuild_core::{Plan, PlannedRun};
 use databuild_log::{PartitionQuery, PartitionRow, Status};
 use serde::Serialize;
@@ -153,7 +153,7 @@ impl Engine {
             })?;
             let (fetched, full) = (rows.len(), rows.len() == batch);
             let refs: Vec<&str> = rows.iter().map(|r| r.partition_ref.as_str()).collect();
-            let states = versions.states(&refs);
+            let states = versions.known_all(&refs)?;
             let mut taken = 0;
             for (row, state) in rows.into_iter().zip(states) {
                 taken += 1;

@@ -29,8 +29,8 @@ impl Resolver for Facts {
 struct States(HashMap<&'static str, KnownState>);
 
 impl StateView for States {
-    fn state(&self, r: &str) -> KnownState {
-        self.0.get(r).cloned().unwrap_or(KnownState::Missing)
+    fn state(&self, r: &str) -> Result<KnownState, StateError> {
+        Ok(self.0.get(r).cloned().unwrap_or(KnownState::Missing))
     }
 }
 
@@ -123,6 +123,30 @@ fn diamond_plans_each_run_once_in_order() {
     );
     assert_eq!(p.runs[3].depends_on, [1, 2]);
     assert_eq!(p.skipped, refs(&["raw/2020-01-01"]));
+}
+
+/// A log that cannot be read.
+struct Unreadable;
+
+impl StateView for Unreadable {
+    fn state(&self, _: &str) -> Result<KnownState, StateError> {
+        Err(StateError("disk I/O error".into()))
+    }
+}
+
+#[test]
+fn a_state_that_cannot_be_read_stops_planning_instead_of_reading_as_missing() {
+    let err = plan_with(
+        &graph(DIAMOND),
+        &["d/2020-01-01"],
+        &Unreadable,
+        &mut Facts {
+            all_present: true,
+            ..Default::default()
+        },
+    )
+    .unwrap_err();
+    assert_eq!(err, PlanError::State(StateError("disk I/O error".into())));
 }
 
 #[test]
@@ -506,8 +530,8 @@ fn load_from_raw(outputs: &[PartitionRef]) -> Result<Vec<JobConfig>, String> {
 struct Promoted(u32);
 
 impl StateView for Promoted {
-    fn state(&self, _: &str) -> KnownState {
-        KnownState::Missing
+    fn state(&self, _: &str) -> Result<KnownState, StateError> {
+        Ok(KnownState::Missing)
     }
     fn promoted(&self, _: &str) -> Option<u32> {
         Some(self.0)
@@ -655,12 +679,14 @@ command = ["x"]
 struct BuiltSums(HashMap<&'static str, BuiltWith>);
 
 impl StateView for BuiltSums {
-    fn state(&self, r: &str) -> KnownState {
-        if self.0.contains_key(r) || r.starts_with("generated_number/") {
-            KnownState::Live
-        } else {
-            KnownState::Missing
-        }
+    fn state(&self, r: &str) -> Result<KnownState, StateError> {
+        Ok(
+            if self.0.contains_key(r) || r.starts_with("generated_number/") {
+                KnownState::Live
+            } else {
+                KnownState::Missing
+            },
+        )
     }
     fn checks_configs(&self) -> bool {
         true

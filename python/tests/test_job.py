@@ -1,0 +1,116 @@
+"""The job helper against the environment DataBuild gives a run (no binary needed)."""
+import datetime
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from databuild import Job, JobError
+
+
+def env_for(tmp_path: Path, outputs, inputs=(), **extra) -> dict:
+    env = {
+        "DATABUILD_OUTPUTS": json.dumps(list(outputs)),
+        "DATABUILD_INPUTS": json.dumps(list(inputs)),
+        "DATABUILD_DATA_DIR": str(tmp_path / "data"),
+        "DATABUILD_JOB_RUN_ID": "run-1",
+        "DATABUILD_BUILD_REQUEST_ID": "br-1",
+        "DATABUILD_REPORT": str(tmp_path / "report.json"),
+    }
+    env.update(extra)
+    return env
+
+
+def test_fields_are_typed_as_the_pattern_declares_them(tmp_path):
+    job = Job(env_for(
+        tmp_path,
+        ["sales/region=eu/n=7/date=2024-03-05"],
+        DATABUILD_FIELD_REGION="eu",
+        DATABUILD_FIELD_N="7",
+        DATABUILD_FIELD_DATE="2024-03-05",
+        DATABUILD_FIELD_TYPES=json.dumps({"region": "str", "n": "int", "date": "date"}),
+        DATABUILD_ATTEMPT="2",
+    ))
+    assert job.fields == {"region": "eu", "n": 7, "date": datetime.date(2024, 3, 5)}
+    assert job.attempt == 2
+    assert job.output == "sales/region=eu/n=7/date=2024-03-05"
+    assert job.output_path() == tmp_path / "data" / job.output
+
+
+def test_a_field_that_is_not_of_its_type_is_named(tmp_path):
+    job = Job(env_for(
+        tmp_path, ["x/d=soon"], DATABUILD_FIELD_D="soon",
+        DATABUILD_FIELD_TYPES=json.dumps({"d": "date"}),
+    ))
+    with pytest.raises(JobError, match="field `d` = 'soon' is not of its type date"):
+        job.fields
+
+
+def test_outside_a_run_the_error_says_what_is_missing():
+    with pytest.raises(JobError, match="`DATABUILD_OUTPUTS` is not set"):
+        Job({}).outputs
+
+
+def test_an_output_written_in_a_block_that_fails_is_not_there(tmp_path):
+    job = Job(env_for(tmp_path, ["a/1"]))
+    with pytest.raises(RuntimeError):
+        with job.open_output() as f:
+            f.write("half")
+            raise RuntimeError("the job failed mid-write")
+    assert not job.output_path().exists()
+    assert list(job.output_path().parent.iterdir()) == []  # no temporary file left either
+    job.write_text("whole\n")
+    assert job.output_path().read_text() == "whole\n"
+
+
+def test_a_job_killed_mid_write_leaves_no_partial_output(tmp_path):
+    env = {**os.environ, **env_for(tmp_path, ["big/1"])}
+    script = textwrap.dedent("""
+        import sys
+        from databuild import job
+        with job.open_output() as f:
+            f.write("x" * 1000)
+            f.flush()
+            print("writing", flush=True)
+            sys.stdin.read()  # held open until killed
+            f.write("the rest")
+    """)
+    child = subprocess.Popen([sys.executable, "-c", script], env=env,
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    assert child.stdout.readline() == b"writing\n"
+    child.send_signal(signal.SIGKILL)
+    child.wait()
+    out = tmp_path / "data" / "big" / "1"
+    assert not out.exists(), "a killed writer left a partial partition"
+    # What it had written is only in a hidden temporary file beside it.
+    assert [p.name.startswith(".1.") for p in out.parent.iterdir()] == [True]
+
+
+def test_report_missing_and_configs_speak_the_contract(tmp_path, capsys):
+    job = Job(env_for(tmp_path, ["a/1"]))
+    job.report({"rows": 3})
+    assert json.loads((tmp_path / "report.json").read_text()) == {"rows": 3}
+    with pytest.raises(SystemExit) as exit:
+        job.missing(["raw/1", "raw/2"])
+    assert exit.value.code == 1
+    assert capsys.readouterr().out == 'DATABUILD_MISSING_DEPS ["raw/1", "raw/2"]\n'
+
+    out = io.StringIO()
+    job.configs(
+        lambda ref: {"inputs": [f"raw/{ref[-1]}", {"ref": "lookup", "dep": "query"}], "args": [1], "env": {"K": 2}},
+        argv=["a/1", "a/2"],
+        out=out,
+    )
+    assert json.loads(out.getvalue()) == {"configs": [
+        {"outputs": ["a/1"], "inputs": [{"ref": "raw/1"}, {"ref": "lookup", "dep": "query"}], "args": ["1"], "env": {"K": "2"}},
+        {"outputs": ["a/2"], "inputs": [{"ref": "raw/2"}, {"ref": "lookup", "dep": "query"}], "args": ["1"], "env": {"K": "2"}},
+    ]}
+    with pytest.raises(JobError, match="unknown keys"):
+        job.configs(lambda ref: {"input": []}, argv=["a/1"], out=io.StringIO())

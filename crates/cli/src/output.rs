@@ -97,3 +97,8 @@ pub fn time_value(v: &serde_json::Value) -> String {
 pub fn millis_value(v: &serde_json::Value) -> String {
     millis(v.as_f64())
 }
+
+/// An answer as JSON, for the text output that still reads answers by field name.
+pub fn value<T: Serialize>(answer: &T) -> serde_json::Value {
+    serde_json::to_value(answer).expect("answers serialize")
+}

@@ -6,7 +6,7 @@ use serde_json::Value;
 
 use crate::backend::Backend;
 use crate::context::parse_refs;
-use crate::output::{print_json, table, text, time_value};
+use crate::output::{print_json, table, text, time_value, value};
 
 fn expand(args: &[String]) -> anyhow::Result<Vec<String>> {
     Ok(parse_refs(args)?
@@ -23,7 +23,11 @@ fn reasons(v: &Value) -> String {
 }
 
 pub fn status(backend: &Backend, args: &[String], json: bool) -> anyhow::Result<ExitCode> {
-    let reports = backend.status(&expand(args)?)?;
+    let reports = expand(args)?
+        .iter()
+        .map(|r| backend.status(r))
+        .collect::<Result<Vec<_>, _>>()?;
+    let reports = value(&reports);
     if json {
         print_json(&reports)?;
         return Ok(ExitCode::SUCCESS);
@@ -58,7 +62,7 @@ fn status_summary<'a>(statuses: impl Iterator<Item = &'a str>) -> String {
 
 pub fn explain(backend: &Backend, r: &str, json: bool) -> anyhow::Result<ExitCode> {
     databuild_core::PartitionRef::new(r).map_err(|e| crate::UserError(e.to_string()))?;
-    let x = backend.explain(r)?;
+    let x = value(&backend.explain(r)?);
     if json {
         print_json(&x)?;
         return Ok(ExitCode::SUCCESS);
@@ -177,7 +181,7 @@ pub fn taint(
     reason: Option<&str>,
     json: bool,
 ) -> anyhow::Result<ExitCode> {
-    let answer = backend.taint(&expand(args)?, reason)?;
+    let answer = value(&backend.taint(&expand(args)?, reason)?);
     let events = answer["events"].as_array().cloned().unwrap_or_default();
     for e in &events {
         if json {

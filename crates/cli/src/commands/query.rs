@@ -9,7 +9,9 @@ use serde_json::Value;
 
 use crate::backend::Backend;
 use crate::cli::PartitionStatusArg;
-use crate::output::{count, millis_value, print_json, short_list, stdout, table, text, time_value};
+use crate::output::{
+    count, millis_value, print_json, short_list, stdout, table, text, time_value, value,
+};
 
 fn list(v: &Value) -> Vec<Value> {
     v.as_array().cloned().unwrap_or_default()
@@ -41,7 +43,7 @@ pub fn partitions(
         limit,
         after,
     };
-    let page = backend.partitions(&query, listed, status_name)?;
+    let page = value(&backend.partitions(&query, listed, status_name)?);
     if json {
         print_json(&page)?;
         return Ok(ExitCode::SUCCESS);
@@ -75,7 +77,7 @@ pub fn builds(
     json: bool,
 ) -> anyhow::Result<ExitCode> {
     let Some(id) = id else {
-        let v = backend.builds(limit)?;
+        let v = value(&backend.builds(limit)?);
         if json {
             print_json(&v)?;
             return Ok(ExitCode::SUCCESS);
@@ -97,7 +99,7 @@ pub fn builds(
         );
         return Ok(ExitCode::SUCCESS);
     };
-    let b = backend.build(id)?;
+    let b = value(&backend.build(id)?);
     if json {
         print_json(&b)?;
         return Ok(ExitCode::SUCCESS);
@@ -192,7 +194,7 @@ pub fn events(
     loop {
         // Pages of at most 1,000, as the service serves them.
         filter.limit = Some(remaining.unwrap_or(1000).min(1000));
-        let page = backend.events(&filter)?;
+        let page = value(&backend.events(&filter)?);
         let events = list(&page["events"]);
         for e in &events {
             if json {
@@ -221,7 +223,10 @@ pub fn events(
 }
 
 pub fn jobs(backend: &Backend, name: Option<&str>, json: bool) -> anyhow::Result<ExitCode> {
-    let v = backend.jobs(name)?;
+    let v = match name {
+        Some(n) => value(&backend.job(n)?),
+        None => value(&backend.jobs()?),
+    };
     if json {
         print_json(&v)?;
         return Ok(ExitCode::SUCCESS);
@@ -270,7 +275,7 @@ pub fn jobs(backend: &Backend, name: Option<&str>, json: bool) -> anyhow::Result
 }
 
 pub fn run(backend: &Backend, id: &str, json: bool) -> anyhow::Result<ExitCode> {
-    let run = backend.run(id)?;
+    let run = value(&backend.run(id)?);
     if json {
         print_json(&run)?;
         return Ok(ExitCode::SUCCESS);
@@ -325,7 +330,7 @@ pub fn run(backend: &Backend, id: &str, json: bool) -> anyhow::Result<ExitCode> 
     if let Some(r) = run["relies_on"].as_str() {
         println!("  skipped: relies on run {r}");
     }
-    if let Some(log) = backend.run_log(id).filter(|l| !l.is_empty()) {
+    if let Some(log) = backend.run_log(id).ok().filter(|l| !l.is_empty()) {
         let lines: Vec<&str> = log.lines().collect();
         println!(
             "  log (last {} lines of {}):",
@@ -345,7 +350,7 @@ pub fn sql(
     max_rows: usize,
     json: bool,
 ) -> anyhow::Result<ExitCode> {
-    let result = backend.sql(query, max_rows)?;
+    let result = value(&backend.sql(query, max_rows)?);
     if json {
         print_json(&result)?;
         return Ok(ExitCode::SUCCESS);
@@ -388,7 +393,7 @@ pub fn cancel(backend: &Backend, id: &str, json: bool) -> anyhow::Result<ExitCod
 }
 
 pub fn datasets(backend: &Backend, json: bool) -> anyhow::Result<ExitCode> {
-    let v = backend.datasets()?;
+    let v = value(&backend.datasets()?);
     if json {
         print_json(&v)?;
         return Ok(ExitCode::SUCCESS);

@@ -5,18 +5,18 @@ use std::process::ExitCode;
 use std::sync::atomic::AtomicBool;
 
 use databuild_exec::build::BuildOptions;
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use super::build::Reporter;
-use crate::backend::{app_error, Backend};
-use crate::output::{print_json, table, text};
+use crate::backend::Backend;
+use crate::output::{print_json, table, text, value};
 
 fn list(v: &Value) -> Vec<Value> {
     v.as_array().cloned().unwrap_or_default()
 }
 
 pub fn list_sources(backend: &Backend, json: bool) -> anyhow::Result<ExitCode> {
-    let v = backend.sources()?;
+    let v = value(&backend.sources()?);
     if json {
         print_json(&v)?;
         return Ok(ExitCode::SUCCESS);
@@ -78,7 +78,7 @@ pub fn list_sources(backend: &Backend, json: bool) -> anyhow::Result<ExitCode> {
 }
 
 pub fn show(backend: &Backend, name: &str, json: bool) -> anyhow::Result<ExitCode> {
-    let v = backend.source(name)?;
+    let v = value(&backend.source(name)?);
     if json {
         print_json(&v)?;
         return Ok(ExitCode::SUCCESS);
@@ -145,7 +145,7 @@ pub fn seal(
     through: Option<&str>,
     json: bool,
 ) -> anyhow::Result<ExitCode> {
-    let v = backend.seal(name, through)?;
+    let v = value(&backend.seal(name, through)?);
     if json {
         print_json(&v)?;
         return Ok(ExitCode::SUCCESS);
@@ -187,7 +187,8 @@ pub fn promote(
     json: bool,
 ) -> anyhow::Result<ExitCode> {
     let v = match backend {
-        Backend::Local(engine) => {
+        Backend::Local(local) => {
+            let engine = &local.engine;
             let options = BuildOptions::default();
             let executor = engine.executor();
             let interrupt = AtomicBool::new(false);
@@ -198,19 +199,19 @@ pub fn promote(
                 &mut reporter as &mut dyn databuild_exec::build::Observer,
                 &interrupt,
             ));
-            let answer = databuild_service::views::promote(engine, table_name, version, downstream)
-                .map_err(app_error);
+            let answer = databuild_service::views::promote(engine, table_name, version, downstream);
             reporter.done();
             answer?
         }
-        Backend::Remote(c) => c.post(
-            &format!(
-                "/api/v1/tables/{}/promote",
-                crate::remote::segment(table_name)
-            ),
-            &json!({ "version": version, "build_downstream": build_downstream }),
+        Backend::Remote(c) => c.promote(
+            table_name,
+            &databuild_service::sources::PromoteBody {
+                version,
+                build_downstream,
+            },
         )?,
     };
+    let v = value(&v);
     if json {
         print_json(&v)?;
     } else {

@@ -6,7 +6,7 @@ use serde_json::Value;
 
 use crate::backend::Backend;
 use crate::context::parse_refs;
-use crate::output::{print_json, short_list, table, text};
+use crate::output::{print_json, short_list, table, text, value};
 
 pub fn want(
     backend: &Backend,
@@ -19,7 +19,7 @@ pub fn want(
         .into_iter()
         .map(|r| r.to_string())
         .collect();
-    let v = backend.want(&refs, ttl, sla)?;
+    let v = value(&backend.want(&refs, ttl, sla)?);
     if json {
         print_json(&v)?;
     } else {
@@ -44,7 +44,7 @@ pub fn list(
     limit: usize,
     json: bool,
 ) -> anyhow::Result<ExitCode> {
-    let v = backend.wants(status, all, limit)?;
+    let v = value(&backend.wants(status, all, limit)?);
     if json {
         print_json(&v)?;
         return Ok(ExitCode::SUCCESS);
@@ -86,7 +86,7 @@ pub fn list(
 }
 
 pub fn unwant(backend: &Backend, id: &str, json: bool) -> anyhow::Result<ExitCode> {
-    let v = backend.unwant(id)?;
+    let v = value(&backend.unwant(id)?);
     if json {
         print_json(&v)?;
     } else {

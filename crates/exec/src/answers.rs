@@ -13,7 +13,7 @@
 use std::collections::BTreeMap;
 
 use databuild_log::{
-    BuildRequestRow, EventData, JobRunRow, Kind, RequestPartitionRow, SqlResult, Status, WantRow,
+    BuildRequestRow, EventData, JobRunRow, Kind, RequestPartitionRow, Status, WantRow,
 };
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
@@ -562,9 +562,6 @@ pub struct Ingested {
     pub records: usize,
 }
 
-/// `POST /api/v1/sql`.
-pub type Sql = SqlResult;
-
 /// `POST /api/v1/analyze` (contract section 4): the owned twin of
 /// [`crate::views::AnalyzeView`], which serializes a plan without copying it; a unit test keeps
 /// the two the same.
@@ -631,9 +628,6 @@ pub struct ErrorBody {
     /// `unplannable`, `sql_refused`, `sql_too_large`, `already_ended`, `too_large`, `internal`...
     pub code: String,
 }
-
-/// The build summary's type, named here with the other answers.
-pub type Summary = BuildSummary;
 
 /// The one route table: every path of the API, used by the router, the OpenAPI annotations, the
 /// CLI's HTTP client and the upstream client. `{...}` is one percent-encoded segment ([`fill`]).

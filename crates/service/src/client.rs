@@ -225,7 +225,7 @@ impl Http {
         }
         let status = StatusCode::from_u16(status.as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
         Err(match serde_json::from_str::<ErrorBody>(&body) {
-            Ok(e) => AppError::new(status, leak_code(&e.code), e.error),
+            Ok(e) => AppError::new(status, known_code(&e.code), e.error),
             Err(_) => AppError::new(status, "remote", format!("the service answered {status}")),
         })
     }
@@ -320,7 +320,7 @@ impl Http {
 
 /// The codes the service answers with, as the `&'static str` an [`AppError`] holds; an unknown
 /// one (a newer service) reads as `remote`.
-fn leak_code(code: &str) -> &'static str {
+fn known_code(code: &str) -> &'static str {
     const KNOWN: &[&str] = &[
         "bad_request",
         "bad_json",

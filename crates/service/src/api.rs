@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::{FromRequestParts, State};
+use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
@@ -19,7 +19,7 @@ use utoipa::{IntoParams, ToSchema};
 
 use crate::error::{AppError, ErrorBody};
 use crate::guard::Role;
-use crate::ops::{blocking, run_sql, start_build, ApiJson, BuildRequest};
+use crate::ops::{blocking, limit, run_sql, start_build, ApiJson, ApiPath, ApiQuery, BuildRequest};
 use crate::views::{self, parse_refs, ApiResult};
 use crate::AppState;
 
@@ -63,31 +63,6 @@ pub(crate) async fn post_build(
         Json(BuildAccepted { build_request_id }),
     )
         .into_response())
-}
-
-/// Path parameters whose rejection is an [`AppError`].
-#[derive(FromRequestParts)]
-#[from_request(via(axum::extract::Path), rejection(AppError))]
-pub struct ApiPath<T>(pub T);
-
-/// A query string whose rejection is an [`AppError`] (a JSON 400, as every other refusal).
-#[derive(FromRequestParts)]
-#[from_request(via(axum::extract::Query), rejection(AppError))]
-pub struct ApiQuery<T>(pub T);
-
-/// The largest `limit` a listing takes (each cuts it to its own cap); a larger one is refused,
-/// as its schema says.
-pub const MAX_LIMIT: usize = 1 << 32;
-
-/// A listing's `limit`, or its default; refused past [`MAX_LIMIT`].
-pub(crate) fn limit(given: Option<usize>, default: usize) -> ApiResult<usize> {
-    match given {
-        Some(n) if n > MAX_LIMIT => Err(AppError::bad_request(format!(
-            "`limit={n}` is more than {MAX_LIMIT}"
-        ))),
-        Some(n) => Ok(n),
-        None => Ok(default),
-    }
 }
 
 #[derive(Deserialize, IntoParams)]

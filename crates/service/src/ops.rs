@@ -1,11 +1,12 @@
 //! What the API's handlers and the dashboard's pages both do: run engine work off the async
-//! threads, take JSON bodies, start builds, run user SQL. It depends on no handler module, so
+//! threads, take JSON bodies, paths and query strings (refused as JSON errors), bound listings,
+//! start builds, run user SQL. It depends on no handler module, so
 //! `api`, `dashboard`, `sources` and `wants` all stand on it without depending on one another.
 
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
-use axum::extract::FromRequest;
+use axum::extract::{FromRequest, FromRequestParts};
 use databuild_exec::build::{BuildOptions, Quiet};
 use databuild_exec::Engine;
 use databuild_log::SqlResult;
@@ -18,6 +19,31 @@ use crate::AppState;
 #[derive(FromRequest)]
 #[from_request(via(axum::Json), rejection(AppError))]
 pub struct ApiJson<T>(pub T);
+
+/// Path parameters whose rejection is an [`AppError`].
+#[derive(FromRequestParts)]
+#[from_request(via(axum::extract::Path), rejection(AppError))]
+pub struct ApiPath<T>(pub T);
+
+/// A query string whose rejection is an [`AppError`] (a JSON 400, as every other refusal).
+#[derive(FromRequestParts)]
+#[from_request(via(axum::extract::Query), rejection(AppError))]
+pub struct ApiQuery<T>(pub T);
+
+/// The largest `limit` a listing takes (each cuts it to its own cap); a larger one is refused,
+/// as its schema says.
+pub const MAX_LIMIT: usize = 1 << 32;
+
+/// A listing's `limit`, or its default; refused past [`MAX_LIMIT`].
+pub(crate) fn limit(given: Option<usize>, default: usize) -> ApiResult<usize> {
+    match given {
+        Some(n) if n > MAX_LIMIT => Err(AppError::bad_request(format!(
+            "`limit={n}` is more than {MAX_LIMIT}"
+        ))),
+        Some(n) => Ok(n),
+        None => Ok(default),
+    }
+}
 
 /// Runs engine work off the async threads.
 pub(crate) async fn blocking<T: Send + 'static>(

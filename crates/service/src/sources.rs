@@ -27,9 +27,8 @@ use serde::Deserialize;
 use sha2::Sha256;
 use utoipa::ToSchema;
 
-use crate::api::ApiPath;
 use crate::error::{AppError, ErrorBody};
-use crate::ops::{blocking_with_state as blocking, ApiJson};
+use crate::ops::{blocking_with_state as blocking, ApiJson, ApiPath};
 use crate::views::{self, ApiResult};
 use crate::AppState;
 

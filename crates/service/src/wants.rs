@@ -10,9 +10,8 @@ use databuild_exec::answers::{route, Want, WantDetail, WantList};
 use serde::Deserialize;
 use utoipa::{IntoParams, ToSchema};
 
-use crate::api::{ApiPath, ApiQuery};
 use crate::error::ErrorBody;
-use crate::ops::{blocking_with_state as blocking, ApiJson};
+use crate::ops::{blocking_with_state as blocking, ApiJson, ApiPath, ApiQuery};
 use crate::views::{self, ApiResult};
 use crate::AppState;
 
@@ -56,7 +55,7 @@ pub struct WantsQuery {
 
 impl WantsQuery {
     fn limit(&self) -> ApiResult<usize> {
-        crate::api::limit(self.limit, 100)
+        crate::ops::limit(self.limit, 100)
     }
 }
 

@@ -2,7 +2,8 @@
 # The whole test suite, as CI runs it: formatting, lints, then every test of the workspace,
 # with the storage suite on both SQLite and a throwaway PostgreSQL, and the executor suite on both
 # local processes and a single-node Slurm, which this script starts (installing Debian's packages if
-# the machine lacks them; it runs as root, as CI does) and removes afterwards.
+# the machine lacks them; it runs as root, as CI does) and removes afterwards; schemathesis (from
+# PyPI, in a venv under the scratch dir) checks the running service against its OpenAPI document.
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -33,6 +34,11 @@ if [ ! -x /usr/bin/chromium ]; then
 fi
 (cd tests/browser && npm ci --no-audit --no-fund --silent)
 export DATABUILD_REQUIRE_BROWSER=1
+
+echo "== schemathesis (from PyPI, in a venv) for the OpenAPI conformance test"
+python3 -m venv "$scratch/schemathesis"
+"$scratch/schemathesis/bin/pip" install --quiet --disable-pip-version-check schemathesis
+export DATABUILD_SCHEMATHESIS="$scratch/schemathesis/bin/schemathesis" DATABUILD_REQUIRE_SCHEMATHESIS=1
 
 echo "== cargo test"
 cargo test --workspace --quiet

@@ -8,7 +8,6 @@ mod cli;
 mod commands;
 mod context;
 mod output;
-mod remote;
 mod settings;
 
 use std::process::ExitCode;
@@ -38,7 +37,13 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(err) => {
             eprintln!("error: {err:#}");
-            if err.downcast_ref::<UserError>().is_some() {
+            // The request's fault (2) or the system's (1), by the error's kind: a service error
+            // by its status, which `AppError` derives from the kind of failure.
+            let user = err.downcast_ref::<UserError>().is_some()
+                || err
+                    .downcast_ref::<databuild_service::error::AppError>()
+                    .is_some_and(|e| e.status.is_client_error());
+            if user {
                 ExitCode::from(2)
             } else {
                 ExitCode::from(1)

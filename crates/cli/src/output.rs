@@ -85,15 +85,3 @@ pub fn text(v: &serde_json::Value) -> String {
         other => other.to_string(),
     }
 }
-
-/// A time of an answer as RFC 3339 (or `-`): answers give RFC 3339 text, events ns.
-pub fn time_value(v: &serde_json::Value) -> String {
-    match v {
-        serde_json::Value::String(t) => t.clone(),
-        other => time(other.as_i64()),
-    }
-}
-
-pub fn millis_value(v: &serde_json::Value) -> String {
-    millis(v.as_f64())
-}

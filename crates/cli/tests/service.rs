@@ -607,3 +607,36 @@ fn a_restart_after_kill_9_closes_what_was_left_running() {
     let again = s.wait_for_build(v["build_request_id"].as_str().unwrap());
     assert_eq!(again["status"], "completed");
 }
+
+#[test]
+fn every_entry_point_takes_refs_through_one_parser_braces_and_cap_included() {
+    let p = project();
+    p.run(&["build", "a/2020-01-{01,02}"]).expect_code(0);
+    let s = Service::start(&p, &[("DATABUILD_MAX_REFS", "3")]);
+    // Wants and taints expand braces as builds do (they took refs one by one before).
+    let (status, want) = s.post(
+        "/api/v1/wants",
+        &json!({"partitions": ["b/2020-01-{01,02}"], "ttl": "1d"}),
+    );
+    assert_eq!(status, 201, "{want}");
+    assert_eq!(want["refs"], json!(["b/2020-01-01", "b/2020-01-02"]));
+    let (status, tainted) = s.post(
+        "/api/v1/partitions/taint",
+        &json!({"partitions": ["a/2020-01-{01,02}"]}),
+    );
+    assert_eq!(status, 200, "{tainted}");
+    assert_eq!(tainted["events"].as_array().unwrap().len(), 2, "{tainted}");
+    // And the same cap: more refs than DATABUILD_MAX_REFS is a 413 everywhere.
+    for path in [
+        "/api/v1/wants",
+        "/api/v1/partitions/taint",
+        "/api/v1/analyze",
+    ] {
+        let (status, v) = s.post(path, &json!({"partitions": ["a/2020-01-{01..09}"]}));
+        assert_eq!(
+            (status, v["code"].as_str()),
+            (413, Some("too_many_refs")),
+            "{path}: {v}"
+        );
+    }
+}

@@ -11,6 +11,7 @@ mod graph_cmd;
 mod log_cmds;
 mod postgres;
 mod reliability;
+mod schemathesis;
 mod security;
 mod service;
 mod slurm;

@@ -65,7 +65,7 @@ impl Default for BuildOptions {
 }
 
 /// What a build did (contract section 4, `build --json`).
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize, utoipa::ToSchema)]
 pub struct BuildSummary {
     pub build_request_id: String,
     /// `completed`, `failed` or `cancelled`.
@@ -104,7 +104,7 @@ impl BuildSummary {
 }
 
 /// A run that failed, as a summary names it.
-#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, PartialEq, Eq, serde::Deserialize, utoipa::ToSchema)]
 pub struct RunFailure {
     pub job: String,
     pub job_run_id: String,

@@ -21,6 +21,12 @@ pub enum EngineError {
     Plan(#[from] PlanError),
     #[error(transparent)]
     Log(#[from] LogError),
+    /// A build request, job, source, table or want that does not exist (the message names it).
+    #[error("{0}")]
+    NotFound(String),
+    /// A build request that has already ended cannot be cancelled.
+    #[error("build request {id} already ended ({status})")]
+    AlreadyEnded { id: String, status: Status },
     #[error("{0}")]
     Invalid(String),
 }
@@ -29,7 +35,10 @@ impl EngineError {
     /// Caused by the request (bad refs, unplannable graphs), not by the system.
     pub fn is_user_error(&self) -> bool {
         match self {
-            EngineError::Plan(_) | EngineError::Invalid(_) => true,
+            EngineError::Plan(_)
+            | EngineError::Invalid(_)
+            | EngineError::NotFound(_)
+            | EngineError::AlreadyEnded { .. } => true,
             EngineError::Log(e) => e.is_user_error(),
         }
     }
@@ -90,14 +99,14 @@ pub struct Explanation {
     pub wants: Vec<databuild_log::WantRow>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize, utoipa::ToSchema)]
 pub struct ProducerInfo {
-    pub kind: &'static str,
+    pub kind: String,
     pub name: String,
     pub pattern: String,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize, utoipa::ToSchema)]
 pub struct PlannedStep {
     pub job: String,
     pub outputs: Vec<String>,
@@ -469,7 +478,7 @@ impl Engine {
     pub fn explain(&self, r: &str) -> Result<Explanation> {
         let status = self.status(&[r.to_string()])?.remove(0);
         let producer = self.graph.producer_of(r).map(|(p, _)| ProducerInfo {
-            kind: producer_kind(&self.graph, p),
+            kind: producer_kind(&self.graph, p).to_string(),
             name: self.graph.producer_name(p).to_string(),
             pattern: self.graph.pattern_of(p).to_string(),
         });
@@ -481,7 +490,7 @@ impl Engine {
             Some(run) => self.status(&run.inputs)?,
             None => Vec::new(),
         };
-        let to_build = match (status.status, producer.as_ref().map(|p| p.kind)) {
+        let to_build = match (status.status, producer.as_ref().map(|p| p.kind.as_str())) {
             ("live" | "building", _) | (_, Some("dataset" | "source") | None) => Vec::new(),
             _ => {
                 let refs = vec![databuild_core::PartitionRef::new(r)
@@ -525,6 +534,26 @@ impl Engine {
     /// Marks partitions invalid. A partition being built cannot be tainted until its run ends.
     /// A job's output is rebuilt by the next build that needs it; an external partition stays
     /// tainted until its data changes, and what was built from it before the taint is stale.
+    /// Cancels a build request, telling an unknown one ([`EngineError::NotFound`]) and an ended
+    /// one ([`EngineError::AlreadyEnded`]) apart by type, so that callers derive their answer
+    /// (404, 409) from the kind of failure rather than from its message.
+    pub fn cancel_request(&self, id: &str) -> Result<()> {
+        let Some(b) = self.store.build_request(id)? else {
+            return Err(EngineError::NotFound(format!(
+                "no build request `{id}` in the event log"
+            )));
+        };
+        if databuild_log::state::is_terminal(databuild_log::Kind::BuildRequest, b.status) {
+            return Err(EngineError::AlreadyEnded {
+                id: id.to_string(),
+                status: b.status,
+            });
+        }
+        // A build that ends between this check and the cancel is refused by `cancel` itself
+        // (as invalid): the answer is then a 400 rather than a 409, and nothing is changed.
+        self.cancel(id)
+    }
+
     pub fn taint(&self, refs: &[String], reason: Option<&str>) -> Result<Vec<Event>> {
         let versions = self.versions();
         let events = refs
@@ -605,9 +634,14 @@ pub fn pattern_glob(pattern: &databuild_core::Pattern) -> String {
 
 /// Parses an RFC 3339 time into ns since the epoch.
 pub fn parse_rfc3339(text: &str) -> Option<i64> {
-    chrono::DateTime::parse_from_rfc3339(text)
-        .ok()?
-        .timestamp_nanos_opt()
+    let t = chrono::DateTime::parse_from_rfc3339(text).ok()?;
+    // ns since the epoch span 1677 to 2262; a valid time outside them (`from=0018-...`) is
+    // before or after every event, so it is clamped rather than refused.
+    Some(t.timestamp_nanos_opt().unwrap_or(if t.timestamp() < 0 {
+        i64::MIN
+    } else {
+        i64::MAX
+    }))
 }
 
 /// The last `max` bytes of a file, as text (a run's log can be large).
@@ -624,16 +658,16 @@ pub fn read_tail(path: &std::path::Path, max: u64) -> std::io::Result<String> {
 }
 
 /// A named pattern of the graph and how many of its partitions are in each state.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize, utoipa::ToSchema)]
 pub struct DatasetView {
     pub name: String,
     /// `dataset` (external) or `job` (a job's output).
-    pub kind: &'static str,
+    pub kind: String,
     pub pattern: String,
     /// Partition counts by status (`live`, `stale`, `missing` for data gone since it was recorded
     /// live, `building`, `failed`, `tainted`); partitions never built are not counted. Counted by
     /// a glob of the pattern, so nested patterns may overlap.
-    pub partitions: std::collections::BTreeMap<&'static str, u64>,
+    pub partitions: std::collections::BTreeMap<String, u64>,
     /// Whether each available partition's freshness was derived, so `live`, `stale` and
     /// `missing` are exact. Unless asked for (`exact`), a job output with more available
     /// partitions than one freshness scan checks (`views::FRESHNESS_SCAN`) is counted as the log
@@ -642,7 +676,6 @@ pub struct DatasetView {
 }
 
 impl Engine {
-    /// Every dataset and job output of the graph, with partition counts by status.
     /// Every dataset and job output with its partition counts; `exact` derives the freshness of
     /// every available partition however many there are (linear in them).
     pub fn datasets(&self, exact: bool) -> Result<Vec<DatasetView>> {
@@ -659,30 +692,30 @@ impl Engine {
                         .job_partition_counts(&self.graph.jobs[job].name)?,
                     _ => self.store.partition_counts(Some(&pattern_glob(pattern)))?,
                 };
-                let mut partitions: std::collections::BTreeMap<&'static str, u64> = counts
+                let mut partitions: std::collections::BTreeMap<String, u64> = counts
                     .into_iter()
-                    .map(|(s, n)| (crate::views::shown_status(s), n))
+                    .map(|(s, n)| (crate::views::shown_status(s).to_string(), n))
                     .collect();
                 let available = partitions.get("live").copied().unwrap_or(0);
                 let freshness_checked = exact || available as usize <= FRESHNESS_SCAN;
                 if available > 0 && matches!(p, Producer::Job { .. }) {
                     if freshness_checked {
                         let counts = self.freshness(p)?;
-                        partitions.insert("live", counts.live);
+                        partitions.insert("live".into(), counts.live);
                         for (status, n) in [("stale", counts.stale), ("missing", counts.missing)] {
                             if n > 0 {
-                                partitions.insert(status, n);
+                                partitions.insert(status.into(), n);
                             }
                         }
                     } else {
                         // Recorded live, not checked: say only what the log says.
                         partitions.remove("live");
-                        partitions.insert("available", available);
+                        partitions.insert("available".into(), available);
                     }
                 }
                 Ok(DatasetView {
                     name: self.graph.producer_name(p).to_string(),
-                    kind: producer_kind(&self.graph, p),
+                    kind: producer_kind(&self.graph, p).to_string(),
                     pattern: pattern.to_string(),
                     partitions,
                     freshness_checked,
@@ -697,7 +730,7 @@ impl Engine {
     pub fn jobs(&self, name: Option<&str>) -> Result<Vec<databuild_log::JobStats>> {
         if let Some(n) = name {
             if self.graph.job(n).is_none() {
-                return Err(EngineError::Invalid(format!("no job `{n}` in the graph")));
+                return Err(EngineError::NotFound(format!("no job `{n}` in the graph")));
             }
         }
         let mut stats = self.store.job_stats(name)?;

@@ -8,6 +8,7 @@
 //!   checked by file existence or by their probe command, and dynamic jobs' config executables are
 //!   called once per job per planning round.
 
+pub mod answers;
 pub mod build;
 pub mod engine;
 pub mod freshness;

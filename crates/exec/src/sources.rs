@@ -251,7 +251,7 @@ pub fn ingest_directory(
     Ok(report)
 }
 
-#[derive(Debug, Default, Clone, Serialize)]
+#[derive(Debug, Default, Clone, Serialize, serde::Deserialize, utoipa::ToSchema)]
 pub struct IngestReport {
     pub files: u64,
     pub records: u64,
@@ -259,11 +259,12 @@ pub struct IngestReport {
 }
 
 /// What one maintenance pass of a source did.
-#[derive(Debug, Default, Clone, Serialize)]
+#[derive(Debug, Default, Clone, Serialize, serde::Deserialize, utoipa::ToSchema)]
 pub struct Maintenance {
     pub source: String,
     pub ingested: IngestReport,
-    /// `(date, records)` of each partition sealed.
+    /// `[date, records]` of each partition sealed.
+    #[schema(value_type = Vec<Vec<Value>>)]
     pub sealed: Vec<(String, u64)>,
     pub expired: Vec<String>,
 }
@@ -385,11 +386,11 @@ fn seal(dir: &Path, source: &Source, date: &str) -> io::Result<(u64, Event)> {
 }
 
 /// One day of a source: open, sealed or expired.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize, utoipa::ToSchema)]
 pub struct SourceDay {
     pub date: String,
     /// `open`, `sealed` or `expired`.
-    pub state: &'static str,
+    pub state: String,
     pub records: Option<u64>,
 }
 
@@ -427,7 +428,7 @@ pub fn source_days(
                 date.clone(),
                 SourceDay {
                     date,
-                    state,
+                    state: state.to_string(),
                     records,
                 },
             );
@@ -443,7 +444,7 @@ pub fn source_days(
                 date.clone(),
                 SourceDay {
                     date,
-                    state: "open",
+                    state: "open".to_string(),
                     records: None,
                 },
             );

@@ -20,19 +20,19 @@ use crate::local::Executor;
 use crate::sources::{source_days, SourceDay};
 use crate::versions::promotions;
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize, utoipa::ToSchema)]
 pub struct SourceView {
     pub name: String,
     /// `webhook` or `directory`.
-    pub kind: &'static str,
+    pub kind: String,
     pub retention_days: u32,
-    pub body_format: &'static str,
+    pub body_format: String,
     pub signed: bool,
     pub days: DayCounts,
     pub tables: Vec<TableView>,
 }
 
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, serde::Deserialize, utoipa::ToSchema)]
 pub struct DayCounts {
     pub open: usize,
     pub sealed: usize,
@@ -41,7 +41,7 @@ pub struct DayCounts {
     pub last: Option<String>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize, utoipa::ToSchema)]
 pub struct TableView {
     pub name: String,
     /// The version `<table>/date=...` reads.
@@ -49,7 +49,7 @@ pub struct TableView {
     pub versions: Vec<VersionView>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize, utoipa::ToSchema)]
 pub struct VersionView {
     pub version: u32,
     /// `name: type` per column.
@@ -61,7 +61,7 @@ pub struct VersionView {
 }
 
 /// One date of `source show`: the raw partition and each table version's partition.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize, utoipa::ToSchema)]
 pub struct CoverageRow {
     pub date: String,
     pub raw: Option<SourceDay>,
@@ -69,7 +69,7 @@ pub struct CoverageRow {
     pub versions: BTreeMap<String, String>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize, utoipa::ToSchema)]
 pub struct SourceDetail {
     #[serde(flatten)]
     pub source: SourceView,
@@ -77,7 +77,7 @@ pub struct SourceDetail {
     pub coverage: Vec<CoverageRow>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize, utoipa::ToSchema)]
 pub struct Promotion {
     pub table: String,
     pub from: u32,
@@ -182,7 +182,7 @@ impl Engine {
             ..Default::default()
         };
         for d in days {
-            match d.state {
+            match d.state.as_str() {
                 "open" => counts.open += 1,
                 "sealed" => counts.sealed += 1,
                 _ => counts.expired += 1,
@@ -193,13 +193,15 @@ impl Engine {
             kind: match source.kind {
                 databuild_core::SourceKind::Webhook => "webhook",
                 databuild_core::SourceKind::Directory { .. } => "directory",
-            },
+            }
+            .to_string(),
             retention_days: source.retention_days,
             body_format: match source.body_format {
                 databuild_core::BodyFormat::Json => "json",
                 databuild_core::BodyFormat::JsonArray => "json_array",
                 databuild_core::BodyFormat::Text => "text",
-            },
+            }
+            .to_string(),
             signed: source.secret_env.is_some(),
             days: counts,
             tables: self
@@ -230,7 +232,7 @@ impl Engine {
             .position(|s| s.name == name)
             .ok_or_else(|| {
                 let known: Vec<&str> = self.graph.sources.iter().map(|s| s.name.as_str()).collect();
-                EngineError::Invalid(format!(
+                EngineError::NotFound(format!(
                     "no source `{name}` in the graph (sources: {})",
                     if known.is_empty() {
                         "none".to_string()
@@ -323,10 +325,9 @@ impl Engine {
         version: u32,
         downstream: Option<(&BuildOptions, &dyn Executor, &mut dyn Observer, &AtomicBool)>,
     ) -> Result<Promotion> {
-        let table = self
-            .graph
-            .table(table_name)
-            .ok_or_else(|| EngineError::Invalid(format!("no table `{table_name}` in the graph")))?;
+        let table = self.graph.table(table_name).ok_or_else(|| {
+            EngineError::NotFound(format!("no table `{table_name}` in the graph"))
+        })?;
         if table.version(version).is_none() {
             let known: Vec<String> = table
                 .versions

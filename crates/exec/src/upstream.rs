@@ -4,8 +4,7 @@
 use std::io::{BufRead, BufReader};
 use std::time::Duration;
 
-use databuild_core::refs::encode_segment;
-use serde_json::Value;
+use crate::answers::{route, BuildAccepted, ErrorBody, PartitionStatus};
 
 /// How long one call to an upstream service may take (SSE streams excepted).
 const CALL_TIMEOUT: Duration = Duration::from_secs(10);
@@ -27,32 +26,30 @@ fn token_header() -> Option<String> {
 
 /// The partition's status on the upstream service: `(status, built_by)`.
 pub fn status(upstream: &str, r: &str) -> Result<(String, Option<String>), String> {
-    let url = format!("{upstream}/api/v1/partitions/{}/status", encode_segment(r));
+    let url = format!("{upstream}{}", route::fill(route::PARTITION_STATUS, r));
     let mut response = agent(Some(CALL_TIMEOUT))
         .get(&url)
         .call()
         .map_err(|e| format!("upstream {upstream} does not answer: {e}"))?;
     let code = response.status().as_u16();
-    let body: Value = response
+    let body = response
         .body_mut()
-        .read_json()
-        .map_err(|e| format!("upstream {upstream} answered {code} with no JSON: {e}"))?;
+        .read_to_string()
+        .map_err(|e| format!("upstream {upstream} answered {code} unreadably: {e}"))?;
     if code != 200 {
-        return Err(format!(
-            "upstream {upstream} answered {code}: {}",
-            body["error"]
-        ));
+        let why = serde_json::from_str::<ErrorBody>(&body).map_or(body, |e| e.error);
+        return Err(format!("upstream {upstream} answered {code}: {why}"));
     }
-    Ok((
-        body["status"].as_str().unwrap_or("missing").to_string(),
-        body["built_by"].as_str().map(str::to_string),
-    ))
+    let answer: PartitionStatus = serde_json::from_str(&body).map_err(|e| {
+        format!("upstream {upstream} answered what this databuild cannot read: {e}")
+    })?;
+    Ok((answer.status, answer.built_by))
 }
 
 /// Asks the upstream service to build `refs`; returns its build request id.
 pub fn request_build(upstream: &str, refs: &[String]) -> Result<String, String> {
     let mut request = agent(Some(CALL_TIMEOUT))
-        .post(format!("{upstream}/api/v1/builds"))
+        .post(format!("{upstream}{}", route::BUILDS))
         .header("Content-Type", "application/json");
     if let Some(auth) = token_header() {
         request = request.header("Authorization", &auth);
@@ -62,22 +59,19 @@ pub fn request_build(upstream: &str, refs: &[String]) -> Result<String, String> 
         .send(&body)
         .map_err(|e| format!("upstream {upstream} does not answer: {e}"))?;
     let code = response.status().as_u16();
-    let v: Value = response.body_mut().read_json().unwrap_or(Value::Null);
-    match v["build_request_id"].as_str() {
-        Some(id) if code == 202 => Ok(id.to_string()),
+    let body = response.body_mut().read_to_string().unwrap_or_default();
+    match serde_json::from_str::<BuildAccepted>(&body) {
+        Ok(a) if code == 202 => Ok(a.build_request_id),
         _ => Err(format!(
             "upstream {upstream} refused the build ({code}): {}",
-            v["error"]
+            serde_json::from_str::<ErrorBody>(&body).map_or(body, |e| e.error)
         )),
     }
 }
 
 /// Follows an upstream build's event stream until it ends; returns its final status.
 pub fn follow(upstream: &str, id: &str) -> Result<String, String> {
-    let url = format!(
-        "{upstream}/api/v1/builds/{}/events/stream",
-        encode_segment(id)
-    );
+    let url = format!("{upstream}{}", route::fill(route::BUILD_EVENT_STREAM, id));
     let response = agent(None)
         .get(&url)
         .call()
@@ -89,9 +83,10 @@ pub fn follow(upstream: &str, id: &str) -> Result<String, String> {
         let Some(data) = line.strip_prefix("data:") else {
             continue;
         };
-        if let Ok(e) = serde_json::from_str::<Value>(data.trim()) {
-            if e["kind"] == "build_request" {
-                last = e["status"].as_str().unwrap_or("unknown").to_string();
+        // The stream carries the log's events as the log holds them.
+        if let Ok(e) = serde_json::from_str::<databuild_log::Event>(data.trim()) {
+            if e.kind == databuild_log::Kind::BuildRequest {
+                last = e.status.to_string();
             }
         }
     }

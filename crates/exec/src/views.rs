@@ -3,7 +3,7 @@
 use databuild_core::plan::{Delegation, KnownState, MissingExternal};
 use databuild_core::{Plan, PlannedRun};
 use databuild_log::{PartitionQuery, PartitionRow, Status};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::engine::{Engine, Result};
 
@@ -49,24 +49,26 @@ pub fn shown_status(status: Status) -> &'static str {
     }
 }
 
-/// One partition in a listing.
-#[derive(Debug, Serialize)]
+/// One partition in a listing (an answer: see [`crate::answers`] for its times).
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct PartitionItem {
     #[serde(rename = "ref")]
     pub partition_ref: String,
-    pub status: &'static str,
+    /// `live`, `stale`, `missing`, `building`, `failed` or `tainted`.
+    pub status: String,
     pub job: Option<String>,
     pub built_by: Option<String>,
     pub build_request_id: Option<String>,
-    /// ns since the epoch; answers show it as RFC 3339 (`updated_at`) and ns (`updated_at_ns`).
-    pub updated_at: i64,
+    #[schema(format = DateTime)]
+    pub updated_at: String,
     /// Why a stale partition is stale (in `live` / `stale` listings).
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    pub updated_at_ns: i64,
 }
 
 /// A page of partitions, with the cursor of the next page (`after`).
-#[derive(Debug, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct PartitionPage {
     pub partitions: Vec<PartitionItem>,
     pub next: Option<String>,
@@ -75,8 +77,9 @@ pub struct PartitionPage {
 impl From<PartitionRow> for PartitionItem {
     fn from(r: PartitionRow) -> Self {
         PartitionItem {
-            status: shown_status(r.status),
-            updated_at: r.updated_at,
+            status: shown_status(r.status).to_string(),
+            updated_at: crate::engine::rfc3339(r.updated_at),
+            updated_at_ns: r.updated_at,
             partition_ref: r.partition_ref,
             job: r.job,
             built_by: r.job_run_id,
@@ -170,7 +173,7 @@ impl Engine {
                 if fresh == want_fresh {
                     let mut item = PartitionItem::from(row);
                     if let Some(reason) = reason {
-                        item.status = "stale";
+                        item.status = "stale".to_string();
                         item.reason = Some(reason);
                     }
                     page.partitions.push(item);
@@ -203,7 +206,7 @@ impl Engine {
             .map(|row| {
                 let shown = self.shown_status(&versions, &row);
                 let mut item = PartitionItem::from(row);
-                item.status = shown;
+                item.status = shown.to_string();
                 item
             })
             .filter(|item| query.status.is_none_or(|s| shown_status(s) == item.status))

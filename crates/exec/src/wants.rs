@@ -80,7 +80,7 @@ impl Engine {
     pub fn want_row(&self, id: &str) -> Result<WantRow> {
         self.store
             .want(id)?
-            .ok_or_else(|| EngineError::Invalid(format!("no want `{id}`")))
+            .ok_or_else(|| EngineError::NotFound(format!("no want `{id}`")))
     }
 
     /// Withdraws a want.

@@ -9,7 +9,19 @@ use serde::{Deserialize, Serialize};
 /// Version of the event format. Bump it when a field is added to [`Event`] or [`EventData`].
 pub const FORMAT_VERSION: u32 = 2;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    utoipa::ToSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum Kind {
     BuildRequest,
@@ -24,7 +36,19 @@ pub enum Kind {
 }
 
 /// Every status of every kind; which ones a kind may use is the business of [`crate::state`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    utoipa::ToSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum Status {
     // build_request
@@ -115,7 +139,7 @@ names!(Status {
 
 /// Kind-specific extras, stored as a JSON object. Every field is optional so that old events stay
 /// readable as fields are added.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(default)]
 pub struct EventData {
     /// build_request received: the refs asked for.
@@ -191,7 +215,9 @@ pub struct EventData {
     pub want_id: Option<String>,
     /// want requested: when it expires (ns), and its SLA: how long after the end of a
     /// partition's day (the date in its ref) it must be live.
+    /// (Answers show it as RFC 3339 text, its ns beside it as `expires_at_ns`.)
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>)]
     pub expires_at: Option<i64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sla_seconds: Option<u64>,
@@ -217,7 +243,7 @@ pub struct EventData {
 }
 
 /// What a build does after a run failed, when that is not the end of its outputs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum AfterFailure {
     /// Another attempt is scheduled (the job's `retries`).

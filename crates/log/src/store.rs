@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::event::{Event, Status};
 
@@ -85,7 +85,7 @@ pub struct BuildRequestRow {
     pub updated_at: i64,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct RequestPartitionRow {
     #[serde(rename = "ref")]
     pub partition_ref: String,
@@ -273,7 +273,7 @@ pub struct RunQuery {
     pub limit: usize,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct SqlResult {
     pub columns: Vec<String>,
     pub rows: Vec<Vec<serde_json::Value>>,

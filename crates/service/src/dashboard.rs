@@ -9,10 +9,11 @@ use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use axum::{Extension, Router};
 use databuild_core::{PartitionRef, PlanRequest};
+use databuild_exec::answers::{self, BuildDetail, JobRun};
 use databuild_exec::engine::rfc3339;
 use databuild_exec::views::ListedStatus;
 use databuild_exec::Engine;
-use databuild_log::{PartitionQuery, SqlLimits, Status};
+use databuild_log::{Kind, PartitionQuery, SqlLimits, Status};
 use maud::{html, Markup, PreEscaped, DOCTYPE};
 use serde::Deserialize;
 use serde_json::Value;
@@ -137,30 +138,28 @@ fn s(v: &Value) -> String {
     }
 }
 
-fn list(v: &Value) -> Vec<Value> {
-    v.as_array().cloned().unwrap_or_default()
-}
-
 fn badge(status: &str) -> Markup {
     html! { span.badge style={ "background:" (svg::colour(status)) } { (status) } }
 }
 
-/// A time of an answer: RFC 3339 text (answers' times), or ns since the epoch (events').
-fn time(v: &Value) -> String {
-    match v {
-        Value::String(t) => t.clone(),
-        other => other
-            .as_i64()
-            .map(databuild_exec::engine::rfc3339)
-            .unwrap_or_else(|| "-".into()),
-    }
+fn took(run: &JobRun) -> String {
+    run.duration_ms()
+        .map_or_else(|| "-".into(), |ms| format!("{:.2} s", ms / 1e3))
 }
 
-fn took(run: &Value) -> String {
-    match (run["started_at_ns"].as_i64(), run["ended_at_ns"].as_i64()) {
-        (Some(a), Some(b)) => format!("{:.2} s", (b - a) as f64 / 1e9),
-        _ => "-".into(),
-    }
+/// An answer's optional time, or `-`.
+fn at(t: &Option<String>) -> &str {
+    t.as_deref().unwrap_or("-")
+}
+
+/// An optional text, or nothing.
+fn or_empty(t: &Option<String>) -> &str {
+    t.as_deref().unwrap_or_default()
+}
+
+/// The first 8 characters of an id (ids are ASCII; a shorter one is shown whole).
+fn short(id: &str) -> &str {
+    &id[..8.min(id.len())]
 }
 
 pub use databuild_core::refs::encode_segment as enc;
@@ -181,7 +180,7 @@ fn form_auth(state: &AppState, role: Role) -> Markup {
 async fn home(State(state): Shared, Extension(role): Extension<Role>) -> Response {
     let st = state.clone();
     let data = page(&state, |engine| {
-        let builds = views::builds(engine, None, 10)?;
+        let builds = views::builds(engine, None, 10)?.builds;
         let failed = engine.partition_page(
             &PartitionQuery {
                 status: Some(databuild_log::Status::Failed),
@@ -210,14 +209,13 @@ async fn home(State(state): Shared, Extension(role): Extension<Role>) -> Respons
             " " (form_auth(&st, role))
         }
         h2 { "Recent builds" }
-        @let rows = list(&builds["builds"]);
-        @if rows.is_empty() { p.empty { "No builds yet." } } @else {
+        @if builds.is_empty() { p.empty { "No builds yet." } } @else {
             table { tr { th { "Build" } th { "Status" } th { "Requested" } th { "Created" } }
-                @for b in &rows { tr {
-                    td { a href={ "/builds/" (s(&b["build_request_id"])) } { code { (s(&b["build_request_id"])[..8.min(s(&b["build_request_id"]).len())]) } } }
-                    td { (badge(&s(&b["status"]))) }
-                    td { @for r in list(&b["requested_partitions"]).iter().take(3) { (partition_link(&s(r))) " " } }
-                    td.muted { (time(&b["created_at"])) }
+                @for b in &builds { tr {
+                    td { a href={ "/builds/" (b.build_request_id) } { code { (short(&b.build_request_id)) } } }
+                    td { (badge(b.status.as_str())) }
+                    td { @for r in b.requested_partitions.iter().take(3) { (partition_link(r)) " " } }
+                    td.muted { (b.created_at) }
                 } }
             }
         }
@@ -241,73 +239,69 @@ async fn home(State(state): Shared, Extension(role): Extension<Role>) -> Respons
 }
 
 /// The graph of a build's runs: an edge where a run reads what another run of the build makes.
-fn runs_graph(runs: &[Value]) -> String {
+fn runs_graph(runs: &[JobRun]) -> String {
     let mut producer = std::collections::HashMap::new();
     for r in runs {
-        for o in list(&r["outputs"]) {
-            producer.insert(s(&o), s(&r["job_run_id"]));
+        for o in &r.outputs {
+            producer.insert(o.as_str(), r.job_run_id.as_str());
         }
     }
     let nodes: Vec<svg::GraphNode> = runs
         .iter()
         .rev()
         .map(|r| svg::GraphNode {
-            id: s(&r["job_run_id"]),
-            label: format!(
-                "{} {}",
-                s(&r["job"]),
-                list(&r["outputs"]).first().map(s).unwrap_or_default()
-            ),
-            status: s(&r["status"]),
-            href: format!("/runs/{}", s(&r["job_run_id"])),
-            depends_on: list(&r["inputs"])
+            id: r.job_run_id.clone(),
+            label: format!("{} {}", r.job, r.outputs.first().map_or("", String::as_str)),
+            status: r.status.to_string(),
+            href: format!("/runs/{}", r.job_run_id),
+            depends_on: r
+                .inputs
                 .iter()
-                .filter_map(|i| producer.get(&s(i)).cloned())
+                .filter_map(|i| producer.get(i.as_str()).map(|p| p.to_string()))
                 .collect(),
         })
         .collect();
     svg::graph(&nodes)
 }
 
-fn build_body(b: &Value, events: &[Value], state: &AppState, role: Role) -> Markup {
-    let id = s(&b["build_request_id"]);
-    let status = s(&b["status"]);
-    let finished = matches!(status.as_str(), "completed" | "failed" | "cancelled")
-        || b["analyze_only"] == true;
-    let runs = list(&b["job_runs"]);
+fn build_body(b: &BuildDetail, events: &[answers::Event], state: &AppState, role: Role) -> Markup {
+    let id = &b.build_request_id;
+    let status = b.status.as_str();
+    let finished = matches!(status, "completed" | "failed" | "cancelled") || b.analyze_only;
+    let runs = &b.job_runs;
     html! {
         div #live data-finished=(finished) {
-            p { "Status " span #build-status { (badge(&status)) } " · created " (time(&b["created_at"])) " · updated " (time(&b["updated_at"]))
-                @if let Some(m) = b["message"].as_str() { " · " span.muted { (m) } } }
+            p { "Status " span #build-status { (badge(status)) } " · created " (b.created_at) " · updated " (b.updated_at)
+                @if let Some(m) = &b.message { " · " span.muted { (m) } } }
             @if !finished {
                 form.inline method="post" action={ "/ui/cancel/" (id) } { (form_auth(state, role)) button type="submit" { "Cancel build" } }
             }
             h2 { "Job runs" }
             @if runs.is_empty() { p.empty { "No job runs (yet)." } } @else {
-                div.scroll { (PreEscaped(runs_graph(&runs))) }
+                div.scroll { (PreEscaped(runs_graph(runs))) }
                 table { tr { th { "Run" } th { "Job" } th { "Status" } th { "Outputs" } th { "Took" } }
                     @for r in runs.iter().rev() { tr {
-                        td { a href={ "/runs/" (s(&r["job_run_id"])) } { code { (s(&r["job_run_id"])[..8]) } } }
-                        td { (s(&r["job"])) } td { (badge(&s(&r["status"]))) }
-                        td { @for o in list(&r["outputs"]).iter().take(3) { (partition_link(&s(o))) " " } }
+                        td { a href={ "/runs/" (r.job_run_id) } { code { (short(&r.job_run_id)) } } }
+                        td { (r.job) } td { (badge(r.status.as_str())) }
+                        td { @for o in r.outputs.iter().take(3) { (partition_link(o)) " " } }
                         td { (took(r)) }
                     } }
                 }
             }
             h2 { "Partitions" }
             table { tr { th { "Partition" } th { "In this build" } }
-                @for p in list(&b["partitions"]) { tr { td { (partition_link(&s(&p["ref"]))) } td { (badge(&s(&p["status"]))) } } }
+                @for p in &b.partitions { tr { td { (partition_link(&p.partition_ref)) } td { (badge(p.status.as_str())) } } }
             }
-            @let delegations: Vec<&Value> = events.iter().filter(|e| e["kind"] == "delegation").collect();
+            @let delegations: Vec<&answers::Event> = events.iter().filter(|e| e.kind == Kind::Delegation).collect();
             @if !delegations.is_empty() {
                 h2 { "Delegations" }
-                ul { @for d in delegations { li { (partition_link(&s(&d["partition_ref"]))) " is built by build "
-                    a href={ "/builds/" (s(&d["delegated_to"])) } { code { (s(&d["delegated_to"])) } } } } }
+                ul { @for d in delegations { li { (partition_link(or_empty(&d.partition_ref))) " is built by build "
+                    a href={ "/builds/" (or_empty(&d.delegated_to)) } { code { (or_empty(&d.delegated_to)) } } } } }
             }
             h2 { "Events" @if events.len() > 200 { span.muted { " (the last 200 of " (events.len()) ")" } } }
             table #events { tr { th { "#" } th { "Kind" } th { "Status" } th { "Subject" } th { "Message" } }
-                @for e in &events[events.len().saturating_sub(200)..] { tr { td { (s(&e["idx"])) } td { (s(&e["kind"])) } td { (badge(&s(&e["status"]))) }
-                    td { code { (s(&e["partition_ref"])) " " (s(&e["job"])) } } td.muted { (s(&e["message"])) } } }
+                @for e in &events[events.len().saturating_sub(200)..] { tr { td { (e.idx) } td { (e.kind.as_str()) } td { (badge(e.status.as_str())) }
+                    td { code { (or_empty(&e.partition_ref)) " " (or_empty(&e.job)) } } td.muted { (or_empty(&e.message)) } } }
             }
         }
     }
@@ -321,13 +315,13 @@ async fn build_page(
     let st = state.clone();
     let bid = id.clone();
     match page(&state, move |engine| {
-        Ok((views::build(engine, &bid)?, list(&views::build_events(engine, &bid)?["events"])))
+        Ok((views::build(engine, &bid)?, views::build_events(engine, &bid)?.events))
     })
     .await
     {
         Ok((b, events)) => layout(&format!("Build {id}"), html! {
             h1 { "Build " code { (id) } }
-            p { "Requested: " @for r in list(&b["requested_partitions"]) { (partition_link(&s(&r))) " " } }
+            p { "Requested: " @for r in &b.requested_partitions { (partition_link(r)) " " } }
             (build_body(&b, &events, &st, role))
             // Live updates: the build's Server-Sent Events stream; each event re-renders the live
             // part of the page (at most every 300 ms), until the stream ends with the build.
@@ -358,7 +352,7 @@ async fn build_live(
     match page(&state, move |engine| {
         Ok((
             views::build(engine, &id)?,
-            list(&views::build_events(engine, &id)?["events"]),
+            views::build_events(engine, &id)?.events,
         ))
     })
     .await
@@ -393,7 +387,7 @@ async fn partitions_page(State(state): Shared, Query(q): Query<PartitionsQuery>)
         Ok(p) => p,
         Err(r) => return r,
     };
-    let rows = list(&page_data["partitions"]);
+    let rows = &page_data.partitions;
     layout("Partitions", html! {
         h1 { "Partitions" }
         form method="get" action="/partitions" {
@@ -404,11 +398,11 @@ async fn partitions_page(State(state): Shared, Query(q): Query<PartitionsQuery>)
         }
         @if rows.is_empty() { p.empty { "No partition matches. Partitions appear here once a run has touched them." } } @else {
             table { tr { th { "Partition" } th { "Status" } th { "Job" } th { "Updated" } }
-                @for p in &rows { tr { td { (partition_link(&s(&p["ref"]))) } td { (badge(&s(&p["status"])))
-                    @if let Some(why) = p["reason"].as_str() { " " span.muted { (why) } } } td { (s(&p["job"])) } td.muted { (s(&p["updated_at"])) } } }
+                @for p in rows { tr { td { (partition_link(&p.partition_ref)) } td { (badge(&p.status))
+                    @if let Some(why) = &p.reason { " " span.muted { (why) } } } td { (or_empty(&p.job)) } td.muted { (p.updated_at) } } }
             }
-            @if rows.len() < 100 && page_data["next"].is_string() { p.muted { "Freshness is checked for a bounded number of partitions per page; more may follow." } }
-            @if let Some(next) = page_data["next"].as_str() {
+            @if rows.len() < 100 && page_data.next.is_some() { p.muted { "Freshness is checked for a bounded number of partitions per page; more may follow." } }
+            @if let Some(next) = &page_data.next {
                 a href={ "/partitions?after=" (enc(next)) "&pattern=" (enc(pattern.as_deref().unwrap_or(""))) "&status=" (status.as_deref().unwrap_or("")) } { "Next page →" }
             }
         }
@@ -475,7 +469,7 @@ async fn sources_page(State(state): Shared) -> Response {
                     tr { th { "" } th { @if let (Some(a), Some(b)) = (days.first(), days.last()) { (a.date) " → " (b.date) } } th { "Columns" } }
                     tr {
                         td { "raw" }
-                        td { (PreEscaped(svg::calendar(&days.iter().map(|c| (c.date.clone(), c.raw.as_ref().map_or("missing", |r| r.state).to_string())).collect::<Vec<_>>()))) }
+                        td { (PreEscaped(svg::calendar(&days.iter().map(|c| (c.date.clone(), c.raw.as_ref().map_or("missing", |r| r.state.as_str()).to_string())).collect::<Vec<_>>()))) }
                         td { span.muted { "source/" (src.name) "/date=…" } }
                     }
                     @for t in &src.tables { @for v in &t.versions {
@@ -648,14 +642,14 @@ async fn partition_page(
     below.sort();
     below.dedup();
     layout(&r, html! {
-        h1 { code { (r) } " " (badge(&s(&x["status"]))) }
-        ul { @for reason in list(&x["reasons"]) { li { (s(&reason)) } } }
-        @if x["producer"].is_object() { p { "Produced by " (s(&x["producer"]["kind"])) " " b { (s(&x["producer"]["name"])) } " " code { (s(&x["producer"]["pattern"])) } } }
-        @if x["run"].is_object() { p { "Built by run " a href={ "/runs/" (s(&x["run"]["job_run_id"])) } { code { (s(&x["run"]["job_run_id"])) } }
-            " of build " a href={ "/builds/" (s(&x["run"]["build_request_id"])) } { code { (s(&x["run"]["build_request_id"])) } } } }
-        @if let Some(p) = x["report"]["provenance"].as_str() { p.provenance { "Provenance: " (p) } }
-        @for w in list(&x["wants"]) {
-            p.wanted { "Wanted (" (s(&w["status"])) "): " (s(&w["message"])) " since " (time(&w["updated_at"]))
+        h1 { code { (r) } " " (badge(&x.status)) }
+        ul { @for reason in &x.reasons { li { (reason) } } }
+        @if let Some(p) = &x.producer { p { "Produced by " (p.kind) " " b { (p.name) } " " code { (p.pattern) } } }
+        @if let Some(run) = &x.run { p { "Built by run " a href={ "/runs/" (run.job_run_id) } { code { (run.job_run_id) } }
+            " of build " a href={ "/builds/" (or_empty(&run.build_request_id)) } { code { (or_empty(&run.build_request_id)) } } } }
+        @if let Some(p) = x.report.as_ref().and_then(|r| r.get("provenance")).and_then(Value::as_str) { p.provenance { "Provenance: " (p) } }
+        @for w in &x.wants {
+            p.wanted { "Wanted (" (w.status.as_str()) "): " (or_empty(&w.message)) " since " (w.updated_at)
                 " · " a href="/wants" { "wants" } }
         }
         form.inline method="post" action="/ui/build" {
@@ -670,22 +664,20 @@ async fn partition_page(
             button type="submit" { "Taint" }
         }
         h2 { "Upstream (the inputs of its run)" }
-        @let inputs = list(&x["inputs"]);
-        @if inputs.is_empty() { p.empty { "None recorded." } } @else {
-            table { @for i in &inputs { tr { td { (partition_link(&s(&i["ref"]))) } td { (badge(&s(&i["status"]))) } } } }
+        @if x.inputs.is_empty() { p.empty { "None recorded." } } @else {
+            table { @for i in &x.inputs { tr { td { (partition_link(&i.partition_ref)) } td { (badge(&i.status)) } } } }
         }
         h2 { "Downstream (what the latest " (RECENT_RUNS) " runs built from it)" }
         @if below.is_empty() { p.empty { "Nothing read it yet." } } @else { ul { @for d in &below { li { (partition_link(d)) } } } }
-        @let steps = list(&x["to_build"]);
-        @if !steps.is_empty() {
+        @if !x.to_build.is_empty() {
             h2 { "To build it" }
-            table { tr { th { "Job" } th { "Outputs" } } @for st in &steps { tr { td { (s(&st["job"])) } td { @for o in list(&st["outputs"]) { (partition_link(&s(&o))) " " } } } } }
+            table { tr { th { "Job" } th { "Outputs" } } @for st in &x.to_build { tr { td { (st.job) } td { @for o in &st.outputs { (partition_link(o)) " " } } } } }
         }
         h2 { "Builds that touched it" }
         ul { @for b in &builds.rows { li { a href={ "/builds/" (s(&b[0])) } { code { (s(&b[0])) } } } } }
         h2 { "History" }
         table { tr { th { "#" } th { "Status" } th { "Time" } th { "Message" } }
-            @for e in list(&x["history"]) { tr { td { (s(&e["idx"])) } td { (badge(&s(&e["status"]))) } td.muted { (time(&e["timestamp"])) } td { (s(&e["message"])) } } } }
+            @for e in &x.history { tr { td { (e.idx) } td { (badge(e.status.as_str())) } td.muted { (rfc3339(e.timestamp)) } td { (or_empty(&e.message)) } } } }
     }).into_response()
 }
 
@@ -697,12 +689,12 @@ async fn jobs_page(State(state): Shared) -> Response {
     layout("Jobs", html! {
         h1 { "Jobs" }
         table { tr { th { "Job" } th { "Runs" } th { "Success" } th { "Mean" } th { "p95" } th { "Last run" } }
-            @for j in list(&jobs["jobs"]) { tr {
-                td { a href={ "/jobs/" (s(&j["job"])) } { (s(&j["job"])) } } td { (s(&j["runs"])) }
-                td { @match j["success_rate"].as_f64() { Some(r) => (format!("{:.0}%", r * 100.0)), None => "-" } }
-                td { @match j["mean_ms"].as_f64() { Some(m) => (format!("{m:.0} ms")), None => "-" } }
-                td { @match j["p95_ms"].as_f64() { Some(m) => (format!("{m:.0} ms")), None => "-" } }
-                td.muted { (time(&j["last_run_at"])) }
+            @for j in &jobs.jobs { tr {
+                td { a href={ "/jobs/" (j.job) } { (j.job) } } td { (j.runs) }
+                td { @match j.success_rate { Some(r) => (format!("{:.0}%", r * 100.0)), None => "-" } }
+                td { @match j.mean_ms { Some(m) => (format!("{m:.0} ms")), None => "-" } }
+                td { @match j.p95_ms { Some(m) => (format!("{m:.0} ms")), None => "-" } }
+                td.muted { (at(&j.last_run_at)) }
             } }
         }
     }).into_response()
@@ -711,55 +703,51 @@ async fn jobs_page(State(state): Shared) -> Response {
 async fn job_page(State(state): Shared, Path(name): Path<String>) -> Response {
     let n = name.clone();
     let data = page(&state, move |engine| {
-        Ok((views::job(engine, &n)?, views::job_runs(engine, &n, 100)?))
+        Ok((
+            views::job(engine, &n)?,
+            views::job_runs(engine, &n, 100)?.runs,
+        ))
     })
     .await;
     let (job, runs) = match data {
         Ok(d) => d,
         Err(r) => return r,
     };
-    let runs = list(&runs["runs"]);
     let points: Vec<(String, f64, String)> = runs
         .iter()
         .rev()
-        .filter_map(|r| {
-            Some((
-                s(&r["job_run_id"]),
-                (r["ended_at_ns"].as_i64()? - r["started_at_ns"].as_i64()?) as f64 / 1e6,
-                s(&r["status"]),
-            ))
-        })
+        .filter_map(|r| Some((r.job_run_id.clone(), r.duration_ms()?, r.status.to_string())))
         .collect();
     layout(&name, html! {
         h1 { "Job " (name) }
-        p { (s(&job["job"]["runs"])) " runs · " (s(&job["job"]["completed"])) " completed · " (s(&job["job"]["failed"])) " failed" }
+        p { (job.job.runs) " runs · " (job.job.completed) " completed · " (job.job.failed) " failed" }
         h2 { "Durations" }
         @if points.is_empty() { p.empty { "No finished runs yet." } } @else { div.scroll { (PreEscaped(svg::duration_chart(&points))) } }
         h2 { "Recent runs" }
         table { tr { th { "Run" } th { "Status" } th { "Outputs" } th { "Took" } th { "Scheduled" } }
             @for r in &runs { tr {
-                td { a href={ "/runs/" (s(&r["job_run_id"])) } { code { (s(&r["job_run_id"])[..8]) } } }
-                td { (badge(&s(&r["status"]))) } td { @for o in list(&r["outputs"]).iter().take(2) { (partition_link(&s(o))) " " } }
-                td { (took(r)) } td.muted { (time(&r["scheduled_at"])) }
+                td { a href={ "/runs/" (r.job_run_id) } { code { (short(&r.job_run_id)) } } }
+                td { (badge(r.status.as_str())) } td { @for o in r.outputs.iter().take(2) { (partition_link(o)) " " } }
+                td { (took(r)) } td.muted { (at(&r.scheduled_at)) }
             } }
         }
     }).into_response()
 }
 
-fn run_body(run: &Value, log: &str) -> Markup {
-    let running = matches!(s(&run["status"]).as_str(), "scheduled" | "running");
-    let id = s(&run["job_run_id"]);
+fn run_body(run: &JobRun, log: &str) -> Markup {
+    let running = matches!(run.status, Status::Scheduled | Status::Running);
+    let id = &run.job_run_id;
     html! {
         div #live hx-get={ "/runs/" (id) "/live" } hx-trigger=[running.then_some("every 1s")] hx-swap="outerHTML" {
-            p { (badge(&s(&run["status"]))) " job " a href={ "/jobs/" (s(&run["job"])) } { (s(&run["job"])) }
-                " · build " a href={ "/builds/" (s(&run["build_request_id"])) } { code { (s(&run["build_request_id"])) } } }
+            p { (badge(run.status.as_str())) " job " a href={ "/jobs/" (run.job) } { (run.job) }
+                " · build " a href={ "/builds/" (or_empty(&run.build_request_id)) } { code { (or_empty(&run.build_request_id)) } } }
             table {
-                tr { th { "Outputs" } td { @for o in list(&run["outputs"]) { (partition_link(&s(&o))) " " } } }
-                tr { th { "Inputs" } td { @for i in list(&run["inputs"]) { (partition_link(&s(&i))) " " } } }
-                tr { th { "Args" } td { code { (list(&run["args"]).iter().map(s).collect::<Vec<_>>().join(" ")) } } }
-                tr { th { "Env" } td { @if let Some(env) = run["env"].as_object() { @for (k, v) in env { code { (k) "=" (s(v)) } " " } } } }
-                tr { th { "Exit" } td { (s(&run["exit_code"])) " " span.muted { (s(&run["message"])) } } }
-                tr { th { "Timings" } td { "scheduled " (time(&run["scheduled_at"])) ", started " (time(&run["started_at"])) ", ended " (time(&run["ended_at"])) " (" (took(run)) ")" } }
+                tr { th { "Outputs" } td { @for o in &run.outputs { (partition_link(o)) " " } } }
+                tr { th { "Inputs" } td { @for i in &run.inputs { (partition_link(i)) " " } } }
+                tr { th { "Args" } td { code { (run.args.join(" ")) } } }
+                tr { th { "Env" } td { @for (k, v) in &run.env { code { (k) "=" (v) } " " } } }
+                tr { th { "Exit" } td { (run.exit_code.map(|c| c.to_string()).unwrap_or_default()) " " span.muted { (or_empty(&run.message)) } } }
+                tr { th { "Timings" } td { "scheduled " (at(&run.scheduled_at)) ", started " (at(&run.started_at)) ", ended " (at(&run.ended_at)) " (" (took(run)) ")" } }
             }
             h2 { "Log" }
             @if log.is_empty() { p.empty { "No log (yet)." } } @else { pre.log { (log) } }
@@ -812,7 +800,7 @@ fn refs_from_text(
     max_refs: usize,
 ) -> Result<Vec<PartitionRef>, AppError> {
     let words: Vec<&str> = text.split_whitespace().collect();
-    crate::api::parse_refs(engine, &words, max_refs)
+    views::parse_refs(engine, &words, max_refs)
 }
 
 async fn analyze_page(State(state): Shared, Query(q): Query<RefsQuery>) -> Response {
@@ -886,7 +874,7 @@ async fn sql_page(State(state): Shared, Query(q): Query<SqlQuery>) -> Response {
         None
     } else {
         Some(
-            crate::api::run_sql(&state, query.clone(), 1000)
+            crate::ops::run_sql(&state, query.clone(), 1000)
                 .await
                 .map_err(error_page),
         )
@@ -894,10 +882,10 @@ async fn sql_page(State(state): Shared, Query(q): Query<SqlQuery>) -> Response {
     let outcome = match result {
         None => html! {},
         Some(Ok(v)) => html! {
-            p.muted { (list(&v["rows"]).len()) " rows" @if v["truncated"] == true { " (cut at 1,000)" } }
+            p.muted { (v.rows.len()) " rows" @if v.truncated { " (cut at 1,000)" } }
             div.scroll { table #results {
-                tr { @for c in list(&v["columns"]) { th { (s(&c)) } } }
-                @for row in list(&v["rows"]) { tr { @for cell in list(&row) { td { (s(&cell)) } } } }
+                tr { @for c in &v.columns { th { (c) } } }
+                @for row in &v.rows { tr { @for cell in row { td { (s(cell)) } } } }
             } }
         },
         Some(Err(r)) => return r,
@@ -956,7 +944,18 @@ async fn ui_build(
         return r;
     }
     let words: Vec<String> = form.refs.split_whitespace().map(str::to_string).collect();
-    match crate::api::start_build(&state, words, form.force.is_some(), false, false, None).await {
+    match crate::ops::start_build(
+        &state,
+        crate::ops::BuildRequest {
+            partitions: words,
+            force: form.force.is_some(),
+            keep_going: false,
+            allow_stale: false,
+            parallel: None,
+        },
+    )
+    .await
+    {
         Ok(id) => Redirect::to(&format!("/builds/{id}")).into_response(),
         Err(e) => error_page(e),
     }
@@ -980,8 +979,9 @@ async fn ui_taint(
     }
     let r = form.r#ref.clone();
     let reason = form.reason.clone().filter(|s| !s.is_empty());
+    let max_refs = state.limits.max_refs;
     match page(&state, move |engine| {
-        views::taint(engine, &[r], reason.as_deref())
+        views::taint(engine, &[r], reason.as_deref(), max_refs)
     })
     .await
     {

@@ -1,22 +1,14 @@
 //! One error type for every handler: a status, a machine-readable code and a message, sent as
 //! `{"error": "...", "code": "..."}`. Internal failures are logged and answered generically.
 
-use axum::extract::rejection::JsonRejection;
+use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use databuild_exec::EngineError;
 use databuild_log::LogError;
 
-/// The body of every error answer.
-#[derive(serde::Serialize, utoipa::ToSchema)]
-pub struct ErrorBody {
-    /// What went wrong, in one sentence.
-    pub error: String,
-    /// A stable, machine-readable code: `bad_request`, `bad_json`, `not_found`, `unauthorized`,
-    /// `unplannable`, `sql_refused`, `sql_too_large`, `already_ended`, `too_large`, `internal`...
-    pub code: String,
-}
+pub use databuild_exec::answers::ErrorBody;
 
 #[derive(Debug)]
 pub struct AppError {
@@ -24,6 +16,14 @@ pub struct AppError {
     pub code: &'static str,
     pub message: String,
 }
+
+impl std::fmt::Display for AppError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for AppError {}
 
 impl AppError {
     pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
@@ -119,6 +119,18 @@ impl From<JsonRejection> for AppError {
     }
 }
 
+impl From<QueryRejection> for AppError {
+    fn from(r: QueryRejection) -> Self {
+        AppError::new(StatusCode::BAD_REQUEST, "bad_query", r.body_text())
+    }
+}
+
+impl From<PathRejection> for AppError {
+    fn from(r: PathRejection) -> Self {
+        AppError::new(StatusCode::BAD_REQUEST, "bad_path", r.body_text())
+    }
+}
+
 impl From<LogError> for AppError {
     fn from(e: LogError) -> Self {
         match e {
@@ -151,11 +163,11 @@ impl From<EngineError> for AppError {
                 code: "unplannable",
                 message: format!("cannot plan: {p}"),
             },
-            EngineError::Invalid(m) if m.starts_with("no build request") => AppError::not_found(m),
-            EngineError::Invalid(m) if m.contains("already ended") => AppError {
+            EngineError::NotFound(m) => AppError::not_found(m),
+            e @ EngineError::AlreadyEnded { .. } => AppError {
                 status: StatusCode::CONFLICT,
                 code: "already_ended",
-                message: m,
+                message: e.to_string(),
             },
             EngineError::Invalid(m) => AppError::bad_request(m),
         }

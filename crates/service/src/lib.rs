@@ -3,11 +3,17 @@
 //!
 //! - [`app`] builds the router (testable without a socket); [`serve`] binds it and handles
 //!   shutdown: stop taking requests, cancel running builds (recorded), exit.
-//! - [`api`] holds the handlers; [`error::AppError`] turns every failure into a JSON error.
+//! - `routes` is the router over the one route table (`databuild_exec::answers::route`); [`api`],
+//!   [`sources`] and `wants` hold the handlers, which answer with the types of
+//!   `databuild_exec::answers`; [`views`] computes those answers from the engine, for the
+//!   handlers, the dashboard and the CLI alike; [`ops`] is what handlers and dashboard share.
+//! - [`client::Api`] is the one interface to the answers: in-process over an engine, or over HTTP.
+//! - [`error::AppError`] turns every failure into a JSON error, its status from the error's kind.
 //! - Builds run on their own threads ([`Builds`]); the engine is synchronous, so handlers reach it
 //!   through `spawn_blocking`.
 
 pub mod api;
+pub mod client;
 mod dashboard;
 
 pub use dashboard::enc as encode_segment;
@@ -15,11 +21,13 @@ pub mod error;
 pub mod guard;
 mod metrics;
 mod openapi;
+pub mod ops;
 mod reconciler;
+mod routes;
 pub mod sources;
 mod svg;
 pub mod views;
-mod wants;
+pub mod wants;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -47,7 +55,7 @@ pub struct Builds {
 }
 
 impl Builds {
-    fn add(&self, id: String, interrupt: Arc<AtomicBool>, handle: JoinHandle<()>) {
+    pub(crate) fn add(&self, id: String, interrupt: Arc<AtomicBool>, handle: JoinHandle<()>) {
         let mut running = self.running.lock().expect("builds lock");
         running.retain(|_, (_, h)| !h.is_finished());
         running.insert(id, (interrupt, handle));
@@ -131,7 +139,7 @@ impl AppState {
 }
 
 pub fn app(state: Arc<AppState>) -> Router {
-    api::router(state)
+    routes::router(state)
 }
 
 /// Serves until SIGTERM or SIGINT, then cancels running builds and returns.

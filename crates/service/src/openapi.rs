@@ -1,4 +1,6 @@
-//! `GET /api/v1/openapi.json`, generated from the handlers' annotations and body types.
+//! `GET /api/v1/openapi.json`, generated from the handlers' annotations: every request body and
+//! every answer is named by its type (`databuild_exec::answers`), whose schema `utoipa` derives
+//! (and collects, with the types they hold).
 
 use axum::Json;
 use utoipa::OpenApi;
@@ -52,11 +54,80 @@ use crate::error::ErrorBody;
         ErrorBody,
         crate::sources::SealBody,
         crate::sources::PromoteBody,
-        crate::wants::WantBody
+        crate::wants::WantBody,
+        crate::wants::WantStatusName,
+        crate::api::ListedStatusName,
+        crate::api::GraphFormat
     ))
 )]
 pub struct ApiDoc;
 
-pub async fn document() -> Json<utoipa::openapi::OpenApi> {
-    Json(ApiDoc::openapi())
+/// The document, built once.
+pub async fn document() -> Json<&'static serde_json::Value> {
+    static DOCUMENT: std::sync::OnceLock<serde_json::Value> = std::sync::OnceLock::new();
+    Json(DOCUMENT.get_or_init(|| {
+        let mut doc = serde_json::to_value(ApiDoc::openapi()).expect("the document serializes");
+        camel_case_links(&mut doc);
+        doc
+    }))
+}
+
+/// utoipa 5.5 writes a Link object's fields in snake case (`operation_id`), which no OpenAPI
+/// tool reads as the spec's `operationId`: the links that tell clients (and schemathesis's
+/// stateful tests) how an answer's ids feed the next request would be lost.
+fn camel_case_links(v: &mut serde_json::Value) {
+    use serde_json::Value;
+    match v {
+        Value::Object(map) => {
+            if let Some(Value::Object(links)) = map.get_mut("links") {
+                for link in links.values_mut() {
+                    if let Value::Object(link) = link {
+                        for (from, to) in [
+                            ("operation_id", "operationId"),
+                            ("operation_ref", "operationRef"),
+                            ("request_body", "requestBody"),
+                        ] {
+                            if let Some(x) = link.remove(from) {
+                                link.insert(to.to_string(), x);
+                            }
+                        }
+                    }
+                }
+            }
+            map.values_mut().for_each(camel_case_links);
+        }
+        Value::Array(items) => items.iter_mut().for_each(camel_case_links),
+        _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn every_answer_and_body_names_its_schema_and_links_are_camel_case() {
+        let mut doc = serde_json::to_value(<super::ApiDoc as utoipa::OpenApi>::openapi()).unwrap();
+        super::camel_case_links(&mut doc);
+        let text = doc.to_string();
+        assert!(!text.contains("operation_id"), "links are camel case");
+        for (path, ops) in doc["paths"].as_object().unwrap() {
+            for (method, op) in ops.as_object().unwrap() {
+                for (status, answer) in op["responses"].as_object().unwrap() {
+                    for (kind, content) in answer["content"].as_object().into_iter().flatten() {
+                        let schema = &content["schema"];
+                        assert!(
+                            schema.get("$ref").is_some() || kind != "application/json",
+                            "{method} {path} {status}: {schema}"
+                        );
+                    }
+                }
+                if let Some(body) = op.get("requestBody") {
+                    let schema = &body["content"]["application/json"]["schema"];
+                    assert!(
+                        schema.get("$ref").is_some() || body["content"].get("text/plain").is_some(),
+                        "{method} {path}: request body {schema}"
+                    );
+                }
+            }
+        }
+    }
 }

@@ -374,13 +374,15 @@ impl Reconciler {
                 return Ok(());
             }
         }
-        let started = self.runtime.block_on(crate::api::start_build(
+        let started = self.runtime.block_on(crate::ops::start_build(
             &self.state,
-            refs.clone(),
-            false,
-            false,
-            false,
-            None,
+            crate::ops::BuildRequest {
+                partitions: refs.clone(),
+                force: false,
+                keep_going: false,
+                allow_stale: false,
+                parallel: None,
+            },
         ));
         match started {
             Ok(id) => {

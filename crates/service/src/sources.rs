@@ -13,22 +13,22 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use axum::body::Body;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
-use axum::{Json, Router};
+use axum::Json;
 use databuild_core::{Source, SourceKind};
+use databuild_exec::answers::{route, Ingested, Sealed, SourceList};
 use databuild_exec::build::{BuildOptions, Quiet};
 use databuild_exec::engine::today;
+use databuild_exec::tables::{Promotion, SourceDetail};
 use hmac::{Hmac, Mac};
 use serde::Deserialize;
-use serde_json::{json, Value};
 use sha2::Sha256;
 use utoipa::ToSchema;
 
-use crate::api::{blocking_with_state as blocking, ApiJson};
 use crate::error::{AppError, ErrorBody};
+use crate::ops::{blocking_with_state as blocking, ApiJson, ApiPath};
 use crate::views::{self, ApiResult};
 use crate::AppState;
 
@@ -36,20 +36,6 @@ type Shared = State<Arc<AppState>>;
 
 /// The header carrying a webhook body's signature.
 pub const SIGNATURE_HEADER: &str = "x-databuild-signature";
-
-/// Routes under `/api/v1`. The webhook route has its own size limit (the source's `max_body`),
-/// so it is merged outside the service-wide body limit.
-pub fn routes() -> Router<Arc<AppState>> {
-    Router::new()
-        .route("/sources", get(list_sources))
-        .route("/sources/{name}", get(get_source))
-        .route("/sources/{name}/seal", post(seal))
-        .route("/tables/{name}/promote", post(promote))
-}
-
-pub fn webhook_routes() -> Router<Arc<AppState>> {
-    Router::new().route("/api/v1/webhooks/{source}", post(webhook))
-}
 
 /// Per-source token buckets: `rate_limit` requests a second, bursts of twice that.
 #[derive(Default)]
@@ -84,16 +70,16 @@ fn error(status: StatusCode, code: &'static str, message: String) -> AppError {
     }
 }
 
-#[utoipa::path(post, path = "/api/v1/webhooks/{source}", summary = "Ingest records into a webhook source",
+#[utoipa::path(post, path = route::WEBHOOK, summary = "Ingest records into a webhook source",
     description = "Appends the body's records to today's raw partition of the source and answers once they are on disk. Bodies are `body_format` of the source: a JSON object, a JSON array of objects, or lines of text.",
     params(("source" = String, Path, description = "The source's name")),
     request_body(content = String, description = "The records"),
-    responses((status = 200, description = "`{\"source\", \"date\", \"records\"}`", body = Object),
-        (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody),
-        (status = 413, body = ErrorBody), (status = 429, body = ErrorBody)))]
-async fn webhook(
+    responses((status = 200, description = "The records are on disk", body = Ingested),
+        (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody),
+        (status = 413, body = ErrorBody), (status = 429, body = ErrorBody), (status = 503, description = "The records could not be stored, or the source's secret is not set", body = ErrorBody)))]
+pub(crate) async fn webhook(
     State(state): Shared,
-    Path(name): Path<String>,
+    ApiPath(name): ApiPath<String>,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
@@ -124,7 +110,7 @@ async fn ingest(
     name: &str,
     headers: &HeaderMap,
     body: Body,
-) -> Result<Value, IngestError> {
+) -> Result<Ingested, IngestError> {
     let plain = |e: AppError| (e, None);
     let source = state
         .engine
@@ -195,7 +181,11 @@ async fn ingest(
             format!("the records could not be stored ({e}); nothing was kept, retry"),
         ))
     })?;
-    Ok(json!({ "source": name, "date": date, "records": count }))
+    Ok(Ingested {
+        source: name.to_string(),
+        date,
+        records: count,
+    })
 }
 
 fn authenticate(
@@ -269,36 +259,40 @@ fn decode_hex(s: &str) -> Option<Vec<u8>> {
         .collect()
 }
 
-#[utoipa::path(get, path = "/api/v1/sources", summary = "Every source, its days and its tables", responses((status = 200, description = "`{\"sources\": [...]}`", body = Object)))]
-async fn list_sources(State(state): Shared) -> ApiResult<Json<Value>> {
+#[utoipa::path(get, path = route::SOURCES, summary = "Every source, its days and its tables", responses((status = 200, body = SourceList, links(("get_source" = (operation_id = "get_source", parameters(("name" = "$response.body#/sources/0/name")))), ("seal" = (operation_id = "seal", parameters(("name" = "$response.body#/sources/0/name")))), ("promote" = (operation_id = "promote", parameters(("name" = "$response.body#/sources/0/tables/0/name"))))))))]
+pub(crate) async fn list_sources(State(state): Shared) -> ApiResult<Json<SourceList>> {
     blocking(&state, |s| views::sources(&s.engine).map(Json)).await
 }
 
-#[utoipa::path(get, path = "/api/v1/sources/{name}", summary = "One source: coverage by date of the raw data and of every table version", params(("name" = String, Path, description = "The source")), responses((status = 200, body = Object), (status = 404, body = ErrorBody)))]
-async fn get_source(State(state): Shared, Path(name): Path<String>) -> ApiResult<Json<Value>> {
+#[utoipa::path(get, path = route::SOURCE, summary = "One source: coverage by date of the raw data and of every table version", params(("name" = String, Path, description = "The source")), responses((status = 200, body = SourceDetail), (status = 404, body = ErrorBody)))]
+pub(crate) async fn get_source(
+    State(state): Shared,
+    ApiPath(name): ApiPath<String>,
+) -> ApiResult<Json<SourceDetail>> {
     blocking(&state, move |s| views::source(&s.engine, &name).map(Json)).await
 }
 
-#[derive(Deserialize, ToSchema, Default)]
+#[derive(Deserialize, serde::Serialize, ToSchema, Default)]
 pub struct SealBody {
     /// Seal through this date (`YYYY-MM-DD`), even today but no later; default: every day that has
     /// ended.
+    #[schema(format = Date)]
     pub through: Option<String>,
 }
 
-#[utoipa::path(post, path = "/api/v1/sources/{name}/seal", summary = "Ingest dropped files, seal ended days (or through a date) and expire what retention drops", params(("name" = String, Path, description = "The source")), request_body = SealBody, responses((status = 200, body = Object), (status = 400, body = ErrorBody)))]
-async fn seal(
+#[utoipa::path(post, path = route::SEAL, summary = "Ingest dropped files, seal ended days (or through a date) and expire what retention drops", params(("name" = String, Path, description = "The source")), request_body = SealBody, responses((status = 200, body = Sealed), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody)))]
+pub(crate) async fn seal(
     State(state): Shared,
-    Path(name): Path<String>,
+    ApiPath(name): ApiPath<String>,
     ApiJson(body): ApiJson<SealBody>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<Sealed>> {
     blocking(&state, move |s| {
         views::seal(&s.engine, Some(&name), body.through.as_deref()).map(Json)
     })
     .await
 }
 
-#[derive(Deserialize, ToSchema)]
+#[derive(Deserialize, serde::Serialize, ToSchema)]
 pub struct PromoteBody {
     pub version: u32,
     /// Rebuild the partitions built over the alias against the version first.
@@ -306,12 +300,12 @@ pub struct PromoteBody {
     pub build_downstream: bool,
 }
 
-#[utoipa::path(post, path = "/api/v1/tables/{name}/promote", summary = "Point a table's alias at a version (a rollback when it is an earlier one)", params(("name" = String, Path, description = "The table")), request_body = PromoteBody, responses((status = 200, body = Object), (status = 400, body = ErrorBody)))]
-async fn promote(
+#[utoipa::path(post, path = route::PROMOTE, summary = "Point a table's alias at a version (a rollback when it is an earlier one)", params(("name" = String, Path, description = "The table")), request_body = PromoteBody, responses((status = 200, body = Promotion), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody)))]
+pub(crate) async fn promote(
     State(state): Shared,
-    Path(name): Path<String>,
+    ApiPath(name): ApiPath<String>,
     ApiJson(body): ApiJson<PromoteBody>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<Promotion>> {
     blocking(&state, move |s| {
         let options = BuildOptions::default();
         let interrupt = AtomicBool::new(false);

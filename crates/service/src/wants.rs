@@ -2,46 +2,65 @@
 
 use std::sync::Arc;
 
-use axum::extract::{Path, Query, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
-use axum::{Json, Router};
+use axum::Json;
+use databuild_exec::answers::{route, Want, WantDetail, WantList};
 use serde::Deserialize;
-use serde_json::Value;
-use utoipa::ToSchema;
+use utoipa::{IntoParams, ToSchema};
 
-use crate::api::{blocking_with_state as blocking, ApiJson};
 use crate::error::ErrorBody;
+use crate::ops::{blocking_with_state as blocking, ApiJson, ApiPath, ApiQuery};
 use crate::views::{self, ApiResult};
 use crate::AppState;
 
 type Shared = State<Arc<AppState>>;
 
-#[derive(Deserialize, ToSchema)]
+#[derive(Deserialize, serde::Serialize, ToSchema)]
 pub struct WantBody {
+    /// Refs (braces expanded, as for builds).
+    #[schema(min_items = 1)]
     pub partitions: Vec<String>,
-    /// How long the want stands (default 30d).
+    /// How long the want stands (default 30d), as `humantime` reads it: `30d`, `6h 30m`.
     pub ttl: Option<String>,
-    /// How long after each partition's day ends it must be live.
+    /// How long after each partition's day ends it must be live (same form as `ttl`).
     pub sla: Option<String>,
 }
 
-#[derive(Deserialize)]
+/// The statuses a want may have.
+#[derive(ToSchema)]
+#[schema(rename_all = "snake_case")]
+#[allow(dead_code)]
+pub(crate) enum WantStatusName {
+    Requested,
+    Waiting,
+    Satisfied,
+    Expired,
+    Cancelled,
+}
+
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct WantsQuery {
+    /// Only wants with this status.
+    #[param(value_type = Option<WantStatusName>)]
     status: Option<String>,
+    /// Include ended wants.
     all: Option<bool>,
+    /// At most this many.
+    #[param(minimum = 0, maximum = 4294967296_u64)]
     limit: Option<usize>,
 }
 
-pub fn routes() -> Router<Arc<AppState>> {
-    Router::new()
-        .route("/wants", post(create_want).get(list_wants))
-        .route("/wants/{id}", get(get_want).delete(delete_want))
+impl WantsQuery {
+    fn limit(&self) -> ApiResult<usize> {
+        crate::ops::limit(self.limit, 100)
+    }
 }
 
-#[utoipa::path(post, path = "/api/v1/wants", summary = "Want partitions: the service builds them as soon as their inputs exist", request_body = WantBody, responses((status = 201, description = "The want", body = Object), (status = 400, body = ErrorBody)))]
-async fn create_want(
+#[utoipa::path(post, path = route::WANTS, summary = "Want partitions: the service builds them as soon as their inputs exist", request_body = WantBody, responses((status = 201, description = "The want", body = Want, links(("get_want" = (operation_id = "get_want", parameters(("id" = "$response.body#/want_id")))), ("delete_want" = (operation_id = "delete_want", parameters(("id" = "$response.body#/want_id")))))), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 413, description = "Too many refs", body = ErrorBody)))]
+pub(crate) async fn create_want(
     State(state): Shared,
     ApiJson(body): ApiJson<WantBody>,
 ) -> ApiResult<Response> {
@@ -51,35 +70,45 @@ async fn create_want(
             &body.partitions,
             body.ttl.as_deref(),
             body.sla.as_deref(),
+            s.limits.max_refs,
         )
     })
     .await?;
     Ok((StatusCode::CREATED, Json(v)).into_response())
 }
 
-#[utoipa::path(get, path = "/api/v1/wants", summary = "Wants: active ones, or with a status, or all", params(("status" = Option<String>, Query, description = "requested, waiting, satisfied, expired or cancelled"), ("all" = Option<bool>, Query, description = "Include ended wants"), ("limit" = Option<usize>, Query, description = "At most this many")), responses((status = 200, description = "`{\"wants\": [...]}`", body = Object)))]
-async fn list_wants(State(state): Shared, Query(q): Query<WantsQuery>) -> ApiResult<Json<Value>> {
+#[utoipa::path(get, path = route::WANTS, summary = "Wants: active ones, or with a status, or all", params(WantsQuery), responses((status = 200, body = WantList), (status = 400, body = ErrorBody)))]
+pub(crate) async fn list_wants(
+    State(state): Shared,
+    ApiQuery(q): ApiQuery<WantsQuery>,
+) -> ApiResult<Json<WantList>> {
     blocking(&state, move |s| {
         views::wants(
             &s.engine,
             q.status.as_deref(),
             q.all.unwrap_or(false),
-            q.limit.unwrap_or(100),
+            q.limit()?,
         )
         .map(Json)
     })
     .await
 }
 
-#[utoipa::path(get, path = "/api/v1/wants/{id}", summary = "One want, with the state of its partitions", params(("id" = String, Path, description = "The want")), responses((status = 200, body = Object), (status = 404, body = ErrorBody)))]
-async fn get_want(State(state): Shared, Path(id): Path<String>) -> ApiResult<Json<Value>> {
+#[utoipa::path(get, path = route::WANT, summary = "One want, with the state of its partitions", params(("id" = String, Path, description = "The want")), responses((status = 200, body = WantDetail), (status = 404, body = ErrorBody)))]
+pub(crate) async fn get_want(
+    State(state): Shared,
+    ApiPath(id): ApiPath<String>,
+) -> ApiResult<Json<WantDetail>> {
     blocking(&state, move |s| {
         views::want_detail(&s.engine, &id).map(Json)
     })
     .await
 }
 
-#[utoipa::path(delete, path = "/api/v1/wants/{id}", summary = "Withdraw a want", params(("id" = String, Path, description = "The want")), responses((status = 200, body = Object), (status = 404, body = ErrorBody)))]
-async fn delete_want(State(state): Shared, Path(id): Path<String>) -> ApiResult<Json<Value>> {
+#[utoipa::path(delete, path = route::WANT, summary = "Withdraw a want", params(("id" = String, Path, description = "The want")), responses((status = 200, description = "The withdrawn want", body = Want), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody)))]
+pub(crate) async fn delete_want(
+    State(state): Shared,
+    ApiPath(id): ApiPath<String>,
+) -> ApiResult<Json<Want>> {
     blocking(&state, move |s| views::unwant(&s.engine, &id).map(Json)).await
 }

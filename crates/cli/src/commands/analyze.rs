@@ -1,13 +1,12 @@
 use std::io::Write;
 use std::process::ExitCode;
 
-use databuild_core::{Plan, PlanRequest};
-use databuild_exec::views::AnalyzeView;
-use serde_json::{json, Value};
+use databuild_core::Plan;
+use databuild_exec::answers::Analysis;
 
 use crate::backend::Backend;
 use crate::context::{engine_error, parse_refs};
-use crate::output::{count, print_json, short_list, stdout, text};
+use crate::output::{count, print_json, short_list, stdout};
 use crate::UserError;
 
 /// What the human output shows of a plan, from the plan itself or from its JSON.
@@ -57,37 +56,25 @@ impl PlanText {
         }
     }
 
-    fn from_json(v: &Value, limit: usize) -> PlanText {
-        let list = |v: &Value| v.as_array().cloned().unwrap_or_default();
-        let strings = |v: &Value| list(v).iter().map(text).collect::<Vec<_>>();
-        let runs = list(&v["job_runs"]);
+    fn from_answer(v: Analysis, limit: usize) -> PlanText {
         PlanText {
-            total_runs: runs.len(),
-            runs: runs
-                .iter()
+            total_runs: v.job_runs.len(),
+            runs: v
+                .job_runs
+                .into_iter()
                 .take(limit)
-                .map(|r| {
-                    (
-                        text(&r["job"]),
-                        strings(&r["outputs"]),
-                        strings(&r["inputs"]),
-                    )
-                })
+                .map(|r| (r.job, r.outputs, r.inputs))
                 .collect(),
-            skipped: list(&v["skipped"]).len(),
-            delegated: list(&v["delegations"])
-                .iter()
-                .map(|d| (text(&d["ref"]), text(&d["build_request_id"])))
+            skipped: v.skipped.len(),
+            delegated: v
+                .delegations
+                .into_iter()
+                .map(|d| (d.partition_ref, d.build_request_id))
                 .collect(),
-            missing: list(&v["missing_details"])
-                .iter()
-                .map(|m| {
-                    (
-                        text(&m["ref"]),
-                        text(&m["dataset"]),
-                        m["needed_by"].as_str().map(str::to_string),
-                    )
-                })
+            missing: v
+                .missing_details
+                .into_iter()
+                .map(|m| (m.partition_ref, m.dataset, m.needed_by))
                 .collect(),
         }
     }
@@ -163,32 +150,23 @@ pub fn run(
     let requested = refs.len();
     let limit = if limit == 0 { usize::MAX } else { limit };
     let text = match backend {
-        Backend::Local(engine) => {
-            let analysis = engine
-                .analyze(&PlanRequest {
-                    refs,
-                    ..Default::default()
-                })
-                .map_err(engine_error)?;
-            if json {
-                print_json(&AnalyzeView::new(
-                    &analysis.build_request_id,
-                    &analysis.plan,
-                ))?;
-            }
-            let text = PlanText::from_plan(&analysis.plan, limit);
-            // The process ends right after printing: freeing a plan of millions of runs one
-            // allocation at a time would take seconds for nothing.
-            std::mem::forget(analysis);
-            text
-        }
+        Backend::Local(local) => local
+            .analyze_view(refs, |view, plan| -> std::io::Result<PlanText> {
+                if json {
+                    print_json(view)?;
+                }
+                Ok(PlanText::from_plan(plan, limit))
+            })
+            .map_err(engine_error)??,
         Backend::Remote(client) => {
-            let refs: Vec<String> = refs.iter().map(|r| r.to_string()).collect();
-            let v = client.post("/api/v1/analyze", &json!({ "partitions": refs }))?;
+            let v = client.analyze(&databuild_service::api::AnalyzeBody {
+                partitions: refs.iter().map(|r| r.to_string()).collect(),
+                force: false,
+            })?;
             if json {
                 print_json(&v)?;
             }
-            PlanText::from_json(&v, limit)
+            PlanText::from_answer(v, limit)
         }
     };
     if !json {

@@ -7,16 +7,17 @@ use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 use databuild_core::PartitionRef;
+use databuild_exec::build::BuildSummary;
 use databuild_exec::build::{BuildOptions, Observer, Progress};
 use databuild_exec::local::RunOutcome;
+use databuild_log::{AfterFailure, Event, Kind, Status};
+use databuild_service::client::Http;
 use indicatif::{ProgressBar, ProgressStyle};
 use rustc_hash::FxHashMap;
-use serde_json::{json, Value};
 
 use crate::backend::Backend;
 use crate::context::{engine_error, parse_refs};
-use crate::output::{count, print_json, short_list, text};
-use crate::remote::{segment, Remote};
+use crate::output::{count, print_json, short_list};
 
 pub struct Flags {
     pub force: bool,
@@ -43,7 +44,8 @@ pub fn run(
     let started = Instant::now();
     let mut reporter = Reporter::new(!json && std::io::stderr().is_terminal());
     let (summary, whereabouts) = match backend {
-        Backend::Local(engine) => {
+        Backend::Local(local) => {
+            let engine = &local.engine;
             let options = BuildOptions {
                 refs,
                 force: flags.force,
@@ -64,15 +66,15 @@ pub fn run(
                 engine.store.location(),
                 engine.graph_dir.join(".databuild/logs").display()
             );
-            (serde_json::to_value(summary)?, whereabouts)
+            (summary, whereabouts)
         }
         Backend::Remote(client) => {
             let summary = remote_build(client, &refs, &flags, &mut reporter, &interrupt)?;
-            let id = text(&summary["build_request_id"]);
-            (
-                summary,
-                format!("events at {}/api/v1/builds/{id}/events", client.base()),
-            )
+            let events = databuild_exec::answers::route::fill(
+                databuild_exec::answers::route::BUILD_EVENTS,
+                &summary.build_request_id,
+            );
+            (summary, format!("events at {}{events}", client.base()))
         }
     };
     reporter.done();
@@ -81,12 +83,12 @@ pub fn run(
     } else {
         print_summary(&summary, started.elapsed(), &whereabouts);
     }
-    Ok(if summary["status"] == "completed" {
+    Ok(if summary.status == Status::Completed {
         ExitCode::SUCCESS
     } else if refused_at_planning(&summary) {
         // The plan could not be carried out (an external input is missing): the request is at
         // fault, as `analyze` says of the same refs.
-        eprintln!("error: {}", text(&summary["message"]));
+        eprintln!("error: {}", summary.message.as_deref().unwrap_or_default());
         ExitCode::from(2)
     } else {
         ExitCode::from(1)
@@ -94,55 +96,43 @@ pub fn run(
 }
 
 /// A build that failed having done nothing at all: nothing ran, was skipped or waited for.
-fn refused_at_planning(summary: &Value) -> bool {
-    let none = |k: &str| summary[k].as_array().is_none_or(Vec::is_empty);
-    summary["status"] == "failed"
-        && [
-            "built",
-            "skipped",
-            "delegated",
-            "failures",
-            "cancelled",
-            "not_started",
-        ]
-        .into_iter()
-        .all(none)
+fn refused_at_planning(s: &BuildSummary) -> bool {
+    s.status == Status::Failed
+        && s.built.is_empty()
+        && s.skipped.is_empty()
+        && s.delegated.is_empty()
+        && s.failures.is_empty()
+        && s.cancelled.is_empty()
+        && s.not_started.is_empty()
 }
 
 /// How many failed runs the text summary lists, one a line.
 const SHOWN_FAILURES: usize = 10;
 
-fn print_summary(summary: &Value, took: Duration, whereabouts: &str) {
-    let len = |k: &str| summary[k].as_array().map_or(0, Vec::len);
-    let id = text(&summary["build_request_id"]);
+fn print_summary(summary: &BuildSummary, took: Duration, whereabouts: &str) {
+    let id = &summary.build_request_id;
     println!(
         "build {id} {}: {} built, {} skipped, {} delegated, {} failed, {} cancelled, {} not started ({:.1} s)",
-        text(&summary["status"]),
-        len("built"),
-        len("skipped"),
-        len("delegated"),
-        len("failures"),
-        len("cancelled"),
-        len("not_started"),
+        summary.status,
+        summary.built.len(),
+        summary.skipped.len(),
+        summary.delegated.len(),
+        summary.failures.len(),
+        summary.cancelled.len(),
+        summary.not_started.len(),
         took.as_secs_f64()
     );
-    let failures = summary["failures"].as_array().cloned().unwrap_or_default();
+    let failures = &summary.failures;
     for f in failures.iter().take(SHOWN_FAILURES) {
-        let outputs: Vec<String> = f["outputs"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .map(text)
-            .collect();
-        let run = text(&f["job_run_id"]);
+        let run = &f.job_run_id;
         let mut line = format!(
             "failed: {} (job {}, run {}): {}",
-            short_list(&outputs, 2),
-            text(&f["job"]),
+            short_list(&f.outputs, 2),
+            f.job,
             &run[..run.len().min(8)],
-            text(&f["message"])
+            f.message.as_deref().unwrap_or_default()
         );
-        if let Some(tail) = f["log_tail"].as_str() {
+        if let Some(tail) = &f.log_tail {
             line.push_str(&format!(" | log: {tail}"));
         }
         println!("{line}");
@@ -153,20 +143,14 @@ fn print_summary(summary: &Value, took: Duration, whereabouts: &str) {
             failures.len() - SHOWN_FAILURES
         );
     }
-    let failed: Vec<String> = summary["failed"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(text)
-        .collect();
-    if !failed.is_empty() {
-        println!("not live: {}", short_list(&failed, 5));
+    if !summary.failed.is_empty() {
+        println!("not live: {}", short_list(&summary.failed, 5));
     }
-    if let Some(m) = summary["message"].as_str() {
+    if let Some(m) = &summary.message {
         println!("reason: {m}");
     }
     println!("{whereabouts}");
-    if summary["status"] != "completed" {
+    if summary.status != Status::Completed {
         println!("details: databuild builds {id}  (and databuild runs RUN_ID for a run's log)");
     }
 }
@@ -174,29 +158,28 @@ fn print_summary(summary: &Value, took: Duration, whereabouts: &str) {
 /// Requests the build, follows its events for the progress report (cancelling it on Ctrl-C),
 /// and returns the summary the service gives once it has ended.
 fn remote_build(
-    client: &Remote,
+    client: &Http,
     refs: &[PartitionRef],
     flags: &Flags,
     reporter: &mut Reporter,
     interrupt: &AtomicBool,
-) -> anyhow::Result<Value> {
-    let refs: Vec<String> = refs.iter().map(|r| r.to_string()).collect();
-    let answer = client.post(
-        "/api/v1/builds",
-        &json!({
-            "partitions": refs,
-            "force": flags.force,
-            "keep_going": flags.keep_going,
-            "allow_stale": flags.allow_stale,
-            "parallel": flags.parallel,
-        }),
-    )?;
-    let id = text(&answer["build_request_id"]);
+) -> anyhow::Result<BuildSummary> {
+    let answer = client.start_build(&databuild_service::api::BuildBody {
+        partitions: refs.iter().map(|r| r.to_string()).collect(),
+        force: flags.force,
+        keep_going: flags.keep_going,
+        allow_stale: flags.allow_stale,
+        parallel: flags.parallel,
+    })?;
+    let id = answer.build_request_id;
     let (tx, rx) = mpsc::channel();
-    let stream_path = format!("/api/v1/builds/{}/events/stream", segment(&id));
-    let stream_client = Remote::new(client.base());
+    let stream_client = crate::backend::Backend::remote(client.base());
+    let stream_id = id.clone();
     let reader = std::thread::spawn(move || {
-        stream_client.stream(&stream_path, |event| {
+        let crate::backend::Backend::Remote(stream_client) = stream_client else {
+            unreachable!("a remote backend")
+        };
+        stream_client.stream(&stream_id, |event| {
             let _ = tx.send(event);
         })
     });
@@ -205,7 +188,7 @@ fn remote_build(
     loop {
         if interrupt.load(Ordering::SeqCst) && !cancelled {
             cancelled = true;
-            let _ = client.delete(&format!("/api/v1/builds/{}", segment(&id)));
+            let _ = databuild_service::client::Api::cancel(client, &id);
         }
         match rx.recv_timeout(Duration::from_millis(100)) {
             Ok(event) => replay.apply(&event, reporter),
@@ -214,8 +197,10 @@ fn remote_build(
         }
     }
     reader.join().expect("the stream reader does not panic")?;
-    let build = client.get(&format!("/api/v1/builds/{}", segment(&id)))?;
-    Ok(build["summary"].clone())
+    let build = databuild_service::client::Api::build(client, &id)?;
+    build.summary.ok_or_else(|| {
+        anyhow::anyhow!("build request {id} ended, but the service has no summary of it")
+    })
 }
 
 /// Turns a build's events into the progress reports a local build makes.
@@ -226,66 +211,63 @@ struct EventReplay {
 }
 
 impl EventReplay {
-    fn apply(&mut self, e: &Value, reporter: &mut Reporter) {
-        let (kind, status) = (text(&e["kind"]), text(&e["status"]));
-        let run = text(&e["job_run_id"]);
-        let job = text(&e["job"]);
-        match (kind.as_str(), status.as_str()) {
-            ("build_request", "analysis_completed") => reporter.on(Progress::Planned {
-                build_request_id: &text(&e["build_request_id"]),
-                runs: e["data"]["planned_runs"].as_u64().unwrap_or(0) as usize,
+    fn apply(&mut self, e: &Event, reporter: &mut Reporter) {
+        let run = e.job_run_id.clone().unwrap_or_default();
+        let job = e.job.clone().unwrap_or_default();
+        match (e.kind, e.status) {
+            (Kind::BuildRequest, Status::AnalysisCompleted) => reporter.on(Progress::Planned {
+                build_request_id: e.build_request_id.as_deref().unwrap_or_default(),
+                runs: e.data.planned_runs.unwrap_or(0) as usize,
                 skipped: 0,
                 delegated: 0,
             }),
-            ("job_run", "scheduled") => {
-                let outputs = e["data"]["outputs"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .filter_map(|o| PartitionRef::new(text(o)).ok())
+            (Kind::JobRun, Status::Scheduled) => {
+                let outputs = e
+                    .data
+                    .outputs
+                    .iter()
+                    .filter_map(|o| PartitionRef::new(o).ok())
                     .collect();
                 self.runs.insert(run, (outputs, None));
             }
-            ("job_run", "running") => {
+            (Kind::JobRun, Status::Running) => {
                 let entry = self.runs.entry(run).or_default();
-                entry.1 = e["timestamp"].as_i64();
+                entry.1 = Some(e.timestamp);
                 reporter.on(Progress::Started {
                     job: &job,
                     outputs: &entry.0,
                 });
             }
-            ("job_run", "completed" | "failed" | "cancelled") => {
+            (Kind::JobRun, Status::Completed | Status::Failed | Status::Cancelled) => {
                 let Some((outputs, Some(start))) = self.runs.get(&run) else {
                     return; // never started: not a run the report counts
                 };
-                let took = Duration::from_nanos(
-                    (e["timestamp"].as_i64().unwrap_or(*start) - start).max(0) as u64,
-                );
-                let message = text(&e["message"]);
+                let took = Duration::from_nanos((e.timestamp - start).max(0) as u64);
+                let message = e.message.clone().unwrap_or_default();
                 let outputs = outputs.clone();
-                match e["data"]["then"].as_str() {
-                    Some("retry") => {
-                        let attempt = e["data"]["attempt"].as_u64().unwrap_or(1) as u32;
+                match e.data.then {
+                    Some(AfterFailure::Retry) => {
+                        let attempt = e.data.attempt.unwrap_or(1);
                         return reporter.on(Progress::Retrying {
                             job: &job,
                             outputs: &outputs,
                             message: &message,
                             attempt: attempt + 1,
-                            attempts: e["data"]["attempts"].as_u64().unwrap_or(0) as u32,
+                            attempts: e.data.attempts.unwrap_or(0),
                         });
                     }
-                    Some("fetch_inputs") => {
+                    Some(AfterFailure::FetchInputs) => {
                         return reporter.on(Progress::FetchingInputs {
                             job: &job,
                             outputs: &outputs,
                             missing: &[],
                         })
                     }
-                    _ => {}
+                    None => {}
                 }
-                let outcome = match status.as_str() {
-                    "completed" => RunOutcome::Succeeded,
-                    "cancelled" => RunOutcome::Cancelled,
+                let outcome = match e.status {
+                    Status::Completed => RunOutcome::Succeeded,
+                    Status::Cancelled => RunOutcome::Cancelled,
                     _ => RunOutcome::Failed {
                         message,
                         exit_code: None,

@@ -36,6 +36,9 @@ pub fn remote(backend: &Backend, f: GraphFormat, json: bool) -> anyhow::Result<E
         Format::Mermaid => "mermaid",
         Format::Json => "json",
     };
-    print(&client.get_text(&format!("/api/v1/graph?format={name}"))?);
+    print(&client.get_text(&format!(
+        "{}?format={name}",
+        databuild_exec::answers::route::GRAPH
+    ))?);
     Ok(ExitCode::SUCCESS)
 }

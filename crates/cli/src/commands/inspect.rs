@@ -2,11 +2,9 @@
 
 use std::process::ExitCode;
 
-use serde_json::Value;
-
 use crate::backend::Backend;
 use crate::context::parse_refs;
-use crate::output::{print_json, table, text, time_value};
+use crate::output::{print_json, table};
 
 fn expand(args: &[String]) -> anyhow::Result<Vec<String>> {
     Ok(parse_refs(args)?
@@ -15,24 +13,29 @@ fn expand(args: &[String]) -> anyhow::Result<Vec<String>> {
         .collect())
 }
 
-fn reasons(v: &Value) -> String {
-    v["reasons"]
-        .as_array()
-        .map(|r| r.iter().map(text).collect::<Vec<_>>().join("; "))
-        .unwrap_or_default()
+/// An optional text, or nothing.
+fn or_empty(v: &Option<String>) -> &str {
+    v.as_deref().unwrap_or_default()
 }
 
 pub fn status(backend: &Backend, args: &[String], json: bool) -> anyhow::Result<ExitCode> {
-    let reports = backend.status(&expand(args)?)?;
+    let reports = expand(args)?
+        .iter()
+        .map(|r| backend.status(r))
+        .collect::<Result<Vec<_>, _>>()?;
     if json {
         print_json(&reports)?;
         return Ok(ExitCode::SUCCESS);
     }
     let rows: Vec<Vec<String>> = reports
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|r| vec![text(&r["ref"]), text(&r["status"]), reasons(r)])
+        .iter()
+        .map(|r| {
+            vec![
+                r.partition_ref.clone(),
+                r.status.clone(),
+                r.reasons.join("; "),
+            ]
+        })
         .collect();
     print!("{}", table(&["REF", "STATUS", "WHY"], &rows));
     if rows.len() > 1 {
@@ -63,59 +66,46 @@ pub fn explain(backend: &Backend, r: &str, json: bool) -> anyhow::Result<ExitCod
         print_json(&x)?;
         return Ok(ExitCode::SUCCESS);
     }
-    println!("{}: {}", text(&x["ref"]), text(&x["status"]));
-    for reason in x["reasons"].as_array().into_iter().flatten() {
-        println!("  because {}", text(reason));
+    println!("{}: {}", x.partition_ref, x.status);
+    for reason in &x.reasons {
+        println!("  because {reason}");
     }
-    if x["producer"].is_object() {
-        let p = &x["producer"];
-        println!(
-            "  produced by {} `{}` ({})",
-            text(&p["kind"]),
-            text(&p["name"]),
-            text(&p["pattern"])
-        );
+    if let Some(p) = &x.producer {
+        println!("  produced by {} `{}` ({})", p.kind, p.name, p.pattern);
     }
-    let run = &x["run"];
-    if run.is_object() {
+    let at = |t: &Option<String>| t.clone().unwrap_or_else(|| "-".to_string());
+    if let Some(run) = &x.run {
         println!(
             "  run {}: job `{}`, {} (build request {}), started {}, ended {}{}",
-            text(&run["job_run_id"]),
-            text(&run["job"]),
-            text(&run["status"]),
-            text(&run["build_request_id"]),
-            time_value(&run["started_at"]),
-            time_value(&run["ended_at"]),
-            run["exit_code"]
-                .as_i64()
+            run.job_run_id,
+            run.job,
+            run.status,
+            or_empty(&run.build_request_id),
+            at(&run.started_at),
+            at(&run.ended_at),
+            run.exit_code
                 .map(|c| format!(", exit {c}"))
                 .unwrap_or_default()
         );
-        let args: Vec<String> = run["args"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .map(text)
-            .collect();
-        if !args.is_empty() {
-            println!("  args: {}", args.join(" "));
+        if !run.args.is_empty() {
+            println!("  args: {}", run.args.join(" "));
         }
     }
-    for w in x["wants"].as_array().into_iter().flatten() {
+    for w in &x.wants {
         println!(
             "  wanted by want {} ({}{}): {} since {}",
-            text(&w["want_id"]),
-            text(&w["status"]),
-            w["sla_seconds"]
-                .as_u64()
+            w.want_id,
+            w.status,
+            w.sla_seconds
                 .map(|s| format!(", SLA {s}s"))
                 .unwrap_or_default(),
-            text(&w["message"]),
-            time_value(&w["updated_at"])
+            or_empty(&w.message),
+            w.updated_at
         );
     }
-    let report = &x["report"];
-    if let Some(provenance) = report["provenance"].as_str() {
+    // A report is whatever JSON object the job wrote: read by name, as the job named it.
+    let report = x.report.clone().unwrap_or_default();
+    if let Some(provenance) = report.get("provenance").and_then(|p| p.as_str()) {
         println!("  provenance: {provenance}");
     }
     if let Some(fields) = report.as_object() {
@@ -128,41 +118,32 @@ pub fn explain(backend: &Backend, r: &str, json: bool) -> anyhow::Result<ExitCod
             println!("  reported: {}", counts.join(", "));
         }
     }
-    let inputs = x["inputs"].as_array().cloned().unwrap_or_default();
-    if !inputs.is_empty() {
+    if !x.inputs.is_empty() {
         println!("  inputs now:");
-        for i in &inputs {
-            println!("    {}  {}", text(&i["ref"]), text(&i["status"]));
+        for i in &x.inputs {
+            println!("    {}  {}", i.partition_ref, i.status);
         }
     }
-    let steps = x["to_build"].as_array().cloned().unwrap_or_default();
-    if !steps.is_empty() {
+    if !x.to_build.is_empty() {
         println!(
             "  to build it, a build would run {} job run(s):",
-            steps.len()
+            x.to_build.len()
         );
-        for step in steps.iter().take(20) {
-            let outputs: Vec<String> = step["outputs"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .map(text)
-                .collect();
-            println!("    {}  {}", text(&step["job"]), outputs.join(", "));
+        for step in x.to_build.iter().take(20) {
+            println!("    {}  {}", step.job, step.outputs.join(", "));
         }
     }
-    let history = x["history"].as_array().cloned().unwrap_or_default();
-    if !history.is_empty() {
+    if !x.history.is_empty() {
         println!("  history:");
-        for e in &history {
+        for e in &x.history {
             println!(
                 "    #{}  {}  {} {}{}",
-                e["idx"],
-                time_value(&e["timestamp"]),
-                text(&e["kind"]),
-                text(&e["status"]),
-                e["message"]
-                    .as_str()
+                e.idx,
+                crate::output::time(Some(e.timestamp)),
+                e.kind,
+                e.status,
+                e.message
+                    .as_deref()
                     .map(|m| format!(": {m}"))
                     .unwrap_or_default()
             );
@@ -178,12 +159,11 @@ pub fn taint(
     json: bool,
 ) -> anyhow::Result<ExitCode> {
     let answer = backend.taint(&expand(args)?, reason)?;
-    let events = answer["events"].as_array().cloned().unwrap_or_default();
-    for e in &events {
+    for e in &answer.events {
         if json {
             println!("{}", serde_json::to_string(e)?);
         } else {
-            println!("tainted {}", text(&e["partition_ref"]));
+            println!("tainted {}", or_empty(&e.partition_ref));
         }
     }
     Ok(ExitCode::SUCCESS)

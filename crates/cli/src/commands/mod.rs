@@ -14,7 +14,6 @@ use std::process::ExitCode;
 use crate::backend::Backend;
 use crate::cli::{Cli, Command};
 use crate::context::Context;
-use crate::remote::Remote;
 
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let json = cli.json;
@@ -30,13 +29,11 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             ))
             .into())
         }
-        (Some(url), _) => Backend::Remote(Remote::new(url)),
+        (Some(url), _) => Backend::remote(url),
         (None, Command::Graph { format }) => {
             return graph::local(&Context::load(&cli.graph)?, *format, json)
         }
-        (None, _) => Backend::Local(Box::new(
-            Context::load(&cli.graph)?.engine(cli.event_log.as_deref())?,
-        )),
+        (None, _) => Backend::local(Context::load(&cli.graph)?.engine(cli.event_log.as_deref())?)?,
     };
     match cli.command {
         Command::Graph { format } => graph::remote(&backend, format, json),
@@ -116,7 +113,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Unwant { id } => wants::unwant(&backend, &id, json),
         Command::MigrateLog { .. } | Command::TableJob { .. } => unreachable!("handled above"),
         Command::CheckLog => match &backend {
-            Backend::Local(engine) => migrate::check(engine, json),
+            Backend::Local(local) => migrate::check(&local.engine, json),
             Backend::Remote(_) => Err(crate::UserError(
                 "check-log reads the log directly; run it without --server".into(),
             )
@@ -128,14 +125,14 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             allowed_hosts,
             allow_open,
         } => match backend {
-            Backend::Local(engine) => {
+            Backend::Local(local) => {
                 let access = databuild_service::guard::Access {
                     token: crate::settings::secret("DATABUILD_TOKEN"),
                     read_token: crate::settings::secret("DATABUILD_READ_TOKEN"),
                     guard_reads,
                     allowed_hosts,
                 };
-                serve(*engine, bind, access, allow_open)
+                serve(*local.engine, bind, access, allow_open)
             }
             Backend::Remote(_) => unreachable!("refused above"),
         },

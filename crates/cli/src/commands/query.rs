@@ -4,19 +4,22 @@ use std::io::Write;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use databuild_exec::answers::{Event, JobRun, JobStats};
 use databuild_log::{EventFilter, PartitionQuery};
 use serde_json::Value;
 
 use crate::backend::Backend;
 use crate::cli::PartitionStatusArg;
-use crate::output::{count, millis_value, print_json, short_list, stdout, table, text, time_value};
+use crate::output::{count, millis, print_json, short_list, stdout, table, text};
 
-fn list(v: &Value) -> Vec<Value> {
-    v.as_array().cloned().unwrap_or_default()
+/// An optional text as a cell: empty when absent.
+fn cell(v: &Option<String>) -> String {
+    v.clone().unwrap_or_default()
 }
 
-fn strings(v: &Value) -> Vec<String> {
-    list(v).iter().map(text).collect()
+/// An optional time as a cell: `-` when absent.
+fn at(v: &Option<String>) -> String {
+    v.clone().unwrap_or_else(|| "-".to_string())
 }
 
 pub fn partitions(
@@ -46,15 +49,16 @@ pub fn partitions(
         print_json(&page)?;
         return Ok(ExitCode::SUCCESS);
     }
-    let rows: Vec<Vec<String>> = list(&page["partitions"])
+    let rows: Vec<Vec<String>> = page
+        .partitions
         .iter()
         .map(|r| {
             vec![
-                text(&r["ref"]),
-                text(&r["status"]),
-                text(&r["job"]),
-                text(&r["updated_at"]),
-                text(&r["reason"]),
+                r.partition_ref.clone(),
+                r.status.clone(),
+                cell(&r.job),
+                r.updated_at.clone(),
+                cell(&r.reason),
             ]
         })
         .collect();
@@ -62,7 +66,7 @@ pub fn partitions(
         "{}",
         table(&["REF", "STATUS", "JOB", "UPDATED", "WHY"], &rows)
     );
-    if let Some(next) = page["next"].as_str() {
+    if let Some(next) = &page.next {
         println!("(more: --after '{next}')");
     }
     Ok(ExitCode::SUCCESS)
@@ -80,14 +84,15 @@ pub fn builds(
             print_json(&v)?;
             return Ok(ExitCode::SUCCESS);
         }
-        let rows: Vec<Vec<String>> = list(&v["builds"])
+        let rows: Vec<Vec<String>> = v
+            .builds
             .iter()
             .map(|b| {
                 vec![
-                    text(&b["build_request_id"]),
-                    text(&b["status"]),
-                    time_value(&b["created_at"]),
-                    short_list(&strings(&b["requested_partitions"]), 2),
+                    b.build_request_id.clone(),
+                    b.status.to_string(),
+                    b.created_at.clone(),
+                    short_list(&b.requested_partitions, 2),
                 ]
             })
             .collect();
@@ -102,38 +107,33 @@ pub fn builds(
         print_json(&b)?;
         return Ok(ExitCode::SUCCESS);
     }
-    println!(
-        "build request {}: {}",
-        text(&b["build_request_id"]),
-        text(&b["status"])
-    );
+    println!("build request {}: {}", b.build_request_id, b.status);
     println!(
         "  created {}, updated {}{}",
-        time_value(&b["created_at"]),
-        time_value(&b["updated_at"]),
-        b["message"]
-            .as_str()
+        b.created_at,
+        b.updated_at,
+        b.message
+            .as_deref()
             .map(|m| format!("; {m}"))
             .unwrap_or_default()
     );
-    println!(
-        "  requested: {}",
-        strings(&b["requested_partitions"]).join(", ")
-    );
-    let partitions: Vec<Vec<String>> = list(&b["partitions"])
+    println!("  requested: {}", b.requested_partitions.join(", "));
+    let partitions: Vec<Vec<String>> = b
+        .partitions
         .iter()
-        .map(|p| vec![text(&p["ref"]), text(&p["status"])])
+        .map(|p| vec![p.partition_ref.clone(), p.status.to_string()])
         .collect();
     if !partitions.is_empty() {
         print!("{}", indent(&table(&["PARTITION", "STATUS"], &partitions)));
     }
-    let runs: Vec<Vec<String>> = list(&b["job_runs"])
+    let runs: Vec<Vec<String>> = b
+        .job_runs
         .iter()
         .map(|r| {
             vec![
-                text(&r["job_run_id"]),
-                text(&r["job"]),
-                text(&r["status"]),
+                r.job_run_id.clone(),
+                r.job.clone(),
+                r.status.to_string(),
                 duration(r),
             ]
         })
@@ -147,35 +147,32 @@ pub fn builds(
     Ok(ExitCode::SUCCESS)
 }
 
-fn duration(run: &Value) -> String {
-    match (run["started_at_ns"].as_i64(), run["ended_at_ns"].as_i64()) {
-        (Some(s), Some(e)) => crate::output::millis(Some((e - s) as f64 / 1e6)),
-        _ => "-".to_string(),
-    }
+fn duration(run: &JobRun) -> String {
+    millis(run.duration_ms())
 }
 
 fn indent(text: &str) -> String {
     text.lines().map(|l| format!("  {l}\n")).collect()
 }
 
-fn event_line(e: &Value) -> String {
-    let subject: Vec<String> = [&e["partition_ref"], &e["job"]]
+fn event_line(e: &Event) -> String {
+    let subject: Vec<&str> = [&e.partition_ref, &e.job]
         .into_iter()
-        .filter_map(|v| v.as_str().map(str::to_string))
+        .filter_map(|v| v.as_deref())
         .collect();
     format!(
         "#{:<6} {}  {:<13} {:<18} {}{}{}",
-        e["idx"],
-        time_value(&e["timestamp"]),
-        text(&e["kind"]),
-        text(&e["status"]),
+        e.idx,
+        crate::output::time(Some(e.timestamp)),
+        e.kind.as_str(),
+        e.status.as_str(),
         subject.join(" "),
-        e["delegated_to"]
-            .as_str()
+        e.delegated_to
+            .as_deref()
             .map(|d| format!(" -> {d}"))
             .unwrap_or_default(),
-        e["message"]
-            .as_str()
+        e.message
+            .as_deref()
             .map(|m| format!("  ({m})"))
             .unwrap_or_default()
     )
@@ -193,7 +190,7 @@ pub fn events(
         // Pages of at most 1,000, as the service serves them.
         filter.limit = Some(remaining.unwrap_or(1000).min(1000));
         let page = backend.events(&filter)?;
-        let events = list(&page["events"]);
+        let events = page.events;
         for e in &events {
             if json {
                 writeln!(out, "{}", serde_json::to_string(e)?)?;
@@ -202,7 +199,7 @@ pub fn events(
             }
         }
         out.flush()?;
-        if let Some(next) = page["next"].as_i64() {
+        if let Some(next) = page.next {
             filter.since = Some(next);
         }
         if let Some(r) = remaining.as_mut() {
@@ -221,28 +218,36 @@ pub fn events(
 }
 
 pub fn jobs(backend: &Backend, name: Option<&str>, json: bool) -> anyhow::Result<ExitCode> {
-    let v = backend.jobs(name)?;
-    if json {
-        print_json(&v)?;
-        return Ok(ExitCode::SUCCESS);
-    }
-    let stats = match name {
-        Some(_) => vec![v["job"].clone()],
-        None => list(&v["jobs"]),
+    let (stats, recent): (Vec<JobStats>, Vec<JobRun>) = match name {
+        Some(n) => {
+            let v = backend.job(n)?;
+            if json {
+                print_json(&v)?;
+                return Ok(ExitCode::SUCCESS);
+            }
+            (vec![v.job], v.runs)
+        }
+        None => {
+            let v = backend.jobs()?;
+            if json {
+                print_json(&v)?;
+                return Ok(ExitCode::SUCCESS);
+            }
+            (v.jobs, Vec::new())
+        }
     };
     let rows: Vec<Vec<String>> = stats
         .iter()
         .map(|s| {
             vec![
-                text(&s["job"]),
-                s["runs"].to_string(),
-                s["success_rate"]
-                    .as_f64()
+                s.job.clone(),
+                s.runs.to_string(),
+                s.success_rate
                     .map(|r| format!("{:.0}%", r * 100.0))
                     .unwrap_or_else(|| "-".to_string()),
-                millis_value(&s["p50_ms"]),
-                millis_value(&s["p95_ms"]),
-                time_value(&s["last_run_at"]),
+                millis(s.p50_ms),
+                millis(s.p95_ms),
+                at(&s.last_run_at),
             ]
         })
         .collect();
@@ -250,17 +255,16 @@ pub fn jobs(backend: &Backend, name: Option<&str>, json: bool) -> anyhow::Result
         "{}",
         table(&["JOB", "RUNS", "SUCCESS", "P50", "P95", "LAST RUN"], &rows)
     );
-    let recent = list(&v["runs"]);
     if !recent.is_empty() {
         println!("\nrecent runs:");
         let rows: Vec<Vec<String>> = recent
             .iter()
             .map(|r| {
                 vec![
-                    text(&r["job_run_id"]),
-                    text(&r["status"]),
+                    r.job_run_id.clone(),
+                    r.status.to_string(),
                     duration(r),
-                    short_list(&strings(&r["outputs"]), 2),
+                    short_list(&r.outputs, 2),
                 ]
             })
             .collect();
@@ -277,13 +281,11 @@ pub fn run(backend: &Backend, id: &str, json: bool) -> anyhow::Result<ExitCode> 
     }
     println!(
         "job run {}: job `{}`, {}",
-        text(&run["job_run_id"]),
-        text(&run["job"]),
-        text(&run["status"])
+        run.job_run_id, run.job, run.status
     );
-    println!("  build request: {}", text(&run["build_request_id"]));
-    println!("  outputs: {}", strings(&run["outputs"]).join(", "));
-    let inputs = strings(&run["inputs"]);
+    println!("  build request: {}", cell(&run.build_request_id));
+    println!("  outputs: {}", run.outputs.join(", "));
+    let inputs = &run.inputs;
     println!(
         "  inputs: {}",
         if inputs.is_empty() {
@@ -292,45 +294,42 @@ pub fn run(backend: &Backend, id: &str, json: bool) -> anyhow::Result<ExitCode> 
             inputs.join(", ")
         }
     );
-    let args = strings(&run["args"]);
-    if !args.is_empty() {
-        println!("  args: {}", args.join(" "));
+    if !run.args.is_empty() {
+        println!("  args: {}", run.args.join(" "));
     }
-    if let Some(env) = run["env"].as_object() {
-        for (k, v) in env {
-            println!("  env: {k}={}", text(v));
-        }
+    for (k, v) in &run.env {
+        println!("  env: {k}={v}");
     }
-    if run["started_at"].is_null() && !run["ended_at"].is_null() {
+    if run.started_at.is_none() && run.ended_at.is_some() {
         println!(
             "  scheduled {}, never started, ended {}",
-            time_value(&run["scheduled_at"]),
-            time_value(&run["ended_at"])
+            at(&run.scheduled_at),
+            at(&run.ended_at)
         );
     } else {
         println!(
             "  scheduled {}, started {}, ended {}, took {}",
-            time_value(&run["scheduled_at"]),
-            time_value(&run["started_at"]),
-            time_value(&run["ended_at"]),
+            at(&run.scheduled_at),
+            at(&run.started_at),
+            at(&run.ended_at),
             duration(&run)
         );
     }
-    if let Some(code) = run["exit_code"].as_i64() {
+    if let Some(code) = run.exit_code {
         println!("  exit code: {code}");
     }
-    if let Some(m) = run["message"].as_str() {
+    if let Some(m) = &run.message {
         println!("  message: {m}");
     }
-    if let Some(r) = run["relies_on"].as_str() {
+    if let Some(r) = &run.relies_on {
         println!("  skipped: relies on run {r}");
     }
-    if let Some(log) = backend.run_log(id).filter(|l| !l.is_empty()) {
+    if let Some(log) = backend.run_log(id).ok().filter(|l| !l.is_empty()) {
         let lines: Vec<&str> = log.lines().collect();
         println!(
             "  log (last {} lines of {}):",
             lines.len().min(20),
-            text(&run["log_path"])
+            cell(&run.log_path)
         );
         for l in &lines[lines.len().saturating_sub(20)..] {
             println!("    {l}");
@@ -350,11 +349,11 @@ pub fn sql(
         print_json(&result)?;
         return Ok(ExitCode::SUCCESS);
     }
-    let rows: Vec<Vec<String>> = list(&result["rows"])
+    let rows: Vec<Vec<String>> = result
+        .rows
         .iter()
         .map(|r| {
-            list(r)
-                .iter()
+            r.iter()
                 .map(|v| match v {
                     Value::Null => "NULL".to_string(),
                     other => text(other),
@@ -362,13 +361,12 @@ pub fn sql(
                 .collect()
         })
         .collect();
-    let headers = strings(&result["columns"]);
-    let headers: Vec<&str> = headers.iter().map(String::as_str).collect();
+    let headers: Vec<&str> = result.columns.iter().map(String::as_str).collect();
     print!("{}", table(&headers, &rows));
     println!(
         "({}{})",
         count(rows.len(), "row"),
-        if result["truncated"].as_bool() == Some(true) {
+        if result.truncated {
             ", cut at --max-rows"
         } else {
             ""
@@ -393,35 +391,29 @@ pub fn datasets(backend: &Backend, exact: bool, json: bool) -> anyhow::Result<Ex
         print_json(&v)?;
         return Ok(ExitCode::SUCCESS);
     }
-    let rows: Vec<Vec<String>> = list(&v["datasets"])
+    let rows: Vec<Vec<String>> = v
+        .datasets
         .iter()
         .map(|d| {
-            let counts = d["partitions"]
-                .as_object()
-                .map(|m| {
-                    m.iter()
-                        .map(|(k, n)| format!("{n} {k}"))
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                })
-                .filter(|s| !s.is_empty())
-                .unwrap_or_else(|| "-".to_string());
-            vec![
-                text(&d["name"]),
-                text(&d["kind"]),
-                text(&d["pattern"]),
-                counts,
-            ]
+            let counts = d
+                .partitions
+                .iter()
+                .map(|(k, n)| format!("{n} {k}"))
+                .collect::<Vec<_>>()
+                .join(", ");
+            let counts = if counts.is_empty() {
+                "-".to_string()
+            } else {
+                counts
+            };
+            vec![d.name.clone(), d.kind.clone(), d.pattern.clone(), counts]
         })
         .collect();
     print!(
         "{}",
         table(&["NAME", "KIND", "PATTERN", "PARTITIONS"], &rows)
     );
-    if list(&v["datasets"])
-        .iter()
-        .any(|d| d["freshness_checked"] == false)
-    {
+    if v.datasets.iter().any(|d| !d.freshness_checked) {
         println!(
             "`available` is recorded live, its freshness not checked (over {} partitions): \
              `datasets --exact` checks each, `partitions --status stale` pages through the stale",

@@ -5,15 +5,10 @@ use std::process::ExitCode;
 use std::sync::atomic::AtomicBool;
 
 use databuild_exec::build::BuildOptions;
-use serde_json::{json, Value};
 
 use super::build::Reporter;
-use crate::backend::{app_error, Backend};
-use crate::output::{print_json, table, text};
-
-fn list(v: &Value) -> Vec<Value> {
-    v.as_array().cloned().unwrap_or_default()
-}
+use crate::backend::Backend;
+use crate::output::{print_json, table};
 
 pub fn list_sources(backend: &Backend, json: bool) -> anyhow::Result<ExitCode> {
     let v = backend.sources()?;
@@ -22,34 +17,32 @@ pub fn list_sources(backend: &Backend, json: bool) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     let mut rows = Vec::new();
-    for s in list(&v["sources"]) {
-        let d = &s["days"];
-        let tables: Vec<String> = list(&s["tables"])
+    for s in &v.sources {
+        let d = &s.days;
+        let tables: Vec<String> = s
+            .tables
             .iter()
             .map(|t| {
-                let versions: Vec<String> = list(&t["versions"])
+                let versions: Vec<String> = t
+                    .versions
                     .iter()
                     .map(|v| {
-                        let mark = if v["version"] == t["promoted"] {
-                            "*"
-                        } else {
-                            ""
-                        };
-                        format!("v{}{mark} {} days", v["version"], v["live_dates"])
+                        let mark = if v.version == t.promoted { "*" } else { "" };
+                        format!("v{}{mark} {} days", v.version, v.live_dates)
                     })
                     .collect();
-                format!("{} ({})", text(&t["name"]), versions.join(", "))
+                format!("{} ({})", t.name, versions.join(", "))
             })
             .collect();
         rows.push(vec![
-            text(&s["name"]),
-            text(&s["kind"]),
-            format!("{}d", s["retention_days"]),
+            s.name.clone(),
+            s.kind.clone(),
+            format!("{}d", s.retention_days),
             format!(
                 "{} open, {} sealed, {} expired",
-                d["open"], d["sealed"], d["expired"]
+                d.open, d.sealed, d.expired
             ),
-            match (d["first"].as_str(), d["last"].as_str()) {
+            match (&d.first, &d.last) {
                 (Some(a), Some(b)) => format!("{a}..{b}"),
                 _ => "-".to_string(),
             },
@@ -83,54 +76,45 @@ pub fn show(backend: &Backend, name: &str, json: bool) -> anyhow::Result<ExitCod
         print_json(&v)?;
         return Ok(ExitCode::SUCCESS);
     }
+    let s = &v.source;
     println!(
         "source {} ({}, keeps {} days; today is {})",
-        text(&v["name"]),
-        text(&v["kind"]),
-        v["retention_days"],
-        text(&v["today"])
+        s.name, s.kind, s.retention_days, v.today
     );
     let mut columns: Vec<String> = Vec::new();
-    for t in list(&v["tables"]) {
-        for ver in list(&t["versions"]) {
-            let promoted = if ver["version"] == t["promoted"] {
-                " *"
-            } else {
-                ""
-            };
+    for t in &s.tables {
+        for ver in &t.versions {
+            let promoted = if ver.version == t.promoted { " *" } else { "" };
             println!(
                 "  {}.v{}{promoted}: {}",
-                text(&t["name"]),
-                ver["version"],
-                list(&ver["columns"])
-                    .iter()
-                    .map(text)
-                    .collect::<Vec<_>>()
-                    .join(", ")
+                t.name,
+                ver.version,
+                ver.columns.join(", ")
             );
-            columns.push(format!("{}.v{}", text(&t["name"]), ver["version"]));
+            columns.push(format!("{}.v{}", t.name, ver.version));
         }
     }
     let mut headers = vec!["DATE".to_string(), "RAW".to_string()];
     headers.extend(columns.iter().map(|c| c.to_uppercase()));
-    let rows: Vec<Vec<String>> = list(&v["coverage"])
+    let rows: Vec<Vec<String>> = v
+        .coverage
         .iter()
         .map(|row| {
-            let raw = &row["raw"];
             let mut cells = vec![
-                text(&row["date"]),
-                match (raw["state"].as_str(), raw["records"].as_u64()) {
-                    (Some(s), Some(n)) if s != "expired" => format!("{s} ({n} records)"),
-                    (Some(s), _) => s.to_string(),
-                    (None, _) => "-".to_string(),
+                row.date.clone(),
+                match &row.raw {
+                    Some(raw) => match raw.records {
+                        Some(n) if raw.state != "expired" => format!("{} ({n} records)", raw.state),
+                        _ => raw.state.clone(),
+                    },
+                    None => "-".to_string(),
                 },
             ];
-            cells.extend(columns.iter().map(|c| {
-                row["versions"][c.as_str()]
-                    .as_str()
-                    .unwrap_or("-")
-                    .to_string()
-            }));
+            cells.extend(
+                columns
+                    .iter()
+                    .map(|c| row.versions.get(c).cloned().unwrap_or_else(|| "-".into())),
+            );
             cells
         })
         .collect();
@@ -150,30 +134,28 @@ pub fn seal(
         print_json(&v)?;
         return Ok(ExitCode::SUCCESS);
     }
-    for s in list(&v["sources"]) {
-        let sealed = list(&s["sealed"]);
-        let expired = list(&s["expired"]);
-        let ingested = &s["ingested"];
+    for s in &v.sources {
+        let (sealed, expired, ingested) = (&s.sealed, &s.expired, &s.ingested);
         println!(
             "{}: sealed {} day(s){}, expired {} day(s){}",
-            text(&s["source"]),
+            s.source,
             sealed.len(),
             match (sealed.first(), sealed.last()) {
-                (Some(a), Some(b)) => format!(" ({}..{})", text(&a[0]), text(&b[0])),
+                (Some(a), Some(b)) => format!(" ({}..{})", a.0, b.0),
                 _ => String::new(),
             },
             expired.len(),
-            if ingested["files"].as_u64().unwrap_or(0) > 0 {
+            if ingested.files > 0 {
                 format!(
                     ", ingested {} file(s), {} records",
-                    ingested["files"], ingested["records"]
+                    ingested.files, ingested.records
                 )
             } else {
                 String::new()
             }
         );
-        for r in list(&ingested["rejected"]) {
-            eprintln!("rejected {}", text(&r));
+        for r in &ingested.rejected {
+            eprintln!("rejected {r}");
         }
     }
     Ok(ExitCode::SUCCESS)
@@ -187,7 +169,8 @@ pub fn promote(
     json: bool,
 ) -> anyhow::Result<ExitCode> {
     let v = match backend {
-        Backend::Local(engine) => {
+        Backend::Local(local) => {
+            let engine = &local.engine;
             let options = BuildOptions::default();
             let executor = engine.executor();
             let interrupt = AtomicBool::new(false);
@@ -198,35 +181,33 @@ pub fn promote(
                 &mut reporter as &mut dyn databuild_exec::build::Observer,
                 &interrupt,
             ));
-            let answer = databuild_service::views::promote(engine, table_name, version, downstream)
-                .map_err(app_error);
+            let answer = databuild_service::views::promote(engine, table_name, version, downstream);
             reporter.done();
             answer?
         }
-        Backend::Remote(c) => c.post(
-            &format!(
-                "/api/v1/tables/{}/promote",
-                crate::remote::segment(table_name)
-            ),
-            &json!({ "version": version, "build_downstream": build_downstream }),
+        Backend::Remote(c) => c.promote(
+            table_name,
+            &databuild_service::sources::PromoteBody {
+                version,
+                build_downstream,
+            },
         )?,
     };
     if json {
         print_json(&v)?;
     } else {
-        let rebuilt = v["downstream"]["built"].as_array().map_or(0, Vec::len);
         println!(
             "{}/date=... now reads v{} (was v{}){}",
-            text(&v["table"]),
-            v["to"],
-            v["from"],
-            if v["downstream"].is_null() {
-                String::new()
-            } else {
-                format!(
-                    "; {rebuilt} downstream partition(s) rebuilt on v{} first",
-                    v["to"]
-                )
+            v.table,
+            v.to,
+            v.from,
+            match &v.downstream {
+                None => String::new(),
+                Some(d) => format!(
+                    "; {} downstream partition(s) rebuilt on v{} first",
+                    d.built.len(),
+                    v.to
+                ),
             }
         );
     }

@@ -2,11 +2,9 @@
 
 use std::process::ExitCode;
 
-use serde_json::Value;
-
 use crate::backend::Backend;
 use crate::context::parse_refs;
-use crate::output::{print_json, short_list, table, text};
+use crate::output::{print_json, short_list, table};
 
 pub fn want(
     backend: &Backend,
@@ -25,11 +23,10 @@ pub fn want(
     } else {
         println!(
             "want {} recorded: {} partition(s), expires {}{}; `databuild serve` builds them as soon as it can",
-            text(&v["want_id"]),
+            v.want_id,
             refs.len(),
-            text(&v["expires_at"]),
-            v["sla_seconds"]
-                .as_u64()
+            v.expires_at.as_deref().unwrap_or_default(),
+            v.sla_seconds
                 .map(|s| format!(", SLA {s}s after each day ends"))
                 .unwrap_or_default()
         );
@@ -49,32 +46,25 @@ pub fn list(
         print_json(&v)?;
         return Ok(ExitCode::SUCCESS);
     }
-    let rows: Vec<Vec<String>> = v["wants"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|w: &Value| {
-            let refs: Vec<String> = w["refs"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .map(text)
-                .collect();
-            let misses = w["sla_missed"].as_u64().unwrap_or(0);
+    let rows: Vec<Vec<String>> = v
+        .wants
+        .iter()
+        .map(|w| {
+            let misses = w.sla_missed;
             vec![
-                text(&w["want_id"]),
-                text(&w["status"]),
-                short_list(&refs, 2),
+                w.want_id.clone(),
+                w.status.to_string(),
+                short_list(&w.refs, 2),
                 format!(
                     "{}{}",
-                    text(&w["message"]),
+                    w.message.as_deref().unwrap_or_default(),
                     if misses > 0 {
                         format!(" ({misses} SLA miss(es))")
                     } else {
                         String::new()
                     }
                 ),
-                text(&w["updated_at"]),
+                w.updated_at.clone(),
             ]
         })
         .collect();
@@ -90,7 +80,7 @@ pub fn unwant(backend: &Backend, id: &str, json: bool) -> anyhow::Result<ExitCod
     if json {
         print_json(&v)?;
     } else {
-        println!("want {} withdrawn", text(&v["want_id"]));
+        println!("want {} withdrawn", v.want_id);
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -1,0 +1,754 @@
+//! Every answer of the API and of `--json`, as a type: the service serializes them, the CLI (in
+//! this process or over HTTP) and the upstream client deserialize them, and `utoipa` documents
+//! them in the OpenAPI document. A renamed field is a compile error, not a silent `null`.
+//!
+//! Times: the log keeps ns since the epoch; an answer shows each `*_at` as RFC 3339 text with the
+//! exact ns beside it as `*_at_ns` (contract section 6). The `*_at_ns` fields come last in each
+//! type so that the JSON is the same, key for key and in order, as the walk over JSON values it
+//! replaces. An event's `timestamp` stays ns (contract section 5).
+//!
+//! The conversions from the log's rows (`From<&Row>`) are the only place that turns ns into
+//! text.
+
+use std::collections::BTreeMap;
+
+use databuild_log::{
+    BuildRequestRow, EventData, JobRunRow, Kind, RequestPartitionRow, Status, WantRow,
+};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use crate::build::BuildSummary;
+use crate::engine::{rfc3339, Explanation, PlannedStep, ProducerInfo, StatusReport};
+
+fn text(ns: i64) -> String {
+    rfc3339(ns)
+}
+
+fn maybe(ns: Option<i64>) -> Option<String> {
+    ns.map(rfc3339)
+}
+
+/// `POST /api/v1/builds`: the id of the build request, recorded and started.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct BuildAccepted {
+    pub build_request_id: String,
+}
+
+/// A build request as listed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct Build {
+    pub build_request_id: String,
+    pub status: Status,
+    pub requested_partitions: Vec<String>,
+    pub analyze_only: bool,
+    /// `host/pid/start-time` of the process driving it (left out for anonymous readers).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
+    pub message: Option<String>,
+    #[schema(format = DateTime)]
+    pub created_at: String,
+    #[schema(format = DateTime)]
+    pub updated_at: String,
+    pub created_at_ns: i64,
+    pub updated_at_ns: i64,
+}
+
+impl From<&BuildRequestRow> for Build {
+    fn from(b: &BuildRequestRow) -> Self {
+        Build {
+            build_request_id: b.build_request_id.clone(),
+            status: b.status,
+            requested_partitions: b.requested_partitions.clone(),
+            analyze_only: b.analyze_only,
+            owner: b.owner.clone(),
+            message: b.message.clone(),
+            created_at: text(b.created_at),
+            updated_at: text(b.updated_at),
+            created_at_ns: b.created_at,
+            updated_at_ns: b.updated_at,
+        }
+    }
+}
+
+/// `GET /api/v1/builds`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct BuildList {
+    pub builds: Vec<Build>,
+}
+
+/// `GET /api/v1/builds/{id}`: a build request with its partitions, job runs and summary.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct BuildDetail {
+    pub build_request_id: String,
+    pub status: Status,
+    pub requested_partitions: Vec<String>,
+    pub analyze_only: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
+    pub message: Option<String>,
+    #[schema(format = DateTime)]
+    pub created_at: String,
+    #[schema(format = DateTime)]
+    pub updated_at: String,
+    pub partitions: Vec<RequestPartitionRow>,
+    pub job_runs: Vec<JobRun>,
+    /// What the build did; `null` while it has not ended.
+    pub summary: Option<BuildSummary>,
+    pub created_at_ns: i64,
+    pub updated_at_ns: i64,
+}
+
+impl BuildDetail {
+    pub fn new(
+        b: &BuildRequestRow,
+        partitions: Vec<RequestPartitionRow>,
+        job_runs: Vec<JobRun>,
+        summary: Option<BuildSummary>,
+    ) -> Self {
+        BuildDetail {
+            build_request_id: b.build_request_id.clone(),
+            status: b.status,
+            requested_partitions: b.requested_partitions.clone(),
+            analyze_only: b.analyze_only,
+            owner: b.owner.clone(),
+            message: b.message.clone(),
+            created_at: text(b.created_at),
+            updated_at: text(b.updated_at),
+            partitions,
+            job_runs,
+            summary,
+            created_at_ns: b.created_at,
+            updated_at_ns: b.updated_at,
+        }
+    }
+}
+
+/// `DELETE /api/v1/builds/{id}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct Cancelled {
+    pub build_request_id: String,
+    pub cancelled: bool,
+}
+
+/// One job run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct JobRun {
+    pub job_run_id: String,
+    pub job: String,
+    pub build_request_id: Option<String>,
+    pub status: Status,
+    pub outputs: Vec<String>,
+    pub inputs: Vec<String>,
+    pub args: Vec<String>,
+    pub env: BTreeMap<String, String>,
+    #[schema(format = DateTime)]
+    pub scheduled_at: Option<String>,
+    #[schema(format = DateTime)]
+    pub started_at: Option<String>,
+    #[schema(format = DateTime)]
+    pub ended_at: Option<String>,
+    pub exit_code: Option<i32>,
+    pub message: Option<String>,
+    pub relies_on: Option<String>,
+    /// Where it ran: left out for anonymous readers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
+    pub job_version: Option<String>,
+    pub input_versions: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub log_path: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scheduled_at_ns: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at_ns: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ended_at_ns: Option<i64>,
+}
+
+impl From<&JobRunRow> for JobRun {
+    fn from(r: &JobRunRow) -> Self {
+        JobRun {
+            job_run_id: r.job_run_id.clone(),
+            job: r.job.clone(),
+            build_request_id: r.build_request_id.clone(),
+            status: r.status,
+            outputs: r.outputs.clone(),
+            inputs: r.inputs.clone(),
+            args: r.args.clone(),
+            env: r.env.clone(),
+            scheduled_at: maybe(r.scheduled_at),
+            started_at: maybe(r.started_at),
+            ended_at: maybe(r.ended_at),
+            exit_code: r.exit_code,
+            message: r.message.clone(),
+            relies_on: r.relies_on.clone(),
+            pid: r.pid,
+            host: r.host.clone(),
+            owner: r.owner.clone(),
+            job_version: r.job_version.clone(),
+            input_versions: r.input_versions.clone(),
+            log_path: r.log_path.clone(),
+            scheduled_at_ns: r.scheduled_at,
+            started_at_ns: r.started_at,
+            ended_at_ns: r.ended_at,
+        }
+    }
+}
+
+impl JobRun {
+    /// How long it ran, if it started and ended.
+    pub fn duration_ms(&self) -> Option<f64> {
+        Some((self.ended_at_ns? - self.started_at_ns?) as f64 / 1e6)
+    }
+}
+
+/// `GET /api/v1/jobs/{name}/runs`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct JobRunList {
+    pub runs: Vec<JobRun>,
+}
+
+/// An event as answers show it: the log's event, its `data.expires_at` as RFC 3339.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct Event {
+    pub idx: i64,
+    pub event_id: String,
+    /// ns since the epoch (contract section 5).
+    pub timestamp: i64,
+    pub build_request_id: Option<String>,
+    pub kind: Kind,
+    pub status: Status,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partition_ref: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job_run_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delegated_to: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    #[serde(default, skip_serializing_if = "EventDataAnswer::is_empty")]
+    pub data: EventDataAnswer,
+}
+
+/// An event's kind-specific extras, with its one time (`expires_at`) as text.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct EventDataAnswer {
+    /// The log's extras, `expires_at` taken out (it follows as text).
+    #[serde(flatten)]
+    pub data: EventData,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(format = DateTime)]
+    pub expires_at: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at_ns: Option<i64>,
+}
+
+impl EventDataAnswer {
+    fn is_empty(&self) -> bool {
+        self.data.is_empty() && self.expires_at_ns.is_none()
+    }
+}
+
+impl From<&databuild_log::Event> for Event {
+    fn from(e: &databuild_log::Event) -> Self {
+        let mut data = e.data.clone();
+        let expires = data.expires_at.take();
+        Event {
+            idx: e.idx,
+            event_id: e.event_id.clone(),
+            timestamp: e.timestamp,
+            build_request_id: e.build_request_id.clone(),
+            kind: e.kind,
+            status: e.status,
+            partition_ref: e.partition_ref.clone(),
+            job: e.job.clone(),
+            job_run_id: e.job_run_id.clone(),
+            delegated_to: e.delegated_to.clone(),
+            message: e.message.clone(),
+            data: EventDataAnswer {
+                data,
+                expires_at: maybe(expires),
+                expires_at_ns: expires,
+            },
+        }
+    }
+}
+
+pub fn events(events: &[databuild_log::Event]) -> Vec<Event> {
+    events.iter().map(Event::from).collect()
+}
+
+/// `GET /api/v1/builds/{id}/events`, `.../partitions/{ref}/events`, `POST .../taint`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct EventList {
+    pub events: Vec<Event>,
+}
+
+/// `GET /api/v1/events`: a page, with the `since` of the next one.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct EventPage {
+    pub events: Vec<Event>,
+    pub next: Option<i64>,
+}
+
+/// `GET /api/v1/partitions/{ref}/status` (contract section 4, `status`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct PartitionStatus {
+    #[serde(rename = "ref")]
+    pub partition_ref: String,
+    /// `live`, `stale`, `missing`, `building`, `failed` or `tainted`.
+    pub status: String,
+    pub reasons: Vec<String>,
+    pub built_by: Option<String>,
+    pub job: Option<String>,
+    pub build_request_id: Option<String>,
+    #[schema(format = DateTime)]
+    pub updated_at: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub updated_at_ns: Option<i64>,
+}
+
+impl From<&StatusReport> for PartitionStatus {
+    fn from(r: &StatusReport) -> Self {
+        PartitionStatus {
+            partition_ref: r.partition_ref.clone(),
+            status: r.status.to_string(),
+            reasons: r.reasons.clone(),
+            built_by: r.built_by.clone(),
+            job: r.job.clone(),
+            build_request_id: r.build_request_id.clone(),
+            updated_at: maybe(r.updated_at),
+            updated_at_ns: r.updated_at,
+        }
+    }
+}
+
+/// `GET /api/v1/partitions/{ref}/explain`: why a partition is in its state.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct Explain {
+    #[serde(rename = "ref")]
+    pub partition_ref: String,
+    pub status: String,
+    pub reasons: Vec<String>,
+    pub built_by: Option<String>,
+    pub job: Option<String>,
+    pub build_request_id: Option<String>,
+    #[schema(format = DateTime)]
+    pub updated_at: Option<String>,
+    /// `job` or `dataset`, its name and pattern; `null` for refs nothing produces.
+    pub producer: Option<ProducerInfo>,
+    /// The run that built it, or is building it.
+    pub run: Option<JobRun>,
+    /// What that run reported (`DATABUILD_REPORT`): any JSON object the job wrote.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub report: Option<serde_json::Value>,
+    pub inputs: Vec<PartitionStatus>,
+    pub to_build: Vec<PlannedStep>,
+    pub history: Vec<Event>,
+    pub wants: Vec<Want>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub updated_at_ns: Option<i64>,
+}
+
+impl From<&Explanation> for Explain {
+    fn from(x: &Explanation) -> Self {
+        let s = &x.status;
+        Explain {
+            partition_ref: s.partition_ref.clone(),
+            status: s.status.to_string(),
+            reasons: s.reasons.clone(),
+            built_by: s.built_by.clone(),
+            job: s.job.clone(),
+            build_request_id: s.build_request_id.clone(),
+            updated_at: maybe(s.updated_at),
+            producer: x.producer.clone(),
+            run: x.run.as_ref().map(JobRun::from),
+            report: x.report.clone(),
+            inputs: x.inputs.iter().map(PartitionStatus::from).collect(),
+            to_build: x.to_build.clone(),
+            history: events(&x.history),
+            wants: x.wants.iter().map(Want::from).collect(),
+            updated_at_ns: s.updated_at,
+        }
+    }
+}
+
+/// A job's metrics.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct JobStats {
+    pub job: String,
+    pub runs: u64,
+    pub completed: u64,
+    pub failed: u64,
+    pub cancelled: u64,
+    pub skipped: u64,
+    /// Completed over finished (completed + failed), if any finished.
+    pub success_rate: Option<f64>,
+    pub mean_ms: Option<f64>,
+    pub p50_ms: Option<f64>,
+    pub p95_ms: Option<f64>,
+    #[schema(format = DateTime)]
+    pub last_run_at: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_run_at_ns: Option<i64>,
+}
+
+impl From<&databuild_log::JobStats> for JobStats {
+    fn from(s: &databuild_log::JobStats) -> Self {
+        JobStats {
+            job: s.job.clone(),
+            runs: s.runs,
+            completed: s.completed,
+            failed: s.failed,
+            cancelled: s.cancelled,
+            skipped: s.skipped,
+            success_rate: s.success_rate,
+            mean_ms: s.mean_ms,
+            p50_ms: s.p50_ms,
+            p95_ms: s.p95_ms,
+            last_run_at: maybe(s.last_run_at),
+            last_run_at_ns: s.last_run_at,
+        }
+    }
+}
+
+/// `GET /api/v1/jobs`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct JobList {
+    pub jobs: Vec<JobStats>,
+}
+
+/// `GET /api/v1/jobs/{name}`: metrics and the most recent runs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct JobDetail {
+    pub job: JobStats,
+    pub runs: Vec<JobRun>,
+}
+
+/// A want as the API shows it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct Want {
+    pub want_id: String,
+    /// `requested`, `waiting`, `satisfied`, `expired` or `cancelled`.
+    pub status: Status,
+    pub refs: Vec<String>,
+    #[schema(format = DateTime)]
+    pub created_at: String,
+    #[schema(format = DateTime)]
+    pub expires_at: Option<String>,
+    pub sla_seconds: Option<u64>,
+    pub recurring: Option<String>,
+    pub waiting_for: Option<String>,
+    pub message: Option<String>,
+    pub build_request_id: Option<String>,
+    /// How many of its partitions missed their SLA.
+    pub sla_missed: u64,
+    #[schema(format = DateTime)]
+    pub updated_at: String,
+    pub created_at_ns: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at_ns: Option<i64>,
+    pub updated_at_ns: i64,
+}
+
+impl From<&WantRow> for Want {
+    fn from(w: &WantRow) -> Self {
+        Want {
+            want_id: w.want_id.clone(),
+            status: w.status,
+            refs: w.refs.clone(),
+            created_at: text(w.created_at),
+            expires_at: maybe(w.expires_at),
+            sla_seconds: w.sla_seconds,
+            recurring: w.recurring.clone(),
+            waiting_for: w.waiting_for.clone(),
+            message: w.message.clone(),
+            build_request_id: w.build_request_id.clone(),
+            sla_missed: w.sla_missed,
+            updated_at: text(w.updated_at),
+            created_at_ns: w.created_at,
+            expires_at_ns: w.expires_at,
+            updated_at_ns: w.updated_at,
+        }
+    }
+}
+
+/// `GET /api/v1/wants`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct WantList {
+    pub wants: Vec<Want>,
+}
+
+/// `GET /api/v1/wants/{id}`: the want, with the status of each of its partitions.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct WantDetail {
+    pub want_id: String,
+    pub status: Status,
+    pub refs: Vec<String>,
+    #[schema(format = DateTime)]
+    pub created_at: String,
+    #[schema(format = DateTime)]
+    pub expires_at: Option<String>,
+    pub sla_seconds: Option<u64>,
+    pub recurring: Option<String>,
+    pub waiting_for: Option<String>,
+    pub message: Option<String>,
+    pub build_request_id: Option<String>,
+    pub sla_missed: u64,
+    #[schema(format = DateTime)]
+    pub updated_at: String,
+    pub partitions: Vec<PartitionStatus>,
+    pub created_at_ns: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at_ns: Option<i64>,
+    pub updated_at_ns: i64,
+}
+
+impl WantDetail {
+    pub fn new(w: &WantRow, partitions: Vec<PartitionStatus>) -> Self {
+        let want = Want::from(w);
+        WantDetail {
+            want_id: want.want_id,
+            status: want.status,
+            refs: want.refs,
+            created_at: want.created_at,
+            expires_at: want.expires_at,
+            sla_seconds: want.sla_seconds,
+            recurring: want.recurring,
+            waiting_for: want.waiting_for,
+            message: want.message,
+            build_request_id: want.build_request_id,
+            sla_missed: want.sla_missed,
+            updated_at: want.updated_at,
+            partitions,
+            created_at_ns: want.created_at_ns,
+            expires_at_ns: want.expires_at_ns,
+            updated_at_ns: want.updated_at_ns,
+        }
+    }
+}
+
+/// `GET /api/v1/datasets`.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct DatasetList {
+    pub datasets: Vec<crate::engine::DatasetView>,
+}
+
+/// `GET /api/v1/sources`.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct SourceList {
+    pub sources: Vec<crate::tables::SourceView>,
+}
+
+/// `POST /api/v1/sources/{name}/seal`: what each source's maintenance did.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct Sealed {
+    pub sources: Vec<crate::sources::Maintenance>,
+}
+
+/// `POST /api/v1/webhooks/{source}`: the records are on disk.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct Ingested {
+    pub source: String,
+    /// The day (UTC) they landed in.
+    pub date: String,
+    pub records: usize,
+}
+
+/// `POST /api/v1/analyze` (contract section 4): the owned twin of
+/// [`crate::views::AnalyzeView`], which serializes a plan without copying it; a unit test keeps
+/// the two the same.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct Analysis {
+    pub build_request_id: String,
+    pub job_runs: Vec<PlannedRun>,
+    pub skipped: Vec<String>,
+    pub delegated: Vec<String>,
+    pub missing: Vec<String>,
+    pub delegations: Vec<Delegation>,
+    pub missing_details: Vec<MissingExternal>,
+}
+
+/// One run of a plan.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct PlannedRun {
+    pub job: String,
+    pub outputs: Vec<String>,
+    /// Inputs that must be live first.
+    pub inputs: Vec<String>,
+    /// Inputs read only if present (config jobs).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub query_inputs: Vec<String>,
+    /// What a config executable gave the run.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub args: Vec<String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
+    /// Inputs given as a table's alias: `[alias ref, version ref]` each.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schema(value_type = Vec<Vec<String>>)]
+    pub aliased: Vec<(String, String)>,
+    /// Indices (in `job_runs`) of the runs that build this run's inputs.
+    pub depends_on: Vec<usize>,
+    /// One reason per output, in output order.
+    pub reasons: Vec<serde_json::Value>,
+}
+
+/// A ref another build request is building now.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct Delegation {
+    #[serde(rename = "ref")]
+    pub partition_ref: String,
+    pub build_request_id: String,
+}
+
+/// An external ref that is not available.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct MissingExternal {
+    #[serde(rename = "ref")]
+    pub partition_ref: String,
+    pub dataset: String,
+    /// The run that needs it, if it is not itself requested.
+    pub needed_by: Option<String>,
+}
+
+/// The body of every error answer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct ErrorBody {
+    /// What went wrong, in one sentence.
+    pub error: String,
+    /// A stable, machine-readable code: `bad_request`, `bad_json`, `not_found`, `unauthorized`,
+    /// `unplannable`, `sql_refused`, `sql_too_large`, `already_ended`, `too_large`, `internal`...
+    pub code: String,
+}
+
+/// The one route table: every path of the API, used by the router, the OpenAPI annotations, the
+/// CLI's HTTP client and the upstream client. `{...}` is one percent-encoded segment ([`fill`]).
+pub mod route {
+    pub const BUILDS: &str = "/api/v1/builds";
+    pub const BUILD: &str = "/api/v1/builds/{id}";
+    pub const BUILD_EVENTS: &str = "/api/v1/builds/{id}/events";
+    pub const BUILD_EVENT_STREAM: &str = "/api/v1/builds/{id}/events/stream";
+    pub const ANALYZE: &str = "/api/v1/analyze";
+    pub const PARTITIONS: &str = "/api/v1/partitions";
+    pub const PARTITION_STATUS: &str = "/api/v1/partitions/{partition_ref}/status";
+    pub const PARTITION_EVENTS: &str = "/api/v1/partitions/{partition_ref}/events";
+    pub const PARTITION_EXPLAIN: &str = "/api/v1/partitions/{partition_ref}/explain";
+    pub const TAINT: &str = "/api/v1/partitions/taint";
+    pub const GRAPH: &str = "/api/v1/graph";
+    pub const EVENTS: &str = "/api/v1/events";
+    pub const JOBS: &str = "/api/v1/jobs";
+    pub const JOB: &str = "/api/v1/jobs/{name}";
+    pub const JOB_RUNS: &str = "/api/v1/jobs/{name}/runs";
+    pub const RUN: &str = "/api/v1/job-runs/{id}";
+    pub const RUN_LOG: &str = "/api/v1/job-runs/{id}/log";
+    pub const DATASETS: &str = "/api/v1/datasets";
+    pub const SQL: &str = "/api/v1/sql";
+    pub const OPENAPI: &str = "/api/v1/openapi.json";
+    pub const SOURCES: &str = "/api/v1/sources";
+    pub const SOURCE: &str = "/api/v1/sources/{name}";
+    pub const SEAL: &str = "/api/v1/sources/{name}/seal";
+    pub const PROMOTE: &str = "/api/v1/tables/{name}/promote";
+    pub const WEBHOOK: &str = "/api/v1/webhooks/{source}";
+    pub const WANTS: &str = "/api/v1/wants";
+    pub const WANT: &str = "/api/v1/wants/{id}";
+
+    /// A route with its one parameter filled in, percent-encoded (a ref's `/` becomes `%2F`).
+    pub fn fill(template: &str, value: &str) -> String {
+        let (Some(open), Some(close)) = (template.find('{'), template.find('}')) else {
+            return template.to_string();
+        };
+        format!(
+            "{}{}{}",
+            &template[..open],
+            databuild_core::refs::encode_segment(value),
+            &template[close + 1..]
+        )
+    }
+
+    #[cfg(test)]
+    mod tests {
+        #[test]
+        fn fills_the_one_parameter_encoded() {
+            assert_eq!(
+                super::fill(super::PARTITION_STATUS, "a/date=1"),
+                "/api/v1/partitions/a%2Fdate=1/status"
+            );
+            assert_eq!(super::fill(super::BUILDS, "x"), super::BUILDS);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times_are_rfc3339_with_their_exact_ns_last() {
+        let row = BuildRequestRow {
+            build_request_id: "b".into(),
+            status: Status::Completed,
+            requested_partitions: vec!["a".into()],
+            analyze_only: false,
+            owner: None,
+            message: None,
+            created_at: 1_700_000_000_123_456_789,
+            updated_at: 0,
+        };
+        let v = serde_json::to_value(Build::from(&row)).unwrap();
+        assert_eq!(v["created_at"], "2023-11-14T22:13:20.123Z");
+        assert_eq!(v["created_at_ns"], 1_700_000_000_123_456_789i64);
+        assert_eq!(v["updated_at"], "1970-01-01T00:00:00.000Z");
+        let keys: Vec<&String> = v.as_object().unwrap().keys().collect();
+        assert_eq!(keys[keys.len() - 2..], ["created_at_ns", "updated_at_ns"]);
+        // And back: the CLI reads answers into the same types.
+        let back: Build = serde_json::from_value(v).unwrap();
+        assert_eq!(back, Build::from(&row));
+    }
+
+    #[test]
+    fn an_event_shows_its_expiry_as_text_and_keeps_its_timestamp_in_ns() {
+        let mut e = databuild_log::Event::build_request("b", Status::Received);
+        e.data.expires_at = Some(0);
+        e.timestamp = 5;
+        let v = serde_json::to_value(Event::from(&e)).unwrap();
+        assert_eq!(v["timestamp"], 5);
+        assert_eq!(v["data"]["expires_at"], "1970-01-01T00:00:00.000Z");
+        assert_eq!(v["data"]["expires_at_ns"], 0);
+        let back: Event = serde_json::from_value(v).unwrap();
+        assert_eq!(back, Event::from(&e));
+    }
+
+    #[test]
+    fn the_plan_view_and_its_owned_twin_are_the_same_json() {
+        let r = |s: &str| databuild_core::PartitionRef::new(s).unwrap();
+        let plan = databuild_core::Plan {
+            runs: vec![databuild_core::PlannedRun {
+                job_index: 0,
+                job: "j".into(),
+                outputs: vec![r("o/1")],
+                inputs: vec![r("i/1")],
+                extras: Some(Box::new(databuild_core::plan::RunExtras {
+                    args: vec!["--x".into()],
+                    aliased: vec![(r("t/date=1"), r("t/v1/date=1"))],
+                    ..Default::default()
+                })),
+                depends_on: vec![],
+                reasons: vec![],
+            }],
+            skipped: vec![r("s/1")],
+            delegated: vec![],
+            missing: vec![],
+        };
+        let view = serde_json::to_value(crate::views::AnalyzeView::new("b", &plan)).unwrap();
+        let owned: Analysis = serde_json::from_value(view.clone()).unwrap();
+        assert_eq!(serde_json::to_value(owned).unwrap(), view);
+    }
+}

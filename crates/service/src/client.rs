@@ -1,0 +1,478 @@
+//! [`Api`]: the answers of the service as one interface, with two implementations: [`InProcess`]
+//! (the engine of this process, through [`crate::views`]) and [`Http`] (a running `databuild
+//! serve`, its answers deserialized into the same types). The CLI holds one or the other, so
+//! `databuild X` and `databuild --server URL X` agree by type.
+
+use std::io::{BufRead, BufReader};
+
+use axum::http::StatusCode;
+use databuild_exec::answers::{
+    route, Analysis, BuildAccepted, BuildDetail, BuildList, Cancelled, DatasetList, ErrorBody,
+    EventList, EventPage, Explain, JobDetail, JobList, JobRun, PartitionStatus, Sealed, SourceList,
+    Want, WantList,
+};
+use databuild_exec::tables::{Promotion, SourceDetail};
+use databuild_exec::views::{AnalyzeView, ListedStatus, PartitionPage};
+use databuild_exec::Engine;
+use databuild_log::{EventFilter, PartitionQuery, SqlResult};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use crate::error::AppError;
+use crate::views::{self, ApiResult};
+
+/// Everything a command asks of the service (or of the engine it runs on).
+pub trait Api {
+    fn status(&self, r: &str) -> ApiResult<PartitionStatus>;
+    fn explain(&self, r: &str) -> ApiResult<Explain>;
+    fn taint(&self, refs: &[String], reason: Option<&str>) -> ApiResult<EventList>;
+    /// `status` is the name the user gave (`live`, `stale`...), `listed` its meaning.
+    fn partitions(
+        &self,
+        q: &PartitionQuery,
+        listed: Option<ListedStatus>,
+        status: Option<&str>,
+    ) -> ApiResult<PartitionPage>;
+    fn builds(&self, limit: usize) -> ApiResult<BuildList>;
+    fn build(&self, id: &str) -> ApiResult<BuildDetail>;
+    fn cancel(&self, id: &str) -> ApiResult<Cancelled>;
+    fn events(&self, f: &EventFilter) -> ApiResult<EventPage>;
+    /// `exact`: split every job output's available partitions by freshness, however many.
+    fn datasets(&self, exact: bool) -> ApiResult<DatasetList>;
+    fn jobs(&self) -> ApiResult<JobList>;
+    fn job(&self, name: &str) -> ApiResult<JobDetail>;
+    fn run(&self, id: &str) -> ApiResult<JobRun>;
+    /// The tail of a run's log.
+    fn run_log(&self, id: &str) -> ApiResult<String>;
+    fn sql(&self, query: &str, max_rows: usize) -> ApiResult<SqlResult>;
+    fn sources(&self) -> ApiResult<SourceList>;
+    fn source(&self, name: &str) -> ApiResult<SourceDetail>;
+    fn seal(&self, name: Option<&str>, through: Option<&str>) -> ApiResult<Sealed>;
+    fn want(&self, refs: &[String], ttl: Option<&str>, sla: Option<&str>) -> ApiResult<Want>;
+    fn wants(&self, status: Option<&str>, all: bool, limit: usize) -> ApiResult<WantList>;
+    fn unwant(&self, id: &str) -> ApiResult<Want>;
+}
+
+/// The engine of this process.
+pub struct InProcess {
+    pub engine: Box<Engine>,
+    /// The cap on refs one request names, braces expanded (`DATABUILD_MAX_REFS`).
+    pub max_refs: usize,
+}
+
+impl Api for InProcess {
+    fn status(&self, r: &str) -> ApiResult<PartitionStatus> {
+        views::status(&self.engine, r)
+    }
+    fn explain(&self, r: &str) -> ApiResult<Explain> {
+        views::explain(&self.engine, r)
+    }
+    fn taint(&self, refs: &[String], reason: Option<&str>) -> ApiResult<EventList> {
+        views::taint(&self.engine, refs, reason, self.max_refs)
+    }
+    fn partitions(
+        &self,
+        q: &PartitionQuery,
+        listed: Option<ListedStatus>,
+        _status: Option<&str>,
+    ) -> ApiResult<PartitionPage> {
+        views::partitions(&self.engine, q, listed)
+    }
+    fn builds(&self, limit: usize) -> ApiResult<BuildList> {
+        views::builds(&self.engine, None, limit)
+    }
+    fn build(&self, id: &str) -> ApiResult<BuildDetail> {
+        views::build(&self.engine, id)
+    }
+    fn cancel(&self, id: &str) -> ApiResult<Cancelled> {
+        views::cancel(&self.engine, id)
+    }
+    fn events(&self, f: &EventFilter) -> ApiResult<EventPage> {
+        views::events(&self.engine, f)
+    }
+    fn datasets(&self, exact: bool) -> ApiResult<DatasetList> {
+        views::datasets(&self.engine, exact)
+    }
+    fn jobs(&self) -> ApiResult<JobList> {
+        views::jobs(&self.engine)
+    }
+    fn job(&self, name: &str) -> ApiResult<JobDetail> {
+        views::job(&self.engine, name)
+    }
+    fn run(&self, id: &str) -> ApiResult<JobRun> {
+        views::run(&self.engine, id)
+    }
+    fn run_log(&self, id: &str) -> ApiResult<String> {
+        views::run_log(&self.engine, id)
+    }
+    fn sql(&self, query: &str, max_rows: usize) -> ApiResult<SqlResult> {
+        views::sql(&self.engine, query, max_rows)
+    }
+    fn sources(&self) -> ApiResult<SourceList> {
+        views::sources(&self.engine)
+    }
+    fn source(&self, name: &str) -> ApiResult<SourceDetail> {
+        views::source(&self.engine, name)
+    }
+    fn seal(&self, name: Option<&str>, through: Option<&str>) -> ApiResult<Sealed> {
+        views::seal(&self.engine, name, through)
+    }
+    fn want(&self, refs: &[String], ttl: Option<&str>, sla: Option<&str>) -> ApiResult<Want> {
+        views::want(&self.engine, refs, ttl, sla, self.max_refs)
+    }
+    fn wants(&self, status: Option<&str>, all: bool, limit: usize) -> ApiResult<WantList> {
+        views::wants(&self.engine, status, all, limit)
+    }
+    fn unwant(&self, id: &str) -> ApiResult<Want> {
+        views::unwant(&self.engine, id)
+    }
+}
+
+impl InProcess {
+    /// `analyze` in this process: the plan itself, printed without copying it.
+    pub fn analyze_view<T>(
+        &self,
+        refs: Vec<databuild_core::PartitionRef>,
+        f: impl FnOnce(&AnalyzeView<'_>, &databuild_core::Plan) -> T,
+    ) -> Result<T, databuild_exec::EngineError> {
+        let analysis = self.engine.analyze(&databuild_core::PlanRequest {
+            refs,
+            ..Default::default()
+        })?;
+        let out = f(
+            &AnalyzeView::new(&analysis.build_request_id, &analysis.plan),
+            &analysis.plan,
+        );
+        // The process ends soon after: freeing a plan of millions of runs one allocation at a
+        // time would take seconds for nothing.
+        std::mem::forget(analysis);
+        Ok(out)
+    }
+}
+
+/// A running `databuild serve`, over HTTP.
+pub struct Http {
+    base: String,
+    agent: ureq::Agent,
+    token: Option<String>,
+}
+
+/// A query string from optional pairs.
+fn query(pairs: &[(&str, Option<String>)]) -> String {
+    let parts: Vec<String> = pairs
+        .iter()
+        .filter_map(|(k, v)| {
+            v.as_ref()
+                .map(|v| format!("{k}={}", databuild_core::refs::encode_segment(v)))
+        })
+        .collect();
+    if parts.is_empty() {
+        String::new()
+    } else {
+        format!("?{}", parts.join("&"))
+    }
+}
+
+impl Http {
+    /// `token` goes on every request as `Authorization: Bearer`, reads included (a service may
+    /// guard them).
+    pub fn new(base: &str, token: Option<String>) -> Http {
+        let config = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(None)
+            .build();
+        Http {
+            base: base.trim_end_matches('/').to_string(),
+            agent: config.into(),
+            token,
+        }
+    }
+
+    pub fn base(&self) -> &str {
+        &self.base
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    fn unreachable(&self, e: ureq::Error) -> AppError {
+        AppError::new(
+            StatusCode::BAD_GATEWAY,
+            "unreachable",
+            format!("cannot reach the databuild service at {}: {e}", self.base),
+        )
+    }
+
+    fn authorized<B>(&self, request: ureq::RequestBuilder<B>) -> ureq::RequestBuilder<B> {
+        match &self.token {
+            Some(t) => request.header("Authorization", &format!("Bearer {t}")),
+            None => request,
+        }
+    }
+
+    /// An answer's body, or the service's error with its status (4xx: the request's fault).
+    fn finish(&self, mut response: ureq::http::Response<ureq::Body>) -> ApiResult<String> {
+        let status = response.status();
+        let body = response.body_mut().read_to_string().map_err(|e| {
+            AppError::new(
+                StatusCode::BAD_GATEWAY,
+                "unreadable",
+                format!("reading the service's answer: {e}"),
+            )
+        })?;
+        if status.is_success() {
+            return Ok(body);
+        }
+        let status = StatusCode::from_u16(status.as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
+        Err(match serde_json::from_str::<ErrorBody>(&body) {
+            Ok(e) => AppError::new(status, known_code(&e.code), e.error),
+            Err(_) => AppError::new(status, "remote", format!("the service answered {status}")),
+        })
+    }
+
+    fn parse<T: DeserializeOwned>(&self, body: &str) -> ApiResult<T> {
+        serde_json::from_str(body).map_err(|e| {
+            AppError::new(
+                StatusCode::BAD_GATEWAY,
+                "bad_answer",
+                format!("the service at {} answered what this databuild cannot read ({e}); are both the same version?", self.base),
+            )
+        })
+    }
+
+    pub fn get_text(&self, path: &str) -> ApiResult<String> {
+        let response = self
+            .authorized(self.agent.get(&self.url(path)))
+            .call()
+            .map_err(|e| self.unreachable(e))?;
+        self.finish(response)
+    }
+
+    pub fn get<T: DeserializeOwned>(&self, path: &str) -> ApiResult<T> {
+        self.parse(&self.get_text(path)?)
+    }
+
+    pub fn post<T: DeserializeOwned>(&self, path: &str, body: &impl Serialize) -> ApiResult<T> {
+        let response = self
+            .authorized(self.agent.post(&self.url(path)))
+            .send_json(body)
+            .map_err(|e| self.unreachable(e))?;
+        self.parse(&self.finish(response)?)
+    }
+
+    pub fn delete<T: DeserializeOwned>(&self, path: &str) -> ApiResult<T> {
+        let response = self
+            .authorized(self.agent.delete(&self.url(path)))
+            .call()
+            .map_err(|e| self.unreachable(e))?;
+        self.parse(&self.finish(response)?)
+    }
+
+    /// Requests a build (`POST /api/v1/builds`).
+    pub fn start_build(&self, body: &crate::api::BuildBody) -> ApiResult<BuildAccepted> {
+        self.post(route::BUILDS, body)
+    }
+
+    /// `POST /api/v1/analyze`.
+    pub fn analyze(&self, body: &crate::api::AnalyzeBody) -> ApiResult<Analysis> {
+        self.post(route::ANALYZE, body)
+    }
+
+    /// `POST /api/v1/tables/{name}/promote`.
+    pub fn promote(&self, table: &str, body: &crate::sources::PromoteBody) -> ApiResult<Promotion> {
+        self.post(&route::fill(route::PROMOTE, table), body)
+    }
+
+    /// Reads a build's Server-Sent Events, calling `on_event` with each (the log's events, as
+    /// the log holds them), until the stream ends.
+    pub fn stream(
+        &self,
+        id: &str,
+        mut on_event: impl FnMut(databuild_log::Event),
+    ) -> ApiResult<()> {
+        let path = route::fill(route::BUILD_EVENT_STREAM, id);
+        let response = self
+            .authorized(self.agent.get(&self.url(&path)))
+            .call()
+            .map_err(|e| self.unreachable(e))?;
+        if !response.status().is_success() {
+            self.finish(response)?;
+            return Ok(());
+        }
+        let reader = BufReader::new(response.into_body().into_reader());
+        for line in reader.lines() {
+            let line = line.map_err(|e| {
+                AppError::new(
+                    StatusCode::BAD_GATEWAY,
+                    "unreadable",
+                    format!("reading the event stream: {e}"),
+                )
+            })?;
+            if let Some(data) = line.strip_prefix("data:") {
+                if let Ok(e) = serde_json::from_str(data.trim_start()) {
+                    on_event(e);
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The codes the service answers with, as the `&'static str` an [`AppError`] holds; an unknown
+/// one (a newer service) reads as `remote`.
+fn known_code(code: &str) -> &'static str {
+    const KNOWN: &[&str] = &[
+        "bad_request",
+        "bad_json",
+        "bad_query",
+        "bad_path",
+        "bad_host",
+        "not_found",
+        "unauthorized",
+        "unplannable",
+        "sql_refused",
+        "sql_too_large",
+        "already_ended",
+        "refused",
+        "too_large",
+        "too_many_refs",
+        "too_many_requests",
+        "busy",
+        "cross_origin",
+        "csrf",
+        "storage",
+        "misconfigured",
+        "internal",
+    ];
+    KNOWN
+        .iter()
+        .find(|k| **k == code)
+        .copied()
+        .unwrap_or("remote")
+}
+
+impl Api for Http {
+    fn status(&self, r: &str) -> ApiResult<PartitionStatus> {
+        self.get(&route::fill(route::PARTITION_STATUS, r))
+    }
+    fn explain(&self, r: &str) -> ApiResult<Explain> {
+        self.get(&route::fill(route::PARTITION_EXPLAIN, r))
+    }
+    fn taint(&self, refs: &[String], reason: Option<&str>) -> ApiResult<EventList> {
+        self.post(
+            route::TAINT,
+            &crate::api::TaintBody {
+                partitions: refs.to_vec(),
+                reason: reason.map(str::to_string),
+            },
+        )
+    }
+    fn partitions(
+        &self,
+        q: &PartitionQuery,
+        _listed: Option<ListedStatus>,
+        status: Option<&str>,
+    ) -> ApiResult<PartitionPage> {
+        self.get(&format!(
+            "{}{}",
+            route::PARTITIONS,
+            query(&[
+                ("pattern", q.pattern.clone()),
+                ("status", status.map(str::to_string)),
+                ("limit", Some(q.limit.to_string())),
+                ("after", q.after.clone()),
+            ])
+        ))
+    }
+    fn builds(&self, limit: usize) -> ApiResult<BuildList> {
+        self.get(&format!("{}?limit={limit}", route::BUILDS))
+    }
+    fn build(&self, id: &str) -> ApiResult<BuildDetail> {
+        self.get(&route::fill(route::BUILD, id))
+    }
+    fn cancel(&self, id: &str) -> ApiResult<Cancelled> {
+        self.delete(&route::fill(route::BUILD, id))
+    }
+    fn events(&self, f: &EventFilter) -> ApiResult<EventPage> {
+        self.get(&format!(
+            "{}{}",
+            route::EVENTS,
+            query(&[
+                ("since", f.since.map(|s| s.to_string())),
+                ("limit", f.limit.map(|l| l.to_string())),
+                ("build", f.build_request_id.clone()),
+                ("partition", f.partition_ref.clone()),
+                ("job", f.job.clone()),
+                ("run", f.job_run_id.clone()),
+            ])
+        ))
+    }
+    fn datasets(&self, exact: bool) -> ApiResult<DatasetList> {
+        self.get(&format!("{}?exact={exact}", route::DATASETS))
+    }
+    fn jobs(&self) -> ApiResult<JobList> {
+        self.get(route::JOBS)
+    }
+    fn job(&self, name: &str) -> ApiResult<JobDetail> {
+        self.get(&route::fill(route::JOB, name))
+    }
+    fn run(&self, id: &str) -> ApiResult<JobRun> {
+        self.get(&route::fill(route::RUN, id))
+    }
+    fn run_log(&self, id: &str) -> ApiResult<String> {
+        self.get_text(&route::fill(route::RUN_LOG, id))
+    }
+    fn sql(&self, query: &str, max_rows: usize) -> ApiResult<SqlResult> {
+        self.post(
+            route::SQL,
+            &crate::api::SqlBody {
+                query: query.to_string(),
+                max_rows: Some(max_rows),
+            },
+        )
+    }
+    fn sources(&self) -> ApiResult<SourceList> {
+        self.get(route::SOURCES)
+    }
+    fn source(&self, name: &str) -> ApiResult<SourceDetail> {
+        self.get(&route::fill(route::SOURCE, name))
+    }
+    fn seal(&self, name: Option<&str>, through: Option<&str>) -> ApiResult<Sealed> {
+        let Some(name) = name else {
+            return Err(AppError::bad_request(
+                "name the source to seal on a service (the service seals all sources every minute)",
+            ));
+        };
+        self.post(
+            &route::fill(route::SEAL, name),
+            &crate::sources::SealBody {
+                through: through.map(str::to_string),
+            },
+        )
+    }
+    fn want(&self, refs: &[String], ttl: Option<&str>, sla: Option<&str>) -> ApiResult<Want> {
+        self.post(
+            route::WANTS,
+            &crate::wants::WantBody {
+                partitions: refs.to_vec(),
+                ttl: ttl.map(str::to_string),
+                sla: sla.map(str::to_string),
+            },
+        )
+    }
+    fn wants(&self, status: Option<&str>, all: bool, limit: usize) -> ApiResult<WantList> {
+        self.get(&format!(
+            "{}{}",
+            route::WANTS,
+            query(&[
+                ("status", status.map(str::to_string)),
+                ("all", all.then(|| "true".to_string())),
+                ("limit", Some(limit.to_string())),
+            ])
+        ))
+    }
+    fn unwant(&self, id: &str) -> ApiResult<Want> {
+        self.delete(&route::fill(route::WANT, id))
+    }
+}

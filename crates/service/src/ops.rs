@@ -1,0 +1,128 @@
+//! What the API's handlers and the dashboard's pages both do: run engine work off the async
+//! threads, take JSON bodies, paths and query strings (refused as JSON errors), bound listings,
+//! start builds, run user SQL. It depends on no handler module, so
+//! `api`, `dashboard`, `sources` and `wants` all stand on it without depending on one another.
+
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+use axum::extract::{FromRequest, FromRequestParts};
+use databuild_exec::build::{BuildOptions, Quiet};
+use databuild_exec::Engine;
+use databuild_log::SqlResult;
+
+use crate::error::AppError;
+use crate::views::{self, parse_refs, ApiResult};
+use crate::AppState;
+
+/// A JSON body whose rejection is an [`AppError`].
+#[derive(FromRequest)]
+#[from_request(via(axum::Json), rejection(AppError))]
+pub struct ApiJson<T>(pub T);
+
+/// Path parameters whose rejection is an [`AppError`].
+#[derive(FromRequestParts)]
+#[from_request(via(axum::extract::Path), rejection(AppError))]
+pub struct ApiPath<T>(pub T);
+
+/// A query string whose rejection is an [`AppError`] (a JSON 400, as every other refusal).
+#[derive(FromRequestParts)]
+#[from_request(via(axum::extract::Query), rejection(AppError))]
+pub struct ApiQuery<T>(pub T);
+
+/// The largest `limit` a listing takes (each cuts it to its own cap); a larger one is refused,
+/// as its schema says.
+pub const MAX_LIMIT: usize = 1 << 32;
+
+/// A listing's `limit`, or its default; refused past [`MAX_LIMIT`].
+pub(crate) fn limit(given: Option<usize>, default: usize) -> ApiResult<usize> {
+    match given {
+        Some(n) if n > MAX_LIMIT => Err(AppError::bad_request(format!(
+            "`limit={n}` is more than {MAX_LIMIT}"
+        ))),
+        Some(n) => Ok(n),
+        None => Ok(default),
+    }
+}
+
+/// Runs engine work off the async threads.
+pub(crate) async fn blocking<T: Send + 'static>(
+    state: &Arc<AppState>,
+    f: impl FnOnce(&Engine) -> ApiResult<T> + Send + 'static,
+) -> ApiResult<T> {
+    blocking_with_state(state, move |s| f(&s.engine)).await
+}
+
+/// Runs work that needs the whole state (engine and executor) off the async threads.
+pub(crate) async fn blocking_with_state<T: Send + 'static>(
+    state: &Arc<AppState>,
+    f: impl FnOnce(&AppState) -> ApiResult<T> + Send + 'static,
+) -> ApiResult<T> {
+    let state = state.clone();
+    tokio::task::spawn_blocking(move || f(&state)).await?
+}
+
+/// How a build is asked for, from the API's body or the dashboard's form.
+pub struct BuildRequest {
+    pub partitions: Vec<String>,
+    pub force: bool,
+    pub keep_going: bool,
+    pub allow_stale: bool,
+    pub parallel: Option<usize>,
+}
+
+/// Records a build request and runs it on its own thread; returns its id at once.
+pub async fn start_build(state: &Arc<AppState>, request: BuildRequest) -> ApiResult<String> {
+    let max_refs = state.limits.max_refs;
+    let (id, options) = blocking(state, move |engine| {
+        let options = BuildOptions {
+            refs: parse_refs(engine, &request.partitions, max_refs)?,
+            force: request.force,
+            parallel: request
+                .parallel
+                .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+                .max(1),
+            keep_going: request.keep_going,
+            allow_stale: request.allow_stale,
+            pins: Default::default(),
+        };
+        Ok((engine.receive(&options)?, options))
+    })
+    .await?;
+    let interrupt = Arc::new(AtomicBool::new(false));
+    let engine = state.engine.clone();
+    let executor = state.executor.clone();
+    let (thread_id, flag) = (id.clone(), interrupt.clone());
+    let handle = std::thread::Builder::new()
+        .name(format!("build-{id}"))
+        .spawn(move || {
+            if let Err(e) =
+                engine.execute(&thread_id, &options, executor.as_ref(), &mut Quiet, &flag)
+            {
+                eprintln!("build {thread_id}: {e}");
+            }
+        })
+        .map_err(|e| AppError::internal(format!("cannot start the build: {e}")))?;
+    state.builds.add(id.clone(), interrupt, handle);
+    Ok(id)
+}
+
+/// Runs user SQL if fewer than the service's limit of queries are running, else answers 429.
+pub(crate) async fn run_sql(
+    state: &Arc<AppState>,
+    query: String,
+    max_rows: usize,
+) -> ApiResult<SqlResult> {
+    let permit = state
+        .sql_slots
+        .clone()
+        .try_acquire_owned()
+        .map_err(|_| AppError::busy("SQL queries", state.limits.sql_queries))?;
+    // The permit goes with the query, not the request: a client that hangs up does not end the
+    // query, so neither may it free the query's slot.
+    blocking(state, move |engine| {
+        let _permit = permit;
+        views::sql(engine, &query, max_rows)
+    })
+    .await
+}

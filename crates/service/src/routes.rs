@@ -1,0 +1,61 @@
+//! The router: every API route of [`databuild_exec::answers::route`] with its handler, the
+//! dashboard's pages, and the layers every request passes (the guard, the body limit, the
+//! security headers). Webhooks sit outside the guard and the service-wide body limit: each
+//! source authenticates its senders and bounds its bodies itself.
+
+use std::sync::Arc;
+
+use axum::middleware;
+use axum::routing::{get, post};
+use axum::Router;
+use databuild_exec::answers::route;
+use tower_http::limit::RequestBodyLimitLayer;
+
+use crate::error::AppError;
+use crate::{api, sources, wants, AppState};
+
+pub fn router(state: Arc<AppState>) -> Router {
+    let api = Router::new()
+        .route(route::BUILDS, post(api::post_build).get(api::list_builds))
+        .route(route::BUILD, get(api::get_build).delete(api::cancel_build))
+        .route(route::BUILD_EVENTS, get(api::build_events))
+        .route(route::BUILD_EVENT_STREAM, get(api::build_event_stream))
+        .route(route::ANALYZE, post(api::analyze))
+        .route(route::PARTITIONS, get(api::list_partitions))
+        .route(route::PARTITION_STATUS, get(api::partition_status))
+        .route(route::PARTITION_EVENTS, get(api::partition_events))
+        .route(route::PARTITION_EXPLAIN, get(api::partition_explain))
+        .route(route::TAINT, post(api::taint))
+        .route(route::GRAPH, get(api::graph))
+        .route(route::EVENTS, get(api::list_events))
+        .route(route::JOBS, get(api::list_jobs))
+        .route(route::JOB, get(api::get_job))
+        .route(route::JOB_RUNS, get(api::job_runs))
+        .route(route::RUN, get(api::get_run))
+        .route(route::RUN_LOG, get(api::run_log))
+        .route(route::DATASETS, get(api::list_datasets))
+        .route(route::SQL, post(api::sql))
+        .route(route::OPENAPI, get(crate::openapi::document))
+        .route(route::SOURCES, get(sources::list_sources))
+        .route(route::SOURCE, get(sources::get_source))
+        .route(route::SEAL, post(sources::seal))
+        .route(route::PROMOTE, post(sources::promote))
+        .route(
+            route::WANTS,
+            post(wants::create_want).get(wants::list_wants),
+        )
+        .route(route::WANT, get(wants::get_want).delete(wants::delete_want));
+    let webhooks = Router::new().route(route::WEBHOOK, post(sources::webhook));
+    api.merge(crate::dashboard::routes())
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/metrics", get(crate::metrics::metrics))
+        .fallback(|| async { AppError::not_found("no such endpoint; see /api/v1/openapi.json") })
+        .layer(RequestBodyLimitLayer::new(crate::BODY_LIMIT))
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            crate::guard::check,
+        ))
+        .merge(webhooks)
+        .layer(middleware::from_fn(crate::guard::headers))
+        .with_state(state)
+}

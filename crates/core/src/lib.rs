@@ -9,7 +9,15 @@
 //!
 //! Nothing here touches the file system, processes, the network or the clock: the event log's
 //! knowledge arrives through [`StateView`], and external probes and config executables through
-//! [`Resolver`], both implemented by the outer crates.
+//! [`Resolver`], both implemented by the outer crates. `clippy.toml` beside this crate's
+//! manifest lists what that excludes (files, processes, the network, the clock, the environment,
+//! standard streams) and the lints below make any use of them an error.
+
+#![deny(
+    clippy::disallowed_methods,
+    clippy::disallowed_types,
+    clippy::disallowed_macros
+)]
 
 pub mod braces;
 pub mod graph;

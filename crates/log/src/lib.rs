@@ -9,6 +9,7 @@
 mod cache;
 pub mod event;
 pub mod postgres;
+mod projection;
 pub mod replay;
 pub mod sqlite;
 pub mod state;

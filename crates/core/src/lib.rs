@@ -25,6 +25,7 @@ pub mod pattern;
 pub mod plan;
 pub mod refs;
 pub mod render;
+pub mod resolve;
 pub mod shape;
 pub mod tables;
 pub mod template;
@@ -42,5 +43,6 @@ pub use plan::{
     KnownState, NothingBuilt, Plan, PlanError, PlanRequest, PlannedRun, Resolver, StateView,
 };
 pub use refs::{PartitionRef, RefError};
+pub use resolve::ResolveError;
 pub use tables::{BodyFormat, Column, Migration, Source, SourceKind, Table, TableVersion};
 pub use template::{Template, TemplateError};

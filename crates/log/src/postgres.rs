@@ -133,16 +133,21 @@ fn glob_to_regex(glob: &str) -> String {
 }
 
 impl PostgresStore {
+    /// Opens the log at `url`; user SQL runs as the connection's own role.
     pub fn open(url: &str) -> Result<PostgresStore> {
+        Self::open_with(url, None)
+    }
+
+    /// Opens the log at `url`; user SQL runs as `sql_role` when given (`DATABUILD_SQL_ROLE`,
+    /// read by the binary), a least-privilege role for `databuild sql`.
+    pub fn open_with(url: &str, sql_role: Option<String>) -> Result<PostgresStore> {
         let location = crate::redact(url);
         let mut client = Client::connect(url, NoTls).map_err(|e| LogError::Open {
             location: location.clone(),
             message: e.to_string(),
         })?;
         prepare_schema(&mut client, &location)?;
-        let sql_role = std::env::var("DATABUILD_SQL_ROLE")
-            .ok()
-            .filter(|r| !r.is_empty());
+        let sql_role = sql_role.filter(|r| !r.is_empty());
         Ok(PostgresStore {
             url: url.to_string(),
             writer: Mutex::new(Writer {

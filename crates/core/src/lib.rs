@@ -44,5 +44,7 @@ pub use plan::{
 };
 pub use refs::{PartitionRef, RefError};
 pub use resolve::ResolveError;
-pub use tables::{BodyFormat, Column, Migration, Source, SourceKind, Table, TableVersion};
+pub use tables::{
+    BodyFormat, Column, Migration, RecordError, Source, SourceKind, Table, TableError, TableVersion,
+};
 pub use template::{Template, TemplateError};

@@ -45,23 +45,23 @@ impl BodyFormat {
     }
 
     /// Splits a body into records, or says why it is not of this format.
-    pub fn records(self, body: &[u8]) -> Result<Vec<Value>, String> {
-        let text = std::str::from_utf8(body).map_err(|_| "the body is not UTF-8".to_string())?;
+    pub fn records(self, body: &[u8]) -> Result<Vec<Value>, RecordError> {
+        let text = std::str::from_utf8(body).map_err(|_| RecordError::NotUtf8)?;
         match self {
             BodyFormat::Json => match serde_json::from_str::<Value>(text) {
                 Ok(v @ Value::Object(_)) => Ok(vec![v]),
-                Ok(_) => Err("the body is JSON but not an object".into()),
-                Err(e) => Err(format!("the body is not a JSON object: {e}")),
+                Ok(_) => Err(RecordError::NotAnObject),
+                Err(e) => Err(RecordError::NotJsonObject(e.to_string())),
             },
             BodyFormat::JsonArray => match serde_json::from_str::<Value>(text) {
                 Ok(Value::Array(items)) => {
                     if let Some(i) = items.iter().position(|v| !v.is_object()) {
-                        return Err(format!("element {i} of the array is not an object"));
+                        return Err(RecordError::ElementNotAnObject(i));
                     }
                     Ok(items)
                 }
-                Ok(_) => Err("the body is JSON but not an array".into()),
-                Err(e) => Err(format!("the body is not a JSON array: {e}")),
+                Ok(_) => Err(RecordError::NotAnArray),
+                Err(e) => Err(RecordError::NotJsonArray(e.to_string())),
             },
             BodyFormat::Text => Ok(text
                 .lines()
@@ -209,6 +209,35 @@ pub enum TableError {
     SizeUnit(String),
 }
 
+/// Why a body or a record does not fit: a webhook's answer, a dropped file's `.error`, or a
+/// quarantined record's `error`.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum RecordError {
+    #[error("the body is not UTF-8")]
+    NotUtf8,
+    #[error("the body is JSON but not an object")]
+    NotAnObject,
+    /// The parser's complaint.
+    #[error("the body is not a JSON object: {0}")]
+    NotJsonObject(String),
+    #[error("element {0} of the array is not an object")]
+    ElementNotAnObject(usize),
+    #[error("the body is JSON but not an array")]
+    NotAnArray,
+    #[error("the body is not a JSON array: {0}")]
+    NotJsonArray(String),
+    #[error("the record is not a JSON object")]
+    RecordNotAnObject,
+    #[error("column `{0}` is missing or null")]
+    Missing(String),
+    #[error("column `{column}` should be {ty}, not {value}")]
+    WrongType {
+        column: String,
+        ty: &'static str,
+        value: Value,
+    },
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Column {
     pub name: String,
@@ -286,7 +315,7 @@ impl Table {
 
 /// Checks a record against a schema version: the row keeps the version's columns, in their
 /// types; a missing or null field takes the column's declared default, if it has one.
-pub fn conform(record: &Value, version: &TableVersion) -> Result<Map<String, Value>, String> {
+pub fn conform(record: &Value, version: &TableVersion) -> Result<Map<String, Value>, RecordError> {
     conform_columns(record, &version.columns, &version.defaults)
 }
 
@@ -294,9 +323,9 @@ fn conform_columns(
     record: &Value,
     columns: &[Column],
     defaults: &BTreeMap<String, Value>,
-) -> Result<Map<String, Value>, String> {
+) -> Result<Map<String, Value>, RecordError> {
     let Value::Object(fields) = record else {
-        return Err("the record is not a JSON object".into());
+        return Err(RecordError::RecordNotAnObject);
     };
     let mut row = Map::with_capacity(columns.len());
     for c in columns {
@@ -306,14 +335,14 @@ fn conform_columns(
         }
         if v.is_null() {
             if !c.nullable {
-                return Err(format!("column `{}` is missing or null", c.name));
+                return Err(RecordError::Missing(c.name.clone()));
             }
         } else if !c.ty.accepts(&v) {
-            return Err(format!(
-                "column `{}` should be {}, not {v}",
-                c.name,
-                c.ty.name()
-            ));
+            return Err(RecordError::WrongType {
+                column: c.name.clone(),
+                ty: c.ty.name(),
+                value: v,
+            });
         }
         row.insert(c.name.clone(), v);
     }
@@ -563,10 +592,12 @@ mod tests {
         assert!(BodyFormat::Json
             .records(b"[1]")
             .unwrap_err()
+            .to_string()
             .contains("not an object"));
         assert!(BodyFormat::JsonArray
             .records(b"[1]")
             .unwrap_err()
+            .to_string()
             .contains("element 0"));
         assert!(BodyFormat::Json.records(b"{").is_err());
         assert!(BodyFormat::Text.records(&[0xff]).is_err());

@@ -181,7 +181,7 @@ fn load(env: &Env, to: &TableVersion) -> Result<Value> {
     for record in &records {
         match conform(record, to) {
             Ok(row) => rows.push(&Value::Object(row))?,
-            Err(why) => errors.push(&json!({ "record": record, "error": why }))?,
+            Err(why) => errors.push(&json!({ "record": record, "error": why.to_string() }))?,
         }
     }
     let (kept, quarantined) = (rows.finish()?, errors.finish()?);
@@ -212,7 +212,7 @@ fn carry(env: &Env, from: &TableVersion, to: &TableVersion) -> Result<Value> {
         // Defaults and casts are checked again: a carried row must fit the new schema too.
         match conform(&Value::Object(carried.clone()), to) {
             Ok(_) => rows.push(&Value::Object(carried))?,
-            Err(why) => errors.push(&json!({ "record": carried, "error": why }))?,
+            Err(why) => errors.push(&json!({ "record": carried, "error": why.to_string() }))?,
         }
     }
     let (kept, quarantined) = (rows.finish()?, errors.finish()?);

@@ -52,12 +52,15 @@ impl Context {
                 format!("sqlite:{}", databuild_log::DEFAULT_LOG)
             }
         };
-        let store = databuild_log::open(&uri, &self.graph_dir).map_err(log_error)?;
+        let store =
+            databuild_log::open_with(&uri, &self.graph_dir, &crate::settings::log_options())
+                .map_err(log_error)?;
         Ok(Engine {
             graph: self.graph,
             graph_dir: self.graph_dir,
             data_dir: self.data_dir,
             store,
+            config: crate::settings::engine_config().clone(),
         })
     }
 }

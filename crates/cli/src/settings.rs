@@ -42,3 +42,23 @@ pub fn max_refs() -> anyhow::Result<usize> {
         .clone()
         .map_err(|e| UserError(e).into())
 }
+
+/// The engine's configuration (`DATABUILD_NOW`, `DATABUILD_UPSTREAM_TOKEN`), read once. A
+/// `DATABUILD_NOW` that is neither a date nor an RFC 3339 time leaves the system clock.
+pub fn engine_config() -> &'static databuild_exec::EngineConfig {
+    static CONFIG: OnceLock<databuild_exec::EngineConfig> = OnceLock::new();
+    CONFIG.get_or_init(|| databuild_exec::EngineConfig {
+        clock: std::env::var("DATABUILD_NOW")
+            .ok()
+            .and_then(|v| databuild_exec::Clock::fixed(&v))
+            .unwrap_or_default(),
+        upstream_token: secret("DATABUILD_UPSTREAM_TOKEN"),
+    })
+}
+
+/// How the event log is opened (`DATABUILD_SQL_ROLE`: the role user SQL runs as on PostgreSQL).
+pub fn log_options() -> databuild_log::OpenOptions {
+    databuild_log::OpenOptions {
+        sql_role: secret("DATABUILD_SQL_ROLE"),
+    }
+}

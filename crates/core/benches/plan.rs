@@ -8,17 +8,18 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use databuild_core::{
-    plan, Dataset, Graph, Job, JobConfig, NothingBuilt, PartitionRef, PlanRequest, Resolver,
+    plan, Dataset, Graph, Job, JobConfig, NothingBuilt, PartitionRef, PlanRequest, ResolveError,
+    Resolver,
 };
 
 /// Every external partition is present; there are no dynamic jobs.
 struct AllPresent;
 
 impl Resolver for AllPresent {
-    fn external_available(&mut self, _: &Dataset, _: &PartitionRef) -> Result<bool, String> {
+    fn external_available(&mut self, _: &Dataset, _: &PartitionRef) -> Result<bool, ResolveError> {
         Ok(true)
     }
-    fn job_configs(&mut self, _: &Job, _: &[PartitionRef]) -> Result<Vec<JobConfig>, String> {
+    fn job_configs(&mut self, _: &Job, _: &[PartitionRef]) -> Result<Vec<JobConfig>, ResolveError> {
         unreachable!("no dynamic jobs in this graph")
     }
 }

@@ -788,7 +788,8 @@ impl Loader<'_> {
         Ok(Source {
             name: s.name.clone(),
             kind,
-            retention_days: tables::parse_retention(&s.retention).map_err(err)?,
+            retention_days: tables::parse_retention(&s.retention)
+                .map_err(|e| err(e.to_string()))?,
             body_format,
             secret_env: s.secret_env.clone(),
             max_body,
@@ -840,7 +841,7 @@ impl Loader<'_> {
                 .iter()
                 .map(|(n, spec)| Column::parse(n, spec))
                 .collect::<Result<Vec<_>, _>>()
-                .map_err(err)?;
+                .map_err(|e| err(e.to_string()))?;
             let mut defaults = BTreeMap::new();
             for (name, v) in &t.defaults {
                 if !t.columns.contains_key(name) {

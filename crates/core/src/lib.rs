@@ -9,7 +9,15 @@
 //!
 //! Nothing here touches the file system, processes, the network or the clock: the event log's
 //! knowledge arrives through [`StateView`], and external probes and config executables through
-//! [`Resolver`], both implemented by the outer crates.
+//! [`Resolver`], both implemented by the outer crates. `clippy.toml` beside this crate's
+//! manifest lists what that excludes (files, processes, the network, the clock, the environment,
+//! standard streams) and the lints below make any use of them an error.
+
+#![deny(
+    clippy::disallowed_methods,
+    clippy::disallowed_types,
+    clippy::disallowed_macros
+)]
 
 pub mod braces;
 pub mod graph;
@@ -17,6 +25,7 @@ pub mod pattern;
 pub mod plan;
 pub mod refs;
 pub mod render;
+pub mod resolve;
 pub mod shape;
 pub mod tables;
 pub mod template;
@@ -35,5 +44,8 @@ pub use plan::{
     StateView,
 };
 pub use refs::{PartitionRef, RefError};
-pub use tables::{BodyFormat, Column, Migration, Source, SourceKind, Table, TableVersion};
+pub use resolve::ResolveError;
+pub use tables::{
+    BodyFormat, Column, Migration, RecordError, Source, SourceKind, Table, TableError, TableVersion,
+};
 pub use template::{Template, TemplateError};

@@ -193,13 +193,17 @@ impl StateView for NothingBuilt {
 /// The I/O the planner needs, done by the caller.
 pub trait Resolver {
     /// Is this external partition present?
-    fn external_available(&mut self, dataset: &Dataset, r: &PartitionRef) -> Result<bool, String>;
+    fn external_available(
+        &mut self,
+        dataset: &Dataset,
+        r: &PartitionRef,
+    ) -> Result<bool, crate::ResolveError>;
     /// Runs the job's config executable for all these outputs at once.
     fn job_configs(
         &mut self,
         job: &Job,
         outputs: &[PartitionRef],
-    ) -> Result<Vec<JobConfig>, String>;
+    ) -> Result<Vec<JobConfig>, crate::ResolveError>;
 }
 
 /// Whether an input must be live before the run (`materialize`), or is read only if present (`query`).
@@ -788,10 +792,10 @@ impl Planner<'_> {
         let available = self
             .resolver
             .external_available(ds, &r)
-            .map_err(|message| PlanError::Probe {
+            .map_err(|e| PlanError::Probe {
                 dataset: ds.name.clone(),
                 partition_ref: r.to_string(),
-                message,
+                message: e.to_string(),
             })?;
         self.nodes[id as usize] = Node::Settled;
         if available {
@@ -854,13 +858,13 @@ impl Planner<'_> {
     ) -> Result<Vec<(JobConfig, Option<Vec<BuildReason>>)>, PlanError> {
         let job = &self.graph.jobs[job_index];
         let asked: Vec<PartitionRef> = refs.iter().chain(live).map(|w| w.r.clone()).collect();
-        let configs =
-            self.resolver
-                .job_configs(job, &asked)
-                .map_err(|message| PlanError::Config {
-                    job: job.name.clone(),
-                    message,
-                })?;
+        let configs = self
+            .resolver
+            .job_configs(job, &asked)
+            .map_err(|e| PlanError::Config {
+                job: job.name.clone(),
+                message: e.to_string(),
+            })?;
         let checked = self.check_configs(job_index, refs, live, configs)?;
         if live.is_empty() {
             return Ok(checked.into_iter().map(|(c, r)| (c, Some(r))).collect());

@@ -45,23 +45,23 @@ impl BodyFormat {
     }
 
     /// Splits a body into records, or says why it is not of this format.
-    pub fn records(self, body: &[u8]) -> Result<Vec<Value>, String> {
-        let text = std::str::from_utf8(body).map_err(|_| "the body is not UTF-8".to_string())?;
+    pub fn records(self, body: &[u8]) -> Result<Vec<Value>, RecordError> {
+        let text = std::str::from_utf8(body).map_err(|_| RecordError::NotUtf8)?;
         match self {
             BodyFormat::Json => match serde_json::from_str::<Value>(text) {
                 Ok(v @ Value::Object(_)) => Ok(vec![v]),
-                Ok(_) => Err("the body is JSON but not an object".into()),
-                Err(e) => Err(format!("the body is not a JSON object: {e}")),
+                Ok(_) => Err(RecordError::NotAnObject),
+                Err(e) => Err(RecordError::NotJsonObject(e.to_string())),
             },
             BodyFormat::JsonArray => match serde_json::from_str::<Value>(text) {
                 Ok(Value::Array(items)) => {
                     if let Some(i) = items.iter().position(|v| !v.is_object()) {
-                        return Err(format!("element {i} of the array is not an object"));
+                        return Err(RecordError::ElementNotAnObject(i));
                     }
                     Ok(items)
                 }
-                Ok(_) => Err("the body is JSON but not an array".into()),
-                Err(e) => Err(format!("the body is not a JSON array: {e}")),
+                Ok(_) => Err(RecordError::NotAnArray),
+                Err(e) => Err(RecordError::NotJsonArray(e.to_string())),
             },
             BodyFormat::Text => Ok(text
                 .lines()
@@ -167,6 +167,77 @@ impl ColumnType {
     }
 }
 
+/// A table's or a source's declaration that cannot be used. Messages name the column or the
+/// setting; the graph file's checks prefix them with the table or source. A cause shown in a
+/// message is a plain field, not a `source`, which `{:#}` would print twice.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum TableError {
+    #[error("column `{name}` has type `{spec}`; use int, float, str, bool or date, with `?` for nullable")]
+    ColumnType { name: String, spec: String },
+    #[error("column `{column}` changes from {from} to {to}, which is not a widening cast (int → float, anything → str)")]
+    NotWidening {
+        column: String,
+        from: String,
+        to: String,
+    },
+    #[error("column `{column}` becomes non-null ({from} → {to}); give it a default for the nulls of v{version}")]
+    BecomesNonNull {
+        column: String,
+        from: String,
+        to: String,
+        /// The version whose nulls need the default.
+        version: u32,
+    },
+    #[error("column `{column}` is new in v{version} and not nullable; give it a default (`defaults = {{ {column} = ... }}`) or make it `{ty}?`")]
+    NewNotNullable {
+        column: String,
+        version: u32,
+        ty: &'static str,
+    },
+    #[error("`retention = \"{text}\"` is not a duration ({cause}); write it like \"7d\"")]
+    RetentionNotADuration {
+        text: String,
+        cause: humantime::DurationError,
+    },
+    #[error("`retention = \"{0}\"` must be at least a day")]
+    RetentionUnderADay(String),
+    #[error("`retention = \"{0}\"` is too long")]
+    RetentionTooLong(String),
+    #[error("`{0}` is not a size; write it like \"1MiB\" or \"64KiB\"")]
+    NotASize(String),
+    #[error("`{0}` is not a size unit; use B, KiB, MiB or GiB")]
+    SizeUnit(String),
+}
+
+/// Why a body or a record does not fit: a webhook's answer, a dropped file's `.error`, or a
+/// quarantined record's `error`.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum RecordError {
+    #[error("the body is not UTF-8")]
+    NotUtf8,
+    #[error("the body is JSON but not an object")]
+    NotAnObject,
+    /// The parser's complaint.
+    #[error("the body is not a JSON object: {0}")]
+    NotJsonObject(String),
+    #[error("element {0} of the array is not an object")]
+    ElementNotAnObject(usize),
+    #[error("the body is JSON but not an array")]
+    NotAnArray,
+    #[error("the body is not a JSON array: {0}")]
+    NotJsonArray(String),
+    #[error("the record is not a JSON object")]
+    RecordNotAnObject,
+    #[error("column `{0}` is missing or null")]
+    Missing(String),
+    #[error("column `{column}` should be {ty}, not {value}")]
+    WrongType {
+        column: String,
+        ty: &'static str,
+        value: Value,
+    },
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Column {
     pub name: String,
@@ -176,13 +247,14 @@ pub struct Column {
 
 impl Column {
     /// Parses `int`, `str?`...
-    pub fn parse(name: &str, spec: &str) -> Result<Column, String> {
+    pub fn parse(name: &str, spec: &str) -> Result<Column, TableError> {
         let (base, nullable) = match spec.strip_suffix('?') {
             Some(b) => (b, true),
             None => (spec, false),
         };
-        let ty = ColumnType::parse(base).ok_or_else(|| {
-            format!("column `{name}` has type `{spec}`; use int, float, str, bool or date, with `?` for nullable")
+        let ty = ColumnType::parse(base).ok_or_else(|| TableError::ColumnType {
+            name: name.to_string(),
+            spec: spec.to_string(),
         })?;
         Ok(Column {
             name: name.to_string(),
@@ -243,7 +315,7 @@ impl Table {
 
 /// Checks a record against a schema version: the row keeps the version's columns, in their
 /// types; a missing or null field takes the column's declared default, if it has one.
-pub fn conform(record: &Value, version: &TableVersion) -> Result<Map<String, Value>, String> {
+pub fn conform(record: &Value, version: &TableVersion) -> Result<Map<String, Value>, RecordError> {
     conform_columns(record, &version.columns, &version.defaults)
 }
 
@@ -251,9 +323,9 @@ fn conform_columns(
     record: &Value,
     columns: &[Column],
     defaults: &BTreeMap<String, Value>,
-) -> Result<Map<String, Value>, String> {
+) -> Result<Map<String, Value>, RecordError> {
     let Value::Object(fields) = record else {
-        return Err("the record is not a JSON object".into());
+        return Err(RecordError::RecordNotAnObject);
     };
     let mut row = Map::with_capacity(columns.len());
     for c in columns {
@@ -263,14 +335,14 @@ fn conform_columns(
         }
         if v.is_null() {
             if !c.nullable {
-                return Err(format!("column `{}` is missing or null", c.name));
+                return Err(RecordError::Missing(c.name.clone()));
             }
         } else if !c.ty.accepts(&v) {
-            return Err(format!(
-                "column `{}` should be {}, not {v}",
-                c.name,
-                c.ty.name()
-            ));
+            return Err(RecordError::WrongType {
+                column: c.name.clone(),
+                ty: c.ty.name(),
+                value: v,
+            });
         }
         row.insert(c.name.clone(), v);
     }
@@ -292,27 +364,25 @@ enum Step {
 
 impl Migration {
     /// The migration from `from` to `to`, or an error naming the column that cannot be carried.
-    pub fn between(from: &TableVersion, to: &TableVersion) -> Result<Migration, String> {
+    pub fn between(from: &TableVersion, to: &TableVersion) -> Result<Migration, TableError> {
         let mut steps = Vec::with_capacity(to.columns.len());
         for c in &to.columns {
             let default = to.defaults.get(&c.name);
             let step = match from.columns.iter().find(|o| o.name == c.name) {
                 Some(old) if !old.ty.widens_to(c.ty) => {
-                    return Err(format!(
-                        "column `{}` changes from {} to {}, which is not a widening cast (int → float, anything → str)",
-                        c.name,
-                        old.spec(),
-                        c.spec()
-                    ))
+                    return Err(TableError::NotWidening {
+                        column: c.name.clone(),
+                        from: old.spec(),
+                        to: c.spec(),
+                    })
                 }
                 Some(old) if old.nullable && !c.nullable && default.is_none() => {
-                    return Err(format!(
-                        "column `{}` becomes non-null ({} → {}); give it a default for the nulls of v{}",
-                        c.name,
-                        old.spec(),
-                        c.spec(),
-                        from.version
-                    ))
+                    return Err(TableError::BecomesNonNull {
+                        column: c.name.clone(),
+                        from: old.spec(),
+                        to: c.spec(),
+                        version: from.version,
+                    })
                 }
                 Some(old) if old.ty == c.ty => Step::Keep,
                 Some(old) => Step::Cast(old.ty, c.ty),
@@ -320,13 +390,11 @@ impl Migration {
                     Some(v) => Step::Fill(v.clone()),
                     None if c.nullable => Step::Fill(Value::Null),
                     None => {
-                        return Err(format!(
-                            "column `{}` is new in v{} and not nullable; give it a default (`defaults = {{ {} = ... }}`) or make it `{}?`",
-                            c.name,
-                            to.version,
-                            c.name,
-                            c.ty.name()
-                        ))
+                        return Err(TableError::NewNotNullable {
+                            column: c.name.clone(),
+                            version: to.version,
+                            ty: c.ty.name(),
+                        })
                     }
                 },
             };
@@ -368,35 +436,33 @@ pub fn fits(column: &Column, v: &Value) -> bool {
 }
 
 /// Parses a retention such as `7d` or `36h` into whole days (at least one).
-pub fn parse_retention(s: &str) -> Result<u32, String> {
-    let d: Duration = humantime::parse_duration(s).map_err(|e| {
-        format!("`retention = \"{s}\"` is not a duration ({e}); write it like \"7d\"")
-    })?;
+pub fn parse_retention(s: &str) -> Result<u32, TableError> {
+    let d: Duration =
+        humantime::parse_duration(s).map_err(|cause| TableError::RetentionNotADuration {
+            text: s.to_string(),
+            cause,
+        })?;
     let days = d.as_secs().div_ceil(86_400);
     if days == 0 {
-        return Err(format!("`retention = \"{s}\"` must be at least a day"));
+        return Err(TableError::RetentionUnderADay(s.to_string()));
     }
-    u32::try_from(days).map_err(|_| format!("`retention = \"{s}\"` is too long"))
+    u32::try_from(days).map_err(|_| TableError::RetentionTooLong(s.to_string()))
 }
 
 /// Parses a size such as `1MiB`, `512KiB`, `2000` (bytes).
-pub fn parse_size(s: &str) -> Result<usize, String> {
+pub fn parse_size(s: &str) -> Result<usize, TableError> {
     let s = s.trim();
     let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
     let (num, unit) = s.split_at(split);
     let n: usize = num
         .parse()
-        .map_err(|_| format!("`{s}` is not a size; write it like \"1MiB\" or \"64KiB\""))?;
+        .map_err(|_| TableError::NotASize(s.to_string()))?;
     let factor = match unit.trim() {
         "" | "B" => 1,
         "KiB" | "KB" | "k" => 1024,
         "MiB" | "MB" | "M" => 1024 * 1024,
         "GiB" | "GB" | "G" => 1024 * 1024 * 1024,
-        other => {
-            return Err(format!(
-                "`{other}` is not a size unit; use B, KiB, MiB or GiB"
-            ))
-        }
+        other => return Err(TableError::SizeUnit(other.to_string())),
     };
     Ok(n * factor)
 }
@@ -456,7 +522,7 @@ mod tests {
         ];
         for (record, why) in bad {
             let err = conform(&record, &v).unwrap_err();
-            assert!(err.contains(why), "{err}");
+            assert!(err.to_string().contains(why), "{err}");
         }
     }
 
@@ -505,7 +571,7 @@ mod tests {
         ];
         for (v2, why) in cases {
             let err = Migration::between(&v1, &v2).unwrap_err();
-            assert!(err.contains(why), "{err}");
+            assert!(err.to_string().contains(why), "{err}");
         }
     }
 
@@ -526,10 +592,12 @@ mod tests {
         assert!(BodyFormat::Json
             .records(b"[1]")
             .unwrap_err()
+            .to_string()
             .contains("not an object"));
         assert!(BodyFormat::JsonArray
             .records(b"[1]")
             .unwrap_err()
+            .to_string()
             .contains("element 0"));
         assert!(BodyFormat::Json.records(b"{").is_err());
         assert!(BodyFormat::Text.records(&[0xff]).is_err());

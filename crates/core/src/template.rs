@@ -358,31 +358,45 @@ fn parse_term(source: &str, text: &str, outputs: &[Pattern]) -> Result<Term, Tem
     })
 }
 
+/// Why an offset's text (`-1d`, `+2`) is not one; [`TemplateError::BadOffset`] shows it after
+/// the offset.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+enum OffsetError {
+    #[error("an offset needs a number after the sign")]
+    NoNumber,
+    #[error("a date offset needs a unit: `d` (days) or `w` (weeks)")]
+    NoDateUnit,
+    #[error("unknown date unit `{0}`; use `d` or `w`")]
+    DateUnit(String),
+    #[error("an int offset takes no unit, found `{0}`")]
+    IntUnit(String),
+    #[error("a str field cannot be offset")]
+    Str,
+    #[error("the offset is too large")]
+    TooLarge,
+}
+
 /// `-1d`, `+2w` for dates (in days), `-1`, `+10` for ints.
-fn parse_offset(text: &str, ty: FieldType) -> Result<i64, String> {
+fn parse_offset(text: &str, ty: FieldType) -> Result<i64, OffsetError> {
     let (sign, rest) = text.split_at(1);
     let sign = if sign == "-" { -1 } else { 1 };
     let digits_end = rest
         .find(|c: char| !c.is_ascii_digit())
         .unwrap_or(rest.len());
     let (digits, unit) = rest.split_at(digits_end);
-    let n: i64 = digits
-        .parse()
-        .map_err(|_| "an offset needs a number after the sign".to_string())?;
+    let n: i64 = digits.parse().map_err(|_| OffsetError::NoNumber)?;
     let scale = match (ty, unit) {
         (FieldType::Date, "d") => 1,
         (FieldType::Date, "w") => 7,
-        (FieldType::Date, "") => {
-            return Err("a date offset needs a unit: `d` (days) or `w` (weeks)".into())
-        }
-        (FieldType::Date, u) => return Err(format!("unknown date unit `{u}`; use `d` or `w`")),
+        (FieldType::Date, "") => return Err(OffsetError::NoDateUnit),
+        (FieldType::Date, u) => return Err(OffsetError::DateUnit(u.to_string())),
         (FieldType::Int, "") => 1,
-        (FieldType::Int, u) => return Err(format!("an int offset takes no unit, found `{u}`")),
-        (FieldType::Str, _) => return Err("a str field cannot be offset".into()),
+        (FieldType::Int, u) => return Err(OffsetError::IntUnit(u.to_string())),
+        (FieldType::Str, _) => return Err(OffsetError::Str),
     };
     n.checked_mul(scale)
         .map(|v| v * sign)
-        .ok_or_else(|| "the offset is too large".to_string())
+        .ok_or(OffsetError::TooLarge)
 }
 
 #[cfg(test)]

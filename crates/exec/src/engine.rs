@@ -11,6 +11,7 @@ use databuild_core::{
 use databuild_log::{Event, EventFilter, EventStore, JobRunRow, LogError, Status};
 use serde::Serialize;
 
+use crate::config::EngineConfig;
 use crate::rechecked::Rechecked;
 use crate::resolver::LocalResolver;
 use crate::versions::VersionedStates;
@@ -52,6 +53,8 @@ pub struct Engine {
     pub graph_dir: PathBuf,
     pub data_dir: PathBuf,
     pub store: Box<dyn EventStore>,
+    /// The clock and credentials the binary read at its edge.
+    pub config: EngineConfig,
 }
 
 /// The answer of `analyze`: the recorded build request and its plan.
@@ -112,28 +115,12 @@ pub struct PlannedStep {
     pub outputs: Vec<String>,
 }
 
-/// Today's date (UTC), `YYYY-MM-DD`: which day webhooks land in, which days have ended and which
-/// raw partitions retention keeps. `DATABUILD_NOW` (a date or an RFC 3339 time) sets the clock,
-/// to replay past days or to test retention.
+/// Today's date, `YYYY-MM-DD`, by the process's installed clock ([`EngineConfig::install`]):
+/// which day webhooks land in, which days have ended and which raw partitions retention keeps.
+/// For code given no engine (the service, `versions`); the engine itself asks its own
+/// [`Engine::today`].
 pub fn today() -> String {
-    let now = std::env::var("DATABUILD_NOW")
-        .ok()
-        .and_then(|v| {
-            databuild_core::pattern::parse_date(&v).or_else(|| {
-                chrono::DateTime::parse_from_rfc3339(&v)
-                    .ok()
-                    .map(|t| t.date_naive())
-            })
-        })
-        .unwrap_or_else(|| {
-            let secs = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_secs() as i64);
-            chrono::DateTime::from_timestamp(secs, 0)
-                .expect("now is a valid time")
-                .date_naive()
-        });
-    databuild_core::pattern::format_date(now)
+    EngineConfig::installed().clock.today()
 }
 
 pub fn rfc3339(ns: i64) -> String {
@@ -146,6 +133,11 @@ pub fn rfc3339(ns: i64) -> String {
 }
 
 impl Engine {
+    /// Today's date, `YYYY-MM-DD`, by the engine's clock.
+    pub fn today(&self) -> String {
+        self.config.clock.today()
+    }
+
     /// The executor the graph asks for (`[graph] executor`).
     pub fn executor(&self) -> Box<dyn crate::local::Executor> {
         match &self.graph.executor {
@@ -157,7 +149,7 @@ impl Engine {
     }
 
     fn resolver(&self) -> LocalResolver<'_> {
-        LocalResolver::new(&self.graph, &self.graph_dir, &self.data_dir, today())
+        LocalResolver::new(&self.graph, &self.graph_dir, &self.data_dir, self.today())
     }
 
     pub(crate) fn versions(&self) -> VersionedStates<'_> {
@@ -282,9 +274,9 @@ impl Engine {
         }
         for (job, indices) in by_job {
             let job = &self.graph.jobs[job];
-            let failed = |message: String| {
+            let failed = |e: &dyn std::fmt::Display| {
                 EngineError::Invalid(format!(
-                    "cannot re-check live partitions of job `{}`: its config failed: {message}",
+                    "cannot re-check live partitions of job `{}`: its config failed: {e}",
                     job.name
                 ))
             };
@@ -297,8 +289,8 @@ impl Engine {
                     refs.push(r);
                 }
             }
-            let configs =
-                databuild_core::Resolver::job_configs(resolver, job, &refs).map_err(failed)?;
+            let configs = databuild_core::Resolver::job_configs(resolver, job, &refs)
+                .map_err(|e| failed(&e))?;
             let by_output: HashMap<&str, &JobConfig> = configs
                 .iter()
                 .flat_map(|c| c.outputs.iter().map(move |o| (o.as_str(), c)))
@@ -306,7 +298,7 @@ impl Engine {
             for &i in &indices {
                 let r = &reports[i].partition_ref;
                 let Some(&config) = by_output.get(r.as_str()) else {
-                    return Err(failed(format!("no config covers `{r}`")));
+                    return Err(failed(&format!("no config covers `{r}`")));
                 };
                 let mut now = config.clone();
                 for input in &mut now.inputs {

@@ -7,9 +7,12 @@
 //! - [`LocalResolver`] implements the planner's [`databuild_core::Resolver`]: external datasets are
 //!   checked by file existence or by their probe command, and dynamic jobs' config executables are
 //!   called once per job per planning round.
+//! - [`EngineConfig`] is what the binary read at its edge (the [`Clock`], the upstream token);
+//!   the engine is given it and reads no environment itself.
 
 pub mod answers;
 pub mod build;
+pub mod config;
 pub mod engine;
 pub mod freshness;
 pub mod local;
@@ -27,5 +30,6 @@ pub mod versions;
 pub mod views;
 pub mod wants;
 
+pub use config::{Clock, EngineConfig};
 pub use engine::{Engine, EngineError};
 pub use resolver::LocalResolver;

@@ -62,22 +62,38 @@ impl RunSpec {
     }
 }
 
+/// Why what a run reported (`DATABUILD_REPORT`) is refused: the run then fails with this message.
+#[derive(Debug, thiserror::Error)]
+pub enum ReportError {
+    #[error("its report (DATABUILD_REPORT) is larger than {REPORT_LIMIT} bytes")]
+    TooLarge,
+    /// The cause is part of the message, so not also a `source` (`{:#}` would print it twice).
+    #[error("its report cannot be read: {0}")]
+    Unreadable(std::io::Error),
+    #[error("its report (DATABUILD_REPORT) is not a JSON object")]
+    NotAnObject,
+}
+
+/// A run's message: the scheduler fails a run with it (`RunOutcome::failed` takes the text).
+impl From<ReportError> for String {
+    fn from(e: ReportError) -> String {
+        e.to_string()
+    }
+}
+
 /// Reads what a run reported: `Ok(None)` if it wrote nothing, an error naming the problem if it
 /// wrote something that is not a small JSON object.
-pub fn read_report(path: &std::path::Path) -> Result<Option<serde_json::Value>, String> {
+pub fn read_report(path: &std::path::Path) -> Result<Option<serde_json::Value>, ReportError> {
     let Ok(meta) = std::fs::metadata(path) else {
         return Ok(None);
     };
     if meta.len() > REPORT_LIMIT {
-        return Err(format!(
-            "its report (DATABUILD_REPORT) is larger than {REPORT_LIMIT} bytes"
-        ));
+        return Err(ReportError::TooLarge);
     }
-    let text =
-        std::fs::read_to_string(path).map_err(|e| format!("its report cannot be read: {e}"))?;
+    let text = std::fs::read_to_string(path).map_err(ReportError::Unreadable)?;
     match serde_json::from_str(&text) {
         Ok(v @ serde_json::Value::Object(_)) => Ok(Some(v)),
-        _ => Err("its report (DATABUILD_REPORT) is not a JSON object".to_string()),
+        _ => Err(ReportError::NotAnObject),
     }
 }
 
@@ -121,7 +137,7 @@ impl Executor for LocalExecutor {
     fn run(&self, spec: &RunSpec, cancel: &AtomicBool, _started: &dyn Fn(&str)) -> RunOutcome {
         Process::start(spec)
             .and_then(|process| process.follow(spec, cancel))
-            .unwrap_or_else(|message| RunOutcome::failed(message, None))
+            .unwrap_or_else(|e| RunOutcome::failed(e.to_string(), None))
     }
 }
 
@@ -231,30 +247,63 @@ struct Process {
     start: Instant,
 }
 
+/// Why a job could not be started or followed: the run fails with this message. The cause is
+/// part of each message (the run's message is all a user sees of it), so it is kept as a plain
+/// field rather than a `source`, which `{:#}` would print twice.
+#[derive(Debug, thiserror::Error)]
+enum JobError {
+    #[error("cannot create the log folder `{}`: {cause}", .path.display())]
+    LogFolder {
+        path: PathBuf,
+        cause: std::io::Error,
+    },
+    #[error("cannot create the data dir `{}`: {cause}", .path.display())]
+    DataDir {
+        path: PathBuf,
+        cause: std::io::Error,
+    },
+    #[error("cannot create a pipe: {0}")]
+    Pipe(std::io::Error),
+    #[error("cannot start `{program}`: no such program (the command of job `{job}`, run from `{}`)", .dir.display())]
+    NoProgram {
+        program: String,
+        job: String,
+        dir: PathBuf,
+    },
+    #[error("cannot start `{program}`: {cause} (the command of job `{job}`, run from `{}`)", .dir.display())]
+    Spawn {
+        program: String,
+        cause: std::io::Error,
+        job: String,
+        dir: PathBuf,
+    },
+    #[error("waiting for the job failed: {0}")]
+    Wait(std::io::Error),
+    #[error("cannot follow the job: {0}")]
+    Follow(nix::errno::Errno),
+}
+
 impl Process {
-    fn start(spec: &RunSpec) -> Result<Process, String> {
+    fn start(spec: &RunSpec) -> Result<Process, JobError> {
         if let Some(parent) = spec.log_path.parent() {
-            std::fs::create_dir_all(parent)
-                .map_err(|e| format!("cannot create the log folder `{}`: {e}", parent.display()))?;
+            std::fs::create_dir_all(parent).map_err(|cause| JobError::LogFolder {
+                path: parent.to_path_buf(),
+                cause,
+            })?;
         }
-        std::fs::create_dir_all(&spec.data_dir).map_err(|e| {
-            format!(
-                "cannot create the data dir `{}`: {e}",
-                spec.data_dir.display()
-            )
+        std::fs::create_dir_all(&spec.data_dir).map_err(|cause| JobError::DataDir {
+            path: spec.data_dir.clone(),
+            cause,
         })?;
         let before = output_times(spec);
-        let (reader, writer) = std::io::pipe().map_err(|e| format!("cannot create a pipe: {e}"))?;
-        let writer_err = writer
-            .try_clone()
-            .map_err(|e| format!("cannot create a pipe: {e}"))?;
+        let (reader, writer) = std::io::pipe().map_err(JobError::Pipe)?;
+        let writer_err = writer.try_clone().map_err(JobError::Pipe)?;
         let program = resolve_program(&spec.command[0], &spec.graph_dir).ok_or_else(|| {
-            format!(
-                "cannot start `{}`: no such program (the command of job `{}`, run from `{}`)",
-                spec.command[0],
-                spec.job,
-                spec.graph_dir.display()
-            )
+            JobError::NoProgram {
+                program: spec.command[0].clone(),
+                job: spec.job.clone(),
+                dir: spec.graph_dir.clone(),
+            }
         })?;
         let mut cmd = Command::new(&program);
         cmd.args(&spec.command[1..])
@@ -267,13 +316,11 @@ impl Process {
             .process_group(0);
         let start = Instant::now();
         let guarded = Guarded::starting();
-        let child = cmd.spawn().map_err(|e| {
-            format!(
-                "cannot start `{}`: {e} (the command of job `{}`, run from `{}`)",
-                spec.command[0],
-                spec.job,
-                spec.graph_dir.display()
-            )
+        let child = cmd.spawn().map_err(|cause| JobError::Spawn {
+            program: spec.command[0].clone(),
+            cause,
+            job: spec.job.clone(),
+            dir: spec.graph_dir.clone(),
         })?;
         // The parent's copies of the pipe's write end went into `cmd`; drop them so the log writer
         // sees end-of-file when the job exits.
@@ -299,7 +346,7 @@ impl Process {
     /// Follows the job to its end: its output (copied into the log as it comes), its exit, and the
     /// reasons to stop it. It sleeps in one `poll` on the log pipe and a pidfd of the job, so it
     /// wakes once when the job ends, not on a timer or a process-wide SIGCHLD.
-    fn follow(self, spec: &RunSpec, cancel: &AtomicBool) -> Result<RunOutcome, String> {
+    fn follow(self, spec: &RunSpec, cancel: &AtomicBool) -> Result<RunOutcome, JobError> {
         let Process {
             mut child,
             group,
@@ -316,10 +363,7 @@ impl Process {
         let status = loop {
             let ready = if pidfd.is_none() && pipe.is_none() {
                 // No pidfd (a kernel before 5.3) and the pipe closed: wait for the exit itself.
-                match child
-                    .wait_timeout(POLL)
-                    .map_err(|e| format!("waiting for the job failed: {e}"))?
-                {
+                match child.wait_timeout(POLL).map_err(JobError::Wait)? {
                     Some(status) => break status,
                     None => Ready::default(),
                 }
@@ -334,10 +378,7 @@ impl Process {
                 }
             }
             if ready.exited {
-                if let Some(status) = child
-                    .try_wait()
-                    .map_err(|e| format!("waiting for the job failed: {e}"))?
-                {
+                if let Some(status) = child.try_wait().map_err(JobError::Wait)? {
                     break status;
                 }
             }
@@ -410,7 +451,7 @@ fn wait_ready(
     pipe: Option<&std::io::PipeReader>,
     pidfd: Option<&std::os::fd::OwnedFd>,
     wait: Duration,
-) -> Result<Ready, String> {
+) -> Result<Ready, JobError> {
     use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
     use std::os::fd::AsFd;
     let timeout = PollTimeout::try_from(wait).unwrap_or(PollTimeout::MAX);
@@ -423,7 +464,7 @@ fn wait_ready(
     }
     match poll(&mut fds, timeout) {
         Ok(_) | Err(nix::errno::Errno::EINTR) => {}
-        Err(e) => return Err(format!("cannot follow the job: {e}")),
+        Err(e) => return Err(JobError::Follow(e)),
     }
     let fired = |fd: &PollFd<'_>| fd.revents().is_some_and(|r| !r.is_empty());
     Ok(Ready {

@@ -4,7 +4,9 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
-use databuild_core::{ConfigInput, Dataset, Deps, Graph, Job, JobConfig, PartitionRef, Resolver};
+use databuild_core::{
+    ConfigInput, Dataset, Deps, Graph, Job, JobConfig, PartitionRef, ResolveError, Resolver,
+};
 
 use crate::table_job::Schema;
 
@@ -16,6 +18,50 @@ pub const PROBE_TIMEOUT: Duration = Duration::from_secs(60);
 /// Keeps one config call's arguments well under the kernel's limit (`ARG_MAX`, 2 MiB on Linux);
 /// beyond it the refs are split over several calls.
 const MAX_ARG_BYTES: usize = 1024 * 1024;
+
+/// Why the local resolver could not answer; the planner reports the message as the probe's or the
+/// config's failure. Causes shown in a message are plain fields, not a `source`, which `{:#}`
+/// would print twice.
+#[derive(Debug, thiserror::Error)]
+pub enum ResolverError {
+    #[error(transparent)]
+    Run(#[from] crate::process::RunError),
+    #[error("`{shown}` ended with {status}{}", colon_lines(.stderr))]
+    Failed {
+        shown: String,
+        status: String,
+        /// The last lines of its standard error.
+        stderr: String,
+    },
+    #[error("`{shown}` printed more than {} bytes", crate::process::OUTPUT_LIMIT)]
+    TooMuchOutput { shown: String },
+    #[error("`{shown}` printed output that is not UTF-8")]
+    NotUtf8 { shown: String },
+    #[error("`{shown}`: {message}")]
+    Response { shown: String, message: String },
+    #[error("cannot carry {from} forward to v{version} ({raw} expired): {cause}")]
+    CannotCarry {
+        from: String,
+        version: u32,
+        raw: String,
+        cause: Box<databuild_core::tables::TableError>,
+    },
+    #[error(transparent)]
+    Ref(#[from] databuild_core::RefError),
+    #[error("job `{0}` has no config executable")]
+    NoConfig(String),
+    #[error(transparent)]
+    Upstream(#[from] crate::upstream::UpstreamError),
+}
+
+/// `:` and the lines on lines of their own, or nothing for none.
+fn colon_lines(lines: &str) -> String {
+    if lines.is_empty() {
+        String::new()
+    } else {
+        format!(":\n{lines}")
+    }
+}
 
 /// Resolves external data and dynamic dependencies on this machine.
 pub struct LocalResolver<'g> {
@@ -49,7 +95,7 @@ impl<'g> LocalResolver<'g> {
         table: usize,
         version: u32,
         outputs: &[PartitionRef],
-    ) -> Result<Vec<JobConfig>, String> {
+    ) -> Result<Vec<JobConfig>, ResolverError> {
         let table = &self.graph.tables[table];
         let source = &self.graph.sources[table.source];
         let this = table.version(version).expect("a declared version");
@@ -65,11 +111,13 @@ impl<'g> LocalResolver<'g> {
                 self.data_dir.join(&raw).exists() || !source.is_expired(date, &self.today);
             let (input, args) = match table.previous(version) {
                 Some(prev) if !retained => {
-                    databuild_core::Migration::between(prev, this).map_err(|e| {
-                        format!(
-                            "cannot carry {} forward to v{version} ({raw} expired): {e}",
-                            table.data_ref(prev.version, date)
-                        )
+                    databuild_core::Migration::between(prev, this).map_err(|cause| {
+                        ResolverError::CannotCarry {
+                            from: table.data_ref(prev.version, date),
+                            version,
+                            raw: raw.clone(),
+                            cause: Box::new(cause),
+                        }
                     })?;
                     let args = vec![
                         "carry".to_string(),
@@ -80,7 +128,7 @@ impl<'g> LocalResolver<'g> {
                 }
                 _ => (raw, vec!["load".to_string(), Schema::of(this).to_arg()]),
             };
-            let r = |s: String| PartitionRef::new(s).map_err(|e| e.to_string());
+            let r = |s: String| PartitionRef::new(s).map_err(ResolverError::Ref);
             configs.push(JobConfig {
                 outputs: vec![
                     r(table.data_ref(version, date))?,
@@ -110,49 +158,49 @@ impl<'g> LocalResolver<'g> {
         job: &Job,
         config: &[String],
         refs: &[PartitionRef],
-    ) -> Result<Vec<JobConfig>, String> {
+    ) -> Result<Vec<JobConfig>, ResolverError> {
         let shown = config.join(" ");
         let mut cmd = self.command(config);
         cmd.args(refs.iter().map(|r| r.as_str()));
-        let captured = run_captured(cmd, job.config_timeout).map_err(|e| e.to_string())?;
+        let captured = run_captured(cmd, job.config_timeout)?;
         if !captured.status.success() {
-            let stderr = tail_lines(&captured.stderr, 5);
-            return Err(format!(
-                "`{shown}` ended with {}{}",
-                describe_status(&captured.status),
-                if stderr.is_empty() {
-                    String::new()
-                } else {
-                    format!(":\n{stderr}")
-                }
-            ));
+            return Err(ResolverError::Failed {
+                shown,
+                status: describe_status(&captured.status),
+                stderr: tail_lines(&captured.stderr, 5),
+            });
         }
         if captured.truncated {
-            return Err(format!(
-                "`{shown}` printed more than {} bytes",
-                crate::process::OUTPUT_LIMIT
-            ));
+            return Err(ResolverError::TooMuchOutput { shown });
         }
-        let stdout = String::from_utf8(captured.stdout)
-            .map_err(|_| format!("`{shown}` printed output that is not UTF-8"))?;
-        JobConfig::parse_response(&stdout).map_err(|e| format!("`{shown}`: {e}"))
+        let Ok(stdout) = String::from_utf8(captured.stdout) else {
+            return Err(ResolverError::NotUtf8 { shown });
+        };
+        JobConfig::parse_response(&stdout)
+            .map_err(|message| ResolverError::Response { shown, message })
     }
 }
 
 impl Resolver for LocalResolver<'_> {
-    fn external_available(&mut self, dataset: &Dataset, r: &PartitionRef) -> Result<bool, String> {
+    fn external_available(
+        &mut self,
+        dataset: &Dataset,
+        r: &PartitionRef,
+    ) -> Result<bool, ResolveError> {
         if dataset.source.is_some() {
             return Ok(crate::sources::sealed_version(&self.data_dir.join(r.as_str())).is_some());
         }
         if let Some(upstream) = &dataset.upstream {
-            return crate::upstream::status(upstream, r.as_str()).map(|(s, _)| s == "live");
+            return crate::upstream::status(upstream, r.as_str())
+                .map(|(s, _)| s == "live")
+                .map_err(ResolveError::new);
         }
         let Some(probe) = &dataset.exists else {
             return Ok(self.data_dir.join(r.as_str()).exists());
         };
         let mut cmd = self.command(probe);
         cmd.arg(r.as_str());
-        let captured = run_captured(cmd, PROBE_TIMEOUT).map_err(|e| e.to_string())?;
+        let captured = run_captured(cmd, PROBE_TIMEOUT).map_err(ResolveError::new)?;
         Ok(captured.status.success())
     }
 
@@ -160,11 +208,17 @@ impl Resolver for LocalResolver<'_> {
         &mut self,
         job: &Job,
         outputs: &[PartitionRef],
-    ) -> Result<Vec<JobConfig>, String> {
+    ) -> Result<Vec<JobConfig>, ResolveError> {
         let config = match &job.deps {
             Deps::Dynamic { config } => config,
-            Deps::Table { table, version } => return self.table_configs(*table, *version, outputs),
-            Deps::Static(_) => return Err(format!("job `{}` has no config executable", job.name)),
+            Deps::Table { table, version } => {
+                return self
+                    .table_configs(*table, *version, outputs)
+                    .map_err(ResolveError::new)
+            }
+            Deps::Static(_) => {
+                return Err(ResolveError::new(ResolverError::NoConfig(job.name.clone())))
+            }
         };
         let mut configs = Vec::new();
         let mut start = 0;
@@ -177,7 +231,10 @@ impl Resolver for LocalResolver<'_> {
                 bytes += outputs[end].as_str().len() + 1;
                 end += 1;
             }
-            configs.extend(self.call_config(job, config, &outputs[start..end])?);
+            configs.extend(
+                self.call_config(job, config, &outputs[start..end])
+                    .map_err(ResolveError::new)?,
+            );
             start = end;
         }
         Ok(configs)

@@ -64,7 +64,7 @@ impl SlurmExecutor {
             .expect("spawn the Slurm poller");
     }
 
-    fn submit(&self, spec: &RunSpec) -> Result<String, String> {
+    fn submit(&self, spec: &RunSpec) -> Result<String, SubmitError> {
         let mut cmd = Command::new("sbatch");
         cmd.arg("--parsable")
             .arg(format!("--job-name=databuild-{}", spec.job))
@@ -96,15 +96,15 @@ impl SlurmExecutor {
             .map(|a| shell_quote(a))
             .collect();
         cmd.arg("--wrap").arg(format!("exec {}", script.join(" ")));
-        let out = cmd
-            .output()
-            .map_err(|e| format!("cannot run `sbatch` to submit job `{}`: {e}", spec.job))?;
+        let out = cmd.output().map_err(|cause| SubmitError::Run {
+            job: spec.job.clone(),
+            cause,
+        })?;
         if !out.status.success() {
-            return Err(format!(
-                "sbatch refused job `{}`: {}",
-                spec.job,
-                String::from_utf8_lossy(&out.stderr).trim()
-            ));
+            return Err(SubmitError::Refused {
+                job: spec.job.clone(),
+                stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+            });
         }
         let id = String::from_utf8_lossy(&out.stdout)
             .trim()
@@ -113,10 +113,22 @@ impl SlurmExecutor {
             .unwrap_or_default()
             .to_string();
         if id.is_empty() {
-            return Err("sbatch answered without a job id".into());
+            return Err(SubmitError::NoJobId);
         }
         Ok(id)
     }
+}
+
+/// Why `sbatch` did not take a run: the run fails with this message. The cause is part of the
+/// message, so it is a plain field rather than a `source` (which `{:#}` would print twice).
+#[derive(Debug, thiserror::Error)]
+enum SubmitError {
+    #[error("cannot run `sbatch` to submit job `{job}`: {cause}")]
+    Run { job: String, cause: std::io::Error },
+    #[error("sbatch refused job `{job}`: {stderr}")]
+    Refused { job: String, stderr: String },
+    #[error("sbatch answered without a job id")]
+    NoJobId,
 }
 
 fn shell_quote(s: &str) -> String {
@@ -245,7 +257,7 @@ impl Executor for SlurmExecutor {
         self.ensure_poller();
         let id = match self.submit(spec) {
             Ok(id) => id,
-            Err(message) => return RunOutcome::failed(message, None),
+            Err(e) => return RunOutcome::failed(e.to_string(), None),
         };
         started(&format!("slurm:{id}"));
         self.shared

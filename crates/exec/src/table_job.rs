@@ -19,6 +19,54 @@ use databuild_core::tables::{conform, Column, Migration, TableVersion};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
+/// Why a table run failed. The cause is part of each message (it is what the run's log shows),
+/// so it is kept as a plain field rather than a `source`, which `{:#}` would print twice.
+#[derive(Debug, thiserror::Error)]
+pub enum TableJobError {
+    #[error("`{0}` is not set: `databuild table-job` runs as a job of a build")]
+    NotSet(&'static str),
+    #[error("`{var}` is not a JSON array of refs: {cause}")]
+    NotRefs {
+        var: &'static str,
+        cause: serde_json::Error,
+    },
+    #[error("a table run builds one day: a data and an errors partition from one input")]
+    NotOneDay,
+    #[error("a schema argument is not valid: {0}")]
+    Schema(serde_json::Error),
+    #[error(transparent)]
+    Table(#[from] databuild_core::tables::TableError),
+    #[error("usage: databuild table-job load SCHEMA | carry FROM_SCHEMA TO_SCHEMA")]
+    Usage,
+    #[error("cannot carry v{from} forward to v{to}: {cause}")]
+    Carry {
+        from: u32,
+        to: u32,
+        cause: databuild_core::tables::TableError,
+    },
+    #[error("cannot read {input}: {cause}")]
+    Read {
+        input: String,
+        cause: std::io::Error,
+    },
+    /// `what`: the partition's ref, or its file's path.
+    #[error("cannot write {what}: {cause}")]
+    Write { what: String, cause: std::io::Error },
+    #[error("{0}")]
+    Row(serde_json::Error),
+    #[error("{0}")]
+    RowIo(std::io::Error),
+    #[error("cannot link the alias of {data_ref}: {cause}")]
+    Alias {
+        data_ref: String,
+        cause: std::io::Error,
+    },
+    #[error("cannot write the report: {0}")]
+    Report(std::io::Error),
+}
+
+type Result<T, E = TableJobError> = std::result::Result<T, E>;
+
 /// A table version's schema as passed to the job on its command line.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Schema {
@@ -41,7 +89,7 @@ impl Schema {
         }
     }
 
-    fn table_version(&self) -> Result<TableVersion, String> {
+    fn table_version(&self) -> Result<TableVersion> {
         Ok(TableVersion {
             version: self.version,
             columns: self
@@ -68,15 +116,12 @@ struct Env {
     report: Option<PathBuf>,
 }
 
-fn env() -> Result<Env, String> {
-    let var = |k: &str| {
-        std::env::var(k).map_err(|_| {
-            format!("`{k}` is not set: `databuild table-job` runs as a job of a build")
-        })
-    };
-    let refs = |k: &str| -> Result<Vec<String>, String> {
-        serde_json::from_str(&var(k)?)
-            .map_err(|e| format!("`{k}` is not a JSON array of refs: {e}"))
+/// The job's inputs, from the environment every job run is given (`DATABUILD_OUTPUTS` and the
+/// rest): this process is a job, and its environment is its interface, not configuration.
+fn env() -> Result<Env> {
+    let var = |k: &'static str| std::env::var(k).map_err(|_| TableJobError::NotSet(k));
+    let refs = |k: &'static str| -> Result<Vec<String>> {
+        serde_json::from_str(&var(k)?).map_err(|cause| TableJobError::NotRefs { var: k, cause })
     };
     let outputs = refs("DATABUILD_OUTPUTS")?;
     let inputs = refs("DATABUILD_INPUTS")?;
@@ -91,18 +136,15 @@ fn env() -> Result<Env, String> {
             errors_ref: e.clone(),
             report: std::env::var_os("DATABUILD_REPORT").map(PathBuf::from),
         }),
-        _ => {
-            Err("a table run builds one day: a data and an errors partition from one input".into())
-        }
+        _ => Err(TableJobError::NotOneDay),
     }
 }
 
 /// Runs the job as `databuild table-job ARGS...` does.
-pub fn run(args: &[String]) -> Result<(), String> {
+pub fn run(args: &[String]) -> Result<()> {
     let env = env()?;
-    let schema = |s: &String| -> Result<Schema, String> {
-        serde_json::from_str(s).map_err(|e| format!("a schema argument is not valid: {e}"))
-    };
+    let schema =
+        |s: &String| -> Result<Schema> { serde_json::from_str(s).map_err(TableJobError::Schema) };
     let report = match args {
         [mode, s] if mode == "load" => load(&env, &schema(s)?.table_version()?)?,
         [mode, from, to] if mode == "carry" => carry(
@@ -110,31 +152,36 @@ pub fn run(args: &[String]) -> Result<(), String> {
             &schema(from)?.table_version()?,
             &schema(to)?.table_version()?,
         )?,
-        _ => {
-            return Err(
-                "usage: databuild table-job load SCHEMA | carry FROM_SCHEMA TO_SCHEMA".into(),
-            )
-        }
+        _ => return Err(TableJobError::Usage),
     };
-    link_alias(&env.data_dir, &env.data_ref)
-        .map_err(|e| format!("cannot link the alias of {}: {e}", env.data_ref))?;
+    link_alias(&env.data_dir, &env.data_ref).map_err(|cause| TableJobError::Alias {
+        data_ref: env.data_ref.clone(),
+        cause,
+    })?;
     if let Some(path) = &env.report {
-        fs::write(path, report.to_string()).map_err(|e| format!("cannot write the report: {e}"))?;
+        fs::write(path, report.to_string()).map_err(TableJobError::Report)?;
     }
     println!("{report}");
     Ok(())
 }
 
-fn load(env: &Env, to: &TableVersion) -> Result<Value, String> {
+/// The failure to read the run's input.
+fn unreadable(env: &Env) -> impl Fn(std::io::Error) -> TableJobError + '_ {
+    |cause| TableJobError::Read {
+        input: env.input.clone(),
+        cause,
+    }
+}
+
+fn load(env: &Env, to: &TableVersion) -> Result<Value> {
     let dir = env.data_dir.join(&env.input);
-    let records = crate::sources::read_records(&dir)
-        .map_err(|e| format!("cannot read {}: {e}", env.input))?;
+    let records = crate::sources::read_records(&dir).map_err(unreadable(env))?;
     let mut rows = Rows::create(&env.data_dir, &env.data_ref)?;
     let mut errors = Rows::create(&env.data_dir, &env.errors_ref)?;
     for record in &records {
         match conform(record, to) {
             Ok(row) => rows.push(&Value::Object(row))?,
-            Err(why) => errors.push(&json!({ "record": record, "error": why }))?,
+            Err(why) => errors.push(&json!({ "record": record, "error": why.to_string() }))?,
         }
     }
     let (kept, quarantined) = (rows.finish()?, errors.finish()?);
@@ -145,19 +192,18 @@ fn load(env: &Env, to: &TableVersion) -> Result<Value, String> {
     }))
 }
 
-fn carry(env: &Env, from: &TableVersion, to: &TableVersion) -> Result<Value, String> {
-    let migration = Migration::between(from, to).map_err(|e| {
-        format!(
-            "cannot carry v{} forward to v{}: {e}",
-            from.version, to.version
-        )
+fn carry(env: &Env, from: &TableVersion, to: &TableVersion) -> Result<Value> {
+    let migration = Migration::between(from, to).map_err(|cause| TableJobError::Carry {
+        from: from.version,
+        to: to.version,
+        cause,
     })?;
     let path = env.data_dir.join(&env.input);
-    let file = File::open(&path).map_err(|e| format!("cannot read {}: {e}", env.input))?;
+    let file = File::open(&path).map_err(unreadable(env))?;
     let mut rows = Rows::create(&env.data_dir, &env.data_ref)?;
     let mut errors = Rows::create(&env.data_dir, &env.errors_ref)?;
     for line in BufReader::new(file).lines() {
-        let line = line.map_err(|e| format!("cannot read {}: {e}", env.input))?;
+        let line = line.map_err(unreadable(env))?;
         let Ok(Value::Object(row)) = serde_json::from_str::<Value>(&line) else {
             errors.push(&json!({ "record": line, "error": "not a JSON object" }))?;
             continue;
@@ -166,7 +212,7 @@ fn carry(env: &Env, from: &TableVersion, to: &TableVersion) -> Result<Value, Str
         // Defaults and casts are checked again: a carried row must fit the new schema too.
         match conform(&Value::Object(carried.clone()), to) {
             Ok(_) => rows.push(&Value::Object(carried))?,
-            Err(why) => errors.push(&json!({ "record": carried, "error": why }))?,
+            Err(why) => errors.push(&json!({ "record": carried, "error": why.to_string() }))?,
         }
     }
     let (kept, quarantined) = (rows.finish()?, errors.finish()?);
@@ -187,9 +233,12 @@ struct Rows {
 }
 
 impl Rows {
-    fn create(data_dir: &Path, r: &str) -> Result<Rows, String> {
+    fn create(data_dir: &Path, r: &str) -> Result<Rows> {
         let path = data_dir.join(r);
-        let fail = |e: std::io::Error| format!("cannot write {r}: {e}");
+        let fail = |cause| TableJobError::Write {
+            what: r.to_string(),
+            cause,
+        };
         if let Some(parent) = path.parent() {
             fs::create_dir_all(parent).map_err(fail)?;
         }
@@ -203,15 +252,18 @@ impl Rows {
         })
     }
 
-    fn push(&mut self, row: &Value) -> Result<(), String> {
-        serde_json::to_writer(&mut self.out, row).map_err(|e| e.to_string())?;
-        self.out.write_all(b"\n").map_err(|e| e.to_string())?;
+    fn push(&mut self, row: &Value) -> Result<()> {
+        serde_json::to_writer(&mut self.out, row).map_err(TableJobError::Row)?;
+        self.out.write_all(b"\n").map_err(TableJobError::RowIo)?;
         self.count += 1;
         Ok(())
     }
 
-    fn finish(self) -> Result<u64, String> {
-        let fail = |e: std::io::Error| format!("cannot write {}: {e}", self.path.display());
+    fn finish(self) -> Result<u64> {
+        let fail = |cause| TableJobError::Write {
+            what: self.path.display().to_string(),
+            cause,
+        };
         let file = self.out.into_inner().map_err(|e| fail(e.into_error()))?;
         file.sync_all().map_err(fail)?;
         fs::rename(&self.tmp, &self.path).map_err(fail)?;

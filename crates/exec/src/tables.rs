@@ -15,7 +15,7 @@ use databuild_log::{Event, PartitionQuery, Status};
 use serde::Serialize;
 
 use crate::build::{BuildOptions, BuildSummary, Observer};
-use crate::engine::{pattern_glob, today, Engine, EngineError, Result};
+use crate::engine::{pattern_glob, Engine, EngineError, Result};
 use crate::local::Executor;
 use crate::sources::{source_days, SourceDay};
 use crate::versions::promotions;
@@ -282,7 +282,7 @@ impl Engine {
         }
         Ok(SourceDetail {
             source: self.source_view(index, &days)?,
-            today: today(),
+            today: self.today(),
             coverage: rows.into_values().collect(),
         })
     }
@@ -298,7 +298,7 @@ impl Engine {
             Some(n) => vec![self.source_index(n)?],
             None => (0..self.graph.sources.len()).collect(),
         };
-        let today = today();
+        let today = self.today();
         if let Some(d) = through {
             check_seal_date(d, &today)?;
         }

@@ -7,7 +7,7 @@
 use rustc_hash::FxHashMap;
 
 use crate::event::{Event, Kind, Status};
-use crate::replay::global_effect;
+use crate::replay::{global_effect, is_release};
 use crate::state::Current;
 
 #[derive(Default)]
@@ -15,8 +15,17 @@ pub(crate) struct StateCache {
     pub build_requests: FxHashMap<String, Option<Status>>,
     pub job_runs: FxHashMap<String, Option<Status>>,
     pub request_partitions: FxHashMap<(String, String), Option<Status>>,
-    pub partitions: FxHashMap<String, Option<(Status, Option<String>)>>,
+    pub partitions: FxHashMap<String, Option<PartitionState>>,
     pub wants: FxHashMap<String, Option<Status>>,
+}
+
+/// A partition's row as the writer needs it: its global state, and the job it holds (`''` for
+/// none), which the count projection counts it under.
+#[derive(Debug, Clone)]
+pub(crate) struct PartitionState {
+    pub status: Status,
+    pub run: Option<String>,
+    pub job: String,
 }
 
 impl StateCache {
@@ -31,8 +40,9 @@ impl StateCache {
             + self.wants.len()
     }
 
-    /// Records the states after a (valid) event.
-    pub fn remember(&mut self, e: &Event, before: &Current) {
+    /// Records the states after a (valid) event; `partition_job` is the job its partition's row
+    /// held before it.
+    pub fn remember(&mut self, e: &Event, before: &Current, partition_job: &str) {
         match e.kind {
             Kind::BuildRequest => {
                 if let Some(br) = &e.build_request_id {
@@ -50,8 +60,16 @@ impl StateCache {
                     self.request_partitions
                         .insert((br.clone(), r.clone()), Some(e.status));
                 }
-                if let Some(global) = global_effect(e, before.partition.as_ref()) {
-                    self.partitions.insert(r, Some(global));
+                if is_release(e) {
+                    // The row went back to what the claim replaced, which only the row knows
+                    // (`prev_*`): the next event on it reads it again. Keeping the claim here
+                    // would refuse the next claim as one on a partition still being built.
+                    self.partitions.remove(&r);
+                } else if let Some((status, run)) = global_effect(e, before.partition.as_ref()) {
+                    // The upsert keeps the row's job unless the event names one.
+                    let job = e.job.as_deref().unwrap_or(partition_job).to_string();
+                    self.partitions
+                        .insert(r, Some(PartitionState { status, run, job }));
                 }
             }
             Kind::Want if e.status == Status::SlaMissed => {}

@@ -9,6 +9,7 @@
 mod cache;
 pub mod event;
 pub mod postgres;
+mod projection;
 pub mod replay;
 pub mod sqlite;
 pub mod state;
@@ -31,15 +32,30 @@ pub use store::*;
 /// The default log, relative to the graph file's folder.
 pub const DEFAULT_LOG: &str = ".databuild/events.db";
 
+/// How to open a log, beyond its URI: settings the binary reads once, at its edge.
+#[derive(Debug, Clone, Default)]
+pub struct OpenOptions {
+    /// PostgreSQL: the role user SQL runs as (`DATABUILD_SQL_ROLE`); SQLite has no roles.
+    pub sql_role: Option<String>,
+}
+
 /// Opens the event log named by `uri` (`sqlite:PATH`, relative paths against `base`, or
-/// `postgres://...`).
+/// `postgres://...`) with the default [`OpenOptions`].
 pub fn open(uri: &str, base: &Path) -> Result<Box<dyn EventStore>> {
+    open_with(uri, base, &OpenOptions::default())
+}
+
+/// [`open`] with `options`.
+pub fn open_with(uri: &str, base: &Path, options: &OpenOptions) -> Result<Box<dyn EventStore>> {
     if let Some(path) = uri.strip_prefix("sqlite:") {
         let path = base.join(path.strip_prefix("//").unwrap_or(path));
         return Ok(Box::new(SqliteStore::open(&path)?));
     }
     if uri.starts_with("postgres://") || uri.starts_with("postgresql://") {
-        return Ok(Box::new(PostgresStore::open(uri)?));
+        return Ok(Box::new(PostgresStore::open_with(
+            uri,
+            options.sql_role.clone(),
+        )?));
     }
     let scheme = uri.split(':').next().unwrap_or(uri);
     Err(LogError::Open {

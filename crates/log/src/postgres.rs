@@ -13,10 +13,9 @@ use postgres::fallible_iterator::FallibleIterator;
 use postgres::{Client, NoTls, Transaction};
 use rustc_hash::FxHashMap;
 
-use crate::cache::{cached, StateCache};
-use crate::event::{Event, EventData, Kind, Status};
-use crate::replay::global_effect;
-use crate::state::{check, Current};
+use crate::cache::{PartitionState, StateCache};
+use crate::event::{Event, Status};
+use crate::projection::*;
 use crate::store::*;
 
 /// The schema, as numbered migrations (see the SQLite store).
@@ -24,6 +23,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("postgres/v1.sql"),
     include_str!("postgres/v2.sql"),
     include_str!("postgres/v3.sql"),
+    include_str!("postgres/v4.sql"),
 ];
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
 
@@ -103,19 +103,6 @@ fn storage(e: postgres::Error) -> LogError {
     LogError::Storage(e.to_string())
 }
 
-fn status_of(s: &str) -> Result<Status> {
-    Status::parse(s).ok_or_else(|| LogError::Storage(format!("unknown status `{s}` in the log")))
-}
-
-fn to_json<T: serde::Serialize>(v: &T) -> String {
-    serde_json::to_string(v).expect("serializes")
-}
-
-fn json_list(s: Option<String>) -> Vec<String> {
-    s.and_then(|s| serde_json::from_str(&s).ok())
-        .unwrap_or_default()
-}
-
 /// A glob (`*`, `?`, `[...]`) as an anchored POSIX regular expression.
 fn glob_to_regex(glob: &str) -> String {
     let mut re = String::from("^");
@@ -146,16 +133,21 @@ fn glob_to_regex(glob: &str) -> String {
 }
 
 impl PostgresStore {
+    /// Opens the log at `url`; user SQL runs as the connection's own role.
     pub fn open(url: &str) -> Result<PostgresStore> {
+        Self::open_with(url, None)
+    }
+
+    /// Opens the log at `url`; user SQL runs as `sql_role` when given (`DATABUILD_SQL_ROLE`,
+    /// read by the binary), a least-privilege role for `databuild sql`.
+    pub fn open_with(url: &str, sql_role: Option<String>) -> Result<PostgresStore> {
         let location = crate::redact(url);
         let mut client = Client::connect(url, NoTls).map_err(|e| LogError::Open {
             location: location.clone(),
             message: e.to_string(),
         })?;
         prepare_schema(&mut client, &location)?;
-        let sql_role = std::env::var("DATABUILD_SQL_ROLE")
-            .ok()
-            .filter(|r| !r.is_empty());
+        let sql_role = sql_role.filter(|r| !r.is_empty());
         Ok(PostgresStore {
             url: url.to_string(),
             writer: Mutex::new(Writer {
@@ -244,138 +236,174 @@ fn prepare_schema(client: &mut Client, location: &str) -> Result<()> {
     tx.commit().map_err(storage)
 }
 
-fn opt_status(
-    tx: &mut Transaction<'_>,
-    st: &mut Statements,
-    sql: &'static str,
-    keys: &[&str],
-) -> Result<Option<Status>> {
-    let params: Vec<&(dyn postgres::types::ToSql + Sync)> = keys
-        .iter()
-        .map(|k| k as &(dyn postgres::types::ToSql + Sync))
-        .collect();
-    let row = st.query_opt(tx, sql, &params).map_err(storage)?;
-    row.map(|r| status_of(r.get::<_, &str>(0))).transpose()
-}
+impl Columns for postgres::Row {
+    type Error = LogError;
 
-fn current(
-    tx: &mut Transaction<'_>,
-    st: &mut Statements,
-    w: &mut StateCache,
-    e: &Event,
-) -> Result<Current> {
-    let mut c = Current::default();
-    let br = e.build_request_id.as_deref();
-    match (
-        e.kind,
-        br,
-        e.job_run_id.as_deref(),
-        e.partition_ref.as_deref(),
-    ) {
-        (Kind::BuildRequest, Some(br), _, _) => {
-            c.build_request = cached(&mut w.build_requests, br.to_string(), || {
-                opt_status(
-                    tx,
-                    st,
-                    "SELECT status FROM build_requests WHERE build_request_id = $1",
-                    &[br],
-                )
-            })?;
-        }
-        (Kind::JobRun, _, Some(run), _) => {
-            c.job_run = cached(&mut w.job_runs, run.to_string(), || {
-                opt_status(
-                    tx,
-                    st,
-                    "SELECT status FROM job_runs WHERE job_run_id = $1",
-                    &[run],
-                )
-            })?;
-        }
-        (Kind::Want, _, _, _) if e.data.want_id.is_some() => {
-            let id = e.data.want_id.as_deref().expect("checked");
-            c.want = cached(&mut w.wants, id.to_string(), || {
-                opt_status(tx, st, "SELECT status FROM wants WHERE want_id = $1", &[id])
-            })?;
-        }
-        (Kind::Partition, br, _, Some(r)) => {
-            if let Some(br) = br {
-                let key = (br.to_string(), r.to_string());
-                c.request_partition = cached(&mut w.request_partitions, key, || {
-                    opt_status(
-                        tx,
-                        st,
-                        "SELECT status FROM request_partitions WHERE build_request_id = $1 AND partition_ref = $2",
-                        &[br, r],
-                    )
-                })?;
-            }
-            c.partition = cached(&mut w.partitions, r.to_string(), || {
-                st.query_opt(
-                    tx,
-                    "SELECT status, job_run_id FROM partitions WHERE partition_ref = $1",
-                    &[&r],
-                )
-                .map_err(storage)?
-                .map(|row| Ok::<_, LogError>((status_of(row.get::<_, &str>(0))?, row.get(1))))
-                .transpose()
-            })?;
-        }
-        _ => {}
+    fn text(&self, i: usize) -> Result<String> {
+        self.try_get(i).map_err(storage)
     }
-    Ok(c)
+
+    fn opt_text(&self, i: usize) -> Result<Option<String>> {
+        self.try_get(i).map_err(storage)
+    }
+
+    fn int(&self, i: usize) -> Result<i64> {
+        self.opt_int(i)?
+            .ok_or_else(|| self.corrupt(i, "a NULL number".to_string()))
+    }
+
+    /// `exit_code` is an `INTEGER` (int4); every other number a `BIGINT`.
+    fn opt_int(&self, i: usize) -> Result<Option<i64>> {
+        use postgres::types::Type;
+        let ty = self.columns().get(i).map(|c| c.type_().clone());
+        match ty {
+            Some(Type::INT4) => self.try_get::<_, Option<i32>>(i).map(|v| v.map(i64::from)),
+            Some(Type::INT2) => self.try_get::<_, Option<i16>>(i).map(|v| v.map(i64::from)),
+            _ => self.try_get::<_, Option<i64>>(i),
+        }
+        .map_err(storage)
+    }
+
+    fn flag(&self, i: usize) -> Result<bool> {
+        self.try_get(i).map_err(storage)
+    }
+
+    fn corrupt(&self, i: usize, what: String) -> LogError {
+        let column = self.columns().get(i).map_or("?", |c| c.name());
+        LogError::Storage(format!("{what} in column `{column}` of the log"))
+    }
 }
 
-fn insert_event(tx: &mut Transaction<'_>, st: &mut Statements, e: &Event) -> Result<i64> {
-    let data = (!e.data.is_empty()).then(|| to_json(&e.data));
-    let row = st
-        .query_one(
-            tx,
-            "INSERT INTO events (event_id, timestamp, build_request_id, kind, status, partition_ref,
-                                 job, job_run_id, delegated_to, message, data)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) RETURNING idx",
+/// The append's statements on PostgreSQL, each prepared once per connection ([`Statements`]).
+struct PgAppend<'a, 't> {
+    tx: &'a mut Transaction<'t>,
+    st: &'a mut Statements,
+}
+
+impl PgAppend<'_, '_> {
+    fn execute(&mut self, sql: &'static str, params: Params<'_>) -> Result<()> {
+        self.st
+            .execute(self.tx, sql, params)
+            .map(drop)
+            .map_err(storage)
+    }
+
+    fn status(&mut self, sql: &'static str, params: Params<'_>) -> Result<Option<Status>> {
+        let row = self.st.query_opt(self.tx, sql, params).map_err(storage)?;
+        row.map(|r| status_of(&r.text(0)?)).transpose()
+    }
+
+    /// An update of a run's row that returns its job.
+    fn update_run(&mut self, sql: &'static str, params: Params<'_>) -> Result<String> {
+        self.st
+            .query_one(self.tx, sql, params)
+            .map_err(storage)?
+            .text(0)
+    }
+}
+
+impl AppendTx for PgAppend<'_, '_> {
+    fn build_request_status(&mut self, id: &str) -> Result<Option<Status>> {
+        self.status(
+            "SELECT status FROM build_requests WHERE build_request_id = $1",
+            &[&id],
+        )
+    }
+
+    fn job_run_status(&mut self, id: &str) -> Result<Option<Status>> {
+        self.status("SELECT status FROM job_runs WHERE job_run_id = $1", &[&id])
+    }
+
+    fn want_status(&mut self, id: &str) -> Result<Option<Status>> {
+        self.status("SELECT status FROM wants WHERE want_id = $1", &[&id])
+    }
+
+    fn request_partition_status(&mut self, br: &str, r: &str) -> Result<Option<Status>> {
+        self.status(
+            "SELECT status FROM request_partitions WHERE build_request_id = $1 AND partition_ref = $2",
+            &[&br, &r],
+        )
+    }
+
+    fn partition_state(&mut self, r: &str) -> Result<Option<PartitionState>> {
+        let row = self
+            .st
+            .query_opt(
+                self.tx,
+                "SELECT status, job_run_id, coalesce(job, '') FROM partitions WHERE partition_ref = $1",
+                &[&r],
+            )
+            .map_err(storage)?;
+        row.map(|row| {
+            Ok(PartitionState {
+                status: status_of(&row.text(0)?)?,
+                run: row.opt_text(1)?,
+                job: row.text(2)?,
+            })
+        })
+        .transpose()
+    }
+
+    fn insert_event(&mut self, e: &Event) -> Result<i64> {
+        let data = (!e.data.is_empty()).then(|| to_json(&e.data));
+        self.st
+            .query_one(
+                self.tx,
+                "INSERT INTO events (event_id, timestamp, build_request_id, kind, status, partition_ref,
+                                     job, job_run_id, delegated_to, message, data)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) RETURNING idx",
+                &[
+                    &e.event_id,
+                    &e.timestamp,
+                    &e.build_request_id,
+                    &e.kind.as_str(),
+                    &e.status.as_str(),
+                    &e.partition_ref,
+                    &e.job,
+                    &e.job_run_id,
+                    &e.delegated_to,
+                    &e.message,
+                    &data,
+                ],
+            )
+            .map_err(storage)?
+            .int(0)
+    }
+
+    fn insert_build_request(&mut self, e: &Event) -> Result<()> {
+        let d = &e.data;
+        self.execute(
+            "INSERT INTO build_requests (build_request_id, status, requested, analyze_only,
+                                         owner, message, created_at, updated_at)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $7)",
             &[
-                &e.event_id,
-                &e.timestamp,
                 &e.build_request_id,
-                &e.kind.as_str(),
                 &e.status.as_str(),
-                &e.partition_ref,
-                &e.job,
-                &e.job_run_id,
-                &e.delegated_to,
+                &to_json(&d.requested),
+                &d.analyze_only,
+                &d.owner,
                 &e.message,
-                &data,
+                &e.timestamp,
             ],
         )
-        .map_err(storage)?;
-    Ok(row.get(0))
-}
+    }
 
-fn project(
-    tx: &mut Transaction<'_>,
-    st: &mut Statements,
-    e: &Event,
-    before: &Current,
-) -> Result<()> {
-    let status = e.status.as_str();
-    let d = &e.data;
-    let pid = d.pid.map(i64::from);
-    match e.kind {
-        Kind::BuildRequest if e.status == Status::Received => {
-            st.execute(tx,
-                "INSERT INTO build_requests (build_request_id, status, requested, analyze_only,
-                                             owner, message, created_at, updated_at)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $7)",
-                &[&e.build_request_id, &status, &to_json(&d.requested), &d.analyze_only, &d.owner, &e.message, &e.timestamp],
-            )
-        }
-        Kind::BuildRequest => st.execute(tx,
+    fn update_build_request(&mut self, e: &Event) -> Result<()> {
+        self.execute(
             "UPDATE build_requests SET status = $2, updated_at = $3, message = coalesce($4, message)
              WHERE build_request_id = $1",
-            &[&e.build_request_id, &status, &e.timestamp, &e.message],
-        ),
-        Kind::JobRun if before.job_run.is_none() => st.execute(tx,
+            &[
+                &e.build_request_id,
+                &e.status.as_str(),
+                &e.timestamp,
+                &e.message,
+            ],
+        )
+    }
+
+    fn insert_job_run(&mut self, e: &Event) -> Result<()> {
+        let d = &e.data;
+        self.execute(
             "INSERT INTO job_runs (job_run_id, job, build_request_id, status, outputs, inputs, args, env,
                                    scheduled_at, message, relies_on, job_version)
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
@@ -383,7 +411,7 @@ fn project(
                 &e.job_run_id,
                 &e.job,
                 &e.build_request_id,
-                &status,
+                &e.status.as_str(),
                 &to_json(&d.outputs),
                 &to_json(&d.inputs),
                 &to_json(&d.args),
@@ -393,245 +421,214 @@ fn project(
                 &d.relies_on,
                 &d.job_version,
             ],
-        ),
-        Kind::JobRun if e.status == Status::Running => st.execute(tx,
+        )
+    }
+
+    fn start_job_run(&mut self, e: &Event) -> Result<String> {
+        let d = &e.data;
+        self.update_run(
             "UPDATE job_runs SET status = $2, started_at = $3, pid = $4, host = $5, owner = $6,
                     input_versions = $7, log_path = $8
-             WHERE job_run_id = $1",
-            &[&e.job_run_id, &status, &e.timestamp, &pid, &d.host, &d.owner, &to_json(&d.input_versions), &d.log_path],
-        ),
-        Kind::JobRun => st.execute(tx,
+             WHERE job_run_id = $1 RETURNING job",
+            &[
+                &e.job_run_id,
+                &e.status.as_str(),
+                &e.timestamp,
+                &d.pid.map(i64::from),
+                &d.host,
+                &d.owner,
+                &to_json(&d.input_versions),
+                &d.log_path,
+            ],
+        )
+    }
+
+    fn end_job_run(&mut self, e: &Event) -> Result<String> {
+        let d = &e.data;
+        self.update_run(
             "UPDATE job_runs SET status = $2, ended_at = $3, exit_code = $4, message = coalesce($5, message),
                     started_at = CASE WHEN $6 THEN NULL ELSE started_at END
-             WHERE job_run_id = $1",
-            &[&e.job_run_id, &status, &e.timestamp, &d.exit_code, &e.message, &d.not_started],
-        ),
-        Kind::Partition => {
-            if let Some(br) = &e.build_request_id {
-                st.execute(tx,
-                    "INSERT INTO request_partitions (build_request_id, partition_ref, status, job_run_id, updated_at)
-                     VALUES ($1, $2, $3, $4, $5)
-                     ON CONFLICT (build_request_id, partition_ref) DO UPDATE SET
-                        status = excluded.status,
-                        job_run_id = coalesce(excluded.job_run_id, request_partitions.job_run_id),
-                        updated_at = excluded.updated_at",
-                    &[br, &e.partition_ref, &status, &e.job_run_id, &e.timestamp],
-                )
-                .map_err(storage)?;
-            }
-            if crate::replay::is_release(e) {
-                // Back to what the claim replaced (see v3.sql), or away if it replaced nothing.
-                st.execute(tx,
-                    "DELETE FROM partitions WHERE partition_ref = $1 AND coalesce(prev_status, '') = ''",
-                    &[&e.partition_ref],
-                )
-                .map_err(storage)?;
-                st.execute(tx,
-                    "UPDATE partitions SET status = prev_status, job_run_id = prev_job_run_id,
-                            build_request_id = prev_build_request_id, message = prev_message,
-                            updated_at = prev_updated_at, prev_status = NULL, prev_job_run_id = NULL,
-                            prev_build_request_id = NULL, prev_message = NULL, prev_updated_at = NULL
-                     WHERE partition_ref = $1",
-                    &[&e.partition_ref],
-                )
-                .map_err(storage)?;
-                return Ok(());
-            }
-            match global_effect(e, before.partition.as_ref()) {
-                Some((global, run)) => st.execute(tx,
-                    "INSERT INTO partitions (partition_ref, status, job_run_id, build_request_id, job,
-                                             data_version, message, updated_at, prev_status)
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, CASE WHEN $2 = 'building' THEN '' END)
-                     ON CONFLICT (partition_ref) DO UPDATE SET
-                        -- A claim keeps what it replaces, for a release (see v3.sql).
-                        prev_status = CASE WHEN excluded.status <> 'building' THEN NULL
-                                           WHEN partitions.status = 'building' THEN partitions.prev_status
-                                           ELSE partitions.status END,
-                        prev_job_run_id = CASE WHEN partitions.status = 'building' THEN partitions.prev_job_run_id
-                                               ELSE partitions.job_run_id END,
-                        prev_build_request_id = CASE WHEN partitions.status = 'building' THEN partitions.prev_build_request_id
-                                                     ELSE partitions.build_request_id END,
-                        prev_message = CASE WHEN partitions.status = 'building' THEN partitions.prev_message
-                                            ELSE partitions.message END,
-                        prev_updated_at = CASE WHEN partitions.status = 'building' THEN partitions.prev_updated_at
-                                               ELSE partitions.updated_at END,
-                        status = excluded.status,
-                        job_run_id = excluded.job_run_id,
-                        build_request_id = coalesce(excluded.build_request_id, partitions.build_request_id),
-                        job = coalesce(excluded.job, partitions.job),
-                        data_version = CASE WHEN excluded.status IN ('available', 'sealed')
-                                            THEN excluded.data_version ELSE partitions.data_version END,
-                        message = excluded.message,
-                        updated_at = excluded.updated_at",
-                    &[&e.partition_ref, &global.as_str(), &run, &e.build_request_id, &e.job, &d.data_version, &e.message, &e.timestamp],
-                ),
-                None => Ok(0),
-            }
-        }
-        Kind::Want if e.status == Status::Requested => st.execute(tx,
+             WHERE job_run_id = $1 RETURNING job",
+            &[
+                &e.job_run_id,
+                &e.status.as_str(),
+                &e.timestamp,
+                &d.exit_code,
+                &e.message,
+                &d.not_started,
+            ],
+        )
+    }
+
+    fn upsert_request_partition(&mut self, br: &str, e: &Event) -> Result<()> {
+        self.execute(
+            "INSERT INTO request_partitions (build_request_id, partition_ref, status, job_run_id, updated_at)
+             VALUES ($1, $2, $3, $4, $5)
+             ON CONFLICT (build_request_id, partition_ref) DO UPDATE SET
+                status = excluded.status,
+                job_run_id = coalesce(excluded.job_run_id, request_partitions.job_run_id),
+                updated_at = excluded.updated_at",
+            &[
+                &br,
+                &e.partition_ref,
+                &e.status.as_str(),
+                &e.job_run_id,
+                &e.timestamp,
+            ],
+        )
+    }
+
+    fn upsert_partition(&mut self, e: &Event, status: Status, run: Option<&str>) -> Result<()> {
+        self.execute(
+            "INSERT INTO partitions (partition_ref, status, job_run_id, build_request_id, job,
+                                     data_version, message, updated_at, prev_status)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, CASE WHEN $2 = 'building' THEN '' END)
+             ON CONFLICT (partition_ref) DO UPDATE SET
+                -- A claim keeps what it replaces, for a release (see v3.sql).
+                prev_status = CASE WHEN excluded.status <> 'building' THEN NULL
+                                   WHEN partitions.status = 'building' THEN partitions.prev_status
+                                   ELSE partitions.status END,
+                prev_job_run_id = CASE WHEN partitions.status = 'building' THEN partitions.prev_job_run_id
+                                       ELSE partitions.job_run_id END,
+                prev_build_request_id = CASE WHEN partitions.status = 'building' THEN partitions.prev_build_request_id
+                                             ELSE partitions.build_request_id END,
+                prev_message = CASE WHEN partitions.status = 'building' THEN partitions.prev_message
+                                    ELSE partitions.message END,
+                prev_updated_at = CASE WHEN partitions.status = 'building' THEN partitions.prev_updated_at
+                                       ELSE partitions.updated_at END,
+                status = excluded.status,
+                job_run_id = excluded.job_run_id,
+                build_request_id = coalesce(excluded.build_request_id, partitions.build_request_id),
+                job = coalesce(excluded.job, partitions.job),
+                data_version = CASE WHEN excluded.status IN ('available', 'sealed')
+                                    THEN excluded.data_version ELSE partitions.data_version END,
+                message = excluded.message,
+                updated_at = excluded.updated_at",
+            &[
+                &e.partition_ref,
+                &status.as_str(),
+                &run,
+                &e.build_request_id,
+                &e.job,
+                &e.data.data_version,
+                &e.message,
+                &e.timestamp,
+            ],
+        )
+    }
+
+    fn claimed_partition(&mut self, r: &str) -> Result<(Option<String>, String)> {
+        let row = self
+            .st
+            .query_one(
+                self.tx,
+                "SELECT prev_status, coalesce(job, '') FROM partitions WHERE partition_ref = $1",
+                &[&r],
+            )
+            .map_err(storage)?;
+        Ok((row.opt_text(0)?, row.text(1)?))
+    }
+
+    fn restore_partition(&mut self, r: &str) -> Result<()> {
+        self.execute(
+            "UPDATE partitions SET status = prev_status, job_run_id = prev_job_run_id,
+                    build_request_id = prev_build_request_id, message = prev_message,
+                    updated_at = prev_updated_at, prev_status = NULL, prev_job_run_id = NULL,
+                    prev_build_request_id = NULL, prev_message = NULL, prev_updated_at = NULL
+             WHERE partition_ref = $1",
+            &[&r],
+        )
+    }
+
+    fn delete_partition(&mut self, r: &str) -> Result<()> {
+        self.execute("DELETE FROM partitions WHERE partition_ref = $1", &[&r])
+    }
+
+    fn insert_want(&mut self, e: &Event) -> Result<()> {
+        let d = &e.data;
+        self.execute(
             "INSERT INTO wants (want_id, status, refs, created_at, expires_at, sla_seconds,
                                 recurring, message, updated_at)
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $4)",
-            &[&d.want_id, &status, &to_json(&d.requested), &e.timestamp, &d.expires_at,
-              &d.sla_seconds.map(|s| s as i64), &d.recurring, &e.message],
-        ),
-        Kind::Want if e.status == Status::SlaMissed => st.execute(tx,
+            &[
+                &d.want_id,
+                &e.status.as_str(),
+                &to_json(&d.requested),
+                &e.timestamp,
+                &d.expires_at,
+                &d.sla_seconds.map(|s| s as i64),
+                &d.recurring,
+                &e.message,
+            ],
+        )
+    }
+
+    fn count_sla_miss(&mut self, e: &Event) -> Result<()> {
+        self.execute(
             "UPDATE wants SET sla_missed = sla_missed + 1, updated_at = $2 WHERE want_id = $1",
-            &[&d.want_id, &e.timestamp],
-        ),
-        Kind::Want => st.execute(tx,
+            &[&e.data.want_id, &e.timestamp],
+        )
+    }
+
+    fn update_want(&mut self, e: &Event) -> Result<()> {
+        let d = &e.data;
+        self.execute(
             "UPDATE wants SET status = $2, waiting_for = $3, message = $4,
                     build_request_id = coalesce($5, build_request_id), updated_at = $6
              WHERE want_id = $1",
-            &[&d.want_id, &status, &e.partition_ref, &e.message, &d.upstream, &e.timestamp],
-        ),
-        Kind::Delegation | Kind::Alias => Ok(0),
-    }
-    .map_err(storage)?;
-    Ok(())
-}
-
-/// A `WHERE` clause of the filters actually given (as in the SQLite store): conditions on absent
-/// parameters would keep the planner from the indexes behind them.
-#[derive(Default)]
-struct Filters {
-    clause: String,
-    values: Vec<Box<dyn postgres::types::ToSql + Sync>>,
-}
-
-impl Filters {
-    fn raw(&mut self, condition: &str) {
-        let joiner = if self.clause.is_empty() {
-            " WHERE "
-        } else {
-            " AND "
-        };
-        self.clause.push_str(joiner);
-        self.clause.push_str(condition);
+            &[
+                &d.want_id,
+                &e.status.as_str(),
+                &e.partition_ref,
+                &e.message,
+                &d.upstream,
+                &e.timestamp,
+            ],
+        )
     }
 
-    fn add(&mut self, column_op: &str, value: impl postgres::types::ToSql + Sync + 'static) {
-        self.values.push(Box::new(value));
-        let condition = format!("{column_op} ${}", self.values.len());
-        self.raw(&condition);
+    /// All of a batch's changes in one statement: each is a round trip otherwise.
+    fn add_run_counts(&mut self, changes: &[RunCount<'_>]) -> Result<()> {
+        let jobs: Vec<&str> = changes.iter().map(|c| c.job).collect();
+        let statuses: Vec<&str> = changes.iter().map(|c| c.status.as_str()).collect();
+        let ns: Vec<i64> = changes.iter().map(|c| c.n).collect();
+        let lasts: Vec<Option<i64>> = changes.iter().map(|c| c.last_scheduled_at).collect();
+        // `greatest` ignores NULLs: a change without a `scheduled_at` keeps the row's.
+        self.execute(
+            "INSERT INTO job_counts (job, status, n, last_scheduled_at)
+             SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[])
+             ON CONFLICT (job, status) DO UPDATE SET n = job_counts.n + excluded.n,
+                last_scheduled_at = greatest(job_counts.last_scheduled_at, excluded.last_scheduled_at)",
+            &[&jobs, &statuses, &ns, &lasts],
+        )
     }
 
-    fn params(&self) -> Vec<&(dyn postgres::types::ToSql + Sync)> {
-        self.values.iter().map(|v| v.as_ref()).collect()
+    fn add_partition_counts(&mut self, changes: &[PartitionCount<'_>]) -> Result<()> {
+        let jobs: Vec<&str> = changes.iter().map(|c| c.job).collect();
+        let statuses: Vec<&str> = changes.iter().map(|c| c.status.as_str()).collect();
+        let ns: Vec<i64> = changes.iter().map(|c| c.n).collect();
+        self.execute(
+            "INSERT INTO partition_counts (job, status, n)
+             SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[])
+             ON CONFLICT (job, status) DO UPDATE SET n = partition_counts.n + excluded.n",
+            &[&jobs, &statuses, &ns],
+        )
     }
 }
 
-const EVENT_COLUMNS: &str =
-    "idx, event_id, timestamp, build_request_id, kind, status, partition_ref,
-                             job, job_run_id, delegated_to, message, data";
+/// The parameters of a query built by [`crate::projection`]'s builders.
+type Param = Box<dyn postgres::types::ToSql + Sync>;
 
-fn event_from_row(row: &postgres::Row) -> Result<Event> {
-    let kind: &str = row.get(4);
-    let data: Option<String> = row.get(11);
-    Ok(Event {
-        idx: row.get(0),
-        event_id: row.get(1),
-        timestamp: row.get(2),
-        build_request_id: row.get(3),
-        kind: Kind::parse(kind)
-            .ok_or_else(|| LogError::Storage(format!("unknown kind `{kind}`")))?,
-        status: status_of(row.get(5))?,
-        partition_ref: row.get(6),
-        job: row.get(7),
-        job_run_id: row.get(8),
-        delegated_to: row.get(9),
-        message: row.get(10),
-        data: data
-            .and_then(|d| serde_json::from_str::<EventData>(&d).ok())
-            .unwrap_or_default(),
-    })
+fn text(s: String) -> Param {
+    Box::new(s)
 }
 
-const PARTITION_COLUMNS: &str =
-    "partition_ref, status, job_run_id, build_request_id, job, data_version, message, updated_at";
-
-fn partition_from_row(row: &postgres::Row) -> Result<PartitionRow> {
-    Ok(PartitionRow {
-        partition_ref: row.get(0),
-        status: status_of(row.get(1))?,
-        job_run_id: row.get(2),
-        build_request_id: row.get(3),
-        job: row.get(4),
-        data_version: row.get(5),
-        message: row.get(6),
-        updated_at: row.get(7),
-    })
+fn int(n: i64) -> Param {
+    Box::new(n)
 }
 
-const BUILD_COLUMNS: &str =
-    "build_request_id, status, requested, analyze_only, message, created_at, updated_at, owner";
-
-fn build_from_row(row: &postgres::Row) -> Result<BuildRequestRow> {
-    Ok(BuildRequestRow {
-        build_request_id: row.get(0),
-        status: status_of(row.get(1))?,
-        requested_partitions: json_list(row.get(2)),
-        analyze_only: row.get(3),
-        message: row.get(4),
-        created_at: row.get(5),
-        updated_at: row.get(6),
-        owner: row.get(7),
-    })
-}
-
-const RUN_COLUMNS: &str = "job_run_id, job, build_request_id, status, outputs, inputs, args, env,
-                           scheduled_at, started_at, ended_at, exit_code, message, relies_on, pid, host,
-                           owner, job_version, input_versions, log_path";
-
-const WANT_COLUMNS: &str = "want_id, status, refs, created_at, expires_at, sla_seconds, recurring,
-                            waiting_for, message, build_request_id, sla_missed, updated_at";
-
-fn want_from_row(row: &postgres::Row) -> Result<WantRow> {
-    Ok(WantRow {
-        want_id: row.get(0),
-        status: status_of(row.get(1))?,
-        refs: json_list(row.get(2)),
-        created_at: row.get(3),
-        expires_at: row.get(4),
-        sla_seconds: row.get::<_, Option<i64>>(5).map(|s| s as u64),
-        recurring: row.get(6),
-        waiting_for: row.get(7),
-        message: row.get(8),
-        build_request_id: row.get(9),
-        sla_missed: row.get::<_, i64>(10) as u64,
-        updated_at: row.get(11),
-    })
-}
-
-fn run_from_row(row: &postgres::Row) -> Result<JobRunRow> {
-    let env: Option<String> = row.get(7);
-    let input_versions: Option<String> = row.get(18);
-    Ok(JobRunRow {
-        job_run_id: row.get(0),
-        job: row.get(1),
-        build_request_id: row.get(2),
-        status: status_of(row.get(3))?,
-        outputs: json_list(row.get(4)),
-        inputs: json_list(row.get(5)),
-        args: json_list(row.get(6)),
-        env: env
-            .and_then(|e| serde_json::from_str(&e).ok())
-            .unwrap_or_default(),
-        scheduled_at: row.get(8),
-        started_at: row.get(9),
-        ended_at: row.get(10),
-        exit_code: row.get(11),
-        message: row.get(12),
-        relies_on: row.get(13),
-        pid: row.get::<_, Option<i64>>(14).map(|p| p as u32),
-        host: row.get(15),
-        owner: row.get(16),
-        job_version: row.get(17),
-        input_versions: input_versions
-            .and_then(|m| serde_json::from_str(&m).ok())
-            .unwrap_or_default(),
-        log_path: row.get(19),
-    })
+fn params(values: &[Param]) -> Vec<&(dyn postgres::types::ToSql + Sync)> {
+    values.iter().map(|v| v.as_ref()).collect()
 }
 
 fn collect<T>(rows: Vec<postgres::Row>, f: fn(&postgres::Row) -> Result<T>) -> Result<Vec<T>> {
@@ -662,18 +659,14 @@ impl EventStore for PostgresStore {
             if *seen_appends != Some(appends) || caches.len() > StateCache::MAX_ENTRIES {
                 *caches = StateCache::default();
             }
-            for (position, e) in events.iter_mut().enumerate() {
-                let before = current(&mut tx, statements, caches, e)?;
-                check(e, &before).map_err(|refusal| LogError::Refused {
-                    position,
-                    kind: e.kind.to_string(),
-                    status: e.status.to_string(),
-                    reason: refusal.0,
-                })?;
-                e.idx = insert_event(&mut tx, statements, e)?;
-                project(&mut tx, statements, e, &before)?;
-                caches.remember(e, &before);
-            }
+            append_batch(
+                &mut PgAppend {
+                    tx: &mut tx,
+                    st: statements,
+                },
+                caches,
+                &mut events,
+            )?;
             tx.commit().map_err(storage)?;
             Ok(appends + 1)
         })();
@@ -692,36 +685,10 @@ impl EventStore for PostgresStore {
     }
 
     fn events(&self, f: &EventFilter) -> Result<Vec<Event>> {
-        let mut filters = Filters::default();
-        filters.add("idx >", f.since.unwrap_or(0));
-        for (column_op, value) in [
-            ("build_request_id =", &f.build_request_id),
-            ("partition_ref =", &f.partition_ref),
-            ("job =", &f.job),
-            ("job_run_id =", &f.job_run_id),
-        ] {
-            if let Some(v) = value {
-                filters.add(column_op, v.clone());
-            }
-        }
-        if let Some(k) = f.kind {
-            // A literal (kinds are fixed names), so partial indexes on rare kinds serve it.
-            filters.raw(&format!("kind = '{}'", k.as_str()));
-        }
-        if let Some(v) = f.from {
-            filters.add("timestamp >=", v);
-        }
-        if let Some(v) = f.to {
-            filters.add("timestamp <", v);
-        }
-        let limit = f.limit.map(|l| format!(" LIMIT {l}")).unwrap_or_default();
-        let sql = format!(
-            "SELECT {EVENT_COLUMNS} FROM events{} ORDER BY idx{limit}",
-            filters.clause
-        );
+        let q = events_query(f, '$', text, int);
         self.read(|c| {
             collect(
-                c.query(&sql, &filters.params()).map_err(storage)?,
+                c.query(&q.sql, &params(&q.values)).map_err(storage)?,
                 event_from_row,
             )
         })
@@ -764,15 +731,15 @@ impl EventStore for PostgresStore {
     }
 
     fn partitions(&self, q: &PartitionQuery) -> Result<Vec<PartitionRow>> {
-        let mut filters = Filters::default();
+        let mut filters = Filters::<Param>::new('$');
         if let Some(p) = &q.pattern {
-            filters.add("partition_ref ~", glob_to_regex(p));
+            filters.add("partition_ref ~", text(glob_to_regex(p)));
         }
         if let Some(st) = q.status {
-            filters.add("status =", st.as_str().to_string());
+            filters.add("status =", text(st.as_str().to_string()));
         }
         if let Some(a) = &q.after {
-            filters.add("partition_ref COLLATE \"C\" >", a.clone());
+            filters.add("partition_ref COLLATE \"C\" >", text(a.clone()));
         }
         let sql = format!(
             "SELECT {PARTITION_COLUMNS} FROM partitions{} ORDER BY partition_ref COLLATE \"C\" LIMIT {}",
@@ -780,7 +747,7 @@ impl EventStore for PostgresStore {
         );
         self.read(|c| {
             collect(
-                c.query(&sql, &filters.params()).map_err(storage)?,
+                c.query(&sql, &params(&filters.values)).map_err(storage)?,
                 partition_from_row,
             )
         })
@@ -795,7 +762,7 @@ impl EventStore for PostgresStore {
             )
             .map_err(storage)?
             .iter()
-            .map(|r| Ok((status_of(r.get(0))?, r.get::<_, i64>(1) as u64)))
+            .map(|r| Ok((status_of(&r.text(0)?)?, r.int(1)? as u64)))
             .collect()
         })
     }
@@ -808,7 +775,7 @@ impl EventStore for PostgresStore {
             )
             .map_err(storage)?
             .iter()
-            .map(|r| Ok((status_of(r.get(0))?, r.get::<_, i64>(1) as u64)))
+            .map(|r| Ok((status_of(&r.text(0)?)?, r.int(1)? as u64)))
             .collect()
         })
     }
@@ -847,21 +814,17 @@ impl EventStore for PostgresStore {
 
     fn request_partitions(&self, id: &str) -> Result<Vec<RequestPartitionRow>> {
         self.read(|c| {
-            c.query(
-                "SELECT partition_ref, status, job_run_id FROM request_partitions
-                 WHERE build_request_id = $1 ORDER BY partition_ref COLLATE \"C\"",
-                &[&id],
+            collect(
+                c.query(
+                    &format!(
+                        "SELECT {REQUEST_PARTITION_COLUMNS} FROM request_partitions
+                         WHERE build_request_id = $1 ORDER BY partition_ref COLLATE \"C\""
+                    ),
+                    &[&id],
+                )
+                .map_err(storage)?,
+                request_partition_from_row,
             )
-            .map_err(storage)?
-            .iter()
-            .map(|r| {
-                Ok(RequestPartitionRow {
-                    partition_ref: r.get(0),
-                    status: status_of(r.get(1))?,
-                    job_run_id: r.get(2),
-                })
-            })
-            .collect()
         })
     }
 
@@ -892,43 +855,20 @@ impl EventStore for PostgresStore {
     }
 
     fn wants(&self, status: Option<Status>, active: bool, limit: usize) -> Result<Vec<WantRow>> {
-        let mut filters = Filters::default();
-        if let Some(s) = status {
-            filters.add("status =", s.as_str().to_string());
-        }
-        if active {
-            filters.raw("status NOT IN ('expired', 'cancelled')");
-        }
-        let sql = format!(
-            "SELECT {WANT_COLUMNS} FROM wants{} ORDER BY created_at DESC, want_id LIMIT {limit}",
-            filters.clause
-        );
+        let q = wants_query(status, active, limit, '$', text);
         self.read(|c| {
             collect(
-                c.query(&sql, &filters.params()).map_err(storage)?,
+                c.query(&q.sql, &params(&q.values)).map_err(storage)?,
                 want_from_row,
             )
         })
     }
 
     fn job_runs(&self, q: &RunQuery) -> Result<Vec<JobRunRow>> {
-        let mut filters = Filters::default();
-        if let Some(j) = &q.job {
-            filters.add("job =", j.clone());
-        }
-        if let Some(b) = &q.build_request_id {
-            filters.add("build_request_id =", b.clone());
-        }
-        if q.unfinished {
-            filters.raw("status IN ('scheduled', 'running')");
-        }
-        let sql = format!(
-            "SELECT {RUN_COLUMNS} FROM job_runs{} ORDER BY scheduled_at DESC, job_run_id LIMIT {}",
-            filters.clause, q.limit
-        );
+        let q = runs_query(q, '$', text);
         self.read(|c| {
             collect(
-                c.query(&sql, &filters.params()).map_err(storage)?,
+                c.query(&q.sql, &params(&q.values)).map_err(storage)?,
                 run_from_row,
             )
         })
@@ -936,23 +876,24 @@ impl EventStore for PostgresStore {
 
     fn job_stats(&self, job: Option<&str>) -> Result<Vec<JobStats>> {
         self.read(|c| {
-            let mut per_job: BTreeMap<String, (BTreeMap<Status, u64>, Option<i64>)> =
-                BTreeMap::new();
-            for r in c
+            let rows = c
                 .query(
                     "SELECT job, status, n, last_scheduled_at FROM job_counts
                      WHERE ($1::text IS NULL OR job = $1)",
                     &[&job],
                 )
                 .map_err(storage)?
-            {
-                let entry = per_job.entry(r.get(0)).or_default();
-                let n = r.get::<_, i64>(2);
-                if n > 0 {
-                    entry.0.insert(status_of(r.get(1))?, n as u64);
-                }
-                entry.1 = entry.1.max(r.get(3));
-            }
+                .iter()
+                .map(|r| {
+                    Ok((
+                        r.text(0)?,
+                        status_of(&r.text(1)?)?,
+                        r.int(2)?,
+                        r.opt_int(3)?,
+                    ))
+                })
+                .collect::<Result<Vec<_>>>()?;
+            let per_job = job_counts_by_job(rows);
             per_job
                 .into_iter()
                 .map(|(job, (counts, last))| {
@@ -1182,7 +1123,14 @@ fn sql_refusal(e: postgres::Error, limits: &SqlLimits) -> LogError {
         Some(code) if *code == SqlState::PROGRAM_LIMIT_EXCEEDED => {
             LogError::SqlTooLarge(format!("the query is too large for the server: {message}"))
         }
-        _ if message.contains("cannot insert multiple commands") => {
+        // Several statements are refused with the code of any syntax error (42601) and a
+        // message in the server's `lc_messages` language; what sets the refusal apart is the
+        // routine raising it: the protocol's Parse handler itself, where a query's own syntax
+        // errors come from the grammar's routines instead.
+        Some(code)
+            if *code == SqlState::SYNTAX_ERROR
+                && e.as_db_error().and_then(|d| d.routine()) == Some("exec_parse_message") =>
+        {
             LogError::Sql("only one statement per query is allowed".to_string())
         }
         _ => LogError::Sql(format!("the query failed: {message}")),

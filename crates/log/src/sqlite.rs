@@ -8,7 +8,8 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use rusqlite::fallible_iterator::FallibleIterator;
@@ -16,14 +17,12 @@ use rusqlite::hooks::{AuthAction, AuthContext, Authorization};
 use rusqlite::{
     params, Connection, OpenFlags, OptionalExtension, Transaction, TransactionBehavior,
 };
-use rustc_hash::FxHashMap;
 
 mod wal_batch;
 
-use crate::cache::{cached, StateCache};
-use crate::event::{Event, EventData, Kind, Status};
-use crate::replay::global_effect;
-use crate::state::{check, Current};
+use crate::cache::{PartitionState, StateCache};
+use crate::event::{Event, Status};
+use crate::projection::*;
 use crate::store::*;
 
 /// Marks a SQLite file as a DataBuild event log (`PRAGMA application_id`): "DBLG".
@@ -336,7 +335,11 @@ impl SqliteStore {
     /// that refuses anything reaching outside the log (ATTACH, PRAGMA, extension loading). No
     /// string or blob may grow past `max_value_len`: SQLite checks as it builds one, inside a
     /// function call, where neither the progress handler nor an interrupt can stop it.
-    fn sql_connection(&self, limits: &SqlLimits) -> Result<Connection> {
+    ///
+    /// The flag returned is raised whenever the authorizer refuses something: SQLite reports a
+    /// refused function as a plain `SQLITE_ERROR`, with no code of its own, so the flag is how
+    /// [`sql_refusal`] tells a refusal from any other failure.
+    fn sql_connection(&self, limits: &SqlLimits) -> Result<(Connection, Arc<AtomicBool>)> {
         use rusqlite::limits::Limit;
         let mut conn = Connection::open_with_flags(
             &self.path,
@@ -358,7 +361,9 @@ impl SqliteStore {
             .map_err(storage)?;
         conn.set_limit(Limit::SQLITE_LIMIT_ATTACHED, 0)
             .map_err(storage)?;
-        conn.authorizer(Some(|ctx: AuthContext<'_>| match ctx.action {
+        let denied = Arc::new(AtomicBool::new(false));
+        let noted = denied.clone();
+        let decide = |ctx: AuthContext<'_>| match ctx.action {
             AuthAction::Attach { .. }
             | AuthAction::Detach { .. }
             | AuthAction::Pragma { .. }
@@ -379,9 +384,16 @@ impl SqliteStore {
                 Authorization::Deny
             }
             _ => Authorization::Allow,
+        };
+        conn.authorizer(Some(move |ctx: AuthContext<'_>| {
+            let answer = decide(ctx);
+            if answer == Authorization::Deny {
+                noted.store(true, Ordering::Relaxed);
+            }
+            answer
         }))
         .map_err(storage)?;
-        Ok(conn)
+        Ok((conn, denied))
     }
 }
 
@@ -402,7 +414,8 @@ fn arm_deadline(conn: &Connection, timeout: Duration) -> Option<std::sync::mpsc:
 }
 
 /// What a user query's failure tells its author.
-fn sql_refusal(e: rusqlite::Error, limits: &SqlLimits) -> LogError {
+/// `denied`: the connection's authorizer refused something while the query was prepared.
+fn sql_refusal(e: rusqlite::Error, limits: &SqlLimits, denied: bool) -> LogError {
     let read_only = || {
         LogError::Sql(
             "the query is refused: only reads are allowed (no writes, ATTACH, PRAGMA or extensions)"
@@ -413,8 +426,9 @@ fn sql_refusal(e: rusqlite::Error, limits: &SqlLimits) -> LogError {
         _ if matches!(e, rusqlite::Error::MultipleStatement) => {
             LogError::Sql("only one statement per query is allowed".to_string())
         }
-        // Denied functions come back as plain errors that say so.
-        _ if e.to_string().contains("not authorized") => read_only(),
+        // A refused function fails its statement with a plain SQLITE_ERROR: the authorizer's
+        // own note tells it apart.
+        _ if denied => read_only(),
         Some(rusqlite::ErrorCode::AuthorizationForStatementDenied) => read_only(),
         Some(rusqlite::ErrorCode::OperationInterrupted) => LogError::Sql(format!(
             "the query ran longer than {} s and was stopped",
@@ -427,221 +441,195 @@ fn sql_refusal(e: rusqlite::Error, limits: &SqlLimits) -> LogError {
     }
 }
 
-fn status_of(s: String) -> rusqlite::Result<Status> {
-    Status::parse(&s).ok_or_else(|| {
-        rusqlite::Error::FromSqlConversionFailure(
-            0,
-            rusqlite::types::Type::Text,
-            format!("unknown status `{s}`").into(),
+/// A status read by the append's validation.
+fn status_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<String> {
+    row.get(0)
+}
+
+fn parse_status(s: Option<String>) -> Result<Option<Status>> {
+    s.map(|s| status_of(&s)).transpose()
+}
+
+impl Columns for rusqlite::Row<'_> {
+    type Error = rusqlite::Error;
+
+    fn text(&self, i: usize) -> rusqlite::Result<String> {
+        self.get(i)
+    }
+
+    fn opt_text(&self, i: usize) -> rusqlite::Result<Option<String>> {
+        self.get(i)
+    }
+
+    fn int(&self, i: usize) -> rusqlite::Result<i64> {
+        self.get(i)
+    }
+
+    fn opt_int(&self, i: usize) -> rusqlite::Result<Option<i64>> {
+        self.get(i)
+    }
+
+    fn flag(&self, i: usize) -> rusqlite::Result<bool> {
+        self.get(i)
+    }
+
+    fn corrupt(&self, i: usize, what: String) -> rusqlite::Error {
+        rusqlite::Error::FromSqlConversionFailure(i, rusqlite::types::Type::Text, what.into())
+    }
+}
+
+/// The append's statements on SQLite, each prepared once per connection (`prepare_cached`).
+struct SqliteAppend<'a, 'c> {
+    tx: &'a Transaction<'c>,
+}
+
+impl SqliteAppend<'_, '_> {
+    fn status(&self, sql: &str, keys: &[&str]) -> Result<Option<Status>> {
+        let status = self
+            .tx
+            .prepare_cached(sql)
+            .and_then(|mut s| {
+                s.query_row(rusqlite::params_from_iter(keys), status_row)
+                    .optional()
+            })
+            .map_err(storage)?;
+        parse_status(status)
+    }
+
+    fn execute(&self, sql: &str, params: impl rusqlite::Params) -> Result<()> {
+        self.tx
+            .prepare_cached(sql)
+            .and_then(|mut s| s.execute(params))
+            .map(drop)
+            .map_err(storage)
+    }
+
+    /// An update of a run's row that returns its job.
+    fn update_run(&self, sql: &str, params: impl rusqlite::Params) -> Result<String> {
+        self.tx
+            .prepare_cached(sql)
+            .and_then(|mut s| s.query_row(params, |r| r.get(0)))
+            .map_err(storage)
+    }
+}
+
+impl AppendTx for SqliteAppend<'_, '_> {
+    fn build_request_status(&mut self, id: &str) -> Result<Option<Status>> {
+        self.status(
+            "SELECT status FROM build_requests WHERE build_request_id = ?1",
+            &[id],
         )
-    })
-}
-
-fn json_list(s: Option<String>) -> Vec<String> {
-    s.and_then(|s| serde_json::from_str(&s).ok())
-        .unwrap_or_default()
-}
-
-fn to_json<T: serde::Serialize>(v: &T) -> String {
-    serde_json::to_string(v).expect("serializes")
-}
-
-/// The states an event touches, from the cache or read inside the writing transaction.
-fn current(tx: &Transaction<'_>, cache: &mut StateCache, e: &Event) -> rusqlite::Result<Current> {
-    let mut c = Current::default();
-    let br = e.build_request_id.as_deref();
-    let status_query = |sql: &str, keys: &[&str]| -> rusqlite::Result<Option<Status>> {
-        tx.prepare_cached(sql)?
-            .query_row(rusqlite::params_from_iter(keys), |r| r.get(0))
-            .optional()?
-            .map(status_of)
-            .transpose()
-    };
-    match (
-        e.kind,
-        br,
-        e.job_run_id.as_deref(),
-        e.partition_ref.as_deref(),
-    ) {
-        (Kind::BuildRequest, Some(br), _, _) => {
-            c.build_request = cached(&mut cache.build_requests, br.to_string(), || {
-                status_query(
-                    "SELECT status FROM build_requests WHERE build_request_id = ?1",
-                    &[br],
-                )
-            })?;
-        }
-        (Kind::JobRun, _, Some(run), _) => {
-            c.job_run = cached(&mut cache.job_runs, run.to_string(), || {
-                status_query("SELECT status FROM job_runs WHERE job_run_id = ?1", &[run])
-            })?;
-        }
-        (Kind::Want, _, _, _) if e.data.want_id.is_some() => {
-            let id = e.data.want_id.as_deref().expect("checked");
-            c.want = cached(&mut cache.wants, id.to_string(), || {
-                status_query("SELECT status FROM wants WHERE want_id = ?1", &[id])
-            })?;
-        }
-        (Kind::Partition, br, _, Some(r)) => {
-            if let Some(br) = br {
-                let key = (br.to_string(), r.to_string());
-                c.request_partition = cached(&mut cache.request_partitions, key, || {
-                    status_query(
-                        "SELECT status FROM request_partitions
-                         WHERE build_request_id = ?1 AND partition_ref = ?2",
-                        &[br, r],
-                    )
-                })?;
-            }
-            c.partition = cached(&mut cache.partitions, r.to_string(), || {
-                tx.prepare_cached(
-                    "SELECT status, job_run_id FROM partitions WHERE partition_ref = ?1",
-                )?
-                .query_row([r], |row| Ok((row.get::<_, String>(0)?, row.get(1)?)))
-                .optional()?
-                .map(|(s, run)| status_of(s).map(|s| (s, run)))
-                .transpose()
-            })?;
-        }
-        _ => {}
-    }
-    Ok(c)
-}
-
-fn insert_event(tx: &Transaction<'_>, e: &Event) -> rusqlite::Result<i64> {
-    let data = (!e.data.is_empty()).then(|| to_json(&e.data));
-    tx.prepare_cached(
-        "INSERT INTO events (event_id, timestamp, build_request_id, kind, status, partition_ref,
-                             job, job_run_id, delegated_to, message, data)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
-    )?
-    .execute(params![
-        e.event_id,
-        e.timestamp,
-        e.build_request_id,
-        e.kind.as_str(),
-        e.status.as_str(),
-        e.partition_ref,
-        e.job,
-        e.job_run_id,
-        e.delegated_to,
-        e.message,
-        data,
-    ])?;
-    Ok(tx.last_insert_rowid())
-}
-
-/// What a batch changes in the count projections, written once when the batch ends: a claim moves
-/// a run and a partition between statuses, and a batch of whole runs mostly cancels out.
-#[derive(Default)]
-struct CountChanges {
-    /// Per (job, status): the change in runs, and the latest `scheduled_at` among runs counted in.
-    runs: FxHashMap<(String, Status), (i64, Option<i64>)>,
-    /// Per (job, or `''` for none; status): the change in partitions.
-    partitions: FxHashMap<(String, Status), i64>,
-}
-
-impl CountChanges {
-    fn run(&mut self, job: &str, status: Status, by: i64, scheduled_at: Option<i64>) {
-        let (n, last) = self.runs.entry((job.to_string(), status)).or_default();
-        *n += by;
-        *last = (*last).max(scheduled_at);
     }
 
-    fn partition(&mut self, job: &str, status: Status, by: i64) {
-        *self
-            .partitions
-            .entry((job.to_string(), status))
-            .or_default() += by;
+    fn job_run_status(&mut self, id: &str) -> Result<Option<Status>> {
+        self.status("SELECT status FROM job_runs WHERE job_run_id = ?1", &[id])
     }
 
-    fn write(&self, tx: &Transaction<'_>) -> rusqlite::Result<()> {
-        let mut runs = tx.prepare_cached(
-            "INSERT INTO job_counts (job, status, n, last_scheduled_at) VALUES (?1, ?2, ?3, ?4)
-             ON CONFLICT (job, status) DO UPDATE SET n = n + excluded.n,
-                last_scheduled_at = CASE WHEN excluded.last_scheduled_at IS NULL
-                    THEN last_scheduled_at
-                    ELSE max(coalesce(last_scheduled_at, 0), excluded.last_scheduled_at) END",
-        )?;
-        for ((job, status), (n, last)) in &self.runs {
-            if *n != 0 || last.is_some() {
-                runs.execute(params![job, status.as_str(), n, last])?;
-            }
-        }
-        let mut partitions = tx.prepare_cached(
-            "INSERT INTO partition_counts (job, status, n) VALUES (?1, ?2, ?3)
-             ON CONFLICT (job, status) DO UPDATE SET n = n + excluded.n",
-        )?;
-        for ((job, status), n) in &self.partitions {
-            if *n != 0 {
-                partitions.execute(params![job, status.as_str(), n])?;
-            }
-        }
-        Ok(())
+    fn want_status(&mut self, id: &str) -> Result<Option<Status>> {
+        self.status("SELECT status FROM wants WHERE want_id = ?1", &[id])
     }
-}
 
-/// The job a partition's row holds (`''` for none, as `partition_counts` counts it).
-fn job_of_partition(tx: &Transaction<'_>, r: Option<&str>) -> rusqlite::Result<String> {
-    tx.prepare_cached("SELECT coalesce(job, '') FROM partitions WHERE partition_ref = ?1")?
-        .query_row([r], |row| row.get(0))
-}
-
-/// Moves an updated run of `job` (the job its row holds) from its old status's count to its new
-/// one's.
-fn recount_run(e: &Event, before: &Current, job: &str, counts: &mut CountChanges) {
-    if let Some(old) = before.job_run.filter(|old| *old != e.status) {
-        counts.run(job, old, -1, None);
-        counts.run(job, e.status, 1, None);
+    fn request_partition_status(&mut self, br: &str, r: &str) -> Result<Option<Status>> {
+        self.status(
+            "SELECT status FROM request_partitions
+             WHERE build_request_id = ?1 AND partition_ref = ?2",
+            &[br, r],
+        )
     }
-}
 
-/// Updates the projections for one (already validated) event, the count projections included
-/// (written here rather than by triggers: see `sqlite/v3.sql`).
-fn project(
-    tx: &Transaction<'_>,
-    e: &Event,
-    before: &Current,
-    counts: &mut CountChanges,
-) -> rusqlite::Result<()> {
-    let status = e.status.as_str();
-    match e.kind {
-        Kind::BuildRequest if e.status == Status::Received => {
-            tx.prepare_cached(
-                "INSERT INTO build_requests (build_request_id, status, requested, analyze_only,
-                                             owner, message, created_at, updated_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7)",
-            )?
-            .execute(params![
+    fn partition_state(&mut self, r: &str) -> Result<Option<PartitionState>> {
+        let row = self
+            .tx
+            .prepare_cached(
+                "SELECT status, job_run_id, coalesce(job, '') FROM partitions
+                 WHERE partition_ref = ?1",
+            )
+            .and_then(|mut s| {
+                s.query_row([r], |row| {
+                    Ok((
+                        row.get::<_, String>(0)?,
+                        row.get::<_, Option<String>>(1)?,
+                        row.get::<_, String>(2)?,
+                    ))
+                })
+                .optional()
+            })
+            .map_err(storage)?;
+        row.map(|(status, run, job)| {
+            Ok(PartitionState {
+                status: status_of(&status)?,
+                run,
+                job,
+            })
+        })
+        .transpose()
+    }
+
+    fn insert_event(&mut self, e: &Event) -> Result<i64> {
+        let data = (!e.data.is_empty()).then(|| to_json(&e.data));
+        self.execute(
+            "INSERT INTO events (event_id, timestamp, build_request_id, kind, status, partition_ref,
+                                 job, job_run_id, delegated_to, message, data)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+            params![
+                e.event_id,
+                e.timestamp,
                 e.build_request_id,
-                status,
+                e.kind.as_str(),
+                e.status.as_str(),
+                e.partition_ref,
+                e.job,
+                e.job_run_id,
+                e.delegated_to,
+                e.message,
+                data,
+            ],
+        )?;
+        Ok(self.tx.last_insert_rowid())
+    }
+
+    fn insert_build_request(&mut self, e: &Event) -> Result<()> {
+        self.execute(
+            "INSERT INTO build_requests (build_request_id, status, requested, analyze_only,
+                                         owner, message, created_at, updated_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7)",
+            params![
+                e.build_request_id,
+                e.status.as_str(),
                 to_json(&e.data.requested),
                 e.data.analyze_only,
                 e.data.owner,
                 e.message,
                 e.timestamp
-            ])?;
-        }
-        Kind::BuildRequest => {
-            tx.prepare_cached(
-                "UPDATE build_requests SET status = ?2, updated_at = ?3,
-                        message = coalesce(?4, message)
-                 WHERE build_request_id = ?1",
-            )?
-            .execute(params![e.build_request_id, status, e.timestamp, e.message])?;
-        }
-        Kind::JobRun if before.job_run.is_none() => {
-            let d = &e.data;
-            tx.prepare_cached(
-                "INSERT INTO job_runs (job_run_id, job, build_request_id, status, outputs, inputs,
-                                       args, env, scheduled_at, message, relies_on, job_version)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
-            )?
-            .execute(params![
+            ],
+        )
+    }
+
+    fn update_build_request(&mut self, e: &Event) -> Result<()> {
+        self.execute(
+            "UPDATE build_requests SET status = ?2, updated_at = ?3,
+                    message = coalesce(?4, message)
+             WHERE build_request_id = ?1",
+            params![
+                e.build_request_id,
+                e.status.as_str(),
+                e.timestamp,
+                e.message
+            ],
+        )
+    }
+
+    fn insert_job_run(&mut self, e: &Event) -> Result<()> {
+        let d = &e.data;
+        self.execute(
+            "INSERT INTO job_runs (job_run_id, job, build_request_id, status, outputs, inputs,
+                                   args, env, scheduled_at, message, relies_on, job_version)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+            params![
                 e.job_run_id,
                 e.job,
                 e.build_request_id,
-                status,
+                e.status.as_str(),
                 to_json(&d.outputs),
                 to_json(&d.inputs),
                 to_json(&d.args),
@@ -650,342 +638,223 @@ fn project(
                 e.message,
                 d.relies_on,
                 d.job_version,
-            ])?;
-            // `job` is required: the insert above refused an event without one.
-            counts.run(
-                e.job.as_deref().unwrap_or_default(),
-                e.status,
-                1,
-                Some(e.timestamp),
-            );
-        }
-        // The updates return the row's job, for its counts.
-        Kind::JobRun if e.status == Status::Running => {
-            let d = &e.data;
-            let job: String = tx
-                .prepare_cached(
-                    "UPDATE job_runs SET status = ?2, started_at = ?3, pid = ?4, host = ?5,
-                            owner = ?6, input_versions = ?7, log_path = ?8
-                     WHERE job_run_id = ?1 RETURNING job",
-                )?
-                .query_row(
-                    params![
-                        e.job_run_id,
-                        status,
-                        e.timestamp,
-                        d.pid,
-                        d.host,
-                        d.owner,
-                        to_json(&d.input_versions),
-                        d.log_path
-                    ],
-                    |r| r.get(0),
-                )?;
-            recount_run(e, before, &job, counts);
-        }
-        Kind::JobRun => {
-            let job: String = tx
-                .prepare_cached(
-                    "UPDATE job_runs SET status = ?2, ended_at = ?3, exit_code = ?4,
-                            message = coalesce(?5, message),
-                            started_at = CASE WHEN ?6 THEN NULL ELSE started_at END
-                     WHERE job_run_id = ?1 RETURNING job",
-                )?
-                .query_row(
-                    params![
-                        e.job_run_id,
-                        status,
-                        e.timestamp,
-                        e.data.exit_code,
-                        e.message,
-                        e.data.not_started
-                    ],
-                    |r| r.get(0),
-                )?;
-            recount_run(e, before, &job, counts);
-        }
-        Kind::Partition => {
-            if let Some(br) = &e.build_request_id {
-                tx.prepare_cached(
-                    "INSERT INTO request_partitions (build_request_id, partition_ref, status,
-                                                     job_run_id, updated_at)
-                     VALUES (?1, ?2, ?3, ?4, ?5)
-                     ON CONFLICT (build_request_id, partition_ref) DO UPDATE SET
-                        status = excluded.status,
-                        job_run_id = coalesce(excluded.job_run_id, job_run_id),
-                        updated_at = excluded.updated_at",
-                )?
-                .execute(params![
-                    br,
-                    e.partition_ref,
-                    status,
-                    e.job_run_id,
-                    e.timestamp
-                ])?;
-            }
-            if crate::replay::is_release(e) {
-                release(tx, e, counts)?;
-            } else if let Some((global, run)) = global_effect(e, before.partition.as_ref()) {
-                // The row's job before and after the upsert below (`coalesce(excluded.job, job)`).
-                let mut old_job = String::new();
-                if let Some((old, _)) = &before.partition {
-                    old_job = job_of_partition(tx, e.partition_ref.as_deref())?;
-                    counts.partition(&old_job, *old, -1);
-                }
-                counts.partition(e.job.as_deref().unwrap_or(&old_job), global, 1);
-                tx.prepare_cached(
-                    "INSERT INTO partitions (partition_ref, status, job_run_id, build_request_id,
-                                             job, data_version, message, updated_at, prev_status)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8,
-                             CASE WHEN ?2 = 'building' THEN '' END)
-                     ON CONFLICT (partition_ref) DO UPDATE SET
-                        -- A claim keeps what it replaces, for a release (see v4.sql). A claim
-                        -- never replaces a claim (the log refuses it), but a run may re-claim.
-                        prev_status = CASE WHEN excluded.status <> 'building' THEN NULL
-                                           WHEN partitions.status = 'building' THEN prev_status
-                                           ELSE partitions.status END,
-                        prev_job_run_id = CASE WHEN partitions.status = 'building' THEN prev_job_run_id
-                                               ELSE partitions.job_run_id END,
-                        prev_build_request_id = CASE WHEN partitions.status = 'building' THEN prev_build_request_id
-                                                     ELSE partitions.build_request_id END,
-                        prev_message = CASE WHEN partitions.status = 'building' THEN prev_message
-                                            ELSE partitions.message END,
-                        prev_updated_at = CASE WHEN partitions.status = 'building' THEN prev_updated_at
-                                               ELSE partitions.updated_at END,
-                        status = excluded.status,
-                        job_run_id = excluded.job_run_id,
-                        build_request_id = coalesce(excluded.build_request_id, build_request_id),
-                        job = coalesce(excluded.job, job),
-                        data_version = CASE WHEN excluded.status IN ('available', 'sealed')
-                                            THEN excluded.data_version ELSE data_version END,
-                        message = excluded.message,
-                        updated_at = excluded.updated_at",
-                )?
-                .execute(params![
-                    e.partition_ref,
-                    global.as_str(),
-                    run,
-                    e.build_request_id,
-                    e.job,
-                    e.data.data_version,
-                    e.message,
-                    e.timestamp
-                ])?;
-            }
-        }
-        Kind::Want if e.status == Status::Requested => {
-            let d = &e.data;
-            tx.prepare_cached(
-                "INSERT INTO wants (want_id, status, refs, created_at, expires_at, sla_seconds,
-                                    recurring, message, updated_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?4)",
-            )?
-            .execute(params![
+            ],
+        )
+    }
+
+    fn start_job_run(&mut self, e: &Event) -> Result<String> {
+        let d = &e.data;
+        self.update_run(
+            "UPDATE job_runs SET status = ?2, started_at = ?3, pid = ?4, host = ?5,
+                    owner = ?6, input_versions = ?7, log_path = ?8
+             WHERE job_run_id = ?1 RETURNING job",
+            params![
+                e.job_run_id,
+                e.status.as_str(),
+                e.timestamp,
+                d.pid,
+                d.host,
+                d.owner,
+                to_json(&d.input_versions),
+                d.log_path
+            ],
+        )
+    }
+
+    fn end_job_run(&mut self, e: &Event) -> Result<String> {
+        self.update_run(
+            "UPDATE job_runs SET status = ?2, ended_at = ?3, exit_code = ?4,
+                    message = coalesce(?5, message),
+                    started_at = CASE WHEN ?6 THEN NULL ELSE started_at END
+             WHERE job_run_id = ?1 RETURNING job",
+            params![
+                e.job_run_id,
+                e.status.as_str(),
+                e.timestamp,
+                e.data.exit_code,
+                e.message,
+                e.data.not_started
+            ],
+        )
+    }
+
+    fn upsert_request_partition(&mut self, br: &str, e: &Event) -> Result<()> {
+        self.execute(
+            "INSERT INTO request_partitions (build_request_id, partition_ref, status,
+                                             job_run_id, updated_at)
+             VALUES (?1, ?2, ?3, ?4, ?5)
+             ON CONFLICT (build_request_id, partition_ref) DO UPDATE SET
+                status = excluded.status,
+                job_run_id = coalesce(excluded.job_run_id, job_run_id),
+                updated_at = excluded.updated_at",
+            params![
+                br,
+                e.partition_ref,
+                e.status.as_str(),
+                e.job_run_id,
+                e.timestamp
+            ],
+        )
+    }
+
+    fn upsert_partition(&mut self, e: &Event, status: Status, run: Option<&str>) -> Result<()> {
+        self.execute(
+            "INSERT INTO partitions (partition_ref, status, job_run_id, build_request_id,
+                                     job, data_version, message, updated_at, prev_status)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8,
+                     CASE WHEN ?2 = 'building' THEN '' END)
+             ON CONFLICT (partition_ref) DO UPDATE SET
+                -- A claim keeps what it replaces, for a release (see v4.sql). A claim
+                -- never replaces a claim (the log refuses it), but a run may re-claim.
+                prev_status = CASE WHEN excluded.status <> 'building' THEN NULL
+                                   WHEN partitions.status = 'building' THEN prev_status
+                                   ELSE partitions.status END,
+                prev_job_run_id = CASE WHEN partitions.status = 'building' THEN prev_job_run_id
+                                       ELSE partitions.job_run_id END,
+                prev_build_request_id = CASE WHEN partitions.status = 'building' THEN prev_build_request_id
+                                             ELSE partitions.build_request_id END,
+                prev_message = CASE WHEN partitions.status = 'building' THEN prev_message
+                                    ELSE partitions.message END,
+                prev_updated_at = CASE WHEN partitions.status = 'building' THEN prev_updated_at
+                                       ELSE partitions.updated_at END,
+                status = excluded.status,
+                job_run_id = excluded.job_run_id,
+                build_request_id = coalesce(excluded.build_request_id, build_request_id),
+                job = coalesce(excluded.job, job),
+                data_version = CASE WHEN excluded.status IN ('available', 'sealed')
+                                    THEN excluded.data_version ELSE data_version END,
+                message = excluded.message,
+                updated_at = excluded.updated_at",
+            params![
+                e.partition_ref,
+                status.as_str(),
+                run,
+                e.build_request_id,
+                e.job,
+                e.data.data_version,
+                e.message,
+                e.timestamp
+            ],
+        )
+    }
+
+    fn claimed_partition(&mut self, r: &str) -> Result<(Option<String>, String)> {
+        self.tx
+            .prepare_cached(
+                "SELECT prev_status, coalesce(job, '') FROM partitions WHERE partition_ref = ?1",
+            )
+            .and_then(|mut s| s.query_row([r], |r| Ok((r.get(0)?, r.get(1)?))))
+            .map_err(storage)
+    }
+
+    fn restore_partition(&mut self, r: &str) -> Result<()> {
+        self.execute(
+            "UPDATE partitions SET status = prev_status, job_run_id = prev_job_run_id,
+                    build_request_id = prev_build_request_id, message = prev_message,
+                    updated_at = prev_updated_at, prev_status = NULL, prev_job_run_id = NULL,
+                    prev_build_request_id = NULL, prev_message = NULL, prev_updated_at = NULL
+             WHERE partition_ref = ?1",
+            [r],
+        )
+    }
+
+    fn delete_partition(&mut self, r: &str) -> Result<()> {
+        self.execute("DELETE FROM partitions WHERE partition_ref = ?1", [r])
+    }
+
+    fn insert_want(&mut self, e: &Event) -> Result<()> {
+        let d = &e.data;
+        self.execute(
+            "INSERT INTO wants (want_id, status, refs, created_at, expires_at, sla_seconds,
+                                recurring, message, updated_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?4)",
+            params![
                 d.want_id,
-                status,
+                e.status.as_str(),
                 to_json(&d.requested),
                 e.timestamp,
                 d.expires_at,
                 d.sla_seconds.map(|s| s as i64),
                 d.recurring,
                 e.message
-            ])?;
-        }
-        Kind::Want if e.status == Status::SlaMissed => {
-            tx.prepare_cached(
-                "UPDATE wants SET sla_missed = sla_missed + 1, updated_at = ?2 WHERE want_id = ?1",
-            )?
-            .execute(params![e.data.want_id, e.timestamp])?;
-        }
-        Kind::Want => {
-            tx.prepare_cached(
-                "UPDATE wants SET status = ?2, waiting_for = ?3, message = ?4,
-                        build_request_id = coalesce(?5, build_request_id), updated_at = ?6
-                 WHERE want_id = ?1",
-            )?
-            .execute(params![
+            ],
+        )
+    }
+
+    fn count_sla_miss(&mut self, e: &Event) -> Result<()> {
+        self.execute(
+            "UPDATE wants SET sla_missed = sla_missed + 1, updated_at = ?2 WHERE want_id = ?1",
+            params![e.data.want_id, e.timestamp],
+        )
+    }
+
+    fn update_want(&mut self, e: &Event) -> Result<()> {
+        self.execute(
+            "UPDATE wants SET status = ?2, waiting_for = ?3, message = ?4,
+                    build_request_id = coalesce(?5, build_request_id), updated_at = ?6
+             WHERE want_id = ?1",
+            params![
                 e.data.want_id,
-                status,
+                e.status.as_str(),
                 e.partition_ref,
                 e.message,
                 e.data.upstream,
                 e.timestamp
-            ])?;
-        }
-        Kind::Delegation | Kind::Alias => {}
-    }
-    Ok(())
-}
-
-/// A run gives up its claim without building: the partition's row goes back to what the claim
-/// replaced, or away if the partition had none (see `sqlite/v4.sql`).
-fn release(tx: &Transaction<'_>, e: &Event, counts: &mut CountChanges) -> rusqlite::Result<()> {
-    let (prev, job): (Option<String>, Option<String>) = tx
-        .prepare_cached("SELECT prev_status, job FROM partitions WHERE partition_ref = ?1")?
-        .query_row([&e.partition_ref], |r| Ok((r.get(0)?, r.get(1)?)))?;
-    let job = job.unwrap_or_default();
-    counts.partition(&job, Status::Building, -1);
-    match prev.as_deref().and_then(Status::parse) {
-        Some(restored) => {
-            counts.partition(&job, restored, 1);
-            tx.prepare_cached(
-                "UPDATE partitions SET status = prev_status, job_run_id = prev_job_run_id,
-                        build_request_id = prev_build_request_id, message = prev_message,
-                        updated_at = prev_updated_at, prev_status = NULL, prev_job_run_id = NULL,
-                        prev_build_request_id = NULL, prev_message = NULL, prev_updated_at = NULL
-                 WHERE partition_ref = ?1",
-            )?
-            .execute([&e.partition_ref])?;
-        }
-        // No row before the claim (or a claim made before version 4): none after it.
-        None => {
-            tx.prepare_cached("DELETE FROM partitions WHERE partition_ref = ?1")?
-                .execute([&e.partition_ref])?;
-        }
-    }
-    Ok(())
-}
-
-/// A `WHERE` clause of the filters actually given, with their values in order.
-#[derive(Default)]
-struct Filters {
-    clause: String,
-    values: Vec<rusqlite::types::Value>,
-}
-
-impl Filters {
-    fn raw(&mut self, condition: &str) {
-        let joiner = if self.clause.is_empty() {
-            " WHERE "
-        } else {
-            " AND "
-        };
-        self.clause.push_str(joiner);
-        self.clause.push_str(condition);
+            ],
+        )
     }
 
-    fn add(&mut self, column_op: &str, value: rusqlite::types::Value) {
-        self.values.push(value);
-        let condition = format!("{column_op} ?{}", self.values.len());
-        self.raw(&condition);
-    }
-}
-
-const WANT_COLUMNS: &str = "want_id, status, refs, created_at, expires_at, sla_seconds, recurring,
-                            waiting_for, message, build_request_id, sla_missed, updated_at";
-
-fn want_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<WantRow> {
-    Ok(WantRow {
-        want_id: row.get(0)?,
-        status: status_of(row.get(1)?)?,
-        refs: serde_json::from_str(&row.get::<_, String>(2)?).unwrap_or_default(),
-        created_at: row.get(3)?,
-        expires_at: row.get(4)?,
-        sla_seconds: row.get::<_, Option<i64>>(5)?.map(|s| s as u64),
-        recurring: row.get(6)?,
-        waiting_for: row.get(7)?,
-        message: row.get(8)?,
-        build_request_id: row.get(9)?,
-        sla_missed: row.get::<_, i64>(10)? as u64,
-        updated_at: row.get(11)?,
-    })
-}
-
-const EVENT_COLUMNS: &str =
-    "idx, event_id, timestamp, build_request_id, kind, status, partition_ref,
-                             job, job_run_id, delegated_to, message, data";
-
-fn event_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Event> {
-    let kind: String = row.get(4)?;
-    let data: Option<String> = row.get(11)?;
-    Ok(Event {
-        idx: row.get(0)?,
-        event_id: row.get(1)?,
-        timestamp: row.get(2)?,
-        build_request_id: row.get(3)?,
-        kind: Kind::parse(&kind).ok_or_else(|| {
-            rusqlite::Error::FromSqlConversionFailure(
-                4,
-                rusqlite::types::Type::Text,
-                format!("unknown kind `{kind}`").into(),
+    fn add_run_counts(&mut self, changes: &[RunCount<'_>]) -> Result<()> {
+        let mut stmt = self
+            .tx
+            .prepare_cached(
+                "INSERT INTO job_counts (job, status, n, last_scheduled_at) VALUES (?1, ?2, ?3, ?4)
+                 ON CONFLICT (job, status) DO UPDATE SET n = n + excluded.n,
+                    last_scheduled_at = CASE WHEN excluded.last_scheduled_at IS NULL
+                        THEN last_scheduled_at
+                        ELSE max(coalesce(last_scheduled_at, 0), excluded.last_scheduled_at) END",
             )
-        })?,
-        status: status_of(row.get(5)?)?,
-        partition_ref: row.get(6)?,
-        job: row.get(7)?,
-        job_run_id: row.get(8)?,
-        delegated_to: row.get(9)?,
-        message: row.get(10)?,
-        data: data
-            .and_then(|d| serde_json::from_str::<EventData>(&d).ok())
-            .unwrap_or_default(),
-    })
+            .map_err(storage)?;
+        for c in changes {
+            stmt.execute(params![c.job, c.status.as_str(), c.n, c.last_scheduled_at])
+                .map_err(storage)?;
+        }
+        Ok(())
+    }
+
+    fn add_partition_counts(&mut self, changes: &[PartitionCount<'_>]) -> Result<()> {
+        let mut stmt = self
+            .tx
+            .prepare_cached(
+                "INSERT INTO partition_counts (job, status, n) VALUES (?1, ?2, ?3)
+                 ON CONFLICT (job, status) DO UPDATE SET n = n + excluded.n",
+            )
+            .map_err(storage)?;
+        for c in changes {
+            stmt.execute(params![c.job, c.status.as_str(), c.n])
+                .map_err(storage)?;
+        }
+        Ok(())
+    }
 }
 
-const PARTITION_COLUMNS: &str =
-    "partition_ref, status, job_run_id, build_request_id, job, data_version, message, updated_at";
-
-fn partition_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<PartitionRow> {
-    Ok(PartitionRow {
-        partition_ref: row.get(0)?,
-        status: status_of(row.get(1)?)?,
-        job_run_id: row.get(2)?,
-        build_request_id: row.get(3)?,
-        job: row.get(4)?,
-        data_version: row.get(5)?,
-        message: row.get(6)?,
-        updated_at: row.get(7)?,
-    })
+/// A parameter of a query built by [`crate::projection`]'s builders.
+fn text(s: String) -> rusqlite::types::Value {
+    s.into()
 }
 
-const BUILD_COLUMNS: &str =
-    "build_request_id, status, requested, analyze_only, message, created_at, updated_at, owner";
-
-fn build_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<BuildRequestRow> {
-    Ok(BuildRequestRow {
-        build_request_id: row.get(0)?,
-        status: status_of(row.get(1)?)?,
-        requested_partitions: json_list(row.get(2)?),
-        analyze_only: row.get(3)?,
-        message: row.get(4)?,
-        created_at: row.get(5)?,
-        updated_at: row.get(6)?,
-        owner: row.get(7)?,
-    })
+fn int(n: i64) -> rusqlite::types::Value {
+    n.into()
 }
 
-const RUN_COLUMNS: &str = "job_run_id, job, build_request_id, status, outputs, inputs, args, env,
-                           scheduled_at, started_at, ended_at, exit_code, message, relies_on, pid, host,
-                           owner, job_version, input_versions, log_path";
-
-fn run_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<JobRunRow> {
-    let env: Option<String> = row.get(7)?;
-    Ok(JobRunRow {
-        job_run_id: row.get(0)?,
-        job: row.get(1)?,
-        build_request_id: row.get(2)?,
-        status: status_of(row.get(3)?)?,
-        outputs: json_list(row.get(4)?),
-        inputs: json_list(row.get(5)?),
-        args: json_list(row.get(6)?),
-        env: env
-            .and_then(|e| serde_json::from_str(&e).ok())
-            .unwrap_or_default(),
-        scheduled_at: row.get(8)?,
-        started_at: row.get(9)?,
-        ended_at: row.get(10)?,
-        exit_code: row.get(11)?,
-        message: row.get(12)?,
-        relies_on: row.get(13)?,
-        pid: row.get(14)?,
-        host: row.get(15)?,
-        owner: row.get(16)?,
-        job_version: row.get(17)?,
-        input_versions: row
-            .get::<_, Option<String>>(18)?
-            .and_then(|m| serde_json::from_str(&m).ok())
-            .unwrap_or_default(),
-        log_path: row.get(19)?,
+/// The status column of a count query (`status_of` for rusqlite's row callbacks).
+fn row_status(s: String) -> rusqlite::Result<Status> {
+    Status::parse(&s).ok_or_else(|| {
+        rusqlite::Error::FromSqlConversionFailure(
+            0,
+            rusqlite::types::Type::Text,
+            format!("unknown status `{s}`").into(),
+        )
     })
 }
 
@@ -1004,22 +873,11 @@ impl EventStore for SqliteStore {
         if writer.data_version != Some(version) || writer.cache.len() > StateCache::MAX_ENTRIES {
             writer.cache = StateCache::default();
         }
-        let result = (|| {
-            let mut counts = CountChanges::default();
-            for (position, e) in events.iter_mut().enumerate() {
-                let before = current(&tx, &mut writer.cache, e).map_err(storage)?;
-                check(e, &before).map_err(|refusal| LogError::Refused {
-                    position,
-                    kind: e.kind.to_string(),
-                    status: e.status.to_string(),
-                    reason: refusal.0,
-                })?;
-                e.idx = insert_event(&tx, e).map_err(storage)?;
-                project(&tx, e, &before, &mut counts).map_err(storage)?;
-                writer.cache.remember(e, &before);
-            }
-            counts.write(&tx).map_err(storage)
-        })()
+        let result = append_batch(
+            &mut SqliteAppend { tx: &tx },
+            &mut writer.cache,
+            &mut events,
+        )
         .and_then(|()| tx.commit().map_err(|e| self.classify(e)));
         match result {
             Ok(()) => {
@@ -1037,37 +895,10 @@ impl EventStore for SqliteStore {
     }
 
     fn events(&self, f: &EventFilter) -> Result<Vec<Event>> {
-        let mut filters = Filters::default();
-        filters.add("idx >", f.since.unwrap_or(0).into());
-        let texts = [
-            ("build_request_id =", &f.build_request_id),
-            ("partition_ref =", &f.partition_ref),
-            ("job =", &f.job),
-            ("job_run_id =", &f.job_run_id),
-        ];
-        for (column_op, value) in texts {
-            if let Some(v) = value {
-                filters.add(column_op, v.clone().into());
-            }
-        }
-        if let Some(k) = f.kind {
-            // A literal (kinds are fixed names), so partial indexes on rare kinds serve it.
-            filters.raw(&format!("kind = '{}'", k.as_str()));
-        }
-        if let Some(v) = f.from {
-            filters.add("timestamp >=", v.into());
-        }
-        if let Some(v) = f.to {
-            filters.add("timestamp <", v.into());
-        }
-        let limit = f.limit.map(|l| format!(" LIMIT {l}")).unwrap_or_default();
-        let sql = format!(
-            "SELECT {EVENT_COLUMNS} FROM events{} ORDER BY idx{limit}",
-            filters.clause
-        );
+        let q = events_query(f, '?', text, int);
         self.read(|c| {
-            c.prepare_cached(&sql)?
-                .query_map(rusqlite::params_from_iter(filters.values), event_from_row)?
+            c.prepare_cached(&q.sql)?
+                .query_map(rusqlite::params_from_iter(q.values), |r| event_from_row(r))?
                 .collect()
         })
     }
@@ -1081,7 +912,7 @@ impl EventStore for SqliteStore {
             c.prepare_cached(&format!(
                 "SELECT {PARTITION_COLUMNS} FROM partitions WHERE partition_ref = ?1"
             ))?
-            .query_row([r], partition_from_row)
+            .query_row([r], |r| partition_from_row(r))
             .optional()
         })
     }
@@ -1097,7 +928,7 @@ impl EventStore for SqliteStore {
                 ))?;
                 let mut found = Vec::new();
                 for r in refs {
-                    if let Some(row) = stmt.query_row([r], partition_from_row).optional()? {
+                    if let Some(row) = stmt.query_row([r], |r| partition_from_row(r)).optional()? {
                         found.push(row);
                     }
                 }
@@ -1111,7 +942,7 @@ impl EventStore for SqliteStore {
     fn partitions(&self, q: &PartitionQuery) -> Result<Vec<PartitionRow>> {
         // Only the filters given go into the statement: `?1 IS NULL OR ...` would keep SQLite
         // from using the indexes behind them.
-        let mut filters = Filters::default();
+        let mut filters = Filters::<rusqlite::types::Value>::new('?');
         if let Some(p) = &q.pattern {
             filters.add("partition_ref GLOB", p.clone().into());
         }
@@ -1127,10 +958,9 @@ impl EventStore for SqliteStore {
         );
         self.read(|c| {
             c.prepare_cached(&sql)?
-                .query_map(
-                    rusqlite::params_from_iter(filters.values),
-                    partition_from_row,
-                )?
+                .query_map(rusqlite::params_from_iter(filters.values), |r| {
+                    partition_from_row(r)
+                })?
                 .collect()
         })
     }
@@ -1147,7 +977,7 @@ impl EventStore for SqliteStore {
                 })?
                 .collect::<rusqlite::Result<Vec<_>>>()?;
             rows.into_iter()
-                .map(|(s, n)| Ok((status_of(s)?, n as u64)))
+                .map(|(s, n)| Ok((row_status(s)?, n as u64)))
                 .collect()
         })
     }
@@ -1159,7 +989,7 @@ impl EventStore for SqliteStore {
                 .query_map([job], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))?
                 .collect::<rusqlite::Result<Vec<_>>>()?;
             rows.into_iter()
-                .map(|(s, n)| Ok((status_of(s)?, n as u64)))
+                .map(|(s, n)| Ok((row_status(s)?, n as u64)))
                 .collect()
         })
     }
@@ -1169,7 +999,7 @@ impl EventStore for SqliteStore {
             c.prepare_cached(&format!(
                 "SELECT {BUILD_COLUMNS} FROM build_requests WHERE build_request_id = ?1"
             ))?
-            .query_row([id], build_from_row)
+            .query_row([id], |r| build_from_row(r))
             .optional()
         })
     }
@@ -1185,7 +1015,7 @@ impl EventStore for SqliteStore {
             ))?
             .query_map(
                 params![q.status.map(|s| s.as_str()), q.limit as i64, q.unfinished],
-                build_from_row,
+                |r| build_from_row(r),
             )?
             .collect()
         })
@@ -1193,17 +1023,11 @@ impl EventStore for SqliteStore {
 
     fn request_partitions(&self, id: &str) -> Result<Vec<RequestPartitionRow>> {
         self.read(|c| {
-            c.prepare_cached(
-                "SELECT partition_ref, status, job_run_id FROM request_partitions
-                 WHERE build_request_id = ?1 ORDER BY partition_ref",
-            )?
-            .query_map([id], |r| {
-                Ok(RequestPartitionRow {
-                    partition_ref: r.get(0)?,
-                    status: status_of(r.get(1)?)?,
-                    job_run_id: r.get(2)?,
-                })
-            })?
+            c.prepare_cached(&format!(
+                "SELECT {REQUEST_PARTITION_COLUMNS} FROM request_partitions
+                 WHERE build_request_id = ?1 ORDER BY partition_ref"
+            ))?
+            .query_map([id], |r| request_partition_from_row(r))?
             .collect()
         })
     }
@@ -1213,7 +1037,7 @@ impl EventStore for SqliteStore {
             c.prepare_cached(&format!(
                 "SELECT {RUN_COLUMNS} FROM job_runs WHERE job_run_id = ?1"
             ))?
-            .query_row([id], run_from_row)
+            .query_row([id], |r| run_from_row(r))
             .optional()
         })
     }
@@ -1223,48 +1047,25 @@ impl EventStore for SqliteStore {
             c.prepare_cached(&format!(
                 "SELECT {WANT_COLUMNS} FROM wants WHERE want_id = ?1"
             ))?
-            .query_row([id], want_from_row)
+            .query_row([id], |r| want_from_row(r))
             .optional()
         })
     }
 
     fn wants(&self, status: Option<Status>, active: bool, limit: usize) -> Result<Vec<WantRow>> {
-        let mut filters = Filters::default();
-        if let Some(s) = status {
-            filters.add("status =", s.as_str().to_string().into());
-        }
-        if active {
-            filters.raw("status NOT IN ('expired', 'cancelled')");
-        }
-        let sql = format!(
-            "SELECT {WANT_COLUMNS} FROM wants{} ORDER BY created_at DESC, want_id LIMIT {limit}",
-            filters.clause
-        );
+        let q = wants_query(status, active, limit, '?', text);
         self.read(|c| {
-            c.prepare_cached(&sql)?
-                .query_map(rusqlite::params_from_iter(filters.values), want_from_row)?
+            c.prepare_cached(&q.sql)?
+                .query_map(rusqlite::params_from_iter(q.values), |r| want_from_row(r))?
                 .collect()
         })
     }
 
     fn job_runs(&self, q: &RunQuery) -> Result<Vec<JobRunRow>> {
-        let mut filters = Filters::default();
-        if let Some(j) = &q.job {
-            filters.add("job =", j.clone().into());
-        }
-        if let Some(b) = &q.build_request_id {
-            filters.add("build_request_id =", b.clone().into());
-        }
-        if q.unfinished {
-            filters.raw("status IN ('scheduled', 'running')");
-        }
-        let sql = format!(
-            "SELECT {RUN_COLUMNS} FROM job_runs{} ORDER BY scheduled_at DESC, job_run_id LIMIT {}",
-            filters.clause, q.limit
-        );
+        let q = runs_query(q, '?', text);
         self.read(|c| {
-            c.prepare_cached(&sql)?
-                .query_map(rusqlite::params_from_iter(filters.values), run_from_row)?
+            c.prepare_cached(&q.sql)?
+                .query_map(rusqlite::params_from_iter(q.values), |r| run_from_row(r))?
                 .collect()
         })
     }
@@ -1273,7 +1074,6 @@ impl EventStore for SqliteStore {
         self.read(|c| {
             // Counts come from the (job, status, scheduled_at) index alone; durations from the
             // most recent completed runs only.
-            let mut per_job: BTreeMap<String, (BTreeMap<Status, u64>, Option<i64>)> = BTreeMap::new();
             let sql = match job {
                 Some(_) => "SELECT job, status, n, last_scheduled_at FROM job_counts WHERE job = ?1",
                 None => "SELECT job, status, n, last_scheduled_at FROM job_counts WHERE ?1 IS NULL",
@@ -1281,16 +1081,10 @@ impl EventStore for SqliteStore {
             let rows = c
                 .prepare_cached(sql)?
                 .query_map([job], |r| {
-                    Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?, r.get::<_, i64>(2)?, r.get::<_, Option<i64>>(3)?))
+                    Ok((r.get::<_, String>(0)?, row_status(r.get(1)?)?, r.get::<_, i64>(2)?, r.get::<_, Option<i64>>(3)?))
                 })?
                 .collect::<rusqlite::Result<Vec<_>>>()?;
-            for (job, status, n, last) in rows {
-                let entry = per_job.entry(job).or_default();
-                if n > 0 {
-                    entry.0.insert(status_of(status)?, n as u64);
-                }
-                entry.1 = entry.1.max(last);
-            }
+            let per_job = job_counts_by_job(rows);
             let mut durations = c.prepare_cached(
                 "SELECT (ended_at - started_at) / 1e6 FROM job_runs
                  WHERE job = ?1 AND status = 'completed' AND started_at IS NOT NULL AND ended_at IS NOT NULL
@@ -1315,12 +1109,12 @@ impl EventStore for SqliteStore {
                 query.len()
             )));
         }
-        let mut conn = self.sql_connection(&limits)?;
+        let (mut conn, denied) = self.sql_connection(&limits)?;
         let deadline = Instant::now() + limits.timeout;
         conn.progress_handler(10_000, Some(move || Instant::now() > deadline))
             .map_err(storage)?;
         let _disarm = arm_deadline(&conn, limits.timeout);
-        let refused = |e: rusqlite::Error| sql_refusal(e, &limits);
+        let refused = |e: rusqlite::Error| sql_refusal(e, &limits, denied.load(Ordering::Relaxed));
         // A batch prepares one statement at a time: a second one (even one the authorizer refuses)
         // means the query holds several.
         let mut batch = rusqlite::Batch::new(&conn, query);
@@ -1410,7 +1204,7 @@ mod tests {
     fn the_deadline_interrupts_a_user_query_by_itself() {
         let dir = tempfile::tempdir().unwrap();
         let store = SqliteStore::open(&dir.path().join("events.db")).unwrap();
-        let conn = store.sql_connection(&SqlLimits::default()).unwrap();
+        let (conn, _denied) = store.sql_connection(&SqlLimits::default()).unwrap();
         let _disarm = arm_deadline(&conn, Duration::from_millis(200));
         let started = Instant::now();
         let endless = "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n) \

@@ -13,16 +13,20 @@ struct Facts {
 }
 
 impl Resolver for Facts {
-    fn external_available(&mut self, _: &Dataset, r: &PartitionRef) -> Result<bool, String> {
+    fn external_available(
+        &mut self,
+        _: &Dataset,
+        r: &PartitionRef,
+    ) -> Result<bool, crate::ResolveError> {
         Ok(self.all_present || self.present.contains(r.as_str()))
     }
     fn job_configs(
         &mut self,
         job: &Job,
         outputs: &[PartitionRef],
-    ) -> Result<Vec<JobConfig>, String> {
+    ) -> Result<Vec<JobConfig>, crate::ResolveError> {
         self.config_calls.push((job.name.clone(), outputs.len()));
-        (self.config.expect("a config function"))(outputs)
+        Ok((self.config.expect("a config function"))(outputs)?)
     }
 }
 

@@ -1,0 +1,600 @@
+//! What the two stores share: validating a batch, deriving its projection writes (the count
+//! projections included), and reading rows back. Each backend supplies only its SQL and its
+//! connection: the statements of an append behind [`AppendTx`], the typed getters of its rows
+//! behind [`Columns`].
+//!
+//! Deciding *what* an event writes lives here once, so the SQLite and PostgreSQL logs cannot
+//! drift apart: which projection row an event inserts or updates, how a claim's release restores
+//! the row it replaced, and how `job_counts` and `partition_counts` move. Both backends keep the
+//! counts the same way, from Rust, in the events' transaction ([`CountChanges`]): SQLite dropped
+//! its count triggers in schema version 3 (a trigger makes SQLite journal every statement on its
+//! table), PostgreSQL in version 4, so that one piece of code decides every count.
+
+use std::collections::BTreeMap;
+
+use rustc_hash::FxHashMap;
+
+use crate::cache::{cached, PartitionState, StateCache};
+use crate::event::{Event, EventData, Kind, Status};
+use crate::replay::{global_effect, is_release};
+use crate::state::{check, Current};
+use crate::store::*;
+
+/// The statements of an append, inside the backend's write transaction. The reads give the
+/// current state of what an event touches (for validation); the writes are the projection rows
+/// [`project`] decides on.
+pub(crate) trait AppendTx {
+    fn build_request_status(&mut self, id: &str) -> Result<Option<Status>>;
+    fn job_run_status(&mut self, id: &str) -> Result<Option<Status>>;
+    fn want_status(&mut self, id: &str) -> Result<Option<Status>>;
+    fn request_partition_status(&mut self, br: &str, r: &str) -> Result<Option<Status>>;
+    /// The partition's row: its status, its run and its job (`''` for none).
+    fn partition_state(&mut self, r: &str) -> Result<Option<PartitionState>>;
+
+    /// Inserts the event; returns its `idx`.
+    fn insert_event(&mut self, e: &Event) -> Result<i64>;
+    /// A build request's `received`.
+    fn insert_build_request(&mut self, e: &Event) -> Result<()>;
+    fn update_build_request(&mut self, e: &Event) -> Result<()>;
+    /// A run's first event.
+    fn insert_job_run(&mut self, e: &Event) -> Result<()>;
+    /// A run's `running`; returns the job its row holds.
+    fn start_job_run(&mut self, e: &Event) -> Result<String>;
+    /// A run's end (or skip after scheduling); returns the job its row holds.
+    fn end_job_run(&mut self, e: &Event) -> Result<String>;
+    fn upsert_request_partition(&mut self, br: &str, e: &Event) -> Result<()>;
+    /// The partition's row takes its new global state (`status`, held or last built by `run`),
+    /// keeping what a claim replaces in its `prev_*` columns.
+    fn upsert_partition(&mut self, e: &Event, status: Status, run: Option<&str>) -> Result<()>;
+    /// The claim's `prev_status` (`''` or `NULL`: there was no row before it) and the row's job
+    /// (`''` for none).
+    fn claimed_partition(&mut self, r: &str) -> Result<(Option<String>, String)>;
+    /// The partition's row goes back to what its claim replaced.
+    fn restore_partition(&mut self, r: &str) -> Result<()>;
+    fn delete_partition(&mut self, r: &str) -> Result<()>;
+    fn insert_want(&mut self, e: &Event) -> Result<()>;
+    fn count_sla_miss(&mut self, e: &Event) -> Result<()>;
+    fn update_want(&mut self, e: &Event) -> Result<()>;
+
+    /// Adds each change to `job_counts` (`n`, and `last_scheduled_at` raised when given).
+    fn add_run_counts(&mut self, changes: &[RunCount<'_>]) -> Result<()>;
+    /// Adds each change to `partition_counts`.
+    fn add_partition_counts(&mut self, changes: &[PartitionCount<'_>]) -> Result<()>;
+}
+
+/// One (job, status) change of `job_counts`.
+pub(crate) struct RunCount<'a> {
+    pub job: &'a str,
+    pub status: Status,
+    pub n: i64,
+    pub last_scheduled_at: Option<i64>,
+}
+
+/// One (job, status) change of `partition_counts` (job `''` for partitions no job built).
+pub(crate) struct PartitionCount<'a> {
+    pub job: &'a str,
+    pub status: Status,
+    pub n: i64,
+}
+
+/// Validates and appends `events` in order through `tx`, writing their projections and, once at
+/// the end, the batch's count changes. The first refused event stops the batch: the caller rolls
+/// the transaction back and drops `cache`.
+pub(crate) fn append_batch<T: AppendTx>(
+    tx: &mut T,
+    cache: &mut StateCache,
+    events: &mut [Event],
+) -> Result<()> {
+    let mut counts = CountChanges::default();
+    for (position, e) in events.iter_mut().enumerate() {
+        let before = current(tx, cache, e)?;
+        check(e, &before.current).map_err(|refusal| LogError::Refused {
+            position,
+            kind: e.kind.to_string(),
+            status: e.status.to_string(),
+            reason: refusal.0,
+        })?;
+        e.idx = tx.insert_event(e)?;
+        project(tx, e, &before, &mut counts)?;
+        cache.remember(e, &before.current, &before.partition_job);
+    }
+    counts.write(tx)
+}
+
+/// The states an event touches, and the job its partition's row holds.
+pub(crate) struct Before {
+    pub current: Current,
+    /// `''` when the row holds none, or there is no row.
+    pub partition_job: String,
+}
+
+/// The states an event touches, from the cache or read inside the writing transaction.
+fn current<T: AppendTx>(tx: &mut T, cache: &mut StateCache, e: &Event) -> Result<Before> {
+    let mut c = Current::default();
+    let mut partition_job = String::new();
+    let br = e.build_request_id.as_deref();
+    match (
+        e.kind,
+        br,
+        e.job_run_id.as_deref(),
+        e.partition_ref.as_deref(),
+    ) {
+        (Kind::BuildRequest, Some(br), _, _) => {
+            c.build_request = cached(&mut cache.build_requests, br.to_string(), || {
+                tx.build_request_status(br)
+            })?;
+        }
+        (Kind::JobRun, _, Some(run), _) => {
+            c.job_run = cached(&mut cache.job_runs, run.to_string(), || {
+                tx.job_run_status(run)
+            })?;
+        }
+        (Kind::Want, _, _, _) if e.data.want_id.is_some() => {
+            let id = e.data.want_id.as_deref().expect("checked");
+            c.want = cached(&mut cache.wants, id.to_string(), || tx.want_status(id))?;
+        }
+        (Kind::Partition, br, _, Some(r)) => {
+            if let Some(br) = br {
+                let key = (br.to_string(), r.to_string());
+                c.request_partition = cached(&mut cache.request_partitions, key, || {
+                    tx.request_partition_status(br, r)
+                })?;
+            }
+            if let Some(p) = cached(&mut cache.partitions, r.to_string(), || {
+                tx.partition_state(r)
+            })? {
+                c.partition = Some((p.status, p.run));
+                partition_job = p.job;
+            }
+        }
+        _ => {}
+    }
+    Ok(Before {
+        current: c,
+        partition_job,
+    })
+}
+
+/// Writes the projections of one (already validated) event, and adds what it changes in the
+/// count projections to `counts`.
+fn project<T: AppendTx>(
+    tx: &mut T,
+    e: &Event,
+    before: &Before,
+    counts: &mut CountChanges,
+) -> Result<()> {
+    match e.kind {
+        Kind::BuildRequest if e.status == Status::Received => tx.insert_build_request(e),
+        Kind::BuildRequest => tx.update_build_request(e),
+        Kind::JobRun if before.current.job_run.is_none() => {
+            tx.insert_job_run(e)?;
+            // `job` is required: the insert above refused an event without one.
+            counts.run(
+                e.job.as_deref().unwrap_or_default(),
+                e.status,
+                1,
+                Some(e.timestamp),
+            );
+            Ok(())
+        }
+        Kind::JobRun => {
+            // The updates return the row's job, for its counts.
+            let job = if e.status == Status::Running {
+                tx.start_job_run(e)?
+            } else {
+                tx.end_job_run(e)?
+            };
+            if let Some(old) = before.current.job_run.filter(|old| *old != e.status) {
+                counts.run(&job, old, -1, None);
+                counts.run(&job, e.status, 1, None);
+            }
+            Ok(())
+        }
+        Kind::Partition => {
+            if let Some(br) = &e.build_request_id {
+                tx.upsert_request_partition(br, e)?;
+            }
+            let r = e.partition_ref.as_deref().expect("validated");
+            if is_release(e) {
+                release(tx, r, counts)
+            } else if let Some((global, run)) = global_effect(e, before.current.partition.as_ref())
+            {
+                // The row's job before and after the upsert (`coalesce(excluded.job, job)`).
+                if let Some((old, _)) = &before.current.partition {
+                    counts.partition(&before.partition_job, *old, -1);
+                }
+                counts.partition(e.job.as_deref().unwrap_or(&before.partition_job), global, 1);
+                tx.upsert_partition(e, global, run.as_deref())
+            } else {
+                Ok(())
+            }
+        }
+        Kind::Want if e.status == Status::Requested => tx.insert_want(e),
+        Kind::Want if e.status == Status::SlaMissed => tx.count_sla_miss(e),
+        Kind::Want => tx.update_want(e),
+        Kind::Delegation | Kind::Alias => Ok(()),
+    }
+}
+
+/// A run gives up its claim without building: the partition's row goes back to what the claim
+/// replaced, or away if the partition had none (`prev_status` `''`, or `NULL` for a claim made
+/// before the `prev_*` columns existed).
+fn release<T: AppendTx>(tx: &mut T, r: &str, counts: &mut CountChanges) -> Result<()> {
+    let (prev, job) = tx.claimed_partition(r)?;
+    counts.partition(&job, Status::Building, -1);
+    match prev.as_deref().and_then(Status::parse) {
+        Some(restored) => {
+            counts.partition(&job, restored, 1);
+            tx.restore_partition(r)
+        }
+        None => tx.delete_partition(r),
+    }
+}
+
+/// What a batch changes in the count projections, written once when the batch ends: a claim moves
+/// a run and a partition between statuses, and a batch of whole runs mostly cancels out.
+#[derive(Default)]
+struct CountChanges {
+    /// Per (job, status): the change in runs, and the latest `scheduled_at` among runs counted in.
+    runs: FxHashMap<(String, Status), (i64, Option<i64>)>,
+    /// Per (job, or `''` for none; status): the change in partitions.
+    partitions: FxHashMap<(String, Status), i64>,
+}
+
+impl CountChanges {
+    fn run(&mut self, job: &str, status: Status, by: i64, scheduled_at: Option<i64>) {
+        let (n, last) = self.runs.entry((job.to_string(), status)).or_default();
+        *n += by;
+        *last = (*last).max(scheduled_at);
+    }
+
+    fn partition(&mut self, job: &str, status: Status, by: i64) {
+        *self
+            .partitions
+            .entry((job.to_string(), status))
+            .or_default() += by;
+    }
+
+    /// Writes the changes that change something: a zero change with a `scheduled_at` still
+    /// raises `last_scheduled_at` (a run scheduled and finished in one batch).
+    fn write<T: AppendTx>(&self, tx: &mut T) -> Result<()> {
+        let runs: Vec<RunCount<'_>> = self
+            .runs
+            .iter()
+            .filter(|(_, (n, last))| *n != 0 || last.is_some())
+            .map(|((job, status), (n, last))| RunCount {
+                job,
+                status: *status,
+                n: *n,
+                last_scheduled_at: *last,
+            })
+            .collect();
+        if !runs.is_empty() {
+            tx.add_run_counts(&runs)?;
+        }
+        let partitions: Vec<PartitionCount<'_>> = self
+            .partitions
+            .iter()
+            .filter(|(_, n)| **n != 0)
+            .map(|((job, status), n)| PartitionCount {
+                job,
+                status: *status,
+                n: *n,
+            })
+            .collect();
+        if !partitions.is_empty() {
+            tx.add_partition_counts(&partitions)?;
+        }
+        Ok(())
+    }
+}
+
+/// Serializes a projection's list or map column.
+pub(crate) fn to_json<T: serde::Serialize>(v: &T) -> String {
+    serde_json::to_string(v).expect("serializes")
+}
+
+/// A list column; a missing or unreadable one is empty.
+fn json_list(s: Option<String>) -> Vec<String> {
+    s.and_then(|s| serde_json::from_str(&s).ok())
+        .unwrap_or_default()
+}
+
+/// A map column; a missing or unreadable one is empty.
+fn json_map<T: serde::de::DeserializeOwned + Default>(s: Option<String>) -> T {
+    s.and_then(|s| serde_json::from_str(&s).ok())
+        .unwrap_or_default()
+}
+
+/// A status stored in the log.
+pub(crate) fn status_of(s: &str) -> Result<Status> {
+    Status::parse(s).ok_or_else(|| LogError::Storage(format!("unknown status `{s}` in the log")))
+}
+
+/// A `WHERE` clause of the filters actually given, with their values in order. Conditions on
+/// absent parameters (`?1 IS NULL OR ...`) would keep either database from the indexes behind
+/// them. `sigil` starts a numbered parameter: `?` on SQLite, `$` on PostgreSQL.
+pub(crate) struct Filters<V> {
+    pub clause: String,
+    pub values: Vec<V>,
+    sigil: char,
+}
+
+impl<V> Filters<V> {
+    pub fn new(sigil: char) -> Self {
+        Filters {
+            clause: String::new(),
+            values: Vec::new(),
+            sigil,
+        }
+    }
+
+    pub fn raw(&mut self, condition: &str) {
+        let joiner = if self.clause.is_empty() {
+            " WHERE "
+        } else {
+            " AND "
+        };
+        self.clause.push_str(joiner);
+        self.clause.push_str(condition);
+    }
+
+    pub fn add(&mut self, column_op: &str, value: V) {
+        self.values.push(value);
+        let condition = format!("{column_op} {}{}", self.sigil, self.values.len());
+        self.raw(&condition);
+    }
+}
+
+/// A query's SQL and its parameters, made by the builders below for either backend: `text` and
+/// `int` turn values into the backend's parameters.
+pub(crate) struct Query<V> {
+    pub sql: String,
+    pub values: Vec<V>,
+}
+
+/// The events of `f`, in log order.
+pub(crate) fn events_query<V>(
+    f: &EventFilter,
+    sigil: char,
+    text: impl Fn(String) -> V,
+    int: impl Fn(i64) -> V,
+) -> Query<V> {
+    let mut filters = Filters::new(sigil);
+    filters.add("idx >", int(f.since.unwrap_or(0)));
+    for (column_op, value) in [
+        ("build_request_id =", &f.build_request_id),
+        ("partition_ref =", &f.partition_ref),
+        ("job =", &f.job),
+        ("job_run_id =", &f.job_run_id),
+    ] {
+        if let Some(v) = value {
+            filters.add(column_op, text(v.clone()));
+        }
+    }
+    if let Some(k) = f.kind {
+        // A literal (kinds are fixed names), so partial indexes on rare kinds serve it.
+        filters.raw(&format!("kind = '{}'", k.as_str()));
+    }
+    if let Some(v) = f.from {
+        filters.add("timestamp >=", int(v));
+    }
+    if let Some(v) = f.to {
+        filters.add("timestamp <", int(v));
+    }
+    let limit = f.limit.map(|l| format!(" LIMIT {l}")).unwrap_or_default();
+    Query {
+        sql: format!(
+            "SELECT {EVENT_COLUMNS} FROM events{} ORDER BY idx{limit}",
+            filters.clause
+        ),
+        values: filters.values,
+    }
+}
+
+/// Wants, newest first.
+pub(crate) fn wants_query<V>(
+    status: Option<Status>,
+    active: bool,
+    limit: usize,
+    sigil: char,
+    text: impl Fn(String) -> V,
+) -> Query<V> {
+    let mut filters = Filters::new(sigil);
+    if let Some(s) = status {
+        filters.add("status =", text(s.as_str().to_string()));
+    }
+    if active {
+        filters.raw("status NOT IN ('expired', 'cancelled')");
+    }
+    Query {
+        sql: format!(
+            "SELECT {WANT_COLUMNS} FROM wants{} ORDER BY created_at DESC, want_id LIMIT {limit}",
+            filters.clause
+        ),
+        values: filters.values,
+    }
+}
+
+/// Job runs, the latest scheduled first.
+pub(crate) fn runs_query<V>(q: &RunQuery, sigil: char, text: impl Fn(String) -> V) -> Query<V> {
+    let mut filters = Filters::new(sigil);
+    if let Some(j) = &q.job {
+        filters.add("job =", text(j.clone()));
+    }
+    if let Some(b) = &q.build_request_id {
+        filters.add("build_request_id =", text(b.clone()));
+    }
+    if q.unfinished {
+        filters.raw("status IN ('scheduled', 'running')");
+    }
+    Query {
+        sql: format!(
+            "SELECT {RUN_COLUMNS} FROM job_runs{} ORDER BY scheduled_at DESC, job_run_id LIMIT {}",
+            filters.clause, q.limit
+        ),
+        values: filters.values,
+    }
+}
+
+/// Per job: its runs by status, and its latest `scheduled_at`.
+pub(crate) type JobCounts = BTreeMap<String, (BTreeMap<Status, u64>, Option<i64>)>;
+
+/// Per job: its run counts by status (non-zero ones) and its latest `scheduled_at`, from
+/// `job_counts` rows (job, status, n, last_scheduled_at).
+pub(crate) fn job_counts_by_job(
+    rows: impl IntoIterator<Item = (String, Status, i64, Option<i64>)>,
+) -> JobCounts {
+    let mut per_job = JobCounts::new();
+    for (job, status, n, last) in rows {
+        let entry = per_job.entry(job).or_default();
+        if n > 0 {
+            entry.0.insert(status, n as u64);
+        }
+        entry.1 = entry.1.max(last);
+    }
+    per_job
+}
+
+/// The typed getters of one backend's result rows, by column position, for the row mappers
+/// below. `Error` is the backend's own, so that the mappers fit its row callbacks.
+pub(crate) trait Columns {
+    type Error;
+    fn text(&self, i: usize) -> std::result::Result<String, Self::Error>;
+    fn opt_text(&self, i: usize) -> std::result::Result<Option<String>, Self::Error>;
+    fn int(&self, i: usize) -> std::result::Result<i64, Self::Error>;
+    fn opt_int(&self, i: usize) -> std::result::Result<Option<i64>, Self::Error>;
+    fn flag(&self, i: usize) -> std::result::Result<bool, Self::Error>;
+    /// A value the column holds but the log never writes.
+    fn corrupt(&self, i: usize, what: String) -> Self::Error;
+}
+
+type RowResult<T, R> = std::result::Result<T, <R as Columns>::Error>;
+
+fn status_at<R: Columns>(row: &R, i: usize) -> RowResult<Status, R> {
+    let s = row.text(i)?;
+    Status::parse(&s).ok_or_else(|| row.corrupt(i, format!("unknown status `{s}`")))
+}
+
+fn opt_int_as<R: Columns, T: TryFrom<i64>>(row: &R, i: usize) -> RowResult<Option<T>, R> {
+    row.opt_int(i)?
+        .map(|v| {
+            T::try_from(v).map_err(|_| row.corrupt(i, format!("{v} is out of the column's range")))
+        })
+        .transpose()
+}
+
+pub(crate) const EVENT_COLUMNS: &str =
+    "idx, event_id, timestamp, build_request_id, kind, status, partition_ref,
+                             job, job_run_id, delegated_to, message, data";
+
+pub(crate) fn event_from_row<R: Columns>(row: &R) -> RowResult<Event, R> {
+    let kind = row.text(4)?;
+    Ok(Event {
+        idx: row.int(0)?,
+        event_id: row.text(1)?,
+        timestamp: row.int(2)?,
+        build_request_id: row.opt_text(3)?,
+        kind: Kind::parse(&kind).ok_or_else(|| row.corrupt(4, format!("unknown kind `{kind}`")))?,
+        status: status_at(row, 5)?,
+        partition_ref: row.opt_text(6)?,
+        job: row.opt_text(7)?,
+        job_run_id: row.opt_text(8)?,
+        delegated_to: row.opt_text(9)?,
+        message: row.opt_text(10)?,
+        data: json_map::<EventData>(row.opt_text(11)?),
+    })
+}
+
+pub(crate) const PARTITION_COLUMNS: &str =
+    "partition_ref, status, job_run_id, build_request_id, job, data_version, message, updated_at";
+
+pub(crate) fn partition_from_row<R: Columns>(row: &R) -> RowResult<PartitionRow, R> {
+    Ok(PartitionRow {
+        partition_ref: row.text(0)?,
+        status: status_at(row, 1)?,
+        job_run_id: row.opt_text(2)?,
+        build_request_id: row.opt_text(3)?,
+        job: row.opt_text(4)?,
+        data_version: row.opt_text(5)?,
+        message: row.opt_text(6)?,
+        updated_at: row.int(7)?,
+    })
+}
+
+pub(crate) const BUILD_COLUMNS: &str =
+    "build_request_id, status, requested, analyze_only, message, created_at, updated_at, owner";
+
+pub(crate) fn build_from_row<R: Columns>(row: &R) -> RowResult<BuildRequestRow, R> {
+    Ok(BuildRequestRow {
+        build_request_id: row.text(0)?,
+        status: status_at(row, 1)?,
+        requested_partitions: json_list(row.opt_text(2)?),
+        analyze_only: row.flag(3)?,
+        message: row.opt_text(4)?,
+        created_at: row.int(5)?,
+        updated_at: row.int(6)?,
+        owner: row.opt_text(7)?,
+    })
+}
+
+pub(crate) const REQUEST_PARTITION_COLUMNS: &str = "partition_ref, status, job_run_id";
+
+pub(crate) fn request_partition_from_row<R: Columns>(row: &R) -> RowResult<RequestPartitionRow, R> {
+    Ok(RequestPartitionRow {
+        partition_ref: row.text(0)?,
+        status: status_at(row, 1)?,
+        job_run_id: row.opt_text(2)?,
+    })
+}
+
+pub(crate) const RUN_COLUMNS: &str =
+    "job_run_id, job, build_request_id, status, outputs, inputs, args, env,
+                           scheduled_at, started_at, ended_at, exit_code, message, relies_on, pid, host,
+                           owner, job_version, input_versions, log_path";
+
+pub(crate) fn run_from_row<R: Columns>(row: &R) -> RowResult<JobRunRow, R> {
+    Ok(JobRunRow {
+        job_run_id: row.text(0)?,
+        job: row.text(1)?,
+        build_request_id: row.opt_text(2)?,
+        status: status_at(row, 3)?,
+        outputs: json_list(row.opt_text(4)?),
+        inputs: json_list(row.opt_text(5)?),
+        args: json_list(row.opt_text(6)?),
+        env: json_map(row.opt_text(7)?),
+        scheduled_at: row.opt_int(8)?,
+        started_at: row.opt_int(9)?,
+        ended_at: row.opt_int(10)?,
+        exit_code: opt_int_as(row, 11)?,
+        message: row.opt_text(12)?,
+        relies_on: row.opt_text(13)?,
+        pid: opt_int_as(row, 14)?,
+        host: row.opt_text(15)?,
+        owner: row.opt_text(16)?,
+        job_version: row.opt_text(17)?,
+        input_versions: json_map(row.opt_text(18)?),
+        log_path: row.opt_text(19)?,
+    })
+}
+
+pub(crate) const WANT_COLUMNS: &str =
+    "want_id, status, refs, created_at, expires_at, sla_seconds, recurring,
+                            waiting_for, message, build_request_id, sla_missed, updated_at";
+
+pub(crate) fn want_from_row<R: Columns>(row: &R) -> RowResult<WantRow, R> {
+    Ok(WantRow {
+        want_id: row.text(0)?,
+        status: status_at(row, 1)?,
+        refs: json_list(row.opt_text(2)?),
+        created_at: row.int(3)?,
+        expires_at: row.opt_int(4)?,
+        sla_seconds: opt_int_as(row, 5)?,
+        recurring: row.opt_text(6)?,
+        waiting_for: row.opt_text(7)?,
+        message: row.opt_text(8)?,
+        build_request_id: row.opt_text(9)?,
+        sla_missed: opt_int_as(row, 10)?.unwrap_or(0),
+        updated_at: row.int(11)?,
+    })
+}

@@ -15,7 +15,9 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use databuild_core::{PartitionRef, Plan, PlanRequest, PlannedRun, Producer};
-use databuild_log::{AfterFailure, BuildQuery, Event, EventStore, LogError, RunQuery, Status};
+use databuild_log::{
+    AfterFailure, BuildQuery, Event, EventStore, LogError, RefusalKind, RunQuery, Status,
+};
 use rustc_hash::{FxHashMap, FxHashSet};
 use serde::Serialize;
 
@@ -1112,14 +1114,15 @@ impl<'e> Scheduler<'e> {
             let Some(refusal) = self.append_claims(events)? else {
                 break;
             };
-            let LogError::Refused { reason, .. } = &refusal else {
+            let LogError::Refused { refusal: kind, .. } = &refusal else {
                 unreachable!("matched above")
             };
-            if reason.contains("already being built") {
-                return self.lost_claim(scope, index).map(|()| false);
-            }
-            if !(reason.contains("changed since it was checked") && attempts < 5) {
-                return Err(refusal.into());
+            match kind {
+                RefusalKind::AlreadyBeingBuilt => {
+                    return self.lost_claim(scope, index).map(|()| false)
+                }
+                RefusalKind::ChangedSinceChecked if attempts < 5 => {}
+                _ => return Err(refusal.into()),
             }
         }
         self.take_job_slot(index);

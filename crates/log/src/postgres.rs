@@ -669,6 +669,7 @@ impl EventStore for PostgresStore {
                     kind: e.kind.to_string(),
                     status: e.status.to_string(),
                     reason: refusal.0,
+                    refusal: refusal.1,
                 })?;
                 e.idx = insert_event(&mut tx, statements, e)?;
                 project(&mut tx, statements, e, &before)?;

@@ -1013,6 +1013,7 @@ impl EventStore for SqliteStore {
                     kind: e.kind.to_string(),
                     status: e.status.to_string(),
                     reason: refusal.0,
+                    refusal: refusal.1,
                 })?;
                 e.idx = insert_event(&tx, e).map_err(storage)?;
                 project(&tx, e, &before, &mut counts).map_err(storage)?;

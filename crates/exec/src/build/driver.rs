@@ -76,20 +76,25 @@ struct RunIo {
     cancel: Arc<AtomicBool>,
 }
 
+/// What a planned build runs with.
+pub(super) struct Build<'a> {
+    pub engine: &'a Engine,
+    pub id: &'a str,
+    pub options: &'a BuildOptions,
+    pub executor: &'a dyn Executor,
+    /// When the build started (ns since the epoch).
+    pub started_ns: i64,
+}
+
 /// Runs a planned build to its end, and reads its summary back.
-#[allow(clippy::too_many_arguments)]
 pub(super) fn run(
-    engine: &Engine,
-    id: &str,
-    options: &BuildOptions,
-    executor: &dyn Executor,
-    started_ns: i64,
+    build: Build<'_>,
     plan: Plan,
     observer: &mut dyn Observer,
     interrupt: &AtomicBool,
 ) -> Result<BuildSummary> {
     thread::scope(|scope| {
-        let mut driver = Driver::new(engine, id, options, executor, started_ns, scope);
+        let mut driver = Driver::new(build, scope);
         driver.start(plan, observer)?;
         driver.run(observer, interrupt)
     })
@@ -147,14 +152,14 @@ impl Drop for Driver<'_, '_> {
 }
 
 impl<'s, 'e> Driver<'s, 'e> {
-    fn new(
-        engine: &'e Engine,
-        id: &str,
-        options: &'e BuildOptions,
-        executor: &'e dyn Executor,
-        started_ns: i64,
-        scope: &'s thread::Scope<'s, 'e>,
-    ) -> Self {
+    fn new(build: Build<'e>, scope: &'s thread::Scope<'s, 'e>) -> Self {
+        let Build {
+            engine,
+            id,
+            options,
+            executor,
+            started_ns,
+        } = build;
         let (tx, rx) = mpsc::channel();
         let policy = Policy {
             slots: options.parallel,

@@ -194,9 +194,14 @@ impl Engine {
                 message,
             ));
         }
-        driver::run(
-            self, id, options, executor, started_ns, plan, observer, interrupt,
-        )
+        let build = driver::Build {
+            engine: self,
+            id,
+            options,
+            executor,
+            started_ns,
+        };
+        driver::run(build, plan, observer, interrupt)
     }
 
     /// The version an input has now, for the record of a run starting from it.

@@ -17,6 +17,7 @@ pub(crate) struct Launch {
 }
 
 /// How a run ended, for the scheduler.
+#[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Ended {
     pub outcome: RunOutcome,
     pub executor_id: Option<String>,

@@ -27,6 +27,7 @@ pub use event::{AfterFailure, Event, EventData, Kind, Status};
 pub use postgres::PostgresStore;
 pub use replay::{check_store, CheckReport, Replay};
 pub use sqlite::SqliteStore;
+pub use state::RefusalKind;
 pub use store::*;
 
 /// The default log, relative to the graph file's folder.

@@ -93,6 +93,7 @@ pub(crate) fn append_batch<T: AppendTx>(
             kind: e.kind.to_string(),
             status: e.status.to_string(),
             reason: refusal.0,
+            refusal: refusal.1,
         })?;
         e.idx = tx.insert_event(e)?;
         project(tx, e, &before, &mut counts)?;

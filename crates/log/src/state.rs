@@ -25,10 +25,29 @@ pub struct Current {
     pub want: Option<Status>,
 }
 
-/// Why an event was refused.
+/// Why an event was refused: the message, and which kind of refusal it is, for callers that act
+/// on it (a claimer that lost a race waits or looks again) without reading the message.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
-pub struct Refusal(pub String);
+pub struct Refusal(pub String, pub RefusalKind);
+
+/// The refusals a caller may act on; every other one is `Invalid`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RefusalKind {
+    /// The event is not a valid next state of its entity (a bug, or a race on an ended entity).
+    #[default]
+    Invalid,
+    /// A claim of a partition that another run is building.
+    AlreadyBeingBuilt,
+    /// A claim whose compare-and-swap failed: the partition changed since the claimer read it.
+    ChangedSinceChecked,
+}
+
+impl Refusal {
+    fn invalid(message: String) -> Self {
+        Refusal(message, RefusalKind::Invalid)
+    }
+}
 
 type Transitions = &'static [(Option<Status>, &'static [Status])];
 
@@ -114,7 +133,7 @@ fn require<'a>(field: &'a Option<String>, name: &str, e: &Event) -> Result<&'a s
     field
         .as_deref()
         .filter(|v| !v.is_empty())
-        .ok_or_else(|| Refusal(format!("a {} event needs `{name}`", e.kind)))
+        .ok_or_else(|| Refusal::invalid(format!("a {} event needs `{name}`", e.kind)))
 }
 
 /// Checks one event against the states it would move.
@@ -123,7 +142,7 @@ pub fn check(e: &Event, current: &Current) -> Result<(), Refusal> {
         Kind::BuildRequest => {
             let id = require(&e.build_request_id, "build_request_id", e)?;
             if !allowed(BUILD_REQUEST, current.build_request, e.status) {
-                return Err(Refusal(format!(
+                return Err(Refusal::invalid(format!(
                     "build request {id} cannot go to `{}` from {}",
                     e.status,
                     describe(current.build_request)
@@ -134,7 +153,7 @@ pub fn check(e: &Event, current: &Current) -> Result<(), Refusal> {
             let id = require(&e.job_run_id, "job_run_id", e)?;
             require(&e.job, "job", e)?;
             if !allowed(JOB_RUN, current.job_run, e.status) {
-                return Err(Refusal(format!(
+                return Err(Refusal::invalid(format!(
                     "job run {id} cannot go to `{}` from {}",
                     e.status,
                     describe(current.job_run)
@@ -146,7 +165,7 @@ pub fn check(e: &Event, current: &Current) -> Result<(), Refusal> {
             require(&e.partition_ref, "partition_ref", e)?;
             require(&e.delegated_to, "delegated_to", e)?;
             if e.status != Delegated {
-                return Err(Refusal(format!(
+                return Err(Refusal::invalid(format!(
                     "a delegation event has status `delegated`, not `{}`",
                     e.status
                 )));
@@ -156,19 +175,19 @@ pub fn check(e: &Event, current: &Current) -> Result<(), Refusal> {
         Kind::Want => {
             let id = require(&e.data.want_id, "want_id", e)?;
             if !allowed(WANT, current.want, e.status) {
-                return Err(Refusal(format!(
+                return Err(Refusal::invalid(format!(
                     "want {id} cannot go to `{}` from {}",
                     e.status,
                     describe(current.want)
                 )));
             }
             if e.status == Requested && e.data.requested.is_empty() {
-                return Err(Refusal(format!("want {id} names no partitions")));
+                return Err(Refusal::invalid(format!("want {id} names no partitions")));
             }
         }
         Kind::Alias => {
             if e.status != Promoted || e.data.table.is_none() || e.data.version.is_none() {
-                return Err(Refusal(
+                return Err(Refusal::invalid(
                     "an alias event is `promoted`, with `table` and `version`".to_string(),
                 ));
             }
@@ -181,12 +200,12 @@ fn check_partition(e: &Event, current: &Current) -> Result<(), Refusal> {
     let r = require(&e.partition_ref, "partition_ref", e)?;
     if e.status == Tainted {
         if e.build_request_id.is_some() || e.job_run_id.is_some() {
-            return Err(Refusal(
+            return Err(Refusal::invalid(
                 "a taint belongs to no build request or run".to_string(),
             ));
         }
         if let Some((Building, run)) = &current.partition {
-            return Err(Refusal(format!(
+            return Err(Refusal::invalid(format!(
                 "partition {r} is being built by run {}; taint it once the run ends",
                 run.as_deref().unwrap_or("?")
             )));
@@ -197,13 +216,13 @@ fn check_partition(e: &Event, current: &Current) -> Result<(), Refusal> {
         return check_source_partition(r, e, current);
     }
     let Some(br) = e.build_request_id.as_deref() else {
-        return Err(Refusal(format!(
+        return Err(Refusal::invalid(format!(
             "a partition `{}` event needs `build_request_id`",
             e.status
         )));
     };
     if !allowed(REQUEST_PARTITION, current.request_partition, e.status) {
-        return Err(Refusal(format!(
+        return Err(Refusal::invalid(format!(
             "partition {r} cannot go to `{}` from {} in build request {br}",
             e.status,
             describe(current.request_partition)
@@ -212,16 +231,17 @@ fn check_partition(e: &Event, current: &Current) -> Result<(), Refusal> {
     // Events naming the run that builds the partition also move its global state.
     let Some(run) = e.job_run_id.as_deref() else {
         if e.status == Building {
-            return Err(Refusal(format!(
+            return Err(Refusal::invalid(format!(
                 "partition {r} `building` needs the `job_run_id` building it"
             )));
         }
         return Ok(());
     };
     match (e.status, &current.partition) {
-        (Building, Some((Building, Some(holder)))) if holder != run => Err(Refusal(format!(
-            "partition {r} is already being built by run {holder}"
-        ))),
+        (Building, Some((Building, Some(holder)))) if holder != run => Err(Refusal(
+            format!("partition {r} is already being built by run {holder}"),
+            RefusalKind::AlreadyBeingBuilt,
+        )),
         (Building, now) if e.data.claim_after.is_some() => {
             let last = now
                 .as_ref()
@@ -230,15 +250,18 @@ fn check_partition(e: &Event, current: &Current) -> Result<(), Refusal> {
             if Some(&last) == e.data.claim_after.as_ref() {
                 Ok(())
             } else {
-                Err(Refusal(format!(
-                    "partition {r} changed since it was checked (now {} by run {last})",
-                    now.as_ref()
-                        .map_or("unknown".to_string(), |(s, _)| format!("`{s}`"))
-                )))
+                Err(Refusal(
+                    format!(
+                        "partition {r} changed since it was checked (now {} by run {last})",
+                        now.as_ref()
+                            .map_or("unknown".to_string(), |(s, _)| format!("`{s}`"))
+                    ),
+                    RefusalKind::ChangedSinceChecked,
+                ))
             }
         }
         (Available | Failed | Cancelled, Some((Building, Some(holder)))) if holder == run => Ok(()),
-        (Available | Failed | Cancelled, other) => Err(Refusal(format!(
+        (Available | Failed | Cancelled, other) => Err(Refusal::invalid(format!(
             "run {run} cannot finish partition {r}: it is not building it (the partition is {})",
             other
                 .as_ref()
@@ -252,13 +275,13 @@ fn check_partition(e: &Event, current: &Current) -> Result<(), Refusal> {
 /// (again if late data arrived) and expire once: after that their raw data is gone.
 fn check_source_partition(r: &str, e: &Event, current: &Current) -> Result<(), Refusal> {
     if !r.starts_with("source/") {
-        return Err(Refusal(format!(
+        return Err(Refusal::invalid(format!(
             "only source partitions (`source/...`) are `{}`, not {r}",
             e.status
         )));
     }
     if e.build_request_id.is_some() || e.job_run_id.is_some() {
-        return Err(Refusal(format!(
+        return Err(Refusal::invalid(format!(
             "a `{}` partition event belongs to no build request or run",
             e.status
         )));
@@ -269,7 +292,7 @@ fn check_source_partition(r: &str, e: &Event, current: &Current) -> Result<(), R
         _ => now == Some(Sealed),
     };
     if !allowed {
-        return Err(Refusal(format!(
+        return Err(Refusal::invalid(format!(
             "partition {r} cannot go to `{}` from {}",
             e.status,
             describe(now)
@@ -312,6 +335,37 @@ mod tests {
             .unwrap_err()
             .0
             .contains("not building it"));
+    }
+
+    #[test]
+    fn a_lost_claim_says_which_race_it_lost() {
+        let claim = |after: Option<&str>| {
+            Event::partition(Some("b2"), "p", Building)
+                .with_run("r2")
+                .with_data(|d| d.claim_after = after.map(str::to_string))
+        };
+        let held = Current {
+            request_partition: Some(Scheduled),
+            partition: Some((Building, Some("r1".into()))),
+            ..Default::default()
+        };
+        assert_eq!(
+            check(&claim(None), &held).unwrap_err().1,
+            RefusalKind::AlreadyBeingBuilt
+        );
+        let made = Current {
+            partition: Some((Available, Some("r1".into()))),
+            ..held
+        };
+        assert_eq!(
+            check(&claim(Some("")), &made).unwrap_err().1,
+            RefusalKind::ChangedSinceChecked
+        );
+        let ended = Event::build_request("b", Executing);
+        assert_eq!(
+            check(&ended, &Current::default()).unwrap_err().1,
+            RefusalKind::Invalid
+        );
     }
 
     #[test]

@@ -33,6 +33,8 @@ pub enum LogError {
         kind: String,
         status: String,
         reason: String,
+        /// Which refusal, for a caller that acts on it (never match on `reason`).
+        refusal: crate::state::RefusalKind,
     },
     /// A user's SQL query was refused or failed.
     #[error("{0}")]

@@ -1,0 +1,1038 @@
+//! The thin I/O driver around [`Machine`]: it owns the threads (slots, waiters, the planners and
+//! readers that must not block its loop), the log appends and their batching, and progress
+//! reports. It turns what happens into [`Input`]s and carries out the [`Effect`]s that come back;
+//! it decides nothing itself.
+//!
+//! Only this loop writes events for its build. Completions are deferred to ride along with the
+//! next claim (one log write instead of two), or go in within `MAX_DEFER`. Blocking calls that
+//! may go over the network (planning, which asks configs and upstream services, and the versions
+//! of upstream inputs) run on threads of their own and come back as inputs.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use databuild_core::{PartitionRef, Plan, PlanRequest, Producer};
+use databuild_log::{Event, EventStore, LogError, Status};
+use rustc_hash::{FxHashMap, FxHashSet};
+
+use super::machine::{Effect, Input, JobPolicy, Machine, Policy, WaitOutcome};
+use super::record::{Record, RunEnd};
+use super::spec::{self, SpecOf};
+use super::{BuildOptions, BuildSummary, Observer, Progress};
+use crate::engine::{Engine, EngineError, Result};
+use crate::local::{Executor, RunOutcome};
+use crate::owner::{owner_dead, this_owner, HEARTBEAT_EVERY};
+use crate::slots::{Ended, Launch, Launches};
+
+/// How long a completion may wait for a claim to carry it into the log.
+const MAX_DEFER: Duration = Duration::from_millis(100);
+/// The loop wakes at least this often, to check for cancellation and heartbeats.
+const IDLE_WAKE: Duration = Duration::from_millis(100);
+/// How often the loop looks in the log for a cancel of its build request.
+const CANCEL_CHECK_EVERY: Duration = Duration::from_millis(500);
+
+/// What the driver's threads report to its loop.
+enum Message {
+    /// A slot started a claimed run.
+    Started {
+        node: usize,
+        at: Instant,
+    },
+    Finished {
+        node: usize,
+        ended: Ended,
+    },
+    Resolved {
+        wait: usize,
+        outcome: WaitOutcome,
+    },
+    InputsPlanned {
+        node: usize,
+        missing: Vec<String>,
+        plan: std::result::Result<Plan, String>,
+    },
+    TakeOverPlanned {
+        wait: usize,
+        plan: Result<Plan>,
+    },
+    /// The versions of a run's upstream inputs (none: not available there).
+    VersionsRead {
+        node: usize,
+        versions: BTreeMap<String, Option<String>>,
+    },
+}
+
+/// What the driver keeps of one node: the I/O side of a run.
+struct RunIo {
+    /// The current attempt's run id.
+    id: String,
+    /// The versions of its inputs its claim fixed.
+    input_versions: BTreeMap<String, String>,
+    started: Option<Instant>,
+    cancel: Arc<AtomicBool>,
+}
+
+/// What a planned build runs with.
+pub(super) struct Build<'a> {
+    pub engine: &'a Engine,
+    pub id: &'a str,
+    pub options: &'a BuildOptions,
+    pub executor: &'a dyn Executor,
+    /// When the build started (ns since the epoch).
+    pub started_ns: i64,
+}
+
+/// Runs a planned build to its end, and reads its summary back.
+pub(super) fn run(
+    build: Build<'_>,
+    plan: Plan,
+    observer: &mut dyn Observer,
+    interrupt: &AtomicBool,
+) -> Result<BuildSummary> {
+    thread::scope(|scope| {
+        let mut driver = Driver::new(build, scope);
+        driver.start(plan, observer)?;
+        driver.run(observer, interrupt)
+    })
+}
+
+struct Driver<'s, 'e> {
+    engine: &'e Engine,
+    id: String,
+    options: &'e BuildOptions,
+    executor: &'e dyn Executor,
+    scope: &'s thread::Scope<'s, 'e>,
+    machine: Machine,
+    /// Effects not yet carried out, in order.
+    effects: VecDeque<Effect>,
+    /// By node, as the machine numbers them.
+    runs: Vec<RunIo>,
+    /// Claimed runs, for the slots' threads to take; a slot whose job ends starts the next at
+    /// once, with no log write or thread hand-over in between.
+    launches: Arc<Launches>,
+    /// Slot threads started so far (at most `--parallel`, started as runs need them).
+    slot_threads: usize,
+    /// The build request was cancelled through the log (by `cancel`), which already recorded it.
+    cancelled_outside: bool,
+    skipped: Vec<String>,
+    /// Tells waiter threads to stop when the build ends before their partitions resolve.
+    shutdown: Arc<AtomicBool>,
+    /// When the build started (ns): partitions made by others after it were not seen by its plan.
+    started_ns: i64,
+    tx: mpsc::Sender<Message>,
+    rx: mpsc::Receiver<Message>,
+    /// Completions not yet written: they go into the log with the next claim (one transaction
+    /// instead of two), or when the loop waits with nothing staged, or after `MAX_DEFER`.
+    pending: Vec<Event>,
+    /// When the oldest of `pending` was deferred.
+    deferred_at: Option<Instant>,
+    /// Data versions of the partitions this build made, for the runs that read them.
+    made: FxHashMap<String, String>,
+    /// The run holding each output when the plan was recorded (read in one query): a first
+    /// claim compares against it instead of reading the partition again.
+    holders: FxHashMap<String, String>,
+    /// Whether any dataset comes from an upstream service (whose versions take a network call).
+    has_upstream: bool,
+    /// Versions of upstream inputs read off the loop, by node, for its next claim.
+    read_versions: FxHashMap<usize, BTreeMap<String, Option<String>>>,
+    /// The log's last refusal of a claim, returned if the machine gives up on it.
+    last_refusal: Option<LogError>,
+}
+
+impl Drop for Driver<'_, '_> {
+    /// However the build ends, the slots' threads end with their current runs, and waiters stop.
+    fn drop(&mut self) {
+        self.launches.close();
+        self.shutdown.store(true, Ordering::SeqCst);
+    }
+}
+
+impl<'s, 'e> Driver<'s, 'e> {
+    fn new(build: Build<'e>, scope: &'s thread::Scope<'s, 'e>) -> Self {
+        let Build {
+            engine,
+            id,
+            options,
+            executor,
+            started_ns,
+        } = build;
+        let (tx, rx) = mpsc::channel();
+        let policy = Policy {
+            slots: options.parallel,
+            keep_going: options.keep_going,
+            jobs: engine
+                .graph
+                .jobs
+                .iter()
+                .map(|j| JobPolicy {
+                    retries: j.retries,
+                    concurrency: j.concurrency,
+                })
+                .collect(),
+        };
+        Driver {
+            engine,
+            id: id.to_string(),
+            options,
+            executor,
+            scope,
+            machine: Machine::new(policy),
+            effects: VecDeque::new(),
+            runs: Vec::new(),
+            launches: Arc::default(),
+            slot_threads: 0,
+            cancelled_outside: false,
+            skipped: Vec::new(),
+            shutdown: Arc::new(AtomicBool::new(false)),
+            started_ns,
+            tx,
+            rx,
+            pending: Vec::new(),
+            deferred_at: None,
+            made: FxHashMap::default(),
+            holders: FxHashMap::default(),
+            has_upstream: engine.graph.datasets.iter().any(|d| d.upstream.is_some()),
+            read_versions: FxHashMap::default(),
+            last_refusal: None,
+        }
+    }
+
+    fn store(&self) -> &'e dyn EventStore {
+        self.engine.store.as_ref()
+    }
+
+    fn record(&self) -> Record<'_> {
+        Record {
+            graph: &self.engine.graph,
+            build: &self.id,
+        }
+    }
+
+    /// Records the plan (skipped, delegated, scheduled) and moves the build to `executing`.
+    fn start(&mut self, plan: Plan, observer: &mut dyn Observer) -> Result<()> {
+        let (skipped, events) = self.engine.skipped(&self.id, self.options, &plan)?;
+        self.skipped = skipped;
+        self.append(events)?;
+        observer.on(Progress::Planned {
+            build_request_id: &self.id,
+            runs: plan.runs.len(),
+            skipped: self.skipped.len(),
+            delegated: plan.delegated.len(),
+        });
+        self.machine.add_plan(plan, &mut self.effects);
+        self.carry_out(observer)?;
+        self.append(vec![Event::build_request(&self.id, Status::Executing)])?;
+        self.machine.fill(&mut self.effects);
+        self.carry_out(observer)
+    }
+
+    fn run(mut self, observer: &mut dyn Observer, interrupt: &AtomicBool) -> Result<BuildSummary> {
+        let mut last_cancel_check = Instant::now();
+        let mut last_heartbeat = Instant::now();
+        loop {
+            if last_heartbeat.elapsed() > HEARTBEAT_EVERY {
+                last_heartbeat = Instant::now();
+                self.store().heartbeat(&this_owner())?;
+            }
+            if !self.machine.cancelled() {
+                if interrupt.load(Ordering::SeqCst) {
+                    self.feed(Input::Cancel("interrupted".to_string()), observer)?;
+                } else if last_cancel_check.elapsed() > CANCEL_CHECK_EVERY {
+                    last_cancel_check = Instant::now();
+                    if self.store().build_request(&self.id)?.map(|b| b.status)
+                        == Some(Status::Cancelled)
+                    {
+                        self.cancelled_outside = true;
+                        self.feed(Input::Cancel("cancelled".to_string()), observer)?;
+                    }
+                }
+            }
+            if self.machine.is_over() {
+                break;
+            }
+            let wait = self.flush_due()?;
+            match self.rx.recv_timeout(wait) {
+                Ok(message) => self.received(message, observer)?,
+                Err(mpsc::RecvTimeoutError::Timeout) => {}
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    unreachable!("the driver holds a sender")
+                }
+            }
+        }
+        self.shutdown.store(true, Ordering::SeqCst);
+        self.flush()?;
+        self.finish(observer)
+    }
+
+    /// A thread's report, as the machine's input.
+    fn received(&mut self, message: Message, observer: &mut dyn Observer) -> Result<()> {
+        match message {
+            Message::Started { node, at } => {
+                self.runs[node].started = Some(at);
+                let run = &self.machine.node(node).run;
+                observer.on(Progress::Started {
+                    job: &self.engine.graph.jobs[run.job_index].name,
+                    outputs: &run.outputs,
+                });
+                self.feed(Input::Started(node), observer)
+            }
+            Message::Finished { node, ended } => {
+                self.feed(Input::Finished { node, ended }, observer)?;
+                if !self.machine.stopped() {
+                    self.launches.resume();
+                }
+                Ok(())
+            }
+            Message::Resolved { wait, outcome } => {
+                self.feed(Input::WaitEnded { wait, outcome }, observer)
+            }
+            Message::InputsPlanned {
+                node,
+                missing,
+                plan,
+            } => self.feed(
+                Input::InputsPlanned {
+                    node,
+                    missing,
+                    plan,
+                },
+                observer,
+            ),
+            Message::TakeOverPlanned { wait, plan } => {
+                self.feed(Input::TakeOverPlanned { wait, plan: plan? }, observer)
+            }
+            Message::VersionsRead { node, versions } => {
+                self.read_versions.insert(node, versions);
+                self.feed(Input::Resolved(node), observer)
+            }
+        }
+    }
+
+    /// Hands the machine an input and carries out what it decides.
+    fn feed(&mut self, input: Input, observer: &mut dyn Observer) -> Result<()> {
+        self.machine.handle(input, &mut self.effects);
+        self.carry_out(observer)
+    }
+
+    /// Carries out the effects in order; those that answer with an input queue its effects.
+    fn carry_out(&mut self, observer: &mut dyn Observer) -> Result<()> {
+        while let Some(effect) = self.effects.pop_front() {
+            self.apply(effect, observer)?;
+        }
+        Ok(())
+    }
+
+    /// The machine's answer to an input the driver found while carrying out an effect.
+    fn answer(&mut self, input: Input) {
+        self.machine.handle(input, &mut self.effects);
+    }
+
+    fn apply(&mut self, effect: Effect, observer: &mut dyn Observer) -> Result<()> {
+        match effect {
+            Effect::Scheduled { nodes, waits } => self.scheduled(nodes, waits)?,
+            Effect::Claim(nodes) => self.claim(nodes)?,
+            Effect::Check(node) => self.check(node)?,
+            Effect::FindHolders(node) => {
+                let holders = self.holders_of(node)?;
+                self.answer(Input::Held { node, holders });
+            }
+            Effect::Resolve(node) => self.resolve(node),
+            Effect::ClaimFailed(node) => {
+                return Err(self.last_refusal.take().map_or_else(
+                    || EngineError::Invalid(format!("cannot claim run {}", self.runs[node].id)),
+                    EngineError::from,
+                ))
+            }
+            Effect::Stage(node) => self.stage(node),
+            Effect::Unstage => {
+                for launch in self.launches.drain() {
+                    self.answer(Input::Unstaged(launch.node));
+                }
+            }
+            Effect::StopRuns => {
+                for run in &self.runs {
+                    run.cancel.store(true, Ordering::SeqCst);
+                }
+            }
+            Effect::WaitInstead { node, waits } => self.wait_instead(node, waits)?,
+            Effect::Adopt(node) => self.adopt(node)?,
+            Effect::Ended {
+                node,
+                attempt,
+                ended,
+                then,
+            } => self.ended(node, attempt, ended, then, observer)?,
+            Effect::NotStarted { node, reason } => {
+                let end = RunEnd {
+                    status: Status::Cancelled,
+                    message: &reason,
+                    exit_code: None,
+                    executor_id: None,
+                    then: None,
+                    not_started: true,
+                    attempt: self.machine.node(node).attempt,
+                };
+                let events =
+                    self.record()
+                        .ended(&self.machine.node(node).run, &self.runs[node].id, end);
+                self.append(events)?;
+            }
+            Effect::Rescheduled(node) => {
+                let id = databuild_log::event::new_id();
+                let mut events = Vec::new();
+                self.record()
+                    .scheduled(&self.machine.node(node).run, &id, &mut events);
+                self.append(events)?;
+                self.runs[node].id = id;
+            }
+            Effect::NotRun { nodes, reason } => {
+                let mut events = Vec::new();
+                let record = self.record();
+                for n in nodes {
+                    let run = &self.machine.node(n).run;
+                    record.not_run(run, &self.runs[n].id, &reason, &mut events);
+                }
+                self.append(events)?;
+            }
+            Effect::WaitAvailable(w) => {
+                let r = &self.machine.wait(w).partition_ref;
+                let e = Event::partition(Some(&self.id), r, Status::Available);
+                self.append(vec![e])?;
+            }
+            Effect::WaitFailed { wait, message } => {
+                let r = &self.machine.wait(wait).partition_ref;
+                let e = Event::partition(Some(&self.id), r, Status::Failed).with_message(message);
+                self.append(vec![e])?;
+            }
+            Effect::PlanInputs { node, missing } => self.plan_inputs(node, missing),
+            Effect::TakeOver(wait) => self.take_over(wait, observer)?,
+            Effect::Added => observer.on(Progress::Added),
+        }
+        Ok(())
+    }
+
+    /// New runs are scheduled and new waits delegated, in one write; their outputs' holders
+    /// are read for their claims, and the waits followed.
+    fn scheduled(
+        &mut self,
+        nodes: std::ops::Range<usize>,
+        waits: std::ops::Range<usize>,
+    ) -> Result<()> {
+        // Sized up front: growing by doubling copied every event already added (a fifth of
+        // recording a 2,700-run plan, in `perf`).
+        let outputs: usize = nodes
+            .clone()
+            .map(|n| self.machine.node(n).run.outputs.len())
+            .sum();
+        let mut events = Vec::with_capacity(nodes.len() + outputs + 2 * waits.len());
+        let record = Record {
+            graph: &self.engine.graph,
+            build: &self.id,
+        };
+        for w in waits.clone() {
+            let wait = self.machine.wait(w);
+            record.delegated(&wait.partition_ref, &wait.delegated_to, &mut events);
+        }
+        self.runs.reserve(nodes.len());
+        for n in nodes.clone() {
+            let id = databuild_log::event::new_id();
+            record.scheduled(&self.machine.node(n).run, &id, &mut events);
+            self.runs.push(RunIo {
+                id,
+                input_versions: BTreeMap::new(),
+                started: None,
+                cancel: Arc::default(),
+            });
+        }
+        self.append(events)?;
+        self.read_holders(nodes)?;
+        for w in waits {
+            self.spawn_waiter(w);
+        }
+        Ok(())
+    }
+
+    /// Reads who holds the new runs' outputs, in one query per 10,000.
+    fn read_holders(&mut self, nodes: std::ops::Range<usize>) -> Result<()> {
+        let store = self.store();
+        let outputs: Vec<&str> = nodes
+            .flat_map(|n| self.machine.node(n).run.outputs.iter().map(|o| o.as_str()))
+            .collect();
+        for keys in outputs.chunks(10_000) {
+            // Absent from the log: nobody holds it.
+            self.holders
+                .extend(keys.iter().map(|r| (r.to_string(), String::new())));
+            for p in store.partitions_by_ref(keys)? {
+                // Only what the plan saw: a partition changed since the build started (another
+                // build made or is making it) goes through the full check at claim time.
+                if p.updated_at < self.started_ns && p.status != Status::Building {
+                    let holder = p.job_run_id.unwrap_or_default();
+                    self.holders.insert(p.partition_ref, holder);
+                } else {
+                    self.holders.remove(&p.partition_ref);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Claims runs in one log write, with the completions waiting to be written, against the
+    /// holders the plan saw; a run whose outputs it did not see is checked and claimed alone.
+    fn claim(&mut self, nodes: Vec<usize>) -> Result<()> {
+        let mut batch = Vec::with_capacity(nodes.len());
+        let mut events = Vec::new();
+        for node in nodes {
+            if self.must_read_versions_first(node) {
+                self.answer(Input::ResolveFirst(node));
+                continue;
+            }
+            let seen: Option<Vec<String>> = self
+                .machine
+                .node(node)
+                .run
+                .outputs
+                .iter()
+                .map(|o| self.holders.remove(o.as_str()))
+                .collect();
+            match seen {
+                Some(seen) => {
+                    self.claim_events(node, seen, &mut events);
+                    batch.push(node);
+                }
+                None => self.check(node)?,
+            }
+        }
+        if batch.is_empty() {
+            return Ok(());
+        }
+        match self.append_claims(events)? {
+            None => self.answer(Input::Claimed(batch)),
+            // Another build changed one of the partitions since the plan.
+            Some(_) => self.answer(Input::BatchRefused(batch)),
+        }
+        Ok(())
+    }
+
+    /// Reads the run's outputs, then claims them against what it read: refused if they changed
+    /// in between (compare-and-swap). Outputs another build builds, or made meanwhile, are
+    /// the machine's to decide about.
+    fn check(&mut self, node: usize) -> Result<()> {
+        let mut seen = Vec::new();
+        let mut holders = Vec::new();
+        let mut made_by_others = 0;
+        for o in &self.machine.node(node).run.outputs {
+            let row = self.store().partition(o.as_str())?;
+            if let Some(p) = &row {
+                let other = p.build_request_id.as_deref() != Some(&self.id);
+                if p.status == Status::Building && other {
+                    let by = p.build_request_id.clone().unwrap_or_default();
+                    holders.push((o.to_string(), by));
+                }
+                if p.status == Status::Available && other && p.updated_at >= self.started_ns {
+                    made_by_others += 1;
+                }
+            }
+            seen.push(row.and_then(|p| p.job_run_id).unwrap_or_default());
+        }
+        if !holders.is_empty() {
+            self.answer(Input::Held { node, holders });
+            return Ok(());
+        }
+        if made_by_others == seen.len() {
+            self.answer(Input::MadeElsewhere(node));
+            return Ok(());
+        }
+        let mut events = Vec::new();
+        self.claim_events(node, seen, &mut events);
+        match self.append_claims(events)? {
+            None => self.answer(Input::Claimed(vec![node])),
+            Some(refusal) => {
+                let LogError::Refused { refusal: kind, .. } = &refusal else {
+                    unreachable!("append_claims returns refusals only")
+                };
+                let kind = *kind;
+                self.last_refusal = Some(refusal);
+                self.answer(Input::Refused {
+                    node,
+                    refusal: kind,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// The outputs of the run another build is building, with that build's id.
+    fn holders_of(&self, node: usize) -> Result<Vec<(String, String)>> {
+        let mut holders = Vec::new();
+        for o in &self.machine.node(node).run.outputs {
+            let row = self.store().partition(o.as_str())?;
+            if let Some(p) = row.filter(|p| p.status == Status::Building) {
+                holders.push((o.to_string(), p.build_request_id.unwrap_or_default()));
+            }
+        }
+        Ok(holders)
+    }
+
+    /// A run reading upstream partitions has their versions read off the loop before its claim
+    /// (each is a call to the upstream service).
+    fn must_read_versions_first(&self, node: usize) -> bool {
+        self.has_upstream
+            && !self.read_versions.contains_key(&node)
+            && self
+                .machine
+                .node(node)
+                .run
+                .inputs
+                .iter()
+                .any(|i| self.is_upstream(i.as_str()))
+    }
+
+    fn is_upstream(&self, r: &str) -> bool {
+        let graph = &self.engine.graph;
+        matches!(graph.producer_of(r), Some((Producer::Dataset(d), _)) if graph.datasets[d].upstream.is_some())
+    }
+
+    /// Reads the versions of the run's upstream inputs on a thread of its own.
+    fn resolve(&mut self, node: usize) {
+        let upstream: Vec<String> = self
+            .machine
+            .node(node)
+            .run
+            .inputs
+            .iter()
+            .filter(|i| self.is_upstream(i.as_str()))
+            .map(|i| i.to_string())
+            .collect();
+        let (engine, tx) = (self.engine, self.tx.clone());
+        self.scope.spawn(move || {
+            let versions = upstream
+                .into_iter()
+                .map(|i| {
+                    let v = engine.input_version(&i);
+                    (i, v)
+                })
+                .collect();
+            let _ = tx.send(Message::VersionsRead { node, versions });
+        });
+    }
+
+    /// A claim's events; fixes the versions of the run's inputs.
+    fn claim_events(&mut self, node: usize, seen: Vec<String>, events: &mut Vec<Event>) {
+        let run = &self.machine.node(node).run;
+        let upstream = self.read_versions.remove(&node).unwrap_or_default();
+        let input_versions: BTreeMap<String, String> = run
+            .inputs
+            .iter()
+            .filter_map(|i| {
+                let version = match upstream.get(i.as_str()) {
+                    Some(read) => read.clone(),
+                    None => self
+                        .made
+                        .get(i.as_str())
+                        .cloned()
+                        .or_else(|| self.engine.input_version(i.as_str())),
+                };
+                Some((i.to_string(), version?))
+            })
+            .chain(run.aliased().iter().map(|(alias, read)| {
+                (
+                    alias.to_string(),
+                    format!("{}{read}", crate::versions::ALIAS_PREFIX),
+                )
+            }))
+            .collect();
+        let id = &self.runs[node].id;
+        let log_path = spec::log_path(self.engine, id).display().to_string();
+        Record {
+            graph: &self.engine.graph,
+            build: &self.id,
+        }
+        .claim(run, id, seen, &input_versions, log_path, events);
+        self.runs[node].input_versions = input_versions;
+    }
+
+    /// Appends claims with the deferred completions riding along. If the log refuses the claims,
+    /// the completions go in alone and the refusal is returned.
+    fn append_claims(&mut self, claims: Vec<Event>) -> Result<Option<LogError>> {
+        let deferred = self.take_pending();
+        let mut all = deferred.clone();
+        all.extend(claims);
+        match self.store().append(all) {
+            Ok(_) => Ok(None),
+            Err(refusal @ LogError::Refused { .. }) => {
+                if !deferred.is_empty() {
+                    self.store().append(deferred)?;
+                }
+                Ok(Some(refusal))
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Hands a claimed run to the slots, starting a slot thread if every one is busy.
+    fn stage(&mut self, node: usize) {
+        let n = self.machine.node(node);
+        let of = SpecOf {
+            run: &n.run,
+            run_id: &self.runs[node].id,
+            attempt: n.attempt,
+        };
+        let spec = spec::run_spec(self.engine, &self.id, &of);
+        let cancel = self.runs[node].cancel.clone();
+        self.launches.push(Launch { node, spec, cancel });
+        let busy = self.machine.running() + self.machine.staged();
+        if self.slot_threads < self.options.parallel.max(1) && self.slot_threads < busy {
+            self.slot_threads += 1;
+            self.spawn_slot();
+        }
+    }
+
+    fn spawn_slot(&self) {
+        let (launches, tx, executor) = (self.launches.clone(), self.tx.clone(), self.executor);
+        self.scope.spawn(move || {
+            while let Some(launch) = launches.next() {
+                let node = launch.node;
+                let at = Instant::now();
+                let _ = tx.send(Message::Started { node, at });
+                let ended = crate::slots::run(executor, &launch);
+                if ended.outcome != RunOutcome::Succeeded {
+                    // Whether the build goes on is the machine's call (it may stop).
+                    launches.pause();
+                }
+                let _ = tx.send(Message::Finished { node, ended });
+            }
+        });
+    }
+
+    /// The run gave its claim up for the build that claimed first: recorded, with the new
+    /// delegations, which are then followed.
+    fn wait_instead(&mut self, node: usize, waits: std::ops::Range<usize>) -> Result<()> {
+        let record = self.record();
+        let mut events = vec![record.lost_claim(&self.machine.node(node).run, &self.runs[node].id)];
+        for w in waits.clone() {
+            let wait = self.machine.wait(w);
+            record.delegated(&wait.partition_ref, &wait.delegated_to, &mut events);
+        }
+        self.append(events)?;
+        for w in waits {
+            self.spawn_waiter(w);
+        }
+        Ok(())
+    }
+
+    /// Another build made all of the run's outputs: recorded as delegated to it, and available.
+    fn adopt(&mut self, node: usize) -> Result<()> {
+        let run = &self.machine.node(node).run;
+        let mut events = Vec::with_capacity(1 + 3 * run.outputs.len());
+        let mut relies_on = None;
+        for o in &run.outputs {
+            let row = self
+                .store()
+                .partition(o.as_str())?
+                .expect("checked just before");
+            relies_on = row.job_run_id.clone();
+            let made_by = row.build_request_id.as_deref().unwrap_or_default();
+            self.record().delegated(o.as_str(), made_by, &mut events);
+            events.push(Event::partition(
+                Some(&self.id),
+                o.as_str(),
+                Status::Available,
+            ));
+        }
+        let skipped = self.record().adopted(run, &self.runs[node].id, relies_on);
+        events.insert(0, skipped);
+        self.append(events)
+    }
+
+    /// A run ended: reported, and recorded (a success deferred, to ride along with the next
+    /// claim).
+    fn ended(
+        &mut self,
+        node: usize,
+        attempt: u32,
+        ended: Ended,
+        then: Option<databuild_log::AfterFailure>,
+        observer: &mut dyn Observer,
+    ) -> Result<()> {
+        let run = &self.machine.node(node).run;
+        let job = &self.engine.graph.jobs[run.job_index];
+        let took = self.runs[node]
+            .started
+            .map(|s| s.elapsed())
+            .unwrap_or_default();
+        report_end(observer, job, run, attempt, &ended.outcome, then, took);
+        let report = spec::with_provenance(job, run, ended.report);
+        let id = &self.runs[node].id;
+        let (status, message, exit_code) = match ended.outcome {
+            RunOutcome::Succeeded => {
+                let version = spec::output_version(job, run, &self.runs[node].input_versions);
+                let events = self
+                    .record()
+                    .built(run, id, &version, ended.executor_id, report);
+                for o in &run.outputs {
+                    self.made.insert(o.to_string(), version.clone());
+                }
+                self.defer(events);
+                return Ok(());
+            }
+            RunOutcome::Cancelled => (Status::Cancelled, "cancelled".to_string(), None),
+            RunOutcome::Failed {
+                message, exit_code, ..
+            } => (Status::Failed, message, exit_code),
+        };
+        let end = RunEnd {
+            status,
+            message: &message,
+            exit_code,
+            executor_id: ended.executor_id,
+            then,
+            not_started: false,
+            attempt,
+        };
+        let events = self.record().ended(run, id, end);
+        self.append(events)
+    }
+
+    /// Plans the refs a run reported missing, on a thread of its own (configs and upstream
+    /// services may be asked).
+    fn plan_inputs(&mut self, node: usize, missing: Vec<String>) {
+        let (engine, tx) = (self.engine, self.tx.clone());
+        self.scope.spawn(move || {
+            let refs = missing
+                .iter()
+                .map(PartitionRef::new)
+                .collect::<std::result::Result<Vec<_>, _>>()
+                .map_err(|e| {
+                    EngineError::Invalid(format!(
+                        "a job reported a missing input that is not a valid ref: {e}"
+                    ))
+                });
+            let plan = refs.and_then(|refs| {
+                engine.plan(&PlanRequest {
+                    refs,
+                    ..Default::default()
+                })
+            });
+            let plan = plan.map_err(|e| e.to_string());
+            let _ = tx.send(Message::InputsPlanned {
+                node,
+                missing,
+                plan,
+            });
+        });
+    }
+
+    /// The builder of a waited-for partition died: its build is closed, and the partition
+    /// planned here, on a thread of its own.
+    fn take_over(&mut self, wait: usize, observer: &mut dyn Observer) -> Result<()> {
+        self.engine.close_abandoned_builds()?;
+        let r = self.machine.wait(wait).partition_ref.clone();
+        observer.on(Progress::Note(format!(
+            "the build making `{r}` is gone; building it here"
+        )));
+        let r = PartitionRef::new(&r).map_err(|e| EngineError::Invalid(e.to_string()))?;
+        let (engine, tx) = (self.engine, self.tx.clone());
+        self.scope.spawn(move || {
+            let plan = engine.plan(&PlanRequest {
+                refs: vec![r],
+                ..Default::default()
+            });
+            let _ = tx.send(Message::TakeOverPlanned { wait, plan });
+        });
+        Ok(())
+    }
+
+    /// Follows a partition another build is making, until it is available, failed, or its
+    /// builder is gone.
+    fn spawn_waiter(&self, w: usize) {
+        let store = self.store();
+        let r = self.machine.wait(w).partition_ref.clone();
+        let tx = self.tx.clone();
+        let shutdown = self.shutdown.clone();
+        self.scope.spawn(move || {
+            let outcome = loop {
+                if shutdown.load(Ordering::SeqCst) {
+                    return;
+                }
+                if let Some(outcome) = wait_outcome(store, &r) {
+                    break outcome;
+                }
+                thread::sleep(Duration::from_millis(50));
+            };
+            let _ = tx.send(Message::Resolved { wait: w, outcome });
+        });
+    }
+
+    /// Appends events, after any deferred completions.
+    fn append(&mut self, events: Vec<Event>) -> Result<()> {
+        let mut all = self.take_pending();
+        if all.is_empty() {
+            // The plan's thousands of events are not copied into an empty vector.
+            all = events;
+        } else {
+            all.extend(events);
+        }
+        if !all.is_empty() {
+            self.store().append(all)?;
+        }
+        Ok(())
+    }
+
+    /// Writes deferred completions now.
+    fn flush(&mut self) -> Result<()> {
+        self.append(Vec::new())
+    }
+
+    /// Holds events back to ride along with the next write.
+    fn defer(&mut self, events: Vec<Event>) {
+        self.deferred_at.get_or_insert_with(Instant::now);
+        self.pending.extend(events);
+    }
+
+    fn take_pending(&mut self) -> Vec<Event> {
+        self.deferred_at = None;
+        std::mem::take(&mut self.pending)
+    }
+
+    /// How long the loop may wait for a message before deferred events must be written. While
+    /// runs are staged, a claim to carry them comes as slots take those; otherwise they go now.
+    fn flush_due(&mut self) -> Result<Duration> {
+        let Some(at) = self.deferred_at else {
+            return Ok(IDLE_WAKE);
+        };
+        let left = MAX_DEFER.saturating_sub(at.elapsed());
+        if self.machine.staged() == 0 || left.is_zero() {
+            self.flush()?;
+            return Ok(IDLE_WAKE);
+        }
+        Ok(left.min(IDLE_WAKE))
+    }
+
+    /// Records what never started, decides the outcome, and ends the build request.
+    fn finish(mut self, observer: &mut dyn Observer) -> Result<BuildSummary> {
+        let reason = self.machine.stop_reason();
+        self.machine.finish(&mut self.effects);
+        self.carry_out(observer)?;
+        let mut failed_outputs = FxHashSet::default();
+        for n in self.machine.nodes() {
+            if matches!(
+                n.state,
+                super::machine::State::Failed | super::machine::State::Cancelled
+            ) {
+                failed_outputs.extend(n.run.outputs.iter().map(|o| o.as_str()));
+            }
+        }
+        let mut failed = false;
+        let mut events = Vec::new();
+        for w in self.machine.waits().iter().filter(|w| !w.done) {
+            events.push(
+                Event::partition(Some(&self.id), &w.partition_ref, Status::Cancelled)
+                    .with_message(format!("not waited for: {reason}")),
+            );
+        }
+        for r in &self.options.refs {
+            let live = self
+                .store()
+                .partition(r.as_str())?
+                .is_some_and(|p| p.status == Status::Available)
+                || self.skipped.iter().any(|s| s == r.as_str());
+            if !live {
+                failed = true;
+                // Requested refs that no run of ours ended (a failed delegation, say) end here.
+                let ended =
+                    failed_outputs.contains(r.as_str()) || self.machine.deals_with(r.as_str());
+                if !ended {
+                    events.push(
+                        Event::partition(Some(&self.id), r.as_str(), Status::Failed)
+                            .with_message(reason.clone()),
+                    );
+                }
+            }
+        }
+        let status = if self.machine.cancelled() {
+            Status::Cancelled
+        } else if failed {
+            Status::Failed
+        } else {
+            Status::Completed
+        };
+        if !self.cancelled_outside {
+            let mut e = Event::build_request(&self.id, status);
+            if status != Status::Completed {
+                e = e.with_message(reason);
+            }
+            events.push(e);
+        }
+        self.append(events)?;
+        Ok(self
+            .engine
+            .summary(&self.id)?
+            .expect("the build request was recorded"))
+    }
+}
+
+/// Reports a run's end: as retried, as fetching its inputs, or as its outputs' outcome.
+fn report_end(
+    observer: &mut dyn Observer,
+    job: &databuild_core::Job,
+    run: &databuild_core::PlannedRun,
+    attempt: u32,
+    outcome: &RunOutcome,
+    then: Option<databuild_log::AfterFailure>,
+    took: Duration,
+) {
+    use databuild_log::AfterFailure;
+    match (outcome, then) {
+        (RunOutcome::Failed { message, .. }, Some(AfterFailure::Retry)) => {
+            observer.on(Progress::Retrying {
+                job: &job.name,
+                outputs: &run.outputs,
+                message,
+                attempt: attempt + 1,
+                attempts: job.retries + 1,
+            })
+        }
+        (RunOutcome::Failed { missing_deps, .. }, Some(AfterFailure::FetchInputs)) => {
+            observer.on(Progress::FetchingInputs {
+                job: &job.name,
+                outputs: &run.outputs,
+                missing: missing_deps,
+            })
+        }
+        _ => observer.on(Progress::Finished {
+            job: &job.name,
+            outputs: &run.outputs,
+            outcome,
+            took,
+        }),
+    }
+}
+
+/// Where a partition another build is making stands: `None` while it is still being built by
+/// a live process.
+fn wait_outcome(store: &dyn EventStore, r: &str) -> Option<WaitOutcome> {
+    match store.partition(r) {
+        Ok(Some(p)) if p.status == Status::Building => {
+            let owner = p
+                .job_run_id
+                .as_deref()
+                .and_then(|id| store.job_run(id).ok().flatten())
+                .and_then(|run| run.owner);
+            owner_dead(store, owner.as_deref()).then_some(WaitOutcome::Abandoned)
+        }
+        Ok(Some(p)) if p.status == Status::Available => Some(WaitOutcome::Available),
+        Ok(Some(p)) => Some(WaitOutcome::Failed(format!(
+            "the build it was delegated to ended it `{}`{}",
+            p.status,
+            p.message.map(|m| format!(": {m}")).unwrap_or_default()
+        ))),
+        Ok(None) => Some(WaitOutcome::Failed(
+            "the build it was delegated to never built it".into(),
+        )),
+        Err(e) => Some(WaitOutcome::Failed(e.to_string())),
+    }
+}

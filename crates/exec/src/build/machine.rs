@@ -1,0 +1,864 @@
+//! The scheduler's decisions, as a pure state machine: plain inputs in (a claim accepted or
+//! refused, a run started or ended, a delegated partition resolved, a plan made, cancel), plain
+//! effects out (claim these runs, stage this one, record that one's end, plan these refs, stop).
+//!
+//! No threads, clock, processes or log in here: [`super::driver`] carries inputs in and effects
+//! out. Nothing rescans the plan: runs wait on counters, a finished run decrements its
+//! dependents', and runs at zero enter the ready queue. Nodes and waits are vectors indexed by
+//! their number; refs are looked up in hash maps.
+
+use std::collections::VecDeque;
+use std::ops::Range;
+
+use databuild_core::{Plan, PlannedRun};
+use databuild_log::{AfterFailure, RefusalKind};
+use rustc_hash::FxHashMap;
+
+use crate::local::RunOutcome;
+use crate::slots::Ended;
+
+/// How many times a run may come back with `DATABUILD_MISSING_DEPS` before it fails.
+pub(crate) const MAX_MISSING_DEP_ROUNDS: u32 = 3;
+/// The most runs a build claims beyond its slots, for slots to start the moment they free.
+/// Claimed runs show as running in the log; a few of them cut the log writes per run by as much.
+pub(crate) const MAX_CLAIM_AHEAD: usize = 8;
+/// How many times one run's claim may be refused because its outputs changed since they were
+/// read, before the build gives up (each refusal means another build moved them meanwhile).
+pub(crate) const MAX_CLAIM_REFUSALS: u32 = 5;
+
+/// What a build decides from: its slots, `--keep-going`, and each job's retries and
+/// concurrency (by job index).
+#[derive(Debug, Clone)]
+pub(crate) struct Policy {
+    pub slots: usize,
+    pub keep_going: bool,
+    pub jobs: Vec<JobPolicy>,
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct JobPolicy {
+    pub retries: u32,
+    pub concurrency: Option<u32>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum State {
+    Waiting,
+    Ready,
+    /// Its claim is being written (or its outputs read first).
+    Claiming,
+    /// Its inputs' versions are being read elsewhere (an upstream service) before its claim.
+    Resolving,
+    /// Claimed in the log, waiting for a slot.
+    Staged,
+    Running,
+    /// It reported missing inputs, which are being planned.
+    Fetching,
+    Done,
+    Failed,
+    Cancelled,
+}
+
+/// One run of the build (retries reuse the node; the driver gives each attempt a new run id).
+#[derive(Debug)]
+pub(crate) struct Node {
+    pub run: PlannedRun,
+    pub state: State,
+    /// 1 for the first attempt.
+    pub attempt: u32,
+    missing_rounds: u32,
+    claim_refusals: u32,
+    /// Unfinished dependencies (runs and waits).
+    waiting_on: usize,
+    dependents: Vec<usize>,
+}
+
+/// A partition another build is making, that runs of this build wait for.
+#[derive(Debug)]
+pub(crate) struct Wait {
+    pub partition_ref: String,
+    /// The build request it was delegated to.
+    pub delegated_to: String,
+    dependents: Vec<usize>,
+    pub done: bool,
+}
+
+/// How a partition another build was making ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum WaitOutcome {
+    Available,
+    Failed(String),
+    /// The process building it is gone.
+    Abandoned,
+}
+
+#[derive(Debug)]
+pub(crate) enum Input {
+    /// The log took these runs' claims.
+    Claimed(Vec<usize>),
+    /// The log refused a batch of claims made against the holders the plan saw: another build
+    /// changed one of the partitions since. Each run is then checked and claimed alone.
+    BatchRefused(Vec<usize>),
+    /// The log refused one run's claim.
+    Refused {
+        node: usize,
+        refusal: RefusalKind,
+    },
+    /// Another build is building outputs of the run: each output's ref and that build's id
+    /// (none left: whoever held them is done).
+    Held {
+        node: usize,
+        holders: Vec<(String, String)>,
+    },
+    /// Another build made every output of the run since this build started.
+    MadeElsewhere(usize),
+    /// The run reads inputs whose versions only a blocking call can tell (an upstream service):
+    /// they are read off the loop before it is claimed.
+    ResolveFirst(usize),
+    /// Its inputs' versions were read.
+    Resolved(usize),
+    /// A slot started a claimed run.
+    Started(usize),
+    Finished {
+        node: usize,
+        ended: Ended,
+    },
+    /// A claimed run taken back from the slots before one started it.
+    Unstaged(usize),
+    /// A partition another build was making is resolved.
+    WaitEnded {
+        wait: usize,
+        outcome: WaitOutcome,
+    },
+    /// The plan of a run's missing inputs, or why there is none.
+    InputsPlanned {
+        node: usize,
+        missing: Vec<String>,
+        plan: Result<Plan, String>,
+    },
+    /// The plan that takes over a partition whose builder died.
+    TakeOverPlanned {
+        wait: usize,
+        plan: Plan,
+    },
+    /// Stop: no run starts any more, running runs are told to stop.
+    Cancel(String),
+}
+
+#[derive(Debug, PartialEq)]
+pub(crate) enum Effect {
+    /// Record these new runs as scheduled and these new waits as delegated, and follow the waits.
+    Scheduled {
+        nodes: Range<usize>,
+        waits: Range<usize>,
+    },
+    /// Claim these runs in one write, against the holders the plan saw; a run whose holders it
+    /// did not see is checked and claimed alone.
+    Claim(Vec<usize>),
+    /// Read the run's outputs, then claim them against what was read (compare-and-swap).
+    Check(usize),
+    /// Another build holds the run's outputs: find out which, for [`Input::Held`].
+    FindHolders(usize),
+    /// Read the versions of the run's inputs off the loop, for [`Input::Resolved`].
+    Resolve(usize),
+    /// The log refused the run's claim for good: the build cannot go on.
+    ClaimFailed(usize),
+    /// Hand a claimed run to the slots.
+    Stage(usize),
+    /// Take back the claimed runs no slot has started, for [`Input::Unstaged`].
+    Unstage,
+    /// Tell every running run to stop.
+    StopRuns,
+    /// The run gave up its claim to wait for another build; `waits` are new.
+    WaitInstead {
+        node: usize,
+        waits: Range<usize>,
+    },
+    /// Another build made the run's outputs: record that this build relies on them.
+    Adopt(usize),
+    /// Record a run's end; `then` is what follows a failure that does not end its outputs.
+    Ended {
+        node: usize,
+        /// The attempt that ended (1 for the first).
+        attempt: u32,
+        ended: Ended,
+        then: Option<AfterFailure>,
+    },
+    /// Record that a claimed run never started, releasing its claims.
+    NotStarted {
+        node: usize,
+        reason: String,
+    },
+    /// A new attempt of the run, to record as scheduled under a new run id.
+    Rescheduled(usize),
+    /// Record these runs as not run and their outputs as not built.
+    NotRun {
+        nodes: Vec<usize>,
+        reason: String,
+    },
+    /// A partition another build made is available to this one.
+    WaitAvailable(usize),
+    WaitFailed {
+        wait: usize,
+        message: String,
+    },
+    /// Plan the refs a run reported missing, off the loop, for [`Input::InputsPlanned`].
+    PlanInputs {
+        node: usize,
+        missing: Vec<String>,
+    },
+    /// The builder of a waited-for partition died: plan it here, for [`Input::TakeOverPlanned`].
+    TakeOver(usize),
+    /// Runs were added while building (a retry, missing inputs, a takeover).
+    Added,
+}
+
+pub(crate) struct Machine {
+    policy: Policy,
+    nodes: Vec<Node>,
+    /// Which node builds each output of this build.
+    by_output: FxHashMap<String, usize>,
+    waits: Vec<Wait>,
+    waiting_for: FxHashMap<String, usize>,
+    ready: VecDeque<usize>,
+    /// Runs held back by their job's `concurrency`, by job index.
+    held: FxHashMap<usize, VecDeque<usize>>,
+    /// Runs claiming, claimed or running, by job index (what `concurrency` caps).
+    per_job: FxHashMap<usize, u32>,
+    claiming: usize,
+    staged: usize,
+    running: usize,
+    /// Runs whose inputs' versions or missing inputs are being found off the loop, and waits
+    /// being taken over: the build is not over while any is.
+    elsewhere: usize,
+    open_waits: usize,
+    /// Why no new run starts (a failure without `--keep-going`, or cancel).
+    stopped: Option<String>,
+    cancelled: bool,
+}
+
+impl Machine {
+    pub fn new(policy: Policy) -> Self {
+        Machine {
+            policy,
+            nodes: Vec::new(),
+            by_output: FxHashMap::default(),
+            waits: Vec::new(),
+            waiting_for: FxHashMap::default(),
+            ready: VecDeque::new(),
+            held: FxHashMap::default(),
+            per_job: FxHashMap::default(),
+            claiming: 0,
+            staged: 0,
+            running: 0,
+            elsewhere: 0,
+            open_waits: 0,
+            stopped: None,
+            cancelled: false,
+        }
+    }
+
+    pub fn node(&self, node: usize) -> &Node {
+        &self.nodes[node]
+    }
+
+    pub fn nodes(&self) -> &[Node] {
+        &self.nodes
+    }
+
+    pub fn wait(&self, wait: usize) -> &Wait {
+        &self.waits[wait]
+    }
+
+    pub fn waits(&self) -> &[Wait] {
+        &self.waits
+    }
+
+    /// Whether a run of this build makes `r`, or it waits for another build to.
+    pub fn deals_with(&self, r: &str) -> bool {
+        self.by_output.contains_key(r) || self.waiting_for.contains_key(r)
+    }
+
+    pub fn running(&self) -> usize {
+        self.running
+    }
+
+    /// Claimed runs no slot has reported started.
+    pub fn staged(&self) -> usize {
+        self.staged
+    }
+
+    pub fn stopped(&self) -> bool {
+        self.stopped.is_some()
+    }
+
+    pub fn cancelled(&self) -> bool {
+        self.cancelled
+    }
+
+    /// Nothing runs or will: every run and wait is over, or the build stopped and its running
+    /// runs (and what is being found off the loop) are over.
+    pub fn is_over(&self) -> bool {
+        let busy = self.running + self.staged + self.claiming + self.elsewhere;
+        let nothing_left = self.open_waits == 0 && self.ready.is_empty();
+        busy == 0 && (nothing_left || self.stopped.is_some())
+    }
+
+    /// Adds a plan's runs and delegations, without claiming any yet ([`Machine::fill`] does).
+    /// Runs whose outputs this build already makes are not added twice.
+    pub fn add_plan(&mut self, plan: Plan, out: &mut VecDeque<Effect>) {
+        let (first_node, first_wait) = (self.nodes.len(), self.waits.len());
+        let outputs: usize = plan.runs.iter().map(|r| r.outputs.len()).sum();
+        self.nodes.reserve(plan.runs.len());
+        self.by_output.reserve(outputs);
+        for d in &plan.delegated {
+            self.wait_for(d.partition_ref.as_str(), &d.build_request_id);
+        }
+        let mut local: Vec<usize> = Vec::with_capacity(plan.runs.len());
+        for run in plan.runs {
+            if let Some(&existing) = run
+                .outputs
+                .iter()
+                .find_map(|o| self.by_output.get(o.as_str()))
+            {
+                local.push(existing);
+                continue;
+            }
+            let index = self.nodes.len();
+            local.push(index);
+            self.add_node(index, run, &local);
+        }
+        out.push_back(Effect::Scheduled {
+            nodes: first_node..self.nodes.len(),
+            waits: first_wait..self.waits.len(),
+        });
+    }
+
+    /// Adds one run, waiting on its unfinished dependencies (`local`: the plan's runs' nodes).
+    fn add_node(&mut self, index: usize, run: PlannedRun, local: &[usize]) {
+        let mut waiting_on = 0;
+        for &dep in run.depends_on.iter().map(|&d| &local[d]) {
+            if self.nodes[dep].state != State::Done {
+                self.nodes[dep].dependents.push(index);
+                waiting_on += 1;
+            }
+        }
+        for input in &run.inputs {
+            if let Some(&w) = self.waiting_for.get(input.as_str()) {
+                if !self.waits[w].done {
+                    self.waits[w].dependents.push(index);
+                    waiting_on += 1;
+                }
+            }
+        }
+        for o in &run.outputs {
+            self.by_output.insert(o.to_string(), index);
+        }
+        self.nodes.push(Node {
+            run,
+            state: State::Waiting,
+            attempt: 1,
+            missing_rounds: 0,
+            claim_refusals: 0,
+            waiting_on,
+            dependents: Vec::new(),
+        });
+        if waiting_on == 0 {
+            self.make_ready(index);
+        }
+    }
+
+    /// Starts waiting for a partition another build is making (once per ref).
+    fn wait_for(&mut self, r: &str, other: &str) -> usize {
+        if let Some(&w) = self.waiting_for.get(r) {
+            return w;
+        }
+        let w = self.waits.len();
+        self.waits.push(Wait {
+            partition_ref: r.to_string(),
+            delegated_to: other.to_string(),
+            dependents: Vec::new(),
+            done: false,
+        });
+        self.waiting_for.insert(r.to_string(), w);
+        self.open_waits += 1;
+        w
+    }
+
+    pub fn handle(&mut self, input: Input, out: &mut VecDeque<Effect>) {
+        match input {
+            Input::Claimed(nodes) => nodes.into_iter().for_each(|n| self.stage(n, out)),
+            Input::BatchRefused(nodes) => out.extend(nodes.into_iter().map(Effect::Check)),
+            Input::Refused { node, refusal } => self.refused(node, refusal, out),
+            Input::Held { node, holders } => self.lost_claim(node, holders, out),
+            Input::MadeElsewhere(node) => self.adopt(node, out),
+            Input::ResolveFirst(node) => {
+                self.unclaim(node, State::Resolving);
+                self.elsewhere += 1;
+                out.push_back(Effect::Resolve(node));
+            }
+            Input::Resolved(node) => {
+                self.elsewhere -= 1;
+                self.nodes[node].state = State::Ready;
+                self.ready.push_front(node);
+            }
+            Input::Started(node) => {
+                self.staged -= 1;
+                self.running += 1;
+                self.nodes[node].state = State::Running;
+            }
+            Input::Finished { node, ended } => self.finished(node, ended, out),
+            Input::Unstaged(node) => self.unstaged(node, out),
+            Input::WaitEnded { wait, outcome } => self.wait_ended(wait, outcome, out),
+            Input::InputsPlanned {
+                node,
+                missing,
+                plan,
+            } => self.inputs_planned(node, &missing, plan, out),
+            Input::TakeOverPlanned { wait, plan } => self.taken_over(wait, plan, out),
+            Input::Cancel(reason) => {
+                if !self.cancelled {
+                    self.cancelled = true;
+                    self.stopped.get_or_insert(reason);
+                    out.push_back(Effect::StopRuns);
+                }
+            }
+        }
+        self.fill(out);
+    }
+
+    /// Keeps the slots fed: it claims runs ahead of them, twice as many as there are slots (at
+    /// most `MAX_CLAIM_AHEAD`), refilling in one log write once half are taken. A slot that
+    /// frees finds a run waiting, and the log takes one write per few runs. Once the build
+    /// stopped, the claimed runs no slot took are taken back instead.
+    pub fn fill(&mut self, out: &mut VecDeque<Effect>) {
+        if self.stopped.is_some() {
+            if self.staged > 0 {
+                out.push_back(Effect::Unstage);
+            }
+            return;
+        }
+        let slots = self.policy.slots.max(1);
+        let ahead = (2 * slots).min(MAX_CLAIM_AHEAD);
+        while self.staged + self.claiming < ahead / 2 {
+            let want = (slots + ahead).saturating_sub(self.running + self.staged + self.claiming);
+            let mut batch = Vec::new();
+            while batch.len() < want {
+                let Some(node) = self.next_ready() else { break };
+                self.nodes[node].state = State::Claiming;
+                self.claiming += 1;
+                *self
+                    .per_job
+                    .entry(self.nodes[node].run.job_index)
+                    .or_default() += 1;
+                batch.push(node);
+            }
+            if batch.is_empty() {
+                break;
+            }
+            out.push_back(Effect::Claim(batch));
+        }
+    }
+
+    /// The next ready run its job's `concurrency` lets start; others are held.
+    fn next_ready(&mut self) -> Option<usize> {
+        while let Some(node) = self.ready.pop_front() {
+            let job = self.nodes[node].run.job_index;
+            let cap = self.policy.jobs.get(job).and_then(|j| j.concurrency);
+            let running = self.per_job.get(&job).copied().unwrap_or(0);
+            if cap.is_some_and(|c| running >= c) {
+                self.held.entry(job).or_default().push_back(node);
+                continue;
+            }
+            return Some(node);
+        }
+        None
+    }
+
+    fn make_ready(&mut self, node: usize) {
+        self.nodes[node].state = State::Ready;
+        self.ready.push_back(node);
+    }
+
+    fn stage(&mut self, node: usize, out: &mut VecDeque<Effect>) {
+        self.claiming -= 1;
+        self.staged += 1;
+        self.nodes[node].state = State::Staged;
+        out.push_back(Effect::Stage(node));
+    }
+
+    /// A claiming run that will not be claimed now: its job may start another.
+    fn unclaim(&mut self, node: usize, state: State) {
+        self.claiming -= 1;
+        self.nodes[node].state = state;
+        self.free_job_slot(self.nodes[node].run.job_index);
+    }
+
+    /// A run of the job is over: one more may start, and the runs its `concurrency` held back
+    /// go back to the front of the queue.
+    fn free_job_slot(&mut self, job: usize) {
+        if let Some(c) = self.per_job.get_mut(&job) {
+            *c -= 1;
+        }
+        if let Some(mut held) = self.held.remove(&job) {
+            while let Some(n) = held.pop_back() {
+                self.ready.push_front(n);
+            }
+        }
+    }
+
+    /// Another build claimed an output first: wait for it. The outputs changed since they were
+    /// read: read them again, a few times.
+    fn refused(&mut self, node: usize, refusal: RefusalKind, out: &mut VecDeque<Effect>) {
+        match refusal {
+            RefusalKind::AlreadyBeingBuilt => out.push_back(Effect::FindHolders(node)),
+            RefusalKind::ChangedSinceChecked => {
+                let n = &mut self.nodes[node];
+                n.claim_refusals += 1;
+                if n.claim_refusals < MAX_CLAIM_REFUSALS {
+                    out.push_back(Effect::Check(node));
+                } else {
+                    out.push_back(Effect::ClaimFailed(node));
+                }
+            }
+            RefusalKind::Invalid => out.push_back(Effect::ClaimFailed(node)),
+        }
+    }
+
+    /// Another build claimed outputs between planning and starting: wait for it instead.
+    fn lost_claim(
+        &mut self,
+        node: usize,
+        holders: Vec<(String, String)>,
+        out: &mut VecDeque<Effect>,
+    ) {
+        self.unclaim(node, State::Cancelled);
+        let first_new = self.waits.len();
+        let mut waits = Vec::with_capacity(holders.len());
+        for (r, other) in &holders {
+            let w = self.wait_for(r, other);
+            // One that already ended has nothing left to wait for.
+            if !self.waits[w].done {
+                waits.push(w);
+            }
+        }
+        out.push_back(Effect::WaitInstead {
+            node,
+            waits: first_new..self.waits.len(),
+        });
+        let dependents = std::mem::take(&mut self.nodes[node].dependents);
+        if waits.is_empty() {
+            // Nobody holds them any more: release the dependents as if built elsewhere.
+            dependents.into_iter().for_each(|d| self.dependency_done(d));
+            return;
+        }
+        for &d in &dependents {
+            self.nodes[d].waiting_on += waits.len() - 1;
+        }
+        for &w in &waits {
+            self.waits[w].dependents.extend(dependents.iter().copied());
+        }
+    }
+
+    /// Another build made all of this run's outputs while it waited to start: rely on it.
+    fn adopt(&mut self, node: usize, out: &mut VecDeque<Effect>) {
+        self.unclaim(node, State::Done);
+        out.push_back(Effect::Adopt(node));
+        self.release_dependents(node);
+    }
+
+    fn release_dependents(&mut self, node: usize) {
+        for i in 0..self.nodes[node].dependents.len() {
+            let d = self.nodes[node].dependents[i];
+            self.dependency_done(d);
+        }
+    }
+
+    fn dependency_done(&mut self, node: usize) {
+        let n = &mut self.nodes[node];
+        n.waiting_on = n.waiting_on.saturating_sub(1);
+        if n.waiting_on == 0 && n.state == State::Waiting {
+            self.make_ready(node);
+        }
+    }
+
+    /// What follows a failure that does not end its outputs: fetching its missing inputs, or
+    /// another attempt. Nothing follows once the build was cancelled.
+    fn after_failure(&self, node: usize, outcome: &RunOutcome) -> Option<AfterFailure> {
+        let RunOutcome::Failed { missing_deps, .. } = outcome else {
+            return None;
+        };
+        let n = &self.nodes[node];
+        let retries = self
+            .policy
+            .jobs
+            .get(n.run.job_index)
+            .map_or(0, |j| j.retries);
+        if self.cancelled {
+            None
+        } else if !missing_deps.is_empty() && n.missing_rounds < MAX_MISSING_DEP_ROUNDS {
+            Some(AfterFailure::FetchInputs)
+        } else if n.attempt <= retries {
+            Some(AfterFailure::Retry)
+        } else {
+            None
+        }
+    }
+
+    fn finished(&mut self, node: usize, ended: Ended, out: &mut VecDeque<Effect>) {
+        self.running -= 1;
+        self.free_job_slot(self.nodes[node].run.job_index);
+        let then = self.after_failure(node, &ended.outcome);
+        let outcome = match (&ended.outcome, then) {
+            (RunOutcome::Failed { missing_deps, .. }, Some(AfterFailure::FetchInputs)) => {
+                Finish::Fetch(missing_deps.clone())
+            }
+            (RunOutcome::Failed { .. }, Some(AfterFailure::Retry)) => Finish::Retry,
+            (RunOutcome::Failed { message, .. }, None) => Finish::Failed(message.clone()),
+            (RunOutcome::Succeeded, _) => Finish::Built,
+            (RunOutcome::Cancelled, _) => Finish::Cancelled,
+        };
+        let attempt = self.nodes[node].attempt;
+        out.push_back(Effect::Ended {
+            node,
+            attempt,
+            ended,
+            then,
+        });
+        match outcome {
+            Finish::Built => {
+                self.nodes[node].state = State::Done;
+                self.release_dependents(node);
+            }
+            Finish::Cancelled => {
+                self.nodes[node].state = State::Cancelled;
+                let first = self.first_output(node);
+                self.cancel_dependents(node, format!("`{first}` was cancelled"), out);
+            }
+            Finish::Fetch(missing) => {
+                let n = &mut self.nodes[node];
+                n.missing_rounds += 1;
+                n.state = State::Fetching;
+                self.elsewhere += 1;
+                out.push_back(Effect::PlanInputs { node, missing });
+            }
+            Finish::Retry => {
+                out.push_back(Effect::Added);
+                self.nodes[node].attempt += 1;
+                self.reschedule(node, 0, out);
+            }
+            Finish::Failed(message) => {
+                self.nodes[node].state = State::Failed;
+                let reason = format!("`{}` failed", self.first_output(node));
+                self.cancel_dependents(node, reason.clone(), out);
+                self.stop_unless_keep_going(&format!("{reason}: {message}"));
+            }
+        }
+    }
+
+    fn first_output(&self, node: usize) -> String {
+        self.nodes[node].run.outputs[0].to_string()
+    }
+
+    /// A new attempt, waiting on `waiting_on` dependencies.
+    fn reschedule(&mut self, node: usize, waiting_on: usize, out: &mut VecDeque<Effect>) {
+        out.push_back(Effect::Rescheduled(node));
+        let n = &mut self.nodes[node];
+        n.waiting_on = waiting_on;
+        n.state = State::Waiting;
+        if waiting_on == 0 {
+            self.make_ready(node);
+        }
+    }
+
+    /// A staged run the build will not start after all (it stopped): its claims are released.
+    fn unstaged(&mut self, node: usize, out: &mut VecDeque<Effect>) {
+        self.staged -= 1;
+        self.free_job_slot(self.nodes[node].run.job_index);
+        let reason = self.stopped.clone().unwrap_or_default();
+        out.push_back(Effect::NotStarted {
+            node,
+            reason: format!("not started: {reason}"),
+        });
+        self.nodes[node].state = State::Cancelled;
+        let first = self.first_output(node);
+        self.cancel_dependents(node, format!("`{first}` was not started"), out);
+    }
+
+    fn wait_ended(&mut self, wait: usize, outcome: WaitOutcome, out: &mut VecDeque<Effect>) {
+        if self.waits[wait].done {
+            return;
+        }
+        self.waits[wait].done = true;
+        self.open_waits -= 1;
+        match outcome {
+            WaitOutcome::Available => {
+                out.push_back(Effect::WaitAvailable(wait));
+                for d in std::mem::take(&mut self.waits[wait].dependents) {
+                    self.dependency_done(d);
+                }
+            }
+            WaitOutcome::Failed(message) => {
+                out.push_back(Effect::WaitFailed { wait, message });
+                let r = &self.waits[wait].partition_ref;
+                let reason = format!("`{r}` failed in the build it was delegated to");
+                let dependents = std::mem::take(&mut self.waits[wait].dependents);
+                self.cancel_downstream(&dependents, reason.clone(), out);
+                self.stop_unless_keep_going(&reason);
+            }
+            WaitOutcome::Abandoned => {
+                // Built here instead; its dependents stay with the wait until that is planned.
+                let r = self.waits[wait].partition_ref.clone();
+                self.waiting_for.remove(&r);
+                self.elsewhere += 1;
+                out.push_back(Effect::TakeOver(wait));
+            }
+        }
+    }
+
+    fn taken_over(&mut self, wait: usize, plan: Plan, out: &mut VecDeque<Effect>) {
+        self.elsewhere -= 1;
+        self.add_plan(plan, out);
+        out.push_back(Effect::Added);
+        let dependents = std::mem::take(&mut self.waits[wait].dependents);
+        match self.by_output.get(&self.waits[wait].partition_ref).copied() {
+            Some(n) if self.nodes[n].state != State::Done => {
+                self.nodes[n].dependents.extend(dependents)
+            }
+            _ => dependents.into_iter().for_each(|d| self.dependency_done(d)),
+        }
+    }
+
+    /// The run's missing inputs are planned: they are built, then it runs again.
+    fn inputs_planned(
+        &mut self,
+        node: usize,
+        missing: &[String],
+        plan: Result<Plan, String>,
+        out: &mut VecDeque<Effect>,
+    ) {
+        self.elsewhere -= 1;
+        let plan = match plan {
+            Ok(plan) if plan.missing.is_empty() => plan,
+            Ok(plan) => {
+                let m = &plan.missing[0].partition_ref;
+                let why = format!("its missing input needs external `{m}`, which is not available");
+                return self.give_up(node, why, out);
+            }
+            Err(e) => {
+                return self.give_up(
+                    node,
+                    format!("its missing inputs cannot be planned: {e}"),
+                    out,
+                )
+            }
+        };
+        self.add_plan(plan, out);
+        out.push_back(Effect::Added);
+        // Wait on whatever of this build makes the missing refs and is not done.
+        let mut waiting_on = 0;
+        for r in missing {
+            if let Some(&n) = self.by_output.get(r.as_str()) {
+                if n != node && self.nodes[n].state != State::Done {
+                    self.nodes[n].dependents.push(node);
+                    waiting_on += 1;
+                }
+            } else if let Some(&w) = self.waiting_for.get(r.as_str()) {
+                if !self.waits[w].done {
+                    self.waits[w].dependents.push(node);
+                    waiting_on += 1;
+                }
+            }
+        }
+        self.reschedule(node, waiting_on, out);
+    }
+
+    fn give_up(&mut self, node: usize, message: String, out: &mut VecDeque<Effect>) {
+        self.nodes[node].state = State::Failed;
+        let reason = format!("`{}` failed: {message}", self.first_output(node));
+        self.cancel_dependents(node, reason.clone(), out);
+        self.stop_unless_keep_going(&reason);
+    }
+
+    fn stop_unless_keep_going(&mut self, reason: &str) {
+        if !self.policy.keep_going {
+            self.stopped.get_or_insert_with(|| reason.to_string());
+        }
+    }
+
+    fn cancel_dependents(&mut self, node: usize, reason: String, out: &mut VecDeque<Effect>) {
+        let dependents = std::mem::take(&mut self.nodes[node].dependents);
+        self.cancel_downstream(&dependents, reason, out);
+        self.nodes[node].dependents = dependents;
+    }
+
+    /// Marks runs, and everything waiting on them, as not run because of `reason`.
+    fn cancel_downstream(&mut self, starts: &[usize], reason: String, out: &mut VecDeque<Effect>) {
+        let mut cancelled = Vec::new();
+        for &start in starts {
+            let mut stack = vec![start];
+            while let Some(i) = stack.pop() {
+                if !matches!(self.nodes[i].state, State::Waiting | State::Ready) {
+                    continue;
+                }
+                self.nodes[i].state = State::Cancelled;
+                cancelled.push(i);
+                stack.extend(self.nodes[i].dependents.iter().copied());
+            }
+        }
+        if !cancelled.is_empty() {
+            out.push_back(Effect::NotRun {
+                nodes: cancelled,
+                reason,
+            });
+        }
+    }
+
+    /// Why the build ends short: why it stopped, or (`--keep-going`) the runs that failed.
+    pub fn stop_reason(&self) -> String {
+        if let Some(reason) = &self.stopped {
+            return reason.clone();
+        }
+        let failed: Vec<&str> = self
+            .nodes
+            .iter()
+            .filter(|n| n.state == State::Failed)
+            .map(|n| n.run.outputs[0].as_str())
+            .collect();
+        match failed.len() {
+            0 => "the build stopped".to_string(),
+            1 => format!("`{}` failed", failed[0]),
+            n => {
+                let shown: Vec<String> = failed.iter().take(5).map(|r| format!("`{r}`")).collect();
+                let more = if n > 5 {
+                    format!(" and {} more", n - 5)
+                } else {
+                    String::new()
+                };
+                format!("{n} job runs failed: {}{more}", shown.join(", "))
+            }
+        }
+    }
+
+    /// Ends what never started, once the build is over: [`Effect::NotRun`].
+    pub fn finish(&mut self, out: &mut VecDeque<Effect>) {
+        let reason = self.stop_reason();
+        let unstarted: Vec<usize> = (0..self.nodes.len())
+            .filter(|&i| matches!(self.nodes[i].state, State::Waiting | State::Ready))
+            .collect();
+        self.cancel_downstream(&unstarted, reason, out);
+    }
+}
+
+/// What a run's end means for its node.
+enum Finish {
+    Built,
+    Cancelled,
+    Fetch(Vec<String>),
+    Retry,
+    Failed(String),
+}
+
+#[cfg(test)]
+#[path = "machine_tests.rs"]
+mod tests;

@@ -1,0 +1,732 @@
+//! The machine with plain values: a plan, a script of inputs, and the effects each must give
+//! (table-driven, like cargo-nextest's dispatcher tests). No thread, process or log.
+
+use super::*;
+use databuild_core::plan::Delegation;
+use databuild_core::PartitionRef;
+use databuild_log::AfterFailure::{FetchInputs, Retry};
+use Effect::{
+    Added, Adopt, Check, Claim, ClaimFailed, FindHolders, NotRun, NotStarted, PlanInputs,
+    Rescheduled, Resolve, Scheduled, Stage, StopRuns, TakeOver, Unstage, WaitAvailable, WaitFailed,
+    WaitInstead,
+};
+
+fn r(s: &str) -> PartitionRef {
+    PartitionRef::new(s).unwrap()
+}
+
+/// A run of job 0 making `output` from `inputs`, after the plan's runs `deps`.
+fn run(output: &str, inputs: &[&str], deps: &[usize]) -> PlannedRun {
+    PlannedRun {
+        job_index: 0,
+        job: "j".into(),
+        outputs: vec![r(output)],
+        inputs: inputs.iter().map(|i| r(i)).collect(),
+        extras: None,
+        depends_on: deps.to_vec(),
+        reasons: Vec::new(),
+    }
+}
+
+/// A plan of `runs`, relying on other builds for `delegated` (ref, build).
+fn plan(runs: Vec<PlannedRun>, delegated: &[(&str, &str)]) -> Plan {
+    Plan {
+        runs,
+        skipped: Vec::new(),
+        delegated: delegated
+            .iter()
+            .map(|(p, b)| Delegation {
+                partition_ref: r(p),
+                build_request_id: b.to_string(),
+            })
+            .collect(),
+        missing: Vec::new(),
+    }
+}
+
+fn ok() -> Ended {
+    ended(RunOutcome::Succeeded)
+}
+
+fn failed(message: &str) -> Ended {
+    ended(RunOutcome::failed(message, Some(1)))
+}
+
+fn missing(refs: &[&str]) -> Ended {
+    ended(RunOutcome::Failed {
+        message: "missing".to_string(),
+        exit_code: Some(1),
+        missing_deps: refs.iter().map(|r| r.to_string()).collect(),
+    })
+}
+
+fn ended(outcome: RunOutcome) -> Ended {
+    Ended {
+        outcome,
+        executor_id: None,
+        report: None,
+    }
+}
+
+fn end(node: usize, attempt: u32, ended: Ended, then: Option<AfterFailure>) -> Effect {
+    Effect::Ended {
+        node,
+        attempt,
+        ended,
+        then,
+    }
+}
+
+fn not_run(nodes: &[usize], reason: &str) -> Effect {
+    NotRun {
+        nodes: nodes.to_vec(),
+        reason: reason.to_string(),
+    }
+}
+
+fn finished(node: usize, ended: Ended) -> Input {
+    Input::Finished { node, ended }
+}
+
+/// How a case's build is set up.
+struct Setup {
+    slots: usize,
+    keep_going: bool,
+    retries: u32,
+    concurrency: Option<u32>,
+}
+
+const ONE_SLOT: Setup = Setup {
+    slots: 1,
+    keep_going: false,
+    retries: 0,
+    concurrency: None,
+};
+
+/// One case: its plan, the effects of starting it, and each input with the effects it gives.
+struct Case {
+    name: &'static str,
+    setup: Setup,
+    plan: Plan,
+    start: Vec<Effect>,
+    script: Vec<(Input, Vec<Effect>)>,
+    /// Whether the build is over at the end of the script.
+    over: bool,
+    /// What [`Machine::finish`] gives then.
+    finish: Vec<Effect>,
+}
+
+fn check(case: Case) {
+    let Setup {
+        slots,
+        keep_going,
+        retries,
+        concurrency,
+    } = case.setup;
+    let jobs = vec![JobPolicy {
+        retries,
+        concurrency,
+    }];
+    let mut machine = Machine::new(Policy {
+        slots,
+        keep_going,
+        jobs,
+    });
+    let mut out = VecDeque::new();
+    machine.add_plan(case.plan, &mut out);
+    machine.fill(&mut out);
+    let name = case.name;
+    assert_eq!(
+        Vec::from(std::mem::take(&mut out)),
+        case.start,
+        "{name}: start"
+    );
+    for (step, (input, expected)) in case.script.into_iter().enumerate() {
+        let shown = format!("{input:?}");
+        machine.handle(input, &mut out);
+        let got = Vec::from(std::mem::take(&mut out));
+        assert_eq!(got, expected, "{name}: step {step} ({shown})");
+    }
+    assert_eq!(machine.is_over(), case.over, "{name}: over");
+    machine.finish(&mut out);
+    assert_eq!(Vec::from(out), case.finish, "{name}: finish");
+}
+
+fn scheduled(nodes: Range<usize>, waits: Range<usize>) -> Effect {
+    Scheduled { nodes, waits }
+}
+
+#[test]
+fn retries_attempt_again_then_give_up() {
+    let retry = |setup, name, last: Vec<Effect>, over| Case {
+        name,
+        setup,
+        plan: plan(vec![run("a", &[], &[])], &[]),
+        start: vec![scheduled(0..1, 0..0), Claim(vec![0])],
+        script: vec![
+            (Input::Claimed(vec![0]), vec![Stage(0)]),
+            (Input::Started(0), vec![]),
+            (
+                finished(0, failed("boom")),
+                vec![
+                    end(0, 1, failed("boom"), Some(Retry)),
+                    Added,
+                    Rescheduled(0),
+                    Claim(vec![0]),
+                ],
+            ),
+            (Input::Claimed(vec![0]), vec![Stage(0)]),
+            (Input::Started(0), vec![]),
+            (finished(0, failed("boom")), last),
+        ],
+        over,
+        finish: vec![],
+    };
+    let once = Setup {
+        retries: 1,
+        ..ONE_SLOT
+    };
+    check(retry(
+        once,
+        "one retry, then the run fails",
+        vec![end(0, 2, failed("boom"), None)],
+        true,
+    ));
+    let twice = Setup {
+        retries: 2,
+        ..ONE_SLOT
+    };
+    check(retry(
+        twice,
+        "two retries: the second failure is retried too",
+        vec![
+            end(0, 2, failed("boom"), Some(Retry)),
+            Added,
+            Rescheduled(0),
+            Claim(vec![0]),
+        ],
+        false,
+    ));
+}
+
+#[test]
+fn missing_inputs_are_fetched_then_the_run_goes_again() {
+    let planned = |plan| Input::InputsPlanned {
+        node: 0,
+        missing: vec!["b".to_string()],
+        plan,
+    };
+    let started = || {
+        vec![
+            (Input::Claimed(vec![0]), vec![Stage(0)]),
+            (Input::Started(0), vec![]),
+            (
+                finished(0, missing(&["b"])),
+                vec![
+                    end(0, 1, missing(&["b"]), Some(FetchInputs)),
+                    PlanInputs {
+                        node: 0,
+                        missing: vec!["b".to_string()],
+                    },
+                ],
+            ),
+        ]
+    };
+    let mut fetched = started();
+    fetched.extend([
+        (
+            planned(Ok(plan(vec![run("b", &[], &[])], &[]))),
+            vec![scheduled(1..2, 0..0), Added, Rescheduled(0), Claim(vec![1])],
+        ),
+        (Input::Claimed(vec![1]), vec![Stage(1)]),
+        (Input::Started(1), vec![]),
+        (
+            finished(1, ok()),
+            vec![end(1, 1, ok(), None), Claim(vec![0])],
+        ),
+    ]);
+    let mut unplannable = started();
+    unplannable.push((planned(Err("no producer".to_string())), vec![]));
+    let cases = [
+        Case {
+            name: "the missing input is built, then the run is claimed again",
+            setup: ONE_SLOT,
+            plan: plan(vec![run("a", &[], &[])], &[]),
+            start: vec![scheduled(0..1, 0..0), Claim(vec![0])],
+            script: fetched,
+            over: false,
+            finish: vec![],
+        },
+        Case {
+            name: "missing inputs that cannot be planned fail the run",
+            setup: ONE_SLOT,
+            plan: plan(vec![run("a", &[], &[]), run("c", &["a"], &[0])], &[]),
+            start: vec![scheduled(0..2, 0..0), Claim(vec![0])],
+            script: unplannable
+                .into_iter()
+                .map(|(i, e)| match i {
+                    Input::InputsPlanned { .. } => (
+                        i,
+                        vec![not_run(
+                            &[1],
+                            "`a` failed: its missing inputs cannot be planned: no producer",
+                        )],
+                    ),
+                    _ => (i, e),
+                })
+                .collect(),
+            over: true,
+            finish: vec![],
+        },
+    ];
+    cases.into_iter().for_each(check);
+}
+
+#[test]
+fn missing_inputs_are_fetched_a_few_times_only() {
+    let mut machine = Machine::new(Policy {
+        slots: 1,
+        keep_going: false,
+        jobs: vec![JobPolicy::default()],
+    });
+    let mut out = VecDeque::new();
+    machine.add_plan(plan(vec![run("a", &[], &[])], &[]), &mut out);
+    machine.fill(&mut out);
+    for round in 1..=MAX_MISSING_DEP_ROUNDS + 1 {
+        out.clear();
+        machine.handle(Input::Claimed(vec![0]), &mut out);
+        machine.handle(Input::Started(0), &mut out);
+        out.clear();
+        machine.handle(finished(0, missing(&["b"])), &mut out);
+        let then = (round <= MAX_MISSING_DEP_ROUNDS).then_some(FetchInputs);
+        assert_eq!(out[0], end(0, 1, missing(&["b"]), then), "round {round}");
+        if then.is_some() {
+            let nothing_to_build = Ok(plan(vec![], &[]));
+            machine.handle(
+                Input::InputsPlanned {
+                    node: 0,
+                    missing: vec!["b".to_string()],
+                    plan: nothing_to_build,
+                },
+                &mut out,
+            );
+        }
+    }
+    assert!(machine.is_over());
+    assert_eq!(machine.node(0).state, State::Failed);
+}
+
+#[test]
+fn a_failure_stops_the_build_unless_keep_going() {
+    // `a` fails; `b` needs it; `c` does not.
+    let three = || {
+        plan(
+            vec![
+                run("a", &[], &[]),
+                run("b", &["a"], &[0]),
+                run("c", &[], &[]),
+            ],
+            &[],
+        )
+    };
+    let start = || vec![scheduled(0..3, 0..0), Claim(vec![0, 2])];
+    let claimed = || {
+        vec![
+            (Input::Claimed(vec![0, 2]), vec![Stage(0), Stage(2)]),
+            (Input::Started(0), vec![]),
+        ]
+    };
+    let mut fail_fast = claimed();
+    fail_fast.extend([
+        (
+            finished(0, failed("boom")),
+            vec![
+                end(0, 1, failed("boom"), None),
+                not_run(&[1], "`a` failed"),
+                Unstage,
+            ],
+        ),
+        (
+            Input::Unstaged(2),
+            vec![NotStarted {
+                node: 2,
+                reason: "not started: `a` failed: boom".to_string(),
+            }],
+        ),
+    ]);
+    let mut keep_going = claimed();
+    keep_going.extend([
+        (
+            finished(0, failed("boom")),
+            vec![end(0, 1, failed("boom"), None), not_run(&[1], "`a` failed")],
+        ),
+        (Input::Started(2), vec![]),
+        (finished(2, ok()), vec![end(2, 1, ok(), None)]),
+    ]);
+    let cases = [
+        Case {
+            name: "fail-fast: the claimed run that did not start is given back",
+            setup: ONE_SLOT,
+            plan: three(),
+            start: start(),
+            script: fail_fast,
+            over: true,
+            finish: vec![],
+        },
+        Case {
+            name: "--keep-going: what does not need the failure still runs",
+            setup: Setup {
+                keep_going: true,
+                ..ONE_SLOT
+            },
+            plan: three(),
+            start: start(),
+            script: keep_going,
+            over: true,
+            finish: vec![],
+        },
+        Case {
+            name: "fail-fast: runs held back by concurrency end as not run",
+            setup: Setup {
+                concurrency: Some(1),
+                ..ONE_SLOT
+            },
+            plan: plan(
+                vec![run("a", &[], &[]), run("b", &[], &[]), run("c", &[], &[])],
+                &[],
+            ),
+            start: vec![scheduled(0..3, 0..0), Claim(vec![0])],
+            script: vec![
+                (Input::Claimed(vec![0]), vec![Stage(0)]),
+                (Input::Started(0), vec![]),
+                (
+                    finished(0, failed("boom")),
+                    vec![end(0, 1, failed("boom"), None)],
+                ),
+            ],
+            over: true,
+            finish: vec![not_run(&[1, 2], "`a` failed: boom")],
+        },
+    ];
+    cases.into_iter().for_each(check);
+}
+
+#[test]
+fn keep_going_ends_failed_with_the_runs_that_failed() {
+    let mut machine = Machine::new(Policy {
+        slots: 2,
+        keep_going: true,
+        jobs: vec![JobPolicy::default()],
+    });
+    let mut out = VecDeque::new();
+    machine.add_plan(
+        plan(vec![run("a", &[], &[]), run("b", &[], &[])], &[]),
+        &mut out,
+    );
+    machine.fill(&mut out);
+    machine.handle(Input::Claimed(vec![0, 1]), &mut out);
+    for node in [0, 1] {
+        machine.handle(Input::Started(node), &mut out);
+        machine.handle(finished(node, failed("boom")), &mut out);
+    }
+    assert!(machine.is_over());
+    assert_eq!(machine.stop_reason(), "2 job runs failed: `a`, `b`");
+}
+
+#[test]
+fn cancel_stops_runs_and_gives_back_claims() {
+    let chain = || plan(vec![run("a", &[], &[]), run("b", &["a"], &[0])], &[]);
+    let cases = [
+        Case {
+            name: "a claimed run that never started ends not started, its claim released",
+            setup: ONE_SLOT,
+            plan: chain(),
+            start: vec![scheduled(0..2, 0..0), Claim(vec![0])],
+            script: vec![
+                (Input::Claimed(vec![0]), vec![Stage(0)]),
+                (
+                    Input::Cancel("cancelled".to_string()),
+                    vec![StopRuns, Unstage],
+                ),
+                (
+                    Input::Unstaged(0),
+                    vec![
+                        NotStarted {
+                            node: 0,
+                            reason: "not started: cancelled".to_string(),
+                        },
+                        not_run(&[1], "`a` was not started"),
+                    ],
+                ),
+            ],
+            over: true,
+            finish: vec![],
+        },
+        Case {
+            name: "a running run is told to stop; a failure after cancel is not retried",
+            setup: Setup {
+                retries: 3,
+                ..ONE_SLOT
+            },
+            plan: chain(),
+            start: vec![scheduled(0..2, 0..0), Claim(vec![0])],
+            script: vec![
+                (Input::Claimed(vec![0]), vec![Stage(0)]),
+                (Input::Started(0), vec![]),
+                (Input::Cancel("interrupted".to_string()), vec![StopRuns]),
+                (Input::Cancel("cancelled".to_string()), vec![]),
+                (
+                    finished(0, failed("killed")),
+                    vec![
+                        end(0, 1, failed("killed"), None),
+                        not_run(&[1], "`a` failed"),
+                    ],
+                ),
+            ],
+            over: true,
+            finish: vec![],
+        },
+        Case {
+            name: "a run cancelled while running cancels what waits on it",
+            setup: ONE_SLOT,
+            plan: chain(),
+            start: vec![scheduled(0..2, 0..0), Claim(vec![0])],
+            script: vec![
+                (Input::Claimed(vec![0]), vec![Stage(0)]),
+                (Input::Started(0), vec![]),
+                (Input::Cancel("cancelled".to_string()), vec![StopRuns]),
+                (
+                    finished(0, ended(RunOutcome::Cancelled)),
+                    vec![
+                        end(0, 1, ended(RunOutcome::Cancelled), None),
+                        not_run(&[1], "`a` was cancelled"),
+                    ],
+                ),
+            ],
+            over: true,
+            finish: vec![],
+        },
+    ];
+    cases.into_iter().for_each(check);
+}
+
+#[test]
+fn a_refused_claim_waits_for_the_other_builder_or_looks_again() {
+    let chain = || plan(vec![run("a", &[], &[]), run("b", &["a"], &[0])], &[]);
+    let start = || vec![scheduled(0..2, 0..0), Claim(vec![0])];
+    let refused = |refusal| Input::Refused { node: 0, refusal };
+    let mut rechecks = vec![(Input::BatchRefused(vec![0]), vec![Check(0)])];
+    for _ in 1..MAX_CLAIM_REFUSALS {
+        rechecks.push((refused(RefusalKind::ChangedSinceChecked), vec![Check(0)]));
+    }
+    rechecks.push((
+        refused(RefusalKind::ChangedSinceChecked),
+        vec![ClaimFailed(0)],
+    ));
+    let cases = [
+        Case {
+            name: "already being built: wait for the build that holds it",
+            setup: ONE_SLOT,
+            plan: chain(),
+            start: start(),
+            script: vec![
+                (Input::BatchRefused(vec![0]), vec![Check(0)]),
+                (
+                    refused(RefusalKind::AlreadyBeingBuilt),
+                    vec![FindHolders(0)],
+                ),
+                (
+                    Input::Held {
+                        node: 0,
+                        holders: vec![("a".to_string(), "other".to_string())],
+                    },
+                    vec![WaitInstead {
+                        node: 0,
+                        waits: 0..1,
+                    }],
+                ),
+                (
+                    Input::WaitEnded {
+                        wait: 0,
+                        outcome: WaitOutcome::Available,
+                    },
+                    vec![WaitAvailable(0), Claim(vec![1])],
+                ),
+            ],
+            over: false,
+            finish: vec![],
+        },
+        Case {
+            name: "the holder finished meanwhile: what waited goes on",
+            setup: ONE_SLOT,
+            plan: chain(),
+            start: start(),
+            script: vec![(
+                Input::Held {
+                    node: 0,
+                    holders: vec![],
+                },
+                vec![
+                    WaitInstead {
+                        node: 0,
+                        waits: 0..0,
+                    },
+                    Claim(vec![1]),
+                ],
+            )],
+            over: false,
+            finish: vec![],
+        },
+        Case {
+            name: "changed since checked: checked again, up to the limit",
+            setup: ONE_SLOT,
+            plan: chain(),
+            start: start(),
+            script: rechecks,
+            over: false,
+            finish: vec![not_run(&[1], "the build stopped")],
+        },
+        Case {
+            name: "any other refusal ends the claim at once",
+            setup: ONE_SLOT,
+            plan: chain(),
+            start: start(),
+            script: vec![(refused(RefusalKind::Invalid), vec![ClaimFailed(0)])],
+            over: false,
+            finish: vec![not_run(&[1], "the build stopped")],
+        },
+    ];
+    cases.into_iter().for_each(check);
+}
+
+#[test]
+fn delegated_partitions_end_as_their_builder_ends_them() {
+    // `b` reads `x`, which another build is making.
+    let delegated = || plan(vec![run("b", &["x"], &[])], &[("x", "other")]);
+    let start = || vec![scheduled(0..1, 0..1)];
+    let ended = |outcome| Input::WaitEnded { wait: 0, outcome };
+    let cases = [
+        Case {
+            name: "available: the runs waiting on it go",
+            setup: ONE_SLOT,
+            plan: delegated(),
+            start: start(),
+            script: vec![(
+                ended(WaitOutcome::Available),
+                vec![WaitAvailable(0), Claim(vec![0])],
+            )],
+            over: false,
+            finish: vec![],
+        },
+        Case {
+            name: "failed: the runs waiting on it are not run, and the build stops",
+            setup: ONE_SLOT,
+            plan: delegated(),
+            start: start(),
+            script: vec![(
+                ended(WaitOutcome::Failed("it failed there".to_string())),
+                vec![
+                    WaitFailed {
+                        wait: 0,
+                        message: "it failed there".to_string(),
+                    },
+                    not_run(&[0], "`x` failed in the build it was delegated to"),
+                ],
+            )],
+            over: true,
+            finish: vec![],
+        },
+        Case {
+            name: "abandoned: it is built here, then what waited goes",
+            setup: ONE_SLOT,
+            plan: delegated(),
+            start: start(),
+            script: vec![
+                (ended(WaitOutcome::Abandoned), vec![TakeOver(0)]),
+                (
+                    Input::TakeOverPlanned {
+                        wait: 0,
+                        plan: plan(vec![run("x", &[], &[])], &[]),
+                    },
+                    vec![scheduled(1..2, 1..1), Added, Claim(vec![1])],
+                ),
+                (Input::Claimed(vec![1]), vec![Stage(1)]),
+                (Input::Started(1), vec![]),
+                (
+                    finished(1, ok()),
+                    vec![end(1, 1, ok(), None), Claim(vec![0])],
+                ),
+            ],
+            over: false,
+            finish: vec![],
+        },
+        Case {
+            name: "nothing to wait for: the build is not over until the wait ends",
+            setup: ONE_SLOT,
+            plan: delegated(),
+            start: start(),
+            script: vec![],
+            over: false,
+            finish: vec![not_run(&[0], "the build stopped")],
+        },
+    ];
+    cases.into_iter().for_each(check);
+}
+
+#[test]
+fn outputs_made_elsewhere_are_adopted() {
+    check(Case {
+        name: "another build made the outputs: rely on it, and go on",
+        setup: ONE_SLOT,
+        plan: plan(vec![run("a", &[], &[]), run("b", &["a"], &[0])], &[]),
+        start: vec![scheduled(0..2, 0..0), Claim(vec![0])],
+        script: vec![(Input::MadeElsewhere(0), vec![Adopt(0), Claim(vec![1])])],
+        over: false,
+        finish: vec![],
+    });
+}
+
+#[test]
+fn upstream_versions_are_read_before_the_claim() {
+    check(Case {
+        name: "the claim waits for the versions, read off the loop",
+        setup: ONE_SLOT,
+        plan: plan(vec![run("a", &["up/1"], &[])], &[]),
+        start: vec![scheduled(0..1, 0..0), Claim(vec![0])],
+        script: vec![
+            (Input::ResolveFirst(0), vec![Resolve(0)]),
+            (Input::Resolved(0), vec![Claim(vec![0])]),
+            (Input::Claimed(vec![0]), vec![Stage(0)]),
+        ],
+        over: false,
+        finish: vec![],
+    });
+}
+
+#[test]
+fn slots_are_fed_ahead_in_batches() {
+    let runs = (0..20).map(|i| run(&format!("p/{i}"), &[], &[])).collect();
+    let mut machine = Machine::new(Policy {
+        slots: 2,
+        keep_going: false,
+        jobs: vec![JobPolicy::default()],
+    });
+    let mut out = VecDeque::new();
+    machine.add_plan(plan(runs, &[]), &mut out);
+    machine.fill(&mut out);
+    // Two slots claim four ahead: six at first; more once half of those four are taken, as
+    // many as runs ended meanwhile.
+    assert_eq!(out.pop_back(), Some(Claim((0..6).collect())));
+    machine.handle(Input::Claimed((0..6).collect()), &mut out);
+    out.clear();
+    for node in 0..4 {
+        machine.handle(Input::Started(node), &mut out);
+    }
+    machine.handle(finished(0, ok()), &mut out);
+    assert_eq!(
+        Vec::from(std::mem::take(&mut out)),
+        vec![end(0, 1, ok(), None)]
+    );
+    machine.handle(Input::Started(4), &mut out);
+    assert_eq!(Vec::from(out), vec![Claim(vec![6])]);
+}

@@ -1,0 +1,341 @@
+//! `build`: plan, then run the plan's job runs as their inputs become ready.
+//!
+//! - [`machine`]: the scheduler's decisions as a pure state machine (inputs in, effects out).
+//! - [`driver`]: the thin I/O loop around it: slot threads, waiters, log appends, progress.
+//! - [`spec`]: what a run is started with ([`crate::local::RunSpec`]) and the version it records.
+//! - [`record`]: the events of the request, its plan and its runs.
+//! - [`summary`]: [`BuildSummary`], read back from the log.
+//!
+//! Claiming a partition (`building`) goes through the log, which refuses a second claim: when
+//! another build got there first, this one waits for it instead (delegation). Runs whose driving
+//! process died are found by their recorded owner and closed.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::AtomicBool;
+use std::time::Duration;
+
+use databuild_core::{PartitionRef, PlanRequest, Producer};
+use databuild_log::{BuildQuery, Event, LogError, RunQuery, Status};
+
+use crate::engine::{Engine, EngineError, Result};
+use crate::local::{Executor, RunOutcome};
+use crate::owner::{owner_dead, this_owner};
+
+mod driver;
+mod machine;
+mod record;
+mod spec;
+mod summary;
+
+pub use summary::{BuildSummary, RunFailure};
+
+#[derive(Debug, Clone)]
+pub struct BuildOptions {
+    pub refs: Vec<PartitionRef>,
+    /// Rebuild the requested refs even if live and fresh.
+    pub force: bool,
+    /// Most runs at once.
+    pub parallel: usize,
+    /// Keep starting runs that do not depend on a failure.
+    pub keep_going: bool,
+    /// Accept stale partitions instead of rebuilding them.
+    pub allow_stale: bool,
+    /// Read these tables' aliases as these versions (see [`PlanRequest::pins`]).
+    pub pins: BTreeMap<String, u32>,
+}
+
+impl Default for BuildOptions {
+    /// Nothing requested yet; as many runs at once as this machine has cores.
+    fn default() -> Self {
+        BuildOptions {
+            refs: Vec::new(),
+            force: false,
+            parallel: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            keep_going: false,
+            allow_stale: false,
+            pins: BTreeMap::new(),
+        }
+    }
+}
+
+/// Progress reports, for a progress bar or a log. They carry no information the event log lacks.
+#[derive(Debug)]
+pub enum Progress<'a> {
+    Planned {
+        build_request_id: &'a str,
+        runs: usize,
+        skipped: usize,
+        delegated: usize,
+    },
+    Started {
+        job: &'a str,
+        outputs: &'a [PartitionRef],
+    },
+    /// A run ended, and that is its outputs' outcome in this build.
+    Finished {
+        job: &'a str,
+        outputs: &'a [PartitionRef],
+        outcome: &'a RunOutcome,
+        took: Duration,
+    },
+    /// A run failed, and another attempt follows.
+    Retrying {
+        job: &'a str,
+        outputs: &'a [PartitionRef],
+        message: &'a str,
+        /// The attempt that follows (2 for the first retry), of `attempts`.
+        attempt: u32,
+        attempts: u32,
+    },
+    /// A run reported missing inputs: they are built first, then it runs again.
+    FetchingInputs {
+        job: &'a str,
+        outputs: &'a [PartitionRef],
+        missing: &'a [String],
+    },
+    /// A run was added while building (a retry, missing dependencies, a takeover).
+    Added,
+    Note(String),
+}
+
+pub trait Observer {
+    fn on(&mut self, progress: Progress<'_>);
+}
+
+/// An observer that ignores everything.
+pub struct Quiet;
+
+impl Observer for Quiet {
+    fn on(&mut self, _: Progress<'_>) {}
+}
+
+impl Engine {
+    /// Makes the requested refs live and fresh. Returns the summary even when the build failed;
+    /// errors are for requests that could not be planned or a log that could not be written.
+    pub fn build(
+        &self,
+        options: &BuildOptions,
+        executor: &dyn Executor,
+        observer: &mut dyn Observer,
+        interrupt: &AtomicBool,
+    ) -> Result<BuildSummary> {
+        let id = self.receive(options)?;
+        self.execute(&id, options, executor, observer, interrupt)
+    }
+
+    /// Records a new build request (`received`), after closing builds whose process died, and
+    /// returns its id. [`Engine::execute`] then carries it out.
+    pub fn receive(&self, options: &BuildOptions) -> Result<String> {
+        self.close_abandoned_builds()?;
+        self.store.heartbeat(&this_owner())?;
+        let id = databuild_log::event::new_id();
+        self.store.append(vec![record::received(&id, options)])?;
+        Ok(id)
+    }
+
+    /// Plans and runs a received build request.
+    pub fn execute(
+        &self,
+        id: &str,
+        options: &BuildOptions,
+        executor: &dyn Executor,
+        observer: &mut dyn Observer,
+        interrupt: &AtomicBool,
+    ) -> Result<BuildSummary> {
+        let started_ns = databuild_log::event::now_ns();
+        let pinned;
+        let options = if self.graph.tables.is_empty() {
+            options
+        } else {
+            pinned = BuildOptions {
+                refs: self.pin_aliases(&options.refs, &options.pins),
+                ..options.clone()
+            };
+            &pinned
+        };
+        let requested: Vec<String> = options.refs.iter().map(|r| r.to_string()).collect();
+        if self.store.build_request(id)?.map(|b| b.status) == Some(Status::Cancelled) {
+            // Cancelled before it began.
+            return Ok(BuildSummary::nothing_ran(
+                id,
+                Status::Cancelled,
+                requested,
+                "cancelled".to_string(),
+            ));
+        }
+        self.store
+            .append(vec![Event::build_request(id, Status::Planning)])?;
+        if !self.graph.tables.is_empty() {
+            self.link_tables()?;
+        }
+        let plan = match self.plan(&PlanRequest {
+            refs: options.refs.clone(),
+            force: options.force,
+            allow_stale: options.allow_stale,
+            pins: options.pins.clone(),
+        }) {
+            Ok(plan) => plan,
+            Err(e) => {
+                self.store.append(vec![
+                    Event::build_request(id, Status::Failed).with_message(e.to_string())
+                ])?;
+                return Err(e);
+            }
+        };
+        self.store.append(record::planned(id, &requested, &plan))?;
+        if let Some(m) = plan.missing.first() {
+            let message = self.missing_message(m);
+            self.store
+                .append(record::missing(id, &requested, &message))?;
+            return Ok(BuildSummary::nothing_ran(
+                id,
+                Status::Failed,
+                requested,
+                message,
+            ));
+        }
+        let build = driver::Build {
+            engine: self,
+            id,
+            options,
+            executor,
+            started_ns,
+        };
+        driver::run(build, plan, observer, interrupt)
+    }
+
+    /// The version an input has now, for the record of a run starting from it.
+    pub(crate) fn input_version(&self, r: &str) -> Option<String> {
+        match self.graph.producer_of(r)?.0 {
+            // Marked while a taint holds, so the run is not stale on the taint's account.
+            Producer::Dataset(d) => crate::versions::external_input_version(
+                self.store.as_ref(),
+                &self.graph.datasets[d],
+                &self.data_dir,
+                r,
+            ),
+            Producer::Job { .. } => self.store.partition(r).ok()??.data_version,
+            // Runs read aliases as version refs (the planner pins them); never asked.
+            Producer::Alias(_) => None,
+        }
+    }
+
+    /// Closes, truthfully, builds whose driving process on this machine is gone: their unfinished
+    /// runs and claims fail with the reason, so no partition stays `building` forever.
+    pub fn close_abandoned_builds(&self) -> Result<usize> {
+        let unfinished = self.store.build_requests(&BuildQuery {
+            unfinished: true,
+            limit: 10_000,
+            ..Default::default()
+        })?;
+        let mut closed = 0;
+        for b in unfinished {
+            if !owner_dead(self.store.as_ref(), b.owner.as_deref()) {
+                continue;
+            }
+            let reason = format!(
+                "the databuild process driving it ({}) is gone",
+                b.owner.as_deref().unwrap_or("?")
+            );
+            match self.close_build(&b.build_request_id, Status::Failed, &reason) {
+                Ok(()) => closed += 1,
+                // Another process may have closed it first; anything else is a bug to report.
+                Err(EngineError::Log(LogError::Refused { reason, .. })) => {
+                    let now = self.store.build_request(&b.build_request_id)?;
+                    if now.is_none_or(|n| {
+                        !databuild_log::state::is_terminal(
+                            databuild_log::Kind::BuildRequest,
+                            n.status,
+                        )
+                    }) {
+                        return Err(EngineError::Invalid(format!(
+                            "cannot close abandoned build request {}: {reason}",
+                            b.build_request_id
+                        )));
+                    }
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(closed)
+    }
+
+    /// Ends a build request and everything it left unfinished, in one batch.
+    pub fn close_build(&self, id: &str, status: Status, reason: &str) -> Result<()> {
+        let runs = self.store.job_runs(&RunQuery {
+            build_request_id: Some(id.to_string()),
+            unfinished: true,
+            limit: 1_000_000,
+            ..Default::default()
+        })?;
+        // Its driver is gone; what it left running here goes before its claims are released.
+        crate::local::end_leftover_jobs(
+            &runs
+                .iter()
+                .filter(|r| r.status == Status::Running)
+                .map(|r| r.job_run_id.as_str())
+                .collect::<Vec<_>>(),
+        );
+        let mut events = Vec::new();
+        let run_end = if status == Status::Cancelled {
+            Status::Cancelled
+        } else {
+            Status::Failed
+        };
+        for run in &runs {
+            events
+                .push(Event::job_run(id, &run.job_run_id, &run.job, run_end).with_message(reason));
+        }
+        // Cancelled, its partitions go back to what they were; failed (its driver died with
+        // jobs running), they are failed.
+        for p in self.store.request_partitions(id)? {
+            if matches!(
+                p.status,
+                Status::Available | Status::Failed | Status::Cancelled
+            ) {
+                continue;
+            }
+            let mut e = Event::partition(Some(id), &p.partition_ref, run_end).with_message(reason);
+            // A claim this build holds is released with it.
+            if let Some(row) = self.store.partition(&p.partition_ref)? {
+                if row.status == Status::Building
+                    && row.job_run_id.is_some()
+                    && row.job_run_id == p.job_run_id
+                {
+                    e = e.with_run(p.job_run_id.as_deref().unwrap_or_default());
+                }
+            }
+            events.push(e);
+        }
+        if let Some(b) = self.store.build_request(id)? {
+            if !databuild_log::state::is_terminal(databuild_log::Kind::BuildRequest, b.status) {
+                events.push(Event::build_request(id, status).with_message(reason));
+            }
+        }
+        self.store.append(events)?;
+        Ok(())
+    }
+
+    /// Cancels a build request. Its process (if alive) sees it and stops its runs; if its process
+    /// is gone, its runs are closed here.
+    pub fn cancel(&self, id: &str) -> Result<()> {
+        let Some(b) = self.store.build_request(id)? else {
+            return Err(EngineError::Invalid(format!(
+                "no build request `{id}` in the event log"
+            )));
+        };
+        if databuild_log::state::is_terminal(databuild_log::Kind::BuildRequest, b.status) {
+            return Err(EngineError::Invalid(format!(
+                "build request {id} already ended ({})",
+                b.status
+            )));
+        }
+        if owner_dead(self.store.as_ref(), b.owner.as_deref()) {
+            return self.close_build(id, Status::Cancelled, "cancelled");
+        }
+        self.store.append(vec![
+            Event::build_request(id, Status::Cancelled).with_message("cancelled")
+        ])?;
+        Ok(())
+    }
+}

@@ -1,0 +1,284 @@
+//! The events a build records: its request and plan (`received`, `requested`, skipped and
+//! delegated partitions, scheduled runs) and each run's life (claim, end, not run). Plain
+//! functions from what happened to events; the driver appends them.
+
+use std::collections::BTreeMap;
+
+use databuild_core::plan::MissingExternal;
+use databuild_core::{Graph, Plan, PlannedRun, Producer};
+use databuild_log::{AfterFailure, Event, Status};
+use rustc_hash::FxHashSet;
+
+use super::BuildOptions;
+use crate::engine::{Engine, Result};
+use crate::owner::this_owner;
+
+/// A new build request, with what it asks for and who drives it.
+pub(super) fn received(id: &str, options: &BuildOptions) -> Event {
+    let requested: Vec<String> = options.refs.iter().map(|r| r.to_string()).collect();
+    Event::build_request(id, Status::Received).with_data(|d| {
+        d.requested = requested;
+        d.force = options.force;
+        d.owner = Some(this_owner());
+    })
+}
+
+/// The request's refs are requested, and its plan made.
+pub(super) fn planned(id: &str, requested: &[String], plan: &Plan) -> Vec<Event> {
+    let mut events: Vec<Event> = requested
+        .iter()
+        .map(|r| Event::partition(Some(id), r, Status::Requested))
+        .collect();
+    events.push(
+        Event::build_request(id, Status::AnalysisCompleted)
+            .with_data(|d| d.planned_runs = Some(plan.runs.len() as u64)),
+    );
+    events
+}
+
+/// A plan that needs an external partition that is not there fails every requested ref.
+pub(super) fn missing(id: &str, requested: &[String], message: &str) -> Vec<Event> {
+    let mut events: Vec<Event> = requested
+        .iter()
+        .map(|r| Event::partition(Some(id), r, Status::Failed).with_message(message))
+        .collect();
+    events.push(Event::build_request(id, Status::Failed).with_message(message));
+    events
+}
+
+impl Engine {
+    /// Why a plan cannot complete without `m`; a source partition says why it is not there:
+    /// still open, expired, or never received.
+    pub(super) fn missing_message(&self, m: &MissingExternal) -> String {
+        let why = match self.graph.producer_of(m.partition_ref.as_str()) {
+            Some((Producer::Dataset(d), _)) if self.graph.datasets[d].source.is_some() => self
+                .status(&[m.partition_ref.to_string()])
+                .ok()
+                .and_then(|mut s| s.pop())
+                .and_then(|s| s.reasons.into_iter().next())
+                .map(|r| format!(": {r}"))
+                .unwrap_or_default(),
+            _ => String::new(),
+        };
+        format!(
+            "external partition `{}` of dataset `{}` is not available{}{why}",
+            m.partition_ref,
+            m.dataset,
+            m.needed_by
+                .as_ref()
+                .map(|n| format!(", needed by {n}"))
+                .unwrap_or_default()
+        )
+    }
+
+    /// The requested refs the plan found live: each is `available`, a job's output with a
+    /// `skipped` run relying on the run that built it. Returns those refs and the events.
+    pub(super) fn skipped(
+        &self,
+        id: &str,
+        options: &BuildOptions,
+        plan: &Plan,
+    ) -> Result<(Vec<String>, Vec<Event>)> {
+        let requested: FxHashSet<&str> = options.refs.iter().map(|r| r.as_str()).collect();
+        let mut skipped = Vec::new();
+        let mut events = Vec::new();
+        for r in plan
+            .skipped
+            .iter()
+            .filter(|r| requested.contains(r.as_str()))
+        {
+            skipped.push(r.to_string());
+            if let Some((Producer::Job { job, .. }, _)) = self.graph.producer_of(r.as_str()) {
+                let relies_on = self.store.partition(r.as_str())?.and_then(|p| p.job_run_id);
+                let run = databuild_log::event::new_id();
+                let name = &self.graph.jobs[job].name;
+                events.push(
+                    Event::job_run(id, &run, name, Status::Skipped).with_data(|d| {
+                        d.outputs = vec![r.to_string()];
+                        d.relies_on = relies_on;
+                    }),
+                );
+            }
+            events.push(Event::partition(Some(id), r.as_str(), Status::Available));
+        }
+        Ok((skipped, events))
+    }
+}
+
+/// How a run ended, as its `job_run` event records it.
+pub(super) struct RunEnd<'a> {
+    pub status: Status,
+    pub message: &'a str,
+    pub exit_code: Option<i32>,
+    pub executor_id: Option<String>,
+    pub then: Option<AfterFailure>,
+    /// Claimed, but never started.
+    pub not_started: bool,
+    pub attempt: u32,
+}
+
+/// The events of one build's runs.
+pub(super) struct Record<'a> {
+    pub graph: &'a Graph,
+    pub build: &'a str,
+}
+
+impl Record<'_> {
+    fn job(&self, run: &PlannedRun) -> &str {
+        &self.graph.jobs[run.job_index].name
+    }
+
+    /// A partition another build is making, that this one waits for.
+    pub fn delegated(&self, r: &str, other: &str, events: &mut Vec<Event>) {
+        events.push(Event::partition(Some(self.build), r, Status::Delegated));
+        events.push(Event::delegation(self.build, r, other));
+    }
+
+    /// A run is scheduled, and its outputs with it.
+    pub fn scheduled(&self, run: &PlannedRun, id: &str, events: &mut Vec<Event>) {
+        let job = &self.graph.jobs[run.job_index];
+        events.push(
+            Event::job_run(self.build, id, &job.name, Status::Scheduled).with_data(|d| {
+                d.outputs = run.outputs.iter().map(|o| o.to_string()).collect();
+                d.inputs = run.inputs.iter().map(|o| o.to_string()).collect();
+                d.args = run.args().to_vec();
+                // Env values often carry secrets: only those the graph marks safe are recorded.
+                d.env = run
+                    .env()
+                    .map(|(k, v)| (k.clone(), self.graph.recorded_env_value(k, v).to_string()))
+                    .collect();
+                d.job_version = Some(job.version.clone());
+            }),
+        );
+        for o in &run.outputs {
+            let mut e =
+                Event::partition(Some(self.build), o.as_str(), Status::Scheduled).with_run(id);
+            e.job = Some(job.name.clone());
+            events.push(e);
+        }
+    }
+
+    /// A claim: the run starts, holding its outputs, each claimed against the run that held it
+    /// when `seen` (compare-and-swap in the log).
+    pub fn claim(
+        &self,
+        run: &PlannedRun,
+        id: &str,
+        seen: Vec<String>,
+        input_versions: &BTreeMap<String, String>,
+        log_path: String,
+        events: &mut Vec<Event>,
+    ) {
+        let job = self.job(run);
+        events.push(
+            Event::job_run(self.build, id, job, Status::Running).with_data(|d| {
+                d.pid = Some(std::process::id());
+                d.host = crate::owner::hostname();
+                d.owner = Some(this_owner());
+                d.input_versions = input_versions.clone();
+                d.log_path = Some(log_path);
+            }),
+        );
+        for (o, last) in run.outputs.iter().zip(seen) {
+            let mut e = Event::partition(Some(self.build), o.as_str(), Status::Building)
+                .with_run(id)
+                .with_data(|d| d.claim_after = Some(last));
+            e.job = Some(job.to_string());
+            events.push(e);
+        }
+    }
+
+    /// A run succeeded: its outputs are available at `version`.
+    pub fn built(
+        &self,
+        run: &PlannedRun,
+        id: &str,
+        version: &str,
+        executor_id: Option<String>,
+        report: Option<serde_json::Value>,
+    ) -> Vec<Event> {
+        let job = self.job(run);
+        let mut events = Vec::with_capacity(1 + run.outputs.len());
+        events.push(
+            Event::job_run(self.build, id, job, Status::Completed).with_data(|d| {
+                d.exit_code = Some(0);
+                d.executor_id = executor_id;
+                d.report = report.clone();
+            }),
+        );
+        for o in &run.outputs {
+            let mut e = Event::partition(Some(self.build), o.as_str(), Status::Available)
+                .with_run(id)
+                .with_data(|d| {
+                    d.data_version = Some(version.to_string());
+                    d.report = report.clone();
+                });
+            e.job = Some(job.to_string());
+            events.push(e);
+        }
+        events
+    }
+
+    /// A run's end other than success, and the release of its outputs: a run that failed
+    /// fails them; one cancelled (or never started) gives them back to what they were.
+    pub fn ended(&self, run: &PlannedRun, id: &str, end: RunEnd<'_>) -> Vec<Event> {
+        let job = &self.graph.jobs[run.job_index];
+        let status = end.status;
+        let mut events = Vec::with_capacity(1 + run.outputs.len());
+        events.push(
+            Event::job_run(self.build, id, &job.name, status)
+                .with_message(end.message)
+                .with_data(|d| {
+                    d.exit_code = end.exit_code;
+                    d.executor_id = end.executor_id;
+                    d.then = end.then;
+                    d.not_started = end.not_started;
+                    if status == Status::Failed {
+                        d.attempt = Some(end.attempt);
+                        d.attempts = Some(job.retries + 1);
+                    }
+                }),
+        );
+        let partition_status = if status == Status::Cancelled {
+            Status::Cancelled
+        } else {
+            Status::Failed
+        };
+        for o in &run.outputs {
+            let mut e = Event::partition(Some(self.build), o.as_str(), partition_status)
+                .with_run(id)
+                .with_message(end.message);
+            e.job = Some(job.name.clone());
+            events.push(e);
+        }
+        events
+    }
+
+    /// A run that will not run because of `reason`, and its outputs that will not be built.
+    pub fn not_run(&self, run: &PlannedRun, id: &str, reason: &str, events: &mut Vec<Event>) {
+        events.push(
+            Event::job_run(self.build, id, self.job(run), Status::Cancelled)
+                .with_message(format!("not run: {reason}")),
+        );
+        for o in &run.outputs {
+            events.push(
+                Event::partition(Some(self.build), o.as_str(), Status::Cancelled)
+                    .with_message(format!("not built: {reason}")),
+            );
+        }
+    }
+
+    /// The run gave up its claim before it started, to wait for the build that claimed first.
+    pub fn lost_claim(&self, run: &PlannedRun, id: &str) -> Event {
+        Event::job_run(self.build, id, self.job(run), Status::Cancelled).with_message(
+            "another build started building its outputs first; waiting for it instead",
+        )
+    }
+
+    /// Another build made the run's outputs meanwhile: this build relies on that run.
+    pub fn adopted(&self, run: &PlannedRun, id: &str, relies_on: Option<String>) -> Event {
+        Event::job_run(self.build, id, self.job(run), Status::Skipped)
+            .with_message("another build made its outputs meanwhile")
+            .with_data(|d| d.relies_on = relies_on)
+    }
+}

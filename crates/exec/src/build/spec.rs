@@ -1,0 +1,150 @@
+//! A run's `RunSpec`: the command, env, inputs and paths a slot starts it with, and the data
+//! version its outputs record.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use databuild_core::{Job, PlannedRun, Producer};
+use databuild_log::Status;
+
+use crate::engine::Engine;
+use crate::local::{RunSpec, DEFAULT_LOG_LIMIT};
+
+/// What a spec is made of: one attempt of a run.
+pub(super) struct SpecOf<'a> {
+    pub run: &'a PlannedRun,
+    pub run_id: &'a str,
+    pub attempt: u32,
+}
+
+/// Where a run's log goes.
+pub(super) fn log_path(engine: &Engine, run_id: &str) -> PathBuf {
+    engine
+        .graph_dir
+        .join(".databuild/logs")
+        .join(format!("{run_id}.log"))
+}
+
+/// The env a run gets from its job and its config (not `DATABUILD_*`).
+pub(super) fn env_of(job: &Job, run: &PlannedRun) -> BTreeMap<String, String> {
+    let mut env = job.env.clone();
+    env.extend(run.env().map(|(k, v)| (k.clone(), v.clone())));
+    env
+}
+
+/// The data version a run's outputs record: its job, args, env and inputs' versions.
+pub(super) fn output_version(
+    job: &Job,
+    run: &PlannedRun,
+    input_versions: &BTreeMap<String, String>,
+) -> String {
+    let env = env_of(job, run);
+    crate::versions::data_version(&job.name, &job.version, run.args(), &env, input_versions)
+}
+
+/// A carried-forward run's report says where its partition came from, unless the run said.
+pub(super) fn with_provenance(
+    job: &Job,
+    run: &PlannedRun,
+    report: Option<serde_json::Value>,
+) -> Option<serde_json::Value> {
+    let Some(databuild_core::BuildReason::CarryForward(why)) = run.reasons.first() else {
+        return report;
+    };
+    let mut r = report.unwrap_or_else(|| serde_json::json!({}));
+    if r.get("provenance").is_none() {
+        r["provenance"] = format!(
+            "carried forward by `migrate` to version {}: {why}",
+            job.version
+        )
+        .into();
+    }
+    Some(r)
+}
+
+pub(super) fn run_spec(engine: &Engine, build: &str, launch: &SpecOf<'_>) -> RunSpec {
+    let (run, run_id) = (launch.run, launch.run_id);
+    let job = &engine.graph.jobs[run.job_index];
+    let mut env = env_of(job, run);
+    // Not part of the data version: which attempt made a partition does not change it.
+    env.insert("DATABUILD_ATTEMPT".to_string(), launch.attempt.to_string());
+    let fields = match run.outputs.as_slice() {
+        [single] => engine
+            .graph
+            .producer_of(single.as_str())
+            .map(|(p, values)| {
+                engine
+                    .graph
+                    .pattern_of(p)
+                    .fields()
+                    .zip(values)
+                    .map(|((name, _), v)| (name.to_string(), v.to_string()))
+                    .collect()
+            })
+            .unwrap_or_default(),
+        _ => Vec::new(),
+    };
+    if run.is_carry_forward() {
+        // Which version the partition is carried forward from, for the migrate command.
+        let from = run.outputs.first().and_then(|o| {
+            let events = engine
+                .store
+                .events(&databuild_log::EventFilter {
+                    partition_ref: Some(o.to_string()),
+                    ..Default::default()
+                })
+                .ok()?;
+            // The last run that wrote it (skipped runs only relied on it).
+            events
+                .iter()
+                .rev()
+                .filter(|e| e.status == Status::Available)
+                .filter_map(|e| engine.store.job_run(e.job_run_id.as_deref()?).ok()?)
+                .find(|run| run.status == Status::Completed && run.job_run_id != run_id)?
+                .job_version
+        });
+        env.insert(
+            "DATABUILD_MIGRATE_FROM_VERSION".to_string(),
+            from.unwrap_or_default(),
+        );
+    }
+    let command = match job.deps {
+        _ if run.is_carry_forward() => job.migrate.clone().unwrap_or_default(),
+        // Table versions are built by this very binary (`databuild table-job`).
+        databuild_core::Deps::Table { .. } => std::env::current_exe()
+            .map(|exe| vec![exe.display().to_string(), "table-job".to_string()])
+            .unwrap_or_else(|_| job.command.clone()),
+        _ => job.command.clone(),
+    };
+    RunSpec {
+        job_run_id: run_id.to_string(),
+        build_request_id: build.to_string(),
+        job: job.name.clone(),
+        command,
+        args: run.args().to_vec(),
+        env,
+        outputs: run.outputs.iter().map(|o| o.to_string()).collect(),
+        inputs: run.inputs.iter().map(|o| o.to_string()).collect(),
+        present_inputs: run
+            .inputs
+            .iter()
+            .filter(|i| match engine.graph.producer_of(i.as_str()) {
+                Some((Producer::Job { .. }, _)) => true,
+                Some((Producer::Dataset(d), _)) => {
+                    let ds = &engine.graph.datasets[d];
+                    ds.exists.is_none() && ds.source.is_none() && ds.upstream.is_none()
+                }
+                _ => false,
+            })
+            .map(|i| i.to_string())
+            .collect(),
+        fields,
+        graph_dir: engine.graph_dir.clone(),
+        data_dir: engine.data_dir.clone(),
+        log_path: log_path(engine, run_id),
+        timeout: job.timeout,
+        log_limit: DEFAULT_LOG_LIMIT,
+        cpus: job.cpus,
+        mem: job.mem.clone(),
+    }
+}

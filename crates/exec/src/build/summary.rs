@@ -1,0 +1,168 @@
+//! `BuildSummary`: what a build did, read back from the log, the same for the process that ran
+//! it, the service, and anyone asking later.
+
+use databuild_log::{RunQuery, Status};
+use rustc_hash::{FxHashMap, FxHashSet};
+use serde::Serialize;
+
+use crate::engine::{Engine, Result};
+
+/// What a build did (contract section 4, `build --json`).
+#[derive(Debug, Clone, Serialize, serde::Deserialize, utoipa::ToSchema)]
+pub struct BuildSummary {
+    pub build_request_id: String,
+    /// `completed`, `failed` or `cancelled`.
+    pub status: Status,
+    pub built: Vec<String>,
+    pub skipped: Vec<String>,
+    pub delegated: Vec<String>,
+    /// Requested refs that are not live at the end of the build (contract section 4).
+    pub failed: Vec<String>,
+    /// Runs that ran and failed for good (not retried), each with its last log line.
+    pub failures: Vec<RunFailure>,
+    /// Outputs of runs that started and were cancelled.
+    pub cancelled: Vec<String>,
+    /// Outputs of runs the build never started (it stopped, or an input failed).
+    pub not_started: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+impl BuildSummary {
+    /// A build that ended before any run: every requested ref is not live.
+    pub(super) fn nothing_ran(
+        id: &str,
+        status: Status,
+        requested: Vec<String>,
+        message: String,
+    ) -> Self {
+        BuildSummary {
+            build_request_id: id.to_string(),
+            status,
+            built: Vec::new(),
+            skipped: Vec::new(),
+            delegated: Vec::new(),
+            failed: requested,
+            failures: Vec::new(),
+            cancelled: Vec::new(),
+            not_started: Vec::new(),
+            message: Some(message),
+        }
+    }
+}
+
+/// A run that failed, as a summary names it.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq, serde::Deserialize, utoipa::ToSchema)]
+pub struct RunFailure {
+    pub job: String,
+    pub job_run_id: String,
+    pub outputs: Vec<String>,
+    /// Why, as the log records it (`the job ended with exit status 4`).
+    pub message: Option<String>,
+    /// The last non-empty line of the run's log, if it has one.
+    pub log_tail: Option<String>,
+}
+
+/// How many failures a summary quotes the logs of (each is a file read).
+const QUOTED_FAILURES: usize = 1000;
+
+impl Engine {
+    /// What a build request did, read back from the log: the same answer for the process that ran
+    /// it, for the service, and for anyone asking later.
+    pub fn summary(&self, id: &str) -> Result<Option<BuildSummary>> {
+        let Some(build) = self.store.build_request(id)? else {
+            return Ok(None);
+        };
+        let mut runs = self.store.job_runs(&RunQuery {
+            build_request_id: Some(id.to_string()),
+            limit: 10_000_000,
+            ..Default::default()
+        })?;
+        runs.reverse();
+        let mut is_delegated = FxHashSet::default();
+        let delegated: Vec<String> = self
+            .store
+            .events(&databuild_log::EventFilter {
+                build_request_id: Some(id.to_string()),
+                kind: Some(databuild_log::Kind::Delegation),
+                ..Default::default()
+            })?
+            .into_iter()
+            .filter_map(|e| e.partition_ref)
+            .filter(|r| is_delegated.insert(r.clone()))
+            .collect();
+        let outputs_of = |status: Status| -> Vec<String> {
+            runs.iter()
+                .filter(|r| r.status == status)
+                .flat_map(|r| r.outputs.iter().cloned())
+                .filter(|o| !is_delegated.contains(o))
+                .collect()
+        };
+        let available: FxHashSet<String> = self
+            .store
+            .request_partitions(id)?
+            .into_iter()
+            .filter(|p| p.status == Status::Available)
+            .map(|p| p.partition_ref)
+            .collect();
+        // A run's outputs end with the last run that had them: an earlier failed attempt that
+        // was retried is not a failure of the build.
+        let mut last_of: FxHashMap<&str, usize> = FxHashMap::default();
+        for (i, r) in runs.iter().enumerate() {
+            if let Some(first) = r.outputs.first() {
+                last_of.insert(first, i);
+            }
+        }
+        let mut last: Vec<&databuild_log::JobRunRow> =
+            last_of.values().map(|&i| &runs[i]).collect();
+        last.sort_by_key(|r| r.scheduled_at);
+        let ended_unbuilt = |started: bool| -> Vec<String> {
+            last.iter()
+                .filter(|r| r.status == Status::Cancelled && r.started_at.is_some() == started)
+                .flat_map(|r| r.outputs.iter().cloned())
+                .filter(|o| !is_delegated.contains(o))
+                .collect()
+        };
+        let failures = last
+            .iter()
+            .filter(|r| r.status == Status::Failed)
+            .enumerate()
+            .map(|(i, r)| RunFailure {
+                job: r.job.clone(),
+                job_run_id: r.job_run_id.clone(),
+                outputs: r.outputs.clone(),
+                message: r.message.clone(),
+                log_tail: (i < QUOTED_FAILURES)
+                    .then(|| r.log_path.as_deref().and_then(last_log_line))
+                    .flatten(),
+            })
+            .collect();
+        Ok(Some(BuildSummary {
+            build_request_id: id.to_string(),
+            status: build.status,
+            failures,
+            cancelled: ended_unbuilt(true),
+            not_started: ended_unbuilt(false),
+            built: outputs_of(Status::Completed),
+            skipped: outputs_of(Status::Skipped),
+            failed: build
+                .requested_partitions
+                .iter()
+                .filter(|r| !available.contains(*r))
+                .cloned()
+                .collect(),
+            delegated,
+            message: build.message,
+        }))
+    }
+}
+
+/// The last non-empty line of a run's log (read from its last 4 KiB).
+fn last_log_line(path: &str) -> Option<String> {
+    let tail = crate::engine::read_tail(std::path::Path::new(path), 4096).ok()?;
+    tail.lines()
+        .rev()
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .map(|l| l.chars().take(300).collect())
+}

@@ -42,3 +42,6 @@ export DATABUILD_SCHEMATHESIS="$scratch/schemathesis/bin/schemathesis" DATABUILD
 
 echo "== cargo test"
 cargo test --workspace --quiet
+
+echo "== the Python wheel: built with maturin, installed into a fresh venv, its tests (pytest)"
+./scripts/wheel.sh "$scratch/wheel"

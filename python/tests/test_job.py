@@ -35,7 +35,7 @@ def test_fields_are_typed_as_the_pattern_declares_them(tmp_path):
         DATABUILD_FIELD_REGION="eu",
         DATABUILD_FIELD_N="7",
         DATABUILD_FIELD_DATE="2024-03-05",
-        DATABUILD_FIELD_TYPES=json.dumps({"region": "str", "n": "int", "date": "date"}),
+        DATABUILD_TYPES=json.dumps({"region": "str", "n": "int", "date": "date"}),
         DATABUILD_ATTEMPT="2",
     ))
     assert job.fields == {"region": "eu", "n": 7, "date": datetime.date(2024, 3, 5)}
@@ -47,7 +47,7 @@ def test_fields_are_typed_as_the_pattern_declares_them(tmp_path):
 def test_a_field_that_is_not_of_its_type_is_named(tmp_path):
     job = Job(env_for(
         tmp_path, ["x/d=soon"], DATABUILD_FIELD_D="soon",
-        DATABUILD_FIELD_TYPES=json.dumps({"d": "date"}),
+        DATABUILD_TYPES=json.dumps({"d": "date"}),
     ))
     with pytest.raises(JobError, match="field `d` = 'soon' is not of its type date"):
         job.fields

@@ -109,11 +109,11 @@ class Job:
     @property
     def fields(self) -> dict[str, FieldValue]:
         """The output pattern's fields of a single-output run, by their name in the pattern."""
-        types = json.loads(self._environ.get("DATABUILD_FIELD_TYPES", "{}"))
+        types = json.loads(self._environ.get("DATABUILD_TYPES", "{}"))
         prefix = "DATABUILD_FIELD_"
         found = {}
         for key, value in self._environ.items():
-            if key.startswith(prefix) and key != "DATABUILD_FIELD_TYPES":
+            if key.startswith(prefix):
                 upper = key[len(prefix):]
                 # The environment upper-cases names; the pattern's own spelling is in the types.
                 name = next((n for n in types if n.upper() == upper), upper.lower())

@@ -68,22 +68,21 @@ pub(super) fn run_spec(engine: &Engine, build: &str, launch: &SpecOf<'_>) -> Run
     let mut env = env_of(job, run);
     // Not part of the data version: which attempt made a partition does not change it.
     env.insert("DATABUILD_ATTEMPT".to_string(), launch.attempt.to_string());
-    let fields = match run.outputs.as_slice() {
-        [single] => engine
-            .graph
-            .producer_of(single.as_str())
-            .map(|(p, values)| {
-                engine
-                    .graph
-                    .pattern_of(p)
-                    .fields()
-                    .zip(values)
-                    .map(|((name, _), v)| (name.to_string(), v.to_string()))
-                    .collect()
-            })
-            .unwrap_or_default(),
-        _ => Vec::new(),
-    };
+    let mut fields = Vec::new();
+    if let [single] = run.outputs.as_slice() {
+        if let Some((p, values)) = engine.graph.producer_of(single.as_str()) {
+            let mut types = serde_json::Map::new();
+            for ((name, ty), v) in engine.graph.pattern_of(p).fields().zip(values) {
+                fields.push((name.to_string(), v.to_string()));
+                types.insert(name.to_string(), ty.to_string().into());
+            }
+            // The fields' types, so a job can read `{date:date}` as a date (contract section 3).
+            env.insert(
+                "DATABUILD_TYPES".to_string(),
+                serde_json::Value::Object(types).to_string(),
+            );
+        }
+    }
     if run.is_carry_forward() {
         // Which version the partition is carried forward from, for the migrate command.
         let from = run.outputs.first().and_then(|o| {

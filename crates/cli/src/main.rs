@@ -33,9 +33,6 @@ impl std::error::Error for UserError {}
 
 fn main() -> ExitCode {
     let cli = cli::Cli::parse();
-    // The code the engine does not reach (the service's handlers) reads the same clock and token
-    // as the engine it is given.
-    settings::engine_config().clone().install();
     match commands::run(cli) {
         Ok(code) => code,
         Err(err) => {

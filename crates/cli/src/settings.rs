@@ -32,6 +32,22 @@ pub fn count(var: &str, default: usize) -> anyhow::Result<usize> {
     }
 }
 
+/// An interval from the environment (seconds, `0.2`, or a duration, `90s`, `5m`), or `default`
+/// when unset.
+pub fn interval(var: &str, default: std::time::Duration) -> anyhow::Result<std::time::Duration> {
+    match std::env::var(var) {
+        Err(_) => Ok(default),
+        Ok(v) => databuild_service::parse_interval(v.trim()).ok_or_else(|| {
+            UserError(format!(
+                "{var}={v} is not a positive interval: seconds (`0.5`) or a duration (`90s`, \
+                 `5m`); unset it for {}",
+                humantime::format_duration(default)
+            ))
+            .into()
+        }),
+    }
+}
+
 /// The most refs one request may name, braces expanded (`DATABUILD_MAX_REFS`).
 pub fn max_refs() -> anyhow::Result<usize> {
     static MAX_REFS: OnceLock<Result<usize, String>> = OnceLock::new();

@@ -640,3 +640,27 @@ fn every_entry_point_takes_refs_through_one_parser_braces_and_cap_included() {
         );
     }
 }
+
+/// The service's intervals are read once, at start: one that does not parse stops it with an
+/// error naming the variable, instead of quietly running on the default.
+#[test]
+fn an_interval_that_does_not_parse_stops_the_service_naming_it() {
+    let p = project();
+    for (var, value) in [
+        ("DATABUILD_SOURCE_INTERVAL", "soon"),
+        ("DATABUILD_WANT_PROBE_INTERVAL", "-5"),
+    ] {
+        let out = p
+            .command()
+            .args(["serve", "--bind", "127.0.0.1:0"])
+            .env(var, value)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{var}: {stderr}");
+        assert!(
+            stderr.contains(&format!("{var}={value} is not a positive interval")),
+            "{stderr}"
+        );
+    }
+}

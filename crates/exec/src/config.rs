@@ -4,8 +4,6 @@
 //! for configuration. (The environment a job run is given, `DATABUILD_OUTPUTS` and the rest, is
 //! the engine's output, not its configuration.)
 
-use std::sync::OnceLock;
-
 /// Which day it is.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum Clock {
@@ -64,22 +62,5 @@ impl std::fmt::Debug for EngineConfig {
                 &self.upstream_token.as_ref().map(|_| "<redacted>"),
             )
             .finish()
-    }
-}
-
-static INSTALLED: OnceLock<EngineConfig> = OnceLock::new();
-
-impl EngineConfig {
-    /// Makes this the process's configuration for code that is given no engine: the free
-    /// [`crate::engine::today`] and [`crate::upstream::request_build`], which the service and
-    /// `versions` still call. The binary installs the one value it gives its engine; the first
-    /// call wins, and returns false for any later one.
-    pub fn install(self) -> bool {
-        INSTALLED.set(self).is_ok()
-    }
-
-    /// The installed configuration, or the default (system clock, no token) if none was.
-    pub fn installed() -> &'static EngineConfig {
-        INSTALLED.get_or_init(EngineConfig::default)
     }
 }

@@ -115,14 +115,6 @@ pub struct PlannedStep {
     pub outputs: Vec<String>,
 }
 
-/// Today's date, `YYYY-MM-DD`, by the process's installed clock ([`EngineConfig::install`]):
-/// which day webhooks land in, which days have ended and which raw partitions retention keeps.
-/// For code given no engine (the service, `versions`); the engine itself asks its own
-/// [`Engine::today`].
-pub fn today() -> String {
-    EngineConfig::installed().clock.today()
-}
-
 pub fn rfc3339(ns: i64) -> String {
     chrono::DateTime::from_timestamp(
         ns.div_euclid(1_000_000_000),
@@ -153,8 +145,13 @@ impl Engine {
     }
 
     pub(crate) fn versions(&self) -> VersionedStates<'_> {
-        VersionedStates::new(&self.graph, self.store.as_ref(), &self.data_dir)
-            .shown_from(&self.graph_dir)
+        VersionedStates::new(
+            &self.graph,
+            self.store.as_ref(),
+            &self.data_dir,
+            self.today(),
+        )
+        .shown_from(&self.graph_dir)
     }
 
     /// Plans without recording anything, against the log's partition states (with staleness, and

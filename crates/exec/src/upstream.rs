@@ -125,14 +125,6 @@ pub fn request_build_with(upstream: &str, refs: &[String], token: Option<&str>) 
     }
 }
 
-/// [`request_build_with`] the token the binary set for this process
-/// ([`crate::config::EngineConfig::install`]). The service's reconciler calls this one until it
-/// passes its engine's token itself.
-pub fn request_build(upstream: &str, refs: &[String]) -> Result<String> {
-    let config = crate::config::EngineConfig::installed();
-    request_build_with(upstream, refs, config.upstream_token.as_deref())
-}
-
 /// Follows an upstream build's event stream until it ends; returns its final status.
 pub fn follow(upstream: &str, id: &str) -> Result<String> {
     let url = format!("{upstream}{}", route::fill(route::BUILD_EVENT_STREAM, id));

@@ -215,7 +215,13 @@ pub struct VersionedStates<'a> {
 }
 
 impl<'a> VersionedStates<'a> {
-    pub fn new(graph: &'a Graph, store: &'a dyn EventStore, data_dir: &Path) -> Self {
+    /// `today`: the engine's date, which decides what retention has expired.
+    pub fn new(
+        graph: &'a Graph,
+        store: &'a dyn EventStore,
+        data_dir: &Path,
+        today: String,
+    ) -> Self {
         let mut states = VersionedStates {
             graph,
             store,
@@ -226,7 +232,7 @@ impl<'a> VersionedStates<'a> {
             promotions: BTreeMap::new(),
             tainted_datasets: Default::default(),
             pins: BTreeMap::new(),
-            today: crate::engine::today(),
+            today,
             failure: RefCell::default(),
         };
         if !graph.tables.is_empty() {

@@ -97,11 +97,31 @@ impl Default for Limits {
     }
 }
 
+/// How often the service's background work runs.
+#[derive(Debug, Clone, Copy)]
+pub struct Intervals {
+    /// Sealing ended days, ingesting dropped files, expiring raw data
+    /// (`DATABUILD_SOURCE_INTERVAL`).
+    pub sources: Duration,
+    /// Probing what wants wait for (`DATABUILD_WANT_PROBE_INTERVAL`).
+    pub want_probes: Duration,
+}
+
+impl Default for Intervals {
+    fn default() -> Self {
+        Intervals {
+            sources: Duration::from_secs(60),
+            want_probes: Duration::from_secs(10),
+        }
+    }
+}
+
 /// Everything `serve` is told at start.
 #[derive(Debug, Clone, Default)]
 pub struct ServeConfig {
     pub access: guard::Access,
     pub limits: Limits,
+    pub intervals: Intervals,
 }
 
 pub struct AppState {
@@ -111,6 +131,7 @@ pub struct AppState {
     /// Tokens, sessions and CSRF tokens.
     pub guard: guard::Guard,
     pub limits: Limits,
+    pub intervals: Intervals,
     /// Permits for SQL queries and event streams: what is running now.
     pub sql_slots: Arc<tokio::sync::Semaphore>,
     pub stream_slots: Arc<tokio::sync::Semaphore>,
@@ -132,6 +153,7 @@ impl AppState {
             sql_slots: Arc::new(tokio::sync::Semaphore::new(config.limits.sql_queries)),
             stream_slots: Arc::new(tokio::sync::Semaphore::new(config.limits.event_streams)),
             limits: config.limits,
+            intervals: config.intervals,
             builds: Builds::default(),
             flood_guard: Default::default(),
         }
@@ -181,13 +203,13 @@ pub async fn serve(
     Ok(())
 }
 
-/// Seals ended days, ingests dropped files and expires old raw data every
-/// `DATABUILD_SOURCE_INTERVAL` (default 60 s).
+/// Seals ended days, ingests dropped files and expires old raw data, every
+/// [`Intervals::sources`].
 async fn maintain_sources(state: Arc<AppState>) {
     if state.engine.graph.sources.is_empty() {
         return;
     }
-    let every = interval_from_env("DATABUILD_SOURCE_INTERVAL", Duration::from_secs(60));
+    let every = state.intervals.sources;
     loop {
         tokio::time::sleep(every).await;
         let engine = state.engine.clone();
@@ -199,16 +221,8 @@ async fn maintain_sources(state: Arc<AppState>) {
     }
 }
 
-/// An interval from the environment: seconds (`0.2`, `60`) or a duration (`90s`, `5m`); the
-/// default when unset or not a positive interval.
-pub(crate) fn interval_from_env(var: &str, default: Duration) -> Duration {
-    std::env::var(var)
-        .ok()
-        .and_then(|v| parse_interval(&v))
-        .unwrap_or(default)
-}
-
-fn parse_interval(v: &str) -> Option<Duration> {
+/// An interval as written: seconds (`0.2`, `60`) or a duration (`90s`, `5m`).
+pub fn parse_interval(v: &str) -> Option<Duration> {
     v.parse::<f64>()
         .ok()
         .and_then(|s| Duration::try_from_secs_f64(s).ok())

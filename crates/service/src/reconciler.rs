@@ -15,7 +15,6 @@ use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use databuild_exec::engine::today;
 use databuild_exec::wants::Decision;
 use databuild_exec::Engine;
 use databuild_log::{Event, EventFilter, Kind, Status, WantRow};
@@ -29,8 +28,7 @@ const RETRY_AFTER: Duration = Duration::from_secs(60);
 
 pub fn spawn(state: Arc<AppState>, stop: Arc<AtomicBool>) {
     let runtime = tokio::runtime::Handle::current();
-    let probe_every =
-        crate::interval_from_env("DATABUILD_WANT_PROBE_INTERVAL", Duration::from_secs(10));
+    let probe_every = state.intervals.want_probes;
     std::thread::Builder::new()
         .name("reconciler".into())
         .spawn(move || {
@@ -234,7 +232,8 @@ impl Reconciler {
         if self.engine().graph.wants.is_empty() {
             return Ok(());
         }
-        let today = databuild_core::pattern::parse_date(&today()).expect("today is a date");
+        let today =
+            databuild_core::pattern::parse_date(&self.engine().today()).expect("today is a date");
         let recurring = self.engine().graph.wants.clone();
         for rw in &recurring {
             let mut refs = Vec::new();
@@ -315,7 +314,8 @@ impl Reconciler {
             engine.note_want(want, Status::Waiting, Some(r), Some(message), None)?;
             return Ok(());
         }
-        match databuild_exec::upstream::request_build(upstream, &[r.to_string()]) {
+        let token = engine.config.upstream_token.as_deref();
+        match databuild_exec::upstream::request_build_with(upstream, &[r.to_string()], token) {
             Ok(id) => {
                 self.asked.insert(r.to_string(), id.clone());
                 let (tx, up, build, partition) = (

@@ -20,7 +20,6 @@ use axum::Json;
 use databuild_core::{Source, SourceKind};
 use databuild_exec::answers::{route, Ingested, Sealed, SourceList};
 use databuild_exec::build::{BuildOptions, Quiet};
-use databuild_exec::engine::today;
 use databuild_exec::tables::{Promotion, SourceDetail};
 use hmac::{Hmac, Mac};
 use serde::Deserialize;
@@ -165,7 +164,7 @@ async fn ingest(
         .records(&bytes)
         .map_err(|why| plain(AppError::bad_request(format!("source `{name}`: {why}"))))?;
     let engine = state.engine.clone();
-    let date = today();
+    let date = state.engine.today();
     let count = records.len();
     let day = date.clone();
     tokio::task::spawn_blocking(move || {

@@ -168,6 +168,16 @@ fn serve(
             sql_queries: crate::settings::count("DATABUILD_SQL_CONCURRENCY", 4)?,
             event_streams: crate::settings::count("DATABUILD_MAX_STREAMS", 64)?,
         },
+        intervals: {
+            let default = databuild_service::Intervals::default();
+            databuild_service::Intervals {
+                sources: crate::settings::interval("DATABUILD_SOURCE_INTERVAL", default.sources)?,
+                want_probes: crate::settings::interval(
+                    "DATABUILD_WANT_PROBE_INTERVAL",
+                    default.want_probes,
+                )?,
+            }
+        },
     };
     let runtime = tokio::runtime::Runtime::new()?;
     runtime.block_on(databuild_service::serve(engine, bind, config, |addr| {

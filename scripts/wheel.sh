@@ -13,11 +13,11 @@ options=("$@")
 [ ${#options[@]} -gt 0 ] || options=(--profile dev)
 mkdir -p "$scratch"
 python3 -m venv "$scratch/build-venv"
-"$scratch/build-venv/bin/pip" install --quiet --disable-pip-version-check 'maturin>=1.5,<2'
+"$scratch/build-venv/bin/pip" install --quiet --disable-pip-version-check maturin==1.16.0
 (cd python && "$scratch/build-venv/bin/maturin" build --quiet "${options[@]}" --out "$scratch/wheels")
 wheel=$(ls "$scratch"/wheels/databuild-*.whl)
 echo "built $(basename "$wheel") ($(du -h "$wheel" | cut -f1))"
 python3 -m venv "$scratch/venv"
-"$scratch/venv/bin/pip" install --quiet --disable-pip-version-check "$wheel" pytest
+"$scratch/venv/bin/pip" install --quiet --disable-pip-version-check "$wheel" pytest==9.2.0
 # The venv's `databuild` and `python3` first, as an activated venv would have them.
 PATH="$scratch/venv/bin:$PATH" "$scratch/venv/bin/python" -m pytest -q python/tests

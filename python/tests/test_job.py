@@ -15,6 +15,12 @@ import pytest
 from databuild import Job, JobError
 
 
+def current_umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def env_for(tmp_path: Path, outputs, inputs=(), **extra) -> dict:
     env = {
         "DATABUILD_OUTPUTS": json.dumps(list(outputs)),
@@ -68,6 +74,8 @@ def test_an_output_written_in_a_block_that_fails_is_not_there(tmp_path):
     assert list(job.output_path().parent.iterdir()) == []  # no temporary file left either
     job.write_text("whole\n")
     assert job.output_path().read_text() == "whole\n"
+    # Readable as any file the job would have written itself.
+    assert job.output_path().stat().st_mode & 0o777 == 0o666 & ~current_umask()
 
 
 def test_a_job_killed_mid_write_leaves_no_partial_output(tmp_path):

@@ -523,26 +523,6 @@ impl Engine {
     /// Marks partitions invalid. A partition being built cannot be tainted until its run ends.
     /// A job's output is rebuilt by the next build that needs it; an external partition stays
     /// tainted until its data changes, and what was built from it before the taint is stale.
-    /// Cancels a build request, telling an unknown one ([`EngineError::NotFound`]) and an ended
-    /// one ([`EngineError::AlreadyEnded`]) apart by type, so that callers derive their answer
-    /// (404, 409) from the kind of failure rather than from its message.
-    pub fn cancel_request(&self, id: &str) -> Result<()> {
-        let Some(b) = self.store.build_request(id)? else {
-            return Err(EngineError::NotFound(format!(
-                "no build request `{id}` in the event log"
-            )));
-        };
-        if databuild_log::state::is_terminal(databuild_log::Kind::BuildRequest, b.status) {
-            return Err(EngineError::AlreadyEnded {
-                id: id.to_string(),
-                status: b.status,
-            });
-        }
-        // A build that ends between this check and the cancel is refused by `cancel` itself
-        // (as invalid): the answer is then a 400 rather than a 409, and nothing is changed.
-        self.cancel(id)
-    }
-
     pub fn taint(&self, refs: &[String], reason: Option<&str>) -> Result<Vec<Event>> {
         let versions = self.versions();
         let events = refs

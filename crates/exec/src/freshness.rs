@@ -1,7 +1,8 @@
 //! Exact counts of how fresh a dataset's available partitions are, at any size.
 //!
 //! The log records `available`; whether such a partition is live, stale or missing (its data
-//! gone) is derived, as `status` derives it. Counting it means deriving it for every available
+//! gone) is derived, as `partitions --status` derives it (versions, taints, data present; the
+//! re-check of a config job's live partitions against its config is `status`'s). Counting it means deriving it for every available
 //! partition, so the pass goes one page of rows at a time, with a fresh memo of versions per
 //! page: its memory is bounded by the page, never by the dataset, and its time is linear in it.
 

@@ -119,25 +119,27 @@ fn external_taint(
     row: Option<&PartitionRow>,
     r: &str,
     now: &str,
-) -> Option<ExternalTaint> {
-    if row?.status != Status::Tainted {
-        return None;
+) -> databuild_log::Result<Option<ExternalTaint>> {
+    if row.is_none_or(|row| row.status != Status::Tainted) {
+        return Ok(None);
     }
-    let events = store
-        .events(&EventFilter {
-            partition_ref: Some(r.to_string()),
-            kind: Some(Kind::Partition),
-            ..Default::default()
-        })
-        .ok()?;
-    let taint = events.iter().rev().find(|e| e.status == Status::Tainted)?;
-    (taint.data.data_version.as_deref() == Some(now)).then(|| ExternalTaint {
-        idx: taint.idx,
-        reason: match &taint.message {
-            Some(m) => format!("tainted: {m}"),
-            None => "tainted".to_string(),
-        },
-    })
+    let events = store.events(&EventFilter {
+        partition_ref: Some(r.to_string()),
+        kind: Some(Kind::Partition),
+        ..Default::default()
+    })?;
+    let Some(taint) = events.iter().rev().find(|e| e.status == Status::Tainted) else {
+        return Ok(None);
+    };
+    Ok(
+        (taint.data.data_version.as_deref() == Some(now)).then(|| ExternalTaint {
+            idx: taint.idx,
+            reason: match &taint.message {
+                Some(m) => format!("tainted: {m}"),
+                None => "tainted".to_string(),
+            },
+        }),
+    )
 }
 
 /// The version of external `r` as a run starting now records it: its data's version, marked
@@ -147,13 +149,15 @@ pub fn external_input_version(
     ds: &databuild_core::Dataset,
     data_dir: &Path,
     r: &str,
-) -> Option<String> {
-    let data = raw_external_version(ds, data_dir, r)?;
-    let row = store.partition(r).ok().flatten();
-    Some(match external_taint(store, row.as_ref(), r, &data) {
+) -> databuild_log::Result<Option<String>> {
+    let Some(data) = raw_external_version(ds, data_dir, r) else {
+        return Ok(None);
+    };
+    let row = store.partition(r)?;
+    Ok(Some(match external_taint(store, row.as_ref(), r, &data)? {
         Some(t) => t.version(&data),
         None => data,
-    })
+    }))
 }
 
 /// How a job output's path is shown: relative to the graph's folder when it lies inside it.
@@ -360,13 +364,18 @@ impl<'a> VersionedStates<'a> {
                     return Some(Effective::new(data, None));
                 }
                 let row = self.row(r);
-                return Some(match external_taint(self.store, row.as_ref(), r, &data) {
-                    Some(t) => Effective {
-                        tainted: Some(t.reason.clone()),
-                        ..Effective::new(t.version(&data), None)
+                return Some(
+                    match self
+                        .noted(external_taint(self.store, row.as_ref(), r, &data))
+                        .flatten()
+                    {
+                        Some(t) => Effective {
+                            tainted: Some(t.reason.clone()),
+                            ..Effective::new(t.version(&data), None)
+                        },
+                        None => Effective::new(data, None),
                     },
-                    None => Effective::new(data, None),
-                });
+                );
             }
             Producer::Alias(_) => {
                 return self

@@ -128,7 +128,7 @@ pub fn build_events(engine: &Engine, id: &str) -> ApiResult<EventList> {
 }
 
 pub fn cancel(engine: &Engine, id: &str) -> ApiResult<Cancelled> {
-    engine.cancel_request(id)?;
+    engine.cancel(id)?;
     Ok(Cancelled {
         build_request_id: id.to_string(),
         cancelled: true,

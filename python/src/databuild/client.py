@@ -21,7 +21,7 @@ ENDED = frozenset({"completed", "failed", "cancelled", "analysis_completed"})
 
 class ClientError(Exception):
     """The service refused or failed a request: ``status`` is the HTTP status, ``code`` the
-    service's error code (``unknown_ref``, ``unauthorized``, ...), ``message`` what it said."""
+    service's error code (``unplannable``, ``unauthorized``, ``not_found``, ...), ``message`` what it said."""
 
     def __init__(self, status: int, code: str, message: str) -> None:
         super().__init__(f"{status} {code}: {message}")

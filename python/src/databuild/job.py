@@ -45,6 +45,12 @@ def _typed(name: str, value: str, kind: str) -> FieldValue:
     return value
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 class Job:
     """One job run, read from the environment given (``os.environ`` unless told otherwise)."""
 
@@ -148,6 +154,8 @@ class Job:
             with open(fd, mode, encoding=None if "b" in mode else encoding) as f:
                 yield f
                 f.flush()
+                # mkstemp makes the file its owner's only; a partition gets the usual mode.
+                os.fchmod(f.fileno(), 0o666 & ~_umask())
                 os.fsync(f.fileno())
             os.replace(tmp, path)
         except BaseException:

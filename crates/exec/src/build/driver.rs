@@ -500,7 +500,7 @@ impl<'s, 'e> Driver<'s, 'e> {
                 .collect();
             match seen {
                 Some(seen) => {
-                    self.claim_events(node, seen, &mut events);
+                    self.claim_events(node, seen, &mut events)?;
                     batch.push(node);
                 }
                 None => self.check(node)?,
@@ -547,7 +547,7 @@ impl<'s, 'e> Driver<'s, 'e> {
             return Ok(());
         }
         let mut events = Vec::new();
-        self.claim_events(node, seen, &mut events);
+        self.claim_events(node, seen, &mut events)?;
         match self.append_claims(events)? {
             None => self.answer(Input::Claimed(vec![node])),
             Some(refusal) => {
@@ -612,7 +612,8 @@ impl<'s, 'e> Driver<'s, 'e> {
             let versions = upstream
                 .into_iter()
                 .map(|i| {
-                    let v = engine.input_version(&i);
+                    // A log that fails here fails at the claim's append too.
+                    let v = engine.input_version(&i).ok().flatten();
                     (i, v)
                 })
                 .collect();
@@ -621,23 +622,26 @@ impl<'s, 'e> Driver<'s, 'e> {
     }
 
     /// A claim's events; fixes the versions of the run's inputs.
-    fn claim_events(&mut self, node: usize, seen: Vec<String>, events: &mut Vec<Event>) {
+    fn claim_events(
+        &mut self,
+        node: usize,
+        seen: Vec<String>,
+        events: &mut Vec<Event>,
+    ) -> Result<()> {
         let run = &self.machine.node(node).run;
         let upstream = self.read_versions.remove(&node).unwrap_or_default();
-        let input_versions: BTreeMap<String, String> = run
-            .inputs
-            .iter()
-            .filter_map(|i| {
-                let version = match upstream.get(i.as_str()) {
-                    Some(read) => read.clone(),
-                    None => self
-                        .made
-                        .get(i.as_str())
-                        .cloned()
-                        .or_else(|| self.engine.input_version(i.as_str())),
-                };
-                Some((i.to_string(), version?))
-            })
+        let mut read = Vec::with_capacity(run.inputs.len());
+        for i in &run.inputs {
+            // Read off the loop (an upstream's), made by this build, or read from the log now.
+            let version = match (upstream.get(i.as_str()), self.made.get(i.as_str())) {
+                (Some(read), _) => read.clone(),
+                (None, Some(made)) => Some(made.clone()),
+                (None, None) => self.engine.input_version(i.as_str())?,
+            };
+            read.extend(version.map(|v| (i.to_string(), v)));
+        }
+        let input_versions: BTreeMap<String, String> = read
+            .into_iter()
             .chain(run.aliased().iter().map(|(alias, read)| {
                 (
                     alias.to_string(),
@@ -653,6 +657,7 @@ impl<'s, 'e> Driver<'s, 'e> {
         }
         .claim(run, id, seen, &input_versions, log_path, events);
         self.runs[node].input_versions = input_versions;
+        Ok(())
     }
 
     /// Appends claims with the deferred completions riding along. If the log refuses the claims,
@@ -1013,7 +1018,7 @@ fn report_end(
 }
 
 /// Where a partition another build is making stands: `None` while it is still being built by
-/// a live process.
+/// a live process (or the log could not be read: nothing is known yet).
 fn wait_outcome(store: &dyn EventStore, r: &str) -> Option<WaitOutcome> {
     match store.partition(r) {
         Ok(Some(p)) if p.status == Status::Building => {
@@ -1033,6 +1038,7 @@ fn wait_outcome(store: &dyn EventStore, r: &str) -> Option<WaitOutcome> {
         Ok(None) => Some(WaitOutcome::Failed(
             "the build it was delegated to never built it".into(),
         )),
-        Err(e) => Some(WaitOutcome::Failed(e.to_string())),
+        // A read that failed says nothing about the partition: look again on the next poll.
+        Err(_) => None,
     }
 }

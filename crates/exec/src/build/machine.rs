@@ -533,6 +533,11 @@ impl Machine {
         out: &mut VecDeque<Effect>,
     ) {
         self.unclaim(node, State::Cancelled);
+        // Its outputs are no longer this build's to make: if their holder dies, the takeover
+        // plans them again (a cancelled node left here would swallow that plan).
+        for o in &self.nodes[node].run.outputs {
+            self.by_output.remove(o.as_str());
+        }
         let first_new = self.waits.len();
         let mut waits = Vec::with_capacity(holders.len());
         for (r, other) in &holders {

@@ -557,6 +557,51 @@ fn a_refused_claim_waits_for_the_other_builder_or_looks_again() {
             finish: vec![],
         },
         Case {
+            name: "the holder of a lost claim dies: it is built here, then what waited goes",
+            setup: ONE_SLOT,
+            plan: chain(),
+            start: start(),
+            script: vec![
+                (Input::BatchRefused(vec![0]), vec![Check(0)]),
+                (
+                    refused(RefusalKind::AlreadyBeingBuilt),
+                    vec![FindHolders(0)],
+                ),
+                (
+                    Input::Held {
+                        node: 0,
+                        holders: vec![("a".to_string(), "other".to_string())],
+                    },
+                    vec![WaitInstead {
+                        node: 0,
+                        waits: 0..1,
+                    }],
+                ),
+                (
+                    Input::WaitEnded {
+                        wait: 0,
+                        outcome: WaitOutcome::Abandoned,
+                    },
+                    vec![TakeOver(0)],
+                ),
+                (
+                    Input::TakeOverPlanned {
+                        wait: 0,
+                        plan: plan(vec![run("a", &[], &[])], &[]),
+                    },
+                    vec![scheduled(2..3, 1..1), Added, Claim(vec![2])],
+                ),
+                (Input::Claimed(vec![2]), vec![Stage(2)]),
+                (Input::Started(2), vec![]),
+                (
+                    finished(2, ok()),
+                    vec![end(2, 1, ok(), None), Claim(vec![1])],
+                ),
+            ],
+            over: false,
+            finish: vec![],
+        },
+        Case {
             name: "the holder finished meanwhile: what waited goes on",
             setup: ONE_SLOT,
             plan: chain(),

@@ -201,23 +201,31 @@ impl Engine {
             executor,
             started_ns,
         };
-        driver::run(build, plan, observer, interrupt)
+        driver::run(build, plan, observer, interrupt).inspect_err(|e| {
+            // Nothing of it may stay `building`: its runs and claims end with the reason. (When
+            // the log itself failed this may fail too; the first error is the one to report.)
+            let _ = self.close_build(id, Status::Failed, &format!("the build stopped: {e}"));
+        })
     }
 
-    /// The version an input has now, for the record of a run starting from it.
-    pub(crate) fn input_version(&self, r: &str) -> Option<String> {
-        match self.graph.producer_of(r)?.0 {
+    /// The version an input has now, for the record of a run starting from it. A failed read
+    /// of the log is an error: a version left out would enter the run's data version for good.
+    pub(crate) fn input_version(&self, r: &str) -> Result<Option<String>> {
+        let Some((producer, _)) = self.graph.producer_of(r) else {
+            return Ok(None);
+        };
+        Ok(match producer {
             // Marked while a taint holds, so the run is not stale on the taint's account.
             Producer::Dataset(d) => crate::versions::external_input_version(
                 self.store.as_ref(),
                 &self.graph.datasets[d],
                 &self.data_dir,
                 r,
-            ),
-            Producer::Job { .. } => self.store.partition(r).ok()??.data_version,
+            )?,
+            Producer::Job { .. } => self.store.partition(r)?.and_then(|p| p.data_version),
             // Runs read aliases as version refs (the planner pins them); never asked.
             Producer::Alias(_) => None,
-        }
+        })
     }
 
     /// Closes, truthfully, builds whose driving process on this machine is gone: their unfinished
@@ -317,18 +325,20 @@ impl Engine {
     }
 
     /// Cancels a build request. Its process (if alive) sees it and stops its runs; if its process
-    /// is gone, its runs are closed here.
+    /// is gone, its runs are closed here. An unknown request ([`EngineError::NotFound`]) and an
+    /// ended one ([`EngineError::AlreadyEnded`]) are told apart by type, so callers derive their
+    /// answer (404, 409) from the kind; one that ends meanwhile is refused by the log.
     pub fn cancel(&self, id: &str) -> Result<()> {
         let Some(b) = self.store.build_request(id)? else {
-            return Err(EngineError::Invalid(format!(
+            return Err(EngineError::NotFound(format!(
                 "no build request `{id}` in the event log"
             )));
         };
         if databuild_log::state::is_terminal(databuild_log::Kind::BuildRequest, b.status) {
-            return Err(EngineError::Invalid(format!(
-                "build request {id} already ended ({})",
-                b.status
-            )));
+            return Err(EngineError::AlreadyEnded {
+                id: id.to_string(),
+                status: b.status,
+            });
         }
         if owner_dead(self.store.as_ref(), b.owner.as_deref()) {
             return self.close_build(id, Status::Cancelled, "cancelled");

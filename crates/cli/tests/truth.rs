@@ -447,6 +447,7 @@ fn stale_partitions_are_listed_counted_and_summed_up_everywhere() {
         serde_json::json!({"live": 2, "stale": 3}),
         "{w}"
     );
+    assert_eq!(w["freshness_checked"], true);
     let status = p.run(&["status", "w/{1..6}"]);
     assert!(
         status.stdout.contains("6 refs: 3 stale, 2 live, 1 missing"),

@@ -172,11 +172,12 @@ impl Engine {
             };
             &pinned
         };
-        plan(&self.graph, request, &states, &mut self.resolver()).map_err(|e| match e {
-            // The log's own error, with its kind (a failure of the system, not of the request).
-            PlanError::State(_) => states.take_failure().map_or(e.into(), EngineError::Log),
-            e => e.into(),
-        })
+        let planned = plan(&self.graph, request, &states, &mut self.resolver());
+        // A read that failed after the last states were asked (a config re-check) ends it too.
+        if let Some(failure) = states.take_failure() {
+            return Err(EngineError::Log(failure));
+        }
+        Ok(planned?)
     }
 
     /// Requested alias refs become the version refs they read now: a build of `orders/date=D`
@@ -303,8 +304,13 @@ impl Engine {
                         input.partition_ref = read;
                     }
                 }
-                let change =
-                    crate::rechecked::config_change(&self.graph, self.store.as_ref(), r, job, &now);
+                let change = crate::rechecked::config_change(
+                    &self.graph,
+                    self.store.as_ref(),
+                    r,
+                    job,
+                    &now,
+                )?;
                 if let Some(why) = change {
                     reports[i].status = "stale";
                     reports[i].reasons = vec![why];

@@ -50,8 +50,11 @@ impl StateView for Rechecked<'_> {
         true
     }
 
+    // A read that fails is remembered with the states' failure: planning then ends with it.
     fn config_change(&self, r: &str, job: &Job, config: &JobConfig) -> Option<String> {
-        config_change(self.graph, self.store, r, job, config)
+        self.versions
+            .noted(config_change(self.graph, self.store, r, job, config))
+            .flatten()
     }
 }
 
@@ -66,16 +69,23 @@ pub fn config_change(
     r: &str,
     job: &Job,
     config: &JobConfig,
-) -> Option<String> {
-    let row = store.partition(r).ok()??;
-    let run = store.job_run(row.job_run_id.as_deref()?).ok()??;
+) -> databuild_log::Result<Option<String>> {
+    let Some(row) = store.partition(r)? else {
+        return Ok(None);
+    };
+    let Some(run) = (match row.job_run_id.as_deref() {
+        Some(id) => store.job_run(id)?,
+        None => None,
+    }) else {
+        return Ok(None);
+    };
     let built = BuiltWith {
         inputs: run.inputs,
         args: run.args,
         env: run.env,
     };
     if let Some(why) = databuild_core::config_change(graph, &built, config) {
-        return Some(why);
+        return Ok(Some(why));
     }
     let hidden: Vec<String> = config
         .env
@@ -84,7 +94,7 @@ pub fn config_change(
         .map(|(k, _)| format!("`{k}`"))
         .collect();
     if hidden.is_empty() {
-        return None;
+        return Ok(None);
     }
     let mut env = job.env.clone();
     env.extend(config.env.clone());
@@ -95,10 +105,10 @@ pub fn config_change(
         &env,
         &run.input_versions,
     );
-    (Some(&now) != row.data_version.as_ref()).then(|| {
+    Ok((Some(&now) != row.data_version.as_ref()).then(|| {
         format!(
             "the env its config gives now differs from the run that built it ({} not recorded: not in `show_env`)",
             hidden.join(", ")
         )
-    })
+    }))
 }

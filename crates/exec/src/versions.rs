@@ -246,7 +246,7 @@ impl<'a> VersionedStates<'a> {
     }
 
     /// The value of a read of the log; a failed one is remembered (see `failure`).
-    fn noted<T>(&self, read: databuild_log::Result<T>) -> Option<T> {
+    pub(crate) fn noted<T>(&self, read: databuild_log::Result<T>) -> Option<T> {
         match read {
             Ok(value) => Some(value),
             Err(e) => {

@@ -192,14 +192,8 @@ pub(crate) async fn build_event_stream(
                         {
                             let (engine, id) = (engine.clone(), id.clone());
                             tokio::task::spawn_blocking(move || {
-                                let events = engine
-                                    .store
-                                    .events(&EventFilter {
-                                        build_request_id: Some(id.clone()),
-                                        since: Some(since),
-                                        ..Default::default()
-                                    })
-                                    .unwrap_or_default();
+                                // The end is read first: the events read after it then hold
+                                // everything up to it, the build's last batch included.
                                 let ended =
                                     engine.store.build_request(&id).ok().flatten().is_some_and(
                                         |b| {
@@ -210,6 +204,14 @@ pub(crate) async fn build_event_stream(
                                                 && b.status == Status::AnalysisCompleted)
                                         },
                                     );
+                                let events = engine
+                                    .store
+                                    .events(&EventFilter {
+                                        build_request_id: Some(id.clone()),
+                                        since: Some(since),
+                                        ..Default::default()
+                                    })
+                                    .unwrap_or_default();
                                 (events, ended)
                             })
                             .await
@@ -218,7 +220,7 @@ pub(crate) async fn build_event_stream(
                     if let Some(last) = events.last() {
                         since = last.idx;
                     }
-                    // Events read before seeing the end are all the build will have.
+                    // Seen ended before these were read: nothing comes after them.
                     finished = ended;
                     pending.extend(events);
                     if pending.is_empty() && !finished {

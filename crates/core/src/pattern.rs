@@ -233,6 +233,21 @@ impl Pattern {
         &self.tokens
     }
 
+    /// A glob (as the log's partition queries take: SQL `GLOB`) matching every ref of the
+    /// pattern, and maybe more: fields become `*`, and literal glob characters are escaped.
+    pub fn glob(&self) -> String {
+        self.tokens
+            .iter()
+            .map(|t| match t {
+                Token::Literal(l) => l
+                    .replace('[', "[[]")
+                    .replace('*', "[*]")
+                    .replace('?', "[?]"),
+                Token::Field { .. } => "*".to_string(),
+            })
+            .collect()
+    }
+
     /// The fields in order of appearance.
     pub fn fields(&self) -> impl Iterator<Item = (&str, FieldType)> {
         self.tokens.iter().filter_map(|t| match t {

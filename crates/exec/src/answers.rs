@@ -538,7 +538,7 @@ impl WantDetail {
 /// `GET /api/v1/datasets`.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct DatasetList {
-    pub datasets: Vec<crate::engine::DatasetView>,
+    pub datasets: Vec<crate::freshness::DatasetView>,
 }
 
 /// `GET /api/v1/sources`.

@@ -591,22 +591,6 @@ pub fn producer_kind(graph: &Graph, p: Producer) -> &'static str {
     }
 }
 
-/// A glob (as the log's partition queries take) matching every ref of a pattern, and maybe more:
-/// fields become `*`.
-pub fn pattern_glob(pattern: &databuild_core::Pattern) -> String {
-    pattern
-        .tokens()
-        .iter()
-        .map(|t| match t {
-            databuild_core::pattern::Token::Literal(l) => l
-                .replace('[', "[[]")
-                .replace('*', "[*]")
-                .replace('?', "[?]"),
-            databuild_core::pattern::Token::Field { .. } => "*".to_string(),
-        })
-        .collect()
-}
-
 /// Parses an RFC 3339 time into ns since the epoch.
 pub fn parse_rfc3339(text: &str) -> Option<i64> {
     let t = chrono::DateTime::parse_from_rfc3339(text).ok()?;
@@ -630,74 +614,6 @@ pub fn read_tail(path: &std::path::Path, max: u64) -> std::io::Result<String> {
     let mut bytes = Vec::new();
     file.read_to_end(&mut bytes)?;
     Ok(String::from_utf8_lossy(&bytes).into_owned())
-}
-
-/// A named pattern of the graph and how many of its partitions are in each state.
-#[derive(Debug, Clone, Serialize, serde::Deserialize, utoipa::ToSchema)]
-pub struct DatasetView {
-    pub name: String,
-    /// `dataset` (external) or `job` (a job's output).
-    pub kind: String,
-    pub pattern: String,
-    /// Partition counts by status (`live`, `stale`, `missing` for data gone since it was recorded
-    /// live, `building`, `failed`, `tainted`); partitions never built are not counted. Counted by
-    /// a glob of the pattern, so nested patterns may overlap.
-    pub partitions: std::collections::BTreeMap<String, u64>,
-    /// Whether each available partition's freshness was derived, so `live`, `stale` and
-    /// `missing` are exact. Unless asked for (`exact`), a job output with more available
-    /// partitions than one freshness scan checks (`views::FRESHNESS_SCAN`) is counted as the log
-    /// records it, `available`: the exact split costs a check of every one of them.
-    pub freshness_checked: bool,
-}
-
-impl Engine {
-    /// Every dataset and job output with its partition counts; `exact` derives the freshness of
-    /// every available partition however many there are (linear in them).
-    pub fn datasets(&self, exact: bool) -> Result<Vec<DatasetView>> {
-        use crate::views::FRESHNESS_SCAN;
-        self.graph
-            .producers()
-            .map(|p| {
-                let pattern = self.graph.pattern_of(p);
-                // A single-output job's partitions are counted by a projection; other patterns
-                // by a glob over the partitions.
-                let counts = match p {
-                    Producer::Job { job, .. } if self.graph.jobs[job].outputs.len() == 1 => self
-                        .store
-                        .job_partition_counts(&self.graph.jobs[job].name)?,
-                    _ => self.store.partition_counts(Some(&pattern_glob(pattern)))?,
-                };
-                let mut partitions: std::collections::BTreeMap<String, u64> = counts
-                    .into_iter()
-                    .map(|(s, n)| (crate::views::shown_status(s).to_string(), n))
-                    .collect();
-                let available = partitions.get("live").copied().unwrap_or(0);
-                let freshness_checked = exact || available as usize <= FRESHNESS_SCAN;
-                if available > 0 && matches!(p, Producer::Job { .. }) {
-                    if freshness_checked {
-                        let counts = self.freshness(p)?;
-                        partitions.insert("live".into(), counts.live);
-                        for (status, n) in [("stale", counts.stale), ("missing", counts.missing)] {
-                            if n > 0 {
-                                partitions.insert(status.into(), n);
-                            }
-                        }
-                    } else {
-                        // Recorded live, not checked: say only what the log says.
-                        partitions.remove("live");
-                        partitions.insert("available".into(), available);
-                    }
-                }
-                Ok(DatasetView {
-                    name: self.graph.producer_name(p).to_string(),
-                    kind: producer_kind(&self.graph, p).to_string(),
-                    pattern: pattern.to_string(),
-                    partitions,
-                    freshness_checked,
-                })
-            })
-            .collect()
-    }
 }
 
 impl Engine {

@@ -1,18 +1,22 @@
-//! Exact counts of how fresh a dataset's available partitions are, at any size.
+//! `datasets`: every dataset and job output with its partitions counted by status, and the exact
+//! split of a job output's available partitions into live, stale and missing.
 //!
 //! The log records `available`; whether such a partition is live, stale or missing (its data
 //! gone) is derived, as `partitions --status` derives it (versions, taints, data present; the
-//! re-check of a config job's live partitions against its config is `status`'s). Counting it means deriving it for every available
-//! partition, so the pass goes one page of rows at a time, with a fresh memo of versions per
-//! page: its memory is bounded by the page, never by the dataset, and its time is linear in it.
+//! re-check of a config job's live partitions against its config is `status`'s). Counting it
+//! means deriving it for every available partition, so the pass goes one page of rows at a time,
+//! with a fresh memo of versions per page: its memory is bounded by the page, never by the
+//! dataset, and its time is linear in it.
 
 use databuild_core::{KnownState, Producer};
 use databuild_log::{PartitionQuery, Status};
+use serde::Serialize;
 
-use crate::engine::{pattern_glob, Engine, Result};
+use crate::engine::{producer_kind, Engine, Result};
+use crate::views::{shown_status, FRESHNESS_SCAN};
 
-/// How many rows one page of the pass reads and checks.
-const PAGE: usize = 20_000;
+/// How many rows one page of the pass reads and checks: as many as one page of a listing.
+const PAGE: usize = FRESHNESS_SCAN;
 
 /// A dataset's available partitions, split by what they are now.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -26,7 +30,7 @@ pub struct Freshness {
 impl Engine {
     /// Every available partition of `producer`, checked for freshness.
     pub fn freshness(&self, producer: Producer) -> Result<Freshness> {
-        let glob = pattern_glob(self.graph.pattern_of(producer));
+        let glob = self.graph.pattern_of(producer).glob();
         let mut counts = Freshness::default();
         let mut after = None;
         loop {
@@ -59,5 +63,72 @@ impl Engine {
             }
             after = rows.last().map(|r| r.partition_ref.clone());
         }
+    }
+}
+
+/// A named pattern of the graph and how many of its partitions are in each state.
+#[derive(Debug, Clone, Serialize, serde::Deserialize, utoipa::ToSchema)]
+pub struct DatasetView {
+    pub name: String,
+    /// `dataset` (external) or `job` (a job's output).
+    pub kind: String,
+    pub pattern: String,
+    /// Partition counts by status (`live`, `stale`, `missing` for data gone since it was recorded
+    /// live, `building`, `failed`, `tainted`); partitions never built are not counted. Counted by
+    /// a glob of the pattern, so nested patterns may overlap.
+    pub partitions: std::collections::BTreeMap<String, u64>,
+    /// Whether each available partition's freshness was derived, so `live`, `stale` and
+    /// `missing` are exact. Unless asked for (`exact`), a job output with more available
+    /// partitions than one freshness scan checks (`views::FRESHNESS_SCAN`) is counted as the log
+    /// records it, `available`: the exact split costs a check of every one of them.
+    pub freshness_checked: bool,
+}
+
+impl Engine {
+    /// Every dataset and job output with its partition counts; `exact` derives the freshness of
+    /// every available partition however many there are (linear in them).
+    pub fn datasets(&self, exact: bool) -> Result<Vec<DatasetView>> {
+        self.graph
+            .producers()
+            .map(|p| {
+                let pattern = self.graph.pattern_of(p);
+                // A single-output job's partitions are counted by a projection; other patterns
+                // by a glob over the partitions.
+                let counts = match p {
+                    Producer::Job { job, .. } if self.graph.jobs[job].outputs.len() == 1 => self
+                        .store
+                        .job_partition_counts(&self.graph.jobs[job].name)?,
+                    _ => self.store.partition_counts(Some(&pattern.glob()))?,
+                };
+                let mut partitions: std::collections::BTreeMap<String, u64> = counts
+                    .into_iter()
+                    .map(|(s, n)| (shown_status(s).to_string(), n))
+                    .collect();
+                let available = partitions.get("live").copied().unwrap_or(0);
+                let freshness_checked = exact || available as usize <= FRESHNESS_SCAN;
+                if available > 0 && matches!(p, Producer::Job { .. }) {
+                    if freshness_checked {
+                        let counts = self.freshness(p)?;
+                        partitions.insert("live".into(), counts.live);
+                        for (status, n) in [("stale", counts.stale), ("missing", counts.missing)] {
+                            if n > 0 {
+                                partitions.insert(status.into(), n);
+                            }
+                        }
+                    } else {
+                        // Recorded live, not checked: say only what the log says.
+                        partitions.remove("live");
+                        partitions.insert("available".into(), available);
+                    }
+                }
+                Ok(DatasetView {
+                    name: self.graph.producer_name(p).to_string(),
+                    kind: producer_kind(&self.graph, p).to_string(),
+                    pattern: pattern.to_string(),
+                    partitions,
+                    freshness_checked,
+                })
+            })
+            .collect()
     }
 }

@@ -15,7 +15,7 @@ use databuild_log::{Event, PartitionQuery, Status};
 use serde::Serialize;
 
 use crate::build::{BuildOptions, BuildSummary, Observer};
-use crate::engine::{pattern_glob, Engine, EngineError, Result};
+use crate::engine::{Engine, EngineError, Result};
 use crate::local::Executor;
 use crate::sources::{source_days, SourceDay};
 use crate::versions::promotions;
@@ -420,7 +420,7 @@ impl Engine {
                 let mut after = None;
                 loop {
                     let page = self.store.partitions(&PartitionQuery {
-                        pattern: Some(pattern_glob(output)),
+                        pattern: Some(output.glob()),
                         status: Some(Status::Available),
                         after: after.clone(),
                         limit: 1000,

@@ -301,8 +301,7 @@ impl<'a> VersionedStates<'a> {
         self.tainted_datasets.get_or_init(|| {
             (0..self.graph.datasets.len())
                 .filter(|&d| {
-                    let glob =
-                        crate::engine::pattern_glob(self.graph.pattern_of(Producer::Dataset(d)));
+                    let glob = self.graph.pattern_of(Producer::Dataset(d)).glob();
                     // Unknown (the log failed): look at the rows.
                     self.store
                         .partitions(&databuild_log::PartitionQuery {

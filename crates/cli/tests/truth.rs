@@ -243,6 +243,17 @@ command = ["sh", "-c", "exit 3"]
     )
 }
 
+/// The `datasets` answer's entry for the job `w`.
+fn dataset_w(datasets: &serde_json::Value) -> serde_json::Value {
+    datasets["datasets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["name"] == "w")
+        .unwrap()
+        .clone()
+}
+
 fn statuses(p: &Project, refs: &str) -> Vec<String> {
     let out = p.run(&["--json", "status", refs]);
     out.expect_code(0);
@@ -435,13 +446,7 @@ fn stale_partitions_are_listed_counted_and_summed_up_everywhere() {
     assert_eq!(refs_of(&second), ["w/3"]);
     // datasets counts them apart; status sums a set up.
     let datasets = p.run(&["--json", "datasets"]).json();
-    let w = datasets["datasets"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|d| d["name"] == "w")
-        .unwrap()
-        .clone();
+    let w = dataset_w(&datasets);
     assert_eq!(
         w["partitions"],
         serde_json::json!({"live": 2, "stale": 3}),
@@ -478,13 +483,7 @@ fn stale_partitions_are_listed_counted_and_summed_up_everywhere() {
     // A live partition whose data is gone is counted missing, not live.
     std::fs::remove_file(p.path().join("data/w/5")).unwrap();
     let datasets = p.run(&["--json", "datasets"]).json();
-    let w = datasets["datasets"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|d| d["name"] == "w")
-        .unwrap()
-        .clone();
+    let w = dataset_w(&datasets);
     assert_eq!(
         w["partitions"],
         serde_json::json!({"live": 1, "stale": 3, "missing": 1}),

@@ -43,25 +43,25 @@ impl Engine {
             // A fresh memo per page: what one page works out about shared inputs is worked
             // out again by the next, which keeps memory flat.
             let versions = self.versions();
+            let full = rows.len() == PAGE;
+            after = rows.last().map(|r| r.partition_ref.clone());
             // A glob can match deeper refs of another producer: those are not this one's.
             let own: Vec<_> = rows
-                .iter()
+                .into_iter()
                 .filter(|row| {
                     self.graph.producer_of(&row.partition_ref).map(|(p, _)| p) == Some(producer)
                 })
-                .cloned()
                 .collect();
-            for state in versions.states_of_rows(&own)? {
+            for state in versions.states_of_rows(own)? {
                 match state {
                     KnownState::Live => counts.live += 1,
                     KnownState::Stale { .. } | KnownState::Kept { .. } => counts.stale += 1,
                     _ => counts.missing += 1,
                 }
             }
-            if rows.len() < PAGE {
+            if !full {
                 return Ok(counts);
             }
-            after = rows.last().map(|r| r.partition_ref.clone());
         }
     }
 }

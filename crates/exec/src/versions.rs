@@ -566,12 +566,10 @@ impl<'a> VersionedStates<'a> {
 
     /// The states of partitions whose rows were just read (as [`StateView::states`] of their
     /// refs, without reading the rows again).
-    pub fn states_of_rows(&self, rows: &[PartitionRow]) -> Result<Vec<KnownState>, LogError> {
-        self.keep_rows(rows.iter().cloned());
-        let states = rows
-            .iter()
-            .map(|row| self.derive(&row.partition_ref))
-            .collect();
+    pub fn states_of_rows(&self, rows: Vec<PartitionRow>) -> Result<Vec<KnownState>, LogError> {
+        let refs: Vec<String> = rows.iter().map(|row| row.partition_ref.clone()).collect();
+        self.keep_rows(rows);
+        let states = refs.iter().map(|r| self.derive(r)).collect();
         self.take_failure().map_or(Ok(states), Err)
     }
 }

@@ -515,6 +515,26 @@ fn a_refused_claim_waits_for_the_other_builder_or_looks_again() {
     let chain = || plan(vec![run("a", &[], &[]), run("b", &["a"], &[0])], &[]);
     let start = || vec![scheduled(0..2, 0..0), Claim(vec![0])];
     let refused = |refusal| Input::Refused { node: 0, refusal };
+    // The batch is refused, the run checked alone, and `a` found held by build `other`.
+    let lose_claim = || {
+        vec![
+            (Input::BatchRefused(vec![0]), vec![Check(0)]),
+            (
+                refused(RefusalKind::AlreadyBeingBuilt),
+                vec![FindHolders(0)],
+            ),
+            (
+                Input::Held {
+                    node: 0,
+                    holders: vec![("a".to_string(), "other".to_string())],
+                },
+                vec![WaitInstead {
+                    node: 0,
+                    waits: 0..1,
+                }],
+            ),
+        ]
+    };
     let mut rechecks = vec![(Input::BatchRefused(vec![0]), vec![Check(0)])];
     for _ in 1..MAX_CLAIM_REFUSALS {
         rechecks.push((refused(RefusalKind::ChangedSinceChecked), vec![Check(0)]));
@@ -529,30 +549,16 @@ fn a_refused_claim_waits_for_the_other_builder_or_looks_again() {
             setup: ONE_SLOT,
             plan: chain(),
             start: start(),
-            script: vec![
-                (Input::BatchRefused(vec![0]), vec![Check(0)]),
-                (
-                    refused(RefusalKind::AlreadyBeingBuilt),
-                    vec![FindHolders(0)],
-                ),
-                (
-                    Input::Held {
-                        node: 0,
-                        holders: vec![("a".to_string(), "other".to_string())],
-                    },
-                    vec![WaitInstead {
-                        node: 0,
-                        waits: 0..1,
-                    }],
-                ),
-                (
+            script: lose_claim()
+                .into_iter()
+                .chain([(
                     Input::WaitEnded {
                         wait: 0,
                         outcome: WaitOutcome::Available,
                     },
                     vec![WaitAvailable(0), Claim(vec![1])],
-                ),
-            ],
+                )])
+                .collect(),
             over: false,
             finish: vec![],
         },
@@ -561,43 +567,31 @@ fn a_refused_claim_waits_for_the_other_builder_or_looks_again() {
             setup: ONE_SLOT,
             plan: chain(),
             start: start(),
-            script: vec![
-                (Input::BatchRefused(vec![0]), vec![Check(0)]),
-                (
-                    refused(RefusalKind::AlreadyBeingBuilt),
-                    vec![FindHolders(0)],
-                ),
-                (
-                    Input::Held {
-                        node: 0,
-                        holders: vec![("a".to_string(), "other".to_string())],
-                    },
-                    vec![WaitInstead {
-                        node: 0,
-                        waits: 0..1,
-                    }],
-                ),
-                (
-                    Input::WaitEnded {
-                        wait: 0,
-                        outcome: WaitOutcome::Abandoned,
-                    },
-                    vec![TakeOver(0)],
-                ),
-                (
-                    Input::TakeOverPlanned {
-                        wait: 0,
-                        plan: plan(vec![run("a", &[], &[])], &[]),
-                    },
-                    vec![scheduled(2..3, 1..1), Added, Claim(vec![2])],
-                ),
-                (Input::Claimed(vec![2]), vec![Stage(2)]),
-                (Input::Started(2), vec![]),
-                (
-                    finished(2, ok()),
-                    vec![end(2, 1, ok(), None), Claim(vec![1])],
-                ),
-            ],
+            script: lose_claim()
+                .into_iter()
+                .chain([
+                    (
+                        Input::WaitEnded {
+                            wait: 0,
+                            outcome: WaitOutcome::Abandoned,
+                        },
+                        vec![TakeOver(0)],
+                    ),
+                    (
+                        Input::TakeOverPlanned {
+                            wait: 0,
+                            plan: plan(vec![run("a", &[], &[])], &[]),
+                        },
+                        vec![scheduled(2..3, 1..1), Added, Claim(vec![2])],
+                    ),
+                    (Input::Claimed(vec![2]), vec![Stage(2)]),
+                    (Input::Started(2), vec![]),
+                    (
+                        finished(2, ok()),
+                        vec![end(2, 1, ok(), None), Claim(vec![1])],
+                    ),
+                ])
+                .collect(),
             over: false,
             finish: vec![],
         },

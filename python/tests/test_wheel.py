@@ -77,6 +77,11 @@ def test_the_client_builds_watches_and_asks_a_real_service(project):
         assert client.status("totals/date=2024-02-01").status == "missing"
         listed = [p["ref"] for p in client.partitions(pattern="numbers/*", status="live", limit=2)]
         assert listed == [f"numbers/date=2024-02-{d}" for d in (25, 26, 27, 28)]
+        explained = client.explain("totals/date=2024-02-28")
+        assert explained["status"] == "live" and explained["report"]["total"] > 0
+        want = client.want(["numbers/date=2024-02-20"])
+        assert want["refs"] == ["numbers/date=2024-02-20"]
+        assert want["want_id"] in [w["want_id"] for w in client.wants()]
         with pytest.raises(ClientError) as refused:
             client.build(["nothing/builds/this"])
         assert refused.value.status == 400

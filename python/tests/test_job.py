@@ -50,6 +50,15 @@ def test_fields_are_typed_as_the_pattern_declares_them(tmp_path):
     assert job.output_path() == tmp_path / "data" / job.output
 
 
+def test_outputs_are_written_where_databuild_stages_them(tmp_path):
+    staging = tmp_path / "data" / ".databuild-staging" / "run-1"
+    job = Job(env_for(tmp_path, ["x/n=1"], DATABUILD_OUTPUT_DIR=str(staging)))
+    assert job.output_path() == staging / "x/n=1"
+    job.write_text("staged\n")
+    assert (staging / "x/n=1").read_text() == "staged\n"
+    assert not (tmp_path / "data" / "x/n=1").exists()
+
+
 def test_a_field_that_is_not_of_its_type_is_named(tmp_path):
     job = Job(env_for(
         tmp_path, ["x/d=soon"], DATABUILD_FIELD_D="soon",

@@ -55,13 +55,13 @@ impl Context {
         let store =
             databuild_log::open_with(&uri, &self.graph_dir, &crate::settings::log_options())
                 .map_err(log_error)?;
-        Ok(Engine {
-            graph: self.graph,
-            graph_dir: self.graph_dir,
-            data_dir: self.data_dir,
-            store,
-            config: crate::settings::engine_config().clone(),
-        })
+        Ok(Engine::new(
+            self.graph,
+            self.graph_dir,
+            self.data_dir,
+            store.into(),
+            crate::settings::engine_config()?,
+        ))
     }
 }
 

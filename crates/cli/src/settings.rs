@@ -59,16 +59,20 @@ pub fn max_refs() -> anyhow::Result<usize> {
         .map_err(|e| UserError(e).into())
 }
 
-/// The engine's configuration (`DATABUILD_NOW`, `DATABUILD_UPSTREAM_TOKEN`), read once. A
-/// `DATABUILD_NOW` that is neither a date nor an RFC 3339 time leaves the system clock.
-pub fn engine_config() -> &'static databuild_exec::EngineConfig {
-    static CONFIG: OnceLock<databuild_exec::EngineConfig> = OnceLock::new();
-    CONFIG.get_or_init(|| databuild_exec::EngineConfig {
+/// The engine's configuration (`DATABUILD_NOW`, `DATABUILD_UPSTREAM_TOKEN`,
+/// `DATABUILD_LEASE_TIMEOUT`). A `DATABUILD_NOW` that is neither a date nor an RFC 3339 time
+/// leaves the system clock; a lease timeout that does not parse is an error naming it.
+pub fn engine_config() -> anyhow::Result<databuild_exec::EngineConfig> {
+    Ok(databuild_exec::EngineConfig {
         clock: std::env::var("DATABUILD_NOW")
             .ok()
             .and_then(|v| databuild_exec::Clock::fixed(&v))
             .unwrap_or_default(),
         upstream_token: secret("DATABUILD_UPSTREAM_TOKEN"),
+        lease_timeout: interval(
+            "DATABUILD_LEASE_TIMEOUT",
+            databuild_exec::lease::DEFAULT_TIMEOUT,
+        )?,
     })
 }
 

@@ -653,3 +653,69 @@ fn nix_kill(pid: u32, signal: &str) {
         .success();
     assert!(ok);
 }
+
+/// Jobs that write into `DATABUILD_OUTPUT_DIR` have their outputs moved into place once the log
+/// has recorded their runs: the next job reads them in place, a folder output replaces the old
+/// folder whole, and what a failed run staged never appears.
+#[test]
+fn staged_outputs_move_into_place_only_once_recorded() {
+    let p = Project::new(
+        r#"
+[graph]
+name = "staged"
+[[job]]
+name = "a"
+outputs = ["a/{n:int}"]
+command = ["sh", "a.sh"]
+[[job]]
+name = "b"
+outputs = ["b/{n:int}"]
+inputs = ["a/{n}"]
+command = ["sh", "b.sh"]
+"#,
+    );
+    // `a` writes a folder; fails for n=2 after staging its output.
+    p.file(
+        "a.sh",
+        r#"set -e
+out="$DATABUILD_OUTPUT_DIR/a/$DATABUILD_FIELD_N"
+mkdir -p "$out"
+echo "$DATABUILD_JOB_RUN_ID" > "$out/part-0"
+[ ! -e "$DATABUILD_DATA_DIR/a/$DATABUILD_FIELD_N" ] || echo old > "$out/gen"
+[ "$DATABUILD_FIELD_N" != 2 ]
+"#,
+    );
+    p.file(
+        "b.sh",
+        r#"set -e
+mkdir -p "$DATABUILD_OUTPUT_DIR/b"
+cat "$DATABUILD_DATA_DIR/a/$DATABUILD_FIELD_N/part-0" > "$DATABUILD_OUTPUT_DIR/b/$DATABUILD_FIELD_N"
+"#,
+    );
+    p.run(&["build", "b/1"]).expect_code(0);
+    let data = p.path().join("data");
+    let first = std::fs::read_to_string(data.join("a/1/part-0")).unwrap();
+    assert_eq!(std::fs::read_to_string(data.join("b/1")).unwrap(), first);
+    let status = p.run(&["--json", "status", "a/1", "b/1"]).json();
+    assert!(
+        status
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|s| s["status"] == "live"),
+        "{status}"
+    );
+    // Rebuilt: the new folder replaces the old one, nothing of the old is left in it.
+    p.run(&["build", "--force", "a/1"]).expect_code(0);
+    let second = std::fs::read_to_string(data.join("a/1/part-0")).unwrap();
+    assert_ne!(first, second);
+    assert!(data.join("a/1/gen").exists());
+    // A failed run's staged output is dropped.
+    p.run(&["build", "a/2"]).expect_code(1);
+    assert!(!data.join("a/2").exists());
+    let staging = data.join(".databuild-staging");
+    let left: Vec<_> = std::fs::read_dir(&staging)
+        .map(|d| d.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default();
+    assert!(left.is_empty(), "staging folders left behind: {left:?}");
+}

@@ -188,3 +188,96 @@ fn killing_one_instance_mid_build_lets_the_other_finish() {
         "{old}"
     );
 }
+
+/// On a shared log, a build that cannot renew its lease (here: stopped with SIGSTOP) has its
+/// jobs killed by its lease watchdog at half the lease timeout, before another host could take
+/// its work over; resumed, it starts nothing more, and a rerun completes.
+#[test]
+fn a_stopped_build_loses_its_jobs_before_its_lease_could_be_taken_over() {
+    let Some(pg) = fresh_database() else { return };
+    let p = Project::new(
+        r#"
+[graph]
+name = "fenced"
+[[job]]
+name = "slow"
+outputs = ["slow/{n:int}"]
+command = ["sh", "-c", "echo $$ > job.pid; i=0; while [ $i -lt $((SLEEP * 5)) ]; do echo line >> ledger; sleep 0.2; i=$((i+1)); done; mkdir -p data/slow; echo ok > data/slow/$DATABUILD_FIELD_N"]
+"#,
+    );
+    let build = p
+        .command()
+        .args(["build", "slow/1"])
+        .env("DATABUILD_EVENT_LOG", &pg)
+        .env("DATABUILD_LEASE_TIMEOUT", "4")
+        .env("SLEEP", "60")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let job = loop {
+        if let Ok(pid) = std::fs::read_to_string(p.path().join("job.pid")) {
+            if p.path().join("ledger").exists() {
+                break pid.trim().to_string();
+            }
+        }
+        assert!(Instant::now() < deadline, "the job never started");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let signal = |sig: &str| {
+        let ok = std::process::Command::new("kill")
+            .args([sig, &build.id().to_string()])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "kill {sig}");
+    };
+    signal("-STOP");
+    let stopped = Instant::now();
+    // Dead once gone or a zombie (its stopped parent cannot reap it).
+    let alive = |pid: &str| {
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+            !stat
+                .rsplit_once(')')
+                .unwrap()
+                .1
+                .trim_start()
+                .starts_with('Z')
+        })
+    };
+    while alive(&job) {
+        assert!(
+            stopped.elapsed() < Duration::from_secs(4),
+            "the job of a stopped build still runs after the whole lease timeout"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let lines = std::fs::read_to_string(p.path().join("ledger"))
+        .unwrap()
+        .len();
+    std::thread::sleep(Duration::from_secs(1));
+    signal("-CONT");
+    let mut build = build;
+    let status = build.wait().unwrap();
+    assert_eq!(
+        status.code(),
+        Some(1),
+        "its job was killed: the build failed"
+    );
+    assert_eq!(
+        std::fs::read_to_string(p.path().join("ledger"))
+            .unwrap()
+            .len(),
+        lines,
+        "nothing ran after the kill"
+    );
+    let rerun = p
+        .command()
+        .args(["build", "slow/1"])
+        .env("DATABUILD_EVENT_LOG", &pg)
+        .env("SLEEP", "0")
+        .output()
+        .unwrap();
+    assert!(rerun.status.success(), "{rerun:?}");
+}

@@ -45,11 +45,24 @@ impl Clock {
 }
 
 /// The engine's configuration.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct EngineConfig {
     pub clock: Clock,
     /// The bearer token to ask upstream services for builds with (`DATABUILD_UPSTREAM_TOKEN`).
     pub upstream_token: Option<String>,
+    /// How long a process on another machine sharing the log may stay silent before its work
+    /// is taken over (`DATABUILD_LEASE_TIMEOUT`; every instance on one log must agree on it).
+    pub lease_timeout: std::time::Duration,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            clock: Clock::default(),
+            upstream_token: None,
+            lease_timeout: crate::lease::DEFAULT_TIMEOUT,
+        }
+    }
 }
 
 /// Redacts the token: configurations get logged.
@@ -57,6 +70,7 @@ impl std::fmt::Debug for EngineConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("EngineConfig")
             .field("clock", &self.clock)
+            .field("lease_timeout", &self.lease_timeout)
             .field(
                 "upstream_token",
                 &self.upstream_token.as_ref().map(|_| "<redacted>"),

@@ -2,6 +2,7 @@
 //! the service. It ties the graph (core), the event log and this machine's resolver together.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use std::collections::HashMap;
 
@@ -12,6 +13,7 @@ use databuild_log::{Event, EventFilter, EventStore, JobRunRow, LogError, Status}
 use serde::Serialize;
 
 use crate::config::EngineConfig;
+use crate::lease::Lease;
 use crate::rechecked::Rechecked;
 use crate::resolver::LocalResolver;
 use crate::versions::VersionedStates;
@@ -52,9 +54,11 @@ pub struct Engine {
     /// The graph file's folder: jobs and helpers run there.
     pub graph_dir: PathBuf,
     pub data_dir: PathBuf,
-    pub store: Box<dyn EventStore>,
+    pub store: Arc<dyn EventStore>,
     /// The clock and credentials the binary read at its edge.
     pub config: EngineConfig,
+    /// This process's lease on the log, held while it drives builds.
+    pub lease: Lease,
 }
 
 /// The answer of `analyze`: the recorded build request and its plan.
@@ -125,6 +129,25 @@ pub fn rfc3339(ns: i64) -> String {
 }
 
 impl Engine {
+    /// An engine over `store`, with the lease its builds will hold.
+    pub fn new(
+        graph: Graph,
+        graph_dir: PathBuf,
+        data_dir: PathBuf,
+        store: Arc<dyn EventStore>,
+        config: EngineConfig,
+    ) -> Engine {
+        let lease = Lease::new(store.clone(), config.lease_timeout);
+        Engine {
+            graph,
+            graph_dir,
+            data_dir,
+            store,
+            config,
+            lease,
+        }
+    }
+
     /// Today's date, `YYYY-MM-DD`, by the engine's clock.
     pub fn today(&self) -> String {
         self.config.clock.today()

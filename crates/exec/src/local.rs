@@ -55,7 +55,20 @@ pub struct RunSpec {
 /// The most a run's report may hold.
 pub const REPORT_LIMIT: u64 = 64 * 1024;
 
+/// The folder of the data dir that holds runs' outputs until the log has recorded them.
+pub const STAGING: &str = ".databuild-staging";
+
+/// Where a run writes its outputs (`DATABUILD_OUTPUT_DIR`): `<data_dir>/.databuild-staging/<run>`.
+pub fn staging_dir(data_dir: &Path, job_run_id: &str) -> PathBuf {
+    data_dir.join(STAGING).join(job_run_id)
+}
+
 impl RunSpec {
+    /// Where the run writes its outputs before they are moved into place.
+    pub fn staging_dir(&self) -> PathBuf {
+        staging_dir(&self.data_dir, &self.job_run_id)
+    }
+
     /// Where the run may write its report (a JSON object; `DATABUILD_REPORT`), next to its log.
     pub fn report_path(&self) -> PathBuf {
         self.log_path.with_extension("report.json")
@@ -150,6 +163,10 @@ pub(crate) fn environment(spec: &RunSpec) -> Vec<(String, String)> {
         (
             "DATABUILD_DATA_DIR".to_string(),
             spec.data_dir.display().to_string(),
+        ),
+        (
+            "DATABUILD_OUTPUT_DIR".to_string(),
+            spec.staging_dir().display().to_string(),
         ),
         ("DATABUILD_JOB_RUN_ID".to_string(), spec.job_run_id.clone()),
         ("DATABUILD_WATCH".to_string(), watch_token().to_string()),
@@ -481,9 +498,15 @@ pub(crate) fn output_times(spec: &RunSpec) -> Vec<Option<SystemTime>> {
         .collect()
 }
 
-/// After exit 0: every output exists and was written by the run.
+/// After exit 0: every output exists and was written by the run, staged
+/// (`DATABUILD_OUTPUT_DIR/<ref>`) or in place.
 pub(crate) fn verify_outputs(spec: &RunSpec, before: &[Option<SystemTime>]) -> RunOutcome {
+    let staging = spec.staging_dir();
+    let staged = staging.exists();
     for (output, before) in spec.outputs.iter().zip(before) {
+        if staged && staging.join(output).symlink_metadata().is_ok() {
+            continue;
+        }
         let path = spec.data_dir.join(output);
         match mtime(&path) {
             None => {
@@ -505,6 +528,38 @@ pub(crate) fn verify_outputs(spec: &RunSpec, before: &[Option<SystemTime>]) -> R
         }
     }
     RunOutcome::Succeeded
+}
+
+/// Moves a run's staged outputs (`<staging>/<ref>`) into place (`<data_dir>/<ref>`), once the
+/// log has recorded the run's completion: a file in one rename, a folder by moving the old one
+/// aside first. Outputs the job wrote in place are left as they are; the staging folder goes.
+pub fn publish_outputs(data_dir: &Path, staging: &Path, outputs: &[String]) -> std::io::Result<()> {
+    if !staging.exists() {
+        return Ok(());
+    }
+    for output in outputs {
+        let (staged, target) = (staging.join(output), data_dir.join(output));
+        if staged.symlink_metadata().is_err() {
+            continue;
+        }
+        if let Some(parent) = target.parent() {
+            std::fs::create_dir_all(parent)?;
+        }
+        if target.is_dir() && !target.is_symlink() {
+            let aside = staging.join(".replaced").join(output);
+            std::fs::create_dir_all(aside.parent().unwrap_or(staging))?;
+            std::fs::rename(&target, &aside)?;
+        }
+        std::fs::rename(&staged, &target)?;
+    }
+    discard_staged(staging);
+    Ok(())
+}
+
+/// Removes what a run staged that will never be published (it failed, or lost its claim).
+pub fn discard_staged(staging: &Path) {
+    // Nothing there, or left behind: it is never read.
+    let _ = std::fs::remove_dir_all(staging);
 }
 
 /// Kills the process groups of running jobs when this process dies, however it dies: a watchdog
@@ -530,7 +585,56 @@ struct Watchdog {
 }
 
 /// Bytes per registry slot: an entry (a process group, or `p`), padded with spaces, and a newline.
+/// The first slot is the lease's: `d` and the deadline ([`fence_jobs_at`]).
 const SLOT: usize = 16;
+
+/// The lease watchdog, for a shared log: while this process (`$1`) lives, it compares the lease's
+/// deadline (the registry's first line, `d` and centiseconds of `/proc/uptime`, which counts
+/// `CLOCK_BOOTTIME`) with the clock five times a second, and once the deadline has passed it
+/// kills every registered process group. A process of its own, it acts while this one is stopped
+/// (`SIGSTOP`) or stuck on a log it cannot reach.
+const LEASE_WATCHDOG_SCRIPT: &str = r#"trap '' INT TERM HUP
+while [ -d "/proc/$1" ]; do
+  read -r up _ < /proc/uptime
+  now=${up%.*}${up#*.}
+  read -r first < /proc/self/fd/1
+  deadline=${first#d}
+  if [ "${deadline:-0}" -gt 0 ] && [ "$now" -gt "$deadline" ]; then
+    while read -r pg; do
+      case $pg in ''|p|d*) ;; *) kill -9 "-$pg" 2>/dev/null ;; esac
+    done < /proc/self/fd/1
+  fi
+  sleep 0.2
+done"#;
+
+/// Jobs of this process may run until `deadline` (`CLOCK_BOOTTIME` ns), when the lease
+/// watchdog kills them (see [`crate::lease`]); started at the first call.
+pub fn fence_jobs_at(deadline: u64) {
+    let Some(w) = watchdog() else { return };
+    w.write(0, &format!("d{}", deadline.div_ceil(10_000_000)));
+    static LEASE_WATCHDOG: OnceLock<()> = OnceLock::new();
+    LEASE_WATCHDOG.get_or_init(|| {
+        let Ok(registry) = w.registry.try_clone() else {
+            return;
+        };
+        let started = Command::new("sh")
+            .args([
+                "-c",
+                LEASE_WATCHDOG_SCRIPT,
+                "databuild-lease-watchdog",
+                &std::process::id().to_string(),
+            ])
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(registry))
+            .stderr(Stdio::null())
+            .process_group(0)
+            .spawn();
+        // Reaped by nobody: it ends with this process.
+        if let Ok(child) = started {
+            std::mem::forget(child);
+        }
+    });
+}
 
 /// `$1` is this process's watch token: at the end, if anything was still registered (groups, or
 /// `p`: a job being started), every process whose environment carries the token goes too (a job
@@ -541,7 +645,7 @@ while read -r _; do :; done
 registered=
 while read -r pg; do
   case $pg in
-    '') ;;
+    ''|d*) ;;
     p) registered=1 ;;
     *) registered=1; kill -9 "-$pg" 2>/dev/null ;;
   esac
@@ -580,7 +684,8 @@ fn watchdog() -> Option<&'static Watchdog> {
             Some(Watchdog {
                 _alive: alive,
                 registry,
-                taken: Mutex::new(Vec::new()),
+                // The first slot is the lease's deadline.
+                taken: Mutex::new(vec![true]),
             })
         })
         .as_ref()

@@ -45,25 +45,22 @@ pub fn owner_alive(owner: Option<&str>) -> Option<bool> {
     Some(start_time(pid) == Some(started))
 }
 
-/// How long an owner on another machine may stay silent before its work counts as abandoned.
-pub const HEARTBEAT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
-
-/// How often a driving process says it is alive.
-pub const HEARTBEAT_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
-
 /// Is the process driving some work gone? On this machine we look at the process; on another
-/// (a shared Postgres log), at its heartbeat.
-pub fn owner_dead(store: &dyn databuild_log::EventStore, owner: Option<&str>) -> bool {
+/// (a shared log), at its lease: one silent for `timeout` (by the log's clock) has its lease
+/// revoked here, which fences it off (see [`crate::lease`]), and only then counts as gone.
+pub fn owner_dead(
+    store: &dyn databuild_log::EventStore,
+    owner: Option<&str>,
+    timeout: std::time::Duration,
+) -> Result<bool, databuild_log::LogError> {
     match owner_alive(owner) {
-        Some(alive) => !alive,
+        Some(alive) => Ok(!alive),
         None => {
-            let Some(owner) = owner else { return false };
-            match store.last_heartbeat(owner) {
-                Ok(Some(at)) => {
-                    databuild_log::event::now_ns() - at > HEARTBEAT_TIMEOUT.as_nanos() as i64
-                }
-                // Never heard of: it predates heartbeats or never started; leave it be.
-                _ => false,
+            let Some(owner) = owner else { return Ok(false) };
+            match store.silent_for(owner)? {
+                Some(silent) if silent >= timeout => store.revoke_lease(owner, timeout),
+                // Never heard of: it predates leases or never started; leave it be.
+                _ => Ok(false),
             }
         }
     }

@@ -7,6 +7,7 @@ use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 
+use crate::lease::Lease;
 use crate::local::{Executor, RunOutcome, RunSpec};
 
 /// A claimed run, with what a slot needs to start it.
@@ -93,9 +94,22 @@ impl Launches {
     }
 }
 
-/// Runs a launch to its end. One cancelled while it waited in the queue does not start.
-pub(crate) fn run(executor: &dyn Executor, launch: &Launch) -> Ended {
-    if launch.cancel.load(Ordering::SeqCst) {
+/// How often a slot waiting for the lease looks again.
+const LEASE_POLL: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// Waits while this process's lease on a shared log has run out (the log cannot be reached):
+/// no job starts until it is renewed, or until another process takes the work over or the run
+/// is cancelled, which [`run`] then sees.
+pub(crate) fn await_lease(lease: &Lease, launch: &Launch) {
+    while !lease.good() && !lease.lost() && !launch.cancel.load(Ordering::SeqCst) {
+        std::thread::sleep(LEASE_POLL);
+    }
+}
+
+/// Runs a launch to its end. One cancelled while it waited in the queue does not start, nor one
+/// whose process lost its lease.
+pub(crate) fn run(executor: &dyn Executor, launch: &Launch, lease: &Lease) -> Ended {
+    if launch.cancel.load(Ordering::SeqCst) || !lease.good() {
         return Ended {
             outcome: RunOutcome::Cancelled,
             executor_id: None,

@@ -8,6 +8,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
+use std::time::Duration;
 
 use postgres::fallible_iterator::FallibleIterator;
 use postgres::{Client, NoTls, Transaction};
@@ -24,8 +25,12 @@ const MIGRATIONS: &[&str] = &[
     include_str!("postgres/v2.sql"),
     include_str!("postgres/v3.sql"),
     include_str!("postgres/v4.sql"),
+    include_str!("postgres/v5.sql"),
 ];
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
+
+/// The database's clock in ns since the epoch: leases are timed by it, never by a host's clock.
+const DB_NOW_NS: &str = "(extract(epoch FROM clock_timestamp()) * 1000000000)::bigint";
 
 /// The advisory lock key that serializes appends: "DBLG".
 const APPEND_LOCK: i64 = 0x4442_4C47;
@@ -996,25 +1001,71 @@ impl EventStore for PostgresStore {
     }
 
     fn heartbeat(&self, owner: &str) -> Result<()> {
-        let now = crate::event::now_ns();
+        // The database's clock, on a reader connection: a long append holding the writer must
+        // not keep the lease from being renewed.
+        let renewed = self.read(|c| {
+            c.execute(
+                &format!(
+                    "INSERT INTO heartbeats (owner, at) VALUES ($1, {DB_NOW_NS})
+                     ON CONFLICT (owner) DO UPDATE SET at = excluded.at WHERE NOT heartbeats.revoked"
+                ),
+                &[&owner],
+            )
+            .map_err(storage)
+        })?;
+        if renewed == 0 {
+            return Err(LogError::LeaseLost {
+                owner: owner.to_string(),
+            });
+        }
+        Ok(())
+    }
+
+    fn silent_for(&self, owner: &str) -> Result<Option<Duration>> {
+        self.read(|c| {
+            Ok(c.query_opt(
+                &format!("SELECT {DB_NOW_NS} - at FROM heartbeats WHERE owner = $1"),
+                &[&owner],
+            )
+            .map_err(storage)?
+            .map(|r| silence(r.get(0))))
+        })
+    }
+
+    fn rejoin(&self, owner: &str) -> Result<()> {
         self.read(|c| {
             c.execute(
-                "INSERT INTO heartbeats (owner, at) VALUES ($1, $2) ON CONFLICT (owner) DO UPDATE SET at = excluded.at",
-                &[&owner, &now],
+                &format!(
+                    "UPDATE heartbeats SET revoked = false, at = {DB_NOW_NS} WHERE owner = $1"
+                ),
+                &[&owner],
             )
             .map_err(storage)?;
             Ok(())
         })
     }
 
-    fn last_heartbeat(&self, owner: &str) -> Result<Option<i64>> {
+    fn revoke_lease(&self, owner: &str, timeout: Duration) -> Result<bool> {
+        let timeout = timeout.as_nanos() as i64;
+        // One statement: a renewal and a revocation of the same row are serialized by its lock,
+        // so a holder either renewed in time or learns at its next renewal that it lost.
         self.read(|c| {
-            Ok(
-                c.query_opt("SELECT at FROM heartbeats WHERE owner = $1", &[&owner])
-                    .map_err(storage)?
-                    .map(|r| r.get(0)),
+            c.execute(
+                &format!(
+                    "UPDATE heartbeats SET revoked = true WHERE owner = $1 AND {DB_NOW_NS} - at >= $2"
+                ),
+                &[&owner, &timeout],
             )
+            .map_err(storage)?;
+            Ok(c
+                .query_opt("SELECT revoked FROM heartbeats WHERE owner = $1", &[&owner])
+                .map_err(storage)?
+                .is_some_and(|r| r.get::<_, bool>(0)))
         })
+    }
+
+    fn shared(&self) -> bool {
+        true
     }
 
     fn location(&self) -> String {

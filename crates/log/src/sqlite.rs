@@ -35,6 +35,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("sqlite/v2.sql"),
     include_str!("sqlite/v3.sql"),
     include_str!("sqlite/v4.sql"),
+    include_str!("sqlite/v5.sql"),
 ];
 
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
@@ -1169,11 +1170,39 @@ impl EventStore for SqliteStore {
     fn heartbeat(&self, owner: &str) -> Result<()> {
         let guard = self.writer.lock().expect("writer lock");
         self.start_checkpointer(&guard.conn);
-        guard
+        let renewed = guard
             .conn
             .execute(
                 "INSERT INTO heartbeats (owner, at) VALUES (?1, ?2)
-                 ON CONFLICT (owner) DO UPDATE SET at = excluded.at",
+                 ON CONFLICT (owner) DO UPDATE SET at = excluded.at WHERE NOT heartbeats.revoked",
+                params![owner, crate::event::now_ns()],
+            )
+            .map_err(|e| self.classify(e))?;
+        self.written();
+        if renewed == 0 {
+            return Err(LogError::LeaseLost {
+                owner: owner.to_string(),
+            });
+        }
+        Ok(())
+    }
+
+    fn silent_for(&self, owner: &str) -> Result<Option<Duration>> {
+        let at: Option<i64> = self.read(|c| {
+            c.query_row("SELECT at FROM heartbeats WHERE owner = ?1", [owner], |r| {
+                r.get(0)
+            })
+            .optional()
+        })?;
+        Ok(at.map(|at| silence(crate::event::now_ns() - at)))
+    }
+
+    fn rejoin(&self, owner: &str) -> Result<()> {
+        let guard = self.writer.lock().expect("writer lock");
+        guard
+            .conn
+            .execute(
+                "UPDATE heartbeats SET revoked = 0, at = ?2 WHERE owner = ?1",
                 params![owner, crate::event::now_ns()],
             )
             .map_err(|e| self.classify(e))?;
@@ -1181,13 +1210,27 @@ impl EventStore for SqliteStore {
         Ok(())
     }
 
-    fn last_heartbeat(&self, owner: &str) -> Result<Option<i64>> {
-        self.read(|c| {
-            c.query_row("SELECT at FROM heartbeats WHERE owner = ?1", [owner], |r| {
-                r.get(0)
-            })
+    fn revoke_lease(&self, owner: &str, timeout: Duration) -> Result<bool> {
+        let guard = self.writer.lock().expect("writer lock");
+        let before = crate::event::now_ns() - timeout.as_nanos() as i64;
+        guard
+            .conn
+            .execute(
+                "UPDATE heartbeats SET revoked = 1 WHERE owner = ?1 AND at <= ?2",
+                params![owner, before],
+            )
+            .map_err(|e| self.classify(e))?;
+        self.written();
+        let revoked: Option<bool> = guard
+            .conn
+            .query_row(
+                "SELECT revoked FROM heartbeats WHERE owner = ?1",
+                [owner],
+                |r| r.get(0),
+            )
             .optional()
-        })
+            .map_err(|e| self.classify(e))?;
+        Ok(revoked == Some(true))
     }
 
     fn location(&self) -> String {

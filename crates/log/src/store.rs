@@ -44,6 +44,9 @@ pub enum LogError {
     SqlTooLarge(String),
     #[error("event log storage failed: {0}")]
     Storage(String),
+    /// This process's lease on the log was revoked: another process took its work over.
+    #[error("this process (`{owner}`) lost its lease on the event log: another process took its work over after it was silent too long")]
+    LeaseLost { owner: String },
 }
 
 impl LogError {
@@ -60,6 +63,11 @@ impl LogError {
 }
 
 pub type Result<T> = std::result::Result<T, LogError>;
+
+/// A silence computed from two clock readings, never negative.
+pub(crate) fn silence(ns: i64) -> std::time::Duration {
+    std::time::Duration::from_nanos(ns.max(0) as u64)
+}
 
 /// A partition as the log knows it. Partitions never mentioned by a run are absent: missing.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -410,10 +418,22 @@ pub trait EventStore: Send + Sync {
     /// A read-only query; anything that could write or reach outside the log is refused.
     fn sql(&self, query: &str, limits: SqlLimits) -> Result<SqlResult>;
 
-    /// Records that `owner` (a driving process) is alive now.
+    /// Renews the lease of `owner` (a driving process): it is alive now, by the log's clock.
+    /// [`LogError::LeaseLost`] once another process revoked it to take its work over.
     fn heartbeat(&self, owner: &str) -> Result<()>;
-    /// When `owner` last said it was alive (ns), if ever.
-    fn last_heartbeat(&self, owner: &str) -> Result<Option<i64>>;
+    /// How long `owner` has been silent, by the log's clock; `None` if it never renewed a lease.
+    fn silent_for(&self, owner: &str) -> Result<Option<std::time::Duration>>;
+    /// Revokes the lease of `owner` if it has been silent for `timeout` or longer, so that its
+    /// heartbeats are refused from then on. True if its lease is revoked (now or before): only
+    /// then may its work be taken over.
+    fn revoke_lease(&self, owner: &str, timeout: std::time::Duration) -> Result<bool>;
+    /// Gives `owner` a fresh lease after its last one was revoked: it dropped every piece of work
+    /// it held (the process that revoked it closed them) and drives new work from now on.
+    fn rejoin(&self, owner: &str) -> Result<()>;
+    /// Whether processes on other machines may share this log; their leases then fence them.
+    fn shared(&self) -> bool {
+        false
+    }
 
     /// Where the log lives, for messages (credentials redacted).
     fn location(&self) -> String;

@@ -761,6 +761,7 @@ fn a_version_1_log_is_upgraded_in_place_and_keeps_its_events() {
          alter table partitions drop column prev_build_request_id;
          alter table partitions drop column prev_message;
          alter table partitions drop column prev_updated_at;
+         alter table heartbeats drop column revoked;
          update meta set value = 1 where key = 'schema_version';",
     );
     let store = SqliteStore::open(&path).unwrap();
@@ -1009,4 +1010,48 @@ fn a_version_3_postgres_log_is_upgraded_and_keeps_its_counts() {
         "{:?}",
         report.problems
     );
+}
+
+/// The fence of a shared log: a silent owner's lease is revoked only after the timeout, by the
+/// log's clock; a revoked lease is never renewed until its owner rejoins; another owner's lease
+/// is untouched.
+#[test]
+fn a_lease_is_revoked_only_after_its_timeout_and_then_refuses_renewal() {
+    use std::time::Duration;
+    for (_fx, store) in stores() {
+        let at = store.location();
+        let (a, b) = ("host-a/1/1", "host-b/2/2");
+        assert_eq!(store.silent_for(a).unwrap(), None, "{}", at);
+        assert!(!store.revoke_lease(a, Duration::ZERO).unwrap(), "{}", at);
+        store.heartbeat(a).unwrap();
+        store.heartbeat(b).unwrap();
+        assert!(store.silent_for(a).unwrap().unwrap() < Duration::from_secs(5));
+        // Not silent long enough: kept, and still renewed.
+        assert!(
+            !store.revoke_lease(a, Duration::from_secs(60)).unwrap(),
+            "{}",
+            at
+        );
+        store.heartbeat(a).unwrap();
+        std::thread::sleep(Duration::from_millis(30));
+        assert!(
+            store.revoke_lease(a, Duration::from_millis(20)).unwrap(),
+            "{}",
+            at
+        );
+        // Revoked: its holder learns it at its next renewal, and asking again still says so.
+        let refused = store.heartbeat(a).unwrap_err();
+        assert!(
+            matches!(refused, databuild_log::LogError::LeaseLost { .. }),
+            "{}: {refused}",
+            at
+        );
+        assert!(store.revoke_lease(a, Duration::from_secs(60)).unwrap());
+        store.heartbeat(b).unwrap();
+        // Having dropped its work, it rejoins with a fresh lease.
+        store.rejoin(a).unwrap();
+        store.heartbeat(a).unwrap();
+        assert!(!store.revoke_lease(a, Duration::from_secs(60)).unwrap());
+        assert_eq!(store.shared(), !is_sqlite(store.as_ref()), "{}", at);
+    }
 }

@@ -131,11 +131,14 @@ class Job:
         return self.data_dir / ref
 
     def output_path(self, ref: Optional[str] = None) -> Path:
-        """Where an output lives (the run's one output unless ``ref`` is given)."""
+        """Where the run writes an output (the run's one output unless ``ref`` is given): under
+        ``DATABUILD_OUTPUT_DIR``, from where DataBuild moves it into place once the event log has
+        recorded the run's success (older DataBuilds, without it: in place)."""
         ref = self.output if ref is None else ref
         if ref not in self.outputs:
             raise JobError(f"`{ref}` is not an output of this run ({', '.join(self.outputs)})")
-        return self.path(ref)
+        staging = self._environ.get("DATABUILD_OUTPUT_DIR")
+        return Path(staging) / ref if staging else self.path(ref)
 
     @contextlib.contextmanager
     def open_output(

@@ -25,12 +25,12 @@ use super::spec::{self, SpecOf};
 use super::{BuildOptions, BuildSummary, Observer, Progress};
 use crate::engine::{Engine, EngineError, Result};
 use crate::local::{Executor, RunOutcome};
-use crate::owner::{owner_dead, this_owner, HEARTBEAT_EVERY};
+use crate::owner::owner_dead;
 use crate::slots::{Ended, Launch, Launches};
 
 /// How long a completion may wait for a claim to carry it into the log.
 const MAX_DEFER: Duration = Duration::from_millis(100);
-/// The loop wakes at least this often, to check for cancellation and heartbeats.
+/// The loop wakes at least this often, to check for cancellation and the lease.
 const IDLE_WAKE: Duration = Duration::from_millis(100);
 /// How often the loop looks in the log for a cancel of its build request.
 const CANCEL_CHECK_EVERY: Duration = Duration::from_millis(500);
@@ -130,6 +130,9 @@ struct Driver<'s, 'e> {
     pending: Vec<Event>,
     /// When the oldest of `pending` was deferred.
     deferred_at: Option<Instant>,
+    /// Runs whose completions are in `pending`, with their outputs: moved into place from their
+    /// staging folders once the log has them.
+    publishing: Vec<(String, Vec<String>)>,
     /// Data versions of the partitions this build made, for the runs that read them.
     made: FxHashMap<String, String>,
     /// The run holding each output when the plan was recorded (read in one query): a first
@@ -193,6 +196,7 @@ impl<'s, 'e> Driver<'s, 'e> {
             rx,
             pending: Vec::new(),
             deferred_at: None,
+            publishing: Vec::new(),
             made: FxHashMap::default(),
             holders: FxHashMap::default(),
             has_upstream: engine.graph.datasets.iter().any(|d| d.upstream.is_some()),
@@ -232,11 +236,20 @@ impl<'s, 'e> Driver<'s, 'e> {
 
     fn run(mut self, observer: &mut dyn Observer, interrupt: &AtomicBool) -> Result<BuildSummary> {
         let mut last_cancel_check = Instant::now();
-        let mut last_heartbeat = Instant::now();
         loop {
-            if last_heartbeat.elapsed() > HEARTBEAT_EVERY {
-                last_heartbeat = Instant::now();
-                self.store().heartbeat(&this_owner())?;
+            if self.engine.lease.lost() {
+                // Another process took this build over: its jobs are killed (the lease watchdog
+                // does it too) and nothing more of it is written.
+                for run in &self.runs {
+                    run.cancel.store(true, Ordering::SeqCst);
+                }
+                self.pending.clear();
+                let publishing = std::mem::take(&mut self.publishing);
+                self.discard(publishing);
+                return Err(LogError::LeaseLost {
+                    owner: crate::owner::this_owner(),
+                }
+                .into());
             }
             if !self.machine.cancelled() {
                 if interrupt.load(Ordering::SeqCst) {
@@ -663,18 +676,28 @@ impl<'s, 'e> Driver<'s, 'e> {
     /// Appends claims with the deferred completions riding along. If the log refuses the claims,
     /// the completions go in alone and the refusal is returned.
     fn append_claims(&mut self, claims: Vec<Event>) -> Result<Option<LogError>> {
-        let deferred = self.take_pending();
+        let (deferred, publishing) = self.take_pending();
         let mut all = deferred.clone();
         all.extend(claims);
         match self.store().append(all) {
-            Ok(_) => Ok(None),
+            Ok(_) => {
+                self.publish(publishing);
+                Ok(None)
+            }
             Err(refusal @ LogError::Refused { .. }) => {
                 if !deferred.is_empty() {
-                    self.store().append(deferred)?;
+                    if let Err(e) = self.store().append(deferred) {
+                        self.discard(publishing);
+                        return Err(e.into());
+                    }
                 }
+                self.publish(publishing);
                 Ok(Some(refusal))
             }
-            Err(e) => Err(e.into()),
+            Err(e) => {
+                self.discard(publishing);
+                Err(e.into())
+            }
         }
     }
 
@@ -698,12 +721,14 @@ impl<'s, 'e> Driver<'s, 'e> {
 
     fn spawn_slot(&self) {
         let (launches, tx, executor) = (self.launches.clone(), self.tx.clone(), self.executor);
+        let lease = &self.engine.lease;
         self.scope.spawn(move || {
             while let Some(launch) = launches.next() {
+                crate::slots::await_lease(lease, &launch);
                 let node = launch.node;
                 let at = Instant::now();
                 let _ = tx.send(Message::Started { node, at });
-                let ended = crate::slots::run(executor, &launch);
+                let ended = crate::slots::run(executor, &launch, lease);
                 if ended.outcome != RunOutcome::Succeeded {
                     // Whether the build goes on is the machine's call (it may stop).
                     launches.pause();
@@ -781,6 +806,8 @@ impl<'s, 'e> Driver<'s, 'e> {
                 for o in &run.outputs {
                     self.made.insert(o.to_string(), version.clone());
                 }
+                let outputs = run.outputs.iter().map(|o| o.to_string()).collect();
+                self.publishing.push((id.clone(), outputs));
                 self.defer(events);
                 return Ok(());
             }
@@ -799,6 +826,7 @@ impl<'s, 'e> Driver<'s, 'e> {
             attempt,
         };
         let events = self.record().ended(run, id, end);
+        crate::local::discard_staged(&crate::local::staging_dir(&self.engine.data_dir, id));
         self.append(events)
     }
 
@@ -855,7 +883,9 @@ impl<'s, 'e> Driver<'s, 'e> {
     /// builder is gone.
     fn spawn_waiter(&self, w: usize) {
         let store = self.store();
-        let r = self.machine.wait(w).partition_ref.clone();
+        let wait = self.machine.wait(w);
+        let (r, by) = (wait.partition_ref.clone(), wait.delegated_to.clone());
+        let timeout = self.engine.lease.timeout();
         let tx = self.tx.clone();
         let shutdown = self.shutdown.clone();
         self.scope.spawn(move || {
@@ -863,7 +893,7 @@ impl<'s, 'e> Driver<'s, 'e> {
                 if shutdown.load(Ordering::SeqCst) {
                     return;
                 }
-                if let Some(outcome) = wait_outcome(store, &r) {
+                if let Some(outcome) = wait_outcome(store, &r, &by, timeout) {
                     break outcome;
                 }
                 thread::sleep(Duration::from_millis(50));
@@ -874,7 +904,7 @@ impl<'s, 'e> Driver<'s, 'e> {
 
     /// Appends events, after any deferred completions.
     fn append(&mut self, events: Vec<Event>) -> Result<()> {
-        let mut all = self.take_pending();
+        let (mut all, publishing) = self.take_pending();
         if all.is_empty() {
             // The plan's thousands of events are not copied into an empty vector.
             all = events;
@@ -882,9 +912,37 @@ impl<'s, 'e> Driver<'s, 'e> {
             all.extend(events);
         }
         if !all.is_empty() {
-            self.store().append(all)?;
+            if let Err(e) = self.store().append(all) {
+                self.discard(publishing);
+                return Err(e.into());
+            }
         }
+        self.publish(publishing);
         Ok(())
+    }
+
+    /// Moves the outputs of runs whose completions the log now holds into place. Only then:
+    /// a run fenced off by a takeover never overwrites what another host built.
+    fn publish(&self, runs: Vec<(String, Vec<String>)>) {
+        let data_dir = &self.engine.data_dir;
+        for (id, outputs) in runs {
+            let staging = crate::local::staging_dir(data_dir, &id);
+            if let Err(e) = crate::local::publish_outputs(data_dir, &staging, &outputs) {
+                // Recorded live, but not in place: `status` says `missing`, and a build
+                // rebuilds it.
+                eprintln!(
+                    "databuild: cannot move the outputs of run {id} from {} into place: {e}",
+                    staging.display()
+                );
+            }
+        }
+    }
+
+    /// Drops what runs staged whose completions the log did not take.
+    fn discard(&self, runs: Vec<(String, Vec<String>)>) {
+        for (id, _) in runs {
+            crate::local::discard_staged(&crate::local::staging_dir(&self.engine.data_dir, &id));
+        }
     }
 
     /// Writes deferred completions now.
@@ -898,9 +956,13 @@ impl<'s, 'e> Driver<'s, 'e> {
         self.pending.extend(events);
     }
 
-    fn take_pending(&mut self) -> Vec<Event> {
+    /// The deferred completions, and the runs to publish once they are in.
+    fn take_pending(&mut self) -> (Vec<Event>, Vec<(String, Vec<String>)>) {
         self.deferred_at = None;
-        std::mem::take(&mut self.pending)
+        (
+            std::mem::take(&mut self.pending),
+            std::mem::take(&mut self.publishing),
+        )
     }
 
     /// How long the loop may wait for a message before deferred events must be written. While
@@ -1017,9 +1079,15 @@ fn report_end(
     }
 }
 
-/// Where a partition another build is making stands: `None` while it is still being built by
-/// a live process (or the log could not be read: nothing is known yet).
-fn wait_outcome(store: &dyn EventStore, r: &str) -> Option<WaitOutcome> {
+/// Where a partition another build (`by`) is making stands: `None` while it is still being built
+/// by a live process (or the log could not be read: nothing is known yet). One its builder gave
+/// back unbuilt (the builder died and was closed, or was cancelled) is this build's to make.
+fn wait_outcome(
+    store: &dyn EventStore,
+    r: &str,
+    by: &str,
+    timeout: Duration,
+) -> Option<WaitOutcome> {
     match store.partition(r) {
         Ok(Some(p)) if p.status == Status::Building => {
             let owner = p
@@ -1027,17 +1095,20 @@ fn wait_outcome(store: &dyn EventStore, r: &str) -> Option<WaitOutcome> {
                 .as_deref()
                 .and_then(|id| store.job_run(id).ok().flatten())
                 .and_then(|run| run.owner);
-            owner_dead(store, owner.as_deref()).then_some(WaitOutcome::Abandoned)
+            // A read that failed is asked again on the next poll.
+            let dead = owner_dead(store, owner.as_deref(), timeout).ok()?;
+            dead.then_some(WaitOutcome::Abandoned)
         }
         Ok(Some(p)) if p.status == Status::Available => Some(WaitOutcome::Available),
-        Ok(Some(p)) => Some(WaitOutcome::Failed(format!(
-            "the build it was delegated to ended it `{}`{}",
-            p.status,
-            p.message.map(|m| format!(": {m}")).unwrap_or_default()
-        ))),
-        Ok(None) => Some(WaitOutcome::Failed(
-            "the build it was delegated to never built it".into(),
-        )),
+        Ok(Some(p)) if p.build_request_id.as_deref() == Some(by) => {
+            Some(WaitOutcome::Failed(format!(
+                "the build it was delegated to ended it `{}`{}",
+                p.status,
+                p.message.map(|m| format!(": {m}")).unwrap_or_default()
+            )))
+        }
+        // Given back as it was before that build claimed it.
+        Ok(_) => Some(WaitOutcome::Abandoned),
         // A read that failed says nothing about the partition: look again on the next poll.
         Err(_) => None,
     }

@@ -19,7 +19,7 @@ use databuild_log::{BuildQuery, Event, LogError, RunQuery, Status};
 
 use crate::engine::{Engine, EngineError, Result};
 use crate::local::{Executor, RunOutcome};
-use crate::owner::{owner_dead, this_owner};
+use crate::owner::owner_dead;
 
 mod driver;
 mod machine;
@@ -127,7 +127,8 @@ impl Engine {
     /// returns its id. [`Engine::execute`] then carries it out.
     pub fn receive(&self, options: &BuildOptions) -> Result<String> {
         self.close_abandoned_builds()?;
-        self.store.heartbeat(&this_owner())?;
+        // A fresh lease, so the request is not taken for abandoned before its build begins.
+        drop(self.lease.hold()?);
         let id = databuild_log::event::new_id();
         self.store.append(vec![record::received(&id, options)])?;
         Ok(id)
@@ -143,6 +144,8 @@ impl Engine {
         interrupt: &AtomicBool,
     ) -> Result<BuildSummary> {
         let started_ns = databuild_log::event::now_ns();
+        // Renewed while this build plans and runs: others then know it is alive.
+        let _lease = self.lease.hold()?;
         let pinned;
         let options = if self.graph.tables.is_empty() {
             options
@@ -204,7 +207,10 @@ impl Engine {
         driver::run(build, plan, observer, interrupt).inspect_err(|e| {
             // Nothing of it may stay `building`: its runs and claims end with the reason. (When
             // the log itself failed this may fail too; the first error is the one to report.)
-            let _ = self.close_build(id, Status::Failed, &format!("the build stopped: {e}"));
+            // A build whose lease was lost was closed by the process that took it over.
+            if !matches!(e, EngineError::Log(LogError::LeaseLost { .. })) {
+                let _ = self.close_build(id, Status::Failed, &format!("the build stopped: {e}"));
+            }
         })
     }
 
@@ -238,7 +244,11 @@ impl Engine {
         })?;
         let mut closed = 0;
         for b in unfinished {
-            if !owner_dead(self.store.as_ref(), b.owner.as_deref()) {
+            if !owner_dead(
+                self.store.as_ref(),
+                b.owner.as_deref(),
+                self.lease.timeout(),
+            )? {
                 continue;
             }
             let reason = format!(
@@ -285,17 +295,23 @@ impl Engine {
                 .collect::<Vec<_>>(),
         );
         let mut events = Vec::new();
-        let run_end = if status == Status::Cancelled {
-            Status::Cancelled
-        } else {
-            Status::Failed
-        };
         for run in &runs {
-            events
-                .push(Event::job_run(id, &run.job_run_id, &run.job, run_end).with_message(reason));
+            // A run that never started (claimed ahead, say) is given up, not failed: `failed`
+            // means a job ran and failed.
+            let end = if status == Status::Cancelled || run.status != Status::Running {
+                Status::Cancelled
+            } else {
+                Status::Failed
+            };
+            events.push(Event::job_run(id, &run.job_run_id, &run.job, end).with_message(reason));
+            // Never published: what its job staged goes (even if a fenced-off job still writes).
+            crate::local::discard_staged(&crate::local::staging_dir(
+                &self.data_dir,
+                &run.job_run_id,
+            ));
         }
-        // Cancelled, its partitions go back to what they were; failed (its driver died with
-        // jobs running), they are failed.
+        // Its partitions go back to what they were before its claims (no job of it finished
+        // them), so whoever waits on them builds them.
         for p in self.store.request_partitions(id)? {
             if matches!(
                 p.status,
@@ -303,7 +319,8 @@ impl Engine {
             ) {
                 continue;
             }
-            let mut e = Event::partition(Some(id), &p.partition_ref, run_end).with_message(reason);
+            let mut e = Event::partition(Some(id), &p.partition_ref, Status::Cancelled)
+                .with_message(reason);
             // A claim this build holds is released with it.
             if let Some(row) = self.store.partition(&p.partition_ref)? {
                 if row.status == Status::Building
@@ -340,7 +357,11 @@ impl Engine {
                 status: b.status,
             });
         }
-        if owner_dead(self.store.as_ref(), b.owner.as_deref()) {
+        if owner_dead(
+            self.store.as_ref(),
+            b.owner.as_deref(),
+            self.lease.timeout(),
+        )? {
             return self.close_build(id, Status::Cancelled, "cancelled");
         }
         self.store.append(vec![

@@ -1,0 +1,138 @@
+//! This process's lease on the event log: the fence that keeps a host that lost touch with a
+//! shared log from writing what another host took over.
+//!
+//! While it drives work, a process renews its lease (a heartbeat, timed by the log's clock) every
+//! sixth of the lease timeout. Another process takes its work over only after revoking the lease,
+//! which the log grants only once the holder has been silent for the whole timeout; a revoked
+//! lease is never renewed ([`LogError::LeaseLost`]).
+//!
+//! The holder counts on its own clock (`CLOCK_BOOTTIME`, which no other host's clock affects): a
+//! renewal sent at `t` makes the lease good until `t + timeout / 2`. On a shared log, past that
+//! instant no job of this process may run: slots start none, and the lease watchdog
+//! ([`crate::local::fence_jobs_at`], a process of its own, so it acts even while this one is
+//! stopped) kills those running. They are gone half a timeout before anyone may take over.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use databuild_log::{EventStore, LogError};
+
+use crate::owner::this_owner;
+
+/// The lease timeout when none is configured (`DATABUILD_LEASE_TIMEOUT`).
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Nanoseconds of `CLOCK_BOOTTIME`: monotonic, and counting while the machine sleeps.
+pub fn boottime_ns() -> u64 {
+    nix::time::clock_gettime(nix::time::ClockId::CLOCK_BOOTTIME)
+        .map(|t| t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64)
+        .unwrap_or(0)
+}
+
+/// The lease of this process, shared by every build it drives.
+pub struct Lease {
+    store: Arc<dyn EventStore>,
+    timeout: Duration,
+    state: Arc<State>,
+    renewer: OnceLock<()>,
+}
+
+#[derive(Default)]
+struct State {
+    /// `CLOCK_BOOTTIME` ns until which this process may run jobs (0: no renewal yet).
+    good_until: AtomicU64,
+    /// Another process revoked the lease and took this one's work over.
+    lost: AtomicBool,
+    /// Builds driving work now: the lease is renewed while there are any.
+    holders: AtomicUsize,
+}
+
+/// Keeps the lease renewed while it lives.
+pub struct Held(Arc<State>);
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.0.holders.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+impl Lease {
+    pub fn new(store: Arc<dyn EventStore>, timeout: Duration) -> Lease {
+        Lease {
+            store,
+            timeout,
+            state: Arc::default(),
+            renewer: OnceLock::new(),
+        }
+    }
+
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// Whether this process may run jobs now: on a log only this machine uses, always (its
+    /// owners are told alive or dead by their processes, not by leases).
+    pub fn good(&self) -> bool {
+        !self.store.shared()
+            || (!self.lost() && boottime_ns() < self.state.good_until.load(Ordering::SeqCst))
+    }
+
+    /// Whether another process took this one's work over.
+    pub fn lost(&self) -> bool {
+        self.state.lost.load(Ordering::SeqCst)
+    }
+
+    /// Renews the lease now, and keeps renewing it until the returned value is dropped. A
+    /// process whose lease was revoked, once it drives no work any more, rejoins with a fresh
+    /// one: everything it held was closed by the process that took it over.
+    pub fn hold(&self) -> Result<Held, LogError> {
+        let before = self.state.holders.fetch_add(1, Ordering::SeqCst);
+        let held = Held(self.state.clone());
+        if before == 0 && self.lost() {
+            self.store.rejoin(&this_owner())?;
+            self.state.lost.store(false, Ordering::SeqCst);
+        }
+        renew(self.store.as_ref(), &self.state, self.timeout)?;
+        self.renewer.get_or_init(|| self.spawn_renewer());
+        Ok(held)
+    }
+
+    fn spawn_renewer(&self) {
+        let (store, state, timeout) = (self.store.clone(), self.state.clone(), self.timeout);
+        std::thread::Builder::new()
+            .name("databuild-lease".into())
+            .spawn(move || loop {
+                std::thread::sleep(timeout / 6);
+                if state.holders.load(Ordering::SeqCst) > 0 {
+                    // A failed renewal lets the lease run out; the next one may succeed.
+                    let _ = renew(store.as_ref(), &state, timeout);
+                }
+            })
+            .expect("a thread starts");
+    }
+}
+
+/// One renewal: the lease is good for half the timeout from when it was asked for.
+fn renew(store: &dyn EventStore, state: &State, timeout: Duration) -> Result<(), LogError> {
+    let asked = boottime_ns();
+    match store.heartbeat(&this_owner()) {
+        Ok(()) => {
+            let until = asked + (timeout / 2).as_nanos() as u64;
+            state.good_until.fetch_max(until, Ordering::SeqCst);
+            if store.shared() {
+                crate::local::fence_jobs_at(state.good_until.load(Ordering::SeqCst));
+            }
+            Ok(())
+        }
+        Err(e @ LogError::LeaseLost { .. }) => {
+            state.lost.store(true, Ordering::SeqCst);
+            state.good_until.store(0, Ordering::SeqCst);
+            if store.shared() {
+                crate::local::fence_jobs_at(1);
+            }
+            Err(e)
+        }
+        Err(e) => Err(e),
+    }
+}

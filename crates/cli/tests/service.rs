@@ -601,8 +601,9 @@ fn a_restart_after_kill_9_closes_what_was_left_running() {
     assert_eq!(b["status"], "failed");
     assert!(b["message"].as_str().unwrap().contains("is gone"), "{b}");
     assert_eq!(b["job_runs"][0]["status"], "failed");
+    // Its claim is given back (no job finished it): as it was before, missing, for anyone to build.
     let (_, st) = s.get("/api/v1/partitions/a%2F2020-01-01/status");
-    assert_eq!(st["status"], "failed");
+    assert_eq!(st["status"], "missing");
     let (_, v) = s.post("/api/v1/builds", &json!({ "partitions": ["a/2020-01-01"] }));
     let again = s.wait_for_build(v["build_request_id"].as_str().unwrap());
     assert_eq!(again["status"], "completed");

@@ -281,3 +281,63 @@ command = ["sh", "-c", "echo $$ > job.pid; i=0; while [ $i -lt $((SLEEP * 5)) ];
         .unwrap();
     assert!(rerun.status.success(), "{rerun:?}");
 }
+
+/// Two services that see each other as other machines (judged by their leases, not their
+/// processes): one is killed with its request's runs running and claimed ahead; the other, given
+/// the same request, takes them over once the lease lapses and finishes it, each partition built
+/// once. The dead one's running run ends `failed`, the runs it had only claimed `cancelled`.
+#[test]
+fn a_survivor_on_another_host_takes_over_and_finishes_the_work() {
+    let Some(pg) = fresh_database() else { return };
+    let p = Project::new(GRAPH);
+    let common = [
+        ("DATABUILD_EVENT_LOG", pg.as_str()),
+        ("DATABUILD_LEASE_TIMEOUT", "3"),
+    ];
+    let with = |sleep: &'static str| {
+        let mut env = common.to_vec();
+        env.push(("SLEEP", sleep));
+        env
+    };
+    let Some(a) = Service::start_on_host(&p, "host-a", &with("30")) else {
+        return;
+    };
+    let b = Service::start_on_host(&p, "host-b", &with("0.2")).unwrap();
+    let request = json!({ "partitions": ["top/1", "top/2", "top/3"] });
+    let (_, v) = a.post("/api/v1/builds", &request);
+    let first = v["build_request_id"].as_str().unwrap().to_string();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !a.get(&format!("/api/v1/builds/{first}")).1["job_runs"]
+        .as_array()
+        .is_some_and(|runs| runs.iter().any(|r| r["status"] == "running"))
+    {
+        assert!(Instant::now() < deadline, "a never started");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let (_, v) = b.post("/api/v1/builds", &request);
+    let second = v["build_request_id"].as_str().unwrap().to_string();
+    std::thread::sleep(Duration::from_millis(500));
+    drop(a); // SIGKILL
+    let done = b.wait_for_build(&second);
+    assert_eq!(done["status"], "completed", "{done}");
+    assert_eq!(
+        built(&p),
+        ["slow/1", "slow/2", "slow/3", "top/1", "top/2", "top/3"]
+    );
+    let (_, old) = b.get(&format!("/api/v1/builds/{first}"));
+    assert_eq!(old["status"], "failed", "{old}");
+    assert!(
+        old["message"].as_str().unwrap().contains("is gone"),
+        "{old}"
+    );
+    let runs = old["job_runs"].as_array().unwrap();
+    let count = |s: &str| runs.iter().filter(|r| r["status"] == s).count();
+    assert!(count("failed") >= 1, "{old}");
+    assert!(
+        count("cancelled") >= 1,
+        "claimed ahead, never started: {old}"
+    );
+    assert_eq!(count("failed") + count("cancelled"), runs.len(), "{old}");
+    let check = p.run(&["--event-log", &pg, "check-log"]);
+    check.expect_code(0);
+}

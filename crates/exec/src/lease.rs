@@ -23,6 +23,9 @@ use crate::owner::this_owner;
 /// The lease timeout when none is configured (`DATABUILD_LEASE_TIMEOUT`).
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// How long a paused build waits between renewals while the log cannot be reached.
+const RETRY: Duration = Duration::from_millis(500);
+
 /// Nanoseconds of `CLOCK_BOOTTIME`: monotonic, and counting while the machine sleeps.
 pub fn boottime_ns() -> u64 {
     nix::time::clock_gettime(nix::time::ClockId::CLOCK_BOOTTIME)
@@ -96,6 +99,27 @@ impl Lease {
         renew(self.store.as_ref(), &self.state, self.timeout)?;
         self.renewer.get_or_init(|| self.spawn_renewer());
         Ok(held)
+    }
+
+    /// Returns once the lease is good, renewing it meanwhile: a build pauses here while the log
+    /// cannot be reached. [`LogError::LeaseLost`] once another process took its work over.
+    pub fn wait_good(&self) -> Result<(), LogError> {
+        loop {
+            if self.lost() {
+                return Err(LogError::LeaseLost {
+                    owner: this_owner(),
+                });
+            }
+            if self.good() {
+                return Ok(());
+            }
+            // A failed renewal (the log is still out of reach) is tried again.
+            match renew(self.store.as_ref(), &self.state, self.timeout) {
+                Err(e @ LogError::LeaseLost { .. }) => return Err(e),
+                Ok(()) => {}
+                Err(_) => std::thread::sleep(RETRY),
+            }
+        }
     }
 
     fn spawn_renewer(&self) {

@@ -237,7 +237,9 @@ impl<'s, 'e> Driver<'s, 'e> {
     fn run(mut self, observer: &mut dyn Observer, interrupt: &AtomicBool) -> Result<BuildSummary> {
         let mut last_cancel_check = Instant::now();
         loop {
-            if self.engine.lease.lost() {
+            // Nothing happens while this process's lease has run out (the log cannot be
+            // reached): the build pauses, and resumes once the lease is renewed.
+            if let Err(lost) = self.engine.lease.wait_good() {
                 // Another process took this build over: its jobs are killed (the lease watchdog
                 // does it too) and nothing more of it is written.
                 for run in &self.runs {
@@ -246,10 +248,7 @@ impl<'s, 'e> Driver<'s, 'e> {
                 self.pending.clear();
                 let publishing = std::mem::take(&mut self.publishing);
                 self.discard(publishing);
-                return Err(LogError::LeaseLost {
-                    owner: crate::owner::this_owner(),
-                }
-                .into());
+                return Err(lost.into());
             }
             if !self.machine.cancelled() {
                 if interrupt.load(Ordering::SeqCst) {

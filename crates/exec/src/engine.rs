@@ -180,21 +180,23 @@ impl Engine {
     /// Plans without recording anything, against the log's partition states (with staleness, and
     /// live partitions of config jobs re-checked against their config).
     pub fn plan(&self, request: &PlanRequest) -> Result<Plan> {
+        if self.graph.tables.is_empty() {
+            // No aliases to resolve: no copy of a possibly huge request.
+            return self.plan_pinned(request);
+        }
+        self.plan_pinned(&PlanRequest {
+            refs: self.pin_aliases(&request.refs, &request.pins),
+            ..request.clone()
+        })
+    }
+
+    /// [`Engine::plan`] of a request whose alias refs are already pinned to version refs.
+    pub(crate) fn plan_pinned(&self, request: &PlanRequest) -> Result<Plan> {
         let states = Rechecked::new(
             self.versions().with_pins(request.pins.clone()),
             &self.graph,
             self.store.as_ref(),
         );
-        let pinned;
-        let request = if self.graph.tables.is_empty() {
-            request // no aliases to resolve: no copy of a possibly huge request
-        } else {
-            pinned = PlanRequest {
-                refs: self.pin_aliases(&request.refs, &request.pins),
-                ..request.clone()
-            };
-            &pinned
-        };
         let planned = plan(&self.graph, request, &states, &mut self.resolver());
         // A read that failed after the last states were asked (a config re-check) ends it too.
         if let Some(failure) = states.take_failure() {

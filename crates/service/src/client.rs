@@ -151,10 +151,21 @@ impl InProcess {
 }
 
 /// A running `databuild serve`, over HTTP.
+#[derive(Clone)]
 pub struct Http {
     base: String,
     agent: ureq::Agent,
     token: Option<String>,
+}
+
+/// A time as RFC 3339 text to the nanosecond.
+fn exact_time(ns: i64) -> String {
+    chrono::DateTime::from_timestamp(
+        ns.div_euclid(1_000_000_000),
+        ns.rem_euclid(1_000_000_000) as u32,
+    )
+    .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Nanos, true))
+    .unwrap_or_default()
 }
 
 /// A query string from optional pairs.
@@ -405,6 +416,9 @@ impl Api for Http {
                 ("partition", f.partition_ref.clone()),
                 ("job", f.job.clone()),
                 ("run", f.job_run_id.clone()),
+                // Exact to the ns, so the bounds select what they select in-process.
+                ("from", f.from.map(exact_time)),
+                ("to", f.to.map(exact_time)),
             ])
         ))
     }
@@ -474,5 +488,21 @@ impl Api for Http {
     }
     fn unwant(&self, id: &str) -> ApiResult<Want> {
         self.delete(&route::fill(route::WANT, id))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// The HTTP client's time bounds select exactly what the in-process ones do.
+    #[test]
+    fn time_bounds_cross_the_wire_to_the_nanosecond() {
+        for ns in [0, 1, 1_764_583_389_123_456_789, -1_500_000_001] {
+            let text = super::exact_time(ns);
+            assert_eq!(
+                databuild_exec::engine::parse_rfc3339(&text),
+                Some(ns),
+                "{text}"
+            );
+        }
     }
 }

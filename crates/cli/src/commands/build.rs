@@ -173,12 +173,10 @@ fn remote_build(
     })?;
     let id = answer.build_request_id;
     let (tx, rx) = mpsc::channel();
-    let stream_client = crate::backend::Backend::remote(client.base());
+    // The same client (its token and agent), on the thread that follows the stream.
+    let stream_client = client.clone();
     let stream_id = id.clone();
     let reader = std::thread::spawn(move || {
-        let crate::backend::Backend::Remote(stream_client) = stream_client else {
-            unreachable!("a remote backend")
-        };
         stream_client.stream(&stream_id, |event| {
             let _ = tx.send(event);
         })

@@ -171,7 +171,8 @@ impl Engine {
         if !self.graph.tables.is_empty() {
             self.link_tables()?;
         }
-        let plan = match self.plan(&PlanRequest {
+        // Its refs were pinned above: planned as they are.
+        let plan = match self.plan_pinned(&PlanRequest {
             refs: options.refs.clone(),
             force: options.force,
             allow_stale: options.allow_stale,

@@ -18,5 +18,6 @@ mod slurm;
 mod sources;
 mod truth;
 mod truth_data;
+mod tidy;
 mod truth_plan;
 mod wants;

@@ -18,8 +18,7 @@ use databuild_log::{
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use crate::build::BuildSummary;
-use crate::engine::{rfc3339, Explanation, PlannedStep, ProducerInfo, StatusReport};
+use crate::sources::SourceDay;
 
 fn text(ns: i64) -> String {
     rfc3339(ns)
@@ -27,6 +26,195 @@ fn text(ns: i64) -> String {
 
 fn maybe(ns: Option<i64>) -> Option<String> {
     ns.map(rfc3339)
+}
+
+#[derive(Debug, Clone, Serialize, serde::Deserialize, utoipa::ToSchema)]
+pub struct SourceView {
+    pub name: String,
+    /// `webhook` or `directory`.
+    pub kind: String,
+    pub retention_days: u32,
+    pub body_format: String,
+    pub signed: bool,
+    pub days: DayCounts,
+    pub tables: Vec<TableView>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, serde::Deserialize, utoipa::ToSchema)]
+pub struct DayCounts {
+    pub open: usize,
+    pub sealed: usize,
+    pub expired: usize,
+    pub first: Option<String>,
+    pub last: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, serde::Deserialize, utoipa::ToSchema)]
+pub struct TableView {
+    pub name: String,
+    /// The version `<table>/date=...` reads.
+    pub promoted: u32,
+    pub versions: Vec<VersionView>,
+}
+
+#[derive(Debug, Clone, Serialize, serde::Deserialize, utoipa::ToSchema)]
+pub struct VersionView {
+    pub version: u32,
+    /// `name: type` per column.
+    pub columns: Vec<String>,
+    /// Dates with a live partition of this version.
+    pub live_dates: usize,
+    /// Of those, how many were carried forward from the previous version.
+    pub carried: usize,
+}
+
+/// One date of `source show`: the raw partition and each table version's partition.
+#[derive(Debug, Clone, Serialize, serde::Deserialize, utoipa::ToSchema)]
+pub struct CoverageRow {
+    pub date: String,
+    pub raw: Option<SourceDay>,
+    /// `table.vN` → `live (loaded)`, `live (carried)`, `stale`, `failed`...
+    pub versions: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone, Serialize, serde::Deserialize, utoipa::ToSchema)]
+pub struct SourceDetail {
+    #[serde(flatten)]
+    pub source: SourceView,
+    pub today: String,
+    pub coverage: Vec<CoverageRow>,
+}
+
+#[derive(Debug, Clone, Serialize, serde::Deserialize, utoipa::ToSchema)]
+pub struct Promotion {
+    pub table: String,
+    pub from: u32,
+    pub to: u32,
+    /// The downstream build run first, if asked for.
+    pub downstream: Option<BuildSummary>,
+}
+
+/// A named pattern of the graph and how many of its partitions are in each state.
+#[derive(Debug, Clone, Serialize, serde::Deserialize, utoipa::ToSchema)]
+pub struct DatasetView {
+    pub name: String,
+    /// `dataset` (external) or `job` (a job's output).
+    pub kind: String,
+    pub pattern: String,
+    /// Partition counts by status (`live`, `stale`, `missing` for data gone since it was recorded
+    /// live, `building`, `failed`, `tainted`); partitions never built are not counted. Counted by
+    /// a glob of the pattern, so nested patterns may overlap.
+    pub partitions: std::collections::BTreeMap<String, u64>,
+    /// Whether each available partition's freshness was derived, so `live`, `stale` and
+    /// `missing` are exact. Unless asked for (`exact`), a job output with more available
+    /// partitions than one freshness scan checks (`views::FRESHNESS_SCAN`) is counted as the log
+    /// records it, `available`: the exact split costs a check of every one of them.
+    pub freshness_checked: bool,
+}
+
+/// What a build did (contract section 4, `build --json`).
+#[derive(Debug, Clone, Serialize, serde::Deserialize, utoipa::ToSchema)]
+pub struct BuildSummary {
+    pub build_request_id: String,
+    /// `completed`, `failed` or `cancelled`.
+    pub status: Status,
+    pub built: Vec<String>,
+    pub skipped: Vec<String>,
+    pub delegated: Vec<String>,
+    /// Requested refs that are not live at the end of the build (contract section 4).
+    pub failed: Vec<String>,
+    /// Runs that ran and failed for good (not retried), each with its last log line.
+    pub failures: Vec<RunFailure>,
+    /// Outputs of runs that started and were cancelled.
+    pub cancelled: Vec<String>,
+    /// Outputs of runs the build never started (it stopped, or an input failed).
+    pub not_started: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+/// A run that failed, as a summary names it.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq, serde::Deserialize, utoipa::ToSchema)]
+pub struct RunFailure {
+    pub job: String,
+    pub job_run_id: String,
+    pub outputs: Vec<String>,
+    /// Why, as the log records it (`the job ended with exit status 4`).
+    pub message: Option<String>,
+    /// The last non-empty line of the run's log, if it has one.
+    pub log_tail: Option<String>,
+}
+
+/// What a user sees of a partition (contract section 4, `status`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct StatusReport {
+    #[serde(rename = "ref")]
+    pub partition_ref: String,
+    /// `live`, `stale`, `missing`, `building`, `failed` or `tainted`.
+    pub status: &'static str,
+    pub reasons: Vec<String>,
+    /// The job run that built it (or is building it).
+    pub built_by: Option<String>,
+    pub job: Option<String>,
+    pub build_request_id: Option<String>,
+    /// ns since the epoch; answers show it as RFC 3339 (`updated_at`) and ns (`updated_at_ns`).
+    pub updated_at: Option<i64>,
+}
+
+/// Why a partition is in its state (`explain`).
+#[derive(Debug, Clone, Serialize)]
+pub struct Explanation {
+    #[serde(flatten)]
+    pub status: StatusReport,
+    /// `job` or `dataset`, its name and pattern; absent for refs nothing produces.
+    pub producer: Option<ProducerInfo>,
+    /// The run that built it, or is building it.
+    pub run: Option<JobRunRow>,
+    /// What that run reported (`DATABUILD_REPORT`): row counts, provenance.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub report: Option<serde_json::Value>,
+    /// The run's inputs and their state now.
+    pub inputs: Vec<StatusReport>,
+    /// For a partition that is not live: the job runs a build would start.
+    pub to_build: Vec<PlannedStep>,
+    /// The most recent events about it, oldest first.
+    pub history: Vec<databuild_log::Event>,
+    /// Active wants that name it, with what they wait for.
+    pub wants: Vec<databuild_log::WantRow>,
+}
+
+#[derive(Debug, Clone, Serialize, serde::Deserialize, utoipa::ToSchema)]
+pub struct ProducerInfo {
+    pub kind: String,
+    pub name: String,
+    pub pattern: String,
+}
+
+#[derive(Debug, Clone, Serialize, serde::Deserialize, utoipa::ToSchema)]
+pub struct PlannedStep {
+    pub job: String,
+    pub outputs: Vec<String>,
+}
+
+pub fn rfc3339(ns: i64) -> String {
+    chrono::DateTime::from_timestamp(
+        ns.div_euclid(1_000_000_000),
+        ns.rem_euclid(1_000_000_000) as u32,
+    )
+    .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true))
+    .unwrap_or_default()
+}
+
+/// Parses an RFC 3339 time into ns since the epoch.
+pub fn parse_rfc3339(text: &str) -> Option<i64> {
+    let t = chrono::DateTime::parse_from_rfc3339(text).ok()?;
+    // ns since the epoch span 1677 to 2262; a valid time outside them (`from=0018-...`) is
+    // before or after every event, so it is clamped rather than refused.
+    Some(t.timestamp_nanos_opt().unwrap_or(if t.timestamp() < 0 {
+        i64::MIN
+    } else {
+        i64::MAX
+    }))
 }
 
 /// `POST /api/v1/builds`: the id of the build request, recorded and started.
@@ -538,13 +726,13 @@ impl WantDetail {
 /// `GET /api/v1/datasets`.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct DatasetList {
-    pub datasets: Vec<crate::freshness::DatasetView>,
+    pub datasets: Vec<DatasetView>,
 }
 
 /// `GET /api/v1/sources`.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct SourceList {
-    pub sources: Vec<crate::tables::SourceView>,
+    pub sources: Vec<SourceView>,
 }
 
 /// `POST /api/v1/sources/{name}/seal`: what each source's maintenance did.

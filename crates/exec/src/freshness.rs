@@ -10,8 +10,8 @@
 
 use databuild_core::{KnownState, Producer};
 use databuild_log::{PartitionQuery, Status};
-use serde::Serialize;
 
+pub use crate::answers::DatasetView;
 use crate::engine::{producer_kind, Engine, Result};
 use crate::views::{shown_status, FRESHNESS_SCAN};
 
@@ -64,24 +64,6 @@ impl Engine {
             }
         }
     }
-}
-
-/// A named pattern of the graph and how many of its partitions are in each state.
-#[derive(Debug, Clone, Serialize, serde::Deserialize, utoipa::ToSchema)]
-pub struct DatasetView {
-    pub name: String,
-    /// `dataset` (external) or `job` (a job's output).
-    pub kind: String,
-    pub pattern: String,
-    /// Partition counts by status (`live`, `stale`, `missing` for data gone since it was recorded
-    /// live, `building`, `failed`, `tainted`); partitions never built are not counted. Counted by
-    /// a glob of the pattern, so nested patterns may overlap.
-    pub partitions: std::collections::BTreeMap<String, u64>,
-    /// Whether each available partition's freshness was derived, so `live`, `stale` and
-    /// `missing` are exact. Unless asked for (`exact`), a job output with more available
-    /// partitions than one freshness scan checks (`views::FRESHNESS_SCAN`) is counted as the log
-    /// records it, `available`: the exact split costs a check of every one of them.
-    pub freshness_checked: bool,
 }
 
 impl Engine {

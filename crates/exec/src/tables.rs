@@ -12,79 +12,15 @@ use std::sync::atomic::AtomicBool;
 
 use databuild_core::{Deps, PartitionRef, Producer, Table};
 use databuild_log::{Event, PartitionQuery, Status};
-use serde::Serialize;
 
-use crate::build::{BuildOptions, BuildSummary, Observer};
+pub use crate::answers::{
+    CoverageRow, DayCounts, Promotion, SourceDetail, SourceView, TableView, VersionView,
+};
+use crate::build::{BuildOptions, Observer};
 use crate::engine::{Engine, EngineError, Result};
 use crate::local::Executor;
 use crate::sources::{source_days, SourceDay};
 use crate::versions::promotions;
-
-#[derive(Debug, Clone, Serialize, serde::Deserialize, utoipa::ToSchema)]
-pub struct SourceView {
-    pub name: String,
-    /// `webhook` or `directory`.
-    pub kind: String,
-    pub retention_days: u32,
-    pub body_format: String,
-    pub signed: bool,
-    pub days: DayCounts,
-    pub tables: Vec<TableView>,
-}
-
-#[derive(Debug, Clone, Default, Serialize, serde::Deserialize, utoipa::ToSchema)]
-pub struct DayCounts {
-    pub open: usize,
-    pub sealed: usize,
-    pub expired: usize,
-    pub first: Option<String>,
-    pub last: Option<String>,
-}
-
-#[derive(Debug, Clone, Serialize, serde::Deserialize, utoipa::ToSchema)]
-pub struct TableView {
-    pub name: String,
-    /// The version `<table>/date=...` reads.
-    pub promoted: u32,
-    pub versions: Vec<VersionView>,
-}
-
-#[derive(Debug, Clone, Serialize, serde::Deserialize, utoipa::ToSchema)]
-pub struct VersionView {
-    pub version: u32,
-    /// `name: type` per column.
-    pub columns: Vec<String>,
-    /// Dates with a live partition of this version.
-    pub live_dates: usize,
-    /// Of those, how many were carried forward from the previous version.
-    pub carried: usize,
-}
-
-/// One date of `source show`: the raw partition and each table version's partition.
-#[derive(Debug, Clone, Serialize, serde::Deserialize, utoipa::ToSchema)]
-pub struct CoverageRow {
-    pub date: String,
-    pub raw: Option<SourceDay>,
-    /// `table.vN` → `live (loaded)`, `live (carried)`, `stale`, `failed`...
-    pub versions: BTreeMap<String, String>,
-}
-
-#[derive(Debug, Clone, Serialize, serde::Deserialize, utoipa::ToSchema)]
-pub struct SourceDetail {
-    #[serde(flatten)]
-    pub source: SourceView,
-    pub today: String,
-    pub coverage: Vec<CoverageRow>,
-}
-
-#[derive(Debug, Clone, Serialize, serde::Deserialize, utoipa::ToSchema)]
-pub struct Promotion {
-    pub table: String,
-    pub from: u32,
-    pub to: u32,
-    /// The downstream build run first, if asked for.
-    pub downstream: Option<BuildSummary>,
-}
 
 /// A table version's partitions: date → (status, provenance), read page by page.
 fn version_partitions(

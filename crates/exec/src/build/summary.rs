@@ -3,30 +3,9 @@
 
 use databuild_log::{RunQuery, Status};
 use rustc_hash::{FxHashMap, FxHashSet};
-use serde::Serialize;
 
+pub use crate::answers::{BuildSummary, RunFailure};
 use crate::engine::{Engine, Result};
-
-/// What a build did (contract section 4, `build --json`).
-#[derive(Debug, Clone, Serialize, serde::Deserialize, utoipa::ToSchema)]
-pub struct BuildSummary {
-    pub build_request_id: String,
-    /// `completed`, `failed` or `cancelled`.
-    pub status: Status,
-    pub built: Vec<String>,
-    pub skipped: Vec<String>,
-    pub delegated: Vec<String>,
-    /// Requested refs that are not live at the end of the build (contract section 4).
-    pub failed: Vec<String>,
-    /// Runs that ran and failed for good (not retried), each with its last log line.
-    pub failures: Vec<RunFailure>,
-    /// Outputs of runs that started and were cancelled.
-    pub cancelled: Vec<String>,
-    /// Outputs of runs the build never started (it stopped, or an input failed).
-    pub not_started: Vec<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub message: Option<String>,
-}
 
 impl BuildSummary {
     /// A build that ended before any run: every requested ref is not live.
@@ -49,18 +28,6 @@ impl BuildSummary {
             message: Some(message),
         }
     }
-}
-
-/// A run that failed, as a summary names it.
-#[derive(Debug, Clone, Serialize, PartialEq, Eq, serde::Deserialize, utoipa::ToSchema)]
-pub struct RunFailure {
-    pub job: String,
-    pub job_run_id: String,
-    pub outputs: Vec<String>,
-    /// Why, as the log records it (`the job ended with exit status 4`).
-    pub message: Option<String>,
-    /// The last non-empty line of the run's log, if it has one.
-    pub log_tail: Option<String>,
 }
 
 /// How many failures a summary quotes the logs of (each is a file read).

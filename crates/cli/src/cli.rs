@@ -62,6 +62,9 @@ pub enum Command {
         /// Use stale partitions as they are instead of rebuilding them.
         #[arg(long)]
         allow_stale: bool,
+        /// Refuse to start when the plan has more job runs than N (exit 2; nothing runs).
+        #[arg(long, value_name = "N")]
+        max_runs: Option<usize>,
     },
     /// Cancel a build request: its running job runs are stopped and recorded as cancelled.
     Cancel { id: String },

@@ -719,3 +719,38 @@ cat "$DATABUILD_DATA_DIR/a/$DATABUILD_FIELD_N/part-0" > "$DATABUILD_OUTPUT_DIR/b
         .unwrap_or_default();
     assert!(left.is_empty(), "staging folders left behind: {left:?}");
 }
+
+/// `--max-runs` refuses a plan larger than asked before anything runs, with the count and the
+/// way out; the same over a service; a plan within it builds.
+#[test]
+fn max_runs_refuses_a_larger_plan_before_anything_runs() {
+    let p = chain();
+    let out = p.run(&["build", "c/2020-01-02", "--max-runs", "3"]);
+    out.expect_code(2);
+    assert!(
+        out.stderr
+            .contains("the plan has 5 job runs, more than --max-runs 3 allows"),
+        "{}",
+        out.stderr
+    );
+    assert!(built(&p).is_empty(), "nothing ran");
+    let s = crate::util::Service::start(&p, &[]);
+    let remote = p.run(&[
+        "--server",
+        &s.url,
+        "build",
+        "c/2020-01-02",
+        "--max-runs",
+        "3",
+    ]);
+    remote.expect_code(2);
+    assert!(
+        remote.stderr.contains("more than --max-runs 3"),
+        "{}",
+        remote.stderr
+    );
+    assert!(built(&p).is_empty(), "nothing ran");
+    p.run(&["build", "c/2020-01-02", "--max-runs", "5"])
+        .expect_code(0);
+    assert_eq!(built(&p).len(), 5);
+}

@@ -18,7 +18,12 @@ fn module_deps(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
             continue;
         }
         let rel = path.strip_prefix(src).unwrap();
-        let module = rel.iter().next().unwrap().to_string_lossy().replace(".rs", "");
+        let module = rel
+            .iter()
+            .next()
+            .unwrap()
+            .to_string_lossy()
+            .replace(".rs", "");
         if module == "lib" || module == "main" {
             continue;
         }

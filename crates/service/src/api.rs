@@ -40,6 +40,10 @@ pub struct BuildBody {
     pub keep_going: bool,
     /// Most job runs at once (default: the number of cores).
     pub parallel: Option<usize>,
+    /// Refuse a plan of more job runs than this: the build ends `failed` with the reason,
+    /// having run nothing.
+    #[serde(default)]
+    pub max_runs: Option<usize>,
 }
 
 #[utoipa::path(post, path = route::BUILDS, summary = "Request a build; answers at once with its id", request_body = BuildBody, responses((status = 202, description = "Accepted", body = BuildAccepted, links(("get_build" = (operation_id = "get_build", parameters(("id" = "$response.body#/build_request_id")))), ("build_events" = (operation_id = "build_events", parameters(("id" = "$response.body#/build_request_id")))), ("build_event_stream" = (operation_id = "build_event_stream", parameters(("id" = "$response.body#/build_request_id")))), ("cancel_build" = (operation_id = "cancel_build", parameters(("id" = "$response.body#/build_request_id")))))), (status = 400, description = "Invalid or unknown refs", body = ErrorBody), (status = 401, description = "Token missing", body = ErrorBody), (status = 413, description = "Too many refs", body = ErrorBody)))]
@@ -55,6 +59,7 @@ pub(crate) async fn post_build(
             keep_going: body.keep_going,
             allow_stale: body.allow_stale,
             parallel: body.parallel,
+            max_runs: body.max_runs,
         },
     )
     .await?;

@@ -952,6 +952,7 @@ async fn ui_build(
             keep_going: false,
             allow_stale: false,
             parallel: None,
+            max_runs: None,
         },
     )
     .await

@@ -69,6 +69,7 @@ pub struct BuildRequest {
     pub keep_going: bool,
     pub allow_stale: bool,
     pub parallel: Option<usize>,
+    pub max_runs: Option<usize>,
 }
 
 /// Records a build request and runs it on its own thread; returns its id at once.
@@ -85,6 +86,7 @@ pub async fn start_build(state: &Arc<AppState>, request: BuildRequest) -> ApiRes
             keep_going: request.keep_going,
             allow_stale: request.allow_stale,
             pins: Default::default(),
+            max_runs: request.max_runs,
         };
         Ok((engine.receive(&options)?, options))
     })

@@ -382,6 +382,7 @@ impl Reconciler {
                 keep_going: false,
                 allow_stale: false,
                 parallel: None,
+                max_runs: None,
             },
         ));
         match started {

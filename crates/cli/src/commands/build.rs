@@ -24,6 +24,7 @@ pub struct Flags {
     pub parallel: Option<usize>,
     pub keep_going: bool,
     pub allow_stale: bool,
+    pub max_runs: Option<usize>,
 }
 
 pub fn run(
@@ -55,6 +56,7 @@ pub fn run(
                 keep_going: flags.keep_going,
                 allow_stale: flags.allow_stale,
                 pins: Default::default(),
+                max_runs: flags.max_runs,
             };
             let executor = engine.executor();
             let summary = engine
@@ -170,6 +172,7 @@ fn remote_build(
         keep_going: flags.keep_going,
         allow_stale: flags.allow_stale,
         parallel: flags.parallel,
+        max_runs: flags.max_runs,
     })?;
     let id = answer.build_request_id;
     let (tx, rx) = mpsc::channel();

@@ -44,6 +44,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             parallel,
             keep_going,
             allow_stale,
+            max_runs,
         } => build::run(
             &backend,
             &refs,
@@ -52,6 +53,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 parallel,
                 keep_going,
                 allow_stale,
+                max_runs,
             },
             json,
         ),

@@ -42,6 +42,8 @@ pub struct BuildOptions {
     pub allow_stale: bool,
     /// Read these tables' aliases as these versions (see [`PlanRequest::pins`]).
     pub pins: BTreeMap<String, u32>,
+    /// Refuse a plan of more job runs than this (`--max-runs`): nothing runs.
+    pub max_runs: Option<usize>,
 }
 
 impl Default for BuildOptions {
@@ -54,6 +56,7 @@ impl Default for BuildOptions {
             keep_going: false,
             allow_stale: false,
             pins: BTreeMap::new(),
+            max_runs: None,
         }
     }
 }
@@ -186,6 +189,23 @@ impl Engine {
                 return Err(e);
             }
         };
+        if let Some(max) = options.max_runs.filter(|max| plan.runs.len() > *max) {
+            // Refused before anything of the plan is recorded or run.
+            let message = format!(
+                "the plan has {} job runs, more than --max-runs {max} allows (see `databuild \
+                 analyze` of the same refs; raise --max-runs to build it)",
+                plan.runs.len()
+            );
+            self.store.append(vec![
+                Event::build_request(id, Status::Failed).with_message(&message)
+            ])?;
+            return Ok(BuildSummary::nothing_ran(
+                id,
+                Status::Failed,
+                requested,
+                message,
+            ));
+        }
         self.store.append(record::planned(id, &requested, &plan))?;
         if let Some(m) = plan.missing.first() {
             let message = self.missing_message(m);

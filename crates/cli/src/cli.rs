@@ -44,6 +44,9 @@ pub enum Command {
         /// List at most N job runs in the human output (0: all). `--json` always lists all.
         #[arg(long, default_value_t = 200)]
         limit: usize,
+        /// Estimate the wall time at N runs at once (default: the number of cores).
+        #[arg(long, value_name = "N")]
+        parallel: Option<usize>,
     },
     /// Make partitions live and fresh: run exactly the jobs needed, skip what is live, wait for
     /// what another build is making. Exits 0 iff every requested ref is live.

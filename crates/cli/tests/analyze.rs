@@ -293,3 +293,59 @@ fn missing_graph_file_points_at_the_fix() {
     );
     assert!(out.stderr.contains("--graph FILE"), "{}", out.stderr);
 }
+
+/// `analyze` prices a plan from the jobs' recorded durations: the wall time at `--parallel`, the
+/// critical path and the job time, and what has no history; the build then takes what it said
+/// (within 30%).
+#[test]
+fn analyze_prices_a_plan_and_the_build_takes_what_it_said() {
+    let p = Project::new(
+        r#"
+[graph]
+name = "priced"
+[[job]]
+name = "a"
+outputs = ["a/{n:int}"]
+command = ["sh", "-c", "sleep 0.4; mkdir -p data/a; touch data/a/$DATABUILD_FIELD_N"]
+[[job]]
+name = "b"
+outputs = ["b/{n:int}"]
+inputs = ["a/{n}"]
+command = ["sh", "-c", "sleep 0.2; mkdir -p data/b; touch data/b/$DATABUILD_FIELD_N"]
+"#,
+    );
+    // No history yet: said so, and counted as nothing.
+    let fresh = p.run(&["--json", "analyze", "b/{1..4}", "--parallel", "2"]);
+    fresh.expect_code(0);
+    let e = &fresh.json()["estimate"];
+    assert_eq!(e["runs_without_history"], 8, "{e}");
+    assert_eq!(e["jobs_without_history"], serde_json::json!(["a", "b"]));
+    p.run(&["build", "b/{1..4}", "--parallel", "2"])
+        .expect_code(0);
+    let text = p.run(&["analyze", "b/{5..10}", "--parallel", "2"]);
+    text.expect_code(0);
+    assert!(text.stdout.contains("estimated: "), "{}", text.stdout);
+    assert!(text.stdout.contains("at --parallel 2"), "{}", text.stdout);
+    let e = p
+        .run(&["--json", "analyze", "b/{5..10}", "--parallel", "2"])
+        .json()["estimate"]
+        .clone();
+    assert_eq!(e["runs_without_history"], 0, "{e}");
+    let wall = e["wall_p50_s"].as_f64().unwrap();
+    let work = e["work_p50_s"].as_f64().unwrap();
+    let critical = e["critical_path_p50_s"].as_f64().unwrap();
+    assert!(critical < wall && wall < work, "{e}");
+    let build = p.run(&["--json", "build", "b/{5..10}", "--parallel", "2"]);
+    build.expect_code(0);
+    let id = build.json()["build_request_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let b = p.run(&["--json", "builds", &id]).json();
+    let took =
+        (b["updated_at_ns"].as_i64().unwrap() - b["created_at_ns"].as_i64().unwrap()) as f64 / 1e9;
+    assert!(
+        (took - wall).abs() <= 0.3 * took,
+        "estimated {wall} s, took {took} s ({e})"
+    );
+}

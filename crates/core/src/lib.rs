@@ -20,6 +20,7 @@
 )]
 
 pub mod braces;
+pub mod estimate;
 pub mod graph;
 pub mod pattern;
 pub mod plan;

@@ -762,6 +762,40 @@ pub struct Analysis {
     pub missing: Vec<String>,
     pub delegations: Vec<Delegation>,
     pub missing_details: Vec<MissingExternal>,
+    pub estimate: PlanCost,
+}
+
+/// What a plan will cost, from its jobs' recorded run durations (the median and the 95th
+/// percentile of each job's recent completed runs): the wall time at `parallel` runs at once (the
+/// scheduler's order replayed), the critical path, and the total job time. Runs of jobs with no
+/// completed run count as taking no time, so the figures are then lower bounds.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct PlanCost {
+    pub parallel: usize,
+    pub wall_p50_s: f64,
+    pub wall_p95_s: f64,
+    pub critical_path_p50_s: f64,
+    /// The sum of every run's duration (job time, not CPU time: runs' CPU use is not recorded).
+    pub work_p50_s: f64,
+    pub work_p95_s: f64,
+    pub runs_without_history: usize,
+    pub jobs_without_history: Vec<String>,
+}
+
+impl From<databuild_core::estimate::Estimate> for PlanCost {
+    fn from(e: databuild_core::estimate::Estimate) -> Self {
+        let s = |ms: f64| (ms / 10.0).round() / 100.0;
+        PlanCost {
+            parallel: e.parallel,
+            wall_p50_s: s(e.wall_p50_ms),
+            wall_p95_s: s(e.wall_p95_ms),
+            critical_path_p50_s: s(e.critical_path_p50_ms),
+            work_p50_s: s(e.work_p50_ms),
+            work_p95_s: s(e.work_p95_ms),
+            runs_without_history: e.runs_without_history,
+            jobs_without_history: e.jobs_without_history,
+        }
+    }
 }
 
 /// One run of a plan.
@@ -935,7 +969,8 @@ mod tests {
             delegated: vec![],
             missing: vec![],
         };
-        let view = serde_json::to_value(crate::views::AnalyzeView::new("b", &plan)).unwrap();
+        let cost = databuild_core::estimate::estimate(&plan, &[], 2).into();
+        let view = serde_json::to_value(crate::views::AnalyzeView::new("b", &plan, cost)).unwrap();
         let owned: Analysis = serde_json::from_value(view.clone()).unwrap();
         assert_eq!(serde_json::to_value(owned).unwrap(), view);
     }

@@ -145,6 +145,25 @@ impl Engine {
         Ok(planned?)
     }
 
+    /// What `plan` will cost at `parallel` runs at once, from its jobs' recorded durations (one
+    /// read of the jobs' metrics).
+    pub fn estimate(&self, plan: &Plan, parallel: usize) -> Result<crate::answers::PlanCost> {
+        let stats = self.store.job_stats(None)?;
+        let durations: Vec<Option<databuild_core::estimate::JobDurations>> = self
+            .graph
+            .jobs
+            .iter()
+            .map(|j| {
+                let s = stats.iter().find(|s| s.job == j.name)?;
+                Some(databuild_core::estimate::JobDurations {
+                    p50_ms: s.p50_ms?,
+                    p95_ms: s.p95_ms.or(s.p50_ms)?,
+                })
+            })
+            .collect();
+        Ok(databuild_core::estimate::estimate(plan, &durations, parallel).into())
+    }
+
     /// Requested alias refs become the version refs they read now: a build of `orders/date=D`
     /// builds (and reports) `orders/v2/date=D` when v2 is promoted.
     pub fn pin_aliases(

@@ -17,10 +17,15 @@ pub struct AnalyzeView<'p> {
     pub missing: Vec<&'p str>,
     pub delegations: &'p [Delegation],
     pub missing_details: &'p [MissingExternal],
+    pub estimate: crate::answers::PlanCost,
 }
 
 impl<'p> AnalyzeView<'p> {
-    pub fn new(build_request_id: &'p str, plan: &'p Plan) -> Self {
+    pub fn new(
+        build_request_id: &'p str,
+        plan: &'p Plan,
+        estimate: crate::answers::PlanCost,
+    ) -> Self {
         AnalyzeView {
             build_request_id,
             job_runs: &plan.runs,
@@ -37,6 +42,7 @@ impl<'p> AnalyzeView<'p> {
                 .collect(),
             delegations: &plan.delegated,
             missing_details: &plan.missing,
+            estimate,
         }
     }
 }

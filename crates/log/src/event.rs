@@ -237,6 +237,11 @@ pub struct EventData {
     /// started, so it has no start time.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub not_started: bool,
+    /// job_run completed, failed or cancelled: when its job really started (ns since the
+    /// epoch). A run is claimed, and recorded `running`, ahead of its start (it waits in its
+    /// build's queue for a slot); its duration counts from here.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<i64>,
     /// job_run failed: what the build does about it next, when the failure is not final.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub then: Option<AfterFailure>,

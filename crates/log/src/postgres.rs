@@ -452,7 +452,7 @@ impl AppendTx for PgAppend<'_, '_> {
         let d = &e.data;
         self.update_run(
             "UPDATE job_runs SET status = $2, ended_at = $3, exit_code = $4, message = coalesce($5, message),
-                    started_at = CASE WHEN $6 THEN NULL ELSE started_at END
+                    started_at = CASE WHEN $6 THEN NULL ELSE coalesce($7, started_at) END
              WHERE job_run_id = $1 RETURNING job",
             &[
                 &e.job_run_id,
@@ -461,6 +461,7 @@ impl AppendTx for PgAppend<'_, '_> {
                 &d.exit_code,
                 &e.message,
                 &d.not_started,
+                &d.started_at,
             ],
         )
     }

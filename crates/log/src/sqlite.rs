@@ -666,7 +666,7 @@ impl AppendTx for SqliteAppend<'_, '_> {
         self.update_run(
             "UPDATE job_runs SET status = ?2, ended_at = ?3, exit_code = ?4,
                     message = coalesce(?5, message),
-                    started_at = CASE WHEN ?6 THEN NULL ELSE started_at END
+                    started_at = CASE WHEN ?6 THEN NULL ELSE coalesce(?7, started_at) END
              WHERE job_run_id = ?1 RETURNING job",
             params![
                 e.job_run_id,
@@ -674,7 +674,8 @@ impl AppendTx for SqliteAppend<'_, '_> {
                 e.timestamp,
                 e.data.exit_code,
                 e.message,
-                e.data.not_started
+                e.data.not_started,
+                e.data.started_at
             ],
         )
     }

@@ -246,6 +246,9 @@ pub struct AnalyzeBody {
     pub partitions: Vec<String>,
     #[serde(default)]
     pub force: bool,
+    /// The parallelism the estimate is for (default: the number of cores).
+    #[schema(minimum = 1, maximum = 100000)]
+    pub parallel: Option<usize>,
 }
 
 #[utoipa::path(post, path = route::ANALYZE, summary = "Plan without running (recorded as an analysis)", request_body = AnalyzeBody, responses((status = 200, description = "The analyze JSON of contract section 4", body = Analysis), (status = 400, body = ErrorBody), (status = 413, description = "Too many refs", body = ErrorBody)))]
@@ -261,8 +264,12 @@ pub(crate) async fn analyze(
             force: body.force,
             ..Default::default()
         })?;
+        let parallel = body
+            .parallel
+            .unwrap_or_else(crate::ops::default_parallelism);
+        let estimate = engine.estimate(&analysis.plan, parallel)?;
         // The borrowed view serializes the plan without copying it; `Analysis` is its owned twin.
-        let view = AnalyzeView::new(&analysis.build_request_id, &analysis.plan);
+        let view = AnalyzeView::new(&analysis.build_request_id, &analysis.plan, estimate);
         Ok(serde_json::to_vec(&view).expect("plans serialize"))
     })
     .await?;

@@ -133,14 +133,16 @@ impl InProcess {
     pub fn analyze_view<T>(
         &self,
         refs: Vec<databuild_core::PartitionRef>,
+        parallel: usize,
         f: impl FnOnce(&AnalyzeView<'_>, &databuild_core::Plan) -> T,
     ) -> Result<T, databuild_exec::EngineError> {
         let analysis = self.engine.analyze(&databuild_core::PlanRequest {
             refs,
             ..Default::default()
         })?;
+        let estimate = self.engine.estimate(&analysis.plan, parallel)?;
         let out = f(
-            &AnalyzeView::new(&analysis.build_request_id, &analysis.plan),
+            &AnalyzeView::new(&analysis.build_request_id, &analysis.plan, estimate),
             &analysis.plan,
         );
         // The process ends soon after: freeing a plan of millions of runs one allocation at a

@@ -803,6 +803,20 @@ fn refs_from_text(
     views::parse_refs(engine, &words, max_refs)
 }
 
+/// Seconds as people read them: `850 ms`, `12.3 s`, `4 min 10 s`, `2 h 5 min` (the CLI too).
+pub fn seconds(s: f64) -> String {
+    match s {
+        s if s < 1.0 => format!("{:.0} ms", s * 1000.0),
+        s if s < 60.0 => format!("{s:.1} s"),
+        s if s < 3600.0 => format!("{} min {} s", (s / 60.0) as u64, (s % 60.0) as u64),
+        s => format!(
+            "{} h {} min",
+            (s / 3600.0) as u64,
+            ((s % 3600.0) / 60.0) as u64
+        ),
+    }
+}
+
 async fn analyze_page(State(state): Shared, Query(q): Query<RefsQuery>) -> Response {
     let text = q.refs.clone().unwrap_or_default();
     let form = html! {
@@ -817,13 +831,15 @@ async fn analyze_page(State(state): Shared, Query(q): Query<RefsQuery>) -> Respo
     let max_refs = state.limits.max_refs;
     let plan = page(&state, move |engine| {
         let refs = refs_from_text(engine, &text, max_refs)?;
-        Ok(engine.plan(&PlanRequest {
+        let plan = engine.plan(&PlanRequest {
             refs,
             ..Default::default()
-        })?)
+        })?;
+        let cost = engine.estimate(&plan, crate::ops::default_parallelism())?;
+        Ok((plan, cost))
     })
     .await;
-    let plan = match plan {
+    let (plan, cost) = match plan {
         Ok(p) => p,
         Err(r) => return r,
     };
@@ -844,6 +860,12 @@ async fn analyze_page(State(state): Shared, Query(q): Query<RefsQuery>) -> Respo
         h1 { "Analyze" }
         (form)
         p { (plan.runs.len()) " job runs · " (plan.skipped.len()) " skipped (live) · " (plan.delegated.len()) " delegated · " (plan.missing.len()) " missing" }
+        @if !plan.runs.is_empty() {
+            p.estimate {
+                "Estimated " strong { (seconds(cost.wall_p50_s)) } " at " (cost.parallel) " runs at once (p95 " (seconds(cost.wall_p95_s)) "), critical path " (seconds(cost.critical_path_p50_s)) ", job time " (seconds(cost.work_p50_s))
+                @if cost.runs_without_history > 0 { " · " (cost.runs_without_history) " runs (" (cost.jobs_without_history.join(", ")) ") have no recorded duration and count as 0 s" }
+            }
+        }
         @if !plan.missing.is_empty() { p.error { "Cannot complete: " @for m in &plan.missing { code { (m.partition_ref) } " (dataset " (m.dataset) ") " } } }
         @if !nodes.is_empty() { div.scroll { (PreEscaped(svg::graph(&nodes))) } }
         @if plan.runs.len() > 300 { p.muted { "The drawing shows the first 300 runs." } }

@@ -2,7 +2,7 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use databuild_core::Plan;
-use databuild_exec::answers::Analysis;
+use databuild_exec::answers::{Analysis, PlanCost};
 
 use crate::backend::Backend;
 use crate::context::{engine_error, parse_refs};
@@ -18,11 +18,13 @@ struct PlanText {
     delegated: Vec<(String, String)>,
     /// `(ref, dataset, needed by)`.
     missing: Vec<(String, String, Option<String>)>,
+    estimate: PlanCost,
 }
 
 impl PlanText {
-    fn from_plan(plan: &Plan, limit: usize) -> PlanText {
+    fn from_plan(plan: &Plan, estimate: PlanCost, limit: usize) -> PlanText {
         PlanText {
+            estimate,
             total_runs: plan.runs.len(),
             runs: plan
                 .runs
@@ -58,6 +60,7 @@ impl PlanText {
 
     fn from_answer(v: Analysis, limit: usize) -> PlanText {
         PlanText {
+            estimate: v.estimate,
             total_runs: v.job_runs.len(),
             runs: v
                 .job_runs
@@ -117,6 +120,9 @@ impl PlanText {
         for (r, dataset, _) in self.missing.iter().take(limit) {
             writeln!(out, "  missing    {r}  (external dataset `{dataset}`)")?;
         }
+        if self.total_runs > 0 {
+            writeln!(out, "{}", price(&self.estimate))?;
+        }
         out.flush()
     }
 
@@ -140,28 +146,55 @@ impl PlanText {
     }
 }
 
+/// The estimate in a line: what the build will take, and what that leaves out.
+fn price(e: &PlanCost) -> String {
+    let s = databuild_service::human_seconds;
+    let unknown = match e.runs_without_history {
+        0 => String::new(),
+        n => format!(
+            "; {} of {} ({}) have no recorded duration and count as 0 s",
+            count(n, "run"),
+            count(e.jobs_without_history.len(), "job"),
+            short_list(&e.jobs_without_history, 3)
+        ),
+    };
+    format!(
+        "estimated: {} at --parallel {} (p95 {}), critical path {}, job time {}{unknown}",
+        s(e.wall_p50_s),
+        e.parallel,
+        s(e.wall_p95_s),
+        s(e.critical_path_p50_s),
+        s(e.work_p50_s),
+    )
+}
+
 pub fn run(
     backend: &Backend,
     args: &[String],
     limit: usize,
+    parallel: Option<usize>,
     json: bool,
 ) -> anyhow::Result<ExitCode> {
+    let parallel = parallel
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+        .max(1);
     let refs = parse_refs(args)?;
     let requested = refs.len();
     let limit = if limit == 0 { usize::MAX } else { limit };
     let text = match backend {
         Backend::Local(local) => local
-            .analyze_view(refs, |view, plan| -> std::io::Result<PlanText> {
+            .analyze_view(refs, parallel, |view, plan| -> std::io::Result<PlanText> {
                 if json {
                     print_json(view)?;
                 }
-                Ok(PlanText::from_plan(plan, limit))
+                Ok(PlanText::from_plan(plan, view.estimate.clone(), limit))
             })
             .map_err(engine_error)??,
         Backend::Remote(client) => {
             let v = client.analyze(&databuild_service::api::AnalyzeBody {
                 partitions: refs.iter().map(|r| r.to_string()).collect(),
                 force: false,
+                parallel: Some(parallel),
             })?;
             if json {
                 print_json(&v)?;

@@ -37,7 +37,11 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     };
     match cli.command {
         Command::Graph { format } => graph::remote(&backend, format, json),
-        Command::Analyze { refs, limit } => analyze::run(&backend, &refs, limit, json),
+        Command::Analyze {
+            refs,
+            limit,
+            parallel,
+        } => analyze::run(&backend, &refs, limit, parallel, json),
         Command::Build {
             refs,
             force,

@@ -41,6 +41,7 @@ enum Message {
     Started {
         node: usize,
         at: Instant,
+        at_ns: i64,
     },
     Finished {
         node: usize,
@@ -73,6 +74,8 @@ struct RunIo {
     /// The versions of its inputs its claim fixed.
     input_versions: BTreeMap<String, String>,
     started: Option<Instant>,
+    /// When its job started, by the wall clock (ns), for the record of its end.
+    started_ns: Option<i64>,
     cancel: Arc<AtomicBool>,
 }
 
@@ -283,8 +286,9 @@ impl<'s, 'e> Driver<'s, 'e> {
     /// A thread's report, as the machine's input.
     fn received(&mut self, message: Message, observer: &mut dyn Observer) -> Result<()> {
         match message {
-            Message::Started { node, at } => {
+            Message::Started { node, at, at_ns } => {
                 self.runs[node].started = Some(at);
+                self.runs[node].started_ns = Some(at_ns);
                 let run = &self.machine.node(node).run;
                 observer.on(Progress::Started {
                     job: &self.engine.graph.jobs[run.job_index].name,
@@ -457,6 +461,7 @@ impl<'s, 'e> Driver<'s, 'e> {
                 id,
                 input_versions: BTreeMap::new(),
                 started: None,
+                started_ns: None,
                 cancel: Arc::default(),
             });
         }
@@ -725,8 +730,8 @@ impl<'s, 'e> Driver<'s, 'e> {
             while let Some(launch) = launches.next() {
                 crate::slots::await_lease(lease, &launch);
                 let node = launch.node;
-                let at = Instant::now();
-                let _ = tx.send(Message::Started { node, at });
+                let (at, at_ns) = (Instant::now(), databuild_log::event::now_ns());
+                let _ = tx.send(Message::Started { node, at, at_ns });
                 let ended = crate::slots::run(executor, &launch, lease);
                 if ended.outcome != RunOutcome::Succeeded {
                     // Whether the build goes on is the machine's call (it may stop).
@@ -799,9 +804,10 @@ impl<'s, 'e> Driver<'s, 'e> {
         let (status, message, exit_code) = match ended.outcome {
             RunOutcome::Succeeded => {
                 let version = spec::output_version(job, run, &self.runs[node].input_versions);
-                let events = self
+                let mut events = self
                     .record()
                     .built(run, id, &version, ended.executor_id, report);
+                started_at(&mut events, self.runs[node].started_ns);
                 for o in &run.outputs {
                     self.made.insert(o.to_string(), version.clone());
                 }
@@ -824,7 +830,8 @@ impl<'s, 'e> Driver<'s, 'e> {
             not_started: false,
             attempt,
         };
-        let events = self.record().ended(run, id, end);
+        let mut events = self.record().ended(run, id, end);
+        started_at(&mut events, self.runs[node].started_ns);
         crate::local::discard_staged(&crate::local::staging_dir(&self.engine.data_dir, id));
         self.append(events)
     }
@@ -1038,6 +1045,16 @@ impl<'s, 'e> Driver<'s, 'e> {
             .engine
             .summary(&self.id)?
             .expect("the build request was recorded"))
+    }
+}
+
+/// Puts when the job really started on the event that ends its run.
+fn started_at(events: &mut [Event], at: Option<i64>) {
+    if let Some(e) = events
+        .iter_mut()
+        .find(|e| e.kind == databuild_log::Kind::JobRun)
+    {
+        e.data.started_at = at;
     }
 }
 

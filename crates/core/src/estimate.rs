@@ -1,0 +1,166 @@
+//! What a plan will cost before it runs: its wall time at a parallelism, its critical path and
+//! its total work, from each job's recorded run durations.
+//!
+//! The wall time replays the scheduler's way of running a plan: runs in plan order (dependency
+//! order), each starting once its inputs' runs have ended and a slot is free, on the slot that
+//! frees first. That is what `build --parallel N` does with ready runs, so the figure follows the
+//! graph's shape (a long chain takes its length however many slots there are) instead of
+//! dividing the work by N.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+
+use crate::plan::Plan;
+
+/// A job's recorded run durations, in ms.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct JobDurations {
+    pub p50_ms: f64,
+    pub p95_ms: f64,
+}
+
+/// The estimated cost of a plan, at one parallelism. Runs of jobs with no recorded duration
+/// count as taking no time: the figures are then lower bounds, and `runs_without_history` says
+/// how many runs that leaves out.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Estimate {
+    pub parallel: usize,
+    /// Wall time if every run takes its job's median / 95th percentile duration.
+    pub wall_p50_ms: f64,
+    pub wall_p95_ms: f64,
+    /// The longest chain of dependent runs, at median durations: no parallelism beats it.
+    pub critical_path_p50_ms: f64,
+    /// The sum of every run's duration: the job time the build spends.
+    pub work_p50_ms: f64,
+    pub work_p95_ms: f64,
+    pub runs_without_history: usize,
+    /// The jobs with no recorded duration that the plan runs, by name.
+    pub jobs_without_history: Vec<String>,
+}
+
+/// Estimates `plan` at `parallel` slots; `durations` is indexed by job (as [`PlannedRun`]'s
+/// `job_index`), `None` for a job with no completed run.
+///
+/// [`PlannedRun`]: crate::plan::PlannedRun
+pub fn estimate(plan: &Plan, durations: &[Option<JobDurations>], parallel: usize) -> Estimate {
+    let parallel = parallel.max(1);
+    let of = |i: usize| durations.get(plan.runs[i].job_index).copied().flatten();
+    let p50: Vec<f64> = (0..plan.runs.len())
+        .map(|i| of(i).map_or(0.0, |d| d.p50_ms))
+        .collect();
+    let p95: Vec<f64> = (0..plan.runs.len())
+        .map(|i| of(i).map_or(0.0, |d| d.p95_ms))
+        .collect();
+    let mut jobs_without_history: Vec<String> = Vec::new();
+    let mut runs_without_history = 0;
+    for (i, run) in plan.runs.iter().enumerate() {
+        if of(i).is_none() {
+            runs_without_history += 1;
+            if !jobs_without_history.iter().any(|j| **j == *run.job) {
+                jobs_without_history.push(run.job.to_string());
+            }
+        }
+    }
+    Estimate {
+        parallel,
+        wall_p50_ms: wall_time(plan, &p50, parallel),
+        wall_p95_ms: wall_time(plan, &p95, parallel),
+        critical_path_p50_ms: wall_time(plan, &p50, usize::MAX),
+        work_p50_ms: p50.iter().sum(),
+        work_p95_ms: p95.iter().sum(),
+        runs_without_history,
+        jobs_without_history,
+    }
+}
+
+/// When the last run ends, with runs started in plan order on the first free of `slots` slots
+/// (`usize::MAX`: as many as there are runs, which gives the critical path).
+fn wall_time(plan: &Plan, took: &[f64], slots: usize) -> f64 {
+    // Times in µs, so that the heap orders integers.
+    let mut free: BinaryHeap<Reverse<u64>> = BinaryHeap::new();
+    let mut ends = vec![0u64; plan.runs.len()];
+    let mut last = 0;
+    for (i, run) in plan.runs.iter().enumerate() {
+        let ready = run.depends_on.iter().map(|&d| ends[d]).max().unwrap_or(0);
+        let slot_free = if free.len() < slots.min(plan.runs.len()) {
+            0
+        } else {
+            free.pop().map_or(0, |Reverse(t)| t)
+        };
+        ends[i] = ready.max(slot_free) + (took[i] * 1000.0).round() as u64;
+        free.push(Reverse(ends[i]));
+        last = last.max(ends[i]);
+    }
+    last as f64 / 1000.0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::PlannedRun;
+    use crate::PartitionRef;
+
+    /// Runs of job `job` (an index) with the given dependencies.
+    fn plan(runs: &[(usize, &[usize])]) -> Plan {
+        Plan {
+            runs: runs
+                .iter()
+                .enumerate()
+                .map(|(i, (job, deps))| PlannedRun {
+                    job_index: *job,
+                    job: format!("j{job}").into(),
+                    outputs: vec![PartitionRef::new(format!("o/{i}")).unwrap()],
+                    inputs: Vec::new(),
+                    extras: None,
+                    depends_on: deps.to_vec(),
+                    reasons: Vec::new(),
+                })
+                .collect(),
+            skipped: Vec::new(),
+            delegated: Vec::new(),
+            missing: Vec::new(),
+        }
+    }
+
+    fn took(p50: f64, p95: f64) -> Option<JobDurations> {
+        Some(JobDurations {
+            p50_ms: p50,
+            p95_ms: p95,
+        })
+    }
+
+    #[test]
+    fn independent_runs_share_the_slots_and_a_chain_takes_its_length() {
+        let wide = plan(&[(0, &[]), (0, &[]), (0, &[]), (0, &[])]);
+        let e = estimate(&wide, &[took(100.0, 200.0)], 2);
+        assert_eq!((e.wall_p50_ms, e.wall_p95_ms), (200.0, 400.0));
+        assert_eq!((e.work_p50_ms, e.critical_path_p50_ms), (400.0, 100.0));
+        let chain = plan(&[(0, &[]), (0, &[0]), (0, &[1])]);
+        let e = estimate(&chain, &[took(100.0, 100.0)], 8);
+        assert_eq!(e.wall_p50_ms, 300.0, "more slots do not shorten a chain");
+        assert_eq!(e.critical_path_p50_ms, 300.0);
+    }
+
+    #[test]
+    fn a_fan_in_waits_for_its_slowest_input() {
+        // Two leaves of 100 and 400 ms, then a fan-in of 50 ms, on 2 slots.
+        let p = plan(&[(0, &[]), (1, &[]), (2, &[0, 1])]);
+        let e = estimate(
+            &p,
+            &[took(100.0, 100.0), took(400.0, 400.0), took(50.0, 50.0)],
+            2,
+        );
+        assert_eq!(e.wall_p50_ms, 450.0);
+        assert_eq!(e.work_p50_ms, 550.0);
+    }
+
+    #[test]
+    fn runs_without_history_are_counted_and_named() {
+        let p = plan(&[(0, &[]), (1, &[]), (1, &[0])]);
+        let e = estimate(&p, &[took(10.0, 20.0), None], 1);
+        assert_eq!(e.runs_without_history, 2);
+        assert_eq!(e.jobs_without_history, ["j1"]);
+        assert_eq!(e.wall_p50_ms, 10.0);
+        assert_eq!(estimate(&plan(&[]), &[], 0).wall_p50_ms, 0.0);
+    }
+}

@@ -24,7 +24,8 @@
 #   postgres  PostgreSQL stopped (fast shutdown), down for FAULTS_PG_DOWN s (5), started again
 # and once both build requests have ended (at most FAULTS_DONE_TIMEOUT s after the fault ends, 90):
 #   1. no partition was written by two runs at overlapping times (ledger intervals, wall clock:
-#      the hosts share this machine's clock);
+#      the hosts share this machine's clock), and no run worked after the log had ended it (its
+#      claim released: `job_runs.ended_at`);
 #   2. every requested partition is `live` (`databuild status --json` on the log);
 #   3. `databuild check-log` passes;
 #   4. every leaf's data is whole and is the run's the log says built it (all its lines, of that
@@ -339,10 +340,10 @@ mid_build() { # LEDGER
 }
 
 # Checks 1 and 4: the ledger's intervals, and the leaves' data against the log's status.
-check_ledger() { # LEDGER T0 STATUS_JSON DATA_DIR
+check_ledger() { # LEDGER T0 STATUS_JSON DATA_DIR RUNS_JSON
   python3 - "$@" <<'PY'
 import collections, json, os, sys
-ledger, t0, status_file, data_dir = sys.argv[1], float(sys.argv[2]), sys.argv[3], sys.argv[4]
+ledger, t0, status_file, data_dir, runs_file = sys.argv[1], float(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5]
 writers = collections.OrderedDict()
 for line in open(ledger):
     f = line.split()
@@ -403,9 +404,22 @@ for p in status:
             print(f"    {host} pid {pid} run {run}: {w['t0'] - t0:.1f}s .. {w['t1'] - t0:.1f}s{'' if w['ended'] else ' (no end line)'}")
             print(f"      {w['first']}")
             print(f"      {w['last']}")
+# 1b: no run went on after the log had ended it (its claim released, maybe rebuilt elsewhere).
+late = 0
+try:
+    ended = {r[0]: r[1:] for r in json.load(open(runs_file))["rows"]}
+except Exception:
+    ended = {}
+for (ref, host, pid, run), w in writers.items():
+    if run in ended and ended[run][1] is not None and w["t1"] > ended[run][1] / 1e9:
+        late += 1
+        status, at, message = ended[run]
+        print(f"  LATE {ref}: {host} pid {pid} run {run} worked from {w['t0'] - t0:.1f}s to {w['t1'] - t0:.1f}s, but the log ended it at {at / 1e9 - t0:.1f}s (`{status}`{': ' + message if message else ''})")
+        print(f"      {w['first']}")
+        print(f"      {w['last']}")
 runs = collections.Counter(host for (ref, host, pid, run) in writers)
 print("  ledger: " + ", ".join(f"{h} ran {n} runs" for h, n in sorted(runs.items())))
-print(f"{bad} {torn}", file=sys.stderr)
+print(f"{bad} {torn} {late}", file=sys.stderr)
 PY
 }
 
@@ -517,17 +531,22 @@ for p in rows:
     [ "$(echo "$not_live" | wc -l)" -le 12 ] || echo "  ..."
     fail+=("$(echo "$not_live" | wc -l) requested partitions not live")
   fi
-  # 1 and 4: the ledger and the data.
+  # 1 and 4: the ledger and the data, against the log's status and runs.
+  "$DB" --graph "$dir/databuild.toml" --event-log "$PG_LOCAL/$db" --json sql \
+    "SELECT job_run_id, status, ended_at, message FROM job_runs WHERE ended_at IS NOT NULL" \
+    >"$dir/runs.json" 2>"$dir/runs.err" || fail+=("sql failed: $(head -c 300 "$dir/runs.err")")
   local counts
-  counts=$(check_ledger "$dir/ledger" "$T0" "$status_json" "$dir/data" 2>&1 >"$dir/ledger.report")
+  counts=$(check_ledger "$dir/ledger" "$T0" "$status_json" "$dir/data" "$dir/runs.json" 2>&1 >"$dir/ledger.report")
   cat "$dir/ledger.report"
-  local overlaps=${counts% *} torn=${counts#* }
-  if ! [[ $counts =~ ^[0-9]+\ [0-9]+$ ]]; then
+  local overlaps torn late
+  read -r overlaps torn late <<<"$counts"
+  if ! [[ $counts =~ ^[0-9]+\ [0-9]+\ [0-9]+$ ]]; then
     echo "$counts" | sed 's/^/  /'
     fail+=("the ledger check failed")
-    overlaps=0 torn=0
+    overlaps=0 torn=0 late=0
   fi
   [ "$overlaps" = 0 ] || fail+=("$overlaps partitions written by two runs at overlapping times")
+  [ "$late" = 0 ] || fail+=("$late runs worked after the log had ended them")
   [ "$torn" = 0 ] || fail+=("$torn live leaves whose data is not their run's")
   # 3. the log checks.
   if ! "$DB" --graph "$dir/databuild.toml" --event-log "$PG_LOCAL/$db" check-log >"$dir/check.out" 2>&1; then

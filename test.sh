@@ -3,7 +3,9 @@
 # with the storage suite on both SQLite and a throwaway PostgreSQL, and the executor suite on both
 # local processes and a single-node Slurm, which this script starts (installing Debian's packages if
 # the machine lacks them; it runs as root, as CI does) and removes afterwards; schemathesis (from
-# PyPI, in a venv under the scratch dir) checks the running service against its OpenAPI document.
+# PyPI, in a venv under the scratch dir) checks the running service against its OpenAPI document;
+# scripts/faults.sh injects real faults (kill -9, a network cut, SIGSTOP, a PostgreSQL restart) into
+# two `databuild serve` hosts sharing a PostgreSQL log.
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -39,6 +41,10 @@ echo "== schemathesis (from PyPI, in a venv) for the OpenAPI conformance test"
 python3 -m venv "$scratch/schemathesis"
 "$scratch/schemathesis/bin/pip" install --quiet --disable-pip-version-check schemathesis==4.32.5
 export DATABUILD_SCHEMATHESIS="$scratch/schemathesis/bin/schemathesis" DATABUILD_REQUIRE_SCHEMATHESIS=1
+
+# The fault-injection test (scripts/faults.sh: two hosts in namespaces of their own, on a bridge
+# it makes, one PostgreSQL) runs as root; here its absence is a failure, not a skip.
+export DATABUILD_REQUIRE_FAULTS=1
 
 echo "== cargo test"
 cargo test --workspace --quiet

@@ -1,8 +1,15 @@
 #!/usr/bin/env bash
 # A throwaway PostgreSQL for the tests: `scripts/postgres.sh start DIR` prints its URL;
-# `scripts/postgres.sh stop DIR` stops it. Uses the machine's initdb and pg_ctl (Debian's
-# postgresql package, installed if missing), runs as the `postgres` user when started as root,
-# listens on 127.0.0.1 on a free port, and keeps everything under DIR.
+# `scripts/postgres.sh stop DIR` stops it; `scripts/postgres.sh restart DIR [SECONDS]` stops it
+# (fast shutdown: clients are disconnected), waits SECONDS (default 0) and starts it again with the
+# same options. Uses the machine's initdb and pg_ctl (Debian's postgresql package, installed if
+# missing), runs as the `postgres` user when started as root, listens on 127.0.0.1 on a free port,
+# and keeps everything under DIR.
+#
+# Options for `start`, from the environment (unset: as above):
+#   POSTGRES_LISTEN=ADDR   also listen on ADDR (an address of this machine, e.g. a bridge's);
+#                          the printed URL then names ADDR instead of 127.0.0.1
+#   POSTGRES_TRUST=CIDR    also accept (trust) connections from CIDR, e.g. 10.231.0.0/24
 set -euo pipefail
 cmd=$1
 dir=$2
@@ -29,9 +36,25 @@ case "$cmd" in
     fi
     port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
     as_owner "$initdb" -D "$dir/data" -U postgres --auth=trust -E UTF8 --locale=C.UTF-8 >"$dir/initdb.log" 2>&1
-    as_owner "$pg_ctl" -D "$dir/data" -l "$dir/server.log" -w \
-      -o "-p $port -k $dir -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=300" start >/dev/null
-    echo "postgres://postgres@127.0.0.1:$port/postgres"
+    listen=127.0.0.1
+    host=127.0.0.1
+    if [ -n "${POSTGRES_LISTEN:-}" ]; then
+      listen="127.0.0.1,$POSTGRES_LISTEN"
+      host=$POSTGRES_LISTEN
+    fi
+    if [ -n "${POSTGRES_TRUST:-}" ]; then
+      echo "host all all $POSTGRES_TRUST trust" | as_owner tee -a "$dir/data/pg_hba.conf" >/dev/null
+    fi
+    opts="-p $port -k $dir -c listen_addresses=$listen -c fsync=off -c max_connections=300"
+    echo "$opts" >"$dir/options"
+    as_owner "$pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -o "$opts" start >/dev/null
+    echo "postgres://postgres@$host:$port/postgres"
+    ;;
+  restart)
+    pg_ctl=$(find_bin pg_ctl)
+    as_owner "$pg_ctl" -D "$dir/data" -m fast -w stop >/dev/null
+    sleep "${3:-0}"
+    as_owner "$pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -o "$(cat "$dir/options")" start >/dev/null
     ;;
   stop)
     pg_ctl=$(find_bin pg_ctl)

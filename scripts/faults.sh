@@ -226,7 +226,8 @@ set -eu
 host=$(hostname)
 ref=${DATABUILD_OUTPUTS#'["'}
 ref=${ref%'"]'}
-out="$DATABUILD_DATA_DIR/$ref"
+# Staged (contract section 3): moved into place only once the log has recorded the run.
+out="${DATABUILD_OUTPUT_DIR:-$DATABUILD_DATA_DIR}/$ref"
 mark() {
   read -r up _ </proc/uptime
   echo "$1 $(date +%s.%N) $up $host $$ $DATABUILD_JOB_RUN_ID $ref" >>"$LEDGER"

@@ -74,7 +74,8 @@ pub const JOB_RUN: Transitions = &[
 /// A partition as one build request sees it. `available` straight from `requested` means the
 /// request found it live already; a delegated partition ends with the delegate's outcome.
 /// `failed → scheduled` is a retry (a new run); `delegated → scheduled` takes over from a delegate
-/// whose process died. `cancelled`: the request gave it up without a job failing (it stopped, or
+/// whose process died; `delegated → delegated` waits on another build that claimed it first
+/// after the delegate gave it back. `cancelled`: the request gave it up without a job failing (it stopped, or
 /// was cancelled, before or while building it); a claim it held is released.
 pub const REQUEST_PARTITION: Transitions = &[
     (None, &[Requested, Scheduled, Delegated]),
@@ -84,7 +85,10 @@ pub const REQUEST_PARTITION: Transitions = &[
     ),
     (Some(Scheduled), &[Building, Delegated, Failed, Cancelled]),
     (Some(Building), &[Available, Failed, Cancelled]),
-    (Some(Delegated), &[Available, Failed, Scheduled, Cancelled]),
+    (
+        Some(Delegated),
+        &[Available, Failed, Scheduled, Cancelled, Delegated],
+    ),
     (Some(Failed), &[Scheduled]),
     (Some(Cancelled), &[Scheduled, Delegated]),
 ];

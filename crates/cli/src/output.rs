@@ -28,10 +28,15 @@ pub fn count(n: usize, word: &str) -> String {
 
 /// A list shortened for a terminal: `a, b, c (+4 more)`.
 pub fn short_list<T: AsRef<str>>(items: &[T], keep: usize) -> String {
+    head_of(items, items.len(), keep)
+}
+
+/// The first `keep` of `total` items, and how many more there are: `a, b (+3 more)`.
+pub fn head_of<T: AsRef<str>>(items: &[T], total: usize, keep: usize) -> String {
     let shown: Vec<&str> = items.iter().take(keep).map(|i| i.as_ref()).collect();
     let mut s = shown.join(", ");
-    if items.len() > keep {
-        s.push_str(&format!(" (+{} more)", items.len() - keep));
+    if total > shown.len() {
+        s.push_str(&format!(" (+{} more)", total - shown.len()));
     }
     s
 }

@@ -69,11 +69,24 @@ pub fn engine_config() -> anyhow::Result<databuild_exec::EngineConfig> {
             .and_then(|v| databuild_exec::Clock::fixed(&v))
             .unwrap_or_default(),
         upstream_token: secret("DATABUILD_UPSTREAM_TOKEN"),
-        lease_timeout: interval(
-            "DATABUILD_LEASE_TIMEOUT",
-            databuild_exec::lease::DEFAULT_TIMEOUT,
-        )?,
+        lease_timeout: lease_timeout()?,
     })
+}
+
+/// `DATABUILD_LEASE_TIMEOUT`, between 2 s (renewals every third of a second) and a day.
+fn lease_timeout() -> anyhow::Result<std::time::Duration> {
+    use std::time::Duration;
+    let timeout = interval(
+        "DATABUILD_LEASE_TIMEOUT",
+        databuild_exec::lease::DEFAULT_TIMEOUT,
+    )?;
+    if !(Duration::from_secs(2)..=Duration::from_secs(86_400)).contains(&timeout) {
+        return Err(UserError(format!(
+            "DATABUILD_LEASE_TIMEOUT={timeout:?} is out of range: give 2 s to 1 day (`30s`, the default)"
+        ))
+        .into());
+    }
+    Ok(timeout)
 }
 
 /// How the event log is opened (`DATABUILD_SQL_ROLE`: the role user SQL runs as on PostgreSQL).

@@ -299,3 +299,58 @@ fn broken_logs_get_one_clear_error() {
         out.stderr
     );
 }
+
+/// A request of many refs is listed by its count and first few refs, however large: `builds`,
+/// `/api/v1/builds` and the home page never carry its whole list; `builds ID --json` does.
+#[test]
+fn a_large_request_is_listed_by_its_count_and_first_refs() {
+    let p = Project::new(
+        r#"
+[graph]
+name = "wide"
+[[job]]
+name = "x"
+outputs = ["x/{n:int}"]
+command = ["true"]
+"#,
+    );
+    let out = p.run(&["--json", "analyze", "x/{1..50000}"]);
+    out.expect_code(0);
+    let id = out.json()["build_request_id"].as_str().unwrap().to_string();
+    let listed = p.run(&["--json", "builds"]).json();
+    let b = &listed["builds"][0];
+    assert_eq!(b["build_request_id"], id.as_str());
+    assert_eq!(b["requested_count"], 50000);
+    assert_eq!(b["requested_partitions"].as_array().unwrap().len(), 10);
+    assert_eq!(b["requested_partitions"][9], "x/10");
+    let text = p.run(&["builds"]);
+    assert!(
+        text.stdout.contains("x/1, x/2 (+49998 more)"),
+        "{}",
+        text.stdout
+    );
+    let s = crate::util::Service::start(&p, &[]);
+    let (_, v) = s.get("/api/v1/builds");
+    assert_eq!(v["builds"][0]["requested_count"], 50000);
+    assert_eq!(
+        v["builds"][0]["requested_partitions"]
+            .as_array()
+            .unwrap()
+            .len(),
+        10
+    );
+    let (_, home) = s.call("GET", "/", None, None);
+    assert!(
+        home.contains("+49997 more"),
+        "the home page counts the rest"
+    );
+    assert!(
+        !home.contains("x/11<"),
+        "the home page never lists them all"
+    );
+    let detail = p.run(&["--json", "builds", &id]).json();
+    assert_eq!(
+        detail["requested_partitions"].as_array().unwrap().len(),
+        50000
+    );
+}

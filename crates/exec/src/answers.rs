@@ -228,7 +228,10 @@ pub struct BuildAccepted {
 pub struct Build {
     pub build_request_id: String,
     pub status: Status,
+    /// The first few requested refs (at most 10), of `requested_count`; `GET
+    /// /api/v1/builds/{id}` lists all.
     pub requested_partitions: Vec<String>,
+    pub requested_count: u64,
     pub analyze_only: bool,
     /// `host/pid/start-time` of the process driving it (left out for anonymous readers).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -248,6 +251,7 @@ impl From<&BuildRequestRow> for Build {
             build_request_id: b.build_request_id.clone(),
             status: b.status,
             requested_partitions: b.requested_partitions.clone(),
+            requested_count: b.requested_count,
             analyze_only: b.analyze_only,
             owner: b.owner.clone(),
             message: b.message.clone(),
@@ -271,6 +275,7 @@ pub struct BuildDetail {
     pub build_request_id: String,
     pub status: Status,
     pub requested_partitions: Vec<String>,
+    pub requested_count: u64,
     pub analyze_only: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub owner: Option<String>,
@@ -298,6 +303,7 @@ impl BuildDetail {
             build_request_id: b.build_request_id.clone(),
             status: b.status,
             requested_partitions: b.requested_partitions.clone(),
+            requested_count: b.requested_count,
             analyze_only: b.analyze_only,
             owner: b.owner.clone(),
             message: b.message.clone(),
@@ -918,6 +924,7 @@ mod tests {
             build_request_id: "b".into(),
             status: Status::Completed,
             requested_partitions: vec!["a".into()],
+            requested_count: 1,
             analyze_only: false,
             owner: None,
             message: None,

@@ -49,6 +49,11 @@ struct State {
     lost: AtomicBool,
     /// Builds driving work now: the lease is renewed while there are any.
     holders: AtomicUsize,
+    /// How many times this process rejoined: the answer to a renewal asked before the last
+    /// rejoin is stale, and is ignored.
+    generation: AtomicU64,
+    /// Rejoins and the renewals around them happen one at a time.
+    renewing: std::sync::Mutex<()>,
 }
 
 /// Keeps the lease renewed while it lives.
@@ -93,7 +98,13 @@ impl Lease {
         let before = self.state.holders.fetch_add(1, Ordering::SeqCst);
         let held = Held(self.state.clone());
         if before == 0 && self.lost() {
+            let _one = self
+                .state
+                .renewing
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
             self.store.rejoin(&this_owner())?;
+            self.state.generation.fetch_add(1, Ordering::SeqCst);
             self.state.lost.store(false, Ordering::SeqCst);
         }
         renew(self.store.as_ref(), &self.state, self.timeout)?;
@@ -102,9 +113,13 @@ impl Lease {
     }
 
     /// Returns once the lease is good, renewing it meanwhile: a build pauses here while the log
-    /// cannot be reached. [`LogError::LeaseLost`] once another process took its work over.
-    pub fn wait_good(&self) -> Result<(), LogError> {
+    /// cannot be reached. [`LogError::LeaseLost`] once another process took its work over; at
+    /// once when `interrupt` is set, for the caller to stop.
+    pub fn wait_good(&self, interrupt: &AtomicBool) -> Result<(), LogError> {
         loop {
+            if interrupt.load(Ordering::SeqCst) {
+                return Ok(());
+            }
             if self.lost() {
                 return Err(LogError::LeaseLost {
                     owner: this_owner(),
@@ -140,7 +155,17 @@ impl Lease {
 /// One renewal: the lease is good for half the timeout from when it was asked for.
 fn renew(store: &dyn EventStore, state: &State, timeout: Duration) -> Result<(), LogError> {
     let asked = boottime_ns();
-    match store.heartbeat(&this_owner()) {
+    let generation = state.generation.load(Ordering::SeqCst);
+    let answer = store.heartbeat(&this_owner());
+    let _one = state.renewing.lock().unwrap_or_else(|e| e.into_inner());
+    if generation != state.generation.load(Ordering::SeqCst) {
+        // Asked before a rejoin: says nothing of the lease held now.
+        return Ok(());
+    }
+    match answer {
+        Ok(()) if state.lost.load(Ordering::SeqCst) => Err(LogError::LeaseLost {
+            owner: this_owner(),
+        }),
         Ok(()) => {
             let until = asked + (timeout / 2).as_nanos() as u64;
             state.good_until.fetch_max(until, Ordering::SeqCst);

@@ -549,8 +549,14 @@ pub fn publish_outputs(data_dir: &Path, staging: &Path, outputs: &[String]) -> s
             let aside = staging.join(".replaced").join(output);
             std::fs::create_dir_all(aside.parent().unwrap_or(staging))?;
             std::fs::rename(&target, &aside)?;
+            if let Err(e) = std::fs::rename(&staged, &target) {
+                // The old folder goes back: never neither of them.
+                let _ = std::fs::rename(&aside, &target);
+                return Err(e);
+            }
+        } else {
+            std::fs::rename(&staged, &target)?;
         }
-        std::fs::rename(&staged, &target)?;
     }
     discard_staged(staging);
     Ok(())
@@ -560,6 +566,11 @@ pub fn publish_outputs(data_dir: &Path, staging: &Path, outputs: &[String]) -> s
 pub fn discard_staged(staging: &Path) {
     // Nothing there, or left behind: it is never read.
     let _ = std::fs::remove_dir_all(staging);
+}
+
+/// [`discard_staged`] of run `job_run_id`.
+pub fn discard_run(data_dir: &Path, job_run_id: &str) {
+    discard_staged(&staging_dir(data_dir, job_run_id));
 }
 
 /// Kills the process groups of running jobs when this process dies, however it dies: a watchdog

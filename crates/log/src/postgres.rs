@@ -377,18 +377,22 @@ impl AppendTx for PgAppend<'_, '_> {
 
     fn insert_build_request(&mut self, e: &Event) -> Result<()> {
         let d = &e.data;
+        let (all, count, head) = requested_columns(&d.requested);
         self.execute(
             "INSERT INTO build_requests (build_request_id, status, requested, analyze_only,
-                                         owner, message, created_at, updated_at)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $7)",
+                                         owner, message, created_at, updated_at,
+                                         requested_count, requested_head)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $7, $8, $9)",
             &[
                 &e.build_request_id,
                 &e.status.as_str(),
-                &to_json(&d.requested),
+                &all,
                 &d.analyze_only,
                 &d.owner,
                 &e.message,
                 &e.timestamp,
+                &count,
+                &head,
             ],
         )
     }
@@ -805,7 +809,7 @@ impl EventStore for PostgresStore {
             let rows = c
                 .query(
                     &format!(
-                        "SELECT {BUILD_COLUMNS} FROM build_requests
+                        "SELECT {LISTED_BUILD_COLUMNS} FROM build_requests
                          WHERE ($1::text IS NULL OR status = $1)
                            AND (NOT $3 OR (status IN ('received', 'planning', 'analysis_completed', 'executing')
                                            AND NOT analyze_only))

@@ -150,6 +150,12 @@ fn current<T: AppendTx>(tx: &mut T, cache: &mut StateCache, e: &Event) -> Result
         }
         _ => {}
     }
+    // A claim needs its build request alive (`state::check`).
+    if let (Some(br), true) = (br, crate::state::is_claim(e)) {
+        c.build_request = cached(&mut cache.build_requests, br.to_string(), || {
+            tx.build_request_status(br)
+        })?;
+    }
     Ok(Before {
         current: c,
         partition_job,
@@ -524,7 +530,21 @@ pub(crate) fn partition_from_row<R: Columns>(row: &R) -> RowResult<PartitionRow,
 }
 
 pub(crate) const BUILD_COLUMNS: &str =
-    "build_request_id, status, requested, analyze_only, message, created_at, updated_at, owner";
+    "build_request_id, status, requested, analyze_only, message, \
+     created_at, updated_at, owner, requested_count";
+
+/// A listing's columns: the first few requested refs instead of all of them.
+pub(crate) const LISTED_BUILD_COLUMNS: &str = "build_request_id, status, requested_head, \
+     analyze_only, message, created_at, updated_at, owner, requested_count";
+
+/// How many requested refs a listing shows of each build request ([`BuildRequestRow`]).
+pub const REQUESTED_HEAD: usize = 10;
+
+/// The requested refs as the projection keeps them: all, their count, and the first few.
+pub(crate) fn requested_columns(refs: &[String]) -> (String, i64, String) {
+    let head = &refs[..refs.len().min(REQUESTED_HEAD)];
+    (to_json(&refs), refs.len() as i64, to_json(&head))
+}
 
 pub(crate) fn build_from_row<R: Columns>(row: &R) -> RowResult<BuildRequestRow, R> {
     Ok(BuildRequestRow {
@@ -536,6 +556,7 @@ pub(crate) fn build_from_row<R: Columns>(row: &R) -> RowResult<BuildRequestRow, 
         created_at: row.int(5)?,
         updated_at: row.int(6)?,
         owner: row.opt_text(7)?,
+        requested_count: row.int(8)? as u64,
     })
 }
 

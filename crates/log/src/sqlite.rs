@@ -590,18 +590,22 @@ impl AppendTx for SqliteAppend<'_, '_> {
     }
 
     fn insert_build_request(&mut self, e: &Event) -> Result<()> {
+        let (all, count, head) = requested_columns(&e.data.requested);
         self.execute(
             "INSERT INTO build_requests (build_request_id, status, requested, analyze_only,
-                                         owner, message, created_at, updated_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7)",
+                                         owner, message, created_at, updated_at,
+                                         requested_count, requested_head)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7, ?8, ?9)",
             params![
                 e.build_request_id,
                 e.status.as_str(),
-                to_json(&e.data.requested),
+                all,
                 e.data.analyze_only,
                 e.data.owner,
                 e.message,
-                e.timestamp
+                e.timestamp,
+                count,
+                head
             ],
         )
     }
@@ -1009,7 +1013,7 @@ impl EventStore for SqliteStore {
     fn build_requests(&self, q: &BuildQuery) -> Result<Vec<BuildRequestRow>> {
         self.read(|c| {
             c.prepare_cached(&format!(
-                "SELECT {BUILD_COLUMNS} FROM build_requests
+                "SELECT {LISTED_BUILD_COLUMNS} FROM build_requests
                  WHERE (?1 IS NULL OR status = ?1)
                    AND (NOT ?3 OR (status IN ('received', 'planning', 'analysis_completed', 'executing')
                                    AND NOT analyze_only))

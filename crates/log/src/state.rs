@@ -140,8 +140,25 @@ fn require<'a>(field: &'a Option<String>, name: &str, e: &Event) -> Result<&'a s
         .ok_or_else(|| Refusal::invalid(format!("a {} event needs `{name}`", e.kind)))
 }
 
-/// Checks one event against the states it would move.
+/// A claim: a run scheduled or started, or a partition taken to build.
+pub fn is_claim(e: &Event) -> bool {
+    matches!(
+        (e.kind, e.status),
+        (Kind::JobRun, Scheduled | Running) | (Kind::Partition, Building)
+    )
+}
+
+/// Checks one event against the states it would move. A claim under a build request that has
+/// ended is refused: that build was closed (by a process that took its work over, say), and its
+/// driver, if it still runs, must claim nothing more for it — the fence of a shared log.
 pub fn check(e: &Event, current: &Current) -> Result<(), Refusal> {
+    if let (Some(br), Some(status)) = (e.build_request_id.as_deref(), current.build_request) {
+        if e.kind != Kind::BuildRequest && is_claim(e) && is_terminal(Kind::BuildRequest, status) {
+            return Err(Refusal::invalid(format!(
+                "build request {br} has ended (`{status}`): nothing more is claimed for it"
+            )));
+        }
+    }
     match e.kind {
         Kind::BuildRequest => {
             let id = require(&e.build_request_id, "build_request_id", e)?;
@@ -318,6 +335,25 @@ mod tests {
             assert!(is_terminal(Kind::JobRun, s));
         }
         assert!(!is_terminal(Kind::BuildRequest, Executing));
+    }
+
+    #[test]
+    fn nothing_is_claimed_for_an_ended_build() {
+        let ended = Current {
+            build_request: Some(Failed),
+            ..Default::default()
+        };
+        let claim = Event::partition(Some("b"), "p", Building).with_run("r");
+        assert!(check(&claim, &ended).unwrap_err().0.contains("has ended"));
+        let start = Event::job_run("b", "r", "j", Running);
+        assert!(check(&start, &ended).is_err());
+        // What a closed build's runs end with still goes in (a cancel that stops its runs).
+        let end = Event::job_run("b", "r", "j", Cancelled);
+        let running = Current {
+            job_run: Some(Running),
+            ..ended
+        };
+        assert!(check(&end, &running).is_ok());
     }
 
     #[test]

@@ -87,7 +87,10 @@ pub struct PartitionRow {
 pub struct BuildRequestRow {
     pub build_request_id: String,
     pub status: Status,
+    /// Every requested ref; in listings ([`EventStore::build_requests`]) only the first
+    /// [`crate::projection::REQUESTED_HEAD`] of the `requested_count`.
     pub requested_partitions: Vec<String>,
+    pub requested_count: u64,
     pub analyze_only: bool,
     pub owner: Option<String>,
     pub message: Option<String>,

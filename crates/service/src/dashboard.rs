@@ -214,7 +214,8 @@ async fn home(State(state): Shared, Extension(role): Extension<Role>) -> Respons
                 @for b in &builds { tr {
                     td { a href={ "/builds/" (b.build_request_id) } { code { (short(&b.build_request_id)) } } }
                     td { (badge(b.status.as_str())) }
-                    td { @for r in b.requested_partitions.iter().take(3) { (partition_link(r)) " " } }
+                    td { @for r in b.requested_partitions.iter().take(3) { (partition_link(r)) " " }
+                        @if b.requested_count > 3 { span.muted { "+" (b.requested_count - 3) " more" } } }
                     td.muted { (b.created_at) }
                 } }
             }
@@ -321,7 +322,8 @@ async fn build_page(
     {
         Ok((b, events)) => layout(&format!("Build {id}"), html! {
             h1 { "Build " code { (id) } }
-            p { "Requested: " @for r in &b.requested_partitions { (partition_link(r)) " " } }
+            p { "Requested: " @for r in b.requested_partitions.iter().take(50) { (partition_link(r)) " " }
+                @if b.requested_count > 50 { span.muted { "+" (b.requested_count - 50) " more" } } }
             (build_body(&b, &events, &st, role))
             // Live updates: the build's Server-Sent Events stream; each event re-renders the live
             // part of the page (at most every 300 ms), until the stream ends with the build.

@@ -92,7 +92,7 @@ pub fn builds(
                     b.build_request_id.clone(),
                     b.status.to_string(),
                     b.created_at.clone(),
-                    short_list(&b.requested_partitions, 2),
+                    crate::output::head_of(&b.requested_partitions, b.requested_count as usize, 2),
                 ]
             })
             .collect();
@@ -117,7 +117,8 @@ pub fn builds(
             .map(|m| format!("; {m}"))
             .unwrap_or_default()
     );
-    println!("  requested: {}", b.requested_partitions.join(", "));
+    // All of them in --json; a screenful here.
+    println!("  requested: {}", short_list(&b.requested_partitions, 20));
     let partitions: Vec<Vec<String>> = b
         .partitions
         .iter()

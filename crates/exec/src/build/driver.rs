@@ -242,7 +242,7 @@ impl<'s, 'e> Driver<'s, 'e> {
         loop {
             // Nothing happens while this process's lease has run out (the log cannot be
             // reached): the build pauses, and resumes once the lease is renewed.
-            if let Err(lost) = self.engine.lease.wait_good() {
+            if let Err(lost) = self.engine.lease.wait_good(interrupt) {
                 // Another process took this build over: its jobs are killed (the lease watchdog
                 // does it too) and nothing more of it is written.
                 for run in &self.runs {
@@ -691,7 +691,7 @@ impl<'s, 'e> Driver<'s, 'e> {
             Err(refusal @ LogError::Refused { .. }) => {
                 if !deferred.is_empty() {
                     if let Err(e) = self.store().append(deferred) {
-                        self.discard(publishing);
+                        self.drop_publishing(publishing, &e);
                         return Err(e.into());
                     }
                 }
@@ -699,7 +699,7 @@ impl<'s, 'e> Driver<'s, 'e> {
                 Ok(Some(refusal))
             }
             Err(e) => {
-                self.discard(publishing);
+                self.drop_publishing(publishing, &e);
                 Err(e.into())
             }
         }
@@ -832,7 +832,7 @@ impl<'s, 'e> Driver<'s, 'e> {
         };
         let mut events = self.record().ended(run, id, end);
         started_at(&mut events, self.runs[node].started_ns);
-        crate::local::discard_staged(&crate::local::staging_dir(&self.engine.data_dir, id));
+        crate::local::discard_run(&self.engine.data_dir, id);
         self.append(events)
     }
 
@@ -919,7 +919,7 @@ impl<'s, 'e> Driver<'s, 'e> {
         }
         if !all.is_empty() {
             if let Err(e) = self.store().append(all) {
-                self.discard(publishing);
+                self.drop_publishing(publishing, &e);
                 return Err(e.into());
             }
         }
@@ -944,10 +944,19 @@ impl<'s, 'e> Driver<'s, 'e> {
         }
     }
 
-    /// Drops what runs staged whose completions the log did not take.
+    /// The completions of `runs` did not go in: refused, what they staged goes; any other
+    /// failure may have committed them (a connection lost at `COMMIT`), so their staging stays
+    /// for `close_build` to judge once the log answers again.
+    fn drop_publishing(&self, runs: Vec<(String, Vec<String>)>, e: &LogError) {
+        if matches!(e, LogError::Refused { .. }) {
+            self.discard(runs);
+        }
+    }
+
+    /// Drops what runs staged whose completions the log refused.
     fn discard(&self, runs: Vec<(String, Vec<String>)>) {
         for (id, _) in runs {
-            crate::local::discard_staged(&crate::local::staging_dir(&self.engine.data_dir, &id));
+            crate::local::discard_run(&self.engine.data_dir, &id);
         }
     }
 

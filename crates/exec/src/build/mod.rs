@@ -228,10 +228,9 @@ impl Engine {
         driver::run(build, plan, observer, interrupt).inspect_err(|e| {
             // Nothing of it may stay `building`: its runs and claims end with the reason. (When
             // the log itself failed this may fail too; the first error is the one to report.)
-            // A build whose lease was lost was closed by the process that took it over.
-            if !matches!(e, EngineError::Log(LogError::LeaseLost { .. })) {
-                let _ = self.close_build(id, Status::Failed, &format!("the build stopped: {e}"));
-            }
+            // A build whose lease was lost was closed by the process that took it over; if
+            // that process died before it could, this closes it (else the log refuses it).
+            let _ = self.close_build(id, Status::Failed, &format!("the build stopped: {e}"));
         })
     }
 
@@ -325,11 +324,6 @@ impl Engine {
                 Status::Failed
             };
             events.push(Event::job_run(id, &run.job_run_id, &run.job, end).with_message(reason));
-            // Never published: what its job staged goes (even if a fenced-off job still writes).
-            crate::local::discard_staged(&crate::local::staging_dir(
-                &self.data_dir,
-                &run.job_run_id,
-            ));
         }
         // Its partitions go back to what they were before its claims (no job of it finished
         // them), so whoever waits on them builds them.
@@ -359,6 +353,11 @@ impl Engine {
             }
         }
         self.store.append(events)?;
+        // Never to be published, now that the log has ended their runs: what their jobs staged
+        // goes (even if a fenced-off job still writes there).
+        for run in &runs {
+            crate::local::discard_run(&self.data_dir, &run.job_run_id);
+        }
         Ok(())
     }
 

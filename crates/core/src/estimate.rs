@@ -1,11 +1,11 @@
 //! What a plan will cost before it runs: its wall time at a parallelism, its critical path and
 //! its total work, from each job's recorded run durations.
 //!
-//! The wall time replays the scheduler's way of running a plan: runs in plan order (dependency
-//! order), each starting once its inputs' runs have ended and a slot is free, on the slot that
-//! frees first. That is what `build --parallel N` does with ready runs, so the figure follows the
-//! graph's shape (a long chain takes its length however many slots there are) instead of
-//! dividing the work by N.
+//! The wall time replays the scheduler's way of running a plan: a run is ready once the runs
+//! building its inputs have ended, and whenever a slot is free the earliest ready run (in plan
+//! order among those ready at once) starts on it. That is what `build --parallel N` does, so the
+//! figure follows the graph's shape (a long chain takes its length however many slots there
+//! are) instead of dividing the work by N. Per-job concurrency limits are not replayed.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -73,23 +73,56 @@ pub fn estimate(plan: &Plan, durations: &[Option<JobDurations>], parallel: usize
     }
 }
 
-/// When the last run ends, with runs started in plan order on the first free of `slots` slots
-/// (`usize::MAX`: as many as there are runs, which gives the critical path).
+/// When the last run ends, replaying `slots` slots (`usize::MAX`: as many as there are runs,
+/// which gives the critical path) over runs that take `took` ms each.
 fn wall_time(plan: &Plan, took: &[f64], slots: usize) -> f64 {
-    // Times in µs, so that the heap orders integers.
-    let mut free: BinaryHeap<Reverse<u64>> = BinaryHeap::new();
-    let mut ends = vec![0u64; plan.runs.len()];
-    let mut last = 0;
+    let n = plan.runs.len();
+    let mut waiting: Vec<usize> = plan.runs.iter().map(|r| r.depends_on.len()).collect();
+    let mut dependents: Vec<Vec<usize>> = vec![Vec::new(); n];
     for (i, run) in plan.runs.iter().enumerate() {
-        let ready = run.depends_on.iter().map(|&d| ends[d]).max().unwrap_or(0);
-        let slot_free = if free.len() < slots.min(plan.runs.len()) {
-            0
-        } else {
-            free.pop().map_or(0, |Reverse(t)| t)
-        };
-        ends[i] = ready.max(slot_free) + (took[i] * 1000.0).round() as u64;
-        free.push(Reverse(ends[i]));
-        last = last.max(ends[i]);
+        for &d in &run.depends_on {
+            dependents[d].push(i);
+        }
+    }
+    // Times in µs, so that the heaps order integers. Ready runs by (ready at, plan order);
+    // running runs by when they end.
+    let mut ready: BinaryHeap<Reverse<(u64, usize)>> = (0..n)
+        .filter(|&i| waiting[i] == 0)
+        .map(|i| Reverse((0, i)))
+        .collect();
+    let mut running: BinaryHeap<Reverse<(u64, usize)>> = BinaryHeap::new();
+    let (mut now, mut last) = (0u64, 0u64);
+    while !ready.is_empty() || !running.is_empty() {
+        // Start what is ready now on the free slots.
+        while running.len() < slots {
+            match ready.peek() {
+                Some(Reverse((at, _))) if *at <= now => {
+                    let Reverse((_, i)) = ready.pop().expect("peeked");
+                    let end = now + (took[i] * 1000.0).round() as u64;
+                    running.push(Reverse((end, i)));
+                }
+                _ => break,
+            }
+        }
+        // Then the next thing that happens: a run ends, or (with slots free) one becomes ready.
+        let next_end = running.peek().map(|Reverse((end, _))| *end);
+        let next_ready = ready.peek().map(|Reverse((at, _))| *at);
+        match (next_end, next_ready) {
+            (Some(end), Some(at)) if running.len() < slots && at < end => now = at,
+            (Some(end), _) => {
+                let Reverse((_, i)) = running.pop().expect("peeked");
+                now = end;
+                last = last.max(end);
+                for &d in &dependents[i] {
+                    waiting[d] -= 1;
+                    if waiting[d] == 0 {
+                        ready.push(Reverse((end, d)));
+                    }
+                }
+            }
+            (None, Some(at)) => now = now.max(at),
+            (None, None) => break,
+        }
     }
     last as f64 / 1000.0
 }
@@ -152,6 +185,20 @@ mod tests {
         );
         assert_eq!(e.wall_p50_ms, 450.0);
         assert_eq!(e.work_p50_ms, 550.0);
+    }
+
+    #[test]
+    fn a_slot_is_never_held_for_a_run_that_is_not_ready() {
+        // A long run, a short one depending on it, then 50 independent short ones, on 2 slots:
+        // the independent ones use the second slot while the long one runs.
+        let mut runs: Vec<(usize, &[usize])> = vec![(0, &[]), (1, &[0])];
+        runs.extend(std::iter::repeat_n((1, &[][..]), 50));
+        let e = estimate(
+            &plan(&runs),
+            &[took(100_000.0, 100_000.0), took(1000.0, 1000.0)],
+            2,
+        );
+        assert_eq!(e.wall_p50_ms, 101_000.0);
     }
 
     #[test]

@@ -44,6 +44,14 @@ pub enum LogError {
     SqlTooLarge(String),
     #[error("event log storage failed: {0}")]
     Storage(String),
+    /// The log's server could not be reached (a lost connection, a server restarting) for as
+    /// long as the operation kept retrying.
+    #[error("event log `{location}` is unreachable (retried for {waited_ms} ms): {message}")]
+    Unavailable {
+        location: String,
+        waited_ms: u64,
+        message: String,
+    },
 }
 
 impl LogError {

@@ -62,6 +62,11 @@ const RETRY_FOR: Duration = Duration::from_secs(20);
 /// The first pause between attempts; each next one doubles, up to `MAX_BACKOFF`.
 const FIRST_BACKOFF: Duration = Duration::from_millis(100);
 const MAX_BACKOFF: Duration = Duration::from_secs(2);
+/// The writer's session: its statements are all lookups and writes by key, over a batch's keys
+/// (`= ANY`, `unnest`). Each is planned once per connection (a custom plan of the batch's read
+/// costs more than running it), and on the tables' keys: the planner would scan a table of a few
+/// thousand rows rather than look its keys up, at a cost to every append of a young log.
+const WRITER_SETTINGS: &str = "-c plan_cache_mode=force_generic_plan -c enable_seqscan=off";
 /// Prepared statements a reader keeps (queries built from filters vary); past it, it starts over.
 const READER_STATEMENTS: usize = 128;
 
@@ -70,6 +75,8 @@ pub struct PostgresStore {
     url: String,
     /// How every connection is made: the URL with the timeouts above.
     config: tokio_postgres::Config,
+    /// The writer's: [`WRITER_SETTINGS`] too.
+    writer_config: tokio_postgres::Config,
     writer: Mutex<Writer>,
     readers: Mutex<Vec<Reader>>,
     /// A role to `SET LOCAL ROLE` to for user SQL.
@@ -282,6 +289,9 @@ impl PostgresStore {
             .connect(NoTls)
             .map_err(|e| open_error(describe(&e)))?;
         prepare_schema(&mut client, &location)?;
+        let mut writer_config = config.clone();
+        let options = config.get_options().unwrap_or_default();
+        writer_config.options(&format!("{options} {WRITER_SETTINGS}"));
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -289,6 +299,7 @@ impl PostgresStore {
         Ok(PostgresStore {
             url: url.to_string(),
             config,
+            writer_config,
             writer: Mutex::new(Writer {
                 runtime,
                 conn: None,
@@ -367,7 +378,7 @@ impl PostgresStore {
     ) -> append::Attempt<()> {
         if conn.is_none() {
             let (client, connection) = runtime
-                .block_on(self.config.connect(NoTls))
+                .block_on(self.writer_config.connect(NoTls))
                 .map_err(|e| append::Failure::of(e, false))?;
             runtime.spawn(connection);
             *conn = Some(append::Conn::new(client));

@@ -249,6 +249,7 @@ pub(super) fn write(
         next_idx: started.first_idx,
         events: EventColumns::default(),
         writes: Vec::new(),
+        request_partitions: FxHashMap::default(),
         touched: FxHashSet::default(),
         claims: FxHashMap::default(),
         run_jobs: FxHashMap::default(),
@@ -703,6 +704,8 @@ struct PgAppend<'a> {
     next_idx: i64,
     events: EventColumns,
     writes: Vec<Write>,
+    /// Per request partition row: its upsert among `writes`, which the next one folds into.
+    request_partitions: FxHashMap<(String, String), usize>,
     /// Partitions written by the batch so far: what [`begin`] read of them is out of date.
     touched: FxHashSet<String>,
     /// Per partition row read by [`begin`]: its `prev_status` and its job (`''` for none).
@@ -806,6 +809,7 @@ impl PgAppend<'_> {
             ));
         }
         let writes = std::mem::take(&mut self.writes);
+        self.request_partitions.clear();
         // Each write's layer: how many writes to its row came before it.
         let mut seen: FxHashMap<(u8, String), usize> = FxHashMap::default();
         let mut groups: std::collections::BTreeMap<(usize, usize), Vec<&Write>> =
@@ -1015,6 +1019,23 @@ impl AppendTx for PgAppend<'_> {
     }
 
     fn upsert_request_partition(&mut self, br: &str, e: &Event) -> Result<()> {
+        // Upserts of one row in a row fold into one: the last status and time, the last run
+        // named (`coalesce(excluded.job_run_id, job_run_id)` at each).
+        let key = (br.to_string(), e.partition_ref.clone().unwrap_or_default());
+        if let Some(&at) = self.request_partitions.get(&key) {
+            if let Some(Write::RequestPartition {
+                status, run, at: t, ..
+            }) = self.writes.get_mut(at)
+            {
+                *status = e.status.as_str();
+                if e.job_run_id.is_some() {
+                    run.clone_from(&e.job_run_id);
+                }
+                *t = e.timestamp;
+                return Ok(());
+            }
+        }
+        self.request_partitions.insert(key, self.writes.len());
         self.keep(Write::RequestPartition {
             br: br.to_string(),
             r: e.partition_ref.clone(),

@@ -291,7 +291,7 @@ impl PostgresStore {
         prepare_schema(&mut client, &location)?;
         let mut writer_config = config.clone();
         let options = config.get_options().unwrap_or_default();
-        writer_config.options(&format!("{options} {WRITER_SETTINGS}"));
+        writer_config.options(format!("{options} {WRITER_SETTINGS}"));
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()

@@ -26,6 +26,8 @@ trap cleanup EXIT
 echo "== starting a throwaway PostgreSQL"
 DATABUILD_TEST_POSTGRES=$(./scripts/postgres.sh start "$scratch/postgres")
 export DATABUILD_TEST_POSTGRES DATABUILD_REQUIRE_POSTGRES=1
+# Its folder, for the tests that restart it (crates/log/tests/postgres_faults.rs).
+export DATABUILD_TEST_POSTGRES_DIR="$scratch/postgres"
 echo "== starting a single-node Slurm"
 DATABUILD_TEST_SLURM=$(./scripts/slurm.sh start "$scratch/slurm")
 export DATABUILD_TEST_SLURM SLURM_CONF=$DATABUILD_TEST_SLURM DATABUILD_REQUIRE_SLURM=1

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # A throwaway PostgreSQL for the tests: `scripts/postgres.sh start DIR` prints its URL;
-# `scripts/postgres.sh stop DIR` stops it; `scripts/postgres.sh restart DIR [SECONDS]` stops it
-# (fast shutdown: clients are disconnected), waits SECONDS (default 0) and starts it again with the
+# `scripts/postgres.sh stop DIR` stops it; `scripts/postgres.sh restart DIR [SECONDS] [MODE]`
+# stops it (pg_ctl's MODE: `fast`, the default, disconnects clients; `immediate`, as a crash), waits
+# SECONDS (default 0) and starts it again with the
 # same options. Uses the machine's initdb and pg_ctl (Debian's postgresql package, installed if
 # missing), runs as the `postgres` user when started as root, listens on 127.0.0.1 on a free port,
 # and keeps everything under DIR.
@@ -52,7 +53,7 @@ case "$cmd" in
     ;;
   restart)
     pg_ctl=$(find_bin pg_ctl)
-    as_owner "$pg_ctl" -D "$dir/data" -m fast -w stop >/dev/null
+    as_owner "$pg_ctl" -D "$dir/data" -m "${4:-fast}" -w stop >/dev/null
     sleep "${3:-0}"
     as_owner "$pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -o "$(cat "$dir/options")" start >/dev/null
     ;;

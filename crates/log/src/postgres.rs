@@ -5,19 +5,32 @@
 //! transaction-scoped advisory lock, so each batch validates against everything committed before
 //! it; a partition claim is therefore atomic across processes. User SQL runs in a read-only
 //! transaction with a statement timeout (and, if configured, as a least-privilege role).
+//!
+//! An append is two round trips whatever its size ([`append`]): its states read up front under
+//! the lock, validated in memory, its writes sent as set-based statements pipelined with the
+//! `COMMIT`. Reads prepare their statements once per pooled connection.
+//!
+//! Every connection has a connect timeout, TCP keepalives and a TCP user timeout (a cut network
+//! is noticed in seconds) and a statement timeout. A lost connection (a server restart, a cut
+//! network) is reopened on next use: a read runs again, an append is retried on the new
+//! connection, for up to [`RETRY_FOR`], then fails as [`LogError::Unavailable`]. An append whose
+//! `COMMIT` went unanswered may have been written: its retry first looks for the batch's first
+//! event (by its `event_id`) and, when it is there, returns the batch as stored instead of
+//! appending it twice.
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use postgres::fallible_iterator::FallibleIterator;
-use postgres::{Client, NoTls, Transaction};
+use postgres::{Client, NoTls};
 use rustc_hash::FxHashMap;
 
-use crate::cache::{PartitionState, StateCache};
 use crate::event::{Event, Status};
 use crate::projection::*;
 use crate::store::*;
+
+mod append;
 
 /// The schema, as numbered migrations (see the SQLite store).
 const MIGRATIONS: &[&str] = &[
@@ -35,77 +48,201 @@ const DB_NOW_NS: &str = "(extract(epoch FROM clock_timestamp()) * 1000000000)::b
 /// The advisory lock key that serializes appends: "DBLG".
 const APPEND_LOCK: i64 = 0x4442_4C47;
 
+/// How long a connection attempt may take before it counts as failed.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Data sent but not acknowledged for this long ends the connection (a cut network is noticed in
+/// seconds, not at TCP's 15 minutes of retransmissions).
+const TCP_USER_TIMEOUT: Duration = Duration::from_secs(10);
+/// An idle connection is probed after this long, then every `KEEPALIVE_INTERVAL`, and dropped
+/// after `KEEPALIVE_RETRIES` probes unanswered.
+const KEEPALIVE_IDLE: Duration = Duration::from_secs(5);
+const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(2);
+const KEEPALIVE_RETRIES: u32 = 3;
+/// Any one statement of the log's own (user SQL sets its own, shorter, limit; migrations none).
+const STATEMENT_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long an operation keeps reconnecting and retrying across lost connections (a server
+/// restart takes a few seconds) before it fails with [`LogError::Unavailable`].
+const RETRY_FOR: Duration = Duration::from_secs(20);
+/// The first pause between attempts; each next one doubles, up to `MAX_BACKOFF`.
+const FIRST_BACKOFF: Duration = Duration::from_millis(100);
+const MAX_BACKOFF: Duration = Duration::from_secs(2);
+/// The writer's session: its statements are all lookups and writes by key, over a batch's keys
+/// (`= ANY`, `unnest`). Each is planned once per connection (a custom plan of the batch's read
+/// costs more than running it), and on the tables' keys: the planner would scan a table of a few
+/// thousand rows rather than look its keys up, at a cost to every append of a young log.
+const WRITER_SETTINGS: &str = "-c plan_cache_mode=force_generic_plan -c enable_seqscan=off";
+/// Prepared statements a reader keeps (queries built from filters vary); past it, it starts over.
+const READER_STATEMENTS: usize = 128;
+
 pub struct PostgresStore {
-    /// The connection string, for new connections; shown redacted.
+    /// The connection string, shown redacted.
     url: String,
+    /// How every connection is made: the URL with the timeouts above.
+    config: tokio_postgres::Config,
+    /// The writer's: [`WRITER_SETTINGS`] too.
+    writer_config: tokio_postgres::Config,
     writer: Mutex<Writer>,
-    readers: Mutex<Vec<Client>>,
+    readers: Mutex<Vec<Reader>>,
     /// A role to `SET LOCAL ROLE` to for user SQL.
     sql_role: Option<String>,
 }
 
+/// The appending connection: its own runtime drives it (pipelined statements), on the calling
+/// thread, like the blocking client's.
 struct Writer {
-    client: Client,
-    caches: StateCache,
-    statements: Statements,
-    /// The append counter as of our last append; the caches hold only while nobody else appended.
-    seen_appends: Option<i64>,
+    runtime: tokio::runtime::Runtime,
+    /// `None` until first used, and again once lost.
+    conn: Option<append::Conn>,
 }
 
-/// Statements prepared once per connection: each append otherwise pays a parse round trip for
-/// every statement of every event.
-#[derive(Default)]
-struct Statements(FxHashMap<&'static str, postgres::Statement>);
+/// A pooled reading connection, with the statements it prepared (a read is then one round trip,
+/// not a preparation and an execution).
+struct Reader {
+    client: Client,
+    statements: FxHashMap<String, postgres::Statement>,
+}
+
+impl std::ops::Deref for Reader {
+    type Target = Client;
+    fn deref(&self) -> &Client {
+        &self.client
+    }
+}
+
+impl std::ops::DerefMut for Reader {
+    fn deref_mut(&mut self) -> &mut Client {
+        &mut self.client
+    }
+}
 
 type Params<'a> = &'a [&'a (dyn postgres::types::ToSql + Sync)];
 
-impl Statements {
-    fn get(
-        &mut self,
-        tx: &mut Transaction<'_>,
-        sql: &'static str,
-    ) -> std::result::Result<postgres::Statement, postgres::Error> {
-        if let Some(s) = self.0.get(sql) {
+impl Reader {
+    fn prepared(&mut self, sql: &str) -> std::result::Result<postgres::Statement, postgres::Error> {
+        if let Some(s) = self.statements.get(sql) {
             return Ok(s.clone());
         }
-        let prepared = tx.prepare(sql)?;
-        self.0.insert(sql, prepared.clone());
-        Ok(prepared)
+        if self.statements.len() >= READER_STATEMENTS {
+            self.statements.clear();
+        }
+        let s = self.client.prepare(sql)?;
+        self.statements.insert(sql.to_string(), s.clone());
+        Ok(s)
     }
 
-    fn execute(
+    fn query(
         &mut self,
-        tx: &mut Transaction<'_>,
-        sql: &'static str,
+        sql: &str,
         params: Params<'_>,
-    ) -> std::result::Result<u64, postgres::Error> {
-        let s = self.get(tx, sql)?;
-        tx.execute(&s, params)
+    ) -> std::result::Result<Vec<postgres::Row>, postgres::Error> {
+        let s = self.prepared(sql)?;
+        self.client.query(&s, params)
     }
 
     fn query_one(
         &mut self,
-        tx: &mut Transaction<'_>,
-        sql: &'static str,
+        sql: &str,
         params: Params<'_>,
     ) -> std::result::Result<postgres::Row, postgres::Error> {
-        let s = self.get(tx, sql)?;
-        tx.query_one(&s, params)
+        let s = self.prepared(sql)?;
+        self.client.query_one(&s, params)
     }
 
     fn query_opt(
         &mut self,
-        tx: &mut Transaction<'_>,
-        sql: &'static str,
+        sql: &str,
         params: Params<'_>,
     ) -> std::result::Result<Option<postgres::Row>, postgres::Error> {
-        let s = self.get(tx, sql)?;
-        tx.query_opt(&s, params)
+        let s = self.prepared(sql)?;
+        self.client.query_opt(&s, params)
+    }
+}
+
+/// An error as a message: the server's code and words when it answered, else the client's.
+fn describe(e: &postgres::Error) -> String {
+    match e.as_db_error() {
+        Some(d) => format!("{} ({})", d.message(), d.code().code()),
+        None => e.to_string(),
     }
 }
 
 fn storage(e: postgres::Error) -> LogError {
-    LogError::Storage(e.to_string())
+    LogError::Storage(describe(&e))
+}
+
+/// A failure after which the connection is gone, or soon will be (the server shutting down,
+/// restarting or not yet accepting connections), and a new one may succeed. Told apart by the
+/// server's codes (class 08, and 57P01-57P03), the client's "closed" and I/O errors; never by
+/// message text. A refused login or a missing database is not one of them.
+fn connection_lost(e: &postgres::Error) -> bool {
+    use postgres::error::SqlState;
+    if e.is_closed() {
+        return true;
+    }
+    if let Some(code) = e.code() {
+        return code.code().starts_with("08")
+            || *code == SqlState::ADMIN_SHUTDOWN
+            || *code == SqlState::CRASH_SHUTDOWN
+            || *code == SqlState::CANNOT_CONNECT_NOW;
+    }
+    std::error::Error::source(e).is_some_and(|s| s.is::<std::io::Error>())
+}
+
+/// The retries of one operation across lost connections: pauses doubling from
+/// [`FIRST_BACKOFF`], for at most [`RETRY_FOR`].
+struct Retries {
+    start: Instant,
+    pause: Duration,
+}
+
+impl Retries {
+    fn new() -> Retries {
+        Retries {
+            start: Instant::now(),
+            pause: FIRST_BACKOFF,
+        }
+    }
+
+    /// Pauses before the next attempt, or says that the time for them is up.
+    fn pause(&mut self) -> bool {
+        if self.start.elapsed() + self.pause > RETRY_FOR {
+            return false;
+        }
+        std::thread::sleep(self.pause);
+        self.pause = (self.pause * 2).min(MAX_BACKOFF);
+        true
+    }
+
+    fn waited_ms(&self) -> u64 {
+        self.start.elapsed().as_millis() as u64
+    }
+}
+
+/// The URL's settings, with this log's timeouts where the URL sets none.
+fn connection_config(url: &str) -> std::result::Result<tokio_postgres::Config, String> {
+    let mut c: tokio_postgres::Config = url.parse().map_err(|e: postgres::Error| e.to_string())?;
+    let given = |key: &str| url.contains(&format!("{key}="));
+    if c.get_connect_timeout().is_none() {
+        c.connect_timeout(CONNECT_TIMEOUT);
+    }
+    if c.get_tcp_user_timeout().is_none() {
+        c.tcp_user_timeout(TCP_USER_TIMEOUT);
+    }
+    if !given("keepalives_idle") {
+        c.keepalives_idle(KEEPALIVE_IDLE);
+    }
+    if c.get_keepalives_interval().is_none() {
+        c.keepalives_interval(KEEPALIVE_INTERVAL);
+    }
+    if c.get_keepalives_retries().is_none() {
+        c.keepalives_retries(KEEPALIVE_RETRIES);
+    }
+    let options = c.get_options().unwrap_or_default().to_string();
+    if !options.contains("statement_timeout") {
+        let timeout = format!("-c statement_timeout={}", STATEMENT_TIMEOUT.as_millis());
+        c.options(format!("{options} {timeout}").trim());
+    }
+    Ok(c)
 }
 
 /// A glob (`*`, `?`, `[...]`) as an anchored POSIX regular expression.
@@ -147,39 +284,155 @@ impl PostgresStore {
     /// read by the binary), a least-privilege role for `databuild sql`.
     pub fn open_with(url: &str, sql_role: Option<String>) -> Result<PostgresStore> {
         let location = crate::redact(url);
-        let mut client = Client::connect(url, NoTls).map_err(|e| LogError::Open {
+        let open_error = |message: String| LogError::Open {
             location: location.clone(),
-            message: e.to_string(),
-        })?;
+            message,
+        };
+        let config = connection_config(url).map_err(open_error)?;
+        let mut client = postgres::Config::from(config.clone())
+            .connect(NoTls)
+            .map_err(|e| open_error(describe(&e)))?;
         prepare_schema(&mut client, &location)?;
-        let sql_role = sql_role.filter(|r| !r.is_empty());
+        let mut writer_config = config.clone();
+        let options = config.get_options().unwrap_or_default();
+        writer_config.options(format!("{options} {WRITER_SETTINGS}"));
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| open_error(format!("cannot start its client's runtime: {e}")))?;
         Ok(PostgresStore {
             url: url.to_string(),
+            config,
+            writer_config,
             writer: Mutex::new(Writer {
-                client,
-                caches: StateCache::default(),
-                statements: Statements::default(),
-                seen_appends: None,
+                runtime,
+                conn: None,
             }),
-            readers: Mutex::new(Vec::new()),
-            sql_role,
+            readers: Mutex::new(vec![Reader {
+                client,
+                statements: FxHashMap::default(),
+            }]),
+            sql_role: sql_role.filter(|r| !r.is_empty()),
         })
     }
 
-    fn read<T>(&self, f: impl FnOnce(&mut Client) -> Result<T>) -> Result<T> {
-        let pooled = self.readers.lock().expect("reader pool").pop();
-        let mut client = match pooled {
-            Some(c) if !c.is_closed() => c,
-            _ => Client::connect(&self.url, NoTls).map_err(storage)?,
+    fn unavailable(&self, retries: &Retries, message: String) -> LogError {
+        LogError::Unavailable {
+            location: crate::redact(&self.url),
+            waited_ms: retries.waited_ms(),
+            message,
+        }
+    }
+
+    /// Runs `f` on a pooled connection (a new one if none is idle). When the connection turns out
+    /// lost (the server restarted, the network was cut), `f` runs again on a new one, for at most
+    /// [`RETRY_FOR`]: reads are safe to repeat.
+    fn read<T>(&self, mut f: impl FnMut(&mut Reader) -> Result<T>) -> Result<T> {
+        let mut retries = Retries::new();
+        loop {
+            let pooled = self.readers.lock().expect("reader pool").pop();
+            let mut reader = match pooled {
+                Some(r) if !r.client.is_closed() => r,
+                _ => match postgres::Config::from(self.config.clone()).connect(NoTls) {
+                    Ok(client) => Reader {
+                        client,
+                        statements: FxHashMap::default(),
+                    },
+                    Err(e) if connection_lost(&e) => {
+                        if retries.pause() {
+                            continue;
+                        }
+                        return Err(self.unavailable(&retries, describe(&e)));
+                    }
+                    Err(e) => return Err(storage(e)),
+                },
+            };
+            let result = f(&mut reader);
+            match result {
+                Err(e) if reader.client.is_closed() => {
+                    // The others were most likely lost with it: start over with new ones.
+                    self.readers.lock().expect("reader pool").clear();
+                    if !retries.pause() {
+                        let message = match e {
+                            LogError::Storage(m) => m,
+                            e => e.to_string(),
+                        };
+                        return Err(self.unavailable(&retries, message));
+                    }
+                }
+                result => {
+                    self.readers.lock().expect("reader pool").push(reader);
+                    return result;
+                }
+            }
+        }
+    }
+}
+
+impl PostgresStore {
+    /// One attempt at appending `events`: connects if need be, then [`append::begin`] and
+    /// [`append::write`]. `unsure`: an earlier attempt's `COMMIT` went unanswered, so the batch is
+    /// looked for first, and returned as the log holds it if it is there.
+    fn try_append(
+        &self,
+        runtime: &tokio::runtime::Runtime,
+        conn: &mut Option<append::Conn>,
+        events: &mut [Event],
+        unsure: bool,
+    ) -> append::Attempt<()> {
+        if conn.is_none() {
+            let (client, connection) = runtime
+                .block_on(self.writer_config.connect(NoTls))
+                .map_err(|e| append::Failure::of(e, false))?;
+            runtime.spawn(connection);
+            *conn = Some(append::Conn::new(client));
+        }
+        let c = conn.as_mut().expect("connected");
+        let outcome = (|| {
+            let started = runtime.block_on(append::begin(c, events, unsure))?;
+            if let Some(first) = started.committed {
+                runtime.block_on(append::read_back(c, events, first))?;
+                // Nothing to write: the transaction only read.
+                return runtime
+                    .block_on(c.client.batch_execute("ROLLBACK"))
+                    .map_err(|e| append::Failure::of(e, false));
+            }
+            append::write(runtime, c, started, events)
+        })();
+        let keep = match &outcome {
+            Ok(()) => !c.client.is_closed(),
+            // The server rolled the transaction back with the connection.
+            Err(append::Failure::Lost { .. }) => false,
+            // A transaction still open (refused, say) ends here; a connection that cannot end
+            // it goes with it.
+            Err(append::Failure::Failed(_)) => {
+                runtime.block_on(c.client.batch_execute("ROLLBACK")).is_ok()
+            }
         };
-        let result = f(&mut client);
-        self.readers.lock().expect("reader pool").push(client);
-        result
+        if !keep {
+            *conn = None;
+        }
+        outcome
+    }
+
+    /// `e` with this log's location and the time the append waited, where it names them.
+    fn located(&self, e: LogError, retries: &Retries) -> LogError {
+        match e {
+            LogError::Locked { detail, .. } => LogError::Locked {
+                location: crate::redact(&self.url),
+                waited_ms: retries.waited_ms(),
+                detail,
+            },
+            e => e,
+        }
     }
 }
 
 fn prepare_schema(client: &mut Client, location: &str) -> Result<()> {
     let mut tx = client.transaction().map_err(storage)?;
+    // A migration may take long on a large log: no statement timeout.
+    tx.batch_execute("SET LOCAL statement_timeout = 0")
+        .map_err(storage)?;
     tx.execute("SELECT pg_advisory_xact_lock($1)", &[&APPEND_LOCK])
         .map_err(storage)?;
     let has_meta: bool = tx
@@ -279,353 +532,6 @@ impl Columns for postgres::Row {
     }
 }
 
-/// The append's statements on PostgreSQL, each prepared once per connection ([`Statements`]).
-struct PgAppend<'a, 't> {
-    tx: &'a mut Transaction<'t>,
-    st: &'a mut Statements,
-}
-
-impl PgAppend<'_, '_> {
-    fn execute(&mut self, sql: &'static str, params: Params<'_>) -> Result<()> {
-        self.st
-            .execute(self.tx, sql, params)
-            .map(drop)
-            .map_err(storage)
-    }
-
-    fn status(&mut self, sql: &'static str, params: Params<'_>) -> Result<Option<Status>> {
-        let row = self.st.query_opt(self.tx, sql, params).map_err(storage)?;
-        row.map(|r| status_of(&r.text(0)?)).transpose()
-    }
-
-    /// An update of a run's row that returns its job.
-    fn update_run(&mut self, sql: &'static str, params: Params<'_>) -> Result<String> {
-        self.st
-            .query_one(self.tx, sql, params)
-            .map_err(storage)?
-            .text(0)
-    }
-}
-
-impl AppendTx for PgAppend<'_, '_> {
-    fn build_request_status(&mut self, id: &str) -> Result<Option<Status>> {
-        self.status(
-            "SELECT status FROM build_requests WHERE build_request_id = $1",
-            &[&id],
-        )
-    }
-
-    fn job_run_status(&mut self, id: &str) -> Result<Option<Status>> {
-        self.status("SELECT status FROM job_runs WHERE job_run_id = $1", &[&id])
-    }
-
-    fn want_status(&mut self, id: &str) -> Result<Option<Status>> {
-        self.status("SELECT status FROM wants WHERE want_id = $1", &[&id])
-    }
-
-    fn request_partition_status(&mut self, br: &str, r: &str) -> Result<Option<Status>> {
-        self.status(
-            "SELECT status FROM request_partitions WHERE build_request_id = $1 AND partition_ref = $2",
-            &[&br, &r],
-        )
-    }
-
-    fn partition_state(&mut self, r: &str) -> Result<Option<PartitionState>> {
-        let row = self
-            .st
-            .query_opt(
-                self.tx,
-                "SELECT status, job_run_id, coalesce(job, '') FROM partitions WHERE partition_ref = $1",
-                &[&r],
-            )
-            .map_err(storage)?;
-        row.map(|row| {
-            Ok(PartitionState {
-                status: status_of(&row.text(0)?)?,
-                run: row.opt_text(1)?,
-                job: row.text(2)?,
-            })
-        })
-        .transpose()
-    }
-
-    fn insert_event(&mut self, e: &Event) -> Result<i64> {
-        let data = (!e.data.is_empty()).then(|| to_json(&e.data));
-        self.st
-            .query_one(
-                self.tx,
-                "INSERT INTO events (event_id, timestamp, build_request_id, kind, status, partition_ref,
-                                     job, job_run_id, delegated_to, message, data)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) RETURNING idx",
-                &[
-                    &e.event_id,
-                    &e.timestamp,
-                    &e.build_request_id,
-                    &e.kind.as_str(),
-                    &e.status.as_str(),
-                    &e.partition_ref,
-                    &e.job,
-                    &e.job_run_id,
-                    &e.delegated_to,
-                    &e.message,
-                    &data,
-                ],
-            )
-            .map_err(storage)?
-            .int(0)
-    }
-
-    fn insert_build_request(&mut self, e: &Event) -> Result<()> {
-        let d = &e.data;
-        let (all, count, head) = requested_columns(&d.requested);
-        self.execute(
-            "INSERT INTO build_requests (build_request_id, status, requested, analyze_only,
-                                         owner, message, created_at, updated_at,
-                                         requested_count, requested_head)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $7, $8, $9)",
-            &[
-                &e.build_request_id,
-                &e.status.as_str(),
-                &all,
-                &d.analyze_only,
-                &d.owner,
-                &e.message,
-                &e.timestamp,
-                &count,
-                &head,
-            ],
-        )
-    }
-
-    fn update_build_request(&mut self, e: &Event) -> Result<()> {
-        self.execute(
-            "UPDATE build_requests SET status = $2, updated_at = $3, message = coalesce($4, message)
-             WHERE build_request_id = $1",
-            &[
-                &e.build_request_id,
-                &e.status.as_str(),
-                &e.timestamp,
-                &e.message,
-            ],
-        )
-    }
-
-    fn insert_job_run(&mut self, e: &Event) -> Result<()> {
-        let d = &e.data;
-        self.execute(
-            "INSERT INTO job_runs (job_run_id, job, build_request_id, status, outputs, inputs, args, env,
-                                   scheduled_at, message, relies_on, job_version)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
-            &[
-                &e.job_run_id,
-                &e.job,
-                &e.build_request_id,
-                &e.status.as_str(),
-                &to_json(&d.outputs),
-                &to_json(&d.inputs),
-                &to_json(&d.args),
-                &to_json(&d.env),
-                &e.timestamp,
-                &e.message,
-                &d.relies_on,
-                &d.job_version,
-            ],
-        )
-    }
-
-    fn start_job_run(&mut self, e: &Event) -> Result<String> {
-        let d = &e.data;
-        self.update_run(
-            "UPDATE job_runs SET status = $2, started_at = $3, pid = $4, host = $5, owner = $6,
-                    input_versions = $7, log_path = $8
-             WHERE job_run_id = $1 RETURNING job",
-            &[
-                &e.job_run_id,
-                &e.status.as_str(),
-                &e.timestamp,
-                &d.pid.map(i64::from),
-                &d.host,
-                &d.owner,
-                &to_json(&d.input_versions),
-                &d.log_path,
-            ],
-        )
-    }
-
-    fn end_job_run(&mut self, e: &Event) -> Result<String> {
-        let d = &e.data;
-        self.update_run(
-            "UPDATE job_runs SET status = $2, ended_at = $3, exit_code = $4, message = coalesce($5, message),
-                    started_at = CASE WHEN $6 THEN NULL ELSE coalesce($7, started_at) END
-             WHERE job_run_id = $1 RETURNING job",
-            &[
-                &e.job_run_id,
-                &e.status.as_str(),
-                &e.timestamp,
-                &d.exit_code,
-                &e.message,
-                &d.not_started,
-                &d.started_at,
-            ],
-        )
-    }
-
-    fn upsert_request_partition(&mut self, br: &str, e: &Event) -> Result<()> {
-        self.execute(
-            "INSERT INTO request_partitions (build_request_id, partition_ref, status, job_run_id, updated_at)
-             VALUES ($1, $2, $3, $4, $5)
-             ON CONFLICT (build_request_id, partition_ref) DO UPDATE SET
-                status = excluded.status,
-                job_run_id = coalesce(excluded.job_run_id, request_partitions.job_run_id),
-                updated_at = excluded.updated_at",
-            &[
-                &br,
-                &e.partition_ref,
-                &e.status.as_str(),
-                &e.job_run_id,
-                &e.timestamp,
-            ],
-        )
-    }
-
-    fn upsert_partition(&mut self, e: &Event, status: Status, run: Option<&str>) -> Result<()> {
-        self.execute(
-            "INSERT INTO partitions (partition_ref, status, job_run_id, build_request_id, job,
-                                     data_version, message, updated_at, prev_status)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, CASE WHEN $2 = 'building' THEN '' END)
-             ON CONFLICT (partition_ref) DO UPDATE SET
-                -- A claim keeps what it replaces, for a release (see v3.sql).
-                prev_status = CASE WHEN excluded.status <> 'building' THEN NULL
-                                   WHEN partitions.status = 'building' THEN partitions.prev_status
-                                   ELSE partitions.status END,
-                prev_job_run_id = CASE WHEN partitions.status = 'building' THEN partitions.prev_job_run_id
-                                       ELSE partitions.job_run_id END,
-                prev_build_request_id = CASE WHEN partitions.status = 'building' THEN partitions.prev_build_request_id
-                                             ELSE partitions.build_request_id END,
-                prev_message = CASE WHEN partitions.status = 'building' THEN partitions.prev_message
-                                    ELSE partitions.message END,
-                prev_updated_at = CASE WHEN partitions.status = 'building' THEN partitions.prev_updated_at
-                                       ELSE partitions.updated_at END,
-                status = excluded.status,
-                job_run_id = excluded.job_run_id,
-                build_request_id = coalesce(excluded.build_request_id, partitions.build_request_id),
-                job = coalesce(excluded.job, partitions.job),
-                data_version = CASE WHEN excluded.status IN ('available', 'sealed')
-                                    THEN excluded.data_version ELSE partitions.data_version END,
-                message = excluded.message,
-                updated_at = excluded.updated_at",
-            &[
-                &e.partition_ref,
-                &status.as_str(),
-                &run,
-                &e.build_request_id,
-                &e.job,
-                &e.data.data_version,
-                &e.message,
-                &e.timestamp,
-            ],
-        )
-    }
-
-    fn claimed_partition(&mut self, r: &str) -> Result<(Option<String>, String)> {
-        let row = self
-            .st
-            .query_one(
-                self.tx,
-                "SELECT prev_status, coalesce(job, '') FROM partitions WHERE partition_ref = $1",
-                &[&r],
-            )
-            .map_err(storage)?;
-        Ok((row.opt_text(0)?, row.text(1)?))
-    }
-
-    fn restore_partition(&mut self, r: &str) -> Result<()> {
-        self.execute(
-            "UPDATE partitions SET status = prev_status, job_run_id = prev_job_run_id,
-                    build_request_id = prev_build_request_id, message = prev_message,
-                    updated_at = prev_updated_at, prev_status = NULL, prev_job_run_id = NULL,
-                    prev_build_request_id = NULL, prev_message = NULL, prev_updated_at = NULL
-             WHERE partition_ref = $1",
-            &[&r],
-        )
-    }
-
-    fn delete_partition(&mut self, r: &str) -> Result<()> {
-        self.execute("DELETE FROM partitions WHERE partition_ref = $1", &[&r])
-    }
-
-    fn insert_want(&mut self, e: &Event) -> Result<()> {
-        let d = &e.data;
-        self.execute(
-            "INSERT INTO wants (want_id, status, refs, created_at, expires_at, sla_seconds,
-                                recurring, message, updated_at)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $4)",
-            &[
-                &d.want_id,
-                &e.status.as_str(),
-                &to_json(&d.requested),
-                &e.timestamp,
-                &d.expires_at,
-                &d.sla_seconds.map(|s| s as i64),
-                &d.recurring,
-                &e.message,
-            ],
-        )
-    }
-
-    fn count_sla_miss(&mut self, e: &Event) -> Result<()> {
-        self.execute(
-            "UPDATE wants SET sla_missed = sla_missed + 1, updated_at = $2 WHERE want_id = $1",
-            &[&e.data.want_id, &e.timestamp],
-        )
-    }
-
-    fn update_want(&mut self, e: &Event) -> Result<()> {
-        let d = &e.data;
-        self.execute(
-            "UPDATE wants SET status = $2, waiting_for = $3, message = $4,
-                    build_request_id = coalesce($5, build_request_id), updated_at = $6
-             WHERE want_id = $1",
-            &[
-                &d.want_id,
-                &e.status.as_str(),
-                &e.partition_ref,
-                &e.message,
-                &d.upstream,
-                &e.timestamp,
-            ],
-        )
-    }
-
-    /// All of a batch's changes in one statement: each is a round trip otherwise.
-    fn add_run_counts(&mut self, changes: &[RunCount<'_>]) -> Result<()> {
-        let jobs: Vec<&str> = changes.iter().map(|c| c.job).collect();
-        let statuses: Vec<&str> = changes.iter().map(|c| c.status.as_str()).collect();
-        let ns: Vec<i64> = changes.iter().map(|c| c.n).collect();
-        let lasts: Vec<Option<i64>> = changes.iter().map(|c| c.last_scheduled_at).collect();
-        // `greatest` ignores NULLs: a change without a `scheduled_at` keeps the row's.
-        self.execute(
-            "INSERT INTO job_counts (job, status, n, last_scheduled_at)
-             SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[])
-             ON CONFLICT (job, status) DO UPDATE SET n = job_counts.n + excluded.n,
-                last_scheduled_at = greatest(job_counts.last_scheduled_at, excluded.last_scheduled_at)",
-            &[&jobs, &statuses, &ns, &lasts],
-        )
-    }
-
-    fn add_partition_counts(&mut self, changes: &[PartitionCount<'_>]) -> Result<()> {
-        let jobs: Vec<&str> = changes.iter().map(|c| c.job).collect();
-        let statuses: Vec<&str> = changes.iter().map(|c| c.status.as_str()).collect();
-        let ns: Vec<i64> = changes.iter().map(|c| c.n).collect();
-        self.execute(
-            "INSERT INTO partition_counts (job, status, n)
-             SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[])
-             ON CONFLICT (job, status) DO UPDATE SET n = partition_counts.n + excluded.n",
-            &[&jobs, &statuses, &ns],
-        )
-    }
-}
-
 /// The parameters of a query built by [`crate::projection`]'s builders.
 type Param = Box<dyn postgres::types::ToSql + Sync>;
 
@@ -647,49 +553,31 @@ fn collect<T>(rows: Vec<postgres::Row>, f: fn(&postgres::Row) -> Result<T>) -> R
 
 impl EventStore for PostgresStore {
     fn append(&self, mut events: Vec<Event>) -> Result<Vec<Event>> {
+        if events.is_empty() {
+            return Ok(events);
+        }
         let mut guard = self.writer.lock().expect("writer lock");
-        let Writer {
-            client,
-            caches,
-            statements,
-            seen_appends,
-        } = &mut *guard;
-        let result = (|| -> Result<i64> {
-            let mut tx = client.transaction().map_err(storage)?;
-            tx.execute("SELECT pg_advisory_xact_lock($1)", &[&APPEND_LOCK])
-                .map_err(storage)?;
-            let appends: i64 = tx
-                .query_one(
-                    "UPDATE meta SET value = (value::bigint + 1)::text WHERE key = 'appends'
-                     RETURNING value::bigint - 1",
-                    &[],
-                )
-                .map_err(storage)?
-                .get(0);
-            if *seen_appends != Some(appends) || caches.len() > StateCache::MAX_ENTRIES {
-                *caches = StateCache::default();
-            }
-            append_batch(
-                &mut PgAppend {
-                    tx: &mut tx,
-                    st: statements,
-                },
-                caches,
-                &mut events,
-            )?;
-            tx.commit().map_err(storage)?;
-            Ok(appends + 1)
-        })();
-        match result {
-            Ok(appends) => {
-                *seen_appends = Some(appends);
-                Ok(events)
-            }
-            Err(e) => {
-                // The cache holds states of a batch that was rolled back.
-                *caches = StateCache::default();
-                *seen_appends = None;
-                Err(e)
+        let Writer { runtime, conn } = &mut *guard;
+        let mut retries = Retries::new();
+        // A `COMMIT` was sent but its answer lost: the batch may be in the log already.
+        let mut unsure = false;
+        loop {
+            let lost = match self.try_append(runtime, conn, &mut events, unsure) {
+                Ok(()) => return Ok(events),
+                Err(append::Failure::Failed(e)) => return Err(self.located(e, &retries)),
+                Err(append::Failure::Lost { error, sent }) => {
+                    unsure |= sent;
+                    error
+                }
+            };
+            *conn = None;
+            if !retries.pause() {
+                let written = if unsure {
+                    "; whether the batch was written is not known"
+                } else {
+                    "; the batch was not written"
+                };
+                return Err(self.unavailable(&retries, format!("{}{written}", describe(&lost))));
             }
         }
     }

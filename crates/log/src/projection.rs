@@ -109,32 +109,61 @@ pub(crate) struct Before {
     pub partition_job: String,
 }
 
+/// The entity whose state validating an event reads: its build request, run or want, or its
+/// partition (and, when the event names its build request, that request's row for it).
+pub(crate) enum StateKeys<'a> {
+    BuildRequest(&'a str),
+    JobRun(&'a str),
+    Want(&'a str),
+    Partition(Option<&'a str>, &'a str),
+    None,
+}
+
+/// What [`append_batch`] reads for `e`, for a backend that reads a batch's states up front.
+pub(crate) fn state_keys(e: &Event) -> StateKeys<'_> {
+    match (
+        e.kind,
+        e.build_request_id.as_deref(),
+        e.job_run_id.as_deref(),
+        e.partition_ref.as_deref(),
+    ) {
+        (Kind::BuildRequest, Some(br), _, _) => StateKeys::BuildRequest(br),
+        (Kind::JobRun, _, Some(run), _) => StateKeys::JobRun(run),
+        (Kind::Want, _, _, _) if e.data.want_id.is_some() => {
+            StateKeys::Want(e.data.want_id.as_deref().expect("checked"))
+        }
+        (Kind::Partition, br, _, Some(r)) => StateKeys::Partition(br, r),
+        _ => StateKeys::None,
+    }
+}
+
+/// The build request a claim is made under: its state is read too, since nothing is claimed
+/// for an ended one (`state::check`).
+pub(crate) fn claim_build_request(e: &Event) -> Option<&str> {
+    e.build_request_id
+        .as_deref()
+        .filter(|_| e.kind != Kind::BuildRequest && crate::state::is_claim(e))
+}
+
 /// The states an event touches, from the cache or read inside the writing transaction.
 fn current<T: AppendTx>(tx: &mut T, cache: &mut StateCache, e: &Event) -> Result<Before> {
     let mut c = Current::default();
     let mut partition_job = String::new();
-    let br = e.build_request_id.as_deref();
-    match (
-        e.kind,
-        br,
-        e.job_run_id.as_deref(),
-        e.partition_ref.as_deref(),
-    ) {
-        (Kind::BuildRequest, Some(br), _, _) => {
+    match state_keys(e) {
+        StateKeys::BuildRequest(br) => {
             c.build_request = cached(&mut cache.build_requests, br.to_string(), || {
                 tx.build_request_status(br)
             })?;
         }
-        (Kind::JobRun, _, Some(run), _) => {
+        StateKeys::JobRun(run) => {
             c.job_run = cached(&mut cache.job_runs, run.to_string(), || {
                 tx.job_run_status(run)
             })?;
         }
-        (Kind::Want, _, _, _) if e.data.want_id.is_some() => {
-            let id = e.data.want_id.as_deref().expect("checked");
+        StateKeys::Want(id) => {
             c.want = cached(&mut cache.wants, id.to_string(), || tx.want_status(id))?;
         }
-        (Kind::Partition, br, _, Some(r)) => {
+        StateKeys::Partition(br, r) => {
             if let Some(br) = br {
                 let key = (br.to_string(), r.to_string());
                 c.request_partition = cached(&mut cache.request_partitions, key, || {
@@ -148,10 +177,10 @@ fn current<T: AppendTx>(tx: &mut T, cache: &mut StateCache, e: &Event) -> Result
                 partition_job = p.job;
             }
         }
-        _ => {}
+        StateKeys::None => {}
     }
     // A claim needs its build request alive (`state::check`).
-    if let (Some(br), true) = (br, crate::state::is_claim(e)) {
+    if let Some(br) = claim_build_request(e) {
         c.build_request = cached(&mut cache.build_requests, br.to_string(), || {
             tx.build_request_status(br)
         })?;

@@ -47,6 +47,14 @@ pub enum LogError {
     /// This process's lease on the log was revoked: another process took its work over.
     #[error("this process (`{owner}`) lost its lease on the event log: another process took its work over after it was silent too long")]
     LeaseLost { owner: String },
+    /// The log's server could not be reached (a lost connection, a server restarting) for as
+    /// long as the operation kept retrying.
+    #[error("event log `{location}` is unreachable (retried for {waited_ms} ms): {message}")]
+    Unavailable {
+        location: String,
+        waited_ms: u64,
+        message: String,
+    },
 }
 
 impl LogError {

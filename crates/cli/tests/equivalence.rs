@@ -41,7 +41,14 @@ pub fn normalized(p: &Project, build: &str) -> Vec<String> {
                 }
             }
             if let Some(data) = obj.get_mut("data").and_then(Value::as_object_mut) {
-                for key in ["owner", "pid", "host", "log_path", "executor_id"] {
+                for key in [
+                    "owner",
+                    "pid",
+                    "host",
+                    "log_path",
+                    "executor_id",
+                    "started_at",
+                ] {
                     data.remove(key);
                 }
                 if let Some(id) = data

@@ -13,7 +13,7 @@ use std::rc::Rc;
 use databuild_core::{
     resolve_alias, Graph, KnownState, PartitionRef, Producer, StateError, StateView,
 };
-use databuild_log::{EventFilter, EventStore, Kind, LogError, PartitionRow, Status};
+use databuild_log::{EventFilter, EventStore, JobRunRow, Kind, LogError, PartitionRow, Status};
 use rustc_hash::FxHashMap;
 use sha2::{Digest, Sha256};
 
@@ -196,6 +196,12 @@ impl Effective {
     }
 }
 
+/// How many runs or rows one read-ahead query asks for.
+const READ_AHEAD: usize = 10_000;
+
+/// The most rows of a round whose runs and inputs are read ahead.
+const READ_AHEAD_ROUND: usize = 50_000;
+
 /// The planner's view of partition states, with staleness. One instance per planning: it
 /// remembers every version it works out.
 pub struct VersionedStates<'a> {
@@ -205,8 +211,11 @@ pub struct VersionedStates<'a> {
     /// The graph's folder, to show data paths from.
     base: Option<PathBuf>,
     memo: RefCell<FxHashMap<String, Option<Rc<Effective>>>>,
-    /// The rows found of the planning round being decided (see [`StateView::states`]).
+    /// The rows found of the planning round being decided (see [`StateView::states`]), and
+    /// those of their inputs, read ahead.
     rows: RefCell<FxHashMap<String, PartitionRow>>,
+    /// The runs that built those rows, read ahead in batches ([`Self::read_ahead`]).
+    runs: RefCell<FxHashMap<String, JobRunRow>>,
     promotions: BTreeMap<String, u32>,
     /// The datasets with a tainted partition in the log (found at the first external asked
     /// about): only their partitions' rows are read, so a no-op build reads no row per external.
@@ -233,6 +242,7 @@ impl<'a> VersionedStates<'a> {
             base: None,
             memo: RefCell::default(),
             rows: RefCell::default(),
+            runs: RefCell::default(),
             promotions: BTreeMap::new(),
             tainted_datasets: Default::default(),
             pins: BTreeMap::new(),
@@ -334,12 +344,82 @@ impl<'a> VersionedStates<'a> {
         self.noted(self.store.partition(r)).flatten()
     }
 
-    /// Keeps `rows` (just read) for the states asked next.
+    /// Keeps `rows` (just read) for the states asked next, with what deciding them reads.
     fn keep_rows(&self, rows: impl IntoIterator<Item = PartitionRow>) {
         *self.rows.borrow_mut() = rows
             .into_iter()
             .map(|row| (row.partition_ref.clone(), row))
             .collect();
+        self.runs.borrow_mut().clear();
+        // A larger round is decided reading as it goes: its runs held at once would cost more
+        // memory than the round trips they save.
+        if self.rows.borrow().len() <= READ_AHEAD_ROUND {
+            let kept: Vec<String> = self.rows.borrow().keys().cloned().collect();
+            self.read_ahead(kept);
+        }
+    }
+
+    /// Reads, a batch per level of the graph, what deciding the states of `refs` (whose rows are
+    /// kept) reads: the runs that built them and the rows of those runs' inputs, down to what
+    /// is already known. One query per batch instead of one per partition and input: on a
+    /// server, each is a round trip.
+    fn read_ahead(&self, mut refs: Vec<String>) {
+        while !refs.is_empty() {
+            let ids: Vec<String> = {
+                let rows = self.rows.borrow();
+                let memo = self.memo.borrow();
+                refs.iter()
+                    .filter(|r| !memo.contains_key(*r))
+                    .filter_map(|r| rows.get(r))
+                    .filter(|row| row.status == Status::Available)
+                    .filter_map(|row| row.job_run_id.clone())
+                    .collect()
+            };
+            let mut inputs = Vec::new();
+            for chunk in ids.chunks(READ_AHEAD) {
+                let keys: Vec<&str> = chunk.iter().map(String::as_str).collect();
+                let Some(runs) = self.noted(self.store.job_runs_by_id(&keys)) else {
+                    return;
+                };
+                let rows = self.rows.borrow();
+                for run in runs {
+                    inputs.extend(
+                        run.inputs
+                            .iter()
+                            .filter(|i| !rows.contains_key(*i))
+                            .filter(|i| {
+                                matches!(self.graph.producer_of(i), Some((Producer::Job { .. }, _)))
+                            })
+                            .cloned(),
+                    );
+                    self.runs.borrow_mut().insert(run.job_run_id.clone(), run);
+                }
+            }
+            inputs.sort_unstable();
+            inputs.dedup();
+            let mut found = Vec::new();
+            for chunk in inputs.chunks(READ_AHEAD) {
+                let keys: Vec<&str> = chunk.iter().map(String::as_str).collect();
+                let Some(rows) = self.noted(self.store.partitions_by_ref(&keys)) else {
+                    return;
+                };
+                found.extend(rows);
+            }
+            refs = found.iter().map(|row| row.partition_ref.clone()).collect();
+            self.rows.borrow_mut().extend(
+                found
+                    .into_iter()
+                    .map(|row| (row.partition_ref.clone(), row)),
+            );
+        }
+    }
+
+    /// The run that built a row: read ahead, or read now.
+    fn run(&self, id: &str) -> Option<JobRunRow> {
+        if let Some(run) = self.runs.borrow().get(id) {
+            return Some(run.clone());
+        }
+        self.noted(self.store.job_run(id)).flatten()
     }
 
     /// The version `r` has now (as recorded, or as a rebuild would record it if stale); `None` if
@@ -405,11 +485,7 @@ impl<'a> VersionedStates<'a> {
     /// The version of a job output recorded available, and whether it is stale.
     fn compute_built(&self, row: &PartitionRow) -> Effective {
         let recorded = row.data_version.clone().unwrap_or_default();
-        let Some(run) = row
-            .job_run_id
-            .as_deref()
-            .and_then(|id| self.noted(self.store.job_run(id)).flatten())
-        else {
+        let Some(run) = row.job_run_id.as_deref().and_then(|id| self.run(id)) else {
             return Effective::new(recorded, None);
         };
         let Some(job) = self.graph.job(&run.job) else {

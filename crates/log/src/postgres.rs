@@ -726,6 +726,19 @@ impl EventStore for PostgresStore {
         })
     }
 
+    fn job_runs_by_id(&self, ids: &[&str]) -> Result<Vec<JobRunRow>> {
+        let wanted: Vec<String> = ids.iter().map(|r| r.to_string()).collect();
+        self.read(|c| {
+            let rows = c
+                .query(
+                    &format!("SELECT {RUN_COLUMNS} FROM job_runs WHERE job_run_id = ANY($1)"),
+                    &[&wanted],
+                )
+                .map_err(storage)?;
+            collect(rows, run_from_row)
+        })
+    }
+
     fn job_run(&self, id: &str) -> Result<Option<JobRunRow>> {
         self.read(|c| {
             c.query_opt(

@@ -419,6 +419,12 @@ pub trait EventStore: Send + Sync {
     fn request_partitions(&self, id: &str) -> Result<Vec<RequestPartitionRow>>;
 
     fn job_run(&self, id: &str) -> Result<Option<JobRunRow>>;
+    /// The runs of these ids that exist, in any order: one round trip on a server.
+    fn job_runs_by_id(&self, ids: &[&str]) -> Result<Vec<JobRunRow>> {
+        ids.iter()
+            .filter_map(|id| self.job_run(id).transpose())
+            .collect()
+    }
     fn want(&self, id: &str) -> Result<Option<WantRow>>;
     /// Wants, newest first; `active` keeps those neither expired nor cancelled.
     fn wants(&self, status: Option<Status>, active: bool, limit: usize) -> Result<Vec<WantRow>>;

@@ -61,11 +61,20 @@ pub fn estimate(plan: &Plan, durations: &[Option<JobDurations>], parallel: usize
             }
         }
     }
+    // Nothing known of any run: nothing to replay (a first backfill of a million runs).
+    let known = runs_without_history < plan.runs.len();
+    let replay = |took: &[f64], slots: usize| {
+        if known {
+            wall_time(plan, took, slots)
+        } else {
+            0.0
+        }
+    };
     Estimate {
         parallel,
-        wall_p50_ms: wall_time(plan, &p50, parallel),
-        wall_p95_ms: wall_time(plan, &p95, parallel),
-        critical_path_p50_ms: wall_time(plan, &p50, usize::MAX),
+        wall_p50_ms: replay(&p50, parallel),
+        wall_p95_ms: replay(&p95, parallel),
+        critical_path_p50_ms: replay(&p50, usize::MAX),
         work_p50_ms: p50.iter().sum(),
         work_p95_ms: p95.iter().sum(),
         runs_without_history,

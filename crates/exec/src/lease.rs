@@ -98,18 +98,31 @@ impl Lease {
         let before = self.state.holders.fetch_add(1, Ordering::SeqCst);
         let held = Held(self.state.clone());
         if before == 0 && self.lost() {
-            let _one = self
-                .state
-                .renewing
-                .lock()
-                .unwrap_or_else(|e| e.into_inner());
-            self.store.rejoin(&this_owner())?;
-            self.state.generation.fetch_add(1, Ordering::SeqCst);
-            self.state.lost.store(false, Ordering::SeqCst);
+            self.rejoin()?;
         }
-        renew(self.store.as_ref(), &self.state, self.timeout)?;
+        match renew(self.store.as_ref(), &self.state, self.timeout) {
+            // Revoked while this process drove nothing (it learns it only now): it rejoins.
+            Err(LogError::LeaseLost { .. }) if before == 0 => {
+                self.rejoin()?;
+                renew(self.store.as_ref(), &self.state, self.timeout)?;
+            }
+            answer => answer?,
+        }
         self.renewer.get_or_init(|| self.spawn_renewer());
         Ok(held)
+    }
+
+    /// A fresh lease after a revoked one; answers to renewals asked before are ignored.
+    fn rejoin(&self) -> Result<(), LogError> {
+        let _one = self
+            .state
+            .renewing
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        self.store.rejoin(&this_owner())?;
+        self.state.generation.fetch_add(1, Ordering::SeqCst);
+        self.state.lost.store(false, Ordering::SeqCst);
+        Ok(())
     }
 
     /// Returns once the lease is good, renewing it meanwhile: a build pauses here while the log
@@ -183,5 +196,31 @@ fn renew(store: &dyn EventStore, state: &State, timeout: Duration) -> Result<(),
             Err(e)
         }
         Err(e) => Err(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A process revoked while it drove nothing learns it at its next build, and rejoins with a
+    /// fresh lease instead of failing that build; one revoked while it holds builds loses them.
+    #[test]
+    fn a_revoked_process_rejoins_at_its_next_build() {
+        let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn EventStore> =
+            Arc::new(databuild_log::SqliteStore::open(&dir.path().join("events.db")).unwrap());
+        let lease = Lease::new(store.clone(), Duration::from_secs(30));
+        drop(lease.hold().unwrap());
+        assert!(store.revoke_lease(&this_owner(), Duration::ZERO).unwrap());
+        let held = lease.hold().expect("rejoined");
+        assert!(!lease.lost());
+        store.heartbeat(&this_owner()).unwrap();
+        // Revoked while a build holds it: that build's lease is lost.
+        assert!(store.revoke_lease(&this_owner(), Duration::ZERO).unwrap());
+        let second = lease.hold();
+        assert!(matches!(second, Err(LogError::LeaseLost { .. })));
+        assert!(lease.lost());
+        drop(held);
     }
 }

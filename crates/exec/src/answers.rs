@@ -196,12 +196,22 @@ pub struct PlannedStep {
     pub outputs: Vec<String>,
 }
 
+/// A time as RFC 3339 text, to the millisecond: how answers show it.
 pub fn rfc3339(ns: i64) -> String {
+    rfc3339_to(ns, chrono::SecondsFormat::Millis)
+}
+
+/// A time as RFC 3339 text to the nanosecond: what a query's bounds are sent as, exactly.
+pub fn rfc3339_ns(ns: i64) -> String {
+    rfc3339_to(ns, chrono::SecondsFormat::Nanos)
+}
+
+fn rfc3339_to(ns: i64, precision: chrono::SecondsFormat) -> String {
     chrono::DateTime::from_timestamp(
         ns.div_euclid(1_000_000_000),
         ns.rem_euclid(1_000_000_000) as u32,
     )
-    .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true))
+    .map(|t| t.to_rfc3339_opts(precision, true))
     .unwrap_or_default()
 }
 

@@ -64,9 +64,7 @@ impl Engine {
             }
         }
     }
-}
 
-impl Engine {
     /// Every dataset and job output with its partition counts; `exact` derives the freshness of
     /// every available partition however many there are (linear in them).
     pub fn datasets(&self, exact: bool) -> Result<Vec<DatasetView>> {

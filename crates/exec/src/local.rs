@@ -533,11 +533,16 @@ pub(crate) fn verify_outputs(spec: &RunSpec, before: &[Option<SystemTime>]) -> R
 /// Moves a run's staged outputs (`<staging>/<ref>`) into place (`<data_dir>/<ref>`), once the
 /// log has recorded the run's completion: a file in one rename, a folder by moving the old one
 /// aside first. Outputs the job wrote in place are left as they are; the staging folder goes.
-pub fn publish_outputs(data_dir: &Path, staging: &Path, outputs: &[String]) -> std::io::Result<()> {
+pub fn publish_outputs(
+    data_dir: &Path,
+    staging: &Path,
+    outputs: &[databuild_core::PartitionRef],
+) -> std::io::Result<()> {
     if !staging.exists() {
         return Ok(());
     }
     for output in outputs {
+        let output = output.as_str();
         let (staged, target) = (staging.join(output), data_dir.join(output));
         if staged.symlink_metadata().is_err() {
             continue;

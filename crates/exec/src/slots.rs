@@ -94,18 +94,6 @@ impl Launches {
     }
 }
 
-/// How often a slot waiting for the lease looks again.
-const LEASE_POLL: std::time::Duration = std::time::Duration::from_millis(100);
-
-/// Waits while this process's lease on a shared log has run out (the log cannot be reached):
-/// no job starts until it is renewed, or until another process takes the work over or the run
-/// is cancelled, which [`run`] then sees.
-pub(crate) fn await_lease(lease: &Lease, launch: &Launch) {
-    while !lease.good() && !lease.lost() && !launch.cancel.load(Ordering::SeqCst) {
-        std::thread::sleep(LEASE_POLL);
-    }
-}
-
 /// Runs a launch to its end. One cancelled while it waited in the queue does not start, nor one
 /// whose process lost its lease.
 pub(crate) fn run(executor: &dyn Executor, launch: &Launch, lease: &Lease) -> Ended {

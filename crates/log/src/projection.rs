@@ -142,7 +142,7 @@ pub(crate) fn state_keys(e: &Event) -> StateKeys<'_> {
 pub(crate) fn claim_build_request(e: &Event) -> Option<&str> {
     e.build_request_id
         .as_deref()
-        .filter(|_| e.kind != Kind::BuildRequest && crate::state::is_claim(e))
+        .filter(|_| crate::state::is_claim(e))
 }
 
 /// The states an event touches, from the cache or read inside the writing transaction.

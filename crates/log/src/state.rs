@@ -153,7 +153,7 @@ pub fn is_claim(e: &Event) -> bool {
 /// driver, if it still runs, must claim nothing more for it — the fence of a shared log.
 pub fn check(e: &Event, current: &Current) -> Result<(), Refusal> {
     if let (Some(br), Some(status)) = (e.build_request_id.as_deref(), current.build_request) {
-        if e.kind != Kind::BuildRequest && is_claim(e) && is_terminal(Kind::BuildRequest, status) {
+        if is_claim(e) && is_terminal(Kind::BuildRequest, status) {
             return Err(Refusal::invalid(format!(
                 "build request {br} has ended (`{status}`): nothing more is claimed for it"
             )));

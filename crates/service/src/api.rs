@@ -266,7 +266,7 @@ pub(crate) async fn analyze(
         })?;
         let parallel = body
             .parallel
-            .unwrap_or_else(crate::ops::default_parallelism);
+            .unwrap_or_else(databuild_exec::build::default_parallelism);
         let estimate = engine.estimate(&analysis.plan, parallel)?;
         // The borrowed view serializes the plan without copying it; `Analysis` is its owned twin.
         let view = AnalyzeView::new(&analysis.build_request_id, &analysis.plan, estimate);

@@ -160,16 +160,6 @@ pub struct Http {
     token: Option<String>,
 }
 
-/// A time as RFC 3339 text to the nanosecond.
-fn exact_time(ns: i64) -> String {
-    chrono::DateTime::from_timestamp(
-        ns.div_euclid(1_000_000_000),
-        ns.rem_euclid(1_000_000_000) as u32,
-    )
-    .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Nanos, true))
-    .unwrap_or_default()
-}
-
 /// A query string from optional pairs.
 fn query(pairs: &[(&str, Option<String>)]) -> String {
     let parts: Vec<String> = pairs
@@ -419,8 +409,8 @@ impl Api for Http {
                 ("job", f.job.clone()),
                 ("run", f.job_run_id.clone()),
                 // Exact to the ns, so the bounds select what they select in-process.
-                ("from", f.from.map(exact_time)),
-                ("to", f.to.map(exact_time)),
+                ("from", f.from.map(databuild_exec::answers::rfc3339_ns)),
+                ("to", f.to.map(databuild_exec::answers::rfc3339_ns)),
             ])
         ))
     }
@@ -499,7 +489,7 @@ mod tests {
     #[test]
     fn time_bounds_cross_the_wire_to_the_nanosecond() {
         for ns in [0, 1, 1_764_583_389_123_456_789, -1_500_000_001] {
-            let text = super::exact_time(ns);
+            let text = databuild_exec::answers::rfc3339_ns(ns);
             assert_eq!(
                 databuild_exec::engine::parse_rfc3339(&text),
                 Some(ns),

@@ -837,7 +837,7 @@ async fn analyze_page(State(state): Shared, Query(q): Query<RefsQuery>) -> Respo
             refs,
             ..Default::default()
         })?;
-        let cost = engine.estimate(&plan, crate::ops::default_parallelism())?;
+        let cost = engine.estimate(&plan, databuild_exec::build::default_parallelism())?;
         Ok((plan, cost))
     })
     .await;

@@ -72,11 +72,6 @@ pub struct BuildRequest {
     pub max_runs: Option<usize>,
 }
 
-/// Runs at once when a request does not say: as many as this machine has cores.
-pub fn default_parallelism() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| n.get())
-}
-
 /// Records a build request and runs it on its own thread; returns its id at once.
 pub async fn start_build(state: &Arc<AppState>, request: BuildRequest) -> ApiResult<String> {
     let max_refs = state.limits.max_refs;
@@ -84,7 +79,10 @@ pub async fn start_build(state: &Arc<AppState>, request: BuildRequest) -> ApiRes
         let options = BuildOptions {
             refs: parse_refs(engine, &request.partitions, max_refs)?,
             force: request.force,
-            parallel: request.parallel.unwrap_or_else(default_parallelism).max(1),
+            parallel: request
+                .parallel
+                .unwrap_or_else(databuild_exec::build::default_parallelism)
+                .max(1),
             keep_going: request.keep_going,
             allow_stale: request.allow_stale,
             pins: Default::default(),

@@ -176,7 +176,7 @@ pub fn run(
     json: bool,
 ) -> anyhow::Result<ExitCode> {
     let parallel = parallel
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+        .unwrap_or_else(databuild_exec::build::default_parallelism)
         .max(1);
     let refs = parse_refs(args)?;
     let requested = refs.len();

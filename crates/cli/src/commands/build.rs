@@ -52,7 +52,7 @@ pub fn run(
                 force: flags.force,
                 parallel: flags
                     .parallel
-                    .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())),
+                    .unwrap_or_else(databuild_exec::build::default_parallelism),
                 keep_going: flags.keep_going,
                 allow_stale: flags.allow_stale,
                 pins: Default::default(),

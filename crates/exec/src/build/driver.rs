@@ -133,9 +133,9 @@ struct Driver<'s, 'e> {
     pending: Vec<Event>,
     /// When the oldest of `pending` was deferred.
     deferred_at: Option<Instant>,
-    /// Runs whose completions are in `pending`, with their outputs: moved into place from their
+    /// Nodes whose completions are in `pending`: their outputs are moved into place from their
     /// staging folders once the log has them.
-    publishing: Vec<(String, Vec<String>)>,
+    publishing: Vec<usize>,
     /// Data versions of the partitions this build made, for the runs that read them.
     made: FxHashMap<String, String>,
     /// The run holding each output when the plan was recorded (read in one query): a first
@@ -250,7 +250,7 @@ impl<'s, 'e> Driver<'s, 'e> {
                 }
                 self.pending.clear();
                 let publishing = std::mem::take(&mut self.publishing);
-                self.discard(publishing);
+                self.discard(&publishing);
                 return Err(lost.into());
             }
             if !self.machine.cancelled() {
@@ -390,6 +390,7 @@ impl<'s, 'e> Driver<'s, 'e> {
                     executor_id: None,
                     then: None,
                     not_started: true,
+                    started_at: None,
                     attempt: self.machine.node(node).attempt,
                 };
                 let events =
@@ -728,7 +729,9 @@ impl<'s, 'e> Driver<'s, 'e> {
         let lease = &self.engine.lease;
         self.scope.spawn(move || {
             while let Some(launch) = launches.next() {
-                crate::slots::await_lease(lease, &launch);
+                // No job starts while the lease has run out (the log cannot be reached): the
+                // slot waits for a renewal; a lost lease or a cancel, `run` then sees.
+                let _ = lease.wait_good(&launch.cancel);
                 let node = launch.node;
                 let (at, at_ns) = (Instant::now(), databuild_log::event::now_ns());
                 let _ = tx.send(Message::Started { node, at, at_ns });
@@ -804,15 +807,18 @@ impl<'s, 'e> Driver<'s, 'e> {
         let (status, message, exit_code) = match ended.outcome {
             RunOutcome::Succeeded => {
                 let version = spec::output_version(job, run, &self.runs[node].input_versions);
-                let mut events = self
-                    .record()
-                    .built(run, id, &version, ended.executor_id, report);
-                started_at(&mut events, self.runs[node].started_ns);
+                let events = self.record().built(
+                    run,
+                    id,
+                    &version,
+                    ended.executor_id,
+                    report,
+                    self.runs[node].started_ns,
+                );
                 for o in &run.outputs {
                     self.made.insert(o.to_string(), version.clone());
                 }
-                let outputs = run.outputs.iter().map(|o| o.to_string()).collect();
-                self.publishing.push((id.clone(), outputs));
+                self.publishing.push(node);
                 self.defer(events);
                 return Ok(());
             }
@@ -828,10 +834,10 @@ impl<'s, 'e> Driver<'s, 'e> {
             executor_id: ended.executor_id,
             then,
             not_started: false,
+            started_at: self.runs[node].started_ns,
             attempt,
         };
-        let mut events = self.record().ended(run, id, end);
-        started_at(&mut events, self.runs[node].started_ns);
+        let events = self.record().ended(run, id, end);
         crate::local::discard_run(&self.engine.data_dir, id);
         self.append(events)
     }
@@ -929,11 +935,13 @@ impl<'s, 'e> Driver<'s, 'e> {
 
     /// Moves the outputs of runs whose completions the log now holds into place. Only then:
     /// a run fenced off by a takeover never overwrites what another host built.
-    fn publish(&self, runs: Vec<(String, Vec<String>)>) {
+    fn publish(&self, nodes: Vec<usize>) {
         let data_dir = &self.engine.data_dir;
-        for (id, outputs) in runs {
-            let staging = crate::local::staging_dir(data_dir, &id);
-            if let Err(e) = crate::local::publish_outputs(data_dir, &staging, &outputs) {
+        for node in nodes {
+            let id = &self.runs[node].id;
+            let staging = crate::local::staging_dir(data_dir, id);
+            let outputs = &self.machine.node(node).run.outputs;
+            if let Err(e) = crate::local::publish_outputs(data_dir, &staging, outputs) {
                 // Recorded live, but not in place: `status` says `missing`, and a build
                 // rebuilds it.
                 eprintln!(
@@ -944,19 +952,19 @@ impl<'s, 'e> Driver<'s, 'e> {
         }
     }
 
-    /// The completions of `runs` did not go in: refused, what they staged goes; any other
+    /// The completions of `nodes` did not go in: refused, what they staged goes; any other
     /// failure may have committed them (a connection lost at `COMMIT`), so their staging stays
     /// for `close_build` to judge once the log answers again.
-    fn drop_publishing(&self, runs: Vec<(String, Vec<String>)>, e: &LogError) {
+    fn drop_publishing(&self, nodes: Vec<usize>, e: &LogError) {
         if matches!(e, LogError::Refused { .. }) {
-            self.discard(runs);
+            self.discard(&nodes);
         }
     }
 
-    /// Drops what runs staged whose completions the log refused.
-    fn discard(&self, runs: Vec<(String, Vec<String>)>) {
-        for (id, _) in runs {
-            crate::local::discard_run(&self.engine.data_dir, &id);
+    /// Drops what these nodes' runs staged.
+    fn discard(&self, nodes: &[usize]) {
+        for &node in nodes {
+            crate::local::discard_run(&self.engine.data_dir, &self.runs[node].id);
         }
     }
 
@@ -971,8 +979,8 @@ impl<'s, 'e> Driver<'s, 'e> {
         self.pending.extend(events);
     }
 
-    /// The deferred completions, and the runs to publish once they are in.
-    fn take_pending(&mut self) -> (Vec<Event>, Vec<(String, Vec<String>)>) {
+    /// The deferred completions, and the nodes to publish once they are in.
+    fn take_pending(&mut self) -> (Vec<Event>, Vec<usize>) {
         self.deferred_at = None;
         (
             std::mem::take(&mut self.pending),
@@ -1054,16 +1062,6 @@ impl<'s, 'e> Driver<'s, 'e> {
             .engine
             .summary(&self.id)?
             .expect("the build request was recorded"))
-    }
-}
-
-/// Puts when the job really started on the event that ends its run.
-fn started_at(events: &mut [Event], at: Option<i64>) {
-    if let Some(e) = events
-        .iter_mut()
-        .find(|e| e.kind == databuild_log::Kind::JobRun)
-    {
-        e.data.started_at = at;
     }
 }
 

@@ -46,13 +46,18 @@ pub struct BuildOptions {
     pub max_runs: Option<usize>,
 }
 
+/// Runs at once when a request does not say: as many as this machine has cores.
+pub fn default_parallelism() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
 impl Default for BuildOptions {
     /// Nothing requested yet; as many runs at once as this machine has cores.
     fn default() -> Self {
         BuildOptions {
             refs: Vec::new(),
             force: false,
-            parallel: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            parallel: default_parallelism(),
             keep_going: false,
             allow_stale: false,
             pins: BTreeMap::new(),
@@ -264,11 +269,7 @@ impl Engine {
         })?;
         let mut closed = 0;
         for b in unfinished {
-            if !owner_dead(
-                self.store.as_ref(),
-                b.owner.as_deref(),
-                self.lease.timeout(),
-            )? {
+            if !self.owner_dead(b.owner.as_deref())? {
                 continue;
             }
             let reason = format!(
@@ -296,6 +297,16 @@ impl Engine {
             }
         }
         Ok(closed)
+    }
+
+    /// Is the process driving some work gone? (See [`owner_dead`]: on another machine, its lease
+    /// is revoked first.)
+    fn owner_dead(&self, owner: Option<&str>) -> Result<bool> {
+        Ok(owner_dead(
+            self.store.as_ref(),
+            owner,
+            self.lease.timeout(),
+        )?)
     }
 
     /// Ends a build request and everything it left unfinished, in one batch.
@@ -377,11 +388,7 @@ impl Engine {
                 status: b.status,
             });
         }
-        if owner_dead(
-            self.store.as_ref(),
-            b.owner.as_deref(),
-            self.lease.timeout(),
-        )? {
+        if self.owner_dead(b.owner.as_deref())? {
             return self.close_build(id, Status::Cancelled, "cancelled");
         }
         self.store.append(vec![

@@ -114,6 +114,8 @@ pub(super) struct RunEnd<'a> {
     pub then: Option<AfterFailure>,
     /// Claimed, but never started.
     pub not_started: bool,
+    /// When its job started (ns), if it did.
+    pub started_at: Option<i64>,
     pub attempt: u32,
 }
 
@@ -196,6 +198,7 @@ impl Record<'_> {
         version: &str,
         executor_id: Option<String>,
         report: Option<serde_json::Value>,
+        started_at: Option<i64>,
     ) -> Vec<Event> {
         let job = self.job(run);
         let mut events = Vec::with_capacity(1 + run.outputs.len());
@@ -203,6 +206,7 @@ impl Record<'_> {
             Event::job_run(self.build, id, job, Status::Completed).with_data(|d| {
                 d.exit_code = Some(0);
                 d.executor_id = executor_id;
+                d.started_at = started_at;
                 d.report = report.clone();
             }),
         );
@@ -233,6 +237,7 @@ impl Record<'_> {
                     d.executor_id = end.executor_id;
                     d.then = end.then;
                     d.not_started = end.not_started;
+                    d.started_at = end.started_at;
                     if status == Status::Failed {
                         d.attempt = Some(end.attempt);
                         d.attempts = Some(job.retries + 1);

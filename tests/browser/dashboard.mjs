@@ -31,6 +31,11 @@ await check(session, token ? 'dashboard (guarded)' : 'dashboard', async () => {
   await page.waitForSelector('#build-status .badge:text-is("completed")', { timeout: 60000 });
   if (!(await page.evaluate(() => window.__stayed === true))) throw new Error('the build page reloaded');
   await page.waitForSelector('svg.graph .node');
+  // The live progress: every planned run done, a bar per job.
+  const progress = await page.textContent('#progress');
+  const [done, planned] = (progress.match(/(\d+) of (\d+) runs done/) || []).slice(1);
+  if (!done || done !== planned) throw new Error(`the build's progress says: ${progress}`);
+  await page.waitForSelector('#job-progress progress');
   if (shots) await page.screenshot({ path: `${shots}/build.png`, fullPage: true });
   const buildUrl = page.url();
 

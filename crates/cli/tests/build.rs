@@ -4,7 +4,7 @@
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use crate::util::Project;
+use crate::util::{Project, Service};
 
 /// A job that writes each of its outputs and notes it in `built.log`, after `$SLEEP` seconds.
 const JOB: &str = r#"#!/bin/sh
@@ -267,7 +267,6 @@ fn a_run_claimed_ahead_is_released_when_the_build_stops() {
     assert_eq!(
         seen,
         [
-            ("cancelled".to_string(), "not run".to_string()),
             ("cancelled".to_string(), "not started".to_string()),
             ("cancelled".to_string(), "not started".to_string()),
             (
@@ -276,6 +275,20 @@ fn a_run_claimed_ahead_is_released_when_the_build_stops() {
             ),
         ],
         "{runs}"
+    );
+    // The fourth run was only planned: the plan's record says so, with no run of its own.
+    let planned = p
+        .run(&[
+            "--json",
+            "sql",
+            "SELECT outputs, status, job_run_id IS NULL FROM planned_runs ORDER BY event_idx, position",
+        ])
+        .json();
+    assert_eq!(planned["rows"].as_array().unwrap().len(), 4, "{planned}");
+    assert_eq!(
+        planned["rows"][3],
+        serde_json::json!(["[\"bad/4\"]", "planned", 1]),
+        "{planned}"
     );
     let statuses = p
         .run(&["--json", "status", "bad/1", "bad/2", "bad/3", "bad/4"])
@@ -753,4 +766,70 @@ fn max_runs_refuses_a_larger_plan_before_anything_runs() {
     p.run(&["build", "c/2020-01-02", "--max-runs", "5"])
         .expect_code(0);
     assert_eq!(built(&p).len(), 5);
+}
+
+/// A build's progress is read from the log: per job done / running / left of what it planned,
+/// the rate, and an ETA from the jobs' median durations at the build's parallelism and the
+/// chain of jobs left; live over HTTP while it runs, and in `builds ID` (text and --json) after.
+#[test]
+fn a_builds_progress_counts_its_plan_and_its_eta_follows_the_jobs_history() {
+    let p = Project::new(
+        r#"
+[graph]
+name = "progress"
+[[job]]
+name = "a"
+outputs = ["a/{n:int}"]
+command = ["sh", "-c", "sleep 0.3; mkdir -p data/a; touch data/a/$DATABUILD_FIELD_N"]
+[[job]]
+name = "b"
+outputs = ["b/{n:int}"]
+inputs = ["a/{n}"]
+command = ["sh", "-c", "sleep 0.3; mkdir -p data/b; touch data/b/$DATABUILD_FIELD_N"]
+"#,
+    );
+    // History first: the ETA rests on it.
+    p.run(&["build", "b/{1..2}", "--parallel", "2"])
+        .expect_code(0);
+    let s = Service::start(&p, &[]);
+    let (status, v) = s.post(
+        "/api/v1/builds",
+        &serde_json::json!({ "partitions": ["b/{3..8}"], "parallel": 1 }),
+    );
+    assert_eq!(status, 202, "{v}");
+    let id = v["build_request_id"].as_str().unwrap().to_string();
+    let live = crate::util::eventually(Duration::from_secs(20), "a run under way", || {
+        let (status, p) = s.get(&format!("/api/v1/builds/{id}/progress"));
+        (status == 200 && p["done"].as_u64() >= Some(1)).then_some(p)
+    });
+    assert_eq!(live["planned"], 12, "{live}");
+    assert_eq!(live["parallel"], 1, "{live}");
+    assert_eq!(live["runs_without_history"], 0, "{live}");
+    let jobs = live["jobs"].as_array().unwrap();
+    assert_eq!(jobs.len(), 2, "{live}");
+    assert_eq!(jobs[0]["job"], "a");
+    assert_eq!(jobs[0]["planned"], 6);
+    let left = live["left"].as_f64().unwrap();
+    let eta = live["eta_s"].as_f64().unwrap();
+    // One slot: every run left, one after the other, at ~0.3 s each.
+    assert!(
+        eta >= 0.2 * left && eta <= 0.6 * left,
+        "{eta} s for {left} runs left: {live}"
+    );
+    let done = s.wait_for_build(&id);
+    assert_eq!(done["status"], "completed", "{done}");
+    let after = p.run(&["--json", "builds", &id]).json()["progress"].clone();
+    assert_eq!(after["done"], 12, "{after}");
+    assert_eq!(after["left"], 0, "{after}");
+    assert_eq!(after["eta_s"], serde_json::Value::Null, "{after}");
+    assert!(after["rate_per_s"].as_f64().unwrap() > 0.0, "{after}");
+    let text = p.run(&["builds", &id]);
+    assert!(
+        text.stdout.contains("progress: 12 of 12 runs done"),
+        "{}",
+        text.stdout
+    );
+    assert!(text.stdout.contains("JOB"), "{}", text.stdout);
+    let (status, _) = s.get("/api/v1/builds/no-such-build/progress");
+    assert_eq!(status, 404);
 }

@@ -129,6 +129,8 @@ fn check_lifecycle(events: &[String], built: usize) {
         [
             "received",
             "planning",
+            // The plan, recorded in one part (at most 1,000 runs).
+            "planning",
             "analysis_completed",
             "executing",
             "completed"

@@ -261,3 +261,70 @@ fn a_killed_build_leaves_no_job_or_job_subprocess_running() {
         || (!pids.iter().any(alive)).then_some(()),
     );
 }
+
+/// A build's plan is recorded in one write (the requested refs, then the plan in parts of 1,000
+/// runs): a build killed with SIGKILL while it plans or records leaves either none of its plan
+/// or all of it, a log `check-log` accepts, and a rerun that builds everything.
+#[test]
+fn a_build_killed_while_recording_its_plan_reruns_to_completion() {
+    const RUNS: usize = 2_500;
+    let p = Project::new(
+        r#"
+[graph]
+name = "plan_kill"
+[[job]]
+name = "n"
+outputs = ["n/{i:int}"]
+command = ["sh", "-c", "mkdir -p \"$DATABUILD_DATA_DIR/n\" && : > \"$DATABUILD_DATA_DIR/$(echo \"$DATABUILD_OUTPUTS\" | tr -d '[]\"')\""]
+"#,
+    );
+    let refs = format!("n/{{1..{RUNS}}}");
+    let mut child = p
+        .command()
+        .args(["build", "--parallel", "2", &refs])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // Killed as soon as the log shows the build planning, or at the latest a few runs in.
+    let db = p.path().join(".databuild/events.db");
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let planning =
+            rusqlite::Connection::open_with_flags(&db, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+                .and_then(|c| {
+                    c.query_row(
+                "SELECT count(*) FROM events WHERE kind = 'build_request' AND status = 'planning'",
+                [],
+                |r| r.get::<_, i64>(0),
+            )
+                })
+                .unwrap_or(0);
+        if planning > 0 || std::time::Instant::now() > deadline {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    kill9(child.id());
+    child.wait().unwrap();
+    assert_consistent(&p, "after a SIGKILL while planning");
+    let planned = p
+        .run(&["--json", "sql", "SELECT count(*) FROM planned_runs"])
+        .json();
+    let planned = planned["rows"][0][0].as_i64().unwrap();
+    assert!(
+        planned == 0 || planned == RUNS as i64,
+        "the plan is all there or not at all: {planned} of {RUNS} runs"
+    );
+    let rerun = p.run(&["--json", "build", "--parallel", "2", &refs]);
+    rerun.expect_code(0);
+    let status = p
+        .run(&[
+            "--json",
+            "sql",
+            "SELECT count(*) FROM partitions WHERE status = 'available'",
+        ])
+        .json();
+    assert_eq!(status["rows"][0][0], json!(RUNS), "{status}");
+    assert_consistent(&p, "after the rerun");
+}

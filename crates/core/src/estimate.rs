@@ -136,6 +136,96 @@ fn wall_time(plan: &Plan, took: &[f64], slots: usize) -> f64 {
     last as f64 / 1000.0
 }
 
+/// What is left of one job's runs in a build, for [`eta`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct JobLeft {
+    /// Runs planned that have not ended yet (running ones included).
+    pub left: u64,
+    /// The job's median recorded duration; `None` if it has none.
+    pub p50_ms: Option<f64>,
+}
+
+/// How long what is left of a build will take, at median durations.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Eta {
+    /// The larger of `work_ms` spread over the slots and `critical_path_ms`.
+    pub ms: f64,
+    /// The job time left, summed.
+    pub work_ms: f64,
+    /// The longest chain of jobs left (a job that reads its own outputs, as a day reading the
+    /// day before, is a chain of all its runs left).
+    pub critical_path_ms: f64,
+    /// Runs left of jobs with no recorded duration, counted as taking no time: the ETA is then
+    /// a lower bound.
+    pub runs_without_history: u64,
+}
+
+/// The ETA of what is left of a build at `parallel` slots, from the jobs' graph (`inputs[j]`:
+/// the jobs job `j` reads) and what each has left. Neither bound alone is honest: work over
+/// slots ignores a long chain, and the chain ignores a wide level; the larger of the two is what
+/// no schedule beats, and what the scheduler's greedy order comes close to.
+pub fn eta(inputs: &[Vec<usize>], left: &[JobLeft], parallel: usize) -> Eta {
+    let parallel = parallel.max(1) as f64;
+    let weight = |j: usize| -> f64 {
+        let l = left[j];
+        if l.left == 0 {
+            return 0.0;
+        }
+        let p50 = l.p50_ms.unwrap_or(0.0);
+        if inputs[j].contains(&j) {
+            p50 * l.left as f64
+        } else {
+            p50
+        }
+    };
+    // Longest path ending at each job, memoized; an edge closing a cycle (other than a job's
+    // own) is left out, so every job is visited once.
+    #[derive(Clone, Copy, PartialEq)]
+    enum Seen {
+        No,
+        OnPath,
+        Done(f64),
+    }
+    fn longest(
+        j: usize,
+        inputs: &[Vec<usize>],
+        w: &dyn Fn(usize) -> f64,
+        seen: &mut [Seen],
+    ) -> f64 {
+        match seen[j] {
+            Seen::Done(v) => return v,
+            Seen::OnPath => return 0.0,
+            Seen::No => {}
+        }
+        seen[j] = Seen::OnPath;
+        let mut best: f64 = 0.0;
+        for &i in inputs[j].iter().filter(|&&i| i != j) {
+            best = best.max(longest(i, inputs, w, seen));
+        }
+        let v = best + w(j);
+        seen[j] = Seen::Done(v);
+        v
+    }
+    let mut seen = vec![Seen::No; left.len()];
+    let critical_path_ms = (0..left.len())
+        .map(|j| longest(j, inputs, &weight, &mut seen))
+        .fold(0.0, f64::max);
+    let work_ms = left
+        .iter()
+        .map(|l| l.left as f64 * l.p50_ms.unwrap_or(0.0))
+        .sum::<f64>();
+    Eta {
+        ms: (work_ms / parallel).max(critical_path_ms),
+        work_ms,
+        critical_path_ms,
+        runs_without_history: left
+            .iter()
+            .filter(|l| l.p50_ms.is_none())
+            .map(|l| l.left)
+            .sum(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -218,5 +308,41 @@ mod tests {
         assert_eq!(e.jobs_without_history, ["j1"]);
         assert_eq!(e.wall_p50_ms, 10.0);
         assert_eq!(estimate(&plan(&[]), &[], 0).wall_p50_ms, 0.0);
+    }
+
+    #[test]
+    fn the_eta_is_the_longer_of_work_over_slots_and_the_chain_of_jobs() {
+        let left = |left, ms| JobLeft {
+            left,
+            p50_ms: Some(ms),
+        };
+        // a -> b -> c, wide: 100 runs of a at 10 ms over 2 slots outweigh the chain.
+        let inputs = vec![vec![], vec![0], vec![1]];
+        let wide = eta(&inputs, &[left(100, 10.0), left(1, 5.0), left(1, 5.0)], 2);
+        assert_eq!(wide.work_ms, 1010.0);
+        assert_eq!(wide.critical_path_ms, 20.0);
+        assert_eq!(wide.ms, 505.0);
+        // A job reading its own outputs is a chain of its runs: 50 x 10 ms, however many slots.
+        let chain = eta(&[vec![0]], &[left(50, 10.0)], 8);
+        assert_eq!(chain.critical_path_ms, 500.0);
+        assert_eq!(chain.ms, 500.0);
+        // Jobs with nothing left weigh nothing; jobs with no history are counted apart.
+        let done = eta(
+            &inputs,
+            &[
+                left(0, 1000.0),
+                JobLeft {
+                    left: 3,
+                    p50_ms: None,
+                },
+                left(1, 5.0),
+            ],
+            1,
+        );
+        assert_eq!(done.ms, 5.0);
+        assert_eq!(done.runs_without_history, 3);
+        // A cycle between two jobs ends.
+        let cycle = eta(&[vec![1], vec![0]], &[left(1, 1.0), left(1, 2.0)], 1);
+        assert_eq!(cycle.critical_path_ms, 3.0);
     }
 }

@@ -270,6 +270,61 @@ impl Graph {
         Loader { file }.load(parsed)
     }
 
+    /// Every input edge: (the producer of the data, the consuming job's index, the input
+    /// template). A config job's inputs are known only per run: it has none here.
+    pub fn edges(&self) -> Vec<(Producer, usize, &str)> {
+        let mut out = Vec::new();
+        for (j, job) in self.jobs.iter().enumerate() {
+            match &job.deps {
+                Deps::Static(templates) => {
+                    for t in templates {
+                        for &p in &t.reads {
+                            out.push((p, j, t.template.as_str()));
+                        }
+                    }
+                }
+                Deps::Table { table, version } => {
+                    let t = &self.tables[*table];
+                    let raw = self
+                        .datasets
+                        .iter()
+                        .position(|d| d.source == Some(t.source))
+                        .expect("every source has a dataset");
+                    out.push((
+                        Producer::Dataset(raw),
+                        j,
+                        self.datasets[raw].pattern.as_str(),
+                    ));
+                    if let Some(prev) = t.previous(*version) {
+                        out.push((
+                            Producer::Job {
+                                job: prev.job,
+                                output: 0,
+                            },
+                            j,
+                            "carry forward",
+                        ));
+                    }
+                }
+                Deps::Dynamic { .. } => {}
+            }
+        }
+        out
+    }
+
+    /// The jobs each job reads the outputs of, by index (aliases and datasets left out).
+    pub fn job_inputs(&self) -> Vec<Vec<usize>> {
+        let mut inputs = vec![Vec::new(); self.jobs.len()];
+        for (producer, consumer, _) in self.edges() {
+            if let Producer::Job { job, .. } = producer {
+                if !inputs[consumer].contains(&job) {
+                    inputs[consumer].push(job);
+                }
+            }
+        }
+        inputs
+    }
+
     pub fn job(&self, name: &str) -> Option<&Job> {
         self.jobs.iter().find(|j| j.name == name)
     }

@@ -43,47 +43,6 @@ struct JsonEdge<'g> {
     via: &'g str,
 }
 
-/// An edge: (producer of the data, consuming job index, the input template).
-fn edges(graph: &Graph) -> Vec<(Producer, usize, &str)> {
-    let mut out = Vec::new();
-    for (j, job) in graph.jobs.iter().enumerate() {
-        match &job.deps {
-            Deps::Static(templates) => {
-                for t in templates {
-                    for &p in &t.reads {
-                        out.push((p, j, t.template.as_str()));
-                    }
-                }
-            }
-            Deps::Table { table, version } => {
-                let t = &graph.tables[*table];
-                let raw = graph
-                    .datasets
-                    .iter()
-                    .position(|d| d.source == Some(t.source))
-                    .expect("every source has a dataset");
-                out.push((
-                    Producer::Dataset(raw),
-                    j,
-                    graph.datasets[raw].pattern.as_str(),
-                ));
-                if let Some(prev) = t.previous(*version) {
-                    out.push((
-                        Producer::Job {
-                            job: prev.job,
-                            output: 0,
-                        },
-                        j,
-                        "carry forward",
-                    ));
-                }
-            }
-            Deps::Dynamic { .. } => {}
-        }
-    }
-    out
-}
-
 /// Aliases are drawn as datasets: patterns that read as a table's promoted version.
 fn aliases(graph: &Graph) -> impl Iterator<Item = (usize, String, &str)> {
     graph
@@ -130,7 +89,8 @@ fn render_json(graph: &Graph) -> String {
                 version: &j.version,
             })
             .collect(),
-        edges: edges(graph)
+        edges: graph
+            .edges()
             .into_iter()
             .map(|(p, j, via)| JsonEdge {
                 from: graph.producer_name(p),
@@ -179,7 +139,7 @@ fn render_dot(graph: &Graph) -> String {
             quote(&format!("{}\n{}{dynamic}", j.name, outputs.join("\n")))
         ));
     }
-    for (p, j, via) in edges(graph) {
+    for (p, j, via) in graph.edges() {
         out.push_str(&format!(
             "  {} -> {} [label={}];\n",
             quote(&node_id(graph, p)),
@@ -230,7 +190,7 @@ fn render_mermaid(graph: &Graph) -> String {
             outputs.join("<br/>")
         ));
     }
-    for (p, j, _) in edges(graph) {
+    for (p, j, _) in graph.edges() {
         out.push_str(&format!("  {} --> j{j}\n", id(p)));
     }
     out

@@ -298,6 +298,8 @@ pub struct BuildDetail {
     pub job_runs: Vec<JobRun>,
     /// What the build did; `null` while it has not ended.
     pub summary: Option<BuildSummary>,
+    /// How far it has come, and its ETA; `null` before it is planned.
+    pub progress: Option<BuildProgress>,
     pub created_at_ns: i64,
     pub updated_at_ns: i64,
 }
@@ -308,6 +310,7 @@ impl BuildDetail {
         partitions: Vec<RequestPartitionRow>,
         job_runs: Vec<JobRun>,
         summary: Option<BuildSummary>,
+        progress: Option<BuildProgress>,
     ) -> Self {
         BuildDetail {
             build_request_id: b.build_request_id.clone(),
@@ -322,6 +325,7 @@ impl BuildDetail {
             partitions,
             job_runs,
             summary,
+            progress,
             created_at_ns: b.created_at,
             updated_at_ns: b.updated_at,
         }
@@ -814,6 +818,58 @@ impl From<databuild_core::estimate::Estimate> for PlanCost {
     }
 }
 
+/// How far a build has come, per job and in all, and what is left: read from the log (its
+/// plan's counts and its runs'), the same for every reader.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct BuildProgress {
+    /// Runs planned, and of them: ended well (`completed`, or `skipped` because another build
+    /// made their outputs), `running` (claimed, started or about to), and `failed` / `cancelled`
+    /// runs (a retried run counts once per attempt that failed).
+    pub planned: u64,
+    pub done: u64,
+    pub running: u64,
+    pub failed: u64,
+    pub cancelled: u64,
+    /// Runs planned that have not ended well yet.
+    pub left: u64,
+    pub jobs: Vec<JobProgress>,
+    /// Runs done per second since the build began executing (`null` before one ended).
+    pub rate_per_s: Option<f64>,
+    /// What is left at the build's `parallel` and the jobs' median durations: the larger of the
+    /// job time left spread over the slots and the longest chain of jobs left. `null` once the
+    /// build has ended.
+    pub eta_s: Option<f64>,
+    pub work_left_s: f64,
+    pub critical_path_left_s: f64,
+    /// Runs left of jobs with no recorded duration (taken as no time: the ETA is then low).
+    pub runs_without_history: u64,
+    pub parallel: usize,
+}
+
+/// A span of seconds as people say it: `42 s`, `12 min 5 s`, `3 h 20 min`.
+pub fn span(secs: f64) -> String {
+    let s = secs.max(0.0).round() as u64;
+    match s {
+        0..60 => format!("{s} s"),
+        60..3600 => format!("{} min {} s", s / 60, s % 60),
+        _ => format!("{} h {} min", s / 3600, s % 3600 / 60),
+    }
+}
+
+/// One job's part of a [`BuildProgress`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct JobProgress {
+    pub job: String,
+    pub planned: u64,
+    pub done: u64,
+    pub running: u64,
+    pub failed: u64,
+    pub cancelled: u64,
+    pub left: u64,
+    /// The job's median recorded duration, if it has one.
+    pub p50_s: Option<f64>,
+}
+
 /// One run of a plan.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct PlannedRun {
@@ -873,6 +929,7 @@ pub mod route {
     pub const BUILDS: &str = "/api/v1/builds";
     pub const BUILD: &str = "/api/v1/builds/{id}";
     pub const BUILD_EVENTS: &str = "/api/v1/builds/{id}/events";
+    pub const BUILD_PROGRESS: &str = "/api/v1/builds/{id}/progress";
     pub const BUILD_EVENT_STREAM: &str = "/api/v1/builds/{id}/events/stream";
     pub const ANALYZE: &str = "/api/v1/analyze";
     pub const PARTITIONS: &str = "/api/v1/partitions";

@@ -174,9 +174,19 @@ pub struct EventData {
     /// job_run skipped: the earlier run whose result this one relies on.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub relies_on: Option<String>,
-    /// build_request analysis_completed: how many runs the plan holds.
+    /// build_request analysis_completed: how many runs the plan holds, and of which job; the
+    /// build's `--parallel` (a build's progress and its ETA read these).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub planned_runs: Option<u64>,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub planned_by_job: BTreeMap<String, u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub parallel: Option<u32>,
+    /// build_request planning: a part of the plan, in order: each planned run as `[job,
+    /// [outputs]]`. A run's own events (`job_run scheduled`, with its inputs, args and env) are
+    /// written only once it is claimed, so recording a plan costs a few dozen bytes per run.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub plan: Vec<(String, Vec<String>)>,
     /// job_run scheduled: the job's `version` in the graph file at the time.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub job_version: Option<String>,

@@ -39,6 +39,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("postgres/v3.sql"),
     include_str!("postgres/v4.sql"),
     include_str!("postgres/v5.sql"),
+    include_str!("postgres/v6.sql"),
 ];
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
 
@@ -782,6 +783,26 @@ impl EventStore for PostgresStore {
                 c.query(&q.sql, &params(&q.values)).map_err(storage)?,
                 run_from_row,
             )
+        })
+    }
+
+    fn build_run_counts(&self, build_request_id: &str) -> Result<Vec<JobRunCount>> {
+        self.read(|c| {
+            c.query(
+                "SELECT job, status, count(*) FROM job_runs WHERE build_request_id = $1
+                 GROUP BY job, status",
+                &[&build_request_id],
+            )
+            .map_err(storage)?
+            .iter()
+            .map(|r| {
+                Ok(JobRunCount {
+                    job: r.text(0)?,
+                    status: status_of(&r.text(1)?)?,
+                    n: r.int(2)? as u64,
+                })
+            })
+            .collect()
         })
     }
 

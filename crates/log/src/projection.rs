@@ -201,6 +201,9 @@ fn project<T: AppendTx>(
 ) -> Result<()> {
     match e.kind {
         Kind::BuildRequest if e.status == Status::Received => tx.insert_build_request(e),
+        // A part of the plan changes nothing of the request's row, which can be large (its
+        // requested refs): not rewritten once per part.
+        Kind::BuildRequest if !e.data.plan.is_empty() => Ok(()),
         Kind::BuildRequest => tx.update_build_request(e),
         Kind::JobRun if before.current.job_run.is_none() => {
             tx.insert_job_run(e)?;
@@ -411,6 +414,9 @@ pub(crate) fn events_query<V>(
     if let Some(k) = f.kind {
         // A literal (kinds are fixed names), so partial indexes on rare kinds serve it.
         filters.raw(&format!("kind = '{}'", k.as_str()));
+    }
+    if let Some(st) = f.status {
+        filters.raw(&format!("status = '{}'", st.as_str()));
     }
     if let Some(v) = f.from {
         filters.add("timestamp >=", int(v));

@@ -36,6 +36,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("sqlite/v3.sql"),
     include_str!("sqlite/v4.sql"),
     include_str!("sqlite/v5.sql"),
+    include_str!("sqlite/v6.sql"),
 ];
 
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
@@ -1105,6 +1106,23 @@ impl EventStore for SqliteStore {
                     Ok(JobStats::from_counts(&job, &counts, last, ms))
                 })
                 .collect()
+        })
+    }
+
+    fn build_run_counts(&self, build_request_id: &str) -> Result<Vec<JobRunCount>> {
+        self.read(|c| {
+            c.prepare_cached(
+                "SELECT job, status, count(*) FROM job_runs WHERE build_request_id = ?1
+                 GROUP BY job, status",
+            )?
+            .query_map([build_request_id], |r| {
+                Ok(JobRunCount {
+                    job: r.get(0)?,
+                    status: row_status(r.get(1)?)?,
+                    n: r.get::<_, i64>(2)? as u64,
+                })
+            })?
+            .collect::<rusqlite::Result<Vec<_>>>()
         })
     }
 

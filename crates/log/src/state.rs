@@ -56,7 +56,11 @@ use Status::*;
 pub const BUILD_REQUEST: Transitions = &[
     (None, &[Received]),
     (Some(Received), &[Planning, Failed, Cancelled]),
-    (Some(Planning), &[AnalysisCompleted, Failed, Cancelled]),
+    // `planning → planning`: the plan is recorded in parts (`data.plan`).
+    (
+        Some(Planning),
+        &[Planning, AnalysisCompleted, Failed, Cancelled],
+    ),
     (
         Some(AnalysisCompleted),
         &[Executing, Completed, Failed, Cancelled],
@@ -71,14 +75,21 @@ pub const JOB_RUN: Transitions = &[
     (Some(Running), &[Completed, Failed, Cancelled]),
 ];
 
-/// A partition as one build request sees it. `available` straight from `requested` means the
-/// request found it live already; a delegated partition ends with the delegate's outcome.
+/// A partition as one build request sees it. `available` first (or straight from `requested`)
+/// means the request found it live already; a delegated partition ends with the delegate's outcome.
 /// `failed → scheduled` is a retry (a new run); `delegated → scheduled` takes over from a delegate
 /// whose process died; `delegated → delegated` waits on another build that claimed it first
 /// after the delegate gave it back. `cancelled`: the request gave it up without a job failing (it stopped, or
 /// was cancelled, before or while building it); a claim it held is released.
 pub const REQUEST_PARTITION: Transitions = &[
-    (None, &[Requested, Scheduled, Delegated]),
+    // A request's refs are recorded in its `received`; a partition's own events start with
+    // what first happens to it (`requested` is what older logs wrote first).
+    (
+        None,
+        &[
+            Requested, Scheduled, Delegated, Available, Failed, Cancelled,
+        ],
+    ),
     (
         Some(Requested),
         &[Scheduled, Delegated, Available, Failed, Cancelled],

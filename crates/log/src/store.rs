@@ -192,6 +192,14 @@ pub struct JobStats {
     pub last_run_at: Option<i64>,
 }
 
+/// How many runs of one job, in one build, are in one status.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobRunCount {
+    pub job: String,
+    pub status: Status,
+    pub n: u64,
+}
+
 /// How many of a job's most recent completed runs its duration figures describe: the figures stay
 /// cheap at millions of runs and follow the job's current behaviour.
 pub const DURATION_SAMPLE: usize = 1000;
@@ -262,6 +270,7 @@ pub struct EventFilter {
     pub job: Option<String>,
     pub job_run_id: Option<String>,
     pub kind: Option<crate::event::Kind>,
+    pub status: Option<Status>,
     /// Time bounds, in ns since the epoch (`from` inclusive, `to` exclusive).
     pub from: Option<i64>,
     pub to: Option<i64>,
@@ -431,6 +440,8 @@ pub trait EventStore: Send + Sync {
     fn job_runs(&self, query: &RunQuery) -> Result<Vec<JobRunRow>>;
     /// Metrics per job (one job when `job` is given).
     fn job_stats(&self, job: Option<&str>) -> Result<Vec<JobStats>>;
+    /// How many of one build's runs each job has in each status (one grouped read).
+    fn build_run_counts(&self, build_request_id: &str) -> Result<Vec<JobRunCount>>;
 
     /// A read-only query; anything that could write or reach outside the log is refused.
     fn sql(&self, query: &str, limits: SqlLimits) -> Result<SqlResult>;

@@ -149,6 +149,14 @@ pub(crate) async fn build_events(
     .await
 }
 
+#[utoipa::path(get, path = route::BUILD_PROGRESS, summary = "How far a build request has come, per job, and its ETA", params(("id" = String, Path, description = "Build request id")), responses((status = 200, body = answers::BuildProgress), (status = 404, description = "No such build request, or not planned yet", body = ErrorBody)))]
+pub(crate) async fn build_progress(
+    State(state): Shared,
+    ApiPath(id): ApiPath<String>,
+) -> ApiResult<Json<answers::BuildProgress>> {
+    blocking(&state, move |engine| views::progress(engine, &id).map(Json)).await
+}
+
 /// Server-Sent Events: every event of the build as it is appended, until the build ends.
 #[utoipa::path(get, path = route::BUILD_EVENT_STREAM, summary = "Server-Sent Events of a build request until it ends", params(("id" = String, Path, description = "Build request id")), responses((status = 200, description = "One `event` per log event, its data the event as the log holds it", content_type = "text/event-stream", body = String), (status = 404, body = ErrorBody), (status = 429, description = "Too many streams open", body = ErrorBody)))]
 pub(crate) async fn build_event_stream(
@@ -461,6 +469,7 @@ pub(crate) async fn list_events(
         job: q.job,
         job_run_id: q.run,
         kind: None,
+        status: None,
         from: parse_time("from", q.from)?,
         to: parse_time("to", q.to)?,
     };

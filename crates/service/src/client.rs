@@ -7,9 +7,9 @@ use std::io::{BufRead, BufReader};
 
 use axum::http::StatusCode;
 use databuild_exec::answers::{
-    route, Analysis, BuildAccepted, BuildDetail, BuildList, Cancelled, DatasetList, ErrorBody,
-    EventList, EventPage, Explain, JobDetail, JobList, JobRun, PartitionStatus, Sealed, SourceList,
-    Want, WantList,
+    route, Analysis, BuildAccepted, BuildDetail, BuildList, BuildProgress, Cancelled, DatasetList,
+    ErrorBody, EventList, EventPage, Explain, JobDetail, JobList, JobRun, PartitionStatus, Sealed,
+    SourceList, Want, WantList,
 };
 use databuild_exec::tables::{Promotion, SourceDetail};
 use databuild_exec::views::{AnalyzeView, ListedStatus, PartitionPage};
@@ -35,6 +35,7 @@ pub trait Api {
     ) -> ApiResult<PartitionPage>;
     fn builds(&self, limit: usize) -> ApiResult<BuildList>;
     fn build(&self, id: &str) -> ApiResult<BuildDetail>;
+    fn progress(&self, id: &str) -> ApiResult<BuildProgress>;
     fn cancel(&self, id: &str) -> ApiResult<Cancelled>;
     fn events(&self, f: &EventFilter) -> ApiResult<EventPage>;
     /// `exact`: split every job output's available partitions by freshness, however many.
@@ -83,6 +84,9 @@ impl Api for InProcess {
     }
     fn build(&self, id: &str) -> ApiResult<BuildDetail> {
         views::build(&self.engine, id)
+    }
+    fn progress(&self, id: &str) -> ApiResult<BuildProgress> {
+        views::progress(&self.engine, id)
     }
     fn cancel(&self, id: &str) -> ApiResult<Cancelled> {
         views::cancel(&self.engine, id)
@@ -393,6 +397,9 @@ impl Api for Http {
     }
     fn build(&self, id: &str) -> ApiResult<BuildDetail> {
         self.get(&route::fill(route::BUILD, id))
+    }
+    fn progress(&self, id: &str) -> ApiResult<BuildProgress> {
+        self.get(&route::fill(route::BUILD_PROGRESS, id))
     }
     fn cancel(&self, id: &str) -> ApiResult<Cancelled> {
         self.delete(&route::fill(route::BUILD, id))

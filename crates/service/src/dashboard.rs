@@ -265,6 +265,32 @@ fn runs_graph(runs: &[JobRun]) -> String {
     svg::graph(&nodes)
 }
 
+/// A build's progress: done of planned per job, as bars, and the ETA with what it rests on.
+fn progress_section(p: &answers::BuildProgress) -> Markup {
+    let span = answers::span;
+    html! {
+        h2 { "Progress" }
+        p #progress {
+            (p.done) " of " (p.planned) " runs done · " (p.running) " running · " (p.failed) " failed · " (p.cancelled) " cancelled"
+            @if let Some(rate) = p.rate_per_s { " · " (rate) " runs/s" }
+            @if let Some(eta) = p.eta_s {
+                " · " strong { "ETA " @if p.runs_without_history > 0 { "≥ " } (span(eta)) }
+                span.muted { " at --parallel " (p.parallel) ": the longer of the job time left over the slots (" (span(p.work_left_s))
+                    " in all) and the longest chain of jobs left (" (span(p.critical_path_left_s)) ")"
+                    @if p.runs_without_history > 0 { "; " (p.runs_without_history) " runs of jobs with no history count as 0 s" } }
+            }
+        }
+        table #job-progress { tr { th { "Job" } th { "Done" } th { "" } th { "Running" } th { "Failed" } th { "Left" } th { "Median" } }
+            @for j in &p.jobs { tr {
+                td { (j.job) } td { (j.done) " / " (j.planned) }
+                td { progress value=(j.done) max=(j.planned.max(1)) {} }
+                td { (j.running) } td { (j.failed) } td { (j.left) }
+                td.muted { @if let Some(s) = j.p50_s { (format!("{s:.2} s")) } @else { "no history" } }
+            } }
+        }
+    }
+}
+
 fn build_body(b: &BuildDetail, events: &[answers::Event], state: &AppState, role: Role) -> Markup {
     let id = &b.build_request_id;
     let status = b.status.as_str();
@@ -277,6 +303,7 @@ fn build_body(b: &BuildDetail, events: &[answers::Event], state: &AppState, role
             @if !finished {
                 form.inline method="post" action={ "/ui/cancel/" (id) } { (form_auth(state, role)) button type="submit" { "Cancel build" } }
             }
+            @if let Some(progress) = &b.progress { (progress_section(progress)) }
             h2 { "Job runs" }
             @if runs.is_empty() { p.empty { "No job runs (yet)." } } @else {
                 div.scroll { (PreEscaped(runs_graph(runs))) }

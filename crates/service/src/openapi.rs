@@ -20,6 +20,7 @@ use crate::error::ErrorBody;
         crate::api::get_build,
         crate::api::cancel_build,
         crate::api::build_events,
+        crate::api::build_progress,
         crate::api::build_event_stream,
         crate::api::analyze,
         crate::api::list_partitions,

@@ -5,9 +5,9 @@
 
 use databuild_core::{BraceExpansionError, PartitionRef, UserRefError};
 use databuild_exec::answers::{
-    self, Build, BuildDetail, BuildList, Cancelled, DatasetList, EventList, EventPage, Explain,
-    JobDetail, JobList, JobRun, JobRunList, PartitionStatus, Sealed, SourceList, Want, WantDetail,
-    WantList,
+    self, Build, BuildDetail, BuildList, BuildProgress, Cancelled, DatasetList, EventList,
+    EventPage, Explain, JobDetail, JobList, JobRun, JobRunList, PartitionStatus, Sealed,
+    SourceList, Want, WantDetail, WantList,
 };
 use databuild_exec::tables::{Promotion, SourceDetail};
 use databuild_exec::views::{ListedStatus, PartitionPage};
@@ -111,7 +111,17 @@ pub fn build(engine: &Engine, id: &str) -> ApiResult<BuildDetail> {
         engine.store.request_partitions(id)?,
         job_runs,
         engine.summary(id)?,
+        engine.progress(id)?,
     ))
+}
+
+/// A build request's progress: 404 before it is planned.
+pub fn progress(engine: &Engine, id: &str) -> ApiResult<BuildProgress> {
+    engine.progress(id)?.ok_or_else(|| {
+        AppError::not_found(format!(
+            "no build request `{id}` with a plan (it may still be planning)"
+        ))
+    })
 }
 
 pub fn build_events(engine: &Engine, id: &str) -> ApiResult<EventList> {

@@ -7,6 +7,7 @@ use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 use databuild_core::PartitionRef;
+use databuild_exec::answers::BuildProgress;
 use databuild_exec::build::BuildSummary;
 use databuild_exec::build::{BuildOptions, Observer, Progress};
 use databuild_exec::local::RunOutcome;
@@ -43,10 +44,12 @@ pub fn run(
         signal_hook::flag::register(signal, interrupt.clone())?;
     }
     let started = Instant::now();
-    let mut reporter = Reporter::new(!json && std::io::stderr().is_terminal());
+    let reporter = Reporter::new(!json && std::io::stderr().is_terminal());
     let (summary, whereabouts) = match backend {
         Backend::Local(local) => {
             let engine = &local.engine;
+            let mut reporter =
+                reporter.with_progress(Box::new(|id| engine.progress(id).ok().flatten()));
             let options = BuildOptions {
                 refs,
                 force: flags.force,
@@ -62,6 +65,7 @@ pub fn run(
             let summary = engine
                 .build(&options, executor.as_ref(), &mut reporter, &interrupt)
                 .map_err(engine_error)?;
+            reporter.done();
             let whereabouts = format!(
                 "data in {}, events in {}, run logs in {}",
                 engine.data_dir.display(),
@@ -71,7 +75,11 @@ pub fn run(
             (summary, whereabouts)
         }
         Backend::Remote(client) => {
+            let mut reporter = reporter.with_progress(Box::new(|id| {
+                databuild_service::client::Api::progress(client, id).ok()
+            }));
             let summary = remote_build(client, &refs, &flags, &mut reporter, &interrupt)?;
+            reporter.done();
             let events = databuild_exec::answers::route::fill(
                 databuild_exec::answers::route::BUILD_EVENTS,
                 &summary.build_request_id,
@@ -79,7 +87,6 @@ pub fn run(
             (summary, format!("events at {}{events}", client.base()))
         }
     };
-    reporter.done();
     if json {
         print_json(&summary)?;
     } else {
@@ -287,20 +294,30 @@ impl EventReplay {
     }
 }
 
+/// Reads a build's progress (its ETA) by id.
+type ProgressOf<'a> = Box<dyn Fn(&str) -> Option<BuildProgress> + 'a>;
+
+/// How often the bar's ETA is read again from the log.
+const ETA_EVERY: Duration = Duration::from_secs(2);
+
 /// A progress bar on a terminal; otherwise one line per finished run, on stderr.
-pub(super) struct Reporter {
+pub(super) struct Reporter<'a> {
     bar: Option<ProgressBar>,
     running: usize,
     failed: usize,
+    /// The build's ETA, from its jobs' durations and graph (not the bar's straight line).
+    progress_of: Option<ProgressOf<'a>>,
+    build_id: Option<String>,
+    eta: Option<(Instant, String)>,
 }
 
-impl Reporter {
-    pub(super) fn new(terminal: bool) -> Reporter {
+impl<'a> Reporter<'a> {
+    pub(super) fn new(terminal: bool) -> Reporter<'a> {
         let bar = terminal.then(|| {
             let bar = ProgressBar::new(0);
             bar.set_style(
                 ProgressStyle::with_template(
-                    "{elapsed_precise} [{bar:30.cyan/blue}] {pos}/{len} runs  {msg}  ETA {eta}",
+                    "{elapsed_precise} [{bar:30.cyan/blue}] {pos}/{len} runs  {msg}",
                 )
                 .expect("valid template")
                 .progress_chars("=> "),
@@ -312,7 +329,44 @@ impl Reporter {
             bar,
             running: 0,
             failed: 0,
+            progress_of: None,
+            build_id: None,
+            eta: None,
         }
+    }
+
+    /// Shows the ETA `progress_of` reads, on the bar.
+    fn with_progress(mut self, progress_of: ProgressOf<'a>) -> Self {
+        self.progress_of = Some(progress_of);
+        self
+    }
+
+    /// The ETA, read again when older than [`ETA_EVERY`].
+    fn eta(&mut self) -> Option<&str> {
+        let (read, id) = (self.progress_of.as_ref()?, self.build_id.as_deref()?);
+        if self
+            .eta
+            .as_ref()
+            .is_none_or(|(at, _)| at.elapsed() > ETA_EVERY)
+        {
+            let text = read(id)
+                .and_then(|p| {
+                    let eta = p.eta_s?;
+                    let unknown = if p.runs_without_history > 0 {
+                        "≥ "
+                    } else {
+                        ""
+                    };
+                    Some(format!(
+                        "  ETA {unknown}{} ({} runs/s)",
+                        crate::output::span(eta),
+                        p.rate_per_s.unwrap_or(0.0)
+                    ))
+                })
+                .unwrap_or_default();
+            self.eta = Some((Instant::now(), text));
+        }
+        self.eta.as_ref().map(|(_, text)| text.as_str())
     }
 
     fn line(&self, text: String) {
@@ -330,9 +384,16 @@ impl Reporter {
         }
     }
 
-    fn refresh(&self) {
+    fn refresh(&mut self) {
+        if self.bar.is_none() {
+            return;
+        }
+        let eta = self.eta().unwrap_or_default().to_string();
         if let Some(bar) = &self.bar {
-            bar.set_message(format!("{} running, {} failed", self.running, self.failed));
+            bar.set_message(format!(
+                "{} running, {} failed{eta}",
+                self.running, self.failed
+            ));
         }
     }
 
@@ -343,7 +404,7 @@ impl Reporter {
     }
 }
 
-impl Observer for Reporter {
+impl Observer for Reporter<'_> {
     fn on(&mut self, progress: Progress<'_>) {
         match progress {
             Progress::Planned {
@@ -352,6 +413,7 @@ impl Observer for Reporter {
                 skipped,
                 delegated,
             } => {
+                self.build_id = Some(build_request_id.to_string());
                 if let Some(bar) = &self.bar {
                     bar.set_length(runs as u64);
                 }

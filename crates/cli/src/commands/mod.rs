@@ -89,6 +89,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 job,
                 job_run_id,
                 kind: None,
+                status: None,
                 from: None,
                 to: None,
             };

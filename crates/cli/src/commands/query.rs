@@ -119,6 +119,9 @@ pub fn builds(
     );
     // All of them in --json; a screenful here.
     println!("  requested: {}", short_list(&b.requested_partitions, 20));
+    if let Some(p) = &b.progress {
+        print!("{}", indent(&progress_text(p)));
+    }
     let partitions: Vec<Vec<String>> = b
         .partitions
         .iter()
@@ -146,6 +149,55 @@ pub fn builds(
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// A build's progress: a line in all, with its ETA, and a row per job.
+fn progress_text(p: &databuild_exec::answers::BuildProgress) -> String {
+    let mut text = format!(
+        "progress: {} of {} runs done, {} running, {} failed, {} cancelled{}{}\n",
+        p.done,
+        p.planned,
+        p.running,
+        p.failed,
+        p.cancelled,
+        p.rate_per_s
+            .map(|r| format!(", {r} runs/s"))
+            .unwrap_or_default(),
+        p.eta_s
+            .map(|eta| {
+                let unknown = match p.runs_without_history {
+                    0 => String::new(),
+                    n => format!(", {n} runs with no history counted as 0 s"),
+                };
+                format!(
+                    "; ETA {} at --parallel {} (job time left {}, longest chain {}{unknown})",
+                    crate::output::span(eta),
+                    p.parallel,
+                    crate::output::span(p.work_left_s),
+                    crate::output::span(p.critical_path_left_s),
+                )
+            })
+            .unwrap_or_default()
+    );
+    let rows: Vec<Vec<String>> = p
+        .jobs
+        .iter()
+        .map(|j| {
+            vec![
+                j.job.clone(),
+                format!("{}/{}", j.done, j.planned),
+                j.running.to_string(),
+                j.failed.to_string(),
+                j.left.to_string(),
+                millis(j.p50_s.map(|s| s * 1000.0)),
+            ]
+        })
+        .collect();
+    text.push_str(&table(
+        &["JOB", "DONE", "RUNNING", "FAILED", "LEFT", "P50"],
+        &rows,
+    ));
+    text
 }
 
 fn duration(run: &JobRun) -> String {

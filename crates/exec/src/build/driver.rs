@@ -69,7 +69,7 @@ enum Message {
 
 /// What the driver keeps of one node: the I/O side of a run.
 struct RunIo {
-    /// The current attempt's run id.
+    /// The current attempt's run id (given at its first claim).
     id: String,
     /// The versions of its inputs its claim fixed.
     input_versions: BTreeMap<String, String>,
@@ -77,6 +77,9 @@ struct RunIo {
     /// When its job started, by the wall clock (ns), for the record of its end.
     started_ns: Option<i64>,
     cancel: Arc<AtomicBool>,
+    /// Its `job_run scheduled` is in the log. A planned run is recorded with its claim, so a
+    /// plan costs the log a few bytes per run until the run comes up (see `record::planned`).
+    recorded: bool,
 }
 
 /// What a planned build runs with.
@@ -138,9 +141,11 @@ struct Driver<'s, 'e> {
     publishing: Vec<usize>,
     /// Data versions of the partitions this build made, for the runs that read them.
     made: FxHashMap<String, String>,
-    /// The run holding each output when the plan was recorded (read in one query): a first
-    /// claim compares against it instead of reading the partition again.
+    /// The run holding each output as the plan saw it (read for a batch of first claims in one
+    /// query): a first claim compares against it instead of reading the partition again.
     holders: FxHashMap<String, String>,
+    /// The refs the request asked for.
+    requested: FxHashSet<&'e str>,
     /// Whether any dataset comes from an upstream service (whose versions take a network call).
     has_upstream: bool,
     /// Versions of upstream inputs read off the loop, by node, for its next claim.
@@ -202,6 +207,7 @@ impl<'s, 'e> Driver<'s, 'e> {
             publishing: Vec::new(),
             made: FxHashMap::default(),
             holders: FxHashMap::default(),
+            requested: options.refs.iter().map(|r| r.as_str()).collect(),
             has_upstream: engine.graph.datasets.iter().any(|d| d.upstream.is_some()),
             read_versions: FxHashMap::default(),
             last_refusal: None,
@@ -411,7 +417,16 @@ impl<'s, 'e> Driver<'s, 'e> {
                 let record = self.record();
                 for n in nodes {
                     let run = &self.machine.node(n).run;
-                    record.not_run(run, &self.runs[n].id, &reason, &mut events);
+                    if self.runs[n].recorded {
+                        record.not_run(run, &self.runs[n].id, &reason, &mut events);
+                    } else {
+                        // Only the plan names it: of its outputs, the requested ones say so.
+                        let requested = run
+                            .outputs
+                            .iter()
+                            .filter(|o| self.requested.contains(o.as_str()));
+                        record.not_built(requested, &reason, &mut events);
+                    }
                 }
                 self.append(events)?;
             }
@@ -439,46 +454,38 @@ impl<'s, 'e> Driver<'s, 'e> {
         nodes: std::ops::Range<usize>,
         waits: std::ops::Range<usize>,
     ) -> Result<()> {
-        // Sized up front: growing by doubling copied every event already added (a fifth of
-        // recording a 2,700-run plan, in `perf`).
-        let outputs: usize = nodes
-            .clone()
-            .map(|n| self.machine.node(n).run.outputs.len())
-            .sum();
-        let mut events = Vec::with_capacity(nodes.len() + outputs + 2 * waits.len());
-        let record = Record {
-            graph: &self.engine.graph,
-            build: &self.id,
-        };
+        let mut events = Vec::with_capacity(2 * waits.len());
+        let record = self.record();
         for w in waits.clone() {
             let wait = self.machine.wait(w);
             record.delegated(&wait.partition_ref, &wait.delegated_to, &mut events);
         }
         self.runs.reserve(nodes.len());
-        for n in nodes.clone() {
-            let id = databuild_log::event::new_id();
-            record.scheduled(&self.machine.node(n).run, &id, &mut events);
+        for _ in nodes {
             self.runs.push(RunIo {
-                id,
+                id: String::new(),
                 input_versions: BTreeMap::new(),
                 started: None,
                 started_ns: None,
                 cancel: Arc::default(),
+                recorded: false,
             });
         }
         self.append(events)?;
-        self.read_holders(nodes)?;
         for w in waits {
             self.spawn_waiter(w);
         }
         Ok(())
     }
 
-    /// Reads who holds the new runs' outputs, in one query per 10,000.
-    fn read_holders(&mut self, nodes: std::ops::Range<usize>) -> Result<()> {
+    /// Reads who holds the outputs of runs about to be claimed for the first time, in one query
+    /// per 10,000.
+    fn read_holders(&mut self, nodes: &[usize]) -> Result<()> {
         let store = self.store();
         let outputs: Vec<&str> = nodes
-            .flat_map(|n| self.machine.node(n).run.outputs.iter().map(|o| o.as_str()))
+            .iter()
+            .filter(|&&n| !self.runs[n].recorded)
+            .flat_map(|&n| self.machine.node(n).run.outputs.iter().map(|o| o.as_str()))
             .collect();
         for keys in outputs.chunks(10_000) {
             // Absent from the log: nobody holds it.
@@ -503,6 +510,7 @@ impl<'s, 'e> Driver<'s, 'e> {
     fn claim(&mut self, nodes: Vec<usize>) -> Result<()> {
         let mut batch = Vec::with_capacity(nodes.len());
         let mut events = Vec::new();
+        self.read_holders(&nodes)?;
         for node in nodes {
             if self.must_read_versions_first(node) {
                 self.answer(Input::ResolveFirst(node));
@@ -528,7 +536,12 @@ impl<'s, 'e> Driver<'s, 'e> {
             return Ok(());
         }
         match self.append_claims(events)? {
-            None => self.answer(Input::Claimed(batch)),
+            None => {
+                for &node in &batch {
+                    self.runs[node].recorded = true;
+                }
+                self.answer(Input::Claimed(batch));
+            }
             // Another build changed one of the partitions since the plan.
             Some(_) => self.answer(Input::BatchRefused(batch)),
         }
@@ -567,7 +580,10 @@ impl<'s, 'e> Driver<'s, 'e> {
         let mut events = Vec::new();
         self.claim_events(node, seen, &mut events)?;
         match self.append_claims(events)? {
-            None => self.answer(Input::Claimed(vec![node])),
+            None => {
+                self.runs[node].recorded = true;
+                self.answer(Input::Claimed(vec![node]));
+            }
             Some(refusal) => {
                 let LogError::Refused { refusal: kind, .. } = &refusal else {
                     unreachable!("append_claims returns refusals only")
@@ -639,7 +655,8 @@ impl<'s, 'e> Driver<'s, 'e> {
         });
     }
 
-    /// A claim's events; fixes the versions of the run's inputs.
+    /// A claim's events (after the run's `scheduled`, the first time); fixes the versions of
+    /// the run's inputs.
     fn claim_events(
         &mut self,
         node: usize,
@@ -667,13 +684,19 @@ impl<'s, 'e> Driver<'s, 'e> {
                 )
             }))
             .collect();
+        if self.runs[node].id.is_empty() {
+            self.runs[node].id = databuild_log::event::new_id();
+        }
         let id = &self.runs[node].id;
         let log_path = spec::log_path(self.engine, id).display().to_string();
-        Record {
+        let record = Record {
             graph: &self.engine.graph,
             build: &self.id,
+        };
+        if !self.runs[node].recorded {
+            record.scheduled(run, id, events);
         }
-        .claim(run, id, seen, &input_versions, log_path, events);
+        record.claim(run, id, seen, &input_versions, log_path, events);
         self.runs[node].input_versions = input_versions;
         Ok(())
     }
@@ -749,7 +772,11 @@ impl<'s, 'e> Driver<'s, 'e> {
     /// delegations, which are then followed.
     fn wait_instead(&mut self, node: usize, waits: std::ops::Range<usize>) -> Result<()> {
         let record = self.record();
-        let mut events = vec![record.lost_claim(&self.machine.node(node).run, &self.runs[node].id)];
+        let mut events = Vec::new();
+        // A run whose first claim was refused was never recorded: there is nothing to end.
+        if self.runs[node].recorded {
+            events.push(record.lost_claim(&self.machine.node(node).run, &self.runs[node].id));
+        }
         for w in waits.clone() {
             let wait = self.machine.wait(w);
             record.delegated(&wait.partition_ref, &wait.delegated_to, &mut events);
@@ -780,9 +807,17 @@ impl<'s, 'e> Driver<'s, 'e> {
                 Status::Available,
             ));
         }
-        let skipped = self.record().adopted(run, &self.runs[node].id, relies_on);
+        if self.runs[node].id.is_empty() {
+            self.runs[node].id = databuild_log::event::new_id();
+        }
+        let mut skipped = self.record().adopted(run, &self.runs[node].id, relies_on);
+        if !self.runs[node].recorded {
+            skipped.data.outputs = run.outputs.iter().map(|o| o.to_string()).collect();
+        }
         events.insert(0, skipped);
-        self.append(events)
+        self.append(events)?;
+        self.runs[node].recorded = true;
+        Ok(())
     }
 
     /// A run ended: reported, and recorded (a success deferred, to ride along with the next
@@ -1024,12 +1059,13 @@ impl<'s, 'e> Driver<'s, 'e> {
                     .with_message(format!("not waited for: {reason}")),
             );
         }
+        let skipped: FxHashSet<&str> = self.skipped.iter().map(String::as_str).collect();
         for r in &self.options.refs {
-            let live = self
-                .store()
-                .partition(r.as_str())?
-                .is_some_and(|p| p.status == Status::Available)
-                || self.skipped.iter().any(|s| s == r.as_str());
+            let live = skipped.contains(r.as_str())
+                || self
+                    .store()
+                    .partition(r.as_str())?
+                    .is_some_and(|p| p.status == Status::Available);
             if !live {
                 failed = true;
                 // Requested refs that no run of ours ended (a failed delegation, say) end here.

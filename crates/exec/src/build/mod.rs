@@ -23,6 +23,7 @@ use crate::owner::owner_dead;
 
 mod driver;
 mod machine;
+mod progress;
 mod record;
 mod spec;
 mod summary;
@@ -211,11 +212,11 @@ impl Engine {
                 message,
             ));
         }
-        self.store.append(record::planned(id, &requested, &plan))?;
         if let Some(m) = plan.missing.first() {
+            // A plan that cannot run is not recorded run by run.
             let message = self.missing_message(m);
             self.store
-                .append(record::missing(id, &requested, &message))?;
+                .append(record::missing(id, &requested, plan.runs.len(), &message))?;
             return Ok(BuildSummary::nothing_ran(
                 id,
                 Status::Failed,
@@ -223,6 +224,8 @@ impl Engine {
                 message,
             ));
         }
+        self.store
+            .append(record::planned(&self.graph, id, options, &plan))?;
         let build = driver::Build {
             engine: self,
             id,

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use databuild_core::plan::MissingExternal;
-use databuild_core::{Graph, Plan, PlannedRun, Producer};
+use databuild_core::{Graph, PartitionRef, Plan, PlannedRun, Producer};
 use databuild_log::{AfterFailure, Event, Status};
 use rustc_hash::FxHashSet;
 
@@ -23,25 +23,68 @@ pub(super) fn received(id: &str, options: &BuildOptions) -> Event {
     })
 }
 
-/// The request's refs are requested, and its plan made.
-pub(super) fn planned(id: &str, requested: &[String], plan: &Plan) -> Vec<Event> {
-    let mut events: Vec<Event> = requested
+/// Planned runs per `planning` event: each event stays a few dozen KB.
+const PLAN_PART: usize = 1_000;
+
+/// The request's plan, recorded in parts, each run as its job and outputs. A run's own events
+/// wait for its claim (`Record::scheduled`), and a requested ref's for what happens to it (its
+/// request is in `received`): recording costs a few dozen bytes per run, not events.
+pub(super) fn planned(graph: &Graph, id: &str, options: &BuildOptions, plan: &Plan) -> Vec<Event> {
+    let mut events = Vec::with_capacity(plan.runs.len() / PLAN_PART + 2);
+    for part in plan.runs.chunks(PLAN_PART) {
+        let entries = part
+            .iter()
+            .map(|run| {
+                let outputs = run.outputs.iter().map(|o| o.to_string()).collect();
+                (graph.jobs[run.job_index].name.clone(), outputs)
+            })
+            .collect();
+        events.push(Event::build_request(id, Status::Planning).with_data(|d| d.plan = entries));
+    }
+    // The build's runs by job: those to run, and the `skipped` ones of requested refs found
+    // live (`Engine::skipped`), so that a build's progress counts both.
+    let mut by_job: BTreeMap<String, u64> = BTreeMap::new();
+    let requested: FxHashSet<&str> = options.refs.iter().map(|r| r.as_str()).collect();
+    let live = plan
+        .skipped
         .iter()
-        .map(|r| Event::partition(Some(id), r, Status::Requested))
-        .collect();
-    events.push(
-        Event::build_request(id, Status::AnalysisCompleted)
-            .with_data(|d| d.planned_runs = Some(plan.runs.len() as u64)),
-    );
+        .filter(|r| requested.contains(r.as_str()));
+    let jobs = plan
+        .runs
+        .iter()
+        .map(|run| run.job_index)
+        .chain(live.filter_map(|r| match graph.producer_of(r.as_str()) {
+            Some((Producer::Job { job, .. }, _)) => Some(job),
+            _ => None,
+        }));
+    for job in jobs {
+        *by_job.entry(graph.jobs[job].name.clone()).or_default() += 1;
+    }
+    let mut done = analysis_completed(id, plan.runs.len());
+    done.data.planned_by_job = by_job;
+    done.data.parallel = Some(options.parallel as u32);
+    events.push(done);
     events
 }
 
+fn analysis_completed(id: &str, planned_runs: usize) -> Event {
+    Event::build_request(id, Status::AnalysisCompleted)
+        .with_data(|d| d.planned_runs = Some(planned_runs as u64))
+}
+
 /// A plan that needs an external partition that is not there fails every requested ref.
-pub(super) fn missing(id: &str, requested: &[String], message: &str) -> Vec<Event> {
-    let mut events: Vec<Event> = requested
-        .iter()
-        .map(|r| Event::partition(Some(id), r, Status::Failed).with_message(message))
-        .collect();
+pub(super) fn missing(
+    id: &str,
+    requested: &[String],
+    planned_runs: usize,
+    message: &str,
+) -> Vec<Event> {
+    let mut events = vec![analysis_completed(id, planned_runs)];
+    events.extend(
+        requested
+            .iter()
+            .map(|r| Event::partition(Some(id), r, Status::Failed).with_message(message)),
+    );
     events.push(Event::build_request(id, Status::Failed).with_message(message));
     events
 }
@@ -268,6 +311,22 @@ impl Record<'_> {
         for o in &run.outputs {
             events.push(
                 Event::partition(Some(self.build), o.as_str(), Status::Cancelled)
+                    .with_message(format!("not built: {reason}")),
+            );
+        }
+    }
+
+    /// Requested refs that will not be built because of `reason`, of a planned run that was
+    /// never recorded (see `record::planned`).
+    pub fn not_built<'r>(
+        &self,
+        refs: impl Iterator<Item = &'r PartitionRef>,
+        reason: &str,
+        events: &mut Vec<Event>,
+    ) {
+        for r in refs {
+            events.push(
+                Event::partition(Some(self.build), r.as_str(), Status::Cancelled)
                     .with_message(format!("not built: {reason}")),
             );
         }

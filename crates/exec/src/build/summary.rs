@@ -90,6 +90,23 @@ impl Engine {
                 .filter(|o| !is_delegated.contains(o))
                 .collect()
         };
+        // Planned runs that were never claimed have no run of their own: only the plan's
+        // record names them (`record::planned`).
+        let mut never_claimed = Vec::new();
+        for part in self.store.events(&databuild_log::EventFilter {
+            build_request_id: Some(id.to_string()),
+            kind: Some(databuild_log::Kind::BuildRequest),
+            ..Default::default()
+        })? {
+            for (_, outputs) in part.data.plan {
+                let claimed = outputs
+                    .first()
+                    .is_some_and(|o| last_of.contains_key(o.as_str()));
+                if !claimed {
+                    never_claimed.extend(outputs.into_iter().filter(|o| !is_delegated.contains(o)));
+                }
+            }
+        }
         let failures = last
             .iter()
             .filter(|r| r.status == Status::Failed)
@@ -109,7 +126,10 @@ impl Engine {
             status: build.status,
             failures,
             cancelled: ended_unbuilt(true),
-            not_started: ended_unbuilt(false),
+            not_started: ended_unbuilt(false)
+                .into_iter()
+                .chain(never_claimed)
+                .collect(),
             built: outputs_of(Status::Completed),
             skipped: outputs_of(Status::Skipped),
             failed: build

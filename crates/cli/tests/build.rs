@@ -276,7 +276,8 @@ fn a_run_claimed_ahead_is_released_when_the_build_stops() {
         ],
         "{runs}"
     );
-    // The fourth run was only planned: the plan's record says so, with no run of its own.
+    // The fourth run was only planned: the plan's record says so (not run, the build having
+    // ended), with no run of its own.
     let planned = p
         .run(&[
             "--json",
@@ -287,7 +288,7 @@ fn a_run_claimed_ahead_is_released_when_the_build_stops() {
     assert_eq!(planned["rows"].as_array().unwrap().len(), 4, "{planned}");
     assert_eq!(
         planned["rows"][3],
-        serde_json::json!(["[\"bad/4\"]", "planned", 1]),
+        serde_json::json!(["[\"bad/4\"]", "not_run", 1]),
         "{planned}"
     );
     let statuses = p
@@ -521,6 +522,34 @@ fn two_concurrent_builds_run_each_job_once() {
         })
         .sum();
     assert!(delegated > 0, "one build relied on the other");
+    // Each build's record of its plan ends with every run accounted for: none left `planned`
+    // or `not_run` (a run that lost its first claim to the other build is recorded
+    // `cancelled`), and its progress counts what its runs say.
+    let planned = p
+        .run(&[
+            "--json",
+            "sql",
+            "SELECT status, count(*) FROM planned_runs GROUP BY status ORDER BY status",
+        ])
+        .json();
+    for row in planned["rows"].as_array().unwrap() {
+        assert!(
+            ["completed", "cancelled", "skipped"].contains(&row[0].as_str().unwrap()),
+            "{planned}"
+        );
+    }
+    for o in &outputs {
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        let id = v["build_request_id"].as_str().unwrap();
+        let progress = p.run(&["--json", "builds", id]).json()["progress"].clone();
+        assert_eq!(progress["unclaimed"], 0, "{progress}");
+        assert_eq!(
+            progress["done"].as_u64().unwrap() + progress["cancelled"].as_u64().unwrap(),
+            progress["planned"].as_u64().unwrap(),
+            "{progress}"
+        );
+    }
+    p.run(&["check-log"]).expect_code(0);
 }
 
 /// Starts a build of one job that sleeps 30 s and waits until it runs; returns it and its id.
@@ -821,6 +850,7 @@ command = ["sh", "-c", "sleep 0.3; mkdir -p data/b; touch data/b/$DATABUILD_FIEL
     let after = p.run(&["--json", "builds", &id]).json()["progress"].clone();
     assert_eq!(after["done"], 12, "{after}");
     assert_eq!(after["left"], 0, "{after}");
+    assert_eq!(after["unclaimed"], 0, "{after}");
     assert_eq!(after["eta_s"], serde_json::Value::Null, "{after}");
     assert!(after["rate_per_s"].as_f64().unwrap() > 0.0, "{after}");
     let text = p.run(&["builds", &id]);
@@ -832,4 +862,70 @@ command = ["sh", "-c", "sleep 0.3; mkdir -p data/b; touch data/b/$DATABUILD_FIEL
     assert!(text.stdout.contains("JOB"), "{}", text.stdout);
     let (status, _) = s.get("/api/v1/builds/no-such-build/progress");
     assert_eq!(status, 404);
+}
+
+/// A build that takes over the partitions of a build whose process died adds their runs to its
+/// plan: its record of the plan, and its progress, count them.
+#[test]
+fn runs_a_build_adds_to_its_plan_are_recorded_and_counted() {
+    let p = chain();
+    let mut first = p
+        .command()
+        .args(["build", "--parallel", "2", "a/{2020-01-02..2020-01-03}"])
+        .env("SLEEP", "30")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let first_id = wait_for_running_build(&p);
+    // The second build waits on the first for the `a`s, then takes them over.
+    let second = p
+        .command()
+        .args(["--json", "build", "b/c=x/{2020-01-02..2020-01-03}"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    crate::util::eventually(
+        Duration::from_secs(10),
+        "the second build to delegate",
+        || {
+            let v = p.run(&[
+                "--json",
+                "sql",
+                "SELECT count(*) FROM events WHERE kind = 'delegation'",
+            ]);
+            (v.json()["rows"][0][0].as_i64() > Some(0)).then_some(())
+        },
+    );
+    first.kill().unwrap(); // SIGKILL
+    first.wait().unwrap();
+    let out = second.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let id = v["build_request_id"].as_str().unwrap();
+    assert_ne!(id, first_id);
+    let progress = p.run(&["--json", "builds", id]).json()["progress"].clone();
+    assert_eq!(progress["done"], progress["planned"], "{progress}");
+    assert_eq!(progress["unclaimed"], 0, "{progress}");
+    let planned = p
+        .run(&[
+            "--json",
+            "sql",
+            &format!(
+                "SELECT job, status FROM planned_runs WHERE build_request_id = '{id}' ORDER BY job"
+            ),
+        ])
+        .json();
+    let rows = planned["rows"].as_array().unwrap();
+    assert!(
+        rows.iter().filter(|r| r[0] == "a").count() == 3
+            && rows.iter().all(|r| r[1] == "completed"),
+        "the taken-over runs are in its plan's record: {planned}"
+    );
+    p.run(&["check-log"]).expect_code(0);
 }

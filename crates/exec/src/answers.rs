@@ -822,18 +822,22 @@ impl From<databuild_core::estimate::Estimate> for PlanCost {
 /// plan's counts and its runs'), the same for every reader.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct BuildProgress {
-    /// Runs planned, and of them: ended well (`completed`, or `skipped` because another build
-    /// made their outputs), `running` (claimed, started or about to), and `failed` / `cancelled`
-    /// runs (a retried run counts once per attempt that failed).
+    /// Runs planned (those the build added while running included), and of them: ended well
+    /// (`completed`, or `skipped`: found live, or made by another build), `running` (claimed:
+    /// started, or about to), and `failed` / `cancelled` runs (a retried run counts once per
+    /// attempt that failed).
     pub planned: u64,
     pub done: u64,
     pub running: u64,
     pub failed: u64,
     pub cancelled: u64,
-    /// Runs planned that have not ended well yet.
+    /// Planned runs not ended well (yet; once the build has ended, never).
     pub left: u64,
+    /// Planned runs with no run of their own: not claimed yet (not started, once the build has
+    /// ended).
+    pub unclaimed: u64,
     pub jobs: Vec<JobProgress>,
-    /// Runs done per second since the build began executing (`null` before one ended).
+    /// Runs completed per second since the build began executing (`null` before one did).
     pub rate_per_s: Option<f64>,
     /// What is left at the build's `parallel` and the jobs' median durations: the larger of the
     /// job time left spread over the slots and the longest chain of jobs left. `null` once the
@@ -846,13 +850,17 @@ pub struct BuildProgress {
     pub parallel: usize,
 }
 
-/// A span of seconds as people say it: `42 s`, `12 min 5 s`, `3 h 20 min`.
-pub fn span(secs: f64) -> String {
-    let s = secs.max(0.0).round() as u64;
-    match s {
-        0..60 => format!("{s} s"),
-        60..3600 => format!("{} min {} s", s / 60, s % 60),
-        _ => format!("{} h {} min", s / 3600, s % 3600 / 60),
+/// A span of seconds as people say it: `250 ms`, `4.2 s`, `12 min 5 s`, `3 h 20 min`.
+pub fn span(s: f64) -> String {
+    match s.max(0.0) {
+        s if s < 1.0 => format!("{:.0} ms", s * 1000.0),
+        s if s < 60.0 => format!("{s:.1} s"),
+        s if s < 3600.0 => format!("{} min {} s", (s / 60.0) as u64, (s % 60.0) as u64),
+        s => format!(
+            "{} h {} min",
+            (s / 3600.0) as u64,
+            ((s % 3600.0) / 60.0) as u64
+        ),
     }
 }
 
@@ -866,6 +874,7 @@ pub struct JobProgress {
     pub failed: u64,
     pub cancelled: u64,
     pub left: u64,
+    pub unclaimed: u64,
     /// The job's median recorded duration, if it has one.
     pub p50_s: Option<f64>,
 }

@@ -786,23 +786,35 @@ impl EventStore for PostgresStore {
         })
     }
 
-    fn build_run_counts(&self, build_request_id: &str) -> Result<Vec<JobRunCount>> {
+    fn build_run_counts(&self, build_request_id: &str) -> Result<BuildRunCounts> {
         self.read(|c| {
-            c.query(
-                "SELECT job, status, count(*) FROM job_runs WHERE build_request_id = $1
-                 GROUP BY job, status",
-                &[&build_request_id],
-            )
-            .map_err(storage)?
-            .iter()
-            .map(|r| {
-                Ok(JobRunCount {
-                    job: r.text(0)?,
-                    status: status_of(&r.text(1)?)?,
-                    n: r.int(2)? as u64,
+            let by_status = c
+                .query(
+                    "SELECT job, status, count(*) FROM job_runs WHERE build_request_id = $1
+                     GROUP BY job, status",
+                    &[&build_request_id],
+                )
+                .map_err(storage)?
+                .iter()
+                .map(|r| {
+                    Ok(JobRunCount {
+                        job: r.text(0)?,
+                        status: status_of(&r.text(1)?)?,
+                        n: r.int(2)? as u64,
+                    })
                 })
-            })
-            .collect()
+                .collect::<Result<Vec<_>>>()?;
+            let claimed = c
+                .query(
+                    "SELECT job, count(DISTINCT outputs) FROM job_runs
+                     WHERE build_request_id = $1 GROUP BY job",
+                    &[&build_request_id],
+                )
+                .map_err(storage)?
+                .iter()
+                .map(|r| Ok((r.text(0)?, r.int(1)? as u64)))
+                .collect::<Result<Vec<_>>>()?;
+            Ok(BuildRunCounts { by_status, claimed })
         })
     }
 

@@ -1109,20 +1109,31 @@ impl EventStore for SqliteStore {
         })
     }
 
-    fn build_run_counts(&self, build_request_id: &str) -> Result<Vec<JobRunCount>> {
+    fn build_run_counts(&self, build_request_id: &str) -> Result<BuildRunCounts> {
         self.read(|c| {
-            c.prepare_cached(
-                "SELECT job, status, count(*) FROM job_runs WHERE build_request_id = ?1
-                 GROUP BY job, status",
-            )?
-            .query_map([build_request_id], |r| {
-                Ok(JobRunCount {
-                    job: r.get(0)?,
-                    status: row_status(r.get(1)?)?,
-                    n: r.get::<_, i64>(2)? as u64,
-                })
-            })?
-            .collect::<rusqlite::Result<Vec<_>>>()
+            let by_status = c
+                .prepare_cached(
+                    "SELECT job, status, count(*) FROM job_runs WHERE build_request_id = ?1
+                     GROUP BY job, status",
+                )?
+                .query_map([build_request_id], |r| {
+                    Ok(JobRunCount {
+                        job: r.get(0)?,
+                        status: row_status(r.get(1)?)?,
+                        n: r.get::<_, i64>(2)? as u64,
+                    })
+                })?
+                .collect::<rusqlite::Result<Vec<_>>>()?;
+            let claimed = c
+                .prepare_cached(
+                    "SELECT job, count(DISTINCT outputs) FROM job_runs WHERE build_request_id = ?1
+                     GROUP BY job",
+                )?
+                .query_map([build_request_id], |r| {
+                    Ok((r.get(0)?, r.get::<_, i64>(1)? as u64))
+                })?
+                .collect::<rusqlite::Result<Vec<_>>>()?;
+            Ok(BuildRunCounts { by_status, claimed })
         })
     }
 

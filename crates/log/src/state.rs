@@ -65,12 +65,15 @@ pub const BUILD_REQUEST: Transitions = &[
         Some(AnalysisCompleted),
         &[Executing, Completed, Failed, Cancelled],
     ),
-    (Some(Executing), &[Completed, Failed, Cancelled]),
+    // `executing → executing`: runs added to the plan while it runs (`data.plan`).
+    (Some(Executing), &[Executing, Completed, Failed, Cancelled]),
 ];
 
 /// `scheduled → skipped`: another build made the run's outputs while this one waited to start it.
+/// `cancelled` first: a planned run given up before its first claim (another build claimed its
+/// outputs first), recorded with its outputs.
 pub const JOB_RUN: Transitions = &[
-    (None, &[Scheduled, Skipped]),
+    (None, &[Scheduled, Skipped, Cancelled]),
     (Some(Scheduled), &[Running, Failed, Cancelled, Skipped]),
     (Some(Running), &[Completed, Failed, Cancelled]),
 ];

@@ -200,6 +200,15 @@ pub struct JobRunCount {
     pub n: u64,
 }
 
+/// One build's runs, counted ([`EventStore::build_run_counts`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BuildRunCounts {
+    pub by_status: Vec<JobRunCount>,
+    /// Per job, its distinct outputs among the build's runs: the planned runs that were
+    /// claimed (or ended) at least once, retries counted once.
+    pub claimed: Vec<(String, u64)>,
+}
+
 /// How many of a job's most recent completed runs its duration figures describe: the figures stay
 /// cheap at millions of runs and follow the job's current behaviour.
 pub const DURATION_SAMPLE: usize = 1000;
@@ -440,8 +449,9 @@ pub trait EventStore: Send + Sync {
     fn job_runs(&self, query: &RunQuery) -> Result<Vec<JobRunRow>>;
     /// Metrics per job (one job when `job` is given).
     fn job_stats(&self, job: Option<&str>) -> Result<Vec<JobStats>>;
-    /// How many of one build's runs each job has in each status (one grouped read).
-    fn build_run_counts(&self, build_request_id: &str) -> Result<Vec<JobRunCount>>;
+    /// How many of one build's runs each job has in each status, and how many distinct planned
+    /// runs (outputs) of each job have a run at all (two grouped reads).
+    fn build_run_counts(&self, build_request_id: &str) -> Result<BuildRunCounts>;
 
     /// A read-only query; anything that could write or reach outside the log is refused.
     fn sql(&self, query: &str, limits: SqlLimits) -> Result<SqlResult>;

@@ -764,7 +764,9 @@ fn a_version_1_log_is_upgraded_in_place_and_keeps_its_events() {
          alter table heartbeats drop column revoked;
          alter table build_requests drop column requested_count;
          alter table build_requests drop column requested_head;
-         drop view planned_runs;
+         drop view planned_runs; drop index job_runs_by_build_outputs;
+         drop index events_of_build_requests;
+         create index job_runs_by_build on job_runs (build_request_id);
          update meta set value = 1 where key = 'schema_version';",
     );
     let store = SqliteStore::open(&path).unwrap();

@@ -271,7 +271,7 @@ fn progress_section(p: &answers::BuildProgress) -> Markup {
     html! {
         h2 { "Progress" }
         p #progress {
-            (p.done) " of " (p.planned) " runs done · " (p.running) " running · " (p.failed) " failed · " (p.cancelled) " cancelled"
+            (p.done) " of " (p.planned) " runs done · " (p.running) " running · " (p.failed) " failed · " (p.cancelled) " cancelled · " (p.unclaimed) " not claimed"
             @if let Some(rate) = p.rate_per_s { " · " (rate) " runs/s" }
             @if let Some(eta) = p.eta_s {
                 " · " strong { "ETA " @if p.runs_without_history > 0 { "≥ " } (span(eta)) }
@@ -833,18 +833,7 @@ fn refs_from_text(
 }
 
 /// Seconds as people read them: `850 ms`, `12.3 s`, `4 min 10 s`, `2 h 5 min` (the CLI too).
-pub fn seconds(s: f64) -> String {
-    match s {
-        s if s < 1.0 => format!("{:.0} ms", s * 1000.0),
-        s if s < 60.0 => format!("{s:.1} s"),
-        s if s < 3600.0 => format!("{} min {} s", (s / 60.0) as u64, (s % 60.0) as u64),
-        s => format!(
-            "{} h {} min",
-            (s / 3600.0) as u64,
-            ((s % 3600.0) / 60.0) as u64
-        ),
-    }
-}
+use answers::span as seconds;
 
 async fn analyze_page(State(state): Shared, Query(q): Query<RefsQuery>) -> Response {
     let text = q.refs.clone().unwrap_or_default();
@@ -943,7 +932,7 @@ async fn sql_page(State(state): Shared, Query(q): Query<SqlQuery>) -> Response {
     };
     layout("SQL", html! {
         h1 { "SQL over the event log" }
-        p.muted { "Read-only; one statement; stopped after 10 s; 1,000 rows at most. Tables and views: events, partitions, build_requests, request_partitions, job_runs, partition_status, job_run_durations, build_request_summary, events_per_hour." }
+        p.muted { "Read-only; one statement; stopped after 10 s; 1,000 rows at most. Tables and views: events, partitions, build_requests, request_partitions, job_runs, partition_status, job_run_durations, build_request_summary, events_per_hour, planned_runs." }
         form method="get" action="/sql" {
             textarea name="q" rows="4" { (query) }
             button type="submit" { "Run" }

@@ -17,7 +17,6 @@ pub mod client;
 mod dashboard;
 
 pub use dashboard::enc as encode_segment;
-pub use dashboard::seconds as human_seconds;
 pub mod error;
 pub mod guard;
 mod metrics;

@@ -119,7 +119,8 @@ pub fn build(engine: &Engine, id: &str) -> ApiResult<BuildDetail> {
 pub fn progress(engine: &Engine, id: &str) -> ApiResult<BuildProgress> {
     engine.progress(id)?.ok_or_else(|| {
         AppError::not_found(format!(
-            "no build request `{id}` with a plan (it may still be planning)"
+            "no build request `{id}` with a plan (it may still be planning, or have been refused \
+             before it had one)"
         ))
     })
 }

@@ -148,7 +148,7 @@ impl PlanText {
 
 /// The estimate in a line: what the build will take, and what that leaves out.
 fn price(e: &PlanCost) -> String {
-    let s = databuild_service::human_seconds;
+    let s = databuild_exec::answers::span;
     let unknown = match e.runs_without_history {
         0 => String::new(),
         n => format!(

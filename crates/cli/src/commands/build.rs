@@ -44,12 +44,15 @@ pub fn run(
         signal_hook::flag::register(signal, interrupt.clone())?;
     }
     let started = Instant::now();
-    let reporter = Reporter::new(!json && std::io::stderr().is_terminal());
+    let terminal = !json && std::io::stderr().is_terminal();
     let (summary, whereabouts) = match backend {
-        Backend::Local(local) => {
+        Backend::Local(local) => std::thread::scope(|scope| -> anyhow::Result<_> {
             let engine = &local.engine;
-            let mut reporter =
-                reporter.with_progress(Box::new(|id| engine.progress(id).ok().flatten()));
+            let mut reporter = Reporter::new(terminal);
+            if terminal {
+                reporter =
+                    reporter.with_progress(polled(scope, |id| engine.progress(id).ok().flatten()));
+            }
             let options = BuildOptions {
                 refs,
                 force: flags.force,
@@ -72,20 +75,23 @@ pub fn run(
                 engine.store.location(),
                 engine.graph_dir.join(".databuild/logs").display()
             );
-            (summary, whereabouts)
-        }
-        Backend::Remote(client) => {
-            let mut reporter = reporter.with_progress(Box::new(|id| {
-                databuild_service::client::Api::progress(client, id).ok()
-            }));
+            Ok((summary, whereabouts))
+        })?,
+        Backend::Remote(client) => std::thread::scope(|scope| -> anyhow::Result<_> {
+            let mut reporter = Reporter::new(terminal);
+            if terminal {
+                reporter = reporter.with_progress(polled(scope, |id| {
+                    databuild_service::client::Api::progress(client, id).ok()
+                }));
+            }
             let summary = remote_build(client, &refs, &flags, &mut reporter, &interrupt)?;
             reporter.done();
             let events = databuild_exec::answers::route::fill(
                 databuild_exec::answers::route::BUILD_EVENTS,
                 &summary.build_request_id,
             );
-            (summary, format!("events at {}{events}", client.base()))
-        }
+            Ok((summary, format!("events at {}{events}", client.base())))
+        })?,
     };
     if json {
         print_json(&summary)?;
@@ -294,11 +300,43 @@ impl EventReplay {
     }
 }
 
-/// Reads a build's progress (its ETA) by id.
+/// A build's latest progress (its ETA) by id, as last read.
 type ProgressOf<'a> = Box<dyn Fn(&str) -> Option<BuildProgress> + 'a>;
 
 /// How often the bar's ETA is read again from the log.
 const ETA_EVERY: Duration = Duration::from_secs(2);
+
+/// Reads a build's progress with `read` on a thread of its own every [`ETA_EVERY`], so that
+/// counting a large build's runs never holds up its loop; the answer gives the last reading.
+/// The thread ends once the answer is dropped.
+fn polled<'s>(
+    scope: &'s std::thread::Scope<'s, '_>,
+    read: impl Fn(&str) -> Option<BuildProgress> + Send + 's,
+) -> ProgressOf<'s> {
+    type Reading = (Option<String>, Option<BuildProgress>);
+    let reading: Arc<std::sync::Mutex<Reading>> = Arc::default();
+    let shared = Arc::downgrade(&reading);
+    scope.spawn(move || {
+        let mut last: Option<Instant> = None;
+        while let Some(reading) = shared.upgrade() {
+            let id = reading.lock().expect("not poisoned").0.clone();
+            if let Some(id) = id.filter(|_| last.is_none_or(|at| at.elapsed() > ETA_EVERY)) {
+                let progress = read(&id);
+                reading.lock().expect("not poisoned").1 = progress;
+                last = Some(Instant::now());
+            }
+            drop(reading);
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    });
+    Box::new(move |id| {
+        let mut r = reading.lock().expect("not poisoned");
+        if r.0.as_deref() != Some(id) {
+            r.0 = Some(id.to_string());
+        }
+        r.1.clone()
+    })
+}
 
 /// A progress bar on a terminal; otherwise one line per finished run, on stderr.
 pub(super) struct Reporter<'a> {
@@ -308,7 +346,6 @@ pub(super) struct Reporter<'a> {
     /// The build's ETA, from its jobs' durations and graph (not the bar's straight line).
     progress_of: Option<ProgressOf<'a>>,
     build_id: Option<String>,
-    eta: Option<(Instant, String)>,
 }
 
 impl<'a> Reporter<'a> {
@@ -331,7 +368,6 @@ impl<'a> Reporter<'a> {
             failed: 0,
             progress_of: None,
             build_id: None,
-            eta: None,
         }
     }
 
@@ -341,32 +377,19 @@ impl<'a> Reporter<'a> {
         self
     }
 
-    /// The ETA, read again when older than [`ETA_EVERY`].
-    fn eta(&mut self) -> Option<&str> {
-        let (read, id) = (self.progress_of.as_ref()?, self.build_id.as_deref()?);
-        if self
-            .eta
-            .as_ref()
-            .is_none_or(|(at, _)| at.elapsed() > ETA_EVERY)
-        {
-            let text = read(id)
-                .and_then(|p| {
-                    let eta = p.eta_s?;
-                    let unknown = if p.runs_without_history > 0 {
-                        "≥ "
-                    } else {
-                        ""
-                    };
-                    Some(format!(
-                        "  ETA {unknown}{} ({} runs/s)",
-                        crate::output::span(eta),
-                        p.rate_per_s.unwrap_or(0.0)
-                    ))
-                })
-                .unwrap_or_default();
-            self.eta = Some((Instant::now(), text));
-        }
-        self.eta.as_ref().map(|(_, text)| text.as_str())
+    /// The ETA, as last read.
+    fn eta(&self) -> Option<String> {
+        let p = (self.progress_of.as_ref()?)(self.build_id.as_deref()?)?;
+        let unknown = if p.runs_without_history > 0 {
+            "≥ "
+        } else {
+            ""
+        };
+        Some(format!(
+            "  ETA {unknown}{} ({} runs/s)",
+            crate::output::span(p.eta_s?),
+            p.rate_per_s.unwrap_or(0.0)
+        ))
     }
 
     fn line(&self, text: String) {
@@ -388,7 +411,7 @@ impl<'a> Reporter<'a> {
         if self.bar.is_none() {
             return;
         }
-        let eta = self.eta().unwrap_or_default().to_string();
+        let eta = self.eta().unwrap_or_default();
         if let Some(bar) = &self.bar {
             bar.set_message(format!(
                 "{} running, {} failed{eta}",

@@ -154,12 +154,13 @@ pub fn builds(
 /// A build's progress: a line in all, with its ETA, and a row per job.
 fn progress_text(p: &databuild_exec::answers::BuildProgress) -> String {
     let mut text = format!(
-        "progress: {} of {} runs done, {} running, {} failed, {} cancelled{}{}\n",
+        "progress: {} of {} runs done, {} running, {} failed, {} cancelled, {} not claimed{}{}\n",
         p.done,
         p.planned,
         p.running,
         p.failed,
         p.cancelled,
+        p.unclaimed,
         p.rate_per_s
             .map(|r| format!(", {r} runs/s"))
             .unwrap_or_default(),

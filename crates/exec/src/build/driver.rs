@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use databuild_core::{PartitionRef, Plan, PlanRequest, Producer};
+use databuild_core::{PartitionRef, Plan, PlanRequest, PlannedRun, Producer};
 use databuild_log::{Event, EventStore, LogError, Status};
 use rustc_hash::{FxHashMap, FxHashSet};
 
@@ -146,6 +146,8 @@ struct Driver<'s, 'e> {
     holders: FxHashMap<String, String>,
     /// The refs the request asked for.
     requested: FxHashSet<&'e str>,
+    /// The first plan is recorded (`record::planned`); plans added later are recorded here.
+    plan_recorded: bool,
     /// Whether any dataset comes from an upstream service (whose versions take a network call).
     has_upstream: bool,
     /// Versions of upstream inputs read off the loop, by node, for its next claim.
@@ -208,6 +210,7 @@ impl<'s, 'e> Driver<'s, 'e> {
             made: FxHashMap::default(),
             holders: FxHashMap::default(),
             requested: options.refs.iter().map(|r| r.as_str()).collect(),
+            plan_recorded: false,
             has_upstream: engine.graph.datasets.iter().any(|d| d.upstream.is_some()),
             read_versions: FxHashMap::default(),
             last_refusal: None,
@@ -455,6 +458,18 @@ impl<'s, 'e> Driver<'s, 'e> {
         waits: std::ops::Range<usize>,
     ) -> Result<()> {
         let mut events = Vec::with_capacity(2 * waits.len());
+        if self.plan_recorded {
+            // Runs added to a running build join its plan's record.
+            let added: Vec<&PlannedRun> =
+                nodes.clone().map(|n| &self.machine.node(n).run).collect();
+            events.extend(super::record::plan_parts(
+                &self.engine.graph,
+                &self.id,
+                Status::Executing,
+                &added,
+            ));
+        }
+        self.plan_recorded = true;
         let record = self.record();
         for w in waits.clone() {
             let wait = self.machine.wait(w);
@@ -771,12 +786,20 @@ impl<'s, 'e> Driver<'s, 'e> {
     /// The run gave its claim up for the build that claimed first: recorded, with the new
     /// delegations, which are then followed.
     fn wait_instead(&mut self, node: usize, waits: std::ops::Range<usize>) -> Result<()> {
-        let record = self.record();
-        let mut events = Vec::new();
-        // A run whose first claim was refused was never recorded: there is nothing to end.
-        if self.runs[node].recorded {
-            events.push(record.lost_claim(&self.machine.node(node).run, &self.runs[node].id));
+        // A run whose first claim was refused was never recorded: it is, as given up.
+        let recorded = self.runs[node].recorded;
+        if self.runs[node].id.is_empty() {
+            self.runs[node].id = databuild_log::event::new_id();
         }
+        self.runs[node].recorded = true;
+        let record = self.record();
+        let run = &self.machine.node(node).run;
+        let mut lost = record.lost_claim(run, &self.runs[node].id);
+        if !recorded {
+            lost.data.outputs = run.outputs.iter().map(|o| o.to_string()).collect();
+            lost.data.not_started = true;
+        }
+        let mut events = vec![lost];
         for w in waits.clone() {
             let wait = self.machine.wait(w);
             record.delegated(&wait.partition_ref, &wait.delegated_to, &mut events);

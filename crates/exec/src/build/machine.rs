@@ -315,11 +315,13 @@ impl Machine {
             self.wait_for(d.partition_ref.as_str(), &d.build_request_id);
         }
         let mut local: Vec<usize> = Vec::with_capacity(plan.runs.len());
+        // A plan's runs have distinct outputs: only a later plan can repeat a node's.
+        let first = first_node == 0;
         for run in plan.runs {
             if let Some(&existing) = run
                 .outputs
                 .iter()
-                .find_map(|o| self.by_output.get(o.as_str()))
+                .find_map(|o| (!first).then(|| self.by_output.get(o.as_str())).flatten())
             {
                 local.push(existing);
                 continue;
@@ -343,7 +345,9 @@ impl Machine {
                 waiting_on += 1;
             }
         }
-        for input in &run.inputs {
+        // (No lookups while the build waits on no other build: the common case, and a
+        // backfill's millions of inputs.)
+        for input in run.inputs.iter().filter(|_| !self.waiting_for.is_empty()) {
             if let Some(&w) = self.waiting_for.get(input.as_str()) {
                 if !self.waits[w].done {
                     self.waits[w].dependents.push(index);

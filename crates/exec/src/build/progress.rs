@@ -2,7 +2,7 @@
 //! counts by job and its runs' counts by job and status), the same for every reader.
 
 use databuild_core::estimate::{eta, JobLeft};
-use databuild_log::{EventFilter, Kind, Status};
+use databuild_log::{Event, EventFilter, Kind, Status};
 use rustc_hash::FxHashMap;
 
 pub use crate::answers::{BuildProgress, JobProgress};
@@ -13,61 +13,72 @@ fn seconds(ms: f64) -> f64 {
     (ms / 10.0).round() / 100.0
 }
 
+fn job<'j>(jobs: &'j mut FxHashMap<String, JobProgress>, name: &str) -> &'j mut JobProgress {
+    jobs.entry(name.to_string()).or_insert_with(|| JobProgress {
+        job: name.to_string(),
+        planned: 0,
+        done: 0,
+        running: 0,
+        failed: 0,
+        cancelled: 0,
+        left: 0,
+        unclaimed: 0,
+        p50_s: None,
+    })
+}
+
 impl Engine {
-    /// The progress of build `id`; `None` if there is no such build or it has not been
-    /// planned yet. A few grouped reads, whatever the build's size.
+    /// The progress of build `id`; `None` if there is no such build or it has no plan (still
+    /// planning, or refused before it had one). A few grouped reads, whatever the build's size.
     pub fn progress(&self, id: &str) -> Result<Option<BuildProgress>> {
         let Some(build) = self.store.build_request(id)? else {
             return Ok(None);
         };
-        let first = |status| -> Result<Option<databuild_log::Event>> {
-            Ok(self
-                .store
-                .events(&EventFilter {
-                    build_request_id: Some(id.to_string()),
-                    kind: Some(Kind::BuildRequest),
-                    status: Some(status),
-                    limit: Some(1),
-                    ..Default::default()
-                })?
-                .pop())
+        let of_status = |status, limit| -> Result<Vec<Event>> {
+            Ok(self.store.events(&EventFilter {
+                build_request_id: Some(id.to_string()),
+                kind: Some(Kind::BuildRequest),
+                status: Some(status),
+                limit,
+                ..Default::default()
+            })?)
         };
-        let Some(planned) = first(Status::AnalysisCompleted)? else {
+        let Some(planned) = of_status(Status::AnalysisCompleted, Some(1))?.pop() else {
             return Ok(None);
         };
+        // `executing` events: the first says when the build began running; later ones hold
+        // the runs it added to its plan.
+        let executing = of_status(Status::Executing, None)?;
         let mut jobs: FxHashMap<String, JobProgress> = FxHashMap::default();
-        fn job<'j>(
-            jobs: &'j mut FxHashMap<String, JobProgress>,
-            name: &str,
-        ) -> &'j mut JobProgress {
-            jobs.entry(name.to_string()).or_insert_with(|| JobProgress {
-                job: name.to_string(),
-                planned: 0,
-                done: 0,
-                running: 0,
-                failed: 0,
-                cancelled: 0,
-                left: 0,
-                p50_s: None,
-            })
-        }
         for (name, n) in &planned.data.planned_by_job {
-            job(&mut jobs, name).planned = *n;
+            job(&mut jobs, name).planned += n;
         }
-        // Logs from before plans were counted by job: the runs are the plan.
-        let counted = !planned.data.planned_by_job.is_empty();
-        for c in self.store.build_run_counts(id)? {
+        for (name, _) in executing.iter().flat_map(|e| &e.data.plan) {
+            job(&mut jobs, name).planned += 1;
+        }
+        let counts = self.store.build_run_counts(id)?;
+        let mut completed = 0;
+        for c in &counts.by_status {
             let j = job(&mut jobs, &c.job);
             match c.status {
                 Status::Completed | Status::Skipped => j.done += c.n,
-                Status::Scheduled | Status::Running => j.running += c.n,
+                Status::Running => j.running += c.n,
                 Status::Failed => j.failed += c.n,
                 Status::Cancelled => j.cancelled += c.n,
                 _ => {}
             }
-            if !counted && c.status != Status::Failed {
-                j.planned += c.n;
+            if c.status == Status::Completed {
+                completed += c.n;
             }
+        }
+        // Logs from before plans were counted by job: every planned run has a run.
+        let counted = !planned.data.planned_by_job.is_empty();
+        for (name, claimed) in &counts.claimed {
+            let j = job(&mut jobs, name);
+            if !counted {
+                j.planned = *claimed;
+            }
+            j.unclaimed = j.planned.saturating_sub(*claimed);
         }
         let stats = self.store.job_stats(None)?;
         let p50 = |name: &str| stats.iter().find(|s| s.job == name).and_then(|s| s.p50_ms);
@@ -75,6 +86,9 @@ impl Engine {
         jobs.sort_by(|a, b| a.job.cmp(&b.job));
         for j in &mut jobs {
             j.left = j.planned.saturating_sub(j.done);
+            if !counts.claimed.iter().any(|(name, _)| *name == j.job) {
+                j.unclaimed = j.planned;
+            }
             j.p50_s = p50(&j.job).map(seconds);
         }
         let parallel = planned.data.parallel.unwrap_or(1).max(1) as usize;
@@ -89,25 +103,25 @@ impl Engine {
             .collect();
         let eta = eta(&self.graph.job_inputs(), &left, parallel);
         let sum = |f: fn(&JobProgress) -> u64| jobs.iter().map(f).sum::<u64>();
-        let done = sum(|j| j.done);
         let ended = databuild_log::state::is_terminal(Kind::BuildRequest, build.status);
-        let executing = first(Status::Executing)?.map(|e| e.timestamp);
         let until = if ended {
             build.updated_at
         } else {
             databuild_log::event::now_ns()
         };
         let rate_per_s = executing
-            .map(|from| (until - from).max(1) as f64 / 1e9)
-            .filter(|_| done > 0)
-            .map(|secs| (done as f64 / secs * 100.0).round() / 100.0);
+            .first()
+            .map(|e| (until - e.timestamp).max(1) as f64 / 1e9)
+            .filter(|_| completed > 0)
+            .map(|secs| (completed as f64 / secs * 100.0).round() / 100.0);
         Ok(Some(BuildProgress {
             planned: sum(|j| j.planned),
-            done,
+            done: sum(|j| j.done),
             running: sum(|j| j.running),
             failed: sum(|j| j.failed),
             cancelled: sum(|j| j.cancelled),
             left: sum(|j| j.left),
+            unclaimed: sum(|j| j.unclaimed),
             rate_per_s,
             eta_s: (!ended).then(|| seconds(eta.ms)),
             work_left_s: seconds(eta.work_ms),

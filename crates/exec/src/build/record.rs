@@ -30,17 +30,8 @@ const PLAN_PART: usize = 1_000;
 /// wait for its claim (`Record::scheduled`), and a requested ref's for what happens to it (its
 /// request is in `received`): recording costs a few dozen bytes per run, not events.
 pub(super) fn planned(graph: &Graph, id: &str, options: &BuildOptions, plan: &Plan) -> Vec<Event> {
-    let mut events = Vec::with_capacity(plan.runs.len() / PLAN_PART + 2);
-    for part in plan.runs.chunks(PLAN_PART) {
-        let entries = part
-            .iter()
-            .map(|run| {
-                let outputs = run.outputs.iter().map(|o| o.to_string()).collect();
-                (graph.jobs[run.job_index].name.clone(), outputs)
-            })
-            .collect();
-        events.push(Event::build_request(id, Status::Planning).with_data(|d| d.plan = entries));
-    }
+    let runs: Vec<&PlannedRun> = plan.runs.iter().collect();
+    let mut events = plan_parts(graph, id, Status::Planning, &runs);
     // The build's runs by job: those to run, and the `skipped` ones of requested refs found
     // live (`Engine::skipped`), so that a build's progress counts both.
     let mut by_job: BTreeMap<String, u64> = BTreeMap::new();
@@ -70,6 +61,28 @@ pub(super) fn planned(graph: &Graph, id: &str, options: &BuildOptions, plan: &Pl
 fn analysis_completed(id: &str, planned_runs: usize) -> Event {
     Event::build_request(id, Status::AnalysisCompleted)
         .with_data(|d| d.planned_runs = Some(planned_runs as u64))
+}
+
+/// Runs planned, in parts of [`PLAN_PART`]: `planning` events for the build's plan, `executing`
+/// ones for runs a running build adds (inputs a run reported missing, a takeover).
+pub(super) fn plan_parts(
+    graph: &Graph,
+    id: &str,
+    status: Status,
+    runs: &[&PlannedRun],
+) -> Vec<Event> {
+    runs.chunks(PLAN_PART)
+        .map(|part| {
+            let entries = part
+                .iter()
+                .map(|run| {
+                    let outputs = run.outputs.iter().map(|o| o.to_string()).collect();
+                    (graph.jobs[run.job_index].name.clone(), outputs)
+                })
+                .collect();
+            Event::build_request(id, status).with_data(|d| d.plan = entries)
+        })
+        .collect()
 }
 
 /// A plan that needs an external partition that is not there fails every requested ref.

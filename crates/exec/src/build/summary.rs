@@ -93,11 +93,16 @@ impl Engine {
         // Planned runs that were never claimed have no run of their own: only the plan's
         // record names them (`record::planned`).
         let mut never_claimed = Vec::new();
-        for part in self.store.events(&databuild_log::EventFilter {
-            build_request_id: Some(id.to_string()),
-            kind: Some(databuild_log::Kind::BuildRequest),
-            ..Default::default()
-        })? {
+        let mut parts = Vec::new();
+        for status in [Status::Planning, Status::Executing] {
+            parts.extend(self.store.events(&databuild_log::EventFilter {
+                build_request_id: Some(id.to_string()),
+                kind: Some(databuild_log::Kind::BuildRequest),
+                status: Some(status),
+                ..Default::default()
+            })?);
+        }
+        for part in parts {
             for (_, outputs) in part.data.plan {
                 let claimed = outputs
                     .first()

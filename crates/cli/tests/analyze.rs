@@ -349,3 +349,47 @@ command = ["sh", "-c", "sleep 0.2; mkdir -p data/b; touch data/b/$DATABUILD_FIEL
         "estimated {wall} s, took {took} s ({e})"
     );
 }
+
+/// A missing external input is named with why it is missing, and with every partition that
+/// cannot be built until it is there (the runs reading it and everything downstream).
+#[test]
+fn analyze_names_what_cannot_be_built_until_a_missing_input_arrives() {
+    let p = Project::new(
+        r#"
+[graph]
+name = "blocked"
+[[dataset]]
+name = "raw"
+pattern = "raw/{n:int}"
+[[job]]
+name = "a"
+outputs = ["a/{n:int}"]
+inputs = ["raw/{n}"]
+command = ["true"]
+[[job]]
+name = "b"
+outputs = ["b/{n:int}"]
+inputs = ["a/{n}"]
+command = ["true"]
+"#,
+    );
+    p.partition("raw/1");
+    let out = p.run(&["--json", "analyze", "b/{1..2}"]);
+    out.expect_code(2);
+    let v = out.json();
+    assert_eq!(v["missing"], serde_json::json!(["raw/2"]), "{v}");
+    let reason = v["missing_details"][0]["reason"].as_str().unwrap();
+    assert!(
+        reason.starts_with("nothing at ") && reason.ends_with("raw/2"),
+        "{v}"
+    );
+    assert_eq!(v["cannot_build_count"], 2, "{v}");
+    assert_eq!(v["cannot_build"], serde_json::json!(["a/2", "b/2"]), "{v}");
+    let text = p.run(&["analyze", "b/{1..2}"]);
+    assert!(
+        text.stdout
+            .contains("2 partitions cannot be built until that input is there: a/2, b/2"),
+        "{}",
+        text.stdout
+    );
+}

@@ -727,6 +727,34 @@ version = {version}
         why.starts_with("not rebuildable: input `source/ev/date=2026-01-01` expired"),
         "{why}"
     );
+    // `analyze` says so before anything runs: which partitions are kept, and why.
+    let analysis = cli(
+        &p,
+        &day(4),
+        &["--json", "analyze", "count/date={2026-01-01..2026-01-03}"],
+    )
+    .json();
+    assert_eq!(analysis["not_rebuildable_count"], 2, "{analysis}");
+    let kept = &analysis["not_rebuildable"];
+    assert_eq!(kept[0]["ref"], "count/date=2026-01-01", "{analysis}");
+    assert!(
+        kept[0]["reason"]
+            .as_str()
+            .unwrap()
+            .starts_with("not rebuildable: input `source/ev/date=2026-01-01` expired"),
+        "{analysis}"
+    );
+    let text = cli(
+        &p,
+        &day(4),
+        &["analyze", "count/date={2026-01-01..2026-01-03}"],
+    );
+    assert!(
+        text.stdout
+            .contains("2 partitions stale but kept as they are"),
+        "{}",
+        text.stdout
+    );
     let built = cli(
         &p,
         &day(4),

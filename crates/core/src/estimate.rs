@@ -248,9 +248,7 @@ mod tests {
                     reasons: Vec::new(),
                 })
                 .collect(),
-            skipped: Vec::new(),
-            delegated: Vec::new(),
-            missing: Vec::new(),
+            ..Default::default()
         }
     }
 

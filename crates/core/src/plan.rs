@@ -385,12 +385,35 @@ pub struct Plan {
     pub delegated: Vec<Delegation>,
     /// External refs that are not available: the plan cannot complete until they are.
     pub missing: Vec<MissingExternal>,
+    /// Of `skipped`, the stale partitions that cannot be rebuilt (an input they were built from
+    /// has expired, and their job has no `migrate`): kept as they are, with why.
+    pub not_rebuildable: Vec<(PartitionRef, String)>,
 }
 
 impl Plan {
     /// Can the plan run to completion as it stands?
     pub fn is_complete(&self) -> bool {
         self.missing.is_empty()
+    }
+
+    /// The runs that cannot run until the missing external partitions are there: those that
+    /// read one, and every run downstream of them (indexes into `runs`, in plan order).
+    pub fn blocked_runs(&self) -> Vec<usize> {
+        if self.missing.is_empty() {
+            return Vec::new();
+        }
+        let missing: std::collections::HashSet<&str> = self
+            .missing
+            .iter()
+            .map(|m| m.partition_ref.as_str())
+            .collect();
+        let mut blocked = vec![false; self.runs.len()];
+        // Runs come after the runs they depend on: one pass in order sees every cause first.
+        for (i, run) in self.runs.iter().enumerate() {
+            blocked[i] = run.inputs.iter().any(|r| missing.contains(r.as_str()))
+                || run.depends_on.iter().any(|&d| blocked[d]);
+        }
+        (0..self.runs.len()).filter(|&i| blocked[i]).collect()
     }
 }
 
@@ -824,6 +847,9 @@ impl Planner<'_> {
                 BuildReason::CarryForward(reason)
             }
             KnownState::Live | KnownState::Stale { .. } | KnownState::Kept { .. } => {
+                if let KnownState::Kept { reason } = known {
+                    self.plan.not_rebuildable.push((r.clone(), reason));
+                }
                 self.plan.skipped.push(r.clone());
                 self.nodes[id as usize] = Node::Settled;
                 return None;

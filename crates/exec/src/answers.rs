@@ -782,7 +782,23 @@ pub struct Analysis {
     pub missing: Vec<String>,
     pub delegations: Vec<Delegation>,
     pub missing_details: Vec<MissingExternal>,
+    /// The partitions the plan cannot build until its missing inputs are there: how many, and
+    /// the first 100.
+    pub cannot_build_count: usize,
+    pub cannot_build: Vec<String>,
+    /// Stale partitions kept as they are because they cannot be rebuilt (an input expired):
+    /// how many, and the first 100 with why.
+    pub not_rebuildable_count: usize,
+    pub not_rebuildable: Vec<NotRebuildable>,
     pub estimate: PlanCost,
+}
+
+/// A stale partition that cannot be rebuilt, kept as it is.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct NotRebuildable {
+    #[serde(rename = "ref")]
+    pub partition_ref: String,
+    pub reason: String,
 }
 
 /// What a plan will cost, from its jobs' recorded run durations (the median and the 95th
@@ -920,6 +936,10 @@ pub struct MissingExternal {
     pub dataset: String,
     /// The run that needs it, if it is not itself requested.
     pub needed_by: Option<String>,
+    /// Why it is not there (a source partition expired: its raw data is gone, still open,
+    /// never received; nothing at its path): what the runs needing it wait on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
 
 /// The body of every error answer.
@@ -1051,9 +1071,11 @@ mod tests {
             skipped: vec![r("s/1")],
             delegated: vec![],
             missing: vec![],
+            not_rebuildable: vec![(r("s/1"), "not rebuildable: input `x` expired".into())],
         };
         let cost = databuild_core::estimate::estimate(&plan, &[], 2).into();
-        let view = serde_json::to_value(crate::views::AnalyzeView::new("b", &plan, cost)).unwrap();
+        let view =
+            serde_json::to_value(crate::views::AnalyzeView::new("b", &plan, cost, vec![])).unwrap();
         let owned: Analysis = serde_json::from_value(view.clone()).unwrap();
         assert_eq!(serde_json::to_value(owned).unwrap(), view);
     }

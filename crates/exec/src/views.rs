@@ -1,6 +1,6 @@
 //! JSON views shared by the CLI's `--json` output and the HTTP API, so both give the same answer.
 
-use databuild_core::plan::{Delegation, KnownState, MissingExternal};
+use databuild_core::plan::{Delegation, KnownState};
 use databuild_core::{Plan, PlannedRun};
 use databuild_log::{PartitionQuery, PartitionRow, Status};
 use serde::{Deserialize, Serialize};
@@ -16,17 +16,45 @@ pub struct AnalyzeView<'p> {
     pub delegated: Vec<&'p str>,
     pub missing: Vec<&'p str>,
     pub delegations: &'p [Delegation],
-    pub missing_details: &'p [MissingExternal],
+    pub missing_details: Vec<crate::answers::MissingExternal>,
+    /// The partitions the plan cannot build until its missing inputs are there (the outputs of
+    /// the runs that read one, and of every run downstream): how many, and the first 100.
+    pub cannot_build_count: usize,
+    pub cannot_build: Vec<&'p str>,
+    /// Stale partitions the plan keeps as they are because they cannot be rebuilt (an input
+    /// expired), with why: how many, and the first 100.
+    pub not_rebuildable_count: usize,
+    pub not_rebuildable: Vec<crate::answers::NotRebuildable>,
     pub estimate: crate::answers::PlanCost,
 }
 
 impl<'p> AnalyzeView<'p> {
+    /// `reasons`: why each of the plan's missing external partitions is missing
+    /// ([`Engine::missing_reasons`]).
     pub fn new(
         build_request_id: &'p str,
         plan: &'p Plan,
         estimate: crate::answers::PlanCost,
+        reasons: Vec<Option<String>>,
     ) -> Self {
+        let blocked: Vec<&str> = plan
+            .blocked_runs()
+            .into_iter()
+            .flat_map(|i| plan.runs[i].outputs.iter().map(|o| o.as_str()))
+            .collect();
         AnalyzeView {
+            cannot_build_count: blocked.len(),
+            cannot_build: blocked.into_iter().take(100).collect(),
+            not_rebuildable_count: plan.not_rebuildable.len(),
+            not_rebuildable: plan
+                .not_rebuildable
+                .iter()
+                .take(100)
+                .map(|(r, reason)| crate::answers::NotRebuildable {
+                    partition_ref: r.to_string(),
+                    reason: reason.clone(),
+                })
+                .collect(),
             build_request_id,
             job_runs: &plan.runs,
             skipped: plan.skipped.iter().map(|r| r.as_str()).collect(),
@@ -41,7 +69,17 @@ impl<'p> AnalyzeView<'p> {
                 .map(|m| m.partition_ref.as_str())
                 .collect(),
             delegations: &plan.delegated,
-            missing_details: &plan.missing,
+            missing_details: plan
+                .missing
+                .iter()
+                .zip(reasons.into_iter().chain(std::iter::repeat(None)))
+                .map(|(m, reason)| crate::answers::MissingExternal {
+                    partition_ref: m.partition_ref.to_string(),
+                    dataset: m.dataset.clone(),
+                    needed_by: m.needed_by.clone(),
+                    reason,
+                })
+                .collect(),
             estimate,
         }
     }

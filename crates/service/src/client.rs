@@ -145,8 +145,14 @@ impl InProcess {
             ..Default::default()
         })?;
         let estimate = self.engine.estimate(&analysis.plan, parallel)?;
+        let reasons = self.engine.missing_reasons(&analysis.plan);
         let out = f(
-            &AnalyzeView::new(&analysis.build_request_id, &analysis.plan, estimate),
+            &AnalyzeView::new(
+                &analysis.build_request_id,
+                &analysis.plan,
+                estimate,
+                reasons,
+            ),
             &analysis.plan,
         );
         // The process ends soon after: freeing a plan of millions of runs one allocation at a

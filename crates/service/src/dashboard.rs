@@ -884,7 +884,15 @@ async fn analyze_page(State(state): Shared, Query(q): Query<RefsQuery>) -> Respo
                 @if cost.runs_without_history > 0 { " · " (cost.runs_without_history) " runs (" (cost.jobs_without_history.join(", ")) ") have no recorded duration and count as 0 s" }
             }
         }
-        @if !plan.missing.is_empty() { p.error { "Cannot complete: " @for m in &plan.missing { code { (m.partition_ref) } " (dataset " (m.dataset) ") " } } }
+        @if !plan.missing.is_empty() {
+            @let blocked = plan.blocked_runs();
+            p.error { "Cannot complete: " @for m in &plan.missing { code { (m.partition_ref) } " (dataset " (m.dataset) ") " }
+                " · " (blocked.len()) " runs cannot run until " @if plan.missing.len() == 1 { "it is" } @else { "they are" } " there" }
+        }
+        @if !plan.not_rebuildable.is_empty() {
+            p.muted #not-rebuildable { (plan.not_rebuildable.len()) " stale partitions are kept as they are, not rebuildable: "
+                @for (r, why) in plan.not_rebuildable.iter().take(20) { (partition_link(r.as_str())) " (" (why) ") " } }
+        }
         @if !nodes.is_empty() { div.scroll { (PreEscaped(svg::graph(&nodes))) } }
         @if plan.runs.len() > 300 { p.muted { "The drawing shows the first 300 runs." } }
         table { tr { th { "#" } th { "Job" } th { "Outputs" } th { "Inputs" } }

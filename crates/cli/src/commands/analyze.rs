@@ -2,7 +2,8 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use databuild_core::Plan;
-use databuild_exec::answers::{Analysis, PlanCost};
+use databuild_exec::answers::{Analysis, MissingExternal, NotRebuildable, PlanCost};
+use databuild_exec::views::AnalyzeView;
 
 use crate::backend::Backend;
 use crate::context::{engine_error, parse_refs};
@@ -16,15 +17,22 @@ struct PlanText {
     runs: Vec<(String, Vec<String>, Vec<String>)>,
     skipped: usize,
     delegated: Vec<(String, String)>,
-    /// `(ref, dataset, needed by)`.
-    missing: Vec<(String, String, Option<String>)>,
+    missing: Vec<MissingExternal>,
+    /// How many partitions cannot be built until the missing inputs are there, and the first.
+    cannot_build: (usize, Vec<String>),
+    not_rebuildable: (usize, Vec<NotRebuildable>),
     estimate: PlanCost,
 }
 
 impl PlanText {
-    fn from_plan(plan: &Plan, estimate: PlanCost, limit: usize) -> PlanText {
+    fn from_plan(plan: &Plan, view: &AnalyzeView<'_>, limit: usize) -> PlanText {
         PlanText {
-            estimate,
+            estimate: view.estimate.clone(),
+            cannot_build: (
+                view.cannot_build_count,
+                view.cannot_build.iter().map(|r| r.to_string()).collect(),
+            ),
+            not_rebuildable: (view.not_rebuildable_count, view.not_rebuildable.clone()),
             total_runs: plan.runs.len(),
             runs: plan
                 .runs
@@ -44,17 +52,7 @@ impl PlanText {
                 .iter()
                 .map(|d| (d.partition_ref.to_string(), d.build_request_id.clone()))
                 .collect(),
-            missing: plan
-                .missing
-                .iter()
-                .map(|m| {
-                    (
-                        m.partition_ref.to_string(),
-                        m.dataset.clone(),
-                        m.needed_by.clone(),
-                    )
-                })
-                .collect(),
+            missing: view.missing_details.clone(),
         }
     }
 
@@ -74,11 +72,9 @@ impl PlanText {
                 .into_iter()
                 .map(|d| (d.partition_ref, d.build_request_id))
                 .collect(),
-            missing: v
-                .missing_details
-                .into_iter()
-                .map(|m| (m.partition_ref, m.dataset, m.needed_by))
-                .collect(),
+            missing: v.missing_details,
+            cannot_build: (v.cannot_build_count, v.cannot_build),
+            not_rebuildable: (v.not_rebuildable_count, v.not_rebuildable),
         }
     }
 
@@ -117,8 +113,47 @@ impl PlanText {
         for (r, by) in self.delegated.iter().take(limit) {
             writeln!(out, "  delegated  {r}  (being built by {by})")?;
         }
-        for (r, dataset, _) in self.missing.iter().take(limit) {
-            writeln!(out, "  missing    {r}  (external dataset `{dataset}`)")?;
+        for m in self.missing.iter().take(limit) {
+            let (r, dataset) = (&m.partition_ref, &m.dataset);
+            let why = m
+                .reason
+                .as_ref()
+                .map(|r| format!(": {r}"))
+                .unwrap_or_default();
+            let needed = m
+                .needed_by
+                .as_ref()
+                .map(|n| format!(", needed by {n}"))
+                .unwrap_or_default();
+            writeln!(
+                out,
+                "  missing    {r}  (external dataset `{dataset}`{needed}){why}"
+            )?;
+        }
+        let (kept, first_kept) = &self.not_rebuildable;
+        if *kept > 0 {
+            writeln!(
+                out,
+                "{} stale but kept as they are (they cannot be rebuilt):",
+                count(*kept, "partition")
+            )?;
+            for k in first_kept.iter().take(limit) {
+                writeln!(out, "  kept       {}  ({})", k.partition_ref, k.reason)?;
+            }
+        }
+        let (n, first) = &self.cannot_build;
+        if *n > 0 {
+            writeln!(
+                out,
+                "{} cannot be built until {} there: {}",
+                count(*n, "partition"),
+                if self.missing.len() == 1 {
+                    "that input is"
+                } else {
+                    "those inputs are"
+                },
+                short_list(first, 5)
+            )?;
         }
         if self.total_runs > 0 {
             writeln!(out, "{}", price(&self.estimate))?;
@@ -128,8 +163,10 @@ impl PlanText {
 
     /// Not plannable to completion: an external input is missing (exit 2).
     fn missing_error(&self) -> Option<anyhow::Error> {
-        let (r, dataset, needed_by) = self.missing.first()?;
-        let who = needed_by
+        let m = self.missing.first()?;
+        let (r, dataset) = (&m.partition_ref, &m.dataset);
+        let who = m
+            .needed_by
             .as_ref()
             .map(|n| format!(", needed by {n}"))
             .unwrap_or_default();
@@ -187,7 +224,7 @@ pub fn run(
                 if json {
                     print_json(view)?;
                 }
-                Ok(PlanText::from_plan(plan, view.estimate.clone(), limit))
+                Ok(PlanText::from_plan(plan, view, limit))
             })
             .map_err(engine_error)??,
         Backend::Remote(client) => {

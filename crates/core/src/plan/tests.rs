@@ -199,6 +199,20 @@ fn missing_externals_are_listed_with_who_needs_them() {
         p.missing[0].needed_by.as_deref(),
         Some("job `a` for `a/2020-01-01`")
     );
+    // `a` reads it, and `b` reads `a`: neither can run until it is there.
+    let blocked: Vec<&str> = p
+        .blocked_runs()
+        .into_iter()
+        .map(|i| p.runs[i].outputs[0].as_str())
+        .collect();
+    assert_eq!(blocked.len(), p.runs.len(), "{blocked:?}");
+    assert!(blocked.contains(&"b/2020-01-01"), "{blocked:?}");
+    let mut all_there = Facts {
+        all_present: true,
+        ..Default::default()
+    };
+    let complete = plan_with(&g, &["b/2020-01-01"], &NothingBuilt, &mut all_there).unwrap();
+    assert!(complete.blocked_runs().is_empty());
 }
 
 #[test]

@@ -40,7 +40,7 @@ fn plan(runs: Vec<PlannedRun>, delegated: &[(&str, &str)]) -> Plan {
                 build_request_id: b.to_string(),
             })
             .collect(),
-        missing: Vec::new(),
+        ..Default::default()
     }
 }
 

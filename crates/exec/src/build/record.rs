@@ -108,10 +108,7 @@ impl Engine {
     pub(super) fn missing_message(&self, m: &MissingExternal) -> String {
         let why = match self.graph.producer_of(m.partition_ref.as_str()) {
             Some((Producer::Dataset(d), _)) if self.graph.datasets[d].source.is_some() => self
-                .status(&[m.partition_ref.to_string()])
-                .ok()
-                .and_then(|mut s| s.pop())
-                .and_then(|s| s.reasons.into_iter().next())
+                .missing_reason(m)
                 .map(|r| format!(": {r}"))
                 .unwrap_or_default(),
             _ => String::new(),
@@ -125,6 +122,48 @@ impl Engine {
                 .map(|n| format!(", needed by {n}"))
                 .unwrap_or_default()
         )
+    }
+
+    /// Why an external partition a plan needs is not there: a source partition's state
+    /// (still open, expired: its raw data is gone, never received), or where its dataset looks.
+    pub fn missing_reason(&self, m: &MissingExternal) -> Option<String> {
+        let Some((Producer::Dataset(d), _)) = self.graph.producer_of(m.partition_ref.as_str())
+        else {
+            return None;
+        };
+        let dataset = &self.graph.datasets[d];
+        if dataset.source.is_some() || dataset.upstream.is_some() {
+            return self
+                .status(&[m.partition_ref.to_string()])
+                .ok()
+                .and_then(|mut s| s.pop())
+                .and_then(|s| s.reasons.into_iter().next());
+        }
+        Some(match &dataset.exists {
+            Some(probe) => format!(
+                "its `exists` probe (`{}`) says it is not there",
+                probe.join(" ")
+            ),
+            None => format!(
+                "nothing at {}",
+                self.data_dir.join(m.partition_ref.as_str()).display()
+            ),
+        })
+    }
+
+    /// Why each of the plan's missing external partitions is not there, for the first
+    /// `MISSING_REASONS` (each is a read of the log or the disk).
+    pub fn missing_reasons(&self, plan: &Plan) -> Vec<Option<String>> {
+        const MISSING_REASONS: usize = 100;
+        plan.missing
+            .iter()
+            .enumerate()
+            .map(|(i, m)| {
+                (i < MISSING_REASONS)
+                    .then(|| self.missing_reason(m))
+                    .flatten()
+            })
+            .collect()
     }
 
     /// The requested refs the plan found live: each is `available`, a job's output with a

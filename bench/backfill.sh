@@ -32,5 +32,10 @@ for i in $(seq "${1:-3}"); do
   # The log itself, once its write-ahead log is checkpointed into it.
   python3 -c "import sqlite3, sys; sqlite3.connect(sys.argv[1]).execute('PRAGMA wal_checkpoint(TRUNCATE)')" "$work/.databuild/events.db"
   db=$(stat -c %s "$work/.databuild/events.db")
+  # Listings after the large request: O(page), whatever its size.
+  list=$( { /usr/bin/time -f "%e" "$bin" --graph "$work/databuild.toml" builds > /dev/null; } 2>&1 )
+  id=$("$bin" --graph "$work/databuild.toml" --json builds | python3 -c "import json, sys; print(json.load(sys.stdin)['builds'][0]['build_request_id'])")
+  progress=$( { /usr/bin/time -f "%e" "$bin" --graph "$work/databuild.toml" --json sql "SELECT status, count(*) FROM planned_runs WHERE build_request_id = '$id' AND job = 'reviews' GROUP BY 1" > /dev/null; } 2>&1 )
+  echo "  builds listing $list s; planned_runs of one job of the build $progress s"
   echo "${PLAN_SIZE:-100k}: analyze $(cat "$work/analyze.time") s, first job after $(echo "$(cat "$work/first") - $start" | bc) s; $runs planned runs; on disk then $(( $(cat "$work/size") / 1000000 )) MB with the WAL, the log $(( db / 1000000 )) MB ($(( db / runs )) bytes per planned run)"
 done

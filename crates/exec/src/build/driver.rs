@@ -82,6 +82,15 @@ struct RunIo {
     recorded: bool,
 }
 
+impl RunIo {
+    /// Gives the run its id, at the first event that names it (a planned run has none before).
+    fn give_id(&mut self) {
+        if self.id.is_empty() {
+            self.id = databuild_log::event::new_id();
+        }
+    }
+}
+
 /// What a planned build runs with.
 pub(super) struct Build<'a> {
     pub engine: &'a Engine,
@@ -699,9 +708,7 @@ impl<'s, 'e> Driver<'s, 'e> {
                 )
             }))
             .collect();
-        if self.runs[node].id.is_empty() {
-            self.runs[node].id = databuild_log::event::new_id();
-        }
+        self.runs[node].give_id();
         let id = &self.runs[node].id;
         let log_path = spec::log_path(self.engine, id).display().to_string();
         let record = Record {
@@ -788,9 +795,7 @@ impl<'s, 'e> Driver<'s, 'e> {
     fn wait_instead(&mut self, node: usize, waits: std::ops::Range<usize>) -> Result<()> {
         // A run whose first claim was refused was never recorded: it is, as given up.
         let recorded = self.runs[node].recorded;
-        if self.runs[node].id.is_empty() {
-            self.runs[node].id = databuild_log::event::new_id();
-        }
+        self.runs[node].give_id();
         self.runs[node].recorded = true;
         let record = self.record();
         let run = &self.machine.node(node).run;
@@ -830,9 +835,7 @@ impl<'s, 'e> Driver<'s, 'e> {
                 Status::Available,
             ));
         }
-        if self.runs[node].id.is_empty() {
-            self.runs[node].id = databuild_log::event::new_id();
-        }
+        self.runs[node].give_id();
         let mut skipped = self.record().adopted(run, &self.runs[node].id, relies_on);
         if !self.runs[node].recorded {
             skipped.data.outputs = run.outputs.iter().map(|o| o.to_string()).collect();

@@ -880,6 +880,19 @@ pub fn span(s: f64) -> String {
     }
 }
 
+impl BuildProgress {
+    /// The ETA as people say it, `≥` when runs with no history leave it a lower bound; `None`
+    /// once the build has ended.
+    pub fn eta_text(&self) -> Option<String> {
+        let at_least = if self.runs_without_history > 0 {
+            "≥ "
+        } else {
+            ""
+        };
+        Some(format!("{at_least}{}", span(self.eta_s?)))
+    }
+}
+
 /// One job's part of a [`BuildProgress`].
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct JobProgress {

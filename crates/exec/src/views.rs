@@ -29,6 +29,23 @@ pub struct AnalyzeView<'p> {
 }
 
 impl<'p> AnalyzeView<'p> {
+    /// The view of `analysis`, priced at `parallel` and with why each missing input is missing
+    /// (one read of the jobs' metrics, and one of each of the first missing inputs).
+    pub fn priced(
+        engine: &Engine,
+        analysis: &'p crate::engine::Analysis,
+        parallel: usize,
+    ) -> Result<Self> {
+        let estimate = engine.estimate(&analysis.plan, parallel)?;
+        let reasons = engine.missing_reasons(&analysis.plan);
+        Ok(Self::new(
+            &analysis.build_request_id,
+            &analysis.plan,
+            estimate,
+            reasons,
+        ))
+    }
+
     /// `reasons`: why each of the plan's missing external partitions is missing
     /// ([`Engine::missing_reasons`]).
     pub fn new(
@@ -37,14 +54,15 @@ impl<'p> AnalyzeView<'p> {
         estimate: crate::answers::PlanCost,
         reasons: Vec<Option<String>>,
     ) -> Self {
-        let blocked: Vec<&str> = plan
-            .blocked_runs()
-            .into_iter()
-            .flat_map(|i| plan.runs[i].outputs.iter().map(|o| o.as_str()))
-            .collect();
+        let blocked = plan.blocked_runs();
+        let blocked_outputs = || {
+            blocked
+                .iter()
+                .flat_map(|&i| plan.runs[i].outputs.iter().map(|o| o.as_str()))
+        };
         AnalyzeView {
-            cannot_build_count: blocked.len(),
-            cannot_build: blocked.into_iter().take(100).collect(),
+            cannot_build_count: blocked_outputs().count(),
+            cannot_build: blocked_outputs().take(100).collect(),
             not_rebuildable_count: plan.not_rebuildable.len(),
             not_rebuildable: plan
                 .not_rebuildable

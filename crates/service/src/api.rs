@@ -275,15 +275,8 @@ pub(crate) async fn analyze(
         let parallel = body
             .parallel
             .unwrap_or_else(databuild_exec::build::default_parallelism);
-        let estimate = engine.estimate(&analysis.plan, parallel)?;
         // The borrowed view serializes the plan without copying it; `Analysis` is its owned twin.
-        let reasons = engine.missing_reasons(&analysis.plan);
-        let view = AnalyzeView::new(
-            &analysis.build_request_id,
-            &analysis.plan,
-            estimate,
-            reasons,
-        );
+        let view = AnalyzeView::priced(engine, &analysis, parallel)?;
         Ok(serde_json::to_vec(&view).expect("plans serialize"))
     })
     .await?;

@@ -144,15 +144,8 @@ impl InProcess {
             refs,
             ..Default::default()
         })?;
-        let estimate = self.engine.estimate(&analysis.plan, parallel)?;
-        let reasons = self.engine.missing_reasons(&analysis.plan);
         let out = f(
-            &AnalyzeView::new(
-                &analysis.build_request_id,
-                &analysis.plan,
-                estimate,
-                reasons,
-            ),
+            &AnalyzeView::priced(&self.engine, &analysis, parallel)?,
             &analysis.plan,
         );
         // The process ends soon after: freeing a plan of millions of runs one allocation at a

@@ -9,7 +9,7 @@ use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use axum::{Extension, Router};
 use databuild_core::{PartitionRef, PlanRequest};
-use databuild_exec::answers::{self, BuildDetail, JobRun};
+use databuild_exec::answers::{self, span, BuildDetail, JobRun};
 use databuild_exec::engine::rfc3339;
 use databuild_exec::views::ListedStatus;
 use databuild_exec::Engine;
@@ -267,14 +267,13 @@ fn runs_graph(runs: &[JobRun]) -> String {
 
 /// A build's progress: done of planned per job, as bars, and the ETA with what it rests on.
 fn progress_section(p: &answers::BuildProgress) -> Markup {
-    let span = answers::span;
     html! {
         h2 { "Progress" }
         p #progress {
             (p.done) " of " (p.planned) " runs done · " (p.running) " running · " (p.failed) " failed · " (p.cancelled) " cancelled · " (p.unclaimed) " not claimed"
             @if let Some(rate) = p.rate_per_s { " · " (rate) " runs/s" }
-            @if let Some(eta) = p.eta_s {
-                " · " strong { "ETA " @if p.runs_without_history > 0 { "≥ " } (span(eta)) }
+            @if p.eta_s.is_some() {
+                " · " strong { "ETA " (p.eta_text().unwrap_or_default()) }
                 span.muted { " at --parallel " (p.parallel) ": the longer of the job time left over the slots (" (span(p.work_left_s))
                     " in all) and the longest chain of jobs left (" (span(p.critical_path_left_s)) ")"
                     @if p.runs_without_history > 0 { "; " (p.runs_without_history) " runs of jobs with no history count as 0 s" } }
@@ -832,9 +831,6 @@ fn refs_from_text(
     views::parse_refs(engine, &words, max_refs)
 }
 
-/// Seconds as people read them: `850 ms`, `12.3 s`, `4 min 10 s`, `2 h 5 min` (the CLI too).
-use answers::span as seconds;
-
 async fn analyze_page(State(state): Shared, Query(q): Query<RefsQuery>) -> Response {
     let text = q.refs.clone().unwrap_or_default();
     let form = html! {
@@ -880,7 +876,7 @@ async fn analyze_page(State(state): Shared, Query(q): Query<RefsQuery>) -> Respo
         p { (plan.runs.len()) " job runs · " (plan.skipped.len()) " skipped (live) · " (plan.delegated.len()) " delegated · " (plan.missing.len()) " missing" }
         @if !plan.runs.is_empty() {
             p.estimate {
-                "Estimated " strong { (seconds(cost.wall_p50_s)) } " at " (cost.parallel) " runs at once (p95 " (seconds(cost.wall_p95_s)) "), critical path " (seconds(cost.critical_path_p50_s)) ", job time " (seconds(cost.work_p50_s))
+                "Estimated " strong { (span(cost.wall_p50_s)) } " at " (cost.parallel) " runs at once (p95 " (span(cost.wall_p95_s)) "), critical path " (span(cost.critical_path_p50_s)) ", job time " (span(cost.work_p50_s))
                 @if cost.runs_without_history > 0 { " · " (cost.runs_without_history) " runs (" (cost.jobs_without_history.join(", ")) ") have no recorded duration and count as 0 s" }
             }
         }

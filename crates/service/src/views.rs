@@ -110,8 +110,8 @@ pub fn build(engine: &Engine, id: &str) -> ApiResult<BuildDetail> {
         &build,
         engine.store.request_partitions(id)?,
         job_runs,
-        engine.summary(id)?,
-        engine.progress(id)?,
+        Some(engine.summary_of(&build)?),
+        engine.progress_of(&build)?,
     ))
 }
 

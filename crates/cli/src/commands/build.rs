@@ -45,54 +45,50 @@ pub fn run(
     }
     let started = Instant::now();
     let terminal = !json && std::io::stderr().is_terminal();
-    let (summary, whereabouts) = match backend {
-        Backend::Local(local) => std::thread::scope(|scope| -> anyhow::Result<_> {
-            let engine = &local.engine;
-            let mut reporter = Reporter::new(terminal);
-            if terminal {
-                reporter =
-                    reporter.with_progress(polled(scope, |id| engine.progress(id).ok().flatten()));
+    // The bar's ETA is read from the log (or the service) on a thread of this scope.
+    let (summary, whereabouts) = std::thread::scope(|scope| -> anyhow::Result<_> {
+        let mut reporter = Reporter::new(terminal);
+        if terminal {
+            reporter = reporter.with_progress(polled(scope, |id| backend.progress(id).ok()));
+        }
+        let built = match backend {
+            Backend::Local(local) => {
+                let engine = &local.engine;
+                let options = BuildOptions {
+                    refs,
+                    force: flags.force,
+                    parallel: flags
+                        .parallel
+                        .unwrap_or_else(databuild_exec::build::default_parallelism),
+                    keep_going: flags.keep_going,
+                    allow_stale: flags.allow_stale,
+                    pins: Default::default(),
+                    max_runs: flags.max_runs,
+                };
+                let executor = engine.executor();
+                let summary = engine
+                    .build(&options, executor.as_ref(), &mut reporter, &interrupt)
+                    .map_err(engine_error)?;
+                let whereabouts = format!(
+                    "data in {}, events in {}, run logs in {}",
+                    engine.data_dir.display(),
+                    engine.store.location(),
+                    engine.graph_dir.join(".databuild/logs").display()
+                );
+                (summary, whereabouts)
             }
-            let options = BuildOptions {
-                refs,
-                force: flags.force,
-                parallel: flags
-                    .parallel
-                    .unwrap_or_else(databuild_exec::build::default_parallelism),
-                keep_going: flags.keep_going,
-                allow_stale: flags.allow_stale,
-                pins: Default::default(),
-                max_runs: flags.max_runs,
-            };
-            let executor = engine.executor();
-            let summary = engine
-                .build(&options, executor.as_ref(), &mut reporter, &interrupt)
-                .map_err(engine_error)?;
-            reporter.done();
-            let whereabouts = format!(
-                "data in {}, events in {}, run logs in {}",
-                engine.data_dir.display(),
-                engine.store.location(),
-                engine.graph_dir.join(".databuild/logs").display()
-            );
-            Ok((summary, whereabouts))
-        })?,
-        Backend::Remote(client) => std::thread::scope(|scope| -> anyhow::Result<_> {
-            let mut reporter = Reporter::new(terminal);
-            if terminal {
-                reporter = reporter.with_progress(polled(scope, |id| {
-                    databuild_service::client::Api::progress(client, id).ok()
-                }));
+            Backend::Remote(client) => {
+                let summary = remote_build(client, &refs, &flags, &mut reporter, &interrupt)?;
+                let events = databuild_exec::answers::route::fill(
+                    databuild_exec::answers::route::BUILD_EVENTS,
+                    &summary.build_request_id,
+                );
+                (summary, format!("events at {}{events}", client.base()))
             }
-            let summary = remote_build(client, &refs, &flags, &mut reporter, &interrupt)?;
-            reporter.done();
-            let events = databuild_exec::answers::route::fill(
-                databuild_exec::answers::route::BUILD_EVENTS,
-                &summary.build_request_id,
-            );
-            Ok((summary, format!("events at {}{events}", client.base())))
-        })?,
-    };
+        };
+        reporter.done();
+        Ok(built)
+    })?;
     if json {
         print_json(&summary)?;
     } else {
@@ -380,14 +376,9 @@ impl<'a> Reporter<'a> {
     /// The ETA, as last read.
     fn eta(&self) -> Option<String> {
         let p = (self.progress_of.as_ref()?)(self.build_id.as_deref()?)?;
-        let unknown = if p.runs_without_history > 0 {
-            "≥ "
-        } else {
-            ""
-        };
         Some(format!(
-            "  ETA {unknown}{} ({} runs/s)",
-            crate::output::span(p.eta_s?),
+            "  ETA {} ({} runs/s)",
+            p.eta_text()?,
             p.rate_per_s.unwrap_or(0.0)
         ))
     }
@@ -407,12 +398,9 @@ impl<'a> Reporter<'a> {
         }
     }
 
-    fn refresh(&mut self) {
-        if self.bar.is_none() {
-            return;
-        }
-        let eta = self.eta().unwrap_or_default();
+    fn refresh(&self) {
         if let Some(bar) = &self.bar {
+            let eta = self.eta().unwrap_or_default();
             bar.set_message(format!(
                 "{} running, {} failed{eta}",
                 self.running, self.failed

@@ -164,15 +164,14 @@ fn progress_text(p: &databuild_exec::answers::BuildProgress) -> String {
         p.rate_per_s
             .map(|r| format!(", {r} runs/s"))
             .unwrap_or_default(),
-        p.eta_s
+        p.eta_text()
             .map(|eta| {
                 let unknown = match p.runs_without_history {
                     0 => String::new(),
                     n => format!(", {n} runs with no history counted as 0 s"),
                 };
                 format!(
-                    "; ETA {} at --parallel {} (job time left {}, longest chain {}{unknown})",
-                    crate::output::span(eta),
+                    "; ETA {eta} at --parallel {} (job time left {}, longest chain {}{unknown})",
                     p.parallel,
                     crate::output::span(p.work_left_s),
                     crate::output::span(p.critical_path_left_s),

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use databuild_core::{PartitionRef, Plan, PlanRequest, PlannedRun, Producer};
+use databuild_core::{PartitionRef, Plan, PlanRequest, Producer};
 use databuild_log::{Event, EventStore, LogError, Status};
 use rustc_hash::{FxHashMap, FxHashSet};
 
@@ -67,6 +67,9 @@ enum Message {
     },
 }
 
+/// How many nodes past a first claim have their outputs' holders read with it.
+const HOLDERS_AHEAD: usize = 4096;
+
 /// What the driver keeps of one node: the I/O side of a run.
 struct RunIo {
     /// The current attempt's run id (given at its first claim).
@@ -96,6 +99,8 @@ pub(super) struct Build<'a> {
     pub engine: &'a Engine,
     pub id: &'a str,
     pub options: &'a BuildOptions,
+    /// The request's refs, as a set.
+    pub requested: &'a FxHashSet<&'a str>,
     pub executor: &'a dyn Executor,
     /// When the build started (ns since the epoch).
     pub started_ns: i64,
@@ -150,11 +155,13 @@ struct Driver<'s, 'e> {
     publishing: Vec<usize>,
     /// Data versions of the partitions this build made, for the runs that read them.
     made: FxHashMap<String, String>,
-    /// The run holding each output as the plan saw it (read for a batch of first claims in one
-    /// query): a first claim compares against it instead of reading the partition again.
+    /// The run holding each output as the plan saw it (read ahead of first claims, a window of
+    /// nodes per query): a first claim compares against it instead of reading the partition.
     holders: FxHashMap<String, String>,
     /// The refs the request asked for.
-    requested: FxHashSet<&'e str>,
+    requested: &'e FxHashSet<&'e str>,
+    /// By node: its outputs' holders have been read into `holders`.
+    holders_read: Vec<bool>,
     /// The first plan is recorded (`record::planned`); plans added later are recorded here.
     plan_recorded: bool,
     /// Whether any dataset comes from an upstream service (whose versions take a network call).
@@ -179,6 +186,7 @@ impl<'s, 'e> Driver<'s, 'e> {
             engine,
             id,
             options,
+            requested,
             executor,
             started_ns,
         } = build;
@@ -218,7 +226,8 @@ impl<'s, 'e> Driver<'s, 'e> {
             publishing: Vec::new(),
             made: FxHashMap::default(),
             holders: FxHashMap::default(),
-            requested: options.refs.iter().map(|r| r.as_str()).collect(),
+            requested,
+            holders_read: Vec::new(),
             plan_recorded: false,
             has_upstream: engine.graph.datasets.iter().any(|d| d.upstream.is_some()),
             read_versions: FxHashMap::default(),
@@ -239,7 +248,7 @@ impl<'s, 'e> Driver<'s, 'e> {
 
     /// Records the plan (skipped, delegated, scheduled) and moves the build to `executing`.
     fn start(&mut self, plan: Plan, observer: &mut dyn Observer) -> Result<()> {
-        let (skipped, events) = self.engine.skipped(&self.id, self.options, &plan)?;
+        let (skipped, events) = self.engine.skipped(&self.id, self.requested, &plan)?;
         self.skipped = skipped;
         self.append(events)?;
         observer.on(Progress::Planned {
@@ -469,13 +478,11 @@ impl<'s, 'e> Driver<'s, 'e> {
         let mut events = Vec::with_capacity(2 * waits.len());
         if self.plan_recorded {
             // Runs added to a running build join its plan's record.
-            let added: Vec<&PlannedRun> =
-                nodes.clone().map(|n| &self.machine.node(n).run).collect();
             events.extend(super::record::plan_parts(
                 &self.engine.graph,
                 &self.id,
                 Status::Executing,
-                &added,
+                nodes.clone().map(|n| &self.machine.node(n).run),
             ));
         }
         self.plan_recorded = true;
@@ -485,6 +492,7 @@ impl<'s, 'e> Driver<'s, 'e> {
             record.delegated(&wait.partition_ref, &wait.delegated_to, &mut events);
         }
         self.runs.reserve(nodes.len());
+        self.holders_read.resize(nodes.end, false);
         for _ in nodes {
             self.runs.push(RunIo {
                 id: String::new(),
@@ -502,13 +510,29 @@ impl<'s, 'e> Driver<'s, 'e> {
         Ok(())
     }
 
-    /// Reads who holds the outputs of runs about to be claimed for the first time, in one query
-    /// per 10,000.
+    /// Reads who holds the outputs of runs about to be claimed for the first time, and of the
+    /// [`HOLDERS_AHEAD`] nodes after each (runs are claimed roughly in plan order): one query per
+    /// window, not one per claim.
     fn read_holders(&mut self, nodes: &[usize]) -> Result<()> {
+        let mut window = Vec::new();
+        for &n in nodes {
+            if self.holders_read[n] {
+                continue;
+            }
+            let end = (n + HOLDERS_AHEAD).min(self.holders_read.len());
+            for m in n..end {
+                if !self.holders_read[m] && !self.runs[m].recorded {
+                    self.holders_read[m] = true;
+                    window.push(m);
+                }
+            }
+        }
+        if window.is_empty() {
+            return Ok(());
+        }
         let store = self.store();
-        let outputs: Vec<&str> = nodes
+        let outputs: Vec<&str> = window
             .iter()
-            .filter(|&&n| !self.runs[n].recorded)
             .flat_map(|&n| self.machine.node(n).run.outputs.iter().map(|o| o.as_str()))
             .collect();
         for keys in outputs.chunks(10_000) {
@@ -794,17 +818,12 @@ impl<'s, 'e> Driver<'s, 'e> {
     /// delegations, which are then followed.
     fn wait_instead(&mut self, node: usize, waits: std::ops::Range<usize>) -> Result<()> {
         // A run whose first claim was refused was never recorded: it is, as given up.
-        let recorded = self.runs[node].recorded;
+        let first = !self.runs[node].recorded;
         self.runs[node].give_id();
         self.runs[node].recorded = true;
         let record = self.record();
         let run = &self.machine.node(node).run;
-        let mut lost = record.lost_claim(run, &self.runs[node].id);
-        if !recorded {
-            lost.data.outputs = run.outputs.iter().map(|o| o.to_string()).collect();
-            lost.data.not_started = true;
-        }
-        let mut events = vec![lost];
+        let mut events = vec![record.lost_claim(run, &self.runs[node].id, first)];
         for w in waits.clone() {
             let wait = self.machine.wait(w);
             record.delegated(&wait.partition_ref, &wait.delegated_to, &mut events);
@@ -836,10 +855,10 @@ impl<'s, 'e> Driver<'s, 'e> {
             ));
         }
         self.runs[node].give_id();
-        let mut skipped = self.record().adopted(run, &self.runs[node].id, relies_on);
-        if !self.runs[node].recorded {
-            skipped.data.outputs = run.outputs.iter().map(|o| o.to_string()).collect();
-        }
+        let first = !self.runs[node].recorded;
+        let skipped = self
+            .record()
+            .adopted(run, &self.runs[node].id, relies_on, first);
         events.insert(0, skipped);
         self.append(events)?;
         self.runs[node].recorded = true;

@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use databuild_core::{PartitionRef, PlanRequest, Producer};
 use databuild_log::{BuildQuery, Event, LogError, RunQuery, Status};
+use rustc_hash::FxHashSet;
 
 use crate::engine::{Engine, EngineError, Result};
 use crate::local::{Executor, RunOutcome};
@@ -224,12 +225,21 @@ impl Engine {
                 message,
             ));
         }
-        self.store
-            .append(record::planned(&self.graph, id, options, &plan))?;
+        // The request's refs, as a set: what the plan found live of them, and what of a run's
+        // outputs the request asked for.
+        let requested_set: FxHashSet<&str> = options.refs.iter().map(|r| r.as_str()).collect();
+        self.store.append(record::planned(
+            &self.graph,
+            id,
+            &requested_set,
+            options.parallel,
+            &plan,
+        ))?;
         let build = driver::Build {
             engine: self,
             id,
             options,
+            requested: &requested_set,
             executor,
             started_ns,
         };

@@ -2,7 +2,7 @@
 //! counts by job and its runs' counts by job and status), the same for every reader.
 
 use databuild_core::estimate::{eta, JobLeft};
-use databuild_log::{Event, EventFilter, Kind, Status};
+use databuild_log::{BuildRequestRow, Kind, Status};
 use rustc_hash::FxHashMap;
 
 pub use crate::answers::{BuildProgress, JobProgress};
@@ -31,24 +31,24 @@ impl Engine {
     /// The progress of build `id`; `None` if there is no such build or it has no plan (still
     /// planning, or refused before it had one). A few grouped reads, whatever the build's size.
     pub fn progress(&self, id: &str) -> Result<Option<BuildProgress>> {
-        let Some(build) = self.store.build_request(id)? else {
-            return Ok(None);
-        };
-        let of_status = |status, limit| -> Result<Vec<Event>> {
-            Ok(self.store.events(&EventFilter {
-                build_request_id: Some(id.to_string()),
-                kind: Some(Kind::BuildRequest),
-                status: Some(status),
-                limit,
-                ..Default::default()
-            })?)
-        };
-        let Some(planned) = of_status(Status::AnalysisCompleted, Some(1))?.pop() else {
+        match self.store.build_request(id)? {
+            Some(build) => self.progress_of(&build),
+            None => Ok(None),
+        }
+    }
+
+    /// [`Engine::progress`] of a build request already read.
+    pub fn progress_of(&self, build: &BuildRequestRow) -> Result<Option<BuildProgress>> {
+        let id = build.build_request_id.as_str();
+        let Some(planned) = self
+            .build_request_events(id, Status::AnalysisCompleted, Some(1))?
+            .pop()
+        else {
             return Ok(None);
         };
         // `executing` events: the first says when the build began running; later ones hold
         // the runs it added to its plan.
-        let executing = of_status(Status::Executing, None)?;
+        let executing = self.build_request_events(id, Status::Executing, None)?;
         let mut jobs: FxHashMap<String, JobProgress> = FxHashMap::default();
         for (name, n) in &planned.data.planned_by_job {
             job(&mut jobs, name).planned += n;

@@ -29,33 +29,41 @@ const PLAN_PART: usize = 1_000;
 /// The request's plan, recorded in parts, each run as its job and outputs. A run's own events
 /// wait for its claim (`Record::scheduled`), and a requested ref's for what happens to it (its
 /// request is in `received`): recording costs a few dozen bytes per run, not events.
-pub(super) fn planned(graph: &Graph, id: &str, options: &BuildOptions, plan: &Plan) -> Vec<Event> {
-    let runs: Vec<&PlannedRun> = plan.runs.iter().collect();
-    let mut events = plan_parts(graph, id, Status::Planning, &runs);
+pub(super) fn planned(
+    graph: &Graph,
+    id: &str,
+    requested: &FxHashSet<&str>,
+    parallel: usize,
+    plan: &Plan,
+) -> Vec<Event> {
+    let mut events = plan_parts(graph, id, Status::Planning, plan.runs.iter());
     // The build's runs by job: those to run, and the `skipped` ones of requested refs found
     // live (`Engine::skipped`), so that a build's progress counts both.
     let mut by_job: BTreeMap<String, u64> = BTreeMap::new();
-    let requested: FxHashSet<&str> = options.refs.iter().map(|r| r.as_str()).collect();
-    let live = plan
-        .skipped
-        .iter()
-        .filter(|r| requested.contains(r.as_str()));
-    let jobs = plan
-        .runs
-        .iter()
-        .map(|run| run.job_index)
-        .chain(live.filter_map(|r| match graph.producer_of(r.as_str()) {
+    let jobs = plan.runs.iter().map(|run| run.job_index).chain(
+        requested_live(plan, requested).filter_map(|r| match graph.producer_of(r.as_str()) {
             Some((Producer::Job { job, .. }, _)) => Some(job),
             _ => None,
-        }));
+        }),
+    );
     for job in jobs {
         *by_job.entry(graph.jobs[job].name.clone()).or_default() += 1;
     }
     let mut done = analysis_completed(id, plan.runs.len());
     done.data.planned_by_job = by_job;
-    done.data.parallel = Some(options.parallel as u32);
+    done.data.parallel = Some(parallel as u32);
     events.push(done);
     events
+}
+
+/// The requested refs the plan found live.
+fn requested_live<'p>(
+    plan: &'p Plan,
+    requested: &'p FxHashSet<&str>,
+) -> impl Iterator<Item = &'p PartitionRef> {
+    plan.skipped
+        .iter()
+        .filter(|r| requested.contains(r.as_str()))
 }
 
 fn analysis_completed(id: &str, planned_runs: usize) -> Event {
@@ -65,24 +73,24 @@ fn analysis_completed(id: &str, planned_runs: usize) -> Event {
 
 /// Runs planned, in parts of [`PLAN_PART`]: `planning` events for the build's plan, `executing`
 /// ones for runs a running build adds (inputs a run reported missing, a takeover).
-pub(super) fn plan_parts(
+pub(super) fn plan_parts<'r>(
     graph: &Graph,
     id: &str,
     status: Status,
-    runs: &[&PlannedRun],
+    runs: impl Iterator<Item = &'r PlannedRun>,
 ) -> Vec<Event> {
-    runs.chunks(PLAN_PART)
-        .map(|part| {
-            let entries = part
-                .iter()
-                .map(|run| {
-                    let outputs = run.outputs.iter().map(|o| o.to_string()).collect();
-                    (graph.jobs[run.job_index].name.clone(), outputs)
-                })
-                .collect();
-            Event::build_request(id, status).with_data(|d| d.plan = entries)
-        })
-        .collect()
+    let mut parts = Vec::new();
+    let mut entries = Vec::with_capacity(PLAN_PART);
+    let mut runs = runs.peekable();
+    while let Some(run) = runs.next() {
+        let outputs = run.outputs.iter().map(|o| o.to_string()).collect();
+        entries.push((graph.jobs[run.job_index].name.clone(), outputs));
+        if entries.len() == PLAN_PART || runs.peek().is_none() {
+            let part = std::mem::replace(&mut entries, Vec::with_capacity(PLAN_PART));
+            parts.push(Event::build_request(id, status).with_data(|d| d.plan = part));
+        }
+    }
+    parts
 }
 
 /// A plan that needs an external partition that is not there fails every requested ref.
@@ -171,17 +179,12 @@ impl Engine {
     pub(super) fn skipped(
         &self,
         id: &str,
-        options: &BuildOptions,
+        requested: &FxHashSet<&str>,
         plan: &Plan,
     ) -> Result<(Vec<String>, Vec<Event>)> {
-        let requested: FxHashSet<&str> = options.refs.iter().map(|r| r.as_str()).collect();
         let mut skipped = Vec::new();
         let mut events = Vec::new();
-        for r in plan
-            .skipped
-            .iter()
-            .filter(|r| requested.contains(r.as_str()))
-        {
+        for r in requested_live(plan, requested) {
             skipped.push(r.to_string());
             if let Some((Producer::Job { job, .. }, _)) = self.graph.producer_of(r.as_str()) {
                 let relies_on = self.store.partition(r.as_str())?.and_then(|p| p.job_run_id);
@@ -198,6 +201,11 @@ impl Engine {
         }
         Ok((skipped, events))
     }
+}
+
+/// A run's outputs, as its events name them.
+fn outputs(run: &PlannedRun) -> Vec<String> {
+    run.outputs.iter().map(|o| o.to_string()).collect()
 }
 
 /// How a run ended, as its `job_run` event records it.
@@ -236,7 +244,7 @@ impl Record<'_> {
         let job = &self.graph.jobs[run.job_index];
         events.push(
             Event::job_run(self.build, id, &job.name, Status::Scheduled).with_data(|d| {
-                d.outputs = run.outputs.iter().map(|o| o.to_string()).collect();
+                d.outputs = outputs(run);
                 d.inputs = run.inputs.iter().map(|o| o.to_string()).collect();
                 d.args = run.args().to_vec();
                 // Env values often carry secrets: only those the graph marks safe are recorded.
@@ -385,16 +393,37 @@ impl Record<'_> {
     }
 
     /// The run gave up its claim before it started, to wait for the build that claimed first.
-    pub fn lost_claim(&self, run: &PlannedRun, id: &str) -> Event {
-        Event::job_run(self.build, id, self.job(run), Status::Cancelled).with_message(
-            "another build started building its outputs first; waiting for it instead",
-        )
+    /// `first`: nothing of the run is recorded yet (its first claim was the one refused), so
+    /// this event names its outputs.
+    pub fn lost_claim(&self, run: &PlannedRun, id: &str, first: bool) -> Event {
+        Event::job_run(self.build, id, self.job(run), Status::Cancelled)
+            .with_message(
+                "another build started building its outputs first; waiting for it instead",
+            )
+            .with_data(|d| {
+                if first {
+                    d.outputs = outputs(run);
+                    d.not_started = true;
+                }
+            })
     }
 
-    /// Another build made the run's outputs meanwhile: this build relies on that run.
-    pub fn adopted(&self, run: &PlannedRun, id: &str, relies_on: Option<String>) -> Event {
+    /// Another build made the run's outputs meanwhile: this build relies on that run. `first`:
+    /// as for [`Record::lost_claim`].
+    pub fn adopted(
+        &self,
+        run: &PlannedRun,
+        id: &str,
+        relies_on: Option<String>,
+        first: bool,
+    ) -> Event {
         Event::job_run(self.build, id, self.job(run), Status::Skipped)
             .with_message("another build made its outputs meanwhile")
-            .with_data(|d| d.relies_on = relies_on)
+            .with_data(|d| {
+                d.relies_on = relies_on;
+                if first {
+                    d.outputs = outputs(run);
+                }
+            })
     }
 }

@@ -37,9 +37,15 @@ impl Engine {
     /// What a build request did, read back from the log: the same answer for the process that ran
     /// it, for the service, and for anyone asking later.
     pub fn summary(&self, id: &str) -> Result<Option<BuildSummary>> {
-        let Some(build) = self.store.build_request(id)? else {
-            return Ok(None);
-        };
+        match self.store.build_request(id)? {
+            Some(build) => self.summary_of(&build).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// [`Engine::summary`] of a build request already read.
+    pub fn summary_of(&self, build: &databuild_log::BuildRequestRow) -> Result<BuildSummary> {
+        let id = build.build_request_id.as_str();
         let mut runs = self.store.job_runs(&RunQuery {
             build_request_id: Some(id.to_string()),
             limit: 10_000_000,
@@ -93,15 +99,8 @@ impl Engine {
         // Planned runs that were never claimed have no run of their own: only the plan's
         // record names them (`record::planned`).
         let mut never_claimed = Vec::new();
-        let mut parts = Vec::new();
-        for status in [Status::Planning, Status::Executing] {
-            parts.extend(self.store.events(&databuild_log::EventFilter {
-                build_request_id: Some(id.to_string()),
-                kind: Some(databuild_log::Kind::BuildRequest),
-                status: Some(status),
-                ..Default::default()
-            })?);
-        }
+        let mut parts = self.build_request_events(id, Status::Planning, None)?;
+        parts.extend(self.build_request_events(id, Status::Executing, None)?);
         for part in parts {
             for (_, outputs) in part.data.plan {
                 let claimed = outputs
@@ -126,7 +125,7 @@ impl Engine {
                     .flatten(),
             })
             .collect();
-        Ok(Some(BuildSummary {
+        Ok(BuildSummary {
             build_request_id: id.to_string(),
             status: build.status,
             failures,
@@ -144,8 +143,24 @@ impl Engine {
                 .cloned()
                 .collect(),
             delegated,
-            message: build.message,
-        }))
+            message: build.message.clone(),
+        })
+    }
+
+    /// A build request's own events of one status (its plan's parts among them), in log order.
+    pub(super) fn build_request_events(
+        &self,
+        id: &str,
+        status: Status,
+        limit: Option<usize>,
+    ) -> Result<Vec<databuild_log::Event>> {
+        Ok(self.store.events(&databuild_log::EventFilter {
+            build_request_id: Some(id.to_string()),
+            kind: Some(databuild_log::Kind::BuildRequest),
+            status: Some(status),
+            limit,
+            ..Default::default()
+        })?)
     }
 }
 

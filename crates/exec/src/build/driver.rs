@@ -107,15 +107,17 @@ pub(super) struct Build<'a> {
 }
 
 /// Runs a planned build to its end, and reads its summary back.
+/// `recorded` waits for the plan's record (`record::planned`), written meanwhile.
 pub(super) fn run(
     build: Build<'_>,
     plan: Plan,
+    recorded: impl FnOnce() -> std::result::Result<(), LogError>,
     observer: &mut dyn Observer,
     interrupt: &AtomicBool,
 ) -> Result<BuildSummary> {
     thread::scope(|scope| {
         let mut driver = Driver::new(build, scope);
-        driver.start(plan, observer)?;
+        driver.start(plan, recorded, observer)?;
         driver.run(observer, interrupt)
     })
 }
@@ -246,18 +248,27 @@ impl<'s, 'e> Driver<'s, 'e> {
         }
     }
 
-    /// Records the plan (skipped, delegated, scheduled) and moves the build to `executing`.
-    fn start(&mut self, plan: Plan, observer: &mut dyn Observer) -> Result<()> {
-        let (skipped, events) = self.engine.skipped(&self.id, self.requested, &plan)?;
-        self.skipped = skipped;
-        self.append(events)?;
+    /// Takes the plan in, then (once its record is written) records what it skips, delegates
+    /// and schedules, and moves the build to `executing`.
+    fn start(
+        &mut self,
+        mut plan: Plan,
+        recorded: impl FnOnce() -> std::result::Result<(), LogError>,
+        observer: &mut dyn Observer,
+    ) -> Result<()> {
+        let live = std::mem::take(&mut plan.skipped);
         observer.on(Progress::Planned {
             build_request_id: &self.id,
             runs: plan.runs.len(),
-            skipped: self.skipped.len(),
+            skipped: super::record::requested_live(&live, self.requested).count(),
             delegated: plan.delegated.len(),
         });
         self.machine.add_plan(plan, &mut self.effects);
+        // The plan's record comes first in the log.
+        recorded()?;
+        let (skipped, events) = self.engine.skipped(&self.id, self.requested, &live)?;
+        self.skipped = skipped;
+        self.append(events)?;
         self.carry_out(observer)?;
         self.append(vec![Event::build_request(&self.id, Status::Executing)])?;
         self.machine.fill(&mut self.effects);

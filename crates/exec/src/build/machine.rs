@@ -10,9 +10,12 @@
 use std::collections::VecDeque;
 use std::ops::Range;
 
+use std::hash::BuildHasher;
+
 use databuild_core::{Plan, PlannedRun};
 use databuild_log::{AfterFailure, RefusalKind};
-use rustc_hash::FxHashMap;
+use hashbrown::HashTable;
+use rustc_hash::{FxBuildHasher, FxHashMap};
 
 use crate::local::RunOutcome;
 use crate::slots::Ended;
@@ -213,11 +216,56 @@ pub(crate) enum Effect {
     Added,
 }
 
+/// Which node builds each output: a node's number and its output's, hashed by the output's
+/// text. The text stays in the node: a backfill's millions of outputs are neither copied nor
+/// allocated a second time (as keys of a map by text would be).
+#[derive(Default)]
+struct OutputIndex(HashTable<(u32, u32)>);
+
+impl OutputIndex {
+    fn hash(r: &str) -> u64 {
+        FxBuildHasher.hash_one(r)
+    }
+
+    fn output(nodes: &[Node], (node, output): (u32, u32)) -> &str {
+        nodes[node as usize].run.outputs[output as usize].as_str()
+    }
+
+    fn reserve(&mut self, nodes: &[Node], additional: usize) {
+        self.0
+            .reserve(additional, |&e| Self::hash(Self::output(nodes, e)));
+    }
+
+    fn get(&self, nodes: &[Node], r: &str) -> Option<usize> {
+        self.0
+            .find(Self::hash(r), |&e| Self::output(nodes, e) == r)
+            .map(|&(node, _)| node as usize)
+    }
+
+    /// Adds output `output` of node `node`, which no node of the index makes.
+    fn insert_new(&mut self, nodes: &[Node], node: usize, output: usize) {
+        let entry = (node as u32, output as u32);
+        self.0
+            .insert_unique(Self::hash(Self::output(nodes, entry)), entry, |&e| {
+                Self::hash(Self::output(nodes, e))
+            });
+    }
+
+    fn remove(&mut self, nodes: &[Node], r: &str) {
+        if let Ok(entry) = self
+            .0
+            .find_entry(Self::hash(r), |&e| Self::output(nodes, e) == r)
+        {
+            entry.remove();
+        }
+    }
+}
+
 pub(crate) struct Machine {
     policy: Policy,
     nodes: Vec<Node>,
     /// Which node builds each output of this build.
-    by_output: FxHashMap<String, usize>,
+    by_output: OutputIndex,
     waits: Vec<Wait>,
     waiting_for: FxHashMap<String, usize>,
     ready: VecDeque<usize>,
@@ -242,7 +290,7 @@ impl Machine {
         Machine {
             policy,
             nodes: Vec::new(),
-            by_output: FxHashMap::default(),
+            by_output: OutputIndex::default(),
             waits: Vec::new(),
             waiting_for: FxHashMap::default(),
             ready: VecDeque::new(),
@@ -276,7 +324,7 @@ impl Machine {
 
     /// Whether a run of this build makes `r`, or it waits for another build to.
     pub fn deals_with(&self, r: &str) -> bool {
-        self.by_output.contains_key(r) || self.waiting_for.contains_key(r)
+        self.by_output.get(&self.nodes, r).is_some() || self.waiting_for.contains_key(r)
     }
 
     pub fn running(&self) -> usize {
@@ -310,7 +358,7 @@ impl Machine {
         let (first_node, first_wait) = (self.nodes.len(), self.waits.len());
         let outputs: usize = plan.runs.iter().map(|r| r.outputs.len()).sum();
         self.nodes.reserve(plan.runs.len());
-        self.by_output.reserve(outputs);
+        self.by_output.reserve(&self.nodes, outputs);
         for d in &plan.delegated {
             self.wait_for(d.partition_ref.as_str(), &d.build_request_id);
         }
@@ -318,11 +366,13 @@ impl Machine {
         // A plan's runs have distinct outputs: only a later plan can repeat a node's.
         let first = first_node == 0;
         for run in plan.runs {
-            if let Some(&existing) = run
-                .outputs
-                .iter()
-                .find_map(|o| (!first).then(|| self.by_output.get(o.as_str())).flatten())
-            {
+            let existing = match first {
+                true => None,
+                false => {
+                    (run.outputs.iter()).find_map(|o| self.by_output.get(&self.nodes, o.as_str()))
+                }
+            };
+            if let Some(existing) = existing {
                 local.push(existing);
                 continue;
             }
@@ -355,9 +405,7 @@ impl Machine {
                 }
             }
         }
-        for o in &run.outputs {
-            self.by_output.insert(o.to_string(), index);
-        }
+        let outputs = run.outputs.len();
         self.nodes.push(Node {
             run,
             state: State::Waiting,
@@ -367,6 +415,9 @@ impl Machine {
             waiting_on,
             dependents: Vec::new(),
         });
+        for output in 0..outputs {
+            self.by_output.insert_new(&self.nodes, index, output);
+        }
         if waiting_on == 0 {
             self.make_ready(index);
         }
@@ -540,7 +591,7 @@ impl Machine {
         // Its outputs are no longer this build's to make: if their holder dies, the takeover
         // plans them again (a cancelled node left here would swallow that plan).
         for o in &self.nodes[node].run.outputs {
-            self.by_output.remove(o.as_str());
+            self.by_output.remove(&self.nodes, o.as_str());
         }
         let first_new = self.waits.len();
         let mut waits = Vec::with_capacity(holders.len());
@@ -730,7 +781,10 @@ impl Machine {
         self.add_plan(plan, out);
         out.push_back(Effect::Added);
         let dependents = std::mem::take(&mut self.waits[wait].dependents);
-        match self.by_output.get(&self.waits[wait].partition_ref).copied() {
+        match self
+            .by_output
+            .get(&self.nodes, &self.waits[wait].partition_ref)
+        {
             Some(n) if self.nodes[n].state != State::Done => {
                 self.nodes[n].dependents.extend(dependents)
             }
@@ -767,7 +821,7 @@ impl Machine {
         // Wait on whatever of this build makes the missing refs and is not done.
         let mut waiting_on = 0;
         for r in missing {
-            if let Some(&n) = self.by_output.get(r.as_str()) {
+            if let Some(n) = self.by_output.get(&self.nodes, r.as_str()) {
                 if n != node && self.nodes[n].state != State::Done {
                     self.nodes[n].dependents.push(node);
                     waiting_on += 1;

@@ -228,13 +228,7 @@ impl Engine {
         // The request's refs, as a set: what the plan found live of them, and what of a run's
         // outputs the request asked for.
         let requested_set: FxHashSet<&str> = options.refs.iter().map(|r| r.as_str()).collect();
-        self.store.append(record::planned(
-            &self.graph,
-            id,
-            &requested_set,
-            options.parallel,
-            &plan,
-        ))?;
+        let plan_record = record::planned(&self.graph, id, &requested_set, options.parallel, &plan);
         let build = driver::Build {
             engine: self,
             id,
@@ -243,7 +237,17 @@ impl Engine {
             executor,
             started_ns,
         };
-        driver::run(build, plan, observer, interrupt).inspect_err(|e| {
+        std::thread::scope(|scope| {
+            // Written while the scheduler takes the plan in (a backfill's plan is millions of
+            // runs on both sides); the driver waits for it before it writes anything itself.
+            let recording = scope.spawn(|| self.store.append(plan_record).map(drop));
+            let recorded = || {
+                let written = recording.join();
+                written.unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+            };
+            driver::run(build, plan, recorded, observer, interrupt)
+        })
+        .inspect_err(|e| {
             // Nothing of it may stay `building`: its runs and claims end with the reason. (When
             // the log itself failed this may fail too; the first error is the one to report.)
             // A build whose lease was lost was closed by the process that took it over; if

@@ -41,9 +41,11 @@ pub(super) fn planned(
     // live (`Engine::skipped`), so that a build's progress counts both.
     let mut by_job: BTreeMap<String, u64> = BTreeMap::new();
     let jobs = plan.runs.iter().map(|run| run.job_index).chain(
-        requested_live(plan, requested).filter_map(|r| match graph.producer_of(r.as_str()) {
-            Some((Producer::Job { job, .. }, _)) => Some(job),
-            _ => None,
+        requested_live(&plan.skipped, requested).filter_map(|r| {
+            match graph.producer_of(r.as_str()) {
+                Some((Producer::Job { job, .. }, _)) => Some(job),
+                _ => None,
+            }
         }),
     );
     for job in jobs {
@@ -56,14 +58,12 @@ pub(super) fn planned(
     events
 }
 
-/// The requested refs the plan found live.
-fn requested_live<'p>(
-    plan: &'p Plan,
+/// The requested refs the plan found live (of its `skipped`).
+pub(super) fn requested_live<'p>(
+    skipped: &'p [PartitionRef],
     requested: &'p FxHashSet<&str>,
 ) -> impl Iterator<Item = &'p PartitionRef> {
-    plan.skipped
-        .iter()
-        .filter(|r| requested.contains(r.as_str()))
+    skipped.iter().filter(|r| requested.contains(r.as_str()))
 }
 
 fn analysis_completed(id: &str, planned_runs: usize) -> Event {
@@ -180,11 +180,11 @@ impl Engine {
         &self,
         id: &str,
         requested: &FxHashSet<&str>,
-        plan: &Plan,
+        live: &[PartitionRef],
     ) -> Result<(Vec<String>, Vec<Event>)> {
         let mut skipped = Vec::new();
         let mut events = Vec::new();
-        for r in requested_live(plan, requested) {
+        for r in requested_live(live, requested) {
             skipped.push(r.to_string());
             if let Some((Producer::Job { job, .. }, _)) = self.graph.producer_of(r.as_str()) {
                 let relies_on = self.store.partition(r.as_str())?.and_then(|p| p.job_run_id);

@@ -39,7 +39,7 @@ pub(super) fn planned(
     let mut events = plan_parts(graph, id, Status::Planning, plan.runs.iter());
     // The build's runs by job: those to run, and the `skipped` ones of requested refs found
     // live (`Engine::skipped`), so that a build's progress counts both.
-    let mut by_job: BTreeMap<String, u64> = BTreeMap::new();
+    let mut by_job = vec![0u64; graph.jobs.len()];
     let jobs = plan.runs.iter().map(|run| run.job_index).chain(
         requested_live(&plan.skipped, requested).filter_map(|r| {
             match graph.producer_of(r.as_str()) {
@@ -49,10 +49,13 @@ pub(super) fn planned(
         }),
     );
     for job in jobs {
-        *by_job.entry(graph.jobs[job].name.clone()).or_default() += 1;
+        by_job[job] += 1;
     }
     let mut done = analysis_completed(id, plan.runs.len());
-    done.data.planned_by_job = by_job;
+    done.data.planned_by_job = (graph.jobs.iter().zip(by_job))
+        .filter(|(_, n)| *n > 0)
+        .map(|(job, n)| (job.name.clone(), n))
+        .collect();
     done.data.parallel = Some(parallel as u32);
     events.push(done);
     events
@@ -83,7 +86,8 @@ pub(super) fn plan_parts<'r>(
     let mut entries = Vec::with_capacity(PLAN_PART);
     let mut runs = runs.peekable();
     while let Some(run) = runs.next() {
-        let outputs = run.outputs.iter().map(|o| o.to_string()).collect();
+        // (Copied, not formatted: `to_string` goes through `Display`, a backfill's 3M times.)
+        let outputs = run.outputs.iter().map(|o| o.as_str().to_owned()).collect();
         entries.push((graph.jobs[run.job_index].name.clone(), outputs));
         if entries.len() == PLAN_PART || runs.peek().is_none() {
             let part = std::mem::replace(&mut entries, Vec::with_capacity(PLAN_PART));

@@ -51,6 +51,7 @@ pub enum Command {
     /// Make partitions live and fresh: run exactly the jobs needed, skip what is live, wait for
     /// what another build is making. Exits 0 iff every requested ref is live.
     Build {
+        /// Partition refs; braces expand: `reviews/date={2020-01-01..2020-01-31}`, `x/cat={a,b}`.
         #[arg(required = true)]
         refs: Vec<String>,
         /// Rebuild the requested refs even if they are live and fresh.
@@ -70,14 +71,19 @@ pub enum Command {
         max_runs: Option<usize>,
     },
     /// Cancel a build request: its running job runs are stopped and recorded as cancelled.
-    Cancel { id: String },
+    Cancel {
+        /// The build request's id.
+        id: String,
+    },
     /// The state of partitions: live, stale, missing, building, failed or tainted, with reasons.
     Status {
+        /// Partition refs; braces expand.
         #[arg(required = true)]
         refs: Vec<String>,
     },
     /// Why a partition is in its state: the run that built it, its inputs, what a build would run.
     Explain {
+        /// The partition ref.
         #[arg(value_name = "REF")]
         partition_ref: String,
     },
@@ -86,9 +92,11 @@ pub enum Command {
         /// A glob over refs: `reviews/*`, `*/date=2020-01-0?`.
         #[arg(long)]
         pattern: Option<String>,
+        /// Only partitions in this state.
         #[arg(long, value_enum)]
         status: Option<PartitionStatusArg>,
-        #[arg(long, default_value_t = 100)]
+        /// At most N partitions (a page; `--after` goes on).
+        #[arg(long, value_name = "N", default_value_t = 100)]
         limit: usize,
         /// Continue after this ref (keyset pagination).
         #[arg(long, value_name = "REF")]
@@ -96,24 +104,31 @@ pub enum Command {
     },
     /// List build requests, or show one.
     Builds {
+        /// Show this build request: its refs, progress, runs and partitions.
         id: Option<String>,
-        #[arg(long, default_value_t = 20)]
+        /// List at most N, the newest first.
+        #[arg(long, value_name = "N", default_value_t = 20)]
         limit: usize,
     },
     /// Print events of the log.
     Events {
+        /// Only the events of this build request.
         #[arg(long = "build", value_name = "ID")]
         build_request_id: Option<String>,
+        /// Only the events of this partition.
         #[arg(long = "partition", value_name = "REF")]
         partition_ref: Option<String>,
+        /// Only the events of this job's runs.
         #[arg(long)]
         job: Option<String>,
+        /// Only the events of this job run.
         #[arg(long = "run", value_name = "ID")]
         job_run_id: Option<String>,
         /// Only events after this index.
         #[arg(long, value_name = "IDX")]
         since: Option<i64>,
-        #[arg(long)]
+        /// At most N events.
+        #[arg(long, value_name = "N")]
         limit: Option<usize>,
         /// Keep printing new events as they are appended (Ctrl-C to stop).
         #[arg(long)]
@@ -127,18 +142,27 @@ pub enum Command {
         exact: bool,
     },
     /// Job metrics: runs, success rate, p50/p95 duration; with NAME, also its recent runs.
-    Jobs { name: Option<String> },
+    Jobs {
+        /// One job: its metrics and its recent runs.
+        name: Option<String>,
+    },
     /// One job run: config, environment, exit, timings.
-    Runs { id: String },
+    Runs {
+        /// The job run's id.
+        id: String,
+    },
     /// Mark partitions invalid, so that builds rebuild them.
     Taint {
+        /// Partition refs; braces expand.
         #[arg(required = true)]
         refs: Vec<String>,
+        /// Why, as `status` and `explain` will say.
         #[arg(long)]
         reason: Option<String>,
     },
     /// Read-only SQL over the event log (tables and views in docs/event-log.md).
     Sql {
+        /// One SELECT (or WITH … SELECT) over the log's tables and views.
         query: String,
         /// Stop after this many rows.
         #[arg(long, default_value_t = 10_000)]
@@ -149,6 +173,7 @@ pub enum Command {
     /// guards every read too. Limits: `DATABUILD_MAX_REFS` (refs per request, default 1000000),
     /// `DATABUILD_SQL_CONCURRENCY` (default 4), `DATABUILD_MAX_STREAMS` (default 64).
     Serve {
+        /// The address to listen on (a non-loopback one needs `DATABUILD_TOKEN` or --allow-open).
         #[arg(long, default_value = "127.0.0.1:8080")]
         bind: std::net::SocketAddr,
         /// Every read needs a token too (the dashboard asks for it once, in a login form).
@@ -166,6 +191,14 @@ pub enum Command {
         /// Serve a non-loopback address without a token (anyone who reaches it can build).
         #[arg(long)]
         allow_open: bool,
+    },
+    /// Start a project here: a graph file with one dataset and one job that builds from it, the
+    /// job's script and a day of sample data (refuses to overwrite a graph file).
+    Init,
+    /// Print a shell completion script: `databuild completions bash > ~/.local/share/bash-completion/completions/databuild`.
+    Completions {
+        /// The shell to complete for.
+        shell: clap_complete::Shell,
     },
     /// Check the event log: every entity's history is a valid path of its state machine, and the
     /// projections match a replay of the events. Exits 1 if not.
@@ -191,7 +224,9 @@ pub enum Command {
     /// Point a table's alias (`TABLE/date=...`) at another version, after checking that it covers
     /// every date the current one covers. Promoting an earlier version is a rollback.
     Promote {
+        /// The table (a source's name).
         table: String,
+        /// The version its alias points at from now on.
         #[arg(long)]
         version: u32,
         /// First rebuild the partitions built over the alias against the new version; promote
@@ -202,6 +237,7 @@ pub enum Command {
     /// Want partitions: `databuild serve` builds them as soon as their inputs exist, and records
     /// why they wait and when an SLA is missed.
     Want {
+        /// Partition refs; braces expand.
         #[arg(required = true)]
         refs: Vec<String>,
         /// How long the want stands (default 30d).
@@ -219,19 +255,25 @@ pub enum Command {
         /// Include ended (expired, cancelled) wants.
         #[arg(long)]
         all: bool,
-        #[arg(long, default_value_t = 100)]
+        /// At most N wants.
+        #[arg(long, value_name = "N", default_value_t = 100)]
         limit: usize,
     },
     /// Withdraw a want.
-    Unwant { id: String },
+    Unwant {
+        /// The want's id.
+        id: String,
+    },
     /// Builds a table version's day (run by builds, not by hand).
     #[command(hide = true)]
     TableJob {
+        /// What the build passes.
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
     /// Print the job graph.
     Graph {
+        /// The picture's language (`--json`: the graph as JSON).
         #[arg(long, value_enum, default_value_t = GraphFormat::Dot)]
         format: GraphFormat,
     },
@@ -241,7 +283,10 @@ pub enum Command {
 pub enum SourceAction {
     /// Coverage by date: the raw partition (open, sealed, expired) and every table version
     /// (loaded from raw or carried forward), with retention.
-    Show { name: String },
+    Show {
+        /// The source's name.
+        name: String,
+    },
     /// Ingest dropped files, seal every day that has ended (or through `--through`, even today)
     /// and expire raw days past retention. The service does this every minute by itself.
     Seal {
@@ -267,4 +312,33 @@ pub enum PartitionStatusArg {
     Building,
     Failed,
     Tainted,
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::Cli;
+
+    /// Every command and every flag or argument says what it is for in `--help`.
+    #[test]
+    fn every_command_and_argument_has_help() {
+        fn walk(cmd: &clap::Command, path: &str, missing: &mut Vec<String>) {
+            for arg in cmd.get_arguments() {
+                let builtin = matches!(arg.get_id().as_str(), "help" | "version");
+                if !builtin && arg.get_help().is_none() {
+                    missing.push(format!("{path} {}", arg.get_id()));
+                }
+            }
+            for sub in cmd.get_subcommands().filter(|s| s.get_name() != "help") {
+                if sub.get_about().is_none() {
+                    missing.push(format!("{path} {}", sub.get_name()));
+                }
+                walk(sub, &format!("{path} {}", sub.get_name()), missing);
+            }
+        }
+        let mut missing = Vec::new();
+        walk(&Cli::command(), "databuild", &mut missing);
+        assert!(missing.is_empty(), "no help text: {missing:#?}");
+    }
 }

@@ -35,6 +35,8 @@ fn main() -> ExitCode {
     let cli = cli::Cli::parse();
     match commands::run(cli) {
         Ok(code) => code,
+        // Whoever read the output has all they wanted (`| head`): nothing to report.
+        Err(err) if output::is_closed_pipe(&err) => ExitCode::SUCCESS,
         Err(err) => {
             eprintln!("error: {err:#}");
             // The request's fault (2) or the system's (1), by the error's kind: a service error

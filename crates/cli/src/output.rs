@@ -4,6 +4,33 @@ use std::io::{BufWriter, Write};
 
 use serde::Serialize;
 
+/// `println!` that returns the write's error instead of panicking: a reader that went away
+/// (`databuild sql … | head -1`) ends the command quietly (see `main`), as other Unix tools do.
+macro_rules! outln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        writeln!(std::io::stdout().lock(), $($arg)*)
+    }};
+}
+pub(crate) use outln;
+
+/// `print!` that returns the write's error (see [`outln`]).
+macro_rules! out {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        write!(std::io::stdout().lock(), $($arg)*)
+    }};
+}
+pub(crate) use out;
+
+/// Whether the error is stdout's reader having gone away (a closed pipe).
+pub fn is_closed_pipe(err: &anyhow::Error) -> bool {
+    err.chain().any(|e| {
+        e.downcast_ref::<std::io::Error>()
+            .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}
+
 /// Writes pretty JSON to stdout through one buffer (a plan's JSON can be hundreds of megabytes).
 pub fn print_json<T: Serialize>(value: &T) -> std::io::Result<()> {
     let mut out = stdout();

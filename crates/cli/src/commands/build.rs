@@ -18,7 +18,7 @@ use rustc_hash::FxHashMap;
 
 use crate::backend::Backend;
 use crate::context::{engine_error, parse_refs};
-use crate::output::{count, print_json, short_list};
+use crate::output::{count, outln, print_json, short_list};
 
 pub struct Flags {
     pub force: bool,
@@ -92,7 +92,8 @@ pub fn run(
     if json {
         print_json(&summary)?;
     } else {
-        print_summary(&summary, started.elapsed(), &whereabouts);
+        // The build's outcome is its exit code, whatever became of its output (`| head`).
+        print_summary(&summary, started.elapsed(), &whereabouts).ok();
     }
     Ok(if summary.status == Status::Completed {
         ExitCode::SUCCESS
@@ -120,9 +121,9 @@ fn refused_at_planning(s: &BuildSummary) -> bool {
 /// How many failed runs the text summary lists, one a line.
 const SHOWN_FAILURES: usize = 10;
 
-fn print_summary(summary: &BuildSummary, took: Duration, whereabouts: &str) {
+fn print_summary(summary: &BuildSummary, took: Duration, whereabouts: &str) -> std::io::Result<()> {
     let id = &summary.build_request_id;
-    println!(
+    outln!(
         "build {id} {}: {} built, {} skipped, {} delegated, {} failed, {} cancelled, {} not started ({:.1} s)",
         summary.status,
         summary.built.len(),
@@ -132,7 +133,7 @@ fn print_summary(summary: &BuildSummary, took: Duration, whereabouts: &str) {
         summary.cancelled.len(),
         summary.not_started.len(),
         took.as_secs_f64()
-    );
+    )?;
     let failures = &summary.failures;
     for f in failures.iter().take(SHOWN_FAILURES) {
         let run = &f.job_run_id;
@@ -146,24 +147,25 @@ fn print_summary(summary: &BuildSummary, took: Duration, whereabouts: &str) {
         if let Some(tail) = &f.log_tail {
             line.push_str(&format!(" | log: {tail}"));
         }
-        println!("{line}");
+        outln!("{line}")?;
     }
     if failures.len() > SHOWN_FAILURES {
-        println!(
+        outln!(
             "... and {} more failed runs (databuild --json builds {id})",
             failures.len() - SHOWN_FAILURES
-        );
+        )?;
     }
     if !summary.failed.is_empty() {
-        println!("not live: {}", short_list(&summary.failed, 5));
+        outln!("not live: {}", short_list(&summary.failed, 5))?;
     }
     if let Some(m) = &summary.message {
-        println!("reason: {m}");
+        outln!("reason: {m}")?;
     }
-    println!("{whereabouts}");
+    outln!("{whereabouts}")?;
     if summary.status != Status::Completed {
-        println!("details: databuild builds {id}  (and databuild runs RUN_ID for a run's log)");
+        outln!("details: databuild builds {id}  (and databuild runs RUN_ID for a run's log)")?;
     }
+    Ok(())
 }
 
 /// Requests the build, follows its events for the progress report (cancelling it on Ctrl-C),

@@ -1,3 +1,4 @@
+use std::io::Write;
 use std::process::ExitCode;
 
 use databuild_core::render::{render, Format};
@@ -15,15 +16,17 @@ fn format(format: GraphFormat, json: bool) -> Format {
     }
 }
 
-fn print(text: &str) {
-    print!("{text}");
+fn print(text: &str) -> std::io::Result<()> {
+    let mut out = std::io::stdout().lock();
+    out.write_all(text.as_bytes())?;
     if !text.ends_with('\n') {
-        println!();
+        writeln!(out)?;
     }
+    Ok(())
 }
 
 pub fn local(ctx: &Context, f: GraphFormat, json: bool) -> anyhow::Result<ExitCode> {
-    print(&render(&ctx.graph, format(f, json)));
+    print(&render(&ctx.graph, format(f, json)))?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -39,6 +42,6 @@ pub fn remote(backend: &Backend, f: GraphFormat, json: bool) -> anyhow::Result<E
     print(&client.get_text(&format!(
         "{}?format={name}",
         databuild_exec::answers::route::GRAPH
-    ))?);
+    ))?)?;
     Ok(ExitCode::SUCCESS)
 }

@@ -4,7 +4,7 @@ use std::process::ExitCode;
 
 use crate::backend::Backend;
 use crate::context::parse_refs;
-use crate::output::{print_json, table};
+use crate::output::{out, outln, print_json, table};
 
 fn expand(args: &[String]) -> anyhow::Result<Vec<String>> {
     Ok(parse_refs(args)?
@@ -37,9 +37,9 @@ pub fn status(backend: &Backend, args: &[String], json: bool) -> anyhow::Result<
             ]
         })
         .collect();
-    print!("{}", table(&["REF", "STATUS", "WHY"], &rows));
+    out!("{}", table(&["REF", "STATUS", "WHY"], &rows))?;
     if rows.len() > 1 {
-        println!("{}", status_summary(rows.iter().map(|r| r[1].as_str())));
+        outln!("{}", status_summary(rows.iter().map(|r| r[1].as_str())))?;
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -66,16 +66,16 @@ pub fn explain(backend: &Backend, r: &str, json: bool) -> anyhow::Result<ExitCod
         print_json(&x)?;
         return Ok(ExitCode::SUCCESS);
     }
-    println!("{}: {}", x.partition_ref, x.status);
+    outln!("{}: {}", x.partition_ref, x.status)?;
     for reason in &x.reasons {
-        println!("  because {reason}");
+        outln!("  because {reason}")?;
     }
     if let Some(p) = &x.producer {
-        println!("  produced by {} `{}` ({})", p.kind, p.name, p.pattern);
+        outln!("  produced by {} `{}` ({})", p.kind, p.name, p.pattern)?;
     }
     let at = |t: &Option<String>| t.clone().unwrap_or_else(|| "-".to_string());
     if let Some(run) = &x.run {
-        println!(
+        outln!(
             "  run {}: job `{}`, {} (build request {}), started {}, ended {}{}",
             run.job_run_id,
             run.job,
@@ -86,13 +86,13 @@ pub fn explain(backend: &Backend, r: &str, json: bool) -> anyhow::Result<ExitCod
             run.exit_code
                 .map(|c| format!(", exit {c}"))
                 .unwrap_or_default()
-        );
+        )?;
         if !run.args.is_empty() {
-            println!("  args: {}", run.args.join(" "));
+            outln!("  args: {}", run.args.join(" "))?;
         }
     }
     for w in &x.wants {
-        println!(
+        outln!(
             "  wanted by want {} ({}{}): {} since {}",
             w.want_id,
             w.status,
@@ -101,12 +101,12 @@ pub fn explain(backend: &Backend, r: &str, json: bool) -> anyhow::Result<ExitCod
                 .unwrap_or_default(),
             or_empty(&w.message),
             w.updated_at
-        );
+        )?;
     }
     // A report is whatever JSON object the job wrote: read by name, as the job named it.
     let report = x.report.clone().unwrap_or_default();
     if let Some(provenance) = report.get("provenance").and_then(|p| p.as_str()) {
-        println!("  provenance: {provenance}");
+        outln!("  provenance: {provenance}")?;
     }
     if let Some(fields) = report.as_object() {
         let counts: Vec<String> = fields
@@ -115,28 +115,28 @@ pub fn explain(backend: &Backend, r: &str, json: bool) -> anyhow::Result<ExitCod
             .map(|(k, v)| format!("{k} {v}"))
             .collect();
         if !counts.is_empty() {
-            println!("  reported: {}", counts.join(", "));
+            outln!("  reported: {}", counts.join(", "))?;
         }
     }
     if !x.inputs.is_empty() {
-        println!("  inputs now:");
+        outln!("  inputs now:")?;
         for i in &x.inputs {
-            println!("    {}  {}", i.partition_ref, i.status);
+            outln!("    {}  {}", i.partition_ref, i.status)?;
         }
     }
     if !x.to_build.is_empty() {
-        println!(
+        outln!(
             "  to build it, a build would run {} job run(s):",
             x.to_build.len()
-        );
+        )?;
         for step in x.to_build.iter().take(20) {
-            println!("    {}  {}", step.job, step.outputs.join(", "));
+            outln!("    {}  {}", step.job, step.outputs.join(", "))?;
         }
     }
     if !x.history.is_empty() {
-        println!("  history:");
+        outln!("  history:")?;
         for e in &x.history {
-            println!(
+            outln!(
                 "    #{}  {}  {} {}{}",
                 e.idx,
                 crate::output::time(Some(e.timestamp)),
@@ -146,7 +146,7 @@ pub fn explain(backend: &Backend, r: &str, json: bool) -> anyhow::Result<ExitCod
                     .as_deref()
                     .map(|m| format!(": {m}"))
                     .unwrap_or_default()
-            );
+            )?;
         }
     }
     Ok(ExitCode::SUCCESS)
@@ -161,9 +161,9 @@ pub fn taint(
     let answer = backend.taint(&expand(args)?, reason)?;
     for e in &answer.events {
         if json {
-            println!("{}", serde_json::to_string(e)?);
+            outln!("{}", serde_json::to_string(e)?)?;
         } else {
-            println!("tainted {}", or_empty(&e.partition_ref));
+            outln!("tainted {}", or_empty(&e.partition_ref))?;
         }
     }
     Ok(ExitCode::SUCCESS)

@@ -7,7 +7,7 @@ use databuild_log::EventFilter;
 use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::context::log_error;
-use crate::output::print_json;
+use crate::output::{outln, print_json};
 use crate::UserError;
 
 const PAGE: usize = 10_000;
@@ -71,11 +71,11 @@ pub fn run(from: &str, to: &str, json: bool) -> anyhow::Result<ExitCode> {
             &serde_json::json!({ "from": source.location(), "to": target.location(), "events": copied }),
         )?;
     } else {
-        println!(
+        outln!(
             "copied {copied} events from {} to {}",
             source.location(),
             target.location()
-        );
+        )?;
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -86,7 +86,7 @@ pub fn check(engine: &databuild_exec::Engine, json: bool) -> anyhow::Result<Exit
     if json {
         print_json(&report)?;
     } else {
-        println!(
+        outln!(
             "{}: {} events, {} build requests, {} job runs, {} partitions: {}",
             engine.store.location(),
             report.events,
@@ -98,9 +98,9 @@ pub fn check(engine: &databuild_exec::Engine, json: bool) -> anyhow::Result<Exit
             } else {
                 "PROBLEMS"
             }
-        );
+        )?;
         for p in &report.problems {
-            println!("  {p}");
+            outln!("  {p}")?;
         }
     }
     Ok(if report.ok() {

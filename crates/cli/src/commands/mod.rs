@@ -3,6 +3,7 @@
 mod analyze;
 mod build;
 mod graph;
+mod init;
 mod inspect;
 mod migrate;
 mod query;
@@ -20,6 +21,8 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match &cli.command {
         Command::MigrateLog { from, to } => return migrate::run(from, to, json),
         Command::TableJob { args } => return sources::table_job(args),
+        Command::Init => return init::run(&cli.graph, json),
+        Command::Completions { shell } => return init::completions(*shell),
         _ => {}
     }
     let backend = match (&cli.server, &cli.command) {
@@ -118,7 +121,10 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             wants::list(&backend, status.as_deref(), all, limit, json)
         }
         Command::Unwant { id } => wants::unwant(&backend, &id, json),
-        Command::MigrateLog { .. } | Command::TableJob { .. } => unreachable!("handled above"),
+        Command::MigrateLog { .. }
+        | Command::TableJob { .. }
+        | Command::Init
+        | Command::Completions { .. } => unreachable!("handled above"),
         Command::CheckLog => match &backend {
             Backend::Local(local) => migrate::check(&local.engine, json),
             Backend::Remote(_) => Err(crate::UserError(

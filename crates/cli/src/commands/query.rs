@@ -10,7 +10,7 @@ use serde_json::Value;
 
 use crate::backend::Backend;
 use crate::cli::PartitionStatusArg;
-use crate::output::{count, millis, print_json, short_list, stdout, table, text};
+use crate::output::{count, millis, out, outln, print_json, short_list, stdout, table, text};
 
 /// An optional text as a cell: empty when absent.
 fn cell(v: &Option<String>) -> String {
@@ -62,12 +62,12 @@ pub fn partitions(
             ]
         })
         .collect();
-    print!(
+    out!(
         "{}",
         table(&["REF", "STATUS", "JOB", "UPDATED", "WHY"], &rows)
-    );
+    )?;
     if let Some(next) = &page.next {
-        println!("(more: --after '{next}')");
+        outln!("(more: --after '{next}')")?;
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -96,10 +96,10 @@ pub fn builds(
                 ]
             })
             .collect();
-        print!(
+        out!(
             "{}",
             table(&["ID", "STATUS", "CREATED", "REQUESTED"], &rows)
-        );
+        )?;
         return Ok(ExitCode::SUCCESS);
     };
     let b = backend.build(id)?;
@@ -107,8 +107,8 @@ pub fn builds(
         print_json(&b)?;
         return Ok(ExitCode::SUCCESS);
     }
-    println!("build request {}: {}", b.build_request_id, b.status);
-    println!(
+    outln!("build request {}: {}", b.build_request_id, b.status)?;
+    outln!(
         "  created {}, updated {}{}",
         b.created_at,
         b.updated_at,
@@ -116,11 +116,11 @@ pub fn builds(
             .as_deref()
             .map(|m| format!("; {m}"))
             .unwrap_or_default()
-    );
+    )?;
     // All of them in --json; a screenful here.
-    println!("  requested: {}", short_list(&b.requested_partitions, 20));
+    outln!("  requested: {}", short_list(&b.requested_partitions, 20))?;
     if let Some(p) = &b.progress {
-        print!("{}", indent(&progress_text(p)));
+        out!("{}", indent(&progress_text(p)))?;
     }
     let partitions: Vec<Vec<String>> = b
         .partitions
@@ -128,7 +128,7 @@ pub fn builds(
         .map(|p| vec![p.partition_ref.clone(), p.status.to_string()])
         .collect();
     if !partitions.is_empty() {
-        print!("{}", indent(&table(&["PARTITION", "STATUS"], &partitions)));
+        out!("{}", indent(&table(&["PARTITION", "STATUS"], &partitions)))?;
     }
     let runs: Vec<Vec<String>> = b
         .job_runs
@@ -143,10 +143,10 @@ pub fn builds(
         })
         .collect();
     if !runs.is_empty() {
-        print!(
+        out!(
             "{}",
             indent(&table(&["RUN", "JOB", "STATUS", "TOOK"], &runs))
-        );
+        )?;
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -304,12 +304,12 @@ pub fn jobs(backend: &Backend, name: Option<&str>, json: bool) -> anyhow::Result
             ]
         })
         .collect();
-    print!(
+    out!(
         "{}",
         table(&["JOB", "RUNS", "SUCCESS", "P50", "P95", "LAST RUN"], &rows)
-    );
+    )?;
     if !recent.is_empty() {
-        println!("\nrecent runs:");
+        outln!("\nrecent runs:")?;
         let rows: Vec<Vec<String>> = recent
             .iter()
             .map(|r| {
@@ -321,7 +321,7 @@ pub fn jobs(backend: &Backend, name: Option<&str>, json: bool) -> anyhow::Result
                 ]
             })
             .collect();
-        print!("{}", table(&["RUN", "STATUS", "TOOK", "OUTPUTS"], &rows));
+        out!("{}", table(&["RUN", "STATUS", "TOOK", "OUTPUTS"], &rows))?;
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -332,60 +332,62 @@ pub fn run(backend: &Backend, id: &str, json: bool) -> anyhow::Result<ExitCode> 
         print_json(&run)?;
         return Ok(ExitCode::SUCCESS);
     }
-    println!(
+    outln!(
         "job run {}: job `{}`, {}",
-        run.job_run_id, run.job, run.status
-    );
-    println!("  build request: {}", cell(&run.build_request_id));
-    println!("  outputs: {}", run.outputs.join(", "));
+        run.job_run_id,
+        run.job,
+        run.status
+    )?;
+    outln!("  build request: {}", cell(&run.build_request_id))?;
+    outln!("  outputs: {}", run.outputs.join(", "))?;
     let inputs = &run.inputs;
-    println!(
+    outln!(
         "  inputs: {}",
         if inputs.is_empty() {
             "-".to_string()
         } else {
             inputs.join(", ")
         }
-    );
+    )?;
     if !run.args.is_empty() {
-        println!("  args: {}", run.args.join(" "));
+        outln!("  args: {}", run.args.join(" "))?;
     }
     for (k, v) in &run.env {
-        println!("  env: {k}={v}");
+        outln!("  env: {k}={v}")?;
     }
     if run.started_at.is_none() && run.ended_at.is_some() {
-        println!(
+        outln!(
             "  scheduled {}, never started, ended {}",
             at(&run.scheduled_at),
             at(&run.ended_at)
-        );
+        )?;
     } else {
-        println!(
+        outln!(
             "  scheduled {}, started {}, ended {}, took {}",
             at(&run.scheduled_at),
             at(&run.started_at),
             at(&run.ended_at),
             duration(&run)
-        );
+        )?;
     }
     if let Some(code) = run.exit_code {
-        println!("  exit code: {code}");
+        outln!("  exit code: {code}")?;
     }
     if let Some(m) = &run.message {
-        println!("  message: {m}");
+        outln!("  message: {m}")?;
     }
     if let Some(r) = &run.relies_on {
-        println!("  skipped: relies on run {r}");
+        outln!("  skipped: relies on run {r}")?;
     }
     if let Some(log) = backend.run_log(id).ok().filter(|l| !l.is_empty()) {
         let lines: Vec<&str> = log.lines().collect();
-        println!(
+        outln!(
             "  log (last {} lines of {}):",
             lines.len().min(20),
             cell(&run.log_path)
-        );
+        )?;
         for l in &lines[lines.len().saturating_sub(20)..] {
-            println!("    {l}");
+            outln!("    {l}")?;
         }
     }
     Ok(ExitCode::SUCCESS)
@@ -415,8 +417,8 @@ pub fn sql(
         })
         .collect();
     let headers: Vec<&str> = result.columns.iter().map(String::as_str).collect();
-    print!("{}", table(&headers, &rows));
-    println!(
+    out!("{}", table(&headers, &rows))?;
+    outln!(
         "({}{})",
         count(rows.len(), "row"),
         if result.truncated {
@@ -424,7 +426,7 @@ pub fn sql(
         } else {
             ""
         }
-    );
+    )?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -433,7 +435,7 @@ pub fn cancel(backend: &Backend, id: &str, json: bool) -> anyhow::Result<ExitCod
     if json {
         print_json(&v)?;
     } else {
-        println!("cancelled build request {id}");
+        outln!("cancelled build request {id}")?;
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -462,16 +464,16 @@ pub fn datasets(backend: &Backend, exact: bool, json: bool) -> anyhow::Result<Ex
             vec![d.name.clone(), d.kind.clone(), d.pattern.clone(), counts]
         })
         .collect();
-    print!(
+    out!(
         "{}",
         table(&["NAME", "KIND", "PATTERN", "PARTITIONS"], &rows)
-    );
+    )?;
     if v.datasets.iter().any(|d| !d.freshness_checked) {
-        println!(
+        outln!(
             "`available` is recorded live, its freshness not checked (over {} partitions): \
              `datasets --exact` checks each, `partitions --status stale` pages through the stale",
             databuild_exec::views::FRESHNESS_SCAN
-        );
+        )?;
     }
     Ok(ExitCode::SUCCESS)
 }

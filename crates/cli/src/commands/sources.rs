@@ -8,7 +8,7 @@ use databuild_exec::build::BuildOptions;
 
 use super::build::Reporter;
 use crate::backend::Backend;
-use crate::output::{print_json, table};
+use crate::output::{out, outln, print_json, table};
 
 pub fn list_sources(backend: &Backend, json: bool) -> anyhow::Result<ExitCode> {
     let v = backend.sources()?;
@@ -53,7 +53,7 @@ pub fn list_sources(backend: &Backend, json: bool) -> anyhow::Result<ExitCode> {
             },
         ]);
     }
-    print!(
+    out!(
         "{}",
         table(
             &[
@@ -66,7 +66,7 @@ pub fn list_sources(backend: &Backend, json: bool) -> anyhow::Result<ExitCode> {
             ],
             &rows
         )
-    );
+    )?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -77,20 +77,23 @@ pub fn show(backend: &Backend, name: &str, json: bool) -> anyhow::Result<ExitCod
         return Ok(ExitCode::SUCCESS);
     }
     let s = &v.source;
-    println!(
+    outln!(
         "source {} ({}, keeps {} days; today is {})",
-        s.name, s.kind, s.retention_days, v.today
-    );
+        s.name,
+        s.kind,
+        s.retention_days,
+        v.today
+    )?;
     let mut columns: Vec<String> = Vec::new();
     for t in &s.tables {
         for ver in &t.versions {
             let promoted = if ver.version == t.promoted { " *" } else { "" };
-            println!(
+            outln!(
                 "  {}.v{}{promoted}: {}",
                 t.name,
                 ver.version,
                 ver.columns.join(", ")
-            );
+            )?;
             columns.push(format!("{}.v{}", t.name, ver.version));
         }
     }
@@ -119,7 +122,7 @@ pub fn show(backend: &Backend, name: &str, json: bool) -> anyhow::Result<ExitCod
         })
         .collect();
     let headers: Vec<&str> = headers.iter().map(String::as_str).collect();
-    print!("{}", table(&headers, &rows));
+    out!("{}", table(&headers, &rows))?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -136,7 +139,7 @@ pub fn seal(
     }
     for s in &v.sources {
         let (sealed, expired, ingested) = (&s.sealed, &s.expired, &s.ingested);
-        println!(
+        outln!(
             "{}: sealed {} day(s){}, expired {} day(s){}",
             s.source,
             sealed.len(),
@@ -153,7 +156,7 @@ pub fn seal(
             } else {
                 String::new()
             }
-        );
+        )?;
         for r in &ingested.rejected {
             eprintln!("rejected {r}");
         }
@@ -196,7 +199,7 @@ pub fn promote(
     if json {
         print_json(&v)?;
     } else {
-        println!(
+        outln!(
             "{}/date=... now reads v{} (was v{}){}",
             v.table,
             v.to,
@@ -209,7 +212,7 @@ pub fn promote(
                     v.to
                 ),
             }
-        );
+        )?;
     }
     Ok(ExitCode::SUCCESS)
 }

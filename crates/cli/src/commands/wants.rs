@@ -4,7 +4,7 @@ use std::process::ExitCode;
 
 use crate::backend::Backend;
 use crate::context::parse_refs;
-use crate::output::{print_json, short_list, table};
+use crate::output::{out, outln, print_json, short_list, table};
 
 pub fn want(
     backend: &Backend,
@@ -21,7 +21,7 @@ pub fn want(
     if json {
         print_json(&v)?;
     } else {
-        println!(
+        outln!(
             "want {} recorded: {} partition(s), expires {}{}; `databuild serve` builds them as soon as it can",
             v.want_id,
             refs.len(),
@@ -29,7 +29,7 @@ pub fn want(
             v.sla_seconds
                 .map(|s| format!(", SLA {s}s after each day ends"))
                 .unwrap_or_default()
-        );
+        )?;
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -68,10 +68,10 @@ pub fn list(
             ]
         })
         .collect();
-    print!(
+    out!(
         "{}",
         table(&["WANT", "STATUS", "PARTITIONS", "WHY", "SINCE"], &rows)
-    );
+    )?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -80,7 +80,7 @@ pub fn unwant(backend: &Backend, id: &str, json: bool) -> anyhow::Result<ExitCod
     if json {
         print_json(&v)?;
     } else {
-        println!("want {} withdrawn", v.want_id);
+        outln!("want {} withdrawn", v.want_id)?;
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -47,6 +47,12 @@ pub enum Command {
         /// Estimate the wall time at N runs at once (default: the number of cores).
         #[arg(long, value_name = "N")]
         parallel: Option<usize>,
+        /// Plan as `build --force` would: the requested refs rebuilt even if live and fresh.
+        #[arg(long)]
+        force: bool,
+        /// Plan as `build --allow-stale` would: stale partitions used as they are.
+        #[arg(long)]
+        allow_stale: bool,
     },
     /// Make partitions live and fresh: run exactly the jobs needed, skip what is live, wait for
     /// what another build is making. Exits 0 iff every requested ref is live.
@@ -69,10 +75,14 @@ pub enum Command {
         /// Refuse to start when the plan has more job runs than N (exit 2; nothing runs).
         #[arg(long, value_name = "N")]
         max_runs: Option<usize>,
+        /// Run nothing: print the analysis of what this build would do (as `analyze` with the
+        /// same flags), and exit as `analyze` does.
+        #[arg(long)]
+        dry_run: bool,
     },
     /// Cancel a build request: its running job runs are stopped and recorded as cancelled.
     Cancel {
-        /// The build request's id.
+        /// The build request's id: whole, a unique prefix, its short form, or `last`.
         id: String,
     },
     /// The state of partitions: live, stale, missing, building, failed or tainted, with reasons.
@@ -102,10 +112,14 @@ pub enum Command {
         #[arg(long, value_name = "REF")]
         after: Option<String>,
     },
-    /// List build requests, or show one.
+    /// List builds, or show one. Ids may be shortened: any unique prefix, the short form the
+    /// listings show (its last 8 characters), or `last` for the newest build.
     Builds {
         /// Show this build request: its refs, progress, runs and partitions.
         id: Option<String>,
+        /// List analyses (`analyze` is recorded as a build request too) along with builds.
+        #[arg(long)]
+        all: bool,
         /// List at most N, the newest first.
         #[arg(long, value_name = "N", default_value_t = 20)]
         limit: usize,
@@ -148,7 +162,7 @@ pub enum Command {
     },
     /// One job run: config, environment, exit, timings.
     Runs {
-        /// The job run's id.
+        /// The job run's id: whole, a unique prefix, or its short form (as listings show it).
         id: String,
     },
     /// Mark partitions invalid, so that builds rebuild them.

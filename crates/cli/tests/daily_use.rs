@@ -2,7 +2,7 @@
 
 use std::process::Stdio;
 
-use crate::util::Project;
+use crate::util::{Project, Service};
 
 const GRAPH: &str = r#"
 [graph]
@@ -136,4 +136,200 @@ fn completions_cover_every_shell() {
         "{words} {out:?}"
     );
     p.run(&["completions", "tcsh"]).expect_code(2);
+}
+
+/// Ids people can type: `last`, a unique prefix, or the short form the listings show (the last
+/// 8 characters, which differ between runs of one build); the same through a service.
+/// Analyses are listed only with `--all`.
+#[test]
+fn builds_and_runs_take_short_ids_and_last() {
+    let p = Project::new(GRAPH);
+    for d in 1..=3 {
+        p.partition(&format!("raw/2020-01-0{d}"));
+    }
+    p.run(&["build", "a/{2020-01-01..2020-01-02}"])
+        .expect_code(0);
+    p.run(&["build", "a/2020-01-03"]).expect_code(0);
+    p.run(&["analyze", "a/2020-01-03"]).expect_code(0);
+    let listed = p.run(&["--json", "builds"]).json();
+    let builds = listed["builds"].as_array().unwrap();
+    assert_eq!(builds.len(), 2, "analyses are not listed: {listed}");
+    let all = p.run(&["--json", "builds", "--all"]).json();
+    assert_eq!(all["builds"].as_array().unwrap().len(), 3);
+    assert_eq!(all["builds"][0]["analyze_only"], true);
+    let text = p.run(&["builds", "--all"]).stdout;
+    assert!(text.contains("(analysis)"), "{text}");
+
+    let newest = builds[0]["build_request_id"].as_str().unwrap();
+    let older = builds[1]["build_request_id"].as_str().unwrap();
+    let id_of = |args: &[&str]| p.run(args).json()["build_request_id"].clone();
+    assert_eq!(id_of(&["--json", "builds", "last"]), newest);
+    let short = &newest[newest.len() - 8..];
+    assert!(
+        p.run(&["builds"]).stdout.contains(short),
+        "the listing shows the short form"
+    );
+    assert_eq!(id_of(&["--json", "builds", short]), newest);
+    assert_eq!(id_of(&["--json", "builds", &older[..30]]), older);
+
+    // The runs of one build: short forms that differ, each naming its run.
+    let detail = p.run(&["--json", "builds", older]).json();
+    let runs: Vec<&str> = detail["job_runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["job_run_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(runs.len(), 2);
+    let shorts: Vec<&str> = runs.iter().map(|r| &r[r.len() - 8..]).collect();
+    assert_ne!(shorts[0], shorts[1]);
+    let shown = p.run(&["builds", older]).stdout;
+    for (run, short) in runs.iter().zip(&shorts) {
+        assert!(shown.contains(short), "{shown}");
+        let found = p.run(&["--json", "runs", short]).json();
+        assert_eq!(found["job_run_id"], *run);
+    }
+
+    // Two matches: refused, naming them and what to do.
+    let ambiguous = p.run(&["builds", "0"]);
+    ambiguous.expect_code(2);
+    assert!(
+        ambiguous.stderr.contains("give more of the id"),
+        "{}",
+        ambiguous.stderr
+    );
+    assert!(ambiguous.stderr.contains(newest), "{}", ambiguous.stderr);
+    let unknown = p.run(&["runs", "ffffffff"]);
+    unknown.expect_code(2);
+    assert!(
+        unknown.stderr.contains("no job run `ffffffff`"),
+        "{}",
+        unknown.stderr
+    );
+    p.run(&["builds", "no-such-id!"]).expect_code(2);
+
+    // The same answers through a service.
+    let service = Service::start(&p, &[]);
+    let remote = |args: &[&str]| {
+        let mut all = vec!["--server", service.url.as_str()];
+        all.extend_from_slice(args);
+        p.run(&all)
+    };
+    assert_eq!(
+        remote(&["--json", "builds", "last"]).json()["build_request_id"],
+        newest
+    );
+    assert_eq!(
+        remote(&["--json", "builds", short]).json()["build_request_id"],
+        newest
+    );
+    assert_eq!(
+        remote(&["--json", "runs", shorts[0]]).json()["job_run_id"],
+        runs[0]
+    );
+    assert_eq!(
+        remote(&["--json", "builds"]).json()["builds"]
+            .as_array()
+            .unwrap()
+            .len(),
+        2
+    );
+    assert_eq!(
+        remote(&["--json", "builds", "--all"]).json()["builds"]
+            .as_array()
+            .unwrap()
+            .len(),
+        3
+    );
+    remote(&["builds", "0"]).expect_code(2);
+}
+
+/// Previews: `analyze --force` / `--allow-stale` plan as the build with those flags would, and
+/// `build --dry-run` prints that analysis and runs nothing (in-process and through a service).
+#[test]
+fn analyze_force_and_build_dry_run_preview_the_build() {
+    let p = Project::new(GRAPH);
+    for d in 1..=2 {
+        p.partition(&format!("raw/2020-01-0{d}"));
+    }
+    p.run(&["build", "a/2020-01-01"]).expect_code(0);
+    let service = Service::start(&p, &[]);
+    let runs = |args: &[&str]| -> Vec<String> {
+        let here = p.run(&[&["--json"], args].concat());
+        here.expect_code(0);
+        let remote = p.run(&[&["--json", "--server", &service.url], args].concat());
+        remote.expect_code(0);
+        let outputs = |v: serde_json::Value| -> Vec<String> {
+            let runs = v["job_runs"].as_array().unwrap().iter();
+            runs.map(|r| r["outputs"][0].as_str().unwrap().to_string())
+                .collect()
+        };
+        let (here, remote) = (outputs(here.json()), outputs(remote.json()));
+        assert_eq!(here, remote, "{args:?}: the same through the service");
+        here
+    };
+    assert!(
+        runs(&["analyze", "a/2020-01-01"]).is_empty(),
+        "live: skipped"
+    );
+    assert_eq!(
+        runs(&["analyze", "--force", "a/2020-01-01"]),
+        ["a/2020-01-01"]
+    );
+    assert_eq!(
+        runs(&["build", "--dry-run", "a/{2020-01-01..2020-01-02}"]),
+        ["a/2020-01-02"]
+    );
+    assert_eq!(
+        runs(&[
+            "build",
+            "--dry-run",
+            "--force",
+            "a/{2020-01-01..2020-01-02}"
+        ])
+        .len(),
+        2
+    );
+    // Nothing ran: the partition a dry run would build is still missing, and no build is listed.
+    let status = p.run(&["--json", "status", "a/2020-01-02"]).json();
+    assert_eq!(status[0]["status"], "missing", "{status}");
+    assert!(!p.path().join("data/a/2020-01-02").exists());
+    assert_eq!(
+        p.run(&["--json", "builds"]).json()["builds"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+    // The build's --max-runs refusal, without running anything.
+    let refused = p.run(&[
+        "build",
+        "--dry-run",
+        "--force",
+        "--max-runs",
+        "1",
+        "a/{2020-01-01..2020-01-02}",
+    ]);
+    refused.expect_code(2);
+    assert!(
+        refused.stderr.contains("more than --max-runs 1"),
+        "{}",
+        refused.stderr
+    );
+    // A stale partition: rebuilt, unless the build would take it as it is.
+    p.run(&["taint", "raw/2020-01-01", "--reason", "bad rows"])
+        .expect_code(0);
+    assert_eq!(runs(&["analyze", "a/2020-01-01"]), ["a/2020-01-01"]);
+    assert!(runs(&["analyze", "--allow-stale", "a/2020-01-01"]).is_empty());
+    assert!(runs(&["build", "--dry-run", "--allow-stale", "a/2020-01-01"]).is_empty());
+    // A preview of a build that cannot run says why, as the build would (exit 2).
+    let missing = p.run(&["build", "--dry-run", "a/2020-01-05"]);
+    missing.expect_code(2);
+    assert!(
+        missing.stderr.contains("raw/2020-01-05"),
+        "{}",
+        missing.stderr
+    );
+    let text = p.run(&["build", "--dry-run", "a/2020-01-02"]).stdout;
+    assert!(text.contains("a/2020-01-02"), "{text}");
 }

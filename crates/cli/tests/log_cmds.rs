@@ -314,12 +314,12 @@ outputs = ["x/{n:int}"]
 command = ["true"]
 "#,
     );
-    let out = p.run(&["--json", "analyze", "x/{1..50000}"]);
-    out.expect_code(0);
-    let id = out.json()["build_request_id"].as_str().unwrap().to_string();
+    // A build refused before it runs anything is recorded with its whole request.
+    p.run(&["build", "--max-runs", "1", "x/{1..50000}"])
+        .expect_code(2);
     let listed = p.run(&["--json", "builds"]).json();
     let b = &listed["builds"][0];
-    assert_eq!(b["build_request_id"], id.as_str());
+    let id = b["build_request_id"].as_str().unwrap().to_string();
     assert_eq!(b["requested_count"], 50000);
     assert_eq!(b["requested_partitions"].as_array().unwrap().len(), 10);
     assert_eq!(b["requested_partitions"][9], "x/10");

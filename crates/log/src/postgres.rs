@@ -40,6 +40,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("postgres/v4.sql"),
     include_str!("postgres/v5.sql"),
     include_str!("postgres/v6.sql"),
+    include_str!("postgres/v7.sql"),
 ];
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
 
@@ -702,9 +703,10 @@ impl EventStore for PostgresStore {
                          WHERE ($1::text IS NULL OR status = $1)
                            AND (NOT $3 OR (status IN ('received', 'planning', 'analysis_completed', 'executing')
                                            AND NOT analyze_only))
+                           AND ($4 OR NOT analyze_only)
                          ORDER BY created_at DESC, build_request_id LIMIT $2"
                     ),
-                    &[&status, &(q.limit as i64), &q.unfinished],
+                    &[&status, &(q.limit as i64), &q.unfinished, &q.analyses],
                 )
                 .map_err(storage)?;
             collect(rows, build_from_row)
@@ -750,6 +752,28 @@ impl EventStore for PostgresStore {
             .as_ref()
             .map(run_from_row)
             .transpose()
+        })
+    }
+
+    fn ids_matching(&self, kind: IdKind, text: &str, limit: usize) -> Result<Vec<String>> {
+        let (table, id) = match kind {
+            IdKind::BuildRequest => ("build_requests", "build_request_id"),
+            IdKind::JobRun => ("job_runs", "job_run_id"),
+            IdKind::Want => ("wants", "want_id"),
+        };
+        let (from, to) = prefix_bounds(text);
+        // Compared bytewise (`COLLATE "C"`, indexed by schema version 7), whatever the
+        // database's collation; the short form by its expression index.
+        let sql = format!(
+            "SELECT {id} FROM {table} WHERE {id} COLLATE \"C\" >= $1 AND {id} COLLATE \"C\" < $2
+             UNION SELECT {id} FROM {table} WHERE right({id}, {SHORT_ID}) = $3
+             LIMIT $4"
+        );
+        self.read(|c| {
+            let rows = c
+                .query(&sql, &[&from, &to, &text, &(limit as i64)])
+                .map_err(storage)?;
+            Ok(rows.iter().map(|r| r.get(0)).collect())
         })
     }
 

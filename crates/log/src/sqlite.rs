@@ -37,6 +37,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("sqlite/v4.sql"),
     include_str!("sqlite/v5.sql"),
     include_str!("sqlite/v6.sql"),
+    include_str!("sqlite/v7.sql"),
 ];
 
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
@@ -1018,10 +1019,16 @@ impl EventStore for SqliteStore {
                  WHERE (?1 IS NULL OR status = ?1)
                    AND (NOT ?3 OR (status IN ('received', 'planning', 'analysis_completed', 'executing')
                                    AND NOT analyze_only))
+                   AND (?4 OR NOT analyze_only)
                  ORDER BY created_at DESC, build_request_id LIMIT ?2"
             ))?
             .query_map(
-                params![q.status.map(|s| s.as_str()), q.limit as i64, q.unfinished],
+                params![
+                    q.status.map(|s| s.as_str()),
+                    q.limit as i64,
+                    q.unfinished,
+                    q.analyses
+                ],
                 |r| build_from_row(r),
             )?
             .collect()
@@ -1046,6 +1053,22 @@ impl EventStore for SqliteStore {
             ))?
             .query_row([id], |r| run_from_row(r))
             .optional()
+        })
+    }
+
+    fn ids_matching(&self, kind: IdKind, text: &str, limit: usize) -> Result<Vec<String>> {
+        let (table, id) = id_column(kind);
+        let (from, to) = prefix_bounds(text);
+        // The short form by its expression index (schema version 7); the prefix by the key.
+        let sql = format!(
+            "SELECT {id} FROM {table} WHERE {id} >= ?1 AND {id} < ?2
+             UNION SELECT {id} FROM {table} WHERE substr({id}, -{SHORT_ID}) = ?3
+             LIMIT ?4"
+        );
+        self.read(|c| {
+            c.prepare_cached(&sql)?
+                .query_map(params![from, to, text, limit as i64], |r| r.get(0))?
+                .collect()
         })
     }
 
@@ -1328,5 +1351,14 @@ mod tests {
         }
         drop(store);
         assert_eq!(SqliteStore::open(&path).unwrap().last_idx().unwrap(), 2020);
+    }
+}
+
+/// The table and id column of an id kind.
+fn id_column(kind: IdKind) -> (&'static str, &'static str) {
+    match kind {
+        IdKind::BuildRequest => ("build_requests", "build_request_id"),
+        IdKind::JobRun => ("job_runs", "job_run_id"),
+        IdKind::Want => ("wants", "want_id"),
     }
 }

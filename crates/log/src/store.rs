@@ -300,7 +300,32 @@ pub struct BuildQuery {
     pub status: Option<Status>,
     /// Only builds (not analyses) that have not ended.
     pub unfinished: bool,
+    /// Analyses (`analyze`, recorded as build requests too) along with builds.
+    pub analyses: bool,
     pub limit: usize,
+}
+
+/// What kind of entity an id names, for [`EventStore::ids_matching`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IdKind {
+    BuildRequest,
+    JobRun,
+    Want,
+}
+
+/// How many characters an id's short form has: its last ones (the random part of a UUID v7, so
+/// the short forms of runs minted in the same millisecond differ; their first ones do not).
+pub const SHORT_ID: usize = 8;
+
+/// An id's short form, as the CLI and the dashboard show it.
+pub fn short_id(id: &str) -> &str {
+    id.get(id.len().saturating_sub(SHORT_ID)..).unwrap_or(id)
+}
+
+/// The bounds of the ids that start with `prefix` (ids are ASCII hex digits and dashes, all
+/// below `~`): `prefix <= id < prefix~`.
+pub(crate) fn prefix_bounds(prefix: &str) -> (String, String) {
+    (prefix.to_string(), format!("{prefix}~"))
 }
 
 #[derive(Debug, Clone, Default)]
@@ -444,6 +469,9 @@ pub trait EventStore: Send + Sync {
             .collect()
     }
     fn want(&self, id: &str) -> Result<Option<WantRow>>;
+    /// Up to `limit` ids of `kind` that `text` names: ids it begins (a prefix, or a whole id),
+    /// or whose short form ([`short_id`]) it is. Served by indexes: no scan of the runs.
+    fn ids_matching(&self, kind: IdKind, text: &str, limit: usize) -> Result<Vec<String>>;
     /// Wants, newest first; `active` keeps those neither expired nor cancelled.
     fn wants(&self, status: Option<Status>, active: bool, limit: usize) -> Result<Vec<WantRow>>;
     fn job_runs(&self, query: &RunQuery) -> Result<Vec<JobRunRow>>;

@@ -119,6 +119,55 @@ fn a_build_projects_into_every_view() {
     }
 }
 
+/// Ids people type: a prefix of an id (the key), or its short form (the last 8 characters),
+/// found through indexes; several matches are all given (up to the limit).
+#[test]
+fn ids_are_found_by_prefix_and_by_short_form() {
+    for (_dir, store) in stores() {
+        let ids = [
+            "01a233f1-c706-70b6-ba8f-81f71eeeff77",
+            "01a233f1-c706-70b6-ba8f-81f7aaaaaaaa",
+            "01a233f9-27ab-7605-8d32-0d6f15fb4ee9",
+        ];
+        for (i, br) in ids.iter().enumerate() {
+            store
+                .append(build_events(
+                    br,
+                    &format!("run-{i}-{br}"),
+                    &format!("a/{i}"),
+                ))
+                .unwrap();
+        }
+        let find = |kind, text: &str| {
+            let mut found = store.ids_matching(kind, text, 10).unwrap();
+            found.sort();
+            found
+        };
+        assert_eq!(find(IdKind::BuildRequest, "01a233f9"), [ids[2]]);
+        assert_eq!(find(IdKind::BuildRequest, "01a233f1"), [ids[0], ids[1]]);
+        assert_eq!(find(IdKind::BuildRequest, "1eeeff77"), [ids[0]]);
+        assert_eq!(find(IdKind::BuildRequest, ids[1]), [ids[1]]);
+        assert!(find(IdKind::BuildRequest, "01a233f2").is_empty());
+        assert!(
+            find(IdKind::BuildRequest, "eeeff77").is_empty(),
+            "a short form is whole"
+        );
+        assert_eq!(find(IdKind::JobRun, "run-2"), [format!("run-2-{}", ids[2])]);
+        assert_eq!(
+            find(IdKind::JobRun, "15fb4ee9"),
+            [format!("run-2-{}", ids[2])]
+        );
+        assert_eq!(
+            store
+                .ids_matching(IdKind::BuildRequest, "01a2", 2)
+                .unwrap()
+                .len(),
+            2
+        );
+        assert_eq!(databuild_log::short_id(ids[0]), "1eeeff77");
+    }
+}
+
 #[test]
 fn a_refused_event_loses_its_whole_batch_and_says_why() {
     for (_dir, store) in stores() {
@@ -766,6 +815,7 @@ fn a_version_1_log_is_upgraded_in_place_and_keeps_its_events() {
          alter table build_requests drop column requested_head;
          drop view planned_runs; drop index job_runs_by_build_outputs;
          drop index events_of_build_requests;
+         drop index build_requests_by_short_id; drop index job_runs_by_short_id;
          create index job_runs_by_build on job_runs (build_request_id);
          update meta set value = 1 where key = 'schema_version';",
     );

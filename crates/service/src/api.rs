@@ -79,6 +79,8 @@ pub struct ListQuery {
     /// Only this status.
     #[param(value_type = Option<Status>)]
     status: Option<String>,
+    /// Analyses (`analyze`, recorded as build requests too) along with builds.
+    all: Option<bool>,
 }
 
 #[derive(Deserialize, IntoParams)]
@@ -117,7 +119,7 @@ pub(crate) async fn list_builds(
     };
     let limit = limit(q.limit, 20)?.min(1000);
     blocking(&state, move |engine| {
-        views::builds(engine, status, limit).map(Json)
+        views::builds(engine, status, q.all.unwrap_or(false), limit).map(Json)
     })
     .await
 }
@@ -252,8 +254,12 @@ pub struct AnalyzeBody {
     /// Partition refs to plan (braces expanded, within the service's cap).
     #[schema(min_items = 1)]
     pub partitions: Vec<String>,
+    /// Plan as `build --force` would: the requested refs are rebuilt even if live and fresh.
     #[serde(default)]
     pub force: bool,
+    /// Plan as `build --allow-stale` would: stale partitions are used as they are.
+    #[serde(default)]
+    pub allow_stale: bool,
     /// The parallelism the estimate is for (default: the number of cores).
     #[schema(minimum = 1, maximum = 100000)]
     pub parallel: Option<usize>,
@@ -270,6 +276,7 @@ pub(crate) async fn analyze(
         let analysis = engine.analyze(&PlanRequest {
             refs,
             force: body.force,
+            allow_stale: body.allow_stale,
             ..Default::default()
         })?;
         let parallel = body

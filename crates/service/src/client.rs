@@ -33,7 +33,8 @@ pub trait Api {
         listed: Option<ListedStatus>,
         status: Option<&str>,
     ) -> ApiResult<PartitionPage>;
-    fn builds(&self, limit: usize) -> ApiResult<BuildList>;
+    /// `all`: analyses along with builds.
+    fn builds(&self, all: bool, limit: usize) -> ApiResult<BuildList>;
     fn build(&self, id: &str) -> ApiResult<BuildDetail>;
     fn progress(&self, id: &str) -> ApiResult<BuildProgress>;
     fn cancel(&self, id: &str) -> ApiResult<Cancelled>;
@@ -79,8 +80,8 @@ impl Api for InProcess {
     ) -> ApiResult<PartitionPage> {
         views::partitions(&self.engine, q, listed)
     }
-    fn builds(&self, limit: usize) -> ApiResult<BuildList> {
-        views::builds(&self.engine, None, limit)
+    fn builds(&self, all: bool, limit: usize) -> ApiResult<BuildList> {
+        views::builds(&self.engine, None, all, limit)
     }
     fn build(&self, id: &str) -> ApiResult<BuildDetail> {
         views::build(&self.engine, id)
@@ -136,14 +137,11 @@ impl InProcess {
     /// `analyze` in this process: the plan itself, printed without copying it.
     pub fn analyze_view<T>(
         &self,
-        refs: Vec<databuild_core::PartitionRef>,
+        request: &databuild_core::PlanRequest,
         parallel: usize,
         f: impl FnOnce(&AnalyzeView<'_>, &databuild_core::Plan) -> T,
     ) -> Result<T, databuild_exec::EngineError> {
-        let analysis = self.engine.analyze(&databuild_core::PlanRequest {
-            refs,
-            ..Default::default()
-        })?;
+        let analysis = self.engine.analyze(request)?;
         let out = f(
             &AnalyzeView::priced(&self.engine, &analysis, parallel)?,
             &analysis.plan,
@@ -391,8 +389,8 @@ impl Api for Http {
             ])
         ))
     }
-    fn builds(&self, limit: usize) -> ApiResult<BuildList> {
-        self.get(&format!("{}?limit={limit}", route::BUILDS))
+    fn builds(&self, all: bool, limit: usize) -> ApiResult<BuildList> {
+        self.get(&format!("{}?limit={limit}&all={all}", route::BUILDS))
     }
     fn build(&self, id: &str) -> ApiResult<BuildDetail> {
         self.get(&route::fill(route::BUILD, id))

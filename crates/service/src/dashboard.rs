@@ -157,9 +157,9 @@ fn or_empty(t: &Option<String>) -> &str {
     t.as_deref().unwrap_or_default()
 }
 
-/// The first 8 characters of an id (ids are ASCII; a shorter one is shown whole).
+/// An id's short form (its last characters: those differ between runs of a build).
 fn short(id: &str) -> &str {
-    &id[..8.min(id.len())]
+    databuild_log::short_id(id)
 }
 
 pub use databuild_core::refs::encode_segment as enc;
@@ -180,7 +180,7 @@ fn form_auth(state: &AppState, role: Role) -> Markup {
 async fn home(State(state): Shared, Extension(role): Extension<Role>) -> Response {
     let st = state.clone();
     let data = page(&state, |engine| {
-        let builds = views::builds(engine, None, 10)?.builds;
+        let builds = views::builds(engine, None, false, 10)?.builds;
         let failed = engine.partition_page(
             &PartitionQuery {
                 status: Some(databuild_log::Status::Failed),

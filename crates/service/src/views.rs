@@ -13,7 +13,7 @@ use databuild_exec::tables::{Promotion, SourceDetail};
 use databuild_exec::views::{ListedStatus, PartitionPage};
 use databuild_exec::Engine;
 use databuild_log::{
-    BuildQuery, EventFilter, PartitionQuery, RunQuery, SqlLimits, SqlResult, Status,
+    BuildQuery, EventFilter, IdKind, PartitionQuery, RunQuery, SqlLimits, SqlResult, Status,
 };
 
 use crate::error::AppError;
@@ -72,9 +72,75 @@ fn not_found_build(id: &str) -> AppError {
     AppError::not_found(format!("no build request `{id}`"))
 }
 
-pub fn builds(engine: &Engine, status: Option<Status>, limit: usize) -> ApiResult<BuildList> {
+/// The whole id of what `text` names: the id itself, a prefix of it, its short form (as shown),
+/// or (builds) `last`, the newest build. Several matches are refused, naming some of them.
+fn resolve(engine: &Engine, kind: IdKind, text: &str) -> ApiResult<String> {
+    let what = match kind {
+        IdKind::BuildRequest => "build request",
+        IdKind::JobRun => "job run",
+        IdKind::Want => "want",
+    };
+    let store = &engine.store;
+    let exists = match kind {
+        IdKind::BuildRequest => store.build_request(text)?.is_some(),
+        IdKind::JobRun => store.job_run(text)?.is_some(),
+        IdKind::Want => store.want(text)?.is_some(),
+    };
+    if exists {
+        return Ok(text.to_string());
+    }
+    if kind == IdKind::BuildRequest && text == "last" {
+        let newest = engine.store.build_requests(&BuildQuery {
+            limit: 1,
+            ..Default::default()
+        })?;
+        return (newest.into_iter().next().map(|b| b.build_request_id))
+            .ok_or_else(|| AppError::not_found("no build yet: `last` names the newest build"));
+    }
+    // The ids DataBuild mints are UUIDs: a part of one is hex digits and dashes.
+    let typable = !text.is_empty() && text.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-');
+    let matches = match typable {
+        true => store.ids_matching(kind, text, 6)?,
+        false => Vec::new(),
+    };
+    match matches.as_slice() {
+        [] => Err(AppError::not_found(format!("no {what} `{text}`"))),
+        [id] => Ok(id.clone()),
+        many => Err(AppError::bad_request(format!(
+            "`{text}` names {} {what}s ({}{}): give more of the id",
+            if many.len() > 5 {
+                "more than 5".to_string()
+            } else {
+                many.len().to_string()
+            },
+            many.iter()
+                .take(5)
+                .map(String::as_str)
+                .collect::<Vec<_>>()
+                .join(", "),
+            if many.len() > 5 { ", …" } else { "" },
+        ))),
+    }
+}
+
+pub fn build_id(engine: &Engine, text: &str) -> ApiResult<String> {
+    resolve(engine, IdKind::BuildRequest, text)
+}
+
+pub fn run_id(engine: &Engine, text: &str) -> ApiResult<String> {
+    resolve(engine, IdKind::JobRun, text)
+}
+
+/// Build requests, newest first; `all`: analyses too.
+pub fn builds(
+    engine: &Engine,
+    status: Option<Status>,
+    all: bool,
+    limit: usize,
+) -> ApiResult<BuildList> {
     let builds = engine.store.build_requests(&BuildQuery {
         status,
+        analyses: all,
         limit,
         ..Default::default()
     })?;
@@ -94,6 +160,7 @@ fn runs(engine: &Engine, query: &RunQuery) -> ApiResult<Vec<JobRun>> {
 
 /// A build request with its partitions, job runs and summary.
 pub fn build(engine: &Engine, id: &str) -> ApiResult<BuildDetail> {
+    let id = &build_id(engine, id)?;
     let build = engine
         .store
         .build_request(id)?
@@ -117,6 +184,7 @@ pub fn build(engine: &Engine, id: &str) -> ApiResult<BuildDetail> {
 
 /// A build request's progress: 404 before it is planned.
 pub fn progress(engine: &Engine, id: &str) -> ApiResult<BuildProgress> {
+    let id = &build_id(engine, id)?;
     engine.progress(id)?.ok_or_else(|| {
         AppError::not_found(format!(
             "no build request `{id}` with a plan (it may still be planning, or have been refused \
@@ -126,9 +194,7 @@ pub fn progress(engine: &Engine, id: &str) -> ApiResult<BuildProgress> {
 }
 
 pub fn build_events(engine: &Engine, id: &str) -> ApiResult<EventList> {
-    if engine.store.build_request(id)?.is_none() {
-        return Err(not_found_build(id));
-    }
+    let id = &build_id(engine, id)?;
     let events = engine.store.events(&EventFilter {
         build_request_id: Some(id.to_string()),
         ..Default::default()
@@ -139,9 +205,10 @@ pub fn build_events(engine: &Engine, id: &str) -> ApiResult<EventList> {
 }
 
 pub fn cancel(engine: &Engine, id: &str) -> ApiResult<Cancelled> {
-    engine.cancel(id)?;
+    let id = build_id(engine, id)?;
+    engine.cancel(&id)?;
     Ok(Cancelled {
-        build_request_id: id.to_string(),
+        build_request_id: id,
         cancelled: true,
     })
 }
@@ -232,6 +299,7 @@ pub fn job_runs(engine: &Engine, name: &str, limit: usize) -> ApiResult<JobRunLi
 }
 
 pub fn run(engine: &Engine, id: &str) -> ApiResult<JobRun> {
+    let id = &run_id(engine, id)?;
     let run = engine
         .store
         .job_run(id)?
@@ -243,6 +311,7 @@ pub fn run(engine: &Engine, id: &str) -> ApiResult<JobRun> {
 pub const LOG_TAIL: u64 = 1024 * 1024;
 
 pub fn run_log(engine: &Engine, id: &str) -> ApiResult<String> {
+    let id = &run_id(engine, id)?;
     let run = engine
         .store
         .job_run(id)?
@@ -403,8 +472,6 @@ pub fn want_detail(engine: &Engine, id: &str) -> ApiResult<WantDetail> {
 }
 
 pub fn unwant(engine: &Engine, id: &str) -> ApiResult<Want> {
-    if engine.store.want(id)?.is_none() {
-        return Err(AppError::not_found(format!("no want `{id}`")));
-    }
-    Ok(Want::from(&engine.unwant(id)?))
+    let id = resolve(engine, IdKind::Want, id)?;
+    Ok(Want::from(&engine.unwant(&id)?))
 }

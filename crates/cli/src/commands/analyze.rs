@@ -1,7 +1,7 @@
 use std::io::Write;
 use std::process::ExitCode;
 
-use databuild_core::Plan;
+use databuild_core::{Plan, PlanRequest};
 use databuild_exec::answers::{Analysis, MissingExternal, NotRebuildable, PlanCost};
 use databuild_exec::views::AnalyzeView;
 
@@ -205,11 +205,21 @@ fn price(e: &PlanCost) -> String {
     )
 }
 
+/// What the plan is for: `analyze`'s flags, or those of the build a `build --dry-run` previews.
+#[derive(Default)]
+pub struct Planned {
+    pub force: bool,
+    pub allow_stale: bool,
+    /// The build's `--max-runs`: a larger plan is refused as the build would refuse it.
+    pub max_runs: Option<usize>,
+}
+
 pub fn run(
     backend: &Backend,
     args: &[String],
     limit: usize,
     parallel: Option<usize>,
+    planned: Planned,
     json: bool,
 ) -> anyhow::Result<ExitCode> {
     let parallel = parallel
@@ -220,17 +230,27 @@ pub fn run(
     let limit = if limit == 0 { usize::MAX } else { limit };
     let text = match backend {
         Backend::Local(local) => local
-            .analyze_view(refs, parallel, |view, plan| -> std::io::Result<PlanText> {
-                if json {
-                    print_json(view)?;
-                }
-                Ok(PlanText::from_plan(plan, view, limit))
-            })
+            .analyze_view(
+                &PlanRequest {
+                    refs,
+                    force: planned.force,
+                    allow_stale: planned.allow_stale,
+                    ..Default::default()
+                },
+                parallel,
+                |view, plan| -> std::io::Result<PlanText> {
+                    if json {
+                        print_json(view)?;
+                    }
+                    Ok(PlanText::from_plan(plan, view, limit))
+                },
+            )
             .map_err(engine_error)??,
         Backend::Remote(client) => {
             let v = client.analyze(&databuild_service::api::AnalyzeBody {
                 partitions: refs.iter().map(|r| r.to_string()).collect(),
-                force: false,
+                force: planned.force,
+                allow_stale: planned.allow_stale,
                 parallel: Some(parallel),
             })?;
             if json {
@@ -242,8 +262,17 @@ pub fn run(
     if !json {
         text.print(requested, limit)?;
     }
-    match text.missing_error() {
-        Some(e) => Err(e),
+    if let Some(e) = text.missing_error() {
+        return Err(e);
+    }
+    match planned.max_runs.filter(|max| text.total_runs > *max) {
+        // As the build would refuse it (`Engine::execute`).
+        Some(max) => Err(UserError(format!(
+            "the plan has {} job runs, more than --max-runs {max} allows (raise --max-runs to \
+             build it)",
+            text.total_runs
+        ))
+        .into()),
         None => Ok(ExitCode::SUCCESS),
     }
 }

@@ -141,7 +141,7 @@ fn print_summary(summary: &BuildSummary, took: Duration, whereabouts: &str) -> s
             "failed: {} (job {}, run {}): {}",
             short_list(&f.outputs, 2),
             f.job,
-            &run[..run.len().min(8)],
+            databuild_log::short_id(run),
             f.message.as_deref().unwrap_or_default()
         );
         if let Some(tail) = &f.log_tail {

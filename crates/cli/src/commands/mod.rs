@@ -44,7 +44,32 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             refs,
             limit,
             parallel,
-        } => analyze::run(&backend, &refs, limit, parallel, json),
+            force,
+            allow_stale,
+        } => {
+            let planned = analyze::Planned {
+                force,
+                allow_stale,
+                max_runs: None,
+            };
+            analyze::run(&backend, &refs, limit, parallel, planned, json)
+        }
+        Command::Build {
+            refs,
+            force,
+            parallel,
+            allow_stale,
+            max_runs,
+            dry_run: true,
+            ..
+        } => {
+            let planned = analyze::Planned {
+                force,
+                allow_stale,
+                max_runs,
+            };
+            analyze::run(&backend, &refs, 200, parallel, planned, json)
+        }
         Command::Build {
             refs,
             force,
@@ -52,6 +77,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             keep_going,
             allow_stale,
             max_runs,
+            dry_run: false,
         } => build::run(
             &backend,
             &refs,
@@ -74,7 +100,9 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             limit,
             after,
         } => query::partitions(&backend, pattern, status, limit, after, json),
-        Command::Builds { id, limit } => query::builds(&backend, id.as_deref(), limit, json),
+        Command::Builds { id, all, limit } => {
+            query::builds(&backend, id.as_deref(), all, limit, json)
+        }
         Command::Events {
             build_request_id,
             partition_ref,

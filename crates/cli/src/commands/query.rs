@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use databuild_exec::answers::{Event, JobRun, JobStats};
-use databuild_log::{EventFilter, PartitionQuery};
+use databuild_log::{short_id, EventFilter, PartitionQuery};
 use serde_json::Value;
 
 use crate::backend::Backend;
@@ -75,11 +75,12 @@ pub fn partitions(
 pub fn builds(
     backend: &Backend,
     id: Option<&str>,
+    all: bool,
     limit: usize,
     json: bool,
 ) -> anyhow::Result<ExitCode> {
     let Some(id) = id else {
-        let v = backend.builds(limit)?;
+        let v = backend.builds(all, limit)?;
         if json {
             print_json(&v)?;
             return Ok(ExitCode::SUCCESS);
@@ -88,9 +89,13 @@ pub fn builds(
             .builds
             .iter()
             .map(|b| {
+                let status = match b.analyze_only {
+                    true => format!("{} (analysis)", b.status),
+                    false => b.status.to_string(),
+                };
                 vec![
-                    b.build_request_id.clone(),
-                    b.status.to_string(),
+                    short_id(&b.build_request_id).to_string(),
+                    status,
                     b.created_at.clone(),
                     crate::output::head_of(&b.requested_partitions, b.requested_count as usize, 2),
                 ]
@@ -135,7 +140,7 @@ pub fn builds(
         .iter()
         .map(|r| {
             vec![
-                r.job_run_id.clone(),
+                short_id(&r.job_run_id).to_string(),
                 r.job.clone(),
                 r.status.to_string(),
                 duration(r),

@@ -756,11 +756,7 @@ impl EventStore for PostgresStore {
     }
 
     fn ids_matching(&self, kind: IdKind, text: &str, limit: usize) -> Result<Vec<String>> {
-        let (table, id) = match kind {
-            IdKind::BuildRequest => ("build_requests", "build_request_id"),
-            IdKind::JobRun => ("job_runs", "job_run_id"),
-            IdKind::Want => ("wants", "want_id"),
-        };
+        let (table, id) = id_column(kind);
         let (from, to) = prefix_bounds(text);
         // Compared bytewise (`COLLATE "C"`, indexed by schema version 7), whatever the
         // database's collation; the short form by its expression index.

@@ -1353,12 +1353,3 @@ mod tests {
         assert_eq!(SqliteStore::open(&path).unwrap().last_idx().unwrap(), 2020);
     }
 }
-
-/// The table and id column of an id kind.
-fn id_column(kind: IdKind) -> (&'static str, &'static str) {
-    match kind {
-        IdKind::BuildRequest => ("build_requests", "build_request_id"),
-        IdKind::JobRun => ("job_runs", "job_run_id"),
-        IdKind::Want => ("wants", "want_id"),
-    }
-}

@@ -322,6 +322,15 @@ pub fn short_id(id: &str) -> &str {
     id.get(id.len().saturating_sub(SHORT_ID)..).unwrap_or(id)
 }
 
+/// The table and id column of an id kind.
+pub(crate) fn id_column(kind: IdKind) -> (&'static str, &'static str) {
+    match kind {
+        IdKind::BuildRequest => ("build_requests", "build_request_id"),
+        IdKind::JobRun => ("job_runs", "job_run_id"),
+        IdKind::Want => ("wants", "want_id"),
+    }
+}
+
 /// The bounds of the ids that start with `prefix` (ids are ASCII hex digits and dashes, all
 /// below `~`): `prefix <= id < prefix~`.
 pub(crate) fn prefix_bounds(prefix: &str) -> (String, String) {

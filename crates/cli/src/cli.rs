@@ -164,6 +164,21 @@ pub enum Command {
     Runs {
         /// The job run's id: whole, a unique prefix, or its short form (as listings show it).
         id: String,
+        /// Print the run's whole log instead of its details.
+        #[arg(long)]
+        log: bool,
+        /// With --log: keep printing what the run writes until it ends.
+        #[arg(long, requires = "log")]
+        follow: bool,
+    },
+    /// The log of the run that built a partition, or that is building it or failed to.
+    Logs {
+        /// The partition ref.
+        #[arg(value_name = "REF")]
+        partition_ref: String,
+        /// Keep printing what the run writes until it ends.
+        #[arg(long)]
+        follow: bool,
     },
     /// Mark partitions invalid, so that builds rebuild them.
     Taint {

@@ -1,6 +1,8 @@
 //! The command line in daily use (#29): pipes, getting started, completions.
 
+use std::io::BufRead;
 use std::process::Stdio;
+use std::time::Duration;
 
 use crate::util::{Project, Service};
 
@@ -332,4 +334,106 @@ fn analyze_force_and_build_dry_run_preview_the_build() {
     );
     let text = p.run(&["build", "--dry-run", "a/2020-01-02"]).stdout;
     assert!(text.contains("a/2020-01-02"), "{text}");
+}
+
+const LOGGING: &str = r#"
+[graph]
+name = "logs"
+[[job]]
+name = "noisy"
+outputs = ["noisy/{n:int}"]
+command = ["sh", "-c", "i=0; while [ $i -lt 60000 ]; do echo \"line $i: déjà vu ✓\"; i=$((i+1)); done; mkdir -p $DATABUILD_OUTPUT_DIR/noisy; touch $DATABUILD_OUTPUT_DIR/noisy/$DATABUILD_FIELD_N"]
+[[job]]
+name = "broken"
+outputs = ["broken/{n:int}"]
+command = ["sh", "-c", "echo working; echo 'boom: the input is bad' >&2; exit 1"]
+[[job]]
+name = "slow"
+outputs = ["slow/{n:int}"]
+command = ["sh", "-c", "echo started; while [ ! -e go ]; do sleep 0.05; done; echo finished; mkdir -p $DATABUILD_OUTPUT_DIR/slow; touch $DATABUILD_OUTPUT_DIR/slow/$DATABUILD_FIELD_N"]
+"#;
+
+/// `runs ID --log` prints the whole log (here 1.5 MB, read in chunks, multi-byte characters
+/// whole), `logs REF` that of the run that built or failed a partition, `--follow` until the
+/// run ends; a failed run's line in the build's output names the run and its log's last line.
+#[test]
+fn whole_logs_of_runs_and_partitions() {
+    let p = Project::new(LOGGING);
+    p.run(&["build", "noisy/1"]).expect_code(0);
+    let run = p.run(&["--json", "status", "noisy/1"]).json()[0]["built_by"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let path = p.run(&["--json", "runs", &run]).json()["log_path"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let file = std::fs::read_to_string(&path).unwrap();
+    assert!(file.len() > 1_100_000, "over a MiB: {} bytes", file.len());
+    let whole = p.run(&["runs", &run, "--log"]);
+    whole.expect_code(0);
+    assert!(whole.stdout == file, "the log, whole and unchanged");
+    assert_eq!(p.run(&["logs", "noisy/1"]).stdout, file);
+    let service = Service::start(&p, &[]);
+    let remote = p.run(&[
+        "--server",
+        &service.url,
+        "runs",
+        &run[run.len() - 8..],
+        "--log",
+    ]);
+    assert!(remote.stdout == file, "the same through the service");
+    let chunks = p.run(&["--json", "runs", &run, "--log"]).stdout;
+    let chunks: Vec<serde_json::Value> = chunks
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert!(chunks.len() >= 2, "read in chunks of a MiB");
+    assert_eq!(chunks.last().unwrap()["next_offset"], file.len());
+
+    // A failure: its line names the run and the log's last line.
+    let failed = p.run(&["build", "broken/1"]);
+    failed.expect_code(1);
+    let broken = p.run(&["--json", "status", "broken/1"]).json()[0]["built_by"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let line = format!("(run {}): ", &broken[broken.len() - 8..]);
+    assert!(failed.stderr.contains(&line), "{}", failed.stderr);
+    assert!(
+        failed.stderr.contains("| log: boom: the input is bad"),
+        "{}",
+        failed.stderr
+    );
+    assert_eq!(
+        p.run(&["logs", "broken/1"]).stdout,
+        "working\nboom: the input is bad\n"
+    );
+    let never = p.run(&["logs", "broken/2"]);
+    never.expect_code(2);
+    assert!(
+        never.stderr.contains("no run has built `broken/2`"),
+        "{}",
+        never.stderr
+    );
+
+    // Following a run while it runs, until it ends.
+    let mut build = p.command().args(["build", "slow/1"]).spawn().unwrap();
+    let slow = crate::util::eventually(Duration::from_secs(20), "the run starts", || {
+        let v = p.run(&["--json", "status", "slow/1"]).json();
+        v[0]["built_by"].as_str().map(str::to_string)
+    });
+    let mut follow = p
+        .command()
+        .args(["runs", &slow, "--log", "--follow"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(follow.stdout.take().unwrap()).lines();
+    assert_eq!(lines.next().unwrap().unwrap(), "started");
+    std::fs::write(p.path().join("go"), "").unwrap();
+    assert_eq!(lines.next().unwrap().unwrap(), "finished");
+    assert!(lines.next().is_none(), "follow ends with the run");
+    assert!(follow.wait().unwrap().success());
+    assert!(build.wait().unwrap().success());
 }

@@ -507,6 +507,23 @@ pub struct EventPage {
 }
 
 /// `GET /api/v1/partitions/{ref}/status` (contract section 4, `status`).
+/// A piece of a run's log, from a byte offset: read the whole log chunk by chunk (`next_offset`
+/// until it reaches `size`), or follow it while the run is `running`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct LogChunk {
+    pub job_run_id: String,
+    /// Where the text starts (bytes into the log).
+    pub offset: u64,
+    /// Where the next chunk starts: `offset` plus the bytes of `text` as the log holds them.
+    pub next_offset: u64,
+    /// The log's size when read (0 before the run writes anything).
+    pub size: u64,
+    /// At most a MiB of the log, cut at a character boundary (invalid UTF-8 shown as U+FFFD).
+    pub text: String,
+    /// The run has not ended: its log may grow.
+    pub running: bool,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct PartitionStatus {
     #[serde(rename = "ref")]
@@ -986,6 +1003,7 @@ pub mod route {
     pub const JOB_RUNS: &str = "/api/v1/jobs/{name}/runs";
     pub const RUN: &str = "/api/v1/job-runs/{id}";
     pub const RUN_LOG: &str = "/api/v1/job-runs/{id}/log";
+    pub const RUN_LOG_CHUNK: &str = "/api/v1/job-runs/{id}/log/chunk";
     pub const DATASETS: &str = "/api/v1/datasets";
     pub const SQL: &str = "/api/v1/sql";
     pub const OPENAPI: &str = "/api/v1/openapi.json";

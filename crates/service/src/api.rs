@@ -530,6 +530,27 @@ pub(crate) async fn run_log(
 
 #[derive(Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
+pub struct LogChunkQuery {
+    /// Where to start, in bytes into the log (default 0).
+    #[param(minimum = 0)]
+    offset: Option<u64>,
+}
+
+#[utoipa::path(get, path = route::RUN_LOG_CHUNK, summary = "A piece of a job run's log, from a byte offset (read it whole, or follow it)", params(("id" = String, Path), LogChunkQuery), responses((status = 200, body = answers::LogChunk), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
+pub(crate) async fn run_log_chunk(
+    State(state): Shared,
+    ApiPath(id): ApiPath<String>,
+    ApiQuery(q): ApiQuery<LogChunkQuery>,
+) -> ApiResult<Json<answers::LogChunk>> {
+    let offset = q.offset.unwrap_or(0);
+    blocking(&state, move |engine| {
+        views::run_log_chunk(engine, &id, offset).map(Json)
+    })
+    .await
+}
+
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct DatasetsQuery {
     /// Derive the freshness of every available partition, however many (linear in them);
     /// otherwise only job outputs with at most 20,000 available partitions are split into

@@ -8,8 +8,8 @@ use std::io::{BufRead, BufReader};
 use axum::http::StatusCode;
 use databuild_exec::answers::{
     route, Analysis, BuildAccepted, BuildDetail, BuildList, BuildProgress, Cancelled, DatasetList,
-    ErrorBody, EventList, EventPage, Explain, JobDetail, JobList, JobRun, PartitionStatus, Sealed,
-    SourceList, Want, WantList,
+    ErrorBody, EventList, EventPage, Explain, JobDetail, JobList, JobRun, LogChunk,
+    PartitionStatus, Sealed, SourceList, Want, WantList,
 };
 use databuild_exec::tables::{Promotion, SourceDetail};
 use databuild_exec::views::{AnalyzeView, ListedStatus, PartitionPage};
@@ -46,6 +46,8 @@ pub trait Api {
     fn run(&self, id: &str) -> ApiResult<JobRun>;
     /// The tail of a run's log.
     fn run_log(&self, id: &str) -> ApiResult<String>;
+    /// A run's log from byte `offset` on (a MiB at most).
+    fn run_log_chunk(&self, id: &str, offset: u64) -> ApiResult<LogChunk>;
     fn sql(&self, query: &str, max_rows: usize) -> ApiResult<SqlResult>;
     fn sources(&self) -> ApiResult<SourceList>;
     fn source(&self, name: &str) -> ApiResult<SourceDetail>;
@@ -109,6 +111,9 @@ impl Api for InProcess {
     }
     fn run_log(&self, id: &str) -> ApiResult<String> {
         views::run_log(&self.engine, id)
+    }
+    fn run_log_chunk(&self, id: &str, offset: u64) -> ApiResult<LogChunk> {
+        views::run_log_chunk(&self.engine, id, offset)
     }
     fn sql(&self, query: &str, max_rows: usize) -> ApiResult<SqlResult> {
         views::sql(&self.engine, query, max_rows)
@@ -432,6 +437,12 @@ impl Api for Http {
     }
     fn run_log(&self, id: &str) -> ApiResult<String> {
         self.get_text(&route::fill(route::RUN_LOG, id))
+    }
+    fn run_log_chunk(&self, id: &str, offset: u64) -> ApiResult<LogChunk> {
+        self.get(&format!(
+            "{}?offset={offset}",
+            route::fill(route::RUN_LOG_CHUNK, id)
+        ))
     }
     fn sql(&self, query: &str, max_rows: usize) -> ApiResult<SqlResult> {
         self.post(

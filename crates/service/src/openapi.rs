@@ -35,6 +35,7 @@ use crate::error::ErrorBody;
         crate::api::job_runs,
         crate::api::get_run,
         crate::api::run_log,
+        crate::api::run_log_chunk,
         crate::api::list_datasets,
         crate::api::sql,
         crate::sources::webhook,

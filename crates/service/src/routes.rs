@@ -34,6 +34,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route(route::JOB_RUNS, get(api::job_runs))
         .route(route::RUN, get(api::get_run))
         .route(route::RUN_LOG, get(api::run_log))
+        .route(route::RUN_LOG_CHUNK, get(api::run_log_chunk))
         .route(route::DATASETS, get(api::list_datasets))
         .route(route::SQL, post(api::sql))
         .route(route::OPENAPI, get(crate::openapi::document))

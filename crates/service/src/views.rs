@@ -6,7 +6,7 @@
 use databuild_core::{BraceExpansionError, PartitionRef, UserRefError};
 use databuild_exec::answers::{
     self, Build, BuildDetail, BuildList, BuildProgress, Cancelled, DatasetList, EventList,
-    EventPage, Explain, JobDetail, JobList, JobRun, JobRunList, PartitionStatus, Sealed,
+    EventPage, Explain, JobDetail, JobList, JobRun, JobRunList, LogChunk, PartitionStatus, Sealed,
     SourceList, Want, WantDetail, WantList,
 };
 use databuild_exec::tables::{Promotion, SourceDetail};
@@ -309,6 +309,82 @@ pub fn run(engine: &Engine, id: &str) -> ApiResult<JobRun> {
 
 /// The most of a run's log returned (its tail).
 pub const LOG_TAIL: u64 = 1024 * 1024;
+/// The most of a run's log one chunk carries.
+pub const LOG_CHUNK: usize = 1024 * 1024;
+
+/// The length of `bytes` without the UTF-8 character its end cuts short, if it does.
+fn whole_chars(bytes: &[u8]) -> usize {
+    for back in 1..=bytes.len().min(4) {
+        let b = bytes[bytes.len() - back];
+        if b & 0xC0 != 0x80 {
+            // The last character's first byte says how long it is.
+            let len = match b {
+                0xF0..=0xF4 => 4,
+                0xE0..=0xEF => 3,
+                0xC2..=0xDF => 2,
+                _ => 1, // ASCII, or a byte no character starts with: shown as U+FFFD
+            };
+            return if len > back {
+                bytes.len() - back
+            } else {
+                bytes.len()
+            };
+        }
+    }
+    bytes.len()
+}
+
+/// The run's log from byte `offset` on, at most [`LOG_CHUNK`] of it.
+pub fn run_log_chunk(engine: &Engine, id: &str, offset: u64) -> ApiResult<LogChunk> {
+    use std::io::{Read, Seek, SeekFrom};
+    let id = run_id(engine, id)?;
+    let run = engine
+        .store
+        .job_run(&id)?
+        .ok_or_else(|| AppError::not_found(format!("no job run `{id}`")))?;
+    let running = matches!(run.status, Status::Scheduled | Status::Running);
+    let empty = |size| LogChunk {
+        job_run_id: id.clone(),
+        offset,
+        next_offset: offset,
+        size,
+        text: String::new(),
+        running,
+    };
+    let Some(path) = &run.log_path else {
+        return Ok(empty(0));
+    };
+    let mut file = match std::fs::File::open(path) {
+        Ok(f) => f,
+        // Created with the job's first output: a silent job has none (yet).
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(empty(0)),
+        Err(e) => {
+            return Err(AppError::not_found(format!(
+                "the log of job run `{id}` cannot be read: {e}"
+            )))
+        }
+    };
+    let read = |file: &mut std::fs::File| -> std::io::Result<(u64, Vec<u8>)> {
+        let size = file.metadata()?.len();
+        file.seek(SeekFrom::Start(offset.min(size)))?;
+        let mut bytes = Vec::new();
+        file.take(LOG_CHUNK as u64).read_to_end(&mut bytes)?;
+        Ok((size, bytes))
+    };
+    let (size, mut bytes) = read(&mut file).map_err(|e| {
+        AppError::not_found(format!("the log of job run `{id}` cannot be read: {e}"))
+    })?;
+    // A character cut by the chunk's end (or by a write in progress) starts the next chunk;
+    // at the end of a log that no longer grows, it is what there is.
+    if running || bytes.len() == LOG_CHUNK {
+        bytes.truncate(whole_chars(&bytes));
+    }
+    Ok(LogChunk {
+        next_offset: offset.min(size) + bytes.len() as u64,
+        text: String::from_utf8_lossy(&bytes).into_owned(),
+        ..empty(size)
+    })
+}
 
 pub fn run_log(engine: &Engine, id: &str) -> ApiResult<String> {
     let id = &run_id(engine, id)?;
@@ -474,4 +550,25 @@ pub fn want_detail(engine: &Engine, id: &str) -> ApiResult<WantDetail> {
 pub fn unwant(engine: &Engine, id: &str) -> ApiResult<Want> {
     let id = resolve(engine, IdKind::Want, id)?;
     Ok(Want::from(&engine.unwant(&id)?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::whole_chars;
+
+    #[test]
+    fn a_chunk_keeps_whole_characters_only() {
+        let text = "añ€😀".as_bytes(); // 1, 2, 3 and 4 bytes
+        assert_eq!(whole_chars(text), text.len());
+        for cut in 0..text.len() {
+            let kept = whole_chars(&text[..cut]);
+            assert!(std::str::from_utf8(&text[..kept]).is_ok(), "cut at {cut}");
+            assert!(cut - kept < 4);
+        }
+        assert_eq!(
+            whole_chars(b"ab\xff"),
+            3,
+            "an invalid byte is kept (shown as U+FFFD)"
+        );
+    }
 }

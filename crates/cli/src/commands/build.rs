@@ -47,7 +47,7 @@ pub fn run(
     let terminal = !json && std::io::stderr().is_terminal();
     // The bar's ETA is read from the log (or the service) on a thread of this scope.
     let (summary, whereabouts) = std::thread::scope(|scope| -> anyhow::Result<_> {
-        let mut reporter = Reporter::new(terminal);
+        let mut reporter = Reporter::new(terminal, |run| last_log_line(backend, run));
         if terminal {
             reporter = reporter.with_progress(polled(scope, |id| backend.progress(id).ok()));
         }
@@ -116,6 +116,14 @@ fn refused_at_planning(s: &BuildSummary) -> bool {
         && s.failures.is_empty()
         && s.cancelled.is_empty()
         && s.not_started.is_empty()
+}
+
+/// The last line of a run's log that says something (at most 300 characters), as the service
+/// or this process reads it.
+pub(super) fn last_log_line(backend: &Backend, run: &str) -> Option<String> {
+    let log = backend.run_log(run).ok()?;
+    let line = log.lines().rev().map(str::trim).find(|l| !l.is_empty())?;
+    Some(line.chars().take(300).collect())
 }
 
 /// How many failed runs the text summary lists, one a line.
@@ -288,6 +296,7 @@ impl EventReplay {
                 };
                 reporter.on(Progress::Finished {
                     job: &job,
+                    run_id: &run,
                     outputs: &outputs,
                     outcome: &outcome,
                     took,
@@ -300,6 +309,8 @@ impl EventReplay {
 
 /// A build's latest progress (its ETA) by id, as last read.
 type ProgressOf<'a> = Box<dyn Fn(&str) -> Option<BuildProgress> + 'a>;
+/// The last line of a run's log, by run id.
+type LogLineOf<'a> = Box<dyn Fn(&str) -> Option<String> + 'a>;
 
 /// How often the bar's ETA is read again from the log.
 const ETA_EVERY: Duration = Duration::from_secs(2);
@@ -344,10 +355,15 @@ pub(super) struct Reporter<'a> {
     /// The build's ETA, from its jobs' durations and graph (not the bar's straight line).
     progress_of: Option<ProgressOf<'a>>,
     build_id: Option<String>,
+    /// The last line of a run's log (by run id), for the line of a failed run.
+    last_log_line: LogLineOf<'a>,
 }
 
 impl<'a> Reporter<'a> {
-    pub(super) fn new(terminal: bool) -> Reporter<'a> {
+    pub(super) fn new(
+        terminal: bool,
+        last_log_line: impl Fn(&str) -> Option<String> + 'a,
+    ) -> Reporter<'a> {
         let bar = terminal.then(|| {
             let bar = ProgressBar::new(0);
             bar.set_style(
@@ -366,6 +382,7 @@ impl<'a> Reporter<'a> {
             failed: 0,
             progress_of: None,
             build_id: None,
+            last_log_line: Box::new(last_log_line),
         }
     }
 
@@ -438,6 +455,7 @@ impl Observer for Reporter<'_> {
             Progress::Started { .. } => self.running += 1,
             Progress::Finished {
                 job,
+                run_id,
                 outputs,
                 outcome,
                 took,
@@ -455,7 +473,13 @@ impl Observer for Reporter<'_> {
                     }
                     RunOutcome::Failed { message, .. } => {
                         self.failed += 1;
-                        self.line(format!("FAILED  {job}  {outputs}: {message}"));
+                        let short = databuild_log::short_id(run_id);
+                        let log = (self.last_log_line)(run_id)
+                            .map(|l| format!(" | log: {l}"))
+                            .unwrap_or_default();
+                        self.line(format!(
+                            "FAILED  {job}  {outputs} (run {short}): {message}{log}"
+                        ));
                     }
                     RunOutcome::Cancelled => self.line(format!("cancelled  {job}  {outputs}")),
                 }

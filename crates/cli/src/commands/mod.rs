@@ -128,7 +128,12 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::Datasets { exact } => query::datasets(&backend, exact, json),
         Command::Jobs { name } => query::jobs(&backend, name.as_deref(), json),
-        Command::Runs { id } => query::run(&backend, &id, json),
+        Command::Runs { id, log: false, .. } => query::run(&backend, &id, json),
+        Command::Runs { id, follow, .. } => query::log(&backend, &id, follow, json),
+        Command::Logs {
+            partition_ref,
+            follow,
+        } => query::partition_log(&backend, &partition_ref, follow, json),
         Command::Sql { query, max_rows } => query::sql(&backend, &query, max_rows, json),
         Command::Sources => sources::list_sources(&backend, json),
         Command::Source { action } => match action {

@@ -398,6 +398,54 @@ pub fn run(backend: &Backend, id: &str, json: bool) -> anyhow::Result<ExitCode> 
     Ok(ExitCode::SUCCESS)
 }
 
+/// How often a followed log is read again.
+const FOLLOW_EVERY: Duration = Duration::from_millis(300);
+
+/// A run's whole log, chunk by chunk; `follow`: until the run ends. `--json`: the chunks, one
+/// JSON object a line.
+pub fn log(backend: &Backend, id: &str, follow: bool, json: bool) -> anyhow::Result<ExitCode> {
+    let mut offset = 0;
+    loop {
+        let chunk = backend.run_log_chunk(id, offset)?;
+        if json {
+            if chunk.next_offset > chunk.offset || offset == 0 {
+                outln!("{}", serde_json::to_string(&chunk)?)?;
+            }
+        } else {
+            out!("{}", chunk.text)?;
+        }
+        let read_all = chunk.next_offset >= chunk.size;
+        if read_all && !(follow && chunk.running) {
+            return Ok(ExitCode::SUCCESS);
+        }
+        // (Nothing new: a character still being written, or nothing written yet.)
+        if read_all || chunk.next_offset == offset {
+            std::io::stdout().flush()?;
+            std::thread::sleep(FOLLOW_EVERY);
+        }
+        offset = chunk.next_offset;
+    }
+}
+
+/// The log of the run that built, is building or failed to build `r`.
+pub fn partition_log(
+    backend: &Backend,
+    r: &str,
+    follow: bool,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
+    let status = backend.status(r)?;
+    let Some(run) = status.built_by else {
+        return Err(crate::UserError(format!(
+            "no run has built `{r}` or tried to ({}: {})",
+            status.status,
+            status.reasons.join("; ")
+        ))
+        .into());
+    };
+    log(backend, &run, follow, json)
+}
+
 pub fn sql(
     backend: &Backend,
     query: &str,

@@ -177,7 +177,9 @@ pub fn promote(
             let options = BuildOptions::default();
             let executor = engine.executor();
             let interrupt = AtomicBool::new(false);
-            let mut reporter = Reporter::new(!json && std::io::stderr().is_terminal());
+            let terminal = !json && std::io::stderr().is_terminal();
+            let mut reporter =
+                Reporter::new(terminal, |run| super::build::last_log_line(backend, run));
             let downstream = build_downstream.then_some((
                 &options,
                 executor.as_ref(),

@@ -892,9 +892,9 @@ impl<'s, 'e> Driver<'s, 'e> {
             .started
             .map(|s| s.elapsed())
             .unwrap_or_default();
-        report_end(observer, job, run, attempt, &ended.outcome, then, took);
-        let report = spec::with_provenance(job, run, ended.report);
         let id = &self.runs[node].id;
+        report_end(observer, job, run, id, attempt, &ended.outcome, then, took);
+        let report = spec::with_provenance(job, run, ended.report);
         let (status, message, exit_code) = match ended.outcome {
             RunOutcome::Succeeded => {
                 let version = spec::output_version(job, run, &self.runs[node].input_versions);
@@ -1158,10 +1158,12 @@ impl<'s, 'e> Driver<'s, 'e> {
 }
 
 /// Reports a run's end: as retried, as fetching its inputs, or as its outputs' outcome.
+#[allow(clippy::too_many_arguments)] // (what a run's end is, as the observer hears it)
 fn report_end(
     observer: &mut dyn Observer,
     job: &databuild_core::Job,
     run: &databuild_core::PlannedRun,
+    run_id: &str,
     attempt: u32,
     outcome: &RunOutcome,
     then: Option<databuild_log::AfterFailure>,
@@ -1187,6 +1189,7 @@ fn report_end(
         }
         _ => observer.on(Progress::Finished {
             job: &job.name,
+            run_id,
             outputs: &run.outputs,
             outcome,
             took,

@@ -84,6 +84,8 @@ pub enum Progress<'a> {
     /// A run ended, and that is its outputs' outcome in this build.
     Finished {
         job: &'a str,
+        /// The run's id (its last attempt's).
+        run_id: &'a str,
         outputs: &'a [PartitionRef],
         outcome: &'a RunOutcome,
         took: Duration,

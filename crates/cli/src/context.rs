@@ -3,10 +3,11 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
-use databuild_core::{parse_user_refs, Graph, PartitionRef};
+use databuild_core::{names_a_domain, parse_user_refs, Domains, Graph, PartitionRef};
 use databuild_exec::{Engine, EngineError};
 use databuild_log::LogError;
 
+use crate::backend::Backend;
 use crate::UserError;
 
 pub struct Context {
@@ -84,9 +85,17 @@ pub fn engine_error(e: EngineError) -> anyhow::Error {
 
 /// Expands braces in each argument (within `DATABUILD_MAX_REFS`) and validates the resulting
 /// refs, keeping their order and dropping repeats.
-pub fn parse_refs(args: &[String]) -> anyhow::Result<Vec<PartitionRef>> {
+pub fn parse_refs(backend: &Backend, args: &[String]) -> anyhow::Result<Vec<PartitionRef>> {
+    let domains = match backend {
+        Backend::Local(local) => std::borrow::Cow::Borrowed(&local.engine.graph.domains),
+        // The service's graph says what `{field=*}` stands for (read only when asked).
+        Backend::Remote(client) if args.iter().any(|a| names_a_domain(a)) => {
+            std::borrow::Cow::Owned(client.domains()?)
+        }
+        Backend::Remote(_) => std::borrow::Cow::Owned(Domains::new()),
+    };
     Ok(
-        parse_user_refs(args, crate::settings::max_refs()?)
+        parse_user_refs(args, crate::settings::max_refs()?, &domains)
             .map_err(|e| UserError(e.to_string()))?,
     )
 }

@@ -437,3 +437,61 @@ fn whole_logs_of_runs_and_partitions() {
     assert!(follow.wait().unwrap().success());
     assert!(build.wait().unwrap().success());
 }
+
+/// Braces as in templates: `{field=*}` (every value of a domain, from the graph the command
+/// runs against), month and ISO week ranges; an unknown domain names the graph's.
+#[test]
+fn braces_expand_domains_months_and_weeks() {
+    let p = Project::new(
+        r#"
+[graph]
+name = "g"
+[graph.domains]
+city = ["nyc", "sf", "tokyo"]
+[[job]]
+name = "trips"
+outputs = ["trips/city={city}/month={month}"]
+command = ["true"]
+[[job]]
+name = "weekly"
+outputs = ["weekly/week={week}"]
+command = ["true"]
+"#,
+    );
+    let service = Service::start(&p, &[]);
+    let outputs = |args: &[&str]| -> Vec<Vec<String>> {
+        [vec!["--json"], vec!["--json", "--server", &service.url]]
+            .iter()
+            .map(|global| {
+                let out = p.run(&[global.as_slice(), args].concat());
+                out.expect_code(0);
+                let runs = out.json()["job_runs"].as_array().unwrap().clone();
+                runs.iter()
+                    .map(|r| r["outputs"][0].as_str().unwrap().to_string())
+                    .collect()
+            })
+            .collect()
+    };
+    let trips = outputs(&["analyze", "trips/city={city=*}/month={2021-12..2022-01}"]);
+    assert_eq!(trips[0], trips[1], "the same through the service");
+    assert_eq!(
+        trips[0],
+        [
+            "trips/city=nyc/month=2021-12",
+            "trips/city=nyc/month=2022-01",
+            "trips/city=sf/month=2021-12",
+            "trips/city=sf/month=2022-01",
+            "trips/city=tokyo/month=2021-12",
+            "trips/city=tokyo/month=2022-01"
+        ]
+    );
+    let weeks = outputs(&["analyze", "weekly/week={2020-W53..2021-W01}"]);
+    assert_eq!(weeks[0], ["weekly/week=2020-W53", "weekly/week=2021-W01"]);
+    let unknown = p.run(&["analyze", "trips/city={town=*}/month=2022-01"]);
+    unknown.expect_code(2);
+    assert!(
+        unknown.stderr.contains("no domain `town`") && unknown.stderr.contains("it declares city"),
+        "{}",
+        unknown.stderr
+    );
+}

@@ -1,12 +1,16 @@
-//! Brace expansion of user refs, as a shell would do it but aware of dates:
-//! `x/cat={a,b}` gives 2 refs, `reviews/date={2020-01-01..2020-01-31}` 31, `n/{1..3}` 3.
+//! Brace expansion of user refs, as a shell would do it but aware of dates and of the graph:
+//! `x/cat={a,b}` gives 2 refs, `reviews/date={2020-01-01..2020-01-31}` 31, `n/{1..3}` 3,
+//! `m/month={2022-01..2022-03}` 3 months, `w/week={2022-W01..2022-W04}` 4 ISO weeks, and
+//! `x/cat={category=*}` every value of the graph's domain `category` (as in input templates).
 //! Several braces give their cartesian product.
 //!
 //! Every entry point (the CLI, the API, the dashboard) expands a request's words with
 //! [`expand_all`], which counts what the words would give before it allocates anything, and
 //! refuses a request that would name more refs than its cap.
 
-use chrono::NaiveDate;
+use std::collections::BTreeMap;
+
+use chrono::{Datelike, NaiveDate};
 
 use crate::pattern::{format_date, parse_date};
 
@@ -16,6 +20,12 @@ pub const DEFAULT_MAX_REFS: usize = 1_000_000;
 /// The most bytes the refs of one request may take once expanded: with the cap on their number,
 /// this bounds what an expansion allocates however long the text around a brace is.
 pub const MAX_EXPANDED_BYTES: u128 = 256 << 20;
+
+/// The value lists `{field=*}` expands over: a graph's `[graph.domains]`.
+pub type Domains = BTreeMap<String, Vec<String>>;
+
+/// No domains (expansion outside a graph).
+pub static NO_DOMAINS: Domains = BTreeMap::new();
 
 /// How much of a word an error quotes.
 const QUOTED: usize = 200;
@@ -34,8 +44,15 @@ pub enum BraceExpansionError {
     Unclosed(String),
     #[error("`{0}` has a `}}` without a matching `{{`")]
     StrayClose(String),
-    #[error("`{arg}`: `{{{inner}}}` is neither a list like `{{a,b}}` nor a range like `{{2020-01-01..2020-01-31}}` or `{{1..10}}`")]
+    #[error("`{arg}`: `{{{inner}}}` is neither a list like `{{a,b}}`, a range like `{{2020-01-01..2020-01-31}}`, `{{2022-01..2022-03}}`, `{{2022-W01..2022-W04}}` or `{{1..10}}`, nor a domain like `{{category=*}}`")]
     Unrecognized { arg: String, inner: String },
+    #[error("`{arg}`: the graph declares no domain `{field}` for `{{{field}=*}}` ({known}); declare its values under [graph.domains]")]
+    UnknownDomain {
+        arg: String,
+        field: String,
+        /// The domains it declares, for the message.
+        known: String,
+    },
     #[error("`{arg}`: the range `{{{inner}}}` runs backwards")]
     Backwards { arg: String, inner: String },
     #[error("`{word}` would expand to refs of {len} bytes, longer than the {max} a ref may have")]
@@ -57,11 +74,12 @@ pub enum BraceExpansionError {
 pub fn expand_all<S: AsRef<str>>(
     words: &[S],
     max: usize,
+    domains: &Domains,
 ) -> Result<Vec<String>, BraceExpansionError> {
     let (mut total, mut bytes): (u128, u128) = (0, 0);
     for word in words {
         let word = word.as_ref();
-        let (count, longest) = count_braces(word, max)?;
+        let (count, longest) = count_braces(word, max, domains)?;
         if longest > crate::refs::MAX_REF_LEN as u128 {
             return Err(BraceExpansionError::TooLong {
                 word: quoted(word),
@@ -92,7 +110,7 @@ pub fn expand_all<S: AsRef<str>>(
     }
     let mut refs = Vec::with_capacity(total as usize);
     for word in words {
-        expand_into(word.as_ref(), &mut refs)?;
+        expand_into(word.as_ref(), domains, &mut refs)?;
     }
     Ok(refs)
 }
@@ -111,8 +129,9 @@ pub enum UserRefError {
 pub fn parse_user_refs<S: AsRef<str>>(
     words: &[S],
     max: usize,
+    domains: &Domains,
 ) -> Result<Vec<crate::PartitionRef>, UserRefError> {
-    let expanded = expand_all(words, max)?;
+    let expanded = expand_all(words, max, domains)?;
     let mut seen = rustc_hash::FxHashSet::default();
     let mut refs = Vec::with_capacity(expanded.len());
     for r in expanded {
@@ -126,17 +145,37 @@ pub fn parse_user_refs<S: AsRef<str>>(
 
 /// Expands one word, with the default cap.
 pub fn expand_braces(arg: &str) -> Result<Vec<String>, BraceExpansionError> {
-    expand_all(&[arg], DEFAULT_MAX_REFS)
+    expand_all(&[arg], DEFAULT_MAX_REFS, &NO_DOMAINS)
+}
+
+/// Whether a word names a domain (`{field=*}`): expanding it needs the graph's domains.
+pub fn names_a_domain(word: &str) -> bool {
+    pieces(word).is_ok_and(|pieces| {
+        pieces.iter().any(
+            |p| matches!(p, crate::pattern::Piece::Braced(inner) if domain_field(inner).is_some()),
+        )
+    })
+}
+
+/// The field of `field=*`.
+fn domain_field(inner: &str) -> Option<&str> {
+    let field = inner.strip_suffix("=*")?;
+    let ident = !field.is_empty() && field.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+    ident.then_some(field)
 }
 
 /// How many refs `arg` names and how long the longest is, without building them (saturating).
-fn count_braces(arg: &str, max: usize) -> Result<(u128, u128), BraceExpansionError> {
+fn count_braces(
+    arg: &str,
+    max: usize,
+    domains: &Domains,
+) -> Result<(u128, u128), BraceExpansionError> {
     let (mut count, mut longest): (u128, u128) = (1, 0);
     for piece in pieces(arg)? {
         match piece {
             crate::pattern::Piece::Text(t) => longest += t.len() as u128,
             crate::pattern::Piece::Braced(inner) => {
-                let alternatives = Alternatives::parse(arg, inner)?;
+                let alternatives = Alternatives::parse(arg, inner, domains)?;
                 count = count.saturating_mul(alternatives.len());
                 longest = longest.saturating_add(alternatives.longest());
             }
@@ -152,7 +191,11 @@ fn count_braces(arg: &str, max: usize) -> Result<(u128, u128), BraceExpansionErr
     Ok((count, longest))
 }
 
-fn expand_into(arg: &str, out: &mut Vec<String>) -> Result<(), BraceExpansionError> {
+fn expand_into(
+    arg: &str,
+    domains: &Domains,
+    out: &mut Vec<String>,
+) -> Result<(), BraceExpansionError> {
     let mut results = vec![String::new()];
     for piece in pieces(arg)? {
         results = match piece {
@@ -163,7 +206,7 @@ fn expand_into(arg: &str, out: &mut Vec<String>) -> Result<(), BraceExpansionErr
                 results
             }
             crate::pattern::Piece::Braced(inner) => {
-                let options = Alternatives::parse(arg, inner)?.strings();
+                let options = Alternatives::parse(arg, inner, domains)?.strings();
                 results
                     .iter()
                     .flat_map(|r| options.iter().map(move |o| format!("{r}{o}")))
@@ -185,12 +228,56 @@ fn pieces(arg: &str) -> Result<Vec<crate::pattern::Piece<'_>>, BraceExpansionErr
 /// What one `{...}` stands for, parsed without building its values.
 enum Alternatives<'a> {
     List(&'a str),
-    Dates { start: NaiveDate, days: i64 },
-    Ints { start: i64, end: i64, width: usize },
+    Dates {
+        start: NaiveDate,
+        days: i64,
+    },
+    /// `YYYY-MM` months, counted from year 0's January.
+    Months {
+        start: i64,
+        count: i64,
+    },
+    /// ISO weeks (`YYYY-Www`), by the Monday each starts on.
+    Weeks {
+        start: NaiveDate,
+        count: i64,
+    },
+    Ints {
+        start: i64,
+        end: i64,
+        width: usize,
+    },
+    Domain(&'a [String]),
+}
+
+/// `YYYY-MM` as months since year 0's January.
+fn parse_month(s: &str) -> Option<i64> {
+    let (y, m) = s.split_once('-')?;
+    let digits = |t: &str, n| t.len() == n && t.bytes().all(|b| b.is_ascii_digit());
+    if !digits(y, 4) || !digits(m, 2) {
+        return None;
+    }
+    let (y, m): (i64, i64) = (y.parse().ok()?, m.parse().ok()?);
+    (1..=12).contains(&m).then_some(y * 12 + m - 1)
+}
+
+/// `YYYY-Www` (ISO 8601) as the Monday it starts on.
+fn parse_week(s: &str) -> Option<NaiveDate> {
+    let (y, w) = s.split_once("-W")?;
+    let digits = |t: &str, n| t.len() == n && t.bytes().all(|b| b.is_ascii_digit());
+    if !digits(y, 4) || !digits(w, 2) {
+        return None;
+    }
+    NaiveDate::from_isoywd_opt(y.parse().ok()?, w.parse().ok()?, chrono::Weekday::Mon)
+}
+
+fn format_week(monday: NaiveDate) -> String {
+    let week = monday.iso_week();
+    format!("{:04}-W{:02}", week.year(), week.week())
 }
 
 impl<'a> Alternatives<'a> {
-    fn parse(arg: &str, inner: &'a str) -> Result<Self, BraceExpansionError> {
+    fn parse(arg: &str, inner: &'a str, domains: &'a Domains) -> Result<Self, BraceExpansionError> {
         let unrecognized = || BraceExpansionError::Unrecognized {
             arg: quoted(arg),
             inner: quoted(inner),
@@ -199,6 +286,22 @@ impl<'a> Alternatives<'a> {
             arg: quoted(arg),
             inner: quoted(inner),
         };
+        if let Some(field) = domain_field(inner) {
+            return match domains.get(field) {
+                Some(values) => Ok(Alternatives::Domain(values)),
+                None => Err(BraceExpansionError::UnknownDomain {
+                    arg: quoted(arg),
+                    field: field.to_string(),
+                    known: match domains.is_empty() {
+                        true => "it declares none".to_string(),
+                        false => {
+                            let names: Vec<&str> = domains.keys().map(String::as_str).collect();
+                            format!("it declares {}", names.join(", "))
+                        }
+                    },
+                }),
+            };
+        }
         if let Some((a, b)) = inner.split_once("..") {
             if let (Some(start), Some(end)) = (parse_date(a), parse_date(b)) {
                 if start > end {
@@ -206,6 +309,20 @@ impl<'a> Alternatives<'a> {
                 }
                 let days = (end - start).num_days() + 1;
                 return Ok(Alternatives::Dates { start, days });
+            }
+            if let (Some(start), Some(end)) = (parse_month(a), parse_month(b)) {
+                if start > end {
+                    return Err(backwards());
+                }
+                let count = end - start + 1;
+                return Ok(Alternatives::Months { start, count });
+            }
+            if let (Some(start), Some(end)) = (parse_week(a), parse_week(b)) {
+                if start > end {
+                    return Err(backwards());
+                }
+                let count = (end - start).num_days() / 7 + 1;
+                return Ok(Alternatives::Weeks { start, count });
             }
             if let (Ok(start), Ok(end)) = (a.parse::<i64>(), b.parse::<i64>()) {
                 if start > end {
@@ -231,7 +348,11 @@ impl<'a> Alternatives<'a> {
         match self {
             Alternatives::List(inner) => inner.split(',').count() as u128,
             Alternatives::Dates { days, .. } => *days as u128,
+            Alternatives::Months { count, .. } | Alternatives::Weeks { count, .. } => {
+                *count as u128
+            }
             Alternatives::Ints { start, end, .. } => (*end as i128 - *start as i128 + 1) as u128,
+            Alternatives::Domain(values) => values.len() as u128,
         }
     }
 
@@ -241,6 +362,11 @@ impl<'a> Alternatives<'a> {
         match self {
             Alternatives::List(inner) => inner.split(',').map(str::len).max().unwrap_or(0) as u128,
             Alternatives::Dates { .. } => 10,
+            Alternatives::Months { .. } => 7,
+            Alternatives::Weeks { .. } => 8,
+            Alternatives::Domain(values) => {
+                values.iter().map(String::len).max().unwrap_or(0) as u128
+            }
             Alternatives::Ints { start, end, width } => {
                 (*width).max(digits(*start)).max(digits(*end)) as u128
             }
@@ -256,6 +382,13 @@ impl<'a> Alternatives<'a> {
                 .take(*days as usize)
                 .map(format_date)
                 .collect(),
+            Alternatives::Months { start, count } => (*start..*start + *count)
+                .map(|m| format!("{:04}-{:02}", m / 12, m % 12 + 1))
+                .collect(),
+            Alternatives::Weeks { start, count } => (0..*count)
+                .map(|w| format_week(*start + chrono::Duration::weeks(w)))
+                .collect(),
+            Alternatives::Domain(values) => values.to_vec(),
             Alternatives::Ints { start, end, width } => {
                 let width = *width;
                 (*start..=*end).map(|n| format!("{n:0width$}")).collect()
@@ -298,6 +431,57 @@ mod tests {
     }
 
     #[test]
+    fn expands_months_weeks_and_domains() {
+        assert_eq!(
+            expand_braces("m/month={2021-11..2022-02}").unwrap(),
+            [
+                "m/month=2021-11",
+                "m/month=2021-12",
+                "m/month=2022-01",
+                "m/month=2022-02"
+            ]
+        );
+        // ISO weeks: 2020 has 53, and 2021-W01 starts on 2021-01-04.
+        assert_eq!(
+            expand_braces("w/{2020-W52..2021-W02}").unwrap(),
+            ["w/2020-W52", "w/2020-W53", "w/2021-W01", "w/2021-W02"]
+        );
+        let domains: Domains = [("city".to_string(), vec!["nyc".into(), "sf".into()])].into();
+        assert_eq!(
+            expand_all(
+                &["trips/city={city=*}/date={2020-01-01..2020-01-02}"],
+                10,
+                &domains
+            )
+            .unwrap(),
+            [
+                "trips/city=nyc/date=2020-01-01",
+                "trips/city=nyc/date=2020-01-02",
+                "trips/city=sf/date=2020-01-01",
+                "trips/city=sf/date=2020-01-02"
+            ]
+        );
+        assert!(names_a_domain("x/{city=*}") && !names_a_domain("x/{a,b}"));
+        let err = expand_all(&["x/{region=*}"], 10, &domains).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "`x/{region=*}`: the graph declares no domain `region` for `{region=*}` (it declares city); declare its values under [graph.domains]"
+        );
+        assert!(matches!(
+            expand_braces("m/{2022-03..2022-01}"),
+            Err(BraceExpansionError::Backwards { .. })
+        ));
+        assert!(matches!(
+            expand_braces("m/{2022-13..2023-01}"),
+            Err(BraceExpansionError::Unrecognized { .. })
+        ));
+        assert!(matches!(
+            expand_braces("w/{2021-W53..2021-W54}"),
+            Err(BraceExpansionError::Unrecognized { .. })
+        ));
+    }
+
+    #[test]
     fn rejects_malformed_braces() {
         assert!(matches!(
             expand_braces("x/{a,b"),
@@ -325,7 +509,7 @@ mod tests {
         // 2^30 refs from 30 two-way lists: refused from the count alone, at once.
         let word = "x/".to_string() + &"{a,b}".repeat(30);
         let start = std::time::Instant::now();
-        let err = expand_all(&[&word], DEFAULT_MAX_REFS).unwrap_err();
+        let err = expand_all(&[&word], DEFAULT_MAX_REFS, &NO_DOMAINS).unwrap_err();
         assert!(start.elapsed() < std::time::Duration::from_millis(50));
         assert_eq!(
             err,
@@ -339,7 +523,7 @@ mod tests {
         // Products past u128 saturate instead of wrapping round to a small count.
         let huge = "x/".to_string() + &"{0..9999999999999999}".repeat(12);
         assert!(matches!(
-            expand_all(&[&huge], usize::MAX),
+            expand_all(&[&huge], usize::MAX, &NO_DOMAINS),
             Err(BraceExpansionError::TooMany {
                 count: u128::MAX,
                 ..
@@ -351,7 +535,7 @@ mod tests {
     fn long_text_around_a_brace_is_refused_before_it_is_copied() {
         // A 1M-ref request whose every ref would be a megabyte long: refused from its sizes.
         let word = format!("x/{}{{1..1000000}}", "A".repeat(1_000_000));
-        let err = expand_all(&[&word], DEFAULT_MAX_REFS).unwrap_err();
+        let err = expand_all(&[&word], DEFAULT_MAX_REFS, &NO_DOMAINS).unwrap_err();
         assert!(matches!(err, BraceExpansionError::TooLong { .. }), "{err}");
         assert!(
             err.to_string().len() < 400,
@@ -360,13 +544,13 @@ mod tests {
         // Zero padding counts too.
         let padded = format!("x/{{0..{}1}}", "0".repeat(5000));
         assert!(matches!(
-            expand_all(&[&padded], DEFAULT_MAX_REFS),
+            expand_all(&[&padded], DEFAULT_MAX_REFS, &NO_DOMAINS),
             Err(BraceExpansionError::TooLong { .. })
         ));
         // Refs under the length cap, but too many bytes in all.
         let wide = format!("x/{}{{1..1000000}}", "A".repeat(900));
         assert!(matches!(
-            expand_all(&[&wide], DEFAULT_MAX_REFS),
+            expand_all(&[&wide], DEFAULT_MAX_REFS, &NO_DOMAINS),
             Err(BraceExpansionError::TooBig { .. })
         ));
     }
@@ -374,8 +558,8 @@ mod tests {
     #[test]
     fn the_cap_is_on_the_whole_request() {
         let words = ["n/{1..6}", "m/{1..5}"];
-        assert_eq!(expand_all(&words, 11).unwrap().len(), 11);
-        let err = expand_all(&words, 10).unwrap_err();
+        assert_eq!(expand_all(&words, 11, &NO_DOMAINS).unwrap().len(), 11);
+        let err = expand_all(&words, 10, &NO_DOMAINS).unwrap_err();
         assert_eq!(
             err,
             BraceExpansionError::TooMany {
@@ -392,6 +576,21 @@ mod tests {
     }
 
     proptest! {
+        #[test]
+        fn month_and_week_ranges_are_complete_and_in_order(y in 1990i32..2100, m in 1u32..=12, n in 0i64..40) {
+            let start = format!("{y:04}-{m:02}");
+            let end_m = (y as i64) * 12 + (m as i64 - 1) + n;
+            let end = format!("{:04}-{:02}", end_m / 12, end_m % 12 + 1);
+            let months = expand_braces(&format!("m/{{{start}..{end}}}")).unwrap();
+            prop_assert_eq!(months.len() as i64, n + 1);
+            prop_assert!(months.windows(2).all(|w| w[0] < w[1]));
+            let monday = NaiveDate::from_ymd_opt(y, m, 1).unwrap().week(chrono::Weekday::Mon).first_day();
+            let last = monday + chrono::Duration::weeks(n);
+            let weeks = expand_braces(&format!("w/{{{}..{}}}", format_week(monday), format_week(last))).unwrap();
+            prop_assert_eq!(weeks.len() as i64, n + 1);
+            prop_assert!(weeks.windows(2).all(|w| w[0] < w[1]));
+        }
+
         #[test]
         fn int_ranges_are_complete(a in -1000i64..1000, len in 0i64..200) {
             let out = expand_braces(&format!("n/{{{}..{}}}", a, a + len)).unwrap();

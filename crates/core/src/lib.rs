@@ -33,7 +33,8 @@ pub mod template;
 pub mod wants;
 
 pub use braces::{
-    expand_all, expand_braces, parse_user_refs, BraceExpansionError, UserRefError, DEFAULT_MAX_REFS,
+    expand_all, expand_braces, names_a_domain, parse_user_refs, BraceExpansionError, Domains,
+    UserRefError, DEFAULT_MAX_REFS, NO_DOMAINS,
 };
 pub use graph::{
     Dataset, Deps, ExecutorConfig, Graph, GraphError, Job, Producer, SlurmConfig, TABLE_JOB_COMMAND,

@@ -16,6 +16,8 @@ pub enum Format {
 #[derive(Serialize)]
 struct JsonGraph<'g> {
     name: &'g str,
+    /// What `{field=*}` expands over.
+    domains: &'g crate::Domains,
     datasets: Vec<JsonDataset<'g>>,
     jobs: Vec<JsonJob<'g>>,
     edges: Vec<JsonEdge<'g>>,
@@ -63,6 +65,7 @@ pub fn render(graph: &Graph, format: Format) -> String {
 fn render_json(graph: &Graph) -> String {
     let json = JsonGraph {
         name: &graph.name,
+        domains: &graph.domains,
         datasets: graph
             .datasets
             .iter()

@@ -284,6 +284,17 @@ impl Http {
     }
 
     /// `POST /api/v1/analyze`.
+    /// The service's graph's domains (what `{field=*}` expands over).
+    pub fn domains(&self) -> ApiResult<databuild_core::Domains> {
+        #[derive(serde::Deserialize)]
+        struct Graph {
+            #[serde(default)]
+            domains: databuild_core::Domains,
+        }
+        let graph: Graph = self.get(&format!("{}?format=json", route::GRAPH))?;
+        Ok(graph.domains)
+    }
+
     pub fn analyze(&self, body: &crate::api::AnalyzeBody) -> ApiResult<Analysis> {
         self.post(route::ANALYZE, body)
     }

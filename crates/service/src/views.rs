@@ -28,13 +28,18 @@ fn valid_ref(r: &str) -> ApiResult<()> {
 
 /// The refs a user's words name, braces expanded within `max_refs` (core `parse_user_refs`, as
 /// every entry point takes them); too many is a 413, anything else invalid a 400.
-pub fn user_refs<S: AsRef<str>>(words: &[S], max_refs: usize) -> ApiResult<Vec<PartitionRef>> {
+pub fn user_refs<S: AsRef<str>>(
+    engine: &Engine,
+    words: &[S],
+    max_refs: usize,
+) -> ApiResult<Vec<PartitionRef>> {
     if words.is_empty() {
         return Err(AppError::bad_request(
             "`partitions` is empty: name at least one ref",
         ));
     }
-    databuild_core::parse_user_refs(words, max_refs).map_err(|e| match e {
+    let domains = &engine.graph.domains;
+    databuild_core::parse_user_refs(words, max_refs, domains).map_err(|e| match e {
         UserRefError::Braces(
             BraceExpansionError::TooMany { .. } | BraceExpansionError::TooBig { .. },
         ) => AppError::new(
@@ -52,7 +57,7 @@ pub fn parse_refs<S: AsRef<str>>(
     words: &[S],
     max_refs: usize,
 ) -> ApiResult<Vec<PartitionRef>> {
-    let refs = user_refs(words, max_refs)?;
+    let refs = user_refs(engine, words, max_refs)?;
     if let Some(r) = refs
         .iter()
         .find(|r| engine.graph.producer_of(r.as_str()).is_none())
@@ -414,7 +419,7 @@ pub fn taint(
     reason: Option<&str>,
     max_refs: usize,
 ) -> ApiResult<EventList> {
-    let refs = strings(user_refs(words, max_refs)?);
+    let refs = strings(user_refs(engine, words, max_refs)?);
     let events = engine.taint(&refs, reason)?;
     Ok(EventList {
         events: answers::events(&events),
@@ -494,7 +499,7 @@ pub fn want(
         })
         .transpose()
     };
-    let refs = user_refs(words, max_refs)?;
+    let refs = user_refs(engine, words, max_refs)?;
     let row = engine.want(&refs, duration("ttl", ttl)?, duration("sla", sla)?, None)?;
     Ok(Want::from(&row))
 }

@@ -225,7 +225,7 @@ pub fn run(
     let parallel = parallel
         .unwrap_or_else(databuild_exec::build::default_parallelism)
         .max(1);
-    let refs = parse_refs(args)?;
+    let refs = parse_refs(backend, args)?;
     let requested = refs.len();
     let limit = if limit == 0 { usize::MAX } else { limit };
     let text = match backend {

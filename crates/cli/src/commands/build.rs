@@ -34,7 +34,7 @@ pub fn run(
     flags: Flags,
     json: bool,
 ) -> anyhow::Result<ExitCode> {
-    let refs = parse_refs(args)?;
+    let refs = parse_refs(backend, args)?;
     if flags.parallel == Some(0) {
         return Err(crate::UserError("--parallel must be at least 1".to_string()).into());
     }

@@ -6,8 +6,8 @@ use crate::backend::Backend;
 use crate::context::parse_refs;
 use crate::output::{out, outln, print_json, table};
 
-fn expand(args: &[String]) -> anyhow::Result<Vec<String>> {
-    Ok(parse_refs(args)?
+fn expand(backend: &Backend, args: &[String]) -> anyhow::Result<Vec<String>> {
+    Ok(parse_refs(backend, args)?
         .into_iter()
         .map(|r| r.to_string())
         .collect())
@@ -19,7 +19,7 @@ fn or_empty(v: &Option<String>) -> &str {
 }
 
 pub fn status(backend: &Backend, args: &[String], json: bool) -> anyhow::Result<ExitCode> {
-    let reports = expand(args)?
+    let reports = expand(backend, args)?
         .iter()
         .map(|r| backend.status(r))
         .collect::<Result<Vec<_>, _>>()?;
@@ -158,7 +158,7 @@ pub fn taint(
     reason: Option<&str>,
     json: bool,
 ) -> anyhow::Result<ExitCode> {
-    let answer = backend.taint(&expand(args)?, reason)?;
+    let answer = backend.taint(&expand(backend, args)?, reason)?;
     for e in &answer.events {
         if json {
             outln!("{}", serde_json::to_string(e)?)?;

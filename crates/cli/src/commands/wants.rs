@@ -13,7 +13,7 @@ pub fn want(
     sla: Option<&str>,
     json: bool,
 ) -> anyhow::Result<ExitCode> {
-    let refs: Vec<String> = parse_refs(args)?
+    let refs: Vec<String> = parse_refs(backend, args)?
         .into_iter()
         .map(|r| r.to_string())
         .collect();

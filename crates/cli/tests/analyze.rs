@@ -201,7 +201,21 @@ command = ["true"]
             "config of job `sum` failed: `python3 config.py` ended with exit status 3:\nboom",
         ),
         ("print('not json')", "its output is not the expected JSON"),
-        ("import time; time.sleep(30)", "did not finish within 1 s"),
+        // A log line before the JSON: quoted, with where logs belong.
+        (
+            "print('reading the graph'); print('{\"configs\": []}')",
+            "it began `reading the graph\\n{\\\"configs\\\": []}\\n`: print log lines on stderr, and only the JSON on stdout",
+        ),
+        // A timeout names the script, not its interpreter.
+        (
+            "import time; time.sleep(30)",
+            "`python3 config.py` did not finish within 1 s",
+        ),
+        // A traceback: its last line, and where the whole of it is.
+        (
+            "def f():\n    raise ValueError('no such city: atlantis')\nf()",
+            "ended with exit status 1:\nValueError: no such city: atlantis\n(its whole standard error: ",
+        ),
         (
             "print('{\"configs\": []}')",
             "no config covers the requested output `sum/a`",
@@ -213,6 +227,11 @@ command = ["true"]
         let out = p.run(&["analyze", "sum/a"]);
         out.expect_code(2);
         assert!(out.stderr.contains(needle), "{script}: {}", out.stderr);
+        if let Some(kept) = out.stderr.split("(its whole standard error: ").nth(1) {
+            let path = kept.split(')').next().unwrap();
+            let whole = std::fs::read_to_string(path).unwrap();
+            assert!(whole.starts_with("Traceback"), "{whole}");
+        }
     }
 }
 

@@ -41,9 +41,9 @@ pub use graph::{
 };
 pub use pattern::{FieldType, Pattern, PatternError};
 pub use plan::{
-    config_change, plan, resolve_alias, BuildReason, BuiltWith, ConfigInput, DepKind, JobConfig,
-    KnownState, NothingBuilt, Plan, PlanError, PlanRequest, PlannedRun, Resolver, StateError,
-    StateView,
+    config_change, plan, resolve_alias, BuildReason, BuiltWith, ConfigInput, ConfigResponseError,
+    DepKind, JobConfig, KnownState, NothingBuilt, Plan, PlanError, PlanRequest, PlannedRun,
+    Resolver, StateError, StateView,
 };
 pub use refs::{PartitionRef, RefError};
 pub use resolve::ResolveError;

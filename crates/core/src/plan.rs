@@ -245,15 +245,36 @@ struct ConfigResponse {
 
 impl JobConfig {
     /// Parses what a config executable printed.
-    pub fn parse_response(stdout: &str) -> Result<Vec<JobConfig>, String> {
+    pub fn parse_response(stdout: &str) -> Result<Vec<JobConfig>, ConfigResponseError> {
         serde_json::from_str::<ConfigResponse>(stdout)
             .map(|r| r.configs)
-            .map_err(|e| {
-                format!(
-                    "its output is not the expected JSON `{{\"configs\": [{{\"outputs\": [...], \"inputs\": [...], \"args\": [...], \"env\": {{}}}}]}}`: {e}"
-                )
+            .map_err(|e| ConfigResponseError {
+                error: e.to_string(),
+                // Output that does not even start as the JSON does: most often a log line.
+                began: (!stdout.trim_start().starts_with('{')).then(|| {
+                    let first: String = stdout.chars().take(60).collect();
+                    let more = if stdout.chars().nth(60).is_some() {
+                        "…"
+                    } else {
+                        ""
+                    };
+                    format!("{}{more}", first.escape_debug())
+                }),
             })
     }
+}
+
+/// A config executable's output that is not its JSON answer.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "its output is not the expected JSON `{{\"configs\": [{{\"outputs\": [...], \"inputs\": [...], \"args\": [...], \"env\": {{}}}}]}}`: {error}{}",
+    .began.as_ref().map(|b| format!("; it began `{b}`: print log lines on stderr, and only the JSON on stdout")).unwrap_or_default()
+)]
+pub struct ConfigResponseError {
+    /// What the JSON parser said.
+    pub error: String,
+    /// The first characters, when the output does not start as JSON does.
+    pub began: Option<String>,
 }
 
 /// Why a planned run builds an output.

@@ -42,6 +42,18 @@ pub enum RunError {
     },
 }
 
+impl RunError {
+    /// The same error, naming the command as `shown` (its whole command line, say).
+    pub fn named(self, shown: &str) -> RunError {
+        let program = shown.to_string();
+        match self {
+            RunError::Spawn { source, .. } => RunError::Spawn { program, source },
+            RunError::TimedOut { after, .. } => RunError::TimedOut { program, after },
+            RunError::Wait { source, .. } => RunError::Wait { program, source },
+        }
+    }
+}
+
 pub fn humanize(d: &Duration) -> String {
     let secs = d.as_secs_f64();
     if secs < 1.0 {

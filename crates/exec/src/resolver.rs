@@ -26,19 +26,24 @@ const MAX_ARG_BYTES: usize = 1024 * 1024;
 pub enum ResolverError {
     #[error(transparent)]
     Run(#[from] crate::process::RunError),
-    #[error("`{shown}` ended with {status}{}", colon_lines(.stderr))]
+    #[error("`{shown}` ended with {status}{}{}", colon_lines(.last_line), kept(.stderr_kept))]
     Failed {
         shown: String,
         status: String,
-        /// The last lines of its standard error.
-        stderr: String,
+        /// The last line of its standard error (a traceback's says what went wrong).
+        last_line: String,
+        /// Where its whole standard error is kept, if it could be.
+        stderr_kept: Option<PathBuf>,
     },
     #[error("`{shown}` printed more than {} bytes", crate::process::OUTPUT_LIMIT)]
     TooMuchOutput { shown: String },
     #[error("`{shown}` printed output that is not UTF-8")]
     NotUtf8 { shown: String },
-    #[error("`{shown}`: {message}")]
-    Response { shown: String, message: String },
+    #[error("`{shown}`: {source}")]
+    Response {
+        shown: String,
+        source: databuild_core::ConfigResponseError,
+    },
     #[error("cannot carry {from} forward to v{version} ({raw} expired): {cause}")]
     CannotCarry {
         from: String,
@@ -52,6 +57,13 @@ pub enum ResolverError {
     NoConfig(String),
     #[error(transparent)]
     Upstream(#[from] crate::upstream::UpstreamError),
+}
+
+/// Where a config's whole standard error is, for its error.
+fn kept(path: &Option<PathBuf>) -> String {
+    path.as_ref()
+        .map(|p| format!("\n(its whole standard error: {})", p.display()))
+        .unwrap_or_default()
 }
 
 /// `:` and the lines on lines of their own, or nothing for none.
@@ -162,12 +174,14 @@ impl<'g> LocalResolver<'g> {
         let shown = config.join(" ");
         let mut cmd = self.command(config);
         cmd.args(refs.iter().map(|r| r.as_str()));
-        let captured = run_captured(cmd, job.config_timeout)?;
+        // Named by its whole command (`python3 jobs/x.py config`), not by its interpreter.
+        let captured = run_captured(cmd, job.config_timeout).map_err(|e| e.named(&shown))?;
         if !captured.status.success() {
             return Err(ResolverError::Failed {
+                stderr_kept: self.keep_stderr(job, &captured.stderr),
                 shown,
                 status: describe_status(&captured.status),
-                stderr: tail_lines(&captured.stderr, 5),
+                last_line: tail_lines(&captured.stderr, 1),
             });
         }
         if captured.truncated {
@@ -177,7 +191,29 @@ impl<'g> LocalResolver<'g> {
             return Err(ResolverError::NotUtf8 { shown });
         };
         JobConfig::parse_response(&stdout)
-            .map_err(|message| ResolverError::Response { shown, message })
+            .map_err(|source| ResolverError::Response { shown, source })
+    }
+
+    /// Keeps a failed config's standard error beside the run logs, when it says more than
+    /// its last line: `.databuild/logs/config-JOB-TIME.stderr`.
+    fn keep_stderr(&self, job: &Job, stderr: &[u8]) -> Option<PathBuf> {
+        if String::from_utf8_lossy(stderr)
+            .trim()
+            .lines()
+            .nth(1)
+            .is_none()
+        {
+            return None;
+        }
+        let dir = self.graph_dir.join(".databuild/logs");
+        let at = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis());
+        let path = dir.join(format!("config-{}-{at}.stderr", job.name));
+        std::fs::create_dir_all(&dir)
+            .and_then(|()| std::fs::write(&path, stderr))
+            .ok()?;
+        Some(path)
     }
 }
 

@@ -463,6 +463,18 @@ fn config_responses_parse_strictly() {
     ] {
         assert!(JobConfig::parse_response(bad).is_err(), "{bad}");
     }
+    // A log line before the JSON: quoted, with where logs belong.
+    let err = JobConfig::parse_response("loading graph...\n{\"configs\": []}").unwrap_err();
+    assert_eq!(
+        err.began.as_deref(),
+        Some("loading graph...\\n{\\\"configs\\\": []}")
+    );
+    assert!(
+        err.to_string().contains("print log lines on stderr"),
+        "{err}"
+    );
+    let err = JobConfig::parse_response(r#"{"confs": []}"#).unwrap_err();
+    assert_eq!(err.began, None, "JSON of the wrong shape is not a log line");
 }
 
 proptest! {

@@ -197,14 +197,8 @@ impl<'g> LocalResolver<'g> {
     /// Keeps a failed config's standard error beside the run logs, when it says more than
     /// its last line: `.databuild/logs/config-JOB-TIME.stderr`.
     fn keep_stderr(&self, job: &Job, stderr: &[u8]) -> Option<PathBuf> {
-        if String::from_utf8_lossy(stderr)
-            .trim()
-            .lines()
-            .nth(1)
-            .is_none()
-        {
-            return None;
-        }
+        // One line is all in the error already.
+        String::from_utf8_lossy(stderr).trim().lines().nth(1)?;
         let dir = self.graph_dir.join(".databuild/logs");
         let at = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)

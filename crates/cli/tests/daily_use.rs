@@ -495,3 +495,50 @@ command = ["true"]
         unknown.stderr
     );
 }
+
+const TOUCH: &str = "mkdir -p $(dirname $DATABUILD_OUTPUT_DIR/$(echo $DATABUILD_OUTPUTS | tr -d '[]\"')); touch $DATABUILD_OUTPUT_DIR/$(echo $DATABUILD_OUTPUTS | tr -d '[]\"')";
+
+/// A stale reason leads with its root cause and says how far away it is, the inputs it came
+/// through named in order (not nested four levels deep).
+#[test]
+fn stale_reasons_lead_with_the_root_cause() {
+    let graph = |version: &str| {
+        let job = |name: &str, input: Option<&str>, v: &str| {
+            let inputs = input.map(|i| format!("inputs = [\"{i}/{{d}}\"]\n")).unwrap_or_default();
+            format!(
+                "[[job]]\nname = \"{name}\"\noutputs = [\"{name}/{{d:date}}\"]\n{inputs}command = [\"sh\", \"-c\", \"{}\"]\nversion = \"{v}\"\n",
+                TOUCH.replace('"', "\\\"")
+            )
+        };
+        format!(
+            "[graph]\nname = \"g\"\n{}{}{}{}",
+            job("daily_metrics", None, version),
+            job("weekly", Some("daily_metrics"), "1"),
+            job("monthly", Some("weekly"), "1"),
+            job("report", Some("monthly"), "1"),
+        )
+    };
+    let p = Project::new(&graph("1"));
+    p.run(&["build", "report/2020-01-31"]).expect_code(0);
+    p.file("databuild.toml", &graph("2"));
+    let reason = |r: &str| {
+        let v = p.run(&["--json", "status", r]).json();
+        assert_eq!(v[0]["status"], "stale", "{v}");
+        v[0]["reasons"][0].as_str().unwrap().to_string()
+    };
+    assert_eq!(
+        reason("daily_metrics/2020-01-31"),
+        "job `daily_metrics` changed version from 1 to 2"
+    );
+    assert_eq!(
+        reason("weekly/2020-01-31"),
+        "input `daily_metrics/2020-01-31` is stale: job `daily_metrics` changed version from 1 to 2"
+    );
+    assert_eq!(
+        reason("report/2020-01-31"),
+        "job `daily_metrics` changed version from 1 to 2, 3 inputs away (via \
+         `monthly/2020-01-31` ← `weekly/2020-01-31` ← `daily_metrics/2020-01-31`)"
+    );
+    let text = p.run(&["status", "report/2020-01-31"]).stdout;
+    assert!(text.contains("3 inputs away"), "{text}");
+}

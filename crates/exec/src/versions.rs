@@ -172,7 +172,7 @@ fn shown_path(base: Option<&Path>, path: &Path) -> String {
 #[derive(Debug, Clone)]
 struct Effective {
     version: String,
-    stale: Option<String>,
+    stale: Option<Staleness>,
     /// Stale but not rebuildable (an input expired): kept as it is, so readers built from it
     /// are not stale on its account.
     kept: bool,
@@ -184,11 +184,56 @@ struct Effective {
     gone: Option<String>,
 }
 
+/// Why a partition is stale: the cause found first, and the inputs it came through (the
+/// nearest first), so that a monthly report says which job changed, not four nested inputs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Staleness {
+    cause: String,
+    via: Vec<String>,
+}
+
+impl Staleness {
+    fn here(cause: String) -> Self {
+        Staleness {
+            cause,
+            via: Vec::new(),
+        }
+    }
+
+    /// Stale because `input` is, for `inner`'s cause.
+    fn through(input: &str, inner: &Staleness) -> Self {
+        let mut via = vec![input.to_string()];
+        via.extend(inner.via.iter().cloned());
+        Staleness {
+            cause: inner.cause.clone(),
+            via,
+        }
+    }
+
+    /// The cause first: ``job `m` changed version from 1 to 2, 3 inputs away (via `a` ← `b` ←
+    /// `c`)`` (for a cause one input away, ``input `a` is stale: …``).
+    fn readable(&self) -> String {
+        match self.via.as_slice() {
+            [] => self.cause.clone(),
+            [input] => format!("input `{input}` is stale: {}", self.cause),
+            via => {
+                let chain: Vec<String> = via.iter().map(|i| format!("`{i}`")).collect();
+                format!(
+                    "{}, {} inputs away (via {})",
+                    self.cause,
+                    via.len(),
+                    chain.join(" ← ")
+                )
+            }
+        }
+    }
+}
+
 impl Effective {
     fn new(version: String, stale: Option<String>) -> Self {
         Effective {
             version,
-            stale,
+            stale: stale.map(Staleness::here),
             kept: false,
             tainted: None,
             gone: None,
@@ -518,6 +563,8 @@ impl<'a> VersionedStates<'a> {
         }
         let mut now = BTreeMap::new();
         let mut expired = None;
+        // Stale through a stale input (when nothing closer is found first).
+        let mut through: Option<Staleness> = None;
         for input in &run.inputs {
             let then = run.input_versions.get(input);
             match self.effective(input) {
@@ -548,7 +595,7 @@ impl<'a> VersionedStates<'a> {
                 }
                 Some(e) => {
                     if let Some(why) = &e.stale {
-                        stale.get_or_insert_with(|| format!("input `{input}` is stale ({why})"));
+                        through.get_or_insert_with(|| Staleness::through(input, why));
                     } else if let (Some(why), true) = (&e.tainted, then != Some(&e.version)) {
                         stale.get_or_insert_with(|| format!("input `{input}` is {why}"));
                     } else if then != Some(&e.version) {
@@ -560,7 +607,14 @@ impl<'a> VersionedStates<'a> {
                 }
             }
         }
+        // A cause of its own (its job, an alias, an input that changed) before one that comes
+        // through a stale input.
+        let stale = match (stale, through) {
+            (Some(here), _) => Some(Staleness::here(here)),
+            (None, through) => through,
+        };
         if let (Some(why), Some(input)) = (&stale, expired) {
+            let why = why.readable();
             return Effective {
                 kept: true,
                 ..Effective::new(
@@ -573,7 +627,10 @@ impl<'a> VersionedStates<'a> {
             None => recorded,
             Some(_) => data_version(&job.name, &job.version, &run.args, &run.env, &now),
         };
-        Effective::new(version, stale)
+        Effective {
+            stale,
+            ..Effective::new(version, None)
+        }
     }
 
     /// The version of `r` as recorded now (for the input versions a run starts from).
@@ -621,11 +678,11 @@ impl<'a> VersionedStates<'a> {
                 // Recorded live, but its data is gone: built again like any missing partition.
                 Some(e) if e.gone.is_some() => KnownState::Missing,
                 Some(e) if e.kept => KnownState::Kept {
-                    reason: e.stale.clone().unwrap_or_default(),
+                    reason: e.stale.as_ref().map(Staleness::readable).unwrap_or_default(),
                 },
                 Some(e) => match &e.stale {
-                    Some(reason) => KnownState::Stale {
-                        reason: reason.clone(),
+                    Some(why) => KnownState::Stale {
+                        reason: why.readable(),
                     },
                     None => KnownState::Live,
                 },

@@ -1,6 +1,7 @@
 //! Drawings of the job graph: datasets and jobs as nodes, an edge from each pattern to the jobs
-//! whose input templates read it. Jobs with a config executable have dynamic inputs, drawn without
-//! static edges and marked as such.
+//! whose input templates read it. Jobs with a config executable have dynamic inputs: marked as
+//! such, with dashed edges from what their latest runs read when the log is given
+//! ([`render_with_recorded`]).
 
 use serde::Serialize;
 
@@ -43,7 +44,13 @@ struct JsonEdge<'g> {
     from: &'g str,
     to: &'g str,
     via: &'g str,
+    /// A dynamic job's input, as its latest runs read it (the graph file does not say).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    recorded: bool,
 }
+
+/// What a dynamic job's edges are labelled with.
+const RECORDED: &str = "read by its latest runs";
 
 /// Aliases are drawn as datasets: patterns that read as a table's promoted version.
 fn aliases(graph: &Graph) -> impl Iterator<Item = (usize, String, &str)> {
@@ -55,14 +62,20 @@ fn aliases(graph: &Graph) -> impl Iterator<Item = (usize, String, &str)> {
 }
 
 pub fn render(graph: &Graph, format: Format) -> String {
+    render_with_recorded(graph, format, &[])
+}
+
+/// The graph with the edges of its dynamic jobs that the log recorded, `(producer, job)`: what
+/// their latest runs read (drawn dashed; a dynamic job with none says so).
+pub fn render_with_recorded(graph: &Graph, format: Format, recorded: &[(Producer, usize)]) -> String {
     match format {
-        Format::Json => render_json(graph),
-        Format::Dot => render_dot(graph),
-        Format::Mermaid => render_mermaid(graph),
+        Format::Json => render_json(graph, recorded),
+        Format::Dot => render_dot(graph, recorded),
+        Format::Mermaid => render_mermaid(graph, recorded),
     }
 }
 
-fn render_json(graph: &Graph) -> String {
+fn render_json(graph: &Graph, recorded: &[(Producer, usize)]) -> String {
     let json = JsonGraph {
         name: &graph.name,
         domains: &graph.domains,
@@ -99,7 +112,14 @@ fn render_json(graph: &Graph) -> String {
                 from: graph.producer_name(p),
                 to: &graph.jobs[j].name,
                 via,
+                recorded: false,
             })
+            .chain(recorded.iter().map(|&(p, j)| JsonEdge {
+                from: graph.producer_name(p),
+                to: &graph.jobs[j].name,
+                via: RECORDED,
+                recorded: true,
+            }))
             .collect(),
     };
     serde_json::to_string_pretty(&json).expect("graph JSON serializes")
@@ -113,7 +133,18 @@ fn quote(s: &str) -> String {
     format!("\"{escaped}\"")
 }
 
-fn render_dot(graph: &Graph) -> String {
+/// How a job's box says its inputs are dynamic: chosen by its config at plan time.
+fn dynamic_note(graph: &Graph, j: usize, recorded: &[(Producer, usize)]) -> &'static str {
+    match graph.jobs[j].deps {
+        Deps::Dynamic { .. } if recorded.iter().any(|&(_, r)| r == j) => {
+            "(dynamic inputs: dashed, as its latest runs read them)"
+        }
+        Deps::Dynamic { .. } => "(dynamic inputs: none recorded yet)",
+        _ => "",
+    }
+}
+
+fn render_dot(graph: &Graph, recorded: &[(Producer, usize)]) -> String {
     let mut out = format!("digraph {} {{\n  rankdir=LR;\n", quote(&graph.name));
     for d in &graph.datasets {
         out.push_str(&format!(
@@ -129,12 +160,11 @@ fn render_dot(graph: &Graph) -> String {
             quote(&format!("{name}\n{pattern}"))
         ));
     }
-    for j in &graph.jobs {
+    for (i, j) in graph.jobs.iter().enumerate() {
         let outputs: Vec<&str> = j.outputs.iter().map(|o| o.as_str()).collect();
-        let dynamic = if matches!(j.deps, Deps::Dynamic { .. }) {
-            "\n(dynamic inputs)"
-        } else {
-            ""
+        let dynamic = match dynamic_note(graph, i, recorded) {
+            "" => String::new(),
+            note => format!("\n{note}"),
         };
         out.push_str(&format!(
             "  {} [shape=box, label={}];\n",
@@ -150,6 +180,14 @@ fn render_dot(graph: &Graph) -> String {
             quote(via)
         ));
     }
+    for &(p, j) in recorded {
+        out.push_str(&format!(
+            "  {} -> {} [style=dashed, label={}];\n",
+            quote(&node_id(graph, p)),
+            quote(&format!("job:{}", graph.jobs[j].name)),
+            quote(RECORDED)
+        ));
+    }
     out.push_str("}\n");
     out
 }
@@ -162,7 +200,7 @@ fn node_id(graph: &Graph, p: Producer) -> String {
     }
 }
 
-fn render_mermaid(graph: &Graph) -> String {
+fn render_mermaid(graph: &Graph, recorded: &[(Producer, usize)]) -> String {
     // Mermaid ids must be plain words; labels carry the real names.
     let id = |p: Producer| match p {
         Producer::Dataset(d) => format!("d{d}"),
@@ -187,14 +225,21 @@ fn render_mermaid(graph: &Graph) -> String {
     }
     for (i, j) in graph.jobs.iter().enumerate() {
         let outputs: Vec<String> = j.outputs.iter().map(|o| label(o.as_str())).collect();
+        let dynamic = match dynamic_note(graph, i, recorded) {
+            "" => String::new(),
+            note => format!("<br/>{note}"),
+        };
         out.push_str(&format!(
-            "  j{i}[\"{}<br/>{}\"]\n",
+            "  j{i}[\"{}<br/>{}{dynamic}\"]\n",
             label(&j.name),
             outputs.join("<br/>")
         ));
     }
     for (p, j, _) in graph.edges() {
         out.push_str(&format!("  {} --> j{j}\n", id(p)));
+    }
+    for &(p, j) in recorded {
+        out.push_str(&format!("  {} -.->|{RECORDED}| j{j}\n", id(p)));
     }
     out
 }

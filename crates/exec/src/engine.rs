@@ -240,7 +240,32 @@ pub fn read_tail(path: &std::path::Path, max: u64) -> std::io::Result<String> {
     Ok(String::from_utf8_lossy(&bytes).into_owned())
 }
 
+/// How many of a dynamic job's latest runs say what it reads, for the graph's picture.
+const RECORDED_RUNS: usize = 20;
+
 impl Engine {
+    /// The edges of the graph's dynamic jobs as the log recorded them, `(producer, job)`: what
+    /// their latest runs read (a config chooses inputs at plan time; the graph file cannot say).
+    pub fn recorded_edges(&self) -> Result<Vec<(databuild_core::Producer, usize)>> {
+        let mut edges = std::collections::BTreeSet::new();
+        for (j, job) in self.graph.jobs.iter().enumerate() {
+            if !matches!(job.deps, databuild_core::Deps::Dynamic { .. }) {
+                continue;
+            }
+            let runs = self.store.job_runs(&databuild_log::RunQuery {
+                job: Some(job.name.clone()),
+                limit: RECORDED_RUNS,
+                ..Default::default()
+            })?;
+            for input in runs.iter().flat_map(|r| &r.inputs) {
+                if let Some((p, _)) = self.graph.producer_of(input) {
+                    edges.insert((p, j));
+                }
+            }
+        }
+        Ok(edges.into_iter().collect())
+    }
+
     /// Metrics of every job of the graph (those that never ran too), or of one.
     pub fn jobs(&self, name: Option<&str>) -> Result<Vec<databuild_log::JobStats>> {
         if let Some(n) = name {

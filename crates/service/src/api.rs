@@ -413,7 +413,7 @@ pub(crate) async fn graph(
     State(state): Shared,
     ApiQuery(q): ApiQuery<GraphQuery>,
 ) -> ApiResult<Response> {
-    use databuild_core::render::{render, Format};
+    use databuild_core::render::{render_with_recorded, Format};
     let format = match q.format.as_deref().unwrap_or("dot") {
         "dot" => Format::Dot,
         "mermaid" => Format::Mermaid,
@@ -424,7 +424,12 @@ pub(crate) async fn graph(
             )))
         }
     };
-    Ok(render(&state.engine.graph, format).into_response())
+    let text = blocking(&state, move |engine| {
+        let recorded = engine.recorded_edges()?;
+        Ok(render_with_recorded(&engine.graph, format, &recorded))
+    })
+    .await?;
+    Ok(text.into_response())
 }
 
 #[derive(Deserialize, IntoParams)]

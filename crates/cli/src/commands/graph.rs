@@ -1,11 +1,12 @@
 use std::io::Write;
 use std::process::ExitCode;
 
-use databuild_core::render::{render, Format};
+use databuild_core::render::{render, render_with_recorded, Format};
+use databuild_core::Deps;
 
 use crate::backend::Backend;
 use crate::cli::GraphFormat;
-use crate::context::Context;
+use crate::context::{engine_error, Context};
 
 fn format(format: GraphFormat, json: bool) -> Format {
     match format {
@@ -25,8 +26,23 @@ fn print(text: &str) -> std::io::Result<()> {
     Ok(())
 }
 
-pub fn local(ctx: &Context, f: GraphFormat, json: bool) -> anyhow::Result<ExitCode> {
-    print(&render(&ctx.graph, format(f, json)))?;
+/// The graph file's graph; with the edges its dynamic jobs' latest runs read, from the log,
+/// when it has dynamic jobs (and a log to read).
+pub fn local(
+    ctx: Context,
+    event_log: Option<&str>,
+    f: GraphFormat,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
+    let dynamic = (ctx.graph.jobs.iter()).any(|j| matches!(j.deps, Deps::Dynamic { .. }));
+    let text = if dynamic {
+        let engine = ctx.engine(event_log)?;
+        let recorded = engine.recorded_edges().map_err(engine_error)?;
+        render_with_recorded(&engine.graph, format(f, json), &recorded)
+    } else {
+        render(&ctx.graph, format(f, json))
+    };
+    print(&text)?;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -34,7 +34,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         (Some(url), _) => Backend::remote(url),
         (None, Command::Graph { format }) => {
-            return graph::local(&Context::load(&cli.graph)?, *format, json)
+            return graph::local(Context::load(&cli.graph)?, cli.event_log.as_deref(), *format, json)
         }
         (None, _) => Backend::local(Context::load(&cli.graph)?.engine(cli.event_log.as_deref())?)?,
     };

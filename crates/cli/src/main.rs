@@ -14,6 +14,8 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
+use crate::output::errln;
+
 /// Planning allocates millions of small strings and vectors; mimalloc handles that pattern several
 /// times faster than glibc's allocator (see BENCHMARKS.md).
 #[global_allocator]
@@ -38,7 +40,7 @@ fn main() -> ExitCode {
         // Whoever read the output has all they wanted (`| head`): nothing to report.
         Err(err) if output::is_closed_pipe(&err) => ExitCode::SUCCESS,
         Err(err) => {
-            eprintln!("error: {err:#}");
+            errln!("error: {err:#}");
             // The request's fault (2) or the system's (1), by the error's kind: a service error
             // by its status, which `AppError` derives from the kind of failure.
             let user = err.downcast_ref::<UserError>().is_some()

@@ -23,6 +23,25 @@ macro_rules! out {
 }
 pub(crate) use out;
 
+/// `eprintln!` that never panics: a closed stderr (`build 2>&1 | head -1`) loses the line,
+/// not the build.
+macro_rules! errln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr().lock(), $($arg)*);
+    }};
+}
+pub(crate) use errln;
+
+/// What printing gave, with a reader gone away taken as done: for commands whose exit code
+/// carries their answer (`build`, `analyze`, `check-log`), which it must not change.
+pub fn unless_closed(printed: std::io::Result<()>) -> std::io::Result<()> {
+    match printed {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        other => other,
+    }
+}
+
 /// Whether the error is stdout's reader having gone away (a closed pipe).
 pub fn is_closed_pipe(err: &anyhow::Error) -> bool {
     err.chain().any(|e| {

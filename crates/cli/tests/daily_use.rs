@@ -209,6 +209,20 @@ fn builds_and_runs_take_short_ids_and_last() {
         unknown.stderr
     );
     p.run(&["builds", "no-such-id!"]).expect_code(2);
+    assert_eq!(id_of(&["--json", "builds", &short.to_uppercase()]), newest);
+    // Events of a build or a run named as listings show them.
+    let events = |args: &[&str]| -> Vec<serde_json::Value> {
+        let out = p.run(&[&["--json", "events"], args].concat()).stdout;
+        out.lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    };
+    let listed = events(&["--build", short]);
+    assert!(!listed.is_empty());
+    assert!(listed.iter().all(|e| e["build_request_id"] == newest));
+    let listed = events(&["--run", shorts[0]]);
+    assert!(!listed.is_empty());
+    assert!(listed.iter().all(|e| e["job_run_id"] == runs[0]));
 
     // The same answers through a service.
     let service = Service::start(&p, &[]);
@@ -431,11 +445,38 @@ fn whole_logs_of_runs_and_partitions() {
         .unwrap();
     let mut lines = std::io::BufReader::new(follow.stdout.take().unwrap()).lines();
     assert_eq!(lines.next().unwrap().unwrap(), "started");
+    // Without --follow: what is there now, at once, though the run goes on.
+    let now = std::time::Instant::now();
+    assert_eq!(p.run(&["runs", &slow, "--log"]).stdout, "started\n");
+    assert!(
+        now.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        now.elapsed()
+    );
     std::fs::write(p.path().join("go"), "").unwrap();
     assert_eq!(lines.next().unwrap().unwrap(), "finished");
     assert!(lines.next().is_none(), "follow ends with the run");
     assert!(follow.wait().unwrap().success());
     assert!(build.wait().unwrap().success());
+
+    // The process driving a run is killed: following its log ends all the same.
+    std::fs::remove_file(p.path().join("go")).unwrap();
+    let mut build = p.command().args(["build", "slow/2"]).spawn().unwrap();
+    let orphan = crate::util::eventually(Duration::from_secs(20), "the run starts", || {
+        let v = p.run(&["--json", "status", "slow/2"]).json();
+        v[0]["built_by"].as_str().map(str::to_string)
+    });
+    build.kill().unwrap();
+    build.wait().unwrap();
+    let now = std::time::Instant::now();
+    let followed = p.run(&["runs", &orphan, "--log", "--follow"]);
+    followed.expect_code(0);
+    assert!(
+        now.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        now.elapsed()
+    );
+    std::fs::write(p.path().join("go"), "").unwrap();
 }
 
 /// Braces as in templates: `{field=*}` (every value of a domain, from the graph the command
@@ -504,7 +545,9 @@ const TOUCH: &str = "mkdir -p $(dirname $DATABUILD_OUTPUT_DIR/$(echo $DATABUILD_
 fn stale_reasons_lead_with_the_root_cause() {
     let graph = |version: &str| {
         let job = |name: &str, input: Option<&str>, v: &str| {
-            let inputs = input.map(|i| format!("inputs = [\"{i}/{{d}}\"]\n")).unwrap_or_default();
+            let inputs = input
+                .map(|i| format!("inputs = [\"{i}/{{d}}\"]\n"))
+                .unwrap_or_default();
             format!(
                 "[[job]]\nname = \"{name}\"\noutputs = [\"{name}/{{d:date}}\"]\n{inputs}command = [\"sh\", \"-c\", \"{}\"]\nversion = \"{v}\"\n",
                 TOUCH.replace('"', "\\\"")
@@ -541,4 +584,76 @@ fn stale_reasons_lead_with_the_root_cause() {
     );
     let text = p.run(&["status", "report/2020-01-31"]).stdout;
     assert!(text.contains("3 inputs away"), "{text}");
+}
+
+/// A closed stderr loses lines, not the build; a closed stdout never changes an exit code that
+/// carries the answer (a failed build, a plan over --max-runs, a missing input).
+#[test]
+fn closed_pipes_keep_exit_codes_and_builds() {
+    let p = Project::new(
+        r#"
+[graph]
+name = "g"
+[[dataset]]
+name = "raw"
+pattern = "raw/{d:date}"
+[[job]]
+name = "bad"
+outputs = ["bad/{n:int}"]
+command = ["sh", "-c", "echo no >&2; exit 3"]
+[[job]]
+name = "a"
+outputs = ["a/{d:date}"]
+inputs = ["raw/{d}"]
+command = ["true"]
+"#,
+    );
+    let closed = |args: &[&str], stdout: bool| {
+        let mut cmd = p.command();
+        cmd.args(args);
+        if stdout {
+            cmd.stdout(Stdio::piped()).stderr(Stdio::null());
+        } else {
+            cmd.stdout(Stdio::null()).stderr(Stdio::piped());
+        }
+        let mut child = cmd.spawn().unwrap();
+        drop(child.stdout.take());
+        drop(child.stderr.take());
+        child.wait().unwrap().code()
+    };
+    assert_eq!(
+        closed(&["--json", "build", "--keep-going", "bad/{1..4}"], true),
+        Some(1)
+    );
+    assert_eq!(closed(&["build", "bad/{1..4}"], true), Some(1));
+    assert_eq!(
+        closed(
+            &["build", "--dry-run", "--max-runs", "1", "bad/{1..4}"],
+            true
+        ),
+        Some(2)
+    );
+    assert_eq!(closed(&["analyze", "a/2020-01-01"], true), Some(2));
+    assert_eq!(
+        closed(&["--json", "analyze", "a/2020-01-01"], true),
+        Some(2)
+    );
+    assert_eq!(closed(&["check-log"], true), Some(0));
+    // Its progress lines (stderr) have nowhere to go: the build still runs to its end.
+    assert_eq!(
+        closed(&["build", "--keep-going", "bad/{5..8}"], false),
+        Some(1)
+    );
+    let builds = p.run(&["--json", "builds"]).json();
+    let statuses: Vec<&str> = builds["builds"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b["status"].as_str().unwrap())
+        .collect();
+    assert!(
+        statuses.iter().all(|s| *s == "failed"),
+        "every build ended: {statuses:?}"
+    );
+    p.run(&["check-log"]).expect_code(0);
 }

@@ -66,12 +66,17 @@ command = ["sh", "-c", "mkdir -p $DATABUILD_OUTPUT_DIR/b && touch $DATABUILD_OUT
         let run = |args: &[&str]| p.run(&[global.as_slice(), args].concat()).stdout;
         let dot = run(&["graph"]);
         assert!(
-            dot.contains("\"dataset:raw\" -> \"job:b\" [style=dashed, label=\"read by its latest runs\"]"),
+            dot.contains(
+                "\"dataset:raw\" -> \"job:b\" [style=dashed, label=\"read by its latest runs\"]"
+            ),
             "{dot}"
         );
         assert!(dot.contains("dynamic inputs: dashed"), "{dot}");
         let mermaid = run(&["graph", "--format", "mermaid"]);
-        assert!(mermaid.contains("d0 -.->|read by its latest runs| j0"), "{mermaid}");
+        assert!(
+            mermaid.contains("d0 -.->|read by its latest runs| j0"),
+            "{mermaid}"
+        );
         let json: serde_json::Value = serde_json::from_str(&run(&["--json", "graph"])).unwrap();
         assert_eq!(json["edges"][0]["from"], "raw");
         assert_eq!(json["edges"][0]["recorded"], true);

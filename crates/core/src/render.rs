@@ -67,7 +67,11 @@ pub fn render(graph: &Graph, format: Format) -> String {
 
 /// The graph with the edges of its dynamic jobs that the log recorded, `(producer, job)`: what
 /// their latest runs read (drawn dashed; a dynamic job with none says so).
-pub fn render_with_recorded(graph: &Graph, format: Format, recorded: &[(Producer, usize)]) -> String {
+pub fn render_with_recorded(
+    graph: &Graph,
+    format: Format,
+    recorded: &[(Producer, usize)],
+) -> String {
     match format {
         Format::Json => render_json(graph, recorded),
         Format::Dot => render_dot(graph, recorded),

@@ -678,7 +678,11 @@ impl<'a> VersionedStates<'a> {
                 // Recorded live, but its data is gone: built again like any missing partition.
                 Some(e) if e.gone.is_some() => KnownState::Missing,
                 Some(e) if e.kept => KnownState::Kept {
-                    reason: e.stale.as_ref().map(Staleness::readable).unwrap_or_default(),
+                    reason: e
+                        .stale
+                        .as_ref()
+                        .map(Staleness::readable)
+                        .unwrap_or_default(),
                 },
                 Some(e) => match &e.stale {
                     Some(why) => KnownState::Stale {

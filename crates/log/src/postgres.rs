@@ -760,17 +760,19 @@ impl EventStore for PostgresStore {
         let (from, to) = prefix_bounds(text);
         // Compared bytewise (`COLLATE "C"`, indexed by schema version 7), whatever the
         // database's collation; the short form by its expression index.
+        // Each part stops at `limit` (a `UNION` would gather every match to drop repeats).
         let sql = format!(
-            "SELECT {id} FROM {table} WHERE {id} COLLATE \"C\" >= $1 AND {id} COLLATE \"C\" < $2
-             UNION SELECT {id} FROM {table} WHERE right({id}, {SHORT_ID}) = $3
-             LIMIT $4"
+            "(SELECT {id} FROM {table} WHERE {id} COLLATE \"C\" >= $1 AND {id} COLLATE \"C\" < $2 LIMIT $4)
+             UNION ALL
+             (SELECT {id} FROM {table} WHERE right({id}, {SHORT_ID}) = $3 LIMIT $4)"
         );
-        self.read(|c| {
+        let found = self.read(|c| {
             let rows = c
                 .query(&sql, &[&from, &to, &text, &(limit as i64)])
                 .map_err(storage)?;
             Ok(rows.iter().map(|r| r.get(0)).collect())
-        })
+        })?;
+        Ok(distinct(found, limit))
     }
 
     fn want(&self, id: &str) -> Result<Option<WantRow>> {

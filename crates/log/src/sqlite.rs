@@ -1060,16 +1060,18 @@ impl EventStore for SqliteStore {
         let (table, id) = id_column(kind);
         let (from, to) = prefix_bounds(text);
         // The short form by its expression index (schema version 7); the prefix by the key.
+        // Each part stops at `limit` (a `UNION` would gather every match to drop repeats).
         let sql = format!(
-            "SELECT {id} FROM {table} WHERE {id} >= ?1 AND {id} < ?2
-             UNION SELECT {id} FROM {table} WHERE substr({id}, -{SHORT_ID}) = ?3
-             LIMIT ?4"
+            "SELECT * FROM (SELECT {id} FROM {table} WHERE {id} >= ?1 AND {id} < ?2 LIMIT ?4)
+             UNION ALL
+             SELECT * FROM (SELECT {id} FROM {table} WHERE substr({id}, -{SHORT_ID}) = ?3 LIMIT ?4)"
         );
-        self.read(|c| {
+        let found: Vec<String> = self.read(|c| {
             c.prepare_cached(&sql)?
                 .query_map(params![from, to, text, limit as i64], |r| r.get(0))?
                 .collect()
-        })
+        })?;
+        Ok(distinct(found, limit))
     }
 
     fn want(&self, id: &str) -> Result<Option<WantRow>> {

@@ -331,6 +331,15 @@ pub(crate) fn id_column(kind: IdKind) -> (&'static str, &'static str) {
     }
 }
 
+/// `ids` without repeats (an id may be both a prefix's and a short form's match), at most
+/// `limit` of them.
+pub(crate) fn distinct(mut ids: Vec<String>, limit: usize) -> Vec<String> {
+    ids.sort();
+    ids.dedup();
+    ids.truncate(limit);
+    ids
+}
+
 /// The bounds of the ids that start with `prefix` (ids are ASCII hex digits and dashes, all
 /// below `~`): `prefix <= id < prefix~`.
 pub(crate) fn prefix_bounds(prefix: &str) -> (String, String) {

@@ -173,16 +173,8 @@ pub(crate) async fn build_event_stream(
         .try_acquire_owned()
         .map_err(|_| AppError::busy("event streams", state.limits.event_streams))?;
     let private = state.guard.hides_private(role);
-    let exists = {
-        let id = id.clone();
-        blocking(&state, move |engine| {
-            Ok(engine.store.build_request(&id)?.is_some())
-        })
-        .await?
-    };
-    if !exists {
-        return Err(AppError::not_found(format!("no build request `{id}`")));
-    }
+    // The whole id of what was named (a prefix, a short form, `last`), or 404.
+    let id = blocking(&state, move |engine| views::build_id(engine, &id)).await?;
     let engine = state.engine.clone();
     // State: (last idx sent, finished, pending events).
     let stream = stream::unfold(

@@ -105,7 +105,8 @@ fn resolve(engine: &Engine, kind: IdKind, text: &str) -> ApiResult<String> {
     // The ids DataBuild mints are UUIDs: a part of one is hex digits and dashes.
     let typable = !text.is_empty() && text.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-');
     let matches = match typable {
-        true => store.ids_matching(kind, text, 6)?,
+        // (The ids DataBuild mints are lower-case.)
+        true => store.ids_matching(kind, &text.to_ascii_lowercase(), 6)?,
         false => Vec::new(),
     };
     match matches.as_slice() {
@@ -251,6 +252,17 @@ pub fn partition_events(engine: &Engine, r: &str) -> ApiResult<EventList> {
 
 /// Events with `next`, the index to pass as `since` for the following page.
 pub fn events(engine: &Engine, filter: &EventFilter) -> ApiResult<EventPage> {
+    // A build or run named as listings show it (a prefix, a short form) is that one; an id
+    // that names none, or several, filters as typed.
+    let named = |kind, text: &Option<String>| {
+        let t = text.as_ref()?;
+        Some(resolve(engine, kind, t).unwrap_or_else(|_| t.clone()))
+    };
+    let filter = &EventFilter {
+        build_request_id: named(IdKind::BuildRequest, &filter.build_request_id),
+        job_run_id: named(IdKind::JobRun, &filter.job_run_id),
+        ..filter.clone()
+    };
     let events = engine.store.events(filter)?;
     let next = events.last().map(|e| e.idx);
     Ok(EventPage {
@@ -317,6 +329,15 @@ pub const LOG_TAIL: u64 = 1024 * 1024;
 /// The most of a run's log one chunk carries.
 pub const LOG_CHUNK: usize = 1024 * 1024;
 
+/// A log that is there but cannot be read: the service's fault, not the request's.
+fn unreadable_log(id: &str, e: std::io::Error) -> AppError {
+    AppError::new(
+        axum::http::StatusCode::INTERNAL_SERVER_ERROR,
+        "log_unreadable",
+        format!("the log of job run `{id}` cannot be read: {e}"),
+    )
+}
+
 /// The length of `bytes` without the UTF-8 character its end cuts short, if it does.
 fn whole_chars(bytes: &[u8]) -> usize {
     for back in 1..=bytes.len().min(4) {
@@ -347,11 +368,18 @@ pub fn run_log_chunk(engine: &Engine, id: &str, offset: u64) -> ApiResult<LogChu
         .store
         .job_run(&id)?
         .ok_or_else(|| AppError::not_found(format!("no job run `{id}`")))?;
-    let running = matches!(run.status, Status::Scheduled | Status::Running);
-    let empty = |size| LogChunk {
+    // Still running, unless the process driving it is known to be gone (on this machine; on
+    // another, its takeover records the run's end).
+    let driver = match &run.build_request_id {
+        Some(b) => engine.store.build_request(b)?.and_then(|b| b.owner),
+        None => None,
+    };
+    let running = matches!(run.status, Status::Scheduled | Status::Running)
+        && databuild_exec::owner::owner_alive(driver.as_deref()) != Some(false);
+    let empty = |size: u64| LogChunk {
         job_run_id: id.clone(),
-        offset,
-        next_offset: offset,
+        offset: offset.min(size),
+        next_offset: offset.min(size),
         size,
         text: String::new(),
         running,
@@ -363,11 +391,7 @@ pub fn run_log_chunk(engine: &Engine, id: &str, offset: u64) -> ApiResult<LogChu
         Ok(f) => f,
         // Created with the job's first output: a silent job has none (yet).
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(empty(0)),
-        Err(e) => {
-            return Err(AppError::not_found(format!(
-                "the log of job run `{id}` cannot be read: {e}"
-            )))
-        }
+        Err(e) => return Err(unreadable_log(&id, e)),
     };
     let read = |file: &mut std::fs::File| -> std::io::Result<(u64, Vec<u8>)> {
         let size = file.metadata()?.len();
@@ -376,9 +400,7 @@ pub fn run_log_chunk(engine: &Engine, id: &str, offset: u64) -> ApiResult<LogChu
         file.take(LOG_CHUNK as u64).read_to_end(&mut bytes)?;
         Ok((size, bytes))
     };
-    let (size, mut bytes) = read(&mut file).map_err(|e| {
-        AppError::not_found(format!("the log of job run `{id}` cannot be read: {e}"))
-    })?;
+    let (size, mut bytes) = read(&mut file).map_err(|e| unreadable_log(&id, e))?;
     // A character cut by the chunk's end (or by a write in progress) starts the next chunk;
     // at the end of a log that no longer grows, it is what there is.
     if running || bytes.len() == LOG_CHUNK {

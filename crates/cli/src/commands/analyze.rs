@@ -7,7 +7,7 @@ use databuild_exec::views::AnalyzeView;
 
 use crate::backend::Backend;
 use crate::context::{engine_error, parse_refs};
-use crate::output::{count, print_json, short_list, stdout};
+use crate::output::{count, print_json, short_list, stdout, unless_closed};
 use crate::UserError;
 
 /// What the human output shows of a plan, from the plan itself or from its JSON.
@@ -240,7 +240,7 @@ pub fn run(
                 parallel,
                 |view, plan| -> std::io::Result<PlanText> {
                     if json {
-                        print_json(view)?;
+                        unless_closed(print_json(view))?;
                     }
                     Ok(PlanText::from_plan(plan, view, limit))
                 },
@@ -254,13 +254,14 @@ pub fn run(
                 parallel: Some(parallel),
             })?;
             if json {
-                print_json(&v)?;
+                unless_closed(print_json(&v))?;
             }
             PlanText::from_answer(v, limit)
         }
     };
+    // The exit code says whether it can be built, whatever became of the output.
     if !json {
-        text.print(requested, limit)?;
+        unless_closed(text.print(requested, limit))?;
     }
     if let Some(e) = text.missing_error() {
         return Err(e);

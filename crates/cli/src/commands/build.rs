@@ -18,7 +18,7 @@ use rustc_hash::FxHashMap;
 
 use crate::backend::Backend;
 use crate::context::{engine_error, parse_refs};
-use crate::output::{count, outln, print_json, short_list};
+use crate::output::{count, errln, outln, print_json, short_list, unless_closed};
 
 pub struct Flags {
     pub force: bool,
@@ -89,18 +89,18 @@ pub fn run(
         reporter.done();
         Ok(built)
     })?;
+    // The build's outcome is its exit code, whatever became of its output (`| head`).
     if json {
-        print_json(&summary)?;
+        unless_closed(print_json(&summary))?;
     } else {
-        // The build's outcome is its exit code, whatever became of its output (`| head`).
-        print_summary(&summary, started.elapsed(), &whereabouts).ok();
+        unless_closed(print_summary(&summary, started.elapsed(), &whereabouts))?;
     }
     Ok(if summary.status == Status::Completed {
         ExitCode::SUCCESS
     } else if refused_at_planning(&summary) {
         // The plan could not be carried out (an external input is missing): the request is at
         // fault, as `analyze` says of the same refs.
-        eprintln!("error: {}", summary.message.as_deref().unwrap_or_default());
+        errln!("error: {}", summary.message.as_deref().unwrap_or_default());
         ExitCode::from(2)
     } else {
         ExitCode::from(1)
@@ -405,7 +405,7 @@ impl<'a> Reporter<'a> {
     fn line(&self, text: String) {
         match &self.bar {
             Some(bar) => bar.println(text),
-            None => eprintln!("{text}"),
+            None => errln!("{text}"),
         }
     }
 

@@ -7,7 +7,7 @@ use databuild_log::EventFilter;
 use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::context::log_error;
-use crate::output::{outln, print_json};
+use crate::output::{outln, print_json, unless_closed};
 use crate::UserError;
 
 const PAGE: usize = 10_000;
@@ -83,8 +83,22 @@ pub fn run(from: &str, to: &str, json: bool) -> anyhow::Result<ExitCode> {
 /// `check-log`.
 pub fn check(engine: &databuild_exec::Engine, json: bool) -> anyhow::Result<ExitCode> {
     let report = databuild_log::check_store(engine.store.as_ref()).map_err(log_error)?;
+    // Its exit code is its answer, whatever became of its output.
+    unless_closed(print_check(engine, &report, json))?;
+    Ok(if report.ok() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+fn print_check(
+    engine: &databuild_exec::Engine,
+    report: &databuild_log::CheckReport,
+    json: bool,
+) -> std::io::Result<()> {
     if json {
-        print_json(&report)?;
+        print_json(report)?;
     } else {
         outln!(
             "{}: {} events, {} build requests, {} job runs, {} partitions: {}",
@@ -103,9 +117,5 @@ pub fn check(engine: &databuild_exec::Engine, json: bool) -> anyhow::Result<Exit
             outln!("  {p}")?;
         }
     }
-    Ok(if report.ok() {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
-    })
+    Ok(())
 }

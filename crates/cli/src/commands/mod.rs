@@ -15,6 +15,7 @@ use std::process::ExitCode;
 use crate::backend::Backend;
 use crate::cli::{Cli, Command};
 use crate::context::Context;
+use crate::output::errln;
 
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let json = cli.json;
@@ -34,7 +35,12 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         (Some(url), _) => Backend::remote(url),
         (None, Command::Graph { format }) => {
-            return graph::local(Context::load(&cli.graph)?, cli.event_log.as_deref(), *format, json)
+            return graph::local(
+                Context::load(&cli.graph)?,
+                cli.event_log.as_deref(),
+                *format,
+                json,
+            )
         }
         (None, _) => Backend::local(Context::load(&cli.graph)?.engine(cli.event_log.as_deref())?)?,
     };
@@ -205,7 +211,7 @@ fn serve(
         && !access.guard_reads
         && access.read_token.is_none()
     {
-        eprintln!("note: reads are open to anyone who can reach {bind} (answers leave out the fields naming hosts, pids and paths of runs, but run logs and messages stay readable); pass --guard-reads to guard them");
+        errln!("note: reads are open to anyone who can reach {bind} (answers leave out the fields naming hosts, pids and paths of runs, but run logs and messages stay readable); pass --guard-reads to guard them");
     }
     let config = databuild_service::ServeConfig {
         access,
@@ -227,8 +233,8 @@ fn serve(
     };
     let runtime = tokio::runtime::Runtime::new()?;
     runtime.block_on(databuild_service::serve(engine, bind, config, |addr| {
-        eprintln!("databuild service listening on http://{addr}");
+        errln!("databuild service listening on http://{addr}");
     }))?;
-    eprintln!("databuild service stopped");
+    errln!("databuild service stopped");
     Ok(ExitCode::SUCCESS)
 }

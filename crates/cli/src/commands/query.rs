@@ -2,7 +2,7 @@
 
 use std::io::Write;
 use std::process::ExitCode;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use databuild_exec::answers::{Event, JobRun, JobStats};
 use databuild_log::{short_id, EventFilter, PartitionQuery};
@@ -384,7 +384,11 @@ pub fn run(backend: &Backend, id: &str, json: bool) -> anyhow::Result<ExitCode> 
     if let Some(r) = &run.relies_on {
         outln!("  skipped: relies on run {r}")?;
     }
-    if let Some(log) = backend.run_log(id).ok().filter(|l| !l.is_empty()) {
+    if let Some(log) = backend
+        .run_log(&run.job_run_id)
+        .ok()
+        .filter(|l| !l.is_empty())
+    {
         let lines: Vec<&str> = log.lines().collect();
         outln!(
             "  log (last {} lines of {}):",
@@ -400,26 +404,37 @@ pub fn run(backend: &Backend, id: &str, json: bool) -> anyhow::Result<ExitCode> 
 
 /// How often a followed log is read again.
 const FOLLOW_EVERY: Duration = Duration::from_millis(300);
+/// How long a followed partition's next attempt may take to start.
+const RETRY_WAIT: Duration = Duration::from_secs(5);
 
 /// A run's whole log, chunk by chunk; `follow`: until the run ends. `--json`: the chunks, one
 /// JSON object a line.
 pub fn log(backend: &Backend, id: &str, follow: bool, json: bool) -> anyhow::Result<ExitCode> {
-    let mut offset = 0;
+    print_log(backend, id, follow, json)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Prints the log (see [`log`]) and returns the run's whole id.
+fn print_log(backend: &Backend, id: &str, follow: bool, json: bool) -> anyhow::Result<String> {
+    let (mut id, mut offset) = (id.to_string(), 0);
     loop {
-        let chunk = backend.run_log_chunk(id, offset)?;
+        let chunk = backend.run_log_chunk(&id, offset)?;
+        // The whole id from now on: a prefix may name more runs as new ones start.
+        id.clone_from(&chunk.job_run_id);
+        let progressed = chunk.next_offset > offset;
         if json {
-            if chunk.next_offset > chunk.offset || offset == 0 {
+            if progressed || offset == 0 && !chunk.running {
                 outln!("{}", serde_json::to_string(&chunk)?)?;
             }
         } else {
             out!("{}", chunk.text)?;
         }
         let read_all = chunk.next_offset >= chunk.size;
-        if read_all && !(follow && chunk.running) {
-            return Ok(ExitCode::SUCCESS);
+        // Without --follow, what is there now: a character still being written waits for it.
+        if !(follow && chunk.running) && (read_all || !progressed) {
+            return Ok(id);
         }
-        // (Nothing new: a character still being written, or nothing written yet.)
-        if read_all || chunk.next_offset == offset {
+        if read_all || !progressed {
             std::io::stdout().flush()?;
             std::thread::sleep(FOLLOW_EVERY);
         }
@@ -427,7 +442,8 @@ pub fn log(backend: &Backend, id: &str, follow: bool, json: bool) -> anyhow::Res
     }
 }
 
-/// The log of the run that built, is building or failed to build `r`.
+/// The log of the run that built, is building or failed to build `r`; `follow`: on through
+/// its retries (each attempt is a run of its own) until the partition's run ends.
 pub fn partition_log(
     backend: &Backend,
     r: &str,
@@ -435,7 +451,7 @@ pub fn partition_log(
     json: bool,
 ) -> anyhow::Result<ExitCode> {
     let status = backend.status(r)?;
-    let Some(run) = status.built_by else {
+    let Some(mut run) = status.built_by else {
         return Err(crate::UserError(format!(
             "no run has built `{r}` or tried to ({}: {})",
             status.status,
@@ -443,7 +459,28 @@ pub fn partition_log(
         ))
         .into());
     };
-    log(backend, &run, follow, json)
+    loop {
+        let followed = print_log(backend, &run, follow, json)?;
+        let mut next = backend.status(r)?;
+        // A retry is claimed a moment after its attempt ends: the partition stays building.
+        let retry_by = Instant::now() + RETRY_WAIT;
+        while follow && next.status == "building" && next.built_by.as_deref() == Some(&followed) {
+            if Instant::now() > retry_by {
+                break;
+            }
+            std::thread::sleep(FOLLOW_EVERY);
+            next = backend.status(r)?;
+        }
+        match next.built_by {
+            Some(n) if follow && n != followed => {
+                if !json {
+                    outln!("--- the next attempt: run {} ---", short_id(&n))?;
+                }
+                run = n;
+            }
+            _ => return Ok(ExitCode::SUCCESS),
+        }
+    }
 }
 
 pub fn sql(
@@ -488,7 +525,7 @@ pub fn cancel(backend: &Backend, id: &str, json: bool) -> anyhow::Result<ExitCod
     if json {
         print_json(&v)?;
     } else {
-        outln!("cancelled build request {id}")?;
+        outln!("cancelled build request {}", v.build_request_id)?;
     }
     Ok(ExitCode::SUCCESS)
 }

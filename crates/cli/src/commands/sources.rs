@@ -8,7 +8,7 @@ use databuild_exec::build::BuildOptions;
 
 use super::build::Reporter;
 use crate::backend::Backend;
-use crate::output::{out, outln, print_json, table};
+use crate::output::{errln, out, outln, print_json, table};
 
 pub fn list_sources(backend: &Backend, json: bool) -> anyhow::Result<ExitCode> {
     let v = backend.sources()?;
@@ -158,7 +158,7 @@ pub fn seal(
             }
         )?;
         for r in &ingested.rejected {
-            eprintln!("rejected {r}");
+            errln!("rejected {r}");
         }
     }
     Ok(ExitCode::SUCCESS)
@@ -224,7 +224,7 @@ pub fn table_job(args: &[String]) -> anyhow::Result<ExitCode> {
     match databuild_exec::table_job::run(args) {
         Ok(()) => Ok(ExitCode::SUCCESS),
         Err(message) => {
-            eprintln!("table-job: {message}");
+            errln!("table-job: {message}");
             Ok(ExitCode::from(1))
         }
     }

@@ -657,3 +657,66 @@ command = ["true"]
     );
     p.run(&["check-log"]).expect_code(0);
 }
+
+/// `logs REF --follow` goes on through a retry (each attempt is a run of its own) to the run
+/// that ends the partition's build; a chunk asked for past a log's end is empty and says where
+/// the log ends.
+#[test]
+fn following_a_partition_goes_through_its_retries() {
+    let p = Project::new(
+        r#"
+[graph]
+name = "g"
+[[job]]
+name = "flaky"
+outputs = ["flaky/{n:int}"]
+retries = 1
+command = ["sh", "-c", "if [ $DATABUILD_ATTEMPT = 1 ]; then echo first fails; while [ ! -e go ]; do sleep 0.05; done; exit 1; fi; echo second works; mkdir -p $DATABUILD_OUTPUT_DIR/flaky && touch $DATABUILD_OUTPUT_DIR/flaky/1"]
+"#,
+    );
+    let mut build = p.command().args(["build", "flaky/1"]).spawn().unwrap();
+    let first = crate::util::eventually(Duration::from_secs(20), "the first attempt runs", || {
+        let v = p.run(&["--json", "status", "flaky/1"]).json();
+        v[0]["built_by"].as_str().map(str::to_string)
+    });
+    let follow = p
+        .command()
+        .args(["logs", "flaky/1", "--follow"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    std::fs::write(p.path().join("go"), "").unwrap();
+    let out = follow.wait_with_output().unwrap();
+    assert!(out.status.success());
+    assert!(build.wait().unwrap().success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    let second = p.run(&["--json", "status", "flaky/1"]).json()[0]["built_by"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_ne!(first, second);
+    assert_eq!(
+        text,
+        format!(
+            "first fails\n--- the next attempt: run {} ---\nsecond works\n",
+            &second[second.len() - 8..]
+        )
+    );
+
+    let service = Service::start(&p, &[]);
+    let (code, chunk) = service.get(&format!(
+        "/api/v1/job-runs/{second}/log/chunk?offset=999999"
+    ));
+    assert_eq!(code, 200);
+    let size = "second works\n".len();
+    assert_eq!(
+        (chunk["offset"].clone(), chunk["next_offset"].clone()),
+        (size.into(), size.into())
+    );
+    assert_eq!(
+        (chunk["size"].clone(), chunk["text"].clone()),
+        (size.into(), "".into())
+    );
+    assert_eq!(chunk["running"], false);
+}

@@ -83,7 +83,10 @@ pub const JOB_RUN: Transitions = &[
 /// `failed → scheduled` is a retry (a new run); `delegated → scheduled` takes over from a delegate
 /// whose process died; `delegated → delegated` waits on another build that claimed it first
 /// after the delegate gave it back. `cancelled`: the request gave it up without a job failing (it stopped, or
-/// was cancelled, before or while building it); a claim it held is released.
+/// was cancelled, before or while building it); a claim it held is released. `available →
+/// scheduled` / `delegated`: a partition the request had (found live, or made by a delegate)
+/// whose data is gone when one of its runs is about to read it (a delegate cut off from the log
+/// before it moved its outputs into place): made again here, or waited for again.
 pub const REQUEST_PARTITION: Transitions = &[
     // A request's refs are recorded in its `received`; a partition's own events start with
     // what first happens to it (`requested` is what older logs wrote first).
@@ -99,6 +102,7 @@ pub const REQUEST_PARTITION: Transitions = &[
     ),
     (Some(Scheduled), &[Building, Delegated, Failed, Cancelled]),
     (Some(Building), &[Available, Failed, Cancelled]),
+    (Some(Available), &[Scheduled, Delegated]),
     (
         Some(Delegated),
         &[Available, Failed, Scheduled, Cancelled, Delegated],
@@ -368,6 +372,24 @@ mod tests {
             ..ended
         };
         assert!(check(&end, &running).is_ok());
+    }
+
+    /// An input the request had, whose data is gone, is made again or waited for again; what
+    /// it made itself is not taken back by a late `failed`.
+    #[test]
+    fn a_partition_whose_data_is_gone_is_made_or_awaited_again() {
+        let had = Current {
+            build_request: Some(Executing),
+            request_partition: Some(Available),
+            partition: Some((Available, Some("r1".into()))),
+            ..Default::default()
+        };
+        let waits = Event::partition(Some("b"), "p", Delegated);
+        assert!(check(&waits, &had).is_ok(), "{:?}", check(&waits, &had));
+        let makes = Event::partition(Some("b"), "p", Scheduled).with_run("r2");
+        assert!(check(&makes, &had).is_ok(), "{:?}", check(&makes, &had));
+        let failed = Event::partition(Some("b"), "p", Failed).with_run("r2");
+        assert!(check(&failed, &had).is_err());
     }
 
     #[test]

@@ -121,9 +121,7 @@ fn refused_at_planning(s: &BuildSummary) -> bool {
 /// The last line of a run's log that says something (at most 300 characters), as the service
 /// or this process reads it.
 pub(super) fn last_log_line(backend: &Backend, run: &str) -> Option<String> {
-    let log = backend.run_log(run).ok()?;
-    let line = log.lines().rev().map(str::trim).find(|l| !l.is_empty())?;
-    Some(line.chars().take(300).collect())
+    databuild_exec::build::last_line(&backend.run_log(run).ok()?)
 }
 
 /// How many failed runs the text summary lists, one a line.

@@ -29,7 +29,7 @@ mod record;
 mod spec;
 mod summary;
 
-pub use summary::{BuildSummary, RunFailure};
+pub use summary::{last_line, BuildSummary, RunFailure};
 
 #[derive(Debug, Clone)]
 pub struct BuildOptions {

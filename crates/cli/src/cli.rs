@@ -189,6 +189,19 @@ pub enum Command {
         #[arg(long)]
         reason: Option<String>,
     },
+    /// Housekeeping: remove old run logs, the staging folders of ended runs, `.tmp` files that
+    /// killed jobs left, and the data of partitions no job of the graph builds any more.
+    /// Never a live partition, the log of a partition's current run, or anything of a run still
+    /// running; what it removes is recorded in the event log.
+    Gc {
+        /// Only what was last written (for a partition: last recorded) before this long ago:
+        /// `30d`, `12h`, `0s` for everything.
+        #[arg(long, default_value = "30d", value_name = "AGE")]
+        older_than: String,
+        /// List what would be removed, remove nothing.
+        #[arg(long)]
+        dry_run: bool,
+    },
     /// Read-only SQL over the event log (tables and views in docs/event-log.md).
     Sql {
         /// One SELECT (or WITH … SELECT) over the log's tables and views.

@@ -8,6 +8,7 @@ mod daily_use;
 mod dashboard;
 mod equivalence;
 mod examples;
+mod gc;
 mod graph_cmd;
 mod log_cmds;
 mod postgres;

@@ -996,6 +996,7 @@ pub mod route {
     pub const PARTITION_EVENTS: &str = "/api/v1/partitions/{partition_ref}/events";
     pub const PARTITION_EXPLAIN: &str = "/api/v1/partitions/{partition_ref}/explain";
     pub const TAINT: &str = "/api/v1/partitions/taint";
+    pub const GC: &str = "/api/v1/gc";
     pub const GRAPH: &str = "/api/v1/graph";
     pub const EVENTS: &str = "/api/v1/events";
     pub const JOBS: &str = "/api/v1/jobs";

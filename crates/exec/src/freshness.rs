@@ -80,10 +80,10 @@ impl Engine {
                         .job_partition_counts(&self.graph.jobs[job].name)?,
                     _ => self.store.partition_counts(Some(&pattern.glob()))?,
                 };
-                let mut partitions: std::collections::BTreeMap<String, u64> = counts
-                    .into_iter()
-                    .map(|(s, n)| (shown_status(s).to_string(), n))
-                    .collect();
+                let mut partitions = std::collections::BTreeMap::<String, u64>::new();
+                for (s, n) in counts {
+                    *partitions.entry(shown_status(s).to_string()).or_default() += n;
+                }
                 let available = partitions.get("live").copied().unwrap_or(0);
                 let freshness_checked = exact || available as usize <= FRESHNESS_SCAN;
                 if available > 0 && matches!(p, Producer::Job { .. }) {
@@ -92,7 +92,7 @@ impl Engine {
                         partitions.insert("live".into(), counts.live);
                         for (status, n) in [("stale", counts.stale), ("missing", counts.missing)] {
                             if n > 0 {
-                                partitions.insert(status.into(), n);
+                                *partitions.entry(status.into()).or_default() += n;
                             }
                         }
                     } else {

@@ -15,6 +15,7 @@ pub mod build;
 pub mod config;
 pub mod engine;
 pub mod freshness;
+pub mod gc;
 pub mod lease;
 pub mod local;
 pub mod owner;

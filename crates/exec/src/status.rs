@@ -213,6 +213,13 @@ impl Engine {
                     row.message.map(|m| format!(": {m}")).unwrap_or_default()
                 ),
             ),
+            Status::Removed => (
+                "missing",
+                format!(
+                    "its data was removed{}; a build makes it again",
+                    row.message.map(|m| format!(" ({m})")).unwrap_or_default()
+                ),
+            ),
             other => ("missing", format!("last recorded as `{other}`")),
         };
         report.status = status;

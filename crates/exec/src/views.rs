@@ -107,6 +107,8 @@ impl<'p> AnalyzeView<'p> {
 pub fn shown_status(status: Status) -> &'static str {
     match status {
         Status::Available => "live",
+        // Its data was removed by gc: missing until a build makes it again.
+        Status::Removed => "missing",
         other => other.as_str(),
     }
 }

@@ -33,6 +33,8 @@ pub enum Kind {
     /// A standing request for partitions: `requested`, `waiting`, `satisfied`; `sla_missed`;
     /// `expired` / `cancelled`.
     Want,
+    /// A `databuild gc` that removed something (`completed`): what it removed, in `data.report`.
+    Gc,
 }
 
 /// Every status of every kind; which ones a kind may use is the business of [`crate::state`].
@@ -68,6 +70,8 @@ pub enum Status {
     Available,
     Delegated,
     Tainted,
+    /// Its data was deleted by `databuild gc` (no job of the graph builds it any more).
+    Removed,
     // job_run
     Running,
     Skipped,
@@ -111,6 +115,7 @@ names!(Kind {
     Delegation => "delegation",
     Alias => "alias",
     Want => "want",
+    Gc => "gc",
 });
 
 names!(Status {
@@ -127,6 +132,7 @@ names!(Status {
     Available => "available",
     Delegated => "delegated",
     Tainted => "tainted",
+    Removed => "removed",
     Running => "running",
     Skipped => "skipped",
     Sealed => "sealed",
@@ -209,7 +215,7 @@ pub struct EventData {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub log_path: Option<String>,
     /// job_run completed, partition available: what the run reported through `DATABUILD_REPORT`
-    /// (row counts, quarantined rows, provenance).
+    /// (row counts, quarantined rows, provenance); gc completed: what it removed.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub report: Option<serde_json::Value>,
     /// partition sealed: how many records the source partition holds.
@@ -378,6 +384,13 @@ impl Event {
     pub fn with_data(mut self, f: impl FnOnce(&mut EventData)) -> Event {
         f(&mut self.data);
         self
+    }
+
+    /// A `databuild gc` that removed something: `report` says what.
+    pub fn gc(message: impl Into<String>, report: serde_json::Value) -> Event {
+        Event::new(Kind::Gc, Status::Completed, None)
+            .with_message(message)
+            .with_data(|d| d.report = Some(report))
     }
 
     /// The event as one line of JSON (for `events --json` and the API).

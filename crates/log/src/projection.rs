@@ -251,7 +251,7 @@ fn project<T: AppendTx>(
         Kind::Want if e.status == Status::Requested => tx.insert_want(e),
         Kind::Want if e.status == Status::SlaMissed => tx.count_sla_miss(e),
         Kind::Want => tx.update_want(e),
-        Kind::Delegation | Kind::Alias => Ok(()),
+        Kind::Delegation | Kind::Alias | Kind::Gc => Ok(()),
     }
 }
 

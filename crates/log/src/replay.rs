@@ -61,7 +61,7 @@ impl Replay {
                 self.job_runs
                     .insert(e.job_run_id.clone().expect("checked"), e.status);
             }
-            Kind::Delegation | Kind::Alias => {}
+            Kind::Delegation | Kind::Alias | Kind::Gc => {}
             Kind::Want if e.status == Status::SlaMissed => {}
             Kind::Want => {
                 self.wants
@@ -105,7 +105,9 @@ pub fn global_effect(
     before: Option<&(Status, Option<String>)>,
 ) -> Option<(Status, Option<String>)> {
     match (e.status, e.job_run_id.as_ref()) {
-        (Status::Tainted, _) => Some((Status::Tainted, before.and_then(|(_, run)| run.clone()))),
+        (Status::Tainted | Status::Removed, _) => {
+            Some((e.status, before.and_then(|(_, run)| run.clone())))
+        }
         (Status::Sealed | Status::Expired, _) => Some((e.status, None)),
         (Status::Building | Status::Available | Status::Failed, Some(run)) => {
             Some((e.status, Some(run.clone())))
@@ -161,7 +163,7 @@ mod tests {
                             }
                         }
                     }
-                    Kind::Delegation | Kind::Alias | Kind::Want => {}
+                    Kind::Delegation | Kind::Alias | Kind::Want | Kind::Gc => {}
                 }
             }
             for path in brs.values() { prop_assert!(path_is_valid(BUILD_REQUEST, path), "{:?}", path); }

@@ -138,7 +138,7 @@ pub fn is_terminal(kind: Kind, status: Status) -> bool {
         // A partition can always be rebuilt by a later request; within one request, `failed`
         // allows a retry. Only `available` ends a request's dealings with it.
         Kind::Partition => return status == Available,
-        Kind::Delegation | Kind::Alias => return true,
+        Kind::Delegation | Kind::Alias | Kind::Gc => return true,
     };
     !table.iter().any(|(from, _)| *from == Some(status))
 }
@@ -224,6 +224,13 @@ pub fn check(e: &Event, current: &Current) -> Result<(), Refusal> {
                 return Err(Refusal::invalid(format!("want {id} names no partitions")));
             }
         }
+        Kind::Gc => {
+            if e.status != Completed || e.build_request_id.is_some() {
+                return Err(Refusal::invalid(
+                    "a gc event is `completed`, of no build request".to_string(),
+                ));
+            }
+        }
         Kind::Alias => {
             if e.status != Promoted || e.data.table.is_none() || e.data.version.is_none() {
                 return Err(Refusal::invalid(
@@ -237,15 +244,21 @@ pub fn check(e: &Event, current: &Current) -> Result<(), Refusal> {
 
 fn check_partition(e: &Event, current: &Current) -> Result<(), Refusal> {
     let r = require(&e.partition_ref, "partition_ref", e)?;
-    if e.status == Tainted {
+    // A taint, or gc removing the data: of no build request or run, never while it is built.
+    if matches!(e.status, Tainted | Removed) {
+        let what = if e.status == Tainted {
+            "a taint"
+        } else {
+            "a removal"
+        };
         if e.build_request_id.is_some() || e.job_run_id.is_some() {
-            return Err(Refusal::invalid(
-                "a taint belongs to no build request or run".to_string(),
-            ));
+            return Err(Refusal::invalid(format!(
+                "{what} belongs to no build request or run"
+            )));
         }
         if let Some((Building, run)) = &current.partition {
             return Err(Refusal::invalid(format!(
-                "partition {r} is being built by run {}; taint it once the run ends",
+                "partition {r} is being built by run {}; {what} waits until the run ends",
                 run.as_deref().unwrap_or("?")
             )));
         }
@@ -390,6 +403,31 @@ mod tests {
         assert!(check(&makes, &had).is_ok(), "{:?}", check(&makes, &had));
         let failed = Event::partition(Some("b"), "p", Failed).with_run("r2");
         assert!(check(&failed, &had).is_err());
+    }
+
+    /// gc removes a partition's data on its own, never under a build or while a run holds it.
+    #[test]
+    fn a_removal_is_nobodys_and_waits_for_the_builder() {
+        let removed = Event::partition(None, "p", Removed);
+        assert!(check(&removed, &Current::default()).is_ok());
+        let held = Current {
+            partition: Some((Building, Some("r1".into()))),
+            ..Default::default()
+        };
+        assert!(check(&removed, &held)
+            .unwrap_err()
+            .0
+            .contains("being built by run r1"));
+        let under_a_build = Event::partition(Some("b"), "p", Removed);
+        assert!(check(&under_a_build, &Current::default()).is_err());
+        // After it, a build claims the partition as any other.
+        let gone = Current {
+            request_partition: Some(Scheduled),
+            partition: Some((Removed, Some("r1".into()))),
+            ..Default::default()
+        };
+        let claim = Event::partition(Some("b"), "p", Building).with_run("r2");
+        assert!(check(&claim, &gone).is_ok());
     }
 
     #[test]

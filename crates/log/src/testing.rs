@@ -16,6 +16,7 @@ pub fn arb_event() -> impl Strategy<Value = Event> {
                 Kind::JobRun => Event::job_run(&br, &run, "job", status),
                 Kind::Delegation => Event::delegation(&br, &r, "other"),
                 Kind::Alias => Event::alias("t", run.len() as u32),
+                Kind::Gc => Event::gc("gc", serde_json::json!({})),
                 Kind::Want => Event::want(&run, status).with_data(|d| {
                     if with_run {
                         d.requested = vec![r.clone()];
@@ -27,7 +28,10 @@ pub fn arb_event() -> impl Strategy<Value = Event> {
                     Event::partition(None, &format!("source/{r}"), status)
                 }
                 Kind::Partition
-                    if matches!(status, Status::Tainted | Status::Sealed | Status::Expired) =>
+                    if matches!(
+                        status,
+                        Status::Tainted | Status::Removed | Status::Sealed | Status::Expired
+                    ) =>
                 {
                     Event::partition(None, &r, status)
                 }

@@ -11,6 +11,7 @@ use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 use databuild_core::PlanRequest;
 use databuild_exec::answers::{self, route, Analysis, BuildAccepted};
+use databuild_exec::gc::GcReport;
 use databuild_exec::views::{AnalyzeView, ListedStatus, PartitionPage};
 use databuild_log::{EventFilter, PartitionQuery, SqlResult, Status};
 use futures_util::stream::{self, Stream};
@@ -378,6 +379,32 @@ pub(crate) async fn taint(
     let max_refs = state.limits.max_refs;
     blocking(&state, move |engine| {
         views::taint(engine, &body.partitions, body.reason.as_deref(), max_refs).map(Json)
+    })
+    .await
+}
+
+#[derive(Deserialize, serde::Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct GcBody {
+    /// Only what was last written before this long ago (`30d`, `12h`); default 30 days.
+    #[serde(default = "default_gc_age")]
+    pub older_than: String,
+    /// Say what would be removed, remove nothing.
+    #[serde(default)]
+    pub dry_run: bool,
+}
+
+pub fn default_gc_age() -> String {
+    "30d".to_string()
+}
+
+#[utoipa::path(post, path = route::GC, summary = "Housekeeping: remove old run logs, staging folders of ended runs, leftover .tmp files and the data of partitions no job builds any more (recorded in the log); never a live partition", request_body = GcBody, responses((status = 200, body = GcReport), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody)))]
+pub(crate) async fn gc(
+    State(state): Shared,
+    ApiJson(body): ApiJson<GcBody>,
+) -> ApiResult<Json<GcReport>> {
+    blocking(&state, move |engine| {
+        views::gc(engine, &body.older_than, body.dry_run).map(Json)
     })
     .await
 }

@@ -11,6 +11,7 @@ use databuild_exec::answers::{
     ErrorBody, EventList, EventPage, Explain, JobDetail, JobList, JobRun, LogChunk,
     PartitionStatus, Sealed, SourceList, Want, WantList,
 };
+use databuild_exec::gc::GcReport;
 use databuild_exec::tables::{Promotion, SourceDetail};
 use databuild_exec::views::{AnalyzeView, ListedStatus, PartitionPage};
 use databuild_exec::Engine;
@@ -55,6 +56,8 @@ pub trait Api {
     fn want(&self, refs: &[String], ttl: Option<&str>, sla: Option<&str>) -> ApiResult<Want>;
     fn wants(&self, status: Option<&str>, all: bool, limit: usize) -> ApiResult<WantList>;
     fn unwant(&self, id: &str) -> ApiResult<Want>;
+    /// Housekeeping: what nothing reads any more, older than `older_than` (`30d`).
+    fn gc(&self, older_than: &str, dry_run: bool) -> ApiResult<GcReport>;
 }
 
 /// The engine of this process.
@@ -73,6 +76,9 @@ impl Api for InProcess {
     }
     fn taint(&self, refs: &[String], reason: Option<&str>) -> ApiResult<EventList> {
         views::taint(&self.engine, refs, reason, self.max_refs)
+    }
+    fn gc(&self, older_than: &str, dry_run: bool) -> ApiResult<GcReport> {
+        views::gc(&self.engine, older_than, dry_run)
     }
     fn partitions(
         &self,
@@ -385,6 +391,15 @@ impl Api for Http {
             &crate::api::TaintBody {
                 partitions: refs.to_vec(),
                 reason: reason.map(str::to_string),
+            },
+        )
+    }
+    fn gc(&self, older_than: &str, dry_run: bool) -> ApiResult<GcReport> {
+        self.post(
+            route::GC,
+            &crate::api::GcBody {
+                older_than: older_than.to_string(),
+                dry_run,
             },
         )
     }

@@ -5,7 +5,7 @@
 use axum::Json;
 use utoipa::OpenApi;
 
-use crate::api::{AnalyzeBody, BuildBody, SqlBody, TaintBody};
+use crate::api::{AnalyzeBody, BuildBody, GcBody, SqlBody, TaintBody};
 use crate::error::ErrorBody;
 
 #[derive(OpenApi)]
@@ -28,6 +28,7 @@ use crate::error::ErrorBody;
         crate::api::partition_events,
         crate::api::partition_explain,
         crate::api::taint,
+        crate::api::gc,
         crate::api::graph,
         crate::api::list_events,
         crate::api::list_jobs,
@@ -53,6 +54,7 @@ use crate::error::ErrorBody;
         AnalyzeBody,
         SqlBody,
         TaintBody,
+        GcBody,
         ErrorBody,
         crate::sources::SealBody,
         crate::sources::PromoteBody,

@@ -9,6 +9,7 @@ use databuild_exec::answers::{
     EventPage, Explain, JobDetail, JobList, JobRun, JobRunList, LogChunk, PartitionStatus, Sealed,
     SourceList, Want, WantDetail, WantList,
 };
+use databuild_exec::gc::{GcOptions, GcReport};
 use databuild_exec::tables::{Promotion, SourceDetail};
 use databuild_exec::views::{ListedStatus, PartitionPage};
 use databuild_exec::Engine;
@@ -511,19 +512,28 @@ pub fn want(
     sla: Option<&str>,
     max_refs: usize,
 ) -> ApiResult<Want> {
-    let duration = |name: &str, v: Option<&str>| -> ApiResult<Option<std::time::Duration>> {
-        v.map(|t| {
-            humantime::parse_duration(t).map_err(|e| {
-                AppError::bad_request(format!(
-                    "`{name}` = `{t}` is not a duration ({e}); write it like \"6h\" or \"30d\""
-                ))
-            })
-        })
-        .transpose()
-    };
+    let duration = |name: &str, v: Option<&str>| v.map(|t| duration(name, t)).transpose();
     let refs = user_refs(engine, words, max_refs)?;
     let row = engine.want(&refs, duration("ttl", ttl)?, duration("sla", sla)?, None)?;
     Ok(Want::from(&row))
+}
+
+/// A duration the user typed (`6h`, `30d`), or an error naming the setting.
+fn duration(name: &str, text: &str) -> ApiResult<std::time::Duration> {
+    humantime::parse_duration(text).map_err(|e| {
+        AppError::bad_request(format!(
+            "`{name}` = `{text}` is not a duration ({e}); write it like \"6h\" or \"30d\""
+        ))
+    })
+}
+
+/// Housekeeping: what nothing reads any more, older than `older_than` (`30d`).
+pub fn gc(engine: &Engine, older_than: &str, dry_run: bool) -> ApiResult<GcReport> {
+    let older_than = duration("older_than", older_than)?;
+    Ok(engine.gc(GcOptions {
+        older_than,
+        dry_run,
+    })?)
 }
 
 /// A want status a listing may ask for.

@@ -1,10 +1,12 @@
-//! `status`, `explain`, `taint`: what is known about partitions.
+//! `status`, `explain`, `taint`: what is known about partitions; `gc`: what nothing reads.
 
 use std::process::ExitCode;
 
 use crate::backend::Backend;
 use crate::context::parse_refs;
-use crate::output::{out, outln, print_json, table};
+use databuild_exec::gc::GcKind;
+
+use crate::output::{errln, out, outln, print_json, table};
 
 fn expand(backend: &Backend, args: &[String]) -> anyhow::Result<Vec<String>> {
     Ok(parse_refs(backend, args)?
@@ -167,4 +169,85 @@ pub fn taint(
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+pub fn gc(
+    backend: &Backend,
+    older_than: &str,
+    dry_run: bool,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
+    let report = backend.gc(older_than, dry_run)?;
+    if json {
+        outln!("{}", serde_json::to_string_pretty(&report)?)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let verb = if dry_run { "would remove" } else { "removed" };
+    for item in &report.items {
+        let what = match item.kind {
+            GcKind::Published if dry_run => "would move into place",
+            GcKind::Published => "moved into place",
+            _ => verb,
+        };
+        let about = match (&item.partition_ref, &item.job_run_id) {
+            (Some(r), _) => format!(" (partition {r})"),
+            (None, Some(run)) => format!(" (run {})", databuild_log::short_id(run)),
+            _ => String::new(),
+        };
+        outln!("{what} {} {}{about}", gc_kind(item.kind, false), item.path)?;
+    }
+    if report.items_truncated {
+        outln!(
+            "... and more (the totals below count them all; --json lists the first {})",
+            report.items.len()
+        )?;
+    }
+    let totals: Vec<String> = report
+        .totals
+        .iter()
+        .map(|(kind, c)| format!("{} {}", c.count, gc_kind(*kind, c.count != 1)))
+        .collect();
+    if totals.is_empty() {
+        outln!("nothing to remove older than {older_than}")?;
+    } else {
+        outln!(
+            "{verb} {}: {}",
+            totals.join(", "),
+            human_bytes(report.bytes_freed())
+        )?;
+    }
+    for (why, n) in &report.kept {
+        outln!("kept {n}: {why}")?;
+    }
+    for e in &report.errors {
+        errln!("databuild: {e}");
+    }
+    Ok(if report.errors.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+fn gc_kind(kind: GcKind, plural: bool) -> &'static str {
+    match (kind, plural) {
+        (GcKind::RunLog, false) => "run log",
+        (GcKind::RunLog, true) => "run logs",
+        (GcKind::Staging, false) => "staging folder",
+        (GcKind::Staging, true) => "staging folders",
+        (GcKind::Published, _) => "staged outputs",
+        (GcKind::TempFile, false) => "leftover .tmp file",
+        (GcKind::TempFile, true) => "leftover .tmp files",
+        (GcKind::PartitionData, false) => "the data of a partition no job builds",
+        (GcKind::PartitionData, true) => "partitions' data no job builds",
+    }
+}
+
+fn human_bytes(n: u64) -> String {
+    match n {
+        n if n >= 1 << 30 => format!("{:.1} GiB", n as f64 / (1u64 << 30) as f64),
+        n if n >= 1 << 20 => format!("{:.1} MiB", n as f64 / (1u64 << 20) as f64),
+        n if n >= 1 << 10 => format!("{:.1} KiB", n as f64 / 1024.0),
+        n => format!("{n} bytes"),
+    }
 }

@@ -100,6 +100,10 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Status { refs } => inspect::status(&backend, &refs, json),
         Command::Explain { partition_ref } => inspect::explain(&backend, &partition_ref, json),
         Command::Taint { refs, reason } => inspect::taint(&backend, &refs, reason.as_deref(), json),
+        Command::Gc {
+            older_than,
+            dry_run,
+        } => inspect::gc(&backend, &older_than, dry_run, json),
         Command::Partitions {
             pattern,
             status,

@@ -19,10 +19,7 @@ pub(super) struct SpecOf<'a> {
 
 /// Where a run's log goes.
 pub(super) fn log_path(engine: &Engine, run_id: &str) -> PathBuf {
-    engine
-        .graph_dir
-        .join(".databuild/logs")
-        .join(format!("{run_id}.log"))
+    engine.logs_dir().join(format!("{run_id}.log"))
 }
 
 /// The env a run gets from its job and its config (not `DATABUILD_*`).

@@ -189,6 +189,29 @@ pub enum Command {
         #[arg(long)]
         reason: Option<String>,
     },
+    /// The exact lineage of a partition: the instances and runs its current (or a given)
+    /// instance was built from, or everything built from it.
+    Lineage {
+        /// The partition ref.
+        #[arg(value_name = "REF")]
+        partition_ref: String,
+        /// What it was built from (the default).
+        #[arg(long, conflicts_with = "downstream")]
+        upstream: bool,
+        /// Everything built from it, and from that.
+        #[arg(long)]
+        downstream: bool,
+        /// How many levels.
+        #[arg(long, default_value_t = 3)]
+        depth: u32,
+        /// The run whose instance to start from (an id, a unique prefix or the short form);
+        /// default: the partition's current instance.
+        #[arg(long, value_name = "RUN_ID")]
+        instance: Option<String>,
+        /// The answer as a tree of text, JSON, or a DOT or Mermaid picture.
+        #[arg(long, value_enum, default_value_t = LineageFormat::Text)]
+        format: LineageFormat,
+    },
     /// Housekeeping: remove old run logs, the staging folders of ended runs, `.tmp` files that
     /// killed jobs left, and the data of partitions no job of the graph builds any more.
     /// Never a live partition, the log of a partition's current run, or anything of a run still
@@ -338,6 +361,14 @@ pub enum SourceAction {
         #[arg(long, value_name = "DATE")]
         through: Option<String>,
     },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LineageFormat {
+    Text,
+    Json,
+    Dot,
+    Mermaid,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]

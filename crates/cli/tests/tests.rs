@@ -10,6 +10,7 @@ mod equivalence;
 mod examples;
 mod gc;
 mod graph_cmd;
+mod lineage;
 mod log_cmds;
 mod postgres;
 mod reliability;

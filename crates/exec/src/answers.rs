@@ -995,6 +995,7 @@ pub mod route {
     pub const PARTITION_STATUS: &str = "/api/v1/partitions/{partition_ref}/status";
     pub const PARTITION_EVENTS: &str = "/api/v1/partitions/{partition_ref}/events";
     pub const PARTITION_EXPLAIN: &str = "/api/v1/partitions/{partition_ref}/explain";
+    pub const PARTITION_LINEAGE: &str = "/api/v1/partitions/{partition_ref}/lineage";
     pub const TAINT: &str = "/api/v1/partitions/taint";
     pub const GC: &str = "/api/v1/gc";
     pub const GRAPH: &str = "/api/v1/graph";

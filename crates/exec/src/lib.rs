@@ -17,6 +17,7 @@ pub mod engine;
 pub mod freshness;
 pub mod gc;
 pub mod lease;
+pub mod lineage;
 pub mod local;
 pub mod owner;
 pub mod process;

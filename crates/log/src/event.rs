@@ -7,7 +7,7 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 /// Version of the event format. Bump it when a field is added to [`Event`] or [`EventData`].
-pub const FORMAT_VERSION: u32 = 2;
+pub const FORMAT_VERSION: u32 = 3;
 
 #[derive(
     Debug,
@@ -199,6 +199,10 @@ pub struct EventData {
     /// job_run running: the data version of each input as the run started.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub input_versions: BTreeMap<String, String>,
+    /// job_run running: of each input a job built, the run that had built the instance read
+    /// (its lineage; format version 3).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub input_runs: BTreeMap<String, String>,
     /// build_request received, job_run running: `host/pid/start-time` of the databuild process
     /// driving it, so that work whose driver died can be told from work still in progress.
     #[serde(skip_serializing_if = "Option::is_none")]

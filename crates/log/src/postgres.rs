@@ -41,6 +41,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("postgres/v5.sql"),
     include_str!("postgres/v6.sql"),
     include_str!("postgres/v7.sql"),
+    include_str!("postgres/v8.sql"),
 ];
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
 
@@ -773,6 +774,29 @@ impl EventStore for PostgresStore {
             Ok(rows.iter().map(|r| r.get(0)).collect())
         })?;
         Ok(distinct(found, limit))
+    }
+
+    fn readers(
+        &self,
+        input_ref: &str,
+        input_run: Option<&str>,
+        data_version: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<String>> {
+        let sql = READERS
+            .replace("?1", "$1")
+            .replace("?2", "$2")
+            .replace("?3", "$3")
+            .replace("?4", "$4");
+        self.read(|c| {
+            let rows = c
+                .query(
+                    &sql,
+                    &[&input_ref, &input_run, &data_version, &(limit as i64)],
+                )
+                .map_err(storage)?;
+            Ok(rows.iter().map(|r| r.get(0)).collect())
+        })
     }
 
     fn want(&self, id: &str) -> Result<Option<WantRow>> {

@@ -608,7 +608,7 @@ pub(crate) fn request_partition_from_row<R: Columns>(row: &R) -> RowResult<Reque
 pub(crate) const RUN_COLUMNS: &str =
     "job_run_id, job, build_request_id, status, outputs, inputs, args, env,
                            scheduled_at, started_at, ended_at, exit_code, message, relies_on, pid, host,
-                           owner, job_version, input_versions, log_path";
+                           owner, job_version, input_versions, log_path, input_runs";
 
 pub(crate) fn run_from_row<R: Columns>(row: &R) -> RowResult<JobRunRow, R> {
     Ok(JobRunRow {
@@ -632,8 +632,16 @@ pub(crate) fn run_from_row<R: Columns>(row: &R) -> RowResult<JobRunRow, R> {
         job_version: row.opt_text(17)?,
         input_versions: json_map(row.opt_text(18)?),
         log_path: row.opt_text(19)?,
+        input_runs: json_map(row.opt_text(20)?),
     })
 }
+
+/// [`crate::EventStore::readers`]: `?1` the input, `?2` its run, `?3` its data version, `?4`
+/// the limit.
+pub(crate) const READERS: &str = "SELECT DISTINCT job_run_id FROM run_inputs
+ WHERE input_ref = ?1
+   AND (input_run_id = ?2 OR (input_run_id IS NULL AND CAST(?3 AS TEXT) IS NOT NULL AND data_version = ?3))
+ LIMIT ?4";
 
 pub(crate) const WANT_COLUMNS: &str =
     "want_id, status, refs, created_at, expires_at, sla_seconds, recurring,

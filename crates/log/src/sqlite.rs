@@ -38,6 +38,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("sqlite/v5.sql"),
     include_str!("sqlite/v6.sql"),
     include_str!("sqlite/v7.sql"),
+    include_str!("sqlite/v8.sql"),
 ];
 
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
@@ -651,9 +652,9 @@ impl AppendTx for SqliteAppend<'_, '_> {
 
     fn start_job_run(&mut self, e: &Event) -> Result<String> {
         let d = &e.data;
-        self.update_run(
+        let job = self.update_run(
             "UPDATE job_runs SET status = ?2, started_at = ?3, pid = ?4, host = ?5,
-                    owner = ?6, input_versions = ?7, log_path = ?8
+                    owner = ?6, input_versions = ?7, log_path = ?8, input_runs = ?9
              WHERE job_run_id = ?1 RETURNING job",
             params![
                 e.job_run_id,
@@ -663,9 +664,19 @@ impl AppendTx for SqliteAppend<'_, '_> {
                 d.host,
                 d.owner,
                 to_json(&d.input_versions),
-                d.log_path
+                d.log_path,
+                (!d.input_runs.is_empty()).then(|| to_json(&d.input_runs)),
             ],
-        )
+        )?;
+        // The reverse index of what the run read.
+        for (input, version) in &d.input_versions {
+            self.execute(
+                "INSERT INTO run_inputs (input_ref, input_run_id, data_version, job_run_id)
+                 VALUES (?1, ?2, ?3, ?4)",
+                params![input, d.input_runs.get(input), version, e.job_run_id],
+            )?;
+        }
+        Ok(job)
     }
 
     fn end_job_run(&mut self, e: &Event) -> Result<String> {
@@ -1053,6 +1064,23 @@ impl EventStore for SqliteStore {
             ))?
             .query_row([id], |r| run_from_row(r))
             .optional()
+        })
+    }
+
+    fn readers(
+        &self,
+        input_ref: &str,
+        input_run: Option<&str>,
+        data_version: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<String>> {
+        self.read(|c| {
+            c.prepare_cached(READERS)?
+                .query_map(
+                    params![input_ref, input_run, data_version, limit as i64],
+                    |r| r.get(0),
+                )?
+                .collect()
         })
     }
 

@@ -136,6 +136,8 @@ pub struct JobRunRow {
     pub job_version: Option<String>,
     pub input_versions: BTreeMap<String, String>,
     pub log_path: Option<String>,
+    /// Of each input a job built, the run that had built the instance this run read.
+    pub input_runs: BTreeMap<String, String>,
 }
 
 /// A want as its projection holds it.
@@ -487,6 +489,16 @@ pub trait EventStore: Send + Sync {
             .collect()
     }
     fn want(&self, id: &str) -> Result<Option<WantRow>>;
+    /// Up to `limit` runs that read an instance of `input_ref`: the one `input_run` built, or,
+    /// with no run (an external, a source day, a run recorded before lineage), the one at
+    /// `data_version` (the reverse index `run_inputs`).
+    fn readers(
+        &self,
+        input_ref: &str,
+        input_run: Option<&str>,
+        data_version: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<String>>;
     /// Up to `limit` ids of `kind` that `text` names: ids it begins (a prefix, or a whole id),
     /// or whose short form ([`short_id`]) it is. Served by indexes: no scan of the runs.
     fn ids_matching(&self, kind: IdKind, text: &str, limit: usize) -> Result<Vec<String>>;

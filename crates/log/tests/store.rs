@@ -793,6 +793,96 @@ fn an_empty_sqlite_file_is_migrated_to_the_current_schema() {
     store.append(build_events("b1", "r1", "a/1")).unwrap();
 }
 
+/// `b/1`'s run read `a/1` as run `r1` built it (and `raw/1` at a data version).
+fn reading_events(br: &str, run: &str, input_run: Option<&str>) -> Vec<Event> {
+    let mut events = build_events(br, run, "b/1");
+    for e in &mut events {
+        if e.kind == Kind::JobRun && e.status == Status::Running {
+            e.data.input_versions = [("a/1".into(), "v1".into()), ("raw/1".into(), "x".into())]
+                .into_iter()
+                .collect();
+            e.data.input_runs = input_run
+                .map(|r| [("a/1".to_string(), r.to_string())].into_iter().collect())
+                .unwrap_or_default();
+        }
+    }
+    events
+}
+
+/// The reverse index of what runs read: by the run that built the instance, or by an external's
+/// data version; another instance of the same partition has other readers.
+#[test]
+fn the_readers_of_an_instance_are_found_by_its_run_or_version() {
+    for (_dir, store) in stores() {
+        let at = store.location();
+        store.append(build_events("b1", "r1", "a/1")).unwrap();
+        store
+            .append(reading_events("b2", "r2", Some("r1")))
+            .unwrap();
+        store.append(build_events("b3", "r3", "a/1")).unwrap();
+        assert_eq!(
+            store.readers("a/1", Some("r1"), None, 10).unwrap(),
+            ["r2"],
+            "{at}"
+        );
+        assert!(
+            store
+                .readers("a/1", Some("r3"), Some("v1"), 10)
+                .unwrap()
+                .is_empty(),
+            "{at}"
+        );
+        assert_eq!(
+            store.readers("raw/1", None, Some("x"), 10).unwrap(),
+            ["r2"],
+            "{at}"
+        );
+        assert!(
+            store
+                .readers("raw/1", None, Some("y"), 10)
+                .unwrap()
+                .is_empty(),
+            "{at}"
+        );
+        let run = store.job_run("r2").unwrap().unwrap();
+        assert_eq!(
+            run.input_runs.get("a/1").map(String::as_str),
+            Some("r1"),
+            "{at}"
+        );
+    }
+}
+
+/// A version 7 log gains lineage in place: what its runs read is indexed by data version (the
+/// runs that built those inputs were not recorded), and new runs record them.
+#[test]
+fn a_version_7_log_gains_the_readers_index_in_place() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("v7.db");
+    let store = SqliteStore::open(&path).unwrap();
+    store.append(build_events("b1", "r1", "a/1")).unwrap();
+    store.append(reading_events("b2", "r2", None)).unwrap();
+    drop(store);
+    sqlite_exec(
+        &path,
+        "drop table run_inputs; alter table job_runs drop column input_runs;
+         update meta set value = 7 where key = 'schema_version';",
+    );
+    let store = SqliteStore::open(&path).unwrap();
+    assert_eq!(
+        store.readers("a/1", Some("r1"), Some("v1"), 10).unwrap(),
+        ["r2"]
+    );
+    assert_eq!(store.readers("raw/1", None, Some("x"), 10).unwrap(), ["r2"]);
+    store.append(build_events("b3", "r3", "a/1")).unwrap();
+    store
+        .append(reading_events("b4", "r4", Some("r3")))
+        .unwrap();
+    assert_eq!(store.readers("a/1", Some("r3"), None, 10).unwrap(), ["r4"]);
+    let report = databuild_log::check_store(&store).unwrap();
+    assert!(report.problems.is_empty(), "{:?}", report.problems);
+}
+
 #[test]
 fn a_version_1_log_is_upgraded_in_place_and_keeps_its_events() {
     let dir = tempfile::tempdir().unwrap();
@@ -816,6 +906,7 @@ fn a_version_1_log_is_upgraded_in_place_and_keeps_its_events() {
          drop view planned_runs; drop index job_runs_by_build_outputs;
          drop index events_of_build_requests;
          drop index build_requests_by_short_id; drop index job_runs_by_short_id;
+         drop table run_inputs; alter table job_runs drop column input_runs;
          create index job_runs_by_build on job_runs (build_request_id);
          update meta set value = 1 where key = 'schema_version';",
     );

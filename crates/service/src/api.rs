@@ -12,6 +12,7 @@ use axum::{Extension, Json};
 use databuild_core::PlanRequest;
 use databuild_exec::answers::{self, route, Analysis, BuildAccepted};
 use databuild_exec::gc::GcReport;
+use databuild_exec::lineage::{Direction, Lineage};
 use databuild_exec::views::{AnalyzeView, ListedStatus, PartitionPage};
 use databuild_log::{EventFilter, PartitionQuery, SqlResult, Status};
 use futures_util::stream::{self, Stream};
@@ -360,6 +361,39 @@ pub(crate) async fn partition_explain(
     ApiPath(r): ApiPath<String>,
 ) -> ApiResult<Json<answers::Explain>> {
     blocking(&state, move |engine| views::explain(engine, &r).map(Json)).await
+}
+
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct LineageParams {
+    /// `upstream` (what it was built from; the default) or `downstream` (what was built from it).
+    #[param(value_type = Option<Direction>)]
+    direction: Option<Direction>,
+    /// How many levels (default 3, at most 100).
+    #[param(minimum = 0, maximum = 100)]
+    depth: Option<u32>,
+    /// The run whose instance of the partition to start from (an id, a unique prefix or its
+    /// short form); default: the partition's current instance.
+    instance: Option<String>,
+}
+
+#[utoipa::path(get, path = route::PARTITION_LINEAGE, summary = "The exact lineage of a partition's instance: the instances and runs it was built from, or everything built from it", params(RefPath, LineageParams), responses((status = 200, body = Lineage), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
+pub(crate) async fn partition_lineage(
+    State(state): Shared,
+    ApiPath(r): ApiPath<String>,
+    ApiQuery(q): ApiQuery<LineageParams>,
+) -> ApiResult<Json<Lineage>> {
+    blocking(&state, move |engine| {
+        views::lineage(
+            engine,
+            &r,
+            q.direction.unwrap_or_default(),
+            q.depth.unwrap_or(3),
+            q.instance.as_deref(),
+        )
+        .map(Json)
+    })
+    .await
 }
 
 #[derive(Deserialize, serde::Serialize, ToSchema)]

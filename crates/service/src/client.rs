@@ -12,6 +12,7 @@ use databuild_exec::answers::{
     PartitionStatus, Sealed, SourceList, Want, WantList,
 };
 use databuild_exec::gc::GcReport;
+use databuild_exec::lineage::{Direction, Lineage};
 use databuild_exec::tables::{Promotion, SourceDetail};
 use databuild_exec::views::{AnalyzeView, ListedStatus, PartitionPage};
 use databuild_exec::Engine;
@@ -58,6 +59,13 @@ pub trait Api {
     fn unwant(&self, id: &str) -> ApiResult<Want>;
     /// Housekeeping: what nothing reads any more, older than `older_than` (`30d`).
     fn gc(&self, older_than: &str, dry_run: bool) -> ApiResult<GcReport>;
+    fn lineage(
+        &self,
+        r: &str,
+        direction: Direction,
+        depth: u32,
+        instance: Option<&str>,
+    ) -> ApiResult<Lineage>;
 }
 
 /// The engine of this process.
@@ -79,6 +87,15 @@ impl Api for InProcess {
     }
     fn gc(&self, older_than: &str, dry_run: bool) -> ApiResult<GcReport> {
         views::gc(&self.engine, older_than, dry_run)
+    }
+    fn lineage(
+        &self,
+        r: &str,
+        direction: Direction,
+        depth: u32,
+        instance: Option<&str>,
+    ) -> ApiResult<Lineage> {
+        views::lineage(&self.engine, r, direction, depth, instance)
     }
     fn partitions(
         &self,
@@ -393,6 +410,27 @@ impl Api for Http {
                 reason: reason.map(str::to_string),
             },
         )
+    }
+    fn lineage(
+        &self,
+        r: &str,
+        direction: Direction,
+        depth: u32,
+        instance: Option<&str>,
+    ) -> ApiResult<Lineage> {
+        let direction = match direction {
+            Direction::Upstream => "upstream",
+            Direction::Downstream => "downstream",
+        };
+        self.get(&format!(
+            "{}{}",
+            route::fill(route::PARTITION_LINEAGE, r),
+            query(&[
+                ("direction", Some(direction.to_string())),
+                ("depth", Some(depth.to_string())),
+                ("instance", instance.map(str::to_string)),
+            ])
+        ))
     }
     fn gc(&self, older_than: &str, dry_run: bool) -> ApiResult<GcReport> {
         self.post(

@@ -27,6 +27,7 @@ use crate::error::ErrorBody;
         crate::api::partition_status,
         crate::api::partition_events,
         crate::api::partition_explain,
+        crate::api::partition_lineage,
         crate::api::taint,
         crate::api::gc,
         crate::api::graph,

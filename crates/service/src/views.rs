@@ -10,6 +10,7 @@ use databuild_exec::answers::{
     SourceList, Want, WantDetail, WantList,
 };
 use databuild_exec::gc::{GcOptions, GcReport};
+use databuild_exec::lineage::{Direction, Lineage, LineageQuery};
 use databuild_exec::tables::{Promotion, SourceDetail};
 use databuild_exec::views::{ListedStatus, PartitionPage};
 use databuild_exec::Engine;
@@ -238,6 +239,34 @@ pub fn status(engine: &Engine, r: &str) -> ApiResult<PartitionStatus> {
 pub fn explain(engine: &Engine, r: &str) -> ApiResult<Explain> {
     valid_ref(r)?;
     Ok(Explain::from(&engine.explain(r)?))
+}
+
+/// The most levels a lineage answer goes.
+pub const MAX_LINEAGE_DEPTH: u32 = 100;
+
+/// The lineage of a partition's current instance, or of the one run `instance` (an id as people
+/// type it) built.
+pub fn lineage(
+    engine: &Engine,
+    r: &str,
+    direction: Direction,
+    depth: u32,
+    instance: Option<&str>,
+) -> ApiResult<Lineage> {
+    valid_ref(r)?;
+    if depth > MAX_LINEAGE_DEPTH {
+        return Err(AppError::bad_request(format!(
+            "depth {depth} is more than {MAX_LINEAGE_DEPTH}; an answer holds at most {} nodes anyway",
+            databuild_exec::lineage::MAX_NODES
+        )));
+    }
+    let instance = instance.map(|id| run_id(engine, id)).transpose()?;
+    Ok(engine.lineage(&LineageQuery {
+        partition_ref: r.to_string(),
+        direction,
+        depth,
+        instance,
+    })?)
 }
 
 pub fn partition_events(engine: &Engine, r: &str) -> ApiResult<EventList> {

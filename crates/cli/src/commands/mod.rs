@@ -5,6 +5,7 @@ mod build;
 mod graph;
 mod init;
 mod inspect;
+mod lineage;
 mod migrate;
 mod query;
 mod sources;
@@ -100,6 +101,25 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Status { refs } => inspect::status(&backend, &refs, json),
         Command::Explain { partition_ref } => inspect::explain(&backend, &partition_ref, json),
         Command::Taint { refs, reason } => inspect::taint(&backend, &refs, reason.as_deref(), json),
+        Command::Lineage {
+            partition_ref,
+            downstream,
+            depth,
+            instance,
+            format,
+            ..
+        } => lineage::run(
+            &backend,
+            &partition_ref,
+            downstream,
+            depth,
+            instance.as_deref(),
+            if json {
+                crate::cli::LineageFormat::Json
+            } else {
+                format
+            },
+        ),
         Command::Gc {
             older_than,
             dry_run,

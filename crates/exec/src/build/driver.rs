@@ -155,8 +155,9 @@ struct Driver<'s, 'e> {
     /// Nodes whose completions are in `pending`: their outputs are moved into place from their
     /// staging folders once the log has them.
     publishing: Vec<usize>,
-    /// Data versions of the partitions this build made, for the runs that read them.
-    made: FxHashMap<String, String>,
+    /// Data versions of the partitions this build made, and the runs that made them, for the
+    /// runs that read them.
+    made: FxHashMap<String, (String, String)>,
     /// The run holding each output as the plan saw it (read ahead of first claims, a window of
     /// nodes per query): a first claim compares against it instead of reading the partition.
     holders: FxHashMap<String, String>,
@@ -725,13 +726,17 @@ impl<'s, 'e> Driver<'s, 'e> {
         let run = &self.machine.node(node).run;
         let upstream = self.read_versions.remove(&node).unwrap_or_default();
         let mut read = Vec::with_capacity(run.inputs.len());
+        let mut input_runs = BTreeMap::new();
         for i in &run.inputs {
             // Read off the loop (an upstream's), made by this build, or read from the log now.
-            let version = match (upstream.get(i.as_str()), self.made.get(i.as_str())) {
-                (Some(read), _) => read.clone(),
-                (None, Some(made)) => Some(made.clone()),
-                (None, None) => self.engine.input_version(i.as_str())?,
+            let (version, built_by) = match (upstream.get(i.as_str()), self.made.get(i.as_str())) {
+                (Some(read), _) => (read.clone(), None),
+                (None, Some((version, by))) => (Some(version.clone()), Some(by.clone())),
+                (None, None) => self.engine.input_instance(i.as_str())?,
             };
+            if let (Some(by), Some(_)) = (built_by, &version) {
+                input_runs.insert(i.to_string(), by);
+            }
             read.extend(version.map(|v| (i.to_string(), v)));
         }
         let input_versions: BTreeMap<String, String> = read
@@ -753,7 +758,7 @@ impl<'s, 'e> Driver<'s, 'e> {
         if !self.runs[node].recorded {
             record.scheduled(run, id, events);
         }
-        record.claim(run, id, seen, &input_versions, log_path, events);
+        record.claim(run, id, seen, &input_versions, input_runs, log_path, events);
         self.runs[node].input_versions = input_versions;
         Ok(())
     }
@@ -907,7 +912,8 @@ impl<'s, 'e> Driver<'s, 'e> {
                     self.runs[node].started_ns,
                 );
                 for o in &run.outputs {
-                    self.made.insert(o.to_string(), version.clone());
+                    self.made
+                        .insert(o.to_string(), (version.clone(), id.to_string()));
                 }
                 self.publishing.push(node);
                 self.defer(events);

@@ -261,21 +261,35 @@ impl Engine {
     /// The version an input has now, for the record of a run starting from it. A failed read
     /// of the log is an error: a version left out would enter the run's data version for good.
     pub(crate) fn input_version(&self, r: &str) -> Result<Option<String>> {
+        Ok(self.input_instance(r)?.0)
+    }
+
+    /// The instance of an input a run starting now reads: its version and, for a job's output,
+    /// the run that built it (its lineage).
+    pub(crate) fn input_instance(&self, r: &str) -> Result<(Option<String>, Option<String>)> {
         let Some((producer, _)) = self.graph.producer_of(r) else {
-            return Ok(None);
+            return Ok((None, None));
         };
-        Ok(match producer {
-            // Marked while a taint holds, so the run is not stale on the taint's account.
-            Producer::Dataset(d) => crate::versions::external_input_version(
-                self.store.as_ref(),
-                &self.graph.datasets[d],
-                &self.data_dir,
-                r,
-            )?,
-            Producer::Job { .. } => self.store.partition(r)?.and_then(|p| p.data_version),
-            // Runs read aliases as version refs (the planner pins them); never asked.
-            Producer::Alias(_) => None,
-        })
+        if let Producer::Job { .. } = producer {
+            return Ok(self
+                .store
+                .partition(r)?
+                .map_or((None, None), |p| (p.data_version, p.job_run_id)));
+        }
+        Ok((
+            match producer {
+                // Marked while a taint holds, so the run is not stale on the taint's account.
+                Producer::Dataset(d) => crate::versions::external_input_version(
+                    self.store.as_ref(),
+                    &self.graph.datasets[d],
+                    &self.data_dir,
+                    r,
+                )?,
+                // Runs read aliases as version refs (the planner pins them); never asked.
+                Producer::Alias(_) | Producer::Job { .. } => None,
+            },
+            None,
+        ))
     }
 
     /// Closes, truthfully, builds whose driving process on this machine is gone: their unfinished

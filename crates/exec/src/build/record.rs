@@ -275,6 +275,7 @@ impl Record<'_> {
         id: &str,
         seen: Vec<String>,
         input_versions: &BTreeMap<String, String>,
+        input_runs: BTreeMap<String, String>,
         log_path: String,
         events: &mut Vec<Event>,
     ) {
@@ -285,6 +286,7 @@ impl Record<'_> {
                 d.host = crate::owner::hostname();
                 d.owner = Some(this_owner());
                 d.input_versions = input_versions.clone();
+                d.input_runs = input_runs;
                 d.log_path = Some(log_path);
             }),
         );

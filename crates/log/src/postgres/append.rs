@@ -363,6 +363,7 @@ enum Write {
         owner: Option<String>,
         input_versions: String,
         log_path: Option<String>,
+        input_runs: String,
     },
     RunEnd {
         id: Option<String>,
@@ -493,11 +494,16 @@ const WRITES: [&str; 14] = [
      SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[],
                           $7::text[], $8::text[], $9::bigint[], $10::text[], $11::text[],
                           $12::text[])",
-    "UPDATE job_runs j SET status = u.s, started_at = u.t, pid = u.pid, host = u.host,
-            owner = u.o, input_versions = u.iv, log_path = u.lp
-       FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[], $5::text[], $6::text[],
-                   $7::text[], $8::text[]) AS u(id, s, t, pid, host, o, iv, lp)
-      WHERE j.job_run_id = u.id",
+    // With the reverse index of what each run read (`run_inputs`, v8.sql), from the same rows.
+    "WITH u AS (SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[],
+                                     $5::text[], $6::text[], $7::text[], $8::text[], $9::text[])
+                       AS u(id, s, t, pid, host, o, iv, lp, ir)),
+          read AS (INSERT INTO run_inputs (input_ref, input_run_id, data_version, job_run_id)
+                   SELECT kv.key, u.ir::json ->> kv.key, kv.value, u.id
+                     FROM u, json_each_text(u.iv::json) kv)
+     UPDATE job_runs j SET status = u.s, started_at = u.t, pid = u.pid, host = u.host,
+            owner = u.o, input_versions = u.iv, log_path = u.lp, input_runs = u.ir
+       FROM u WHERE j.job_run_id = u.id",
     "UPDATE job_runs j SET status = u.s, ended_at = u.t, exit_code = u.code,
             message = coalesce(u.m, j.message),
             started_at = CASE WHEN u.ns THEN NULL ELSE coalesce(u.st, j.started_at) END
@@ -622,6 +628,7 @@ fn columns(kind: usize, writes: &[&Write]) -> Vec<Param> {
             col!(Write::RunStart { owner, .. } => owner.clone()),
             col!(Write::RunStart { input_versions, .. } => input_versions.clone()),
             col!(Write::RunStart { log_path, .. } => log_path.clone()),
+            col!(Write::RunStart { input_runs, .. } => input_runs.clone()),
         ],
         4 => vec![
             col!(Write::RunEnd { id, .. } => id.clone()),
@@ -1014,6 +1021,7 @@ impl AppendTx for PgAppend<'_> {
             owner: d.owner.clone(),
             input_versions: to_json(&d.input_versions),
             log_path: d.log_path.clone(),
+            input_runs: to_json(&d.input_runs),
         });
         Ok(job)
     }

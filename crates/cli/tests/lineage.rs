@@ -1,0 +1,160 @@
+//! `lineage` (#26): the instances a partition was built from, exactly, after its inputs were
+//! rebuilt; everything built from an instance; the same through the service.
+
+use crate::util::{Project, Service};
+
+const GRAPH: &str = r#"
+[graph]
+name = "g"
+[[dataset]]
+name = "raw"
+pattern = "raw/{d:date}"
+[[job]]
+name = "a"
+outputs = ["a/{d:date}"]
+inputs = ["raw/{d}"]
+command = ["sh", "-c", "mkdir -p $DATABUILD_OUTPUT_DIR/a && cat data/raw/* > $DATABUILD_OUTPUT_DIR/$(echo $DATABUILD_OUTPUTS | tr -d '[]\"')"]
+[[job]]
+name = "b"
+outputs = ["b/{d:date}"]
+inputs = ["a/{d}"]
+command = ["sh", "-c", "mkdir -p $DATABUILD_OUTPUT_DIR/b && echo b > $DATABUILD_OUTPUT_DIR/$(echo $DATABUILD_OUTPUTS | tr -d '[]\"')"]
+"#;
+
+fn lineage(p: &Project, args: &[&str]) -> serde_json::Value {
+    let mut all = vec!["--json", "lineage"];
+    all.extend_from_slice(args);
+    let out = p.run(&all);
+    out.expect_code(0);
+    out.json()
+}
+
+fn run_of(p: &Project, r: &str) -> String {
+    p.run(&[
+        "--json",
+        "sql",
+        &format!("SELECT job_run_id FROM partitions WHERE partition_ref = '{r}'"),
+    ])
+    .json()["rows"][0][0]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+#[test]
+fn lineage_names_the_instances_a_partition_was_built_from() {
+    let p = Project::new(GRAPH);
+    p.file("data/raw/2020-01-01", "one\n");
+    p.run(&["build", "b/2020-01-01"]).expect_code(0);
+    let (a1, b1) = (run_of(&p, "a/2020-01-01"), run_of(&p, "b/2020-01-01"));
+
+    let up = lineage(&p, &["b/2020-01-01", "--depth", "2"]);
+    assert_eq!(up["direction"], "upstream");
+    let root = &up["root"];
+    assert_eq!(root["ref"], "b/2020-01-01");
+    assert_eq!(root["job_run_id"], b1.as_str());
+    assert_eq!(root["current"], true);
+    let a = &root["children"][0];
+    assert_eq!(
+        (a["ref"].as_str(), a["job_run_id"].as_str()),
+        (Some("a/2020-01-01"), Some(a1.as_str()))
+    );
+    let raw = &a["children"][0];
+    assert_eq!(raw["ref"], "raw/2020-01-01");
+    assert!(raw["job_run_id"].is_null(), "{raw}");
+    assert!(raw["data_version"].as_str().is_some(), "{raw}");
+    let raw_version = raw["data_version"].clone();
+
+    // The raw data changes: a and b are rebuilt from it.
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    p.file("data/raw/2020-01-01", "one, changed\n");
+    p.run(&["build", "b/2020-01-01"]).expect_code(0);
+    let (a2, b2) = (run_of(&p, "a/2020-01-01"), run_of(&p, "b/2020-01-01"));
+    assert_ne!(a1, a2);
+    assert_ne!(b1, b2);
+    let now = lineage(&p, &["b/2020-01-01", "--depth", "2"]);
+    assert_eq!(now["root"]["children"][0]["job_run_id"], a2.as_str());
+    assert_ne!(
+        now["root"]["children"][0]["children"][0]["data_version"],
+        raw_version
+    );
+
+    // The old instance still names the old input instance, and the raw data it read then.
+    let old = lineage(&p, &["b/2020-01-01", "--depth", "2", "--instance", &b1]);
+    assert_eq!(old["root"]["current"], false, "{old}");
+    let old_a = &old["root"]["children"][0];
+    assert_eq!(old_a["job_run_id"], a1.as_str(), "{old}");
+    assert_eq!(old_a["current"], false);
+    assert_eq!(old_a["children"][0]["data_version"], raw_version);
+    // By its short form, as listings show it.
+    let short = &b1[b1.len() - 8..];
+    let by_short = lineage(&p, &["b/2020-01-01", "--depth", "2", "--instance", short]);
+    assert_eq!(by_short["root"], old["root"]);
+
+    // Downstream: what each instance of a was built into.
+    let down = lineage(&p, &["a/2020-01-01", "--downstream"]);
+    let built: Vec<&str> = down["root"]["children"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["job_run_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(built, [b2.as_str()]);
+    let old_down = lineage(&p, &["a/2020-01-01", "--downstream", "--instance", &a1]);
+    assert_eq!(old_down["root"]["children"][0]["job_run_id"], b1.as_str());
+    assert_eq!(old_down["root"]["children"][0]["current"], false);
+    // From the external: both instances of a were built from one raw instance each.
+    let from_raw = lineage(&p, &["raw/2020-01-01", "--downstream", "--depth", "2"]);
+    assert_eq!(
+        from_raw["root"]["children"][0]["job_run_id"],
+        a2.as_str(),
+        "{from_raw}"
+    );
+    assert_eq!(
+        from_raw["root"]["children"][0]["children"][0]["job_run_id"],
+        b2.as_str()
+    );
+
+    // Pictures and text.
+    let text = p.run(&["lineage", "b/2020-01-01", "--depth", "2"]);
+    text.expect_code(0);
+    assert!(text.stdout.contains("└── a/2020-01-01"), "{}", text.stdout);
+    assert!(text.stdout.contains("current"), "{}", text.stdout);
+    let dot = p.run(&["lineage", "b/2020-01-01", "--format", "dot"]);
+    assert!(dot.stdout.starts_with("digraph lineage"), "{}", dot.stdout);
+    assert!(dot.stdout.contains("n1 -> n0"), "{}", dot.stdout);
+    let mermaid = p.run(&["lineage", "b/2020-01-01", "--format", "mermaid"]);
+    assert!(mermaid.stdout.contains("n1 --> n0"), "{}", mermaid.stdout);
+
+    // The same answers through the service.
+    let service = Service::start(&p, &[]);
+    let remote = p.run(&[
+        "--server",
+        &service.url,
+        "--json",
+        "lineage",
+        "b/2020-01-01",
+        "--depth",
+        "2",
+        "--instance",
+        &b1,
+    ]);
+    remote.expect_code(0);
+    assert_eq!(remote.json(), old);
+
+    // Errors say what is wrong.
+    let never = p.run(&["lineage", "b/2020-01-09"]);
+    never.expect_code(2);
+    assert!(
+        never.stderr.contains("has no instance yet"),
+        "{}",
+        never.stderr
+    );
+    let wrong = p.run(&["lineage", "b/2020-01-01", "--instance", &a1]);
+    wrong.expect_code(2);
+    assert!(
+        wrong.stderr.contains("did not build `b/2020-01-01`"),
+        "{}",
+        wrong.stderr
+    );
+}

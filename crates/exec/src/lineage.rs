@@ -1,0 +1,282 @@
+//! `lineage`: the exact history of a partition, up and down the graph.
+//!
+//! A partition *instance* is one materialization: the output of a completed run (its id is the
+//! run's), or, for an external partition or a source day, its data at one data version. Each
+//! run records, when it starts, the instance of every input it reads (`input_versions`, and
+//! `input_runs` for inputs a job built); `run_inputs` indexes that the other way round. So
+//! upstream follows what a run *read*, not what it would read today, and an instance that was
+//! superseded since still names the instances it was built from.
+
+use databuild_log::{EventFilter, JobRunRow, Kind, Status};
+use serde::{Deserialize, Serialize};
+
+use crate::answers::rfc3339;
+use crate::engine::{Engine, EngineError, Result};
+
+/// The most nodes one answer holds; past it, nodes say their children were left out.
+pub const MAX_NODES: usize = 5_000;
+/// The most readers of one instance followed.
+const MAX_READERS: usize = 1_000;
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Direction {
+    /// The instances and runs it was built from.
+    #[default]
+    Upstream,
+    /// Every partition built from it, and from those.
+    Downstream,
+}
+
+/// The answer of `lineage`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct Lineage {
+    pub direction: Direction,
+    pub depth: u32,
+    pub root: LineageNode,
+    /// How many nodes the tree holds.
+    pub nodes: usize,
+}
+
+/// One instance of a partition in a lineage tree.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+#[schema(no_recursion)]
+pub struct LineageNode {
+    #[serde(rename = "ref")]
+    pub partition_ref: String,
+    /// The run that built this instance; none for an external partition or a source day (its
+    /// instance is its data version).
+    pub job_run_id: Option<String>,
+    pub job: Option<String>,
+    pub build_request_id: Option<String>,
+    /// The run's status.
+    pub run_status: Option<Status>,
+    pub data_version: Option<String>,
+    /// When the run ended (RFC 3339), its ns beside it.
+    pub built_at: Option<String>,
+    pub built_at_ns: Option<i64>,
+    /// This is the partition's current instance (the log names its run as the partition's);
+    /// otherwise it was superseded (rebuilt, tainted and rebuilt, or removed).
+    pub current: bool,
+    /// Why the node has no children, or fewer than it could (depth reached, not recorded, ...).
+    pub note: Option<String>,
+    /// Upstream: the instances its run read. Downstream: the instances built from it.
+    pub children: Vec<LineageNode>,
+}
+
+/// What to trace.
+#[derive(Debug, Clone, Default)]
+pub struct LineageQuery {
+    pub partition_ref: String,
+    pub direction: Direction,
+    pub depth: u32,
+    /// The run whose instance to start from; the partition's current one when none.
+    pub instance: Option<String>,
+}
+
+/// One instance to expand: a partition and the run that built it, or its data version.
+struct Instance {
+    partition_ref: String,
+    run: Option<String>,
+    version: Option<String>,
+}
+
+impl Engine {
+    /// The lineage of a partition's instance (see the module's documentation).
+    pub fn lineage(&self, q: &LineageQuery) -> Result<Lineage> {
+        let root = self.root_instance(q)?;
+        let mut budget = MAX_NODES;
+        let root = self.node(root, q.direction, q.depth, &mut budget)?;
+        Ok(Lineage {
+            direction: q.direction,
+            depth: q.depth,
+            nodes: MAX_NODES - budget,
+            root,
+        })
+    }
+
+    fn root_instance(&self, q: &LineageQuery) -> Result<Instance> {
+        let r = q.partition_ref.as_str();
+        if let Some(run) = &q.instance {
+            let row = self.store.job_run(run)?.ok_or_else(|| {
+                EngineError::NotFound(format!("no job run `{run}` in the event log"))
+            })?;
+            if !row.outputs.iter().any(|o| o == r) {
+                return Err(EngineError::Invalid(format!(
+                    "run {run} did not build `{r}` (it built {})",
+                    row.outputs.join(", ")
+                )));
+            }
+            return Ok(Instance {
+                partition_ref: r.to_string(),
+                run: Some(row.job_run_id),
+                version: None,
+            });
+        }
+        if let Some(row) = self.store.partition(r)?.filter(|p| p.job_run_id.is_some()) {
+            return Ok(Instance {
+                partition_ref: r.to_string(),
+                run: row.job_run_id,
+                version: row.data_version,
+            });
+        }
+        let (version, _) = self.input_instance(r)?;
+        if version.is_none() && self.graph.producer_of(r).is_none() {
+            return Err(EngineError::Invalid(format!(
+                "no lineage for `{r}`: {}",
+                self.graph
+                    .mismatch_reason(r)
+                    .unwrap_or_else(|| "no job builds it and no dataset declares it".to_string())
+            )));
+        }
+        match version {
+            Some(version) => Ok(Instance {
+                partition_ref: r.to_string(),
+                run: None,
+                version: Some(version),
+            }),
+            None => Err(EngineError::NotFound(format!(
+                "`{r}` has no instance yet: no run has built it and no data of it is present"
+            ))),
+        }
+    }
+
+    fn node(
+        &self,
+        at: Instance,
+        direction: Direction,
+        depth: u32,
+        budget: &mut usize,
+    ) -> Result<LineageNode> {
+        *budget = budget.saturating_sub(1);
+        let row = match &at.run {
+            Some(run) => self.store.job_run(run)?,
+            None => None,
+        };
+        let mut node = self.describe(&at, row.as_ref())?;
+        if depth == 0 {
+            node.note = Some("depth reached".to_string());
+            return Ok(node);
+        }
+        let next = match direction {
+            Direction::Upstream => self.read_by(&at, row.as_ref(), &mut node),
+            Direction::Downstream => self.built_from(&at, node.data_version.as_deref())?,
+        };
+        for instance in next {
+            if *budget == 0 {
+                node.note = Some(format!("more left out: an answer holds {MAX_NODES} nodes"));
+                break;
+            }
+            node.children
+                .push(self.node(instance, direction, depth - 1, budget)?);
+        }
+        Ok(node)
+    }
+
+    /// The node of an instance, without its children.
+    fn describe(&self, at: &Instance, run: Option<&JobRunRow>) -> Result<LineageNode> {
+        let partition = self.store.partition(&at.partition_ref)?;
+        let current = match (&at.run, &partition) {
+            (Some(run), Some(p)) => p.job_run_id.as_deref() == Some(run.as_str()),
+            // An external's instance is its data as it is now, or was when a run read it.
+            (None, _) => at.version == self.input_instance(&at.partition_ref)?.0,
+            (Some(_), None) => false,
+        };
+        let data_version = match (&at.version, &at.run, &partition) {
+            (Some(v), _, _) => Some(v.clone()),
+            (None, Some(_), Some(p)) if current => p.data_version.clone(),
+            (None, Some(run), _) => self.version_built_by(&at.partition_ref, run)?,
+            (None, None, _) => None,
+        };
+        let note = match (&at.run, run) {
+            (None, _) => Some("external: its instance is its data version".to_string()),
+            (Some(_), None) => Some("its run is not in this event log".to_string()),
+            _ => None,
+        };
+        Ok(LineageNode {
+            partition_ref: at.partition_ref.clone(),
+            job_run_id: at.run.clone(),
+            job: run.map(|r| r.job.clone()),
+            build_request_id: run.and_then(|r| r.build_request_id.clone()),
+            run_status: run.map(|r| r.status),
+            data_version,
+            built_at: run.and_then(|r| r.ended_at).map(rfc3339),
+            built_at_ns: run.and_then(|r| r.ended_at),
+            current,
+            note,
+            children: Vec::new(),
+        })
+    }
+
+    /// The data version run `run` recorded for `r` (its `available` event).
+    fn version_built_by(&self, r: &str, run: &str) -> Result<Option<String>> {
+        let events = self.store.events(&EventFilter {
+            job_run_id: Some(run.to_string()),
+            partition_ref: Some(r.to_string()),
+            kind: Some(Kind::Partition),
+            status: Some(Status::Available),
+            limit: Some(1),
+            ..Default::default()
+        })?;
+        Ok(events.into_iter().next().and_then(|e| e.data.data_version))
+    }
+
+    /// The instances a run read when it started.
+    fn read_by(
+        &self,
+        at: &Instance,
+        run: Option<&JobRunRow>,
+        node: &mut LineageNode,
+    ) -> Vec<Instance> {
+        let Some(run) = run else { return Vec::new() };
+        if run.input_versions.is_empty() && !run.inputs.is_empty() {
+            node.note = Some(format!(
+                "run {} never started: it read nothing",
+                at.run.as_deref().unwrap_or("?")
+            ));
+        } else if run.input_runs.is_empty()
+            && run.input_versions.keys().any(|i| {
+                matches!(
+                    self.graph.producer_of(i),
+                    Some((databuild_core::Producer::Job { .. }, _))
+                )
+            })
+        {
+            node.note = Some(
+                "recorded before lineage (log schema 8): the inputs' versions are known, not the runs that built them"
+                    .to_string(),
+            );
+        }
+        run.input_versions
+            .iter()
+            .map(|(input, version)| Instance {
+                partition_ref: input.clone(),
+                run: run.input_runs.get(input).cloned(),
+                version: Some(version.clone()),
+            })
+            .collect()
+    }
+
+    /// The instances runs built from this one: every output of every run that read it.
+    fn built_from(&self, at: &Instance, version: Option<&str>) -> Result<Vec<Instance>> {
+        let readers =
+            self.store
+                .readers(&at.partition_ref, at.run.as_deref(), version, MAX_READERS)?;
+        let ids: Vec<&str> = readers.iter().map(String::as_str).collect();
+        let mut runs = self.store.job_runs_by_id(&ids)?;
+        runs.sort_by(|a, b| a.scheduled_at.cmp(&b.scheduled_at));
+        Ok(runs
+            .into_iter()
+            // A run that failed or never ran built nothing from it.
+            .filter(|r| r.status == Status::Completed)
+            .flat_map(|r| {
+                let id = r.job_run_id;
+                r.outputs.into_iter().map(move |o| Instance {
+                    partition_ref: o,
+                    run: Some(id.clone()),
+                    version: None,
+                })
+            })
+            .collect())
+    }
+}

@@ -264,7 +264,7 @@ impl Engine {
                 .readers(&at.partition_ref, at.run.as_deref(), version, MAX_READERS)?;
         let ids: Vec<&str> = readers.iter().map(String::as_str).collect();
         let mut runs = self.store.job_runs_by_id(&ids)?;
-        runs.sort_by(|a, b| a.scheduled_at.cmp(&b.scheduled_at));
+        runs.sort_by_key(|r| r.scheduled_at);
         Ok(runs
             .into_iter()
             // A run that failed or never ran built nothing from it.

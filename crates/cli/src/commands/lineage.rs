@@ -80,84 +80,81 @@ fn print_children(node: &LineageNode, prefix: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Every node with an id of its own (a partition's instance), and every edge from what was
-/// read to what was built from it, each once.
-fn walk(answer: &Lineage) -> (Vec<(String, String)>, Vec<(String, String)>) {
-    fn id(n: &LineageNode) -> String {
-        let instance = n
-            .job_run_id
-            .as_deref()
-            .or(n.data_version.as_deref())
-            .unwrap_or("");
-        format!("{}@{instance}", n.partition_ref)
+/// A lineage as a picture: every instance once (its label), and every edge from what was read
+/// to what was built from it once, by the instances' numbers.
+struct Picture {
+    ids: Vec<String>,
+    labels: Vec<String>,
+    edges: Vec<(usize, usize)>,
+}
+
+impl Picture {
+    fn of(answer: &Lineage) -> Picture {
+        let mut picture = Picture {
+            ids: Vec::new(),
+            labels: Vec::new(),
+            edges: Vec::new(),
+        };
+        picture.visit(&answer.root, answer.direction == Direction::Upstream);
+        picture
     }
-    fn visit(
-        n: &LineageNode,
-        upstream: bool,
-        nodes: &mut Vec<(String, String)>,
-        edges: &mut Vec<(String, String)>,
-    ) {
-        let me = id(n);
-        if !nodes.iter().any(|(k, _)| *k == me) {
-            let instance = n.job_run_id.as_deref().map_or_else(
-                || n.data_version.clone().unwrap_or_default(),
-                |r| format!("run {}", databuild_log::short_id(r)),
-            );
-            let state = if n.current { "" } else { " (superseded)" };
-            nodes.push((
-                me.clone(),
-                format!("{}\\n{instance}{state}", n.partition_ref),
-            ));
+
+    /// The number of a node's instance, added the first time it is seen.
+    fn number(&mut self, n: &LineageNode) -> usize {
+        let instance = n.job_run_id.as_deref().or(n.data_version.as_deref());
+        let id = format!("{}@{}", n.partition_ref, instance.unwrap_or(""));
+        if let Some(i) = self.ids.iter().position(|k| *k == id) {
+            return i;
         }
+        let shown = n.job_run_id.as_deref().map_or_else(
+            || n.data_version.clone().unwrap_or_default(),
+            |r| format!("run {}", databuild_log::short_id(r)),
+        );
+        let state = if n.current { "" } else { " (superseded)" };
+        self.ids.push(id);
+        self.labels
+            .push(format!("{}\\n{shown}{state}", n.partition_ref));
+        self.ids.len() - 1
+    }
+
+    fn visit(&mut self, n: &LineageNode, upstream: bool) {
+        let me = self.number(n);
         for child in &n.children {
-            let edge = if upstream {
-                (id(child), me.clone())
-            } else {
-                (me.clone(), id(child))
-            };
-            if !edges.contains(&edge) {
-                edges.push(edge);
+            let other = self.number(child);
+            let edge = if upstream { (other, me) } else { (me, other) };
+            if !self.edges.contains(&edge) {
+                self.edges.push(edge);
             }
-            visit(child, upstream, nodes, edges);
+            self.visit(child, upstream);
         }
     }
-    let (mut nodes, mut edges) = (Vec::new(), Vec::new());
-    visit(
-        &answer.root,
-        answer.direction == Direction::Upstream,
-        &mut nodes,
-        &mut edges,
-    );
-    (nodes, edges)
 }
 
 fn dot(answer: &Lineage) -> String {
-    let (nodes, edges) = walk(answer);
-    let number = |k: &str| nodes.iter().position(|(n, _)| n == k).unwrap_or(0);
+    let picture = Picture::of(answer);
     let mut out = String::from("digraph lineage {\n  rankdir=LR;\n  node [shape=box];\n");
-    for (i, (_, label)) in nodes.iter().enumerate() {
+    for (i, label) in picture.labels.iter().enumerate() {
         out.push_str(&format!(
             "  n{i} [label=\"{}\"];\n",
             label.replace('"', "\\\"")
         ));
     }
-    for (from, to) in &edges {
-        out.push_str(&format!("  n{} -> n{};\n", number(from), number(to)));
+    for (from, to) in &picture.edges {
+        out.push_str(&format!("  n{from} -> n{to};\n"));
     }
     out.push('}');
     out
 }
 
 fn mermaid(answer: &Lineage) -> String {
-    let (nodes, edges) = walk(answer);
-    let number = |k: &str| nodes.iter().position(|(n, _)| n == k).unwrap_or(0);
+    let picture = Picture::of(answer);
     let mut out = String::from("graph LR\n");
-    for (i, (_, label)) in nodes.iter().enumerate() {
+    for (i, label) in picture.labels.iter().enumerate() {
         let label = label.replace("\\n", "<br/>").replace('"', "#quot;");
         out.push_str(&format!("  n{i}[\"{label}\"]\n"));
     }
-    for (from, to) in &edges {
-        out.push_str(&format!("  n{} --> n{}\n", number(from), number(to)));
+    for (from, to) in &picture.edges {
+        out.push_str(&format!("  n{from} --> n{to}\n"));
     }
     out.trim_end().to_string()
 }

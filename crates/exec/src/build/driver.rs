@@ -758,7 +758,11 @@ impl<'s, 'e> Driver<'s, 'e> {
         if !self.runs[node].recorded {
             record.scheduled(run, id, events);
         }
-        record.claim(run, id, seen, &input_versions, input_runs, log_path, events);
+        let read = super::record::ReadInputs {
+            versions: &input_versions,
+            runs: input_runs,
+        };
+        record.claim(run, id, seen, read, log_path, events);
         self.runs[node].input_versions = input_versions;
         Ok(())
     }

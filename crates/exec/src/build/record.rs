@@ -269,13 +269,13 @@ impl Record<'_> {
 
     /// A claim: the run starts, holding its outputs, each claimed against the run that held it
     /// when `seen` (compare-and-swap in the log).
+    /// A run claimed: it starts from `read`.
     pub fn claim(
         &self,
         run: &PlannedRun,
         id: &str,
         seen: Vec<String>,
-        input_versions: &BTreeMap<String, String>,
-        input_runs: BTreeMap<String, String>,
+        read: ReadInputs<'_>,
         log_path: String,
         events: &mut Vec<Event>,
     ) {
@@ -285,8 +285,8 @@ impl Record<'_> {
                 d.pid = Some(std::process::id());
                 d.host = crate::owner::hostname();
                 d.owner = Some(this_owner());
-                d.input_versions = input_versions.clone();
-                d.input_runs = input_runs;
+                d.input_versions = read.versions.clone();
+                d.input_runs = read.runs;
                 d.log_path = Some(log_path);
             }),
         );
@@ -432,4 +432,11 @@ impl Record<'_> {
                 }
             })
     }
+}
+
+/// What a run reads, fixed as it is claimed: each input's data version, and of each input a job
+/// built, the run that built the instance read (its lineage).
+pub struct ReadInputs<'a> {
+    pub versions: &'a BTreeMap<String, String>,
+    pub runs: BTreeMap<String, String>,
 }

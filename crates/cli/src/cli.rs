@@ -188,6 +188,10 @@ pub enum Command {
         /// Why, as `status` and `explain` will say.
         #[arg(long)]
         reason: Option<String>,
+        /// Taint nothing: list the live partitions built from these that would become stale,
+        /// and the wants that would rebuild them.
+        #[arg(long)]
+        dry_run: bool,
     },
     /// The exact lineage of a partition: the instances and runs its current (or a given)
     /// instance was built from, or everything built from it.

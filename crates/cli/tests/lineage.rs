@@ -158,3 +158,138 @@ fn lineage_names_the_instances_a_partition_was_built_from() {
         wrong.stderr
     );
 }
+
+const FAN_OUT: &str = r#"
+[[job]]
+name = "c"
+outputs = ["c/{d:date}"]
+inputs = ["a/{d}"]
+command = ["sh", "-c", "mkdir -p $DATABUILD_OUTPUT_DIR/c && echo c > $DATABUILD_OUTPUT_DIR/$(echo $DATABUILD_OUTPUTS | tr -d '[]\"')"]
+[[job]]
+name = "d"
+outputs = ["d/{d:date}"]
+inputs = ["b/{d}"]
+command = ["sh", "-c", "mkdir -p $DATABUILD_OUTPUT_DIR/d && echo d > $DATABUILD_OUTPUT_DIR/$(echo $DATABUILD_OUTPUTS | tr -d '[]\"')"]
+"#;
+
+fn refs_of(items: &serde_json::Value) -> Vec<String> {
+    let mut refs: Vec<String> = items
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["ref"].as_str().unwrap().to_string())
+        .collect();
+    refs.sort();
+    refs
+}
+
+/// `taint --dry-run` lists exactly the live partitions `taint` then makes stale, and the wants
+/// that would rebuild them; nothing is written until the taint itself.
+#[test]
+fn a_taint_dry_run_lists_exactly_what_the_taint_makes_stale() {
+    let p = Project::new(&format!("{GRAPH}{FAN_OUT}"));
+    for d in 1..=2 {
+        p.file(&format!("data/raw/2020-01-0{d}"), "x\n");
+    }
+    p.run(&[
+        "build",
+        "d/{2020-01-01..2020-01-02}",
+        "c/{2020-01-01..2020-01-02}",
+    ])
+    .expect_code(0);
+    p.run(&["want", "c/2020-01-01"]).expect_code(0);
+    let events_before = p
+        .run(&["--json", "sql", "SELECT count(*) FROM events"])
+        .json();
+
+    let dry = p.run(&["--json", "taint", "--dry-run", "a/2020-01-01"]);
+    dry.expect_code(0);
+    let dry = dry.json();
+    assert_eq!(dry["tainted"], serde_json::json!(["a/2020-01-01"]));
+    let stale = refs_of(&dry["would_become_stale"]);
+    assert_eq!(
+        stale,
+        ["b/2020-01-01", "c/2020-01-01", "d/2020-01-01"],
+        "{dry}"
+    );
+    assert_eq!(
+        dry["wants"][0]["refs"],
+        serde_json::json!(["c/2020-01-01"]),
+        "{dry}"
+    );
+    let text = p.run(&["taint", "--dry-run", "a/2020-01-01"]);
+    assert!(
+        text.stdout.contains("would make stale d/2020-01-01"),
+        "{}",
+        text.stdout
+    );
+    assert!(
+        text.stdout.contains("1 tainted, 3 would become stale"),
+        "{}",
+        text.stdout
+    );
+    // Nothing was written.
+    let events_after = p
+        .run(&["--json", "sql", "SELECT count(*) FROM events"])
+        .json();
+    assert_eq!(events_before, events_after);
+    // The same through the service.
+    let service = Service::start(&p, &[]);
+    let remote = p.run(&[
+        "--server",
+        &service.url,
+        "--json",
+        "taint",
+        "--dry-run",
+        "a/2020-01-01",
+    ]);
+    remote.expect_code(0);
+    assert_eq!(remote.json(), dry);
+    drop(service);
+
+    // The taint makes exactly those stale.
+    p.run(&["taint", "a/2020-01-01"]).expect_code(0);
+    let listed = p.run(&["--json", "partitions", "--status", "stale"]).json();
+    assert_eq!(refs_of(&listed["partitions"]), stale, "{listed}");
+
+    // An external's taint reaches everything built from its data.
+    let dry = p
+        .run(&["--json", "taint", "--dry-run", "raw/2020-01-02"])
+        .json();
+    assert_eq!(
+        refs_of(&dry["would_become_stale"]),
+        [
+            "a/2020-01-02",
+            "b/2020-01-02",
+            "c/2020-01-02",
+            "d/2020-01-02"
+        ],
+        "{dry}"
+    );
+    p.run(&["taint", "raw/2020-01-02"]).expect_code(0);
+    let listed = p.run(&["--json", "partitions", "--status", "stale"]).json();
+    let now_stale: Vec<String> = refs_of(&listed["partitions"])
+        .into_iter()
+        .filter(|r| r.ends_with("2020-01-02"))
+        .collect();
+    assert_eq!(now_stale, refs_of(&dry["would_become_stale"]), "{listed}");
+    // Tainted again: nothing was built from the tainted data, nothing more goes stale.
+    let again = p
+        .run(&["--json", "taint", "--dry-run", "raw/2020-01-02"])
+        .json();
+    assert_eq!(
+        again["would_become_stale"],
+        serde_json::json!([]),
+        "{again}"
+    );
+    // The other day's a is tainted already: counted, not listed, and not followed further.
+    let a1 = p
+        .run(&["--json", "taint", "--dry-run", "raw/2020-01-01"])
+        .json();
+    assert_eq!(
+        refs_of(&a1["would_become_stale"]),
+        Vec::<String>::new(),
+        "{a1}"
+    );
+    assert_eq!(a1["already_stale"], 1, "{a1}");
+}

@@ -997,6 +997,7 @@ pub mod route {
     pub const PARTITION_EXPLAIN: &str = "/api/v1/partitions/{partition_ref}/explain";
     pub const PARTITION_LINEAGE: &str = "/api/v1/partitions/{partition_ref}/lineage";
     pub const TAINT: &str = "/api/v1/partitions/taint";
+    pub const TAINT_IMPACT: &str = "/api/v1/partitions/taint/impact";
     pub const GC: &str = "/api/v1/gc";
     pub const GRAPH: &str = "/api/v1/graph";
     pub const EVENTS: &str = "/api/v1/events";

@@ -280,3 +280,116 @@ impl Engine {
             .collect())
     }
 }
+
+/// What a taint would do, before it is done: the live partitions built, directly or through
+/// others, from the current instances of the tainted ones (they would become stale), and the
+/// wants that would rebuild them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct TaintImpact {
+    /// The partitions that would be tainted (a table's alias names the version it reads).
+    pub tainted: Vec<String>,
+    /// Live now, stale after the taint, nearest first.
+    pub would_become_stale: Vec<ImpactItem>,
+    /// Built from them but stale or tainted already (counted, not followed further).
+    pub already_stale: u64,
+    /// Active wants naming a partition the taint makes tainted or stale: they would rebuild it.
+    pub wants: Vec<WantImpact>,
+    /// More partitions than an answer holds were found ([`MAX_NODES`]).
+    pub truncated: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct ImpactItem {
+    #[serde(rename = "ref")]
+    pub partition_ref: String,
+    /// The run that built its current instance.
+    pub job_run_id: String,
+    /// The input it read that the taint reaches.
+    pub via: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct WantImpact {
+    pub want_id: String,
+    /// Its partitions the taint reaches (the first 20).
+    pub refs: Vec<String>,
+    pub count: u64,
+}
+
+impl Engine {
+    /// What `taint` of `refs` would make stale, and which wants would rebuild (see
+    /// [`TaintImpact`]); nothing is written.
+    pub fn taint_impact(&self, refs: &[String]) -> Result<TaintImpact> {
+        let versions = self.versions();
+        let mut impact = TaintImpact {
+            tainted: Vec::new(),
+            would_become_stale: Vec::new(),
+            already_stale: 0,
+            wants: Vec::new(),
+            truncated: false,
+        };
+        let mut seen = std::collections::HashSet::new();
+        let mut queue = std::collections::VecDeque::new();
+        for e in self.taint_events(refs, None)? {
+            let r = e.partition_ref.unwrap_or_default();
+            let root = self.root_instance(&LineageQuery {
+                partition_ref: r.clone(),
+                ..Default::default()
+            });
+            if seen.insert(r.clone()) {
+                impact.tainted.push(r);
+            }
+            match root {
+                Ok(root) => queue.push_back(root),
+                // Never built, no data: nothing was built from it.
+                Err(EngineError::NotFound(_)) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        while let Some(at) = queue.pop_front() {
+            for next in self.built_from(&at, at.version.as_deref())? {
+                let current = self
+                    .store
+                    .partition(&next.partition_ref)?
+                    .is_some_and(|p| p.job_run_id == next.run);
+                if !current || !seen.insert(next.partition_ref.clone()) {
+                    continue;
+                }
+                if impact.would_become_stale.len() >= MAX_NODES {
+                    impact.truncated = true;
+                    break;
+                }
+                match versions.known(&next.partition_ref)? {
+                    databuild_core::KnownState::Live => {
+                        impact.would_become_stale.push(ImpactItem {
+                            partition_ref: next.partition_ref.clone(),
+                            job_run_id: next.run.clone().unwrap_or_default(),
+                            via: at.partition_ref.clone(),
+                        });
+                        queue.push_back(next);
+                    }
+                    _ => impact.already_stale += 1,
+                }
+            }
+        }
+        impact.wants = self.wants_reached(&seen)?;
+        Ok(impact)
+    }
+
+    /// The active wants naming any of `refs`.
+    fn wants_reached(&self, refs: &std::collections::HashSet<String>) -> Result<Vec<WantImpact>> {
+        let wants = self.store.wants(None, true, 10_000)?;
+        Ok(wants
+            .into_iter()
+            .filter_map(|w| {
+                let reached: Vec<String> =
+                    w.refs.into_iter().filter(|r| refs.contains(r)).collect();
+                (!reached.is_empty()).then(|| WantImpact {
+                    want_id: w.want_id,
+                    count: reached.len() as u64,
+                    refs: reached.into_iter().take(20).collect(),
+                })
+            })
+            .collect())
+    }
+}

@@ -10,8 +10,20 @@ impl Engine {
     /// A job's output is rebuilt by the next build that needs it; an external partition stays
     /// tainted until its data changes, and what was built from it before the taint is stale.
     pub fn taint(&self, refs: &[String], reason: Option<&str>) -> Result<Vec<Event>> {
+        let events = self.taint_events(refs, reason)?;
+        self.store.append(events).map_err(|e| match e {
+            LogError::Refused { reason, .. } => {
+                EngineError::Invalid(format!("cannot taint: {reason}"))
+            }
+            other => other.into(),
+        })
+    }
+
+    /// The events of a taint, each ref checked: what `taint` appends and `taint --dry-run`
+    /// looks downstream of.
+    pub(crate) fn taint_events(&self, refs: &[String], reason: Option<&str>) -> Result<Vec<Event>> {
         let versions = self.versions();
-        let events = refs
+        refs
             .iter()
             .map(|r| {
                 // A table's alias names the version it reads: that is what is tainted.
@@ -51,12 +63,6 @@ impl Engine {
                     None => e,
                 })
             })
-            .collect::<Result<Vec<_>>>()?;
-        self.store.append(events).map_err(|e| match e {
-            LogError::Refused { reason, .. } => {
-                EngineError::Invalid(format!("cannot taint: {reason}"))
-            }
-            other => other.into(),
-        })
+            .collect()
     }
 }

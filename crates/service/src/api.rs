@@ -12,7 +12,7 @@ use axum::{Extension, Json};
 use databuild_core::PlanRequest;
 use databuild_exec::answers::{self, route, Analysis, BuildAccepted};
 use databuild_exec::gc::GcReport;
-use databuild_exec::lineage::{Direction, Lineage};
+use databuild_exec::lineage::{Direction, Lineage, TaintImpact};
 use databuild_exec::views::{AnalyzeView, ListedStatus, PartitionPage};
 use databuild_log::{EventFilter, PartitionQuery, SqlResult, Status};
 use futures_util::stream::{self, Stream};
@@ -439,6 +439,18 @@ pub(crate) async fn gc(
 ) -> ApiResult<Json<GcReport>> {
     blocking(&state, move |engine| {
         views::gc(engine, &body.older_than, body.dry_run).map(Json)
+    })
+    .await
+}
+
+#[utoipa::path(post, path = route::TAINT_IMPACT, summary = "What a taint would do, nothing written: the live partitions built from the current instances of these that would become stale, and the wants that would rebuild them", request_body = TaintBody, responses((status = 200, body = TaintImpact), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 413, description = "Too many refs", body = ErrorBody)))]
+pub(crate) async fn taint_impact(
+    State(state): Shared,
+    ApiJson(body): ApiJson<TaintBody>,
+) -> ApiResult<Json<TaintImpact>> {
+    let max_refs = state.limits.max_refs;
+    blocking(&state, move |engine| {
+        views::taint_impact(engine, &body.partitions, max_refs).map(Json)
     })
     .await
 }

@@ -12,7 +12,7 @@ use databuild_exec::answers::{
     PartitionStatus, Sealed, SourceList, Want, WantList,
 };
 use databuild_exec::gc::GcReport;
-use databuild_exec::lineage::{Direction, Lineage};
+use databuild_exec::lineage::{Direction, Lineage, TaintImpact};
 use databuild_exec::tables::{Promotion, SourceDetail};
 use databuild_exec::views::{AnalyzeView, ListedStatus, PartitionPage};
 use databuild_exec::Engine;
@@ -28,6 +28,8 @@ pub trait Api {
     fn status(&self, r: &str) -> ApiResult<PartitionStatus>;
     fn explain(&self, r: &str) -> ApiResult<Explain>;
     fn taint(&self, refs: &[String], reason: Option<&str>) -> ApiResult<EventList>;
+    /// What `taint` of `refs` would make stale; nothing is written.
+    fn taint_impact(&self, refs: &[String]) -> ApiResult<TaintImpact>;
     /// `status` is the name the user gave (`live`, `stale`...), `listed` its meaning.
     fn partitions(
         &self,
@@ -84,6 +86,9 @@ impl Api for InProcess {
     }
     fn taint(&self, refs: &[String], reason: Option<&str>) -> ApiResult<EventList> {
         views::taint(&self.engine, refs, reason, self.max_refs)
+    }
+    fn taint_impact(&self, refs: &[String]) -> ApiResult<TaintImpact> {
+        views::taint_impact(&self.engine, refs, self.max_refs)
     }
     fn gc(&self, older_than: &str, dry_run: bool) -> ApiResult<GcReport> {
         views::gc(&self.engine, older_than, dry_run)
@@ -408,6 +413,15 @@ impl Api for Http {
             &crate::api::TaintBody {
                 partitions: refs.to_vec(),
                 reason: reason.map(str::to_string),
+            },
+        )
+    }
+    fn taint_impact(&self, refs: &[String]) -> ApiResult<TaintImpact> {
+        self.post(
+            route::TAINT_IMPACT,
+            &crate::api::TaintBody {
+                partitions: refs.to_vec(),
+                reason: None,
             },
         )
     }

@@ -29,6 +29,7 @@ use crate::error::ErrorBody;
         crate::api::partition_explain,
         crate::api::partition_lineage,
         crate::api::taint,
+        crate::api::taint_impact,
         crate::api::gc,
         crate::api::graph,
         crate::api::list_events,

@@ -27,6 +27,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route(route::PARTITION_EVENTS, get(api::partition_events))
         .route(route::PARTITION_EXPLAIN, get(api::partition_explain))
         .route(route::TAINT, post(api::taint))
+        .route(route::TAINT_IMPACT, post(api::taint_impact))
         .route(route::PARTITION_LINEAGE, get(api::partition_lineage))
         .route(route::GC, post(api::gc))
         .route(route::GRAPH, get(api::graph))

@@ -10,7 +10,7 @@ use databuild_exec::answers::{
     SourceList, Want, WantDetail, WantList,
 };
 use databuild_exec::gc::{GcOptions, GcReport};
-use databuild_exec::lineage::{Direction, Lineage, LineageQuery};
+use databuild_exec::lineage::{Direction, Lineage, LineageQuery, TaintImpact};
 use databuild_exec::tables::{Promotion, SourceDetail};
 use databuild_exec::views::{ListedStatus, PartitionPage};
 use databuild_exec::Engine;
@@ -476,6 +476,12 @@ pub fn taint(
     Ok(EventList {
         events: answers::events(&events),
     })
+}
+
+/// What tainting the refs the words name would make stale; nothing is written.
+pub fn taint_impact(engine: &Engine, words: &[String], max_refs: usize) -> ApiResult<TaintImpact> {
+    let refs = strings(user_refs(engine, words, max_refs)?);
+    Ok(engine.taint_impact(&refs)?)
 }
 
 pub fn sql(engine: &Engine, query: &str, max_rows: usize) -> ApiResult<SqlResult> {

@@ -171,6 +171,49 @@ pub fn taint(
     Ok(ExitCode::SUCCESS)
 }
 
+pub fn taint_impact(backend: &Backend, args: &[String], json: bool) -> anyhow::Result<ExitCode> {
+    let impact = backend.taint_impact(&expand(backend, args)?)?;
+    if json {
+        outln!("{}", serde_json::to_string_pretty(&impact)?)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    for r in &impact.tainted {
+        outln!("would taint {r}")?;
+    }
+    for item in &impact.would_become_stale {
+        outln!(
+            "would make stale {} (built by run {} from {})",
+            item.partition_ref,
+            databuild_log::short_id(&item.job_run_id),
+            item.via
+        )?;
+    }
+    if impact.truncated {
+        outln!(
+            "... and more: an answer holds {} partitions",
+            impact.would_become_stale.len()
+        )?;
+    }
+    for w in &impact.wants {
+        outln!(
+            "want {} would rebuild {} partition(s): {}",
+            databuild_log::short_id(&w.want_id),
+            w.count,
+            w.refs.join(", ")
+        )?;
+    }
+    outln!(
+        "{} tainted, {} would become stale{}; nothing was written (without --dry-run it is)",
+        impact.tainted.len(),
+        impact.would_become_stale.len(),
+        match impact.already_stale {
+            0 => String::new(),
+            n => format!(", {n} built from them already stale"),
+        }
+    )?;
+    Ok(ExitCode::SUCCESS)
+}
+
 pub fn gc(
     backend: &Backend,
     older_than: &str,

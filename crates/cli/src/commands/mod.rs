@@ -100,7 +100,14 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Cancel { id } => query::cancel(&backend, &id, json),
         Command::Status { refs } => inspect::status(&backend, &refs, json),
         Command::Explain { partition_ref } => inspect::explain(&backend, &partition_ref, json),
-        Command::Taint { refs, reason } => inspect::taint(&backend, &refs, reason.as_deref(), json),
+        Command::Taint {
+            refs,
+            dry_run: true,
+            ..
+        } => inspect::taint_impact(&backend, &refs, json),
+        Command::Taint { refs, reason, .. } => {
+            inspect::taint(&backend, &refs, reason.as_deref(), json)
+        }
         Command::Lineage {
             partition_ref,
             downstream,

@@ -145,7 +145,8 @@ fn orders_story_keeps_every_row_through_a_new_version_and_promotion() {
     }
     assert_eq!(malformed, 10);
 
-    // Day 11: raw days 1..4 have passed the 7-day retention and are deleted, in the log too.
+    // Day 11: raw days 1..3 have had their 7 full days after they ended and are deleted, in the
+    // log too; day 4 ended on day 5 and is kept through day 11.
     let today = day(11);
     let service = start(&p, &today);
     let (_, detail) = service.get("/api/v1/sources/orders");
@@ -160,14 +161,14 @@ fn orders_story_keeps_every_row_through_a_new_version_and_promotion() {
             )
         })
         .collect();
-    for n in 1..=4 {
+    for n in 1..=3 {
         assert_eq!(states[&day(n)], "expired", "{detail}");
         assert!(!p
             .path()
             .join(format!("data/source/orders/date={}", day(n)))
             .exists());
     }
-    for n in 5..=10 {
+    for n in 4..=10 {
         assert_eq!(states[&day(n)], "sealed", "{detail}");
     }
     let status = cli(
@@ -206,7 +207,7 @@ fn orders_story_keeps_every_row_through_a_new_version_and_promotion() {
                     "order_id": o["order_id"],
                     "placed": o["placed"],
                 });
-                if n <= 4 {
+                if n <= 3 {
                     row["channel"] = Value::Null; // v1 never had it
                 }
                 row
@@ -234,7 +235,7 @@ fn orders_story_keeps_every_row_through_a_new_version_and_promotion() {
             &["--json", "explain", &format!("orders/v2/date={date}")],
         )
         .json();
-        if n <= 4 {
+        if n <= 3 {
             // The malformed row was quarantined by v1; carrying forward keeps it there.
             assert!(errors.is_empty(), "{errors:?}");
             assert_eq!(jsonl(&p, &format!("orders/v1/errors/date={date}")).len(), 1);
@@ -674,7 +675,7 @@ name = "derived"
 [[source]]
 name = "ev"
 kind = "webhook"
-retention = "2d"
+retention = "1d"
 
 [[job]]
 name = "count"
@@ -703,7 +704,8 @@ version = {version}
             build(&service, &[format!("count/date={}", day(n - 1))]);
         }
     }
-    // Day 4: raw days 1 and 2 have expired; what was built from them stays live.
+    // Day 4: raw days 1 and 2 have expired (1 full day after each); what was built from them
+    // stays live.
     let status = cli(
         &p,
         &day(4),
@@ -797,7 +799,7 @@ version = {version}
 
 #[test]
 fn an_incompatible_schema_change_is_refused_naming_the_column() {
-    let v1 = "[graph]\nname = \"g\"\n[[source]]\nname = \"s\"\nkind = \"webhook\"\nretention = \"2d\"\n[[table]]\nname = \"t\"\nsource = \"s\"\nversion = 1\ncolumns = { a = \"float\" }\n";
+    let v1 = "[graph]\nname = \"g\"\n[[source]]\nname = \"s\"\nkind = \"webhook\"\nretention = \"1d\"\n[[table]]\nname = \"t\"\nsource = \"s\"\nversion = 1\ncolumns = { a = \"float\" }\n";
     let p = Project::new(v1);
     let service = Service::start(&p, &[("DATABUILD_NOW", &day(1))]);
     let (status, v, _) = webhook(&service, "s", r#"{"a": 1.5}"#, None);
@@ -886,4 +888,126 @@ body_format = "json_array"
         "{v}"
     );
     assert_eq!(days(&p), ["date=2026-12-01"], "nothing more sealed");
+}
+
+/// The text of a table partition's file.
+fn text(p: &Project, r: &str) -> String {
+    std::fs::read_to_string(p.path().join("data").join(r)).unwrap_or_else(|e| panic!("{r}: {e}"))
+}
+
+/// Issue #28, point 1: a `float` column is written as a JSON float on every row of a version,
+/// whether the day was loaded from raw (where the sender wrote `-4`) or carried forward from a
+/// version whose column was `int`.
+#[test]
+fn a_float_column_is_a_json_float_on_loaded_and_carried_days_alike() {
+    let v1 = "[graph]\nname = \"g\"\n[[source]]\nname = \"m\"\nkind = \"directory\"\nretention = \"1d\"\nbody_format = \"json_array\"\n[[table]]\nname = \"m\"\nsource = \"m\"\nversion = 1\ncolumns = { value = \"int\" }\n";
+    let p = Project::new(v1);
+    p.file("incoming/m/a.json", r#"[{"value": -10}]"#);
+    cli(&p, &day(1), &["source", "seal"]).expect_code(0);
+    p.file("incoming/m/b.json", r#"[{"value": -4}, {"value": 1.5}]"#);
+    cli(&p, &day(2), &["source", "seal"]).expect_code(0);
+    cli(&p, &day(2), &["build", "m/v1/date=2026-01-01"]).expect_code(0);
+    assert_eq!(text(&p, "m/v1/date=2026-01-01"), "{\"value\":-10}\n");
+    // Day 3: day 1's raw data has expired; v2 widens the column to float.
+    let sealed = cli(&p, &day(3), &["--json", "source", "seal"]).json();
+    assert_eq!(sealed["sources"][0]["expired"], json!([day(1)]), "{sealed}");
+    std::fs::write(
+        p.path().join("databuild.toml"),
+        format!("{v1}[[table]]\nname = \"m\"\nsource = \"m\"\nversion = 2\ncolumns = {{ value = \"float\" }}\n"),
+    )
+    .unwrap();
+    cli(&p, &day(3), &["build", "m/v2/date={2026-01-01,2026-01-02}"]).expect_code(0);
+    let carried = cli(&p, &day(3), &["--json", "explain", "m/v2/date=2026-01-01"]).json();
+    assert!(
+        carried["report"]["provenance"]
+            .as_str()
+            .unwrap()
+            .starts_with("carried forward"),
+        "{carried}"
+    );
+    assert_eq!(text(&p, "m/v2/date=2026-01-01"), "{\"value\":-10.0}\n");
+    assert_eq!(
+        text(&p, "m/v2/date=2026-01-02"),
+        "{\"value\":-4.0}\n{\"value\":1.5}\n",
+        "loaded from raw, the integer is written as a float too"
+    );
+}
+
+/// Issue #28, point 2: `retention = "Nd"` keeps N full sealed days after each day ends. With
+/// `1d`, a day dropped on 2025-03-01 is sealed on 2025-03-02 and can be loaded that whole day; it
+/// expires on 2025-03-03. With `5d` and today 2025-03-13, 2025-03-08 is kept and 2025-03-07 is not.
+#[test]
+fn retention_keeps_n_full_sealed_days_after_each_day_ends() {
+    let p = Project::new(
+        r#"
+[graph]
+name = "keep"
+
+[[source]]
+name = "one"
+kind = "directory"
+retention = "1d"
+body_format = "json_array"
+
+[[source]]
+name = "five"
+kind = "directory"
+retention = "5d"
+body_format = "json_array"
+
+[[table]]
+name = "one"
+source = "one"
+version = 1
+columns = { n = "int" }
+"#,
+    );
+    let date = |n: u32| format!("2025-03-{n:02}");
+    let seal = |today: &str| -> Value {
+        let run = cli(&p, today, &["--json", "source", "seal"]);
+        run.expect_code(0);
+        let v = run.json();
+        v["sources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| (s["source"].as_str().unwrap().to_string(), s.clone()))
+            .collect::<serde_json::Map<_, _>>()
+            .into()
+    };
+    p.file("incoming/one/a.json", r#"[{"n": 1}]"#);
+    for n in 1..=12 {
+        p.file(&format!("incoming/five/d{n}.json"), &format!("[{{\"n\": {n}}}]"));
+        let done = seal(&date(n));
+        if n == 2 {
+            // The seal that seals 2025-03-01 does not expire it.
+            assert_eq!(done["one"]["sealed"], json!([[date(1), 1]]), "{done}");
+            assert_eq!(done["one"]["expired"], json!([]), "{done}");
+            cli(&p, &date(2), &["build", "one/v1/date=2025-03-01"]).expect_code(0);
+        }
+        if n == 3 {
+            assert_eq!(done["one"]["expired"], json!([date(1)]), "{done}");
+        }
+    }
+    let done = seal(&date(13));
+    assert_eq!(done["five"]["sealed"], json!([[date(12), 1]]), "{done}");
+    assert_eq!(done["five"]["expired"], json!([date(7)]), "{done}");
+    let status = cli(
+        &p,
+        &date(13),
+        &[
+            "--json",
+            "status",
+            "source/five/date=2025-03-07",
+            "source/five/date=2025-03-08",
+        ],
+    )
+    .json();
+    assert_eq!(status[0]["status"], "expired", "{status}");
+    assert_eq!(status[1]["status"], "live", "{status}");
+    assert_eq!(
+        jsonl(&p, "one/v1/date=2025-03-01"),
+        [json!({"n": 1})],
+        "loaded while its raw day was kept"
+    );
 }

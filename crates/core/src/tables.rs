@@ -76,7 +76,7 @@ impl BodyFormat {
 pub struct Source {
     pub name: String,
     pub kind: SourceKind,
-    /// Raw partitions older than this many days (counted from today) are deleted.
+    /// How many full days a raw partition stays available once sealed (see [`Source::is_expired`]).
     pub retention_days: u32,
     pub body_format: BodyFormat,
     /// The environment variable holding the HMAC-SHA256 key webhook bodies are signed with.
@@ -96,9 +96,14 @@ impl Source {
     }
 
     /// Is the raw partition of `date` past retention on `today`?
+    ///
+    /// A day D ends at midnight and is sealed on D+1; `retention = "Nd"` then keeps it for N full
+    /// days, D+1 through D+N, and it expires on D+N+1. So a day is never expired by the seal that
+    /// seals it: with `1d`, 2025-03-01 is sealed and available all of 2025-03-02 and expires on
+    /// 2025-03-03.
     pub fn is_expired(&self, date: &str, today: &str) -> bool {
         match (parse_date(date), parse_date(today)) {
-            (Some(d), Some(t)) => (t - d).num_days() >= i64::from(self.retention_days),
+            (Some(d), Some(t)) => (t - d).num_days() > i64::from(self.retention_days),
             _ => false,
         }
     }
@@ -313,8 +318,9 @@ impl Table {
     }
 }
 
-/// Checks a record against a schema version: the row keeps the version's columns, in their
-/// types; a missing or null field takes the column's declared default, if it has one.
+/// Checks a record against a schema version: the row keeps the version's columns, each value
+/// written in its column's type (an integer of a `float` column as a float); a missing or null
+/// field takes the column's declared default, if it has one.
 pub fn conform(record: &Value, version: &TableVersion) -> Result<Map<String, Value>, RecordError> {
     conform_columns(record, &version.columns, &version.defaults)
 }
@@ -343,6 +349,10 @@ fn conform_columns(
                 ty: c.ty.name(),
                 value: v,
             });
+        } else if c.ty == ColumnType::Float && !v.is_f64() {
+            // One column, one JSON type on every row: an integer in a float column is written
+            // as a float (`-4` as `-4.0`), as a row carried forward through `int → float` is.
+            v = v.as_f64().map_or(v, Value::from);
         }
         row.insert(c.name.clone(), v);
     }
@@ -503,8 +513,9 @@ mod tests {
         .unwrap();
         assert_eq!(
             Value::Object(row),
-            json!({"id": 1, "amount": 2, "note": null, "day": "2026-01-02"})
+            json!({"id": 1, "amount": 2.0, "note": null, "day": "2026-01-02"})
         );
+        assert!(row_amount_is_f64(&v, json!({"id": 1, "amount": -4, "day": "2026-01-02"})));
         let bad = [
             (
                 json!({"amount": 1.0, "day": "2026-01-02"}),
@@ -524,6 +535,12 @@ mod tests {
             let err = conform(&record, &v).unwrap_err();
             assert!(err.to_string().contains(why), "{err}");
         }
+    }
+
+    /// Is the `amount` of a conformed row a JSON float (`-4.0`, not `-4`)?
+    fn row_amount_is_f64(v: &TableVersion, record: Value) -> bool {
+        let row = conform(&record, v).unwrap();
+        row["amount"].is_f64() && serde_json::to_string(&row["amount"]).unwrap().contains('.')
     }
 
     #[test]
@@ -614,8 +631,15 @@ mod tests {
             max_body: 1,
             rate_limit: 1,
         };
-        assert!(!s.is_expired("2026-01-04", "2026-01-10"));
-        assert!(s.is_expired("2026-01-03", "2026-01-10"));
+        // 7 full days after each day ends: 2026-01-03 is available 01-04 through 01-10.
+        assert!(!s.is_expired("2026-01-03", "2026-01-10"));
+        assert!(s.is_expired("2026-01-02", "2026-01-10"));
+        let one_day = Source {
+            retention_days: 1,
+            ..s.clone()
+        };
+        assert!(!one_day.is_expired("2025-03-01", "2025-03-02"));
+        assert!(one_day.is_expired("2025-03-01", "2025-03-03"));
         assert_eq!(parse_size("1MiB").unwrap(), 1 << 20);
         assert!(parse_retention("0s").is_err());
     }

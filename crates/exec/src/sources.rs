@@ -345,7 +345,7 @@ pub fn maintain(
 
 fn expired_event(source: &Source, date: &str) -> Event {
     Event::partition(None, &source.partition_ref(date), Status::Expired).with_message(format!(
-        "raw data older than the retention of {} days was deleted",
+        "raw data kept {} full day(s) after its day ended was deleted (retention)",
         source.retention_days
     ))
 }

@@ -209,9 +209,10 @@ fn carry(env: &Env, from: &TableVersion, to: &TableVersion) -> Result<Value> {
             continue;
         };
         let carried: Map<String, Value> = migration.apply(row, to);
-        // Defaults and casts are checked again: a carried row must fit the new schema too.
+        // Defaults and casts are checked again: a carried row must fit the new schema too, and
+        // is written as `conform` writes a loaded one, each value in its column's type.
         match conform(&Value::Object(carried.clone()), to) {
-            Ok(_) => rows.push(&Value::Object(carried))?,
+            Ok(row) => rows.push(&Value::Object(row))?,
             Err(why) => errors.push(&json!({ "record": carried, "error": why.to_string() }))?,
         }
     }

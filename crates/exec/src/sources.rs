@@ -300,6 +300,11 @@ pub fn maintain(
         .map(|row| (row.partition_ref, row.status))
         .collect();
     let logged = |date: &str| by_ref.get(&source.partition_ref(date)).copied();
+    // A day the log calls expired is expired, whatever the retention says now: the deletion is
+    // all that is left to do (a crash came between the two, or the retention grew since).
+    let expired = |date: &str| {
+        source.is_expired(date, today) || logged(date) == Some(Status::Expired)
+    };
     let mut events = Vec::new();
     if let Some(first) = on_disk.first() {
         let mut day = parse_date(first).expect("listed dates parse");
@@ -307,7 +312,7 @@ pub fn maintain(
         while day <= end {
             let date = format_date(day);
             day = day + chrono::Days::new(1);
-            if source.is_expired(&date, today) {
+            if expired(&date) {
                 continue; // handled below
             }
             let dir = partition_dir(data_dir, source, &date);
@@ -320,7 +325,7 @@ pub fn maintain(
             done.sealed.push((date, records));
         }
     }
-    for date in on_disk.iter().filter(|d| source.is_expired(d, today)) {
+    for date in on_disk.iter().filter(|d| expired(d)) {
         match logged(date) {
             Some(Status::Expired) => {} // recorded; only the deletion was left to do
             Some(Status::Sealed) => events.push(expired_event(source, date)),

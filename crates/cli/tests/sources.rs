@@ -1011,3 +1011,70 @@ columns = { n = "int" }
         "loaded while its raw day was kept"
     );
 }
+
+/// Issue #28, point 3: `body_format = "jsonl"` (NDJSON) takes one JSON object a line, over a
+/// webhook and in a dropped file; a body or file with a bad line is refused whole, naming the line.
+#[test]
+fn jsonl_bodies_and_dropped_files_are_one_record_a_line() {
+    let p = Project::new(
+        r#"
+[graph]
+name = "lines"
+
+[[source]]
+name = "hook"
+kind = "webhook"
+retention = "3d"
+body_format = "jsonl"
+
+[[source]]
+name = "drops"
+kind = "directory"
+retention = "3d"
+body_format = "jsonl"
+
+[[table]]
+name = "drops"
+source = "drops"
+version = 1
+columns = { n = "int" }
+"#,
+    );
+    let service = Service::start(&p, &[("DATABUILD_NOW", "2026-04-01")]);
+    let (status, v, _) = webhook(&service, "hook", "{\"n\": 1}\n\n{\"n\": 2}\r\n{\"n\": 3}", None);
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["records"], 3, "{v}");
+    let (status, v, _) = webhook(&service, "hook", "{\"n\": 4}\n{\"n\": \n", None);
+    assert_eq!(status, 400, "{v}");
+    assert!(
+        v["error"]
+            .as_str()
+            .unwrap()
+            .contains("source `hook`: line 2 is not a JSON object"),
+        "{v}"
+    );
+    let raw = text(&p, "source/hook/date=2026-04-01/webhook.jsonl");
+    assert_eq!(raw, "{\"n\":1}\n{\"n\":2}\n{\"n\":3}\n", "nothing of the refused body");
+    drop(service);
+
+    p.file("incoming/drops/day.jsonl", "{\"n\": 1}\n{\"n\": 2}\n");
+    p.file("incoming/drops/bad.jsonl", "{\"n\": 3}\n[4]\n");
+    let sealed = cli(
+        &p,
+        "2026-04-01",
+        &["--json", "source", "seal", "drops", "--through", "2026-04-01"],
+    );
+    sealed.expect_code(0);
+    let v = sealed.json();
+    assert_eq!(v["sources"][0]["ingested"]["records"], 2, "{v}");
+    assert_eq!(
+        v["sources"][0]["ingested"]["rejected"],
+        json!(["bad.jsonl: line 2 is JSON but not an object"]),
+        "{v}"
+    );
+    cli(&p, "2026-04-01", &["build", "drops/v1/date=2026-04-01"]).expect_code(0);
+    assert_eq!(
+        jsonl(&p, "drops/v1/date=2026-04-01"),
+        [json!({"n": 1}), json!({"n": 2})]
+    );
+}

@@ -819,7 +819,7 @@ impl Loader<'_> {
             None => BodyFormat::Json,
             Some(f) => BodyFormat::parse(f).ok_or_else(|| {
                 err(format!(
-                    "`body_format = \"{f}\"` is unknown; use \"json\", \"json_array\" or \"text\""
+                    "`body_format = \"{f}\"` is unknown; use \"json\", \"json_array\", \"jsonl\" or \"text\""
                 ))
             })?,
         };

@@ -32,6 +32,8 @@ pub enum BodyFormat {
     JsonArray,
     /// Lines of text; each non-empty line is the record `{"text": line}`.
     Text,
+    /// JSON lines (NDJSON): each non-empty line is one JSON object.
+    Jsonl,
 }
 
 impl BodyFormat {
@@ -40,7 +42,18 @@ impl BodyFormat {
             "json" => Some(BodyFormat::Json),
             "json_array" => Some(BodyFormat::JsonArray),
             "text" => Some(BodyFormat::Text),
+            "jsonl" => Some(BodyFormat::Jsonl),
             _ => None,
+        }
+    }
+
+    /// The name `body_format` takes in the graph file.
+    pub fn name(self) -> &'static str {
+        match self {
+            BodyFormat::Json => "json",
+            BodyFormat::JsonArray => "json_array",
+            BodyFormat::Text => "text",
+            BodyFormat::Jsonl => "jsonl",
         }
     }
 
@@ -68,6 +81,21 @@ impl BodyFormat {
                 .filter(|l| !l.trim().is_empty())
                 .map(|l| Value::Object(Map::from_iter([("text".into(), l.into())])))
                 .collect()),
+            // All or nothing: a body with one bad line is refused whole, naming the line, so a
+            // sender that fixes and resends it stores each record once.
+            BodyFormat::Jsonl => text
+                .lines()
+                .enumerate()
+                .filter(|(_, l)| !l.trim().is_empty())
+                .map(|(i, l)| match serde_json::from_str::<Value>(l) {
+                    Ok(v @ Value::Object(_)) => Ok(v),
+                    Ok(_) => Err(RecordError::LineNotAnObject { line: i + 1 }),
+                    Err(e) => Err(RecordError::LineNotJson {
+                        line: i + 1,
+                        cause: e.to_string(),
+                    }),
+                })
+                .collect(),
         }
     }
 }
@@ -231,6 +259,10 @@ pub enum RecordError {
     NotAnArray,
     #[error("the body is not a JSON array: {0}")]
     NotJsonArray(String),
+    #[error("line {line} is JSON but not an object")]
+    LineNotAnObject { line: usize },
+    #[error("line {line} is not a JSON object: {cause}")]
+    LineNotJson { line: usize, cause: String },
     #[error("the record is not a JSON object")]
     RecordNotAnObject,
     #[error("column `{0}` is missing or null")]
@@ -616,6 +648,21 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("element 0"));
+        assert_eq!(
+            BodyFormat::Jsonl
+                .records(b"{\"a\":1}\n\n  \n{\"a\":2}\r\n")
+                .unwrap(),
+            vec![json!({"a": 1}), json!({"a": 2})]
+        );
+        assert_eq!(
+            BodyFormat::Jsonl.records(b"{\"a\":1}\n[2]\n").unwrap_err(),
+            RecordError::LineNotAnObject { line: 2 }
+        );
+        assert!(BodyFormat::Jsonl
+            .records(b"{\"a\":1}\n{\"a\":\n")
+            .unwrap_err()
+            .to_string()
+            .starts_with("line 2 is not a JSON object: "));
         assert!(BodyFormat::Json.records(b"{").is_err());
         assert!(BodyFormat::Text.records(&[0xff]).is_err());
     }

@@ -70,7 +70,7 @@ fn error(status: StatusCode, code: &'static str, message: String) -> AppError {
 }
 
 #[utoipa::path(post, path = route::WEBHOOK, summary = "Ingest records into a webhook source",
-    description = "Appends the body's records to today's raw partition of the source and answers once they are on disk. Bodies are `body_format` of the source: a JSON object, a JSON array of objects, or lines of text.",
+    description = "Appends the body's records to today's raw partition of the source and answers once they are on disk. Bodies are `body_format` of the source: a JSON object, a JSON array of objects, JSON lines (one object a line), or lines of text.",
     params(("source" = String, Path, description = "The source's name")),
     request_body(content = String, description = "The records"),
     responses((status = 200, description = "The records are on disk", body = Ingested),

@@ -1078,3 +1078,177 @@ columns = { n = "int" }
         [json!({"n": 1}), json!({"n": 2})]
     );
 }
+
+/// A small tmpfs mounted for a test, unmounted when dropped.
+struct SmallDisk {
+    path: std::path::PathBuf,
+}
+
+impl SmallDisk {
+    /// Mounts a tmpfs of `size` at `path`; `None` (saying why) when this host cannot, which is a
+    /// failure when `DATABUILD_REQUIRE_FAULTS` is set (as `./test.sh` sets it).
+    fn mount(path: &std::path::Path, size: &str) -> Option<SmallDisk> {
+        std::fs::create_dir_all(path).unwrap();
+        let out = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(path)
+            .output();
+        let why = match out {
+            Ok(o) if o.status.success() => {
+                return Some(SmallDisk {
+                    path: path.to_path_buf(),
+                })
+            }
+            Ok(o) => String::from_utf8_lossy(&o.stderr).trim().to_string(),
+            Err(e) => format!("cannot run mount: {e}"),
+        };
+        assert!(
+            std::env::var("DATABUILD_REQUIRE_FAULTS").is_err(),
+            "DATABUILD_REQUIRE_FAULTS is set but a tmpfs cannot be mounted here: {why}"
+        );
+        eprintln!("the full-disk test is skipped: cannot mount a tmpfs ({why}); run it as root");
+        None
+    }
+
+    fn grow(&self, size: &str) {
+        let status = std::process::Command::new("mount")
+            .args(["-o", &format!("remount,size={size}")])
+            .arg(&self.path)
+            .status()
+            .unwrap();
+        assert!(status.success(), "remount {}", self.path.display());
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(&self.path)
+            .status();
+    }
+}
+
+/// Issue #28, point 4: on a full disk a webhook's failed append is undone before it answers 503,
+/// so the sender's retry stores its records once; every record acknowledged is on disk once and
+/// no torn line is left.
+#[test]
+fn a_full_disk_keeps_nothing_of_a_refused_request_and_its_retry_stores_it_once() {
+    let p = Project::new(
+        "[graph]\nname = \"full\"\n[[source]]\nname = \"s\"\nkind = \"webhook\"\nretention = \"7d\"\nbody_format = \"jsonl\"\nrate_limit = 100000\n",
+    );
+    let Some(disk) = SmallDisk::mount(&p.path().join("data/source"), "256k") else {
+        return;
+    };
+    let service = Service::start(&p, &[("DATABUILD_NOW", "2026-02-01")]);
+    // Records of ~6 KB, three a request, so appends straddle pages and fail half written.
+    let body = |id: u64| -> String {
+        (0..3)
+            .map(|k| json!({ "id": id * 10 + k, "pad": "x".repeat(6000) }).to_string() + "\n")
+            .collect()
+    };
+    let mut acked = Vec::new();
+    let refused = loop {
+        let id = acked.len() as u64;
+        let (status, v, _) = webhook(&service, "s", &body(id), None);
+        match status {
+            200 => acked.push(id),
+            503 => {
+                assert!(
+                    v["error"].as_str().unwrap().contains("nothing was kept, retry"),
+                    "{v}"
+                );
+                break id;
+            }
+            _ => panic!("{status}: {v}"),
+        }
+        assert!(acked.len() < 100, "the 256 KiB disk never filled");
+    };
+    let chunk = p.path().join("data/source/s/date=2026-02-01/webhook.jsonl");
+    let ids = |text: &str| -> Vec<u64> {
+        assert!(text.is_empty() || text.ends_with('\n'), "a torn tail was left");
+        text.lines()
+            .map(|l| {
+                serde_json::from_str::<Value>(l)
+                    .unwrap_or_else(|e| panic!("a torn line was left: {e}: {l:.60}"))["id"]
+                    .as_u64()
+                    .unwrap()
+            })
+            .collect()
+    };
+    let want = |acked: &[u64]| -> Vec<u64> {
+        acked
+            .iter()
+            .flat_map(|id| (0..3).map(move |k| id * 10 + k))
+            .collect()
+    };
+    assert_eq!(
+        ids(&std::fs::read_to_string(&chunk).unwrap()),
+        want(&acked),
+        "exactly what was acknowledged"
+    );
+    // Still full: refused again, and still nothing kept.
+    let (status, _, _) = webhook(&service, "s", &body(refused), None);
+    assert_eq!(status, 503);
+    assert_eq!(ids(&std::fs::read_to_string(&chunk).unwrap()), want(&acked));
+    // Room again: the sender's retry is stored, once.
+    disk.grow("4m");
+    let (status, v, _) = webhook(&service, "s", &body(refused), None);
+    assert_eq!(status, 200, "{v}");
+    acked.push(refused);
+    assert_eq!(ids(&std::fs::read_to_string(&chunk).unwrap()), want(&acked));
+    drop(service);
+}
+
+/// Issue #28, point 4: the tail of a chunk is checked before every append (not once a process),
+/// and a complete line that is not JSON is quarantined by the table run, counted like any bad row.
+#[test]
+fn a_torn_tail_is_cut_before_every_append_and_a_glued_line_is_quarantined() {
+    let p = Project::new(
+        "[graph]\nname = \"torn\"\n[[source]]\nname = \"s\"\nkind = \"webhook\"\nretention = \"7d\"\n[[table]]\nname = \"t\"\nsource = \"s\"\nversion = 1\ncolumns = { n = \"int\" }\n",
+    );
+    let service = Service::start(&p, &[("DATABUILD_NOW", "2026-02-01")]);
+    let chunk = p.path().join("data/source/s/date=2026-02-01/webhook.jsonl");
+    let append_by_hand = |bytes: &str| {
+        use std::io::Write;
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&chunk)
+            .unwrap();
+        f.write_all(bytes.as_bytes()).unwrap();
+    };
+    for (n, torn) in [(1, "{\"n\": 9"), (2, "{\"n\": 99, \"x\": ")] {
+        let (status, v, _) = webhook(&service, "s", &format!("{{\"n\": {n}}}"), None);
+        assert_eq!(status, 200, "{v}");
+        append_by_hand(torn); // what a crash mid-append leaves
+    }
+    let (status, _, _) = webhook(&service, "s", "{\"n\": 3}", None);
+    assert_eq!(status, 200);
+    assert_eq!(
+        std::fs::read_to_string(&chunk).unwrap(),
+        "{\"n\":1}\n{\"n\":2}\n{\"n\":3}\n",
+        "each torn tail was cut before the next append, in one process"
+    );
+    // A glued line (a torn half and a whole record on one line) is complete but not JSON.
+    append_by_hand("{\"n\": 4, \"x\": {\"n\": 5}\n");
+    drop(service);
+    cli(&p, "2026-02-02", &["source", "seal"]).expect_code(0);
+    cli(&p, "2026-02-02", &["build", "t/v1/date=2026-02-01"]).expect_code(0);
+    assert_eq!(
+        jsonl(&p, "t/v1/date=2026-02-01"),
+        [json!({"n": 1}), json!({"n": 2}), json!({"n": 3})]
+    );
+    let errors = jsonl(&p, "t/v1/errors/date=2026-02-01");
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert_eq!(errors[0]["record"], "{\"n\": 4, \"x\": {\"n\": 5}");
+    assert!(
+        errors[0]["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("line webhook.jsonl:4 is not JSON: "),
+        "{errors:?}"
+    );
+    let explained = cli(&p, "2026-02-02", &["--json", "explain", "t/v1/date=2026-02-01"]).json();
+    assert_eq!(explained["report"]["quarantined"], 1, "{explained}");
+    assert_eq!(explained["report"]["rows"], 3, "{explained}");
+}

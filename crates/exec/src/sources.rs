@@ -7,8 +7,10 @@
 //! folder. Every seal and expiry is recorded in the event log by [`maintain`].
 //!
 //! Durability: an append is acknowledged only after `fsync` of the chunk (and of the folders it
-//! created). A crash can leave a torn last line of an unacknowledged request; the first append of
-//! a process cuts it off, and readers ignore it.
+//! created). An append that fails (a full disk) is cut back off before the error is answered. A
+//! crash can leave a torn last line of an unacknowledged request; every append checks the tail
+//! first and cuts it off, and readers skip it. A complete line that is still not JSON is handed
+//! to the table run, which quarantines it.
 
 use std::collections::{BTreeMap, HashSet};
 use std::fs::{self, File, OpenOptions};
@@ -49,13 +51,9 @@ pub fn sealed_version(dir: &Path) -> Option<String> {
         .map(|s| s.trim().to_string())
 }
 
-/// A source's append lock, holding the chunks whose torn tail this process has repaired.
-type SourceLock = Mutex<HashSet<PathBuf>>;
-
-/// One lock per source for this process: appends to one chunk never interleave, and the torn-tail
-/// repair runs once before the first append.
-fn source_lock(name: &str) -> &'static SourceLock {
-    static LOCKS: OnceLock<Mutex<BTreeMap<String, &'static SourceLock>>> = OnceLock::new();
+/// One lock per source for this process: appends to one chunk never interleave.
+fn source_lock(name: &str) -> &'static Mutex<()> {
+    static LOCKS: OnceLock<Mutex<BTreeMap<String, &'static Mutex<()>>>> = OnceLock::new();
     let mut all = LOCKS
         .get_or_init(Default::default)
         .lock()
@@ -66,31 +64,57 @@ fn source_lock(name: &str) -> &'static SourceLock {
 
 /// Appends records to the partition of `date`, durably. Late data for a sealed day reopens it:
 /// it is sealed again (with a new version) by the next [`maintain`].
+///
+/// All or nothing: the chunk's tail is checked first (a torn line cut off), and an append that
+/// fails (a full disk) is undone, the chunk cut back to the length it had, before the error is
+/// returned; so "nothing was kept" is true when the caller says it.
 pub fn append(data_dir: &Path, source: &Source, date: &str, records: &[Value]) -> io::Result<()> {
-    let mut repaired = source_lock(&source.name)
+    let _lock = source_lock(&source.name)
         .lock()
         .unwrap_or_else(|e| e.into_inner());
-    let dir = partition_dir(data_dir, source, date);
-    create_dir_durably(&dir)?;
-    let path = dir.join(WEBHOOK_CHUNK);
-    if repaired.insert(path.clone()) {
-        cut_torn_tail(&path)?;
-    }
     let mut buf = Vec::with_capacity(records.len() * 64);
     for r in records {
         serde_json::to_writer(&mut buf, r).expect("JSON values serialize");
         buf.push(b'\n');
     }
-    let existed = path.exists();
-    let mut file = OpenOptions::new().create(true).append(true).open(&path)?;
-    file.write_all(&buf)?;
-    file.sync_data()?;
-    if !existed {
-        File::open(&dir)?.sync_all()?;
+    let dir = partition_dir(data_dir, source, date);
+    let new_dir = !dir.is_dir();
+    let path = dir.join(WEBHOOK_CHUNK);
+    let result = create_dir_durably(&dir).and_then(|()| append_chunk(&path, &buf));
+    if let Err(e) = result {
+        if new_dir {
+            // Nothing of this day was there before: leave no empty day behind either.
+            let _ = fs::remove_dir_all(&dir);
+        }
+        return Err(e);
     }
     match fs::remove_file(dir.join(SEALED)) {
         Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
         _ => {}
+    }
+    Ok(())
+}
+
+/// Appends `buf` to a chunk after checking its tail; on failure cuts it back to where it was.
+fn append_chunk(path: &Path, buf: &[u8]) -> io::Result<()> {
+    let existed = path.exists();
+    let mut file = OpenOptions::new()
+        .create(true)
+        .read(true)
+        .append(true)
+        .open(path)?;
+    let before = cut_torn_tail(&file)?;
+    let written = file.write_all(buf).and_then(|()| file.sync_data());
+    if let Err(e) = written {
+        // Undo: a sender told 503 retries, and what it sent must then be on disk once.
+        file.set_len(before)?;
+        file.sync_all()?;
+        return Err(e);
+    }
+    if !existed {
+        if let Some(dir) = path.parent() {
+            File::open(dir)?.sync_all()?;
+        }
     }
     Ok(())
 }
@@ -113,33 +137,87 @@ fn create_dir_durably(dir: &Path) -> io::Result<()> {
     Ok(())
 }
 
-/// Cuts a chunk back to its last complete line (what a crash mid-append leaves).
-fn cut_torn_tail(path: &Path) -> io::Result<()> {
-    let Ok(bytes) = fs::read(path) else {
-        return Ok(());
-    };
-    if bytes.is_empty() || bytes.ends_with(b"\n") {
-        return Ok(());
+/// Cuts a chunk back to its last complete line (what a crash mid-append, or an undo that could
+/// not finish, leaves) and returns its length. Costs one 1-byte read when the tail is whole.
+fn cut_torn_tail(file: &File) -> io::Result<u64> {
+    use std::os::unix::fs::FileExt;
+    let len = file.metadata()?.len();
+    let mut last = [0u8];
+    if len == 0 || (file.read_exact_at(&mut last, len - 1).is_ok() && last[0] == b'\n') {
+        return Ok(len);
     }
-    let keep = bytes.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
-    let file = OpenOptions::new().write(true).open(path)?;
-    file.set_len(keep as u64)?;
-    file.sync_all()
+    // Scan back a block at a time for the last newline.
+    let mut end = len;
+    let mut block = vec![0u8; 64 * 1024];
+    let keep = loop {
+        if end == 0 {
+            break 0;
+        }
+        let start = end.saturating_sub(block.len() as u64);
+        let part = &mut block[..(end - start) as usize];
+        file.read_exact_at(part, start)?;
+        if let Some(i) = part.iter().rposition(|&b| b == b'\n') {
+            break start + i as u64 + 1;
+        }
+        end = start;
+    };
+    file.set_len(keep)?;
+    file.sync_all()?;
+    Ok(keep)
 }
 
-/// The records of a source partition, in chunk order (a torn last line is skipped).
-pub fn read_records(dir: &Path) -> io::Result<Vec<Value>> {
-    let mut records = Vec::new();
+/// A complete line of a raw chunk that is not JSON (a torn write glued to the next one, or a
+/// file edited by hand): a table run quarantines it like any record that does not fit.
+#[derive(Debug, Clone, PartialEq)]
+pub struct UnreadableLine {
+    /// `webhook.jsonl:12`.
+    pub at: String,
+    pub text: String,
+    pub cause: String,
+}
+
+/// The records of a raw day, in chunk order, and the lines that are not JSON.
+#[derive(Debug, Default)]
+pub struct RawRecords {
+    pub records: Vec<Value>,
+    pub unreadable: Vec<UnreadableLine>,
+}
+
+/// The records of a source partition, in chunk order. An unterminated last line of a chunk (an
+/// append that never finished, so was never acknowledged) is skipped; any other line that is not
+/// JSON is returned as unreadable.
+pub fn read_records(dir: &Path) -> io::Result<RawRecords> {
+    let mut raw = RawRecords::default();
     for chunk in chunks(dir)? {
-        let reader = BufReader::new(File::open(&chunk)?);
-        for line in reader.lines() {
-            let line = line?;
-            if let Ok(v) = serde_json::from_str(&line) {
-                records.push(v);
+        let name = chunk
+            .file_name()
+            .unwrap_or_default()
+            .to_string_lossy()
+            .into_owned();
+        let mut reader = BufReader::new(File::open(&chunk)?);
+        let mut line = Vec::new();
+        let mut number = 0;
+        loop {
+            line.clear();
+            if reader.read_until(b'\n', &mut line)? == 0 || !line.ends_with(b"\n") {
+                break;
+            }
+            number += 1;
+            let text = &line[..line.len() - 1];
+            if text.iter().all(u8::is_ascii_whitespace) {
+                continue;
+            }
+            match serde_json::from_slice(text) {
+                Ok(v) => raw.records.push(v),
+                Err(e) => raw.unreadable.push(UnreadableLine {
+                    at: format!("{name}:{number}"),
+                    text: String::from_utf8_lossy(text).into_owned(),
+                    cause: e.to_string(),
+                }),
             }
         }
     }
-    Ok(records)
+    Ok(raw)
 }
 
 fn chunks(dir: &Path) -> io::Result<Vec<PathBuf>> {
@@ -523,10 +601,26 @@ mod tests {
         fs::create_dir_all(&day).unwrap();
         fs::write(day.join(WEBHOOK_CHUNK), "{\"a\":1}\n{\"a\":").unwrap();
         append(dir.path(), &s, "2026-01-01", &[serde_json::json!({"a": 2})]).unwrap();
-        let records = read_records(&day).unwrap();
+        let raw = read_records(&day).unwrap();
         assert_eq!(
-            records,
+            raw.records,
             [serde_json::json!({"a": 1}), serde_json::json!({"a": 2})]
         );
+        assert!(raw.unreadable.is_empty());
+        // Torn again after an append of this process: cut again.
+        let chunk = day.join(WEBHOOK_CHUNK);
+        let mut f = OpenOptions::new().append(true).open(&chunk).unwrap();
+        f.write_all(b"{\"a\":").unwrap();
+        append(dir.path(), &s, "2026-01-01", &[serde_json::json!({"a": 3})]).unwrap();
+        assert_eq!(
+            fs::read_to_string(&chunk).unwrap(),
+            "{\"a\":1}\n{\"a\":2}\n{\"a\":3}\n"
+        );
+        // A complete line that is not JSON is returned, not dropped.
+        f.write_all(b"{\"a\":4,{\"a\":5}\n").unwrap();
+        let raw = read_records(&day).unwrap();
+        assert_eq!(raw.records.len(), 3);
+        assert_eq!(raw.unreadable.len(), 1);
+        assert_eq!(raw.unreadable[0].at, "webhook.jsonl:4");
     }
 }

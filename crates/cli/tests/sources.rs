@@ -1252,3 +1252,207 @@ fn a_torn_tail_is_cut_before_every_append_and_a_glued_line_is_quarantined() {
     assert_eq!(explained["report"]["quarantined"], 1, "{explained}");
     assert_eq!(explained["report"]["rows"], 3, "{explained}");
 }
+
+/// A webhook request with any headers: `(status, body)`.
+fn post(service: &Service, source: &str, body: &[u8], headers: &[(&str, &str)]) -> (u16, Value) {
+    let agent = Service::agent();
+    let mut request = agent.post(&format!("{}/api/v1/webhooks/{source}", service.url));
+    for (k, v) in headers {
+        request = request.header(*k, *v);
+    }
+    let mut response = request.send(body).expect("the service answers");
+    let status = response.status().as_u16();
+    let text = response.body_mut().read_to_string().unwrap_or_default();
+    (
+        status,
+        serde_json::from_str(&text).unwrap_or(Value::String(text)),
+    )
+}
+
+fn hmac_sha256_hex(secret: &str, parts: &[&[u8]]) -> String {
+    use hmac::Mac;
+    let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(secret.as_bytes()).unwrap();
+    for p in parts {
+        mac.update(p);
+    }
+    mac.finalize()
+        .into_bytes()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// Issue #28, point 6: the signature schemes senders use, checked against the providers'
+/// published examples through the real service (GitHub's and Slack's documentation, and a
+/// generic HMAC-SHA1 in base64); Stripe's signed now, and refused when its timestamp is stale.
+/// The flood limit is charged only after the signature: a garbage flood leaves a real sender
+/// its whole share. An unknown scheme is one error naming the setting and what to write.
+#[test]
+fn standard_signatures_are_checked_and_the_flood_limit_is_charged_after_them() {
+    let slack_body = "token=xyzz0WbapA4vBCDEFasx0q6G&team_id=T1DC2JH3J&team_domain=testteamnow&channel_id=G8PSS9T3V&channel_name=foobar&user_id=U2CERLKJA&user_name=roadrunner&command=%2Fwebhook-collect&text=&response_url=https%3A%2F%2Fhooks.slack.com%2Fcommands%2FT1DC2JH3J%2F397700885554%2F96rGlfmibIGlgcZRskXaIFfN&trigger_id=398738663015.47445629121.803a0bc887a14d10d2c447fce8b6703c";
+    let p = Project::new(
+        r#"
+[graph]
+name = "signed"
+
+[[source]]
+name = "gh"
+kind = "webhook"
+retention = "3d"
+body_format = "text"
+secret_env = "GH_SECRET"
+signature = "github"
+
+[[source]]
+name = "slack"
+kind = "webhook"
+retention = "3d"
+body_format = "text"
+secret_env = "SLACK_SECRET"
+signature = "slack"
+# Slack's documented request was signed in 2018: a tolerance of years lets it through here.
+signature_tolerance = "20years"
+
+[[source]]
+name = "stripe"
+kind = "webhook"
+retention = "3d"
+secret_env = "STRIPE_SECRET"
+signature = "stripe"
+
+[[source]]
+name = "generic"
+kind = "webhook"
+retention = "3d"
+body_format = "text"
+secret_env = "GENERIC_SECRET"
+signature = { header = "X-Signature", prefix = "sha1=", algorithm = "sha1", encoding = "base64" }
+
+[[source]]
+name = "ours"
+kind = "webhook"
+retention = "3d"
+secret_env = "OUR_SECRET"
+rate_limit = 2
+"#,
+    );
+    let service = Service::start(
+        &p,
+        &[
+            ("GH_SECRET", "It's a Secret to Everybody"),
+            ("SLACK_SECRET", "8f742231b10e8888abcd99yyyzzz85a5"),
+            ("STRIPE_SECRET", "whsec_test"),
+            ("GENERIC_SECRET", "key"),
+            ("OUR_SECRET", SECRET),
+            ("DATABUILD_TOKEN", "tok"),
+            // The day records are filed under; signed timestamps are checked by the real clock.
+            ("DATABUILD_NOW", "2026-05-01"),
+        ],
+    );
+    let github = "sha256=757107ea0eb2509fc211221cce984b8a37570b6d7586c22c46f4379c8b043e17";
+    let (status, v) = post(&service, "gh", b"Hello, World!", &[("X-Hub-Signature-256", github)]);
+    assert_eq!(status, 200, "{v}");
+    let (status, v) = post(&service, "gh", b"Hello, World?", &[("X-Hub-Signature-256", github)]);
+    assert_eq!(status, 401, "{v}");
+    assert!(
+        v["error"]
+            .as_str()
+            .unwrap()
+            .contains("source `gh` (github signatures): the signature does not match the body"),
+        "{v}"
+    );
+    let (status, v) = post(&service, "gh", b"Hello, World!", &[]);
+    assert_eq!(status, 401, "{v}");
+    assert!(
+        v["error"].as_str().unwrap().contains("no `X-Hub-Signature-256` header"),
+        "{v}"
+    );
+
+    let slack = [
+        ("X-Slack-Request-Timestamp", "1531420618"),
+        (
+            "X-Slack-Signature",
+            "v0=a2114d57b48eac39b9ad189dd8316235a7b4a8d21a10bd27519666489c69b503",
+        ),
+    ];
+    let (status, v) = post(&service, "slack", slack_body.as_bytes(), &slack);
+    assert_eq!(status, 200, "{v}");
+
+    let event = br#"{"id": "evt_1", "type": "charge.succeeded"}"#;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let stripe = |t: u64| {
+        format!(
+            "t={t},v1={}",
+            hmac_sha256_hex("whsec_test", &[format!("{t}.").as_bytes(), event])
+        )
+    };
+    let (status, v) = post(&service, "stripe", event, &[("Stripe-Signature", &stripe(now))]);
+    assert_eq!(status, 200, "{v}");
+    let (status, v) = post(
+        &service,
+        "stripe",
+        event,
+        &[("Stripe-Signature", &stripe(now - 3600))],
+    );
+    assert_eq!(status, 401, "{v}");
+    assert!(
+        v["error"]
+            .as_str()
+            .unwrap()
+            .contains("more than the tolerance of 300 s"),
+        "{v}"
+    );
+
+    let (status, v) = post(
+        &service,
+        "generic",
+        b"The quick brown fox jumps over the lazy dog",
+        &[("X-Signature", "sha1=3nybhbi3iqa8ino29wqQcBydtNk=")],
+    );
+    assert_eq!(status, 200, "{v}");
+    for (source, body) in [
+        ("gh", "Hello, World!"),
+        ("slack", slack_body),
+        ("generic", "The quick brown fox jumps over the lazy dog"),
+    ] {
+        let raw = text(&p, &format!("source/{source}/date=2026-05-01/webhook.jsonl"));
+        assert_eq!(raw, format!("{}\n", json!({ "text": body })), "{source}");
+    }
+
+    // A garbage flood: every request refused by its signature, none charged to the bucket.
+    for i in 0..40 {
+        let (status, _) = post(
+            &service,
+            "ours",
+            b"{}",
+            &[("X-DataBuild-Signature", &format!("sha256={:064x}", i))],
+        );
+        assert_eq!(status, 401);
+    }
+    for n in 0..4 {
+        let body = json!({ "n": n }).to_string();
+        let (status, v) = signed(&service, "ours", &body);
+        assert_eq!(status, 200, "signed request {n} after the flood: {v}");
+    }
+    let (status, _) = signed(&service, "ours", "{}");
+    assert_eq!(status, 429, "past the burst of 4, the limit still holds");
+    drop(service);
+
+    // An unknown scheme: one error naming the source, the setting and the choices.
+    let graph = std::fs::read_to_string(p.path().join("databuild.toml")).unwrap();
+    std::fs::write(
+        p.path().join("databuild.toml"),
+        graph.replace("signature = \"github\"", "signature = \"gitlab\""),
+    )
+    .unwrap();
+    let refused = p.run(&["sources"]);
+    refused.expect_code(2);
+    assert!(
+        refused.stderr.contains("source `gh`: `signature = \"gitlab\"` is not a signature scheme; use \"databuild\" (the default), \"github\", \"stripe\", \"slack\", or a table"),
+        "{}",
+        refused.stderr
+    );
+}

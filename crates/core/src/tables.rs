@@ -100,6 +100,154 @@ impl BodyFormat {
     }
 }
 
+/// How a webhook sender signs its bodies: an HMAC of the body (and, for some schemes, a
+/// timestamp) under the secret named by `secret_env`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SignatureScheme {
+    /// `X-DataBuild-Signature: sha256=<hex HMAC-SHA256 of the body>` (the default).
+    DataBuild,
+    /// GitHub: `X-Hub-Signature-256: sha256=<hex HMAC-SHA256 of the body>`.
+    GitHub,
+    /// Stripe: `Stripe-Signature: t=<unix time>,v1=<hex HMAC-SHA256 of "t.body">`.
+    Stripe,
+    /// Slack: `X-Slack-Signature: v0=<hex HMAC-SHA256 of "v0:timestamp:body">`, the timestamp
+    /// in `X-Slack-Request-Timestamp`.
+    Slack,
+    /// Any other sender that signs the body alone.
+    Generic(GenericSignature),
+}
+
+/// `signature = { header = "X-Signature", prefix = "sha1=", algorithm = "sha1", encoding = "base64" }`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GenericSignature {
+    pub header: String,
+    /// What comes before the signature in the header's value (may be empty).
+    pub prefix: String,
+    pub algorithm: HashAlgorithm,
+    pub encoding: SignatureEncoding,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HashAlgorithm {
+    Sha256,
+    Sha1,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SignatureEncoding {
+    Hex,
+    Base64,
+}
+
+impl SignatureScheme {
+    /// The scheme named by `signature = "..."`.
+    pub fn named(name: &str) -> Result<SignatureScheme, SourceSettingError> {
+        Ok(match name {
+            "databuild" => SignatureScheme::DataBuild,
+            "github" => SignatureScheme::GitHub,
+            "stripe" => SignatureScheme::Stripe,
+            "slack" => SignatureScheme::Slack,
+            other => return Err(SourceSettingError::UnknownScheme(other.to_string())),
+        })
+    }
+
+    /// A generic scheme from the keys of `signature = { ... }`.
+    pub fn generic(
+        header: Option<&str>,
+        prefix: Option<&str>,
+        algorithm: Option<&str>,
+        encoding: Option<&str>,
+    ) -> Result<SignatureScheme, SourceSettingError> {
+        let header = header
+            .filter(|h| !h.trim().is_empty())
+            .ok_or(SourceSettingError::NoSignatureHeader)?;
+        let algorithm = match algorithm.unwrap_or("sha256") {
+            "sha256" => HashAlgorithm::Sha256,
+            "sha1" => HashAlgorithm::Sha1,
+            other => return Err(SourceSettingError::Algorithm(other.to_string())),
+        };
+        let encoding = match encoding.unwrap_or("hex") {
+            "hex" => SignatureEncoding::Hex,
+            "base64" => SignatureEncoding::Base64,
+            other => return Err(SourceSettingError::Encoding(other.to_string())),
+        };
+        Ok(SignatureScheme::Generic(GenericSignature {
+            header: header.to_string(),
+            prefix: prefix.unwrap_or_default().to_string(),
+            algorithm,
+            encoding,
+        }))
+    }
+
+    /// The scheme's name as `sources` shows it.
+    pub fn name(&self) -> &'static str {
+        match self {
+            SignatureScheme::DataBuild => "databuild",
+            SignatureScheme::GitHub => "github",
+            SignatureScheme::Stripe => "stripe",
+            SignatureScheme::Slack => "slack",
+            SignatureScheme::Generic(_) => "generic",
+        }
+    }
+}
+
+/// Where a delivery's idempotency key is: a request header (one key for the whole delivery) or
+/// a field of each record (one key a record).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum IdempotencyKey {
+    Header(String),
+    Field(String),
+}
+
+/// `idempotency = { header = "Idempotency-Key", window = "24h" }` (or `field = "id"`): a
+/// delivery, or a record, whose key was stored within the window is acknowledged and not stored
+/// again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Idempotency {
+    pub key: IdempotencyKey,
+    pub window: Duration,
+}
+
+/// A source setting that cannot be used (messages name the setting and say what to write).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum SourceSettingError {
+    #[error("`signature = \"{0}\"` is not a signature scheme; use \"databuild\" (the default), \"github\", \"stripe\", \"slack\", or a table like {{ header = \"X-Signature\", prefix = \"sha256=\", algorithm = \"sha256\", encoding = \"hex\" }}")]
+    UnknownScheme(String),
+    #[error("`signature = {{ ... }}` needs `header`, the request header that carries the signature")]
+    NoSignatureHeader,
+    #[error("`signature.algorithm = \"{0}\"` is not supported; use \"sha256\" or \"sha1\"")]
+    Algorithm(String),
+    #[error("`signature.encoding = \"{0}\"` is not supported; use \"hex\" or \"base64\"")]
+    Encoding(String),
+    #[error("`signature` is set but `secret_env` is not; name the environment variable holding the signing secret (`secret_env = \"MY_SECRET\"`)")]
+    SignatureWithoutSecret,
+    #[error("`{setting} = \"{text}\"` is not a duration ({cause}); write it like \"{example}\"")]
+    NotADuration {
+        setting: &'static str,
+        text: String,
+        cause: humantime::DurationError,
+        example: &'static str,
+    },
+    #[error("`idempotency` needs exactly one of `header` (a request header, like \"Idempotency-Key\") or `field` (a field of each record, like \"id\")")]
+    IdempotencyKey,
+    #[error("`include_headers` names `{0}`, which is not an HTTP header name")]
+    HeaderName(String),
+}
+
+/// Parses a duration setting such as `signature_tolerance = "5m"`.
+pub fn parse_duration_setting(
+    setting: &'static str,
+    text: &str,
+    example: &'static str,
+) -> Result<Duration, SourceSettingError> {
+    humantime::parse_duration(text).map_err(|cause| SourceSettingError::NotADuration {
+        setting,
+        text: text.to_string(),
+        cause,
+        example,
+    })
+}
+
 #[derive(Debug, Clone)]
 pub struct Source {
     pub name: String,
@@ -112,6 +260,32 @@ pub struct Source {
     pub max_body: usize,
     /// Webhook requests accepted per second (a burst of twice as many); more get 429.
     pub rate_limit: u32,
+    /// How signed bodies are signed (when `secret_env` is set).
+    pub signature: SignatureScheme,
+    /// How far a signed timestamp (Stripe, Slack) may be from the service's clock.
+    pub signature_tolerance: Duration,
+    pub idempotency: Option<Idempotency>,
+    /// Request headers stored with each record, under `_headers`.
+    pub include_headers: Vec<String>,
+}
+
+impl Source {
+    /// A source with the default settings of everything but its name, kind and retention.
+    pub fn new(name: &str, kind: SourceKind, retention_days: u32) -> Source {
+        Source {
+            name: name.to_string(),
+            kind,
+            retention_days,
+            body_format: BodyFormat::Json,
+            secret_env: None,
+            max_body: 1024 * 1024,
+            rate_limit: 100,
+            signature: SignatureScheme::DataBuild,
+            signature_tolerance: Duration::from_secs(300),
+            idempotency: None,
+            include_headers: Vec::new(),
+        }
+    }
 }
 
 impl Source {
@@ -669,15 +843,7 @@ mod tests {
 
     #[test]
     fn retention_counts_days() {
-        let s = Source {
-            name: "o".into(),
-            kind: SourceKind::Webhook,
-            retention_days: parse_retention("7d").unwrap(),
-            body_format: BodyFormat::Json,
-            secret_env: None,
-            max_body: 1,
-            rate_limit: 1,
-        };
+        let s = Source::new("o", SourceKind::Webhook, parse_retention("7d").unwrap());
         // 7 full days after each day ends: 2026-01-03 is available 01-04 through 01-10.
         assert!(!s.is_expired("2026-01-03", "2026-01-10"));
         assert!(s.is_expired("2026-01-02", "2026-01-10"));

@@ -539,19 +539,11 @@ pub fn source_days(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use databuild_core::{BodyFormat, SourceKind};
+    use databuild_core::SourceKind;
     use databuild_log::SqliteStore;
 
     fn source() -> Source {
-        Source {
-            name: "s".into(),
-            kind: SourceKind::Webhook,
-            retention_days: 3,
-            body_format: BodyFormat::Json,
-            secret_env: None,
-            max_body: 1 << 20,
-            rate_limit: 10,
-        }
+        Source::new("s", SourceKind::Webhook, 3)
     }
 
     /// A crash can leave a `_SEALED` file without its event, or an `expired` event with the data

@@ -1456,3 +1456,76 @@ rate_limit = 2
         refused.stderr
     );
 }
+
+fn gzip(bytes: &[u8]) -> Vec<u8> {
+    use std::io::Write;
+    let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+    e.write_all(bytes).unwrap();
+    e.finish().unwrap()
+}
+
+/// Issue #28, point 7: `include_headers` are stored with each record (under `_headers`), and a
+/// `Content-Encoding: gzip` body is accepted with `max_body` applied to what it decompresses to:
+/// a gzip bomb is refused with 413 after reading no more than `max_body` of it.
+#[test]
+fn included_headers_are_stored_and_gzip_bodies_are_limited_after_decompression() {
+    let p = Project::new(
+        r#"
+[graph]
+name = "headers"
+
+[[source]]
+name = "h"
+kind = "webhook"
+retention = "3d"
+body_format = "jsonl"
+max_body = "64KiB"
+include_headers = ["X-Request-Id", "X-Missing"]
+"#,
+    );
+    let service = Service::start(&p, &[("DATABUILD_NOW", "2026-06-01")]);
+    let body = gzip(b"{\"n\": 1}\n{\"n\": 2}\n");
+    let (status, v) = post(
+        &service,
+        "h",
+        &body,
+        &[("Content-Encoding", "gzip"), ("X-Request-Id", "r-1")],
+    );
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["records"], 2, "{v}");
+    let (status, v) = post(&service, "h", b"{\"n\": 3}", &[("x-request-id", "r-2")]);
+    assert_eq!(status, 200, "{v}");
+    // 10 MB of zeros in a JSON string: about 10 KB gzipped, within max_body as sent.
+    let bomb = gzip(format!("{{\"pad\": \"{}\"}}\n", "0".repeat(10_000_000)).as_bytes());
+    assert!(bomb.len() < 64 * 1024, "{}", bomb.len());
+    let (status, v) = post(&service, "h", &bomb, &[("Content-Encoding", "gzip")]);
+    assert_eq!(status, 413, "{v}");
+    assert!(
+        v["error"]
+            .as_str()
+            .unwrap()
+            .contains("the body decompresses to larger than source `h`'s max_body of 65536 bytes"),
+        "{v}"
+    );
+    let (status, v) = post(&service, "h", b"{\"n\": 4}", &[("Content-Encoding", "gzip")]);
+    assert_eq!(status, 400, "{v}");
+    assert!(v["error"].as_str().unwrap().contains("is not gzip"), "{v}");
+    let (status, v) = post(&service, "h", b"{\"n\": 4}", &[("Content-Encoding", "br")]);
+    assert_eq!(status, 415, "{v}");
+    assert!(
+        v["error"]
+            .as_str()
+            .unwrap()
+            .contains("`Content-Encoding: br` is not supported"),
+        "{v}"
+    );
+    assert_eq!(
+        jsonl(&p, "source/h/date=2026-06-01/webhook.jsonl"),
+        [
+            json!({"n": 1, "_headers": {"X-Request-Id": "r-1", "X-Missing": null}}),
+            json!({"n": 2, "_headers": {"X-Request-Id": "r-1", "X-Missing": null}}),
+            json!({"n": 3, "_headers": {"X-Request-Id": "r-2", "X-Missing": null}}),
+        ],
+        "the refused bodies kept nothing"
+    );
+}

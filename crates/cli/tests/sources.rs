@@ -1135,7 +1135,7 @@ impl Drop for SmallDisk {
 #[test]
 fn a_full_disk_keeps_nothing_of_a_refused_request_and_its_retry_stores_it_once() {
     let p = Project::new(
-        "[graph]\nname = \"full\"\n[[source]]\nname = \"s\"\nkind = \"webhook\"\nretention = \"7d\"\nbody_format = \"jsonl\"\nrate_limit = 100000\n",
+        "[graph]\nname = \"full\"\n[[source]]\nname = \"s\"\nkind = \"webhook\"\nretention = \"7d\"\nbody_format = \"jsonl\"\nrate_limit = 100000\nidempotency = { header = \"Idempotency-Key\" }\n",
     );
     let Some(disk) = SmallDisk::mount(&p.path().join("data/source"), "256k") else {
         return;
@@ -1147,10 +1147,18 @@ fn a_full_disk_keeps_nothing_of_a_refused_request_and_its_retry_stores_it_once()
             .map(|k| json!({ "id": id * 10 + k, "pad": "x".repeat(6000) }).to_string() + "\n")
             .collect()
     };
+    let send = |id: u64| -> (u16, Value) {
+        post(
+            &service,
+            "s",
+            body(id).as_bytes(),
+            &[("Idempotency-Key", &format!("delivery-{id}"))],
+        )
+    };
     let mut acked = Vec::new();
     let refused = loop {
         let id = acked.len() as u64;
-        let (status, v, _) = webhook(&service, "s", &body(id), None);
+        let (status, v) = send(id);
         match status {
             200 => acked.push(id),
             503 => {
@@ -1187,14 +1195,18 @@ fn a_full_disk_keeps_nothing_of_a_refused_request_and_its_retry_stores_it_once()
         want(&acked),
         "exactly what was acknowledged"
     );
-    // Still full: refused again, and still nothing kept.
-    let (status, _, _) = webhook(&service, "s", &body(refused), None);
+    // Still full: refused again, and still nothing kept (its idempotency key neither).
+    let (status, _) = send(refused);
     assert_eq!(status, 503);
     assert_eq!(ids(&std::fs::read_to_string(&chunk).unwrap()), want(&acked));
-    // Room again: the sender's retry is stored, once.
+    // Room again: the sender's retry is stored, once; a second retry is acknowledged only.
     disk.grow("4m");
-    let (status, v, _) = webhook(&service, "s", &body(refused), None);
+    let (status, v) = send(refused);
     assert_eq!(status, 200, "{v}");
+    assert_eq!((v["records"].as_u64(), v["duplicates"].as_u64()), (Some(3), Some(0)), "{v}");
+    let (status, v) = send(refused);
+    assert_eq!(status, 200, "{v}");
+    assert_eq!((v["records"].as_u64(), v["duplicates"].as_u64()), (Some(0), Some(3)), "{v}");
     acked.push(refused);
     assert_eq!(ids(&std::fs::read_to_string(&chunk).unwrap()), want(&acked));
     drop(service);
@@ -1527,5 +1539,85 @@ include_headers = ["X-Request-Id", "X-Missing"]
             json!({"n": 3, "_headers": {"X-Request-Id": "r-2", "X-Missing": null}}),
         ],
         "the refused bodies kept nothing"
+    );
+}
+
+/// Issue #28, point 5: a delivery retried with its `Idempotency-Key` (or records whose key field
+/// was stored) is acknowledged and not stored again, for the source's window, across a restart
+/// of the service, and when the retries arrive at the same moment; after the window it is new.
+#[test]
+fn retried_deliveries_are_acknowledged_and_stored_once() {
+    let p = Project::new(
+        r#"
+[graph]
+name = "retries"
+
+[[source]]
+name = "keyed"
+kind = "webhook"
+retention = "3d"
+rate_limit = 100000
+idempotency = { header = "Idempotency-Key", window = "4s" }
+
+[[source]]
+name = "fielded"
+kind = "webhook"
+retention = "3d"
+body_format = "jsonl"
+idempotency = { field = "id" }
+"#,
+    );
+    let env = [("DATABUILD_NOW", "2026-07-01")];
+    let service = Service::start(&p, &env);
+    let first = std::time::Instant::now();
+    let keyed = |service: &Service, n: u32, key: &str| -> (u64, u64) {
+        let (status, v) = post(
+            service,
+            "keyed",
+            json!({ "n": n }).to_string().as_bytes(),
+            &[("Idempotency-Key", key)],
+        );
+        assert_eq!(status, 200, "{v}");
+        (v["records"].as_u64().unwrap(), v["duplicates"].as_u64().unwrap())
+    };
+    assert_eq!(keyed(&service, 1, "k1"), (1, 0));
+    assert_eq!(keyed(&service, 1, "k1"), (0, 1), "a retry is acknowledged, not stored");
+    // Eight retries of one delivery at once: one stores it.
+    let answers: Vec<(u64, u64)> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..8)
+            .map(|_| scope.spawn(|| keyed(&service, 2, "k2")))
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert_eq!(answers.iter().filter(|a| **a == (1, 0)).count(), 1, "{answers:?}");
+    assert_eq!(answers.iter().filter(|a| **a == (0, 1)).count(), 7, "{answers:?}");
+    drop(service);
+    // A restarted service still remembers.
+    let service = Service::start(&p, &env);
+    assert_eq!(keyed(&service, 1, "k1"), (0, 1), "remembered across a restart");
+    assert_eq!(keyed(&service, 3, "k3"), (1, 0));
+
+    let fielded = |body: &str| -> (u64, u64) {
+        let (status, v) = post(&service, "fielded", body.as_bytes(), &[]);
+        assert_eq!(status, 200, "{v}");
+        (v["records"].as_u64().unwrap(), v["duplicates"].as_u64().unwrap())
+    };
+    assert_eq!(fielded("{\"id\": \"a\"}\n{\"id\": 7}\n"), (2, 0));
+    assert_eq!(
+        fielded("{\"id\": 7}\n{\"id\": \"c\"}\n{\"id\": \"c\"}\n{\"none\": 1}\n"),
+        (2, 2),
+        "7 was stored before and c twice in one delivery; a record without a key is stored"
+    );
+    assert_eq!(
+        jsonl(&p, "source/fielded/date=2026-07-01/webhook.jsonl"),
+        [json!({"id": "a"}), json!({"id": 7}), json!({"id": "c"}), json!({"none": 1})]
+    );
+
+    // After the 4 s window, k1 is a new delivery.
+    std::thread::sleep(std::time::Duration::from_secs(5).saturating_sub(first.elapsed()));
+    assert_eq!(keyed(&service, 1, "k1"), (1, 0), "forgotten after its window");
+    assert_eq!(
+        jsonl(&p, "source/keyed/date=2026-07-01/webhook.jsonl"),
+        [json!({"n": 1}), json!({"n": 2}), json!({"n": 3}), json!({"n": 1})]
     );
 }

@@ -901,6 +901,9 @@ impl Loader<'_> {
                 tables::parse_duration_setting("signature_tolerance", t, "5m").map_err(setting)?;
         }
         if let Some(i) = &s.idempotency {
+            if s.kind != "webhook" {
+                return Err(setting(SourceSettingError::WebhookOnly("idempotency")));
+            }
             let key = match (&i.header, &i.field) {
                 (Some(h), None) if !h.trim().is_empty() => IdempotencyKey::Header(h.clone()),
                 (None, Some(f)) if !f.trim().is_empty() => IdempotencyKey::Field(f.clone()),
@@ -1336,6 +1339,7 @@ command = ["x"]
             (format!("{base}idempotency = {{ window = \"1h\" }}\n"), "`idempotency` needs exactly one of `header`"),
             (format!("{base}idempotency = {{ header = \"K\", field = \"id\" }}\n"), "`idempotency` needs exactly one of `header`"),
             (format!("{base}idempotency = {{ field = \"id\", window = \"a while\" }}\n"), "`idempotency.window = \"a while\"` is not a duration"),
+            ("[graph]\nname = \"g\"\n[[source]]\nname = \"s\"\nkind = \"directory\"\nretention = \"7d\"\nidempotency = { field = \"id\" }\n".to_string(), "`idempotency` is for webhook sources"),
             (format!("{base}include_headers = [\"X Request\"]\n"), "`include_headers` names `X Request`, which is not an HTTP header name"),
         ];
         for (text, needle) in cases {

@@ -230,6 +230,8 @@ pub enum SourceSettingError {
     },
     #[error("`idempotency` needs exactly one of `header` (a request header, like \"Idempotency-Key\") or `field` (a field of each record, like \"id\")")]
     IdempotencyKey,
+    #[error("`{0}` is for webhook sources; a dropped file is ingested once by its name and content")]
+    WebhookOnly(&'static str),
     #[error("`include_headers` names `{0}`, which is not an HTTP header name")]
     HeaderName(String),
 }

@@ -51,15 +51,153 @@ pub fn sealed_version(dir: &Path) -> Option<String> {
         .map(|s| s.trim().to_string())
 }
 
-/// One lock per source for this process: appends to one chunk never interleave.
-fn source_lock(name: &str) -> &'static Mutex<()> {
-    static LOCKS: OnceLock<Mutex<BTreeMap<String, &'static Mutex<()>>>> = OnceLock::new();
+/// The file, beside a source's days, that remembers the idempotency keys it stored.
+const KEYS_FILE: &str = "_idempotency.jsonl";
+
+/// A source's state in this process, behind its lock: appends to one chunk never interleave,
+/// and the idempotency keys it remembers (read from [`KEYS_FILE`] at its first append).
+#[derive(Default)]
+struct SourceState {
+    keys: Option<KeyMemory>,
+}
+
+/// One lock per source folder (`<data_dir>/source/<name>`) for this process.
+fn source_lock(root: &Path) -> &'static Mutex<SourceState> {
+    static LOCKS: OnceLock<Mutex<BTreeMap<PathBuf, &'static Mutex<SourceState>>>> =
+        OnceLock::new();
     let mut all = LOCKS
         .get_or_init(Default::default)
         .lock()
         .unwrap_or_else(|e| e.into_inner());
-    all.entry(name.to_string())
+    all.entry(root.to_path_buf())
         .or_insert_with(|| Box::leak(Box::default()))
+}
+
+/// The idempotency keys of a delivery.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Keys {
+    /// The source keeps no keys, or the delivery carried none.
+    None,
+    /// One key for the whole delivery (a header).
+    Delivery(String),
+    /// A key per record (a field); `None` for a record without one.
+    Records(Vec<Option<String>>),
+}
+
+/// What an append stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Appended {
+    pub stored: usize,
+    /// Records not stored again: their key (or their delivery's) was stored within the window.
+    pub duplicates: usize,
+}
+
+/// One line of [`KEYS_FILE`]: keys stored at `at` (Unix seconds) with records that end at byte
+/// `end` of `chunk` (relative to the source's folder). The keys are written before the records,
+/// so a crash between the two is seen at the next load: the last line's chunk is shorter than
+/// its `end`, and its keys are dropped (their records were never acknowledged).
+#[derive(Debug, Serialize, serde::Deserialize)]
+struct KeyLine {
+    keys: Vec<String>,
+    at: i64,
+    chunk: String,
+    end: u64,
+}
+
+/// The keys a source stored within its window.
+struct KeyMemory {
+    path: PathBuf,
+    window: i64,
+    at: std::collections::HashMap<String, i64>,
+    /// Keys in the order they were stored, to forget them when their window has passed.
+    order: std::collections::VecDeque<(i64, String)>,
+    /// Lines in the file, to compact it once most are forgotten.
+    lines: usize,
+}
+
+impl KeyMemory {
+    fn load(root: &Path, window: std::time::Duration, now: i64) -> io::Result<KeyMemory> {
+        let path = root.join(KEYS_FILE);
+        let mut lines: Vec<KeyLine> = match fs::read(&path) {
+            Ok(bytes) => bytes
+                .split(|&b| b == b'\n')
+                .filter_map(|l| serde_json::from_slice(l).ok())
+                .collect(),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Vec::new(),
+            Err(e) => return Err(e),
+        };
+        if let Some(last) = lines.last() {
+            let len = fs::metadata(root.join(&last.chunk)).map_or(0, |m| m.len());
+            if len < last.end {
+                lines.pop();
+            }
+        }
+        let mut memory = KeyMemory {
+            path,
+            window: i64::try_from(window.as_secs()).unwrap_or(i64::MAX),
+            at: Default::default(),
+            order: Default::default(),
+            lines: 0,
+        };
+        for line in lines {
+            for key in line.keys {
+                memory.remember(key, line.at);
+            }
+        }
+        memory.forget(now);
+        memory.compact(root)?;
+        Ok(memory)
+    }
+
+    fn remember(&mut self, key: String, at: i64) {
+        self.at.insert(key.clone(), at);
+        self.order.push_back((at, key));
+    }
+
+    fn forget(&mut self, now: i64) {
+        while let Some((at, _)) = self.order.front() {
+            if now.saturating_sub(*at) < self.window {
+                break;
+            }
+            let (at, key) = self.order.pop_front().expect("a front");
+            if self.at.get(&key) == Some(&at) {
+                self.at.remove(&key);
+            }
+        }
+    }
+
+    fn seen(&self, key: &str) -> bool {
+        self.at.contains_key(key)
+    }
+
+    /// Rewrites the file with the keys still remembered, one line each (atomically).
+    fn compact(&mut self, root: &Path) -> io::Result<()> {
+        if !root.is_dir() {
+            self.lines = 0;
+            return Ok(());
+        }
+        let tmp = root.join(format!(".{KEYS_FILE}.tmp"));
+        let mut out = Vec::new();
+        for (at, key) in &self.order {
+            if self.at.get(key) == Some(at) {
+                let line = KeyLine {
+                    keys: vec![key.clone()],
+                    at: *at,
+                    chunk: String::new(),
+                    end: 0,
+                };
+                serde_json::to_writer(&mut out, &line).expect("key lines serialize");
+                out.push(b'\n');
+            }
+        }
+        let mut f = File::create(&tmp)?;
+        f.write_all(&out)?;
+        f.sync_all()?;
+        fs::rename(&tmp, &self.path)?;
+        File::open(root)?.sync_all()?;
+        self.lines = self.at.len();
+        Ok(())
+    }
 }
 
 /// Appends records to the partition of `date`, durably. Late data for a sealed day reopens it:
@@ -69,18 +207,91 @@ fn source_lock(name: &str) -> &'static Mutex<()> {
 /// fails (a full disk) is undone, the chunk cut back to the length it had, before the error is
 /// returned; so "nothing was kept" is true when the caller says it.
 pub fn append(data_dir: &Path, source: &Source, date: &str, records: &[Value]) -> io::Result<()> {
-    let _lock = source_lock(&source.name)
+    append_once(data_dir, source, date, records.to_vec(), Keys::None, 0).map(|_| ())
+}
+
+/// [`append`], storing only what the source's idempotency keys have not stored within its
+/// window (`now`: Unix seconds). The keys are remembered in [`KEYS_FILE`], written before the
+/// records and undone with them, so a restart remembers exactly the keys whose records are on
+/// disk.
+pub fn append_once(
+    data_dir: &Path,
+    source: &Source,
+    date: &str,
+    records: Vec<Value>,
+    keys: Keys,
+    now: i64,
+) -> io::Result<Appended> {
+    let root = data_dir.join("source").join(&source.name);
+    let mut state = source_lock(&root)
         .lock()
         .unwrap_or_else(|e| e.into_inner());
+    let total = records.len();
+    let (records, new_keys) = match (&source.idempotency, keys) {
+        (Some(idem), keys) if keys != Keys::None => {
+            if state.keys.is_none() {
+                state.keys = Some(KeyMemory::load(&root, idem.window, now)?);
+            }
+            let memory = state.keys.as_mut().expect("loaded");
+            memory.forget(now);
+            match keys {
+                Keys::Delivery(k) if memory.seen(&k) => {
+                    return Ok(Appended {
+                        stored: 0,
+                        duplicates: total,
+                    })
+                }
+                Keys::Delivery(k) => (records, vec![k]),
+                Keys::Records(per) => {
+                    let mut fresh = std::collections::HashSet::new();
+                    let mut kept = Vec::with_capacity(records.len());
+                    let mut new_keys = Vec::new();
+                    for (r, k) in records.into_iter().zip(per) {
+                        match k {
+                            Some(k) if memory.seen(&k) || !fresh.insert(k.clone()) => {}
+                            Some(k) => {
+                                new_keys.push(k);
+                                kept.push(r);
+                            }
+                            None => kept.push(r),
+                        }
+                    }
+                    (kept, new_keys)
+                }
+                Keys::None => unreachable!("matched above"),
+            }
+        }
+        _ => (records, Vec::new()),
+    };
+    let appended = Appended {
+        stored: records.len(),
+        duplicates: total - records.len(),
+    };
+    if records.is_empty() {
+        return Ok(appended);
+    }
     let mut buf = Vec::with_capacity(records.len() * 64);
-    for r in records {
+    for r in &records {
         serde_json::to_writer(&mut buf, r).expect("JSON values serialize");
         buf.push(b'\n');
     }
     let dir = partition_dir(data_dir, source, date);
     let new_dir = !dir.is_dir();
     let path = dir.join(WEBHOOK_CHUNK);
-    let result = create_dir_durably(&dir).and_then(|()| append_chunk(&path, &buf));
+    let key_line = |end: u64| KeyLine {
+        keys: new_keys.clone(),
+        at: now,
+        chunk: format!("date={date}/{WEBHOOK_CHUNK}"),
+        end,
+    };
+    let memory = state.keys.as_mut().filter(|_| !new_keys.is_empty());
+    let result = create_dir_durably(&dir).and_then(|()| match memory {
+        None => append_chunk(&path, &buf, |_| Ok(Undo::None)),
+        Some(memory) => append_chunk(&path, &buf, |end| {
+            let line = key_line(end);
+            append_key_line(&memory.path, &line)
+        }),
+    });
     if let Err(e) = result {
         if new_dir {
             // Nothing of this day was there before: leave no empty day behind either.
@@ -88,15 +299,35 @@ pub fn append(data_dir: &Path, source: &Source, date: &str, records: &[Value]) -
         }
         return Err(e);
     }
+    if let Some(memory) = state.keys.as_mut() {
+        if !new_keys.is_empty() {
+            for k in new_keys {
+                memory.remember(k, now);
+            }
+            memory.lines += 1;
+            if memory.lines > 2 * memory.at.len() + 1000 {
+                memory.compact(&root)?;
+            }
+        }
+    }
     match fs::remove_file(dir.join(SEALED)) {
         Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
         _ => {}
     }
-    Ok(())
+    Ok(appended)
 }
 
-/// Appends `buf` to a chunk after checking its tail; on failure cuts it back to where it was.
-fn append_chunk(path: &Path, buf: &[u8]) -> io::Result<()> {
+/// What to cut back if the records' append fails after the keys were written.
+enum Undo {
+    None,
+    /// The keys file, to this length.
+    Keys(File, u64),
+}
+
+/// Appends one line to the keys file (durably) and returns how to undo it.
+fn append_key_line(path: &Path, line: &KeyLine) -> io::Result<Undo> {
+    let mut text = serde_json::to_vec(line).expect("key lines serialize");
+    text.push(b'\n');
     let existed = path.exists();
     let mut file = OpenOptions::new()
         .create(true)
@@ -104,11 +335,43 @@ fn append_chunk(path: &Path, buf: &[u8]) -> io::Result<()> {
         .append(true)
         .open(path)?;
     let before = cut_torn_tail(&file)?;
+    if let Err(e) = file.write_all(&text).and_then(|()| file.sync_data()) {
+        file.set_len(before)?;
+        file.sync_all()?;
+        return Err(e);
+    }
+    if !existed {
+        if let Some(dir) = path.parent() {
+            File::open(dir)?.sync_all()?;
+        }
+    }
+    Ok(Undo::Keys(file, before))
+}
+
+/// Appends `buf` to a chunk after checking its tail, once `before_records` (given the end the
+/// records will have) has succeeded; on failure cuts both back to where they were.
+fn append_chunk(
+    path: &Path,
+    buf: &[u8],
+    before_records: impl FnOnce(u64) -> io::Result<Undo>,
+) -> io::Result<()> {
+    let existed = path.exists();
+    let mut file = OpenOptions::new()
+        .create(true)
+        .read(true)
+        .append(true)
+        .open(path)?;
+    let before = cut_torn_tail(&file)?;
+    let undo = before_records(before + buf.len() as u64)?;
     let written = file.write_all(buf).and_then(|()| file.sync_data());
     if let Err(e) = written {
         // Undo: a sender told 503 retries, and what it sent must then be on disk once.
         file.set_len(before)?;
         file.sync_all()?;
+        if let Undo::Keys(keys, len) = undo {
+            keys.set_len(len)?;
+            keys.sync_all()?;
+        }
         return Err(e);
     }
     if !existed {
@@ -580,6 +843,47 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!(row.status, Status::Expired);
+    }
+
+    /// A crash after the keys were written but before the records were: the keys file's last
+    /// line says the records end past the chunk's end, so its keys are not remembered and the
+    /// sender's retry is stored. Keys whose records are there stay remembered.
+    #[test]
+    fn keys_whose_records_never_landed_are_forgotten_at_load() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = Source::new("keys", SourceKind::Webhook, 3);
+        s.idempotency = Some(databuild_core::Idempotency {
+            key: databuild_core::IdempotencyKey::Header("Idempotency-Key".into()),
+            window: std::time::Duration::from_secs(3600),
+        });
+        let rec = |n: i64| vec![serde_json::json!({ "n": n })];
+        let once = |n: i64, key: &str| {
+            append_once(dir.path(), &s, "2026-01-01", rec(n), Keys::Delivery(key.into()), 100)
+                .unwrap()
+        };
+        assert_eq!(once(1, "a").stored, 1);
+        // What the crashed append left: its key line, and half of its records.
+        let root = dir.path().join("source/keys");
+        let chunk_len = fs::metadata(root.join("date=2026-01-01/webhook.jsonl"))
+            .unwrap()
+            .len();
+        let line = KeyLine {
+            keys: vec!["b".into()],
+            at: 100,
+            chunk: "date=2026-01-01/webhook.jsonl".into(),
+            end: chunk_len + 8,
+        };
+        let mut keys = OpenOptions::new()
+            .append(true)
+            .open(root.join(KEYS_FILE))
+            .unwrap();
+        keys.write_all(&serde_json::to_vec(&line).unwrap()).unwrap();
+        keys.write_all(b"\n").unwrap();
+        // A new process: forget this one's memory.
+        source_lock(&root).lock().unwrap().keys = None;
+        assert_eq!(once(2, "b").stored, 1, "the crashed delivery is stored on retry");
+        assert_eq!(once(1, "a").duplicates, 1, "a landed and is remembered");
+        assert_eq!(once(2, "b").duplicates, 1);
     }
 
     #[test]

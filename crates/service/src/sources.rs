@@ -19,7 +19,8 @@ use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use databuild_core::{Source, SourceKind};
+use databuild_core::{IdempotencyKey, Source, SourceKind};
+use databuild_exec::sources::Keys;
 use databuild_exec::answers::{route, Ingested, Sealed, SourceList};
 use databuild_exec::build::{BuildOptions, Quiet};
 use databuild_exec::tables::{Promotion, SourceDetail};
@@ -181,12 +182,15 @@ async fn ingest(
             }
         }
     }
+    let keys = delivery_keys(&source, headers, &records);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64);
     let engine = state.engine.clone();
     let date = state.engine.today();
-    let count = records.len();
     let day = date.clone();
-    tokio::task::spawn_blocking(move || {
-        databuild_exec::sources::append(&engine.data_dir, &source, &day, &records)
+    let appended = tokio::task::spawn_blocking(move || {
+        databuild_exec::sources::append_once(&engine.data_dir, &source, &day, records, keys, now)
     })
     .await
     .map_err(|e| plain(AppError::from(e)))?
@@ -201,8 +205,33 @@ async fn ingest(
     Ok(Ingested {
         source: name.to_string(),
         date,
-        records: count,
+        records: appended.stored,
+        duplicates: appended.duplicates,
     })
+}
+
+/// The idempotency keys a delivery carries: its header's value, or each record's field (a
+/// string, or a number as written); none when the source keeps none or the delivery has none.
+fn delivery_keys(source: &Source, headers: &HeaderMap, records: &[serde_json::Value]) -> Keys {
+    match source.idempotency.as_ref().map(|i| &i.key) {
+        None => Keys::None,
+        Some(IdempotencyKey::Header(h)) => headers
+            .get(h.as_str())
+            .and_then(|v| v.to_str().ok())
+            .map(str::trim)
+            .filter(|k| !k.is_empty())
+            .map_or(Keys::None, |k| Keys::Delivery(k.to_string())),
+        Some(IdempotencyKey::Field(f)) => Keys::Records(
+            records
+                .iter()
+                .map(|r| match r.get(f) {
+                    Some(serde_json::Value::String(k)) => Some(k.clone()),
+                    Some(n @ serde_json::Value::Number(_)) => Some(n.to_string()),
+                    _ => None,
+                })
+                .collect(),
+        ),
+    }
 }
 
 /// The field of each record that holds the request headers named by `include_headers`.

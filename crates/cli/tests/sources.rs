@@ -1621,3 +1621,105 @@ idempotency = { field = "id" }
         [json!({"n": 1}), json!({"n": 2}), json!({"n": 3}), json!({"n": 1})]
     );
 }
+
+/// Issue #28, point 8: what contract section 7 documents holds — a raw day is a folder of
+/// `*.jsonl` chunks and a `_SEALED` marker holding its version; a dropped file belongs to the day
+/// it is ingested (not its modification time); `source show --json` has the documented shape;
+/// a refused promotion exits 2 and changes nothing.
+#[test]
+fn the_documented_raw_layout_show_shape_and_promotion_refusal_hold() {
+    let p = Project::new(
+        r#"
+[graph]
+name = "layout"
+
+[[source]]
+name = "drops"
+kind = "directory"
+retention = "5d"
+body_format = "json_array"
+
+[[table]]
+name = "drops"
+source = "drops"
+version = 1
+columns = { n = "int" }
+
+[[table]]
+name = "drops"
+source = "drops"
+version = 2
+columns = { n = "float" }
+"#,
+    );
+    let file = p.file("incoming/drops/a b.json", r#"[{"n": 1}, {"n": 2}]"#);
+    // Modified long ago; it still belongs to the day it is ingested.
+    let old = std::fs::File::options().write(true).open(&file).unwrap();
+    old.set_modified(std::time::UNIX_EPOCH + std::time::Duration::from_secs(86_400 * 365))
+        .unwrap();
+    drop(old);
+    cli(&p, "2026-03-01", &["source", "seal"]).expect_code(0);
+    cli(&p, "2026-03-02", &["source", "seal"]).expect_code(0);
+    let day = p.path().join("data/source/drops/date=2026-03-01");
+    let mut names: Vec<String> = std::fs::read_dir(&day)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    let digest = {
+        use sha2::Digest;
+        let d = sha2::Sha256::digest(br#"[{"n": 1}, {"n": 2}]"#);
+        format!("{:02x}{:02x}{:02x}{:02x}", d[0], d[1], d[2], d[3])
+    };
+    assert_eq!(names, ["_SEALED".to_string(), format!("file-a_b_json-{digest}.jsonl")]);
+    let sealed = std::fs::read_to_string(day.join("_SEALED")).unwrap();
+    let (lines, hash) = sealed
+        .strip_prefix("sealed:")
+        .and_then(|v| v.split_once(':'))
+        .unwrap_or_else(|| panic!("{sealed}"));
+    assert_eq!(lines, "2");
+    assert!(hash.len() == 16 && hash.chars().all(|c| c.is_ascii_hexdigit()), "{sealed}");
+    assert_eq!(
+        text(&p, &format!("source/drops/date=2026-03-01/file-a_b_json-{digest}.jsonl")),
+        "{\"n\":1}\n{\"n\":2}\n"
+    );
+
+    cli(&p, "2026-03-02", &["build", "drops/v1/date=2026-03-01"]).expect_code(0);
+    let shown = cli(&p, "2026-03-02", &["--json", "source", "show", "drops"]).json();
+    let keys = |v: &Value| -> Vec<String> { v.as_object().unwrap().keys().cloned().collect() };
+    assert_eq!(
+        keys(&shown),
+        ["name", "kind", "retention_days", "body_format", "signed", "days", "tables", "today", "coverage"]
+    );
+    assert_eq!(
+        shown["days"],
+        json!({"open": 0, "sealed": 1, "expired": 0, "first": "2026-03-01", "last": "2026-03-01"})
+    );
+    assert_eq!(
+        shown["tables"][0]["versions"][0],
+        json!({"version": 1, "columns": ["n: int"], "live_dates": 1, "carried": 0})
+    );
+    assert_eq!(
+        shown["coverage"],
+        json!([{"date": "2026-03-01",
+            "raw": {"date": "2026-03-01", "state": "sealed", "records": 2},
+            "versions": {"drops.v1": "live (loaded)"}}])
+    );
+    let listed = cli(&p, "2026-03-02", &["--json", "sources"]).json();
+    assert_eq!(keys(&listed), ["sources"]);
+    assert_eq!(keys(&listed["sources"][0]), keys(&shown)[..7]);
+
+    // v2 lacks 2026-03-01: refused, exit 2, nothing promoted.
+    let refused = cli(&p, "2026-03-02", &["promote", "drops", "--version", "2"]);
+    refused.expect_code(2);
+    assert!(
+        refused
+            .stderr
+            .contains("cannot promote `drops` to v2: it lacks 1 date(s) that v1 covers (2026-03-01)"),
+        "{}",
+        refused.stderr
+    );
+    let shown = cli(&p, "2026-03-02", &["--json", "source", "show", "drops"]).json();
+    assert_eq!(shown["tables"][0]["promoted"], 1);
+    cli(&p, "2026-03-02", &["promote", "drops", "--version", "7"]).expect_code(2);
+}

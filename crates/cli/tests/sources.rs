@@ -977,7 +977,10 @@ columns = { n = "int" }
     };
     p.file("incoming/one/a.json", r#"[{"n": 1}]"#);
     for n in 1..=12 {
-        p.file(&format!("incoming/five/d{n}.json"), &format!("[{{\"n\": {n}}}]"));
+        p.file(
+            &format!("incoming/five/d{n}.json"),
+            &format!("[{{\"n\": {n}}}]"),
+        );
         let done = seal(&date(n));
         if n == 2 {
             // The seal that seals 2025-03-01 does not expire it.
@@ -1041,7 +1044,12 @@ columns = { n = "int" }
 "#,
     );
     let service = Service::start(&p, &[("DATABUILD_NOW", "2026-04-01")]);
-    let (status, v, _) = webhook(&service, "hook", "{\"n\": 1}\n\n{\"n\": 2}\r\n{\"n\": 3}", None);
+    let (status, v, _) = webhook(
+        &service,
+        "hook",
+        "{\"n\": 1}\n\n{\"n\": 2}\r\n{\"n\": 3}",
+        None,
+    );
     assert_eq!(status, 200, "{v}");
     assert_eq!(v["records"], 3, "{v}");
     let (status, v, _) = webhook(&service, "hook", "{\"n\": 4}\n{\"n\": \n", None);
@@ -1054,7 +1062,10 @@ columns = { n = "int" }
         "{v}"
     );
     let raw = text(&p, "source/hook/date=2026-04-01/webhook.jsonl");
-    assert_eq!(raw, "{\"n\":1}\n{\"n\":2}\n{\"n\":3}\n", "nothing of the refused body");
+    assert_eq!(
+        raw, "{\"n\":1}\n{\"n\":2}\n{\"n\":3}\n",
+        "nothing of the refused body"
+    );
     drop(service);
 
     p.file("incoming/drops/day.jsonl", "{\"n\": 1}\n{\"n\": 2}\n");
@@ -1062,7 +1073,14 @@ columns = { n = "int" }
     let sealed = cli(
         &p,
         "2026-04-01",
-        &["--json", "source", "seal", "drops", "--through", "2026-04-01"],
+        &[
+            "--json",
+            "source",
+            "seal",
+            "drops",
+            "--through",
+            "2026-04-01",
+        ],
     );
     sealed.expect_code(0);
     let v = sealed.json();
@@ -1163,7 +1181,10 @@ fn a_full_disk_keeps_nothing_of_a_refused_request_and_its_retry_stores_it_once()
             200 => acked.push(id),
             503 => {
                 assert!(
-                    v["error"].as_str().unwrap().contains("nothing was kept, retry"),
+                    v["error"]
+                        .as_str()
+                        .unwrap()
+                        .contains("nothing was kept, retry"),
                     "{v}"
                 );
                 break id;
@@ -1174,7 +1195,10 @@ fn a_full_disk_keeps_nothing_of_a_refused_request_and_its_retry_stores_it_once()
     };
     let chunk = p.path().join("data/source/s/date=2026-02-01/webhook.jsonl");
     let ids = |text: &str| -> Vec<u64> {
-        assert!(text.is_empty() || text.ends_with('\n'), "a torn tail was left");
+        assert!(
+            text.is_empty() || text.ends_with('\n'),
+            "a torn tail was left"
+        );
         text.lines()
             .map(|l| {
                 serde_json::from_str::<Value>(l)
@@ -1203,10 +1227,18 @@ fn a_full_disk_keeps_nothing_of_a_refused_request_and_its_retry_stores_it_once()
     disk.grow("4m");
     let (status, v) = send(refused);
     assert_eq!(status, 200, "{v}");
-    assert_eq!((v["records"].as_u64(), v["duplicates"].as_u64()), (Some(3), Some(0)), "{v}");
+    assert_eq!(
+        (v["records"].as_u64(), v["duplicates"].as_u64()),
+        (Some(3), Some(0)),
+        "{v}"
+    );
     let (status, v) = send(refused);
     assert_eq!(status, 200, "{v}");
-    assert_eq!((v["records"].as_u64(), v["duplicates"].as_u64()), (Some(0), Some(3)), "{v}");
+    assert_eq!(
+        (v["records"].as_u64(), v["duplicates"].as_u64()),
+        (Some(0), Some(3)),
+        "{v}"
+    );
     acked.push(refused);
     assert_eq!(ids(&std::fs::read_to_string(&chunk).unwrap()), want(&acked));
     drop(service);
@@ -1260,7 +1292,12 @@ fn a_torn_tail_is_cut_before_every_append_and_a_glued_line_is_quarantined() {
             .starts_with("line webhook.jsonl:4 is not JSON: "),
         "{errors:?}"
     );
-    let explained = cli(&p, "2026-02-02", &["--json", "explain", "t/v1/date=2026-02-01"]).json();
+    let explained = cli(
+        &p,
+        "2026-02-02",
+        &["--json", "explain", "t/v1/date=2026-02-01"],
+    )
+    .json();
     assert_eq!(explained["report"]["quarantined"], 1, "{explained}");
     assert_eq!(explained["report"]["rows"], 3, "{explained}");
 }
@@ -1362,9 +1399,19 @@ rate_limit = 2
         ],
     );
     let github = "sha256=757107ea0eb2509fc211221cce984b8a37570b6d7586c22c46f4379c8b043e17";
-    let (status, v) = post(&service, "gh", b"Hello, World!", &[("X-Hub-Signature-256", github)]);
+    let (status, v) = post(
+        &service,
+        "gh",
+        b"Hello, World!",
+        &[("X-Hub-Signature-256", github)],
+    );
     assert_eq!(status, 200, "{v}");
-    let (status, v) = post(&service, "gh", b"Hello, World?", &[("X-Hub-Signature-256", github)]);
+    let (status, v) = post(
+        &service,
+        "gh",
+        b"Hello, World?",
+        &[("X-Hub-Signature-256", github)],
+    );
     assert_eq!(status, 401, "{v}");
     assert!(
         v["error"]
@@ -1376,7 +1423,10 @@ rate_limit = 2
     let (status, v) = post(&service, "gh", b"Hello, World!", &[]);
     assert_eq!(status, 401, "{v}");
     assert!(
-        v["error"].as_str().unwrap().contains("no `X-Hub-Signature-256` header"),
+        v["error"]
+            .as_str()
+            .unwrap()
+            .contains("no `X-Hub-Signature-256` header"),
         "{v}"
     );
 
@@ -1401,7 +1451,12 @@ rate_limit = 2
             hmac_sha256_hex("whsec_test", &[format!("{t}.").as_bytes(), event])
         )
     };
-    let (status, v) = post(&service, "stripe", event, &[("Stripe-Signature", &stripe(now))]);
+    let (status, v) = post(
+        &service,
+        "stripe",
+        event,
+        &[("Stripe-Signature", &stripe(now))],
+    );
     assert_eq!(status, 200, "{v}");
     let (status, v) = post(
         &service,
@@ -1430,7 +1485,10 @@ rate_limit = 2
         ("slack", slack_body),
         ("generic", "The quick brown fox jumps over the lazy dog"),
     ] {
-        let raw = text(&p, &format!("source/{source}/date=2026-05-01/webhook.jsonl"));
+        let raw = text(
+            &p,
+            &format!("source/{source}/date=2026-05-01/webhook.jsonl"),
+        );
         assert_eq!(raw, format!("{}\n", json!({ "text": body })), "{source}");
     }
 
@@ -1519,7 +1577,12 @@ include_headers = ["X-Request-Id", "X-Missing"]
             .contains("the body decompresses to larger than source `h`'s max_body of 65536 bytes"),
         "{v}"
     );
-    let (status, v) = post(&service, "h", b"{\"n\": 4}", &[("Content-Encoding", "gzip")]);
+    let (status, v) = post(
+        &service,
+        "h",
+        b"{\"n\": 4}",
+        &[("Content-Encoding", "gzip")],
+    );
     assert_eq!(status, 400, "{v}");
     assert!(v["error"].as_str().unwrap().contains("is not gzip"), "{v}");
     let (status, v) = post(&service, "h", b"{\"n\": 4}", &[("Content-Encoding", "br")]);
@@ -1578,10 +1641,17 @@ idempotency = { field = "id" }
             &[("Idempotency-Key", key)],
         );
         assert_eq!(status, 200, "{v}");
-        (v["records"].as_u64().unwrap(), v["duplicates"].as_u64().unwrap())
+        (
+            v["records"].as_u64().unwrap(),
+            v["duplicates"].as_u64().unwrap(),
+        )
     };
     assert_eq!(keyed(&service, 1, "k1"), (1, 0));
-    assert_eq!(keyed(&service, 1, "k1"), (0, 1), "a retry is acknowledged, not stored");
+    assert_eq!(
+        keyed(&service, 1, "k1"),
+        (0, 1),
+        "a retry is acknowledged, not stored"
+    );
     // Eight retries of one delivery at once: one stores it.
     let answers: Vec<(u64, u64)> = std::thread::scope(|scope| {
         let handles: Vec<_> = (0..8)
@@ -1589,18 +1659,33 @@ idempotency = { field = "id" }
             .collect();
         handles.into_iter().map(|h| h.join().unwrap()).collect()
     });
-    assert_eq!(answers.iter().filter(|a| **a == (1, 0)).count(), 1, "{answers:?}");
-    assert_eq!(answers.iter().filter(|a| **a == (0, 1)).count(), 7, "{answers:?}");
+    assert_eq!(
+        answers.iter().filter(|a| **a == (1, 0)).count(),
+        1,
+        "{answers:?}"
+    );
+    assert_eq!(
+        answers.iter().filter(|a| **a == (0, 1)).count(),
+        7,
+        "{answers:?}"
+    );
     drop(service);
     // A restarted service still remembers.
     let service = Service::start(&p, &env);
-    assert_eq!(keyed(&service, 1, "k1"), (0, 1), "remembered across a restart");
+    assert_eq!(
+        keyed(&service, 1, "k1"),
+        (0, 1),
+        "remembered across a restart"
+    );
     assert_eq!(keyed(&service, 3, "k3"), (1, 0));
 
     let fielded = |body: &str| -> (u64, u64) {
         let (status, v) = post(&service, "fielded", body.as_bytes(), &[]);
         assert_eq!(status, 200, "{v}");
-        (v["records"].as_u64().unwrap(), v["duplicates"].as_u64().unwrap())
+        (
+            v["records"].as_u64().unwrap(),
+            v["duplicates"].as_u64().unwrap(),
+        )
     };
     assert_eq!(fielded("{\"id\": \"a\"}\n{\"id\": 7}\n"), (2, 0));
     assert_eq!(
@@ -1610,15 +1695,29 @@ idempotency = { field = "id" }
     );
     assert_eq!(
         jsonl(&p, "source/fielded/date=2026-07-01/webhook.jsonl"),
-        [json!({"id": "a"}), json!({"id": 7}), json!({"id": "c"}), json!({"none": 1})]
+        [
+            json!({"id": "a"}),
+            json!({"id": 7}),
+            json!({"id": "c"}),
+            json!({"none": 1})
+        ]
     );
 
     // After the 4 s window, k1 is a new delivery.
     std::thread::sleep(std::time::Duration::from_secs(5).saturating_sub(first.elapsed()));
-    assert_eq!(keyed(&service, 1, "k1"), (1, 0), "forgotten after its window");
+    assert_eq!(
+        keyed(&service, 1, "k1"),
+        (1, 0),
+        "forgotten after its window"
+    );
     assert_eq!(
         jsonl(&p, "source/keyed/date=2026-07-01/webhook.jsonl"),
-        [json!({"n": 1}), json!({"n": 2}), json!({"n": 3}), json!({"n": 1})]
+        [
+            json!({"n": 1}),
+            json!({"n": 2}),
+            json!({"n": 3}),
+            json!({"n": 1})
+        ]
     );
 }
 
@@ -1671,16 +1770,28 @@ columns = { n = "float" }
         let d = sha2::Sha256::digest(br#"[{"n": 1}, {"n": 2}]"#);
         format!("{:02x}{:02x}{:02x}{:02x}", d[0], d[1], d[2], d[3])
     };
-    assert_eq!(names, ["_SEALED".to_string(), format!("file-a_b_json-{digest}.jsonl")]);
+    assert_eq!(
+        names,
+        [
+            "_SEALED".to_string(),
+            format!("file-a_b_json-{digest}.jsonl")
+        ]
+    );
     let sealed = std::fs::read_to_string(day.join("_SEALED")).unwrap();
     let (lines, hash) = sealed
         .strip_prefix("sealed:")
         .and_then(|v| v.split_once(':'))
         .unwrap_or_else(|| panic!("{sealed}"));
     assert_eq!(lines, "2");
-    assert!(hash.len() == 16 && hash.chars().all(|c| c.is_ascii_hexdigit()), "{sealed}");
+    assert!(
+        hash.len() == 16 && hash.chars().all(|c| c.is_ascii_hexdigit()),
+        "{sealed}"
+    );
     assert_eq!(
-        text(&p, &format!("source/drops/date=2026-03-01/file-a_b_json-{digest}.jsonl")),
+        text(
+            &p,
+            &format!("source/drops/date=2026-03-01/file-a_b_json-{digest}.jsonl")
+        ),
         "{\"n\":1}\n{\"n\":2}\n"
     );
 
@@ -1689,7 +1800,17 @@ columns = { n = "float" }
     let keys = |v: &Value| -> Vec<String> { v.as_object().unwrap().keys().cloned().collect() };
     assert_eq!(
         keys(&shown),
-        ["name", "kind", "retention_days", "body_format", "signed", "days", "tables", "today", "coverage"]
+        [
+            "name",
+            "kind",
+            "retention_days",
+            "body_format",
+            "signed",
+            "days",
+            "tables",
+            "today",
+            "coverage"
+        ]
     );
     assert_eq!(
         shown["days"],
@@ -1713,9 +1834,9 @@ columns = { n = "float" }
     let refused = cli(&p, "2026-03-02", &["promote", "drops", "--version", "2"]);
     refused.expect_code(2);
     assert!(
-        refused
-            .stderr
-            .contains("cannot promote `drops` to v2: it lacks 1 date(s) that v1 covers (2026-03-01)"),
+        refused.stderr.contains(
+            "cannot promote `drops` to v2: it lacks 1 date(s) that v1 covers (2026-03-01)"
+        ),
         "{}",
         refused.stderr
     );

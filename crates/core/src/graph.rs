@@ -885,7 +885,9 @@ impl Loader<'_> {
                 .map_err(setting)?
             }
             Some(other) => {
-                return Err(setting(SourceSettingError::UnknownScheme(other.to_string())))
+                return Err(setting(SourceSettingError::UnknownScheme(
+                    other.to_string(),
+                )))
             }
         };
         if s.signature.is_some() && s.secret_env.is_none() {

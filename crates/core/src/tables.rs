@@ -213,7 +213,9 @@ pub struct Idempotency {
 pub enum SourceSettingError {
     #[error("`signature = \"{0}\"` is not a signature scheme; use \"databuild\" (the default), \"github\", \"stripe\", \"slack\", or a table like {{ header = \"X-Signature\", prefix = \"sha256=\", algorithm = \"sha256\", encoding = \"hex\" }}")]
     UnknownScheme(String),
-    #[error("`signature = {{ ... }}` needs `header`, the request header that carries the signature")]
+    #[error(
+        "`signature = {{ ... }}` needs `header`, the request header that carries the signature"
+    )]
     NoSignatureHeader,
     #[error("`signature.algorithm = \"{0}\"` is not supported; use \"sha256\" or \"sha1\"")]
     Algorithm(String),
@@ -230,7 +232,9 @@ pub enum SourceSettingError {
     },
     #[error("`idempotency` needs exactly one of `header` (a request header, like \"Idempotency-Key\") or `field` (a field of each record, like \"id\")")]
     IdempotencyKey,
-    #[error("`{0}` is for webhook sources; a dropped file is ingested once by its name and content")]
+    #[error(
+        "`{0}` is for webhook sources; a dropped file is ingested once by its name and content"
+    )]
     WebhookOnly(&'static str),
     #[error("`include_headers` names `{0}`, which is not an HTTP header name")]
     HeaderName(String),
@@ -723,7 +727,10 @@ mod tests {
             Value::Object(row),
             json!({"id": 1, "amount": 2.0, "note": null, "day": "2026-01-02"})
         );
-        assert!(row_amount_is_f64(&v, json!({"id": 1, "amount": -4, "day": "2026-01-02"})));
+        assert!(row_amount_is_f64(
+            &v,
+            json!({"id": 1, "amount": -4, "day": "2026-01-02"})
+        ));
         let bad = [
             (
                 json!({"amount": 1.0, "day": "2026-01-02"}),

@@ -63,8 +63,7 @@ struct SourceState {
 
 /// One lock per source folder (`<data_dir>/source/<name>`) for this process.
 fn source_lock(root: &Path) -> &'static Mutex<SourceState> {
-    static LOCKS: OnceLock<Mutex<BTreeMap<PathBuf, &'static Mutex<SourceState>>>> =
-        OnceLock::new();
+    static LOCKS: OnceLock<Mutex<BTreeMap<PathBuf, &'static Mutex<SourceState>>>> = OnceLock::new();
     let mut all = LOCKS
         .get_or_init(Default::default)
         .lock()
@@ -223,9 +222,7 @@ pub fn append_once(
     now: i64,
 ) -> io::Result<Appended> {
     let root = data_dir.join("source").join(&source.name);
-    let mut state = source_lock(&root)
-        .lock()
-        .unwrap_or_else(|e| e.into_inner());
+    let mut state = source_lock(&root).lock().unwrap_or_else(|e| e.into_inner());
     let total = records.len();
     let (records, new_keys) = match (&source.idempotency, keys) {
         (Some(idem), keys) if keys != Keys::None => {
@@ -643,9 +640,8 @@ pub fn maintain(
     let logged = |date: &str| by_ref.get(&source.partition_ref(date)).copied();
     // A day the log calls expired is expired, whatever the retention says now: the deletion is
     // all that is left to do (a crash came between the two, or the retention grew since).
-    let expired = |date: &str| {
-        source.is_expired(date, today) || logged(date) == Some(Status::Expired)
-    };
+    let expired =
+        |date: &str| source.is_expired(date, today) || logged(date) == Some(Status::Expired);
     let mut events = Vec::new();
     if let Some(first) = on_disk.first() {
         let mut day = parse_date(first).expect("listed dates parse");
@@ -858,8 +854,15 @@ mod tests {
         });
         let rec = |n: i64| vec![serde_json::json!({ "n": n })];
         let once = |n: i64, key: &str| {
-            append_once(dir.path(), &s, "2026-01-01", rec(n), Keys::Delivery(key.into()), 100)
-                .unwrap()
+            append_once(
+                dir.path(),
+                &s,
+                "2026-01-01",
+                rec(n),
+                Keys::Delivery(key.into()),
+                100,
+            )
+            .unwrap()
         };
         assert_eq!(once(1, "a").stored, 1);
         // What the crashed append left: its key line, and half of its records.
@@ -881,7 +884,11 @@ mod tests {
         keys.write_all(b"\n").unwrap();
         // A new process: forget this one's memory.
         source_lock(&root).lock().unwrap().keys = None;
-        assert_eq!(once(2, "b").stored, 1, "the crashed delivery is stored on retry");
+        assert_eq!(
+            once(2, "b").stored,
+            1,
+            "the crashed delivery is stored on retry"
+        );
         assert_eq!(once(1, "a").duplicates, 1, "a landed and is remembered");
         assert_eq!(once(2, "b").duplicates, 1);
     }

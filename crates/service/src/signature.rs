@@ -126,7 +126,10 @@ pub fn verify(
                 form: "Unix seconds",
             })?;
             fresh(at, now, tolerance)?;
-            let given = header("X-Slack-Signature", "Slack sends `X-Slack-Signature: v0=<hex>`")?;
+            let given = header(
+                "X-Slack-Signature",
+                "Slack sends `X-Slack-Signature: v0=<hex>`",
+            )?;
             let hex = given.strip_prefix("v0=").ok_or(SignatureError::Malformed {
                 header: "X-Slack-Signature",
                 form: "`v0=<hex>`",
@@ -145,12 +148,13 @@ pub fn verify(
                 .and_then(|v| v.to_str().ok())
                 .map(str::trim)
                 .ok_or_else(|| SignatureError::MissingGenericHeader(g.header.clone()))?;
-            let encoded = given
-                .strip_prefix(g.prefix.as_str())
-                .ok_or(SignatureError::Malformed {
-                    header: "signature",
-                    form: "the configured prefix followed by the signature",
-                })?;
+            let encoded =
+                given
+                    .strip_prefix(g.prefix.as_str())
+                    .ok_or(SignatureError::Malformed {
+                        header: "signature",
+                        form: "the configured prefix followed by the signature",
+                    })?;
             let sig = match g.encoding {
                 SignatureEncoding::Hex => {
                     decode_hex(encoded).ok_or(SignatureError::NotEncoded("hex"))?
@@ -205,7 +209,8 @@ fn check(
 
 /// The signature a DataBuild sender computes: `sha256=<hex HMAC-SHA256(secret, body)>`.
 pub fn sign(secret: &str, body: &[u8]) -> String {
-    let mut mac = Hmac::<sha2::Sha256>::new_from_slice(secret.as_bytes()).expect("HMAC takes any key");
+    let mut mac =
+        Hmac::<sha2::Sha256>::new_from_slice(secret.as_bytes()).expect("HMAC takes any key");
     mac.update(body);
     format!("sha256={}", hex(&mac.finalize().into_bytes()))
 }
@@ -282,14 +287,24 @@ mod tests {
         let secret = b"whsec_test_secret";
         let h = headers(&[(
             "stripe-signature",
-            &format!("t=1700000000,v1={},v1={STRIPE_VECTOR},v0=abc", "00".repeat(32)),
+            &format!(
+                "t=1700000000,v1={},v1={STRIPE_VECTOR},v0=abc",
+                "00".repeat(32)
+            ),
         )]);
         let at = |now| verify(&SignatureScheme::Stripe, MINUTES_5, secret, &h, body, now);
         assert_eq!(at(1700000100), Ok(()));
         assert!(matches!(at(1700000400), Err(SignatureError::Stale { .. })));
         let other = headers(&[("stripe-signature", "t=1700000000,v1=00")]);
         assert_eq!(
-            verify(&SignatureScheme::Stripe, MINUTES_5, secret, &other, body, 1700000000),
+            verify(
+                &SignatureScheme::Stripe,
+                MINUTES_5,
+                secret,
+                &other,
+                body,
+                1700000000
+            ),
             Err(SignatureError::Mismatch)
         );
         let bare = headers(&[("stripe-signature", "v1=00")]);
@@ -304,12 +319,23 @@ mod tests {
     /// A generic scheme: HMAC-SHA1 in base64 after a prefix (vector from Python's `hmac`).
     #[test]
     fn generic_sha1_base64() {
-        let scheme =
-            SignatureScheme::generic(Some("X-Signature"), Some("sha1="), Some("sha1"), Some("base64"))
-                .unwrap();
+        let scheme = SignatureScheme::generic(
+            Some("X-Signature"),
+            Some("sha1="),
+            Some("sha1"),
+            Some("base64"),
+        )
+        .unwrap();
         let h = headers(&[("x-signature", &format!("sha1={SHA1_VECTOR}"))]);
         assert_eq!(
-            verify(&scheme, MINUTES_5, b"key", &h, b"The quick brown fox jumps over the lazy dog", 0),
+            verify(
+                &scheme,
+                MINUTES_5,
+                b"key",
+                &h,
+                b"The quick brown fox jumps over the lazy dog",
+                0
+            ),
             Ok(())
         );
         let h = headers(&[("x-signature", SHA1_VECTOR)]);

@@ -12,7 +12,10 @@ use serde::Deserialize;
 
 use crate::pattern::{FieldMismatch, FieldType, Pattern};
 use crate::shape::Shape;
-use crate::tables::{self, BodyFormat, Column, Source, SourceKind, Table, TableVersion};
+use crate::tables::{
+    self, BodyFormat, Column, Idempotency, IdempotencyKey, SignatureScheme, Source, SourceKind,
+    SourceSettingError, Table, TableVersion,
+};
 use crate::template::Template;
 
 /// A problem with a graph file, naming the file and the part of it at fault.
@@ -64,6 +67,28 @@ struct SourceSection {
     max_body: Option<toml::Value>,
     rate_limit: Option<u32>,
     path: Option<String>,
+    /// A scheme's name, or a table of a generic scheme's settings.
+    signature: Option<toml::Value>,
+    signature_tolerance: Option<String>,
+    idempotency: Option<IdempotencySection>,
+    include_headers: Option<Vec<String>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SignatureSection {
+    header: Option<String>,
+    prefix: Option<String>,
+    algorithm: Option<String>,
+    encoding: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct IdempotencySection {
+    header: Option<String>,
+    field: Option<String>,
+    window: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -819,7 +844,7 @@ impl Loader<'_> {
             None => BodyFormat::Json,
             Some(f) => BodyFormat::parse(f).ok_or_else(|| {
                 err(format!(
-                    "`body_format = \"{f}\"` is unknown; use \"json\", \"json_array\" or \"text\""
+                    "`body_format = \"{f}\"` is unknown; use \"json\", \"json_array\", \"jsonl\" or \"text\""
                 ))
             })?,
         };
@@ -840,16 +865,72 @@ impl Loader<'_> {
                 "`rate_limit` must be at least 1 (requests per second)".into()
             ));
         }
-        Ok(Source {
-            name: s.name.clone(),
+        let setting = |e: SourceSettingError| err(e.to_string());
+        let signature = match &s.signature {
+            None => SignatureScheme::DataBuild,
+            Some(toml::Value::String(name)) => SignatureScheme::named(name).map_err(setting)?,
+            Some(table @ toml::Value::Table(_)) => {
+                let t: SignatureSection = table.clone().try_into().map_err(|e| {
+                    err(format!(
+                        "`signature = {{ ... }}`: {}; its keys are header, prefix, algorithm and encoding",
+                        e.message()
+                    ))
+                })?;
+                SignatureScheme::generic(
+                    t.header.as_deref(),
+                    t.prefix.as_deref(),
+                    t.algorithm.as_deref(),
+                    t.encoding.as_deref(),
+                )
+                .map_err(setting)?
+            }
+            Some(other) => {
+                return Err(setting(SourceSettingError::UnknownScheme(
+                    other.to_string(),
+                )))
+            }
+        };
+        if s.signature.is_some() && s.secret_env.is_none() {
+            return Err(setting(SourceSettingError::SignatureWithoutSecret));
+        }
+        let mut source = Source::new(
+            &s.name,
             kind,
-            retention_days: tables::parse_retention(&s.retention)
-                .map_err(|e| err(e.to_string()))?,
-            body_format,
-            secret_env: s.secret_env.clone(),
-            max_body,
-            rate_limit: s.rate_limit.unwrap_or(100),
-        })
+            tables::parse_retention(&s.retention).map_err(|e| err(e.to_string()))?,
+        );
+        if let Some(t) = &s.signature_tolerance {
+            source.signature_tolerance =
+                tables::parse_duration_setting("signature_tolerance", t, "5m").map_err(setting)?;
+        }
+        if let Some(i) = &s.idempotency {
+            if s.kind != "webhook" {
+                return Err(setting(SourceSettingError::WebhookOnly("idempotency")));
+            }
+            let key = match (&i.header, &i.field) {
+                (Some(h), None) if !h.trim().is_empty() => IdempotencyKey::Header(h.clone()),
+                (None, Some(f)) if !f.trim().is_empty() => IdempotencyKey::Field(f.clone()),
+                _ => return Err(setting(SourceSettingError::IdempotencyKey)),
+            };
+            let window = match &i.window {
+                Some(w) => tables::parse_duration_setting("idempotency.window", w, "24h")
+                    .map_err(setting)?,
+                None => Duration::from_secs(86_400),
+            };
+            source.idempotency = Some(Idempotency { key, window });
+        }
+        for h in s.include_headers.iter().flatten() {
+            let token = |c: char| c.is_ascii_alphanumeric() || "!#$%&'*+-.^_`|~".contains(c);
+            if h.is_empty() || !h.chars().all(token) {
+                return Err(setting(SourceSettingError::HeaderName(h.clone())));
+            }
+        }
+        source.include_headers = s.include_headers.clone().unwrap_or_default();
+        source.body_format = body_format;
+        source.secret_env = s.secret_env.clone();
+        source.max_body = max_body;
+        source.rate_limit = s.rate_limit.unwrap_or(100);
+        source.signature = signature;
+        Ok(source)
     }
 
     /// Groups `[[table]]` sections by name into versioned tables, each version a built-in job.
@@ -1250,6 +1331,18 @@ command = ["x"]
             (table("columns = {}"), "`columns` is empty"),
             (format!("{}\n[[table]]\nname = \"t\"\nsource = \"s\"\nversion = 1\ncolumns = {{ a = \"int\" }}\n", table("columns = { a = \"int\" }")), "this version is declared twice"),
             (format!("{base}[[job]]\nname = \"j\"\noutputs = [\"source/x/{{d}}\"]\ncommand = [\"x\"]\n"), "belongs to [[source]] sections"),
+            (format!("{base}secret_env = \"K\"\nsignature = \"gitlab\"\n"), "source `s`: `signature = \"gitlab\"` is not a signature scheme; use \"databuild\" (the default), \"github\", \"stripe\", \"slack\", or a table"),
+            (format!("{base}signature = \"github\"\n"), "`signature` is set but `secret_env` is not"),
+            (format!("{base}secret_env = \"K\"\nsignature = {{ prefix = \"x=\" }}\n"), "`signature = { ... }` needs `header`"),
+            (format!("{base}secret_env = \"K\"\nsignature = {{ header = \"X-S\", algorithm = \"md5\" }}\n"), "`signature.algorithm = \"md5\"` is not supported; use \"sha256\" or \"sha1\""),
+            (format!("{base}secret_env = \"K\"\nsignature = {{ header = \"X-S\", encoding = \"b32\" }}\n"), "`signature.encoding = \"b32\"` is not supported"),
+            (format!("{base}secret_env = \"K\"\nsignature = {{ header = \"X-S\", hash = \"sha1\" }}\n"), "its keys are header, prefix, algorithm and encoding"),
+            (format!("{base}secret_env = \"K\"\nsignature = \"stripe\"\nsignature_tolerance = \"soon\"\n"), "`signature_tolerance = \"soon\"` is not a duration"),
+            (format!("{base}idempotency = {{ window = \"1h\" }}\n"), "`idempotency` needs exactly one of `header`"),
+            (format!("{base}idempotency = {{ header = \"K\", field = \"id\" }}\n"), "`idempotency` needs exactly one of `header`"),
+            (format!("{base}idempotency = {{ field = \"id\", window = \"a while\" }}\n"), "`idempotency.window = \"a while\"` is not a duration"),
+            ("[graph]\nname = \"g\"\n[[source]]\nname = \"s\"\nkind = \"directory\"\nretention = \"7d\"\nidempotency = { field = \"id\" }\n".to_string(), "`idempotency` is for webhook sources"),
+            (format!("{base}include_headers = [\"X Request\"]\n"), "`include_headers` names `X Request`, which is not an HTTP header name"),
         ];
         for (text, needle) in cases {
             let err = load_err(&text);

@@ -48,6 +48,8 @@ pub use plan::{
 pub use refs::{PartitionRef, RefError};
 pub use resolve::ResolveError;
 pub use tables::{
-    BodyFormat, Column, Migration, RecordError, Source, SourceKind, Table, TableError, TableVersion,
+    BodyFormat, Column, GenericSignature, HashAlgorithm, Idempotency, IdempotencyKey, Migration,
+    RecordError, SignatureEncoding, SignatureScheme, Source, SourceKind, SourceSettingError, Table,
+    TableError, TableVersion,
 };
 pub use template::{Template, TemplateError};

@@ -32,6 +32,8 @@ pub enum BodyFormat {
     JsonArray,
     /// Lines of text; each non-empty line is the record `{"text": line}`.
     Text,
+    /// JSON lines (NDJSON): each non-empty line is one JSON object.
+    Jsonl,
 }
 
 impl BodyFormat {
@@ -40,7 +42,18 @@ impl BodyFormat {
             "json" => Some(BodyFormat::Json),
             "json_array" => Some(BodyFormat::JsonArray),
             "text" => Some(BodyFormat::Text),
+            "jsonl" => Some(BodyFormat::Jsonl),
             _ => None,
+        }
+    }
+
+    /// The name `body_format` takes in the graph file.
+    pub fn name(self) -> &'static str {
+        match self {
+            BodyFormat::Json => "json",
+            BodyFormat::JsonArray => "json_array",
+            BodyFormat::Text => "text",
+            BodyFormat::Jsonl => "jsonl",
         }
     }
 
@@ -68,15 +81,184 @@ impl BodyFormat {
                 .filter(|l| !l.trim().is_empty())
                 .map(|l| Value::Object(Map::from_iter([("text".into(), l.into())])))
                 .collect()),
+            // All or nothing: a body with one bad line is refused whole, naming the line, so a
+            // sender that fixes and resends it stores each record once.
+            BodyFormat::Jsonl => text
+                .lines()
+                .enumerate()
+                .filter(|(_, l)| !l.trim().is_empty())
+                .map(|(i, l)| match serde_json::from_str::<Value>(l) {
+                    Ok(v @ Value::Object(_)) => Ok(v),
+                    Ok(_) => Err(RecordError::LineNotAnObject { line: i + 1 }),
+                    Err(e) => Err(RecordError::LineNotJson {
+                        line: i + 1,
+                        cause: e.to_string(),
+                    }),
+                })
+                .collect(),
         }
     }
+}
+
+/// How a webhook sender signs its bodies: an HMAC of the body (and, for some schemes, a
+/// timestamp) under the secret named by `secret_env`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SignatureScheme {
+    /// `X-DataBuild-Signature: sha256=<hex HMAC-SHA256 of the body>` (the default).
+    DataBuild,
+    /// GitHub: `X-Hub-Signature-256: sha256=<hex HMAC-SHA256 of the body>`.
+    GitHub,
+    /// Stripe: `Stripe-Signature: t=<unix time>,v1=<hex HMAC-SHA256 of "t.body">`.
+    Stripe,
+    /// Slack: `X-Slack-Signature: v0=<hex HMAC-SHA256 of "v0:timestamp:body">`, the timestamp
+    /// in `X-Slack-Request-Timestamp`.
+    Slack,
+    /// Any other sender that signs the body alone.
+    Generic(GenericSignature),
+}
+
+/// `signature = { header = "X-Signature", prefix = "sha1=", algorithm = "sha1", encoding = "base64" }`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GenericSignature {
+    pub header: String,
+    /// What comes before the signature in the header's value (may be empty).
+    pub prefix: String,
+    pub algorithm: HashAlgorithm,
+    pub encoding: SignatureEncoding,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HashAlgorithm {
+    Sha256,
+    Sha1,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SignatureEncoding {
+    Hex,
+    Base64,
+}
+
+impl SignatureScheme {
+    /// The scheme named by `signature = "..."`.
+    pub fn named(name: &str) -> Result<SignatureScheme, SourceSettingError> {
+        Ok(match name {
+            "databuild" => SignatureScheme::DataBuild,
+            "github" => SignatureScheme::GitHub,
+            "stripe" => SignatureScheme::Stripe,
+            "slack" => SignatureScheme::Slack,
+            other => return Err(SourceSettingError::UnknownScheme(other.to_string())),
+        })
+    }
+
+    /// A generic scheme from the keys of `signature = { ... }`.
+    pub fn generic(
+        header: Option<&str>,
+        prefix: Option<&str>,
+        algorithm: Option<&str>,
+        encoding: Option<&str>,
+    ) -> Result<SignatureScheme, SourceSettingError> {
+        let header = header
+            .filter(|h| !h.trim().is_empty())
+            .ok_or(SourceSettingError::NoSignatureHeader)?;
+        let algorithm = match algorithm.unwrap_or("sha256") {
+            "sha256" => HashAlgorithm::Sha256,
+            "sha1" => HashAlgorithm::Sha1,
+            other => return Err(SourceSettingError::Algorithm(other.to_string())),
+        };
+        let encoding = match encoding.unwrap_or("hex") {
+            "hex" => SignatureEncoding::Hex,
+            "base64" => SignatureEncoding::Base64,
+            other => return Err(SourceSettingError::Encoding(other.to_string())),
+        };
+        Ok(SignatureScheme::Generic(GenericSignature {
+            header: header.to_string(),
+            prefix: prefix.unwrap_or_default().to_string(),
+            algorithm,
+            encoding,
+        }))
+    }
+
+    /// The scheme's name as `sources` shows it.
+    pub fn name(&self) -> &'static str {
+        match self {
+            SignatureScheme::DataBuild => "databuild",
+            SignatureScheme::GitHub => "github",
+            SignatureScheme::Stripe => "stripe",
+            SignatureScheme::Slack => "slack",
+            SignatureScheme::Generic(_) => "generic",
+        }
+    }
+}
+
+/// Where a delivery's idempotency key is: a request header (one key for the whole delivery) or
+/// a field of each record (one key a record).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum IdempotencyKey {
+    Header(String),
+    Field(String),
+}
+
+/// `idempotency = { header = "Idempotency-Key", window = "24h" }` (or `field = "id"`): a
+/// delivery, or a record, whose key was stored within the window is acknowledged and not stored
+/// again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Idempotency {
+    pub key: IdempotencyKey,
+    pub window: Duration,
+}
+
+/// A source setting that cannot be used (messages name the setting and say what to write).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum SourceSettingError {
+    #[error("`signature = \"{0}\"` is not a signature scheme; use \"databuild\" (the default), \"github\", \"stripe\", \"slack\", or a table like {{ header = \"X-Signature\", prefix = \"sha256=\", algorithm = \"sha256\", encoding = \"hex\" }}")]
+    UnknownScheme(String),
+    #[error(
+        "`signature = {{ ... }}` needs `header`, the request header that carries the signature"
+    )]
+    NoSignatureHeader,
+    #[error("`signature.algorithm = \"{0}\"` is not supported; use \"sha256\" or \"sha1\"")]
+    Algorithm(String),
+    #[error("`signature.encoding = \"{0}\"` is not supported; use \"hex\" or \"base64\"")]
+    Encoding(String),
+    #[error("`signature` is set but `secret_env` is not; name the environment variable holding the signing secret (`secret_env = \"MY_SECRET\"`)")]
+    SignatureWithoutSecret,
+    #[error("`{setting} = \"{text}\"` is not a duration ({cause}); write it like \"{example}\"")]
+    NotADuration {
+        setting: &'static str,
+        text: String,
+        cause: humantime::DurationError,
+        example: &'static str,
+    },
+    #[error("`idempotency` needs exactly one of `header` (a request header, like \"Idempotency-Key\") or `field` (a field of each record, like \"id\")")]
+    IdempotencyKey,
+    #[error(
+        "`{0}` is for webhook sources; a dropped file is ingested once by its name and content"
+    )]
+    WebhookOnly(&'static str),
+    #[error("`include_headers` names `{0}`, which is not an HTTP header name")]
+    HeaderName(String),
+}
+
+/// Parses a duration setting such as `signature_tolerance = "5m"`.
+pub fn parse_duration_setting(
+    setting: &'static str,
+    text: &str,
+    example: &'static str,
+) -> Result<Duration, SourceSettingError> {
+    humantime::parse_duration(text).map_err(|cause| SourceSettingError::NotADuration {
+        setting,
+        text: text.to_string(),
+        cause,
+        example,
+    })
 }
 
 #[derive(Debug, Clone)]
 pub struct Source {
     pub name: String,
     pub kind: SourceKind,
-    /// Raw partitions older than this many days (counted from today) are deleted.
+    /// How many full days a raw partition stays available once sealed (see [`Source::is_expired`]).
     pub retention_days: u32,
     pub body_format: BodyFormat,
     /// The environment variable holding the HMAC-SHA256 key webhook bodies are signed with.
@@ -84,6 +266,32 @@ pub struct Source {
     pub max_body: usize,
     /// Webhook requests accepted per second (a burst of twice as many); more get 429.
     pub rate_limit: u32,
+    /// How signed bodies are signed (when `secret_env` is set).
+    pub signature: SignatureScheme,
+    /// How far a signed timestamp (Stripe, Slack) may be from the service's clock.
+    pub signature_tolerance: Duration,
+    pub idempotency: Option<Idempotency>,
+    /// Request headers stored with each record, under `_headers`.
+    pub include_headers: Vec<String>,
+}
+
+impl Source {
+    /// A source with the default settings of everything but its name, kind and retention.
+    pub fn new(name: &str, kind: SourceKind, retention_days: u32) -> Source {
+        Source {
+            name: name.to_string(),
+            kind,
+            retention_days,
+            body_format: BodyFormat::Json,
+            secret_env: None,
+            max_body: 1024 * 1024,
+            rate_limit: 100,
+            signature: SignatureScheme::DataBuild,
+            signature_tolerance: Duration::from_secs(300),
+            idempotency: None,
+            include_headers: Vec::new(),
+        }
+    }
 }
 
 impl Source {
@@ -96,9 +304,14 @@ impl Source {
     }
 
     /// Is the raw partition of `date` past retention on `today`?
+    ///
+    /// A day D ends at midnight and is sealed on D+1; `retention = "Nd"` then keeps it for N full
+    /// days, D+1 through D+N, and it expires on D+N+1. So a day is never expired by the seal that
+    /// seals it: with `1d`, 2025-03-01 is sealed and available all of 2025-03-02 and expires on
+    /// 2025-03-03.
     pub fn is_expired(&self, date: &str, today: &str) -> bool {
         match (parse_date(date), parse_date(today)) {
-            (Some(d), Some(t)) => (t - d).num_days() >= i64::from(self.retention_days),
+            (Some(d), Some(t)) => (t - d).num_days() > i64::from(self.retention_days),
             _ => false,
         }
     }
@@ -226,6 +439,10 @@ pub enum RecordError {
     NotAnArray,
     #[error("the body is not a JSON array: {0}")]
     NotJsonArray(String),
+    #[error("line {line} is JSON but not an object")]
+    LineNotAnObject { line: usize },
+    #[error("line {line} is not a JSON object: {cause}")]
+    LineNotJson { line: usize, cause: String },
     #[error("the record is not a JSON object")]
     RecordNotAnObject,
     #[error("column `{0}` is missing or null")]
@@ -313,8 +530,9 @@ impl Table {
     }
 }
 
-/// Checks a record against a schema version: the row keeps the version's columns, in their
-/// types; a missing or null field takes the column's declared default, if it has one.
+/// Checks a record against a schema version: the row keeps the version's columns, each value
+/// written in its column's type (an integer of a `float` column as a float); a missing or null
+/// field takes the column's declared default, if it has one.
 pub fn conform(record: &Value, version: &TableVersion) -> Result<Map<String, Value>, RecordError> {
     conform_columns(record, &version.columns, &version.defaults)
 }
@@ -343,6 +561,10 @@ fn conform_columns(
                 ty: c.ty.name(),
                 value: v,
             });
+        } else if c.ty == ColumnType::Float && !v.is_f64() {
+            // One column, one JSON type on every row: an integer in a float column is written
+            // as a float (`-4` as `-4.0`), as a row carried forward through `int → float` is.
+            v = v.as_f64().map_or(v, Value::from);
         }
         row.insert(c.name.clone(), v);
     }
@@ -503,8 +725,12 @@ mod tests {
         .unwrap();
         assert_eq!(
             Value::Object(row),
-            json!({"id": 1, "amount": 2, "note": null, "day": "2026-01-02"})
+            json!({"id": 1, "amount": 2.0, "note": null, "day": "2026-01-02"})
         );
+        assert!(row_amount_is_f64(
+            &v,
+            json!({"id": 1, "amount": -4, "day": "2026-01-02"})
+        ));
         let bad = [
             (
                 json!({"amount": 1.0, "day": "2026-01-02"}),
@@ -524,6 +750,12 @@ mod tests {
             let err = conform(&record, &v).unwrap_err();
             assert!(err.to_string().contains(why), "{err}");
         }
+    }
+
+    /// Is the `amount` of a conformed row a JSON float (`-4.0`, not `-4`)?
+    fn row_amount_is_f64(v: &TableVersion, record: Value) -> bool {
+        let row = conform(&record, v).unwrap();
+        row["amount"].is_f64() && serde_json::to_string(&row["amount"]).unwrap().contains('.')
     }
 
     #[test]
@@ -599,23 +831,37 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("element 0"));
+        assert_eq!(
+            BodyFormat::Jsonl
+                .records(b"{\"a\":1}\n\n  \n{\"a\":2}\r\n")
+                .unwrap(),
+            vec![json!({"a": 1}), json!({"a": 2})]
+        );
+        assert_eq!(
+            BodyFormat::Jsonl.records(b"{\"a\":1}\n[2]\n").unwrap_err(),
+            RecordError::LineNotAnObject { line: 2 }
+        );
+        assert!(BodyFormat::Jsonl
+            .records(b"{\"a\":1}\n{\"a\":\n")
+            .unwrap_err()
+            .to_string()
+            .starts_with("line 2 is not a JSON object: "));
         assert!(BodyFormat::Json.records(b"{").is_err());
         assert!(BodyFormat::Text.records(&[0xff]).is_err());
     }
 
     #[test]
     fn retention_counts_days() {
-        let s = Source {
-            name: "o".into(),
-            kind: SourceKind::Webhook,
-            retention_days: parse_retention("7d").unwrap(),
-            body_format: BodyFormat::Json,
-            secret_env: None,
-            max_body: 1,
-            rate_limit: 1,
+        let s = Source::new("o", SourceKind::Webhook, parse_retention("7d").unwrap());
+        // 7 full days after each day ends: 2026-01-03 is available 01-04 through 01-10.
+        assert!(!s.is_expired("2026-01-03", "2026-01-10"));
+        assert!(s.is_expired("2026-01-02", "2026-01-10"));
+        let one_day = Source {
+            retention_days: 1,
+            ..s.clone()
         };
-        assert!(!s.is_expired("2026-01-04", "2026-01-10"));
-        assert!(s.is_expired("2026-01-03", "2026-01-10"));
+        assert!(!one_day.is_expired("2025-03-01", "2025-03-02"));
+        assert!(one_day.is_expired("2025-03-01", "2025-03-03"));
         assert_eq!(parse_size("1MiB").unwrap(), 1 << 20);
         assert!(parse_retention("0s").is_err());
     }

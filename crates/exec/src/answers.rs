@@ -784,7 +784,12 @@ pub struct Ingested {
     pub source: String,
     /// The day (UTC) they landed in.
     pub date: String,
+    /// The records stored by this request.
     pub records: usize,
+    /// The records not stored again: their idempotency key (or their delivery's) was stored
+    /// within the source's window. A retried delivery is answered 200 with `records: 0`.
+    #[serde(default)]
+    pub duplicates: usize,
 }
 
 /// `POST /api/v1/analyze` (contract section 4): the owned twin of

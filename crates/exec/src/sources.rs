@@ -7,8 +7,10 @@
 //! folder. Every seal and expiry is recorded in the event log by [`maintain`].
 //!
 //! Durability: an append is acknowledged only after `fsync` of the chunk (and of the folders it
-//! created). A crash can leave a torn last line of an unacknowledged request; the first append of
-//! a process cuts it off, and readers ignore it.
+//! created). An append that fails (a full disk) is cut back off before the error is answered. A
+//! crash can leave a torn last line of an unacknowledged request; every append checks the tail
+//! first and cuts it off, and readers skip it. A complete line that is still not JSON is handed
+//! to the table run, which quarantines it.
 
 use std::collections::{BTreeMap, HashSet};
 use std::fs::{self, File, OpenOptions};
@@ -49,48 +51,330 @@ pub fn sealed_version(dir: &Path) -> Option<String> {
         .map(|s| s.trim().to_string())
 }
 
-/// A source's append lock, holding the chunks whose torn tail this process has repaired.
-type SourceLock = Mutex<HashSet<PathBuf>>;
+/// The file, beside a source's days, that remembers the idempotency keys it stored.
+const KEYS_FILE: &str = "_idempotency.jsonl";
 
-/// One lock per source for this process: appends to one chunk never interleave, and the torn-tail
-/// repair runs once before the first append.
-fn source_lock(name: &str) -> &'static SourceLock {
-    static LOCKS: OnceLock<Mutex<BTreeMap<String, &'static SourceLock>>> = OnceLock::new();
+/// A source's state in this process, behind its lock: appends to one chunk never interleave,
+/// and the idempotency keys it remembers (read from [`KEYS_FILE`] at its first append).
+#[derive(Default)]
+struct SourceState {
+    keys: Option<KeyMemory>,
+}
+
+/// One lock per source folder (`<data_dir>/source/<name>`) for this process.
+fn source_lock(root: &Path) -> &'static Mutex<SourceState> {
+    static LOCKS: OnceLock<Mutex<BTreeMap<PathBuf, &'static Mutex<SourceState>>>> = OnceLock::new();
     let mut all = LOCKS
         .get_or_init(Default::default)
         .lock()
         .unwrap_or_else(|e| e.into_inner());
-    all.entry(name.to_string())
+    all.entry(root.to_path_buf())
         .or_insert_with(|| Box::leak(Box::default()))
+}
+
+/// The idempotency keys of a delivery.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Keys {
+    /// The source keeps no keys, or the delivery carried none.
+    None,
+    /// One key for the whole delivery (a header).
+    Delivery(String),
+    /// A key per record (a field); `None` for a record without one.
+    Records(Vec<Option<String>>),
+}
+
+/// What an append stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Appended {
+    pub stored: usize,
+    /// Records not stored again: their key (or their delivery's) was stored within the window.
+    pub duplicates: usize,
+}
+
+/// One line of [`KEYS_FILE`]: keys stored at `at` (Unix seconds) with records that end at byte
+/// `end` of `chunk` (relative to the source's folder). The keys are written before the records,
+/// so a crash between the two is seen at the next load: the last line's chunk is shorter than
+/// its `end`, and its keys are dropped (their records were never acknowledged).
+#[derive(Debug, Serialize, serde::Deserialize)]
+struct KeyLine {
+    keys: Vec<String>,
+    at: i64,
+    chunk: String,
+    end: u64,
+}
+
+/// The keys a source stored within its window.
+struct KeyMemory {
+    path: PathBuf,
+    window: i64,
+    at: std::collections::HashMap<String, i64>,
+    /// Keys in the order they were stored, to forget them when their window has passed.
+    order: std::collections::VecDeque<(i64, String)>,
+    /// Lines in the file, to compact it once most are forgotten.
+    lines: usize,
+}
+
+impl KeyMemory {
+    fn load(root: &Path, window: std::time::Duration, now: i64) -> io::Result<KeyMemory> {
+        let path = root.join(KEYS_FILE);
+        let mut lines: Vec<KeyLine> = match fs::read(&path) {
+            Ok(bytes) => bytes
+                .split(|&b| b == b'\n')
+                .filter_map(|l| serde_json::from_slice(l).ok())
+                .collect(),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Vec::new(),
+            Err(e) => return Err(e),
+        };
+        if let Some(last) = lines.last() {
+            let len = fs::metadata(root.join(&last.chunk)).map_or(0, |m| m.len());
+            if len < last.end {
+                lines.pop();
+            }
+        }
+        let mut memory = KeyMemory {
+            path,
+            window: i64::try_from(window.as_secs()).unwrap_or(i64::MAX),
+            at: Default::default(),
+            order: Default::default(),
+            lines: 0,
+        };
+        for line in lines {
+            for key in line.keys {
+                memory.remember(key, line.at);
+            }
+        }
+        memory.forget(now);
+        memory.compact(root)?;
+        Ok(memory)
+    }
+
+    fn remember(&mut self, key: String, at: i64) {
+        self.at.insert(key.clone(), at);
+        self.order.push_back((at, key));
+    }
+
+    fn forget(&mut self, now: i64) {
+        while let Some((at, _)) = self.order.front() {
+            if now.saturating_sub(*at) < self.window {
+                break;
+            }
+            let (at, key) = self.order.pop_front().expect("a front");
+            if self.at.get(&key) == Some(&at) {
+                self.at.remove(&key);
+            }
+        }
+    }
+
+    fn seen(&self, key: &str) -> bool {
+        self.at.contains_key(key)
+    }
+
+    /// Rewrites the file with the keys still remembered, one line each (atomically).
+    fn compact(&mut self, root: &Path) -> io::Result<()> {
+        if !root.is_dir() {
+            self.lines = 0;
+            return Ok(());
+        }
+        let tmp = root.join(format!(".{KEYS_FILE}.tmp"));
+        let mut out = Vec::new();
+        for (at, key) in &self.order {
+            if self.at.get(key) == Some(at) {
+                let line = KeyLine {
+                    keys: vec![key.clone()],
+                    at: *at,
+                    chunk: String::new(),
+                    end: 0,
+                };
+                serde_json::to_writer(&mut out, &line).expect("key lines serialize");
+                out.push(b'\n');
+            }
+        }
+        let mut f = File::create(&tmp)?;
+        f.write_all(&out)?;
+        f.sync_all()?;
+        fs::rename(&tmp, &self.path)?;
+        File::open(root)?.sync_all()?;
+        self.lines = self.at.len();
+        Ok(())
+    }
 }
 
 /// Appends records to the partition of `date`, durably. Late data for a sealed day reopens it:
 /// it is sealed again (with a new version) by the next [`maintain`].
+///
+/// All or nothing: the chunk's tail is checked first (a torn line cut off), and an append that
+/// fails (a full disk) is undone, the chunk cut back to the length it had, before the error is
+/// returned; so "nothing was kept" is true when the caller says it.
 pub fn append(data_dir: &Path, source: &Source, date: &str, records: &[Value]) -> io::Result<()> {
-    let mut repaired = source_lock(&source.name)
-        .lock()
-        .unwrap_or_else(|e| e.into_inner());
-    let dir = partition_dir(data_dir, source, date);
-    create_dir_durably(&dir)?;
-    let path = dir.join(WEBHOOK_CHUNK);
-    if repaired.insert(path.clone()) {
-        cut_torn_tail(&path)?;
+    append_once(data_dir, source, date, records.to_vec(), Keys::None, 0).map(|_| ())
+}
+
+/// [`append`], storing only what the source's idempotency keys have not stored within its
+/// window (`now`: Unix seconds). The keys are remembered in [`KEYS_FILE`], written before the
+/// records and undone with them, so a restart remembers exactly the keys whose records are on
+/// disk.
+pub fn append_once(
+    data_dir: &Path,
+    source: &Source,
+    date: &str,
+    records: Vec<Value>,
+    keys: Keys,
+    now: i64,
+) -> io::Result<Appended> {
+    let root = data_dir.join("source").join(&source.name);
+    let mut state = source_lock(&root).lock().unwrap_or_else(|e| e.into_inner());
+    let total = records.len();
+    let (records, new_keys) = match (&source.idempotency, keys) {
+        (Some(idem), keys) if keys != Keys::None => {
+            if state.keys.is_none() {
+                state.keys = Some(KeyMemory::load(&root, idem.window, now)?);
+            }
+            let memory = state.keys.as_mut().expect("loaded");
+            memory.forget(now);
+            match keys {
+                Keys::Delivery(k) if memory.seen(&k) => {
+                    return Ok(Appended {
+                        stored: 0,
+                        duplicates: total,
+                    })
+                }
+                Keys::Delivery(k) => (records, vec![k]),
+                Keys::Records(per) => {
+                    let mut fresh = std::collections::HashSet::new();
+                    let mut kept = Vec::with_capacity(records.len());
+                    let mut new_keys = Vec::new();
+                    for (r, k) in records.into_iter().zip(per) {
+                        match k {
+                            Some(k) if memory.seen(&k) || !fresh.insert(k.clone()) => {}
+                            Some(k) => {
+                                new_keys.push(k);
+                                kept.push(r);
+                            }
+                            None => kept.push(r),
+                        }
+                    }
+                    (kept, new_keys)
+                }
+                Keys::None => unreachable!("matched above"),
+            }
+        }
+        _ => (records, Vec::new()),
+    };
+    let appended = Appended {
+        stored: records.len(),
+        duplicates: total - records.len(),
+    };
+    if records.is_empty() {
+        return Ok(appended);
     }
     let mut buf = Vec::with_capacity(records.len() * 64);
-    for r in records {
+    for r in &records {
         serde_json::to_writer(&mut buf, r).expect("JSON values serialize");
         buf.push(b'\n');
     }
-    let existed = path.exists();
-    let mut file = OpenOptions::new().create(true).append(true).open(&path)?;
-    file.write_all(&buf)?;
-    file.sync_data()?;
-    if !existed {
-        File::open(&dir)?.sync_all()?;
+    let dir = partition_dir(data_dir, source, date);
+    let new_dir = !dir.is_dir();
+    let path = dir.join(WEBHOOK_CHUNK);
+    let key_line = |end: u64| KeyLine {
+        keys: new_keys.clone(),
+        at: now,
+        chunk: format!("date={date}/{WEBHOOK_CHUNK}"),
+        end,
+    };
+    let memory = state.keys.as_mut().filter(|_| !new_keys.is_empty());
+    let result = create_dir_durably(&dir).and_then(|()| match memory {
+        None => append_chunk(&path, &buf, |_| Ok(Undo::None)),
+        Some(memory) => append_chunk(&path, &buf, |end| {
+            let line = key_line(end);
+            append_key_line(&memory.path, &line)
+        }),
+    });
+    if let Err(e) = result {
+        if new_dir {
+            // Nothing of this day was there before: leave no empty day behind either.
+            let _ = fs::remove_dir_all(&dir);
+        }
+        return Err(e);
+    }
+    if let Some(memory) = state.keys.as_mut() {
+        if !new_keys.is_empty() {
+            for k in new_keys {
+                memory.remember(k, now);
+            }
+            memory.lines += 1;
+            if memory.lines > 2 * memory.at.len() + 1000 {
+                memory.compact(&root)?;
+            }
+        }
     }
     match fs::remove_file(dir.join(SEALED)) {
         Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
         _ => {}
+    }
+    Ok(appended)
+}
+
+/// What to cut back if the records' append fails after the keys were written.
+enum Undo {
+    None,
+    /// The keys file, to this length.
+    Keys(File, u64),
+}
+
+/// Appends one line to the keys file (durably) and returns how to undo it.
+fn append_key_line(path: &Path, line: &KeyLine) -> io::Result<Undo> {
+    let mut text = serde_json::to_vec(line).expect("key lines serialize");
+    text.push(b'\n');
+    let existed = path.exists();
+    let mut file = OpenOptions::new()
+        .create(true)
+        .read(true)
+        .append(true)
+        .open(path)?;
+    let before = cut_torn_tail(&file)?;
+    if let Err(e) = file.write_all(&text).and_then(|()| file.sync_data()) {
+        file.set_len(before)?;
+        file.sync_all()?;
+        return Err(e);
+    }
+    if !existed {
+        if let Some(dir) = path.parent() {
+            File::open(dir)?.sync_all()?;
+        }
+    }
+    Ok(Undo::Keys(file, before))
+}
+
+/// Appends `buf` to a chunk after checking its tail, once `before_records` (given the end the
+/// records will have) has succeeded; on failure cuts both back to where they were.
+fn append_chunk(
+    path: &Path,
+    buf: &[u8],
+    before_records: impl FnOnce(u64) -> io::Result<Undo>,
+) -> io::Result<()> {
+    let existed = path.exists();
+    let mut file = OpenOptions::new()
+        .create(true)
+        .read(true)
+        .append(true)
+        .open(path)?;
+    let before = cut_torn_tail(&file)?;
+    let undo = before_records(before + buf.len() as u64)?;
+    let written = file.write_all(buf).and_then(|()| file.sync_data());
+    if let Err(e) = written {
+        // Undo: a sender told 503 retries, and what it sent must then be on disk once.
+        file.set_len(before)?;
+        file.sync_all()?;
+        if let Undo::Keys(keys, len) = undo {
+            keys.set_len(len)?;
+            keys.sync_all()?;
+        }
+        return Err(e);
+    }
+    if !existed {
+        if let Some(dir) = path.parent() {
+            File::open(dir)?.sync_all()?;
+        }
     }
     Ok(())
 }
@@ -113,33 +397,87 @@ fn create_dir_durably(dir: &Path) -> io::Result<()> {
     Ok(())
 }
 
-/// Cuts a chunk back to its last complete line (what a crash mid-append leaves).
-fn cut_torn_tail(path: &Path) -> io::Result<()> {
-    let Ok(bytes) = fs::read(path) else {
-        return Ok(());
-    };
-    if bytes.is_empty() || bytes.ends_with(b"\n") {
-        return Ok(());
+/// Cuts a chunk back to its last complete line (what a crash mid-append, or an undo that could
+/// not finish, leaves) and returns its length. Costs one 1-byte read when the tail is whole.
+fn cut_torn_tail(file: &File) -> io::Result<u64> {
+    use std::os::unix::fs::FileExt;
+    let len = file.metadata()?.len();
+    let mut last = [0u8];
+    if len == 0 || (file.read_exact_at(&mut last, len - 1).is_ok() && last[0] == b'\n') {
+        return Ok(len);
     }
-    let keep = bytes.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
-    let file = OpenOptions::new().write(true).open(path)?;
-    file.set_len(keep as u64)?;
-    file.sync_all()
+    // Scan back a block at a time for the last newline.
+    let mut end = len;
+    let mut block = vec![0u8; 64 * 1024];
+    let keep = loop {
+        if end == 0 {
+            break 0;
+        }
+        let start = end.saturating_sub(block.len() as u64);
+        let part = &mut block[..(end - start) as usize];
+        file.read_exact_at(part, start)?;
+        if let Some(i) = part.iter().rposition(|&b| b == b'\n') {
+            break start + i as u64 + 1;
+        }
+        end = start;
+    };
+    file.set_len(keep)?;
+    file.sync_all()?;
+    Ok(keep)
 }
 
-/// The records of a source partition, in chunk order (a torn last line is skipped).
-pub fn read_records(dir: &Path) -> io::Result<Vec<Value>> {
-    let mut records = Vec::new();
+/// A complete line of a raw chunk that is not JSON (a torn write glued to the next one, or a
+/// file edited by hand): a table run quarantines it like any record that does not fit.
+#[derive(Debug, Clone, PartialEq)]
+pub struct UnreadableLine {
+    /// `webhook.jsonl:12`.
+    pub at: String,
+    pub text: String,
+    pub cause: String,
+}
+
+/// The records of a raw day, in chunk order, and the lines that are not JSON.
+#[derive(Debug, Default)]
+pub struct RawRecords {
+    pub records: Vec<Value>,
+    pub unreadable: Vec<UnreadableLine>,
+}
+
+/// The records of a source partition, in chunk order. An unterminated last line of a chunk (an
+/// append that never finished, so was never acknowledged) is skipped; any other line that is not
+/// JSON is returned as unreadable.
+pub fn read_records(dir: &Path) -> io::Result<RawRecords> {
+    let mut raw = RawRecords::default();
     for chunk in chunks(dir)? {
-        let reader = BufReader::new(File::open(&chunk)?);
-        for line in reader.lines() {
-            let line = line?;
-            if let Ok(v) = serde_json::from_str(&line) {
-                records.push(v);
+        let name = chunk
+            .file_name()
+            .unwrap_or_default()
+            .to_string_lossy()
+            .into_owned();
+        let mut reader = BufReader::new(File::open(&chunk)?);
+        let mut line = Vec::new();
+        let mut number = 0;
+        loop {
+            line.clear();
+            if reader.read_until(b'\n', &mut line)? == 0 || !line.ends_with(b"\n") {
+                break;
+            }
+            number += 1;
+            let text = &line[..line.len() - 1];
+            if text.iter().all(u8::is_ascii_whitespace) {
+                continue;
+            }
+            match serde_json::from_slice(text) {
+                Ok(v) => raw.records.push(v),
+                Err(e) => raw.unreadable.push(UnreadableLine {
+                    at: format!("{name}:{number}"),
+                    text: String::from_utf8_lossy(text).into_owned(),
+                    cause: e.to_string(),
+                }),
             }
         }
     }
-    Ok(records)
+    Ok(raw)
 }
 
 fn chunks(dir: &Path) -> io::Result<Vec<PathBuf>> {
@@ -300,6 +638,10 @@ pub fn maintain(
         .map(|row| (row.partition_ref, row.status))
         .collect();
     let logged = |date: &str| by_ref.get(&source.partition_ref(date)).copied();
+    // A day the log calls expired is expired, whatever the retention says now: the deletion is
+    // all that is left to do (a crash came between the two, or the retention grew since).
+    let expired =
+        |date: &str| source.is_expired(date, today) || logged(date) == Some(Status::Expired);
     let mut events = Vec::new();
     if let Some(first) = on_disk.first() {
         let mut day = parse_date(first).expect("listed dates parse");
@@ -307,7 +649,7 @@ pub fn maintain(
         while day <= end {
             let date = format_date(day);
             day = day + chrono::Days::new(1);
-            if source.is_expired(&date, today) {
+            if expired(&date) {
                 continue; // handled below
             }
             let dir = partition_dir(data_dir, source, &date);
@@ -320,7 +662,7 @@ pub fn maintain(
             done.sealed.push((date, records));
         }
     }
-    for date in on_disk.iter().filter(|d| source.is_expired(d, today)) {
+    for date in on_disk.iter().filter(|d| expired(d)) {
         match logged(date) {
             Some(Status::Expired) => {} // recorded; only the deletion was left to do
             Some(Status::Sealed) => events.push(expired_event(source, date)),
@@ -345,7 +687,7 @@ pub fn maintain(
 
 fn expired_event(source: &Source, date: &str) -> Event {
     Event::partition(None, &source.partition_ref(date), Status::Expired).with_message(format!(
-        "raw data older than the retention of {} days was deleted",
+        "raw data kept {} full day(s) after its day ended was deleted (retention)",
         source.retention_days
     ))
 }
@@ -456,19 +798,11 @@ pub fn source_days(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use databuild_core::{BodyFormat, SourceKind};
+    use databuild_core::SourceKind;
     use databuild_log::SqliteStore;
 
     fn source() -> Source {
-        Source {
-            name: "s".into(),
-            kind: SourceKind::Webhook,
-            retention_days: 3,
-            body_format: BodyFormat::Json,
-            secret_env: None,
-            max_body: 1 << 20,
-            rate_limit: 10,
-        }
+        Source::new("s", SourceKind::Webhook, 3)
     }
 
     /// A crash can leave a `_SEALED` file without its event, or an `expired` event with the data
@@ -507,6 +841,58 @@ mod tests {
         assert_eq!(row.status, Status::Expired);
     }
 
+    /// A crash after the keys were written but before the records were: the keys file's last
+    /// line says the records end past the chunk's end, so its keys are not remembered and the
+    /// sender's retry is stored. Keys whose records are there stay remembered.
+    #[test]
+    fn keys_whose_records_never_landed_are_forgotten_at_load() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = Source::new("keys", SourceKind::Webhook, 3);
+        s.idempotency = Some(databuild_core::Idempotency {
+            key: databuild_core::IdempotencyKey::Header("Idempotency-Key".into()),
+            window: std::time::Duration::from_secs(3600),
+        });
+        let rec = |n: i64| vec![serde_json::json!({ "n": n })];
+        let once = |n: i64, key: &str| {
+            append_once(
+                dir.path(),
+                &s,
+                "2026-01-01",
+                rec(n),
+                Keys::Delivery(key.into()),
+                100,
+            )
+            .unwrap()
+        };
+        assert_eq!(once(1, "a").stored, 1);
+        // What the crashed append left: its key line, and half of its records.
+        let root = dir.path().join("source/keys");
+        let chunk_len = fs::metadata(root.join("date=2026-01-01/webhook.jsonl"))
+            .unwrap()
+            .len();
+        let line = KeyLine {
+            keys: vec!["b".into()],
+            at: 100,
+            chunk: "date=2026-01-01/webhook.jsonl".into(),
+            end: chunk_len + 8,
+        };
+        let mut keys = OpenOptions::new()
+            .append(true)
+            .open(root.join(KEYS_FILE))
+            .unwrap();
+        keys.write_all(&serde_json::to_vec(&line).unwrap()).unwrap();
+        keys.write_all(b"\n").unwrap();
+        // A new process: forget this one's memory.
+        source_lock(&root).lock().unwrap().keys = None;
+        assert_eq!(
+            once(2, "b").stored,
+            1,
+            "the crashed delivery is stored on retry"
+        );
+        assert_eq!(once(1, "a").duplicates, 1, "a landed and is remembered");
+        assert_eq!(once(2, "b").duplicates, 1);
+    }
+
     #[test]
     fn a_torn_tail_is_cut_before_the_next_append() {
         let dir = tempfile::tempdir().unwrap();
@@ -518,10 +904,26 @@ mod tests {
         fs::create_dir_all(&day).unwrap();
         fs::write(day.join(WEBHOOK_CHUNK), "{\"a\":1}\n{\"a\":").unwrap();
         append(dir.path(), &s, "2026-01-01", &[serde_json::json!({"a": 2})]).unwrap();
-        let records = read_records(&day).unwrap();
+        let raw = read_records(&day).unwrap();
         assert_eq!(
-            records,
+            raw.records,
             [serde_json::json!({"a": 1}), serde_json::json!({"a": 2})]
         );
+        assert!(raw.unreadable.is_empty());
+        // Torn again after an append of this process: cut again.
+        let chunk = day.join(WEBHOOK_CHUNK);
+        let mut f = OpenOptions::new().append(true).open(&chunk).unwrap();
+        f.write_all(b"{\"a\":").unwrap();
+        append(dir.path(), &s, "2026-01-01", &[serde_json::json!({"a": 3})]).unwrap();
+        assert_eq!(
+            fs::read_to_string(&chunk).unwrap(),
+            "{\"a\":1}\n{\"a\":2}\n{\"a\":3}\n"
+        );
+        // A complete line that is not JSON is returned, not dropped.
+        f.write_all(b"{\"a\":4,{\"a\":5}\n").unwrap();
+        let raw = read_records(&day).unwrap();
+        assert_eq!(raw.records.len(), 3);
+        assert_eq!(raw.unreadable.len(), 1);
+        assert_eq!(raw.unreadable[0].at, "webhook.jsonl:4");
     }
 }

@@ -175,9 +175,16 @@ fn unreadable(env: &Env) -> impl Fn(std::io::Error) -> TableJobError + '_ {
 
 fn load(env: &Env, to: &TableVersion) -> Result<Value> {
     let dir = env.data_dir.join(&env.input);
-    let records = crate::sources::read_records(&dir).map_err(unreadable(env))?;
+    let raw = crate::sources::read_records(&dir).map_err(unreadable(env))?;
+    let records = raw.records;
     let mut rows = Rows::create(&env.data_dir, &env.data_ref)?;
     let mut errors = Rows::create(&env.data_dir, &env.errors_ref)?;
+    for line in &raw.unreadable {
+        errors.push(&json!({
+            "record": line.text,
+            "error": format!("line {} is not JSON: {}", line.at, line.cause),
+        }))?;
+    }
     for record in &records {
         match conform(record, to) {
             Ok(row) => rows.push(&Value::Object(row))?,
@@ -188,7 +195,11 @@ fn load(env: &Env, to: &TableVersion) -> Result<Value> {
     Ok(json!({
         "rows": kept,
         "quarantined": quarantined,
-        "provenance": format!("loaded from {} ({} records)", env.input, records.len()),
+        "provenance": format!(
+            "loaded from {} ({} records)",
+            env.input,
+            records.len() + raw.unreadable.len()
+        ),
     }))
 }
 
@@ -209,9 +220,10 @@ fn carry(env: &Env, from: &TableVersion, to: &TableVersion) -> Result<Value> {
             continue;
         };
         let carried: Map<String, Value> = migration.apply(row, to);
-        // Defaults and casts are checked again: a carried row must fit the new schema too.
+        // Defaults and casts are checked again: a carried row must fit the new schema too, and
+        // is written as `conform` writes a loaded one, each value in its column's type.
         match conform(&Value::Object(carried.clone()), to) {
-            Ok(_) => rows.push(&Value::Object(carried))?,
+            Ok(row) => rows.push(&Value::Object(row))?,
             Err(why) => errors.push(&json!({ "record": carried, "error": why.to_string() }))?,
         }
     }

@@ -132,12 +132,7 @@ impl Engine {
             }
             .to_string(),
             retention_days: source.retention_days,
-            body_format: match source.body_format {
-                databuild_core::BodyFormat::Json => "json",
-                databuild_core::BodyFormat::JsonArray => "json_array",
-                databuild_core::BodyFormat::Text => "text",
-            }
-            .to_string(),
+            body_format: source.body_format.name().to_string(),
             signed: source.secret_env.is_some(),
             days: counts,
             tables: self

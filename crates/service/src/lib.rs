@@ -24,6 +24,7 @@ mod openapi;
 pub mod ops;
 mod reconciler;
 mod routes;
+pub mod signature;
 pub mod sources;
 mod svg;
 pub mod views;

@@ -1,11 +1,13 @@
 //! Webhook ingest and the sources/tables endpoints.
 //!
 //! `POST /api/v1/webhooks/{source}` answers only once the records are on disk (fsync). Checks, in
-//! order: the source exists and takes webhooks (404/400), the flood limit (429), the size (413),
-//! the signature (401), the body format (400). A source with `secret_env` is authenticated by its
-//! HMAC-SHA256 signature (`X-DataBuild-Signature: sha256=<hex>`), since the systems that call
-//! webhooks sign rather than hold our token; one without needs the bearer token when the service
-//! has one, like every mutating request.
+//! order: the source exists and takes webhooks (404/400), the size (413, and again once a gzip
+//! body is decompressed), the signature (401), the flood limit (429: charged only to requests
+//! that passed the signature), the body format (400). A source with `secret_env` is authenticated
+//! by its signature (`crate::signature`: DataBuild's own `X-DataBuild-Signature`, GitHub's,
+//! Stripe's, Slack's or a generic one), since the systems that call webhooks sign rather than
+//! hold our token; one without needs the bearer token when the service has one, like every
+//! mutating request.
 
 use std::collections::HashMap;
 use std::sync::atomic::AtomicBool;
@@ -17,13 +19,12 @@ use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use databuild_core::{Source, SourceKind};
+use databuild_core::{IdempotencyKey, Source, SourceKind};
 use databuild_exec::answers::{route, Ingested, Sealed, SourceList};
 use databuild_exec::build::{BuildOptions, Quiet};
+use databuild_exec::sources::Keys;
 use databuild_exec::tables::{Promotion, SourceDetail};
-use hmac::{Hmac, Mac};
 use serde::Deserialize;
-use sha2::Sha256;
 use utoipa::ToSchema;
 
 use crate::error::{AppError, ErrorBody};
@@ -32,9 +33,6 @@ use crate::views::{self, ApiResult};
 use crate::AppState;
 
 type Shared = State<Arc<AppState>>;
-
-/// The header carrying a webhook body's signature.
-pub const SIGNATURE_HEADER: &str = "x-databuild-signature";
 
 /// Per-source token buckets: `rate_limit` requests a second, bursts of twice that.
 #[derive(Default)]
@@ -70,12 +68,12 @@ fn error(status: StatusCode, code: &'static str, message: String) -> AppError {
 }
 
 #[utoipa::path(post, path = route::WEBHOOK, summary = "Ingest records into a webhook source",
-    description = "Appends the body's records to today's raw partition of the source and answers once they are on disk. Bodies are `body_format` of the source: a JSON object, a JSON array of objects, or lines of text.",
+    description = "Appends the body's records to today's raw partition of the source and answers once they are on disk. Bodies are `body_format` of the source: a JSON object, a JSON array of objects, JSON lines (one object a line), or lines of text.",
     params(("source" = String, Path, description = "The source's name")),
     request_body(content = String, description = "The records"),
     responses((status = 200, description = "The records are on disk", body = Ingested),
         (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody),
-        (status = 413, body = ErrorBody), (status = 429, body = ErrorBody), (status = 503, description = "The records could not be stored, or the source's secret is not set", body = ErrorBody)))]
+        (status = 413, body = ErrorBody), (status = 415, description = "A `Content-Encoding` other than gzip", body = ErrorBody), (status = 429, body = ErrorBody), (status = 503, description = "The records could not be stored, or the source's secret is not set", body = ErrorBody)))]
 pub(crate) async fn webhook(
     State(state): Shared,
     ApiPath(name): ApiPath<String>,
@@ -126,6 +124,33 @@ async fn ingest(
             "source `{name}` reads files dropped into `{path}`; it takes no webhooks"
         ))));
     }
+    let too_large = |what: &str| {
+        plain(error(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "too_large",
+            format!(
+                "the body {what} larger than source `{name}`'s max_body of {} bytes",
+                source.max_body
+            ),
+        ))
+    };
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok());
+    if declared.is_some_and(|n| n > source.max_body) {
+        return Err(too_large("is"));
+    }
+    let bytes = axum::body::to_bytes(body, source.max_body)
+        .await
+        .map_err(|_| too_large("is"))?;
+    let bytes = decode(headers, bytes, source.max_body).map_err(|e| match e {
+        Decoded::TooLarge => too_large("decompresses to"),
+        Decoded::Refused(e) => plain(e),
+    })?;
+    // The flood limit is charged only to requests that prove who sent them: a flood of
+    // garbage is refused by the signature check and cannot use up a real sender's share.
+    authenticate(state, &source, headers, &bytes).map_err(plain)?;
     state.flood_guard.admit(&source).map_err(|wait| {
         let e = error(
             StatusCode::TOO_MANY_REQUESTS,
@@ -138,37 +163,34 @@ async fn ingest(
         );
         (e, Some(wait))
     })?;
-    let too_large = || {
-        plain(error(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "too_large",
-            format!(
-                "the body is larger than source `{name}`'s max_body of {} bytes",
-                source.max_body
-            ),
-        ))
-    };
-    let declared = headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<usize>().ok());
-    if declared.is_some_and(|n| n > source.max_body) {
-        return Err(too_large());
-    }
-    let bytes = axum::body::to_bytes(body, source.max_body)
-        .await
-        .map_err(|_| too_large())?;
-    authenticate(state, &source, headers, &bytes).map_err(plain)?;
-    let records = source
+    let mut records = source
         .body_format
         .records(&bytes)
         .map_err(|why| plain(AppError::bad_request(format!("source `{name}`: {why}"))))?;
+    if !source.include_headers.is_empty() {
+        let included: serde_json::Map<String, serde_json::Value> = source
+            .include_headers
+            .iter()
+            .map(|h| {
+                let v = headers.get(h.as_str()).and_then(|v| v.to_str().ok());
+                (h.clone(), v.map_or(serde_json::Value::Null, Into::into))
+            })
+            .collect();
+        for r in &mut records {
+            if let serde_json::Value::Object(fields) = r {
+                fields.insert(HEADERS_FIELD.to_string(), included.clone().into());
+            }
+        }
+    }
+    let keys = delivery_keys(&source, headers, &records);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64);
     let engine = state.engine.clone();
     let date = state.engine.today();
-    let count = records.len();
     let day = date.clone();
-    tokio::task::spawn_blocking(move || {
-        databuild_exec::sources::append(&engine.data_dir, &source, &day, &records)
+    let appended = tokio::task::spawn_blocking(move || {
+        databuild_exec::sources::append_once(&engine.data_dir, &source, &day, records, keys, now)
     })
     .await
     .map_err(|e| plain(AppError::from(e)))?
@@ -183,8 +205,79 @@ async fn ingest(
     Ok(Ingested {
         source: name.to_string(),
         date,
-        records: count,
+        records: appended.stored,
+        duplicates: appended.duplicates,
     })
+}
+
+/// The idempotency keys a delivery carries: its header's value, or each record's field (a
+/// string, or a number as written); none when the source keeps none or the delivery has none.
+fn delivery_keys(source: &Source, headers: &HeaderMap, records: &[serde_json::Value]) -> Keys {
+    match source.idempotency.as_ref().map(|i| &i.key) {
+        None => Keys::None,
+        Some(IdempotencyKey::Header(h)) => headers
+            .get(h.as_str())
+            .and_then(|v| v.to_str().ok())
+            .map(str::trim)
+            .filter(|k| !k.is_empty())
+            .map_or(Keys::None, |k| Keys::Delivery(k.to_string())),
+        Some(IdempotencyKey::Field(f)) => Keys::Records(
+            records
+                .iter()
+                .map(|r| match r.get(f) {
+                    Some(serde_json::Value::String(k)) => Some(k.clone()),
+                    Some(n @ serde_json::Value::Number(_)) => Some(n.to_string()),
+                    _ => None,
+                })
+                .collect(),
+        ),
+    }
+}
+
+/// The field of each record that holds the request headers named by `include_headers`.
+pub const HEADERS_FIELD: &str = "_headers";
+
+/// Why a body could not be decoded.
+enum Decoded {
+    /// Past `max_body` once decompressed (a gzip bomb stops here, at `max_body` + 1 bytes).
+    TooLarge,
+    Refused(AppError),
+}
+
+/// The body as the sender meant it: gunzipped when it says `Content-Encoding: gzip`, with
+/// `max_body` applied to what it decompresses to.
+fn decode(
+    headers: &HeaderMap,
+    bytes: axum::body::Bytes,
+    max_body: usize,
+) -> Result<axum::body::Bytes, Decoded> {
+    use std::io::Read;
+    let encoding = headers
+        .get(header::CONTENT_ENCODING)
+        .map(|v| v.to_str().unwrap_or("?").trim().to_ascii_lowercase());
+    match encoding.as_deref() {
+        None | Some("identity") | Some("") => Ok(bytes),
+        Some("gzip") | Some("x-gzip") => {
+            let mut out = Vec::new();
+            flate2::read::MultiGzDecoder::new(&bytes[..])
+                .take(max_body as u64 + 1)
+                .read_to_end(&mut out)
+                .map_err(|e| {
+                    Decoded::Refused(AppError::bad_request(format!(
+                        "the body says `Content-Encoding: gzip` but is not gzip ({e})"
+                    )))
+                })?;
+            if out.len() > max_body {
+                return Err(Decoded::TooLarge);
+            }
+            Ok(out.into())
+        }
+        Some(other) => Err(Decoded::Refused(error(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unsupported_encoding",
+            format!("`Content-Encoding: {other}` is not supported; send the body as is or gzip"),
+        ))),
+    }
 }
 
 fn authenticate(
@@ -193,7 +286,6 @@ fn authenticate(
     headers: &HeaderMap,
     body: &[u8],
 ) -> Result<(), AppError> {
-    let unauthorized = |m: String| error(StatusCode::UNAUTHORIZED, "unauthorized", m);
     let Some(var) = &source.secret_env else {
         // Without a secret of its own, a source takes the service's token (when one is set).
         // The bearer header only: a browser's session cookie must not post records.
@@ -216,46 +308,33 @@ fn authenticate(
         ),
             )
         })?;
-    let given = headers
-        .get(SIGNATURE_HEADER)
-        .and_then(|v| v.to_str().ok())
-        .ok_or_else(|| unauthorized(format!(
-            "source `{}` needs the header `X-DataBuild-Signature: sha256=<hex HMAC-SHA256 of the body>`",
-            source.name
-        )))?;
-    let hex = given.strip_prefix("sha256=").unwrap_or(given);
-    let Some(signature) = decode_hex(hex) else {
-        return Err(unauthorized("the signature is not hex".into()));
-    };
-    let mut mac = Hmac::<Sha256>::new_from_slice(secret.as_bytes()).expect("HMAC takes any key");
-    mac.update(body);
-    mac.verify_slice(&signature).map_err(|_| {
-        unauthorized(format!(
-            "the signature does not match the body (source `{}`)",
-            source.name
-        ))
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64);
+    crate::signature::verify(
+        &source.signature,
+        source.signature_tolerance,
+        secret.as_bytes(),
+        headers,
+        body,
+        now,
+    )
+    .map_err(|e| {
+        error(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            format!(
+                "source `{}` ({} signatures): {e}",
+                source.name,
+                source.signature.name()
+            ),
+        )
     })
 }
 
-/// The signature a webhook sender computes: `sha256=<hex HMAC-SHA256(secret, body)>`.
+/// The signature a DataBuild sender computes: `sha256=<hex HMAC-SHA256(secret, body)>`.
 pub fn sign(secret: &str, body: &[u8]) -> String {
-    let mut mac = Hmac::<Sha256>::new_from_slice(secret.as_bytes()).expect("HMAC takes any key");
-    mac.update(body);
-    let bytes = mac.finalize().into_bytes();
-    format!(
-        "sha256={}",
-        bytes.iter().map(|b| format!("{b:02x}")).collect::<String>()
-    )
-}
-
-fn decode_hex(s: &str) -> Option<Vec<u8>> {
-    if !s.len().is_multiple_of(2) {
-        return None;
-    }
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
-        .collect()
+    crate::signature::sign(secret, body)
 }
 
 #[utoipa::path(get, path = route::SOURCES, summary = "Every source, its days and its tables", responses((status = 200, body = SourceList, links(("get_source" = (operation_id = "get_source", parameters(("name" = "$response.body#/sources/0/name")))), ("seal" = (operation_id = "seal", parameters(("name" = "$response.body#/sources/0/name")))), ("promote" = (operation_id = "promote", parameters(("name" = "$response.body#/sources/0/tables/0/name"))))))))]

@@ -216,6 +216,19 @@ pub enum Command {
         #[arg(long, value_enum, default_value_t = LineageFormat::Text)]
         format: LineageFormat,
     },
+    /// What changed between two instances of a partition: the inputs read at other versions,
+    /// the job's version, its args, its env names.
+    Diff {
+        /// The partition ref.
+        #[arg(value_name = "REF")]
+        partition_ref: String,
+        /// The later instance, by the run that built it (default: the current one).
+        #[arg(long, value_name = "RUN_ID")]
+        instance: Option<String>,
+        /// The earlier instance, by the run that built it (default: the one before).
+        #[arg(long, value_name = "RUN_ID")]
+        since: Option<String>,
+    },
     /// Housekeeping: remove old run logs, the staging folders of ended runs, `.tmp` files that
     /// killed jobs left, and the data of partitions no job of the graph builds any more.
     /// Never a live partition, the log of a partition's current run, or anything of a run still

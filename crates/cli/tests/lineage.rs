@@ -293,3 +293,74 @@ fn a_taint_dry_run_lists_exactly_what_the_taint_makes_stale() {
     );
     assert_eq!(a1["already_stale"], 1, "{a1}");
 }
+
+/// `diff`: between the current instance and the one before, what changed — an input rebuilt
+/// from new data, the job's version; the same through the service.
+#[test]
+fn diff_says_what_changed_between_two_instances() {
+    let p = Project::new(GRAPH);
+    p.file("data/raw/2020-01-01", "one\n");
+    p.run(&["build", "b/2020-01-01"]).expect_code(0);
+    let only = p.run(&["diff", "b/2020-01-01"]);
+    only.expect_code(2);
+    assert!(
+        only.stderr.contains("has one instance only"),
+        "{}",
+        only.stderr
+    );
+    let (a1, b1) = (run_of(&p, "a/2020-01-01"), run_of(&p, "b/2020-01-01"));
+
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    p.file("data/raw/2020-01-01", "one, changed\n");
+    p.run(&["build", "b/2020-01-01"]).expect_code(0);
+    let a2 = run_of(&p, "a/2020-01-01");
+    let d = p.run(&["--json", "diff", "b/2020-01-01"]);
+    d.expect_code(0);
+    let d = d.json();
+    assert_eq!(d["from"]["job_run_id"], b1.as_str(), "{d}");
+    assert_eq!(d["inputs"][0]["ref"], "a/2020-01-01", "{d}");
+    assert_eq!(d["inputs"][0]["change"], "changed");
+    assert_eq!(d["inputs"][0]["from_run"], a1.as_str());
+    assert_eq!(d["inputs"][0]["to_run"], a2.as_str());
+    assert_eq!(d["job_version_changed"], false);
+    assert_eq!(d["data_version_changed"], true);
+
+    // A new job version: a's next instance differs by its version, its input the same.
+    let graph = GRAPH.replace("name = \"a\"\n", "name = \"a\"\nversion = \"2\"\n");
+    std::fs::write(p.path().join("databuild.toml"), graph).unwrap();
+    p.run(&["build", "a/2020-01-01"]).expect_code(0);
+    let text = p.run(&["diff", "a/2020-01-01"]);
+    text.expect_code(0);
+    assert!(
+        text.stdout.contains("job version: 0 -> 2"),
+        "{}",
+        text.stdout
+    );
+    assert!(
+        text.stdout.contains("1 input(s) unchanged"),
+        "{}",
+        text.stdout
+    );
+    // Any two instances, by their runs' short ids; the same through the service.
+    let local = p.run(&[
+        "--json",
+        "diff",
+        "a/2020-01-01",
+        "--since",
+        &a1[a1.len() - 8..],
+    ]);
+    local.expect_code(0);
+    assert_eq!(local.json()["from"]["job_run_id"], a1.as_str());
+    let service = Service::start(&p, &[]);
+    let remote = p.run(&[
+        "--server",
+        &service.url,
+        "--json",
+        "diff",
+        "a/2020-01-01",
+        "--since",
+        &a1[a1.len() - 8..],
+    ]);
+    remote.expect_code(0);
+    assert_eq!(remote.json(), local.json());
+}

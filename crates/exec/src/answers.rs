@@ -1001,6 +1001,7 @@ pub mod route {
     pub const PARTITION_EVENTS: &str = "/api/v1/partitions/{partition_ref}/events";
     pub const PARTITION_EXPLAIN: &str = "/api/v1/partitions/{partition_ref}/explain";
     pub const PARTITION_LINEAGE: &str = "/api/v1/partitions/{partition_ref}/lineage";
+    pub const PARTITION_DIFF: &str = "/api/v1/partitions/{partition_ref}/diff";
     pub const TAINT: &str = "/api/v1/partitions/taint";
     pub const TAINT_IMPACT: &str = "/api/v1/partitions/taint/impact";
     pub const GC: &str = "/api/v1/gc";

@@ -393,3 +393,171 @@ impl Engine {
             .collect())
     }
 }
+
+/// What changed between two instances of a partition (`databuild diff`): the inputs whose
+/// instances differ, the job's version, its args and the names of its env.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct InstanceDiff {
+    #[serde(rename = "ref")]
+    pub partition_ref: String,
+    /// The earlier instance.
+    pub from: InstanceSummary,
+    /// The later one (by default the current instance).
+    pub to: InstanceSummary,
+    /// Inputs read by one and not the other, or read at another instance.
+    pub inputs: Vec<InputChange>,
+    /// How many inputs both read at the same instance.
+    pub unchanged_inputs: u64,
+    pub job_version_changed: bool,
+    pub args_changed: bool,
+    /// Env names set by one and not the other, or set to another value (values are not shown:
+    /// they may be secrets).
+    pub env_changed: Vec<String>,
+    /// The data versions differ: what was built from the earlier one is stale.
+    pub data_version_changed: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct InstanceSummary {
+    pub job_run_id: String,
+    pub build_request_id: Option<String>,
+    pub built_at: Option<String>,
+    pub built_at_ns: Option<i64>,
+    pub data_version: Option<String>,
+    pub job_version: Option<String>,
+    pub args: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct InputChange {
+    #[serde(rename = "ref")]
+    pub partition_ref: String,
+    /// `added`, `removed` or `changed`.
+    pub change: String,
+    pub from_version: Option<String>,
+    pub to_version: Option<String>,
+    /// The runs that built the instances read (none for externals).
+    pub from_run: Option<String>,
+    pub to_run: Option<String>,
+}
+
+impl Engine {
+    /// What changed between the instance `to` (default: the current one) of `r` and `since`
+    /// (default: the instance before `to`).
+    pub fn diff(&self, r: &str, to: Option<&str>, since: Option<&str>) -> Result<InstanceDiff> {
+        let built = self.store.events(&EventFilter {
+            partition_ref: Some(r.to_string()),
+            kind: Some(Kind::Partition),
+            status: Some(Status::Available),
+            limit: Some(100_000),
+            ..Default::default()
+        })?;
+        let runs: Vec<(&str, Option<&str>)> = built
+            .iter()
+            .filter_map(|e| Some((e.job_run_id.as_deref()?, e.data.data_version.as_deref())))
+            .collect();
+        let to_run = match to {
+            Some(run) => run.to_string(),
+            None => self
+                .store
+                .partition(r)?
+                .and_then(|p| p.job_run_id)
+                .filter(|run| runs.iter().any(|(id, _)| id == run))
+                .ok_or_else(|| {
+                    EngineError::NotFound(format!("`{r}` has no instance: no run has built it"))
+                })?,
+        };
+        let at = runs
+            .iter()
+            .position(|(id, _)| *id == to_run)
+            .ok_or_else(|| EngineError::Invalid(format!("run {to_run} did not build `{r}`")))?;
+        let from_run = match since {
+            Some(run) if runs.iter().any(|(id, _)| *id == run) => run.to_string(),
+            Some(run) => {
+                return Err(EngineError::Invalid(format!(
+                    "run {run} did not build `{r}`"
+                )))
+            }
+            None => runs[..at]
+                .iter()
+                .rev()
+                .find(|(id, _)| *id != to_run)
+                .map(|(id, _)| id.to_string())
+                .ok_or_else(|| {
+                    EngineError::NotFound(format!(
+                        "`{r}` has one instance only (run {to_run}): nothing to compare it with"
+                    ))
+                })?,
+        };
+        let version_of = |run: &str| {
+            runs.iter()
+                .rev()
+                .find(|(id, _)| *id == run)
+                .and_then(|(_, v)| v.map(str::to_string))
+        };
+        let row = |run: &str| -> Result<JobRunRow> {
+            self.store.job_run(run)?.ok_or_else(|| {
+                EngineError::NotFound(format!("no job run `{run}` in the event log"))
+            })
+        };
+        let (a, b) = (row(&from_run)?, row(&to_run)?);
+        let summary = |run: &JobRunRow| InstanceSummary {
+            job_run_id: run.job_run_id.clone(),
+            build_request_id: run.build_request_id.clone(),
+            built_at: run.ended_at.map(rfc3339),
+            built_at_ns: run.ended_at,
+            data_version: version_of(&run.job_run_id),
+            job_version: run.job_version.clone(),
+            args: run.args.clone(),
+        };
+        let mut inputs = Vec::new();
+        let mut unchanged = 0;
+        let names: std::collections::BTreeSet<&String> = a
+            .input_versions
+            .keys()
+            .chain(b.input_versions.keys())
+            .collect();
+        for input in names {
+            let (va, vb) = (a.input_versions.get(input), b.input_versions.get(input));
+            let (ra, rb) = (a.input_runs.get(input), b.input_runs.get(input));
+            let change = match (va, vb) {
+                (None, Some(_)) => "added",
+                (Some(_), None) => "removed",
+                _ if va != vb || ra != rb => "changed",
+                _ => {
+                    unchanged += 1;
+                    continue;
+                }
+            };
+            inputs.push(InputChange {
+                partition_ref: input.clone(),
+                change: change.to_string(),
+                from_version: va.cloned(),
+                to_version: vb.cloned(),
+                from_run: ra.cloned(),
+                to_run: rb.cloned(),
+            });
+        }
+        let env_changed = a
+            .env
+            .keys()
+            .chain(b.env.keys())
+            .filter(|k| a.env.get(*k) != b.env.get(*k))
+            .cloned()
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        let (from, to) = (summary(&a), summary(&b));
+        Ok(InstanceDiff {
+            partition_ref: r.to_string(),
+            job_version_changed: a.job_version != b.job_version,
+            args_changed: a.args != b.args,
+            env_changed,
+            data_version_changed: from.data_version != to.data_version,
+            inputs,
+            unchanged_inputs: unchanged,
+            from,
+            to,
+        })
+    }
+}

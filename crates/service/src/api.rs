@@ -12,7 +12,7 @@ use axum::{Extension, Json};
 use databuild_core::PlanRequest;
 use databuild_exec::answers::{self, route, Analysis, BuildAccepted};
 use databuild_exec::gc::GcReport;
-use databuild_exec::lineage::{Direction, Lineage, TaintImpact};
+use databuild_exec::lineage::{Direction, InstanceDiff, Lineage, TaintImpact};
 use databuild_exec::views::{AnalyzeView, ListedStatus, PartitionPage};
 use databuild_log::{EventFilter, PartitionQuery, SqlResult, Status};
 use futures_util::stream::{self, Stream};
@@ -392,6 +392,27 @@ pub(crate) async fn partition_lineage(
             q.instance.as_deref(),
         )
         .map(Json)
+    })
+    .await
+}
+
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct DiffParams {
+    /// The later instance: the run that built it (default: the current instance).
+    instance: Option<String>,
+    /// The earlier instance: the run that built it (default: the one before `instance`).
+    since: Option<String>,
+}
+
+#[utoipa::path(get, path = route::PARTITION_DIFF, summary = "What changed between two instances of a partition: inputs, job version, args, env names", params(RefPath, DiffParams), responses((status = 200, body = InstanceDiff), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
+pub(crate) async fn partition_diff(
+    State(state): Shared,
+    ApiPath(r): ApiPath<String>,
+    ApiQuery(q): ApiQuery<DiffParams>,
+) -> ApiResult<Json<InstanceDiff>> {
+    blocking(&state, move |engine| {
+        views::diff(engine, &r, q.instance.as_deref(), q.since.as_deref()).map(Json)
     })
     .await
 }

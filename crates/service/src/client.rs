@@ -12,7 +12,7 @@ use databuild_exec::answers::{
     PartitionStatus, Sealed, SourceList, Want, WantList,
 };
 use databuild_exec::gc::GcReport;
-use databuild_exec::lineage::{Direction, Lineage, TaintImpact};
+use databuild_exec::lineage::{Direction, InstanceDiff, Lineage, TaintImpact};
 use databuild_exec::tables::{Promotion, SourceDetail};
 use databuild_exec::views::{AnalyzeView, ListedStatus, PartitionPage};
 use databuild_exec::Engine;
@@ -68,6 +68,8 @@ pub trait Api {
         depth: u32,
         instance: Option<&str>,
     ) -> ApiResult<Lineage>;
+    fn diff(&self, r: &str, instance: Option<&str>, since: Option<&str>)
+        -> ApiResult<InstanceDiff>;
 }
 
 /// The engine of this process.
@@ -101,6 +103,14 @@ impl Api for InProcess {
         instance: Option<&str>,
     ) -> ApiResult<Lineage> {
         views::lineage(&self.engine, r, direction, depth, instance)
+    }
+    fn diff(
+        &self,
+        r: &str,
+        instance: Option<&str>,
+        since: Option<&str>,
+    ) -> ApiResult<InstanceDiff> {
+        views::diff(&self.engine, r, instance, since)
     }
     fn partitions(
         &self,
@@ -415,6 +425,21 @@ impl Api for Http {
                 reason: reason.map(str::to_string),
             },
         )
+    }
+    fn diff(
+        &self,
+        r: &str,
+        instance: Option<&str>,
+        since: Option<&str>,
+    ) -> ApiResult<InstanceDiff> {
+        self.get(&format!(
+            "{}{}",
+            route::fill(route::PARTITION_DIFF, r),
+            query(&[
+                ("instance", instance.map(str::to_string)),
+                ("since", since.map(str::to_string)),
+            ])
+        ))
     }
     fn taint_impact(&self, refs: &[String]) -> ApiResult<TaintImpact> {
         self.post(

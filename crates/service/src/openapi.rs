@@ -28,6 +28,7 @@ use crate::error::ErrorBody;
         crate::api::partition_events,
         crate::api::partition_explain,
         crate::api::partition_lineage,
+        crate::api::partition_diff,
         crate::api::taint,
         crate::api::taint_impact,
         crate::api::gc,

@@ -29,6 +29,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route(route::TAINT, post(api::taint))
         .route(route::TAINT_IMPACT, post(api::taint_impact))
         .route(route::PARTITION_LINEAGE, get(api::partition_lineage))
+        .route(route::PARTITION_DIFF, get(api::partition_diff))
         .route(route::GC, post(api::gc))
         .route(route::GRAPH, get(api::graph))
         .route(route::EVENTS, get(api::list_events))

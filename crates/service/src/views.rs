@@ -10,7 +10,7 @@ use databuild_exec::answers::{
     SourceList, Want, WantDetail, WantList,
 };
 use databuild_exec::gc::{GcOptions, GcReport};
-use databuild_exec::lineage::{Direction, Lineage, LineageQuery, TaintImpact};
+use databuild_exec::lineage::{Direction, InstanceDiff, Lineage, LineageQuery, TaintImpact};
 use databuild_exec::tables::{Promotion, SourceDetail};
 use databuild_exec::views::{ListedStatus, PartitionPage};
 use databuild_exec::Engine;
@@ -267,6 +267,20 @@ pub fn lineage(
         depth,
         instance,
     })?)
+}
+
+/// What changed between two instances of a partition (ids as people type them): by default its
+/// current one and the one before.
+pub fn diff(
+    engine: &Engine,
+    r: &str,
+    instance: Option<&str>,
+    since: Option<&str>,
+) -> ApiResult<InstanceDiff> {
+    valid_ref(r)?;
+    let instance = instance.map(|id| run_id(engine, id)).transpose()?;
+    let since = since.map(|id| run_id(engine, id)).transpose()?;
+    Ok(engine.diff(r, instance.as_deref(), since.as_deref())?)
 }
 
 pub fn partition_events(engine: &Engine, r: &str) -> ApiResult<EventList> {

@@ -3,7 +3,8 @@
 
 use std::process::ExitCode;
 
-use databuild_exec::lineage::{Direction, Lineage, LineageNode};
+use databuild_exec::lineage::{Direction, InstanceSummary, Lineage, LineageNode};
+use databuild_log::short_id;
 
 use crate::backend::Backend;
 use crate::cli::LineageFormat;
@@ -29,6 +30,73 @@ pub fn run(
         LineageFormat::Dot => outln!("{}", dot(&answer))?,
         LineageFormat::Mermaid => outln!("{}", mermaid(&answer))?,
     }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `diff`: what changed between two instances of a partition.
+pub fn diff(
+    backend: &Backend,
+    partition_ref: &str,
+    instance: Option<&str>,
+    since: Option<&str>,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
+    let d = backend.diff(partition_ref, instance, since)?;
+    if json {
+        outln!("{}", serde_json::to_string_pretty(&d)?)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let when = |s: &InstanceSummary| s.built_at.clone().unwrap_or_else(|| "?".to_string());
+    outln!("{}", d.partition_ref)?;
+    outln!(
+        "  from run {} ({})",
+        short_id(&d.from.job_run_id),
+        when(&d.from)
+    )?;
+    outln!(
+        "  to   run {} ({})",
+        short_id(&d.to.job_run_id),
+        when(&d.to)
+    )?;
+    let or_none = |v: &Option<String>| v.clone().unwrap_or_else(|| "none".to_string());
+    for i in &d.inputs {
+        let by = |run: &Option<String>| {
+            run.as_deref()
+                .map(|r| format!(" (run {})", short_id(r)))
+                .unwrap_or_default()
+        };
+        outln!(
+            "  input {} {}: {}{} -> {}{}",
+            i.partition_ref,
+            i.change,
+            or_none(&i.from_version),
+            by(&i.from_run),
+            or_none(&i.to_version),
+            by(&i.to_run)
+        )?;
+    }
+    outln!("  {} input(s) unchanged", d.unchanged_inputs)?;
+    if d.job_version_changed {
+        outln!(
+            "  job version: {} -> {}",
+            or_none(&d.from.job_version),
+            or_none(&d.to.job_version)
+        )?;
+    }
+    if d.args_changed {
+        outln!("  args: {:?} -> {:?}", d.from.args, d.to.args)?;
+    }
+    if !d.env_changed.is_empty() {
+        outln!("  env changed: {}", d.env_changed.join(", "))?;
+    }
+    outln!(
+        "  data version {}",
+        if d.data_version_changed {
+            "changed"
+        } else {
+            "the same: what was built from the earlier instance is still fresh"
+        }
+    )?;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -127,6 +127,17 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 format
             },
         ),
+        Command::Diff {
+            partition_ref,
+            instance,
+            since,
+        } => lineage::diff(
+            &backend,
+            &partition_ref,
+            instance.as_deref(),
+            since.as_deref(),
+            json,
+        ),
         Command::Gc {
             older_than,
             dry_run,

@@ -331,6 +331,9 @@ pub enum Command {
     },
     /// List wants: the active ones, or those with a status.
     Wants {
+        /// One want (an id, a unique prefix or the short form): the builds and runs that made
+        /// its partitions, and what the others wait for.
+        id: Option<String>,
         /// requested, waiting, satisfied, expired or cancelled.
         #[arg(long)]
         status: Option<String>,

@@ -364,3 +364,57 @@ fn diff_says_what_changed_between_two_instances() {
     remote.expect_code(0);
     assert_eq!(remote.json(), local.json());
 }
+
+/// `wants ID`: the builds and runs that made a want's partitions, each run with the runs that
+/// made what it read, and what the others wait for; the same through the service and on its
+/// page.
+#[test]
+fn a_want_shows_the_builds_and_runs_that_fulfilled_it() {
+    let p = Project::new(GRAPH);
+    p.file("data/raw/2020-01-01", "one\n");
+    p.run(&["build", "b/2020-01-01"]).expect_code(0);
+    let (a1, b1) = (run_of(&p, "a/2020-01-01"), run_of(&p, "b/2020-01-01"));
+    let want = p
+        .run(&["--json", "want", "b/{2020-01-01..2020-01-02}"])
+        .json();
+    let id = want["want_id"].as_str().unwrap().to_string();
+
+    let detail = p.run(&["--json", "wants", &id[id.len() - 8..]]);
+    detail.expect_code(0);
+    let detail = detail.json();
+    let run = &detail["fulfillment"][0]["runs"][0];
+    assert_eq!(run["job_run_id"], b1.as_str(), "{detail}");
+    assert_eq!(run["partitions"], serde_json::json!(["b/2020-01-01"]));
+    assert_eq!(run["inputs"][0]["ref"], "a/2020-01-01");
+    assert_eq!(run["inputs"][0]["job_run_id"], a1.as_str());
+    assert_eq!(detail["fulfillment"][0]["status"], "completed");
+    assert_eq!(detail["waiting"][0]["ref"], "b/2020-01-02", "{detail}");
+    assert!(
+        detail["waiting"][0]["waits_for"]
+            .as_str()
+            .unwrap()
+            .contains("no run has built it yet"),
+        "{detail}"
+    );
+    let text = p.run(&["wants", &id]);
+    assert!(
+        text.stdout.contains(&format!(
+            "read a/2020-01-01 built by run {}",
+            &a1[a1.len() - 8..]
+        )),
+        "{}",
+        text.stdout
+    );
+
+    let service = Service::start(&p, &[]);
+    let remote = p.run(&["--server", &service.url, "--json", "wants", &id]);
+    remote.expect_code(0);
+    assert_eq!(remote.json(), detail);
+    let (status, page) = service.call("GET", &format!("/wants/{id}"), None, None);
+    assert_eq!(status, 200, "{page}");
+    assert!(
+        page.contains(&format!("/runs/{b1}")) && page.contains(&format!("/runs/{a1}")),
+        "{page}"
+    );
+    assert!(page.contains("no run has built it yet"), "{page}");
+}

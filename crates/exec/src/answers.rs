@@ -730,14 +730,62 @@ pub struct WantDetail {
     #[schema(format = DateTime)]
     pub updated_at: String,
     pub partitions: Vec<PartitionStatus>,
+    /// The builds and runs that made its partitions (or are making them), each run with the
+    /// runs that made what it read.
+    pub fulfillment: Vec<WantBuild>,
+    /// Its partitions that are not live, and why: what each waits for.
+    pub waiting: Vec<WaitingPartition>,
     pub created_at_ns: i64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expires_at_ns: Option<i64>,
     pub updated_at_ns: i64,
 }
 
+/// A build that made (or is making) some of a want's partitions.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct WantBuild {
+    /// None for runs of no build request (none today; kept for older logs).
+    pub build_request_id: Option<String>,
+    pub status: Option<Status>,
+    pub runs: Vec<WantRun>,
+}
+
+/// A run that made some of a want's partitions, and the runs that made what it read.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct WantRun {
+    pub job_run_id: String,
+    pub job: String,
+    pub status: Status,
+    /// The want's partitions it made (or is making).
+    pub partitions: Vec<String>,
+    /// Of each input a job built: the run that built the instance it read, and its build.
+    pub inputs: Vec<InputRun>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct InputRun {
+    #[serde(rename = "ref")]
+    pub partition_ref: String,
+    pub job_run_id: String,
+    pub build_request_id: Option<String>,
+}
+
+/// A partition of a want that is not live, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct WaitingPartition {
+    #[serde(rename = "ref")]
+    pub partition_ref: String,
+    pub status: String,
+    pub waits_for: String,
+}
+
 impl WantDetail {
-    pub fn new(w: &WantRow, partitions: Vec<PartitionStatus>) -> Self {
+    pub fn new(
+        w: &WantRow,
+        partitions: Vec<PartitionStatus>,
+        fulfillment: Vec<WantBuild>,
+        waiting: Vec<WaitingPartition>,
+    ) -> Self {
         let want = Want::from(w);
         WantDetail {
             want_id: want.want_id,
@@ -753,6 +801,8 @@ impl WantDetail {
             sla_missed: want.sla_missed,
             updated_at: want.updated_at,
             partitions,
+            fulfillment,
+            waiting,
             created_at_ns: want.created_at_ns,
             expires_at_ns: want.expires_at_ns,
             updated_at_ns: want.updated_at_ns,

@@ -11,6 +11,7 @@ use databuild_log::{EventFilter, JobRunRow, Kind, Status};
 use serde::{Deserialize, Serialize};
 
 use crate::answers::rfc3339;
+pub use crate::answers::{InputRun, WaitingPartition, WantBuild, WantRun};
 use crate::engine::{Engine, EngineError, Result};
 
 /// The most nodes one answer holds; past it, nodes say their children were left out.
@@ -559,5 +560,80 @@ impl Engine {
             from,
             to,
         })
+    }
+}
+
+/// The most partitions of one want whose fulfillment is traced.
+pub const WANT_TRACED: usize = 1_000;
+
+impl Engine {
+    /// How a want's partitions came to be (or are coming): the builds and runs that made them,
+    /// each run with the runs that made what it read, and what each partition not live waits for.
+    pub fn fulfillment(
+        &self,
+        statuses: &[crate::answers::StatusReport],
+    ) -> Result<(Vec<WantBuild>, Vec<WaitingPartition>)> {
+        let mut waiting = Vec::new();
+        let mut made_by: std::collections::BTreeMap<&str, Vec<String>> = Default::default();
+        for s in statuses.iter().take(WANT_TRACED) {
+            if s.status != "live" {
+                waiting.push(WaitingPartition {
+                    partition_ref: s.partition_ref.clone(),
+                    status: s.status.to_string(),
+                    waits_for: s.reasons.join("; "),
+                });
+            }
+            if let Some(run) = s.built_by.as_deref() {
+                made_by
+                    .entry(run)
+                    .or_default()
+                    .push(s.partition_ref.clone());
+            }
+        }
+        let ids: Vec<&str> = made_by.keys().copied().collect();
+        let mut builds: Vec<WantBuild> = Vec::new();
+        for run in self.store.job_runs_by_id(&ids)? {
+            let inputs = self.input_runs_of(&run)?;
+            let want_run = WantRun {
+                partitions: made_by.remove(run.job_run_id.as_str()).unwrap_or_default(),
+                job_run_id: run.job_run_id,
+                job: run.job,
+                status: run.status,
+                inputs,
+            };
+            match builds
+                .iter_mut()
+                .find(|b| b.build_request_id == run.build_request_id)
+            {
+                Some(b) => b.runs.push(want_run),
+                None => builds.push(WantBuild {
+                    status: match &run.build_request_id {
+                        Some(id) => self.store.build_request(id)?.map(|b| b.status),
+                        None => None,
+                    },
+                    build_request_id: run.build_request_id,
+                    runs: vec![want_run],
+                }),
+            }
+        }
+        Ok((builds, waiting))
+    }
+
+    /// The runs that built the instances `run` read (and their builds).
+    fn input_runs_of(&self, run: &JobRunRow) -> Result<Vec<InputRun>> {
+        let ids: Vec<&str> = run.input_runs.values().map(String::as_str).collect();
+        let rows = self.store.job_runs_by_id(&ids)?;
+        Ok(run
+            .input_runs
+            .iter()
+            .map(|(input, by)| InputRun {
+                partition_ref: input.clone(),
+                job_run_id: by.clone(),
+                build_request_id: rows
+                    .iter()
+                    .find(|r| r.job_run_id == *by)
+                    .and_then(|r| r.build_request_id.clone()),
+            })
+            .collect())
     }
 }

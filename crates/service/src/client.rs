@@ -9,7 +9,7 @@ use axum::http::StatusCode;
 use databuild_exec::answers::{
     route, Analysis, BuildAccepted, BuildDetail, BuildList, BuildProgress, Cancelled, DatasetList,
     ErrorBody, EventList, EventPage, Explain, JobDetail, JobList, JobRun, LogChunk,
-    PartitionStatus, Sealed, SourceList, Want, WantList,
+    PartitionStatus, Sealed, SourceList, Want, WantDetail, WantList,
 };
 use databuild_exec::gc::GcReport;
 use databuild_exec::lineage::{Direction, InstanceDiff, Lineage, TaintImpact};
@@ -59,6 +59,8 @@ pub trait Api {
     fn want(&self, refs: &[String], ttl: Option<&str>, sla: Option<&str>) -> ApiResult<Want>;
     fn wants(&self, status: Option<&str>, all: bool, limit: usize) -> ApiResult<WantList>;
     fn unwant(&self, id: &str) -> ApiResult<Want>;
+    /// One want, with how its partitions were made and what the others wait for.
+    fn want_detail(&self, id: &str) -> ApiResult<WantDetail>;
     /// Housekeeping: what nothing reads any more, older than `older_than` (`30d`).
     fn gc(&self, older_than: &str, dry_run: bool) -> ApiResult<GcReport>;
     fn lineage(
@@ -173,6 +175,9 @@ impl Api for InProcess {
     }
     fn unwant(&self, id: &str) -> ApiResult<Want> {
         views::unwant(&self.engine, id)
+    }
+    fn want_detail(&self, id: &str) -> ApiResult<WantDetail> {
+        views::want_detail(&self.engine, id)
     }
 }
 
@@ -598,6 +603,9 @@ impl Api for Http {
     }
     fn unwant(&self, id: &str) -> ApiResult<Want> {
         self.delete(&route::fill(route::WANT, id))
+    }
+    fn want_detail(&self, id: &str) -> ApiResult<WantDetail> {
+        self.get(&route::fill(route::WANT, id))
     }
 }
 

@@ -621,16 +621,15 @@ pub fn wants(
 }
 
 pub fn want_detail(engine: &Engine, id: &str) -> ApiResult<WantDetail> {
+    let id = &resolve(engine, IdKind::Want, id)?;
     let row = engine
         .store
         .want(id)?
         .ok_or_else(|| AppError::not_found(format!("no want `{id}`")))?;
-    let partitions = engine
-        .status(&row.refs)?
-        .iter()
-        .map(PartitionStatus::from)
-        .collect();
-    Ok(WantDetail::new(&row, partitions))
+    let statuses = engine.status(&row.refs)?;
+    let (fulfillment, waiting) = engine.fulfillment(&statuses)?;
+    let partitions = statuses.iter().map(PartitionStatus::from).collect();
+    Ok(WantDetail::new(&row, partitions, fulfillment, waiting))
 }
 
 pub fn unwant(engine: &Engine, id: &str) -> ApiResult<Want> {

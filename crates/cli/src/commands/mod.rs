@@ -198,9 +198,13 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Want { refs, ttl, sla } => {
             wants::want(&backend, &refs, ttl.as_deref(), sla.as_deref(), json)
         }
-        Command::Wants { status, all, limit } => {
-            wants::list(&backend, status.as_deref(), all, limit, json)
-        }
+        Command::Wants { id: Some(id), .. } => wants::show(&backend, &id, json),
+        Command::Wants {
+            id: None,
+            status,
+            all,
+            limit,
+        } => wants::list(&backend, status.as_deref(), all, limit, json),
         Command::Unwant { id } => wants::unwant(&backend, &id, json),
         Command::MigrateLog { .. }
         | Command::TableJob { .. }

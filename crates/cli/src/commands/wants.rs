@@ -75,6 +75,63 @@ pub fn list(
     Ok(ExitCode::SUCCESS)
 }
 
+/// One want: the tree of builds and runs that made its partitions, and what the others wait for.
+pub fn show(backend: &Backend, id: &str, json: bool) -> anyhow::Result<ExitCode> {
+    let w = backend.want_detail(id)?;
+    if json {
+        print_json(&w)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    outln!(
+        "want {} {}: {} partition(s), {} not live{}",
+        w.want_id,
+        w.status,
+        w.refs.len(),
+        w.waiting.len(),
+        w.message
+            .as_deref()
+            .map(|m| format!(" ({m})"))
+            .unwrap_or_default()
+    )?;
+    let short = databuild_log::short_id;
+    for b in &w.fulfillment {
+        outln!(
+            "build {} {}",
+            b.build_request_id.as_deref().map_or("(none)", short),
+            b.status.map(|s| s.to_string()).unwrap_or_default()
+        )?;
+        for (i, r) in b.runs.iter().enumerate() {
+            let last = i + 1 == b.runs.len();
+            outln!(
+                "{}run {} of `{}` {}: {}",
+                if last { "└── " } else { "├── " },
+                short(&r.job_run_id),
+                r.job,
+                r.status,
+                r.partitions.join(", ")
+            )?;
+            for input in &r.inputs {
+                outln!(
+                    "{}    read {} built by run {} (build {})",
+                    if last { " " } else { "│" },
+                    input.partition_ref,
+                    short(&input.job_run_id),
+                    input.build_request_id.as_deref().map_or("?", short)
+                )?;
+            }
+        }
+    }
+    for p in &w.waiting {
+        outln!(
+            "waiting {} ({}): {}",
+            p.partition_ref,
+            p.status,
+            p.waits_for
+        )?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
 pub fn unwant(backend: &Backend, id: &str, json: bool) -> anyhow::Result<ExitCode> {
     let v = backend.unwant(id)?;
     if json {

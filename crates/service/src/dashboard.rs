@@ -552,7 +552,7 @@ async fn wants_page(State(state): Shared) -> Response {
 /// One want: how its partitions came to be — the builds and runs that made them, each run with
 /// the runs that made what it read — and what each partition not live waits for.
 async fn want_page(State(state): Shared, Path(id): Path<String>) -> Response {
-    let w = match page(&state, move |engine| Ok(views::want_detail(engine, &id)?)).await {
+    let w = match page(&state, move |engine| views::want_detail(engine, &id)).await {
         Ok(w) => w,
         Err(r) => return r,
     };

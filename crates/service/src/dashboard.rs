@@ -11,6 +11,7 @@ use axum::{Extension, Router};
 use databuild_core::{PartitionRef, PlanRequest};
 use databuild_exec::answers::{self, span, BuildDetail, JobRun};
 use databuild_exec::engine::rfc3339;
+use databuild_exec::lineage::{Direction, Lineage, LineageNode};
 use databuild_exec::views::ListedStatus;
 use databuild_exec::Engine;
 use databuild_log::{Kind, PartitionQuery, SqlLimits, Status};
@@ -588,6 +589,56 @@ async fn want_page(State(state): Shared, Path(id): Path<String>) -> Response {
     }).into_response()
 }
 
+/// The lineage of a partition's instance, two trees (upstream, downstream) drawn as one graph:
+/// each instance once, edges from what was read to what was built from it.
+fn lineage_graph(up: Option<&Lineage>, down: Option<&Lineage>) -> String {
+    fn id(n: &LineageNode) -> String {
+        let instance = n.job_run_id.as_deref().or(n.data_version.as_deref());
+        format!("{}@{}", n.partition_ref, instance.unwrap_or(""))
+    }
+    fn add(nodes: &mut Vec<svg::GraphNode>, n: &LineageNode) -> usize {
+        let key = id(n);
+        if let Some(i) = nodes.iter().position(|g| g.id == key) {
+            return i;
+        }
+        let status = match (n.current, n.run_status) {
+            (false, _) => "superseded",
+            (true, Some(Status::Completed) | None) => "live",
+            (true, Some(s)) => s.as_str(),
+        };
+        nodes.push(svg::GraphNode {
+            id: key,
+            label: n.partition_ref.clone(),
+            status: status.to_string(),
+            href: format!("/partitions/{}", enc(&n.partition_ref)),
+            depends_on: Vec::new(),
+        });
+        nodes.len() - 1
+    }
+    fn walk(nodes: &mut Vec<svg::GraphNode>, n: &LineageNode, upstream: bool) {
+        let me = add(nodes, n);
+        for c in &n.children {
+            let other = add(nodes, c);
+            let (reader, read) = if upstream { (me, other) } else { (other, me) };
+            let dependency = nodes[read].id.clone();
+            if !nodes[reader].depends_on.contains(&dependency) {
+                nodes[reader].depends_on.push(dependency);
+            }
+            walk(nodes, c, upstream);
+        }
+    }
+    let mut nodes = Vec::new();
+    for (tree, upstream) in [(up, true), (down, false)] {
+        if let Some(t) = tree {
+            walk(&mut nodes, &t.root, upstream);
+        }
+    }
+    if nodes.len() < 2 {
+        return String::new();
+    }
+    svg::graph(&nodes)
+}
+
 /// The colour key of a table version's day: `live (carried)` → `carried`, `live (loaded)` → `live`.
 fn coverage_state(shown: Option<&String>) -> String {
     match shown.map(String::as_str) {
@@ -670,9 +721,6 @@ fn calendar_for(engine: &Engine, pattern: &str) -> Result<String, AppError> {
     Ok(svg::calendar(&days))
 }
 
-/// How many of the latest runs the partition page looks through for readers of a partition.
-const RECENT_RUNS: usize = 20_000;
-
 async fn partition_page(
     State(state): Shared,
     Extension(role): Extension<Role>,
@@ -682,33 +730,24 @@ async fn partition_page(
     let pr = r.clone();
     let data = page(&state, move |engine| {
         let x = views::explain(engine, &pr)?;
-        let quoted = serde_json::to_string(&pr).unwrap_or_default().replace('\'', "''");
-        let downstream = engine.store.sql(
-            // Among the most recent runs only: the runs' inputs are not indexed, and a log of
-            // millions of runs would be scanned end to end for a partition read by none.
-            &format!("SELECT outputs FROM (SELECT outputs, inputs, scheduled_at FROM job_runs ORDER BY scheduled_at DESC LIMIT {RECENT_RUNS}) WHERE inputs LIKE '%{}%' ORDER BY scheduled_at DESC LIMIT 20", quoted.replace('%', "")),
-            SqlLimits::internal(),
-        )?;
+        // Its current instance's lineage, two levels each way (none before it is built).
+        let up = views::lineage(engine, &pr, Direction::Upstream, 2, None).ok();
+        let down = views::lineage(engine, &pr, Direction::Downstream, 2, None).ok();
         let builds = engine.store.sql(
             // Through the partition's events (indexed by partition), not `request_partitions`,
             // whose key starts with the build.
             &format!("SELECT DISTINCT build_request_id FROM events WHERE partition_ref = '{}' AND build_request_id IS NOT NULL LIMIT 20", pr.replace('\'', "''")),
             SqlLimits::internal(),
         )?;
-        Ok((x, downstream, builds))
+        Ok((x, up, down, builds))
     })
     .await;
-    let (x, downstream, builds) = match data {
+    let (x, up, down, builds) = match data {
         Ok(d) => d,
         Err(r) => return r,
     };
-    let mut below: Vec<String> = downstream
-        .rows
-        .iter()
-        .flat_map(|row| serde_json::from_str::<Vec<String>>(&s(&row[0])).unwrap_or_default())
-        .collect();
-    below.sort();
-    below.dedup();
+    let below: Vec<&LineageNode> = down.iter().flat_map(|d| &d.root.children).collect();
+    let picture = lineage_graph(up.as_ref(), down.as_ref());
     layout(&r, html! {
         h1 { code { (r) } " " (badge(&x.status)) }
         ul { @for reason in &x.reasons { li { (reason) } } }
@@ -735,8 +774,16 @@ async fn partition_page(
         @if x.inputs.is_empty() { p.empty { "None recorded." } } @else {
             table { @for i in &x.inputs { tr { td { (partition_link(&i.partition_ref)) } td { (badge(&i.status)) } } } }
         }
-        h2 { "Downstream (what the latest " (RECENT_RUNS) " runs built from it)" }
-        @if below.is_empty() { p.empty { "Nothing read it yet." } } @else { ul { @for d in &below { li { (partition_link(d)) } } } }
+        h2 { "Downstream (built from its current instance)" }
+        @if below.is_empty() { p.empty { "Nothing was built from it yet." } } @else { ul { @for d in &below { li {
+            (partition_link(&d.partition_ref)) " by run " a href={ "/runs/" (or_empty(&d.job_run_id)) } title=(or_empty(&d.job_run_id)) { code { (short(or_empty(&d.job_run_id))) } }
+            @if !d.current { " " span.muted { "(rebuilt since)" } }
+        } } } }
+        @if !picture.is_empty() {
+            h2 { "Lineage" }
+            p.muted { "Its current instance, what it was built from and what was built from it, two levels each way (" code { "databuild lineage" } " goes further); grey: instances rebuilt since." }
+            div.graph { (PreEscaped(picture)) }
+        }
         @if !x.to_build.is_empty() {
             h2 { "To build it" }
             table { tr { th { "Job" } th { "Outputs" } } @for st in &x.to_build { tr { td { (st.job) } td { @for o in &st.outputs { (partition_link(o)) " " } } } } }

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Lineage at scale: the lineage benchmark's log (a four-level chain, 6 events a partition: 10M
 # events ~ 1.65M partitions), the index's append cost, then `databuild lineage` up and down
-# (depth 3), `taint --dry-run` and `diff` through the real binary, each timed end to end
+# (depth 3) through the real binary, each timed end to end
 # (process start and graph load included), medians of N runs.
 #   bench/lineage.sh [events=10000000] [runs=5]
 set -euo pipefail
@@ -63,5 +63,4 @@ echo "| command | median | min |"
 echo "|---|---:|---:|"
 time_it "lineage l3/p=$p --depth 3 (upstream)" $bin "${args[@]}" --json lineage "l3/p=$p" --depth 3
 time_it "lineage l0/p=$p --downstream --depth 3" $bin "${args[@]}" --json lineage "l0/p=$p" --downstream --depth 3
-time_it "taint --dry-run l0/p=$p" $bin "${args[@]}" --json taint --dry-run "l0/p=$p"
 time_it "status l3/p=$p (for scale: a process and a lookup)" $bin "${args[@]}" --json status "l3/p=$p"

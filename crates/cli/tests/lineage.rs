@@ -245,6 +245,15 @@ fn a_taint_dry_run_lists_exactly_what_the_taint_makes_stale() {
     ]);
     remote.expect_code(0);
     assert_eq!(remote.json(), dry);
+    // The dashboard's Taint button says the same before it taints.
+    let (status, page) = service.call("GET", "/taint?ref=a%2F2020-01-01&reason=bad", None, None);
+    assert_eq!(status, 200, "{page}");
+    assert!(
+        page.contains("3</b> live partition(s) built from it would become stale"),
+        "{page}"
+    );
+    assert!(page.contains("/partitions/d%2F2020-01-01"), "{page}");
+    assert!(page.contains(r#"action="/ui/taint""#), "{page}");
     drop(service);
 
     // The taint makes exactly those stale.

@@ -60,6 +60,7 @@ pub fn routes() -> Router<Arc<AppState>> {
         .route("/sources", get(sources_page))
         .route("/wants", get(wants_page))
         .route("/wants/{id}", get(want_page))
+        .route("/taint", get(taint_preview))
         .route("/jobs", get(jobs_page))
         .route("/jobs/{name}", get(job_page))
         .route("/runs/{id}", get(run_page))
@@ -765,10 +766,11 @@ async fn partition_page(
             button type="submit" { "Build" }
         }
         " "
-        form.inline method="post" action="/ui/taint" {
+        // A taint is confirmed on a page that first says what it would make stale.
+        form.inline method="get" action="/taint" {
             input type="hidden" name="ref" value=(r);
-            input type="text" name="reason" placeholder="reason"; " " (form_auth(&st, role))
-            button type="submit" { "Taint" }
+            input type="text" name="reason" placeholder="reason"; " "
+            button type="submit" { "Taint…" }
         }
         h2 { "Upstream (the inputs of its run)" }
         @if x.inputs.is_empty() { p.empty { "None recorded." } } @else {
@@ -1099,6 +1101,53 @@ pub struct TaintForm {
     reason: Option<String>,
     token: Option<String>,
     csrf: Option<String>,
+}
+
+#[derive(Deserialize)]
+pub struct TaintPreview {
+    r#ref: String,
+    reason: Option<String>,
+}
+
+/// What a taint would do, before it is done: the partitions it would make stale and the wants
+/// that would rebuild them, with the form that taints.
+async fn taint_preview(
+    State(state): Shared,
+    Extension(role): Extension<Role>,
+    Query(q): Query<TaintPreview>,
+) -> Response {
+    let (r, max_refs) = (q.r#ref.clone(), state.limits.max_refs);
+    let impact = match page(&state, move |engine| {
+        views::taint_impact(engine, &[r], max_refs)
+    })
+    .await
+    {
+        Ok(i) => i,
+        Err(resp) => return resp,
+    };
+    layout("Taint", html! {
+        h1 { "Taint " code { (q.r#ref) } "?" }
+        p { "It would be rebuilt by the next build that needs it"
+            @if !impact.would_become_stale.is_empty() { ", and " b { (impact.would_become_stale.len()) } " live partition(s) built from it would become stale" } "." }
+        @if !impact.would_become_stale.is_empty() {
+            table { tr { th { "Would become stale" } th { "Built by run" } th { "From" } }
+                @for i in &impact.would_become_stale { tr {
+                    td { (partition_link(&i.partition_ref)) }
+                    td { a href={ "/runs/" (i.job_run_id) } title=(i.job_run_id) { code { (short(&i.job_run_id)) } } }
+                    td { code { (i.via) } }
+                } }
+            }
+            @if impact.truncated { p.muted { "… and more." } }
+        }
+        @if impact.already_stale > 0 { p.muted { (impact.already_stale) " partition(s) built from it are stale or tainted already." } }
+        @for w in &impact.wants { p.wanted { "Want " a href={ "/wants/" (w.want_id) } { code { (short(&w.want_id)) } } " would rebuild " (w.count) ": " @for r in &w.refs { (partition_link(r)) " " } } }
+        form.inline method="post" action="/ui/taint" {
+            input type="hidden" name="ref" value=(q.r#ref);
+            input type="hidden" name="reason" value=(q.reason.clone().unwrap_or_default()); " " (form_auth(&state, role))
+            button type="submit" { "Taint it" }
+        }
+        " " a href={ "/partitions/" (enc(&q.r#ref)) } { "Cancel" }
+    }).into_response()
 }
 
 async fn ui_taint(

@@ -115,6 +115,20 @@ fn lineage_names_the_instances_a_partition_was_built_from() {
         b2.as_str()
     );
 
+    // The history of its instances: two built, the first superseded by the second.
+    let history: Vec<(&str, &str)> = now["history"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e["what"].as_str().unwrap(),
+                e["job_run_id"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(history, [("built", b1.as_str()), ("built", b2.as_str())]);
+
     // Pictures and text.
     let text = p.run(&["lineage", "b/2020-01-01", "--depth", "2"]);
     text.expect_code(0);

@@ -37,6 +37,24 @@ pub struct Lineage {
     pub root: LineageNode,
     /// How many nodes the tree holds.
     pub nodes: usize,
+    /// The partition's instances over time, oldest first (the last [`HISTORY`]): each made by a
+    /// run, then tainted, removed or superseded by the next.
+    pub history: Vec<InstanceEvent>,
+}
+
+/// How many of a partition's instance events a lineage answer holds.
+pub const HISTORY: usize = 100;
+
+/// Something that happened to a partition's instance.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct InstanceEvent {
+    /// `built` (a run made a new instance), `failed` (a run failed to), `tainted`, `removed`.
+    pub what: String,
+    pub job_run_id: Option<String>,
+    pub data_version: Option<String>,
+    pub message: Option<String>,
+    pub at: String,
+    pub at_ns: i64,
 }
 
 /// One instance of a partition in a lineage tree.
@@ -92,8 +110,43 @@ impl Engine {
             direction: q.direction,
             depth: q.depth,
             nodes: MAX_NODES - budget,
+            history: self.instance_history(&q.partition_ref)?,
             root,
         })
+    }
+
+    /// A partition's instances over time, from its events (indexed by partition): the runs that
+    /// built it or failed to, its taints and removals.
+    fn instance_history(&self, r: &str) -> Result<Vec<InstanceEvent>> {
+        let events = self.store.events(&EventFilter {
+            partition_ref: Some(r.to_string()),
+            kind: Some(Kind::Partition),
+            limit: Some(100_000),
+            ..Default::default()
+        })?;
+        let mut history: Vec<InstanceEvent> = events
+            .into_iter()
+            .filter_map(|e| {
+                let what = match (e.status, &e.job_run_id) {
+                    (Status::Available, Some(_)) => "built",
+                    (Status::Failed, Some(_)) => "failed",
+                    (Status::Tainted, _) => "tainted",
+                    (Status::Removed, _) => "removed",
+                    _ => return None,
+                };
+                Some(InstanceEvent {
+                    what: what.to_string(),
+                    job_run_id: e.job_run_id,
+                    data_version: e.data.data_version,
+                    message: e.message,
+                    at: rfc3339(e.timestamp),
+                    at_ns: e.timestamp,
+                })
+            })
+            .collect();
+        let keep = history.len().saturating_sub(HISTORY);
+        history.drain(..keep);
+        Ok(history)
     }
 
     fn root_instance(&self, q: &LineageQuery) -> Result<Instance> {

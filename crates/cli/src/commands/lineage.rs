@@ -129,7 +129,26 @@ fn label(n: &LineageNode) -> String {
 
 fn print_tree(answer: &Lineage) -> anyhow::Result<()> {
     outln!("{}", label(&answer.root))?;
-    print_children(&answer.root, "")
+    print_children(&answer.root, "")?;
+    if answer.history.len() > 1 {
+        outln!("instances of {}:", answer.root.partition_ref)?;
+        for e in &answer.history {
+            outln!(
+                "  {}  {}{}{}",
+                e.at,
+                e.what,
+                e.job_run_id
+                    .as_deref()
+                    .map(|r| format!(" by run {}", short_id(r)))
+                    .unwrap_or_default(),
+                e.message
+                    .as_deref()
+                    .map(|m| format!(": {m}"))
+                    .unwrap_or_default()
+            )?;
+        }
+    }
+    Ok(())
 }
 
 fn print_children(node: &LineageNode, prefix: &str) -> anyhow::Result<()> {

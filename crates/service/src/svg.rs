@@ -39,6 +39,23 @@ pub struct GraphNode {
     pub depends_on: Vec<String>,
 }
 
+/// The most characters a node's label shows; a longer one loses its middle.
+const LABEL_CHARS: usize = 64;
+
+/// `text`, or its start and end around an ellipsis when it has more than `max` characters.
+fn middle_cut(text: &str, max: usize) -> String {
+    let chars: Vec<char> = text.chars().collect();
+    if chars.len() <= max {
+        return text.to_string();
+    }
+    let head = (max - 1) / 2;
+    let tail = max - 1 - head;
+    let mut cut: String = chars[..head].iter().collect();
+    cut.push('…');
+    cut.extend(&chars[chars.len() - tail..]);
+    cut
+}
+
 /// A layered drawing: each node in the column after its deepest dependency.
 pub fn graph(nodes: &[GraphNode]) -> String {
     if nodes.is_empty() {
@@ -67,7 +84,15 @@ pub fn graph(nodes: &[GraphNode]) -> String {
             break;
         }
     }
-    let (w, h, gap_x, gap_y) = (190, 34, 60, 14);
+    // Boxes as wide as the longest label (up to `LABEL_CHARS` characters, ~6.6 px each at 11 px):
+    // a label is never cut where it tells nodes apart, usually its end (a date).
+    let longest = nodes
+        .iter()
+        .map(|n| n.label.chars().count().min(LABEL_CHARS))
+        .max()
+        .unwrap_or(0);
+    let w = (longest * 66 / 10 + 16).max(120);
+    let (h, gap_x, gap_y) = (34, 60, 14);
     let mut rows = vec![0usize; layer.iter().max().unwrap_or(&0) + 1];
     let mut pos = vec![(0, 0); nodes.len()];
     for i in 0..nodes.len() {
@@ -96,7 +121,7 @@ pub fn graph(nodes: &[GraphNode]) -> String {
     }
     for (i, n) in nodes.iter().enumerate() {
         let (x, y) = pos[i];
-        let label: String = n.label.chars().take(28).collect();
+        let label = middle_cut(&n.label, LABEL_CHARS);
         let _ = write!(
             svg,
             r##"<a href="{}"><g class="node" data-status="{}"><rect x="{x}" y="{y}" width="{w}" height="{h}" rx="5" fill="{}"/><text x="{}" y="{}" font-size="11" fill="#fff">{}</text></g><title>{} ({})</title></a>"##,
@@ -169,4 +194,48 @@ pub fn calendar(days: &[(String, String)]) -> String {
     }
     svg.push_str("</svg>");
     svg
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_long_label_keeps_its_start_and_end() {
+        assert_eq!(middle_cut("short", 10), "short");
+        let cut = middle_cut("categorized_reviews/category=comedy/date=2020-01-02", 24);
+        assert_eq!(cut.chars().count(), 24);
+        assert!(
+            cut.starts_with("categorized") && cut.ends_with("2020-01-02"),
+            "{cut}"
+        );
+    }
+
+    /// Every label is drawn whole when it fits, and the boxes grow to hold it.
+    #[test]
+    fn boxes_are_as_wide_as_their_labels() {
+        let node = |id: &str, deps: &[&str]| GraphNode {
+            id: id.to_string(),
+            label: id.to_string(),
+            status: "live".to_string(),
+            href: "/".to_string(),
+            depends_on: deps.iter().map(|d| d.to_string()).collect(),
+        };
+        let long = "categorized_reviews/category=comedy/date=2020-01-02";
+        let svg = graph(&[node("raw", &[]), node(long, &["raw"])]);
+        assert!(svg.contains(&format!(">{long}</text>")), "{svg}");
+        let width: usize = svg
+            .split("rect x=")
+            .nth(1)
+            .unwrap()
+            .split("width=\"")
+            .nth(1)
+            .unwrap()
+            .split('"')
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!(width >= long.len() * 6, "{width}");
+    }
 }

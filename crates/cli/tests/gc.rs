@@ -302,3 +302,48 @@ command = ["sh", "-c", "mkdir -p $DATABUILD_OUTPUT_DIR/slow; echo started; touch
         "done\n"
     );
 }
+
+/// The folder of a partition no job builds is kept while it holds another partition's data:
+/// one the log knows, or a path the graph declares.
+#[test]
+fn gc_keeps_a_folder_that_holds_other_partitions() {
+    let graph = |with_old: bool| {
+        format!(
+            r#"
+[graph]
+name = "g"
+[[job]]
+name = "inner"
+outputs = ["old/{{d:date}}/inner"]
+command = ["sh", "-c", "mkdir -p $DATABUILD_OUTPUT_DIR/$(dirname $(echo $DATABUILD_OUTPUTS | tr -d '[]\"')) && echo i > $DATABUILD_OUTPUT_DIR/$(echo $DATABUILD_OUTPUTS | tr -d '[]\"')"]
+[[dataset]]
+name = "notes"
+pattern = "old/{{d:date}}/notes"
+{}"#,
+            if with_old {
+                r#"[[job]]
+name = "old"
+outputs = ["old/{d:date}"]
+command = ["sh", "-c", "mkdir -p $DATABUILD_OUTPUT_DIR/$(echo $DATABUILD_OUTPUTS | tr -d '[]\"') && echo o > $DATABUILD_OUTPUT_DIR/$(echo $DATABUILD_OUTPUTS | tr -d '[]\"')/part"]"#
+            } else {
+                ""
+            }
+        )
+    };
+    let p = Project::new(&graph(true));
+    p.run(&["build", "old/2020-01-01", "old/2020-01-02"])
+        .expect_code(0);
+    p.run(&["build", "old/2020-01-01/inner"]).expect_code(0);
+    p.file("data/old/2020-01-02/notes", "an external file");
+    std::fs::write(p.path().join("databuild.toml"), graph(false)).unwrap();
+    let report = p.run(&["--json", "gc", "--older-than", "0s"]);
+    report.expect_code(0);
+    let report = report.json();
+    assert!(report["totals"].get("partition_data").is_none(), "{report}");
+    assert_eq!(
+        report["kept"]["the folder of a partition no job builds that holds other partitions"], 2,
+        "{report}"
+    );
+    assert!(p.path().join("data/old/2020-01-01/inner").exists());
+    assert!(p.path().join("data/old/2020-01-02/notes").exists());
+}

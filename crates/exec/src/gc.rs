@@ -477,6 +477,12 @@ impl Engine {
                     report.keep("the data of a partition no job builds, recorded recently");
                     continue;
                 }
+                if self.holds_other_partitions(r)? {
+                    report.keep(
+                        "the folder of a partition no job builds that holds other partitions",
+                    );
+                    continue;
+                }
                 found.push(Action::new(
                     GcItem {
                         kind: GcKind::PartitionData,
@@ -490,6 +496,43 @@ impl Engine {
             }
         }
         Ok(found)
+    }
+
+    /// Some other partition's data lies under `r`'s folder (`r/...`): removing it would take
+    /// theirs. One the log knows (refs under `r/` sort right after `r/`, so one row tells), or
+    /// a path under it that the graph declares (an external dataset's file, say).
+    fn holds_other_partitions(&self, r: &str) -> Result<bool> {
+        let prefix = format!("{r}/");
+        let next = self.store.partitions(&PartitionQuery {
+            limit: 1,
+            after: Some(prefix.clone()),
+            ..Default::default()
+        })?;
+        if next
+            .first()
+            .is_some_and(|p| p.partition_ref.starts_with(&prefix))
+        {
+            return Ok(true);
+        }
+        let top = self.data_dir.join(r);
+        let mut dirs = if top.symlink_metadata().is_ok_and(|m| m.is_dir()) {
+            vec![top]
+        } else {
+            Vec::new()
+        };
+        while let Some(dir) = dirs.pop() {
+            for entry in read_dir(&dir)? {
+                let path = entry.path();
+                let rel = path.strip_prefix(&self.data_dir).unwrap_or(&path);
+                if self.graph.producer_of(&rel.to_string_lossy()).is_some() {
+                    return Ok(true);
+                }
+                if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                    dirs.push(path);
+                }
+            }
+        }
+        Ok(false)
     }
 
     /// The log hears of every partition whose data goes before it goes (a partition already

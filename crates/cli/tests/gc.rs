@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use crate::util::{Project, Service};
+use crate::util::{current_run, Project, Service};
 
 const GRAPH: &str = r#"
 [graph]
@@ -25,16 +25,6 @@ outputs = ["b/{d:date}"]
 inputs = ["raw/{d}"]
 command = ["sh", "-c", "echo building b; mkdir -p $DATABUILD_OUTPUT_DIR/b && echo y > $DATABUILD_OUTPUT_DIR/$(echo $DATABUILD_OUTPUTS | tr -d '[]\"')"]
 "#;
-
-/// The run of `job` that last built or failed `r`, as the log says.
-fn current_run(p: &Project, r: &str) -> String {
-    let out = p.run(&[
-        "--json",
-        "sql",
-        &format!("SELECT job_run_id FROM partitions WHERE partition_ref = '{r}'"),
-    ]);
-    out.json()["rows"][0][0].as_str().unwrap().to_string()
-}
 
 fn runs_of(p: &Project, job: &str) -> Vec<String> {
     let out = p.run(&[

@@ -29,17 +29,7 @@ fn lineage(p: &Project, args: &[&str]) -> serde_json::Value {
     out.json()
 }
 
-fn run_of(p: &Project, r: &str) -> String {
-    p.run(&[
-        "--json",
-        "sql",
-        &format!("SELECT job_run_id FROM partitions WHERE partition_ref = '{r}'"),
-    ])
-    .json()["rows"][0][0]
-        .as_str()
-        .unwrap()
-        .to_string()
-}
+use crate::util::current_run as run_of;
 
 #[test]
 fn lineage_names_the_instances_a_partition_was_built_from() {

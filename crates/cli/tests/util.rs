@@ -74,6 +74,19 @@ impl Project {
     }
 }
 
+/// The run that last built (or failed to build) partition `r`, as the log's row says.
+pub fn current_run(project: &Project, r: &str) -> String {
+    let out = project.run(&[
+        "--json",
+        "sql",
+        &format!("SELECT job_run_id FROM partitions WHERE partition_ref = '{r}'"),
+    ]);
+    out.json()["rows"][0][0]
+        .as_str()
+        .unwrap_or_else(|| panic!("no run holds {r}: {}", out.stdout))
+        .to_string()
+}
+
 /// Writes the events of one finished single-run build into the project's default event log, as
 /// a build would (used to test the read commands before and apart from `build`); a successful
 /// one leaves its partition's data too, as the job would have.

@@ -431,3 +431,61 @@ fn a_want_shows_the_builds_and_runs_that_fulfilled_it() {
     );
     assert!(page.contains("no run has built it yet"), "{page}");
 }
+
+/// A forced rebuild records the same data version, so what was built from the instance it
+/// replaces stays live: `analyze --force` says which, and a taint's dry run still finds them
+/// (they are live on the same data), as the taint itself then does.
+#[test]
+fn a_forced_rebuild_keeps_downstream_live_and_says_so() {
+    let p = Project::new(&format!("{GRAPH}{FAN_OUT}"));
+    p.file("data/raw/2020-01-01", "x\n");
+    p.run(&["build", "d/2020-01-01", "c/2020-01-01"])
+        .expect_code(0);
+    let preview = p
+        .run(&["--json", "analyze", "--force", "a/2020-01-01"])
+        .json();
+    let mut kept: Vec<String> = preview["force_keeps_live"]["partitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r.as_str().unwrap().to_string())
+        .collect();
+    kept.sort();
+    assert_eq!(
+        kept,
+        ["b/2020-01-01", "c/2020-01-01", "d/2020-01-01"],
+        "{preview}"
+    );
+    let text = p.run(&["analyze", "--force", "a/2020-01-01"]);
+    assert!(
+        text.stdout
+            .contains("3 live partitions built from the forced partitions stay live"),
+        "{}",
+        text.stdout
+    );
+
+    p.run(&["build", "--force", "a/2020-01-01"]).expect_code(0);
+    let status = p
+        .run(&[
+            "--json",
+            "status",
+            "b/2020-01-01",
+            "c/2020-01-01",
+            "d/2020-01-01",
+        ])
+        .json();
+    for s in status.as_array().unwrap() {
+        assert_eq!(s["status"], "live", "{status}");
+    }
+    // b was built from the instance the forced rebuild replaced: exactly, its downstream is
+    // empty now; by its data, the taint reaches b.
+    let down = lineage(&p, &["a/2020-01-01", "--downstream"]);
+    assert_eq!(down["root"]["children"], serde_json::json!([]), "{down}");
+    let dry = p
+        .run(&["--json", "taint", "--dry-run", "a/2020-01-01"])
+        .json();
+    assert_eq!(refs_of(&dry["would_become_stale"]), kept, "{dry}");
+    p.run(&["taint", "a/2020-01-01"]).expect_code(0);
+    let listed = p.run(&["--json", "partitions", "--status", "stale"]).json();
+    assert_eq!(refs_of(&listed["partitions"]), kept, "{listed}");
+}

@@ -863,6 +863,20 @@ pub struct Analysis {
     pub not_rebuildable_count: usize,
     pub not_rebuildable: Vec<NotRebuildable>,
     pub estimate: PlanCost,
+    /// With `force`: what the forced rebuilds leave live downstream.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub force_keeps_live: Option<ForceKeepsLive>,
+}
+
+/// A forced rebuild records the same data version as the instance it replaces when nothing it
+/// reads changed, so what was built from that instance stays live: these partitions (the first
+/// 100 of `count`; of the first 1,000 forced refs). `taint` them to have them rebuilt.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct ForceKeepsLive {
+    pub count: usize,
+    pub partitions: Vec<String>,
+    /// Not every forced ref was followed, or more were found than an answer holds.
+    pub truncated: bool,
 }
 
 /// A stale partition that cannot be rebuilt, kept as it is.

@@ -66,6 +66,9 @@ pub struct Engine {
 pub struct Analysis {
     pub build_request_id: String,
     pub plan: Plan,
+    /// With `force`: the live partitions built from the current instances of the forced ones,
+    /// which stay live (see [`crate::answers::ForceKeepsLive`]).
+    pub force_keeps_live: Option<crate::answers::ForceKeepsLive>,
 }
 
 impl Engine {
@@ -202,9 +205,14 @@ impl Engine {
                     ));
                 }
                 self.store.append(vec![done])?;
+                let force_keeps_live = request
+                    .force
+                    .then(|| self.force_keeps_live(&request.refs))
+                    .transpose()?;
                 Ok(Analysis {
                     build_request_id: id,
                     plan,
+                    force_keeps_live,
                 })
             }
             Err(e) => {

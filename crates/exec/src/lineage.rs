@@ -7,7 +7,7 @@
 //! upstream follows what a run *read*, not what it would read today, and an instance that was
 //! superseded since still names the instances it was built from.
 
-use databuild_log::{EventFilter, JobRunRow, Kind, Status};
+use databuild_log::{EventFilter, JobRunRow, Kind, ReadersOf, Status};
 use serde::{Deserialize, Serialize};
 
 use crate::answers::rfc3339;
@@ -214,7 +214,9 @@ impl Engine {
         }
         let next = match direction {
             Direction::Upstream => self.read_by(&at, row.as_ref(), &mut node),
-            Direction::Downstream => self.built_from(&at, node.data_version.as_deref())?,
+            Direction::Downstream => {
+                self.built_from(&at, node.data_version.as_deref(), ReadersOf::Instance)?
+            }
         };
         for instance in next {
             if *budget == 0 {
@@ -311,11 +313,16 @@ impl Engine {
             .collect()
     }
 
-    /// The instances runs built from this one: every output of every run that read it.
-    fn built_from(&self, at: &Instance, version: Option<&str>) -> Result<Vec<Instance>> {
-        let readers =
-            self.store
-                .readers(&at.partition_ref, at.run.as_deref(), version, MAX_READERS)?;
+    /// The instances runs built from this one (`of`: exactly, or from its data): every output of
+    /// every run that read it.
+    fn built_from(
+        &self,
+        at: &Instance,
+        version: Option<&str>,
+        of: ReadersOf,
+    ) -> Result<Vec<Instance>> {
+        let (r, run) = (&at.partition_ref, at.run.as_deref());
+        let readers = self.store.readers(r, run, version, of, MAX_READERS)?;
         let ids: Vec<&str> = readers.iter().map(String::as_str).collect();
         let mut runs = self.store.job_runs_by_id(&ids)?;
         runs.sort_by_key(|r| r.scheduled_at);
@@ -401,7 +408,19 @@ impl Engine {
             }
         }
         while let Some(at) = queue.pop_front() {
-            for next in self.built_from(&at, at.version.as_deref())? {
+            // By run and by version: a partition built from an earlier instance at the same data
+            // version (a forced rebuild makes one) is live on this one's data, and the taint
+            // makes it stale too.
+            let version = match (&at.version, &at.run) {
+                (Some(v), _) => Some(v.clone()),
+                (None, Some(run)) => self
+                    .store
+                    .partition(&at.partition_ref)?
+                    .filter(|p| p.job_run_id.as_deref() == Some(run))
+                    .and_then(|p| p.data_version),
+                (None, None) => None,
+            };
+            for next in self.built_from(&at, version.as_deref(), ReadersOf::Data)? {
                 let current = self
                     .store
                     .partition(&next.partition_ref)?
@@ -428,6 +447,33 @@ impl Engine {
         }
         impact.wants = self.wants_reached(&seen)?;
         Ok(impact)
+    }
+
+    /// What forced rebuilds of `refs` leave live: the live partitions built from their current
+    /// instances (a rebuild from unchanged inputs records the same data version).
+    pub fn force_keeps_live(
+        &self,
+        refs: &[databuild_core::PartitionRef],
+    ) -> Result<crate::answers::ForceKeepsLive> {
+        const FOLLOWED: usize = 1_000;
+        let followed: Vec<String> = refs.iter().take(FOLLOWED).map(|r| r.to_string()).collect();
+        let impact = match self.taint_impact(&followed) {
+            Ok(impact) => impact,
+            // Refs a taint refuses (a source's raw day) are not forced by a build either.
+            Err(EngineError::Invalid(_)) => return Ok(Default::default()),
+            Err(e) => return Err(e),
+        };
+        let count = impact.would_become_stale.len();
+        Ok(crate::answers::ForceKeepsLive {
+            count,
+            partitions: impact
+                .would_become_stale
+                .into_iter()
+                .take(100)
+                .map(|i| i.partition_ref)
+                .collect(),
+            truncated: impact.truncated || refs.len() > FOLLOWED,
+        })
     }
 
     /// The active wants naming any of `refs`.

@@ -26,6 +26,8 @@ pub struct AnalyzeView<'p> {
     pub not_rebuildable_count: usize,
     pub not_rebuildable: Vec<crate::answers::NotRebuildable>,
     pub estimate: crate::answers::PlanCost,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub force_keeps_live: Option<crate::answers::ForceKeepsLive>,
 }
 
 impl<'p> AnalyzeView<'p> {
@@ -38,12 +40,15 @@ impl<'p> AnalyzeView<'p> {
     ) -> Result<Self> {
         let estimate = engine.estimate(&analysis.plan, parallel)?;
         let reasons = engine.missing_reasons(&analysis.plan);
-        Ok(Self::new(
-            &analysis.build_request_id,
-            &analysis.plan,
-            estimate,
-            reasons,
-        ))
+        Ok(AnalyzeView {
+            force_keeps_live: analysis.force_keeps_live.clone(),
+            ..Self::new(
+                &analysis.build_request_id,
+                &analysis.plan,
+                estimate,
+                reasons,
+            )
+        })
     }
 
     /// `reasons`: why each of the plan's missing external partitions is missing
@@ -99,6 +104,7 @@ impl<'p> AnalyzeView<'p> {
                 })
                 .collect(),
             estimate,
+            force_keeps_live: None,
         }
     }
 }

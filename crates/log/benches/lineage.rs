@@ -128,7 +128,13 @@ fn main() {
         by_id.push(start.elapsed());
         let start = Instant::now();
         let found = store
-            .readers(&format!("l1/p={p}"), Some(&run_id(1, p)), None, 1_000)
+            .readers(
+                &format!("l1/p={p}"),
+                Some(&run_id(1, p)),
+                None,
+                ReadersOf::Instance,
+                1_000,
+            )
             .unwrap();
         readers.push(start.elapsed());
         assert_eq!(found.len(), 2);

@@ -781,18 +781,24 @@ impl EventStore for PostgresStore {
         input_ref: &str,
         input_run: Option<&str>,
         data_version: Option<&str>,
+        of: ReadersOf,
         limit: usize,
     ) -> Result<Vec<String>> {
-        let sql = READERS
-            .replace("?1", "$1")
-            .replace("?2", "$2")
-            .replace("?3", "$3")
-            .replace("?4", "$4");
+        let sql = (1..=5).fold(READERS.to_string(), |sql, i| {
+            sql.replace(&format!("?{i}"), &format!("${i}"))
+        });
+        let any_at_version = of == ReadersOf::Data;
         self.read(|c| {
             let rows = c
                 .query(
                     &sql,
-                    &[&input_ref, &input_run, &data_version, &(limit as i64)],
+                    &[
+                        &input_ref,
+                        &input_run,
+                        &data_version,
+                        &(limit as i64),
+                        &any_at_version,
+                    ],
                 )
                 .map_err(storage)?;
             Ok(rows.iter().map(|r| r.get(0)).collect())

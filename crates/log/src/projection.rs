@@ -637,10 +637,13 @@ pub(crate) fn run_from_row<R: Columns>(row: &R) -> RowResult<JobRunRow, R> {
 }
 
 /// [`crate::EventStore::readers`]: `?1` the input, `?2` its run, `?3` its data version, `?4`
-/// the limit.
+/// the limit; `?5` true for [`crate::ReadersOf::Data`] (any reader at the version), false for
+/// [`crate::ReadersOf::Instance`] (by version only the readers that recorded no run).
 pub(crate) const READERS: &str = "SELECT DISTINCT job_run_id FROM run_inputs
  WHERE input_ref = ?1
-   AND (input_run_id = ?2 OR (input_run_id IS NULL AND CAST(?3 AS TEXT) IS NOT NULL AND data_version = ?3))
+   AND (input_run_id = ?2
+        OR (CAST(?3 AS TEXT) IS NOT NULL AND data_version = ?3
+            AND (CAST(?5 AS BOOLEAN) OR input_run_id IS NULL)))
  LIMIT ?4";
 
 pub(crate) const WANT_COLUMNS: &str =

@@ -1072,12 +1072,19 @@ impl EventStore for SqliteStore {
         input_ref: &str,
         input_run: Option<&str>,
         data_version: Option<&str>,
+        of: ReadersOf,
         limit: usize,
     ) -> Result<Vec<String>> {
         self.read(|c| {
             c.prepare_cached(READERS)?
                 .query_map(
-                    params![input_ref, input_run, data_version, limit as i64],
+                    params![
+                        input_ref,
+                        input_run,
+                        data_version,
+                        limit as i64,
+                        of == ReadersOf::Data
+                    ],
                     |r| r.get(0),
                 )?
                 .collect()

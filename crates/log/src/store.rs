@@ -307,6 +307,17 @@ pub struct BuildQuery {
     pub limit: usize,
 }
 
+/// Which readers of a partition [`EventStore::readers`] finds besides those of its run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReadersOf {
+    /// The instance, exactly: by version only the readers that recorded no run (of an external,
+    /// a source day, or recorded before lineage).
+    Instance,
+    /// The data: every reader of the version, whichever run built it (a rebuild from unchanged
+    /// inputs makes the same version; staleness sees them as one).
+    Data,
+}
+
 /// What kind of entity an id names, for [`EventStore::ids_matching`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum IdKind {
@@ -489,14 +500,14 @@ pub trait EventStore: Send + Sync {
             .collect()
     }
     fn want(&self, id: &str) -> Result<Option<WantRow>>;
-    /// Up to `limit` runs that read an instance of `input_ref`: the one `input_run` built, or,
-    /// with no run (an external, a source day, a run recorded before lineage), the one at
-    /// `data_version` (the reverse index `run_inputs`).
+    /// Up to `limit` runs that read `input_ref` (the reverse index `run_inputs`): the instance
+    /// `input_run` built, and by `data_version` as `of` says.
     fn readers(
         &self,
         input_ref: &str,
         input_run: Option<&str>,
         data_version: Option<&str>,
+        of: ReadersOf,
         limit: usize,
     ) -> Result<Vec<String>>;
     /// Up to `limit` ids of `kind` that `text` names: ids it begins (a prefix, or a whole id),

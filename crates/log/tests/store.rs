@@ -821,25 +821,44 @@ fn the_readers_of_an_instance_are_found_by_its_run_or_version() {
             .unwrap();
         store.append(build_events("b3", "r3", "a/1")).unwrap();
         assert_eq!(
-            store.readers("a/1", Some("r1"), None, 10).unwrap(),
+            store
+                .readers("a/1", Some("r1"), None, ReadersOf::Instance, 10)
+                .unwrap(),
             ["r2"],
             "{at}"
         );
+        // Another instance: its own readers (none), and by its version those of the same data.
         assert!(
             store
-                .readers("a/1", Some("r3"), Some("v1"), 10)
+                .readers("a/1", Some("r3"), None, ReadersOf::Data, 10)
                 .unwrap()
                 .is_empty(),
             "{at}"
         );
         assert_eq!(
-            store.readers("raw/1", None, Some("x"), 10).unwrap(),
+            store
+                .readers("a/1", Some("r3"), Some("v1"), ReadersOf::Data, 10)
+                .unwrap(),
             ["r2"],
             "{at}"
         );
         assert!(
             store
-                .readers("raw/1", None, Some("y"), 10)
+                .readers("a/1", Some("r3"), Some("v2"), ReadersOf::Data, 10)
+                .unwrap()
+                .is_empty(),
+            "{at}"
+        );
+        assert_eq!(
+            store
+                .readers("raw/1", None, Some("x"), ReadersOf::Instance, 10)
+                .unwrap(),
+            ["r2"],
+            "{at}"
+        );
+        assert!(
+            store
+                .readers("raw/1", None, Some("y"), ReadersOf::Instance, 10)
                 .unwrap()
                 .is_empty(),
             "{at}"
@@ -870,15 +889,27 @@ fn a_version_7_log_gains_the_readers_index_in_place() {
     );
     let store = SqliteStore::open(&path).unwrap();
     assert_eq!(
-        store.readers("a/1", Some("r1"), Some("v1"), 10).unwrap(),
+        store
+            .readers("a/1", Some("r1"), Some("v1"), ReadersOf::Instance, 10)
+            .unwrap(),
         ["r2"]
     );
-    assert_eq!(store.readers("raw/1", None, Some("x"), 10).unwrap(), ["r2"]);
+    assert_eq!(
+        store
+            .readers("raw/1", None, Some("x"), ReadersOf::Instance, 10)
+            .unwrap(),
+        ["r2"]
+    );
     store.append(build_events("b3", "r3", "a/1")).unwrap();
     store
         .append(reading_events("b4", "r4", Some("r3")))
         .unwrap();
-    assert_eq!(store.readers("a/1", Some("r3"), None, 10).unwrap(), ["r4"]);
+    assert_eq!(
+        store
+            .readers("a/1", Some("r3"), None, ReadersOf::Data, 10)
+            .unwrap(),
+        ["r4"]
+    );
     let report = databuild_log::check_store(&store).unwrap();
     assert!(report.problems.is_empty(), "{:?}", report.problems);
 }

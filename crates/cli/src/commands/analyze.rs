@@ -2,7 +2,9 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use databuild_core::{Plan, PlanRequest};
-use databuild_exec::answers::{Analysis, MissingExternal, NotRebuildable, PlanCost};
+use databuild_exec::answers::{
+    Analysis, ForceKeepsLive, MissingExternal, NotRebuildable, PlanCost,
+};
 use databuild_exec::views::AnalyzeView;
 
 use crate::backend::Backend;
@@ -22,6 +24,7 @@ struct PlanText {
     cannot_build: (usize, Vec<String>),
     not_rebuildable: (usize, Vec<NotRebuildable>),
     estimate: PlanCost,
+    force_keeps_live: Option<ForceKeepsLive>,
 }
 
 impl PlanText {
@@ -33,6 +36,7 @@ impl PlanText {
                 view.cannot_build.iter().map(|r| r.to_string()).collect(),
             ),
             not_rebuildable: (view.not_rebuildable_count, view.not_rebuildable.clone()),
+            force_keeps_live: view.force_keeps_live.clone(),
             total_runs: plan.runs.len(),
             runs: plan
                 .runs
@@ -75,6 +79,7 @@ impl PlanText {
             missing: v.missing_details,
             cannot_build: (v.cannot_build_count, v.cannot_build),
             not_rebuildable: (v.not_rebuildable_count, v.not_rebuildable),
+            force_keeps_live: v.force_keeps_live,
         }
     }
 
@@ -153,6 +158,15 @@ impl PlanText {
                     "those inputs are"
                 },
                 short_list(first, 5)
+            )?;
+        }
+        if let Some(kept) = self.force_keeps_live.as_ref().filter(|k| k.count > 0) {
+            writeln!(
+                out,
+                "{}{} built from the forced partitions stay live: a rebuild from unchanged inputs records the same data version (`taint` them to rebuild them too): {}",
+                count(kept.count, "live partition"),
+                if kept.truncated { " (at least)" } else { "" },
+                short_list(&kept.partitions, 5)
             )?;
         }
         if self.total_runs > 0 {

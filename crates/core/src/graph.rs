@@ -45,6 +45,19 @@ struct GraphFile {
     table: Vec<TableSection>,
     #[serde(default)]
     want: Vec<WantSection>,
+    #[serde(default)]
+    check: Vec<CheckSection>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CheckSection {
+    name: String,
+    applies_to: Option<String>,
+    command: Option<Vec<String>>,
+    blocking: Option<bool>,
+    timeout: Option<String>,
+    version: Option<toml::Value>,
 }
 
 #[derive(Deserialize)]
@@ -213,6 +226,30 @@ pub struct Job {
     pub migrate: Option<Vec<String>>,
 }
 
+/// A data-quality check of the partitions a job builds (`[[check]]`): run like a job after a
+/// run builds them, and on demand (`databuild check`). Exit 0 passes. A blocking check that
+/// fails keeps the partition from being live.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Check {
+    pub name: String,
+    /// `applies_to` as written: a job's name or one of its output patterns.
+    pub applies_to: String,
+    /// The job outputs it checks, as `(job, output)` indices.
+    pub targets: Vec<(usize, usize)>,
+    pub command: Vec<String>,
+    pub blocking: bool,
+    pub timeout: Option<Duration>,
+    /// Changing it (or the command) makes the recorded results stale: the check runs again,
+    /// the data is not rebuilt.
+    pub version: String,
+}
+
+impl Check {
+    pub fn applies(&self, p: Producer) -> bool {
+        matches!(p, Producer::Job { job, output } if self.targets.contains(&(job, output)))
+    }
+}
+
 /// Where job runs execute.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ExecutorConfig {
@@ -257,6 +294,8 @@ pub struct Graph {
     pub sources: Vec<Source>,
     pub tables: Vec<Table>,
     pub wants: Vec<crate::wants::RecurringWant>,
+    /// Data-quality checks of job outputs (`[[check]]`), in file order.
+    pub checks: Vec<Check>,
     /// The env names (from config executables) whose values the log records and shows; every
     /// other value is recorded as [`REDACTED`], since env often carries secrets.
     pub show_env: Vec<String>,
@@ -352,6 +391,21 @@ impl Graph {
 
     pub fn job(&self, name: &str) -> Option<&Job> {
         self.jobs.iter().find(|j| j.name == name)
+    }
+
+    /// The checks of `r` (a job output), in file order.
+    pub fn checks_of(&self, r: &str) -> Vec<&Check> {
+        if self.checks.is_empty() {
+            return Vec::new();
+        }
+        match self.producer_of(r) {
+            Some((p, _)) => self.checks.iter().filter(|c| c.applies(p)).collect(),
+            None => Vec::new(),
+        }
+    }
+
+    pub fn check(&self, name: &str) -> Option<&Check> {
+        self.checks.iter().find(|c| c.name == name)
     }
 
     pub fn pattern_of(&self, producer: Producer) -> &Pattern {
@@ -571,6 +625,7 @@ impl Loader<'_> {
             sources,
             tables,
             wants: Vec::new(),
+            checks: Vec::new(),
             show_env: f.graph.show_env,
             index: PatternIndex::default(),
         };
@@ -578,7 +633,82 @@ impl Loader<'_> {
         self.link_templates(&mut graph)?;
         graph.index = PatternIndex::build(&graph);
         graph.wants = self.load_wants(&f.want, &graph)?;
+        graph.checks = self.load_checks(&f.check, &graph)?;
         Ok(graph)
+    }
+
+    /// Checks: each applies to a job (all its outputs) or one job output pattern.
+    fn load_checks(
+        &self,
+        sections: &[CheckSection],
+        graph: &Graph,
+    ) -> Result<Vec<Check>, GraphError> {
+        let mut names = HashMap::new();
+        let mut checks = Vec::new();
+        for c in sections {
+            self.check_name(&c.name, "check", &mut names)?;
+            let err = |m: String| self.err(format!("check `{}`", c.name), m);
+            let Some(applies_to) = c.applies_to.as_deref().filter(|a| !a.is_empty()) else {
+                return Err(err("`applies_to` is missing: name the job whose outputs it checks, or one of its output patterns, such as `applies_to = \"daily_summaries\"`".into()));
+            };
+            let mut targets = Vec::new();
+            for (j, job) in graph.jobs.iter().enumerate() {
+                for (o, pattern) in job.outputs.iter().enumerate() {
+                    if job.name == applies_to || pattern.as_str() == applies_to {
+                        targets.push((j, o));
+                    }
+                }
+            }
+            if targets.is_empty() {
+                let why = if graph.datasets.iter().any(|d| d.name == applies_to) {
+                    format!("`applies_to = \"{applies_to}\"` names an external dataset; checks apply to what jobs build (name a job or one of its output patterns)")
+                } else {
+                    let known: Vec<&str> = graph.jobs.iter().map(|j| j.name.as_str()).collect();
+                    format!(
+                        "`applies_to = \"{applies_to}\"` is neither a job nor a job's output pattern (jobs: {})",
+                        if known.is_empty() { "none".to_string() } else { known.join(", ") }
+                    )
+                };
+                return Err(err(why));
+            }
+            let command = match &c.command {
+                Some(cmd) if !cmd.is_empty() && !cmd[0].is_empty() => cmd.clone(),
+                _ => return Err(err("`command` is missing or empty: give the program and its arguments, such as `command = [\"python3\", \"checks/has_rows.py\"]`".into())),
+            };
+            let timeout = c
+                .timeout
+                .as_deref()
+                .map(|t| {
+                    humantime::parse_duration(t).map_err(|e| {
+                        err(format!("`timeout = \"{t}\"` is not a duration ({e}); write it like \"90s\" or \"10m\""))
+                    })
+                })
+                .transpose()?;
+            if timeout == Some(Duration::ZERO) {
+                return Err(err("`timeout` must be longer than zero".into()));
+            }
+            let version = match &c.version {
+                None => "0".to_string(),
+                Some(toml::Value::String(s)) => s.clone(),
+                Some(toml::Value::Integer(i)) => i.to_string(),
+                Some(other) => {
+                    return Err(err(format!(
+                        "`version` must be a string or an integer, not {}",
+                        other.type_str()
+                    )))
+                }
+            };
+            checks.push(Check {
+                name: c.name.clone(),
+                applies_to: applies_to.to_string(),
+                targets,
+                command,
+                blocking: c.blocking.unwrap_or(true),
+                timeout,
+                version,
+            });
+        }
+        Ok(checks)
     }
 
     fn executor(
@@ -1377,5 +1507,43 @@ command = ["x"]
             }
         );
         assert_eq!(values, ["5"]);
+    }
+
+    #[test]
+    fn checks_apply_to_a_job_or_one_of_its_output_patterns() {
+        let text = format!(
+            "{PODCAST}\n[[check]]\nname = \"has_rows\"\napplies_to = \"summary\"\ncommand = [\"true\"]\nversion = 2\n\n[[check]]\nname = \"soft\"\napplies_to = \"reviews/date={{date:date}}\"\ncommand = [\"true\"]\nblocking = false\ntimeout = \"1m\"\n"
+        );
+        let g = load(&text).unwrap();
+        let names = |r: &str| -> Vec<String> {
+            g.checks_of(r).iter().map(|c| c.name.clone()).collect()
+        };
+        assert_eq!(names("summary/category=news/date=2020-01-01"), ["has_rows"]);
+        assert_eq!(names("reviews/date=2020-01-01"), ["soft"]);
+        assert!(names("raw/reviews/date=2020-01-01").is_empty());
+        let soft = g.check("soft").unwrap();
+        assert!(!soft.blocking);
+        assert_eq!(soft.timeout, Some(Duration::from_secs(60)));
+        assert_eq!(g.check("has_rows").unwrap().version, "2");
+        assert!(g.check("has_rows").unwrap().blocking);
+    }
+
+    #[test]
+    fn a_check_of_nothing_or_a_duplicate_name_is_refused() {
+        let with = |check: &str| load_err(&format!("{PODCAST}\n{check}"));
+        assert_eq!(
+            with("[[check]]\nname = \"c\"\napplies_to = \"nope\"\ncommand = [\"true\"]\n"),
+            "databuild.toml: check `c`: `applies_to = \"nope\"` is neither a job nor a job's output pattern (jobs: extract_reviews, summary)"
+        );
+        assert!(with("[[check]]\nname = \"c\"\napplies_to = \"raw_reviews\"\ncommand = [\"true\"]\n")
+            .contains("names an external dataset"));
+        assert_eq!(
+            with("[[check]]\nname = \"c\"\napplies_to = \"summary\"\ncommand = [\"true\"]\n[[check]]\nname = \"c\"\napplies_to = \"summary\"\ncommand = [\"true\"]\n"),
+            "databuild.toml: check `c`: the name is already used by a check"
+        );
+        assert!(with("[[check]]\nname = \"c\"\napplies_to = \"summary\"\n")
+            .contains("`command` is missing or empty"));
+        assert!(with("[[check]]\nname = \"c\"\napplies_to = \"summary\"\ncommand = [\"true\"]\ntimeout = \"soon\"\n")
+            .contains("is not a duration"));
     }
 }

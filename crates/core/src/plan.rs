@@ -55,6 +55,13 @@ pub enum KnownState {
     Kept {
         reason: String,
     },
+    /// Built, but its current instance failed a blocking check: not live. Rebuilding it from
+    /// the same inputs would make the same data, so planning neither rebuilds it (unless
+    /// forced) nor starts what reads it: it stops there as an input that cannot be had.
+    /// `reason` reads ``failed check `name`: message``.
+    CheckFailed {
+        reason: String,
+    },
 }
 
 /// The partition states could not be read (the event log failed). Planning stops on it: a state
@@ -393,6 +400,10 @@ pub struct MissingExternal {
     pub dataset: String,
     /// The run that needs it, if it is not itself requested.
     pub needed_by: Option<String>,
+    /// For a job output whose current instance failed a blocking check (`dataset` is then its
+    /// job): ``failed check `name`: message``.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub failed_check: Option<String>,
 }
 
 /// The result of planning.
@@ -708,7 +719,7 @@ impl Planner<'_> {
                     let reason = if recheck {
                         None
                     } else {
-                        let Some(reason) = self.build_reason(id, known) else {
+                        let Some(reason) = self.build_reason(id, known, needed_by) else {
                             continue;
                         };
                         if let BuildReason::CarryForward(_) = reason {
@@ -849,17 +860,37 @@ impl Planner<'_> {
                 partition_ref: r,
                 dataset: ds.name.clone(),
                 needed_by: self.needed_by(needed_by),
+                failed_check: None,
             });
         }
         Ok(())
     }
 
     /// Why this job output must be built, or `None` (after settling it) when it must not.
-    fn build_reason(&mut self, id: u32, known: KnownState) -> Option<BuildReason> {
+    fn build_reason(
+        &mut self,
+        id: u32,
+        known: KnownState,
+        needed_by: Option<usize>,
+    ) -> Option<BuildReason> {
         let r = &self.refs[id as usize];
         let forced = self.request.force && self.requested.contains(r.as_str());
         let reason = match known {
             _ if forced => BuildReason::Forced,
+            KnownState::CheckFailed { reason } => {
+                let job = match self.graph.producer_of(r.as_str()) {
+                    Some((p, _)) => self.graph.producer_name(p).to_string(),
+                    None => String::new(),
+                };
+                self.plan.missing.push(MissingExternal {
+                    partition_ref: r.clone(),
+                    dataset: job,
+                    needed_by: self.needed_by(needed_by),
+                    failed_check: Some(reason),
+                });
+                self.nodes[id as usize] = Node::Settled;
+                return None;
+            }
             KnownState::Missing => BuildReason::Missing,
             KnownState::Failed => BuildReason::Failed,
             KnownState::Tainted => BuildReason::Tainted,

@@ -1515,9 +1515,8 @@ command = ["x"]
             "{PODCAST}\n[[check]]\nname = \"has_rows\"\napplies_to = \"summary\"\ncommand = [\"true\"]\nversion = 2\n\n[[check]]\nname = \"soft\"\napplies_to = \"reviews/date={{date:date}}\"\ncommand = [\"true\"]\nblocking = false\ntimeout = \"1m\"\n"
         );
         let g = load(&text).unwrap();
-        let names = |r: &str| -> Vec<String> {
-            g.checks_of(r).iter().map(|c| c.name.clone()).collect()
-        };
+        let names =
+            |r: &str| -> Vec<String> { g.checks_of(r).iter().map(|c| c.name.clone()).collect() };
         assert_eq!(names("summary/category=news/date=2020-01-01"), ["has_rows"]);
         assert_eq!(names("reviews/date=2020-01-01"), ["soft"]);
         assert!(names("raw/reviews/date=2020-01-01").is_empty());
@@ -1535,8 +1534,10 @@ command = ["x"]
             with("[[check]]\nname = \"c\"\napplies_to = \"nope\"\ncommand = [\"true\"]\n"),
             "databuild.toml: check `c`: `applies_to = \"nope\"` is neither a job nor a job's output pattern (jobs: extract_reviews, summary)"
         );
-        assert!(with("[[check]]\nname = \"c\"\napplies_to = \"raw_reviews\"\ncommand = [\"true\"]\n")
-            .contains("names an external dataset"));
+        assert!(with(
+            "[[check]]\nname = \"c\"\napplies_to = \"raw_reviews\"\ncommand = [\"true\"]\n"
+        )
+        .contains("names an external dataset"));
         assert_eq!(
             with("[[check]]\nname = \"c\"\napplies_to = \"summary\"\ncommand = [\"true\"]\n[[check]]\nname = \"c\"\napplies_to = \"summary\"\ncommand = [\"true\"]\n"),
             "databuild.toml: check `c`: the name is already used by a check"

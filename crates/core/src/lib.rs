@@ -37,7 +37,8 @@ pub use braces::{
     UserRefError, DEFAULT_MAX_REFS, NO_DOMAINS,
 };
 pub use graph::{
-    Check, Dataset, Deps, ExecutorConfig, Graph, GraphError, Job, Producer, SlurmConfig, TABLE_JOB_COMMAND,
+    Check, Dataset, Deps, ExecutorConfig, Graph, GraphError, Job, Producer, SlurmConfig,
+    TABLE_JOB_COMMAND,
 };
 pub use pattern::{FieldType, Pattern, PatternError};
 pub use plan::{

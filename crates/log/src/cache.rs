@@ -78,7 +78,7 @@ impl StateCache {
                     self.wants.insert(id.clone(), Some(e.status));
                 }
             }
-            Kind::Delegation | Kind::Alias | Kind::Gc => {}
+            Kind::Delegation | Kind::Alias | Kind::Gc | Kind::Check => {}
         }
     }
 }

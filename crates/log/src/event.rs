@@ -7,7 +7,7 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 /// Version of the event format. Bump it when a field is added to [`Event`] or [`EventData`].
-pub const FORMAT_VERSION: u32 = 3;
+pub const FORMAT_VERSION: u32 = 4;
 
 #[derive(
     Debug,
@@ -35,6 +35,9 @@ pub enum Kind {
     Want,
     /// A `databuild gc` that removed something (`completed`): what it removed, in `data.report`.
     Gc,
+    /// A check of a partition's instance (`partition_ref`, built by `job_run_id`): `completed`
+    /// (it passed) or `failed`; `data.check` names it (format version 4).
+    Check,
 }
 
 /// Every status of every kind; which ones a kind may use is the business of [`crate::state`].
@@ -116,6 +119,7 @@ names!(Kind {
     Alias => "alias",
     Want => "want",
     Gc => "gc",
+    Check => "check",
 });
 
 names!(Status {
@@ -265,6 +269,22 @@ pub struct EventData {
     /// job_run failed: what the build does about it next, when the failure is not final.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub then: Option<AfterFailure>,
+    /// check: the check's name (a `[[check]]`, or one the job reported inline), its `version`
+    /// and command as they were when it ran, whether it blocks, and the metrics it reported
+    /// (format version 4).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub check: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub check_version: Option<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub check_command: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub blocking: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub metrics: Option<serde_json::Value>,
+    /// check: reported by the job itself in `DATABUILD_REPORT` (`checks`), not run by DataBuild.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub inline: bool,
 }
 
 /// What a build does after a run failed, when that is not the end of its outputs.
@@ -395,6 +415,27 @@ impl Event {
         Event::new(Kind::Gc, Status::Completed, None)
             .with_message(message)
             .with_data(|d| d.report = Some(report))
+    }
+
+    /// The result of check `name` of `partition_ref`'s instance built by `job_run_id`:
+    /// `completed` when it passed, `failed` when not.
+    pub fn check(
+        build_request_id: Option<&str>,
+        partition_ref: &str,
+        job_run_id: &str,
+        name: &str,
+        passed: bool,
+    ) -> Event {
+        let status = if passed {
+            Status::Completed
+        } else {
+            Status::Failed
+        };
+        let mut e = Event::new(Kind::Check, status, build_request_id);
+        e.partition_ref = Some(partition_ref.to_string());
+        e.job_run_id = Some(job_run_id.to_string());
+        e.data.check = Some(name.to_string());
+        e
     }
 
     /// The event as one line of JSON (for `events --json` and the API).

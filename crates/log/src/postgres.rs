@@ -42,6 +42,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("postgres/v6.sql"),
     include_str!("postgres/v7.sql"),
     include_str!("postgres/v8.sql"),
+    include_str!("postgres/v9.sql"),
 ];
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
 
@@ -774,6 +775,48 @@ impl EventStore for PostgresStore {
             Ok(rows.iter().map(|r| r.get(0)).collect())
         })?;
         Ok(distinct(found, limit))
+    }
+
+    fn checks_of(&self, refs: &[&str]) -> Result<Vec<CheckRow>> {
+        let wanted: Vec<String> = refs.iter().map(|r| r.to_string()).collect();
+        self.read(|c| {
+            let rows = c
+                .query(
+                    &format!(
+                        "SELECT {CHECK_COLUMNS} FROM partition_checks WHERE partition_ref = ANY($1)"
+                    ),
+                    &[&wanted],
+                )
+                .map_err(storage)?;
+            collect(rows, check_from_row)
+        })
+    }
+
+    fn any_blocking_failure(&self) -> Result<bool> {
+        self.read(|c| {
+            c.query_one(
+                "SELECT EXISTS (SELECT 1 FROM partition_checks WHERE status = 'failed' AND blocking)",
+                &[],
+            )
+            .map_err(storage)
+            .map(|r| r.get(0))
+        })
+    }
+
+    fn check_counts(&self) -> Result<Vec<CheckCount>> {
+        self.read(|c| {
+            let rows = c.query(CHECK_COUNTS, &[]).map_err(storage)?;
+            Ok(rows
+                .iter()
+                .map(|r| CheckCount {
+                    job: r.get(0),
+                    check_name: r.get(1),
+                    blocking: r.get::<_, i32>(2) != 0,
+                    passed: r.get::<_, i64>(3) as u64,
+                    failed: r.get::<_, i64>(4) as u64,
+                })
+                .collect())
+        })
     }
 
     fn readers(

@@ -55,6 +55,8 @@ pub(crate) trait AppendTx {
     fn insert_want(&mut self, e: &Event) -> Result<()>;
     fn count_sla_miss(&mut self, e: &Event) -> Result<()>;
     fn update_want(&mut self, e: &Event) -> Result<()>;
+    /// A check's result: the latest of its (partition, check) in `partition_checks`.
+    fn upsert_check(&mut self, e: &Event) -> Result<()>;
 
     /// Adds each change to `job_counts` (`n`, and `last_scheduled_at` raised when given).
     fn add_run_counts(&mut self, changes: &[RunCount<'_>]) -> Result<()>;
@@ -251,6 +253,7 @@ fn project<T: AppendTx>(
         Kind::Want if e.status == Status::Requested => tx.insert_want(e),
         Kind::Want if e.status == Status::SlaMissed => tx.count_sla_miss(e),
         Kind::Want => tx.update_want(e),
+        Kind::Check => tx.upsert_check(e),
         Kind::Delegation | Kind::Alias | Kind::Gc => Ok(()),
     }
 }
@@ -645,6 +648,46 @@ pub(crate) const READERS: &str = "SELECT DISTINCT job_run_id FROM run_inputs
         OR (CAST(?3 AS TEXT) IS NOT NULL AND data_version = ?3
             AND (CAST(?5 AS BOOLEAN) OR input_run_id IS NULL)))
  LIMIT ?4";
+
+pub(crate) const CHECK_COLUMNS: &str =
+    "partition_ref, check_name, status, blocking, job_run_id, job, build_request_id,
+     check_version, command, inline, message, metrics, updated_at";
+
+pub(crate) fn check_from_row<R: Columns>(row: &R) -> RowResult<CheckRow, R> {
+    Ok(CheckRow {
+        partition_ref: row.text(0)?,
+        check_name: row.text(1)?,
+        status: status_at(row, 2)?,
+        blocking: row.flag(3)?,
+        job_run_id: row.text(4)?,
+        job: row.opt_text(5)?,
+        build_request_id: row.opt_text(6)?,
+        check_version: row.opt_text(7)?,
+        command: json_list(row.opt_text(8)?),
+        inline: row.flag(9)?,
+        message: row.opt_text(10)?,
+        metrics: row
+            .opt_text(11)?
+            .and_then(|m| serde_json::from_str(&m).ok()),
+        updated_at: row.int(12)?,
+    })
+}
+
+/// [`crate::EventStore::check_counts`]: (job, check, blocking, passed, failed).
+pub(crate) const CHECK_COUNTS: &str =
+    "SELECT coalesce(job, ''), check_name, max(CAST(blocking AS INTEGER)),
+        sum(CASE WHEN status = 'completed' THEN 1 ELSE 0 END),
+        sum(CASE WHEN status = 'failed' THEN 1 ELSE 0 END)
+   FROM partition_checks GROUP BY 1, 2 ORDER BY 1, 2";
+
+/// A check event's columns in `partition_checks`, as its upsert takes them.
+pub(crate) fn check_command(e: &Event) -> Option<String> {
+    (!e.data.inline).then(|| to_json(&e.data.check_command))
+}
+
+pub(crate) fn check_metrics(e: &Event) -> Option<String> {
+    e.data.metrics.as_ref().map(to_json)
+}
 
 pub(crate) const WANT_COLUMNS: &str =
     "want_id, status, refs, created_at, expires_at, sla_seconds, recurring,

@@ -19,6 +19,8 @@ pub struct Replay {
     /// a release (`cancelled` by the holding run) restores.
     pub before_claim: FxHashMap<String, Option<(Status, Option<String>)>>,
     pub wants: FxHashMap<String, Status>,
+    /// The latest result of each (partition, check): its status and the instance (run) checked.
+    pub checks: FxHashMap<(String, String), (Status, String)>,
 }
 
 impl Replay {
@@ -62,6 +64,14 @@ impl Replay {
                     .insert(e.job_run_id.clone().expect("checked"), e.status);
             }
             Kind::Delegation | Kind::Alias | Kind::Gc => {}
+            Kind::Check => {
+                let key = (
+                    e.partition_ref.clone().expect("checked"),
+                    e.data.check.clone().expect("checked"),
+                );
+                self.checks
+                    .insert(key, (e.status, e.job_run_id.clone().expect("checked")));
+            }
             Kind::Want if e.status == Status::SlaMissed => {}
             Kind::Want => {
                 self.wants
@@ -163,7 +173,7 @@ mod tests {
                             }
                         }
                     }
-                    Kind::Delegation | Kind::Alias | Kind::Want | Kind::Gc => {}
+                    Kind::Delegation | Kind::Alias | Kind::Want | Kind::Gc | Kind::Check => {}
                 }
             }
             for path in brs.values() { prop_assert!(path_is_valid(BUILD_REQUEST, path), "{:?}", path); }
@@ -341,6 +351,21 @@ pub fn check_store(store: &dyn crate::store::EventStore) -> crate::store::Result
             )),
         }
     }
+    let checks =
+        rows("SELECT partition_ref, check_name, status, job_run_id FROM partition_checks")?;
+    for r in &checks {
+        match replay.checks.get(&(r[0].clone(), r[1].clone())) {
+            Some((status, run)) if status.as_str() == r[2] && *run == r[3] => {}
+            other => disagree(format!(
+                "check `{}` of partition {} is `{}` (run {}) in its projection but {} in the events",
+                r[1],
+                r[0],
+                r[2],
+                r[3],
+                other.map_or("absent".to_string(), |(s, run)| format!("`{s}` (run {run})"))
+            )),
+        }
+    }
     let request_partitions =
         rows("SELECT build_request_id, partition_ref, status FROM request_partitions")?;
     for r in &request_partitions {
@@ -367,6 +392,7 @@ pub fn check_store(store: &dyn crate::store::EventStore) -> crate::store::Result
             request_partitions.len(),
             replay.request_partitions.len(),
         ),
+        ("check results", checks.len(), replay.checks.len()),
     ] {
         if projected != replayed {
             disagree(format!(

@@ -39,6 +39,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("sqlite/v6.sql"),
     include_str!("sqlite/v7.sql"),
     include_str!("sqlite/v8.sql"),
+    include_str!("sqlite/v9.sql"),
 ];
 
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
@@ -807,6 +808,40 @@ impl AppendTx for SqliteAppend<'_, '_> {
         )
     }
 
+    fn upsert_check(&mut self, e: &Event) -> Result<()> {
+        let d = &e.data;
+        self.execute(
+            "INSERT INTO partition_checks (partition_ref, check_name, status, blocking, job_run_id,
+                    job, build_request_id, check_version, command, inline, message, metrics,
+                    event_idx, updated_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)
+             ON CONFLICT (partition_ref, check_name) DO UPDATE SET
+                status = excluded.status, blocking = excluded.blocking,
+                job_run_id = excluded.job_run_id, job = coalesce(excluded.job, job),
+                build_request_id = excluded.build_request_id,
+                check_version = excluded.check_version, command = excluded.command,
+                inline = excluded.inline, message = excluded.message,
+                metrics = excluded.metrics, event_idx = excluded.event_idx,
+                updated_at = excluded.updated_at",
+            params![
+                e.partition_ref,
+                d.check,
+                e.status.as_str(),
+                d.blocking.unwrap_or(true),
+                e.job_run_id,
+                e.job,
+                e.build_request_id,
+                d.check_version,
+                check_command(e),
+                d.inline,
+                e.message,
+                check_metrics(e),
+                e.idx,
+                e.timestamp
+            ],
+        )
+    }
+
     fn update_want(&mut self, e: &Event) -> Result<()> {
         self.execute(
             "UPDATE wants SET status = ?2, waiting_for = ?3, message = ?4,
@@ -1064,6 +1099,54 @@ impl EventStore for SqliteStore {
             ))?
             .query_row([id], |r| run_from_row(r))
             .optional()
+        })
+    }
+
+    fn checks_of(&self, refs: &[&str]) -> Result<Vec<CheckRow>> {
+        self.read(|c| {
+            c.execute_batch("BEGIN")?;
+            let result = (|| {
+                let mut stmt = c.prepare_cached(&format!(
+                    "SELECT {CHECK_COLUMNS} FROM partition_checks WHERE partition_ref = ?1"
+                ))?;
+                let mut found = Vec::new();
+                for r in refs {
+                    let rows = stmt.query_map([r], |r| check_from_row(r))?;
+                    for row in rows {
+                        found.push(row?);
+                    }
+                }
+                Ok(found)
+            })();
+            c.execute_batch("COMMIT")?;
+            result
+        })
+    }
+
+    fn any_blocking_failure(&self) -> Result<bool> {
+        self.read(|c| {
+            c.query_row(
+                "SELECT EXISTS (SELECT 1 FROM partition_checks
+                                 WHERE status = 'failed' AND blocking = 1)",
+                [],
+                |r| r.get(0),
+            )
+        })
+    }
+
+    fn check_counts(&self) -> Result<Vec<CheckCount>> {
+        self.read(|c| {
+            c.prepare_cached(CHECK_COUNTS)?
+                .query_map([], |r| {
+                    Ok(CheckCount {
+                        job: r.get(0)?,
+                        check_name: r.get(1)?,
+                        blocking: r.get::<_, i64>(2)? != 0,
+                        passed: r.get::<_, i64>(3)? as u64,
+                        failed: r.get::<_, i64>(4)? as u64,
+                    })
+                })?
+                .collect()
         })
     }
 

@@ -138,7 +138,7 @@ pub fn is_terminal(kind: Kind, status: Status) -> bool {
         // A partition can always be rebuilt by a later request; within one request, `failed`
         // allows a retry. Only `available` ends a request's dealings with it.
         Kind::Partition => return status == Available,
-        Kind::Delegation | Kind::Alias | Kind::Gc => return true,
+        Kind::Delegation | Kind::Alias | Kind::Gc | Kind::Check => return true,
     };
     !table.iter().any(|(from, _)| *from == Some(status))
 }
@@ -229,6 +229,17 @@ pub fn check(e: &Event, current: &Current) -> Result<(), Refusal> {
                 return Err(Refusal::invalid(
                     "a gc event is `completed`, of no build request".to_string(),
                 ));
+            }
+        }
+        Kind::Check => {
+            require(&e.partition_ref, "partition_ref", e)?;
+            require(&e.job_run_id, "job_run_id", e)?;
+            require(&e.data.check, "check", e)?;
+            if !matches!(e.status, Completed | Failed) {
+                return Err(Refusal::invalid(format!(
+                    "a check event is `completed` (passed) or `failed`, not `{}`",
+                    e.status
+                )));
             }
         }
         Kind::Alias => {

@@ -91,6 +91,43 @@ pub struct PartitionRow {
     pub updated_at: i64,
 }
 
+/// The latest result of one check of one partition (`partition_checks`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct CheckRow {
+    pub partition_ref: String,
+    pub check_name: String,
+    /// `completed` (it passed) or `failed`.
+    pub status: Status,
+    pub blocking: bool,
+    /// The instance checked: the run that built the partition.
+    pub job_run_id: String,
+    pub job: Option<String>,
+    pub build_request_id: Option<String>,
+    pub check_version: Option<String>,
+    /// The command it ran (empty for a check its job reported inline).
+    pub command: Vec<String>,
+    pub inline: bool,
+    pub message: Option<String>,
+    pub metrics: Option<serde_json::Value>,
+    pub updated_at: i64,
+}
+
+impl CheckRow {
+    pub fn passed(&self) -> bool {
+        self.status == Status::Completed
+    }
+}
+
+/// How many partitions' latest results of a check passed and failed, per job.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct CheckCount {
+    pub job: String,
+    pub check_name: String,
+    pub blocking: bool,
+    pub passed: u64,
+    pub failed: u64,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct BuildRequestRow {
     pub build_request_id: String,
@@ -483,6 +520,13 @@ pub trait EventStore: Send + Sync {
     /// order. Absent refs give nothing: planning asks for millions, most of them never built.
     fn partitions_by_ref(&self, refs: &[&str]) -> Result<Vec<PartitionRow>>;
     fn partitions(&self, query: &PartitionQuery) -> Result<Vec<PartitionRow>>;
+    /// The latest check results of these partitions (every check of each), in any order.
+    fn checks_of(&self, refs: &[&str]) -> Result<Vec<CheckRow>>;
+    /// Has any blocking check failed, of any instance? (When not, no partition is held back
+    /// by one, and planning reads no check.)
+    fn any_blocking_failure(&self) -> Result<bool>;
+    /// The latest results counted per job and check (for `/metrics` and the datasets page).
+    fn check_counts(&self) -> Result<Vec<CheckCount>>;
     /// Counts of partitions by status among refs matching `pattern` (all when `None`).
     fn partition_counts(&self, pattern: Option<&str>) -> Result<BTreeMap<Status, u64>>;
     /// Counts of the partitions a job built, by status (from a projection: a few rows read).

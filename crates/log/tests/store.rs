@@ -884,8 +884,10 @@ fn a_version_7_log_gains_the_readers_index_in_place() {
     drop(store);
     sqlite_exec(
         &path,
-        "drop table run_inputs; alter table job_runs drop column input_runs;
-         update meta set value = 7 where key = 'schema_version';",
+        &format!(
+            "{UNDO_V9} drop table run_inputs; alter table job_runs drop column input_runs;
+             update meta set value = 7 where key = 'schema_version';"
+        ),
     );
     let store = SqliteStore::open(&path).unwrap();
     assert_eq!(
@@ -914,6 +916,124 @@ fn a_version_7_log_gains_the_readers_index_in_place() {
     assert!(report.problems.is_empty(), "{:?}", report.problems);
 }
 
+/// What schema version 9 added, undone (to make a log of an older version).
+const UNDO_V9: &str =
+    "drop view check_results; drop view partition_status; drop table partition_checks;
+     CREATE VIEW partition_status AS
+     SELECT partition_ref, CASE status WHEN 'available' THEN 'live' ELSE status END AS status,
+            job, build_request_id, job_run_id, data_version,
+            datetime(updated_at / 1000000000, 'unixepoch') AS updated
+     FROM partitions;";
+
+/// A check's result of `p`'s instance built by `run`.
+fn check_event(p: &str, run: &str, name: &str, passed: bool, blocking: bool) -> Event {
+    let mut e = Event::check(None, p, run, name, passed)
+        .with_message(if passed { "ok" } else { "no rows" })
+        .with_data(|d| {
+            d.blocking = Some(blocking);
+            d.check_version = Some("1".into());
+            d.check_command = vec!["true".into()];
+            d.metrics = Some(serde_json::json!({"rows": 0}));
+        });
+    e.job = Some("job".into());
+    e
+}
+
+/// The latest result of each (partition, check) is kept in the append's transaction; a failed
+/// blocking check of the current instance shows in `partition_status`, and the replay agrees.
+#[test]
+fn check_results_keep_the_latest_per_partition_and_check() {
+    for (_f, store) in stores() {
+        store.append(build_events("b1", "r1", "a/1")).unwrap();
+        assert!(!store.any_blocking_failure().unwrap());
+        store
+            .append(vec![
+                check_event("a/1", "r1", "rows", false, true),
+                check_event("a/1", "r1", "soft", false, false),
+            ])
+            .unwrap();
+        assert!(store.any_blocking_failure().unwrap());
+        let status = |store: &dyn EventStore| {
+            store
+                .sql(
+                    "SELECT status FROM partition_status WHERE partition_ref = 'a/1'",
+                    SqlLimits::default(),
+                )
+                .unwrap()
+                .rows[0][0]
+                .clone()
+        };
+        assert_eq!(status(store.as_ref()), "check_failed");
+        let mut rows = store.checks_of(&["a/1", "b/1"]).unwrap();
+        rows.sort_by(|a, b| a.check_name.cmp(&b.check_name));
+        assert_eq!(rows.len(), 2);
+        assert_eq!(
+            (
+                rows[0].check_name.as_str(),
+                rows[0].passed(),
+                rows[0].blocking
+            ),
+            ("rows", false, true)
+        );
+        assert_eq!(rows[0].metrics, Some(serde_json::json!({"rows": 0})));
+        assert_eq!(rows[0].command, ["true"]);
+        assert_eq!(rows[0].job_run_id, "r1");
+        // Fixed: the check passes on the same instance.
+        store
+            .append(vec![check_event("a/1", "r1", "rows", true, true)])
+            .unwrap();
+        assert!(!store.any_blocking_failure().unwrap());
+        assert_eq!(status(store.as_ref()), "live");
+        let counts = store.check_counts().unwrap();
+        assert_eq!(
+            counts
+                .iter()
+                .map(|c| (c.check_name.as_str(), c.passed, c.failed))
+                .collect::<Vec<_>>(),
+            [("rows", 1, 0), ("soft", 0, 1)]
+        );
+        let results = store
+            .sql(
+                "SELECT check_name, result, current FROM check_results ORDER BY check_name",
+                SqlLimits::default(),
+            )
+            .unwrap();
+        assert_eq!(results.rows.len(), 2);
+        assert_eq!(results.rows[0][1], "passed");
+        let report = databuild_log::check_store(store.as_ref()).unwrap();
+        assert!(report.problems.is_empty(), "{:?}", report.problems);
+        // A check event names its partition, its instance and its check.
+        let mut bad = check_event("a/1", "r1", "rows", true, true);
+        bad.data.check = None;
+        assert!(store.append(vec![bad]).is_err());
+    }
+}
+
+/// A version 8 log gains the checks projection in place.
+#[test]
+fn a_version_8_log_gains_check_results_in_place() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("v8.db");
+    let store = SqliteStore::open(&path).unwrap();
+    store.append(build_events("b1", "r1", "a/1")).unwrap();
+    drop(store);
+    sqlite_exec(
+        &path,
+        &format!("{UNDO_V9} update meta set value = 8 where key = 'schema_version';"),
+    );
+    let store = SqliteStore::open(&path).unwrap();
+    store
+        .append(vec![check_event("a/1", "r1", "rows", false, true)])
+        .unwrap();
+    assert_eq!(store.checks_of(&["a/1"]).unwrap().len(), 1);
+    let r = store
+        .sql("SELECT status FROM partition_status", SqlLimits::default())
+        .unwrap();
+    assert_eq!(r.rows[0][0], "check_failed");
+    let report = databuild_log::check_store(&store).unwrap();
+    assert!(report.problems.is_empty(), "{:?}", report.problems);
+}
+
 #[test]
 fn a_version_1_log_is_upgraded_in_place_and_keeps_its_events() {
     let dir = tempfile::tempdir().unwrap();
@@ -924,7 +1044,8 @@ fn a_version_1_log_is_upgraded_in_place_and_keeps_its_events() {
     // Make it what version 1 wrote: no alias index, schema version 1.
     sqlite_exec(
         &path,
-        "drop index events_of_alias; drop table wants; drop index events_of_wants;
+        &format!(
+            "{UNDO_V9} drop index events_of_alias; drop table wants; drop index events_of_wants;
          drop table job_counts; drop table partition_counts;
          alter table partitions drop column prev_status;
          alter table partitions drop column prev_job_run_id;
@@ -939,7 +1060,8 @@ fn a_version_1_log_is_upgraded_in_place_and_keeps_its_events() {
          drop index build_requests_by_short_id; drop index job_runs_by_short_id;
          drop table run_inputs; alter table job_runs drop column input_runs;
          create index job_runs_by_build on job_runs (build_request_id);
-         update meta set value = 1 where key = 'schema_version';",
+         update meta set value = 1 where key = 'schema_version';"
+        ),
     );
     let store = SqliteStore::open(&path).unwrap();
     let v = store

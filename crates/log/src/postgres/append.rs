@@ -417,6 +417,24 @@ enum Write {
     },
     RunCounts(Vec<(String, &'static str, i64, Option<i64>)>),
     PartitionCounts(Vec<(String, &'static str, i64)>),
+    Check(Box<CheckWrite>),
+}
+
+struct CheckWrite {
+    r: Option<String>,
+    name: Option<String>,
+    status: &'static str,
+    blocking: bool,
+    run: Option<String>,
+    job: Option<String>,
+    br: Option<String>,
+    version: Option<String>,
+    command: Option<String>,
+    inline: bool,
+    message: Option<String>,
+    metrics: Option<String>,
+    idx: i64,
+    at: i64,
 }
 
 struct RunRow {
@@ -448,6 +466,7 @@ fn row_of(w: &Write) -> Option<(u8, String)> {
         Write::WantInsert { id, .. } | Write::SlaMiss { id, .. } | Write::WantUpdate { id, .. } => {
             (b'w', key(id))
         }
+        Write::Check(c) => (b'c', format!("{}\0{}", key(&c.r), key(&c.name))),
         Write::RunCounts(_) | Write::PartitionCounts(_) => return None,
     })
 }
@@ -469,6 +488,7 @@ fn kind_of(w: &Write) -> usize {
         Write::WantUpdate { .. } => 11,
         Write::RunCounts(_) => 12,
         Write::PartitionCounts(_) => 13,
+        Write::Check(_) => 14,
     }
 }
 
@@ -480,7 +500,7 @@ SELECT * FROM unnest($1::bigint[], $2::text[], $3::bigint[], $4::text[], $5::tex
 
 /// Each kind's statement, by [`kind_of`]: the per-row SQL of a statement per event, over the
 /// `unnest` of the rows' columns.
-const WRITES: [&str; 14] = [
+const WRITES: [&str; 15] = [
     "INSERT INTO build_requests (build_request_id, status, requested, analyze_only, owner, message,
                                  created_at, updated_at, requested_count, requested_head)
      SELECT id, s, req, ao, o, m, t, t, rc, rh
@@ -570,6 +590,19 @@ const WRITES: [&str; 14] = [
     "INSERT INTO partition_counts (job, status, n)
      SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[])
      ON CONFLICT (job, status) DO UPDATE SET n = partition_counts.n + excluded.n",
+    "INSERT INTO partition_checks (partition_ref, check_name, status, blocking, job_run_id, job,
+                                   build_request_id, check_version, command, inline, message,
+                                   metrics, event_idx, updated_at)
+     SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bool[], $5::text[], $6::text[],
+                          $7::text[], $8::text[], $9::text[], $10::bool[], $11::text[],
+                          $12::text[], $13::bigint[], $14::bigint[])
+     ON CONFLICT (partition_ref, check_name) DO UPDATE SET
+        status = excluded.status, blocking = excluded.blocking,
+        job_run_id = excluded.job_run_id, job = coalesce(excluded.job, partition_checks.job),
+        build_request_id = excluded.build_request_id, check_version = excluded.check_version,
+        command = excluded.command, inline = excluded.inline, message = excluded.message,
+        metrics = excluded.metrics, event_idx = excluded.event_idx,
+        updated_at = excluded.updated_at",
 ];
 
 /// The parameters of one statement of `kind` for `writes` (all of that kind): a column each.
@@ -695,6 +728,22 @@ fn columns(kind: usize, writes: &[&Write]) -> Vec<Param> {
                 Box::new(all.iter().map(|c| c.3).collect::<Vec<_>>()),
             ]
         }
+        14 => vec![
+            col!(Write::Check(c) => c.r.clone()),
+            col!(Write::Check(c) => c.name.clone()),
+            col!(Write::Check(c) => c.status),
+            col!(Write::Check(c) => c.blocking),
+            col!(Write::Check(c) => c.run.clone()),
+            col!(Write::Check(c) => c.job.clone()),
+            col!(Write::Check(c) => c.br.clone()),
+            col!(Write::Check(c) => c.version.clone()),
+            col!(Write::Check(c) => c.command.clone()),
+            col!(Write::Check(c) => c.inline),
+            col!(Write::Check(c) => c.message.clone()),
+            col!(Write::Check(c) => c.metrics.clone()),
+            col!(Write::Check(c) => c.idx),
+            col!(Write::Check(c) => c.at),
+        ],
         _ => {
             let all: Vec<&(String, &'static str, i64)> = writes
                 .iter()
@@ -1141,6 +1190,27 @@ impl AppendTx for PgAppend<'_> {
             upstream: d.upstream.clone(),
             at: e.timestamp,
         });
+        Ok(())
+    }
+
+    fn upsert_check(&mut self, e: &Event) -> Result<()> {
+        let d = &e.data;
+        self.keep(Write::Check(Box::new(CheckWrite {
+            r: e.partition_ref.clone(),
+            name: d.check.clone(),
+            status: e.status.as_str(),
+            blocking: d.blocking.unwrap_or(true),
+            run: e.job_run_id.clone(),
+            job: e.job.clone(),
+            br: e.build_request_id.clone(),
+            version: d.check_version.clone(),
+            command: check_command(e),
+            inline: d.inline,
+            message: e.message.clone(),
+            metrics: check_metrics(e),
+            idx: e.idx,
+            at: e.timestamp,
+        })));
         Ok(())
     }
 

@@ -159,6 +159,49 @@ pub struct StatusReport {
     pub build_request_id: Option<String>,
     /// ns since the epoch; answers show it as RFC 3339 (`updated_at`) and ns (`updated_at_ns`).
     pub updated_at: Option<i64>,
+    /// Its checks, as they stand for its current instance.
+    pub checks: Vec<CheckResult>,
+}
+
+/// A check of a partition's current instance (`status`, `explain`, `check`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct CheckResult {
+    pub name: String,
+    /// `passed`, `failed`, or `not_run` (not yet run on the current instance).
+    pub result: String,
+    pub blocking: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metrics: Option<serde_json::Value>,
+    /// Why the result will not stand: the check changed (`version` or command) since it ran,
+    /// so it runs again (the data is not rebuilt).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stale: Option<String>,
+    /// Reported by the job itself (`DATABUILD_REPORT`), not a `[[check]]`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub inline: bool,
+    /// The check's version when it ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(format = DateTime)]
+    pub checked_at: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checked_at_ns: Option<i64>,
+}
+
+/// `POST /api/v1/partitions/check`: the partitions checked, each with its status and checks
+/// after the checks ran.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct CheckAnswer {
+    pub partitions: Vec<PartitionStatus>,
+}
+
+/// `POST /api/v1/partitions/check` body.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct CheckRequest {
+    pub partitions: Vec<String>,
 }
 
 /// Why a partition is in its state (`explain`).
@@ -538,6 +581,9 @@ pub struct PartitionStatus {
     pub updated_at: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub updated_at_ns: Option<i64>,
+    /// Its checks, as they stand for its current instance.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub checks: Vec<CheckResult>,
 }
 
 impl From<&StatusReport> for PartitionStatus {
@@ -551,6 +597,7 @@ impl From<&StatusReport> for PartitionStatus {
             build_request_id: r.build_request_id.clone(),
             updated_at: maybe(r.updated_at),
             updated_at_ns: r.updated_at,
+            checks: r.checks.clone(),
         }
     }
 }
@@ -580,6 +627,9 @@ pub struct Explain {
     pub wants: Vec<Want>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub updated_at_ns: Option<i64>,
+    /// Its checks, as they stand for its current instance.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub checks: Vec<CheckResult>,
 }
 
 impl From<&Explanation> for Explain {
@@ -597,6 +647,7 @@ impl From<&Explanation> for Explain {
             run: x.run.as_ref().map(JobRun::from),
             report: x.report.clone(),
             inputs: x.inputs.iter().map(PartitionStatus::from).collect(),
+            checks: s.checks.clone(),
             to_build: x.to_build.clone(),
             history: events(&x.history),
             wants: x.wants.iter().map(Want::from).collect(),
@@ -1039,6 +1090,11 @@ pub struct MissingExternal {
     /// never received; nothing at its path): what the runs needing it wait on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// A job output whose current instance failed a blocking check (`dataset` is its job):
+    /// ``failed check `name`: message``. It is neither rebuilt (the same inputs would make the
+    /// same data) nor read until its data is fixed and `databuild check` passes, or `--force`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failed_check: Option<String>,
 }
 
 /// The body of every error answer.

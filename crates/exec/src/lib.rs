@@ -12,6 +12,7 @@
 
 pub mod answers;
 pub mod build;
+pub mod checks;
 pub mod config;
 pub mod engine;
 pub mod freshness;

@@ -7,6 +7,7 @@ use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 
+use crate::checks::{CheckOutcome, CheckPlace, CheckRun};
 use crate::lease::Lease;
 use crate::local::{Executor, RunOutcome, RunSpec};
 
@@ -15,6 +16,8 @@ pub(crate) struct Launch {
     pub node: usize,
     pub spec: RunSpec,
     pub cancel: Arc<AtomicBool>,
+    /// The graph's checks of the run's outputs, run once it succeeded.
+    pub checks: Vec<CheckRun>,
 }
 
 /// How a run ended, for the scheduler.
@@ -24,6 +27,28 @@ pub(crate) struct Ended {
     pub executor_id: Option<String>,
     /// What a successful run reported through `DATABUILD_REPORT`.
     pub report: Option<serde_json::Value>,
+    /// Of a successful run: the results of its outputs' checks (the job's own, reported
+    /// inline, then the graph's).
+    pub checks: Vec<CheckOutcome>,
+}
+
+impl Ended {
+    pub fn of(outcome: RunOutcome) -> Ended {
+        Ended {
+            outcome,
+            executor_id: None,
+            report: None,
+            checks: Vec::new(),
+        }
+    }
+
+    /// Succeeded, but a blocking check failed: why, then.
+    pub fn held_back(&self) -> Option<String> {
+        if self.outcome != RunOutcome::Succeeded {
+            return None;
+        }
+        crate::checks::blocking_failure(&self.checks)
+    }
 }
 
 /// Claimed runs waiting for a slot.
@@ -98,18 +123,10 @@ impl Launches {
 /// whose process lost its lease.
 pub(crate) fn run(executor: &dyn Executor, launch: &Launch, lease: &Lease) -> Ended {
     if launch.cancel.load(Ordering::SeqCst) || !lease.good() {
-        return Ended {
-            outcome: RunOutcome::Cancelled,
-            executor_id: None,
-            report: None,
-        };
+        return Ended::of(RunOutcome::Cancelled);
     }
     if let Some(outcome) = inputs_gone(&launch.spec) {
-        return Ended {
-            outcome,
-            executor_id: None,
-            report: None,
-        };
+        return Ended::of(outcome);
     }
     let executor_id = Mutex::new(None);
     let mut outcome = executor.run(&launch.spec, &launch.cancel, &|id| {
@@ -122,11 +139,50 @@ pub(crate) fn run(executor: &dyn Executor, launch: &Launch, lease: &Lease) -> En
             Err(message) => outcome = RunOutcome::failed(message, Some(0)),
         }
     }
+    let mut checks = Vec::new();
+    if outcome == RunOutcome::Succeeded {
+        match run_checks(executor, launch, report.as_ref()) {
+            Ok(Some(results)) => checks = results,
+            Ok(None) => outcome = RunOutcome::Cancelled,
+            Err(e) => outcome = RunOutcome::failed(e.to_string(), Some(0)),
+        }
+    }
     Ended {
         outcome,
         executor_id: executor_id.into_inner().expect("id lock"),
         report,
+        checks,
     }
+}
+
+/// The checks of a run that succeeded: those its job reported, then the graph's, each run on the
+/// same executor against the run's staged outputs. `None` if the build was cancelled meanwhile.
+fn run_checks(
+    executor: &dyn Executor,
+    launch: &Launch,
+    report: Option<&serde_json::Value>,
+) -> Result<Option<Vec<CheckOutcome>>, crate::checks::InlineCheckError> {
+    let spec = &launch.spec;
+    let mut results = crate::checks::inline(report, &spec.outputs)?;
+    let logs_dir = spec
+        .log_path
+        .parent()
+        .unwrap_or(std::path::Path::new("."))
+        .to_path_buf();
+    let place = CheckPlace {
+        job_run_id: &spec.job_run_id,
+        build_request_id: Some(&spec.build_request_id),
+        graph_dir: &spec.graph_dir,
+        data_dir: &spec.data_dir,
+        logs_dir: &logs_dir,
+    };
+    for c in &launch.checks {
+        match crate::checks::run(executor, &place, c, &launch.cancel) {
+            Some(result) => results.push(result),
+            None => return Ok(None),
+        }
+    }
+    Ok(Some(results))
 }
 
 /// A run whose inputs' data is gone (deleted since planning, or by another job) is not started:
@@ -162,6 +218,7 @@ mod tests {
             node,
             spec: RunSpec::default(),
             cancel: Arc::default(),
+            checks: Vec::new(),
         }
     }
 

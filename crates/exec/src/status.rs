@@ -114,6 +114,7 @@ impl Engine {
             job: None,
             build_request_id: None,
             updated_at: None,
+            checks: Vec::new(),
         };
         let producer = self.graph.producer_of(r).map(|(p, _)| p);
         match producer {
@@ -184,6 +185,9 @@ impl Engine {
         let (status, reason) = match row.status {
             Status::Available => match versions.known(r)? {
                 KnownState::Stale { reason } | KnownState::Kept { reason } => ("stale", reason),
+                KnownState::CheckFailed { reason } => ("check_failed", format!(
+                    "{reason} (run {run}); fix its data and run `databuild check {r}`, or rebuild it with `--force`"
+                )),
                 KnownState::Missing => (
                     "missing",
                     versions
@@ -224,6 +228,23 @@ impl Engine {
         };
         report.status = status;
         report.reasons.push(reason);
+        if row.status == Status::Available {
+            let rows = self.store.checks_of(&[r])?;
+            report.checks = crate::checks::results(&self.graph, r, run, &rows);
+            for c in &report.checks {
+                if c.result == "failed" && !c.blocking {
+                    report.reasons.push(format!(
+                        "warning: {} (not blocking)",
+                        crate::checks::failed_reason(&c.name, c.message.as_deref().unwrap_or(""))
+                    ));
+                }
+                if let Some(why) = &c.stale {
+                    report.reasons.push(format!(
+                        "{why}: it runs again with the next build or `databuild check`"
+                    ));
+                }
+            }
+        }
         Ok(report)
     }
 
@@ -273,7 +294,9 @@ impl Engine {
             None => Vec::new(),
         };
         let to_build = match (status.status, producer.as_ref().map(|p| p.kind.as_str())) {
-            ("live" | "building", _) | (_, Some("dataset" | "source") | None) => Vec::new(),
+            ("live" | "building" | "check_failed", _) | (_, Some("dataset" | "source") | None) => {
+                Vec::new()
+            }
             _ => {
                 let refs = vec![databuild_core::PartitionRef::new(r)
                     .map_err(|e| EngineError::Invalid(e.to_string()))?];

@@ -266,6 +266,11 @@ pub struct VersionedStates<'a> {
     /// about): only their partitions' rows are read, so a no-op build reads no row per external.
     tainted_datasets: std::cell::OnceCell<rustc_hash::FxHashSet<usize>>,
     pins: BTreeMap<String, u32>,
+    /// Whether any blocking check failed in the log (asked once): if none did, no partition is
+    /// held back by one and no check is read.
+    blocking_failures: std::cell::OnceCell<bool>,
+    /// The check results of the rows kept, read with them (only when some blocking check failed).
+    checks: RefCell<FxHashMap<String, Vec<databuild_log::CheckRow>>>,
     today: String,
     /// The first read of the log that failed: what was worked out since is not to be trusted,
     /// so the states asked for are an error (never `Missing`, which would rebuild live data).
@@ -291,6 +296,8 @@ impl<'a> VersionedStates<'a> {
             promotions: BTreeMap::new(),
             tainted_datasets: Default::default(),
             pins: BTreeMap::new(),
+            blocking_failures: Default::default(),
+            checks: RefCell::default(),
             today,
             failure: RefCell::default(),
         };
@@ -396,6 +403,32 @@ impl<'a> VersionedStates<'a> {
             .map(|row| (row.partition_ref.clone(), row))
             .collect();
         self.runs.borrow_mut().clear();
+        self.checks.borrow_mut().clear();
+        if self.any_blocking_failure() {
+            let available: Vec<String> = self
+                .rows
+                .borrow()
+                .values()
+                .filter(|row| row.status == Status::Available)
+                .map(|row| row.partition_ref.clone())
+                .collect();
+            for chunk in available.chunks(READ_AHEAD) {
+                let keys: Vec<&str> = chunk.iter().map(String::as_str).collect();
+                let Some(rows) = self.noted(self.store.checks_of(&keys)) else {
+                    break;
+                };
+                let mut checks = self.checks.borrow_mut();
+                for r in chunk {
+                    checks.entry(r.clone()).or_default();
+                }
+                for row in rows {
+                    checks
+                        .entry(row.partition_ref.clone())
+                        .or_default()
+                        .push(row);
+                }
+            }
+        }
         // A larger round is decided reading as it goes: its runs held at once would cost more
         // memory than the round trips they save.
         if self.rows.borrow().len() <= READ_AHEAD_ROUND {
@@ -638,6 +671,28 @@ impl<'a> VersionedStates<'a> {
         self.effective(r).map(|e| e.version.clone())
     }
 
+    fn any_blocking_failure(&self) -> bool {
+        *self.blocking_failures.get_or_init(|| {
+            // Unknown (the log failed): read the checks.
+            self.noted(self.store.any_blocking_failure())
+                .unwrap_or(true)
+        })
+    }
+
+    /// Why `r` (recorded available, built by `run`) is not live: a failed blocking check of that
+    /// instance (``failed check `name`: message``).
+    pub fn held_back(&self, r: &str, run: &str) -> Option<String> {
+        if !self.any_blocking_failure() {
+            return None;
+        }
+        let kept = self.checks.borrow().get(r).cloned();
+        let rows = match kept {
+            Some(rows) => rows,
+            None => self.noted(self.store.checks_of(&[r]))?,
+        };
+        crate::checks::held_back_by(self.graph, r, run, &rows)
+    }
+
     /// Why job output `r`, recorded live, is missing: its data is gone from the data dir.
     pub fn gone(&self, r: &str) -> Option<String> {
         self.effective(r)?.gone.clone()
@@ -688,9 +743,9 @@ impl<'a> VersionedStates<'a> {
                     Some(why) => KnownState::Stale {
                         reason: why.readable(),
                     },
-                    None => KnownState::Live,
+                    None => self.live_unless_held_back(r, &row),
                 },
-                None => KnownState::Live,
+                None => self.live_unless_held_back(r, &row),
             },
             Status::Building => KnownState::Building {
                 build_request_id: row.build_request_id.unwrap_or_default(),
@@ -698,6 +753,17 @@ impl<'a> VersionedStates<'a> {
             Status::Failed => KnownState::Failed,
             Status::Tainted => KnownState::Tainted,
             _ => KnownState::Missing,
+        }
+    }
+
+    fn live_unless_held_back(&self, r: &str, row: &PartitionRow) -> KnownState {
+        match row
+            .job_run_id
+            .as_deref()
+            .and_then(|run| self.held_back(r, run))
+        {
+            Some(reason) => KnownState::CheckFailed { reason },
+            None => KnownState::Live,
         }
     }
 

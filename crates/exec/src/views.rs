@@ -101,6 +101,7 @@ impl<'p> AnalyzeView<'p> {
                     dataset: m.dataset.clone(),
                     needed_by: m.needed_by.clone(),
                     reason,
+                    failed_check: m.failed_check.clone(),
                 })
                 .collect(),
             estimate,

@@ -32,6 +32,8 @@ pub enum Decision {
         partition_ref: String,
         dataset: String,
         upstream: Option<String>,
+        /// It is a job output that failed a blocking check: ``failed check `name`: message``.
+        failed_check: Option<String>,
     },
     /// Everything needed is there: build these.
     Build { refs: Vec<String> },
@@ -158,6 +160,7 @@ impl Engine {
                 partition_ref: m.partition_ref.to_string(),
                 dataset: m.dataset.clone(),
                 upstream,
+                failed_check: m.failed_check.clone(),
             });
         }
         Ok(Decision::Build {

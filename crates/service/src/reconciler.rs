@@ -158,6 +158,8 @@ impl Reconciler {
                 {
                     touched.extend(e.partition_ref.clone());
                 }
+                // A check decides whether a partition is live.
+                (Kind::Check, _) => touched.extend(e.partition_ref.clone()),
                 (Kind::BuildRequest, Status::Completed | Status::Failed | Status::Cancelled) => {
                     ended_builds.extend(e.build_request_id.clone());
                 }
@@ -287,8 +289,14 @@ impl Reconciler {
                 partition_ref,
                 dataset,
                 upstream: None,
+                failed_check,
             } => {
-                let message = format!("waiting for `{partition_ref}` (dataset `{dataset}`)");
+                let message = match failed_check {
+                    Some(why) => format!(
+                        "waiting for `{partition_ref}`, which {why}: its data must be fixed and `databuild check` pass"
+                    ),
+                    None => format!("waiting for `{partition_ref}` (dataset `{dataset}`)"),
+                };
                 engine.note_want(
                     want,
                     Status::Waiting,

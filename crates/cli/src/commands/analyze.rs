@@ -188,6 +188,14 @@ impl PlanText {
             1 => String::new(),
             n => format!(" ({n} missing in all)"),
         };
+        if let Some(why) = &m.failed_check {
+            return Some(
+                UserError(format!(
+                    "cannot build: `{r}` {why}{who}{all}; fix its data and run `databuild check {r}`, or rebuild it with --force"
+                ))
+                .into(),
+            );
+        }
         Some(
             UserError(format!(
                 "cannot build: external partition `{r}` of dataset `{dataset}` is not available{who}{all}"

@@ -805,7 +805,18 @@ impl<'s, 'e> Driver<'s, 'e> {
         };
         let spec = spec::run_spec(self.engine, &self.id, &of);
         let cancel = self.runs[node].cancel.clone();
-        self.launches.push(Launch { node, spec, cancel });
+        let checks = n
+            .run
+            .outputs
+            .iter()
+            .flat_map(|o| crate::checks::runs_for(&self.engine.graph, o.as_str()))
+            .collect();
+        self.launches.push(Launch {
+            node,
+            spec,
+            cancel,
+            checks,
+        });
         let busy = self.machine.running() + self.machine.staged();
         if self.slot_threads < self.options.parallel.max(1) && self.slot_threads < busy {
             self.slot_threads += 1;
@@ -825,7 +836,7 @@ impl<'s, 'e> Driver<'s, 'e> {
                 let (at, at_ns) = (Instant::now(), databuild_log::event::now_ns());
                 let _ = tx.send(Message::Started { node, at, at_ns });
                 let ended = crate::slots::run(executor, &launch, lease);
-                if ended.outcome != RunOutcome::Succeeded {
+                if ended.outcome != RunOutcome::Succeeded || ended.held_back().is_some() {
                     // Whether the build goes on is the machine's call (it may stop).
                     launches.pause();
                 }
@@ -907,7 +918,7 @@ impl<'s, 'e> Driver<'s, 'e> {
         let (status, message, exit_code) = match ended.outcome {
             RunOutcome::Succeeded => {
                 let version = spec::output_version(job, run, &self.runs[node].input_versions);
-                let events = self.record().built(
+                let mut events = self.record().built(
                     run,
                     id,
                     &version,
@@ -915,6 +926,14 @@ impl<'s, 'e> Driver<'s, 'e> {
                     report,
                     self.runs[node].started_ns,
                 );
+                // In the completion's own write: the log never shows the partitions live
+                // before their blocking checks are known.
+                for c in &ended.checks {
+                    if let Some(note) = crate::checks::note(c) {
+                        observer.on(Progress::Note(note));
+                    }
+                    events.push(c.event(Some(&self.id), id, &job.name));
+                }
                 for o in &run.outputs {
                     self.made
                         .insert(o.to_string(), (version.clone(), id.to_string()));

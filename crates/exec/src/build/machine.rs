@@ -675,7 +675,12 @@ impl Machine {
             }
             (RunOutcome::Failed { .. }, Some(AfterFailure::Retry)) => Finish::Retry,
             (RunOutcome::Failed { message, .. }, None) => Finish::Failed(message.clone()),
-            (RunOutcome::Succeeded, _) => Finish::Built,
+            // Built, but not live: what reads it cannot run, and a retry would make the same
+            // data from the same inputs.
+            (RunOutcome::Succeeded, _) => match ended.held_back() {
+                Some(why) => Finish::HeldBack(why),
+                None => Finish::Built,
+            },
             (RunOutcome::Cancelled, _) => Finish::Cancelled,
         };
         let attempt = self.nodes[node].attempt;
@@ -706,6 +711,12 @@ impl Machine {
                 out.push_back(Effect::Added);
                 self.nodes[node].attempt += 1;
                 self.reschedule(node, 0, out);
+            }
+            Finish::HeldBack(why) => {
+                self.nodes[node].state = State::Failed;
+                let reason = format!("`{}` {why}", self.first_output(node));
+                self.cancel_dependents(node, reason.clone(), out);
+                self.stop_unless_keep_going(&reason);
             }
             Finish::Failed(message) => {
                 self.nodes[node].state = State::Failed;
@@ -920,6 +931,8 @@ enum Finish {
     Fetch(Vec<String>),
     Retry,
     Failed(String),
+    /// Built, but a blocking check failed (why).
+    HeldBack(String),
 }
 
 #[cfg(test)]

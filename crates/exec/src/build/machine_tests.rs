@@ -61,10 +61,24 @@ fn missing(refs: &[&str]) -> Ended {
 }
 
 fn ended(outcome: RunOutcome) -> Ended {
+    Ended::of(outcome)
+}
+
+/// A run that succeeded and whose output failed a check.
+fn checked(blocking: bool) -> Ended {
     Ended {
-        outcome,
-        executor_id: None,
-        report: None,
+        checks: vec![crate::checks::CheckOutcome {
+            partition_ref: "a".into(),
+            name: "rows".into(),
+            version: Some("1".into()),
+            command: vec!["false".into()],
+            blocking,
+            passed: false,
+            message: "no rows".into(),
+            metrics: None,
+            inline: false,
+        }],
+        ..ok()
     }
 }
 
@@ -406,6 +420,61 @@ fn a_failure_stops_the_build_unless_keep_going() {
             ],
             over: true,
             finish: vec![not_run(&[1, 2], "`a` failed: boom")],
+        },
+    ];
+    cases.into_iter().for_each(check);
+}
+
+#[test]
+fn a_failed_blocking_check_stops_what_reads_the_partition() {
+    // `a` is built but fails a check; `b` reads it.
+    let two = || plan(vec![run("a", &[], &[]), run("b", &["a"], &[0])], &[]);
+    let start = || vec![scheduled(0..2, 0..0), Claim(vec![0])];
+    let claimed = || {
+        vec![
+            (Input::Claimed(vec![0]), vec![Stage(0)]),
+            (Input::Started(0), vec![]),
+        ]
+    };
+    let mut blocking = claimed();
+    blocking.push((
+        finished(0, checked(true)),
+        vec![
+            end(0, 1, checked(true), None),
+            not_run(&[1], "`a` failed check `rows`: no rows"),
+        ],
+    ));
+    let mut warning = claimed();
+    warning.extend([
+        (
+            finished(0, checked(false)),
+            vec![end(0, 1, checked(false), None), Claim(vec![1])],
+        ),
+        (Input::Claimed(vec![1]), vec![Stage(1)]),
+        (Input::Started(1), vec![]),
+        (finished(1, ok()), vec![end(1, 1, ok(), None)]),
+    ]);
+    let cases = [
+        Case {
+            name: "blocking: no retry, and what reads it does not run",
+            setup: Setup {
+                retries: 2,
+                ..ONE_SLOT
+            },
+            plan: two(),
+            start: start(),
+            script: blocking,
+            over: true,
+            finish: vec![],
+        },
+        Case {
+            name: "not blocking: a warning, and the build goes on",
+            setup: ONE_SLOT,
+            plan: two(),
+            start: start(),
+            script: warning,
+            over: true,
+            finish: vec![],
         },
     ];
     cases.into_iter().for_each(check);

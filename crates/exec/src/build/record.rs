@@ -118,6 +118,17 @@ impl Engine {
     /// Why a plan cannot complete without `m`; a source partition says why it is not there:
     /// still open, expired, or never received.
     pub(super) fn missing_message(&self, m: &MissingExternal) -> String {
+        if let Some(why) = &m.failed_check {
+            return format!(
+                "`{}` {why}{}; fix its data and run `databuild check {}`, or rebuild it with --force",
+                m.partition_ref,
+                m.needed_by
+                    .as_ref()
+                    .map(|n| format!(" (needed by {n})"))
+                    .unwrap_or_default(),
+                m.partition_ref,
+            );
+        }
         let why = match self.graph.producer_of(m.partition_ref.as_str()) {
             Some((Producer::Dataset(d), _)) if self.graph.datasets[d].source.is_some() => self
                 .missing_reason(m)
@@ -139,6 +150,9 @@ impl Engine {
     /// Why an external partition a plan needs is not there: a source partition's state
     /// (still open, expired: its raw data is gone, never received), or where its dataset looks.
     pub fn missing_reason(&self, m: &MissingExternal) -> Option<String> {
+        if m.failed_check.is_some() {
+            return m.failed_check.clone();
+        }
         let Some((Producer::Dataset(d), _)) = self.graph.producer_of(m.partition_ref.as_str())
         else {
             return None;

@@ -142,5 +142,6 @@ pub(super) fn run_spec(engine: &Engine, build: &str, launch: &SpecOf<'_>) -> Run
         log_limit: DEFAULT_LOG_LIMIT,
         cpus: job.cpus,
         mem: job.mem.clone(),
+        check: false,
     }
 }

@@ -180,6 +180,13 @@ pub enum Command {
         #[arg(long)]
         follow: bool,
     },
+    /// Run every check of partitions' current instances now, and record the results: a
+    /// partition whose fixed data passes its blocking checks is live again, without a rebuild.
+    Check {
+        /// Partition refs; braces expand.
+        #[arg(required = true)]
+        refs: Vec<String>,
+    },
     /// Mark partitions invalid, so that builds rebuild them.
     Taint {
         /// Partition refs; braces expand.

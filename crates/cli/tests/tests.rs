@@ -4,6 +4,7 @@ mod util;
 
 mod analyze;
 mod build;
+mod checks;
 mod daily_use;
 mod dashboard;
 mod equivalence;

@@ -198,12 +198,6 @@ pub struct CheckAnswer {
     pub partitions: Vec<PartitionStatus>,
 }
 
-/// `POST /api/v1/partitions/check` body.
-#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
-pub struct CheckRequest {
-    pub partitions: Vec<String>,
-}
-
 /// Why a partition is in its state (`explain`).
 #[derive(Debug, Clone, Serialize)]
 pub struct Explanation {
@@ -1124,6 +1118,7 @@ pub mod route {
     pub const PARTITION_DIFF: &str = "/api/v1/partitions/{partition_ref}/diff";
     pub const TAINT: &str = "/api/v1/partitions/taint";
     pub const TAINT_IMPACT: &str = "/api/v1/partitions/taint/impact";
+    pub const CHECK: &str = "/api/v1/partitions/check";
     pub const GC: &str = "/api/v1/gc";
     pub const GRAPH: &str = "/api/v1/graph";
     pub const EVENTS: &str = "/api/v1/events";

@@ -426,6 +426,26 @@ pub struct TaintBody {
     pub reason: Option<String>,
 }
 
+#[derive(Deserialize, serde::Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CheckBody {
+    /// Partition refs to check (braces expanded, within the service's cap).
+    #[schema(min_items = 1)]
+    pub partitions: Vec<String>,
+}
+
+#[utoipa::path(post, path = route::CHECK, summary = "Run every check of these partitions' current instances now, on the graph's executor, and record the results: a partition whose fixed data passes its blocking checks is live again, without a rebuild", request_body = CheckBody, responses((status = 200, body = answers::CheckAnswer), (status = 400, description = "A ref no check applies to, or not built", body = ErrorBody), (status = 401, body = ErrorBody), (status = 413, description = "Too many refs", body = ErrorBody)))]
+pub(crate) async fn check(
+    State(state): Shared,
+    ApiJson(body): ApiJson<CheckBody>,
+) -> ApiResult<Json<answers::CheckAnswer>> {
+    let max_refs = state.limits.max_refs;
+    blocking(&state, move |engine| {
+        views::check(engine, &body.partitions, max_refs).map(Json)
+    })
+    .await
+}
+
 #[utoipa::path(post, path = route::TAINT, summary = "Mark partitions invalid", request_body = TaintBody, responses((status = 200, body = answers::EventList), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 413, description = "Too many refs", body = ErrorBody)))]
 pub(crate) async fn taint(
     State(state): Shared,

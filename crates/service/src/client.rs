@@ -30,6 +30,8 @@ pub trait Api {
     fn taint(&self, refs: &[String], reason: Option<&str>) -> ApiResult<EventList>;
     /// What `taint` of `refs` would make stale; nothing is written.
     fn taint_impact(&self, refs: &[String]) -> ApiResult<TaintImpact>;
+    /// Runs every check of `refs`' current instances now and records the results.
+    fn check(&self, refs: &[String]) -> ApiResult<databuild_exec::answers::CheckAnswer>;
     /// `status` is the name the user gave (`live`, `stale`...), `listed` its meaning.
     fn partitions(
         &self,
@@ -93,6 +95,9 @@ impl Api for InProcess {
     }
     fn taint_impact(&self, refs: &[String]) -> ApiResult<TaintImpact> {
         views::taint_impact(&self.engine, refs, self.max_refs)
+    }
+    fn check(&self, refs: &[String]) -> ApiResult<databuild_exec::answers::CheckAnswer> {
+        views::check(&self.engine, refs, self.max_refs)
     }
     fn gc(&self, older_than: &str, dry_run: bool) -> ApiResult<GcReport> {
         views::gc(&self.engine, older_than, dry_run)
@@ -445,6 +450,14 @@ impl Api for Http {
                 ("since", since.map(str::to_string)),
             ])
         ))
+    }
+    fn check(&self, refs: &[String]) -> ApiResult<databuild_exec::answers::CheckAnswer> {
+        self.post(
+            route::CHECK,
+            &crate::api::CheckBody {
+                partitions: refs.to_vec(),
+            },
+        )
     }
     fn taint_impact(&self, refs: &[String]) -> ApiResult<TaintImpact> {
         self.post(

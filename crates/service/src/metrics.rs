@@ -52,6 +52,17 @@ pub async fn metrics(State(state): State<Arc<AppState>>) -> Result<impl IntoResp
         for row in q("SELECT status, count(*) FROM partitions GROUP BY status")?.rows {
             let _ = writeln!(out, "databuild_partitions{{status=\"{}\"}} {}", label(&row[0]), row[1]);
         }
+        family(&mut out, "databuild_check_results", "gauge", "Partitions by the latest result of each check (passed, failed), per job.");
+        for c in engine.store.check_counts()? {
+            for (result, n) in [("passed", c.passed), ("failed", c.failed)] {
+                let _ = writeln!(
+                    out,
+                    "databuild_check_results{{check=\"{}\",job=\"{}\",result=\"{result}\"}} {n}",
+                    label(&c.check_name.clone().into()),
+                    label(&c.job.clone().into()),
+                );
+            }
+        }
         family(&mut out, "databuild_events", "counter", "Events in the log (its last index).");
         let _ = writeln!(out, "databuild_events {}", engine.store.last_idx()?);
         Ok(out)

@@ -5,7 +5,7 @@
 use axum::Json;
 use utoipa::OpenApi;
 
-use crate::api::{AnalyzeBody, BuildBody, GcBody, SqlBody, TaintBody};
+use crate::api::{AnalyzeBody, BuildBody, CheckBody, GcBody, SqlBody, TaintBody};
 use crate::error::ErrorBody;
 
 #[derive(OpenApi)]
@@ -31,6 +31,7 @@ use crate::error::ErrorBody;
         crate::api::partition_diff,
         crate::api::taint,
         crate::api::taint_impact,
+        crate::api::check,
         crate::api::gc,
         crate::api::graph,
         crate::api::list_events,
@@ -57,6 +58,7 @@ use crate::error::ErrorBody;
         AnalyzeBody,
         SqlBody,
         TaintBody,
+        CheckBody,
         GcBody,
         ErrorBody,
         crate::sources::SealBody,

@@ -28,6 +28,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route(route::PARTITION_EXPLAIN, get(api::partition_explain))
         .route(route::TAINT, post(api::taint))
         .route(route::TAINT_IMPACT, post(api::taint_impact))
+        .route(route::CHECK, post(api::check))
         .route(route::PARTITION_LINEAGE, get(api::partition_lineage))
         .route(route::PARTITION_DIFF, get(api::partition_diff))
         .route(route::GC, post(api::gc))

@@ -492,6 +492,20 @@ pub fn taint(
     })
 }
 
+/// Runs the checks of the partitions the words name, on the graph's executor.
+pub fn check(
+    engine: &Engine,
+    words: &[String],
+    max_refs: usize,
+) -> ApiResult<answers::CheckAnswer> {
+    let refs = strings(user_refs(engine, words, max_refs)?);
+    let executor = engine.executor();
+    let reports = engine.check(&refs, executor.as_ref())?;
+    Ok(answers::CheckAnswer {
+        partitions: reports.iter().map(answers::PartitionStatus::from).collect(),
+    })
+}
+
 /// What tainting the refs the words name would make stale; nothing is written.
 pub fn taint_impact(engine: &Engine, words: &[String], max_refs: usize) -> ApiResult<TaintImpact> {
     let refs = strings(user_refs(engine, words, max_refs)?);

@@ -171,6 +171,41 @@ pub fn taint(
     Ok(ExitCode::SUCCESS)
 }
 
+/// `check REF...`: each partition's checks, run now, and its status after them. Exit 1 when a
+/// blocking check failed (the partition is not live).
+pub fn check(backend: &Backend, args: &[String], json: bool) -> anyhow::Result<ExitCode> {
+    let answer = backend.check(&expand(backend, args)?)?;
+    let held_back = answer.partitions.iter().any(|p| p.status == "check_failed");
+    if json {
+        outln!("{}", serde_json::to_string_pretty(&answer)?)?;
+    } else {
+        let mut rows = Vec::new();
+        for p in &answer.partitions {
+            for c in &p.checks {
+                rows.push(vec![
+                    p.partition_ref.clone(),
+                    c.name.clone(),
+                    c.result.clone(),
+                    if c.blocking { "yes" } else { "no" }.to_string(),
+                    c.message.clone().unwrap_or_default(),
+                ]);
+            }
+        }
+        out!(
+            "{}",
+            table(&["REF", "CHECK", "RESULT", "BLOCKING", "MESSAGE"], &rows)
+        )?;
+        for p in &answer.partitions {
+            outln!("{}: {}", p.partition_ref, p.status)?;
+        }
+    }
+    Ok(if held_back {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
 pub fn taint_impact(backend: &Backend, args: &[String], json: bool) -> anyhow::Result<ExitCode> {
     let impact = backend.taint_impact(&expand(backend, args)?)?;
     if json {

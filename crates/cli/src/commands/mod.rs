@@ -100,6 +100,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Cancel { id } => query::cancel(&backend, &id, json),
         Command::Status { refs } => inspect::status(&backend, &refs, json),
         Command::Explain { partition_ref } => inspect::explain(&backend, &partition_ref, json),
+        Command::Check { refs } => inspect::check(&backend, &refs, json),
         Command::Taint {
             refs,
             dry_run: true,

@@ -1146,11 +1146,13 @@ impl<'s, 'e> Driver<'s, 'e> {
         }
         let skipped: FxHashSet<&str> = self.skipped.iter().map(String::as_str).collect();
         for r in &self.options.refs {
-            let live = skipped.contains(r.as_str())
-                || self
-                    .store()
-                    .partition(r.as_str())?
-                    .is_some_and(|p| p.status == Status::Available);
+            // A run held back by a failed blocking check built its outputs, not live ones.
+            let live = !failed_outputs.contains(r.as_str()) && skipped.contains(r.as_str())
+                || !failed_outputs.contains(r.as_str())
+                    && self
+                        .store()
+                        .partition(r.as_str())?
+                        .is_some_and(|p| p.status == Status::Available);
             if !live {
                 failed = true;
                 // Requested refs that no run of ours ended (a failed delegation, say) end here.

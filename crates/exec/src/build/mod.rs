@@ -184,12 +184,21 @@ impl Engine {
             self.link_tables()?;
         }
         // Its refs were pinned above: planned as they are.
-        let plan = match self.plan_pinned(&PlanRequest {
+        let request = PlanRequest {
             refs: options.refs.clone(),
             force: options.force,
             allow_stale: options.allow_stale,
             pins: options.pins.clone(),
-        }) {
+        };
+        let mut planned = self.plan_pinned(&request);
+        // Checks that changed (or never ran) on what the plan found built run first, without
+        // rebuilding the data; what they decide can change what is live: planned again then.
+        if let Ok(plan) = &planned {
+            if self.run_stale_checks(id, plan, executor, options.parallel, interrupt)? {
+                planned = self.plan_pinned(&request);
+            }
+        }
+        let plan = match planned {
             Ok(plan) => plan,
             Err(e) => {
                 self.store.append(vec![

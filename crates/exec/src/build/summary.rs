@@ -111,7 +111,29 @@ impl Engine {
                 }
             }
         }
-        let failures = last
+        // Outputs this build made that a blocking check of theirs failed: built, not live.
+        let mut latest: FxHashMap<(String, String), Option<(String, String)>> =
+            FxHashMap::default();
+        for e in self.store.events(&databuild_log::EventFilter {
+            build_request_id: Some(id.to_string()),
+            kind: Some(databuild_log::Kind::Check),
+            ..Default::default()
+        })? {
+            let (Some(r), Some(run), Some(name)) = (e.partition_ref, e.job_run_id, e.data.check)
+            else {
+                continue;
+            };
+            let failed = e.status == Status::Failed && e.data.blocking.unwrap_or(true);
+            let why = crate::checks::failed_reason(&name, e.message.as_deref().unwrap_or(""));
+            latest.insert((r, name), failed.then_some((run, why)));
+        }
+        let mut held_back: FxHashMap<String, (String, String)> = FxHashMap::default();
+        for ((r, _), failure) in latest {
+            if let Some(failure) = failure {
+                held_back.entry(r).or_insert(failure);
+            }
+        }
+        let mut failures: Vec<RunFailure> = last
             .iter()
             .filter(|r| r.status == Status::Failed)
             .enumerate()
@@ -125,6 +147,21 @@ impl Engine {
                     .flatten(),
             })
             .collect();
+        for r in last.iter().filter(|r| r.status == Status::Completed) {
+            if let Some((_, why)) = r
+                .outputs
+                .iter()
+                .find_map(|o| held_back.get(o).filter(|(run, _)| *run == r.job_run_id))
+            {
+                failures.push(RunFailure {
+                    job: r.job.clone(),
+                    job_run_id: r.job_run_id.clone(),
+                    outputs: r.outputs.clone(),
+                    message: Some(why.clone()),
+                    log_tail: None,
+                });
+            }
+        }
         Ok(BuildSummary {
             build_request_id: id.to_string(),
             status: build.status,
@@ -139,7 +176,7 @@ impl Engine {
             failed: build
                 .requested_partitions
                 .iter()
-                .filter(|r| !available.contains(*r))
+                .filter(|r| !available.contains(*r) || held_back.contains_key(*r))
                 .cloned()
                 .collect(),
             delegated,

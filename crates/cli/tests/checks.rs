@@ -312,3 +312,57 @@ fn check_answers_the_same_through_the_service() {
         "{metrics}"
     );
 }
+
+/// On the Slurm executor, a build's checks run as Slurm jobs too (each its own `sbatch` job, on
+/// the cluster like the run), and so does `databuild check`.
+#[test]
+fn checks_run_on_the_slurm_executor() {
+    let Some(conf) = crate::slurm::slurm() else {
+        return;
+    };
+    let graph = r#"
+[graph]
+name = "g"
+[[dataset]]
+name = "raw"
+pattern = "raw/{d:date}"
+[[job]]
+name = "a"
+outputs = ["a/{d:date}"]
+inputs = ["raw/{d}"]
+command = ["sh", "-c", "mkdir -p $DATABUILD_OUTPUT_DIR/a && cat data/raw/$DATABUILD_FIELD_D > $DATABUILD_OUTPUT_DIR/a/$DATABUILD_FIELD_D"]
+[[job]]
+name = "b"
+outputs = ["b/{d:date}"]
+inputs = ["a/{d}"]
+command = ["sh", "-c", "mkdir -p $DATABUILD_OUTPUT_DIR/b && echo b > $DATABUILD_OUTPUT_DIR/b/$DATABUILD_FIELD_D"]
+[[check]]
+name = "nonempty"
+applies_to = "a"
+command = ["sh", "-c", "echo \"{\\\"message\\\": \\\"slurm job $SLURM_JOB_ID\\\", \\\"metrics\\\": {\\\"slurm_job_id\\\": \\\"$SLURM_JOB_ID\\\"}}\" > $DATABUILD_REPORT; test -s \"$DATABUILD_PARTITION_PATH\""]
+"#;
+    let p = Project::new(&crate::slurm::on_slurm(graph, ""));
+    p.file("data/raw/2020-01-01", "");
+    let out = crate::slurm::build(&p, Some(&conf), &["build", B]);
+    out.expect_code(1);
+    let a = status(&p, A);
+    assert_eq!(a["status"], "check_failed", "{a}");
+    let job_id = a["checks"][0]["metrics"]["slurm_job_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(!job_id.is_empty(), "the check did not run under Slurm: {a}");
+    assert!(!p.path().join("data/b/2020-01-01").exists());
+
+    p.file("data/a/2020-01-01", "fixed\n");
+    let checked = crate::slurm::build(&p, Some(&conf), &["--json", "check", A]);
+    checked.expect_code(0);
+    let answer = checked.json();
+    assert_eq!(answer["partitions"][0]["status"], "live", "{answer}");
+    let again = answer["partitions"][0]["checks"][0]["metrics"]["slurm_job_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(!again.is_empty() && again != job_id, "{answer}");
+    crate::slurm::build(&p, Some(&conf), &["build", B]).expect_code(0);
+}

@@ -167,3 +167,43 @@ fn podcast_reviews_builds_a_week_of_summaries() {
     );
     assert_eq!(completed_runs(&p), runs + 21);
 }
+
+#[test]
+fn podcast_reviews_checks_its_daily_summaries() {
+    let p = example("podcast_reviews");
+    let r = "daily_summaries/category=news/date=2020-01-07";
+    p.run(&["build", r]).expect_code(0);
+    let status = |p: &Project| p.run(&["--json", "status", r]).json()[0].clone();
+    let s = status(&p);
+    assert_eq!(s["status"], "live");
+    let results: Vec<(String, String)> = s["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            (
+                c["name"].as_str().unwrap().to_string(),
+                c["result"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(results.len(), 2, "{s}");
+    assert!(results
+        .iter()
+        .any(|(n, r)| n == "summary_is_consistent" && r == "passed"));
+    // A summary that names no phrase fails its blocking check: it is not live.
+    let mut summary = json(&p, r);
+    let good = summary.clone();
+    summary["top_phrases"] = serde_json::json!([]);
+    p.file(&format!("data/{r}"), &summary.to_string());
+    p.run(&["check", r]).expect_code(1);
+    let s = status(&p);
+    assert_eq!(s["status"], "check_failed", "{s}");
+    assert!(s["reasons"][0]
+        .as_str()
+        .unwrap()
+        .starts_with("failed check `summary_is_consistent`: no phrases"));
+    p.file(&format!("data/{r}"), &good.to_string());
+    p.run(&["check", r]).expect_code(0);
+    assert_eq!(status(&p)["status"], "live");
+}

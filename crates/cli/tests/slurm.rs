@@ -8,7 +8,7 @@ use crate::examples::example;
 use crate::util::Project;
 
 /// The Slurm configuration to use, or `None` when the test command did not start one.
-fn slurm() -> Option<String> {
+pub(crate) fn slurm() -> Option<String> {
     match std::env::var("DATABUILD_TEST_SLURM") {
         Ok(conf) => Some(conf),
         Err(_) => {
@@ -23,13 +23,13 @@ fn slurm() -> Option<String> {
 }
 
 /// Switches a graph file to the Slurm executor.
-fn on_slurm(graph: &str, slurm_section: &str) -> String {
+pub(crate) fn on_slurm(graph: &str, slurm_section: &str) -> String {
     let (head, rest) = graph.split_once("[graph]\n").expect("a [graph] section");
     let (name_line, rest) = rest.split_once('\n').unwrap();
     format!("{head}[graph]\n{name_line}\nexecutor = \"slurm\"\n{rest}\n[graph.slurm]\n{slurm_section}\n")
 }
 
-fn build(p: &Project, conf: Option<&str>, args: &[&str]) -> crate::util::Run {
+pub(crate) fn build(p: &Project, conf: Option<&str>, args: &[&str]) -> crate::util::Run {
     let mut cmd = p.command();
     if let Some(c) = conf {
         cmd.env("SLURM_CONF", c);

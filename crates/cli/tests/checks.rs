@@ -297,6 +297,18 @@ fn check_answers_the_same_through_the_service() {
             out.stderr
         );
     }
+    // The dashboard shows it: the partition's checks, and pass rates per dataset.
+    let (code, page) = service.call("GET", "/partitions/a%2F2020-01-01", None, None);
+    assert_eq!(code, 200);
+    assert!(
+        page.contains("Checks") && page.contains("nonempty") && page.contains("check_failed"),
+        "{page}"
+    );
+    let (_, datasets) = service.call("GET", "/datasets", None, None);
+    assert!(
+        datasets.contains("Checks passed") && datasets.contains("50%"),
+        "{datasets}"
+    );
     p.file("data/a/2020-01-01", "fixed\n");
     let (code, body) = service.post(
         "/api/v1/partitions/check",

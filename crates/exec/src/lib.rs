@@ -12,6 +12,7 @@
 
 pub mod answers;
 pub mod build;
+mod checking;
 pub mod checks;
 pub mod config;
 pub mod engine;

@@ -447,20 +447,34 @@ async fn datasets_page(State(state): Shared) -> Response {
         for d in &datasets {
             strips.push(calendar_for(engine, &d.pattern)?);
         }
-        Ok((datasets, strips))
+        // Pass rates of the latest check results, per job (a job's outputs are its dataset).
+        let mut checks: std::collections::BTreeMap<String, (u64, u64)> = Default::default();
+        for c in engine.store.check_counts()? {
+            let e = checks.entry(c.job).or_default();
+            e.0 += c.passed;
+            e.1 += c.failed;
+        }
+        Ok((datasets, strips, checks))
     })
     .await;
-    let (datasets, strips) = match data {
+    let (datasets, strips, checks) = match data {
         Ok(d) => d,
         Err(r) => return r,
     };
     layout("Datasets", html! {
         h1 { "Datasets" }
-        table { tr { th { "Name" } th { "Kind" } th { "Pattern" } th { "Partitions" } th { "By date (last 60 days with data)" } }
+        table { tr { th { "Name" } th { "Kind" } th { "Pattern" } th { "Partitions" } th { "Checks passed" } th { "By date (last 60 days with data)" } }
             @for (d, strip) in datasets.iter().zip(&strips) { tr {
                 td { @if d.kind == "job" { a href={ "/jobs/" (d.name) } { (d.name) } } @else { (d.name) } }
                 td { (d.kind) } td { code { (d.pattern) } }
                 td { @if d.partitions.is_empty() { span.muted { "none built" } } @for (st, n) in &d.partitions { (n) " " (badge(st)) " " } }
+                td.checks { @match checks.get(&d.name).filter(|_| d.kind == "job") {
+                    Some((passed, failed)) if passed + failed > 0 => {
+                        (format!("{:.0}%", 100.0 * *passed as f64 / (passed + failed) as f64))
+                        span.muted { " (" (passed) " of " (passed + failed) ")" }
+                    }
+                    _ => span.muted { "—" },
+                } }
                 td { (PreEscaped(strip.clone())) }
             } }
         }
@@ -752,6 +766,18 @@ async fn partition_page(
     layout(&r, html! {
         h1 { code { (r) } " " (badge(&x.status)) }
         ul { @for reason in &x.reasons { li { (reason) } } }
+        @if !x.checks.is_empty() {
+            h2 { "Checks" }
+            table.checks { tr { th { "Check" } th { "Result" } th { "Blocking" } th { "Message" } th { "Metrics" } }
+                @for c in &x.checks { tr {
+                    td { (c.name) @if c.inline { span.muted { " (reported by the job)" } } }
+                    td { (badge(&c.result)) @if let Some(why) = &c.stale { " " span.muted { "stale: " (why) } } }
+                    td { @if c.blocking { "yes" } @else { "no (a warning)" } }
+                    td { (or_empty(&c.message)) }
+                    td { @if let Some(m) = &c.metrics { code { (m.to_string()) } } }
+                } }
+            }
+        }
         @if let Some(p) = &x.producer { p { "Produced by " (p.kind) " " b { (p.name) } " " code { (p.pattern) } } }
         @if let Some(run) = &x.run { p { "Built by run " a href={ "/runs/" (run.job_run_id) } { code { (run.job_run_id) } }
             " of build " a href={ "/builds/" (or_empty(&run.build_request_id)) } { code { (or_empty(&run.build_request_id)) } } } }

@@ -7,10 +7,10 @@ use std::fmt::Write;
 /// The colour of a state, shared by every picture and badge.
 pub fn colour(status: &str) -> &'static str {
     match status {
-        "live" | "available" | "completed" => "#2e9e5b",
+        "live" | "available" | "completed" | "passed" => "#2e9e5b",
         "building" | "running" | "executing" => "#2f74c0",
         "scheduled" | "requested" | "planning" | "received" | "analysis_completed" => "#9aa5b1",
-        "failed" => "#d64545",
+        "failed" | "check_failed" => "#d64545",
         "stale" => "#e0a526",
         "tainted" => "#8e44ad",
         "cancelled" | "skipped" | "delegated" => "#6c7a89",

@@ -158,6 +158,8 @@ struct Driver<'s, 'e> {
     /// Data versions of the partitions this build made, and the runs that made them, for the
     /// runs that read them.
     made: FxHashMap<String, (String, String)>,
+    /// Outputs this build made that a blocking check failed: built, but not live.
+    held_back: FxHashSet<String>,
     /// The run holding each output as the plan saw it (read ahead of first claims, a window of
     /// nodes per query): a first claim compares against it instead of reading the partition.
     holders: FxHashMap<String, String>,
@@ -228,6 +230,7 @@ impl<'s, 'e> Driver<'s, 'e> {
             deferred_at: None,
             publishing: Vec::new(),
             made: FxHashMap::default(),
+            held_back: FxHashSet::default(),
             holders: FxHashMap::default(),
             requested,
             holders_read: Vec::new(),
@@ -914,6 +917,7 @@ impl<'s, 'e> Driver<'s, 'e> {
             .unwrap_or_default();
         let id = &self.runs[node].id;
         report_end(observer, job, run, id, attempt, &ended.outcome, then, took);
+        let held_back = ended.held_back().is_some();
         let report = spec::with_provenance(job, run, ended.report);
         let (status, message, exit_code) = match ended.outcome {
             RunOutcome::Succeeded => {
@@ -926,6 +930,10 @@ impl<'s, 'e> Driver<'s, 'e> {
                     report,
                     self.runs[node].started_ns,
                 );
+                if held_back {
+                    self.held_back
+                        .extend(run.outputs.iter().map(|o| o.to_string()));
+                }
                 // In the completion's own write: the log never shows the partitions live
                 // before their blocking checks are known.
                 for c in &ended.checks {
@@ -1147,12 +1155,12 @@ impl<'s, 'e> Driver<'s, 'e> {
         let skipped: FxHashSet<&str> = self.skipped.iter().map(String::as_str).collect();
         for r in &self.options.refs {
             // A run held back by a failed blocking check built its outputs, not live ones.
-            let live = !failed_outputs.contains(r.as_str()) && skipped.contains(r.as_str())
-                || !failed_outputs.contains(r.as_str())
-                    && self
+            let live = !self.held_back.contains(r.as_str())
+                && (skipped.contains(r.as_str())
+                    || self
                         .store()
                         .partition(r.as_str())?
-                        .is_some_and(|p| p.status == Status::Available);
+                        .is_some_and(|p| p.status == Status::Available));
             if !live {
                 failed = true;
                 // Requested refs that no run of ours ended (a failed delegation, say) end here.

@@ -51,6 +51,14 @@ pub fn normalized(p: &Project, build: &str) -> Vec<String> {
                 ] {
                     data.remove(key);
                 }
+                // The runs that built what a run read (lineage), by the same names.
+                if let Some(runs) = data.get_mut("input_runs").and_then(Value::as_object_mut) {
+                    for id in runs.values_mut() {
+                        if let Some(named) = id.as_str().map(|id| name("run", id)) {
+                            *id = json!(named);
+                        }
+                    }
+                }
                 if let Some(id) = data
                     .get("relies_on")
                     .and_then(Value::as_str)

@@ -1031,6 +1031,9 @@ impl EventStore for SqliteStore {
                    AND (NOT ?3 OR (status IN ('received', 'planning', 'analysis_completed', 'executing')
                                    AND NOT analyze_only))
                    AND (?4 OR NOT analyze_only)
+                   AND (?5 IS NULL OR created_at >= ?5)
+                   AND (?6 IS NULL OR created_at < ?6)
+                   AND (?7 IS NULL OR created_at < ?7 OR (created_at = ?7 AND build_request_id > ?8))
                  ORDER BY created_at DESC, build_request_id LIMIT ?2"
             ))?
             .query_map(
@@ -1038,7 +1041,11 @@ impl EventStore for SqliteStore {
                     q.status.map(|s| s.as_str()),
                     q.limit as i64,
                     q.unfinished,
-                    q.analyses
+                    q.analyses,
+                    q.from,
+                    q.to,
+                    q.after.as_ref().map(|a| a.0),
+                    q.after.as_ref().map(|a| a.1.as_str()),
                 ],
                 |r| build_from_row(r),
             )?

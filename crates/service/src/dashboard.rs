@@ -263,6 +263,7 @@ fn runs_graph(runs: &[JobRun]) -> String {
                 .iter()
                 .filter_map(|i| producer.get(i.as_str()).map(|p| p.to_string()))
                 .collect(),
+            ..Default::default()
         })
         .collect();
     svg::graph(&nodes)
@@ -613,6 +614,7 @@ fn lineage_graph(up: Option<&Lineage>, down: Option<&Lineage>) -> String {
             status: status.to_string(),
             href: format!("/partitions/{}", enc(&n.partition_ref)),
             depends_on: Vec::new(),
+            ..Default::default()
         });
         nodes.len() - 1
     }
@@ -957,6 +959,7 @@ async fn analyze_page(State(state): Shared, Query(q): Query<RefsQuery>) -> Respo
             status: "scheduled".into(),
             href: format!("/partitions/{}", enc(r.outputs[0].as_str())),
             depends_on: r.depends_on.iter().map(|d| d.to_string()).collect(),
+            ..Default::default()
         })
         .collect();
     layout("Analyze", html! {

@@ -26,6 +26,7 @@ mod reconciler;
 mod routes;
 pub mod signature;
 pub mod sources;
+mod grid;
 mod svg;
 pub mod views;
 pub mod wants;

@@ -51,6 +51,7 @@ button.copy { font-size: 11px; padding: 0 4px; margin-left: 3px; border: 1px sol
 .id { white-space: nowrap; }
 .legend .badge { margin-right: 4px; }
 progress { width: 160px; }
+h2.inline { display: inline-block; } summary { cursor: pointer; }
 "#;
 
 /// The copy buttons beside ids: the full id to the clipboard (where the browser allows it).
@@ -673,7 +674,8 @@ fn build_body(v: &BuildView, state: &AppState, role: Role) -> Markup {
                 @let listed: Vec<&JobRun> = if big {
                     runs.iter().filter(|r| r.status != Status::Completed).take(BIG_BUILD).collect()
                 } else { runs.iter().collect() };
-                @if big { h2 { "Runs not completed" @if listed.len() == BIG_BUILD { span.muted { " (the newest " (BIG_BUILD) ")" } } } }
+                @if big { h2 { "Runs not completed" @if listed.len() == BIG_BUILD { span.muted { " (the newest " (BIG_BUILD) ")" } } }
+                    @if listed.is_empty() { p.empty { "None: every run read completed." } } }
                 @if !listed.is_empty() {
                     table #runs { tr { th { "Run" } th { "Job" } th { "Status" } th { "Outputs" } th { "Took" } }
                         @for r in listed.iter().rev() { tr {
@@ -685,19 +687,24 @@ fn build_body(v: &BuildView, state: &AppState, role: Role) -> Markup {
                     }
                 }
             }
-            h2 { "Partitions" @if b.partitions.len() > 500 { span.muted { " (500 of " (b.partitions.len()) ")" } } }
-            table { tr { th { "Partition" } th { "In this build" } }
-                @for p in b.partitions.iter().take(500) { tr { td { (partition_link(&p.partition_ref)) } td { (badge(p.status.as_str())) } } }
+            details open[!big] {
+                summary { h2.inline { "Partitions (" (b.partitions.len()) ")" } }
+                @if b.partitions.len() > 500 { p.muted { "The first 500 of " (b.partitions.len()) "." } }
+                table { tr { th { "Partition" } th { "In this build" } }
+                    @for p in b.partitions.iter().take(500) { tr { td { (partition_link(&p.partition_ref)) } td { (badge(p.status.as_str())) } } }
+                }
             }
             @if !v.delegations.is_empty() {
                 h2 { "Delegations" }
                 ul { @for d in &v.delegations { li { (partition_link(or_empty(&d.partition_ref))) " is built by build "
                     (build_link(or_empty(&d.delegated_to))) } } }
             }
-            h2 { "Events" @if events.len() >= EVENTS_SHOWN { span.muted { " (the newest " (EVENTS_SHOWN) ")" } } }
-            table #events { tr { th { "#" } th { "Kind" } th { "Status" } th { "Subject" } th { "Message" } }
-                @for e in events { tr { td { (e.idx) } td { (e.kind.as_str()) } td { (badge(e.status.as_str())) }
-                    td { code { (or_empty(&e.partition_ref)) " " (or_empty(&e.job)) } } td.muted { (or_empty(&e.message)) } } }
+            details open[!big] {
+                summary { h2.inline { "Events" @if events.len() >= EVENTS_SHOWN { span.muted { " (the newest " (EVENTS_SHOWN) ")" } } } }
+                table #events { tr { th { "#" } th { "Kind" } th { "Status" } th { "Subject" } th { "Message" } }
+                    @for e in events { tr { td { (e.idx) } td { (e.kind.as_str()) } td { (badge(e.status.as_str())) }
+                        td { code { (or_empty(&e.partition_ref)) " " (or_empty(&e.job)) } } td.muted { (or_empty(&e.message)) } } }
+                }
             }
         }
     }
@@ -1073,10 +1080,10 @@ async fn dataset_page(
                     }
                     @if let Some(end) = g.end {
                         a href=(at(zoom, Some(end - window))) { "← earlier" } " · "
-                        a href=(at(zoom, Some(end + window))) { "later →" } " · "
+                        a href=(at(zoom, Some(end + window))) { "later →" }
                     }
-                    @if let Some(r) = &g.next_rows { a #next-rows href={ (at(zoom, g.end)) "&rows_after=" (enc(r)) } { "next " (grid::ROWS) " rows →" } " · " }
-                    @if let Some(c) = &g.next_cols { a #next-cols href={ (at(zoom, g.end)) "&rows_after=" (enc(q.rows_after.as_deref().unwrap_or(""))) "&cols_after=" (enc(c)) } { "more →" } }
+                    @if let Some(r) = &g.next_rows { " · " a #next-rows href={ (at(zoom, g.end)) "&rows_after=" (enc(r)) } { "next " (grid::ROWS) " rows →" } }
+                    @if let Some(c) = &g.next_cols { " · " a #next-cols href={ (at(zoom, g.end)) "&rows_after=" (enc(q.rows_after.as_deref().unwrap_or(""))) "&cols_after=" (enc(c)) } { "more →" } }
                 }
                 div.scroll { (PreEscaped(svg::matrix(&g.rows, &g.columns, &g.cells))) }
                 p.legend { @for (st, n) in &g.counts { (badge(st)) " " (thousands(*n)) " " } }

@@ -151,7 +151,7 @@ pub fn producer(engine: &Engine, name: &str, output: usize) -> Result<Producer, 
         .ok_or_else(|| GridError::NoDataset(name.to_string()))
 }
 
-/// The worst of two states, as a period's cell shows it.
+/// How bad a state is, for the cell of a period.
 fn rank(state: &str) -> u8 {
     match state {
         "failed" => 6,
@@ -359,11 +359,17 @@ fn cell(
     title: String,
     href: String,
 ) -> Cell {
-    let worst = counts
+    // The worst state of the partitions there are; a period partly built is `partial`.
+    let worst = match counts
         .keys()
         .copied()
+        .filter(|s| *s != "missing")
         .max_by_key(|s| rank(s))
-        .unwrap_or("missing");
+    {
+        None => "missing",
+        Some("live") if counts.contains_key("missing") => "partial",
+        Some(s) => s,
+    };
     let status = match filter {
         Some(f) if counts.contains_key(f) => f.to_string(),
         Some(_) => "other".to_string(),
@@ -640,6 +646,8 @@ mod tests {
         let counts = BTreeMap::from([("live", 5), ("stale", 1), ("missing", 1)]);
         let c = cell(&counts, None, "x".into(), String::new());
         assert_eq!(c.status, "stale");
+        let partly = BTreeMap::from([("live", 5), ("missing", 2)]);
+        assert_eq!(cell(&partly, None, "x".into(), String::new()).status, "partial");
         assert_eq!(c.title, "x: 5 live, 1 missing, 1 stale");
         assert_eq!(cell(&counts, Some("missing"), "x".into(), String::new()).status, "missing");
         assert_eq!(cell(&counts, Some("failed"), "x".into(), String::new()).status, "other");

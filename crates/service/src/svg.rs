@@ -17,6 +17,8 @@ pub fn colour(status: &str) -> &'static str {
         // recorded built, not checked for freshness
         "available" => "#7cc49a",
         "missing" => "#cfd6dd",
+        // a period partly built
+        "partial" => "#a8dbb9",
         // cells a filter leaves out
         "other" => "#eef1f4",
         "superseded" => "#9aa5b1",

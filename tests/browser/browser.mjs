@@ -32,7 +32,7 @@ export async function check({ browser, problems }, name, checks) {
 }
 
 // Every label of every SVG on the page is drawn whole: inside its picture, and inside the box
-// it labels (a graph's node). Returns the labels that are cut.
+// it labels (a graph's node), over no other label. Returns the labels that are cut or covered.
 export async function cutLabels(page) {
   return page.evaluate(() => {
     const cut = [];
@@ -40,8 +40,15 @@ export async function cutLabels(page) {
       const view = svg.viewBox && svg.viewBox.baseVal;
       const width = view && view.width ? view.width : svg.width.baseVal.value;
       const height = view && view.height ? view.height : svg.height.baseVal.value;
+      const boxes = [];
       for (const text of svg.querySelectorAll('text')) {
         const b = text.getBBox();
+        for (const [other, o] of boxes) {
+          const w = Math.min(b.x + b.width, o.x + o.width) - Math.max(b.x, o.x);
+          const h = Math.min(b.y + b.height, o.y + o.height) - Math.max(b.y, o.y);
+          if (w > 1 && h > 1) cut.push(`${svg.getAttribute('class')}: "${text.textContent}" overlaps "${other}"`);
+        }
+        boxes.push([text.textContent, b]);
         const where = `${svg.getAttribute('class')}: "${text.textContent}"`;
         if (b.x < -0.5 || b.y < -0.5 || b.x + b.width > width + 0.5 || b.y + b.height > height + 0.5) {
           cut.push(`${where} leaves its picture (${b.x.toFixed(1)}+${b.width.toFixed(1)} of ${width})`);

@@ -449,7 +449,7 @@ async fn builds_page(State(state): Shared, Query(q): Query<BuildsQuery>) -> Resp
         @if builds.is_empty() { p.empty { "No build matches." } } @else {
             @if !points.is_empty() {
                 h2 { "Durations of this page's builds" }
-                div.scroll { (PreEscaped(svg::duration_chart(&points))) }
+                div.scroll { (PreEscaped(svg::duration_chart(&points, "builds"))) }
             }
             table #builds { tr { th { "Build" } th { "Status" } th { "Requested" } th { "Created" } th { "Took" } }
                 @for b in &builds { tr data-build=(b.build_request_id) {
@@ -956,7 +956,7 @@ async fn graph_page(State(state): Shared) -> Response {
                 note: Some(note),
             });
         }
-        Ok((svg::graph(&nodes), unchecked, nodes.len()))
+        Ok((svg::graph_down(&nodes), unchecked, nodes.len()))
     })
     .await;
     let (picture, unchecked, n) = match data {
@@ -1463,7 +1463,7 @@ async fn job_page(State(state): Shared, Path(name): Path<String>) -> Response {
         h1 { "Job " (name) }
         p { (job.job.runs) " runs · " (job.job.completed) " completed · " (job.job.failed) " failed" }
         h2 { "Durations" }
-        @if points.is_empty() { p.empty { "No finished runs yet." } } @else { div.scroll { (PreEscaped(svg::duration_chart(&points))) } }
+        @if points.is_empty() { p.empty { "No finished runs yet." } } @else { div.scroll { (PreEscaped(svg::duration_chart(&points, "runs"))) } }
         h2 { "Recent runs" }
         table { tr { th { "Run" } th { "Status" } th { "Outputs" } th { "Took" } th { "Scheduled" } }
             @for r in &runs { tr {

@@ -218,6 +218,16 @@ pub fn crossings(order: &[Vec<usize>], edges: &[(usize, usize)]) -> usize {
 /// A layered drawing, left to right: each node in the column after its deepest dependency,
 /// the nodes of a column ordered to reduce crossings, boxes as wide as their labels.
 pub fn graph(nodes: &[GraphNode]) -> String {
+    draw_graph(nodes, false)
+}
+
+/// [`graph`] top to bottom: each node in the row below its deepest dependency (a long chain of
+/// wide boxes stays as wide as a box).
+pub fn graph_down(nodes: &[GraphNode]) -> String {
+    draw_graph(nodes, true)
+}
+
+fn draw_graph(nodes: &[GraphNode], down: bool) -> String {
     if nodes.is_empty() {
         return String::new();
     }
@@ -249,19 +259,51 @@ pub fn graph(nodes: &[GraphNode]) -> String {
     let w = (longest + 16).max(120);
     let barred = nodes.iter().any(|n| !n.bar.is_empty() || n.note.is_some());
     let (h, gap_x, gap_y) = (if barred { 52 } else { 34 }, 60, 14);
+    let (gap_x, gap_y) = if down { (24, 36) } else { (gap_x, gap_y) };
     let mut pos = vec![(0, 0); nodes.len()];
     for (l, layer) in order.iter().enumerate() {
         for (row, &i) in layer.iter().enumerate() {
-            pos[i] = (10 + l * (w + gap_x), 10 + row * (h + gap_y));
+            pos[i] = match down {
+                false => (10 + l * (w + gap_x), 10 + row * (h + gap_y)),
+                true => (10 + row * (w + gap_x), 10 + l * (h + gap_y)),
+            };
         }
     }
-    let width = 20 + order.len() * (w + gap_x) - gap_x;
-    let height = 20 + order.iter().map(Vec::len).max().unwrap_or(1) * (h + gap_y) - gap_y;
+    let widest = order.iter().map(Vec::len).max().unwrap_or(1);
+    let (across, along) = match down {
+        false => (order.len(), widest),
+        true => (widest, order.len()),
+    };
+    // Room on the right for the bends of long edges (top to bottom).
+    let bends = if down { w / 2 + 30 + 8 * order.len() } else { 0 };
+    let width = 20 + across * (w + gap_x) - gap_x + bends;
+    let height = 20 + along * (h + gap_y) - gap_y;
     let mut svg = format!(
         r#"<svg xmlns="http://www.w3.org/2000/svg" class="graph" width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img" aria-label="graph">"#
     );
     for (i, ds) in deps.iter().enumerate() {
         for &j in ds {
+            if down {
+                let (x1, y1) = (pos[j].0 + w / 2, pos[j].1 + h);
+                let (x2, y2) = (pos[i].0 + w / 2, pos[i].1);
+                // An edge past a layer bends out beside the boxes it would cross (a cubic's
+                // bulge is 3/4 of its control points' offset), further the longer it is.
+                let span = (y2.saturating_sub(y1)) / (h + gap_y);
+                let out = if span >= 1 && x1 == x2 {
+                    ((w / 2 + 10 + 8 * span) * 4).div_ceil(3)
+                } else {
+                    0
+                };
+                let _ = write!(
+                    svg,
+                    r##"<path d="M{x1},{y1} C{},{} {},{} {x2},{y2}" fill="none" stroke="#9aa5b1"/>"##,
+                    x1 + out,
+                    y1 + 20,
+                    x2 + out,
+                    y2.saturating_sub(20)
+                );
+                continue;
+            }
             let (x1, y1) = (pos[j].0 + w, pos[j].1 + h / 2);
             let (x2, y2) = (pos[i].0, pos[i].1 + h / 2);
             let _ = write!(
@@ -387,7 +429,7 @@ pub fn percentile(values: &[f64], p: f64) -> Option<f64> {
 
 /// Durations (ms) of runs in time order, as a bar chart with a duration axis (its unit chosen by
 /// the longest run), the runs' order on the other axis, and the p50 and p95 as dashed lines.
-pub fn duration_chart(points: &[(String, f64, String)]) -> String {
+pub fn duration_chart(points: &[(String, f64, String)], what: &str) -> String {
     if points.is_empty() {
         return String::new();
     }
@@ -423,7 +465,7 @@ pub fn duration_chart(points: &[(String, f64, String)]) -> String {
     }
     let _ = write!(
         svg,
-        r##"<line x1="{left}" y1="{top_pad}" x2="{left}" y2="{:.1}" stroke="#52606d"/><line x1="{left}" y1="{:.1}" x2="{:.1}" y2="{:.1}" stroke="#52606d"/><text x="{left}" y="{:.1}" font-size="10" fill="#52606d">runs, oldest to newest ({} runs)</text>"##,
+        r##"<line x1="{left}" y1="{top_pad}" x2="{left}" y2="{:.1}" stroke="#52606d"/><line x1="{left}" y1="{:.1}" x2="{:.1}" y2="{:.1}" stroke="#52606d"/><text x="{left}" y="{:.1}" font-size="10" fill="#52606d">{what}, oldest to newest ({} of them)</text>"##,
         top_pad + height,
         top_pad + height,
         left + plot_w,
@@ -443,15 +485,22 @@ pub fn duration_chart(points: &[(String, f64, String)]) -> String {
             number(ms / per)
         );
     }
+    // The p95's label above the p50's when their lines are too close for two labels.
+    let p50_y = percentile(&values, 0.5).map(y);
     for (name, p, colour) in [("p50", 0.5, "#1f2933"), ("p95", 0.95, "#d64545")] {
         if let Some(v) = percentile(&values, p) {
             let ly = y(v);
+            let label_y = match (name, p50_y) {
+                ("p95", Some(p50)) if p50 - ly < 12.0 && p50 - 12.0 >= 8.0 => p50 - 12.0,
+                ("p95", Some(p50)) if p50 - ly < 12.0 => p50 + 12.0,
+                _ => ly,
+            };
             let _ = write!(
                 svg,
                 r##"<line class="{name}" x1="{left}" y1="{ly:.1}" x2="{:.1}" y2="{ly:.1}" stroke="{colour}" stroke-dasharray="4 3"/><text x="{:.1}" y="{:.1}" font-size="10" fill="{colour}">{name} {} {unit}</text>"##,
                 left + plot_w,
                 left + plot_w + 4.0,
-                ly + 3.0,
+                label_y + 3.0,
                 number(v / per)
             );
         }
@@ -747,6 +796,22 @@ mod tests {
         assert_eq!(crossings(&order, &edges(&deps)), 0, "{order:?}");
     }
 
+    /// Top to bottom, a chain is one box wide and a layer deep per node.
+    #[test]
+    fn a_chain_drawn_down_is_one_box_wide() {
+        let node = |id: &str, deps: &[&str]| GraphNode {
+            id: id.to_string(),
+            label: id.to_string(),
+            status: "job".to_string(),
+            href: "/".to_string(),
+            depends_on: deps.iter().map(|d| d.to_string()).collect(),
+            ..Default::default()
+        };
+        let svg = graph_down(&[node("a", &[]), node("b", &["a"]), node("c", &["b"])]);
+        assert!(svg.contains(r#"<svg xmlns="http://www.w3.org/2000/svg" class="graph" width="254""#), "{svg}");
+        assert!(svg.contains(r#"<rect x="10" y="10""#) && svg.contains(r#"<rect x="10" y="150""#), "{svg}");
+    }
+
     /// Ticks are round numbers covering the largest value; durations take a readable unit.
     #[test]
     fn axes_have_round_ticks_and_units() {
@@ -762,12 +827,12 @@ mod tests {
         let points: Vec<(String, f64, String)> = (1..=20)
             .map(|i| (format!("run {i}"), i as f64 * 300.0, "completed".to_string()))
             .collect();
-        let chart = duration_chart(&points);
+        let chart = duration_chart(&points, "runs");
         // 6 s at most: an axis in seconds, to 6 s, with the p50 and p95 drawn and said.
         assert!(chart.contains(">6 s</text>"), "{chart}");
         assert!(chart.contains(">p50 3 s</text>"), "{chart}");
         assert!(chart.contains(">p95 5.7 s</text>"), "{chart}");
-        assert!(chart.contains("runs, oldest to newest"));
+        assert!(chart.contains("runs, oldest to newest (20 of them)"));
     }
 
     /// Runs that overlap are on different lanes; a lane is reused once its run ended.
@@ -810,7 +875,7 @@ mod tests {
             ..Default::default()
         };
         assert!(!graph(&[node]).contains("<script>"));
-        let chart = duration_chart(&[(hostile.into(), 1.0, hostile.into())]);
+        let chart = duration_chart(&[(hostile.into(), 1.0, hostile.into())], "runs");
         assert!(!chart.contains("<script>"));
     }
 }

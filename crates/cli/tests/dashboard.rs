@@ -110,6 +110,14 @@ fn the_builds_page_filters_by_status_and_time_and_pages_by_keyset() {
         let (status, html) = s.call("GET", bad, None, None);
         assert_eq!(status, 400, "{bad}: {html}");
     }
+    // The dataset page's grid and its errors: what it echoes is escaped.
+    let (status, html) = s.call("GET", "/datasets/a", None, None);
+    assert_eq!(status, 200, "{html}");
+    assert!(html.contains("<svg") && html.contains("data-status=\"live\""), "{html}");
+    let (status, html) = s.call("GET", "/datasets/a?state=%3Cscript%3Ex", None, None);
+    assert_eq!(status, 400);
+    assert!(!html.contains("<script>x"), "{html}");
+    assert_eq!(s.call("GET", "/datasets/nothing", None, None).0, 404);
     // The page escapes what it echoes.
     let (_, html) = s.call("GET", "/builds?from=%3Cscript%3E", None, None);
     assert!(!html.contains("<script>x"), "{html}");

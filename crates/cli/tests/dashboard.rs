@@ -68,7 +68,14 @@ fn the_builds_page_filters_by_status_and_time_and_pages_by_keyset() {
     let p = Project::new(GRAPH);
     for i in 0..7 {
         let ok = i % 3 != 0;
-        seed_build(&p, &format!("br-{i}"), &format!("run-{i}"), "a", &format!("a/2020-01-0{}", i + 1), ok);
+        seed_build(
+            &p,
+            &format!("br-{i}"),
+            &format!("run-{i}"),
+            "a",
+            &format!("a/2020-01-0{}", i + 1),
+            ok,
+        );
     }
     let s = Service::start(&p, &[]);
     let (status, all, next) = listed(&s, "/builds");
@@ -97,7 +104,10 @@ fn the_builds_page_filters_by_status_and_time_and_pages_by_keyset() {
     let (_, completed, _) = listed(&s, "/builds?status=completed&limit=2");
     assert_eq!(completed.len(), 2);
     // By time: all of them were created after 2000 and before 2100.
-    assert_eq!(listed(&s, "/builds?from=2000-01-01&to=2100-01-01T00:00").1, all);
+    assert_eq!(
+        listed(&s, "/builds?from=2000-01-01&to=2100-01-01T00:00").1,
+        all
+    );
     assert!(listed(&s, "/builds?to=2000-01-01").1.is_empty());
     assert!(listed(&s, "/builds?from=2100-01-01T00:00:00Z").1.is_empty());
     // Filters that do not parse are the request's fault, said on the page.
@@ -113,7 +123,10 @@ fn the_builds_page_filters_by_status_and_time_and_pages_by_keyset() {
     // The dataset page's grid and its errors: what it echoes is escaped.
     let (status, html) = s.call("GET", "/datasets/a", None, None);
     assert_eq!(status, 200, "{html}");
-    assert!(html.contains("<svg") && html.contains("data-status=\"live\""), "{html}");
+    assert!(
+        html.contains("<svg") && html.contains("data-status=\"live\""),
+        "{html}"
+    );
     let (status, html) = s.call("GET", "/datasets/a?state=%3Cscript%3Ex", None, None);
     assert_eq!(status, 400);
     assert!(!html.contains("<script>x"), "{html}");

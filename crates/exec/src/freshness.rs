@@ -117,7 +117,10 @@ impl Engine {
     /// What each of `rows` is now, as listings show it (`live`, `stale`, `missing`, `building`,
     /// `failed`, `tainted`): available rows derived in one pass with one memo of versions, so
     /// the cost is that of the rows given (a page of a picture), never of their dataset.
-    pub fn shown_states(&self, rows: Vec<databuild_log::PartitionRow>) -> Result<Vec<&'static str>> {
+    pub fn shown_states(
+        &self,
+        rows: Vec<databuild_log::PartitionRow>,
+    ) -> Result<Vec<&'static str>> {
         Ok(self
             .versions()
             .states_of_rows(rows)?

@@ -1090,8 +1090,13 @@ fn builds_page_by_keyset_and_by_time() {
                         ..Default::default()
                     })
                     .unwrap();
-                after = page.last().map(|b| (b.created_at, b.build_request_id.clone()));
-                paged.extend(page.iter().map(|b| (b.created_at, b.build_request_id.clone())));
+                after = page
+                    .last()
+                    .map(|b| (b.created_at, b.build_request_id.clone()));
+                paged.extend(
+                    page.iter()
+                        .map(|b| (b.created_at, b.build_request_id.clone())),
+                );
                 if page.len() < size {
                     break;
                 }

@@ -20,8 +20,8 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use crate::error::AppError;
-use crate::guard::Role;
 use crate::grid;
+use crate::guard::Role;
 use crate::svg;
 use crate::views;
 use crate::AppState;
@@ -381,9 +381,7 @@ fn builds_query(q: &BuildsQuery) -> Result<databuild_log::BuildQuery, BuildsFilt
         analyses: q.all.is_some(),
         // One more than shown: whether a next page exists.
         limit: limit + 1,
-        from: given(&q.from)
-            .map(|t| typed_time("from", &t))
-            .transpose()?,
+        from: given(&q.from).map(|t| typed_time("from", &t)).transpose()?,
         to: given(&q.to).map(|t| typed_time("to", &t)).transpose()?,
         after,
         ..Default::default()
@@ -398,7 +396,11 @@ async fn builds_page(State(state): Shared, Query(q): Query<BuildsQuery>) -> Resp
         Err(e) => return error_page(e.into()),
     };
     let limit = query.limit - 1;
-    let mut rows = match page(&state, move |engine| Ok(engine.store.build_requests(&query)?)).await {
+    let mut rows = match page(&state, move |engine| {
+        Ok(engine.store.build_requests(&query)?)
+    })
+    .await
+    {
         Ok(r) => r,
         Err(r) => return r,
     };
@@ -406,10 +408,16 @@ async fn builds_page(State(state): Shared, Query(q): Query<BuildsQuery>) -> Resp
     rows.truncate(limit);
     let builds: Vec<answers::Build> = rows.iter().map(answers::Build::from).collect();
     let next = more
-        .then(|| rows.last().map(|b| format!("{}.{}", b.created_at, b.build_request_id)))
+        .then(|| {
+            rows.last()
+                .map(|b| format!("{}.{}", b.created_at, b.build_request_id))
+        })
         .flatten();
     let ended = |b: &answers::Build| {
-        matches!(b.status, Status::Completed | Status::Failed | Status::Cancelled)
+        matches!(
+            b.status,
+            Status::Completed | Status::Failed | Status::Cancelled
+        )
     };
     let points: Vec<(String, f64, String)> = builds
         .iter()
@@ -616,13 +624,27 @@ fn runs_timeline(runs: &[JobRun]) -> String {
 }
 
 /// A big build's runs by job: how many are in each state.
-fn runs_by_job(counts: &databuild_log::BuildRunCounts, p: Option<&answers::BuildProgress>) -> Markup {
+fn runs_by_job(
+    counts: &databuild_log::BuildRunCounts,
+    p: Option<&answers::BuildProgress>,
+) -> Markup {
     let mut jobs: std::collections::BTreeMap<&str, std::collections::BTreeMap<&str, u64>> =
         Default::default();
     for c in &counts.by_status {
-        *jobs.entry(&c.job).or_default().entry(c.status.as_str()).or_default() += c.n;
+        *jobs
+            .entry(&c.job)
+            .or_default()
+            .entry(c.status.as_str())
+            .or_default() += c.n;
     }
-    let states = ["completed", "running", "scheduled", "failed", "cancelled", "skipped"];
+    let states = [
+        "completed",
+        "running",
+        "scheduled",
+        "failed",
+        "cancelled",
+        "skipped",
+    ];
     html! {
         table #runs-by-job { tr { th { "Job" } @for s in states { th { (s) } } th { "Done of planned" } }
             @for (job, by) in &jobs { tr data-job=(job) {
@@ -728,7 +750,10 @@ async fn build_page(
         Ok(v) => {
             let b = &v.detail;
             let id = b.build_request_id.clone();
-            let live = format!("/builds/{id}/live{}", if graph { "?graph=runs" } else { "" });
+            let live = format!(
+                "/builds/{id}/live{}",
+                if graph { "?graph=runs" } else { "" }
+            );
             layout(&format!("Build {id}"), html! {
             h1 { "Build " code title=(b.build_request_id) { (short(&b.build_request_id)) } " " button.copy type="button" data-copy=(b.build_request_id) { "copy" } }
             p { "Requested: " @for r in b.requested_partitions.iter().take(50) { (partition_link(r)) " " }
@@ -848,7 +873,7 @@ fn thousands(n: u64) -> String {
     let digits = n.to_string();
     let mut out = String::new();
     for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
             out.push(',');
         }
         out.push(c);
@@ -939,7 +964,8 @@ async fn graph_page(State(state): Shared) -> Response {
                     "{} runs · {} failed{}",
                     thousands(s.runs),
                     thousands(s.failed),
-                    s.p50_ms.map_or(String::new(), |ms| format!(" · p50 {}", span(ms / 1e3)))
+                    s.p50_ms
+                        .map_or(String::new(), |ms| format!(" · p50 {}", span(ms / 1e3)))
                 ),
                 _ => "never ran".to_string(),
             };

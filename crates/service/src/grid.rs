@@ -401,10 +401,8 @@ pub fn grid(
     }
     let filter = q.state.as_deref();
     let pattern = engine.graph.pattern_of(producer).clone();
-    let fields: Vec<(String, FieldType)> = pattern
-        .fields()
-        .map(|(n, t)| (n.to_string(), t))
-        .collect();
+    let fields: Vec<(String, FieldType)> =
+        pattern.fields().map(|(n, t)| (n.to_string(), t)).collect();
     let date = fields.iter().position(|(_, t)| *t == FieldType::Date);
     let mut g = Grid {
         shape: Shape::None,
@@ -553,39 +551,35 @@ pub fn grid(
                 };
             } else {
                 // Columns: the column field's domain, or the values the first row has.
-                let columns = match field_values(
-                    engine,
-                    &pattern,
-                    column,
-                    q.cols_after.as_deref(),
-                    COLUMNS,
-                )? {
-                    Some(c) => c,
-                    None => match rows.first() {
-                        Some(first) => {
-                            let after = q.cols_after.as_deref().map(|c| render(first, c));
-                            let glob = glob_with(&pattern, row_field, first);
-                            let found = engine.store.partitions(&PartitionQuery {
-                                pattern: Some(glob),
-                                limit: COLUMNS + 1,
-                                after,
-                                ..Default::default()
-                            })?;
-                            let values: Vec<String> = found
-                                .iter()
-                                .filter_map(|row| {
-                                    pattern
-                                        .match_ref(&row.partition_ref)
-                                        .filter(|v| v[row_field] == first)
-                                        .map(|v| v[column].to_string())
-                                })
-                                .collect();
-                            let more = values.len() > COLUMNS;
-                            (values.into_iter().take(COLUMNS).collect(), more)
-                        }
-                        None => (Vec::new(), false),
-                    },
-                };
+                let columns =
+                    match field_values(engine, &pattern, column, q.cols_after.as_deref(), COLUMNS)?
+                    {
+                        Some(c) => c,
+                        None => match rows.first() {
+                            Some(first) => {
+                                let after = q.cols_after.as_deref().map(|c| render(first, c));
+                                let glob = glob_with(&pattern, row_field, first);
+                                let found = engine.store.partitions(&PartitionQuery {
+                                    pattern: Some(glob),
+                                    limit: COLUMNS + 1,
+                                    after,
+                                    ..Default::default()
+                                })?;
+                                let values: Vec<String> = found
+                                    .iter()
+                                    .filter_map(|row| {
+                                        pattern
+                                            .match_ref(&row.partition_ref)
+                                            .filter(|v| v[row_field] == first)
+                                            .map(|v| v[column].to_string())
+                                    })
+                                    .collect();
+                                let more = values.len() > COLUMNS;
+                                (values.into_iter().take(COLUMNS).collect(), more)
+                            }
+                            None => (Vec::new(), false),
+                        },
+                    };
                 let (columns, more_cols) = columns;
                 g.next_cols = more_cols.then(|| columns.last().cloned()).flatten();
                 let refs: Vec<String> = rows
@@ -647,10 +641,19 @@ mod tests {
         let c = cell(&counts, None, "x".into(), String::new());
         assert_eq!(c.status, "stale");
         let partly = BTreeMap::from([("live", 5), ("missing", 2)]);
-        assert_eq!(cell(&partly, None, "x".into(), String::new()).status, "partial");
+        assert_eq!(
+            cell(&partly, None, "x".into(), String::new()).status,
+            "partial"
+        );
         assert_eq!(c.title, "x: 5 live, 1 missing, 1 stale");
-        assert_eq!(cell(&counts, Some("missing"), "x".into(), String::new()).status, "missing");
-        assert_eq!(cell(&counts, Some("failed"), "x".into(), String::new()).status, "other");
+        assert_eq!(
+            cell(&counts, Some("missing"), "x".into(), String::new()).status,
+            "missing"
+        );
+        assert_eq!(
+            cell(&counts, Some("failed"), "x".into(), String::new()).status,
+            "other"
+        );
     }
 
     #[test]

@@ -18,6 +18,7 @@ mod dashboard;
 
 pub use dashboard::enc as encode_segment;
 pub mod error;
+mod grid;
 pub mod guard;
 mod metrics;
 mod openapi;
@@ -26,7 +27,6 @@ mod reconciler;
 mod routes;
 pub mod signature;
 pub mod sources;
-mod grid;
 mod svg;
 pub mod views;
 pub mod wants;

@@ -187,7 +187,11 @@ fn positions(order: &[Vec<usize>], n: usize) -> Vec<usize> {
 
 /// How many pairs of edges cross, among edges between the same two layers (`(from, to)` pairs).
 pub fn crossings(order: &[Vec<usize>], edges: &[(usize, usize)]) -> usize {
-    let n = order.iter().map(|l| l.iter().max().map_or(0, |m| m + 1)).max().unwrap_or(0);
+    let n = order
+        .iter()
+        .map(|l| l.iter().max().map_or(0, |m| m + 1))
+        .max()
+        .unwrap_or(0);
     let place = positions(order, n);
     let mut layer = vec![0; n];
     for (l, vs) in order.iter().enumerate() {
@@ -251,7 +255,10 @@ fn draw_graph(nodes: &[GraphNode], down: bool) -> String {
     let longest = nodes
         .iter()
         .map(|n| {
-            let note = n.note.as_ref().map_or(0, |t| text_width(t.chars().count(), 10));
+            let note = n
+                .note
+                .as_ref()
+                .map_or(0, |t| text_width(t.chars().count(), 10));
             text_width(n.label.chars().count().min(LABEL_CHARS), 11).max(note)
         })
         .max()
@@ -275,7 +282,11 @@ fn draw_graph(nodes: &[GraphNode], down: bool) -> String {
         true => (widest, order.len()),
     };
     // Room on the right for the bends of long edges (top to bottom).
-    let bends = if down { w / 2 + 30 + 8 * order.len() } else { 0 };
+    let bends = if down {
+        w / 2 + 30 + 8 * order.len()
+    } else {
+        0
+    };
     let width = 20 + across * (w + gap_x) - gap_x + bends;
     let height = 20 + along * (h + gap_y) - gap_y;
     let mut svg = format!(
@@ -556,7 +567,11 @@ pub fn timeline(spans: &[Span]) -> String {
     }
     let (lane, lanes_n) = lanes(spans);
     let start = spans.iter().map(|s| s.start).min().unwrap_or(0);
-    let end = spans.iter().map(|s| s.end.max(s.start)).max().unwrap_or(start);
+    let end = spans
+        .iter()
+        .map(|s| s.end.max(s.start))
+        .max()
+        .unwrap_or(start);
     let total_s = ((end - start) as f64 / 1e9).max(0.001);
     let (step, marks) = ticks(total_s, 8.0);
     let axis_end = marks.last().copied().unwrap_or(step);
@@ -808,8 +823,14 @@ mod tests {
             ..Default::default()
         };
         let svg = graph_down(&[node("a", &[]), node("b", &["a"]), node("c", &["b"])]);
-        assert!(svg.contains(r#"<svg xmlns="http://www.w3.org/2000/svg" class="graph" width="254""#), "{svg}");
-        assert!(svg.contains(r#"<rect x="10" y="10""#) && svg.contains(r#"<rect x="10" y="150""#), "{svg}");
+        assert!(
+            svg.contains(r#"<svg xmlns="http://www.w3.org/2000/svg" class="graph" width="254""#),
+            "{svg}"
+        );
+        assert!(
+            svg.contains(r#"<rect x="10" y="10""#) && svg.contains(r#"<rect x="10" y="150""#),
+            "{svg}"
+        );
     }
 
     /// Ticks are round numbers covering the largest value; durations take a readable unit.
@@ -825,7 +846,13 @@ mod tests {
         assert_eq!(percentile(&[5.0, 1.0, 3.0, 2.0, 4.0], 0.5), Some(3.0));
         assert_eq!(percentile(&[5.0, 1.0, 3.0, 2.0, 4.0], 0.95), Some(5.0));
         let points: Vec<(String, f64, String)> = (1..=20)
-            .map(|i| (format!("run {i}"), i as f64 * 300.0, "completed".to_string()))
+            .map(|i| {
+                (
+                    format!("run {i}"),
+                    i as f64 * 300.0,
+                    "completed".to_string(),
+                )
+            })
             .collect();
         let chart = duration_chart(&points, "runs");
         // 6 s at most: an axis in seconds, to 6 s, with the p50 and p95 drawn and said.
@@ -863,7 +890,11 @@ mod tests {
             title: hostile.into(),
             href: format!("/partitions/{hostile}"),
         };
-        let svg = matrix(&[hostile.to_string()], &[hostile.to_string()], &[vec![cell]]);
+        let svg = matrix(
+            &[hostile.to_string()],
+            &[hostile.to_string()],
+            &[vec![cell]],
+        );
         assert!(!svg.contains("<script>"), "{svg}");
         let node = GraphNode {
             id: "a".into(),

@@ -18,7 +18,10 @@ command = ["true"]
 TOML
 db() { ./target/release/databuild --graph "$work/databuild.toml" --event-log "sqlite:$work/events.db" "$@"; }
 sql() { db --json sql "$1" | python3 -c 'import json,sys; print(*json.load(sys.stdin)["rows"][0], sep=".")'; }
-db serve --bind 127.0.0.1:18182 2>"$work/serve.log" &
+if curl -sf http://127.0.0.1:18182/healthz >/dev/null; then echo "port 18182 is taken" >&2; exit 1; fi
+# The binary itself in the background (not the function: `$!` must be the server, for the trap).
+./target/release/databuild --graph "$work/databuild.toml" --event-log "sqlite:$work/events.db" \
+  serve --bind 127.0.0.1:18182 2>"$work/serve.log" &
 server=$!
 for _ in $(seq 100); do curl -sf http://127.0.0.1:18182/healthz >/dev/null && break; sleep 0.1; done
 echo "partitions in the log: $(sql 'SELECT count(*) FROM partitions'), events: $(sql 'SELECT max(idx) FROM events')"

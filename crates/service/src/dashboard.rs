@@ -930,12 +930,7 @@ async fn graph_page(State(state): Shared) -> Response {
                     .collect::<Vec<_>>()
                     .join(" · ")
             };
-            let label = match p {
-                Producer::Job { job, .. } if engine.graph.jobs[*job].outputs.len() == 1 => {
-                    d.pattern.clone()
-                }
-                _ => d.pattern.clone(),
-            };
+            let label = d.pattern.clone();
             let depends_on = match p {
                 Producer::Job { job, .. } => vec![format!("j{job}")],
                 _ => Vec::new(),

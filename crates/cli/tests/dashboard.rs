@@ -139,3 +139,59 @@ fn the_builds_page_filters_by_status_and_time_and_pages_by_keyset() {
     assert!(!html.contains("<script>x"), "{html}");
     assert!(!html.contains("value=\"<script>"), "{html}");
 }
+
+/// A dataset of two fields neither of which is a date nor has a domain: rows are the first
+/// field's values found in the log (one seek each), columns the values the first row has, a page
+/// of 20 rows at a time.
+#[test]
+fn a_dataset_grid_finds_its_rows_and_columns_in_the_log_a_page_at_a_time() {
+    use crate::util::{seed_build, Project};
+    let p = Project::new(
+        r#"
+[graph]
+name = "g"
+[[job]]
+name = "t"
+outputs = ["t/k={k}/v={v}"]
+command = ["true"]
+"#,
+    );
+    for i in 0..22 {
+        for j in 0..2 {
+            let r = format!("t/k=r{i:02}/v=x{j}");
+            seed_build(
+                &p,
+                &format!("b-{i}-{j}"),
+                &format!("run-{i}-{j}"),
+                "t",
+                &r,
+                j == 0,
+            );
+        }
+    }
+    let s = Service::start(&p, &[]);
+    let (status, html) = s.call("GET", "/datasets/t", None, None);
+    assert_eq!(status, 200, "{html}");
+    assert!(html.contains("k × v"), "{html}");
+    let rows = |html: &str| -> Vec<String> {
+        html.split("font-size=\"11\" fill=\"#1f2933\">")
+            .skip(1)
+            .map(|rest| rest.split('<').next().unwrap().to_string())
+            .collect()
+    };
+    let first = rows(&html);
+    assert_eq!(first.len(), 20, "{first:?}");
+    assert_eq!(first[0], "r00");
+    assert_eq!(first[19], "r19");
+    // Each row: x0 built, x1 failed.
+    assert_eq!(html.matches("data-status=\"failed\"").count(), 20);
+    let next = html
+        .split("id=\"next-rows\" href=\"")
+        .nth(1)
+        .map(|rest| rest.split('"').next().unwrap().replace("&amp;", "&"))
+        .expect("a next page of rows");
+    let (status, html) = s.call("GET", &next, None, None);
+    assert_eq!(status, 200, "{html}");
+    assert_eq!(rows(&html), ["r20", "r21"]);
+    assert!(!html.contains("id=\"next-rows\""));
+}

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# Dashboard page times with ~1M partitions in the log (7M events written by the event-log
-# benchmark): each page fetched 20 times with curl on loopback; prints the median.
-# Usage: bench/dashboard.sh [events=7000000]
+# Dashboard page times with ~1M partitions in the log (written by the event-log benchmark):
+# every page fetched 20 times with curl on loopback; prints the median and the slowest.
+# Usage: bench/dashboard.sh [events=10000000]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 work=$(mktemp -d)
 trap 'kill "${server:-0}" 2>/dev/null || true; rm -rf "$work"' EXIT
-LOG_BENCH_KEEP="$work/events.db" LOG_BENCH_EVENTS=${1:-7000000} cargo bench -q -p databuild-log --bench log
+LOG_BENCH_KEEP="$work/events.db" LOG_BENCH_EVENTS=${1:-10000000} cargo bench -q -p databuild-log --bench log
 cargo build --release -q -p databuild
 cat > "$work/databuild.toml" <<'TOML'
 [graph]
@@ -16,11 +16,24 @@ name = "reviews"
 outputs = ["reviews/category={category}/date={day}"]
 command = ["true"]
 TOML
-./target/release/databuild --graph "$work/databuild.toml" --event-log "sqlite:$work/events.db" serve --bind 127.0.0.1:18182 2>"$work/serve.log" &
+db() { ./target/release/databuild --graph "$work/databuild.toml" --event-log "sqlite:$work/events.db" "$@"; }
+sql() { db --json sql "$1" | python3 -c 'import json,sys; print(*json.load(sys.stdin)["rows"][0], sep=".")'; }
+if curl -sf http://127.0.0.1:18182/healthz >/dev/null; then echo "port 18182 is taken" >&2; exit 1; fi
+# The binary itself in the background (not the function: `$!` must be the server, for the trap).
+./target/release/databuild --graph "$work/databuild.toml" --event-log "sqlite:$work/events.db" \
+  serve --bind 127.0.0.1:18182 2>"$work/serve.log" &
 server=$!
 for _ in $(seq 100); do curl -sf http://127.0.0.1:18182/healthz >/dev/null && break; sleep 0.1; done
-echo "partitions in the log: $(./target/release/databuild --graph "$work/databuild.toml" --event-log "sqlite:$work/events.db" --json sql 'SELECT count(*) FROM partitions' | python3 -c 'import json,sys; print(json.load(sys.stdin)["rows"][0][0])')"
-for page in / /partitions "/partitions?status=failed" "/partitions?pattern=reviews/category%3Dc7/*" /datasets /jobs /jobs/reviews "/partitions/reviews%2Fcategory%3Dc7%2Fdate%3Dd500" "/builds/br-500"; do
-  times=$(for _ in $(seq 20); do curl -s -o /dev/null -w '%{time_total}\n' "http://127.0.0.1:18182$page"; done | sort -n)
-  echo "$page median $(echo "$times" | sed -n 10p) s, max $(echo "$times" | tail -1) s"
+echo "partitions in the log: $(sql 'SELECT count(*) FROM partitions'), events: $(sql 'SELECT max(idx) FROM events')"
+# The cursor of the builds page 100 pages deep (keyset: as cheap as the first).
+deep=$(sql 'SELECT created_at, build_request_id FROM build_requests ORDER BY created_at DESC, build_request_id LIMIT 1 OFFSET 5000')
+run=$(sql "SELECT job_run_id FROM job_runs WHERE build_request_id = 'br-500' LIMIT 1")
+for page in / /graph /builds "/builds?status=failed" "/builds?from=2020-01-01&to=2100-01-01" "/builds?after=$deep" \
+  "/builds/br-500" "/builds/br-500?graph=runs" "/runs/$run" \
+  /partitions "/partitions?status=failed" "/partitions?pattern=reviews/category%3Dc7/*" \
+  /datasets /datasets/reviews "/datasets/reviews?state=failed" "/datasets/reviews?rows_after=c50" \
+  /jobs /jobs/reviews "/partitions/reviews%2Fcategory%3Dc7%2Fdate%3Dd500" /sources /wants; do
+  times=$(for _ in $(seq 20); do curl -s -o /dev/null -w '%{http_code} %{time_total}\n' "http://127.0.0.1:18182$page"; done | sort -k2 -n)
+  code=$(echo "$times" | head -1 | cut -d' ' -f1)
+  echo "$page HTTP $code median $(echo "$times" | sed -n 10p | cut -d' ' -f2) s, max $(echo "$times" | tail -1 | cut -d' ' -f2) s"
 done

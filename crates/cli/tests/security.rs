@@ -191,6 +191,9 @@ fn guarded_reads_need_a_token_and_the_read_token_only_reads() {
         "/api/v1/events",
         "/api/v1/datasets",
         "/metrics",
+        "/builds",
+        "/graph",
+        "/datasets/a",
     ] {
         let a = get(&s, path, &[]);
         assert_eq!(a.status, 401, "{path}: {}", a.body);

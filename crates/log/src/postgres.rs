@@ -697,6 +697,8 @@ impl EventStore for PostgresStore {
 
     fn build_requests(&self, q: &BuildQuery) -> Result<Vec<BuildRequestRow>> {
         let status = q.status.map(|s| s.as_str());
+        let after_at = q.after.as_ref().map(|a| a.0);
+        let after_id = q.after.as_ref().map(|a| a.1.as_str());
         self.read(|c| {
             let rows = c
                 .query(
@@ -706,9 +708,22 @@ impl EventStore for PostgresStore {
                            AND (NOT $3 OR (status IN ('received', 'planning', 'analysis_completed', 'executing')
                                            AND NOT analyze_only))
                            AND ($4 OR NOT analyze_only)
-                         ORDER BY created_at DESC, build_request_id LIMIT $2"
+                           AND ($5::bigint IS NULL OR created_at >= $5)
+                           AND ($6::bigint IS NULL OR created_at < $6)
+                           AND ($7::bigint IS NULL OR created_at < $7
+                                OR (created_at = $7 AND build_request_id COLLATE \"C\" > $8))
+                         ORDER BY created_at DESC, build_request_id COLLATE \"C\" LIMIT $2"
                     ),
-                    &[&status, &(q.limit as i64), &q.unfinished, &q.analyses],
+                    &[
+                        &status,
+                        &(q.limit as i64),
+                        &q.unfinished,
+                        &q.analyses,
+                        &q.from,
+                        &q.to,
+                        &after_at,
+                        &after_id,
+                    ],
                 )
                 .map_err(storage)?;
             collect(rows, build_from_row)

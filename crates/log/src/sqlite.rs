@@ -997,14 +997,37 @@ impl EventStore for SqliteStore {
         // Only the filters given go into the statement: `?1 IS NULL OR ...` would keep SQLite
         // from using the indexes behind them.
         let mut filters = Filters::<rusqlite::types::Value>::new('?');
-        if let Some(p) = &q.pattern {
-            filters.add("partition_ref GLOB", p.clone().into());
+        // The text every ref the glob matches starts with.
+        let prefix = q.pattern.as_deref().map(|p| {
+            let end = p.find(['*', '?', '[']).unwrap_or(p.len());
+            &p[..end]
+        });
+        match (&q.pattern, prefix, &q.after) {
+            // A glob and a cursor: SQLite would seek to the glob's range and test the cursor
+            // row by row, so a deep page (or the next value of a field, as the dashboard's grid
+            // looks for it) would cost every row before it. Seek to the cursor instead, within
+            // the glob's range, and test the glob on the rows from there (`+` keeps the GLOB off
+            // the index).
+            (Some(p), Some(prefix), Some(a)) if !prefix.is_empty() => {
+                filters.add("+partition_ref GLOB", p.clone().into());
+                match a.as_str() >= prefix {
+                    true => filters.add("partition_ref >", a.clone().into()),
+                    false => filters.add("partition_ref >=", prefix.to_string().into()),
+                }
+                // Refs are ASCII: every one the glob matches sorts below this.
+                filters.add("partition_ref <", format!("{prefix}\u{10FFFF}").into());
+            }
+            _ => {
+                if let Some(p) = &q.pattern {
+                    filters.add("partition_ref GLOB", p.clone().into());
+                }
+                if let Some(a) = &q.after {
+                    filters.add("partition_ref >", a.clone().into());
+                }
+            }
         }
         if let Some(st) = q.status {
             filters.add("status =", st.as_str().to_string().into());
-        }
-        if let Some(a) = &q.after {
-            filters.add("partition_ref >", a.clone().into());
         }
         let sql = format!(
             "SELECT {PARTITION_COLUMNS} FROM partitions{} ORDER BY partition_ref LIMIT {}",
@@ -1066,6 +1089,9 @@ impl EventStore for SqliteStore {
                    AND (NOT ?3 OR (status IN ('received', 'planning', 'analysis_completed', 'executing')
                                    AND NOT analyze_only))
                    AND (?4 OR NOT analyze_only)
+                   AND (?5 IS NULL OR created_at >= ?5)
+                   AND (?6 IS NULL OR created_at < ?6)
+                   AND (?7 IS NULL OR created_at < ?7 OR (created_at = ?7 AND build_request_id > ?8))
                  ORDER BY created_at DESC, build_request_id LIMIT ?2"
             ))?
             .query_map(
@@ -1073,7 +1099,11 @@ impl EventStore for SqliteStore {
                     q.status.map(|s| s.as_str()),
                     q.limit as i64,
                     q.unfinished,
-                    q.analyses
+                    q.analyses,
+                    q.from,
+                    q.to,
+                    q.after.as_ref().map(|a| a.0),
+                    q.after.as_ref().map(|a| a.1.as_str()),
                 ],
                 |r| build_from_row(r),
             )?

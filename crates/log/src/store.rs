@@ -342,6 +342,14 @@ pub struct BuildQuery {
     /// Analyses (`analyze`, recorded as build requests too) along with builds.
     pub analyses: bool,
     pub limit: usize,
+    /// Created at or after this time (ns since the epoch).
+    pub from: Option<i64>,
+    /// Created before this time (ns since the epoch).
+    pub to: Option<i64>,
+    /// Keyset pagination: only builds listed after this one (`created_at`, `build_request_id`)
+    /// in the listing's order (newest first, then by id), so a page costs its rows whatever
+    /// its depth.
+    pub after: Option<(i64, String)>,
 }
 
 /// Which readers of a partition [`EventStore::readers`] finds besides those of its run.

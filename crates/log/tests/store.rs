@@ -1170,6 +1170,75 @@ fn unfinished_queries_see_only_unfinished_work() {
     }
 }
 
+/// Builds page by page, newest first, with no build twice or missed whatever the page size;
+/// a time range keeps the builds created within it.
+#[test]
+fn builds_page_by_keyset_and_by_time() {
+    for (_f, store) in stores() {
+        let mut created = Vec::new();
+        for i in 0..7 {
+            let (br, run) = (format!("b{i}"), format!("r{i}"));
+            let mut events = build_events(&br, &run, &format!("a/{i}"));
+            // Two builds at each time: the id orders those.
+            let at = 1_000 + (i / 2) as i64;
+            for e in &mut events {
+                e.timestamp = at;
+            }
+            store.append(events).unwrap();
+            created.push((at, br));
+        }
+        let all = store
+            .build_requests(&BuildQuery {
+                limit: 100,
+                ..Default::default()
+            })
+            .unwrap();
+        let all: Vec<(i64, String)> = all
+            .into_iter()
+            .map(|b| (b.created_at, b.build_request_id))
+            .collect();
+        assert_eq!(all.len(), 7);
+        assert!(all
+            .windows(2)
+            .all(|w| w[0].0 > w[1].0 || (w[0].0 == w[1].0 && w[0].1 < w[1].1)));
+        for size in 1..=3 {
+            let mut paged = Vec::new();
+            let mut after = None;
+            loop {
+                let page = store
+                    .build_requests(&BuildQuery {
+                        limit: size,
+                        after: after.take(),
+                        ..Default::default()
+                    })
+                    .unwrap();
+                after = page
+                    .last()
+                    .map(|b| (b.created_at, b.build_request_id.clone()));
+                paged.extend(
+                    page.iter()
+                        .map(|b| (b.created_at, b.build_request_id.clone())),
+                );
+                if page.len() < size {
+                    break;
+                }
+            }
+            assert_eq!(paged, all, "pages of {size}");
+        }
+        let timed = store
+            .build_requests(&BuildQuery {
+                limit: 100,
+                from: Some(1_001),
+                to: Some(1_003),
+                ..Default::default()
+            })
+            .unwrap();
+        let mut ids: Vec<&str> = timed.iter().map(|b| b.build_request_id.as_str()).collect();
+        ids.sort();
+        assert_eq!(ids, ["b2", "b3", "b4", "b5"]);
+    }
+}
+
 #[test]
 fn events_filter_by_kind() {
     for (_f, store) in stores() {

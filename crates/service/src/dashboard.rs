@@ -20,6 +20,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use crate::error::AppError;
+use crate::grid;
 use crate::guard::Role;
 use crate::svg;
 use crate::views;
@@ -46,12 +47,36 @@ textarea { width: 100%; } button { font: inherit; padding: 4px 12px; cursor: poi
 pre.log { background: #1f2933; color: #e4e7eb; padding: 10px; overflow: auto; max-height: 480px; }
 .scroll { overflow: auto; background: #fff; border: 1px solid #e4e7eb; padding: 6px; }
 code { font-size: 13px; }
+button.copy { font-size: 11px; padding: 0 4px; margin-left: 3px; border: 1px solid #cbd2d9; background: #fff; border-radius: 3px; }
+.id { white-space: nowrap; }
+.legend .badge { margin-right: 4px; }
+progress { width: 160px; }
+h2.inline { display: inline-block; } summary { cursor: pointer; }
+"#;
+
+/// The copy buttons beside ids: the full id to the clipboard (where the browser allows it).
+const COPY: &str = r#"
+document.addEventListener('click', function (e) {
+  var b = e.target.closest && e.target.closest('button.copy');
+  if (!b) return;
+  e.preventDefault();
+  var done = function () { b.textContent = 'copied'; setTimeout(function () { b.textContent = 'copy'; }, 1200); };
+  if (navigator.clipboard && window.isSecureContext) {
+    navigator.clipboard.writeText(b.dataset.copy).then(done, function () {});
+  } else {
+    var t = document.createElement('textarea'); t.value = b.dataset.copy; document.body.appendChild(t);
+    t.select(); try { document.execCommand('copy'); done(); } catch (_) {} t.remove();
+  }
+});
 "#;
 
 pub fn routes() -> Router<Arc<AppState>> {
     Router::new()
         .route("/", get(home))
         .route("/assets/htmx.min.js", get(htmx))
+        .route("/builds", get(builds_page))
+        .route("/graph", get(graph_page))
+        .route("/datasets/{name}", get(dataset_page))
         .route("/builds/{id}", get(build_page))
         .route("/builds/{id}/live", get(build_live))
         .route("/partitions", get(partitions_page))
@@ -98,6 +123,8 @@ fn layout(title: &str, body: Markup) -> Markup {
             body {
                 header {
                     a.brand href="/" { "DataBuild" }
+                    a href="/graph" { "Graph" }
+                    a href="/builds" { "Builds" }
                     a href="/partitions" { "Partitions" }
                     a href="/datasets" { "Datasets" }
                     a href="/sources" { "Sources" }
@@ -107,6 +134,7 @@ fn layout(title: &str, body: Markup) -> Markup {
                     a href="/sql" { "SQL" }
                 }
                 main { (body) }
+                script { (PreEscaped(COPY)) }
             }
         }
     }
@@ -167,6 +195,23 @@ fn short(id: &str) -> &str {
 
 pub use databuild_core::refs::encode_segment as enc;
 
+/// An id as pages show it: its short form (the last characters, which differ between ids minted
+/// together), linked, the full id on hover and a button copying it.
+fn id_link(path: &str, id: &str) -> Markup {
+    html! {
+        span.id { a href={ (path) (id) } title=(id) { code { (short(id)) } }
+            button.copy type="button" data-copy=(id) title={ "copy " (id) } { "copy" } }
+    }
+}
+
+fn build_link(id: &str) -> Markup {
+    id_link("/builds/", id)
+}
+
+fn run_link(id: &str) -> Markup {
+    id_link("/runs/", id)
+}
+
 fn partition_link(r: &str) -> Markup {
     html! { a href={ "/partitions/" (enc(r)) } { code { (r) } } }
 }
@@ -213,9 +258,10 @@ async fn home(State(state): Shared, Extension(role): Extension<Role>) -> Respons
         }
         h2 { "Recent builds" }
         @if builds.is_empty() { p.empty { "No builds yet." } } @else {
+            p { a href="/builds" { "All builds →" } }
             table { tr { th { "Build" } th { "Status" } th { "Requested" } th { "Created" } }
                 @for b in &builds { tr {
-                    td { a href={ "/builds/" (b.build_request_id) } { code { (short(&b.build_request_id)) } } }
+                    td { (build_link(&b.build_request_id)) }
                     td { (badge(b.status.as_str())) }
                     td { @for r in b.requested_partitions.iter().take(3) { (partition_link(r)) " " }
                         @if b.requested_count > 3 { span.muted { "+" (b.requested_count - 3) " more" } } }
@@ -242,6 +288,193 @@ async fn home(State(state): Shared, Extension(role): Extension<Role>) -> Respons
     }).into_response()
 }
 
+#[derive(Deserialize, Default)]
+pub struct BuildsQuery {
+    status: Option<String>,
+    from: Option<String>,
+    to: Option<String>,
+    /// The cursor of the page: `created_at_ns.build_request_id` of the last build before it.
+    after: Option<String>,
+    limit: Option<usize>,
+    all: Option<String>,
+}
+
+/// Why a builds page's filters cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum BuildsFilterError {
+    #[error("unknown build status `{0}`; use received, planning, executing, completed, failed or cancelled")]
+    Status(String),
+    #[error("`{field}` = `{text}` is not a time: write 2026-12-01, 2026-12-01T10:00 or RFC 3339")]
+    Time { field: &'static str, text: String },
+    #[error("`after` = `{0}` is not a page cursor (follow the page's links)")]
+    Cursor(String),
+    #[error("`limit` = {0} is not between 1 and {max}", max = BUILDS_PAGE_MAX)]
+    Limit(usize),
+}
+
+impl From<BuildsFilterError> for AppError {
+    fn from(e: BuildsFilterError) -> Self {
+        AppError::bad_request(e.to_string())
+    }
+}
+
+/// Builds a page shows by default, and at most.
+const BUILDS_PAGE: usize = 50;
+const BUILDS_PAGE_MAX: usize = 500;
+
+/// A time a user typed, as ns since the epoch: a date (its midnight, UTC), a `datetime-local`
+/// value (UTC) or RFC 3339.
+fn typed_time(field: &'static str, text: &str) -> Result<i64, BuildsFilterError> {
+    use chrono::{NaiveDate, NaiveDateTime};
+    let bad = || BuildsFilterError::Time {
+        field,
+        text: text.to_string(),
+    };
+    let at = if let Ok(t) = chrono::DateTime::parse_from_rfc3339(text) {
+        t.with_timezone(&chrono::Utc)
+    } else if let Ok(t) = NaiveDateTime::parse_from_str(text, "%Y-%m-%dT%H:%M") {
+        t.and_utc()
+    } else if let Ok(t) = NaiveDateTime::parse_from_str(text, "%Y-%m-%dT%H:%M:%S") {
+        t.and_utc()
+    } else if let Ok(d) = NaiveDate::parse_from_str(text, "%Y-%m-%d") {
+        d.and_hms_opt(0, 0, 0).ok_or_else(bad)?.and_utc()
+    } else {
+        return Err(bad());
+    };
+    at.timestamp_nanos_opt().ok_or_else(bad)
+}
+
+/// The store's query of a builds page's filters.
+fn builds_query(q: &BuildsQuery) -> Result<databuild_log::BuildQuery, BuildsFilterError> {
+    let given = |v: &Option<String>| v.clone().filter(|t| !t.trim().is_empty());
+    let status = given(&q.status)
+        .map(|t| {
+            Status::parse(&t)
+                .filter(|s| {
+                    matches!(
+                        s,
+                        Status::Received
+                            | Status::Planning
+                            | Status::AnalysisCompleted
+                            | Status::Executing
+                            | Status::Completed
+                            | Status::Failed
+                            | Status::Cancelled
+                    )
+                })
+                .ok_or(BuildsFilterError::Status(t))
+        })
+        .transpose()?;
+    let limit = q.limit.unwrap_or(BUILDS_PAGE);
+    if limit == 0 || limit > BUILDS_PAGE_MAX {
+        return Err(BuildsFilterError::Limit(limit));
+    }
+    let after = given(&q.after)
+        .map(|c| {
+            c.split_once('.')
+                .and_then(|(at, id)| Some((at.parse::<i64>().ok()?, id.to_string())))
+                .ok_or(BuildsFilterError::Cursor(c.clone()))
+        })
+        .transpose()?;
+    Ok(databuild_log::BuildQuery {
+        status,
+        analyses: q.all.is_some(),
+        // One more than shown: whether a next page exists.
+        limit: limit + 1,
+        from: given(&q.from).map(|t| typed_time("from", &t)).transpose()?,
+        to: given(&q.to).map(|t| typed_time("to", &t)).transpose()?,
+        after,
+        ..Default::default()
+    })
+}
+
+/// Every build, newest first, by status and time range, a page at a time (keyset: a page costs
+/// its rows however deep it is); with the durations of the page's builds as a chart.
+async fn builds_page(State(state): Shared, Query(q): Query<BuildsQuery>) -> Response {
+    let query = match builds_query(&q) {
+        Ok(query) => query,
+        Err(e) => return error_page(e.into()),
+    };
+    let limit = query.limit - 1;
+    let mut rows = match page(&state, move |engine| {
+        Ok(engine.store.build_requests(&query)?)
+    })
+    .await
+    {
+        Ok(r) => r,
+        Err(r) => return r,
+    };
+    let more = rows.len() > limit;
+    rows.truncate(limit);
+    let builds: Vec<answers::Build> = rows.iter().map(answers::Build::from).collect();
+    let next = more
+        .then(|| {
+            rows.last()
+                .map(|b| format!("{}.{}", b.created_at, b.build_request_id))
+        })
+        .flatten();
+    let ended = |b: &answers::Build| {
+        matches!(
+            b.status,
+            Status::Completed | Status::Failed | Status::Cancelled
+        )
+    };
+    let points: Vec<(String, f64, String)> = builds
+        .iter()
+        .rev()
+        .filter(|b| ended(b))
+        .map(|b| {
+            (
+                format!("build {}", short(&b.build_request_id)),
+                (b.updated_at_ns - b.created_at_ns) as f64 / 1e6,
+                b.status.to_string(),
+            )
+        })
+        .collect();
+    let value = |v: &Option<String>| v.clone().unwrap_or_default();
+    let status = value(&q.status);
+    let keep = |after: &str| {
+        format!(
+            "/builds?status={}&from={}&to={}&limit={limit}{}&after={}",
+            enc(&status),
+            enc(&value(&q.from)),
+            enc(&value(&q.to)),
+            if q.all.is_some() { "&all=true" } else { "" },
+            enc(after)
+        )
+    };
+    layout("Builds", html! {
+        h1 { "Builds" }
+        form #build-filters method="get" action="/builds" {
+            select name="status" { option value="" { "any status" }
+                @for st in ["executing", "completed", "failed", "cancelled", "planning", "received"] { option value=(st) selected[status == st] { (st) } } }
+            " from " input type="datetime-local" name="from" value=(value(&q.from));
+            " to " input type="datetime-local" name="to" value=(value(&q.to));
+            " " label { input type="checkbox" name="all" value="true" checked[q.all.is_some()]; " analyses too" }
+            " " button type="submit" { "Filter" }
+            span.muted { " times in UTC" }
+        }
+        @if builds.is_empty() { p.empty { "No build matches." } } @else {
+            @if !points.is_empty() {
+                h2 { "Durations of this page's builds" }
+                div.scroll { (PreEscaped(svg::duration_chart(&points, "builds"))) }
+            }
+            table #builds { tr { th { "Build" } th { "Status" } th { "Requested" } th { "Created" } th { "Took" } }
+                @for b in &builds { tr data-build=(b.build_request_id) {
+                    td { (build_link(&b.build_request_id)) }
+                    td { (badge(b.status.as_str())) }
+                    td { @for r in b.requested_partitions.iter().take(3) { (partition_link(r)) " " }
+                        @if b.requested_count > 3 { span.muted { "+" (b.requested_count - 3) " more" } } }
+                    td.muted { (b.created_at) }
+                    td { @if ended(b) { (span((b.updated_at_ns - b.created_at_ns) as f64 / 1e9)) } @else { "-" } }
+                } }
+            }
+            p { @if q.after.as_deref().is_some_and(|a| !a.is_empty()) { a href=(keep("")) { "← Newest" } " " }
+                @if let Some(n) = &next { a #next-page href=(keep(n)) { "Next page →" } } }
+        }
+    }).into_response()
+}
+
 /// The graph of a build's runs: an edge where a run reads what another run of the build makes.
 fn runs_graph(runs: &[JobRun]) -> String {
     let mut producer = std::collections::HashMap::new();
@@ -263,6 +496,7 @@ fn runs_graph(runs: &[JobRun]) -> String {
                 .iter()
                 .filter_map(|i| producer.get(i.as_str()).map(|p| p.to_string()))
                 .collect(),
+            ..Default::default()
         })
         .collect();
     svg::graph(&nodes)
@@ -293,13 +527,147 @@ fn progress_section(p: &answers::BuildProgress) -> Markup {
     }
 }
 
-fn build_body(b: &BuildDetail, events: &[answers::Event], state: &AppState, role: Role) -> Markup {
+/// Above this many runs, a build's page groups its runs by job and draws the run-level graph
+/// only when asked.
+const BIG_BUILD: usize = 50;
+/// The most runs a build's page reads (the newest); counts and progress cover every run.
+const RUNS_READ: usize = 2_000;
+/// The most events a build's page lists (its newest).
+const EVENTS_SHOWN: usize = 200;
+
+/// What a build's page shows, read in bounded pieces: the newest runs and events, counts by job
+/// and state and the progress from grouped reads.
+struct BuildView {
+    detail: BuildDetail,
+    events: Vec<answers::Event>,
+    delegations: Vec<answers::Event>,
+    counts: databuild_log::BuildRunCounts,
+    /// The run-level graph is drawn.
+    graph: bool,
+}
+
+fn build_view(engine: &Engine, id: &str, graph: bool) -> Result<BuildView, AppError> {
+    use databuild_log::{EventFilter, RunQuery};
+    let id = views::build_id(engine, id)?;
+    let build = engine
+        .store
+        .build_request(&id)?
+        .ok_or_else(|| AppError::not_found(format!("no build request `{id}`")))?;
+    let runs = engine.store.job_runs(&RunQuery {
+        build_request_id: Some(id.clone()),
+        limit: RUNS_READ,
+        ..Default::default()
+    })?;
+    let runs: Vec<JobRun> = runs.iter().map(JobRun::from).collect();
+    // The newest events: from the index of the build's 200th newest (an index walk of 200).
+    let nth = engine.store.sql(
+        &format!(
+            "SELECT idx FROM events WHERE build_request_id = '{}' ORDER BY idx DESC LIMIT 1 OFFSET {}",
+            id.replace('\'', "''"),
+            EVENTS_SHOWN - 1
+        ),
+        SqlLimits::internal(),
+    )?;
+    let since = nth.rows.first().and_then(|r| r[0].as_i64()).map(|i| i - 1);
+    let events = engine.store.events(&EventFilter {
+        build_request_id: Some(id.clone()),
+        since,
+        ..Default::default()
+    })?;
+    let delegations = engine.store.events(&EventFilter {
+        build_request_id: Some(id.clone()),
+        kind: Some(Kind::Delegation),
+        limit: Some(100),
+        ..Default::default()
+    })?;
+    let detail = BuildDetail::new(
+        &build,
+        engine.store.request_partitions(&id)?,
+        runs,
+        None,
+        engine.progress_of(&build)?,
+    );
+    Ok(BuildView {
+        detail,
+        events: answers::events(&events),
+        delegations: answers::events(&delegations),
+        counts: engine.store.build_run_counts(&id)?,
+        graph,
+    })
+}
+
+/// The runs of a build as a timeline: a lane per slot, from each run's start to its end (now,
+/// while it runs).
+fn runs_timeline(runs: &[JobRun]) -> String {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as i64);
+    let spans: Vec<svg::Span> = runs
+        .iter()
+        .filter_map(|r| {
+            let start = r.started_at_ns?;
+            Some(svg::Span {
+                label: format!(
+                    "{} run {} {}",
+                    r.job,
+                    short(&r.job_run_id),
+                    r.outputs.first().map_or("", String::as_str)
+                ),
+                href: format!("/runs/{}", r.job_run_id),
+                status: r.status.to_string(),
+                start,
+                end: r.ended_at_ns.unwrap_or(now),
+            })
+        })
+        .collect();
+    svg::timeline(&spans)
+}
+
+/// A big build's runs by job: how many are in each state.
+fn runs_by_job(
+    counts: &databuild_log::BuildRunCounts,
+    p: Option<&answers::BuildProgress>,
+) -> Markup {
+    let mut jobs: std::collections::BTreeMap<&str, std::collections::BTreeMap<&str, u64>> =
+        Default::default();
+    for c in &counts.by_status {
+        *jobs
+            .entry(&c.job)
+            .or_default()
+            .entry(c.status.as_str())
+            .or_default() += c.n;
+    }
+    let states = [
+        "completed",
+        "running",
+        "scheduled",
+        "failed",
+        "cancelled",
+        "skipped",
+    ];
+    html! {
+        table #runs-by-job { tr { th { "Job" } @for s in states { th { (s) } } th { "Done of planned" } }
+            @for (job, by) in &jobs { tr data-job=(job) {
+                td { a href={ "/jobs/" (enc(job)) } { (job) } }
+                @for s in states { td { @if let Some(n) = by.get(s) { (thousands(*n)) } @else { span.muted { "0" } } } }
+                td { @if let Some(j) = p.and_then(|p| p.jobs.iter().find(|j| j.job == *job)) {
+                    progress value=(j.done) max=(j.planned.max(1)) {} " " (j.done) " / " (j.planned) } }
+            } }
+        }
+    }
+}
+
+fn build_body(v: &BuildView, state: &AppState, role: Role) -> Markup {
+    let b = &v.detail;
     let id = &b.build_request_id;
     let status = b.status.as_str();
     let finished = matches!(status, "completed" | "failed" | "cancelled") || b.analyze_only;
     let runs = &b.job_runs;
+    let total: u64 = v.counts.by_status.iter().map(|c| c.n).sum();
+    let big = total as usize > BIG_BUILD;
+    let events = &v.events;
     html! {
-        div #live data-finished=(finished) {
+        div #live data-finished=(finished) data-graph=(v.graph) {
             p { "Status " span #build-status { (badge(status)) } " · created " (b.created_at) " · updated " (b.updated_at)
                 @if let Some(m) = &b.message { " · " span.muted { (m) } } }
             @if !finished {
@@ -308,52 +676,89 @@ fn build_body(b: &BuildDetail, events: &[answers::Event], state: &AppState, role
             @if let Some(progress) = &b.progress { (progress_section(progress)) }
             h2 { "Job runs" }
             @if runs.is_empty() { p.empty { "No job runs (yet)." } } @else {
-                div.scroll { (PreEscaped(runs_graph(runs))) }
-                table { tr { th { "Run" } th { "Job" } th { "Status" } th { "Outputs" } th { "Took" } }
-                    @for r in runs.iter().rev() { tr {
-                        td { a href={ "/runs/" (r.job_run_id) } { code { (short(&r.job_run_id)) } } }
-                        td { (r.job) } td { (badge(r.status.as_str())) }
-                        td { @for o in r.outputs.iter().take(3) { (partition_link(o)) " " } }
-                        td { (took(r)) }
-                    } }
+                @if big {
+                    p.muted { (thousands(total)) " runs, grouped by job." }
+                    (runs_by_job(&v.counts, b.progress.as_ref()))
+                }
+                @let timeline = runs_timeline(runs);
+                @if !timeline.is_empty() {
+                    h2 { "Timeline" }
+                    p.muted { "Each run from its start to its end, one lane per slot" @if runs.len() < total as usize { " (the newest " (runs.len()) " runs)" } "." }
+                    div.scroll { (PreEscaped(timeline)) }
+                }
+                @if !big || v.graph {
+                    h2 { "Graph of runs" }
+                    @if runs.len() > 300 { p.muted { "The newest 300 runs." } }
+                    div.scroll { (PreEscaped(runs_graph(&runs[..runs.len().min(300)]))) }
+                } @else {
+                    p { a #show-graph href={ "/builds/" (id) "?graph=runs" } { "Show the graph of runs" } }
+                }
+                @let listed: Vec<&JobRun> = if big {
+                    runs.iter().filter(|r| r.status != Status::Completed).take(BIG_BUILD).collect()
+                } else { runs.iter().collect() };
+                @if big { h2 { "Runs not completed" @if listed.len() == BIG_BUILD { span.muted { " (the newest " (BIG_BUILD) ")" } } }
+                    @if listed.is_empty() { p.empty { "None: every run read completed." } } }
+                @if !listed.is_empty() {
+                    table #runs { tr { th { "Run" } th { "Job" } th { "Status" } th { "Outputs" } th { "Took" } }
+                        @for r in listed.iter().rev() { tr {
+                            td { (run_link(&r.job_run_id)) }
+                            td { (r.job) } td { (badge(r.status.as_str())) }
+                            td { @for o in r.outputs.iter().take(3) { (partition_link(o)) " " } }
+                            td { (took(r)) }
+                        } }
+                    }
                 }
             }
-            h2 { "Partitions" }
-            table { tr { th { "Partition" } th { "In this build" } }
-                @for p in &b.partitions { tr { td { (partition_link(&p.partition_ref)) } td { (badge(p.status.as_str())) } } }
+            details open[!big] {
+                summary { h2.inline { "Partitions (" (b.partitions.len()) ")" } }
+                @if b.partitions.len() > 500 { p.muted { "The first 500 of " (b.partitions.len()) "." } }
+                table { tr { th { "Partition" } th { "In this build" } }
+                    @for p in b.partitions.iter().take(500) { tr { td { (partition_link(&p.partition_ref)) } td { (badge(p.status.as_str())) } } }
+                }
             }
-            @let delegations: Vec<&answers::Event> = events.iter().filter(|e| e.kind == Kind::Delegation).collect();
-            @if !delegations.is_empty() {
+            @if !v.delegations.is_empty() {
                 h2 { "Delegations" }
-                ul { @for d in delegations { li { (partition_link(or_empty(&d.partition_ref))) " is built by build "
-                    a href={ "/builds/" (or_empty(&d.delegated_to)) } { code { (or_empty(&d.delegated_to)) } } } } }
+                ul { @for d in &v.delegations { li { (partition_link(or_empty(&d.partition_ref))) " is built by build "
+                    (build_link(or_empty(&d.delegated_to))) } } }
             }
-            h2 { "Events" @if events.len() > 200 { span.muted { " (the last 200 of " (events.len()) ")" } } }
-            table #events { tr { th { "#" } th { "Kind" } th { "Status" } th { "Subject" } th { "Message" } }
-                @for e in &events[events.len().saturating_sub(200)..] { tr { td { (e.idx) } td { (e.kind.as_str()) } td { (badge(e.status.as_str())) }
-                    td { code { (or_empty(&e.partition_ref)) " " (or_empty(&e.job)) } } td.muted { (or_empty(&e.message)) } } }
+            details open[!big] {
+                summary { h2.inline { "Events" @if events.len() >= EVENTS_SHOWN { span.muted { " (the newest " (EVENTS_SHOWN) ")" } } } }
+                table #events { tr { th { "#" } th { "Kind" } th { "Status" } th { "Subject" } th { "Message" } }
+                    @for e in events { tr { td { (e.idx) } td { (e.kind.as_str()) } td { (badge(e.status.as_str())) }
+                        td { code { (or_empty(&e.partition_ref)) " " (or_empty(&e.job)) } } td.muted { (or_empty(&e.message)) } } }
+                }
             }
         }
     }
+}
+
+#[derive(Deserialize, Default)]
+pub struct BuildPageQuery {
+    graph: Option<String>,
 }
 
 async fn build_page(
     State(state): Shared,
     Extension(role): Extension<Role>,
     Path(id): Path<String>,
+    Query(q): Query<BuildPageQuery>,
 ) -> Response {
     let st = state.clone();
     let bid = id.clone();
-    match page(&state, move |engine| {
-        Ok((views::build(engine, &bid)?, views::build_events(engine, &bid)?.events))
-    })
-    .await
-    {
-        Ok((b, events)) => layout(&format!("Build {id}"), html! {
-            h1 { "Build " code { (id) } }
+    let graph = q.graph.is_some();
+    match page(&state, move |engine| build_view(engine, &bid, graph)).await {
+        Ok(v) => {
+            let b = &v.detail;
+            let id = b.build_request_id.clone();
+            let live = format!(
+                "/builds/{id}/live{}",
+                if graph { "?graph=runs" } else { "" }
+            );
+            layout(&format!("Build {id}"), html! {
+            h1 { "Build " code title=(b.build_request_id) { (short(&b.build_request_id)) } " " button.copy type="button" data-copy=(b.build_request_id) { "copy" } }
             p { "Requested: " @for r in b.requested_partitions.iter().take(50) { (partition_link(r)) " " }
                 @if b.requested_count > 50 { span.muted { "+" (b.requested_count - 50) " more" } } }
-            (build_body(&b, &events, &st, role))
+            (build_body(&v, &st, role))
             // Live updates: the build's Server-Sent Events stream; each event re-renders the live
             // part of the page (at most every 300 ms), until the stream ends with the build.
             script { (PreEscaped(format!(r#"
@@ -362,14 +767,15 @@ async fn build_page(
   var pending = false, source = new EventSource('/api/v1/builds/{id}/events/stream');
   function refresh() {{
     pending = false;
-    htmx.ajax('GET', '/builds/{id}/live', {{ target: '#live', swap: 'outerHTML' }});
+    htmx.ajax('GET', '{live}', {{ target: '#live', swap: 'outerHTML' }});
   }}
   source.addEventListener('event', function () {{ if (!pending) {{ pending = true; setTimeout(refresh, 300); }} }});
   source.onerror = function () {{ source.close(); refresh(); }};
 }})();
 "#))) }
         })
-        .into_response(),
+        .into_response()
+        }
         Err(r) => r,
     }
 }
@@ -378,17 +784,12 @@ async fn build_live(
     State(state): Shared,
     Extension(role): Extension<Role>,
     Path(id): Path<String>,
+    Query(q): Query<BuildPageQuery>,
 ) -> Response {
     let st = state.clone();
-    match page(&state, move |engine| {
-        Ok((
-            views::build(engine, &id)?,
-            views::build_events(engine, &id)?.events,
-        ))
-    })
-    .await
-    {
-        Ok((b, events)) => build_body(&b, &events, &st, role).into_response(),
+    let graph = q.graph.is_some();
+    match page(&state, move |engine| build_view(engine, &id, graph)).await {
+        Ok(v) => build_body(&v, &st, role).into_response(),
         Err(r) => r,
     }
 }
@@ -465,7 +866,7 @@ async fn datasets_page(State(state): Shared) -> Response {
         h1 { "Datasets" }
         table { tr { th { "Name" } th { "Kind" } th { "Pattern" } th { "Partitions" } th { "Checks passed" } th { "By date (last 60 days with data)" } }
             @for (d, strip) in datasets.iter().zip(&strips) { tr {
-                td { @if d.kind == "job" { a href={ "/jobs/" (d.name) } { (d.name) } } @else { (d.name) } }
+                td { a href={ "/datasets/" (enc(&d.name)) } { (d.name) } @if d.kind == "job" { " " a.muted href={ "/jobs/" (enc(&d.name)) } { "(job)" } } }
                 td { (d.kind) } td { code { (d.pattern) } }
                 td { @if d.partitions.is_empty() { span.muted { "none built" } } @for (st, n) in &d.partitions { (n) " " (badge(st)) " " } }
                 td.checks { @match checks.get(&d.name).filter(|_| d.kind == "job") {
@@ -477,6 +878,251 @@ async fn datasets_page(State(state): Shared) -> Response {
                 } }
                 td { (PreEscaped(strip.clone())) }
             } }
+        }
+    }).into_response()
+}
+
+/// A count with thousands separated, as people read it.
+fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// The order a bar stacks states in.
+const BAR_ORDER: [&str; 8] = [
+    "live",
+    "available",
+    "stale",
+    "missing",
+    "building",
+    "failed",
+    "tainted",
+    "removed",
+];
+
+/// Where a producer's dataset page is.
+fn dataset_href(engine: &Engine, p: databuild_core::Producer) -> String {
+    let name = enc(engine.graph.producer_name(p));
+    match p {
+        databuild_core::Producer::Job { output, .. } if output > 0 => {
+            format!("/datasets/{name}?output={output}")
+        }
+        _ => format!("/datasets/{name}"),
+    }
+}
+
+/// The graph: datasets, sources and jobs, each dataset with its partitions by state from the
+/// count projections (a few rows each, whatever the number of partitions), jobs with their runs.
+async fn graph_page(State(state): Shared) -> Response {
+    use databuild_core::Producer;
+    let data = page(&state, |engine| {
+        let datasets = engine.datasets(false)?;
+        let jobs = engine.store.job_stats(None)?;
+        let recorded = engine.recorded_edges()?;
+        let producers: Vec<Producer> = engine.graph.producers().collect();
+        let mut nodes = Vec::new();
+        let key = |p: Producer| format!("p{}", producers.iter().position(|q| *q == p).unwrap_or(0));
+        let mut unchecked = false;
+        for (p, d) in producers.iter().zip(&datasets) {
+            let bar: Vec<(String, u64)> = BAR_ORDER
+                .iter()
+                .filter_map(|s| d.partitions.get(*s).map(|n| (s.to_string(), *n)))
+                .collect();
+            unchecked |= d.partitions.contains_key("available");
+            let note = if bar.is_empty() {
+                "no partition yet".to_string()
+            } else {
+                bar.iter()
+                    .map(|(s, n)| format!("{} {s}", thousands(*n)))
+                    .collect::<Vec<_>>()
+                    .join(" · ")
+            };
+            let label = d.pattern.clone();
+            let depends_on = match p {
+                Producer::Job { job, .. } => vec![format!("j{job}")],
+                _ => Vec::new(),
+            };
+            nodes.push(svg::GraphNode {
+                id: key(*p),
+                label,
+                status: d.kind.clone(),
+                href: dataset_href(engine, *p),
+                depends_on,
+                bar,
+                note: Some(note),
+            });
+        }
+        let mut reads: Vec<Vec<String>> = vec![Vec::new(); engine.graph.jobs.len()];
+        for (p, j, _) in engine.graph.edges() {
+            reads[j].push(key(p));
+        }
+        for &(p, j) in &recorded {
+            reads[j].push(key(p));
+        }
+        for (j, job) in engine.graph.jobs.iter().enumerate() {
+            let stats = jobs.iter().find(|s| s.job == job.name);
+            let note = match stats {
+                Some(s) if s.runs > 0 => format!(
+                    "{} runs · {} failed{}",
+                    thousands(s.runs),
+                    thousands(s.failed),
+                    s.p50_ms
+                        .map_or(String::new(), |ms| format!(" · p50 {}", span(ms / 1e3)))
+                ),
+                _ => "never ran".to_string(),
+            };
+            let mut depends_on = std::mem::take(&mut reads[j]);
+            depends_on.sort();
+            depends_on.dedup();
+            nodes.push(svg::GraphNode {
+                id: format!("j{j}"),
+                label: job.name.clone(),
+                status: "job".into(),
+                href: format!("/jobs/{}", enc(&job.name)),
+                depends_on,
+                bar: Vec::new(),
+                note: Some(note),
+            });
+        }
+        Ok((svg::graph_down(&nodes), unchecked, nodes.len()))
+    })
+    .await;
+    let (picture, unchecked, n) = match data {
+        Ok(d) => d,
+        Err(r) => return r,
+    };
+    layout("Graph", html! {
+        h1 { "Graph " (state.engine.graph.name) }
+        p.muted { (n) " nodes: datasets and sources (their partitions by state, from the count projections) and the jobs between them. Click a dataset for its partitions, a job for its runs." }
+        p.legend { @for k in ["source", "dataset", "job", "alias"] { (badge(k)) } " · " @for st in BAR_ORDER { @if st != "removed" { (badge(st)) } } }
+        @if unchecked { p.muted #unchecked { "available: recorded built; with more than " (thousands(databuild_exec::views::FRESHNESS_SCAN as u64)) " of them, a dataset's split into live, stale and missing is not derived here (" code { "databuild datasets --exact" } " derives it)." } }
+        div.scroll { (PreEscaped(picture)) }
+    }).into_response()
+}
+
+#[derive(Deserialize, Default)]
+pub struct DatasetQuery {
+    output: Option<usize>,
+    state: Option<String>,
+    zoom: Option<String>,
+    end: Option<String>,
+    rows_after: Option<String>,
+    cols_after: Option<String>,
+}
+
+/// One dataset: its counts, and its partitions as a health grid (a page of cells).
+async fn dataset_page(
+    State(state): Shared,
+    Path(name): Path<String>,
+    Query(q): Query<DatasetQuery>,
+) -> Response {
+    let given = |v: &Option<String>| v.clone().filter(|t| !t.is_empty());
+    let query = (|| -> Result<grid::GridQuery, grid::GridError> {
+        Ok(grid::GridQuery {
+            state: given(&q.state),
+            zoom: given(&q.zoom).map(|z| grid::Zoom::parse(&z)).transpose()?,
+            end: given(&q.end).map(|e| grid::date(&e)).transpose()?,
+            rows_after: given(&q.rows_after),
+            cols_after: given(&q.cols_after),
+        })
+    })();
+    let query = match query {
+        Ok(query) => query,
+        Err(e) => return error_page(e.into()),
+    };
+    let output = q.output.unwrap_or(0);
+    let base = format!(
+        "/datasets/{}?output={output}&state={}",
+        enc(&name),
+        enc(&given(&q.state).unwrap_or_default())
+    );
+    let link_base = base.clone();
+    let n = name.clone();
+    let data = page(&state, move |engine| {
+        let p = grid::producer(engine, &n, output)?;
+        let link = |zoom: grid::Zoom, end: chrono::NaiveDate| {
+            format!(
+                "{link_base}&zoom={}&end={}",
+                zoom.as_str(),
+                databuild_core::pattern::format_date(end)
+            )
+        };
+        let g = grid::grid(engine, p, &query, &link)?;
+        let view = engine
+            .datasets(false)?
+            .into_iter()
+            .zip(engine.graph.producers())
+            .find(|(_, q)| *q == p)
+            .map(|(d, _)| d);
+        Ok((g, view))
+    })
+    .await;
+    let (g, view) = match data {
+        Ok(d) => d,
+        Err(r) => return r,
+    };
+    let zoom = g.zoom;
+    let at = |zoom: Option<grid::Zoom>, end: Option<chrono::NaiveDate>| {
+        let mut u = base.clone();
+        if let Some(z) = zoom {
+            u.push_str(&format!("&zoom={}", z.as_str()));
+        }
+        if let Some(e) = end {
+            u.push_str(&format!("&end={}", databuild_core::pattern::format_date(e)));
+        }
+        u
+    };
+    let window = chrono::Duration::days(g.window_days);
+    layout(&name, html! {
+        h1 { "Dataset " (name) }
+        p { code { (g.pattern) } @if let Some(v) = &view { " · " (v.kind) " · "
+            @for (st, n) in &v.partitions { (thousands(*n)) " " (badge(st)) " " }
+            @if !v.freshness_checked { span.muted { " (available: not split by freshness; too many to derive here)" } } } }
+        form #grid-filters method="get" action={ "/datasets/" (enc(&name)) } {
+            input type="hidden" name="output" value=(output);
+            @if let Some(z) = zoom { input type="hidden" name="zoom" value=(z.as_str()); }
+            @if let Some(e) = g.end { input type="hidden" name="end" value=(databuild_core::pattern::format_date(e)); }
+            select name="state" { option value="" { "every state" }
+                @for st in grid::STATES { option value=(st) selected[q.state.as_deref() == Some(st)] { (st) } } }
+            " " button type="submit" { "Show" }
+        }
+        @match g.shape {
+            grid::Shape::None => { p.empty { "A grid shows patterns of one or two fields; see " a href={ "/partitions?pattern=" (enc(&g.pattern)) } { "its partitions" } "." } }
+            _ => {
+                p.muted #grid-says {
+                    @match g.shape {
+                        grid::Shape::Matrix => { (g.row_field.clone().unwrap_or_default()) " × " (g.column_field.clone().unwrap_or_default()) ", by " (zoom.map_or("day", grid::Zoom::as_str)) }
+                        grid::Shape::Table => { (g.row_field.clone().unwrap_or_default()) " × " (g.column_field.clone().unwrap_or_default()) }
+                        grid::Shape::Calendar => { "by " (g.column_field.clone().unwrap_or_default()) ": twelve months by their days" }
+                        _ => { "its partitions in order, " (grid::COLUMNS) " a row" }
+                    }
+                    " · " (g.partitions_read) " partitions read for this page"
+                    @if zoom.is_some_and(|z| z != grid::Zoom::Day) { " · a cell is coloured by its worst state; click it to zoom in" }
+                }
+                p.nav {
+                    @if g.shape == grid::Shape::Matrix {
+                        "Zoom: " @for z in [grid::Zoom::Day, grid::Zoom::Week, grid::Zoom::Month] {
+                            @if Some(z) == zoom { b { (z.as_str()) } } @else { a href=(at(Some(z), g.end)) { (z.as_str()) } } " "
+                        }
+                        " · "
+                    }
+                    @if let Some(end) = g.end {
+                        a href=(at(zoom, Some(end - window))) { "← earlier" } " · "
+                        a href=(at(zoom, Some(end + window))) { "later →" }
+                    }
+                    @if let Some(r) = &g.next_rows { " · " a #next-rows href={ (at(zoom, g.end)) "&rows_after=" (enc(r)) } { "next " (grid::ROWS) " rows →" } }
+                    @if let Some(c) = &g.next_cols { " · " a #next-cols href={ (at(zoom, g.end)) "&rows_after=" (enc(q.rows_after.as_deref().unwrap_or(""))) "&cols_after=" (enc(c)) } { "more →" } }
+                }
+                div.scroll { (PreEscaped(svg::matrix(&g.rows, &g.columns, &g.cells))) }
+                p.legend { @for (st, n) in &g.counts { (badge(st)) " " (thousands(*n)) " " } }
+            }
         }
     }).into_response()
 }
@@ -552,7 +1198,7 @@ async fn wants_page(State(state): Shared) -> Response {
             table.wants {
                 tr { th { "Want" } th { "Status" } th { "Partitions" } th { "Why" } th { "Since" } th { "SLA" } th { "Expires" } }
                 @for w in &wants { tr data-want=(w.want_id) {
-                    td { a href={ "/wants/" (w.want_id) } title=(w.want_id) { code { (short(&w.want_id)) } } @if let Some(r) = &w.recurring { br; span.muted { "recurring " (r) } } }
+                    td { (id_link("/wants/", &w.want_id)) @if let Some(r) = &w.recurring { br; span.muted { "recurring " (r) } } }
                     td { span.badge style={ "background:" (svg::colour(colour(w.status))) } { (w.status) } }
                     td { @for r in w.refs.iter().take(5) { (partition_link(r)) br; } @if w.refs.len() > 5 { span.muted { "+" (w.refs.len() - 5) " more" } } }
                     td.why { (w.message.clone().unwrap_or_default()) }
@@ -572,10 +1218,8 @@ async fn want_page(State(state): Shared, Path(id): Path<String>) -> Response {
         Ok(w) => w,
         Err(r) => return r,
     };
-    let run_link =
-        |id: &str| html! { a href={ "/runs/" (id) } title=(id) { code { (short(id)) } } };
     let build_link = |id: &Option<String>| match id {
-        Some(id) => html! { a href={ "/builds/" (id) } title=(id) { code { (short(id)) } } },
+        Some(id) => build_link(id),
         None => html! { span.muted { "no build" } },
     };
     layout(&format!("Want {}", w.want_id), html! {
@@ -627,6 +1271,7 @@ fn lineage_graph(up: Option<&Lineage>, down: Option<&Lineage>) -> String {
             status: status.to_string(),
             href: format!("/partitions/{}", enc(&n.partition_ref)),
             depends_on: Vec::new(),
+            ..Default::default()
         });
         nodes.len() - 1
     }
@@ -779,8 +1424,8 @@ async fn partition_page(
             }
         }
         @if let Some(p) = &x.producer { p { "Produced by " (p.kind) " " b { (p.name) } " " code { (p.pattern) } } }
-        @if let Some(run) = &x.run { p { "Built by run " a href={ "/runs/" (run.job_run_id) } { code { (run.job_run_id) } }
-            " of build " a href={ "/builds/" (or_empty(&run.build_request_id)) } { code { (or_empty(&run.build_request_id)) } } } }
+        @if let Some(run) = &x.run { p { "Built by run " (run_link(&run.job_run_id))
+            " of build " (build_link(or_empty(&run.build_request_id))) } }
         @if let Some(p) = x.report.as_ref().and_then(|r| r.get("provenance")).and_then(Value::as_str) { p.provenance { "Provenance: " (p) } }
         @for w in &x.wants {
             p.wanted { "Wanted (" (w.status.as_str()) "): " (or_empty(&w.message)) " since " (w.updated_at)
@@ -804,7 +1449,7 @@ async fn partition_page(
         }
         h2 { "Downstream (built from its current instance)" }
         @if below.is_empty() { p.empty { "Nothing was built from it yet." } } @else { ul { @for d in &below { li {
-            (partition_link(&d.partition_ref)) " by run " a href={ "/runs/" (or_empty(&d.job_run_id)) } title=(or_empty(&d.job_run_id)) { code { (short(or_empty(&d.job_run_id))) } }
+            (partition_link(&d.partition_ref)) " by run " (run_link(or_empty(&d.job_run_id)))
             @if !d.current { " " span.muted { "(rebuilt since)" } }
         } } } }
         @if !picture.is_empty() {
@@ -817,7 +1462,7 @@ async fn partition_page(
             table { tr { th { "Job" } th { "Outputs" } } @for st in &x.to_build { tr { td { (st.job) } td { @for o in &st.outputs { (partition_link(o)) " " } } } } }
         }
         h2 { "Builds that touched it" }
-        ul { @for b in &builds.rows { li { a href={ "/builds/" (s(&b[0])) } { code { (s(&b[0])) } } } } }
+        ul { @for b in &builds.rows { li { (build_link(&s(&b[0]))) } } }
         h2 { "History" }
         table { tr { th { "#" } th { "Status" } th { "Time" } th { "Message" } }
             @for e in &x.history { tr { td { (e.idx) } td { (badge(e.status.as_str())) } td.muted { (rfc3339(e.timestamp)) } td { (or_empty(&e.message)) } } } }
@@ -865,11 +1510,11 @@ async fn job_page(State(state): Shared, Path(name): Path<String>) -> Response {
         h1 { "Job " (name) }
         p { (job.job.runs) " runs · " (job.job.completed) " completed · " (job.job.failed) " failed" }
         h2 { "Durations" }
-        @if points.is_empty() { p.empty { "No finished runs yet." } } @else { div.scroll { (PreEscaped(svg::duration_chart(&points))) } }
+        @if points.is_empty() { p.empty { "No finished runs yet." } } @else { div.scroll { (PreEscaped(svg::duration_chart(&points, "runs"))) } }
         h2 { "Recent runs" }
         table { tr { th { "Run" } th { "Status" } th { "Outputs" } th { "Took" } th { "Scheduled" } }
             @for r in &runs { tr {
-                td { a href={ "/runs/" (r.job_run_id) } { code { (short(&r.job_run_id)) } } }
+                td { (run_link(&r.job_run_id)) }
                 td { (badge(r.status.as_str())) } td { @for o in r.outputs.iter().take(2) { (partition_link(o)) " " } }
                 td { (took(r)) } td.muted { (at(&r.scheduled_at)) }
             } }
@@ -883,7 +1528,7 @@ fn run_body(run: &JobRun, log: &str) -> Markup {
     html! {
         div #live hx-get={ "/runs/" (id) "/live" } hx-trigger=[running.then_some("every 1s")] hx-swap="outerHTML" {
             p { (badge(run.status.as_str())) " job " a href={ "/jobs/" (run.job) } { (run.job) }
-                " · build " a href={ "/builds/" (or_empty(&run.build_request_id)) } { code { (or_empty(&run.build_request_id)) } } }
+                " · build " (build_link(or_empty(&run.build_request_id))) }
             table {
                 tr { th { "Outputs" } td { @for o in &run.outputs { (partition_link(o)) " " } } }
                 tr { th { "Inputs" } td { @for i in &run.inputs { (partition_link(i)) " " } } }
@@ -910,7 +1555,7 @@ async fn run_page(State(state): Shared, Path(id): Path<String>) -> Response {
     {
         Ok((run, log)) => layout(
             &format!("Run {id}"),
-            html! { h1 { "Job run " code { (id) } } (run_body(&run, &log)) },
+            html! { h1 { "Job run " code title=(run.job_run_id) { (short(&run.job_run_id)) } " " button.copy type="button" data-copy=(run.job_run_id) { "copy" } } (run_body(&run, &log)) },
         )
         .into_response(),
         Err(r) => r,
@@ -983,6 +1628,7 @@ async fn analyze_page(State(state): Shared, Query(q): Query<RefsQuery>) -> Respo
             status: "scheduled".into(),
             href: format!("/partitions/{}", enc(r.outputs[0].as_str())),
             depends_on: r.depends_on.iter().map(|d| d.to_string()).collect(),
+            ..Default::default()
         })
         .collect();
     layout("Analyze", html! {
@@ -1159,7 +1805,7 @@ async fn taint_preview(
             table { tr { th { "Would become stale" } th { "Built by run" } th { "From" } }
                 @for i in &impact.would_become_stale { tr {
                     td { (partition_link(&i.partition_ref)) }
-                    td { a href={ "/runs/" (i.job_run_id) } title=(i.job_run_id) { code { (short(&i.job_run_id)) } } }
+                    td { (run_link(&i.job_run_id)) }
                     td { code { (i.via) } }
                 } }
             }

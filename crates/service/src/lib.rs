@@ -18,6 +18,7 @@ mod dashboard;
 
 pub use dashboard::enc as encode_segment;
 pub mod error;
+mod grid;
 pub mod guard;
 mod metrics;
 mod openapi;

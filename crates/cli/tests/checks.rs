@@ -104,6 +104,17 @@ fn a_blocking_failure_stops_downstream_and_a_fixed_partition_is_live_again_witho
         ])
         .json();
     assert_eq!(view["rows"][0][0], "check_failed");
+    // And `datasets` counts it as held back, not missing.
+    let datasets = p.run(&["--json", "datasets"]).json();
+    let job_a = datasets["datasets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["name"] == "a")
+        .unwrap()
+        .clone();
+    assert_eq!(job_a["partitions"]["check_failed"], 1, "{job_a}");
+    assert!(job_a["partitions"].get("missing").is_none(), "{job_a}");
 
     // Building again neither rebuilds `a` (the same inputs make the same data) nor runs `b`.
     let built = runs(&p);

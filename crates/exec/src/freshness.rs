@@ -25,6 +25,8 @@ pub struct Freshness {
     pub stale: u64,
     /// Recorded live, but the data is gone from the data dir.
     pub missing: u64,
+    /// Held back by a failed blocking check (`check_failed`).
+    pub check_failed: u64,
 }
 
 impl Engine {
@@ -56,6 +58,7 @@ impl Engine {
                 match state {
                     KnownState::Live => counts.live += 1,
                     KnownState::Stale { .. } | KnownState::Kept { .. } => counts.stale += 1,
+                    KnownState::CheckFailed { .. } => counts.check_failed += 1,
                     _ => counts.missing += 1,
                 }
             }
@@ -90,7 +93,11 @@ impl Engine {
                     if freshness_checked {
                         let counts = self.freshness(p)?;
                         partitions.insert("live".into(), counts.live);
-                        for (status, n) in [("stale", counts.stale), ("missing", counts.missing)] {
+                        for (status, n) in [
+                            ("stale", counts.stale),
+                            ("missing", counts.missing),
+                            ("check_failed", counts.check_failed),
+                        ] {
                             if n > 0 {
                                 *partitions.entry(status.into()).or_default() += n;
                             }

@@ -238,6 +238,22 @@ fn bad_requests_get_json_errors_naming_the_problem() {
             "unknown field",
         ),
         (
+            "POST",
+            "/api/v1/gc",
+            Some("[]".into()),
+            400,
+            "bad_json",
+            "expected a JSON object",
+        ),
+        (
+            "POST",
+            "/api/v1/builds",
+            Some(r#"[["a/2020-01-01"]]"#.into()),
+            400,
+            "bad_json",
+            "expected a JSON object",
+        ),
+        (
             "GET",
             "/api/v1/builds/nope",
             None,

@@ -152,6 +152,9 @@ impl Action {
 
 const RUN_BATCH: usize = 500;
 
+/// How much older than the oldest unfinished run a `.tmp` file must be to be a leftover.
+const RUNNING_CLOCK_MARGIN: Duration = Duration::from_secs(60);
+
 impl Engine {
     /// Where run logs (and configs' kept stderr) are written.
     pub fn logs_dir(&self) -> PathBuf {
@@ -389,7 +392,11 @@ impl Engine {
         oldest_running: Option<SystemTime>,
         report: &mut GcReport,
     ) -> Result<Vec<Action>> {
-        let before = oldest_running.map_or(cutoff, |t| t.min(cutoff));
+        // A file's mtime comes from the kernel's coarse clock and a job may run on a host whose
+        // clock differs: a margin keeps a running job's fresh `.tmp` from looking older than it.
+        let before = oldest_running.map_or(cutoff, |t| {
+            t.checked_sub(RUNNING_CLOCK_MARGIN).unwrap_or(t).min(cutoff)
+        });
         let mut found = Vec::new();
         let mut dirs = vec![self.data_dir.clone()];
         while let Some(dir) = dirs.pop() {

@@ -10,15 +10,45 @@ use axum::extract::{FromRequest, FromRequestParts};
 use databuild_exec::build::{BuildOptions, Quiet};
 use databuild_exec::Engine;
 use databuild_log::SqlResult;
+use serde::de::DeserializeOwned;
+use serde::Deserialize;
 
 use crate::error::AppError;
 use crate::views::{self, parse_refs, ApiResult};
 use crate::AppState;
 
-/// A JSON body whose rejection is an [`AppError`].
-#[derive(FromRequest)]
-#[from_request(via(axum::Json), rejection(AppError))]
+/// A JSON body whose rejection is an [`AppError`]. Every body the API takes is an object: serde
+/// would also fill a struct from an array (`[]` is a `GcBody` of defaults), which the OpenAPI
+/// document does not allow, so anything but an object is refused.
 pub struct ApiJson<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for ApiJson<T> {
+    type Rejection = AppError;
+
+    async fn from_request(req: axum::extract::Request, state: &S) -> Result<Self, AppError> {
+        let axum::Json(JsonObject(body)) = axum::Json::from_request(req, state).await?;
+        Ok(ApiJson(body))
+    }
+}
+
+/// A `T` read from a JSON object only.
+struct JsonObject<T>(T);
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for JsonObject<T> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct ObjectVisitor<T>(std::marker::PhantomData<T>);
+        impl<'de, T: Deserialize<'de>> serde::de::Visitor<'de> for ObjectVisitor<T> {
+            type Value = JsonObject<T>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
+                T::deserialize(serde::de::value::MapAccessDeserializer::new(map)).map(JsonObject)
+            }
+        }
+        deserializer.deserialize_map(ObjectVisitor(std::marker::PhantomData))
+    }
+}
 
 /// Path parameters whose rejection is an [`AppError`].
 #[derive(FromRequestParts)]

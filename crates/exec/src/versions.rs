@@ -258,9 +258,9 @@ pub struct VersionedStates<'a> {
     memo: RefCell<FxHashMap<String, Option<Rc<Effective>>>>,
     /// The rows found of the planning round being decided (see [`StateView::states`]), and
     /// those of their inputs, read ahead.
-    rows: RefCell<FxHashMap<String, PartitionRow>>,
+    rows: RefCell<FxHashMap<String, Rc<PartitionRow>>>,
     /// The runs that built those rows, read ahead in batches ([`Self::read_ahead`]).
-    runs: RefCell<FxHashMap<String, JobRunRow>>,
+    runs: RefCell<FxHashMap<String, Rc<JobRunRow>>>,
     promotions: BTreeMap<String, u32>,
     /// The datasets with a tainted partition in the log (found at the first external asked
     /// about): only their partitions' rows are read, so a no-op build reads no row per external.
@@ -389,18 +389,19 @@ impl<'a> VersionedStates<'a> {
         resolve_alias(self.graph, self, &self.pins, r)
     }
 
-    fn row(&self, r: &str) -> Option<PartitionRow> {
+    // Rows and runs are shared, not copied: deciding a state looks at each several times.
+    fn row(&self, r: &str) -> Option<Rc<PartitionRow>> {
         if let Some(row) = self.rows.borrow().get(r) {
             return Some(row.clone());
         }
-        self.noted(self.store.partition(r)).flatten()
+        self.noted(self.store.partition(r)).flatten().map(Rc::new)
     }
 
     /// Keeps `rows` (just read) for the states asked next, with what deciding them reads.
     fn keep_rows(&self, rows: impl IntoIterator<Item = PartitionRow>) {
         *self.rows.borrow_mut() = rows
             .into_iter()
-            .map(|row| (row.partition_ref.clone(), row))
+            .map(|row| (row.partition_ref.clone(), Rc::new(row)))
             .collect();
         self.runs.borrow_mut().clear();
         self.checks.borrow_mut().clear();
@@ -470,7 +471,9 @@ impl<'a> VersionedStates<'a> {
                             })
                             .cloned(),
                     );
-                    self.runs.borrow_mut().insert(run.job_run_id.clone(), run);
+                    self.runs
+                        .borrow_mut()
+                        .insert(run.job_run_id.clone(), Rc::new(run));
                 }
             }
             inputs.sort_unstable();
@@ -487,17 +490,17 @@ impl<'a> VersionedStates<'a> {
             self.rows.borrow_mut().extend(
                 found
                     .into_iter()
-                    .map(|row| (row.partition_ref.clone(), row)),
+                    .map(|row| (row.partition_ref.clone(), Rc::new(row))),
             );
         }
     }
 
     /// The run that built a row: read ahead, or read now.
-    fn run(&self, id: &str) -> Option<JobRunRow> {
+    fn run(&self, id: &str) -> Option<Rc<JobRunRow>> {
         if let Some(run) = self.runs.borrow().get(id) {
             return Some(run.clone());
         }
-        self.noted(self.store.job_run(id)).flatten()
+        self.noted(self.store.job_run(id)).flatten().map(Rc::new)
     }
 
     /// The version `r` has now (as recorded, or as a rebuild would record it if stale); `None` if
@@ -523,7 +526,7 @@ impl<'a> VersionedStates<'a> {
                 let row = self.row(r);
                 return Some(
                     match self
-                        .noted(external_taint(self.store, row.as_ref(), r, &data))
+                        .noted(external_taint(self.store, row.as_deref(), r, &data))
                         .flatten()
                     {
                         Some(t) => Effective {
@@ -748,7 +751,7 @@ impl<'a> VersionedStates<'a> {
                 None => self.live_unless_held_back(r, &row),
             },
             Status::Building => KnownState::Building {
-                build_request_id: row.build_request_id.unwrap_or_default(),
+                build_request_id: row.build_request_id.clone().unwrap_or_default(),
             },
             Status::Failed => KnownState::Failed,
             Status::Tainted => KnownState::Tainted,

@@ -42,7 +42,10 @@ impl<'de, T: Deserialize<'de>> Deserialize<'de> for JsonObject<T> {
             fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
                 f.write_str("a JSON object")
             }
-            fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                map: A,
+            ) -> Result<Self::Value, A::Error> {
                 T::deserialize(serde::de::value::MapAccessDeserializer::new(map)).map(JsonObject)
             }
         }

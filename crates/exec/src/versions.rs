@@ -444,7 +444,7 @@ impl<'a> VersionedStates<'a> {
     /// server, each is a round trip.
     fn read_ahead(&self, mut refs: Vec<String>) {
         while !refs.is_empty() {
-            let ids: Vec<String> = {
+            let mut ids: Vec<String> = {
                 let rows = self.rows.borrow();
                 let memo = self.memo.borrow();
                 refs.iter()
@@ -454,6 +454,9 @@ impl<'a> VersionedStates<'a> {
                     .filter_map(|row| row.job_run_id.clone())
                     .collect()
             };
+            // In key order, each lookup lands near the last one (run ids grow with time).
+            ids.sort_unstable();
+            ids.dedup();
             let mut inputs = Vec::new();
             for chunk in ids.chunks(READ_AHEAD) {
                 let keys: Vec<&str> = chunk.iter().map(String::as_str).collect();

@@ -480,6 +480,13 @@ fn stale_partitions_are_listed_counted_and_summed_up_everywhere() {
     assert_eq!(p.run(&["--json", "datasets", "--exact"]).json(), datasets);
     let (code, api) = s.get("/api/v1/datasets?exact=true");
     assert_eq!((code, api), (200, datasets.clone()));
+    let (code, page) = s.get("/datasets?exact=true");
+    let page = page.as_str().unwrap().to_string();
+    assert_eq!(code, 200);
+    assert!(
+        page.contains("3 <span class=\"badge\"") && page.contains(">stale</span>"),
+        "{page}"
+    );
     // A live partition whose data is gone is counted missing, not live.
     std::fs::remove_file(p.path().join("data/w/5")).unwrap();
     let datasets = p.run(&["--json", "datasets"]).json();

@@ -841,9 +841,17 @@ async fn partitions_page(State(state): Shared, Query(q): Query<PartitionsQuery>)
     }).into_response()
 }
 
-async fn datasets_page(State(state): Shared) -> Response {
-    let data = page(&state, |engine| {
-        let datasets = engine.datasets(false)?;
+#[derive(Deserialize)]
+struct DatasetsPageQuery {
+    /// Split every dataset's available partitions into live, stale and missing, however many.
+    #[serde(default)]
+    exact: bool,
+}
+
+async fn datasets_page(State(state): Shared, Query(q): Query<DatasetsPageQuery>) -> Response {
+    let exact = q.exact;
+    let data = page(&state, move |engine| {
+        let datasets = engine.datasets(exact)?;
         let mut strips = Vec::new();
         for d in &datasets {
             strips.push(calendar_for(engine, &d.pattern)?);
@@ -864,6 +872,12 @@ async fn datasets_page(State(state): Shared) -> Response {
     };
     layout("Datasets", html! {
         h1 { "Datasets" }
+        @if datasets.iter().any(|d| !d.freshness_checked) {
+            p.muted { "A dataset with more than " (thousands(databuild_exec::views::FRESHNESS_SCAN as u64))
+                " available partitions shows them as the log records them (available). "
+                a href="/datasets?exact=true" { "Split every one into live, stale and missing" }
+                " (this checks each partition's versions and data: seconds for a million)." }
+        }
         table { tr { th { "Name" } th { "Kind" } th { "Pattern" } th { "Partitions" } th { "Checks passed" } th { "By date (last 60 days with data)" } }
             @for (d, strip) in datasets.iter().zip(&strips) { tr {
                 td { a href={ "/datasets/" (enc(&d.name)) } { (d.name) } @if d.kind == "job" { " " a.muted href={ "/jobs/" (enc(&d.name)) } { "(job)" } } }
@@ -1002,7 +1016,7 @@ async fn graph_page(State(state): Shared) -> Response {
         h1 { "Graph " (state.engine.graph.name) }
         p.muted { (n) " nodes: datasets and sources (their partitions by state, from the count projections) and the jobs between them. Click a dataset for its partitions, a job for its runs." }
         p.legend { @for k in ["source", "dataset", "job", "alias"] { (badge(k)) } " · " @for st in BAR_ORDER { @if st != "removed" { (badge(st)) } } }
-        @if unchecked { p.muted #unchecked { "available: recorded built; with more than " (thousands(databuild_exec::views::FRESHNESS_SCAN as u64)) " of them, a dataset's split into live, stale and missing is not derived here (" code { "databuild datasets --exact" } " derives it)." } }
+        @if unchecked { p.muted #unchecked { "available: recorded built; with more than " (thousands(databuild_exec::views::FRESHNESS_SCAN as u64)) " of them, a dataset's split into live, stale and missing is not derived here (" a href="/datasets?exact=true" { "count them exactly" } ", or " code { "databuild datasets --exact" } ")." } }
         div.scroll { (PreEscaped(picture)) }
     }).into_response()
 }

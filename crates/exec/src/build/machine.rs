@@ -7,6 +7,7 @@
 //! dependents', and runs at zero enter the ready queue. Nodes and waits are vectors indexed by
 //! their number; refs are looked up in hash maps.
 
+use std::cell::OnceCell;
 use std::collections::VecDeque;
 use std::ops::Range;
 
@@ -231,9 +232,19 @@ impl OutputIndex {
         nodes[node as usize].run.outputs[output as usize].as_str()
     }
 
-    fn reserve(&mut self, nodes: &[Node], additional: usize) {
-        self.0
-            .reserve(additional, |&e| Self::hash(Self::output(nodes, e)));
+    /// The index of every output of `nodes`, whose outputs are distinct.
+    fn of(nodes: &[Node]) -> Self {
+        let mut index = OutputIndex::default();
+        let outputs = nodes.iter().map(|n| n.run.outputs.len()).sum();
+        index
+            .0
+            .reserve(outputs, |&e| Self::hash(Self::output(nodes, e)));
+        for (node, n) in nodes.iter().enumerate() {
+            for output in 0..n.run.outputs.len() {
+                index.insert_new(nodes, node, output);
+            }
+        }
+        index
     }
 
     fn get(&self, nodes: &[Node], r: &str) -> Option<usize> {
@@ -264,8 +275,10 @@ impl OutputIndex {
 pub(crate) struct Machine {
     policy: Policy,
     nodes: Vec<Node>,
-    /// Which node builds each output of this build.
-    by_output: OutputIndex,
+    /// Which node builds each output of this build: made the first time it is asked, which a
+    /// build that goes as planned never does (a backfill's first plan then hashes none of its
+    /// millions of outputs before its first job).
+    by_output: OnceCell<OutputIndex>,
     waits: Vec<Wait>,
     waiting_for: FxHashMap<String, usize>,
     ready: VecDeque<usize>,
@@ -290,7 +303,7 @@ impl Machine {
         Machine {
             policy,
             nodes: Vec::new(),
-            by_output: OutputIndex::default(),
+            by_output: OnceCell::new(),
             waits: Vec::new(),
             waiting_for: FxHashMap::default(),
             ready: VecDeque::new(),
@@ -324,7 +337,14 @@ impl Machine {
 
     /// Whether a run of this build makes `r`, or it waits for another build to.
     pub fn deals_with(&self, r: &str) -> bool {
-        self.by_output.get(&self.nodes, r).is_some() || self.waiting_for.contains_key(r)
+        self.maker_of(r).is_some() || self.waiting_for.contains_key(r)
+    }
+
+    /// The node that makes output `r` in this build.
+    fn maker_of(&self, r: &str) -> Option<usize> {
+        self.by_output
+            .get_or_init(|| OutputIndex::of(&self.nodes))
+            .get(&self.nodes, r)
     }
 
     pub fn running(&self) -> usize {
@@ -356,9 +376,7 @@ impl Machine {
     /// Runs whose outputs this build already makes are not added twice.
     pub fn add_plan(&mut self, plan: Plan, out: &mut VecDeque<Effect>) {
         let (first_node, first_wait) = (self.nodes.len(), self.waits.len());
-        let outputs: usize = plan.runs.iter().map(|r| r.outputs.len()).sum();
         self.nodes.reserve(plan.runs.len());
-        self.by_output.reserve(&self.nodes, outputs);
         for d in &plan.delegated {
             self.wait_for(d.partition_ref.as_str(), &d.build_request_id);
         }
@@ -368,9 +386,7 @@ impl Machine {
         for run in plan.runs {
             let existing = match first {
                 true => None,
-                false => {
-                    (run.outputs.iter()).find_map(|o| self.by_output.get(&self.nodes, o.as_str()))
-                }
+                false => (run.outputs.iter()).find_map(|o| self.maker_of(o.as_str())),
             };
             if let Some(existing) = existing {
                 local.push(existing);
@@ -415,8 +431,11 @@ impl Machine {
             waiting_on,
             dependents: Vec::new(),
         });
-        for output in 0..outputs {
-            self.by_output.insert_new(&self.nodes, index, output);
+        // Once the index is made, it is kept up to date.
+        if let Some(by_output) = self.by_output.get_mut() {
+            for output in 0..outputs {
+                by_output.insert_new(&self.nodes, index, output);
+            }
         }
         if waiting_on == 0 {
             self.make_ready(index);
@@ -590,8 +609,10 @@ impl Machine {
         self.unclaim(node, State::Cancelled);
         // Its outputs are no longer this build's to make: if their holder dies, the takeover
         // plans them again (a cancelled node left here would swallow that plan).
+        self.by_output.get_or_init(|| OutputIndex::of(&self.nodes));
+        let by_output = self.by_output.get_mut().expect("made just above");
         for o in &self.nodes[node].run.outputs {
-            self.by_output.remove(&self.nodes, o.as_str());
+            by_output.remove(&self.nodes, o.as_str());
         }
         let first_new = self.waits.len();
         let mut waits = Vec::with_capacity(holders.len());
@@ -792,10 +813,7 @@ impl Machine {
         self.add_plan(plan, out);
         out.push_back(Effect::Added);
         let dependents = std::mem::take(&mut self.waits[wait].dependents);
-        match self
-            .by_output
-            .get(&self.nodes, &self.waits[wait].partition_ref)
-        {
+        match self.maker_of(&self.waits[wait].partition_ref) {
             Some(n) if self.nodes[n].state != State::Done => {
                 self.nodes[n].dependents.extend(dependents)
             }
@@ -832,7 +850,7 @@ impl Machine {
         // Wait on whatever of this build makes the missing refs and is not done.
         let mut waiting_on = 0;
         for r in missing {
-            if let Some(n) = self.by_output.get(&self.nodes, r.as_str()) {
+            if let Some(n) = self.maker_of(r.as_str()) {
                 if n != node && self.nodes[n].state != State::Done {
                     self.nodes[n].dependents.push(node);
                     waiting_on += 1;

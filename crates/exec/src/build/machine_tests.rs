@@ -838,3 +838,31 @@ fn slots_are_fed_ahead_in_batches() {
     machine.handle(Input::Started(4), &mut out);
     assert_eq!(Vec::from(out), vec![Claim(vec![6])]);
 }
+
+#[test]
+fn the_index_of_outputs_is_made_when_first_asked_then_kept() {
+    let mut m = Machine::new(Policy {
+        slots: 1,
+        keep_going: false,
+        jobs: vec![JobPolicy::default()],
+    });
+    let mut out = VecDeque::new();
+    m.add_plan(
+        plan(vec![run("a", &[], &[]), run("b", &["a"], &[0])], &[]),
+        &mut out,
+    );
+    // A first plan hashes none of its outputs...
+    assert!(m.by_output.get().is_none());
+    // ...until a question needs them.
+    assert!(m.deals_with("b") && !m.deals_with("c"));
+    assert!(m.by_output.get().is_some());
+    // A later plan's run that makes `a` again is the node already there; `c` is indexed as it
+    // comes.
+    m.add_plan(
+        plan(vec![run("a", &[], &[]), run("c", &["a"], &[0])], &[]),
+        &mut out,
+    );
+    assert_eq!(m.nodes().len(), 3);
+    assert!(m.deals_with("c"));
+    assert_eq!(m.node(2).waiting_on, 1, "c waits on the first plan's a");
+}

@@ -36,6 +36,7 @@ for i in $(seq "${1:-3}"); do
   list=$( { /usr/bin/time -f "%e" "$bin" --graph "$work/databuild.toml" builds > /dev/null; } 2>&1 )
   id=$("$bin" --graph "$work/databuild.toml" --json builds | python3 -c "import json, sys; print(json.load(sys.stdin)['builds'][0]['build_request_id'])")
   progress=$( { /usr/bin/time -f "%e" "$bin" --graph "$work/databuild.toml" --json sql "SELECT status, count(*) FROM planned_runs WHERE build_request_id = '$id' AND job = 'reviews' GROUP BY 1" > /dev/null; } 2>&1 )
-  echo "  builds listing $list s; planned_runs of one job of the build $progress s"
+  detail=$( { /usr/bin/time -f "%e %M" "$bin" --graph "$work/databuild.toml" --json builds "$id" | wc -c > "$work/detail.bytes"; } 2>&1 )
+  echo "  builds listing $list s; planned_runs of one job of the build $progress s; the build's detail (builds ID --json) $(echo $detail | cut -d' ' -f1) s, $(( $(echo $detail | cut -d' ' -f2) / 1024 )) MB peak, $(( $(cat "$work/detail.bytes") / 1000 )) kB"
   echo "${PLAN_SIZE:-100k}: analyze $(cat "$work/analyze.time") s, first job after $(echo "$(cat "$work/first") - $start" | bc) s; $runs planned runs; on disk then $(( $(cat "$work/size") / 1000000 )) MB with the WAL, the log $(( db / 1000000 )) MB ($(( db / runs )) bytes per planned run)"
 done

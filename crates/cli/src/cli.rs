@@ -120,9 +120,16 @@ pub enum Command {
         /// List analyses (`analyze` is recorded as a build request too) along with builds.
         #[arg(long)]
         all: bool,
-        /// List at most N, the newest first.
+        /// List at most N, the newest first (with `--partitions`: N partitions a page).
         #[arg(long, value_name = "N", default_value_t = 20)]
         limit: usize,
+        /// With an ID: list what the build did to each partition it touched, a page at a time
+        /// in ref order (the build's detail shows the first 1,000).
+        #[arg(long, requires = "id")]
+        partitions: bool,
+        /// With `--partitions`: the page after this ref (the `--after` a page ends with).
+        #[arg(long, value_name = "REF", requires = "partitions")]
+        after: Option<String>,
     },
     /// Print events of the log.
     Events {

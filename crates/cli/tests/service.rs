@@ -682,3 +682,104 @@ fn an_interval_that_does_not_parse_stops_the_service_naming_it() {
         );
     }
 }
+
+/// A build's detail is a page whatever the build's size: the first 1,000 partitions with a
+/// cursor, the newest runs with their total, a summary whose lists are cut but whose counts are
+/// whole; the rest is paged (`builds ID --partitions`, `/partitions`, `/events`), and the whole
+/// summary has its own endpoint. The same through the CLI, in-process and with `--server`.
+#[test]
+fn a_big_builds_detail_is_a_page_and_the_rest_is_paged() {
+    let p = project();
+    let days = 1003;
+    let first = chrono_day(0);
+    let last = chrono_day(days - 1);
+    for d in 0..days {
+        p.partition(&format!("raw/{}", chrono_day(d)));
+    }
+    let requested = format!("a/{{{first}..{last}}}");
+    p.run(&["build", "--parallel", "2", &requested])
+        .expect_code(0);
+    let s = Service::start(&p, &[]);
+    let every: Vec<String> = (0..days).map(|d| format!("a/{}", chrono_day(d))).collect();
+    for server in [None, Some(s.url.as_str())] {
+        let cli = |args: &[&str]| {
+            let mut all: Vec<&str> = server.map_or(vec![], |u| vec!["--server", u]);
+            all.extend(args);
+            p.run(&all).expect_code(0).json()
+        };
+        let detail = cli(&["--json", "builds", "last"]);
+        let id = detail["build_request_id"].as_str().unwrap().to_string();
+        assert_eq!(
+            detail["partitions"].as_array().unwrap().len(),
+            1000,
+            "{server:?}"
+        );
+        assert_eq!(detail["partitions_next"], json!(every[999]));
+        let summary = &detail["summary"];
+        assert_eq!(summary["counts"]["built"], json!(days), "{summary}");
+        assert_eq!(summary["built"].as_array().unwrap().len(), 1000);
+        assert_eq!(detail["job_runs"].as_array().unwrap().len(), 1000);
+        assert_eq!(detail["job_runs_total"], json!(days));
+        assert_eq!(
+            detail["requested_partitions"].as_array().unwrap().len(),
+            1000
+        );
+        assert_eq!(detail["requested_count"], json!(days));
+        // Every partition once, in order, a page at a time.
+        let mut seen = Vec::new();
+        let mut after: Option<String> = None;
+        loop {
+            let mut args = vec!["--json", "builds", &id, "--partitions", "--limit", "400"];
+            if let Some(a) = &after {
+                args.extend(["--after", a.as_str()]);
+            }
+            let page = cli(&args);
+            seen.extend(
+                page["partitions"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|r| r["ref"].as_str().unwrap().to_string()),
+            );
+            match page["next"].as_str() {
+                Some(n) => after = Some(n.to_string()),
+                None => break,
+            }
+        }
+        assert_eq!(seen, every, "{server:?}");
+    }
+    let (_, detail) = s.get("/api/v1/builds/last");
+    let id = detail["build_request_id"].as_str().unwrap();
+    let (status, whole) = s.get(&format!("/api/v1/builds/{id}/summary"));
+    assert_eq!(status, 200, "{whole}");
+    assert_eq!(whole["built"].as_array().unwrap().len(), days);
+    for (list, count) in detail["summary"]["counts"].as_object().unwrap() {
+        assert_eq!(
+            whole[list].as_array().unwrap().len() as u64,
+            count.as_u64().unwrap(),
+            "{list}: the detail's count is the whole list's length"
+        );
+    }
+    let (status, page) = s.get(&format!(
+        "/api/v1/builds/{id}/partitions?limit=10&after=a%2F2020-01-05"
+    ));
+    assert_eq!(status, 200, "{page}");
+    assert_eq!(page["partitions"][0]["ref"], json!("a/2020-01-06"));
+    assert_eq!(page["next"], json!("a/2020-01-15"));
+    let (_, events) = s.get(&format!("/api/v1/builds/{id}/events?limit=5"));
+    assert_eq!(events["events"].as_array().unwrap().len(), 5);
+    let next = events["next"].as_i64().expect("a full page names the next");
+    let (_, more) = s.get(&format!("/api/v1/builds/{id}/events?limit=5&since={next}"));
+    assert!(more["events"][0]["idx"].as_i64().unwrap() > next, "{more}");
+    let text = p.run(&["builds", id]).stdout;
+    assert!(
+        text.contains(&format!("--partitions --after '{}'", every[999])),
+        "{text}"
+    );
+}
+
+/// `2020-01-01` plus `d` days.
+fn chrono_day(d: usize) -> String {
+    let start = chrono::NaiveDate::from_ymd_opt(2020, 1, 1).unwrap();
+    (start + chrono::Duration::days(d as i64)).to_string()
+}

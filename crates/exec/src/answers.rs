@@ -131,6 +131,57 @@ pub struct BuildSummary {
     pub not_started: Vec<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+    /// How many entries each list has in all: a build's detail shows at most
+    /// [`DETAIL_ROWS`] of each (`GET /api/v1/builds/{id}/summary` has them all).
+    #[serde(default)]
+    pub counts: SummaryCounts,
+}
+
+/// The length of each of a [`BuildSummary`]'s lists, whether or not they are cut.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, serde::Deserialize, utoipa::ToSchema,
+)]
+pub struct SummaryCounts {
+    pub built: u64,
+    pub skipped: u64,
+    pub delegated: u64,
+    pub failed: u64,
+    pub failures: u64,
+    pub cancelled: u64,
+    pub not_started: u64,
+}
+
+/// How many rows a build's detail holds of each of its lists (partitions, runs, a summary's
+/// refs): a build of a million partitions answers as fast as one of ten, and says how many more
+/// there are and where to page through them.
+pub const DETAIL_ROWS: usize = 1000;
+
+impl BuildSummary {
+    /// Sets `counts` from the lists as they are (whole).
+    pub fn counted(mut self) -> Self {
+        self.counts = SummaryCounts {
+            built: self.built.len() as u64,
+            skipped: self.skipped.len() as u64,
+            delegated: self.delegated.len() as u64,
+            failed: self.failed.len() as u64,
+            failures: self.failures.len() as u64,
+            cancelled: self.cancelled.len() as u64,
+            not_started: self.not_started.len() as u64,
+        };
+        self
+    }
+
+    /// Each list cut to its first `n`; `counts` still says how many there are.
+    pub fn cut_to(mut self, n: usize) -> Self {
+        self.built.truncate(n);
+        self.skipped.truncate(n);
+        self.delegated.truncate(n);
+        self.failed.truncate(n);
+        self.failures.truncate(n);
+        self.cancelled.truncate(n);
+        self.not_started.truncate(n);
+        self
+    }
 }
 
 /// A run that failed, as a summary names it.
@@ -321,6 +372,8 @@ pub struct BuildList {
 pub struct BuildDetail {
     pub build_request_id: String,
     pub status: Status,
+    /// The first [`DETAIL_ROWS`] refs of the request as typed; `requested_count` says how many
+    /// there are.
     pub requested_partitions: Vec<String>,
     pub requested_count: u64,
     pub analyze_only: bool,
@@ -331,9 +384,18 @@ pub struct BuildDetail {
     pub created_at: String,
     #[schema(format = DateTime)]
     pub updated_at: String,
+    /// The first [`DETAIL_ROWS`] of what the build did to each partition it touched, in ref
+    /// order.
     pub partitions: Vec<RequestPartitionRow>,
+    /// Where the next page of `partitions` starts (`GET /api/v1/builds/{id}/partitions?after=`),
+    /// when there may be more; `null` when `partitions` holds them all.
+    pub partitions_next: Option<String>,
+    /// The newest [`DETAIL_ROWS`] of the build's runs, newest first.
     pub job_runs: Vec<JobRun>,
-    /// What the build did; `null` while it has not ended.
+    /// How many runs the build has in all.
+    pub job_runs_total: u64,
+    /// What the build did; `null` while it has not ended. Each list holds at most
+    /// [`DETAIL_ROWS`] refs; its `counts` say how many there are.
     pub summary: Option<BuildSummary>,
     /// How far it has come, and its ETA; `null` before it is planned.
     pub progress: Option<BuildProgress>,
@@ -342,17 +404,28 @@ pub struct BuildDetail {
 }
 
 impl BuildDetail {
+    /// `partitions` is a page of up to [`DETAIL_ROWS`] + 1 rows: the one past the page says
+    /// that there are more. `summary` is cut to [`DETAIL_ROWS`].
     pub fn new(
         b: &BuildRequestRow,
-        partitions: Vec<RequestPartitionRow>,
-        job_runs: Vec<JobRun>,
+        mut partitions: Vec<RequestPartitionRow>,
+        (job_runs, job_runs_total): (Vec<JobRun>, u64),
         summary: Option<BuildSummary>,
         progress: Option<BuildProgress>,
     ) -> Self {
+        let partitions_next = (partitions.len() > DETAIL_ROWS).then(|| {
+            partitions.truncate(DETAIL_ROWS);
+            partitions[DETAIL_ROWS - 1].partition_ref.clone()
+        });
         BuildDetail {
+            partitions_next,
+            job_runs_total,
+            summary: summary.map(|s| s.cut_to(DETAIL_ROWS)),
             build_request_id: b.build_request_id.clone(),
             status: b.status,
-            requested_partitions: b.requested_partitions.clone(),
+            requested_partitions: b.requested_partitions
+                [..b.requested_partitions.len().min(DETAIL_ROWS)]
+                .to_vec(),
             requested_count: b.requested_count,
             analyze_only: b.analyze_only,
             owner: b.owner.clone(),
@@ -361,7 +434,6 @@ impl BuildDetail {
             updated_at: text(b.updated_at),
             partitions,
             job_runs,
-            summary,
             progress,
             created_at_ns: b.created_at,
             updated_at_ns: b.updated_at,
@@ -534,6 +606,15 @@ pub fn events(events: &[databuild_log::Event]) -> Vec<Event> {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct EventList {
     pub events: Vec<Event>,
+}
+
+/// `GET /api/v1/builds/{id}/partitions`: a page of what a build did to each partition it
+/// touched, in ref order.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct BuildPartitionPage {
+    pub partitions: Vec<RequestPartitionRow>,
+    /// The `after` of the next page; `null` on the last.
+    pub next: Option<String>,
 }
 
 /// `GET /api/v1/events`: a page, with the `since` of the next one.
@@ -1107,6 +1188,8 @@ pub mod route {
     pub const BUILDS: &str = "/api/v1/builds";
     pub const BUILD: &str = "/api/v1/builds/{id}";
     pub const BUILD_EVENTS: &str = "/api/v1/builds/{id}/events";
+    pub const BUILD_PARTITIONS: &str = "/api/v1/builds/{id}/partitions";
+    pub const BUILD_SUMMARY: &str = "/api/v1/builds/{id}/summary";
     pub const BUILD_PROGRESS: &str = "/api/v1/builds/{id}/progress";
     pub const BUILD_EVENT_STREAM: &str = "/api/v1/builds/{id}/events/stream";
     pub const ANALYZE: &str = "/api/v1/analyze";

@@ -746,6 +746,28 @@ impl EventStore for PostgresStore {
         })
     }
 
+    fn request_partitions_page(
+        &self,
+        id: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<RequestPartitionRow>> {
+        self.read(|c| {
+            collect(
+                c.query(
+                    &format!(
+                        "SELECT {REQUEST_PARTITION_COLUMNS} FROM request_partitions
+                         WHERE build_request_id = $1 AND partition_ref COLLATE \"C\" > $2
+                         ORDER BY partition_ref COLLATE \"C\" LIMIT $3"
+                    ),
+                    &[&id, &after.unwrap_or(""), &(limit as i64)],
+                )
+                .map_err(storage)?,
+                request_partition_from_row,
+            )
+        })
+    }
+
     fn job_runs_by_id(&self, ids: &[&str]) -> Result<Vec<JobRunRow>> {
         let wanted: Vec<String> = ids.iter().map(|r| r.to_string()).collect();
         self.read(|c| {

@@ -1133,6 +1133,26 @@ impl EventStore for SqliteStore {
         })
     }
 
+    fn request_partitions_page(
+        &self,
+        id: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<RequestPartitionRow>> {
+        self.read(|c| {
+            c.prepare_cached(&format!(
+                "SELECT {REQUEST_PARTITION_COLUMNS} FROM request_partitions
+                 WHERE build_request_id = ?1 AND partition_ref > ?2
+                 ORDER BY partition_ref LIMIT ?3"
+            ))?
+            .query_map(
+                rusqlite::params![id, after.unwrap_or(""), limit as i64],
+                |r| request_partition_from_row(r),
+            )?
+            .collect()
+        })
+    }
+
     fn job_run(&self, id: &str) -> Result<Option<JobRunRow>> {
         self.read(|c| {
             c.prepare_cached(&format!(

@@ -142,13 +142,59 @@ pub(crate) async fn cancel_build(
     blocking(&state, move |engine| views::cancel(engine, &id).map(Json)).await
 }
 
-#[utoipa::path(get, path = route::BUILD_EVENTS, summary = "The events of a build request", params(("id" = String, Path, description = "Build request id")), responses((status = 200, body = answers::EventList), (status = 404, body = ErrorBody)))]
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct BuildEventsQuery {
+    /// Events after this index (the `next` of the previous page).
+    since: Option<i64>,
+    /// At most this many (10,000 at most a page; `next` goes on).
+    #[param(minimum = 0, maximum = 4294967296_u64)]
+    limit: Option<usize>,
+}
+
+#[utoipa::path(get, path = route::BUILD_EVENTS, summary = "The events of a build request, a page at a time", params(("id" = String, Path, description = "Build request id"), BuildEventsQuery), responses((status = 200, body = answers::EventPage), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub(crate) async fn build_events(
     State(state): Shared,
     ApiPath(id): ApiPath<String>,
-) -> ApiResult<Json<answers::EventList>> {
+    ApiQuery(q): ApiQuery<BuildEventsQuery>,
+) -> ApiResult<Json<answers::EventPage>> {
+    let limit = limit(q.limit, views::MAX_PAGE)?.clamp(1, views::MAX_PAGE);
     blocking(&state, move |engine| {
-        views::build_events(engine, &id).map(Json)
+        views::build_events(engine, &id, q.since, limit).map(Json)
+    })
+    .await
+}
+
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct BuildPartitionsQuery {
+    /// Partitions after this ref (the `next` of the previous page).
+    after: Option<String>,
+    /// At most this many (10,000 at most a page; `next` goes on).
+    #[param(minimum = 0, maximum = 4294967296_u64)]
+    limit: Option<usize>,
+}
+
+#[utoipa::path(get, path = route::BUILD_PARTITIONS, summary = "What a build request did to each partition it touched, a page at a time in ref order", params(("id" = String, Path, description = "Build request id"), BuildPartitionsQuery), responses((status = 200, body = answers::BuildPartitionPage), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
+pub(crate) async fn build_partitions(
+    State(state): Shared,
+    ApiPath(id): ApiPath<String>,
+    ApiQuery(q): ApiQuery<BuildPartitionsQuery>,
+) -> ApiResult<Json<answers::BuildPartitionPage>> {
+    let limit = limit(q.limit, answers::DETAIL_ROWS)?.clamp(1, views::MAX_PAGE);
+    blocking(&state, move |engine| {
+        views::build_partitions(engine, &id, q.after.as_deref(), limit).map(Json)
+    })
+    .await
+}
+
+#[utoipa::path(get, path = route::BUILD_SUMMARY, summary = "What a build request did (so far), every list whole", params(("id" = String, Path, description = "Build request id")), responses((status = 200, body = answers::BuildSummary), (status = 404, body = ErrorBody)))]
+pub(crate) async fn build_summary(
+    State(state): Shared,
+    ApiPath(id): ApiPath<String>,
+) -> ApiResult<Json<answers::BuildSummary>> {
+    blocking(&state, move |engine| {
+        views::build_summary(engine, &id).map(Json)
     })
     .await
 }

@@ -7,9 +7,9 @@ use std::io::{BufRead, BufReader};
 
 use axum::http::StatusCode;
 use databuild_exec::answers::{
-    route, Analysis, BuildAccepted, BuildDetail, BuildList, BuildProgress, Cancelled, DatasetList,
-    ErrorBody, EventList, EventPage, Explain, JobDetail, JobList, JobRun, LogChunk,
-    PartitionStatus, Sealed, SourceList, Want, WantDetail, WantList,
+    route, Analysis, BuildAccepted, BuildDetail, BuildList, BuildPartitionPage, BuildProgress,
+    BuildSummary, Cancelled, DatasetList, ErrorBody, EventList, EventPage, Explain, JobDetail,
+    JobList, JobRun, LogChunk, PartitionStatus, Sealed, SourceList, Want, WantDetail, WantList,
 };
 use databuild_exec::gc::GcReport;
 use databuild_exec::lineage::{Direction, InstanceDiff, Lineage, TaintImpact};
@@ -42,6 +42,15 @@ pub trait Api {
     /// `all`: analyses along with builds.
     fn builds(&self, all: bool, limit: usize) -> ApiResult<BuildList>;
     fn build(&self, id: &str) -> ApiResult<BuildDetail>;
+    /// A page of a build's partitions, in ref order, after `after`.
+    fn build_partitions(
+        &self,
+        id: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> ApiResult<BuildPartitionPage>;
+    /// What a build did, every list whole.
+    fn build_summary(&self, id: &str) -> ApiResult<BuildSummary>;
     fn progress(&self, id: &str) -> ApiResult<BuildProgress>;
     fn cancel(&self, id: &str) -> ApiResult<Cancelled>;
     fn events(&self, f: &EventFilter) -> ApiResult<EventPage>;
@@ -132,6 +141,17 @@ impl Api for InProcess {
     }
     fn build(&self, id: &str) -> ApiResult<BuildDetail> {
         views::build(&self.engine, id)
+    }
+    fn build_partitions(
+        &self,
+        id: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> ApiResult<BuildPartitionPage> {
+        views::build_partitions(&self.engine, id, after, limit)
+    }
+    fn build_summary(&self, id: &str) -> ApiResult<BuildSummary> {
+        views::build_summary(&self.engine, id)
     }
     fn progress(&self, id: &str) -> ApiResult<BuildProgress> {
         views::progress(&self.engine, id)
@@ -520,6 +540,24 @@ impl Api for Http {
     }
     fn build(&self, id: &str) -> ApiResult<BuildDetail> {
         self.get(&route::fill(route::BUILD, id))
+    }
+    fn build_partitions(
+        &self,
+        id: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> ApiResult<BuildPartitionPage> {
+        self.get(&format!(
+            "{}{}",
+            route::fill(route::BUILD_PARTITIONS, id),
+            query(&[
+                ("limit", Some(limit.to_string())),
+                ("after", after.map(str::to_string)),
+            ])
+        ))
+    }
+    fn build_summary(&self, id: &str) -> ApiResult<BuildSummary> {
+        self.get(&route::fill(route::BUILD_SUMMARY, id))
     }
     fn progress(&self, id: &str) -> ApiResult<BuildProgress> {
         self.get(&route::fill(route::BUILD_PROGRESS, id))

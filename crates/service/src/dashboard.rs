@@ -580,10 +580,14 @@ fn build_view(engine: &Engine, id: &str, graph: bool) -> Result<BuildView, AppEr
         limit: Some(100),
         ..Default::default()
     })?;
+    let counts = engine.store.build_run_counts(&id)?;
+    let runs_total = counts.by_status.iter().map(|c| c.n).sum();
     let detail = BuildDetail::new(
         &build,
-        engine.store.request_partitions(&id)?,
-        runs,
+        engine
+            .store
+            .request_partitions_page(&id, None, answers::DETAIL_ROWS + 1)?,
+        (runs, runs_total),
         None,
         engine.progress_of(&build)?,
     );
@@ -591,7 +595,7 @@ fn build_view(engine: &Engine, id: &str, graph: bool) -> Result<BuildView, AppEr
         detail,
         events: answers::events(&events),
         delegations: answers::events(&delegations),
-        counts: engine.store.build_run_counts(&id)?,
+        counts,
         graph,
     })
 }
@@ -710,8 +714,10 @@ fn build_body(v: &BuildView, state: &AppState, role: Role) -> Markup {
                 }
             }
             details open[!big] {
-                summary { h2.inline { "Partitions (" (b.partitions.len()) ")" } }
-                @if b.partitions.len() > 500 { p.muted { "The first 500 of " (b.partitions.len()) "." } }
+                summary { h2.inline { "Partitions (" (b.partitions.len()) @if b.partitions_next.is_some() { "+" } ")" } }
+                @if b.partitions.len() > 500 || b.partitions_next.is_some() { p.muted { "The first 500 in ref order; every one: "
+                    code { "databuild builds " (short(&b.build_request_id)) " --partitions" } " or "
+                    a href=(answers::route::fill(answers::route::BUILD_PARTITIONS, &b.build_request_id)) { "the API" } "." } }
                 table { tr { th { "Partition" } th { "In this build" } }
                     @for p in b.partitions.iter().take(500) { tr { td { (partition_link(&p.partition_ref)) } td { (badge(p.status.as_str())) } } }
                 }

@@ -20,6 +20,8 @@ use crate::error::ErrorBody;
         crate::api::get_build,
         crate::api::cancel_build,
         crate::api::build_events,
+        crate::api::build_partitions,
+        crate::api::build_summary,
         crate::api::build_progress,
         crate::api::build_event_stream,
         crate::api::analyze,

@@ -19,6 +19,8 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route(route::BUILDS, post(api::post_build).get(api::list_builds))
         .route(route::BUILD, get(api::get_build).delete(api::cancel_build))
         .route(route::BUILD_EVENTS, get(api::build_events))
+        .route(route::BUILD_PARTITIONS, get(api::build_partitions))
+        .route(route::BUILD_SUMMARY, get(api::build_summary))
         .route(route::BUILD_PROGRESS, get(api::build_progress))
         .route(route::BUILD_EVENT_STREAM, get(api::build_event_stream))
         .route(route::ANALYZE, post(api::analyze))

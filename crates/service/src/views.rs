@@ -5,9 +5,9 @@
 
 use databuild_core::{BraceExpansionError, PartitionRef, UserRefError};
 use databuild_exec::answers::{
-    self, Build, BuildDetail, BuildList, BuildProgress, Cancelled, DatasetList, EventList,
-    EventPage, Explain, JobDetail, JobList, JobRun, JobRunList, LogChunk, PartitionStatus, Sealed,
-    SourceList, Want, WantDetail, WantList,
+    self, Build, BuildDetail, BuildList, BuildPartitionPage, BuildProgress, BuildSummary,
+    Cancelled, DatasetList, EventList, EventPage, Explain, JobDetail, JobList, JobRun, JobRunList,
+    LogChunk, PartitionStatus, Sealed, SourceList, Want, WantDetail, WantList,
 };
 use databuild_exec::gc::{GcOptions, GcReport};
 use databuild_exec::lineage::{Direction, InstanceDiff, Lineage, LineageQuery, TaintImpact};
@@ -177,17 +177,56 @@ pub fn build(engine: &Engine, id: &str) -> ApiResult<BuildDetail> {
         engine,
         &RunQuery {
             build_request_id: Some(id.to_string()),
-            limit: 100_000,
+            limit: answers::DETAIL_ROWS,
             ..Default::default()
         },
     )?;
+    let job_runs_total = engine
+        .store
+        .build_run_counts(id)?
+        .by_status
+        .iter()
+        .map(|c| c.n)
+        .sum();
     Ok(BuildDetail::new(
         &build,
-        engine.store.request_partitions(id)?,
-        job_runs,
-        Some(engine.summary_of(&build)?),
+        engine
+            .store
+            .request_partitions_page(id, None, answers::DETAIL_ROWS + 1)?,
+        (job_runs, job_runs_total),
+        Some(engine.summary_cut(&build, answers::DETAIL_ROWS)?),
         engine.progress_of(&build)?,
     ))
+}
+
+/// The most rows one page of a build's partitions or events holds (a larger `limit` is cut to
+/// it; `next` goes on from there).
+pub const MAX_PAGE: usize = 10_000;
+
+/// A page of a build's partitions, in ref order, after `after`.
+pub fn build_partitions(
+    engine: &Engine,
+    id: &str,
+    after: Option<&str>,
+    limit: usize,
+) -> ApiResult<BuildPartitionPage> {
+    let id = &build_id(engine, id)?;
+    let mut partitions = engine.store.request_partitions_page(id, after, limit + 1)?;
+    let next = (partitions.len() > limit).then(|| {
+        partitions.truncate(limit);
+        partitions[limit - 1].partition_ref.clone()
+    });
+    Ok(BuildPartitionPage { partitions, next })
+}
+
+/// What a build did, every list whole (a build's detail cuts them to a page).
+pub fn build_summary(engine: &Engine, id: &str) -> ApiResult<BuildSummary> {
+    let id = &build_id(engine, id)?;
+    let build = engine
+        .store
+        .build_request(id)?
+        .ok_or_else(|| not_found_build(id))?;
+    Ok(engine.summary_of(&build)?)
 }
 
 /// A build request's progress: 404 before it is planned.
@@ -201,14 +240,26 @@ pub fn progress(engine: &Engine, id: &str) -> ApiResult<BuildProgress> {
     })
 }
 
-pub fn build_events(engine: &Engine, id: &str) -> ApiResult<EventList> {
+/// A page of a build's events in log order, after the index `since`.
+pub fn build_events(
+    engine: &Engine,
+    id: &str,
+    since: Option<i64>,
+    limit: usize,
+) -> ApiResult<EventPage> {
     let id = &build_id(engine, id)?;
     let events = engine.store.events(&EventFilter {
         build_request_id: Some(id.to_string()),
+        since,
+        limit: Some(limit),
         ..Default::default()
     })?;
-    Ok(EventList {
+    let next = (events.len() >= limit)
+        .then(|| events.last().map(|e| e.idx))
+        .flatten();
+    Ok(EventPage {
         events: answers::events(&events),
+        next,
     })
 }
 

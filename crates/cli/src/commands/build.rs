@@ -215,10 +215,7 @@ fn remote_build(
         }
     }
     reader.join().expect("the stream reader does not panic")?;
-    let build = databuild_service::client::Api::build(client, &id)?;
-    build.summary.ok_or_else(|| {
-        anyhow::anyhow!("build request {id} ended, but the service has no summary of it")
-    })
+    Ok(databuild_service::client::Api::build_summary(client, &id)?)
 }
 
 /// Turns a build's events into the progress reports a local build makes.

@@ -149,7 +149,20 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             limit,
             after,
         } => query::partitions(&backend, pattern, status, limit, after, json),
-        Command::Builds { id, all, limit } => {
+        Command::Builds {
+            id,
+            partitions: true,
+            after,
+            limit,
+            ..
+        } => query::build_partitions(
+            &backend,
+            id.as_deref().unwrap_or_default(),
+            after.as_deref(),
+            limit,
+            json,
+        ),
+        Command::Builds { id, all, limit, .. } => {
             query::builds(&backend, id.as_deref(), all, limit, json)
         }
         Command::Events {

@@ -123,7 +123,10 @@ pub fn builds(
             .unwrap_or_default()
     )?;
     // All of them in --json; a screenful here.
-    outln!("  requested: {}", short_list(&b.requested_partitions, 20))?;
+    outln!(
+        "  requested: {}",
+        crate::output::head_of(&b.requested_partitions, b.requested_count as usize, 20)
+    )?;
     if let Some(p) = &b.progress {
         out!("{}", indent(&progress_text(p)))?;
     }
@@ -134,6 +137,9 @@ pub fn builds(
         .collect();
     if !partitions.is_empty() {
         out!("{}", indent(&table(&["PARTITION", "STATUS"], &partitions)))?;
+    }
+    if let Some(next) = &b.partitions_next {
+        outln!("  (more partitions: databuild builds {id} --partitions --after '{next}')")?;
     }
     let runs: Vec<Vec<String>> = b
         .job_runs
@@ -152,6 +158,49 @@ pub fn builds(
             "{}",
             indent(&table(&["RUN", "JOB", "STATUS", "TOOK"], &runs))
         )?;
+    }
+    if b.job_runs_total > b.job_runs.len() as u64 {
+        outln!(
+            "  (the newest {} of {} runs; all: databuild sql \"SELECT * FROM job_runs WHERE build_request_id = '{}'\")",
+            b.job_runs.len(),
+            b.job_runs_total,
+            b.build_request_id
+        )?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `builds ID --partitions`: a page of what a build did to each partition it touched.
+pub fn build_partitions(
+    backend: &Backend,
+    id: &str,
+    after: Option<&str>,
+    limit: usize,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
+    let page = backend.build_partitions(id, after, limit.max(1))?;
+    if json {
+        print_json(&page)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let rows: Vec<Vec<String>> = page
+        .partitions
+        .iter()
+        .map(|p| {
+            vec![
+                p.partition_ref.clone(),
+                p.status.to_string(),
+                p.job_run_id
+                    .as_deref()
+                    .map(short_id)
+                    .unwrap_or("-")
+                    .to_string(),
+            ]
+        })
+        .collect();
+    out!("{}", table(&["PARTITION", "STATUS", "RUN"], &rows))?;
+    if let Some(next) = &page.next {
+        outln!("(more: --after '{next}')")?;
     }
     Ok(ExitCode::SUCCESS)
 }

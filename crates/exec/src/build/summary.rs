@@ -4,7 +4,7 @@
 use databuild_log::{RunQuery, Status};
 use rustc_hash::{FxHashMap, FxHashSet};
 
-pub use crate::answers::{BuildSummary, RunFailure};
+pub use crate::answers::{BuildSummary, RunFailure, SummaryCounts};
 use crate::engine::{Engine, Result};
 
 impl BuildSummary {
@@ -26,9 +26,15 @@ impl BuildSummary {
             cancelled: Vec::new(),
             not_started: Vec::new(),
             message: Some(message),
+            counts: Default::default(),
         }
+        .counted()
     }
 }
+
+/// How many parts of a plan's record a summary reads at once (a part names up to a few
+/// thousand runs).
+const PLAN_PARTS_READ: usize = 16;
 
 /// How many failures a summary quotes the logs of (each is a file read).
 const QUOTED_FAILURES: usize = 1000;
@@ -45,6 +51,17 @@ impl Engine {
 
     /// [`Engine::summary`] of a build request already read.
     pub fn summary_of(&self, build: &databuild_log::BuildRequestRow) -> Result<BuildSummary> {
+        self.summary_cut(build, usize::MAX)
+    }
+
+    /// [`Engine::summary_of`] with each list cut to its first `cut` (the counts whole), and the
+    /// plan's record read a few parts at a time: a backfill's refs that never ran (millions)
+    /// are counted, not gathered.
+    pub fn summary_cut(
+        &self,
+        build: &databuild_log::BuildRequestRow,
+        cut: usize,
+    ) -> Result<BuildSummary> {
         let id = build.build_request_id.as_str();
         let mut runs = self.store.job_runs(&RunQuery {
             build_request_id: Some(id.to_string()),
@@ -99,15 +116,39 @@ impl Engine {
         // Planned runs that were never claimed have no run of their own: only the plan's
         // record names them (`record::planned`).
         let mut never_claimed = Vec::new();
-        let mut parts = self.build_request_events(id, Status::Planning, None)?;
-        parts.extend(self.build_request_events(id, Status::Executing, None)?);
-        for part in parts {
-            for (_, outputs) in part.data.plan {
-                let claimed = outputs
-                    .first()
-                    .is_some_and(|o| last_of.contains_key(o.as_str()));
-                if !claimed {
-                    never_claimed.extend(outputs.into_iter().filter(|o| !is_delegated.contains(o)));
+        let mut never_claimed_count = 0u64;
+        for status in [Status::Planning, Status::Executing] {
+            let mut since = None;
+            loop {
+                let parts = self.store.events(&databuild_log::EventFilter {
+                    build_request_id: Some(id.to_string()),
+                    kind: Some(databuild_log::Kind::BuildRequest),
+                    status: Some(status),
+                    since,
+                    limit: Some(PLAN_PARTS_READ),
+                    ..Default::default()
+                })?;
+                let Some(last) = parts.last() else { break };
+                since = Some(last.idx);
+                let full = parts.len() == PLAN_PARTS_READ;
+                for part in parts {
+                    for (_, outputs) in part.data.plan {
+                        let claimed = outputs
+                            .first()
+                            .is_some_and(|o| last_of.contains_key(o.as_str()));
+                        if claimed {
+                            continue;
+                        }
+                        for o in outputs.into_iter().filter(|o| !is_delegated.contains(o)) {
+                            never_claimed_count += 1;
+                            if never_claimed.len() < cut {
+                                never_claimed.push(o);
+                            }
+                        }
+                    }
+                }
+                if !full {
+                    break;
                 }
             }
         }
@@ -162,25 +203,40 @@ impl Engine {
                 });
             }
         }
-        Ok(BuildSummary {
+        let mut not_started = ended_unbuilt(false);
+        let started_count = not_started.len() as u64;
+        not_started.extend(never_claimed);
+        let is_failed = |r: &&String| !available.contains(*r) || held_back.contains_key(*r);
+        let failed_count = build.requested_partitions.iter().filter(is_failed).count() as u64;
+        let failed = build
+            .requested_partitions
+            .iter()
+            .filter(is_failed)
+            .take(cut)
+            .cloned()
+            .collect();
+        let summary = BuildSummary {
             build_request_id: id.to_string(),
             status: build.status,
             failures,
             cancelled: ended_unbuilt(true),
-            not_started: ended_unbuilt(false)
-                .into_iter()
-                .chain(never_claimed)
-                .collect(),
+            not_started,
             built: outputs_of(Status::Completed),
             skipped: outputs_of(Status::Skipped),
-            failed: build
-                .requested_partitions
-                .iter()
-                .filter(|r| !available.contains(*r) || held_back.contains_key(*r))
-                .cloned()
-                .collect(),
+            failed,
             delegated,
             message: build.message.clone(),
+            counts: Default::default(),
+        }
+        .counted();
+        let counts = SummaryCounts {
+            not_started: started_count + never_claimed_count,
+            failed: failed_count,
+            ..summary.counts
+        };
+        Ok(BuildSummary {
+            counts,
+            ..summary.cut_to(cut)
         })
     }
 

@@ -93,6 +93,13 @@ await check(session, token ? 'dashboard (guarded)' : 'dashboard', async () => {
   await page.selectOption('select[name=state]', 'stale');
   await Promise.all([page.waitForURL(/state=stale/), page.click('button:text-is("Show")')]);
   if (await page.locator('svg.matrix rect[data-status="live"], svg.matrix rect[data-status="partial"]').count()) throw new Error('the stale filter shows live cells');
+  // A checked partition's page: its checks' results, and its lineage as a picture.
+  await visit(`/partitions/${encodeURIComponent('daily_summaries/category=news/date=2020-01-03')}`, 'partition-checks');
+  for (const check of ['summary_is_consistent', 'enough_reviews']) {
+    if (!(await page.locator(`table.checks td:has-text("${check}")`).count())) throw new Error(`the partition page shows no result of the check ${check}`);
+  }
+  if ((await page.locator('table.checks .badge').count()) < 2) throw new Error('the checks have no result badges');
+  if (!(await page.locator('h2:text-is("Lineage") ~ div.graph svg').count())) throw new Error('the partition page draws no lineage');
   // One date field: a calendar.
   await visit('/datasets/generate_raw_reviews', 'dataset-calendar');
   await page.waitForSelector('svg.matrix rect[data-status="live"]');

@@ -756,9 +756,11 @@ impl EventStore for PostgresStore {
             collect(
                 c.query(
                     &format!(
+                        // In the key's own order (the database's collation), so the page is
+                        // a range of the primary key, not a sort of the build's every row.
                         "SELECT {REQUEST_PARTITION_COLUMNS} FROM request_partitions
-                         WHERE build_request_id = $1 AND partition_ref COLLATE \"C\" > $2
-                         ORDER BY partition_ref COLLATE \"C\" LIMIT $3"
+                         WHERE build_request_id = $1 AND partition_ref > $2
+                         ORDER BY partition_ref LIMIT $3"
                     ),
                     &[&id, &after.unwrap_or(""), &(limit as i64)],
                 )

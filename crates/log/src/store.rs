@@ -544,7 +544,8 @@ pub trait EventStore: Send + Sync {
     fn build_requests(&self, query: &BuildQuery) -> Result<Vec<BuildRequestRow>>;
     fn request_partitions(&self, id: &str) -> Result<Vec<RequestPartitionRow>>;
     /// A page of [`EventStore::request_partitions`]: up to `limit` rows after the ref `after`,
-    /// in ref order (an index range: as cheap for a build of a million partitions as of ten).
+    /// in the order of the table's key (bytes on SQLite, the database's collation on
+    /// PostgreSQL): an index range, as cheap for a build of a million partitions as of ten.
     fn request_partitions_page(
         &self,
         id: &str,

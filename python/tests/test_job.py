@@ -131,3 +131,15 @@ def test_report_missing_and_configs_speak_the_contract(tmp_path, capsys):
     ]}
     with pytest.raises(JobError, match="unknown keys"):
         job.configs(lambda ref: {"input": []}, argv=["a/1"], out=io.StringIO())
+
+
+def test_refs_too_long_for_the_environment_are_read_from_their_file(tmp_path):
+    inputs = [f"leaf/date={i:05}" for i in range(30000)]
+    listed = tmp_path / "run-1.inputs.json"
+    listed.write_text(json.dumps(inputs))
+    env = env_for(tmp_path, ["total/n=1"], DATABUILD_INPUTS_FILE=str(listed))
+    del env["DATABUILD_INPUTS"]
+    assert Job(env).inputs == inputs
+    env["DATABUILD_INPUTS_FILE"] = str(tmp_path / "gone.json")
+    with pytest.raises(JobError, match="DATABUILD_INPUTS_FILE"):
+        Job(env).inputs

@@ -222,7 +222,8 @@ impl Engine {
             .map(|ns| SystemTime::UNIX_EPOCH + Duration::from_nanos(ns.max(0) as u64)))
     }
 
-    /// Logs (`<run>.log`, `<run>.report.json`) of ended runs older than the cutoff, but not the
+    /// Logs (`<run>.log`, `<run>.report.json`, and the lists of refs too long for a run's
+    /// environment, `<run>.inputs.json`) of ended runs older than the cutoff, but not the
     /// log of a run that is still a partition's current run; configs' stderr older than it.
     fn old_run_logs(&self, cutoff: SystemTime, report: &mut GcReport) -> Result<Vec<Action>> {
         let mut by_run: BTreeMap<String, Vec<(PathBuf, u64)>> = BTreeMap::new();
@@ -249,7 +250,10 @@ impl Engine {
                 continue;
             }
             let run = name.split('.').next().unwrap_or_default();
-            if name.ends_with(".log") || name.ends_with(".report.json") {
+            if [".log", ".report.json", ".inputs.json", ".outputs.json"]
+                .iter()
+                .any(|end| name.ends_with(end))
+            {
                 by_run
                     .entry(run.to_string())
                     .or_default()

@@ -157,12 +157,50 @@ impl Executor for LocalExecutor {
     }
 }
 
-pub(crate) fn environment(spec: &RunSpec) -> Vec<(String, String)> {
-    let json = |v: &[String]| serde_json::to_string(v).expect("refs serialize");
+/// The longest list of refs DataBuild puts in one environment variable. Linux refuses to start
+/// a process given any string over 128 KiB (`MAX_ARG_STRLEN`: "Argument list too long"), and
+/// all of them together count against `ARG_MAX`; a fan-in job reading 24,000 partitions has a
+/// list of ~700 KB.
+const ENV_REFS_MAX: usize = 64 * 1024;
+
+/// Why a run's environment could not be made: the run fails with this message.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot write the run's `{var}` to `{}` (too long for the environment): {cause}", .path.display())]
+pub(crate) struct RefsFileError {
+    var: &'static str,
+    path: PathBuf,
+    cause: std::io::Error,
+}
+
+/// A run's list of refs as `VAR` (JSON), or, when too long for the environment, written to a
+/// file next to the run's log and named by `VAR_FILE` (`VAR` is then unset, so a job that reads
+/// only `VAR` fails at once instead of reading nothing).
+fn refs_var(
+    spec: &RunSpec,
+    var: &'static str,
+    refs: &[String],
+) -> Result<(String, String), RefsFileError> {
+    let json = serde_json::to_string(refs).expect("refs serialize");
+    if json.len() <= ENV_REFS_MAX {
+        return Ok((var.to_string(), json));
+    }
+    let path = spec.log_path.with_extension(format!(
+        "{}.json",
+        var.trim_start_matches("DATABUILD_").to_ascii_lowercase()
+    ));
+    std::fs::write(&path, json).map_err(|cause| RefsFileError {
+        var,
+        path: path.clone(),
+        cause,
+    })?;
+    Ok((format!("{var}_FILE"), path.display().to_string()))
+}
+
+pub(crate) fn environment(spec: &RunSpec) -> Result<Vec<(String, String)>, RefsFileError> {
     let mut env: Vec<(String, String)> = spec.env.clone().into_iter().collect();
     env.extend([
-        ("DATABUILD_OUTPUTS".to_string(), json(&spec.outputs)),
-        ("DATABUILD_INPUTS".to_string(), json(&spec.inputs)),
+        refs_var(spec, "DATABUILD_OUTPUTS", &spec.outputs)?,
+        refs_var(spec, "DATABUILD_INPUTS", &spec.inputs)?,
         (
             "DATABUILD_DATA_DIR".to_string(),
             spec.data_dir.display().to_string(),
@@ -188,7 +226,7 @@ pub(crate) fn environment(spec: &RunSpec) -> Vec<(String, String)> {
             value.clone(),
         ));
     }
-    env
+    Ok(env)
 }
 
 /// How often a running job is checked for cancellation and its timeout when it is quiet.
@@ -301,6 +339,8 @@ enum JobError {
     Wait(std::io::Error),
     #[error("cannot follow the job: {0}")]
     Follow(nix::errno::Errno),
+    #[error(transparent)]
+    RefsFile(#[from] RefsFileError),
 }
 
 impl Process {
@@ -329,7 +369,7 @@ impl Process {
         cmd.args(&spec.command[1..])
             .args(&spec.args)
             .current_dir(&spec.graph_dir)
-            .envs(environment(spec))
+            .envs(environment(spec)?)
             .stdin(Stdio::null())
             .stdout(Stdio::from(writer))
             .stderr(Stdio::from(writer_err))
@@ -907,6 +947,29 @@ mod tests {
         assert_eq!(out, "[\"out/a\"] [\"in/a\"] a fast run-1\n");
         let log = std::fs::read_to_string(&s.log_path).unwrap();
         assert!(log.contains("to-stderr"));
+    }
+
+    /// A fan-in's 30,000 inputs (~1 MB of JSON) are more than Linux lets a process be given in
+    /// one variable: they come in a file named by `DATABUILD_INPUTS_FILE`, and
+    /// `DATABUILD_INPUTS` is unset rather than cut.
+    #[test]
+    fn refs_too_long_for_the_environment_come_in_a_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = spec(
+            dir.path(),
+            r#"mkdir -p "$DATABUILD_DATA_DIR/out" && echo "${DATABUILD_INPUTS-unset} $DATABUILD_OUTPUTS" > "$DATABUILD_DATA_DIR/out/a" && cp "$DATABUILD_INPUTS_FILE" "$DATABUILD_DATA_DIR/inputs.json""#,
+        );
+        s.inputs = (0..30_000)
+            .map(|i| format!("leaf/date={i:05}/part"))
+            .collect();
+        assert_eq!(run(&s), RunOutcome::Succeeded);
+        let out = std::fs::read_to_string(dir.path().join("data/out/a")).unwrap();
+        assert_eq!(out, "unset [\"out/a\"]\n");
+        let inputs: Vec<String> = serde_json::from_str(
+            &std::fs::read_to_string(dir.path().join("data/inputs.json")).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(inputs, s.inputs);
     }
 
     #[test]

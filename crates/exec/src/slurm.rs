@@ -71,7 +71,7 @@ impl SlurmExecutor {
             .arg(format!("--chdir={}", spec.graph_dir.display()))
             .arg(format!("--output={}", spec.log_path.display()))
             .arg("--export=ALL")
-            .envs(environment(spec));
+            .envs(environment(spec)?);
         if let Some(p) = &self.config.partition {
             cmd.arg(format!("--partition={p}"));
         }
@@ -129,6 +129,8 @@ enum SubmitError {
     Refused { job: String, stderr: String },
     #[error("sbatch answered without a job id")]
     NoJobId,
+    #[error(transparent)]
+    RefsFile(#[from] crate::local::RefsFileError),
 }
 
 fn shell_quote(s: &str) -> String {

@@ -30,6 +30,12 @@ pub enum TableJobError {
         var: &'static str,
         cause: serde_json::Error,
     },
+    #[error("`{var}_FILE` names `{}`, which cannot be read: {cause}", .path.display())]
+    RefsFile {
+        var: &'static str,
+        path: PathBuf,
+        cause: std::io::Error,
+    },
     #[error("a table run builds one day: a data and an errors partition from one input")]
     NotOneDay,
     #[error("a schema argument is not valid: {0}")]
@@ -121,7 +127,18 @@ struct Env {
 fn env() -> Result<Env> {
     let var = |k: &'static str| std::env::var(k).map_err(|_| TableJobError::NotSet(k));
     let refs = |k: &'static str| -> Result<Vec<String>> {
-        serde_json::from_str(&var(k)?).map_err(|cause| TableJobError::NotRefs { var: k, cause })
+        // A list too long for the environment comes in a file (`VAR_FILE`, contract section 3).
+        let text = match std::env::var_os(format!("{k}_FILE")) {
+            Some(path) => {
+                std::fs::read_to_string(&path).map_err(|cause| TableJobError::RefsFile {
+                    var: k,
+                    path: path.into(),
+                    cause,
+                })?
+            }
+            None => var(k)?,
+        };
+        serde_json::from_str(&text).map_err(|cause| TableJobError::NotRefs { var: k, cause })
     };
     let outputs = refs("DATABUILD_OUTPUTS")?;
     let inputs = refs("DATABUILD_INPUTS")?;

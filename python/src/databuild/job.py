@@ -67,7 +67,15 @@ class Job:
         return value
 
     def _refs(self, name: str) -> list[str]:
-        text = self._get(name, "[]" if name == "DATABUILD_INPUTS" else None)
+        # A list too long for the environment comes in a file (contract section 3).
+        path = self._environ.get(f"{name}_FILE")
+        if path is not None:
+            try:
+                text = Path(path).read_text()
+            except OSError as e:
+                raise JobError(f"`{name}_FILE` names `{path}`, which cannot be read: {e}") from None
+        else:
+            text = self._get(name, "[]" if name == "DATABUILD_INPUTS" else None)
         try:
             refs = json.loads(text)
         except json.JSONDecodeError as e:

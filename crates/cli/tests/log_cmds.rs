@@ -301,7 +301,8 @@ fn broken_logs_get_one_clear_error() {
 }
 
 /// A request of many refs is listed by its count and first few refs, however large: `builds`,
-/// `/api/v1/builds` and the home page never carry its whole list; `builds ID --json` does.
+/// `/api/v1/builds` and the home page never carry its whole list, nor does a build's detail
+/// (`builds ID --json`: its first 1,000).
 #[test]
 fn a_large_request_is_listed_by_its_count_and_first_refs() {
     let p = Project::new(
@@ -348,9 +349,12 @@ command = ["true"]
         !home.contains("x/11<"),
         "the home page never lists them all"
     );
+    // A build's detail is a page too: the first 1,000 refs, and the count.
     let detail = p.run(&["--json", "builds", &id]).json();
     assert_eq!(
         detail["requested_partitions"].as_array().unwrap().len(),
-        50000
+        1000
     );
+    assert_eq!(detail["requested_partitions"][999], "x/1000");
+    assert_eq!(detail["requested_count"], 50000);
 }

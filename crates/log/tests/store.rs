@@ -121,6 +121,65 @@ fn a_build_projects_into_every_view() {
 
 /// A build's partitions read a page at a time, in ref order, from a cursor: what the build's
 /// detail shows of a backfill instead of all of its rows.
+/// A run scheduled and started in one batch (a claim, which PostgreSQL writes as one row) ends
+/// with the same row as one scheduled and started in two batches, on every backend.
+#[test]
+fn a_run_claimed_in_one_batch_has_the_row_of_one_claimed_in_two() {
+    let claim = |br: &str, run: &str, p: &str| {
+        vec![
+            Event::job_run(br, run, "job", Status::Scheduled).with_data(|d| {
+                d.outputs = vec![p.into()];
+                d.inputs = vec!["raw/1".into()];
+                d.args = vec!["--x".into()];
+                d.job_version = Some("jv".into());
+            }),
+            Event::job_run(br, run, "job", Status::Running).with_data(|d| {
+                d.pid = Some(42);
+                d.host = Some("h".into());
+                d.owner = Some("h/42/1".into());
+                d.log_path = Some(format!("/logs/{run}"));
+                d.input_versions = [("raw/1".to_string(), "v9".to_string())].into();
+            }),
+        ]
+    };
+    let mut rows = Vec::new();
+    for (_dir, store) in stores() {
+        store
+            .append(vec![Event::build_request("b", Status::Received)])
+            .unwrap();
+        store.append(claim("b", "one", "p/1")).unwrap();
+        for e in claim("b", "two", "p/2") {
+            store.append(vec![e]).unwrap();
+        }
+        let one = store.job_run("one").unwrap().unwrap();
+        let two = store.job_run("two").unwrap().unwrap();
+        assert_eq!(one.status, Status::Running, "{}", store.location());
+        assert_eq!(one.pid, Some(42));
+        assert_eq!(
+            one.input_versions.get("raw/1").map(String::as_str),
+            Some("v9")
+        );
+        assert!(one.started_at.is_some() && one.scheduled_at.is_some());
+        let same = |mut r: JobRunRow| {
+            r.job_run_id.clear();
+            r.outputs.clear();
+            r.log_path = None;
+            (r.scheduled_at, r.started_at) = (None, None);
+            format!("{r:?}")
+        };
+        assert_eq!(same(one), same(two), "{}", store.location());
+        // Both runs are found as readers of what they read.
+        let mut readers = store
+            .readers("raw/1", None, Some("v9"), ReadersOf::Data, 10)
+            .unwrap();
+        readers.sort();
+        assert_eq!(readers, ["one", "two"], "{}", store.location());
+        rows.push(same(store.job_run("one").unwrap().unwrap()));
+    }
+    rows.dedup();
+    assert_eq!(rows.len(), 1, "the backends' rows differ: {rows:?}");
+}
+
 #[test]
 fn a_builds_partitions_are_read_a_page_at_a_time() {
     for (_dir, store) in stores() {

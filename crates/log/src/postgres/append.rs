@@ -250,6 +250,7 @@ pub(super) fn write(
         events: EventColumns::default(),
         writes: Vec::new(),
         request_partitions: FxHashMap::default(),
+        run_inserts: FxHashMap::default(),
         touched: FxHashSet::default(),
         claims: FxHashMap::default(),
         run_jobs: FxHashMap::default(),
@@ -354,17 +355,10 @@ enum Write {
         message: Option<String>,
     },
     RunInsert(Box<RunRow>),
-    RunStart {
-        id: Option<String>,
-        status: &'static str,
-        at: i64,
-        pid: Option<i64>,
-        host: Option<String>,
-        owner: Option<String>,
-        input_versions: String,
-        log_path: Option<String>,
-        input_runs: String,
-    },
+    RunStart(Box<StartRow>),
+    /// A run inserted and started in one batch (a claim): one row written, not a row and then
+    /// its update (every update of `job_runs` writes all of its eight indexes again).
+    RunClaim(Box<RunRow>, Box<StartRow>),
     RunEnd {
         id: Option<String>,
         status: &'static str,
@@ -437,6 +431,19 @@ struct CheckWrite {
     at: i64,
 }
 
+/// What a run's start sets on its row.
+struct StartRow {
+    id: Option<String>,
+    status: &'static str,
+    at: i64,
+    pid: Option<i64>,
+    host: Option<String>,
+    owner: Option<String>,
+    input_versions: String,
+    log_path: Option<String>,
+    input_runs: String,
+}
+
 struct RunRow {
     id: Option<String>,
     job: Option<String>,
@@ -458,8 +465,9 @@ fn row_of(w: &Write) -> Option<(u8, String)> {
     let key = |k: &Option<String>| k.clone().unwrap_or_default();
     Some(match w {
         Write::BuildInsert { id, .. } | Write::BuildUpdate { id, .. } => (b'b', key(id)),
-        Write::RunInsert(row) => (b'r', key(&row.id)),
-        Write::RunStart { id, .. } | Write::RunEnd { id, .. } => (b'r', key(id)),
+        Write::RunInsert(row) | Write::RunClaim(row, _) => (b'r', key(&row.id)),
+        Write::RunStart(start) => (b'r', key(&start.id)),
+        Write::RunEnd { id, .. } => (b'r', key(id)),
         Write::RequestPartition { br, r, .. } => (b'q', format!("{br}\0{}", key(r))),
         Write::Partition { r, .. } => (b'p', key(r)),
         Write::Restore(r) | Write::Delete(r) => (b'p', r.clone()),
@@ -477,7 +485,7 @@ fn kind_of(w: &Write) -> usize {
         Write::BuildInsert { .. } => 0,
         Write::BuildUpdate { .. } => 1,
         Write::RunInsert(_) => 2,
-        Write::RunStart { .. } => 3,
+        Write::RunStart(_) => 3,
         Write::RunEnd { .. } => 4,
         Write::RequestPartition { .. } => 5,
         Write::Partition { .. } => 6,
@@ -489,6 +497,7 @@ fn kind_of(w: &Write) -> usize {
         Write::RunCounts(_) => 12,
         Write::PartitionCounts(_) => 13,
         Write::Check(_) => 14,
+        Write::RunClaim(..) => 15,
     }
 }
 
@@ -500,7 +509,7 @@ SELECT * FROM unnest($1::bigint[], $2::text[], $3::bigint[], $4::text[], $5::tex
 
 /// Each kind's statement, by [`kind_of`]: the per-row SQL of a statement per event, over the
 /// `unnest` of the rows' columns.
-const WRITES: [&str; 15] = [
+const WRITES: [&str; 16] = [
     "INSERT INTO build_requests (build_request_id, status, requested, analyze_only, owner, message,
                                  created_at, updated_at, requested_count, requested_head)
      SELECT id, s, req, ao, o, m, t, t, rc, rh
@@ -603,6 +612,23 @@ const WRITES: [&str; 15] = [
         command = excluded.command, inline = excluded.inline, message = excluded.message,
         metrics = excluded.metrics, event_idx = excluded.event_idx,
         updated_at = excluded.updated_at",
+    // A run inserted and started (the insert and the start above, in one row write).
+    "WITH u AS (SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[],
+                                     $6::text[], $7::text[], $8::text[], $9::bigint[],
+                                     $10::text[], $11::text[], $12::text[], $13::bigint[],
+                                     $14::bigint[], $15::text[], $16::text[], $17::text[],
+                                     $18::text[], $19::text[])
+                       AS u(id, job, br, s, outputs, inputs, args, env, sched, m, relies, jv,
+                            t, pid, host, o, iv, lp, ir)),
+          read AS (INSERT INTO run_inputs (input_ref, input_run_id, data_version, job_run_id)
+                   SELECT kv.key, u.ir::json ->> kv.key, kv.value, u.id
+                     FROM u, json_each_text(u.iv::json) kv)
+     INSERT INTO job_runs (job_run_id, job, build_request_id, status, outputs, inputs, args, env,
+                           scheduled_at, message, relies_on, job_version, started_at, pid, host,
+                           owner, input_versions, log_path, input_runs)
+     SELECT id, job, br, s, outputs, inputs, args, env, sched, m, relies, jv, t, pid, host, o,
+            iv, lp, ir
+       FROM u",
 ];
 
 /// The parameters of one statement of `kind` for `writes` (all of that kind): a column each.
@@ -653,15 +679,15 @@ fn columns(kind: usize, writes: &[&Write]) -> Vec<Param> {
             col!(Write::RunInsert(r) => r.job_version.clone()),
         ],
         3 => vec![
-            col!(Write::RunStart { id, .. } => id.clone()),
-            col!(Write::RunStart { status, .. } => *status),
-            col!(Write::RunStart { at, .. } => *at),
-            col!(Write::RunStart { pid, .. } => *pid),
-            col!(Write::RunStart { host, .. } => host.clone()),
-            col!(Write::RunStart { owner, .. } => owner.clone()),
-            col!(Write::RunStart { input_versions, .. } => input_versions.clone()),
-            col!(Write::RunStart { log_path, .. } => log_path.clone()),
-            col!(Write::RunStart { input_runs, .. } => input_runs.clone()),
+            col!(Write::RunStart(s) => s.id.clone()),
+            col!(Write::RunStart(s) => s.status),
+            col!(Write::RunStart(s) => s.at),
+            col!(Write::RunStart(s) => s.pid),
+            col!(Write::RunStart(s) => s.host.clone()),
+            col!(Write::RunStart(s) => s.owner.clone()),
+            col!(Write::RunStart(s) => s.input_versions.clone()),
+            col!(Write::RunStart(s) => s.log_path.clone()),
+            col!(Write::RunStart(s) => s.input_runs.clone()),
         ],
         4 => vec![
             col!(Write::RunEnd { id, .. } => id.clone()),
@@ -678,6 +704,27 @@ fn columns(kind: usize, writes: &[&Write]) -> Vec<Param> {
             col!(Write::RequestPartition { status, .. } => *status),
             col!(Write::RequestPartition { run, .. } => run.clone()),
             col!(Write::RequestPartition { at, .. } => *at),
+        ],
+        15 => vec![
+            col!(Write::RunClaim(r, _) => r.id.clone()),
+            col!(Write::RunClaim(r, _) => r.job.clone()),
+            col!(Write::RunClaim(r, _) => r.br.clone()),
+            col!(Write::RunClaim(_, s) => s.status),
+            col!(Write::RunClaim(r, _) => r.outputs.clone()),
+            col!(Write::RunClaim(r, _) => r.inputs.clone()),
+            col!(Write::RunClaim(r, _) => r.args.clone()),
+            col!(Write::RunClaim(r, _) => r.env.clone()),
+            col!(Write::RunClaim(r, _) => r.at),
+            col!(Write::RunClaim(r, _) => r.message.clone()),
+            col!(Write::RunClaim(r, _) => r.relies_on.clone()),
+            col!(Write::RunClaim(r, _) => r.job_version.clone()),
+            col!(Write::RunClaim(_, s) => s.at),
+            col!(Write::RunClaim(_, s) => s.pid),
+            col!(Write::RunClaim(_, s) => s.host.clone()),
+            col!(Write::RunClaim(_, s) => s.owner.clone()),
+            col!(Write::RunClaim(_, s) => s.input_versions.clone()),
+            col!(Write::RunClaim(_, s) => s.log_path.clone()),
+            col!(Write::RunClaim(_, s) => s.input_runs.clone()),
         ],
         6 => vec![
             col!(Write::Partition { r, .. } => r.clone()),
@@ -772,6 +819,8 @@ struct PgAppend<'a> {
     writes: Vec<Write>,
     /// Per request partition row: its upsert among `writes`, which the next one folds into.
     request_partitions: FxHashMap<(String, String), usize>,
+    /// Per run the batch inserts: its insert among `writes`, which its start folds into.
+    run_inserts: FxHashMap<String, usize>,
     /// Partitions written by the batch so far: what [`begin`] read of them is out of date.
     touched: FxHashSet<String>,
     /// Per partition row read by [`begin`]: its `prev_status` and its job (`''` for none).
@@ -843,8 +892,16 @@ impl PgAppend<'_> {
 
     fn keep(&mut self, w: Write) {
         if let Some(row) = row_of(&w) {
-            if row.0 == b'p' {
-                self.touched.insert(row.1);
+            match row.0 {
+                b'p' => {
+                    self.touched.insert(row.1);
+                }
+                // Another write to a run's row: a start after it no longer folds into the
+                // insert (it would come before this write).
+                b'r' if !matches!(w, Write::RunInsert(_)) => {
+                    self.run_inserts.remove(&row.1);
+                }
+                _ => {}
             }
         }
         self.writes.push(w);
@@ -876,6 +933,7 @@ impl PgAppend<'_> {
         }
         let writes = std::mem::take(&mut self.writes);
         self.request_partitions.clear();
+        self.run_inserts.clear();
         // Each write's layer: how many writes to its row came before it.
         let mut seen: FxHashMap<(u8, String), usize> = FxHashMap::default();
         let mut groups: std::collections::BTreeMap<(usize, usize), Vec<&Write>> =
@@ -1041,6 +1099,9 @@ impl AppendTx for PgAppend<'_> {
         if let (Some(id), Some(job)) = (&e.job_run_id, &e.job) {
             self.run_jobs.insert(id.clone(), job.clone());
         }
+        if let Some(id) = &e.job_run_id {
+            self.run_inserts.insert(id.clone(), self.writes.len());
+        }
         self.keep(Write::RunInsert(Box::new(RunRow {
             id: e.job_run_id.clone(),
             job: e.job.clone(),
@@ -1061,7 +1122,7 @@ impl AppendTx for PgAppend<'_> {
     fn start_job_run(&mut self, e: &Event) -> Result<String> {
         let job = self.run_job(e)?;
         let d = &e.data;
-        self.keep(Write::RunStart {
+        let start = Box::new(StartRow {
             id: e.job_run_id.clone(),
             status: e.status.as_str(),
             at: e.timestamp,
@@ -1072,6 +1133,17 @@ impl AppendTx for PgAppend<'_> {
             log_path: d.log_path.clone(),
             input_runs: to_json(&d.input_runs),
         });
+        // Inserted by this batch, and not written since: the start goes into the insert.
+        let id = e.job_run_id.clone().unwrap_or_default();
+        if let Some(i) = self.run_inserts.remove(&id) {
+            let w = std::mem::replace(&mut self.writes[i], Write::Delete(String::new()));
+            let Write::RunInsert(row) = w else {
+                unreachable!("run_inserts points at inserts")
+            };
+            self.writes[i] = Write::RunClaim(row, start);
+        } else {
+            self.keep(Write::RunStart(start));
+        }
         Ok(job)
     }
 

@@ -11,7 +11,9 @@
 //! as a statement per event would run. A statement may touch a row only once, and a row's writes
 //! must keep their order: the n-th write of a batch to one row (one partition, one run...) goes in
 //! layer n, and the layers run in order. A batch of whole builds has a few layers (a partition is
-//! requested, scheduled, building, then available); a build's claims have one or two.
+//! requested, scheduled, building, then available); a build's claims have one or two. A run
+//! inserted and started in one batch (a claim) is one row write ([`Write::RunClaim`]): an
+//! update of `job_runs` rewrites all its indexes, so the start is folded into the insert.
 
 use futures_util::future::try_join_all;
 use rustc_hash::{FxHashMap, FxHashSet};

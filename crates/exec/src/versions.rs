@@ -243,6 +243,45 @@ impl Effective {
 
 /// How many runs or rows one read-ahead query asks for.
 const READ_AHEAD: usize = 10_000;
+/// How many runs: each comes as a whole row (its maps parsed), and only the [`BuiltRun`] kept.
+const RUNS_READ_AHEAD: usize = 1_000;
+
+/// What deciding a partition's state needs of the run that built it: a [`JobRunRow`] without
+/// what planning never reads (its outputs, log, host, the runs of its inputs...), its maps as
+/// sorted lists. A no-op build of 24k jobs holds every such run at once: as rows, ~55 MB, most of
+/// it `BTreeMap` nodes (~540 bytes each, however few entries).
+struct BuiltRun {
+    job: String,
+    job_version: Option<String>,
+    inputs: Box<[String]>,
+    /// By input ref (and alias), sorted.
+    input_versions: Box<[(String, String)]>,
+    args: Box<[String]>,
+    env: Box<[(String, String)]>,
+}
+
+impl From<JobRunRow> for BuiltRun {
+    fn from(run: JobRunRow) -> Self {
+        BuiltRun {
+            job: run.job,
+            job_version: run.job_version,
+            inputs: run.inputs.into(),
+            input_versions: run.input_versions.into_iter().collect(),
+            args: run.args.into(),
+            env: run.env.into_iter().collect(),
+        }
+    }
+}
+
+impl BuiltRun {
+    /// The version of `input` the run read.
+    fn read(&self, input: &str) -> Option<&String> {
+        self.input_versions
+            .binary_search_by(|(r, _)| r.as_str().cmp(input))
+            .ok()
+            .map(|i| &self.input_versions[i].1)
+    }
+}
 
 /// The most rows of a round whose runs and inputs are read ahead.
 const READ_AHEAD_ROUND: usize = 50_000;
@@ -260,7 +299,7 @@ pub struct VersionedStates<'a> {
     /// those of their inputs, read ahead.
     rows: RefCell<FxHashMap<String, Rc<PartitionRow>>>,
     /// The runs that built those rows, read ahead in batches ([`Self::read_ahead`]).
-    runs: RefCell<FxHashMap<String, Rc<JobRunRow>>>,
+    runs: RefCell<FxHashMap<String, Rc<BuiltRun>>>,
     promotions: BTreeMap<String, u32>,
     /// The datasets with a tainted partition in the log (found at the first external asked
     /// about): only their partitions' rows are read, so a no-op build reads no row per external.
@@ -458,7 +497,7 @@ impl<'a> VersionedStates<'a> {
             ids.sort_unstable();
             ids.dedup();
             let mut inputs = Vec::new();
-            for chunk in ids.chunks(READ_AHEAD) {
+            for chunk in ids.chunks(RUNS_READ_AHEAD) {
                 let keys: Vec<&str> = chunk.iter().map(String::as_str).collect();
                 let Some(runs) = self.noted(self.store.job_runs_by_id(&keys)) else {
                     return;
@@ -474,9 +513,8 @@ impl<'a> VersionedStates<'a> {
                             })
                             .cloned(),
                     );
-                    self.runs
-                        .borrow_mut()
-                        .insert(run.job_run_id.clone(), Rc::new(run));
+                    let id = run.job_run_id.clone();
+                    self.runs.borrow_mut().insert(id, Rc::new(run.into()));
                 }
             }
             inputs.sort_unstable();
@@ -499,11 +537,13 @@ impl<'a> VersionedStates<'a> {
     }
 
     /// The run that built a row: read ahead, or read now.
-    fn run(&self, id: &str) -> Option<Rc<JobRunRow>> {
+    fn run(&self, id: &str) -> Option<Rc<BuiltRun>> {
         if let Some(run) = self.runs.borrow().get(id) {
             return Some(run.clone());
         }
-        self.noted(self.store.job_run(id)).flatten().map(Rc::new)
+        self.noted(self.store.job_run(id))
+            .flatten()
+            .map(|run| Rc::new(run.into()))
     }
 
     /// The version `r` has now (as recorded, or as a rebuild would record it if stale); `None` if
@@ -587,7 +627,7 @@ impl<'a> VersionedStates<'a> {
                 job.version
             ));
         }
-        for (alias, then) in &run.input_versions {
+        for (alias, then) in run.input_versions.iter() {
             let Some(read) = then.strip_prefix(ALIAS_PREFIX) else {
                 continue;
             };
@@ -604,8 +644,8 @@ impl<'a> VersionedStates<'a> {
         let mut expired = None;
         // Stale through a stale input (when nothing closer is found first).
         let mut through: Option<Staleness> = None;
-        for input in &run.inputs {
-            let then = run.input_versions.get(input);
+        for input in run.inputs.iter() {
+            let then = run.read(input);
             match self.effective(input) {
                 // Expired raw data did not change: what was built from it stands.
                 None if self.expired(input) => {
@@ -664,7 +704,10 @@ impl<'a> VersionedStates<'a> {
         }
         let version = match stale {
             None => recorded,
-            Some(_) => data_version(&job.name, &job.version, &run.args, &run.env, &now),
+            Some(_) => {
+                let env = run.env.iter().cloned().collect();
+                data_version(&job.name, &job.version, &run.args, &env, &now)
+            }
         };
         Effective {
             stale,

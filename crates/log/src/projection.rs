@@ -473,9 +473,14 @@ pub(crate) fn runs_query<V>(q: &RunQuery, sigil: char, text: impl Fn(String) -> 
     if q.unfinished {
         filters.raw("status IN ('scheduled', 'running')");
     }
+    let columns = if q.brief {
+        BRIEF_RUN_COLUMNS
+    } else {
+        RUN_COLUMNS
+    };
     Query {
         sql: format!(
-            "SELECT {RUN_COLUMNS} FROM job_runs{} ORDER BY scheduled_at DESC, job_run_id LIMIT {}",
+            "SELECT {columns} FROM job_runs{} ORDER BY scheduled_at DESC, job_run_id LIMIT {}",
             filters.clause, q.limit
         ),
         values: filters.values,
@@ -612,6 +617,13 @@ pub(crate) const RUN_COLUMNS: &str =
     "job_run_id, job, build_request_id, status, outputs, inputs, args, env,
                            scheduled_at, started_at, ended_at, exit_code, message, relies_on, pid, host,
                            owner, job_version, input_versions, log_path, input_runs";
+
+/// [`RUN_COLUMNS`] without what a run read and ran with (inputs, args, env, input versions and
+/// runs): each JSON parsed into lists and maps, those are most of a run row's memory.
+const BRIEF_RUN_COLUMNS: &str =
+    "job_run_id, job, build_request_id, status, outputs, CAST(NULL AS TEXT), CAST(NULL AS TEXT),
+     CAST(NULL AS TEXT), scheduled_at, started_at, ended_at, exit_code, message, relies_on, pid,
+     host, owner, job_version, CAST(NULL AS TEXT), log_path, CAST(NULL AS TEXT)";
 
 pub(crate) fn run_from_row<R: Columns>(row: &R) -> RowResult<JobRunRow, R> {
     Ok(JobRunRow {

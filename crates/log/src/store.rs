@@ -410,6 +410,9 @@ pub struct RunQuery {
     pub build_request_id: Option<String>,
     /// Only runs still `scheduled` or `running`.
     pub unfinished: bool,
+    /// Without what each run read and ran with: `inputs`, `args`, `env`, `input_versions` and
+    /// `input_runs` come empty (a build's summary reads all of its runs, and needs none of it).
+    pub brief: bool,
     pub limit: usize,
 }
 

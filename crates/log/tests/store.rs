@@ -180,6 +180,38 @@ fn a_run_claimed_in_one_batch_has_the_row_of_one_claimed_in_two() {
     assert_eq!(rows.len(), 1, "the backends' rows differ: {rows:?}");
 }
 
+/// A brief listing of a build's runs has all but what each run read and ran with.
+#[test]
+fn a_brief_run_listing_leaves_out_what_runs_read_and_ran_with() {
+    for (_dir, store) in stores() {
+        store.append(reading_events("b", "r", Some("r0"))).unwrap();
+        let query = |brief| RunQuery {
+            build_request_id: Some("b".into()),
+            brief,
+            limit: 10,
+            ..Default::default()
+        };
+        let whole = store.job_runs(&query(false)).unwrap().remove(0);
+        let brief = store.job_runs(&query(true)).unwrap().remove(0);
+        assert!(!whole.input_versions.is_empty() && !whole.input_runs.is_empty());
+        assert!(brief.input_versions.is_empty() && brief.input_runs.is_empty());
+        assert!(brief.inputs.is_empty() && brief.args.is_empty() && brief.env.is_empty());
+        let light = |r: &JobRunRow| {
+            (
+                r.job_run_id.clone(),
+                r.status,
+                r.outputs.clone(),
+                r.scheduled_at,
+                r.started_at,
+                r.ended_at,
+                r.pid,
+                r.log_path.clone(),
+            )
+        };
+        assert_eq!(light(&whole), light(&brief), "{}", store.location());
+    }
+}
+
 #[test]
 fn a_builds_partitions_are_read_a_page_at_a_time() {
     for (_dir, store) in stores() {

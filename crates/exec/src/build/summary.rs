@@ -65,6 +65,7 @@ impl Engine {
         let id = build.build_request_id.as_str();
         let mut runs = self.store.job_runs(&RunQuery {
             build_request_id: Some(id.to_string()),
+            brief: true,
             limit: 10_000_000,
             ..Default::default()
         })?;

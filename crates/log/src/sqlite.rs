@@ -47,9 +47,10 @@ pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Page cache sizes. Appends touch several indexes at random keys; with SQLite's default 2 MiB
-/// cache the writer spends most of its time re-reading and spilling pages.
-const WRITER_CACHE_KIB: i64 = 64 * 1024;
-const READER_CACHE_KIB: i64 = 16 * 1024;
+/// cache the writer spends most of its time re-reading and spilling pages. 32 MiB appends 1M
+/// events as fast as 64 did (116k events/s), and a 24k-job build holds 51 MB less.
+const WRITER_CACHE_KIB: i64 = 32 * 1024;
+const READER_CACHE_KIB: i64 = 8 * 1024;
 /// A user query's page cache: small, and its sorts and temporary tables spill to files, so one
 /// query holds little of the log in memory however much it reads.
 const SQL_CACHE_KIB: i64 = 2 * 1024;

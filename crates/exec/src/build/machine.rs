@@ -505,9 +505,9 @@ impl Machine {
     /// (at most `MAX_CLAIM_AHEAD`), refilling in one log write once half are taken. A slot that
     /// frees finds a run waiting, and the log takes one write per few runs. Why four: a write
     /// to a PostgreSQL log takes ~2 ms on a busy host, as long as a short job; with twice as
-    /// many ahead, slots sat idle waiting for claims (0.45 s over a 2.7k-job build, and 1.66 a
-    /// write per 3 runs instead of 1 per 5). Once the build stopped, the claimed runs no slot
-    /// took are taken back instead.
+    /// many ahead, slots sat idle waiting for claims (0.45 s over a 2.7k-job build), and the log
+    /// took a write per 3 runs instead of one per 5. Once the build stopped, the claimed runs no
+    /// slot took are taken back instead.
     pub fn fill(&mut self, out: &mut VecDeque<Effect>) {
         if self.stopped.is_some() {
             if self.staged > 0 {

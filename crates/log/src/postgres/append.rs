@@ -12,7 +12,7 @@
 //! must keep their order: the n-th write of a batch to one row (one partition, one run...) goes in
 //! layer n, and the layers run in order. A batch of whole builds has a few layers (a partition is
 //! requested, scheduled, building, then available); a build's claims have one or two. A run
-//! inserted and started in one batch (a claim) is one row write ([`Write::RunClaim`]): an
+//! inserted and started in one batch (a claim) is one row write (its [`RunRow::start`]): an
 //! update of `job_runs` rewrites all its indexes, so the start is folded into the insert.
 
 use futures_util::future::try_join_all;
@@ -358,9 +358,6 @@ enum Write {
     },
     RunInsert(Box<RunRow>),
     RunStart(Box<StartRow>),
-    /// A run inserted and started in one batch (a claim): one row written, not a row and then
-    /// its update (every update of `job_runs` writes all of its eight indexes again).
-    RunClaim(Box<RunRow>, Box<StartRow>),
     RunEnd {
         id: Option<String>,
         status: &'static str,
@@ -447,6 +444,9 @@ struct StartRow {
 }
 
 struct RunRow {
+    /// Its start, when the batch starts it too (a claim): one row written, not a row and then
+    /// its update (every update of `job_runs` writes all of its eight indexes again).
+    start: Option<Box<StartRow>>,
     id: Option<String>,
     job: Option<String>,
     br: Option<String>,
@@ -467,7 +467,7 @@ fn row_of(w: &Write) -> Option<(u8, String)> {
     let key = |k: &Option<String>| k.clone().unwrap_or_default();
     Some(match w {
         Write::BuildInsert { id, .. } | Write::BuildUpdate { id, .. } => (b'b', key(id)),
-        Write::RunInsert(row) | Write::RunClaim(row, _) => (b'r', key(&row.id)),
+        Write::RunInsert(row) => (b'r', key(&row.id)),
         Write::RunStart(start) => (b'r', key(&start.id)),
         Write::RunEnd { id, .. } => (b'r', key(id)),
         Write::RequestPartition { br, r, .. } => (b'q', format!("{br}\0{}", key(r))),
@@ -499,7 +499,6 @@ fn kind_of(w: &Write) -> usize {
         Write::RunCounts(_) => 12,
         Write::PartitionCounts(_) => 13,
         Write::Check(_) => 14,
-        Write::RunClaim(..) => 15,
     }
 }
 
@@ -511,7 +510,7 @@ SELECT * FROM unnest($1::bigint[], $2::text[], $3::bigint[], $4::text[], $5::tex
 
 /// Each kind's statement, by [`kind_of`]: the per-row SQL of a statement per event, over the
 /// `unnest` of the rows' columns.
-const WRITES: [&str; 16] = [
+const WRITES: [&str; 15] = [
     "INSERT INTO build_requests (build_request_id, status, requested, analyze_only, owner, message,
                                  created_at, updated_at, requested_count, requested_head)
      SELECT id, s, req, ao, o, m, t, t, rc, rh
@@ -520,11 +519,22 @@ const WRITES: [&str; 16] = [
     "UPDATE build_requests b SET status = u.s, updated_at = u.t, message = coalesce(u.m, b.message)
        FROM unnest($1::text[], $2::text[], $3::bigint[], $4::text[]) AS u(id, s, t, m)
       WHERE b.build_request_id = u.id",
-    "INSERT INTO job_runs (job_run_id, job, build_request_id, status, outputs, inputs, args, env,
-                           scheduled_at, message, relies_on, job_version)
-     SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[],
-                          $7::text[], $8::text[], $9::bigint[], $10::text[], $11::text[],
-                          $12::text[])",
+    // A run started in its insert's batch has its start's columns (the start's statement, next,
+    // for the others), with what it read (`run_inputs`, v8.sql); the others have none.
+    "WITH u AS (SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[],
+                                     $6::text[], $7::text[], $8::text[], $9::bigint[],
+                                     $10::text[], $11::text[], $12::text[], $13::bigint[],
+                                     $14::bigint[], $15::text[], $16::text[], $17::text[],
+                                     $18::text[], $19::text[])
+                       AS u(id, job, br, s, outputs, inputs, args, env, sched, m, relies, jv,
+                            t, pid, host, o, iv, lp, ir)),
+          read AS (INSERT INTO run_inputs (input_ref, input_run_id, data_version, job_run_id)
+                   SELECT kv.key, u.ir::json ->> kv.key, kv.value, u.id
+                     FROM u, json_each_text(u.iv::json) kv)
+     INSERT INTO job_runs (job_run_id, job, build_request_id, status, outputs, inputs, args, env,
+                           scheduled_at, message, relies_on, job_version, started_at, pid, host,
+                           owner, input_versions, log_path, input_runs)
+     SELECT * FROM u",
     // With the reverse index of what each run read (`run_inputs`, v8.sql), from the same rows.
     "WITH u AS (SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[],
                                      $5::text[], $6::text[], $7::text[], $8::text[], $9::text[])
@@ -614,23 +624,6 @@ const WRITES: [&str; 16] = [
         command = excluded.command, inline = excluded.inline, message = excluded.message,
         metrics = excluded.metrics, event_idx = excluded.event_idx,
         updated_at = excluded.updated_at",
-    // A run inserted and started (the insert and the start above, in one row write).
-    "WITH u AS (SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[],
-                                     $6::text[], $7::text[], $8::text[], $9::bigint[],
-                                     $10::text[], $11::text[], $12::text[], $13::bigint[],
-                                     $14::bigint[], $15::text[], $16::text[], $17::text[],
-                                     $18::text[], $19::text[])
-                       AS u(id, job, br, s, outputs, inputs, args, env, sched, m, relies, jv,
-                            t, pid, host, o, iv, lp, ir)),
-          read AS (INSERT INTO run_inputs (input_ref, input_run_id, data_version, job_run_id)
-                   SELECT kv.key, u.ir::json ->> kv.key, kv.value, u.id
-                     FROM u, json_each_text(u.iv::json) kv)
-     INSERT INTO job_runs (job_run_id, job, build_request_id, status, outputs, inputs, args, env,
-                           scheduled_at, message, relies_on, job_version, started_at, pid, host,
-                           owner, input_versions, log_path, input_runs)
-     SELECT id, job, br, s, outputs, inputs, args, env, sched, m, relies, jv, t, pid, host, o,
-            iv, lp, ir
-       FROM u",
 ];
 
 /// The parameters of one statement of `kind` for `writes` (all of that kind): a column each.
@@ -670,7 +663,7 @@ fn columns(kind: usize, writes: &[&Write]) -> Vec<Param> {
             col!(Write::RunInsert(r) => r.id.clone()),
             col!(Write::RunInsert(r) => r.job.clone()),
             col!(Write::RunInsert(r) => r.br.clone()),
-            col!(Write::RunInsert(r) => r.status),
+            col!(Write::RunInsert(r) => r.start.as_ref().map_or(r.status, |s| s.status)),
             col!(Write::RunInsert(r) => r.outputs.clone()),
             col!(Write::RunInsert(r) => r.inputs.clone()),
             col!(Write::RunInsert(r) => r.args.clone()),
@@ -679,6 +672,13 @@ fn columns(kind: usize, writes: &[&Write]) -> Vec<Param> {
             col!(Write::RunInsert(r) => r.message.clone()),
             col!(Write::RunInsert(r) => r.relies_on.clone()),
             col!(Write::RunInsert(r) => r.job_version.clone()),
+            col!(Write::RunInsert(r) => r.start.as_ref().map(|s| s.at)),
+            col!(Write::RunInsert(r) => r.start.as_ref().and_then(|s| s.pid)),
+            col!(Write::RunInsert(r) => r.start.as_ref().and_then(|s| s.host.clone())),
+            col!(Write::RunInsert(r) => r.start.as_ref().and_then(|s| s.owner.clone())),
+            col!(Write::RunInsert(r) => r.start.as_ref().map(|s| s.input_versions.clone())),
+            col!(Write::RunInsert(r) => r.start.as_ref().and_then(|s| s.log_path.clone())),
+            col!(Write::RunInsert(r) => r.start.as_ref().map(|s| s.input_runs.clone())),
         ],
         3 => vec![
             col!(Write::RunStart(s) => s.id.clone()),
@@ -706,27 +706,6 @@ fn columns(kind: usize, writes: &[&Write]) -> Vec<Param> {
             col!(Write::RequestPartition { status, .. } => *status),
             col!(Write::RequestPartition { run, .. } => run.clone()),
             col!(Write::RequestPartition { at, .. } => *at),
-        ],
-        15 => vec![
-            col!(Write::RunClaim(r, _) => r.id.clone()),
-            col!(Write::RunClaim(r, _) => r.job.clone()),
-            col!(Write::RunClaim(r, _) => r.br.clone()),
-            col!(Write::RunClaim(_, s) => s.status),
-            col!(Write::RunClaim(r, _) => r.outputs.clone()),
-            col!(Write::RunClaim(r, _) => r.inputs.clone()),
-            col!(Write::RunClaim(r, _) => r.args.clone()),
-            col!(Write::RunClaim(r, _) => r.env.clone()),
-            col!(Write::RunClaim(r, _) => r.at),
-            col!(Write::RunClaim(r, _) => r.message.clone()),
-            col!(Write::RunClaim(r, _) => r.relies_on.clone()),
-            col!(Write::RunClaim(r, _) => r.job_version.clone()),
-            col!(Write::RunClaim(_, s) => s.at),
-            col!(Write::RunClaim(_, s) => s.pid),
-            col!(Write::RunClaim(_, s) => s.host.clone()),
-            col!(Write::RunClaim(_, s) => s.owner.clone()),
-            col!(Write::RunClaim(_, s) => s.input_versions.clone()),
-            col!(Write::RunClaim(_, s) => s.log_path.clone()),
-            col!(Write::RunClaim(_, s) => s.input_runs.clone()),
         ],
         6 => vec![
             col!(Write::Partition { r, .. } => r.clone()),
@@ -1105,6 +1084,7 @@ impl AppendTx for PgAppend<'_> {
             self.run_inserts.insert(id.clone(), self.writes.len());
         }
         self.keep(Write::RunInsert(Box::new(RunRow {
+            start: None,
             id: e.job_run_id.clone(),
             job: e.job.clone(),
             br: e.build_request_id.clone(),
@@ -1137,14 +1117,9 @@ impl AppendTx for PgAppend<'_> {
         });
         // Inserted by this batch, and not written since: the start goes into the insert.
         let id = e.job_run_id.clone().unwrap_or_default();
-        if let Some(i) = self.run_inserts.remove(&id) {
-            let w = std::mem::replace(&mut self.writes[i], Write::Delete(String::new()));
-            let Write::RunInsert(row) = w else {
-                unreachable!("run_inserts points at inserts")
-            };
-            self.writes[i] = Write::RunClaim(row, start);
-        } else {
-            self.keep(Write::RunStart(start));
+        match self.run_inserts.remove(&id).map(|i| &mut self.writes[i]) {
+            Some(Write::RunInsert(row)) => row.start = Some(start),
+            _ => self.keep(Write::RunStart(start)),
         }
         Ok(job)
     }

@@ -474,9 +474,9 @@ pub(crate) fn runs_query<V>(q: &RunQuery, sigil: char, text: impl Fn(String) -> 
         filters.raw("status IN ('scheduled', 'running')");
     }
     let columns = if q.brief {
-        BRIEF_RUN_COLUMNS
+        brief_run_columns()
     } else {
-        RUN_COLUMNS
+        RUN_COLUMNS.to_string()
     };
     Query {
         sql: format!(
@@ -618,12 +618,20 @@ pub(crate) const RUN_COLUMNS: &str =
                            scheduled_at, started_at, ended_at, exit_code, message, relies_on, pid, host,
                            owner, job_version, input_versions, log_path, input_runs";
 
-/// [`RUN_COLUMNS`] without what a run read and ran with (inputs, args, env, input versions and
-/// runs): each JSON parsed into lists and maps, those are most of a run row's memory.
-const BRIEF_RUN_COLUMNS: &str =
-    "job_run_id, job, build_request_id, status, outputs, CAST(NULL AS TEXT), CAST(NULL AS TEXT),
-     CAST(NULL AS TEXT), scheduled_at, started_at, ended_at, exit_code, message, relies_on, pid,
-     host, owner, job_version, CAST(NULL AS TEXT), log_path, CAST(NULL AS TEXT)";
+/// [`RUN_COLUMNS`] with what a run read and ran with (inputs, args, env, input versions and
+/// runs) read as NULL, in place: each JSON parsed into lists and maps, those are most of a run
+/// row's memory.
+fn brief_run_columns() -> String {
+    const LEFT_OUT: [&str; 5] = ["inputs", "args", "env", "input_versions", "input_runs"];
+    RUN_COLUMNS
+        .split(',')
+        .map(|c| match LEFT_OUT.contains(&c.trim()) {
+            true => "CAST(NULL AS TEXT)",
+            false => c.trim(),
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
 
 pub(crate) fn run_from_row<R: Columns>(row: &R) -> RowResult<JobRunRow, R> {
     Ok(JobRunRow {

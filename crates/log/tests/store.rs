@@ -119,8 +119,6 @@ fn a_build_projects_into_every_view() {
     }
 }
 
-/// A build's partitions read a page at a time, in ref order, from a cursor: what the build's
-/// detail shows of a backfill instead of all of its rows.
 /// A run scheduled and started in one batch (a claim, which PostgreSQL writes as one row) ends
 /// with the same row as one scheduled and started in two batches, on every backend.
 #[test]
@@ -212,6 +210,8 @@ fn a_brief_run_listing_leaves_out_what_runs_read_and_ran_with() {
     }
 }
 
+/// A build's partitions read a page at a time, in ref order, from a cursor: what the build's
+/// detail shows of a backfill instead of all of its rows.
 #[test]
 fn a_builds_partitions_are_read_a_page_at_a_time() {
     for (_dir, store) in stores() {

@@ -13,7 +13,7 @@ use std::rc::Rc;
 use databuild_core::{
     resolve_alias, Graph, KnownState, PartitionRef, Producer, StateError, StateView,
 };
-use databuild_log::{EventFilter, EventStore, JobRunRow, Kind, LogError, PartitionRow, Status};
+use databuild_log::{EventFilter, EventStore, Kind, LogError, PartitionRow, RunRecipe, Status};
 use rustc_hash::FxHashMap;
 use sha2::{Digest, Sha256};
 
@@ -243,45 +243,8 @@ impl Effective {
 
 /// How many runs or rows one read-ahead query asks for.
 const READ_AHEAD: usize = 10_000;
-/// How many runs: each comes as a whole row (its maps parsed), and only the [`BuiltRun`] kept.
+/// How many runs one read-ahead query asks for: fewer than rows, each is a larger row.
 const RUNS_READ_AHEAD: usize = 1_000;
-
-/// What deciding a partition's state needs of the run that built it: a [`JobRunRow`] without
-/// what planning never reads (its outputs, log, host, the runs of its inputs...), its maps as
-/// sorted lists. A no-op build of 24k jobs holds every such run at once: as rows, ~55 MB, most of
-/// it `BTreeMap` nodes (~540 bytes each, however few entries).
-struct BuiltRun {
-    job: String,
-    job_version: Option<String>,
-    inputs: Box<[String]>,
-    /// By input ref (and alias), sorted.
-    input_versions: Box<[(String, String)]>,
-    args: Box<[String]>,
-    env: Box<[(String, String)]>,
-}
-
-impl From<JobRunRow> for BuiltRun {
-    fn from(run: JobRunRow) -> Self {
-        BuiltRun {
-            job: run.job,
-            job_version: run.job_version,
-            inputs: run.inputs.into(),
-            input_versions: run.input_versions.into_iter().collect(),
-            args: run.args.into(),
-            env: run.env.into_iter().collect(),
-        }
-    }
-}
-
-impl BuiltRun {
-    /// The version of `input` the run read.
-    fn read(&self, input: &str) -> Option<&String> {
-        self.input_versions
-            .binary_search_by(|(r, _)| r.as_str().cmp(input))
-            .ok()
-            .map(|i| &self.input_versions[i].1)
-    }
-}
 
 /// The most rows of a round whose runs and inputs are read ahead.
 const READ_AHEAD_ROUND: usize = 50_000;
@@ -292,6 +255,10 @@ pub struct VersionedStates<'a> {
     graph: &'a Graph,
     store: &'a dyn EventStore,
     data_dir: PathBuf,
+    /// The data dir, opened at the first existence asked of a job output: each is asked
+    /// relative to it, so the kernel walks only the ref's own folders, not the data dir's path
+    /// again every time. `None` if it cannot be opened (each is then asked by its whole path).
+    data_root: std::cell::OnceCell<Option<rustix::fd::OwnedFd>>,
     /// The graph's folder, to show data paths from.
     base: Option<PathBuf>,
     memo: RefCell<FxHashMap<String, Option<Rc<Effective>>>>,
@@ -299,7 +266,7 @@ pub struct VersionedStates<'a> {
     /// those of their inputs, read ahead.
     rows: RefCell<FxHashMap<String, Rc<PartitionRow>>>,
     /// The runs that built those rows, read ahead in batches ([`Self::read_ahead`]).
-    runs: RefCell<FxHashMap<String, Rc<BuiltRun>>>,
+    runs: RefCell<FxHashMap<String, Rc<RunRecipe>>>,
     promotions: BTreeMap<String, u32>,
     /// The datasets with a tainted partition in the log (found at the first external asked
     /// about): only their partitions' rows are read, so a no-op build reads no row per external.
@@ -328,6 +295,7 @@ impl<'a> VersionedStates<'a> {
             graph,
             store,
             data_dir: data_dir.to_path_buf(),
+            data_root: std::cell::OnceCell::new(),
             base: None,
             memo: RefCell::default(),
             rows: RefCell::default(),
@@ -499,11 +467,11 @@ impl<'a> VersionedStates<'a> {
             let mut inputs = Vec::new();
             for chunk in ids.chunks(RUNS_READ_AHEAD) {
                 let keys: Vec<&str> = chunk.iter().map(String::as_str).collect();
-                let Some(runs) = self.noted(self.store.job_runs_by_id(&keys)) else {
+                let Some(runs) = self.noted(self.store.run_recipes(&keys)) else {
                     return;
                 };
                 let rows = self.rows.borrow();
-                for run in runs {
+                for mut run in runs {
                     inputs.extend(
                         run.inputs
                             .iter()
@@ -513,8 +481,8 @@ impl<'a> VersionedStates<'a> {
                             })
                             .cloned(),
                     );
-                    let id = run.job_run_id.clone();
-                    self.runs.borrow_mut().insert(id, Rc::new(run.into()));
+                    let id = std::mem::take(&mut run.job_run_id);
+                    self.runs.borrow_mut().insert(id, Rc::new(run));
                 }
             }
             inputs.sort_unstable();
@@ -537,13 +505,13 @@ impl<'a> VersionedStates<'a> {
     }
 
     /// The run that built a row: read ahead, or read now.
-    fn run(&self, id: &str) -> Option<Rc<BuiltRun>> {
+    fn run(&self, id: &str) -> Option<Rc<RunRecipe>> {
         if let Some(run) = self.runs.borrow().get(id) {
             return Some(run.clone());
         }
-        self.noted(self.store.job_run(id))
-            .flatten()
-            .map(|run| Rc::new(run.into()))
+        self.noted(self.store.run_recipes(&[id]))?
+            .pop()
+            .map(Rc::new)
     }
 
     /// The version `r` has now (as recorded, or as a rebuild would record it if stale); `None` if
@@ -592,9 +560,9 @@ impl<'a> VersionedStates<'a> {
             return None;
         }
         // Every job output is `<data_dir>/<ref>` once its run exits 0 (contract section 3): one
-        // `stat` tells whether its data is still there.
-        let path = self.data_dir.join(r);
-        let gone = (!path.exists()).then(|| {
+        // `access` tells whether its data is still there.
+        let gone = (!self.data_exists(r)).then(|| {
+            let path = self.data_dir.join(r);
             format!(
                 "recorded live by run {}, but its data `{}` is gone",
                 row.job_run_id.as_deref().unwrap_or("?"),
@@ -604,6 +572,19 @@ impl<'a> VersionedStates<'a> {
         let mut effective = self.compute_built(&row);
         effective.gone = gone;
         Some(effective)
+    }
+
+    /// Whether `<data_dir>/<r>` exists (following links, as [`Path::exists`]).
+    fn data_exists(&self, r: &str) -> bool {
+        use rustix::fs::{Access, AtFlags, Mode, OFlags};
+        let root = self.data_root.get_or_init(|| {
+            let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC;
+            rustix::fs::open(&self.data_dir, flags, Mode::empty()).ok()
+        });
+        match root {
+            Some(root) => rustix::fs::accessat(root, r, Access::EXISTS, AtFlags::empty()).is_ok(),
+            None => self.data_dir.join(r).exists(),
+        }
     }
 
     /// The version of a job output recorded available, and whether it is stale.

@@ -783,6 +783,19 @@ impl EventStore for PostgresStore {
         })
     }
 
+    fn run_recipes(&self, ids: &[&str]) -> Result<Vec<RunRecipe>> {
+        let wanted: Vec<String> = ids.iter().map(|r| r.to_string()).collect();
+        self.read(|c| {
+            let rows = c
+                .query(
+                    &format!("SELECT {RECIPE_COLUMNS} FROM job_runs WHERE job_run_id = ANY($1)"),
+                    &[&wanted],
+                )
+                .map_err(storage)?;
+            collect(rows, recipe_from_row)
+        })
+    }
+
     fn job_run(&self, id: &str) -> Result<Option<JobRunRow>> {
         self.read(|c| {
             c.query_opt(

@@ -342,6 +342,46 @@ fn json_list(s: Option<String>) -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// A map column as pairs sorted by key; a missing or unreadable one is empty. Straight into a
+/// list: no map is built on the way.
+fn json_pairs(s: Option<String>) -> Vec<(String, String)> {
+    struct Pairs(Vec<(String, String)>);
+    impl<'de> serde::Deserialize<'de> for Pairs {
+        fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+            struct Visit;
+            impl<'de> serde::de::Visitor<'de> for Visit {
+                type Value = Pairs;
+                fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                    f.write_str("a map of strings")
+                }
+                fn visit_map<A: serde::de::MapAccess<'de>>(
+                    self,
+                    mut map: A,
+                ) -> std::result::Result<Pairs, A::Error> {
+                    let mut pairs = Vec::with_capacity(map.size_hint().unwrap_or(0));
+                    while let Some(pair) = map.next_entry()? {
+                        pairs.push(pair);
+                    }
+                    Ok(Pairs(pairs))
+                }
+            }
+            d.deserialize_map(Visit)
+        }
+    }
+    let mut pairs = s
+        .and_then(|s| serde_json::from_str::<Pairs>(&s).ok())
+        .map_or_else(Vec::new, |p| p.0);
+    // Written from sorted maps, so already in order: checked, not assumed.
+    if !pairs.is_sorted_by(|a, b| a.0 < b.0) {
+        pairs = pairs
+            .into_iter()
+            .collect::<BTreeMap<_, _>>()
+            .into_iter()
+            .collect();
+    }
+    pairs
+}
+
 /// A map column; a missing or unreadable one is empty.
 fn json_map<T: serde::de::DeserializeOwned + Default>(s: Option<String>) -> T {
     s.and_then(|s| serde_json::from_str(&s).ok())
@@ -659,6 +699,21 @@ pub(crate) fn run_from_row<R: Columns>(row: &R) -> RowResult<JobRunRow, R> {
     })
 }
 
+pub(crate) const RECIPE_COLUMNS: &str =
+    "job_run_id, job, job_version, inputs, input_versions, args, env";
+
+pub(crate) fn recipe_from_row<R: Columns>(row: &R) -> RowResult<RunRecipe, R> {
+    Ok(RunRecipe {
+        job_run_id: row.text(0)?,
+        job: row.text(1)?,
+        job_version: row.opt_text(2)?,
+        inputs: json_list(row.opt_text(3)?).into(),
+        input_versions: json_pairs(row.opt_text(4)?).into(),
+        args: json_list(row.opt_text(5)?).into(),
+        env: json_pairs(row.opt_text(6)?).into(),
+    })
+}
+
 /// [`crate::EventStore::readers`]: `?1` the input, `?2` its run, `?3` its data version, `?4`
 /// the limit; `?5` true for [`crate::ReadersOf::Data`] (any reader at the version), false for
 /// [`crate::ReadersOf::Instance`] (by version only the readers that recorded no run).
@@ -728,4 +783,30 @@ pub(crate) fn want_from_row<R: Columns>(row: &R) -> RowResult<WantRow, R> {
         sla_missed: opt_int_as(row, 10)?.unwrap_or(0),
         updated_at: row.int(11)?,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pairs(json: &str) -> Vec<(String, String)> {
+        json_pairs(Some(json.to_string()))
+    }
+
+    #[test]
+    fn a_map_column_reads_as_pairs_sorted_by_key() {
+        assert_eq!(
+            pairs(r#"{"a":"1","b":"2"}"#),
+            [("a".into(), "1".into()), ("b".into(), "2".into())]
+        );
+        // Out of order, or a key twice (the last value stands, as in a map).
+        assert_eq!(
+            pairs(r#"{"b":"2","a":"1","b":"3"}"#),
+            [("a".into(), "1".into()), ("b".into(), "3".into())]
+        );
+        assert_eq!(pairs("{}"), []);
+        assert_eq!(pairs("not json"), []);
+        assert_eq!(pairs(r#"["a","b"]"#), []);
+        assert_eq!(json_pairs(None), []);
+    }
 }

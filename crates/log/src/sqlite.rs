@@ -318,6 +318,32 @@ impl SqliteStore {
     }
 
     /// Runs `f` on a pooled read connection.
+    /// The row `sql` finds for each key that has one (`?1`, a row at most each), in the keys'
+    /// order: one read transaction for all, since SQLite otherwise takes and drops its file locks
+    /// around every single query.
+    fn lookup_each<T>(
+        &self,
+        sql: &str,
+        keys: &[&str],
+        row: impl Fn(&rusqlite::Row<'_>) -> rusqlite::Result<T>,
+    ) -> Result<Vec<T>> {
+        self.read(|c| {
+            c.execute_batch("BEGIN")?;
+            let result = (|| {
+                let mut stmt = c.prepare_cached(sql)?;
+                let mut found = Vec::with_capacity(keys.len());
+                for key in keys {
+                    if let Some(found_row) = stmt.query_row([key], &row).optional()? {
+                        found.push(found_row);
+                    }
+                }
+                Ok(found)
+            })();
+            c.execute_batch("COMMIT")?;
+            result
+        })
+    }
+
     fn read<T>(&self, f: impl FnOnce(&Connection) -> rusqlite::Result<T>) -> Result<T> {
         let conn = self.readers.lock().expect("reader pool").pop();
         let conn = match conn {
@@ -975,25 +1001,11 @@ impl EventStore for SqliteStore {
     }
 
     fn partitions_by_ref(&self, refs: &[&str]) -> Result<Vec<PartitionRow>> {
-        self.read(|c| {
-            // One read transaction for all lookups: SQLite otherwise takes and drops its file
-            // locks around every single query.
-            c.execute_batch("BEGIN")?;
-            let result = (|| {
-                let mut stmt = c.prepare_cached(&format!(
-                    "SELECT {PARTITION_COLUMNS} FROM partitions WHERE partition_ref = ?1"
-                ))?;
-                let mut found = Vec::new();
-                for r in refs {
-                    if let Some(row) = stmt.query_row([r], |r| partition_from_row(r)).optional()? {
-                        found.push(row);
-                    }
-                }
-                Ok(found)
-            })();
-            c.execute_batch("COMMIT")?;
-            result
-        })
+        self.lookup_each(
+            &format!("SELECT {PARTITION_COLUMNS} FROM partitions WHERE partition_ref = ?1"),
+            refs,
+            |r| partition_from_row(r),
+        )
     }
 
     fn partitions(&self, q: &PartitionQuery) -> Result<Vec<PartitionRow>> {
@@ -1163,24 +1175,19 @@ impl EventStore for SqliteStore {
     }
 
     fn job_runs_by_id(&self, ids: &[&str]) -> Result<Vec<JobRunRow>> {
-        self.read(|c| {
-            // One read transaction for all lookups, as `partitions_by_ref`.
-            c.execute_batch("BEGIN")?;
-            let result = (|| {
-                let mut stmt = c.prepare_cached(&format!(
-                    "SELECT {RUN_COLUMNS} FROM job_runs WHERE job_run_id = ?1"
-                ))?;
-                let mut found = Vec::with_capacity(ids.len());
-                for id in ids {
-                    if let Some(run) = stmt.query_row([id], |r| run_from_row(r)).optional()? {
-                        found.push(run);
-                    }
-                }
-                Ok(found)
-            })();
-            c.execute_batch("COMMIT")?;
-            result
-        })
+        self.lookup_each(
+            &format!("SELECT {RUN_COLUMNS} FROM job_runs WHERE job_run_id = ?1"),
+            ids,
+            |r| run_from_row(r),
+        )
+    }
+
+    fn run_recipes(&self, ids: &[&str]) -> Result<Vec<RunRecipe>> {
+        self.lookup_each(
+            &format!("SELECT {RECIPE_COLUMNS} FROM job_runs WHERE job_run_id = ?1"),
+            ids,
+            |r| recipe_from_row(r),
+        )
     }
 
     fn checks_of(&self, refs: &[&str]) -> Result<Vec<CheckRow>> {

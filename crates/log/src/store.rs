@@ -177,6 +177,48 @@ pub struct JobRunRow {
     pub input_runs: BTreeMap<String, String>,
 }
 
+/// What a run was built from: its job and version, the inputs it read at their versions, its args
+/// and env. Whether its outputs are stale is decided from these alone, so planning reads only
+/// them ([`EventStore::run_recipes`]): a whole [`JobRunRow`] also parses its outputs, log and the
+/// runs of its inputs, and keeps its maps as `BTreeMap`s (~540 bytes each, however few entries).
+/// Lists, not vectors: a no-op build of 24k jobs holds every recipe of its closure at once.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunRecipe {
+    pub job_run_id: String,
+    pub job: String,
+    pub job_version: Option<String>,
+    pub inputs: Box<[String]>,
+    /// By input ref (and alias), sorted.
+    pub input_versions: Box<[(String, String)]>,
+    pub args: Box<[String]>,
+    /// By name, sorted.
+    pub env: Box<[(String, String)]>,
+}
+
+impl RunRecipe {
+    /// The version of `input` the run read.
+    pub fn read(&self, input: &str) -> Option<&String> {
+        self.input_versions
+            .binary_search_by(|(r, _)| r.as_str().cmp(input))
+            .ok()
+            .map(|i| &self.input_versions[i].1)
+    }
+}
+
+impl From<JobRunRow> for RunRecipe {
+    fn from(run: JobRunRow) -> Self {
+        RunRecipe {
+            job_run_id: run.job_run_id,
+            job: run.job,
+            job_version: run.job_version,
+            inputs: run.inputs.into(),
+            input_versions: run.input_versions.into_iter().collect(),
+            args: run.args.into(),
+            env: run.env.into_iter().collect(),
+        }
+    }
+}
+
 /// A want as its projection holds it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct WantRow {
@@ -562,6 +604,15 @@ pub trait EventStore: Send + Sync {
         ids.iter()
             .filter_map(|id| self.job_run(id).transpose())
             .collect()
+    }
+    /// What the runs of these ids that exist were built from, in any order: one round trip on a
+    /// server.
+    fn run_recipes(&self, ids: &[&str]) -> Result<Vec<RunRecipe>> {
+        Ok(self
+            .job_runs_by_id(ids)?
+            .into_iter()
+            .map(RunRecipe::from)
+            .collect())
     }
     fn want(&self, id: &str) -> Result<Option<WantRow>>;
     /// Up to `limit` runs that read `input_ref` (the reverse index `run_inputs`): the instance

@@ -210,6 +210,46 @@ fn a_brief_run_listing_leaves_out_what_runs_read_and_ran_with() {
     }
 }
 
+/// A run's recipe (what planning reads of it) is exactly that part of its whole row, and ids that
+/// have no run are left out.
+#[test]
+fn a_runs_recipe_is_that_part_of_its_row() {
+    for (_dir, store) in stores() {
+        let mut events = reading_events("b", "r", Some("r0"));
+        for e in &mut events {
+            if e.kind == Kind::JobRun && e.status == Status::Scheduled {
+                e.data.args = vec!["--day".into(), "1".into()];
+                e.data.env = [("Z".to_string(), "1".to_string()), ("A".into(), "2".into())]
+                    .into_iter()
+                    .collect();
+            }
+        }
+        store.append(events).unwrap();
+        let whole = store.job_run("r").unwrap().expect("the run");
+        let recipes = store.run_recipes(&["nope", "r"]).unwrap();
+        assert_eq!(
+            recipes,
+            [RunRecipe::from(whole.clone())],
+            "{}",
+            store.location()
+        );
+        let recipe = &recipes[0];
+        assert_eq!(recipe.job_version, whole.job_version);
+        assert_eq!(&*recipe.args, ["--day", "1"]);
+        assert_eq!(
+            recipe
+                .env
+                .iter()
+                .map(|(k, _)| k.as_str())
+                .collect::<Vec<_>>(),
+            ["A", "Z"]
+        );
+        assert_eq!(recipe.read("a/1").map(String::as_str), Some("v1"));
+        assert_eq!(recipe.read("raw/1").map(String::as_str), Some("x"));
+        assert_eq!(recipe.read("b/1"), None);
+    }
+}
+
 /// A build's partitions read a page at a time, in ref order, from a cursor: what the build's
 /// detail shows of a backfill instead of all of its rows.
 #[test]

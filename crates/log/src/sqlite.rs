@@ -317,7 +317,6 @@ impl SqliteStore {
         tx.commit().map_err(storage)
     }
 
-    /// Runs `f` on a pooled read connection.
     /// The row `sql` finds for each key that has one (`?1`, a row at most each), in the keys'
     /// order: one read transaction for all, since SQLite otherwise takes and drops its file locks
     /// around every single query.
@@ -344,6 +343,7 @@ impl SqliteStore {
         })
     }
 
+    /// Runs `f` on a pooled read connection.
     fn read<T>(&self, f: impl FnOnce(&Connection) -> rusqlite::Result<T>) -> Result<T> {
         let conn = self.readers.lock().expect("reader pool").pop();
         let conn = match conn {

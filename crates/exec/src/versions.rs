@@ -172,16 +172,18 @@ fn shown_path(base: Option<&Path>, path: &Path) -> String {
 #[derive(Debug, Clone)]
 struct Effective {
     version: String,
-    stale: Option<Staleness>,
+    /// Boxed, as `tainted` and `gone`: rare, and a no-op build keeps one `Effective` for each
+    /// partition of its closure.
+    stale: Option<Box<Staleness>>,
     /// Stale but not rebuildable (an input expired): kept as it is, so readers built from it
     /// are not stale on its account.
     kept: bool,
     /// An external partition tainted since its data last changed: why.
-    tainted: Option<String>,
+    tainted: Option<Box<str>>,
     /// A job output recorded live whose data is gone from the data dir: why it is missing. Its
     /// version stands (a rebuild from the same inputs records the same one), so its readers are
     /// not stale on its account.
-    gone: Option<String>,
+    gone: Option<Box<str>>,
 }
 
 /// Why a partition is stale: the cause found first, and the inputs it came through (the
@@ -233,7 +235,7 @@ impl Effective {
     fn new(version: String, stale: Option<String>) -> Self {
         Effective {
             version,
-            stale: stale.map(Staleness::here),
+            stale: stale.map(|cause| Box::new(Staleness::here(cause))),
             kept: false,
             tainted: None,
             gone: None,
@@ -541,7 +543,7 @@ impl<'a> VersionedStates<'a> {
                         .flatten()
                     {
                         Some(t) => Effective {
-                            tainted: Some(t.reason.clone()),
+                            tainted: Some(t.reason.as_str().into()),
                             ..Effective::new(t.version(&data), None)
                         },
                         None => Effective::new(data, None),
@@ -570,7 +572,7 @@ impl<'a> VersionedStates<'a> {
             )
         });
         let mut effective = self.compute_built(&row);
-        effective.gone = gone;
+        effective.gone = gone.map(String::into_boxed_str);
         Some(effective)
     }
 
@@ -621,7 +623,6 @@ impl<'a> VersionedStates<'a> {
                 _ => {}
             }
         }
-        let mut now = BTreeMap::new();
         let mut expired = None;
         // Stale through a stale input (when nothing closer is found first).
         let mut through: Option<Staleness> = None;
@@ -631,9 +632,6 @@ impl<'a> VersionedStates<'a> {
                 // Expired raw data did not change: what was built from it stands.
                 None if self.expired(input) => {
                     expired.get_or_insert(input);
-                    if let Some(v) = then {
-                        now.insert(input.clone(), v.clone());
-                    }
                 }
                 None => {
                     let tainted = self.row(input).is_some_and(|p| p.status == Status::Tainted);
@@ -651,7 +649,6 @@ impl<'a> VersionedStates<'a> {
                             format!("input `{input}` changed since it was built")
                         });
                     }
-                    now.insert(input.clone(), e.version.clone());
                 }
                 Some(e) => {
                     if let Some(why) = &e.stale {
@@ -663,7 +660,6 @@ impl<'a> VersionedStates<'a> {
                             format!("input `{input}` changed since it was built")
                         });
                     }
-                    now.insert(input.clone(), e.version.clone());
                 }
             }
         }
@@ -685,13 +681,27 @@ impl<'a> VersionedStates<'a> {
         }
         let version = match stale {
             None => recorded,
+            // What a rebuild would record: its inputs at their versions now (an expired one at
+            // the version read). Gathered only here: most partitions are fresh.
             Some(_) => {
+                let now = run
+                    .inputs
+                    .iter()
+                    .filter_map(|input| {
+                        let version = match self.effective(input) {
+                            Some(e) => e.version.clone(),
+                            None if self.expired(input) => run.read(input)?.clone(),
+                            None => return None,
+                        };
+                        Some((input.clone(), version))
+                    })
+                    .collect();
                 let env = run.env.iter().cloned().collect();
                 data_version(&job.name, &job.version, &run.args, &env, &now)
             }
         };
         Effective {
-            stale,
+            stale: stale.map(Box::new),
             ..Effective::new(version, None)
         }
     }
@@ -725,12 +735,12 @@ impl<'a> VersionedStates<'a> {
 
     /// Why job output `r`, recorded live, is missing: its data is gone from the data dir.
     pub fn gone(&self, r: &str) -> Option<String> {
-        self.effective(r)?.gone.clone()
+        self.effective(r)?.gone.as_deref().map(String::from)
     }
 
     /// The taint of external `r` if it still holds (its data has not changed since).
     pub fn external_tainted(&self, r: &str) -> Option<String> {
-        self.effective(r)?.tainted.clone()
+        self.effective(r)?.tainted.as_deref().map(String::from)
     }
 
     /// The states of a round's refs, their rows read at once.
@@ -766,7 +776,7 @@ impl<'a> VersionedStates<'a> {
                     reason: e
                         .stale
                         .as_ref()
-                        .map(Staleness::readable)
+                        .map(|why| why.readable())
                         .unwrap_or_default(),
                 },
                 Some(e) => match &e.stale {

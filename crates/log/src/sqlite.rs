@@ -375,7 +375,8 @@ impl SqliteStore {
             c.execute_batch("BEGIN")?;
             let result = (|| {
                 let mut stmt = c.prepare_cached(sql)?;
-                let mut found = Vec::with_capacity(keys.len());
+                // Not sized by the keys: planning a backfill asks for millions never built.
+                let mut found = Vec::new();
                 for key in keys {
                     if let Some(found_row) = stmt.query_row([key], &row).optional()? {
                         found.push(found_row);

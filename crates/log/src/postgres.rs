@@ -374,6 +374,18 @@ impl PostgresStore {
 }
 
 impl PostgresStore {
+    /// `columns` of the runs of these ids that exist, in any order: one round trip.
+    fn runs_by_id<T>(
+        &self,
+        columns: &str,
+        ids: &[&str],
+        row: fn(&postgres::Row) -> Result<T>,
+    ) -> Result<Vec<T>> {
+        let wanted: Vec<String> = ids.iter().map(|r| r.to_string()).collect();
+        let sql = format!("SELECT {columns} FROM job_runs WHERE job_run_id = ANY($1)");
+        self.read(|c| collect(c.query(&sql, &[&wanted]).map_err(storage)?, row))
+    }
+
     /// One attempt at appending `events`: connects if need be, then [`append::begin`] and
     /// [`append::write`]. `unsure`: an earlier attempt's `COMMIT` went unanswered, so the batch is
     /// looked for first, and returned as the log holds it if it is there.
@@ -771,29 +783,11 @@ impl EventStore for PostgresStore {
     }
 
     fn job_runs_by_id(&self, ids: &[&str]) -> Result<Vec<JobRunRow>> {
-        let wanted: Vec<String> = ids.iter().map(|r| r.to_string()).collect();
-        self.read(|c| {
-            let rows = c
-                .query(
-                    &format!("SELECT {RUN_COLUMNS} FROM job_runs WHERE job_run_id = ANY($1)"),
-                    &[&wanted],
-                )
-                .map_err(storage)?;
-            collect(rows, run_from_row)
-        })
+        self.runs_by_id(RUN_COLUMNS, ids, run_from_row)
     }
 
     fn run_recipes(&self, ids: &[&str]) -> Result<Vec<RunRecipe>> {
-        let wanted: Vec<String> = ids.iter().map(|r| r.to_string()).collect();
-        self.read(|c| {
-            let rows = c
-                .query(
-                    &format!("SELECT {RECIPE_COLUMNS} FROM job_runs WHERE job_run_id = ANY($1)"),
-                    &[&wanted],
-                )
-                .map_err(storage)?;
-            collect(rows, recipe_from_row)
-        })
+        self.runs_by_id(RECIPE_COLUMNS, ids, recipe_from_row)
     }
 
     fn job_run(&self, id: &str) -> Result<Option<JobRunRow>> {

@@ -116,6 +116,7 @@ fn builds_exactly_what_is_needed_then_nothing() {
         .count();
     assert_eq!(completed, 5);
 
+    let builder = crate::util::current_run(&p, "c/2020-01-02");
     let again = p.run(&["--json", "build", "c/2020-01-02"]);
     again.expect_code(0);
     assert_eq!(again.json()["skipped"], serde_json::json!(["c/2020-01-02"]));
@@ -125,6 +126,13 @@ fn builds_exactly_what_is_needed_then_nothing() {
         .unwrap()
         .to_string();
     assert!(statuses(&p, &id).contains(&("job_run".into(), "skipped".into())));
+    // The skipped run names the run that built what it found live.
+    let relies_on = p.run(&[
+        "--json",
+        "sql",
+        &format!("SELECT relies_on FROM job_runs WHERE build_request_id = '{id}'"),
+    ]);
+    assert_eq!(relies_on.json()["rows"], serde_json::json!([[builder]]));
 }
 
 #[test]

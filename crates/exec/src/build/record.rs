@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use databuild_core::plan::MissingExternal;
 use databuild_core::{Graph, PartitionRef, Plan, PlannedRun, Producer};
 use databuild_log::{AfterFailure, Event, Status};
-use rustc_hash::FxHashSet;
+use rustc_hash::{FxHashMap, FxHashSet};
 
 use super::BuildOptions;
 use crate::engine::{Engine, Result};
@@ -22,6 +22,9 @@ pub(super) fn received(id: &str, options: &BuildOptions) -> Event {
         d.owner = Some(this_owner());
     })
 }
+
+/// Requested live refs whose rows one read asks for, to find the runs their skipped runs rely on.
+const RELIES_ON_READ: usize = 10_000;
 
 /// Planned runs per `planning` event: each event stays a few dozen KB.
 const PLAN_PART: usize = 1_000;
@@ -202,20 +205,41 @@ impl Engine {
     ) -> Result<(Vec<String>, Vec<Event>)> {
         let mut skipped = Vec::new();
         let mut events = Vec::new();
-        for r in requested_live(live, requested) {
-            skipped.push(r.to_string());
-            if let Some((Producer::Job { job, .. }, _)) = self.graph.producer_of(r.as_str()) {
-                let relies_on = self.store.partition(r.as_str())?.and_then(|p| p.job_run_id);
-                let run = databuild_log::event::new_id();
-                let name = &self.graph.jobs[job].name;
-                events.push(
-                    Event::job_run(id, &run, name, Status::Skipped).with_data(|d| {
-                        d.outputs = vec![r.to_string()];
-                        d.relies_on = relies_on;
-                    }),
-                );
+        let live: Vec<&PartitionRef> = requested_live(live, requested).collect();
+        // The runs they rely on, read a batch at a time: on a server, one round trip per batch,
+        // not per ref (1,560 of them made a no-op build twice as slow on PostgreSQL).
+        for batch in live.chunks(RELIES_ON_READ) {
+            let built: Vec<&str> = batch
+                .iter()
+                .filter(|r| {
+                    matches!(
+                        self.graph.producer_of(r.as_str()),
+                        Some((Producer::Job { .. }, _))
+                    )
+                })
+                .map(|r| r.as_str())
+                .collect();
+            let relies_on: FxHashMap<String, String> = self
+                .store
+                .partitions_by_ref(&built)?
+                .into_iter()
+                .filter_map(|p| Some((p.partition_ref, p.job_run_id?)))
+                .collect();
+            for r in batch {
+                skipped.push(r.to_string());
+                if let Some((Producer::Job { job, .. }, _)) = self.graph.producer_of(r.as_str()) {
+                    let relies_on = relies_on.get(r.as_str()).cloned();
+                    let run = databuild_log::event::new_id();
+                    let name = &self.graph.jobs[job].name;
+                    events.push(
+                        Event::job_run(id, &run, name, Status::Skipped).with_data(|d| {
+                            d.outputs = vec![r.to_string()];
+                            d.relies_on = relies_on;
+                        }),
+                    );
+                }
+                events.push(Event::partition(Some(id), r.as_str(), Status::Available));
             }
-            events.push(Event::partition(Some(id), r.as_str(), Status::Available));
         }
         Ok((skipped, events))
     }

@@ -362,9 +362,8 @@ impl SqliteStore {
         }
     }
 
-    /// The row `sql` finds for each key that has one (`?1`, a row at most each), in the keys'
-    /// order: one read transaction for all, since SQLite otherwise takes and drops its file locks
-    /// around every single query.
+    /// The rows `sql` finds for each key (`?1`), in the keys' order: one read transaction for
+    /// all, since SQLite otherwise takes and drops its file locks around every single query.
     fn lookup_each<T>(
         &self,
         sql: &str,
@@ -378,8 +377,8 @@ impl SqliteStore {
                 // Not sized by the keys: planning a backfill asks for millions never built.
                 let mut found = Vec::new();
                 for key in keys {
-                    if let Some(found_row) = stmt.query_row([key], &row).optional()? {
-                        found.push(found_row);
+                    for found_row in stmt.query_map([key], &row)? {
+                        found.push(found_row?);
                     }
                 }
                 Ok(found)
@@ -1219,24 +1218,11 @@ impl EventStore for SqliteStore {
     }
 
     fn checks_of(&self, refs: &[&str]) -> Result<Vec<CheckRow>> {
-        self.read(|c| {
-            c.execute_batch("BEGIN")?;
-            let result = (|| {
-                let mut stmt = c.prepare_cached(&format!(
-                    "SELECT {CHECK_COLUMNS} FROM partition_checks WHERE partition_ref = ?1"
-                ))?;
-                let mut found = Vec::new();
-                for r in refs {
-                    let rows = stmt.query_map([r], |r| check_from_row(r))?;
-                    for row in rows {
-                        found.push(row?);
-                    }
-                }
-                Ok(found)
-            })();
-            c.execute_batch("COMMIT")?;
-            result
-        })
+        self.lookup_each(
+            &format!("SELECT {CHECK_COLUMNS} FROM partition_checks WHERE partition_ref = ?1"),
+            refs,
+            |r| check_from_row(r),
+        )
     }
 
     fn any_blocking_failure(&self) -> Result<bool> {

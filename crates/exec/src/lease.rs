@@ -151,11 +151,18 @@ impl Lease {
     }
 
     fn spawn_renewer(&self) {
-        let (store, state, timeout) = (self.store.clone(), self.state.clone(), self.timeout);
+        // Held weakly: the store must close when the command is done with it, and SQLite's
+        // last connection to close is what copies the WAL into the database and removes it
+        // (otherwise the next command reads the whole WAL back to rebuild its index).
+        let store = Arc::downgrade(&self.store);
+        let (state, timeout) = (self.state.clone(), self.timeout);
         std::thread::Builder::new()
             .name("databuild-lease".into())
             .spawn(move || loop {
                 std::thread::sleep(timeout / 6);
+                let Some(store) = store.upgrade() else {
+                    return;
+                };
                 if state.holders.load(Ordering::SeqCst) > 0 {
                     // A failed renewal lets the lease run out; the next one may succeed.
                     let _ = renew(store.as_ref(), &state, timeout);
@@ -222,5 +229,20 @@ mod tests {
         assert!(matches!(second, Err(LogError::LeaseLost { .. })));
         assert!(lease.lost());
         drop(held);
+    }
+
+    /// The renewing thread does not keep the log open: once its users are done, the store
+    /// closes (and SQLite's WAL is left in order, `sqlite.rs` `CLOSE_TRUNCATE_BYTES`).
+    #[test]
+    fn the_renewer_lets_the_store_close() {
+        let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn EventStore> =
+            Arc::new(databuild_log::SqliteStore::open(&dir.path().join("events.db")).unwrap());
+        let closed = Arc::downgrade(&store);
+        let lease = Lease::new(store, Duration::from_secs(30));
+        drop(lease.hold().unwrap());
+        assert!(lease.renewer.get().is_some(), "the renewer started");
+        drop(lease);
+        assert!(closed.upgrade().is_none());
     }
 }

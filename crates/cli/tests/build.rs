@@ -249,13 +249,13 @@ fn failing_jobs_fail_their_runs_with_the_reason() {
     }
 }
 
-/// Runs are claimed ahead of the slots (four for one slot); when a failure stops the build, the
+/// Runs are claimed ahead of the slots (eight for one slot); when a failure stops the build, the
 /// claimed runs are released in the log as not started, not left building, and none of them
 /// starts after the failure.
 #[test]
 fn a_run_claimed_ahead_is_released_when_the_build_stops() {
     let p = failing("sleep 0.3; exit 3", "");
-    let out = p.run(&["--json", "build", "--parallel", "1", "bad/{1..6}"]);
+    let out = p.run(&["--json", "build", "--parallel", "1", "bad/{1..10}"]);
     out.expect_code(1);
     let runs = p.run(&["--json", "jobs", "bad"]).json();
     let mut seen: Vec<(String, String)> = runs["runs"]
@@ -279,6 +279,10 @@ fn a_run_claimed_ahead_is_released_when_the_build_stops() {
             ("cancelled".to_string(), "not started".to_string()),
             ("cancelled".to_string(), "not started".to_string()),
             ("cancelled".to_string(), "not started".to_string()),
+            ("cancelled".to_string(), "not started".to_string()),
+            ("cancelled".to_string(), "not started".to_string()),
+            ("cancelled".to_string(), "not started".to_string()),
+            ("cancelled".to_string(), "not started".to_string()),
             (
                 "failed".to_string(),
                 "the job ended with exit status 3".to_string()
@@ -286,7 +290,7 @@ fn a_run_claimed_ahead_is_released_when_the_build_stops() {
         ],
         "{runs}"
     );
-    // The sixth run was only planned: the plan's record says so (not run, the build having
+    // The tenth run was only planned: the plan's record says so (not run, the build having
     // ended), with no run of its own.
     let planned = p
         .run(&[
@@ -295,17 +299,14 @@ fn a_run_claimed_ahead_is_released_when_the_build_stops() {
             "SELECT outputs, status, job_run_id IS NULL FROM planned_runs ORDER BY event_idx, position",
         ])
         .json();
-    assert_eq!(planned["rows"].as_array().unwrap().len(), 6, "{planned}");
+    assert_eq!(planned["rows"].as_array().unwrap().len(), 10, "{planned}");
     assert_eq!(
-        planned["rows"][5],
-        serde_json::json!(["[\"bad/6\"]", "not_run", 1]),
+        planned["rows"][9],
+        serde_json::json!(["[\"bad/10\"]", "not_run", 1]),
         "{planned}"
     );
-    let statuses = p
-        .run(&[
-            "--json", "status", "bad/1", "bad/2", "bad/3", "bad/4", "bad/5", "bad/6",
-        ])
-        .json();
+    let statuses = p.run(&["--json", "status", "bad/{1..10}"]).json();
+    assert_eq!(statuses.as_array().unwrap().len(), 10, "{statuses}");
     for s in statuses.as_array().unwrap() {
         assert_ne!(s["status"], "building", "{statuses}");
     }

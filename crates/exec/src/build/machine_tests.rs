@@ -822,12 +822,12 @@ fn slots_are_fed_ahead_in_batches() {
     let mut out = VecDeque::new();
     machine.add_plan(plan(runs, &[]), &mut out);
     machine.fill(&mut out);
-    // Two slots claim eight ahead: ten at first; more once half of those eight are taken, as
-    // many as runs ended meanwhile.
-    assert_eq!(out.pop_back(), Some(Claim((0..10).collect())));
-    machine.handle(Input::Claimed((0..10).collect()), &mut out);
+    // Two slots claim sixteen ahead: eighteen at first; more once half of those sixteen are
+    // taken, as many as runs ended meanwhile.
+    assert_eq!(out.pop_back(), Some(Claim((0..18).collect())));
+    machine.handle(Input::Claimed((0..18).collect()), &mut out);
     out.clear();
-    for node in 0..6 {
+    for node in 0..10 {
         machine.handle(Input::Started(node), &mut out);
     }
     machine.handle(finished(0, ok()), &mut out);
@@ -835,8 +835,8 @@ fn slots_are_fed_ahead_in_batches() {
         Vec::from(std::mem::take(&mut out)),
         vec![end(0, 1, ok(), None)]
     );
-    machine.handle(Input::Started(6), &mut out);
-    assert_eq!(Vec::from(out), vec![Claim(vec![10])]);
+    machine.handle(Input::Started(10), &mut out);
+    assert_eq!(Vec::from(out), vec![Claim(vec![18])]);
 }
 
 #[test]

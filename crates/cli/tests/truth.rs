@@ -426,6 +426,26 @@ fn stale_partitions_are_listed_counted_and_summed_up_everywhere() {
     assert_eq!(v["partitions"][0]["status"], "stale");
     let live = p.run(&["--json", "partitions", "--status", "live"]).json();
     assert_eq!(refs_of(&live), ["w/4", "w/5"]);
+    // Listed without a status, each shows as `status` says it, stale ones with why.
+    let all = p.run(&["--json", "partitions", "--pattern", "w/*"]).json();
+    let shown: Vec<(&str, &str)> = all["partitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| (p["ref"].as_str().unwrap(), p["status"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        shown,
+        [
+            ("w/1", "stale"),
+            ("w/2", "stale"),
+            ("w/3", "stale"),
+            ("w/4", "live"),
+            ("w/5", "live")
+        ],
+        "{all}"
+    );
+    assert_eq!(all["partitions"][0]["reason"], v["partitions"][0]["reason"]);
     let first = p
         .run(&["--json", "partitions", "--status", "stale", "--limit", "2"])
         .json();

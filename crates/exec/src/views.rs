@@ -125,14 +125,15 @@ pub fn shown_status(status: Status) -> &'static str {
 pub struct PartitionItem {
     #[serde(rename = "ref")]
     pub partition_ref: String,
-    /// `live`, `stale`, `missing`, `building`, `failed` or `tainted`.
+    /// `live`, `stale`, `check_failed`, `missing`, `building`, `failed` or `tainted`, as
+    /// `status` says it.
     pub status: String,
     pub job: Option<String>,
     pub built_by: Option<String>,
     pub build_request_id: Option<String>,
     #[schema(format = DateTime)]
     pub updated_at: String,
-    /// Why a stale partition is stale (in `live` / `stale` listings).
+    /// Why a partition is stale, check_failed or missing (its data gone).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
     pub updated_at_ns: i64,
@@ -196,6 +197,31 @@ impl ListedStatus {
 /// may hold fewer matches than asked for, with a cursor to go on from: its cost is bounded by
 /// this, not by how rare the matches are.
 pub const FRESHNESS_SCAN: usize = 20_000;
+
+/// How a listing shows an available job output whose state was derived, and why (as `status`
+/// says it).
+fn derived_status(
+    state: KnownState,
+    versions: &crate::versions::VersionedStates<'_>,
+    r: &str,
+) -> (&'static str, Option<String>) {
+    match state {
+        KnownState::Live => ("live", None),
+        KnownState::Stale { reason } | KnownState::Kept { reason } => ("stale", Some(reason)),
+        KnownState::CheckFailed { reason } => ("check_failed", Some(reason)),
+        KnownState::Missing => (
+            "missing",
+            Some(
+                versions
+                    .gone(r)
+                    .unwrap_or_else(|| "its data is gone".to_string()),
+            ),
+        ),
+        KnownState::Building { .. } => ("building", None),
+        KnownState::Failed => ("failed", None),
+        KnownState::Tainted => ("tainted", None),
+    }
+}
 
 impl Engine {
     /// One page of partitions. For `live` and `stale`, each available partition's freshness is
@@ -263,26 +289,51 @@ impl Engine {
         Ok(page)
     }
 
-    /// A page by recorded status, each shown as it is: a job output whose data is gone is
-    /// missing; an external's taint holds only until its data changes. A filter by status is
-    /// on what is shown (a page may then hold fewer rows; `next` still pages on).
+    /// A page by recorded status, each shown as it is: an available job output as `status`
+    /// derives it (live, stale with why, check_failed, or missing when its data is gone); an
+    /// external's taint holds only until its data changes. A filter by status is on what is
+    /// shown (a page may then hold fewer rows; `next` still pages on).
     fn recorded_page(&self, query: &PartitionQuery) -> Result<PartitionPage> {
         let rows = self.store.partitions(query)?;
         let next = (rows.len() == query.limit && query.limit > 0)
             .then(|| rows.last().map(|r| r.partition_ref.clone()))
             .flatten();
         let versions = self.versions();
+        // The page's available job outputs, derived in one batch.
+        let built: Vec<&str> = rows
+            .iter()
+            .filter(|row| row.status == Status::Available && self.is_job_output(row))
+            .map(|row| row.partition_ref.as_str())
+            .collect();
+        let derived: Vec<KnownState> = versions.known_all(&built)?;
+        let mut derived = built
+            .iter()
+            .map(|r| r.to_string())
+            .zip(derived)
+            .collect::<rustc_hash::FxHashMap<_, _>>();
         let partitions = rows
             .into_iter()
             .map(|row| {
-                let shown = self.shown_status(&versions, &row);
+                let state = derived.remove(&row.partition_ref);
+                let (status, reason) = match state {
+                    Some(state) => derived_status(state, &versions, &row.partition_ref),
+                    None => (self.shown_status(&versions, &row), None),
+                };
                 let mut item = PartitionItem::from(row);
-                item.status = shown.to_string();
+                item.status = status.to_string();
+                item.reason = reason;
                 item
             })
             .filter(|item| query.status.is_none_or(|s| shown_status(s) == item.status))
             .collect();
         Ok(PartitionPage { partitions, next })
+    }
+
+    fn is_job_output(&self, row: &PartitionRow) -> bool {
+        matches!(
+            self.graph.producer_of(&row.partition_ref),
+            Some((databuild_core::Producer::Job { .. }, _))
+        )
     }
 
     fn shown_status(

@@ -106,7 +106,10 @@ fn a_blocking_failure_stops_downstream_and_a_fixed_partition_is_live_again_witho
     assert_eq!(view["rows"][0][0], "check_failed");
     // So does a listing.
     let listed = p.run(&["--json", "partitions", "--pattern", A]).json();
-    assert_eq!(listed["partitions"][0]["status"], "check_failed", "{listed}");
+    assert_eq!(
+        listed["partitions"][0]["status"], "check_failed",
+        "{listed}"
+    );
     assert!(
         listed["partitions"][0]["reason"]
             .as_str()

@@ -75,6 +75,18 @@ fn listed(p: &Project, status_filter: Option<&str>, r: &str) -> Option<String> {
         .map(|row| row["status"].as_str().unwrap().to_string())
 }
 
+/// `datasets`' counts of the external dataset `raw`.
+fn raw_counts(p: &Project) -> serde_json::Value {
+    let datasets = p.run(&["--json", "datasets"]).json();
+    datasets["datasets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["name"] == "raw")
+        .map(|d| d["partitions"].clone())
+        .unwrap()
+}
+
 #[test]
 fn a_tainted_external_file_makes_its_readers_stale_until_its_data_changes() {
     let p = Project::new(GRAPH);
@@ -108,6 +120,7 @@ fn a_tainted_external_file_makes_its_readers_stale_until_its_data_changes() {
     out.expect_code(0);
     assert_eq!(out.json()["status"], "tainted");
     assert_eq!(listed(&p, None, &raw).as_deref(), Some("tainted"));
+    assert_eq!(raw_counts(&p), serde_json::json!({"tainted": 1}));
 
     // Its reader is stale, naming the tainted input; and so, through it, is the reader's reader.
     let s = status(&p, &a);
@@ -148,6 +161,7 @@ fn a_tainted_external_file_makes_its_readers_stale_until_its_data_changes() {
     assert_eq!(s["status"], "live", "{s}");
     assert_eq!(listed(&p, None, &raw).as_deref(), Some("live"));
     assert_eq!(listed(&p, Some("tainted"), &raw), None);
+    assert_eq!(raw_counts(&p), serde_json::json!({"live": 1}), "datasets agrees");
     let s = status(&p, &a);
     assert_eq!(s["status"], "stale", "{s}");
     assert_eq!(

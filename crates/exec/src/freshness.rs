@@ -68,6 +68,42 @@ impl Engine {
         }
     }
 
+    /// How the tainted partitions an external dataset records show now (as `status` says): still
+    /// `tainted`, `live` again (its data changed since the taint) or `missing`. `None` past
+    /// [`FRESHNESS_SCAN`] of them, unless `exact`: then what the log records stands.
+    fn external_taints(
+        &self,
+        producer: Producer,
+        exact: bool,
+    ) -> Result<Option<std::collections::BTreeMap<&'static str, u64>>> {
+        let glob = self.graph.pattern_of(producer).glob();
+        let mut shown = std::collections::BTreeMap::new();
+        let (mut after, mut seen) = (None, 0);
+        loop {
+            let rows = self.store.partitions(&PartitionQuery {
+                pattern: Some(glob.clone()),
+                status: Some(Status::Tainted),
+                limit: PAGE,
+                after: after.take(),
+            })?;
+            seen += rows.len();
+            if !exact && seen > FRESHNESS_SCAN {
+                return Ok(None);
+            }
+            let full = rows.len() == PAGE;
+            after = rows.last().map(|r| r.partition_ref.clone());
+            let versions = self.versions();
+            for row in rows.iter().filter(|row| {
+                self.graph.producer_of(&row.partition_ref).map(|(p, _)| p) == Some(producer)
+            }) {
+                *shown.entry(self.shown_status(&versions, row)).or_default() += 1;
+            }
+            if !full {
+                return Ok(Some(shown));
+            }
+        }
+    }
+
     /// Every dataset and job output with its partition counts; `exact` derives the freshness of
     /// every available partition however many there are (linear in them).
     pub fn datasets(&self, exact: bool) -> Result<Vec<DatasetView>> {
@@ -106,6 +142,17 @@ impl Engine {
                         // Recorded live, not checked: say only what the log says.
                         partitions.remove("live");
                         partitions.insert("available".into(), available);
+                    }
+                }
+                // A tainted external is live again once its data changed.
+                let external =
+                    matches!(p, Producer::Dataset(d) if self.graph.datasets[d].source.is_none());
+                if external && partitions.contains_key("tainted") {
+                    if let Some(shown) = self.external_taints(p, exact)? {
+                        partitions.remove("tainted");
+                        for (status, n) in shown {
+                            *partitions.entry(status.to_string()).or_default() += n;
+                        }
                     }
                 }
                 Ok(DatasetView {

@@ -336,7 +336,9 @@ impl Engine {
         )
     }
 
-    fn shown_status(
+    /// How a listing shows a row it did not derive: an available job output whose data is
+    /// gone is `missing`; an external's taint holds only until its data changes.
+    pub(crate) fn shown_status(
         &self,
         versions: &crate::versions::VersionedStates<'_>,
         row: &PartitionRow,

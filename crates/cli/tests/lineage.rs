@@ -305,6 +305,23 @@ fn a_taint_dry_run_lists_exactly_what_the_taint_makes_stale() {
         "{a1}"
     );
     assert_eq!(a1["already_stale"], 1, "{a1}");
+    // A partition whose data is gone is missing, not stale: counted as not live.
+    p.run(&["build", "d/2020-01-02"]).expect_code(0);
+    std::fs::remove_file(p.path().join("data/d/2020-01-02")).unwrap();
+    let gone = p
+        .run(&["--json", "taint", "--dry-run", "b/2020-01-02"])
+        .json();
+    assert_eq!(
+        (&gone["already_stale"], &gone["not_live"]),
+        (&0.into(), &1.into()),
+        "{gone}"
+    );
+    let text = p.run(&["taint", "--dry-run", "b/2020-01-02"]);
+    assert!(
+        text.stdout.contains("1 built from them not live"),
+        "{}",
+        text.stdout
+    );
 }
 
 /// `diff`: between the current instance and the one before, what changed — an input rebuilt

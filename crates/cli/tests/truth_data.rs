@@ -161,7 +161,11 @@ fn a_tainted_external_file_makes_its_readers_stale_until_its_data_changes() {
     assert_eq!(s["status"], "live", "{s}");
     assert_eq!(listed(&p, None, &raw).as_deref(), Some("live"));
     assert_eq!(listed(&p, Some("tainted"), &raw), None);
-    assert_eq!(raw_counts(&p), serde_json::json!({"live": 1}), "datasets agrees");
+    assert_eq!(
+        raw_counts(&p),
+        serde_json::json!({"live": 1}),
+        "datasets agrees"
+    );
     let s = status(&p, &a);
     assert_eq!(s["status"], "stale", "{s}");
     assert_eq!(

@@ -7,6 +7,7 @@
 //! upstream follows what a run *read*, not what it would read today, and an instance that was
 //! superseded since still names the instances it was built from.
 
+use databuild_core::KnownState;
 use databuild_log::{EventFilter, JobRunRow, Kind, ReadersOf, Status};
 use serde::{Deserialize, Serialize};
 
@@ -353,6 +354,10 @@ pub struct TaintImpact {
     pub would_become_stale: Vec<ImpactItem>,
     /// Built from them but stale or tainted already (counted, not followed further).
     pub already_stale: u64,
+    /// Built from them but not live for another reason: missing (its data gone), failed,
+    /// building, or held back by a failed check (counted, not followed further).
+    #[serde(default)]
+    pub not_live: u64,
     /// Active wants naming a partition the taint makes tainted or stale: they would rebuild it.
     pub wants: Vec<WantImpact>,
     /// More partitions than an answer holds were found ([`MAX_NODES`]).
@@ -386,6 +391,7 @@ impl Engine {
             tainted: Vec::new(),
             would_become_stale: Vec::new(),
             already_stale: 0,
+            not_live: 0,
             wants: Vec::new(),
             truncated: false,
         };
@@ -433,7 +439,7 @@ impl Engine {
                     break;
                 }
                 match versions.known(&next.partition_ref)? {
-                    databuild_core::KnownState::Live => {
+                    KnownState::Live => {
                         impact.would_become_stale.push(ImpactItem {
                             partition_ref: next.partition_ref.clone(),
                             job_run_id: next.run.clone().unwrap_or_default(),
@@ -441,7 +447,10 @@ impl Engine {
                         });
                         queue.push_back(next);
                     }
-                    _ => impact.already_stale += 1,
+                    KnownState::Stale { .. } | KnownState::Kept { .. } | KnownState::Tainted => {
+                        impact.already_stale += 1
+                    }
+                    _ => impact.not_live += 1,
                 }
             }
         }

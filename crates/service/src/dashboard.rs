@@ -1832,6 +1832,7 @@ async fn taint_preview(
             @if impact.truncated { p.muted { "… and more." } }
         }
         @if impact.already_stale > 0 { p.muted { (impact.already_stale) " partition(s) built from it are stale or tainted already." } }
+        @if impact.not_live > 0 { p.muted { (impact.not_live) " partition(s) built from it are not live (missing, failed or held back by a check)." } }
         @for w in &impact.wants { p.wanted { "Want " a href={ "/wants/" (w.want_id) } { code { (short(&w.want_id)) } } " would rebuild " (w.count) ": " @for r in &w.refs { (partition_link(r)) " " } } }
         form.inline method="post" action="/ui/taint" {
             input type="hidden" name="ref" value=(q.r#ref);

@@ -241,10 +241,17 @@ pub fn taint_impact(backend: &Backend, args: &[String], json: bool) -> anyhow::R
         "{} tainted, {} would become stale{}; nothing was written (without --dry-run it is)",
         impact.tainted.len(),
         impact.would_become_stale.len(),
-        match impact.already_stale {
-            0 => String::new(),
-            n => format!(", {n} built from them already stale"),
-        }
+        [
+            (impact.already_stale, "already stale"),
+            (
+                impact.not_live,
+                "not live (missing, failed or held back by a check)"
+            )
+        ]
+        .iter()
+        .filter(|(n, _)| *n > 0)
+        .map(|(n, what)| format!(", {n} built from them {what}"))
+        .collect::<String>()
     )?;
     Ok(ExitCode::SUCCESS)
 }

@@ -518,3 +518,34 @@ fn stale_partitions_are_listed_counted_and_summed_up_everywhere() {
     );
     assert_eq!(w["freshness_checked"], true);
 }
+
+/// The text summary counts partitions as `--json`'s `counts` does; the failed runs it names apart
+/// (one batch run fails all of its partitions).
+#[test]
+fn the_text_summary_counts_what_the_json_counts() {
+    let p = Project::new(
+        r#"
+[graph]
+name = "g"
+[[job]]
+name = "a"
+outputs = ["a/{k}"]
+batch = 3
+command = ["sh", "-c", "exit 4"]
+"#,
+    );
+    let text = p.run(&["build", "a/{k1,k2,k3}"]);
+    text.expect_code(1);
+    assert!(
+        text.stdout
+            .contains("0 built, 0 skipped, 0 delegated, 3 failed (1 failed run)"),
+        "{}",
+        text.stdout
+    );
+    let json = p.run(&["--json", "build", "a/{k1,k2,k3}"]).json();
+    assert_eq!(
+        (&json["counts"]["failed"], &json["counts"]["failures"]),
+        (&3.into(), &1.into()),
+        "{json}"
+    );
+}

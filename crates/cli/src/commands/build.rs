@@ -129,15 +129,24 @@ const SHOWN_FAILURES: usize = 10;
 
 fn print_summary(summary: &BuildSummary, took: Duration, whereabouts: &str) -> std::io::Result<()> {
     let id = &summary.build_request_id;
+    // Partitions, each counted as `--json`'s `counts` counts it (its lists may be cut); failed
+    // runs apart, since one run may fail several partitions.
+    let c = &summary.counts;
+    let runs = match c.failures {
+        n if n == c.failed => String::new(),
+        0 => " (no run failed)".to_string(),
+        1 => " (1 failed run)".to_string(),
+        n => format!(" ({n} failed runs)"),
+    };
     outln!(
-        "build {id} {}: {} built, {} skipped, {} delegated, {} failed, {} cancelled, {} not started ({:.1} s)",
+        "build {id} {}: {} built, {} skipped, {} delegated, {} failed{runs}, {} cancelled, {} not started ({:.1} s)",
         summary.status,
-        summary.built.len(),
-        summary.skipped.len(),
-        summary.delegated.len(),
-        summary.failures.len(),
-        summary.cancelled.len(),
-        summary.not_started.len(),
+        c.built,
+        c.skipped,
+        c.delegated,
+        c.failed,
+        c.cancelled,
+        c.not_started,
         took.as_secs_f64()
     )?;
     let failures = &summary.failures;

@@ -372,6 +372,45 @@ fn retries_run_again_and_missing_deps_are_built_first() {
     assert!(p.path().join("data/bad/7").exists());
 }
 
+/// A run that reports as missing an input built from its own output is a cycle: the build says
+/// so, and the run that failed is in the summary's failures, not among what never started.
+#[test]
+fn a_missing_input_built_from_the_run_itself_is_a_cycle() {
+    let p = Project::new(
+        r#"
+[graph]
+name = "c"
+[[job]]
+name = "a"
+outputs = ["a/{k}"]
+command = ["sh", "-c", "echo 'DATABUILD_MISSING_DEPS [\"b/x\"]'; exit 5"]
+[[job]]
+name = "b"
+outputs = ["b/{k}"]
+inputs = ["a/{k}"]
+command = ["true"]
+"#,
+    );
+    let out = p.run(&["--json", "build", "a/x"]);
+    out.expect_code(1);
+    let v = out.json();
+    assert!(
+        v["message"]
+            .as_str()
+            .unwrap()
+            .contains("a cycle (a/x → b/x → a/x)"),
+        "{v}"
+    );
+    assert_eq!(
+        v["failures"][0]["outputs"],
+        serde_json::json!(["a/x"]),
+        "{v}"
+    );
+    assert_eq!(v["not_started"], serde_json::json!(["b/x"]), "{v}");
+    assert_eq!(v["failed"], serde_json::json!(["a/x"]), "{v}");
+    p.run(&["check-log"]).expect_code(0);
+}
+
 /// The most runs of `job` alive at once, from `built.log`-style start/end records.
 fn max_overlap(p: &Project) -> usize {
     let text = std::fs::read_to_string(p.path().join("spans.log")).unwrap();

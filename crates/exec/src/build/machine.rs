@@ -852,6 +852,23 @@ impl Machine {
         };
         self.add_plan(plan, out);
         out.push_back(Effect::Added);
+        // A missing ref built from the run's own outputs can never come first.
+        for r in missing {
+            let Some(cycle) = self
+                .maker_of(r)
+                .and_then(|n| self.path_of_dependents(node, n))
+            else {
+                continue;
+            };
+            let path: Vec<String> = cycle.iter().map(|&n| self.first_output(n)).collect();
+            let why = format!(
+                "it reported missing input `{r}`, which is built from `{own}` itself: a cycle \
+                 ({} → {own}); the job must not ask for what is built from its own outputs",
+                path.join(" → "),
+                own = path[0],
+            );
+            return self.give_up(node, why, out);
+        }
         // Wait on whatever of this build makes the missing refs and is not done.
         let mut waiting_on = 0;
         for r in missing {
@@ -868,6 +885,32 @@ impl Machine {
             }
         }
         self.reschedule(node, waiting_on, out);
+    }
+
+    /// The nodes from `from` to `to` along `dependents` (what waits on what), both included, if
+    /// `to` waits on `from` at all. Breadth-first: the shortest such path. Asked only when a run
+    /// reports missing inputs, so its cost (up to every node) is paid rarely.
+    fn path_of_dependents(&self, from: usize, to: usize) -> Option<Vec<usize>> {
+        let mut came_from = FxHashMap::default();
+        came_from.insert(from, from);
+        let mut queue = VecDeque::from([from]);
+        while let Some(at) = queue.pop_front() {
+            if at == to {
+                let mut path = vec![to];
+                while *path.last()? != from {
+                    path.push(came_from[path.last()?]);
+                }
+                path.reverse();
+                return Some(path);
+            }
+            for &next in &self.nodes[at].dependents {
+                if let std::collections::hash_map::Entry::Vacant(e) = came_from.entry(next) {
+                    e.insert(at);
+                    queue.push_back(next);
+                }
+            }
+        }
+        None
     }
 
     fn give_up(&mut self, node: usize, message: String, out: &mut VecDeque<Effect>) {

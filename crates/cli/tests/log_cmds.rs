@@ -155,6 +155,16 @@ fn events_filter_and_follow() {
     assert_eq!(lines.len(), 12);
     assert_eq!(lines[0]["kind"], "build_request");
     assert_eq!(lines[0]["status"], "received");
+    // A build or run no id names is refused, not shown as one without events.
+    for (flag, id) in [("--build", "nonexist"), ("--run", "nonexist")] {
+        let out = p.run(&["events", flag, id]);
+        out.expect_code(2);
+        assert!(
+            out.stderr.contains("no ") && out.stderr.contains(id),
+            "{}",
+            out.stderr
+        );
+    }
     let out = p.run(&[
         "--json",
         "events",

@@ -348,14 +348,13 @@ pub fn partition_events(engine: &Engine, r: &str) -> ApiResult<EventList> {
 /// Events with `next`, the index to pass as `since` for the following page.
 pub fn events(engine: &Engine, filter: &EventFilter) -> ApiResult<EventPage> {
     // A build or run named as listings show it (a prefix, a short form) is that one; an id
-    // that names none, or several, filters as typed.
-    let named = |kind, text: &Option<String>| {
-        let t = text.as_ref()?;
-        Some(resolve(engine, kind, t).unwrap_or_else(|_| t.clone()))
-    };
+    // that names none, or several, is refused as `builds` and `runs` refuse it (an empty page
+    // would read as a build or run without events).
+    let named =
+        |kind, text: &Option<String>| text.as_ref().map(|t| resolve(engine, kind, t)).transpose();
     let filter = &EventFilter {
-        build_request_id: named(IdKind::BuildRequest, &filter.build_request_id),
-        job_run_id: named(IdKind::JobRun, &filter.job_run_id),
+        build_request_id: named(IdKind::BuildRequest, &filter.build_request_id)?,
+        job_run_id: named(IdKind::JobRun, &filter.job_run_id)?,
         ..filter.clone()
     };
     let events = engine.store.events(filter)?;

@@ -368,3 +368,23 @@ command = ["true"]
     assert_eq!(detail["requested_partitions"][999], "x/1000");
     assert_eq!(detail["requested_count"], 50000);
 }
+
+/// A PostgreSQL log that does not answer is the system's failure (exit 1), said with why; not
+/// the request's (exit 2).
+#[test]
+fn an_unreachable_postgres_log_exits_1_saying_why() {
+    let p = project();
+    // Nothing listens on port 1.
+    let out = p.run(&[
+        "--event-log",
+        "postgres://127.0.0.1:1/db",
+        "status",
+        "a/2020-01-01",
+    ]);
+    out.expect_code(1);
+    assert!(
+        out.stderr.contains("is unreachable") && out.stderr.contains("Connection refused"),
+        "{}",
+        out.stderr
+    );
+}

@@ -166,7 +166,11 @@ impl Reader {
 fn describe(e: &postgres::Error) -> String {
     match e.as_db_error() {
         Some(d) => format!("{} ({})", d.message(), d.code().code()),
-        None => e.to_string(),
+        // The client's error says what it was doing; its source, what went wrong.
+        None => match std::error::Error::source(e) {
+            Some(cause) => format!("{e}: {cause}"),
+            None => e.to_string(),
+        },
     }
 }
 
@@ -293,9 +297,18 @@ impl PostgresStore {
             message,
         };
         let config = connection_config(url).map_err(open_error)?;
+        // The server's own refusal (a wrong password, no such database) is the request's to
+        // fix; no answer at all (refused, unreachable, timed out) is the system's: exit 1.
         let mut client = postgres::Config::from(config.clone())
             .connect(NoTls)
-            .map_err(|e| open_error(describe(&e)))?;
+            .map_err(|e| match e.as_db_error() {
+                Some(_) => open_error(describe(&e)),
+                None => LogError::Unavailable {
+                    location: location.clone(),
+                    waited_ms: 0,
+                    message: describe(&e),
+                },
+            })?;
         prepare_schema(&mut client, &location)?;
         let mut writer_config = config.clone();
         let options = config.get_options().unwrap_or_default();

@@ -305,36 +305,27 @@ impl SqliteStore {
         }
     }
 
-    fn prepare_schema(&self) -> Result<()> {
-        let mut writer = self.writer.lock().expect("writer lock");
-        let conn = &mut writer.conn;
+    /// The log's schema version; an error if the file is not an event log, or one newer than
+    /// this build understands. A file with no tables is version 0.
+    fn schema_version(&self, tx: &rusqlite::Transaction<'_>) -> Result<i64> {
         let location = self.location();
-        // WAL lets readers proceed while a writer appends; NORMAL sync keeps every committed batch
-        // across process crashes (power loss may drop the last few).
-        conn.pragma_update(None, "journal_mode", "WAL")
-            .map_err(|e| self.classify(e))?;
-        conn.pragma_update(None, "synchronous", "NORMAL")
-            .map_err(storage)?;
-        let tx = conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)
-            .map_err(|e| self.classify(e))?;
         let app_id: i64 = tx
             .query_row("PRAGMA application_id", [], |r| r.get(0))
             .map_err(|e| self.classify(e))?;
         let tables: i64 = tx
             .query_row("SELECT count(*) FROM sqlite_master", [], |r| r.get(0))
             .map_err(|e| self.classify(e))?;
-        tune(&tx, WRITER_CACHE_KIB)?;
-        if app_id != APPLICATION_ID && tables > 0 {
+        if tables == 0 {
+            return Ok(0);
+        }
+        if app_id != APPLICATION_ID {
             return Err(LogError::Open {
                 location,
                 message: "the file is an SQLite database but not a DataBuild event log".into(),
             });
         }
-        let version: i64 = if tables == 0 {
-            0
-        } else {
-            tx.query_row(
+        let version: i64 = tx
+            .query_row(
                 "SELECT value FROM meta WHERE key = 'schema_version'",
                 [],
                 |r| r.get::<_, String>(0),
@@ -347,8 +338,7 @@ impl SqliteStore {
             .map_err(|_| LogError::Open {
                 location: location.clone(),
                 message: "its schema version is not a number".into(),
-            })?
-        };
+            })?;
         if version > SCHEMA_VERSION {
             return Err(LogError::NewerSchema {
                 location,
@@ -356,6 +346,33 @@ impl SqliteStore {
                 supported: SCHEMA_VERSION,
             });
         }
+        Ok(version)
+    }
+
+    fn prepare_schema(&self) -> Result<()> {
+        let mut writer = self.writer.lock().expect("writer lock");
+        let conn = &mut writer.conn;
+        // WAL lets readers proceed while a writer appends; NORMAL sync keeps every committed batch
+        // across process crashes (power loss may drop the last few).
+        conn.pragma_update(None, "journal_mode", "WAL")
+            .map_err(|e| self.classify(e))?;
+        conn.pragma_update(None, "synchronous", "NORMAL")
+            .map_err(storage)?;
+        tune(conn, WRITER_CACHE_KIB)?;
+        // Most opens find the schema current: they read it without the write lock, which
+        // another process may hold for a while (a long batch, a `sqlite3` shell); in WAL mode a
+        // reader never waits for it.
+        {
+            let tx = conn.transaction().map_err(|e| self.classify(e))?;
+            if self.schema_version(&tx)? == SCHEMA_VERSION {
+                return Ok(());
+            }
+        }
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(|e| self.classify(e))?;
+        // Read again under the lock: another process may have migrated meanwhile.
+        let version = self.schema_version(&tx)?;
         for step in &MIGRATIONS[version as usize..] {
             tx.execute_batch(step).map_err(storage)?;
         }
@@ -1617,6 +1634,29 @@ mod tests {
         // Refused (b1 was received already): the cache goes back all the same.
         assert!(store.append(bulk("b1")).is_err());
         assert_eq!(cache(&store), -WRITER_CACHE_KIB);
+    }
+
+    /// Opening a log whose schema is current takes no write lock: while another process holds
+    /// it (a long batch, a `sqlite3` shell), a command that only reads opens and reads at once.
+    #[test]
+    fn opening_a_current_log_does_not_wait_for_the_write_lock() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("events.db");
+        let store = SqliteStore::open(&path).unwrap();
+        store
+            .append(vec![Event::build_request("b1", Status::Received)])
+            .unwrap();
+        let holder = Connection::open(&path).unwrap();
+        holder.execute_batch("BEGIN IMMEDIATE").unwrap();
+        let started = Instant::now();
+        let reader = SqliteStore::open(&path).expect("opens while the write lock is held");
+        assert!(reader.build_request("b1").unwrap().is_some());
+        assert!(
+            started.elapsed() < BUSY_TIMEOUT / 2,
+            "{:?}",
+            started.elapsed()
+        );
+        holder.execute_batch("COMMIT").unwrap();
     }
 
     /// A store closes leaving a small WAL for the next command to read, and empties a large one.

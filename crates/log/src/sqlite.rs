@@ -65,6 +65,10 @@ const READER_CACHE_KIB: i64 = 8 * 1024;
 /// A user query's page cache: small, and its sorts and temporary tables spill to files, so one
 /// query holds little of the log in memory however much it reads.
 const SQL_CACHE_KIB: i64 = 2 * 1024;
+/// The longest string or blob a user query may read or build on the way to its result (which
+/// holds shorter ones, `SqlLimits::max_value_len`): a stored value of a run reading ~250,000
+/// partitions, while a query building values out of nothing stays bounded per value.
+const SQL_WORKING_VALUE_LEN: usize = 16 << 20;
 /// The longest user query (SQLite's own limit is 1 GB of text to parse).
 const SQL_MAX_QUERY_LEN: usize = 100_000;
 
@@ -489,7 +493,12 @@ impl SqliteStore {
             .map_err(storage)?;
         conn.pragma_update(None, "temp_store", "FILE")
             .map_err(storage)?;
-        let value_len = i32::try_from(limits.max_value_len).unwrap_or(i32::MAX);
+        // What the query may read and build on the way is larger than what it may return: the
+        // log holds values over 1 MiB (the inputs of a run reading 80,000 partitions), and
+        // `length` or `substr` of one must work. Returned values are held to `max_value_len`
+        // as they are read out.
+        let value_len = limits.max_value_len.max(SQL_WORKING_VALUE_LEN);
+        let value_len = i32::try_from(value_len).unwrap_or(i32::MAX);
         conn.set_limit(Limit::SQLITE_LIMIT_LENGTH, value_len)
             .map_err(storage)?;
         conn.set_limit(Limit::SQLITE_LIMIT_SQL_LENGTH, SQL_MAX_QUERY_LEN as i32)
@@ -1496,6 +1505,9 @@ impl EventStore for SqliteStore {
                     ValueRef::Integer(n) => n.into(),
                     ValueRef::Real(f) => serde_json::Number::from_f64(f)
                         .map_or(serde_json::Value::Null, serde_json::Value::Number),
+                    ValueRef::Text(t) if t.len() > limits.max_value_len => {
+                        return Err(limits.value_too_long())
+                    }
                     ValueRef::Text(t) => String::from_utf8_lossy(t).into_owned().into(),
                     ValueRef::Blob(b) => format!("<{} bytes>", b.len()).into(),
                 };

@@ -643,6 +643,38 @@ fn sql_refuses_a_value_longer_than_its_limit() {
     }
 }
 
+/// A value the log holds that is longer than a result may hold (the inputs of a run reading tens
+/// of thousands of partitions) can still be measured and cut by the query; only returning it
+/// whole is refused.
+#[test]
+fn sql_reads_a_stored_value_longer_than_a_result_holds_in_parts() {
+    for (_f, store) in stores() {
+        let inputs: Vec<String> = (0..50_000)
+            .map(|i| format!("raw/partition={i:08}"))
+            .collect();
+        let mut events = build_events("b1", "r1", "a/1");
+        events[4] = Event::job_run("b1", "r1", "job", Status::Scheduled).with_data(|d| {
+            d.outputs = vec!["a/1".into()];
+            d.inputs = inputs.clone();
+        });
+        store.append(events).unwrap();
+        let measured = store
+            .sql(
+                "SELECT length(inputs), substr(inputs, 1, 5) FROM job_runs WHERE job_run_id = 'r1'",
+                SqlLimits::default(),
+            )
+            .unwrap();
+        let length = measured.rows[0][0].as_i64().unwrap();
+        assert!(length > 1 << 20, "{length}");
+        assert_eq!(measured.rows[0][1], "[\"raw");
+        let whole = store.sql(
+            "SELECT inputs FROM job_runs WHERE job_run_id = 'r1'",
+            SqlLimits::default(),
+        );
+        assert!(matches!(whole, Err(LogError::SqlTooLarge(_))), "{whole:?}");
+    }
+}
+
 /// A result past `max_bytes` is refused, not cut: the message names the cap and how to narrow
 /// the query.
 #[test]

@@ -324,3 +324,22 @@ body_format = "text"
     ]);
     assert_eq!(out.json()["rows"][0][0], 0);
 }
+
+/// What was built from a tainted job output is stale saying why the taint was made, as for a
+/// tainted external.
+#[test]
+fn a_reader_of_a_tainted_job_output_is_stale_with_the_taints_reason() {
+    let p = Project::new(GRAPH);
+    p.file(&format!("data/raw/{D}"), "delivery\n");
+    let (a, b) = (format!("a/{D}"), format!("b/{D}"));
+    p.run(&["build", &b]).expect_code(0);
+    p.run(&["taint", &a, "--reason", "bad batch"])
+        .expect_code(0);
+    let s = status(&p, &b);
+    assert_eq!(s["status"], "stale", "{s}");
+    assert_eq!(
+        s["reasons"][0],
+        format!("input `{a}` is tainted: bad batch"),
+        "{s}"
+    );
+}

@@ -634,13 +634,15 @@ impl<'a> VersionedStates<'a> {
                     expired.get_or_insert(input);
                 }
                 None => {
-                    let tainted = self.row(input).is_some_and(|p| p.status == Status::Tainted);
-                    stale.get_or_insert_with(|| {
-                        if tainted {
-                            format!("input `{input}` is tainted")
-                        } else {
-                            format!("input `{input}` is no longer live")
-                        }
+                    let row = self.row(input);
+                    let tainted = row.as_ref().filter(|p| p.status == Status::Tainted);
+                    stale.get_or_insert_with(|| match tainted {
+                        // With the taint's reason, as for a tainted external.
+                        Some(p) => match p.message.as_deref().filter(|m| !m.is_empty()) {
+                            Some(why) => format!("input `{input}` is tainted: {why}"),
+                            None => format!("input `{input}` is tainted"),
+                        },
+                        None => format!("input `{input}` is no longer live"),
                     });
                 }
                 Some(e) if e.kept => {

@@ -178,16 +178,8 @@ impl Engine {
         Ok(self
             .versions()
             .states_of_rows(rows)?
-            .into_iter()
-            .map(|state| match state {
-                KnownState::Live => "live",
-                KnownState::Stale { .. } | KnownState::Kept { .. } => "stale",
-                KnownState::Missing => "missing",
-                KnownState::Building { .. } => "building",
-                KnownState::Failed => "failed",
-                KnownState::Tainted => "tainted",
-                KnownState::CheckFailed { .. } => "check_failed",
-            })
+            .iter()
+            .map(crate::views::state_name)
             .collect())
     }
 }

@@ -198,6 +198,19 @@ impl ListedStatus {
 /// this, not by how rare the matches are.
 pub const FRESHNESS_SCAN: usize = 20_000;
 
+/// The name a listing shows a derived state by.
+pub(crate) fn state_name(state: &KnownState) -> &'static str {
+    match state {
+        KnownState::Live => "live",
+        KnownState::Stale { .. } | KnownState::Kept { .. } => "stale",
+        KnownState::CheckFailed { .. } => "check_failed",
+        KnownState::Missing => "missing",
+        KnownState::Building { .. } => "building",
+        KnownState::Failed => "failed",
+        KnownState::Tainted => "tainted",
+    }
+}
+
 /// How a listing shows an available job output whose state was derived, and why (as `status`
 /// says it).
 fn derived_status(
@@ -205,22 +218,19 @@ fn derived_status(
     versions: &crate::versions::VersionedStates<'_>,
     r: &str,
 ) -> (&'static str, Option<String>) {
-    match state {
-        KnownState::Live => ("live", None),
-        KnownState::Stale { reason } | KnownState::Kept { reason } => ("stale", Some(reason)),
-        KnownState::CheckFailed { reason } => ("check_failed", Some(reason)),
-        KnownState::Missing => (
-            "missing",
-            Some(
-                versions
-                    .gone(r)
-                    .unwrap_or_else(|| "its data is gone".to_string()),
-            ),
+    let name = state_name(&state);
+    let reason = match state {
+        KnownState::Stale { reason }
+        | KnownState::Kept { reason }
+        | KnownState::CheckFailed { reason } => Some(reason),
+        KnownState::Missing => Some(
+            versions
+                .gone(r)
+                .unwrap_or_else(|| "its data is gone".to_string()),
         ),
-        KnownState::Building { .. } => ("building", None),
-        KnownState::Failed => ("failed", None),
-        KnownState::Tainted => ("tainted", None),
-    }
+        _ => None,
+    };
+    (name, reason)
 }
 
 impl Engine {

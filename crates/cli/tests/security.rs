@@ -803,3 +803,39 @@ body_format = "json"
     let sender = post_json(&s, "/api/v1/webhooks/orders", &[BEARER], record);
     assert_eq!(sender.status, 200, "{}", sender.body);
 }
+
+/// A client that opens a connection and never finishes its request's headers (slowloris) is
+/// cut off after 30 s, trickling header lines or not; meanwhile others are served. Connections
+/// that stayed open for good used up the descriptors the builds' jobs need.
+#[test]
+fn a_request_whose_headers_never_end_is_cut_off() {
+    let p = project();
+    let s = Service::start(&p, &[]);
+    let addr = s.url.trim_start_matches("http://").to_string();
+    let mut idle = std::net::TcpStream::connect(&addr).unwrap();
+    idle.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+        .unwrap();
+    let mut trickle = std::net::TcpStream::connect(&addr).unwrap();
+    trickle.write_all(b"GET /healthz HTTP/1.1\r\n").unwrap();
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_secs(25) {
+        std::thread::sleep(Duration::from_secs(4));
+        let _ = trickle.write_all(b"X-Slow: 1\r\n");
+        assert_eq!(get(&s, "/healthz", &[]).status, 200, "others are served");
+    }
+    for mut stream in [idle, trickle] {
+        stream
+            .set_read_timeout(Some(Duration::from_secs(15)))
+            .unwrap();
+        let mut buf = [0u8; 64];
+        // Closed by the service: end of file, or a reset if a write crossed the close.
+        let read = stream.read(&mut buf);
+        assert!(matches!(read, Ok(0) | Err(_)), "{read:?}");
+        assert!(
+            !matches!(&read, Err(e) if e.kind() == std::io::ErrorKind::WouldBlock || e.kind() == std::io::ErrorKind::TimedOut),
+            "still open after {:?}",
+            started.elapsed()
+        );
+    }
+    assert!(started.elapsed() < Duration::from_secs(45));
+}

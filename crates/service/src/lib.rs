@@ -14,6 +14,7 @@
 
 pub mod api;
 pub mod client;
+mod connections;
 mod dashboard;
 
 pub use dashboard::enc as encode_segment;
@@ -196,9 +197,7 @@ pub async fn serve(
         .await
         .map_err(|e| anyhow::anyhow!("cannot listen on {bind}: {e}"))?;
     on_ready(listener.local_addr()?);
-    axum::serve(listener, app(state.clone()))
-        .with_graceful_shutdown(shutdown_signal())
-        .await?;
+    connections::serve(listener, app(state.clone()), shutdown_signal()).await;
     stop_reconciler.store(true, Ordering::Relaxed);
     let state2 = state.clone();
     tokio::task::spawn_blocking(move || state2.builds.cancel_all(SHUTDOWN_GRACE)).await?;

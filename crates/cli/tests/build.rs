@@ -638,6 +638,14 @@ fn cancel_stops_running_jobs_and_records_it() {
     assert_cancelled(&p, build, &id);
     assert!(started.elapsed() < Duration::from_secs(10));
     p.run(&["cancel", &id]).expect_code(2);
+    // An analysis ends with its plan: nothing to cancel, and its record stays as it was.
+    let analysis = p.run(&["--json", "analyze", "a/2020-01-09"]).json();
+    let analysis = analysis["build_request_id"].as_str().unwrap();
+    let out = p.run(&["cancel", analysis]);
+    out.expect_code(2);
+    assert!(out.stderr.contains("already"), "{}", out.stderr);
+    let b = p.run(&["--json", "builds", analysis]).json();
+    assert_eq!(b["status"], "analysis_completed", "{b}");
 }
 
 #[test]

@@ -239,6 +239,14 @@ fn bad_requests_get_json_errors_naming_the_problem() {
         ),
         (
             "POST",
+            "/api/v1/wants",
+            Some(r#"{"partitions": ["a/2020-01-01"], "tll": "1h"}"#.into()),
+            400,
+            "bad_json",
+            "unknown field `tll`",
+        ),
+        (
+            "POST",
             "/api/v1/gc",
             Some("[]".into()),
             400,

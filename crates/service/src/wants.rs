@@ -18,6 +18,7 @@ use crate::AppState;
 type Shared = State<Arc<AppState>>;
 
 #[derive(Deserialize, serde::Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
 pub struct WantBody {
     /// Refs (braces expanded, as for builds).
     #[schema(min_items = 1)]

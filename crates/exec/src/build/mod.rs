@@ -424,18 +424,32 @@ impl Engine {
                 "no build request `{id}` in the event log"
             )));
         };
-        if databuild_log::state::is_terminal(databuild_log::Kind::BuildRequest, b.status) {
-            return Err(EngineError::AlreadyEnded {
-                id: id.to_string(),
-                status: b.status,
-            });
+        let ended = |b: &databuild_log::BuildRequestRow| {
+            databuild_log::state::is_terminal(databuild_log::Kind::BuildRequest, b.status)
+                // An analysis ends with its plan: there is nothing left to cancel.
+                || (b.analyze_only && b.status == Status::AnalysisCompleted)
+        };
+        let already_ended = |b: &databuild_log::BuildRequestRow| EngineError::AlreadyEnded {
+            id: id.to_string(),
+            status: b.status,
+        };
+        if ended(&b) {
+            return Err(already_ended(&b));
         }
         if self.owner_dead(b.owner.as_deref())? {
             return self.close_build(id, Status::Cancelled, "cancelled");
         }
-        self.store.append(vec![
+        let cancelled = self.store.append(vec![
             Event::build_request(id, Status::Cancelled).with_message("cancelled")
-        ])?;
-        Ok(())
+        ]);
+        match cancelled {
+            Ok(_) => Ok(()),
+            // It ended meanwhile (another cancel, or its own end): said as for one ended before.
+            Err(e @ LogError::Refused { .. }) => match self.store.build_request(id)? {
+                Some(now) if ended(&now) => Err(already_ended(&now)),
+                _ => Err(e.into()),
+            },
+            Err(e) => Err(e.into()),
+        }
     }
 }

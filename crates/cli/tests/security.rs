@@ -839,3 +839,22 @@ fn a_request_whose_headers_never_end_is_cut_off() {
     }
     assert!(started.elapsed() < Duration::from_secs(45));
 }
+
+/// A dashboard form whose ref is not UTF-8 is refused, as the API refuses it, not built as
+/// another ref (with U+FFFD in its place).
+#[test]
+fn a_form_field_that_is_not_text_is_refused() {
+    let p = project();
+    let s = Service::start(&p, &[]);
+    let token = csrf(&s, "/");
+    let before = build_count(&p);
+    let bad = post_form(
+        &s,
+        "/ui/build",
+        &[],
+        &format!("refs=a%2F2020-01-0%FF&csrf={token}"),
+    );
+    assert_eq!(bad.status, 400, "{}", bad.body);
+    assert!(bad.body.contains("`refs` is not UTF-8"), "{}", bad.body);
+    assert_eq!(build_count(&p), before, "nothing was built");
+}

@@ -597,9 +597,12 @@ pub struct EventsQuery {
     /// RFC 3339.
     #[param(format = DateTime)]
     to: Option<String>,
+    /// A build request, as listings show its id (a prefix, the short form, `last`); one that
+    /// names none is 404.
     build: Option<String>,
     partition: Option<String>,
     job: Option<String>,
+    /// A job run, as listings show its id; one that names none is 404.
     run: Option<String>,
 }
 
@@ -619,7 +622,7 @@ fn chrono_ns(text: &str) -> Option<i64> {
     databuild_exec::engine::parse_rfc3339(text)
 }
 
-#[utoipa::path(get, path = route::EVENTS, summary = "Events, filtered and paginated", params(EventsQuery), responses((status = 200, body = answers::EventPage), (status = 400, body = ErrorBody)))]
+#[utoipa::path(get, path = route::EVENTS, summary = "Events, filtered and paginated", params(EventsQuery), responses((status = 200, body = answers::EventPage), (status = 400, body = ErrorBody), (status = 404, description = "`build` or `run` names no build or run", body = ErrorBody)))]
 pub(crate) async fn list_events(
     State(state): Shared,
     ApiQuery(q): ApiQuery<EventsQuery>,

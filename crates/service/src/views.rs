@@ -349,9 +349,14 @@ pub fn partition_events(engine: &Engine, r: &str) -> ApiResult<EventList> {
 pub fn events(engine: &Engine, filter: &EventFilter) -> ApiResult<EventPage> {
     // A build or run named as listings show it (a prefix, a short form) is that one; an id
     // that names none, or several, is refused as `builds` and `runs` refuse it (an empty page
-    // would read as a build or run without events).
-    let named =
-        |kind, text: &Option<String>| text.as_ref().map(|t| resolve(engine, kind, t)).transpose();
+    // would read as a build or run without events). An empty one (a blank form field) filters
+    // nothing.
+    let named = |kind, text: &Option<String>| {
+        text.as_ref()
+            .filter(|t| !t.is_empty())
+            .map(|t| resolve(engine, kind, t))
+            .transpose()
+    };
     let filter = &EventFilter {
         build_request_id: named(IdKind::BuildRequest, &filter.build_request_id)?,
         job_run_id: named(IdKind::JobRun, &filter.job_run_id)?,

@@ -73,7 +73,9 @@ pub(crate) fn limit(given: Option<usize>, default: usize) -> ApiResult<usize> {
         Some(n) if n > MAX_LIMIT => Err(AppError::bad_request(format!(
             "`limit={n}` is more than {MAX_LIMIT}"
         ))),
-        Some(n) => Ok(n),
+        // A page holds at least one row, so that its cursor always moves on: `limit=0` is 1 on
+        // every listing (an empty page with no cursor would read as the end).
+        Some(n) => Ok(n.max(1)),
         None => Ok(default),
     }
 }

@@ -9,7 +9,7 @@
 //! dataset, and its time is linear in it.
 
 use databuild_core::{KnownState, Producer};
-use databuild_log::{PartitionQuery, Status};
+use databuild_log::{PartitionQuery, PartitionRow, Status};
 
 pub use crate::answers::DatasetView;
 use crate::engine::{producer_kind, Engine, Result};
@@ -32,28 +32,8 @@ pub struct Freshness {
 impl Engine {
     /// Every available partition of `producer`, checked for freshness.
     pub fn freshness(&self, producer: Producer) -> Result<Freshness> {
-        let glob = self.graph.pattern_of(producer).glob();
         let mut counts = Freshness::default();
-        let mut after = None;
-        loop {
-            let rows = self.store.partitions(&PartitionQuery {
-                pattern: Some(glob.clone()),
-                status: Some(Status::Available),
-                limit: PAGE,
-                after: after.take(),
-            })?;
-            // A fresh memo per page: what one page works out about shared inputs is worked
-            // out again by the next, which keeps memory flat.
-            let versions = self.versions();
-            let full = rows.len() == PAGE;
-            after = rows.last().map(|r| r.partition_ref.clone());
-            // A glob can match deeper refs of another producer: those are not this one's.
-            let own: Vec<_> = rows
-                .into_iter()
-                .filter(|row| {
-                    self.graph.producer_of(&row.partition_ref).map(|(p, _)| p) == Some(producer)
-                })
-                .collect();
+        self.each_page(producer, Status::Available, |versions, own| {
             for state in versions.states_of_rows(own)? {
                 match state {
                     KnownState::Live => counts.live += 1,
@@ -62,10 +42,9 @@ impl Engine {
                     _ => counts.missing += 1,
                 }
             }
-            if !full {
-                return Ok(counts);
-            }
-        }
+            Ok(true)
+        })?;
+        Ok(counts)
     }
 
     /// How the tainted partitions an external dataset records show now (as `status` says): still
@@ -76,30 +55,51 @@ impl Engine {
         producer: Producer,
         exact: bool,
     ) -> Result<Option<std::collections::BTreeMap<&'static str, u64>>> {
-        let glob = self.graph.pattern_of(producer).glob();
         let mut shown = std::collections::BTreeMap::new();
-        let (mut after, mut seen) = (None, 0);
+        let mut seen = 0;
+        let whole = self.each_page(producer, Status::Tainted, |versions, own| {
+            seen += own.len();
+            for row in &own {
+                *shown.entry(self.shown_status(versions, row)).or_default() += 1;
+            }
+            Ok(exact || seen <= FRESHNESS_SCAN)
+        })?;
+        Ok(whole.then_some(shown))
+    }
+
+    /// Hands `each` the rows of `producer` the log records with `status`, a page at a time, with
+    /// a fresh memo of versions per page: what one page works out about shared inputs is worked
+    /// out again by the next, which keeps memory flat. `each` answers whether to go on; the
+    /// answer is whether every page was handed over.
+    fn each_page(
+        &self,
+        producer: Producer,
+        status: Status,
+        mut each: impl FnMut(&crate::versions::VersionedStates<'_>, Vec<PartitionRow>) -> Result<bool>,
+    ) -> Result<bool> {
+        let glob = self.graph.pattern_of(producer).glob();
+        let mut after = None;
         loop {
             let rows = self.store.partitions(&PartitionQuery {
                 pattern: Some(glob.clone()),
-                status: Some(Status::Tainted),
+                status: Some(status),
                 limit: PAGE,
                 after: after.take(),
             })?;
-            seen += rows.len();
-            if !exact && seen > FRESHNESS_SCAN {
-                return Ok(None);
-            }
             let full = rows.len() == PAGE;
             after = rows.last().map(|r| r.partition_ref.clone());
-            let versions = self.versions();
-            for row in rows.iter().filter(|row| {
-                self.graph.producer_of(&row.partition_ref).map(|(p, _)| p) == Some(producer)
-            }) {
-                *shown.entry(self.shown_status(&versions, row)).or_default() += 1;
+            // A glob can match deeper refs of another producer: those are not this one's.
+            let own: Vec<_> = rows
+                .into_iter()
+                .filter(|row| {
+                    self.graph.producer_of(&row.partition_ref).map(|(p, _)| p) == Some(producer)
+                })
+                .collect();
+            if !each(&self.versions(), own)? {
+                return Ok(false);
             }
             if !full {
-                return Ok(Some(shown));
+                return Ok(true);
             }
         }
     }

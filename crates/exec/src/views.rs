@@ -309,23 +309,19 @@ impl Engine {
             .then(|| rows.last().map(|r| r.partition_ref.clone()))
             .flatten();
         let versions = self.versions();
-        // The page's available job outputs, derived in one batch.
-        let built: Vec<&str> = rows
+        // The page's available job outputs, derived in one batch, in the page's order.
+        let derived =
+            |row: &PartitionRow| row.status == Status::Available && self.is_job_output(row);
+        let refs: Vec<&str> = rows
             .iter()
-            .filter(|row| row.status == Status::Available && self.is_job_output(row))
+            .filter(|row| derived(row))
             .map(|row| row.partition_ref.as_str())
             .collect();
-        let derived: Vec<KnownState> = versions.known_all(&built)?;
-        let mut derived = built
-            .iter()
-            .map(|r| r.to_string())
-            .zip(derived)
-            .collect::<rustc_hash::FxHashMap<_, _>>();
+        let mut states = versions.known_all(&refs)?.into_iter();
         let partitions = rows
             .into_iter()
             .map(|row| {
-                let state = derived.remove(&row.partition_ref);
-                let (status, reason) = match state {
+                let (status, reason) = match derived(&row).then(|| states.next()).flatten() {
                     Some(state) => derived_status(state, &versions, &row.partition_ref),
                     None => (self.shown_status(&versions, &row), None),
                 };
@@ -346,8 +342,8 @@ impl Engine {
         )
     }
 
-    /// How a listing shows a row it did not derive: an available job output whose data is
-    /// gone is `missing`; an external's taint holds only until its data changes.
+    /// How a listing shows a row whose freshness it does not derive (not an available job
+    /// output): as recorded, but that an external's taint holds only until its data changes.
     pub(crate) fn shown_status(
         &self,
         versions: &crate::versions::VersionedStates<'_>,
@@ -356,11 +352,6 @@ impl Engine {
         use databuild_core::Producer;
         let producer = self.graph.producer_of(&row.partition_ref).map(|(p, _)| p);
         match (row.status, producer) {
-            (Status::Available, Some(Producer::Job { .. }))
-                if !self.data_dir.join(&row.partition_ref).exists() =>
-            {
-                "missing"
-            }
             (Status::Tainted, Some(Producer::Dataset(d)))
                 if self.graph.datasets[d].source.is_none() =>
             {

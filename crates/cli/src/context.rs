@@ -15,6 +15,8 @@ pub struct Context {
     /// The graph file's folder: jobs and helpers run there.
     pub graph_dir: PathBuf,
     pub data_dir: PathBuf,
+    /// The digest of the graph file's text: builds keep their no-op plans under it.
+    graph_digest: String,
 }
 
 impl Context {
@@ -39,6 +41,7 @@ impl Context {
             graph,
             graph_dir,
             data_dir,
+            graph_digest: databuild_exec::plan_cache::graph_digest(&text),
         })
     }
 
@@ -62,7 +65,8 @@ impl Context {
             self.data_dir,
             store.into(),
             crate::settings::engine_config()?,
-        ))
+        )
+        .with_graph_digest(self.graph_digest))
     }
 }
 

@@ -13,6 +13,7 @@ mod gc;
 mod graph_cmd;
 mod lineage;
 mod log_cmds;
+mod plan_cache;
 mod postgres;
 mod reliability;
 mod schemathesis;

@@ -59,6 +59,9 @@ pub struct Engine {
     pub config: EngineConfig,
     /// This process's lease on the log, held while it drives builds.
     pub lease: Lease,
+    /// The digest of the graph file's text, when known: no-op plans are kept under it (see
+    /// `plan_cache.rs`).
+    pub(crate) graph_digest: Option<String>,
 }
 
 /// The answer of `analyze`: the recorded build request and its plan.
@@ -88,7 +91,15 @@ impl Engine {
             store,
             config,
             lease,
+            graph_digest: None,
         }
+    }
+
+    /// Names the graph file's text the graph was parsed from, by its digest (`graph_digest` of
+    /// the plan cache), so that builds may keep their no-op plans.
+    pub fn with_graph_digest(mut self, digest: String) -> Engine {
+        self.graph_digest = Some(digest);
+        self
     }
 
     /// Today's date, `YYYY-MM-DD`, by the engine's clock.
@@ -135,12 +146,24 @@ impl Engine {
 
     /// [`Engine::plan`] of a request whose alias refs are already pinned to version refs.
     pub(crate) fn plan_pinned(&self, request: &PlanRequest) -> Result<Plan> {
+        self.plan_witnessed(request, None)
+    }
+
+    /// [`Engine::plan_pinned`], noting the files it looks at in `witnesses`.
+    pub(crate) fn plan_witnessed(
+        &self,
+        request: &PlanRequest,
+        witnesses: Option<&crate::versions::Witnesses>,
+    ) -> Result<Plan> {
         let states = Rechecked::new(
-            self.versions().with_pins(request.pins.clone()),
+            self.versions()
+                .with_pins(request.pins.clone())
+                .witnessed_by(witnesses),
             &self.graph,
             self.store.as_ref(),
         );
-        let planned = plan(&self.graph, request, &states, &mut self.resolver());
+        let mut resolver = self.resolver().witnessed_by(witnesses);
+        let planned = plan(&self.graph, request, &states, &mut resolver);
         // A read that failed after the last states were asked (a config re-check) ends it too.
         if let Some(failure) = states.take_failure() {
             return Err(EngineError::Log(failure));

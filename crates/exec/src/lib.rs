@@ -22,6 +22,7 @@ pub mod lease;
 pub mod lineage;
 pub mod local;
 pub mod owner;
+pub mod plan_cache;
 pub mod process;
 pub mod rechecked;
 mod resolver;

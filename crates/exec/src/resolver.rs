@@ -83,6 +83,8 @@ pub struct LocalResolver<'g> {
     data_dir: PathBuf,
     /// `YYYY-MM-DD`: which raw source partitions retention still keeps.
     today: String,
+    /// Notes the external files found, for a plan to be kept.
+    witnesses: Option<&'g crate::versions::Witnesses>,
 }
 
 impl<'g> LocalResolver<'g> {
@@ -97,7 +99,17 @@ impl<'g> LocalResolver<'g> {
             graph_dir: graph_dir.into(),
             data_dir: data_dir.into(),
             today,
+            witnesses: None,
         }
+    }
+
+    /// Notes the external files found in `witnesses`.
+    pub(crate) fn witnessed_by(
+        mut self,
+        witnesses: Option<&'g crate::versions::Witnesses>,
+    ) -> Self {
+        self.witnesses = witnesses;
+        self
     }
 
     /// A table version's day reads its raw source partition while retention keeps it; after
@@ -226,7 +238,11 @@ impl Resolver for LocalResolver<'_> {
                 .map_err(ResolveError::new);
         }
         let Some(probe) = &dataset.exists else {
-            return Ok(self.data_dir.join(r.as_str()).exists());
+            let exists = self.data_dir.join(r.as_str()).exists();
+            if let Some(w) = self.witnesses {
+                w.exists(r.as_str(), exists);
+            }
+            return Ok(exists);
         };
         let mut cmd = self.command(probe);
         cmd.arg(r.as_str());

@@ -15,6 +15,7 @@ use databuild_core::{
 };
 use databuild_log::{EventFilter, EventStore, Kind, LogError, PartitionRow, RunRecipe, Status};
 use rustc_hash::FxHashMap;
+
 use sha2::{Digest, Sha256};
 
 /// The data version of a run's outputs.
@@ -259,8 +260,10 @@ pub struct VersionedStates<'a> {
     data_dir: PathBuf,
     /// The data dir, opened at the first existence asked of a job output: each is asked
     /// relative to it, so the kernel walks only the ref's own folders, not the data dir's path
-    /// again every time. `None` if it cannot be opened (each is then asked by its whole path).
-    data_root: std::cell::OnceCell<Option<rustix::fd::OwnedFd>>,
+    /// again every time.
+    data_root: std::cell::OnceCell<DataDir>,
+    /// Notes what planning found in the data dir, for a plan to be kept (see `plan_cache.rs`).
+    witnesses: Option<&'a Witnesses>,
     /// The graph's folder, to show data paths from.
     base: Option<PathBuf>,
     memo: RefCell<FxHashMap<String, Option<Rc<Effective>>>>,
@@ -298,6 +301,7 @@ impl<'a> VersionedStates<'a> {
             store,
             data_dir: data_dir.to_path_buf(),
             data_root: std::cell::OnceCell::new(),
+            witnesses: None,
             base: None,
             memo: RefCell::default(),
             rows: RefCell::default(),
@@ -385,6 +389,12 @@ impl<'a> VersionedStates<'a> {
                 })
                 .collect()
         })
+    }
+
+    /// Notes the files the states look at in `witnesses`.
+    pub(crate) fn witnessed_by(mut self, witnesses: Option<&'a Witnesses>) -> Self {
+        self.witnesses = witnesses;
+        self
     }
 
     /// Reads these tables' aliases as these versions (see [`databuild_core::PlanRequest::pins`]).
@@ -532,7 +542,11 @@ impl<'a> VersionedStates<'a> {
         match producer {
             Producer::Dataset(d) => {
                 let ds = &self.graph.datasets[d];
-                let data = raw_external_version(ds, &self.data_dir, r)?;
+                let data = raw_external_version(ds, &self.data_dir, r);
+                if let Some(w) = self.witnesses {
+                    w.version(r, &data);
+                }
+                let data = data?;
                 if !self.tainted_datasets().contains(&d) {
                     return Some(Effective::new(data, None));
                 }
@@ -578,15 +592,14 @@ impl<'a> VersionedStates<'a> {
 
     /// Whether `<data_dir>/<r>` exists (following links, as [`Path::exists`]).
     fn data_exists(&self, r: &str) -> bool {
-        use rustix::fs::{Access, AtFlags, Mode, OFlags};
-        let root = self.data_root.get_or_init(|| {
-            let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC;
-            rustix::fs::open(&self.data_dir, flags, Mode::empty()).ok()
-        });
-        match root {
-            Some(root) => rustix::fs::accessat(root, r, Access::EXISTS, AtFlags::empty()).is_ok(),
-            None => self.data_dir.join(r).exists(),
+        let exists = self
+            .data_root
+            .get_or_init(|| DataDir::open(&self.data_dir))
+            .exists(r);
+        if let Some(w) = self.witnesses {
+            w.exists(r, exists);
         }
+        exists
     }
 
     /// The version of a job output recorded available, and whether it is stale.
@@ -834,6 +847,73 @@ impl StateView for VersionedStates<'_> {
     fn state(&self, r: &str) -> Result<KnownState, StateError> {
         let state = self.derive(r);
         self.failed().map_or(Ok(state), Err)
+    }
+}
+
+// What planning found in the data dir, for a plan to be kept (see `plan_cache.rs`).
+
+/// What planning found in the data dir, recorded as it looked (see [`Witnesses`]).
+#[derive(Debug, Default, serde::Serialize, serde::Deserialize, PartialEq)]
+pub(crate) struct Seen {
+    /// Refs whose `<data_dir>/<ref>` exists.
+    pub present: Vec<String>,
+    /// Refs whose `<data_dir>/<ref>` does not.
+    pub absent: Vec<String>,
+    /// External refs and the version their data had (`None`: none there).
+    pub versions: Vec<(String, Option<String>)>,
+}
+
+/// The files a plan looks at, noted while it is made (shared by the states and the resolver).
+#[derive(Debug, Default)]
+pub struct Witnesses {
+    seen: RefCell<Seen>,
+}
+
+impl Witnesses {
+    pub(crate) fn exists(&self, r: &str, exists: bool) {
+        let mut seen = self.seen.borrow_mut();
+        match exists {
+            true => seen.present.push(r.to_string()),
+            false => seen.absent.push(r.to_string()),
+        }
+    }
+
+    pub(crate) fn into_seen(self) -> Seen {
+        self.seen.into_inner()
+    }
+
+    pub(crate) fn version(&self, r: &str, version: &Option<String>) {
+        self.seen
+            .borrow_mut()
+            .versions
+            .push((r.to_string(), version.clone()));
+    }
+}
+
+/// The data dir, opened once: whether a ref's data exists is one `access` relative to it, as
+/// planning asks it ([`crate::versions`]).
+pub(crate) struct DataDir {
+    path: PathBuf,
+    root: Option<rustix::fd::OwnedFd>,
+}
+
+impl DataDir {
+    pub(crate) fn open(path: &Path) -> Self {
+        use rustix::fs::{Mode, OFlags};
+        let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC;
+        DataDir {
+            path: path.to_path_buf(),
+            root: rustix::fs::open(path, flags, Mode::empty()).ok(),
+        }
+    }
+
+    /// Whether `<data_dir>/<r>` exists (following links, as [`Path::exists`]).
+    pub(crate) fn exists(&self, r: &str) -> bool {
+        use rustix::fs::{Access, AtFlags};
+        match &self.root {
+            Some(root) => rustix::fs::accessat(root, r, Access::EXISTS, AtFlags::empty()).is_ok(),
+            None => self.path.join(r).exists(),
+        }
     }
 }
 

@@ -40,6 +40,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("sqlite/v7.sql"),
     include_str!("sqlite/v8.sql"),
     include_str!("sqlite/v9.sql"),
+    include_str!("sqlite/v10.sql"),
 ];
 
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
@@ -1592,11 +1593,104 @@ impl EventStore for SqliteStore {
     fn location(&self) -> String {
         format!("sqlite:{}", self.path.display())
     }
+
+    fn kept_plan(&self, key: &str) -> Result<Option<KeptPlan>> {
+        self.read(|c| {
+            c.prepare_cached("SELECT log_idx, body FROM plan_cache WHERE key = ?1")?
+                .query_row([key], |r| {
+                    Ok(KeptPlan {
+                        log_idx: r.get(0)?,
+                        body: r.get(1)?,
+                    })
+                })
+                .optional()
+        })
+    }
+
+    fn only_noop_events_since(&self, since: i64, id: &str) -> Result<bool> {
+        self.read(|c| only_noop_events_since(c, since, id))
+    }
+
+    fn keep_plan(&self, key: &str, since: i64, id: &str, body: Option<&[u8]>) -> Result<bool> {
+        let mut guard = self.writer.lock().expect("writer lock");
+        let tx = guard
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(|e| self.classify(e))?;
+        if !only_noop_events_since(&tx, since, id).map_err(|e| self.classify(e))? {
+            return Ok(false);
+        }
+        let kept = (|| {
+            let end: i64 =
+                tx.query_row("SELECT coalesce(max(idx), 0) FROM events", [], |r| r.get(0))?;
+            let now = crate::event::now_ns();
+            let written = match body {
+                Some(body) => tx.execute(
+                    "INSERT INTO plan_cache (key, log_idx, body, used_at) VALUES (?1, ?2, ?3, ?4)
+                     ON CONFLICT (key) DO UPDATE SET log_idx = excluded.log_idx,
+                        body = excluded.body, used_at = excluded.used_at",
+                    params![key, end, body, now],
+                )?,
+                None => tx.execute(
+                    "UPDATE plan_cache SET log_idx = ?2, used_at = ?3 WHERE key = ?1",
+                    params![key, end, now],
+                )?,
+            };
+            tx.execute(
+                "DELETE FROM plan_cache WHERE key NOT IN
+                   (SELECT key FROM plan_cache ORDER BY used_at DESC LIMIT ?1)",
+                [PLAN_CACHE_ENTRIES],
+            )?;
+            tx.commit()?;
+            Ok(written == 1)
+        })()
+        .map_err(|e| self.classify(e))?;
+        self.written();
+        Ok(kept)
+    }
+}
+
+/// The most no-op plans a log keeps (see `v10.sql`): the least recently used go.
+const PLAN_CACHE_ENTRIES: i64 = 16;
+
+/// See [`EventStore::only_noop_events_since`]. The events after a kept plan are a build's few
+/// own: a range of the primary key.
+fn only_noop_events_since(c: &Connection, since: i64, id: &str) -> rusqlite::Result<bool> {
+    c.prepare_cached(
+        "SELECT NOT EXISTS (SELECT 1 FROM events WHERE idx > ?1 AND NOT (
+             build_request_id IS ?2 AND (
+                kind = 'build_request'
+                OR (kind = 'job_run' AND status = 'skipped')
+                OR (kind = 'partition' AND status = 'available' AND job_run_id IS NULL))))",
+    )?
+    .query_row(params![since, id], |r| r.get(0))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A plan is kept over its own build request's no-op events only: another's keeps nothing.
+    #[test]
+    fn a_plan_is_kept_only_over_its_own_builds_noop_events() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(&dir.path().join("events.db")).unwrap();
+        let since = store.last_idx().unwrap();
+        store
+            .append(vec![Event::build_request("b1", Status::Received)])
+            .unwrap();
+        assert!(store.keep_plan("k", since, "b1", Some(b"{}")).unwrap());
+        let kept = store.kept_plan("k").unwrap().unwrap();
+        assert_eq!(kept.log_idx, store.last_idx().unwrap());
+        assert_eq!(kept.body, b"{}");
+        store
+            .append(vec![Event::build_request("b2", Status::Received)])
+            .unwrap();
+        assert!(store.only_noop_events_since(kept.log_idx, "b2").unwrap());
+        assert!(!store.only_noop_events_since(kept.log_idx, "b3").unwrap());
+        assert!(!store.keep_plan("k", kept.log_idx, "b3", None).unwrap());
+        assert_eq!(store.kept_plan("k").unwrap(), Some(kept));
+    }
 
     /// The interrupt armed beside the progress handler stops a statement on its own.
     #[test]

@@ -666,4 +666,34 @@ pub trait EventStore: Send + Sync {
 
     /// Where the log lives, for messages (credentials redacted).
     fn location(&self) -> String;
+
+    /// The no-op plan kept under `key` (see [`EventStore::keep_plan`]). A store that keeps
+    /// none (PostgreSQL, whose hosts write at once and whose `idx` may commit out of order)
+    /// answers `None`, and every build plans.
+    fn kept_plan(&self, _key: &str) -> Result<Option<KeptPlan>> {
+        Ok(None)
+    }
+
+    /// Whether every event after `since` is one a no-op build request `id` records, none of
+    /// which changes what a plan reads: its `build_request` events, its `skipped` runs and the
+    /// `available` of its requested refs without a run (a partition's row is left as it was).
+    fn only_noop_events_since(&self, _since: i64, _id: &str) -> Result<bool> {
+        Ok(false)
+    }
+
+    /// Keeps a no-op plan under `key` as holding at the log's end, if every event after `since`
+    /// (where the plan was made, or last found to hold) is a no-op event of build request `id`
+    /// ([`EventStore::only_noop_events_since`]), checked in the write's own transaction.
+    /// `body` `None` keeps the body kept already. Returns whether it was kept.
+    fn keep_plan(&self, _key: &str, _since: i64, _id: &str, _body: Option<&[u8]>) -> Result<bool> {
+        Ok(false)
+    }
+}
+
+/// A no-op plan kept by [`EventStore::keep_plan`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct KeptPlan {
+    /// The log as planned: the plan holds while no other event follows.
+    pub log_idx: i64,
+    pub body: Vec<u8>,
 }

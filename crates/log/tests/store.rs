@@ -1119,8 +1119,9 @@ fn a_version_7_log_gains_the_readers_index_in_place() {
 }
 
 /// What schema version 9 added, undone (to make a log of an older version).
+/// Undoes versions 10 and 9: what a version-8 log lacks.
 const UNDO_V9: &str =
-    "drop view check_results; drop view partition_status; drop table partition_checks;
+    "drop table plan_cache; drop view check_results; drop view partition_status; drop table partition_checks;
      CREATE VIEW partition_status AS
      SELECT partition_ref, CASE status WHEN 'available' THEN 'live' ELSE status END AS status,
             job, build_request_id, job_run_id, data_version,

@@ -14,13 +14,14 @@ use std::collections::BTreeMap;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
-use databuild_core::{PartitionRef, PlanRequest, Producer};
+use databuild_core::{PartitionRef, Plan, PlanRequest, Producer};
 use databuild_log::{BuildQuery, Event, LogError, RunQuery, Status};
 use rustc_hash::FxHashSet;
 
 use crate::engine::{Engine, EngineError, Result};
 use crate::local::{Executor, RunOutcome};
 use crate::owner::owner_dead;
+use crate::versions::Witnesses;
 
 mod driver;
 mod machine;
@@ -46,6 +47,13 @@ pub struct BuildOptions {
     pub pins: BTreeMap<String, u32>,
     /// Refuse a plan of more job runs than this (`--max-runs`): nothing runs.
     pub max_runs: Option<usize>,
+}
+
+/// A no-op plan to keep once its build has recorded it: where it held, and its body (`None`:
+/// the kept one, reused).
+struct Keep {
+    since: i64,
+    body: Option<Vec<u8>>,
 }
 
 /// Runs at once when a request does not say: as many as this machine has cores.
@@ -190,12 +198,14 @@ impl Engine {
             allow_stale: options.allow_stale,
             pins: options.pins.clone(),
         };
-        let mut planned = self.plan_pinned(&request);
+        let key = self.plan_key(&request);
+        let (mut planned, mut keep) = self.plan_or_reuse(&request, key.as_deref(), id);
         // Checks that changed (or never ran) on what the plan found built run first, without
         // rebuilding the data; what they decide can change what is live: planned again then.
         if let Ok(plan) = &planned {
             if self.run_stale_checks(id, plan, executor, options.parallel, interrupt)? {
                 planned = self.plan_pinned(&request);
+                keep = None;
             }
         }
         let plan = match planned {
@@ -248,7 +258,7 @@ impl Engine {
             executor,
             started_ns,
         };
-        std::thread::scope(|scope| {
+        let summary = std::thread::scope(|scope| {
             // Written while the scheduler takes the plan in (a backfill's plan is millions of
             // runs on both sides); the driver waits for it before it writes anything itself.
             let recording = scope.spawn(|| self.store.append(plan_record).map(drop));
@@ -257,14 +267,54 @@ impl Engine {
                 written.unwrap_or_else(|panic| std::panic::resume_unwind(panic))
             };
             driver::run(build, plan, recorded, observer, interrupt)
-        })
-        .inspect_err(|e| {
+        });
+        if let (Ok(summary), Some(key), Some(keep)) = (&summary, key, keep) {
+            if summary.status == Status::Completed {
+                self.keep_plan(&key, keep.since, id, keep.body.as_deref());
+            }
+        }
+        summary.inspect_err(|e| {
             // Nothing of it may stay `building`: its runs and claims end with the reason. (When
             // the log itself failed this may fail too; the first error is the one to report.)
             // A build whose lease was lost was closed by the process that took it over; if
             // that process died before it could, this closes it (else the log refuses it).
             let _ = self.close_build(id, Status::Failed, &format!("the build stopped: {e}"));
         })
+    }
+
+    /// The plan of `request`: the one kept under `key` if it still holds, else made (noting
+    /// what it looks at, to be kept if it is a no-op). With it, what to keep once the build
+    /// has recorded it. A cache never fails a build: a failed read of it plans anew.
+    fn plan_or_reuse(
+        &self,
+        request: &PlanRequest,
+        key: Option<&str>,
+        id: &str,
+    ) -> (Result<Plan>, Option<Keep>) {
+        let Some(key) = key else {
+            return (self.plan_pinned(request), None);
+        };
+        if let Ok(Some(reused)) = self.reuse_plan(key, id) {
+            let keep = Keep {
+                since: reused.since,
+                body: None,
+            };
+            return (Ok(reused.plan), Some(keep));
+        }
+        let Ok(since) = self.store.last_idx() else {
+            return (self.plan_pinned(request), None);
+        };
+        let witnesses = Witnesses::default();
+        let planned = self.plan_witnessed(request, Some(&witnesses));
+        let keep = planned
+            .as_ref()
+            .ok()
+            .and_then(|plan| Engine::plan_body(plan, witnesses))
+            .map(|body| Keep {
+                since,
+                body: Some(body),
+            });
+        (planned, keep)
     }
 
     /// The version an input has now, for the record of a run starting from it. A failed read

@@ -1,0 +1,189 @@
+//! Plans of no-op builds, kept in the log (SQLite's `plan_cache`) and reused by the next build of
+//! the same request while the log holds nothing new.
+//!
+//! A plan is a function of the graph, the request, the date, the binary, the log and the files
+//! it looked at in the data dir. A build that found everything live and fresh keeps its plan with
+//! what it found of each file (which outputs exist, the size and mtime of each external file) and
+//! the log's position. The next build of the same request, on the same graph text, date and
+//! binary, takes the plan back only if every event since is one a no-op build records (which
+//! change nothing a plan reads: see [`databuild_log::EventStore::only_noop_events_since`]) and
+//! every file is as it was. Anything else plans from the log, as always.
+//!
+//! Only plans that read nothing else are kept: not those of graphs with config jobs, probed or
+//! upstream datasets, sources or tables (their plans ask executables, services or retention).
+
+use databuild_core::{Deps, Graph, PartitionRef, Plan, PlanRequest, Producer};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::engine::{Engine, Result};
+use crate::versions::{DataDir, Seen, Witnesses};
+
+/// Bumped when the kept body or what the key covers changes.
+const FORMAT: &str = "databuild plan cache 1";
+
+/// A kept plan, as stored.
+#[derive(Debug, Serialize, Deserialize, PartialEq)]
+struct Body {
+    skipped: Vec<String>,
+    not_rebuildable: Vec<(String, String)>,
+    seen: Seen,
+}
+
+/// A no-op plan found to hold for a build: kept (moved forward) once the build has recorded it.
+pub(crate) struct Reused {
+    pub plan: Plan,
+    /// Where the kept plan held.
+    pub since: i64,
+}
+
+/// Whether a graph's plans read only the log and the data dir's files (see the module's doc).
+fn keepable(graph: &Graph) -> bool {
+    graph.tables.is_empty()
+        && graph.sources.is_empty()
+        && graph.jobs.iter().all(|j| matches!(j.deps, Deps::Static(_)))
+        && graph
+            .datasets
+            .iter()
+            .all(|d| d.exists.is_none() && d.upstream.is_none() && d.source.is_none())
+}
+
+/// The digest of a graph file's text, which the plan key covers.
+pub fn graph_digest(text: &str) -> String {
+    hex(&Sha256::digest(text.as_bytes()))
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// This binary, by its size and modification time: a new build of DataBuild may plan otherwise.
+fn this_binary() -> Option<String> {
+    let meta = std::fs::metadata(std::env::current_exe().ok()?).ok()?;
+    let mtime = meta
+        .modified()
+        .ok()?
+        .duration_since(std::time::UNIX_EPOCH)
+        .ok()?;
+    Some(format!("{}:{}", meta.len(), mtime.as_nanos()))
+}
+
+impl Engine {
+    /// The key `request`'s plan is kept under, when it can be (see the module's doc).
+    pub(crate) fn plan_key(&self, request: &PlanRequest) -> Option<String> {
+        if std::env::var_os("DATABUILD_NO_PLAN_CACHE").is_some() || !keepable(&self.graph) {
+            return None;
+        }
+        let graph = self.graph_digest.as_deref()?;
+        let binary = this_binary()?;
+        let mut h = Sha256::new();
+        let mut field = |s: &str| {
+            h.update((s.len() as u64).to_le_bytes());
+            h.update(s.as_bytes());
+        };
+        field(FORMAT);
+        field(env!("CARGO_PKG_VERSION"));
+        field(&binary);
+        field(graph);
+        field(&self.graph_dir.display().to_string());
+        field(&self.data_dir.display().to_string());
+        field(&self.today());
+        field(if request.force { "force" } else { "" });
+        field(if request.allow_stale {
+            "allow-stale"
+        } else {
+            ""
+        });
+        for (table, version) in &request.pins {
+            field(table);
+            field(&version.to_string());
+        }
+        for r in &request.refs {
+            field(r.as_str());
+        }
+        Some(hex(&h.finalize()))
+    }
+
+    /// The plan kept under `key`, if it holds for build request `id`: no event since but `id`'s
+    /// own, and every file as the plan found it.
+    pub(crate) fn reuse_plan(&self, key: &str, id: &str) -> Result<Option<Reused>> {
+        let Some(kept) = self.store.kept_plan(key)? else {
+            return Ok(None);
+        };
+        if !self.store.only_noop_events_since(kept.log_idx, id)? {
+            return Ok(None);
+        }
+        // A body this binary cannot read is a plan it did not keep: planned anew.
+        let Ok(body) = serde_json::from_slice::<Body>(&kept.body) else {
+            return Ok(None);
+        };
+        if !self.still_seen(&body.seen) {
+            return Ok(None);
+        }
+        let refs = |v: Vec<String>| -> Option<Vec<PartitionRef>> {
+            v.into_iter().map(|r| PartitionRef::new(r).ok()).collect()
+        };
+        let (Some(skipped), Some(not_rebuildable)) = (
+            refs(body.skipped),
+            body.not_rebuildable
+                .into_iter()
+                .map(|(r, why)| Some((PartitionRef::new(r).ok()?, why)))
+                .collect::<Option<Vec<_>>>(),
+        ) else {
+            return Ok(None);
+        };
+        Ok(Some(Reused {
+            plan: Plan {
+                runs: Vec::new(),
+                skipped,
+                delegated: Vec::new(),
+                missing: Vec::new(),
+                not_rebuildable,
+            },
+            since: kept.log_idx,
+        }))
+    }
+
+    /// Whether every file is as planning found it.
+    fn still_seen(&self, seen: &Seen) -> bool {
+        let data = DataDir::open(&self.data_dir);
+        seen.present.iter().all(|r| data.exists(r))
+            && seen.absent.iter().all(|r| !data.exists(r))
+            && seen
+                .versions
+                .iter()
+                .all(|(r, version)| match self.graph.producer_of(r) {
+                    Some((Producer::Dataset(d), _)) => {
+                        let ds = &self.graph.datasets[d];
+                        crate::versions::raw_external_version(ds, &self.data_dir, r) == *version
+                    }
+                    _ => false,
+                })
+    }
+
+    /// The body to keep of a no-op plan made with `witnesses`; `None` for a plan that runs,
+    /// waits or misses something.
+    pub(crate) fn plan_body(plan: &Plan, witnesses: Witnesses) -> Option<Vec<u8>> {
+        if !plan.runs.is_empty() || !plan.delegated.is_empty() || !plan.missing.is_empty() {
+            return None;
+        }
+        let body = Body {
+            skipped: plan.skipped.iter().map(|r| r.to_string()).collect(),
+            not_rebuildable: plan
+                .not_rebuildable
+                .iter()
+                .map(|(r, why)| (r.to_string(), why.clone()))
+                .collect(),
+            seen: witnesses.into_seen(),
+        };
+        Some(serde_json::to_vec(&body).expect("a plan body serializes"))
+    }
+
+    /// Keeps (or moves forward) a no-op plan once build `id` recorded it; a log that changed
+    /// meanwhile keeps nothing. A failure to keep it is not the build's: it is only reported.
+    pub(crate) fn keep_plan(&self, key: &str, since: i64, id: &str, body: Option<&[u8]>) {
+        if let Err(e) = self.store.keep_plan(key, since, id, body) {
+            eprintln!("databuild: cannot keep the plan for the next build: {e}");
+        }
+    }
+}

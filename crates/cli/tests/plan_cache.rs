@@ -100,10 +100,15 @@ fn a_reused_plan_answers_and_records_what_planning_anew_does() {
     let p = project();
     build(&p, &[]);
     assert_eq!(runs(&p), ["a", "a", "b", "b"]);
-    // The first no-op plans and keeps its plan; the second reuses it.
-    let planned = build(&p, &[]);
+    // The build that made the refs live planned them again at its end, and kept that plan.
     let (kept, last) = kept_at(&p);
     assert_eq!(kept, last, "kept at the log's end");
+    let planned = build(&p, &[("DATABUILD_NO_PLAN_CACHE", "1")]);
+    // Planning anew kept nothing: the log moved on, so the next build plans and keeps.
+    assert_eq!(kept_at(&p).0, kept);
+    build(&p, &[]);
+    let (kept, last) = kept_at(&p);
+    assert_eq!(kept, last);
     let reused = build(&p, &[]);
     let (kept_after, last_after) = kept_at(&p);
     assert_eq!(
@@ -202,8 +207,8 @@ fn plans_that_ask_more_than_the_log_and_files_are_not_kept() {
 fn the_next_build_takes_the_kept_plan_without_planning() {
     let p = project();
     build(&p, &[]);
-    build(&p, &[]);
-    // Proof that the kept plan is what the next build uses: one edited behind DataBuild's back
+    // Proof that the kept plan (here, the one the build kept at its end) is what the next
+    // build uses: one edited behind DataBuild's back
     // (the skipped refs shortened) is what the next build reports.
     let edit = "import json, sqlite3, sys
 c = sqlite3.connect(sys.argv[1])
@@ -221,4 +226,21 @@ c.commit()";
     let reused = build(&p, &[]);
     assert_eq!(reused["skipped"], serde_json::json!([REFS[0]]));
     assert_eq!(runs(&p), ["a", "a", "b", "b"]);
+}
+
+#[test]
+fn a_build_that_fails_keeps_no_plan() {
+    let p = project();
+    std::fs::write(
+        p.path().join("databuild.toml"),
+        GRAPH.replace("echo b >> runs.log;", "echo b >> runs.log; exit 3;"),
+    )
+    .unwrap();
+    let mut args = vec!["build"];
+    args.extend(REFS);
+    p.run(&args).expect_code(1);
+    assert_eq!(
+        sql(&p, "SELECT count(*) FROM plan_cache"),
+        serde_json::json!([[0]])
+    );
 }

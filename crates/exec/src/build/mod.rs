@@ -258,6 +258,7 @@ impl Engine {
             executor,
             started_ns,
         };
+        let planned_size = plan.runs.len() + plan.skipped.len();
         let summary = std::thread::scope(|scope| {
             // Written while the scheduler takes the plan in (a backfill's plan is millions of
             // runs on both sides); the driver waits for it before it writes anything itself.
@@ -268,9 +269,15 @@ impl Engine {
             };
             driver::run(build, plan, recorded, observer, interrupt)
         });
-        if let (Ok(summary), Some(key), Some(keep)) = (&summary, key, keep) {
+        if let (Ok(summary), Some(key)) = (&summary, key) {
             if summary.status == Status::Completed {
-                self.keep_plan(&key, keep.since, id, keep.body.as_deref());
+                match keep {
+                    Some(keep) => self.keep_plan(&key, keep.since, id, keep.body.as_deref()),
+                    None if planned_size <= crate::plan_cache::REPLAN_MAX => {
+                        self.keep_next_plan(&request, &key, id)
+                    }
+                    None => {}
+                }
             }
         }
         summary.inspect_err(|e| {

@@ -75,7 +75,10 @@ fn this_binary() -> Option<String> {
 impl Engine {
     /// The key `request`'s plan is kept under, when it can be (see the module's doc).
     pub(crate) fn plan_key(&self, request: &PlanRequest) -> Option<String> {
-        if std::env::var_os("DATABUILD_NO_PLAN_CACHE").is_some() || !keepable(&self.graph) {
+        if std::env::var_os("DATABUILD_NO_PLAN_CACHE").is_some()
+            || !self.store.keeps_plans()
+            || !keepable(&self.graph)
+        {
             return None;
         }
         let graph = self.graph_digest.as_deref()?;

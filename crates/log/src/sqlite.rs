@@ -1594,6 +1594,10 @@ impl EventStore for SqliteStore {
         format!("sqlite:{}", self.path.display())
     }
 
+    fn keeps_plans(&self) -> bool {
+        true
+    }
+
     fn kept_plan(&self, key: &str) -> Result<Option<KeptPlan>> {
         self.read(|c| {
             c.prepare_cached("SELECT log_idx, body FROM plan_cache WHERE key = ?1")?

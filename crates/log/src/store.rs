@@ -667,9 +667,14 @@ pub trait EventStore: Send + Sync {
     /// Where the log lives, for messages (credentials redacted).
     fn location(&self) -> String;
 
-    /// The no-op plan kept under `key` (see [`EventStore::keep_plan`]). A store that keeps
-    /// none (PostgreSQL, whose hosts write at once and whose `idx` may commit out of order)
-    /// answers `None`, and every build plans.
+    /// Whether this store keeps no-op plans ([`EventStore::keep_plan`]). PostgreSQL does not:
+    /// its hosts write at once and its `idx` may commit out of order, so every build plans.
+    fn keeps_plans(&self) -> bool {
+        false
+    }
+
+    /// The no-op plan kept under `key` (see [`EventStore::keep_plan`]); `None` from a store
+    /// that keeps none.
     fn kept_plan(&self, _key: &str) -> Result<Option<KeptPlan>> {
         Ok(None)
     }

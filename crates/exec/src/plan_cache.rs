@@ -61,24 +61,33 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// This binary, by its size and modification time: a new build of DataBuild may plan otherwise.
+/// This binary, by its path, size and modification time: a new build of DataBuild may plan
+/// otherwise. (Builds that fix mtimes, as reproducible ones do, install to paths of their own.)
 fn this_binary() -> Option<String> {
-    let meta = std::fs::metadata(std::env::current_exe().ok()?).ok()?;
+    let path = std::env::current_exe().ok()?;
+    let meta = std::fs::metadata(&path).ok()?;
     let mtime = meta
         .modified()
         .ok()?
         .duration_since(std::time::UNIX_EPOCH)
         .ok()?;
-    Some(format!("{}:{}", meta.len(), mtime.as_nanos()))
+    Some(format!(
+        "{}:{}:{}",
+        path.display(),
+        meta.len(),
+        mtime.as_nanos()
+    ))
+}
+
+/// `DATABUILD_NO_PLAN_CACHE` set to anything but `""` or `0`: every build plans.
+fn switched_off() -> bool {
+    std::env::var("DATABUILD_NO_PLAN_CACHE").is_ok_and(|v| !v.is_empty() && v != "0")
 }
 
 impl Engine {
     /// The key `request`'s plan is kept under, when it can be (see the module's doc).
     pub(crate) fn plan_key(&self, request: &PlanRequest) -> Option<String> {
-        if std::env::var_os("DATABUILD_NO_PLAN_CACHE").is_some()
-            || !self.store.keeps_plans()
-            || !keepable(&self.graph)
-        {
+        if switched_off() || !self.store.keeps_plans() || !keepable(&self.graph) {
             return None;
         }
         let graph = self.graph_digest.as_deref()?;

@@ -1005,13 +1005,16 @@ impl<'s, 'e> Driver<'s, 'e> {
         });
     }
 
-    /// The builder of a waited-for partition died: its build is closed, and the partition
-    /// planned here, on a thread of its own.
+    /// The builder of a waited-for partition died, or gave the partition back unbuilt: its
+    /// build is closed if it died, and the partition planned here, on a thread of its own.
     fn take_over(&mut self, wait: usize, observer: &mut dyn Observer) -> Result<()> {
         self.engine.close_abandoned_builds()?;
         let r = self.machine.wait(wait).partition_ref.clone();
+        // Either way round (`wait_outcome` cannot tell a release by a dead builder's closing
+        // from one by a cancel, or a taint right after it was built): both are said.
         observer.on(Progress::Note(format!(
-            "the build making `{r}` is gone; building it here"
+            "`{r}` is no longer being built by the build it was delegated to (its process is \
+             gone, or it gave the partition back); building it here"
         )));
         let r = PartitionRef::new(&r).map_err(|e| EngineError::Invalid(e.to_string()))?;
         let (engine, tx) = (self.engine, self.tx.clone());

@@ -34,11 +34,11 @@ struct Body {
     seen: Seen,
 }
 
-/// A no-op plan found to hold for a build: kept (moved forward) once the build has recorded it.
-pub(crate) struct Reused {
-    pub plan: Plan,
-    /// Where the kept plan held.
-    pub since: i64,
+/// A no-op plan to keep once its build has recorded it: where it held, and its body (`None`:
+/// the one kept already, reused).
+pub(crate) struct Keep {
+    since: i64,
+    body: Option<Vec<u8>>,
 }
 
 /// Whether a graph's plans read only the log and the data dir's files (see the module's doc).
@@ -120,9 +120,46 @@ impl Engine {
         Some(hex(&h.finalize()))
     }
 
+    /// The plan of `request`: the one kept under `key` if it still holds, else made (noting what
+    /// it looks at, to be kept if it is a no-op). With it, what to keep once the build has
+    /// recorded it. A cache never fails a build: a failed read of it plans anew.
+    pub(crate) fn plan_or_reuse(
+        &self,
+        request: &PlanRequest,
+        key: Option<&str>,
+        id: &str,
+    ) -> (Result<Plan>, Option<Keep>) {
+        let Some(key) = key else {
+            return (self.plan_pinned(request), None);
+        };
+        match self.reuse_plan(key, id) {
+            Ok(Some((plan, keep))) => (Ok(plan), Some(keep)),
+            _ => self.plan_noting(request),
+        }
+    }
+
+    /// Plans `request`, noting what it looks at in the data dir: a no-op plan comes with its
+    /// body to keep.
+    fn plan_noting(&self, request: &PlanRequest) -> (Result<Plan>, Option<Keep>) {
+        let Ok(since) = self.store.last_idx() else {
+            return (self.plan_pinned(request), None);
+        };
+        let witnesses = Witnesses::default();
+        let planned = self.plan_witnessed(request, Some(&witnesses));
+        let keep = planned
+            .as_ref()
+            .ok()
+            .and_then(|plan| plan_body(plan, witnesses))
+            .map(|body| Keep {
+                since,
+                body: Some(body),
+            });
+        (planned, keep)
+    }
+
     /// The plan kept under `key`, if it holds for build request `id`: no event since but `id`'s
     /// own, and every file as the plan found it.
-    pub(crate) fn reuse_plan(&self, key: &str, id: &str) -> Result<Option<Reused>> {
+    fn reuse_plan(&self, key: &str, id: &str) -> Result<Option<(Plan, Keep)>> {
         let Some(kept) = self.store.kept_plan(key)? else {
             return Ok(None);
         };
@@ -148,16 +185,18 @@ impl Engine {
         ) else {
             return Ok(None);
         };
-        Ok(Some(Reused {
-            plan: Plan {
-                runs: Vec::new(),
-                skipped,
-                delegated: Vec::new(),
-                missing: Vec::new(),
-                not_rebuildable,
-            },
+        let plan = Plan {
+            runs: Vec::new(),
+            skipped,
+            delegated: Vec::new(),
+            missing: Vec::new(),
+            not_rebuildable,
+        };
+        let keep = Keep {
             since: kept.log_idx,
-        }))
+            body: None,
+        };
+        Ok(Some((plan, keep)))
     }
 
     /// Whether every file is as planning found it.
@@ -177,45 +216,41 @@ impl Engine {
                 })
     }
 
-    /// The body to keep of a no-op plan made with `witnesses`; `None` for a plan that runs,
-    /// waits or misses something.
-    pub(crate) fn plan_body(plan: &Plan, witnesses: Witnesses) -> Option<Vec<u8>> {
-        if !plan.runs.is_empty() || !plan.delegated.is_empty() || !plan.missing.is_empty() {
-            return None;
-        }
-        let body = Body {
-            skipped: plan.skipped.iter().map(|r| r.to_string()).collect(),
-            not_rebuildable: plan
-                .not_rebuildable
-                .iter()
-                .map(|(r, why)| (r.to_string(), why.clone()))
-                .collect(),
-            seen: witnesses.into_seen(),
-        };
-        Some(serde_json::to_vec(&body).expect("a plan body serializes"))
-    }
-
     /// After build `id` made its request live: plans it again and keeps that plan (a no-op,
     /// unless something changed meanwhile), so the next build of it reuses the plan at once
     /// instead of reading every row the build wrote.
     pub(crate) fn keep_next_plan(&self, request: &PlanRequest, key: &str, id: &str) {
-        let Ok(since) = self.store.last_idx() else {
-            return;
-        };
-        let witnesses = Witnesses::default();
-        let Ok(plan) = self.plan_witnessed(request, Some(&witnesses)) else {
-            return;
-        };
-        if let Some(body) = Engine::plan_body(&plan, witnesses) {
-            self.keep_plan(key, since, id, Some(&body));
+        if let (Ok(_), Some(keep)) = self.plan_noting(request) {
+            self.keep_plan(key, id, keep);
         }
     }
 
     /// Keeps (or moves forward) a no-op plan once build `id` recorded it; a log that changed
     /// meanwhile keeps nothing. A failure to keep it is not the build's: it is only reported.
-    pub(crate) fn keep_plan(&self, key: &str, since: i64, id: &str, body: Option<&[u8]>) {
-        if let Err(e) = self.store.keep_plan(key, since, id, body) {
+    pub(crate) fn keep_plan(&self, key: &str, id: &str, keep: Keep) {
+        if let Err(e) = self
+            .store
+            .keep_plan(key, keep.since, id, keep.body.as_deref())
+        {
             eprintln!("databuild: cannot keep the plan for the next build: {e}");
         }
     }
+}
+
+/// The body to keep of a no-op plan made with `witnesses`; `None` for a plan that runs,
+/// waits or misses something.
+fn plan_body(plan: &Plan, witnesses: Witnesses) -> Option<Vec<u8>> {
+    if !plan.runs.is_empty() || !plan.delegated.is_empty() || !plan.missing.is_empty() {
+        return None;
+    }
+    let body = Body {
+        skipped: plan.skipped.iter().map(|r| r.to_string()).collect(),
+        not_rebuildable: plan
+            .not_rebuildable
+            .iter()
+            .map(|(r, why)| (r.to_string(), why.clone()))
+            .collect(),
+        seen: witnesses.into_seen(),
+    };
+    Some(serde_json::to_vec(&body).expect("a plan body serializes"))
 }

@@ -15,7 +15,6 @@ use databuild_core::{
 };
 use databuild_log::{EventFilter, EventStore, Kind, LogError, PartitionRow, RunRecipe, Status};
 use rustc_hash::FxHashMap;
-
 use sha2::{Digest, Sha256};
 
 /// The data version of a run's outputs.
@@ -850,8 +849,6 @@ impl StateView for VersionedStates<'_> {
     }
 }
 
-// What planning found in the data dir, for a plan to be kept (see `plan_cache.rs`).
-
 /// What planning found in the data dir, recorded as it looked (see [`Witnesses`]).
 #[derive(Debug, Default, serde::Serialize, serde::Deserialize, PartialEq)]
 pub(crate) struct Seen {
@@ -865,7 +862,7 @@ pub(crate) struct Seen {
 
 /// The files a plan looks at, noted while it is made (shared by the states and the resolver).
 #[derive(Debug, Default)]
-pub struct Witnesses {
+pub(crate) struct Witnesses {
     seen: RefCell<Seen>,
 }
 
@@ -878,20 +875,20 @@ impl Witnesses {
         }
     }
 
-    pub(crate) fn into_seen(self) -> Seen {
-        self.seen.into_inner()
-    }
-
     pub(crate) fn version(&self, r: &str, version: &Option<String>) {
         self.seen
             .borrow_mut()
             .versions
             .push((r.to_string(), version.clone()));
     }
+
+    pub(crate) fn into_seen(self) -> Seen {
+        self.seen.into_inner()
+    }
 }
 
-/// The data dir, opened once: whether a ref's data exists is one `access` relative to it, as
-/// planning asks it ([`crate::versions`]).
+/// The data dir, opened once: whether a ref's data exists is one `access` relative to it (by
+/// its whole path if the dir cannot be opened).
 pub(crate) struct DataDir {
     path: PathBuf,
     root: Option<rustix::fd::OwnedFd>,

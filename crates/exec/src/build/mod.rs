@@ -14,14 +14,13 @@ use std::collections::BTreeMap;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
-use databuild_core::{PartitionRef, Plan, PlanRequest, Producer};
+use databuild_core::{PartitionRef, PlanRequest, Producer};
 use databuild_log::{BuildQuery, Event, LogError, RunQuery, Status};
 use rustc_hash::FxHashSet;
 
 use crate::engine::{Engine, EngineError, Result};
 use crate::local::{Executor, RunOutcome};
 use crate::owner::owner_dead;
-use crate::versions::Witnesses;
 
 mod driver;
 mod machine;
@@ -47,13 +46,6 @@ pub struct BuildOptions {
     pub pins: BTreeMap<String, u32>,
     /// Refuse a plan of more job runs than this (`--max-runs`): nothing runs.
     pub max_runs: Option<usize>,
-}
-
-/// A no-op plan to keep once its build has recorded it: where it held, and its body (`None`:
-/// the kept one, reused).
-struct Keep {
-    since: i64,
-    body: Option<Vec<u8>>,
 }
 
 /// Runs at once when a request does not say: as many as this machine has cores.
@@ -272,7 +264,7 @@ impl Engine {
         if let (Ok(summary), Some(key)) = (&summary, key) {
             if summary.status == Status::Completed {
                 match keep {
-                    Some(keep) => self.keep_plan(&key, keep.since, id, keep.body.as_deref()),
+                    Some(keep) => self.keep_plan(&key, id, keep),
                     None if planned_size <= crate::plan_cache::REPLAN_MAX => {
                         self.keep_next_plan(&request, &key, id)
                     }
@@ -287,41 +279,6 @@ impl Engine {
             // that process died before it could, this closes it (else the log refuses it).
             let _ = self.close_build(id, Status::Failed, &format!("the build stopped: {e}"));
         })
-    }
-
-    /// The plan of `request`: the one kept under `key` if it still holds, else made (noting
-    /// what it looks at, to be kept if it is a no-op). With it, what to keep once the build
-    /// has recorded it. A cache never fails a build: a failed read of it plans anew.
-    fn plan_or_reuse(
-        &self,
-        request: &PlanRequest,
-        key: Option<&str>,
-        id: &str,
-    ) -> (Result<Plan>, Option<Keep>) {
-        let Some(key) = key else {
-            return (self.plan_pinned(request), None);
-        };
-        if let Ok(Some(reused)) = self.reuse_plan(key, id) {
-            let keep = Keep {
-                since: reused.since,
-                body: None,
-            };
-            return (Ok(reused.plan), Some(keep));
-        }
-        let Ok(since) = self.store.last_idx() else {
-            return (self.plan_pinned(request), None);
-        };
-        let witnesses = Witnesses::default();
-        let planned = self.plan_witnessed(request, Some(&witnesses));
-        let keep = planned
-            .as_ref()
-            .ok()
-            .and_then(|plan| Engine::plan_body(plan, witnesses))
-            .map(|body| Keep {
-                since,
-                body: Some(body),
-            });
-        (planned, keep)
     }
 
     /// The version an input has now, for the record of a run starting from it. A failed read

@@ -238,11 +238,12 @@ impl Engine {
 }
 
 /// The body to keep of a no-op plan made with `witnesses`; `None` for a plan that runs,
-/// waits or misses something.
+/// waits or misses something, or that looked at more files than are noted.
 fn plan_body(plan: &Plan, witnesses: Witnesses) -> Option<Vec<u8>> {
     if !plan.runs.is_empty() || !plan.delegated.is_empty() || !plan.missing.is_empty() {
         return None;
     }
+    let seen = witnesses.into_seen()?;
     let body = Body {
         skipped: plan.skipped.iter().map(|r| r.to_string()).collect(),
         not_rebuildable: plan
@@ -250,7 +251,45 @@ fn plan_body(plan: &Plan, witnesses: Witnesses) -> Option<Vec<u8>> {
             .iter()
             .map(|(r, why)| (r.to_string(), why.clone()))
             .collect(),
-        seen: witnesses.into_seen(),
+        seen,
     };
     Some(serde_json::to_vec(&body).expect("a plan body serializes"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn no_op() -> Plan {
+        Plan {
+            runs: Vec::new(),
+            skipped: vec![PartitionRef::new("a/1").unwrap()],
+            delegated: Vec::new(),
+            missing: Vec::new(),
+            not_rebuildable: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_no_op_plan_is_kept_with_what_it_saw() {
+        let witnesses = Witnesses::default();
+        witnesses.exists("a/1", true);
+        witnesses.version("raw/1", &Some("file:4:1".to_string()));
+        let body: Body = serde_json::from_slice(&plan_body(&no_op(), witnesses).unwrap()).unwrap();
+        assert_eq!(body.skipped, ["a/1"]);
+        assert_eq!(body.seen.present, ["a/1"]);
+        assert_eq!(
+            body.seen.versions,
+            [("raw/1".to_string(), Some("file:4:1".to_string()))]
+        );
+    }
+
+    #[test]
+    fn a_plan_that_saw_too_many_files_is_not_kept() {
+        let witnesses = Witnesses::default();
+        for i in 0..=Witnesses::MAX {
+            witnesses.exists(&format!("a/{i}"), true);
+        }
+        assert!(plan_body(&no_op(), witnesses).is_none());
+    }
 }

@@ -861,13 +861,28 @@ pub(crate) struct Seen {
 }
 
 /// The files a plan looks at, noted while it is made (shared by the states and the resolver).
+/// Past [`Witnesses::MAX`] files it stops noting, and the plan is not kept: a no-op over a
+/// backfill's million partitions would otherwise hold a second copy of every ref.
 #[derive(Debug, Default)]
 pub(crate) struct Witnesses {
     seen: RefCell<Seen>,
+    noted: std::cell::Cell<usize>,
 }
 
 impl Witnesses {
+    pub(crate) const MAX: usize = 200_000;
+
+    /// Whether one more file may be noted.
+    fn room(&self) -> bool {
+        let noted = self.noted.get() + 1;
+        self.noted.set(noted);
+        noted <= Self::MAX
+    }
+
     pub(crate) fn exists(&self, r: &str, exists: bool) {
+        if !self.room() {
+            return;
+        }
         let mut seen = self.seen.borrow_mut();
         match exists {
             true => seen.present.push(r.to_string()),
@@ -876,14 +891,18 @@ impl Witnesses {
     }
 
     pub(crate) fn version(&self, r: &str, version: &Option<String>) {
+        if !self.room() {
+            return;
+        }
         self.seen
             .borrow_mut()
             .versions
             .push((r.to_string(), version.clone()));
     }
 
-    pub(crate) fn into_seen(self) -> Seen {
-        self.seen.into_inner()
+    /// What was seen; `None` if there was more than could be noted.
+    pub(crate) fn into_seen(self) -> Option<Seen> {
+        (self.noted.get() <= Self::MAX).then(|| self.seen.into_inner())
     }
 }
 

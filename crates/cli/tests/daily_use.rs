@@ -720,3 +720,36 @@ command = ["sh", "-c", "if [ $DATABUILD_ATTEMPT = 1 ]; then echo first fails; wh
     );
     assert_eq!(chunk["running"], false);
 }
+
+/// A run whose log has nothing to show says why on stderr, instead of printing nothing.
+#[test]
+fn a_run_without_a_log_says_why() {
+    let p = Project::new(
+        r#"
+[graph]
+name = "silent"
+[[job]]
+name = "quiet"
+outputs = ["quiet/{n:int}"]
+command = ["sh", "-c", "mkdir -p data/quiet; touch data/quiet/$DATABUILD_FIELD_N"]
+"#,
+    );
+    p.run(&["build", "quiet/1"]).expect_code(0);
+    let run = p.run(&["--json", "status", "quiet/1"]).json()[0]["built_by"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let log = p.run(&["runs", &run, "--log"]);
+    log.expect_code(0);
+    assert_eq!(log.stdout, "");
+    assert!(
+        log.stderr
+            .contains("has no log: its job wrote nothing, or `databuild gc` removed the log"),
+        "{}",
+        log.stderr
+    );
+    // `--json` answers the chunk as ever, and nothing else.
+    let json = p.run(&["--json", "runs", &run, "--log"]);
+    assert_eq!(json.stderr, "");
+    assert_eq!(json.json()["size"], 0);
+}

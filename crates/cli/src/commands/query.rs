@@ -10,7 +10,9 @@ use serde_json::Value;
 
 use crate::backend::Backend;
 use crate::cli::PartitionStatusArg;
-use crate::output::{count, millis, out, outln, print_json, short_list, stdout, table, text};
+use crate::output::{
+    count, errln, millis, out, outln, print_json, short_list, stdout, table, text,
+};
 
 /// An optional text as a cell: empty when absent.
 fn cell(v: &Option<String>) -> String {
@@ -481,6 +483,9 @@ fn print_log(backend: &Backend, id: &str, follow: bool, json: bool) -> anyhow::R
         let read_all = chunk.next_offset >= chunk.size;
         // Without --follow, what is there now: a character still being written waits for it.
         if !(follow && chunk.running) && (read_all || !progressed) {
+            if !json && chunk.size == 0 && !chunk.running {
+                errln!("{}", no_log(backend, &id));
+            }
             return Ok(id);
         }
         if read_all || !progressed {
@@ -488,6 +493,17 @@ fn print_log(backend: &Backend, id: &str, follow: bool, json: bool) -> anyhow::R
             std::thread::sleep(FOLLOW_EVERY);
         }
         offset = chunk.next_offset;
+    }
+}
+
+/// Why an ended run shows no log: it never started, or its job wrote nothing (the file is made
+/// with the first byte), or `gc` removed it; which of the last two, the log does not record.
+fn no_log(backend: &Backend, id: &str) -> String {
+    match backend.run(id) {
+        Ok(run) if run.started_at.is_none() => format!("run {id} has no log: it never started"),
+        _ => format!(
+            "run {id} has no log: its job wrote nothing, or `databuild gc` removed the log since"
+        ),
     }
 }
 

@@ -5,14 +5,15 @@
 //! it looked at in the data dir. A build that found everything live and fresh keeps its plan with
 //! what it found of each file (which outputs exist, the size and mtime of each external file) and
 //! the log's position. The next build of the same request, on the same graph text, date and
-//! binary, takes the plan back only if every event since is one a no-op build records (which
-//! change nothing a plan reads: see [`databuild_log::EventStore::only_noop_events_since`]) and
+//! binary, takes the plan back only if every event since is one it records itself as a no-op
+//! (none of which changes what a plan reads: see [`databuild_log::EventStore::kept_plan`]) and
 //! every file is as it was. Anything else plans from the log, as always.
 //!
 //! Only plans that read nothing else are kept: not those of graphs with config jobs, probed or
 //! upstream datasets, sources or tables (their plans ask executables, services or retention).
 
 use databuild_core::{Deps, Graph, PartitionRef, Plan, PlanRequest, Producer};
+use databuild_log::KeptPlan;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
@@ -26,11 +27,12 @@ pub(crate) const REPLAN_MAX: usize = 100_000;
 /// Bumped when the kept body or what the key covers changes.
 const FORMAT: &str = "databuild plan cache 1";
 
-/// A kept plan, as stored.
+/// A kept plan, as stored: a no-op's live refs, and what planning found in the data dir. (A
+/// plan with stale partitions kept as not rebuildable is not kept: only a source's expiry makes
+/// one, and graphs with sources keep no plan.)
 #[derive(Debug, Serialize, Deserialize, PartialEq)]
 struct Body {
-    skipped: Vec<String>,
-    not_rebuildable: Vec<(String, String)>,
+    skipped: Vec<PartitionRef>,
     seen: Seen,
 }
 
@@ -160,40 +162,25 @@ impl Engine {
     /// The plan kept under `key`, if it holds for build request `id`: no event since but `id`'s
     /// own, and every file as the plan found it.
     fn reuse_plan(&self, key: &str, id: &str) -> Result<Option<(Plan, Keep)>> {
-        let Some(kept) = self.store.kept_plan(key)? else {
+        let Some(KeptPlan { log_idx, body }) = self.store.kept_plan(key, id)? else {
             return Ok(None);
         };
-        if !self.store.only_noop_events_since(kept.log_idx, id)? {
-            return Ok(None);
-        }
         // A body this binary cannot read is a plan it did not keep: planned anew.
-        let Ok(body) = serde_json::from_slice::<Body>(&kept.body) else {
+        let Ok(body) = serde_json::from_slice::<Body>(&body) else {
             return Ok(None);
         };
         if !self.still_seen(&body.seen) {
             return Ok(None);
         }
-        let refs = |v: Vec<String>| -> Option<Vec<PartitionRef>> {
-            v.into_iter().map(|r| PartitionRef::new(r).ok()).collect()
-        };
-        let (Some(skipped), Some(not_rebuildable)) = (
-            refs(body.skipped),
-            body.not_rebuildable
-                .into_iter()
-                .map(|(r, why)| Some((PartitionRef::new(r).ok()?, why)))
-                .collect::<Option<Vec<_>>>(),
-        ) else {
-            return Ok(None);
-        };
         let plan = Plan {
             runs: Vec::new(),
-            skipped,
+            skipped: body.skipped,
             delegated: Vec::new(),
             missing: Vec::new(),
-            not_rebuildable,
+            not_rebuildable: Vec::new(),
         };
         let keep = Keep {
-            since: kept.log_idx,
+            since: log_idx,
             body: None,
         };
         Ok(Some((plan, keep)))
@@ -219,39 +206,36 @@ impl Engine {
     /// After build `id` made its request live: plans it again and keeps that plan (a no-op,
     /// unless something changed meanwhile), so the next build of it reuses the plan at once
     /// instead of reading every row the build wrote.
-    pub(crate) fn keep_next_plan(&self, request: &PlanRequest, key: &str, id: &str) {
-        if let (Ok(_), Some(keep)) = self.plan_noting(request) {
-            self.keep_plan(key, id, keep);
+    pub(crate) fn keep_next_plan(&self, request: &PlanRequest, key: &str, id: &str) -> Result<()> {
+        match self.plan_noting(request) {
+            (Ok(_), Some(keep)) => self.keep_plan(key, id, keep),
+            _ => Ok(()),
         }
     }
 
     /// Keeps (or moves forward) a no-op plan once build `id` recorded it; a log that changed
-    /// meanwhile keeps nothing. A failure to keep it is not the build's: it is only reported.
-    pub(crate) fn keep_plan(&self, key: &str, id: &str, keep: Keep) {
-        if let Err(e) = self
-            .store
-            .keep_plan(key, keep.since, id, keep.body.as_deref())
-        {
-            eprintln!("databuild: cannot keep the plan for the next build: {e}");
-        }
+    /// meanwhile keeps nothing.
+    pub(crate) fn keep_plan(&self, key: &str, id: &str, keep: Keep) -> Result<()> {
+        self.store
+            .keep_plan(key, keep.since, id, keep.body.as_deref())?;
+        Ok(())
     }
 }
 
 /// The body to keep of a no-op plan made with `witnesses`; `None` for a plan that runs,
-/// waits or misses something, or that looked at more files than are noted.
+/// waits, misses something or keeps a stale partition, or that looked at more files than are
+/// noted.
 fn plan_body(plan: &Plan, witnesses: Witnesses) -> Option<Vec<u8>> {
-    if !plan.runs.is_empty() || !plan.delegated.is_empty() || !plan.missing.is_empty() {
+    if !plan.runs.is_empty()
+        || !plan.delegated.is_empty()
+        || !plan.missing.is_empty()
+        || !plan.not_rebuildable.is_empty()
+    {
         return None;
     }
-    let seen = witnesses.into_seen()?;
     let body = Body {
-        skipped: plan.skipped.iter().map(|r| r.to_string()).collect(),
-        not_rebuildable: plan
-            .not_rebuildable
-            .iter()
-            .map(|(r, why)| (r.to_string(), why.clone()))
-            .collect(),
-        seen,
+        skipped: plan.skipped.clone(),
+        seen: witnesses.into_seen()?,
     };
     Some(serde_json::to_vec(&body).expect("a plan body serializes"))
 }
@@ -276,7 +260,7 @@ mod tests {
         witnesses.exists("a/1", true);
         witnesses.version("raw/1", &Some("file:4:1".to_string()));
         let body: Body = serde_json::from_slice(&plan_body(&no_op(), witnesses).unwrap()).unwrap();
-        assert_eq!(body.skipped, ["a/1"]);
+        assert_eq!(body.skipped, [PartitionRef::new("a/1").unwrap()]);
         assert_eq!(body.seen.present, ["a/1"]);
         assert_eq!(
             body.seen.versions,

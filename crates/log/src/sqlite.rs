@@ -1598,21 +1598,25 @@ impl EventStore for SqliteStore {
         true
     }
 
-    fn kept_plan(&self, key: &str) -> Result<Option<KeptPlan>> {
+    fn kept_plan(&self, key: &str, id: &str) -> Result<Option<KeptPlan>> {
+        // The body (a MiB at 24k refs) is read only once the events after it are found to be
+        // the build's own.
         self.read(|c| {
-            c.prepare_cached("SELECT log_idx, body FROM plan_cache WHERE key = ?1")?
-                .query_row([key], |r| {
-                    Ok(KeptPlan {
-                        log_idx: r.get(0)?,
-                        body: r.get(1)?,
-                    })
-                })
+            let Some(log_idx) = c
+                .prepare_cached("SELECT log_idx FROM plan_cache WHERE key = ?1")?
+                .query_row([key], |r| r.get(0))
+                .optional()?
+            else {
+                return Ok(None);
+            };
+            if !only_noop_events_since(c, log_idx, id)? {
+                return Ok(None);
+            }
+            c.prepare_cached("SELECT body FROM plan_cache WHERE key = ?1 AND log_idx = ?2")?
+                .query_row(params![key, log_idx], |r| r.get(0))
                 .optional()
+                .map(|body| body.map(|body| KeptPlan { log_idx, body }))
         })
-    }
-
-    fn only_noop_events_since(&self, since: i64, id: &str) -> Result<bool> {
-        self.read(|c| only_noop_events_since(c, since, id))
     }
 
     fn keep_plan(&self, key: &str, since: i64, id: &str, body: Option<&[u8]>) -> Result<bool> {
@@ -1657,8 +1661,9 @@ impl EventStore for SqliteStore {
 /// The most no-op plans a log keeps (see `v10.sql`): the least recently used go.
 const PLAN_CACHE_ENTRIES: i64 = 16;
 
-/// See [`EventStore::only_noop_events_since`]. The events after a kept plan are a build's few
-/// own: a range of the primary key.
+/// Whether every event after `since` is a no-op event of build request `id` (see
+/// [`EventStore::kept_plan`]). The events after a kept plan are a build's few own: a range of
+/// the primary key.
 fn only_noop_events_since(c: &Connection, since: i64, id: &str) -> rusqlite::Result<bool> {
     c.prepare_cached(
         "SELECT NOT EXISTS (SELECT 1 FROM events WHERE idx > ?1 AND NOT (
@@ -1684,16 +1689,34 @@ mod tests {
             .append(vec![Event::build_request("b1", Status::Received)])
             .unwrap();
         assert!(store.keep_plan("k", since, "b1", Some(b"{}")).unwrap());
-        let kept = store.kept_plan("k").unwrap().unwrap();
+        let kept = store.kept_plan("k", "b1").unwrap().unwrap();
         assert_eq!(kept.log_idx, store.last_idx().unwrap());
         assert_eq!(kept.body, b"{}");
         store
             .append(vec![Event::build_request("b2", Status::Received)])
             .unwrap();
-        assert!(store.only_noop_events_since(kept.log_idx, "b2").unwrap());
-        assert!(!store.only_noop_events_since(kept.log_idx, "b3").unwrap());
+        assert_eq!(store.kept_plan("k", "b2").unwrap(), Some(kept.clone()));
+        assert_eq!(store.kept_plan("k", "b3").unwrap(), None);
         assert!(!store.keep_plan("k", kept.log_idx, "b3", None).unwrap());
-        assert_eq!(store.kept_plan("k").unwrap(), Some(kept));
+        assert_eq!(store.kept_plan("k", "b2").unwrap(), Some(kept.clone()));
+        // The build's own skipped run and run-less `available` keep it.
+        store
+            .append(vec![
+                Event::job_run("b2", "s1", "j", Status::Skipped),
+                Event::partition(Some("b2"), "a/1", Status::Available),
+            ])
+            .unwrap();
+        assert!(store.kept_plan("k", "b2").unwrap().is_some());
+        assert!(store.keep_plan("k", kept.log_idx, "b2", None).unwrap());
+        let moved = store.kept_plan("k", "b2").unwrap().unwrap();
+        assert_eq!(moved.log_idx, store.last_idx().unwrap());
+        assert_eq!(moved.body, b"{}", "the body kept stays");
+        // Another build's skipped run does not.
+        store
+            .append(vec![Event::job_run("b9", "s9", "j", Status::Skipped)])
+            .unwrap();
+        assert_eq!(store.kept_plan("k", "b2").unwrap(), None);
+        assert!(!store.keep_plan("k", moved.log_idx, "b2", None).unwrap());
     }
 
     /// The interrupt armed beside the progress handler stops a statement on its own.

@@ -673,22 +673,18 @@ pub trait EventStore: Send + Sync {
         false
     }
 
-    /// The no-op plan kept under `key` (see [`EventStore::keep_plan`]); `None` from a store
-    /// that keeps none.
-    fn kept_plan(&self, _key: &str) -> Result<Option<KeptPlan>> {
+    /// The no-op plan kept under `key` (see [`EventStore::keep_plan`]), if it still holds for
+    /// build request `id`: every event after it is one `id` records as a no-op, none of which
+    /// changes what a plan reads (its `build_request` events, its `skipped` runs, and the
+    /// `available` of its requested refs without a run, which leaves a partition's row as it
+    /// was). `None` otherwise, and from a store that keeps none.
+    fn kept_plan(&self, _key: &str, _id: &str) -> Result<Option<KeptPlan>> {
         Ok(None)
-    }
-
-    /// Whether every event after `since` is one a no-op build request `id` records, none of
-    /// which changes what a plan reads: its `build_request` events, its `skipped` runs and the
-    /// `available` of its requested refs without a run (a partition's row is left as it was).
-    fn only_noop_events_since(&self, _since: i64, _id: &str) -> Result<bool> {
-        Ok(false)
     }
 
     /// Keeps a no-op plan under `key` as holding at the log's end, if every event after `since`
     /// (where the plan was made, or last found to hold) is a no-op event of build request `id`
-    /// ([`EventStore::only_noop_events_since`]), checked in the write's own transaction.
+    /// (as [`EventStore::kept_plan`] asks), checked in the write's own transaction.
     /// `body` `None` keeps the body kept already. Returns whether it was kept.
     fn keep_plan(&self, _key: &str, _since: i64, _id: &str, _body: Option<&[u8]>) -> Result<bool> {
         Ok(false)

@@ -501,9 +501,10 @@ fn print_log(backend: &Backend, id: &str, follow: bool, json: bool) -> anyhow::R
 fn no_log(backend: &Backend, id: &str) -> String {
     match backend.run(id) {
         Ok(run) if run.started_at.is_none() => format!("run {id} has no log: it never started"),
-        _ => format!(
+        Ok(_) => format!(
             "run {id} has no log: its job wrote nothing, or `databuild gc` removed the log since"
         ),
+        Err(e) => format!("run {id} has no log (and its record cannot be read: {e})"),
     }
 }
 

@@ -196,8 +196,8 @@ impl Engine {
         // rebuilding the data; what they decide can change what is live: planned again then.
         if let Ok(plan) = &planned {
             if self.run_stale_checks(id, plan, executor, options.parallel, interrupt)? {
-                planned = self.plan_pinned(&request);
-                keep = None;
+                // The checks' events send it to plan from the log, noting what to keep.
+                (planned, keep) = self.plan_or_reuse(&request, key.as_deref(), id);
             }
         }
         let plan = match planned {
@@ -263,12 +263,18 @@ impl Engine {
         });
         if let (Ok(summary), Some(key)) = (&summary, key) {
             if summary.status == Status::Completed {
-                match keep {
+                let kept = match keep {
                     Some(keep) => self.keep_plan(&key, id, keep),
                     None if planned_size <= crate::plan_cache::REPLAN_MAX => {
                         self.keep_next_plan(&request, &key, id)
                     }
-                    None => {}
+                    None => Ok(()),
+                };
+                // Not the build's failure: the next build plans from the log.
+                if let Err(e) = kept {
+                    observer.on(Progress::Note(format!(
+                        "cannot keep the plan for the next build: {e}"
+                    )));
                 }
             }
         }

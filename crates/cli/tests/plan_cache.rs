@@ -155,6 +155,18 @@ fn a_kept_plan_is_not_reused_once_anything_changed() {
     build(&p, &[]);
     assert_eq!(runs(&p), ["a", "b"]);
 
+    // Re-delivered at the same size: its new time alone makes a new version.
+    keep(&p);
+    p.file("data/raw/2020-01-02", "TWO\n");
+    let raw = std::fs::File::options()
+        .write(true)
+        .open(p.path().join("data/raw/2020-01-02"))
+        .unwrap();
+    raw.set_modified(std::time::SystemTime::now() + std::time::Duration::from_secs(60))
+        .unwrap();
+    build(&p, &[]);
+    assert_eq!(runs(&p), ["a", "b"]);
+
     // Anything else in the log: a taint of an input.
     keep(&p);
     p.run(&["taint", "a/2020-01-02", "--reason", "bad rows"])
@@ -214,35 +226,53 @@ fn the_next_build_takes_the_kept_plan_without_planning() {
     let p = project();
     build(&p, &[]);
     // Proof that the kept plan (here, the one the build kept at its end) is what the next
-    // build uses: one edited behind DataBuild's back
-    // (the skipped refs shortened) is what the next build reports.
-    let db = rusqlite::Connection::open(p.path().join(".databuild/events.db")).unwrap();
-    let body: Vec<u8> = db
-        .query_row("SELECT body FROM plan_cache", [], |r| r.get(0))
+    // build uses: one edited behind DataBuild's back is what the next build believes.
+    let edit = |p: &Project, f: &dyn Fn(&mut serde_json::Value)| {
+        let db = rusqlite::Connection::open(p.path().join(".databuild/events.db")).unwrap();
+        let body: Vec<u8> = db
+            .query_row("SELECT body FROM plan_cache", [], |r| r.get(0))
+            .unwrap();
+        let mut body: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        f(&mut body);
+        db.execute(
+            "UPDATE plan_cache SET body = ?1",
+            [serde_json::to_vec(&body).unwrap()],
+        )
         .unwrap();
-    let mut body: serde_json::Value = serde_json::from_slice(&body).unwrap();
-    body["skipped"] = serde_json::json!([REFS[0]]);
-    db.execute(
-        "UPDATE plan_cache SET body = ?1",
-        [serde_json::to_vec(&body).unwrap()],
-    )
-    .unwrap();
+    };
+    // An output deleted, and struck from what the plan found: the next build does not look.
+    std::fs::remove_file(p.path().join("data/b/2020-01-02")).unwrap();
+    edit(&p, &|body| {
+        let present = body["seen"]["present"].as_array_mut().unwrap();
+        present.retain(|r| r != REFS[1]);
+    });
     let reused = build(&p, &[]);
-    assert_eq!(reused["skipped"], serde_json::json!([REFS[0]]));
+    assert_eq!(reused["skipped"], serde_json::json!(REFS));
     // And the build after it too: reusing moved the plan forward, body and all.
     let again = build(&p, &[]);
-    assert_eq!(again["skipped"], serde_json::json!([REFS[0]]));
+    assert_eq!(again["skipped"], serde_json::json!(REFS));
     assert_eq!(runs(&p), ["a", "a", "b", "b"]);
+
+    // A body that does not answer the request (a requested ref missing) is not trusted: the
+    // build plans anew, and finds the output gone.
+    edit(&p, &|body| body["skipped"] = serde_json::json!([REFS[0]]));
+    let anew = build(&p, &[]);
+    assert_eq!(anew["skipped"], serde_json::json!([REFS[0]]));
+    assert_eq!(runs(&p), ["b"]);
 }
 
 #[test]
-fn a_build_that_fails_keeps_no_plan() {
+fn a_build_that_fails_keeps_no_plan_and_its_rerun_builds() {
     let p = project();
     std::fs::write(
         p.path().join("databuild.toml"),
-        GRAPH.replace("echo b >> runs.log;", "echo b >> runs.log; exit 3;"),
+        GRAPH.replace(
+            "echo b >> runs.log;",
+            "echo b >> runs.log; test -e fail && exit 3;",
+        ),
     )
     .unwrap();
+    p.file("fail", "");
     let mut args = vec!["build"];
     args.extend(REFS);
     p.run(&args).expect_code(1);
@@ -250,4 +280,10 @@ fn a_build_that_fails_keeps_no_plan() {
         sql(&p, "SELECT count(*) FROM plan_cache"),
         serde_json::json!([[0]])
     );
+    // (Both `b` runs, or one: the build stops starting runs at its first failure.)
+    assert!(runs(&p).contains(&"b".to_string()));
+    // The next build, the job fixed (the same graph, the same key), builds what failed.
+    std::fs::remove_file(p.path().join("fail")).unwrap();
+    build(&p, &[]);
+    assert_eq!(runs(&p), ["b", "b"]);
 }

@@ -65,9 +65,14 @@ fn hex(bytes: &[u8]) -> String {
 
 /// This binary, by its path, size and modification time: a new build of DataBuild may plan
 /// otherwise. (Builds that fix mtimes, as reproducible ones do, install to paths of their own.)
+/// The size and time are the running binary's own (`/proc/self/exe` is the file this process
+/// started from, even once a new install replaced it), so a service left running while DataBuild
+/// is upgraded keeps its plans under its own binary, not the new one.
 fn this_binary() -> Option<String> {
     let path = std::env::current_exe().ok()?;
-    let meta = std::fs::metadata(&path).ok()?;
+    let meta = std::fs::metadata("/proc/self/exe")
+        .or_else(|_| std::fs::metadata(&path))
+        .ok()?;
     let mtime = meta
         .modified()
         .ok()?
@@ -134,7 +139,7 @@ impl Engine {
         let Some(key) = key else {
             return (self.plan_pinned(request), None);
         };
-        match self.reuse_plan(key, id) {
+        match self.reuse_plan(request, key, id) {
             Ok(Some((plan, keep))) => (Ok(plan), Some(keep)),
             _ => self.plan_noting(request),
         }
@@ -160,8 +165,13 @@ impl Engine {
     }
 
     /// The plan kept under `key`, if it holds for build request `id`: no event since but `id`'s
-    /// own, and every file as the plan found it.
-    fn reuse_plan(&self, key: &str, id: &str) -> Result<Option<(Plan, Keep)>> {
+    /// own, every requested ref among its live ones, and every file as the plan found it.
+    fn reuse_plan(
+        &self,
+        request: &PlanRequest,
+        key: &str,
+        id: &str,
+    ) -> Result<Option<(Plan, Keep)>> {
         let Some(KeptPlan { log_idx, body }) = self.store.kept_plan(key, id)? else {
             return Ok(None);
         };
@@ -169,7 +179,9 @@ impl Engine {
         let Ok(body) = serde_json::from_slice::<Body>(&body) else {
             return Ok(None);
         };
-        if !self.still_seen(&body.seen) {
+        // A kept body is only trusted as far as it answers the request (a row edited or torn
+        // behind DataBuild's back plans anew).
+        if !answers(&body, request) || !self.still_seen(&body.seen) {
             return Ok(None);
         }
         let plan = Plan {
@@ -220,6 +232,13 @@ impl Engine {
             .keep_plan(key, keep.since, id, keep.body.as_deref())?;
         Ok(())
     }
+}
+
+/// Whether every requested ref is among `body`'s live ones.
+fn answers(body: &Body, request: &PlanRequest) -> bool {
+    let live: std::collections::HashSet<&str> =
+        body.skipped.iter().map(PartitionRef::as_str).collect();
+    request.refs.iter().all(|r| live.contains(r.as_str()))
 }
 
 /// The body to keep of a no-op plan made with `witnesses`; `None` for a plan that runs,

@@ -1621,45 +1621,73 @@ impl EventStore for SqliteStore {
 
     fn keep_plan(&self, key: &str, since: i64, id: &str, body: Option<&[u8]>) -> Result<bool> {
         let mut guard = self.writer.lock().expect("writer lock");
-        let tx = guard
-            .conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)
+        // A plan is worth keeping, not waiting for: while another process writes, keep nothing
+        // (its write moves the log past the plan anyway).
+        let conn = &mut guard.conn;
+        conn.busy_timeout(PLAN_CACHE_WAIT)
             .map_err(|e| self.classify(e))?;
-        if !only_noop_events_since(&tx, since, id).map_err(|e| self.classify(e))? {
-            return Ok(false);
+        let kept = keep_plan_in(conn, key, since, id, body);
+        conn.busy_timeout(BUSY_TIMEOUT)
+            .map_err(|e| self.classify(e))?;
+        let kept = match kept {
+            Err(e)
+                if matches!(
+                    e.sqlite_error_code(),
+                    Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
+                ) =>
+            {
+                false
+            }
+            kept => kept.map_err(|e| self.classify(e))?,
+        };
+        if kept {
+            self.written();
         }
-        let kept = (|| {
-            let end: i64 =
-                tx.query_row("SELECT coalesce(max(idx), 0) FROM events", [], |r| r.get(0))?;
-            let now = crate::event::now_ns();
-            let written = match body {
-                Some(body) => tx.execute(
-                    "INSERT INTO plan_cache (key, log_idx, body, used_at) VALUES (?1, ?2, ?3, ?4)
-                     ON CONFLICT (key) DO UPDATE SET log_idx = excluded.log_idx,
-                        body = excluded.body, used_at = excluded.used_at",
-                    params![key, end, body, now],
-                )?,
-                None => tx.execute(
-                    "UPDATE plan_cache SET log_idx = ?2, used_at = ?3 WHERE key = ?1",
-                    params![key, end, now],
-                )?,
-            };
-            tx.execute(
-                "DELETE FROM plan_cache WHERE key NOT IN
-                   (SELECT key FROM plan_cache ORDER BY used_at DESC LIMIT ?1)",
-                [PLAN_CACHE_ENTRIES],
-            )?;
-            tx.commit()?;
-            Ok(written == 1)
-        })()
-        .map_err(|e| self.classify(e))?;
-        self.written();
         Ok(kept)
     }
 }
 
+/// Keeps plan `key` in one write transaction if every event after `since` is build `id`'s own
+/// no-op event: with the log's last index, evicting the least recently used past the limit.
+fn keep_plan_in(
+    conn: &mut Connection,
+    key: &str,
+    since: i64,
+    id: &str,
+    body: Option<&[u8]>,
+) -> rusqlite::Result<bool> {
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    if !only_noop_events_since(&tx, since, id)? {
+        return Ok(false);
+    }
+    let end: i64 = tx.query_row("SELECT coalesce(max(idx), 0) FROM events", [], |r| r.get(0))?;
+    let now = crate::event::now_ns();
+    let written = match body {
+        Some(body) => tx.execute(
+            "INSERT INTO plan_cache (key, log_idx, body, used_at) VALUES (?1, ?2, ?3, ?4)
+             ON CONFLICT (key) DO UPDATE SET log_idx = excluded.log_idx,
+                body = excluded.body, used_at = excluded.used_at",
+            params![key, end, body, now],
+        )?,
+        None => tx.execute(
+            "UPDATE plan_cache SET log_idx = ?2, used_at = ?3 WHERE key = ?1",
+            params![key, end, now],
+        )?,
+    };
+    tx.execute(
+        "DELETE FROM plan_cache WHERE key NOT IN
+           (SELECT key FROM plan_cache ORDER BY used_at DESC LIMIT ?1)",
+        [PLAN_CACHE_ENTRIES],
+    )?;
+    tx.commit()?;
+    Ok(written == 1)
+}
+
 /// The most no-op plans a log keeps (see `v10.sql`): the least recently used go.
 const PLAN_CACHE_ENTRIES: i64 = 16;
+
+/// How long keeping a plan waits for another process's write to end.
+const PLAN_CACHE_WAIT: Duration = Duration::from_millis(50);
 
 /// Whether every event after `since` is a no-op event of build request `id` (see
 /// [`EventStore::kept_plan`]). The events after a kept plan are a build's few own: a range of
@@ -1717,6 +1745,82 @@ mod tests {
             .unwrap();
         assert_eq!(store.kept_plan("k", "b2").unwrap(), None);
         assert!(!store.keep_plan("k", moved.log_idx, "b2", None).unwrap());
+    }
+
+    /// The build's own events that change what a plan reads (a check, a run it schedules)
+    /// end a kept plan as another build's would.
+    #[test]
+    fn a_builds_own_checks_and_built_outputs_end_its_kept_plan() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(&dir.path().join("events.db")).unwrap();
+        let since = store.last_idx().unwrap();
+        assert!(store.keep_plan("k", since, "b1", Some(b"{}")).unwrap());
+        for (i, event) in [
+            Event::check(Some("b1"), "a/1", "r1", "rows", true),
+            Event::job_run("b1", "r1", "j", Status::Scheduled),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let kept = store.kept_plan("k", "b1").unwrap().unwrap();
+            assert!(store.keep_plan("k", kept.log_idx, "b1", None).unwrap());
+            store.append(vec![event]).unwrap();
+            assert_eq!(store.kept_plan("k", "b1").unwrap(), None, "event {i}");
+            assert!(!store.keep_plan("k", kept.log_idx, "b1", None).unwrap());
+            // The next no-op keeps its plan anew from where the log is.
+            let since = store.last_idx().unwrap();
+            assert!(store.keep_plan("k", since, "b1", Some(b"{}")).unwrap());
+        }
+    }
+
+    /// At most `PLAN_CACHE_ENTRIES` plans are kept: the least recently kept go first.
+    #[test]
+    fn the_least_recently_kept_plans_go_past_the_limit() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(&dir.path().join("events.db")).unwrap();
+        let since = store.last_idx().unwrap();
+        for i in 0..=PLAN_CACHE_ENTRIES {
+            assert!(store
+                .keep_plan(&format!("k{i}"), since, "b", Some(b"{}"))
+                .unwrap());
+        }
+        assert_eq!(store.kept_plan("k0", "b").unwrap(), None, "the oldest went");
+        for i in 1..=PLAN_CACHE_ENTRIES {
+            assert!(
+                store.kept_plan(&format!("k{i}"), "b").unwrap().is_some(),
+                "k{i}"
+            );
+        }
+        // Keeping k1 again makes k2 the oldest.
+        assert!(store.keep_plan("k1", since, "b", None).unwrap());
+        assert!(store.keep_plan("k99", since, "b", Some(b"{}")).unwrap());
+        assert!(store.kept_plan("k1", "b").unwrap().is_some());
+        assert_eq!(store.kept_plan("k2", "b").unwrap(), None);
+    }
+
+    /// While another process holds the write lock, keeping a plan gives up at once instead of
+    /// waiting out the busy timeout, and the writer waits as before afterwards.
+    #[test]
+    fn keeping_a_plan_does_not_wait_for_another_writer() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("events.db");
+        let store = SqliteStore::open(&path).unwrap();
+        let since = store.last_idx().unwrap();
+        let other = Connection::open(&path).unwrap();
+        other.execute_batch("BEGIN IMMEDIATE").unwrap();
+        let started = Instant::now();
+        assert!(!store.keep_plan("k", since, "b", Some(b"{}")).unwrap());
+        assert!(started.elapsed() < Duration::from_secs(1));
+        other.execute_batch("COMMIT").unwrap();
+        let timeout: i64 = store
+            .writer
+            .lock()
+            .unwrap()
+            .conn
+            .query_row("PRAGMA busy_timeout", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(timeout, BUSY_TIMEOUT.as_millis() as i64);
+        assert!(store.keep_plan("k", since, "b", Some(b"{}")).unwrap());
     }
 
     /// The interrupt armed beside the progress handler stops a statement on its own.

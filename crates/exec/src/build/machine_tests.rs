@@ -835,8 +835,70 @@ fn slots_are_fed_ahead_in_batches() {
         Vec::from(std::mem::take(&mut out)),
         vec![end(0, 1, ok(), None)]
     );
-    machine.handle(Input::Started(10), &mut out);
+    // Fewer than half of the sixteen are staged now, but only two runs are ready (18, 19):
+    // they gather while the slots have more staged than there are slots...
+    for node in 10..15 {
+        machine.handle(Input::Started(node), &mut out);
+        assert_eq!(Vec::from(std::mem::take(&mut out)), vec![], "{node}");
+    }
+    // ...and are claimed together once a slot could otherwise go idle.
+    // (As many as fit beside the sixteen "running" here: one.)
+    machine.handle(Input::Started(15), &mut out);
     assert_eq!(Vec::from(out), vec![Claim(vec![18])]);
+}
+
+#[test]
+fn runs_ready_one_at_a_time_are_claimed_a_few_at_once() {
+    // Nine chains of three: each run that ends makes the next of its chain ready.
+    let mut runs = Vec::new();
+    for chain in 0..9 {
+        runs.push(run(&format!("a/{chain}"), &[], &[]));
+    }
+    for level in 1..3 {
+        for chain in 0..9 {
+            let before = (level - 1) * 9 + chain;
+            let input = format!("{}/{chain}", ["a", "b"][level - 1]);
+            let output = format!("{}/{chain}", ["b", "c"][level - 1]);
+            runs.push(run(&output, &[input.as_str()], &[before]));
+        }
+    }
+    let mut machine = Machine::new(Policy {
+        slots: 2,
+        keep_going: false,
+        jobs: vec![JobPolicy::default()],
+    });
+    let mut out = VecDeque::new();
+    machine.add_plan(plan(runs, &[]), &mut out);
+    machine.fill(&mut out);
+    assert_eq!(out.pop_back(), Some(Claim((0..9).collect())));
+    machine.handle(Input::Claimed((0..9).collect()), &mut out);
+    out.clear();
+    // Two slots: each starts the next staged run, and the older of the two running ends.
+    let mut claims = Vec::new();
+    let mut staged: VecDeque<usize> = (0..9).collect();
+    let mut running = VecDeque::new();
+    while !staged.is_empty() || !running.is_empty() {
+        while running.len() < 2 {
+            let Some(node) = staged.pop_front() else {
+                break;
+            };
+            machine.handle(Input::Started(node), &mut out);
+            running.push_back(node);
+        }
+        let node = running.pop_front().expect("a run is running");
+        machine.handle(finished(node, ok()), &mut out);
+        while let Some(effect) = out.pop_front() {
+            if let Claim(batch) = effect {
+                machine.handle(Input::Claimed(batch.clone()), &mut out);
+                staged.extend(batch.iter().copied());
+                claims.push(batch);
+            }
+        }
+    }
+    // 18 runs after the first claim, in writes of four or more, not one each.
+    assert_eq!(claims.iter().map(Vec::len).sum::<usize>(), 18, "{claims:?}");
+    assert!(claims.len() <= 5, "{claims:?}");
+    assert!(machine.is_over());
 }
 
 #[test]

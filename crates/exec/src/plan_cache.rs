@@ -67,23 +67,26 @@ fn hex(bytes: &[u8]) -> String {
 /// otherwise. (Builds that fix mtimes, as reproducible ones do, install to paths of their own.)
 /// The size and time are the running binary's own (`/proc/self/exe` is the file this process
 /// started from, even once a new install replaced it), so a service left running while DataBuild
-/// is upgraded keeps its plans under its own binary, not the new one.
-fn this_binary() -> Option<String> {
-    let path = std::env::current_exe().ok()?;
-    let meta = std::fs::metadata("/proc/self/exe")
-        .or_else(|_| std::fs::metadata(&path))
-        .ok()?;
-    let mtime = meta
-        .modified()
-        .ok()?
-        .duration_since(std::time::UNIX_EPOCH)
-        .ok()?;
-    Some(format!(
-        "{}:{}:{}",
-        path.display(),
-        meta.len(),
-        mtime.as_nanos()
-    ))
+/// is upgraded keeps its plans under its own binary, not the new one. Taken once per process.
+fn this_binary() -> Option<&'static str> {
+    static BINARY: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    BINARY
+        .get_or_init(|| {
+            let path = std::env::current_exe().ok()?;
+            // A binary replaced since this process started reads as "PATH (deleted)".
+            let path = path.to_string_lossy();
+            let path = path.strip_suffix(" (deleted)").unwrap_or(&path);
+            let meta = std::fs::metadata("/proc/self/exe")
+                .or_else(|_| std::fs::metadata(path))
+                .ok()?;
+            let mtime = meta
+                .modified()
+                .ok()?
+                .duration_since(std::time::UNIX_EPOCH)
+                .ok()?;
+            Some(format!("{path}:{}:{}", meta.len(), mtime.as_nanos()))
+        })
+        .as_deref()
 }
 
 /// `DATABUILD_NO_PLAN_CACHE` set to anything but `""` or `0`: every build plans.
@@ -106,7 +109,7 @@ impl Engine {
         };
         field(FORMAT);
         field(env!("CARGO_PKG_VERSION"));
-        field(&binary);
+        field(binary);
         field(graph);
         field(&self.graph_dir.display().to_string());
         field(&self.data_dir.display().to_string());

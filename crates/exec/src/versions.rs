@@ -924,7 +924,8 @@ pub(crate) struct DataDir {
 struct Folder {
     asked: u32,
     /// Its names, once read: `true` for what exists as listed, `false` for a link (or an entry
-    /// of unknown type), which is asked, since a link to nothing does not exist.
+    /// of unknown type), which is asked, since a link to nothing does not exist. A name not
+    /// listed is asked too.
     names: Option<FxHashMap<Box<str>, bool>>,
 }
 
@@ -951,7 +952,7 @@ impl DataDir {
         let Some(root) = &self.root else {
             return self.path.join(r).exists();
         };
-        let Some((folder, name)) = r.rsplit_once('/') else {
+        let Some((folder, name)) = r.rsplit_once('/').filter(|(_, name)| !name.is_empty()) else {
             return ask(root, r);
         };
         let mut folders = self.folders.borrow_mut();
@@ -960,11 +961,10 @@ impl DataDir {
         }
         let entry = folders.entry(folder.into()).or_default();
         if let Some(names) = &entry.names {
-            return match names.get(name) {
-                Some(true) => true,
-                Some(false) => ask(root, r),
-                None => false,
-            };
+            // Only what the listing shows as there is taken from it: a name it lacks may have
+            // come since (another build publishing), or be spelled otherwise on a folder that
+            // folds case.
+            return names.get(name) == Some(&true) || ask(root, r);
         }
         entry.asked += 1;
         if entry.asked >= Self::LIST_AFTER && entry.asked.is_power_of_two() {
@@ -991,14 +991,11 @@ fn open_folder<Fd: AsFd>(at: Fd, path: impl rustix::path::Arg, how: OFlags) -> O
 }
 
 /// The names in folder `path` (relative to `root`), each with whether it exists as listed (not
-/// a link), if reading them is worth `asked` asks: empty if there is no such folder; `None`
-/// if it is too large for now, or cannot be read.
+/// a link), if reading them is worth `asked` asks; `None` if it is too large for now, or is no
+/// folder that can be read and searched.
 fn list(root: &OwnedFd, path: &str, asked: u64) -> Option<FxHashMap<Box<str>, bool>> {
-    use rustix::fs::{statat, AtFlags, FileType};
-    let Ok(st) = statat(root, path, AtFlags::empty()) else {
-        // Nothing in it exists, then (a file there: the same).
-        return Some(FxHashMap::default());
-    };
+    use rustix::fs::{accessat, statat, Access, AtFlags, FileType};
+    let st = statat(root, path, AtFlags::empty()).ok()?;
     let blocks = (st.st_size as u64).div_ceil(4096);
     if FileType::from_raw_mode(st.st_mode) != FileType::Directory
         || blocks * DataDir::ASKS_PER_BLOCK > 2 * asked
@@ -1006,6 +1003,8 @@ fn list(root: &OwnedFd, path: &str, asked: u64) -> Option<FxHashMap<Box<str>, bo
         return None;
     }
     let dir = open_folder(root, path, OFlags::RDONLY)?;
+    // A folder that can be read but not searched lists names `access` cannot reach.
+    accessat(&dir, ".", Access::EXEC_OK, AtFlags::empty()).ok()?;
     let mut names = FxHashMap::default();
     for entry in rustix::fs::Dir::new(dir).ok()? {
         let entry = entry.ok()?;
@@ -1065,10 +1064,19 @@ mod tests {
         assert!(data.folders.borrow()["a/x=1"].names.is_some(), "read whole");
         assert!(data.exists("a/x=1/d=1") && !data.exists("a/x=1/d=9"));
         assert!(data.exists("a/x=1/link") && !data.exists("a/x=1/dangling"));
-        // A folder that is a file holds nothing.
+        // A folder that is a file holds nothing (it is never read as one).
         for _ in 0..DataDir::LIST_AFTER {
             assert!(!data.exists("top/x"));
         }
+        // A folder reached through a link is read as any other.
+        for _ in 0..DataDir::LIST_AFTER {
+            assert!(data.exists("linked/d=2") && !data.exists("linked/d=3"));
+        }
+        assert!(data.folders.borrow()["linked"].names.is_some());
+        // What came after the folder was read is found; a ref ending in `/` is asked as is.
+        std::fs::write(root.join("a/x=1/later"), "").unwrap();
+        assert!(data.exists("a/x=1/later"));
+        assert!(data.exists("a/x=1/") && !data.exists("a/x=9/"));
         assert!(!DataDir::open(&root.join("missing")).exists("a"));
     }
 

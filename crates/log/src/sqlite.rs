@@ -1640,9 +1640,7 @@ impl EventStore for SqliteStore {
             }
             kept => kept.map_err(|e| self.classify(e))?,
         };
-        if kept {
-            self.written();
-        }
+        self.written();
         Ok(kept)
     }
 }

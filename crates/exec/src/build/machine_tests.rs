@@ -894,6 +894,14 @@ fn runs_ready_one_at_a_time_are_claimed_a_few_at_once() {
                 claims.push(batch);
             }
         }
+        // Claims wait only while the slots have more staged than they can start: at most that
+        // many staged, nothing ready is left unclaimed.
+        assert!(
+            staged.len() > 2 || machine.ready.is_empty(),
+            "{:?} ready, unclaimed, with {} staged",
+            machine.ready,
+            staged.len()
+        );
     }
     // 18 runs after the first claim, in writes of four or more, not one each.
     assert_eq!(claims.iter().map(Vec::len).sum::<usize>(), 18, "{claims:?}");

@@ -117,6 +117,11 @@ const ONE_SLOT: Setup = Setup {
     concurrency: None,
 };
 
+const TWO_SLOTS: Setup = Setup {
+    slots: 2,
+    ..ONE_SLOT
+};
+
 /// One case: its plan, the effects of starting it, and each input with the effects it gives.
 struct Case {
     name: &'static str,
@@ -130,13 +135,15 @@ struct Case {
     finish: Vec<Effect>,
 }
 
-fn check(case: Case) {
+/// A machine set up as `setup`, given `plan` and asked for its first claims: it, and what it
+/// said.
+fn started(setup: Setup, plan: Plan) -> (Machine, VecDeque<Effect>) {
     let Setup {
         slots,
         keep_going,
         retries,
         concurrency,
-    } = case.setup;
+    } = setup;
     let jobs = vec![JobPolicy {
         retries,
         concurrency,
@@ -147,8 +154,13 @@ fn check(case: Case) {
         jobs,
     });
     let mut out = VecDeque::new();
-    machine.add_plan(case.plan, &mut out);
+    machine.add_plan(plan, &mut out);
     machine.fill(&mut out);
+    (machine, out)
+}
+
+fn check(case: Case) {
+    let (mut machine, mut out) = started(case.setup, case.plan);
     let name = case.name;
     assert_eq!(
         Vec::from(std::mem::take(&mut out)),
@@ -298,14 +310,7 @@ fn missing_inputs_are_fetched_then_the_run_goes_again() {
 
 #[test]
 fn missing_inputs_are_fetched_a_few_times_only() {
-    let mut machine = Machine::new(Policy {
-        slots: 1,
-        keep_going: false,
-        jobs: vec![JobPolicy::default()],
-    });
-    let mut out = VecDeque::new();
-    machine.add_plan(plan(vec![run("a", &[], &[])], &[]), &mut out);
-    machine.fill(&mut out);
+    let (mut machine, mut out) = started(ONE_SLOT, plan(vec![run("a", &[], &[])], &[]));
     for round in 1..=MAX_MISSING_DEP_ROUNDS + 1 {
         out.clear();
         machine.handle(Input::Claimed(vec![0]), &mut out);
@@ -482,17 +487,15 @@ fn a_failed_blocking_check_stops_what_reads_the_partition() {
 
 #[test]
 fn keep_going_ends_failed_with_the_runs_that_failed() {
-    let mut machine = Machine::new(Policy {
+    let setup = Setup {
         slots: 2,
         keep_going: true,
-        jobs: vec![JobPolicy::default()],
-    });
-    let mut out = VecDeque::new();
-    machine.add_plan(
+        ..ONE_SLOT
+    };
+    let (mut machine, mut out) = started(
+        setup,
         plan(vec![run("a", &[], &[]), run("b", &[], &[])], &[]),
-        &mut out,
     );
-    machine.fill(&mut out);
     machine.handle(Input::Claimed(vec![0, 1]), &mut out);
     for node in [0, 1] {
         machine.handle(Input::Started(node), &mut out);
@@ -814,14 +817,7 @@ fn upstream_versions_are_read_before_the_claim() {
 #[test]
 fn slots_are_fed_ahead_in_batches() {
     let runs = (0..20).map(|i| run(&format!("p/{i}"), &[], &[])).collect();
-    let mut machine = Machine::new(Policy {
-        slots: 2,
-        keep_going: false,
-        jobs: vec![JobPolicy::default()],
-    });
-    let mut out = VecDeque::new();
-    machine.add_plan(plan(runs, &[]), &mut out);
-    machine.fill(&mut out);
+    let (mut machine, mut out) = started(TWO_SLOTS, plan(runs, &[]));
     // Two slots claim sixteen ahead: eighteen at first; more once half of those sixteen are
     // taken, as many as runs ended meanwhile.
     assert_eq!(out.pop_back(), Some(Claim((0..18).collect())));
@@ -862,14 +858,7 @@ fn runs_ready_one_at_a_time_are_claimed_a_few_at_once() {
             runs.push(run(&output, &[input.as_str()], &[before]));
         }
     }
-    let mut machine = Machine::new(Policy {
-        slots: 2,
-        keep_going: false,
-        jobs: vec![JobPolicy::default()],
-    });
-    let mut out = VecDeque::new();
-    machine.add_plan(plan(runs, &[]), &mut out);
-    machine.fill(&mut out);
+    let (mut machine, mut out) = started(TWO_SLOTS, plan(runs, &[]));
     assert_eq!(out.pop_back(), Some(Claim((0..9).collect())));
     machine.handle(Input::Claimed((0..9).collect()), &mut out);
     out.clear();

@@ -139,12 +139,21 @@ impl Engine {
         key: Option<&str>,
         id: &str,
     ) -> (Result<Plan>, Option<Keep>) {
-        let Some(key) = key else {
-            return (self.plan_pinned(request), None);
-        };
-        match self.reuse_plan(request, key, id) {
-            Ok(Some((plan, keep))) => (Ok(plan), Some(keep)),
-            _ => self.plan_noting(request),
+        match key.map(|key| self.reuse_plan(request, key, id)) {
+            Some(Ok(Some((plan, keep)))) => (Ok(plan), Some(keep)),
+            _ => self.plan_keeping(request, key),
+        }
+    }
+
+    /// Plans `request` from the log; when it has a `key`, noting what it looks at to be kept.
+    pub(crate) fn plan_keeping(
+        &self,
+        request: &PlanRequest,
+        key: Option<&str>,
+    ) -> (Result<Plan>, Option<Keep>) {
+        match key {
+            Some(_) => self.plan_noting(request),
+            None => (self.plan_pinned(request), None),
         }
     }
 
@@ -237,11 +246,15 @@ impl Engine {
     }
 }
 
-/// Whether every requested ref is among `body`'s live ones.
+/// Whether every requested ref is among `body`'s live ones: one pass over them, against the
+/// request's (fewer) refs.
 fn answers(body: &Body, request: &PlanRequest) -> bool {
-    let live: std::collections::HashSet<&str> =
-        body.skipped.iter().map(PartitionRef::as_str).collect();
-    request.refs.iter().all(|r| live.contains(r.as_str()))
+    let mut requested: rustc_hash::FxHashSet<&str> =
+        request.refs.iter().map(PartitionRef::as_str).collect();
+    for r in &body.skipped {
+        requested.remove(r.as_str());
+    }
+    requested.is_empty()
 }
 
 /// The body to keep of a no-op plan made with `witnesses`; `None` for a plan that runs,

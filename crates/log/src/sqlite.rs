@@ -1629,16 +1629,9 @@ impl EventStore for SqliteStore {
         let kept = keep_plan_in(conn, key, since, id, body);
         conn.busy_timeout(BUSY_TIMEOUT)
             .map_err(|e| self.classify(e))?;
-        let kept = match kept {
-            Err(e)
-                if matches!(
-                    e.sqlite_error_code(),
-                    Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
-                ) =>
-            {
-                false
-            }
-            kept => kept.map_err(|e| self.classify(e))?,
+        let kept = match kept.map_err(|e| self.classify(e)) {
+            Err(LogError::Locked { .. }) => false,
+            kept => kept?,
         };
         self.written();
         Ok(kept)

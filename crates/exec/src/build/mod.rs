@@ -196,8 +196,8 @@ impl Engine {
         // rebuilding the data; what they decide can change what is live: planned again then.
         if let Ok(plan) = &planned {
             if self.run_stale_checks(id, plan, executor, options.parallel, interrupt)? {
-                // The checks' events send it to plan from the log, noting what to keep.
-                (planned, keep) = self.plan_or_reuse(&request, key.as_deref(), id);
+                // Their events end any kept plan: planned from the log, noting what to keep.
+                (planned, keep) = self.plan_keeping(&request, key.as_deref());
             }
         }
         let plan = match planned {

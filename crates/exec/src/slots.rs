@@ -6,6 +6,7 @@
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
+use std::time::Instant;
 
 use crate::checks::{CheckOutcome, CheckPlace, CheckRun};
 use crate::lease::Lease;
@@ -51,11 +52,28 @@ impl Ended {
     }
 }
 
-/// Claimed runs waiting for a slot.
+/// A run a slot started: when, by the monotonic and the wall clock (ns since the epoch).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Started {
+    pub node: usize,
+    pub at: Instant,
+    pub at_ns: i64,
+}
+
+/// What a slot reports to the scheduler, in the order it happened.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Report {
+    Started(Started),
+    Ended { node: usize, ended: Ended },
+}
+
+/// Claimed runs waiting for a slot, and what the slots report back.
 #[derive(Default)]
 pub(crate) struct Launches {
     queue: Mutex<Queue>,
     added: Condvar,
+    /// While at least this many runs wait, a run that built need not wake the scheduler.
+    quiet_while: usize,
 }
 
 #[derive(Default)]
@@ -65,9 +83,22 @@ struct Queue {
     /// build goes on: no slot starts a run meanwhile.
     paused: bool,
     closed: bool,
+    /// The slots' reports the scheduler has not read, in the order they were made: one list, so
+    /// the scheduler sees the same sequence however its wake-ups fall, and a build makes the
+    /// same events each time (CONTRACT §5).
+    reports: Vec<Report>,
 }
 
 impl Launches {
+    /// A queue whose slots report a built run at once only when fewer than `quiet_while` runs
+    /// wait: the point below which the scheduler claims more.
+    pub fn new(quiet_while: usize) -> Launches {
+        Launches {
+            quiet_while,
+            ..Launches::default()
+        }
+    }
+
     pub fn push(&self, launch: Launch) {
         self.lock().runs.push_back(launch);
         self.added.notify_one();
@@ -112,6 +143,31 @@ impl Launches {
             }
             queue = self.added.wait(queue).expect("launch queue lock");
         }
+    }
+
+    /// Notes that a slot started a run. A start decides nothing, so it wakes no one: the
+    /// scheduler reads it when it next wakes, before the run's end. Each wake-up of its thread
+    /// costs CPU and, where the cores run jobs, preempts one of them.
+    pub fn started(&self, run: Started) {
+        self.lock().reports.push(Report::Started(run));
+    }
+
+    /// Notes a run's end, and says whether the scheduler must wake for it now: when it did not
+    /// build (whether the build goes on is decided at once), or when fewer than `quiet_while`
+    /// runs wait (the scheduler claims more). Otherwise it waits for the next wake-up: the
+    /// build defers completions to its next claim anyway, and the scheduler wakes at least
+    /// every 100 ms.
+    pub fn ended(&self, node: usize, ended: Ended) -> bool {
+        let urgent = ended.outcome != RunOutcome::Succeeded || ended.held_back().is_some();
+        let mut queue = self.lock();
+        let wake = urgent || queue.runs.len() < self.quiet_while.max(1);
+        queue.reports.push(Report::Ended { node, ended });
+        wake
+    }
+
+    /// The reports made since the last call, in order.
+    pub fn take_reports(&self) -> Vec<Report> {
+        std::mem::take(&mut self.lock().reports)
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Queue> {
@@ -256,6 +312,66 @@ mod tests {
             launches.resume();
             assert_eq!(waiting.join().unwrap(), Some(1));
         });
+    }
+
+    #[test]
+    fn a_built_run_wakes_the_scheduler_only_when_few_runs_wait() {
+        let launches = Launches::new(2);
+        let built = || Ended::of(RunOutcome::Succeeded);
+        let failed = || Ended::of(RunOutcome::failed("exit 1".to_string(), Some(1)));
+        let started = Started {
+            node: 7,
+            at: Instant::now(),
+            at_ns: 1,
+        };
+        launches.started(started);
+        // Fewer than two wait: the scheduler is to claim more.
+        launches.push(launch(1));
+        assert!(launches.ended(7, built()));
+        // Two wait: a run that built waits for the next wake-up; one that failed does not.
+        launches.push(launch(2));
+        assert!(!launches.ended(8, built()));
+        assert!(launches.ended(9, failed()));
+        // Every report is kept, in order, whether it woke the scheduler or not.
+        assert_eq!(
+            launches.take_reports(),
+            [
+                Report::Started(started),
+                Report::Ended {
+                    node: 7,
+                    ended: built()
+                },
+                Report::Ended {
+                    node: 8,
+                    ended: built()
+                },
+                Report::Ended {
+                    node: 9,
+                    ended: failed()
+                },
+            ]
+        );
+        assert!(launches.take_reports().is_empty());
+    }
+
+    #[test]
+    fn a_run_held_back_by_a_check_wakes_the_scheduler() {
+        let launches = Launches::new(1);
+        launches.push(launch(1));
+        let mut held = Ended::of(RunOutcome::Succeeded);
+        held.checks.push(CheckOutcome {
+            partition_ref: "a".to_string(),
+            name: "rows".to_string(),
+            version: None,
+            command: Vec::new(),
+            blocking: true,
+            passed: false,
+            message: "no rows".to_string(),
+            metrics: None,
+            inline: true,
+        });
+        assert!(held.held_back().is_some());
+        assert!(launches.ended(3, held));
     }
 
     #[test]

@@ -26,7 +26,7 @@ use super::{BuildOptions, BuildSummary, Observer, Progress};
 use crate::engine::{Engine, EngineError, Result};
 use crate::local::{Executor, RunOutcome};
 use crate::owner::owner_dead;
-use crate::slots::{Ended, Launch, Launches};
+use crate::slots::{Ended, Launch, Launches, Report, Started};
 
 /// How long a completion may wait for a claim to carry it into the log.
 const MAX_DEFER: Duration = Duration::from_millis(100);
@@ -37,16 +37,8 @@ const CANCEL_CHECK_EVERY: Duration = Duration::from_millis(500);
 
 /// What the driver's threads report to its loop.
 enum Message {
-    /// A slot started a claimed run.
-    Started {
-        node: usize,
-        at: Instant,
-        at_ns: i64,
-    },
-    Finished {
-        node: usize,
-        ended: Ended,
-    },
+    /// The slots have reports the loop must read now (`Launches::ended`).
+    SlotsReported,
     Resolved {
         wait: usize,
         outcome: WaitOutcome,
@@ -209,16 +201,18 @@ impl<'s, 'e> Driver<'s, 'e> {
                 })
                 .collect(),
         };
+        let machine = Machine::new(policy);
+        let launches = Arc::new(Launches::new(machine.refill_below()));
         Driver {
             engine,
             id: id.to_string(),
             options,
             executor,
             scope,
-            machine: Machine::new(policy),
+            machine,
             effects: VecDeque::new(),
             runs: Vec::new(),
-            launches: Arc::default(),
+            launches,
             slot_threads: 0,
             cancelled_outside: false,
             skipped: Vec::new(),
@@ -312,7 +306,11 @@ impl<'s, 'e> Driver<'s, 'e> {
                 break;
             }
             let wait = self.flush_due()?;
-            match self.rx.recv_timeout(wait) {
+            let message = self.rx.recv_timeout(wait);
+            // The slots' reports first, whatever woke the loop: they may have come without a
+            // message.
+            self.read_reports(observer)?;
+            match message {
                 Ok(message) => self.received(message, observer)?,
                 Err(mpsc::RecvTimeoutError::Timeout) => {}
                 Err(mpsc::RecvTimeoutError::Disconnected) => {
@@ -325,26 +323,35 @@ impl<'s, 'e> Driver<'s, 'e> {
         self.finish(observer)
     }
 
+    /// The slots' reports since the loop last woke, in order, as the machine's inputs.
+    fn read_reports(&mut self, observer: &mut dyn Observer) -> Result<()> {
+        for report in self.launches.take_reports() {
+            match report {
+                Report::Started(Started { node, at, at_ns }) => {
+                    self.runs[node].started = Some(at);
+                    self.runs[node].started_ns = Some(at_ns);
+                    let run = &self.machine.node(node).run;
+                    observer.on(Progress::Started {
+                        job: &self.engine.graph.jobs[run.job_index].name,
+                        outputs: &run.outputs,
+                    });
+                    self.feed(Input::Started(node), observer)?;
+                }
+                Report::Ended { node, ended } => {
+                    self.feed(Input::Finished { node, ended }, observer)?;
+                    if !self.machine.stopped() {
+                        self.launches.resume();
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// A thread's report, as the machine's input.
     fn received(&mut self, message: Message, observer: &mut dyn Observer) -> Result<()> {
         match message {
-            Message::Started { node, at, at_ns } => {
-                self.runs[node].started = Some(at);
-                self.runs[node].started_ns = Some(at_ns);
-                let run = &self.machine.node(node).run;
-                observer.on(Progress::Started {
-                    job: &self.engine.graph.jobs[run.job_index].name,
-                    outputs: &run.outputs,
-                });
-                self.feed(Input::Started(node), observer)
-            }
-            Message::Finished { node, ended } => {
-                self.feed(Input::Finished { node, ended }, observer)?;
-                if !self.machine.stopped() {
-                    self.launches.resume();
-                }
-                Ok(())
-            }
+            Message::SlotsReported => Ok(()), // read before any message
             Message::Resolved { wait, outcome } => {
                 self.feed(Input::WaitEnded { wait, outcome }, observer)
             }
@@ -836,14 +843,19 @@ impl<'s, 'e> Driver<'s, 'e> {
                 // slot waits for a renewal; a lost lease or a cancel, `run` then sees.
                 let _ = lease.wait_good(&launch.cancel);
                 let node = launch.node;
-                let (at, at_ns) = (Instant::now(), databuild_log::event::now_ns());
-                let _ = tx.send(Message::Started { node, at, at_ns });
+                launches.started(Started {
+                    node,
+                    at: Instant::now(),
+                    at_ns: databuild_log::event::now_ns(),
+                });
                 let ended = crate::slots::run(executor, &launch, lease);
                 if ended.outcome != RunOutcome::Succeeded || ended.held_back().is_some() {
                     // Whether the build goes on is the machine's call (it may stop).
                     launches.pause();
                 }
-                let _ = tx.send(Message::Finished { node, ended });
+                if launches.ended(node, ended) {
+                    let _ = tx.send(Message::SlotsReported);
+                }
             }
         });
     }

@@ -356,6 +356,17 @@ impl Machine {
         self.staged
     }
 
+    /// How many runs the build claims ahead of its slots.
+    fn ahead(&self) -> usize {
+        (8 * self.policy.slots.max(1)).min(MAX_CLAIM_AHEAD)
+    }
+
+    /// While at least this many claimed runs wait for a slot, the machine claims no more: a run
+    /// that ends then, and built, need not be reported at once (see `Launches::finished`).
+    pub fn refill_below(&self) -> usize {
+        self.ahead() / 2
+    }
+
     pub fn stopped(&self) -> bool {
         self.stopped.is_some()
     }
@@ -520,9 +531,9 @@ impl Machine {
             return;
         }
         let slots = self.policy.slots.max(1);
-        let ahead = (8 * slots).min(MAX_CLAIM_AHEAD);
+        let ahead = self.ahead();
         let batch = (ahead / 4).max(1);
-        while self.staged + self.claiming < ahead / 2 {
+        while self.staged + self.claiming < self.refill_below() {
             if self.staged + self.claiming > slots && self.ready.len() < batch {
                 break; // the slots are fed: let the ready runs gather into one write
             }

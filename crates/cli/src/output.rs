@@ -24,11 +24,14 @@ macro_rules! out {
 pub(crate) use out;
 
 /// `eprintln!` that never panics: a closed stderr (`build 2>&1 | head -1`) loses the line,
-/// not the build.
+/// not the build. The line goes out in one write (stderr is unbuffered, and `writeln!` writes
+/// each piece): no other process's output lands inside it, and a build printing a line per run
+/// makes one system call per line, not two.
 macro_rules! errln {
     ($($arg:tt)*) => {{
         use std::io::Write as _;
-        let _ = writeln!(std::io::stderr().lock(), $($arg)*);
+        let line = format!("{}\n", format_args!($($arg)*));
+        let _ = std::io::stderr().lock().write_all(line.as_bytes());
     }};
 }
 pub(crate) use errln;

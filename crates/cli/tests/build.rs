@@ -446,8 +446,8 @@ fn parallel_runs_overlap_and_concurrency_caps_them() {
 
 /// Runs claimed ahead carry the completions of the runs before them into the log, but a
 /// completion never waits for one: here the other runs wait until the test opens a gate. With
-/// one slot and four runs waiting, the run's end does not even wake the scheduler
-/// (`Launches::ended`): it is read at the scheduler's next timed wake-up.
+/// one slot and five runs waiting, the run's end does not even wake the scheduler
+/// (`Launches::ended`): it is read at the scheduler's next timed wake-up, at most 100 ms on.
 #[test]
 fn a_finished_run_is_recorded_while_claimed_runs_wait_for_a_slot() {
     // The gate is given up after 20 s, so a failing test leaves no build behind.
@@ -463,14 +463,52 @@ fn a_finished_run_is_recorded_while_claimed_runs_wait_for_a_slot() {
             .stderr(Stdio::null())
             .spawn()
             .unwrap();
+        let started = Instant::now();
         crate::util::eventually(Duration::from_secs(10), "w/1 live", || {
             let status = p.run(&["--json", "status", "w/1"]);
             (status.code == 0 && status.json()[0]["status"] == "live").then_some(())
         });
+        assert!(
+            started.elapsed() < Duration::from_millis(3500),
+            "w/1 was recorded only after {:?} (--parallel {parallel})",
+            started.elapsed()
+        );
         assert!(build.try_wait().unwrap().is_none(), "the build still runs");
         p.file("gate", "");
         assert!(build.wait().unwrap().success(), "--parallel {parallel}");
         p.run(&["check-log"]).expect_code(0);
+    }
+}
+
+/// A run's end is dated when its job ended, not when the scheduler read it: with one slot and
+/// more than four runs waiting, the first runs' ends wait for the scheduler's next wake-up (up to
+/// 100 ms), and their `ended_at` still says when each job ended.
+#[test]
+fn a_run_is_recorded_as_ending_when_its_job_ended() {
+    let job = r#"[ "$DATABUILD_FIELD_N" = 1 ] || sleep 0.1; mkdir -p data/w; touch data/w/$DATABUILD_FIELD_N; date +%s%N > end.$DATABUILD_FIELD_N"#;
+    let p = Project::new(&format!(
+        "[graph]\nname = \"p\"\n[[job]]\nname = \"w\"\noutputs = [\"w/{{n:int}}\"]\ncommand = [\"sh\", \"-c\", {job:?}]\n"
+    ));
+    p.run(&["build", "--parallel", "1", "w/{1..8}"])
+        .expect_code(0);
+    for n in 1..=4 {
+        let job_ended: i64 = std::fs::read_to_string(p.path().join(format!("end.{n}")))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        let sql = format!(
+            "SELECT r.ended_at FROM partitions p JOIN job_runs r USING (job_run_id) \
+             WHERE p.partition_ref = 'w/{n}'"
+        );
+        let recorded = p.run(&["--json", "sql", &sql]).json()["rows"][0][0]
+            .as_i64()
+            .unwrap();
+        let late_ms = (recorded - job_ended) / 1_000_000;
+        assert!(
+            (0..50).contains(&late_ms),
+            "w/{n}'s end was recorded {late_ms} ms after its job ended"
+        );
     }
 }
 

@@ -52,19 +52,36 @@ impl Ended {
     }
 }
 
-/// A run a slot started: when, by the monotonic and the wall clock (ns since the epoch).
+/// When a slot started or ended a run: by the monotonic clock (for how long it took) and the wall
+/// clock (ns since the epoch, for its events).
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub(crate) struct Started {
-    pub node: usize,
+pub(crate) struct Stamp {
     pub at: Instant,
     pub at_ns: i64,
 }
 
-/// What a slot reports to the scheduler, in the order it happened.
+impl Stamp {
+    pub fn now() -> Stamp {
+        Stamp {
+            at: Instant::now(),
+            at_ns: databuild_log::event::now_ns(),
+        }
+    }
+}
+
+/// What a slot reports to the scheduler, in the order it happened, with when it happened: the
+/// scheduler may read it up to 100 ms later.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Report {
-    Started(Started),
-    Ended { node: usize, ended: Ended },
+    Started {
+        node: usize,
+        at: Stamp,
+    },
+    Ended {
+        node: usize,
+        at: Stamp,
+        ended: Ended,
+    },
 }
 
 /// Claimed runs waiting for a slot, and what the slots report back.
@@ -79,7 +96,7 @@ pub(crate) struct Launches {
 #[derive(Default)]
 struct Queue {
     runs: VecDeque<Launch>,
-    /// Set by a slot whose run did not succeed, until the scheduler has decided whether the
+    /// Set by a slot whose run did not build (`ended`), until the scheduler has decided whether the
     /// build goes on: no slot starts a run meanwhile.
     paused: bool,
     closed: bool,
@@ -109,11 +126,7 @@ impl Launches {
         self.lock().runs.drain(..).collect()
     }
 
-    /// Holds every slot back until `resume`.
-    pub fn pause(&self) {
-        self.lock().paused = true;
-    }
-
+    /// Lets the slots take runs again after a run that did not build paused them.
     pub fn resume(&self) {
         let mut queue = self.lock();
         if queue.paused {
@@ -145,23 +158,27 @@ impl Launches {
         }
     }
 
-    /// Notes that a slot started a run. A start decides nothing, so it wakes no one: the
+    /// Notes that a slot starts a run, now. A start decides nothing, so it wakes no one: the
     /// scheduler reads it when it next wakes, before the run's end. Each wake-up of its thread
     /// costs CPU and, where the cores run jobs, preempts one of them.
-    pub fn started(&self, run: Started) {
-        self.lock().reports.push(Report::Started(run));
+    pub fn started(&self, node: usize) {
+        let at = Stamp::now();
+        self.lock().reports.push(Report::Started { node, at });
     }
 
-    /// Notes a run's end, and says whether the scheduler must wake for it now: when it did not
-    /// build (whether the build goes on is decided at once), or when fewer than `quiet_while`
-    /// runs wait (the scheduler claims more). Otherwise it waits for the next wake-up: the
-    /// build defers completions to its next claim anyway, and the scheduler wakes at least
-    /// every 100 ms.
+    /// Notes that a run ended, now, and says whether the scheduler must wake for it at once:
+    /// when it did not build, or when fewer than `quiet_while` runs wait (the scheduler claims
+    /// more). Otherwise it waits for the next wake-up: the build defers completions to its next
+    /// claim anyway, and the scheduler wakes at least every 100 ms. A run that did not build also
+    /// pauses the queue, in the same step: whether the build goes on is the scheduler's call (it
+    /// may stop), and no report it reads before this one may resume the queue first.
     pub fn ended(&self, node: usize, ended: Ended) -> bool {
+        let at = Stamp::now();
         let urgent = ended.outcome != RunOutcome::Succeeded || ended.held_back().is_some();
         let mut queue = self.lock();
+        queue.paused |= urgent;
         let wake = urgent || queue.runs.len() < self.quiet_while.max(1);
-        queue.reports.push(Report::Ended { node, ended });
+        queue.reports.push(Report::Ended { node, at, ended });
         wake
     }
 
@@ -304,7 +321,8 @@ mod tests {
     fn a_paused_queue_holds_its_runs_until_resumed() {
         let launches = Launches::default();
         launches.push(launch(1));
-        launches.pause();
+        // A run that did not build pauses the queue.
+        launches.ended(0, Ended::of(RunOutcome::Cancelled));
         std::thread::scope(|s| {
             let waiting = s.spawn(|| launches.next().map(|l| l.node));
             std::thread::sleep(std::time::Duration::from_millis(50));
@@ -314,43 +332,51 @@ mod tests {
         });
     }
 
+    /// What a report says, its times aside.
+    fn said(report: &Report) -> (&'static str, usize, Option<&Ended>) {
+        match report {
+            Report::Started { node, .. } => ("started", *node, None),
+            Report::Ended { node, ended, .. } => ("ended", *node, Some(ended)),
+        }
+    }
+
     #[test]
     fn a_built_run_wakes_the_scheduler_only_when_few_runs_wait() {
         let launches = Launches::new(2);
-        let built = || Ended::of(RunOutcome::Succeeded);
-        let failed = || Ended::of(RunOutcome::failed("exit 1".to_string(), Some(1)));
-        let started = Started {
-            node: 7,
-            at: Instant::now(),
-            at_ns: 1,
-        };
-        launches.started(started);
+        let built = Ended::of(RunOutcome::Succeeded);
+        let failed = Ended::of(RunOutcome::failed("exit 1".to_string(), Some(1)));
+        let before = Stamp::now();
+        launches.started(7);
         // Fewer than two wait: the scheduler is to claim more.
         launches.push(launch(1));
-        assert!(launches.ended(7, built()));
-        // Two wait: a run that built waits for the next wake-up; one that failed does not.
+        assert!(launches.ended(7, built.clone()));
+        // Two wait: a run that built waits for the next wake-up; one that failed does not, and
+        // holds the queue back until the scheduler has read it.
         launches.push(launch(2));
-        assert!(!launches.ended(8, built()));
-        assert!(launches.ended(9, failed()));
-        // Every report is kept, in order, whether it woke the scheduler or not.
+        assert!(!launches.ended(8, built.clone()));
+        assert!(!launches.lock().paused);
+        assert!(launches.ended(9, failed.clone()));
+        assert!(launches.lock().paused);
+        // Every report is kept, in order, whether it woke the scheduler or not, with when it
+        // was made.
+        let reports = launches.take_reports();
         assert_eq!(
-            launches.take_reports(),
+            reports.iter().map(said).collect::<Vec<_>>(),
             [
-                Report::Started(started),
-                Report::Ended {
-                    node: 7,
-                    ended: built()
-                },
-                Report::Ended {
-                    node: 8,
-                    ended: built()
-                },
-                Report::Ended {
-                    node: 9,
-                    ended: failed()
-                },
+                ("started", 7, None),
+                ("ended", 7, Some(&built)),
+                ("ended", 8, Some(&built)),
+                ("ended", 9, Some(&failed)),
             ]
         );
+        let stamps: Vec<Stamp> = reports
+            .iter()
+            .map(|r| match r {
+                Report::Started { at, .. } | Report::Ended { at, .. } => *at,
+            })
+            .collect();
+        assert!(stamps[0].at >= before.at && stamps[0].at_ns >= before.at_ns);
+        assert!(stamps.windows(2).all(|w| w[0].at <= w[1].at));
         assert!(launches.take_reports().is_empty());
     }
 

@@ -26,7 +26,7 @@ use super::{BuildOptions, BuildSummary, Observer, Progress};
 use crate::engine::{Engine, EngineError, Result};
 use crate::local::{Executor, RunOutcome};
 use crate::owner::owner_dead;
-use crate::slots::{Ended, Launch, Launches, Report, Started};
+use crate::slots::{Ended, Launch, Launches, Report, Stamp};
 
 /// How long a completion may wait for a claim to carry it into the log.
 const MAX_DEFER: Duration = Duration::from_millis(100);
@@ -68,9 +68,9 @@ struct RunIo {
     id: String,
     /// The versions of its inputs its claim fixed.
     input_versions: BTreeMap<String, String>,
-    started: Option<Instant>,
-    /// When its job started, by the wall clock (ns), for the record of its end.
-    started_ns: Option<i64>,
+    /// When its job started, and ended: for how long it took and the record of its end.
+    started: Option<Stamp>,
+    ended: Option<Stamp>,
     cancel: Arc<AtomicBool>,
     /// Its `job_run scheduled` is in the log. A planned run is recorded with its claim, so a
     /// plan costs the log a few bytes per run until the run comes up (see `record::planned`).
@@ -327,9 +327,8 @@ impl<'s, 'e> Driver<'s, 'e> {
     fn read_reports(&mut self, observer: &mut dyn Observer) -> Result<()> {
         for report in self.launches.take_reports() {
             match report {
-                Report::Started(Started { node, at, at_ns }) => {
+                Report::Started { node, at } => {
                     self.runs[node].started = Some(at);
-                    self.runs[node].started_ns = Some(at_ns);
                     let run = &self.machine.node(node).run;
                     observer.on(Progress::Started {
                         job: &self.engine.graph.jobs[run.job_index].name,
@@ -337,7 +336,8 @@ impl<'s, 'e> Driver<'s, 'e> {
                     });
                     self.feed(Input::Started(node), observer)?;
                 }
-                Report::Ended { node, ended } => {
+                Report::Ended { node, at, ended } => {
+                    self.runs[node].ended = Some(at);
                     self.feed(Input::Finished { node, ended }, observer)?;
                     if !self.machine.stopped() {
                         self.launches.resume();
@@ -520,7 +520,7 @@ impl<'s, 'e> Driver<'s, 'e> {
                 id: String::new(),
                 input_versions: BTreeMap::new(),
                 started: None,
-                started_ns: None,
+                ended: None,
                 cancel: Arc::default(),
                 recorded: false,
             });
@@ -843,16 +843,8 @@ impl<'s, 'e> Driver<'s, 'e> {
                 // slot waits for a renewal; a lost lease or a cancel, `run` then sees.
                 let _ = lease.wait_good(&launch.cancel);
                 let node = launch.node;
-                launches.started(Started {
-                    node,
-                    at: Instant::now(),
-                    at_ns: databuild_log::event::now_ns(),
-                });
+                launches.started(node);
                 let ended = crate::slots::run(executor, &launch, lease);
-                if ended.outcome != RunOutcome::Succeeded || ended.held_back().is_some() {
-                    // Whether the build goes on is the machine's call (it may stop).
-                    launches.pause();
-                }
                 if launches.ended(node, ended) {
                     let _ = tx.send(Message::SlotsReported);
                 }
@@ -923,10 +915,12 @@ impl<'s, 'e> Driver<'s, 'e> {
     ) -> Result<()> {
         let run = &self.machine.node(node).run;
         let job = &self.engine.graph.jobs[run.job_index];
-        let took = self.runs[node]
-            .started
-            .map(|s| s.elapsed())
-            .unwrap_or_default();
+        // By the slot's clock: the scheduler may read the end up to 100 ms after it.
+        let (started, ended_at) = (self.runs[node].started, self.runs[node].ended);
+        let took = match (started, ended_at) {
+            (Some(s), Some(e)) => e.at.saturating_duration_since(s.at),
+            _ => Duration::ZERO,
+        };
         // What the run read is last used for its outputs' version (a retry reads anew): a build
         // of 24k runs kept 13 MB of these to its end.
         let read = match ended.outcome {
@@ -946,7 +940,7 @@ impl<'s, 'e> Driver<'s, 'e> {
                     &version,
                     ended.executor_id,
                     report,
-                    self.runs[node].started_ns,
+                    started.map(|s| s.at_ns),
                 );
                 if held_back {
                     self.held_back
@@ -965,6 +959,7 @@ impl<'s, 'e> Driver<'s, 'e> {
                         .insert(o.to_string(), (version.clone(), id.to_string()));
                 }
                 self.publishing.push(node);
+                stamp_end(&mut events, ended_at);
                 self.defer(events);
                 return Ok(());
             }
@@ -980,10 +975,11 @@ impl<'s, 'e> Driver<'s, 'e> {
             executor_id: ended.executor_id,
             then,
             not_started: false,
-            started_at: self.runs[node].started_ns,
+            started_at: started.map(|s| s.at_ns),
             attempt,
         };
-        let events = self.record().ended(run, id, end);
+        let mut events = self.record().ended(run, id, end);
+        stamp_end(&mut events, ended_at);
         crate::local::discard_run(&self.engine.data_dir, id);
         self.append(events)
     }
@@ -1214,6 +1210,15 @@ impl<'s, 'e> Driver<'s, 'e> {
             .engine
             .summary(&self.id)?
             .expect("the build request was recorded"))
+    }
+}
+
+/// Dates a run's end events when its slot saw it end, not when the scheduler read it.
+fn stamp_end(events: &mut [Event], ended: Option<Stamp>) {
+    if let Some(ended) = ended {
+        for e in events {
+            e.timestamp = ended.at_ns;
+        }
     }
 }
 

@@ -362,7 +362,7 @@ impl Machine {
     }
 
     /// While at least this many claimed runs wait for a slot, the machine claims no more: a run
-    /// that ends then, and built, need not be reported at once (see `Launches::finished`).
+    /// that ends then, and built, need not be reported at once (see `Launches::ended`).
     pub fn refill_below(&self) -> usize {
         self.ahead() / 2
     }

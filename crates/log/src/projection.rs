@@ -12,7 +12,7 @@
 
 use std::collections::BTreeMap;
 
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
 
 use crate::cache::{cached, PartitionState, StateCache};
 use crate::event::{Event, EventData, Kind, Status};
@@ -42,6 +42,12 @@ pub(crate) trait AppendTx {
     fn start_job_run(&mut self, e: &Event) -> Result<String>;
     /// A run's end (or skip after scheduling); returns the job its row holds.
     fn end_job_run(&mut self, e: &Event) -> Result<String>;
+    /// A run's first event and then its `running`, in one batch: the row as after both.
+    /// Returns the job its row holds.
+    fn insert_started_job_run(&mut self, first: &Event, start: &Event) -> Result<String> {
+        self.insert_job_run(first)?;
+        self.start_job_run(start)
+    }
     fn upsert_request_partition(&mut self, br: &str, e: &Event) -> Result<()>;
     /// The partition's row takes its new global state (`status`, held or last built by `run`),
     /// keeping what a claim replaces in its `prev_*` columns.
@@ -87,8 +93,14 @@ pub(crate) fn append_batch<T: AppendTx>(
     cache: &mut StateCache,
     events: &mut [Event],
 ) -> Result<()> {
-    let mut counts = CountChanges::default();
-    for (position, e) in events.iter_mut().enumerate() {
+    let mut batch = Batch {
+        rewritten: rewritten(events),
+        counts: CountChanges::default(),
+        held_inserts: FxHashMap::default(),
+    };
+    for position in 0..events.len() {
+        let (earlier, rest) = events.split_at_mut(position);
+        let e = &mut rest[0];
         let before = current(tx, cache, e)?;
         check(e, &before.current).map_err(|refusal| LogError::Refused {
             position,
@@ -98,10 +110,66 @@ pub(crate) fn append_batch<T: AppendTx>(
             refusal: refusal.1,
         })?;
         e.idx = tx.insert_event(e)?;
-        project(tx, e, &before, &mut counts)?;
+        project(tx, e, position, earlier, &before, &mut batch)?;
         cache.remember(e, &before.current, &before.partition_job);
     }
-    counts.write(tx)
+    batch.counts.write(tx)
+}
+
+/// What [`project`] carries from one event of a batch to the next.
+struct Batch {
+    rewritten: Rewritten,
+    counts: CountChanges,
+    /// Runs whose row is inserted with their start, later in the batch: by the start's
+    /// position, the position of the run's first event.
+    held_inserts: FxHashMap<usize, usize>,
+}
+
+/// Projection writes of a batch that a later event of the same batch makes redundant, by
+/// position. A build claims a run with its `scheduled` and its `running` in one batch: its
+/// row is inserted once with both, and its partition's row for the request written once (as
+/// PostgreSQL's append does by its own means). Only writes whose every column a later write
+/// sets again are left out, so the rows end as they would one event at a time (`store.rs`,
+/// `a_batch_projects_as_its_events_one_at_a_time`).
+struct Rewritten {
+    /// A later write to the same `request_partitions` row names a run: it sets the status and
+    /// the time again, and the run (`coalesce(excluded.job_run_id, job_run_id)`).
+    request_partition: Vec<bool>,
+    /// A run's first event, when the run's next event in the batch is its `running`: the
+    /// position of that start.
+    run_start: Vec<Option<usize>>,
+}
+
+/// Finds a batch's rewritten writes, in one pass from its end. Only events that name a run go
+/// into its maps, so a plan's record (a million `requested` partitions) costs no memory here.
+fn rewritten(events: &[Event]) -> Rewritten {
+    let mut out = Rewritten {
+        request_partition: vec![false; events.len()],
+        run_start: vec![None; events.len()],
+    };
+    let mut named_later: FxHashSet<(&str, &str)> = FxHashSet::default();
+    let mut next_of_run: FxHashMap<&str, usize> = FxHashMap::default();
+    for (i, e) in events.iter().enumerate().rev() {
+        let Some(run) = e.job_run_id.as_deref() else {
+            continue;
+        };
+        match (
+            e.kind,
+            e.build_request_id.as_deref(),
+            e.partition_ref.as_deref(),
+        ) {
+            (Kind::Partition, Some(br), Some(r)) => {
+                out.request_partition[i] = !named_later.insert((br, r));
+            }
+            (Kind::JobRun, _, _) => {
+                out.run_start[i] = next_of_run
+                    .insert(run, i)
+                    .filter(|&later| events[later].status == Status::Running);
+            }
+            _ => {}
+        }
+    }
+    out
 }
 
 /// The states an event touches, and the job its partition's row holds.
@@ -198,9 +266,12 @@ fn current<T: AppendTx>(tx: &mut T, cache: &mut StateCache, e: &Event) -> Result
 fn project<T: AppendTx>(
     tx: &mut T,
     e: &Event,
+    position: usize,
+    earlier: &[Event],
     before: &Before,
-    counts: &mut CountChanges,
+    batch: &mut Batch,
 ) -> Result<()> {
+    let counts = &mut batch.counts;
     match e.kind {
         Kind::BuildRequest if e.status == Status::Received => tx.insert_build_request(e),
         // A part of the plan changes nothing of the request's row, which can be large (its
@@ -208,8 +279,13 @@ fn project<T: AppendTx>(
         Kind::BuildRequest if !e.data.plan.is_empty() => Ok(()),
         Kind::BuildRequest => tx.update_build_request(e),
         Kind::JobRun if before.current.job_run.is_none() => {
-            tx.insert_job_run(e)?;
-            // `job` is required: the insert above refused an event without one.
+            match batch.rewritten.run_start[position] {
+                Some(start) => {
+                    batch.held_inserts.insert(start, position);
+                }
+                None => tx.insert_job_run(e)?,
+            }
+            // `job` is required: the insert refuses an event without one.
             counts.run(
                 e.job.as_deref().unwrap_or_default(),
                 e.status,
@@ -220,10 +296,10 @@ fn project<T: AppendTx>(
         }
         Kind::JobRun => {
             // The updates return the row's job, for its counts.
-            let job = if e.status == Status::Running {
-                tx.start_job_run(e)?
-            } else {
-                tx.end_job_run(e)?
+            let job = match (e.status, batch.held_inserts.remove(&position)) {
+                (Status::Running, Some(first)) => tx.insert_started_job_run(&earlier[first], e)?,
+                (Status::Running, None) => tx.start_job_run(e)?,
+                _ => tx.end_job_run(e)?,
             };
             if let Some(old) = before.current.job_run.filter(|old| *old != e.status) {
                 counts.run(&job, old, -1, None);
@@ -233,7 +309,9 @@ fn project<T: AppendTx>(
         }
         Kind::Partition => {
             if let Some(br) = &e.build_request_id {
-                tx.upsert_request_partition(br, e)?;
+                if !batch.rewritten.request_partition[position] {
+                    tx.upsert_request_partition(br, e)?;
+                }
             }
             let r = e.partition_ref.as_deref().expect("validated");
             if is_release(e) {

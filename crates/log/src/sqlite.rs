@@ -649,6 +649,19 @@ impl SqliteAppend<'_, '_> {
             .map_err(storage)
     }
 
+    /// The reverse index of what a run read, as it started.
+    fn insert_run_inputs(&self, start: &Event) -> Result<()> {
+        let d = &start.data;
+        for (input, version) in &d.input_versions {
+            self.execute(
+                "INSERT INTO run_inputs (input_ref, input_run_id, data_version, job_run_id)
+                 VALUES (?1, ?2, ?3, ?4)",
+                params![input, d.input_runs.get(input), version, start.job_run_id],
+            )?;
+        }
+        Ok(())
+    }
+
     /// An update of a run's row that returns its job.
     fn update_run(&self, sql: &str, params: impl rusqlite::Params) -> Result<String> {
         self.tx
@@ -809,15 +822,43 @@ impl AppendTx for SqliteAppend<'_, '_> {
                 (!d.input_runs.is_empty()).then(|| to_json(&d.input_runs)),
             ],
         )?;
-        // The reverse index of what the run read.
-        for (input, version) in &d.input_versions {
-            self.execute(
-                "INSERT INTO run_inputs (input_ref, input_run_id, data_version, job_run_id)
-                 VALUES (?1, ?2, ?3, ?4)",
-                params![input, d.input_runs.get(input), version, e.job_run_id],
-            )?;
-        }
+        self.insert_run_inputs(e)?;
         Ok(job)
+    }
+
+    fn insert_started_job_run(&mut self, first: &Event, start: &Event) -> Result<String> {
+        let (d, s) = (&first.data, &start.data);
+        self.execute(
+            "INSERT INTO job_runs (job_run_id, job, build_request_id, status, outputs, inputs,
+                                   args, env, scheduled_at, message, relies_on, job_version,
+                                   started_at, pid, host, owner, input_versions, log_path,
+                                   input_runs)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12,
+                     ?13, ?14, ?15, ?16, ?17, ?18, ?19)",
+            params![
+                first.job_run_id,
+                first.job,
+                first.build_request_id,
+                start.status.as_str(),
+                to_json(&d.outputs),
+                to_json(&d.inputs),
+                to_json(&d.args),
+                to_json(&d.env),
+                first.timestamp,
+                first.message,
+                d.relies_on,
+                d.job_version,
+                start.timestamp,
+                s.pid,
+                s.host,
+                s.owner,
+                to_json(&s.input_versions),
+                s.log_path,
+                (!s.input_runs.is_empty()).then(|| to_json(&s.input_runs)),
+            ],
+        )?;
+        self.insert_run_inputs(start)?;
+        Ok(first.job.clone().unwrap_or_default())
     }
 
     fn end_job_run(&mut self, e: &Event) -> Result<String> {

@@ -1625,3 +1625,117 @@ fn a_lease_is_revoked_only_after_its_timeout_and_then_refuses_renewal() {
         assert_eq!(store.shared(), !is_sqlite(store.as_ref()), "{}", at);
     }
 }
+
+/// One run of [`a_batch_projects_as_its_events_one_at_a_time`]: its events in order, from its
+/// claim to its end (`outcome`: 0 built, 1 failed, 2 given up before starting, 3 given up
+/// after), its partition events naming the job or not.
+fn run_events(br: &str, run: &str, p: &str, outcome: u8, named: bool) -> Vec<Event> {
+    let part = |status| {
+        let mut e = Event::partition(Some(br), p, status).with_run(run);
+        e.job = named.then(|| "job".to_string());
+        e
+    };
+    let mut events = vec![
+        Event::job_run(br, run, "job", Status::Scheduled).with_data(|d| d.outputs = vec![p.into()]),
+        part(Status::Scheduled),
+    ];
+    if outcome == 2 {
+        events.push(Event::job_run(br, run, "job", Status::Cancelled));
+        events.push(Event::partition(Some(br), p, Status::Cancelled).with_message("not built"));
+        return events;
+    }
+    events.push(
+        Event::job_run(br, run, "job", Status::Running).with_data(|d| {
+            d.pid = Some(7);
+            d.host = Some("h".into());
+            d.log_path = Some(format!("logs/{run}"));
+            d.input_versions = [("raw/1".to_string(), "x".to_string())].into();
+        }),
+    );
+    events.push(part(Status::Building));
+    let (run_end, partition_end) = match outcome {
+        0 => (Status::Completed, Status::Available),
+        1 => (Status::Failed, Status::Failed),
+        _ => (Status::Cancelled, Status::Cancelled),
+    };
+    events.push(
+        Event::job_run(br, run, "job", run_end)
+            .with_message(format!("{run} ended"))
+            .with_data(|d| d.exit_code = Some(outcome as i32)),
+    );
+    events.push(
+        part(partition_end)
+            .with_message(format!("{p} by {run}"))
+            .with_data(|d| d.data_version = (outcome == 0).then(|| format!("v-{run}"))),
+    );
+    events
+}
+
+/// The rows of every projection a build writes, in a fixed order.
+fn projections(store: &dyn EventStore) -> Vec<SqlResult> {
+    [
+        "SELECT * FROM partitions ORDER BY partition_ref",
+        "SELECT * FROM request_partitions ORDER BY build_request_id, partition_ref",
+        "SELECT * FROM job_runs ORDER BY job_run_id",
+        "SELECT * FROM run_inputs ORDER BY job_run_id, input_ref",
+        // A count that went back to zero may keep its row or not (a batch adds up its changes
+        // first); either way it counts nothing.
+        "SELECT * FROM job_counts WHERE n <> 0 OR last_scheduled_at IS NOT NULL ORDER BY 1, 2",
+        "SELECT * FROM partition_counts WHERE n <> 0 ORDER BY 1, 2",
+    ]
+    .iter()
+    .map(|q| store.sql(q, SqlLimits::default()).unwrap())
+    .collect()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    /// A batch leaves out the projection writes its later events rewrite (a run's start, ended
+    /// in the same batch): every row must end as it does when the same events come one at a
+    /// time. Two builds of the same partitions, runs interleaved, cut into batches at random.
+    #[test]
+    fn a_batch_projects_as_its_events_one_at_a_time(
+        runs in proptest::collection::vec((0u8..4, any::<bool>()), 1..4),
+        picks in proptest::collection::vec(0usize..4, 0..48),
+        cuts in proptest::collection::vec(any::<bool>(), 80),
+    ) {
+        let mut events = Vec::new();
+        for br in ["b1", "b2"] {
+            let refs: Vec<String> = (0..runs.len()).map(|i| format!("p/{i}")).collect();
+            events.push(Event::build_request(br, Status::Received).with_data(|d| d.requested = refs.clone()));
+            events.push(Event::build_request(br, Status::Planning));
+            events.push(Event::build_request(br, Status::AnalysisCompleted));
+            events.push(Event::build_request(br, Status::Executing));
+            // Each run's events in its order, the runs interleaved as `picks` says.
+            let mut left: Vec<std::collections::VecDeque<Event>> = runs
+                .iter()
+                .enumerate()
+                .map(|(i, (outcome, named))| {
+                    run_events(br, &format!("{br}-r{i}"), &refs[i], *outcome, *named).into()
+                })
+                .collect();
+            let mut pick = picks.iter();
+            while left.iter().any(|l| !l.is_empty()) {
+                let open: Vec<usize> = (0..left.len()).filter(|&i| !left[i].is_empty()).collect();
+                let i = open[pick.next().copied().unwrap_or(0) % open.len()];
+                events.push(left[i].pop_front().unwrap());
+            }
+            events.push(Event::build_request(br, Status::Completed));
+        }
+        for ((_dir, singles), (_batch_dir, store)) in stores().into_iter().zip(stores()) {
+            for e in &events {
+                singles.append(vec![e.clone()]).unwrap();
+            }
+            let mut batch = Vec::new();
+            for (e, cut) in events.iter().zip(cuts.iter().chain(std::iter::repeat(&false))) {
+                batch.push(e.clone());
+                if *cut {
+                    store.append(std::mem::take(&mut batch)).unwrap();
+                }
+            }
+            store.append(batch).unwrap();
+            prop_assert_eq!(projections(store.as_ref()), projections(singles.as_ref()));
+        }
+    }
+}

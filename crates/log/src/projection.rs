@@ -125,8 +125,8 @@ struct Batch {
     held_inserts: FxHashMap<usize, usize>,
 }
 
-/// Projection writes of a batch that a later event of the same batch makes redundant, by
-/// position. A build claims a run with its `scheduled` and its `running` in one batch: its
+/// Projection writes of a batch that a later event of the same batch makes redundant, by the
+/// event's position. A build claims a run with its `scheduled` and its `running` in one batch: its
 /// row is inserted once with both, and its partition's row for the request written once (as
 /// PostgreSQL's append does by its own means). Only writes whose every column a later write
 /// sets again are left out, so the rows end as they would one event at a time (`store.rs`,
@@ -134,18 +134,18 @@ struct Batch {
 struct Rewritten {
     /// A later write to the same `request_partitions` row names a run: it sets the status and
     /// the time again, and the run (`coalesce(excluded.job_run_id, job_run_id)`).
-    request_partition: Vec<bool>,
+    request_partition: FxHashSet<usize>,
     /// A run's first event, when the run's next event in the batch is its `running`: the
     /// position of that start.
-    run_start: Vec<Option<usize>>,
+    run_start: FxHashMap<usize, usize>,
 }
 
-/// Finds a batch's rewritten writes, in one pass from its end. Only events that name a run go
-/// into its maps, so a plan's record (a million `requested` partitions) costs no memory here.
+/// Finds a batch's rewritten writes, in one pass from its end. Only events that name a run are
+/// kept track of, so a plan's record (a million `requested` partitions) costs no memory here.
 fn rewritten(events: &[Event]) -> Rewritten {
     let mut out = Rewritten {
-        request_partition: vec![false; events.len()],
-        run_start: vec![None; events.len()],
+        request_partition: FxHashSet::default(),
+        run_start: FxHashMap::default(),
     };
     let mut named_later: FxHashSet<(&str, &str)> = FxHashSet::default();
     let mut next_of_run: FxHashMap<&str, usize> = FxHashMap::default();
@@ -159,12 +159,15 @@ fn rewritten(events: &[Event]) -> Rewritten {
             e.partition_ref.as_deref(),
         ) {
             (Kind::Partition, Some(br), Some(r)) => {
-                out.request_partition[i] = !named_later.insert((br, r));
+                if !named_later.insert((br, r)) {
+                    out.request_partition.insert(i);
+                }
             }
             (Kind::JobRun, _, _) => {
-                out.run_start[i] = next_of_run
-                    .insert(run, i)
-                    .filter(|&later| events[later].status == Status::Running);
+                let next = next_of_run.insert(run, i);
+                if let Some(start) = next.filter(|&n| events[n].status == Status::Running) {
+                    out.run_start.insert(i, start);
+                }
             }
             _ => {}
         }
@@ -279,8 +282,8 @@ fn project<T: AppendTx>(
         Kind::BuildRequest if !e.data.plan.is_empty() => Ok(()),
         Kind::BuildRequest => tx.update_build_request(e),
         Kind::JobRun if before.current.job_run.is_none() => {
-            match batch.rewritten.run_start[position] {
-                Some(start) => {
+            match batch.rewritten.run_start.get(&position) {
+                Some(&start) => {
                     batch.held_inserts.insert(start, position);
                 }
                 None => tx.insert_job_run(e)?,
@@ -309,7 +312,7 @@ fn project<T: AppendTx>(
         }
         Kind::Partition => {
             if let Some(br) = &e.build_request_id {
-                if !batch.rewritten.request_partition[position] {
+                if !batch.rewritten.request_partition.contains(&position) {
                     tx.upsert_request_partition(br, e)?;
                 }
             }

@@ -662,6 +662,43 @@ impl SqliteAppend<'_, '_> {
         Ok(())
     }
 
+    /// A run's row from its first event, and from its start when the batch has both (the
+    /// start's columns are `NULL` without one).
+    fn insert_run_row(&self, first: &Event, start: Option<&Event>) -> Result<()> {
+        let d = &first.data;
+        let s = start.map(|s| &s.data);
+        self.execute(
+            "INSERT INTO job_runs (job_run_id, job, build_request_id, status, outputs, inputs,
+                                   args, env, scheduled_at, message, relies_on, job_version,
+                                   started_at, pid, host, owner, input_versions, log_path,
+                                   input_runs)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12,
+                     ?13, ?14, ?15, ?16, ?17, ?18, ?19)",
+            params![
+                first.job_run_id,
+                first.job,
+                first.build_request_id,
+                start.unwrap_or(first).status.as_str(),
+                to_json(&d.outputs),
+                to_json(&d.inputs),
+                to_json(&d.args),
+                to_json(&d.env),
+                first.timestamp,
+                first.message,
+                d.relies_on,
+                d.job_version,
+                start.map(|s| s.timestamp),
+                s.and_then(|s| s.pid),
+                s.and_then(|s| s.host.as_deref()),
+                s.and_then(|s| s.owner.as_deref()),
+                s.map(|s| to_json(&s.input_versions)),
+                s.and_then(|s| s.log_path.as_deref()),
+                s.filter(|s| !s.input_runs.is_empty())
+                    .map(|s| to_json(&s.input_runs)),
+            ],
+        )
+    }
+
     /// An update of a run's row that returns its job.
     fn update_run(&self, sql: &str, params: impl rusqlite::Params) -> Result<String> {
         self.tx
@@ -782,26 +819,7 @@ impl AppendTx for SqliteAppend<'_, '_> {
     }
 
     fn insert_job_run(&mut self, e: &Event) -> Result<()> {
-        let d = &e.data;
-        self.execute(
-            "INSERT INTO job_runs (job_run_id, job, build_request_id, status, outputs, inputs,
-                                   args, env, scheduled_at, message, relies_on, job_version)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
-            params![
-                e.job_run_id,
-                e.job,
-                e.build_request_id,
-                e.status.as_str(),
-                to_json(&d.outputs),
-                to_json(&d.inputs),
-                to_json(&d.args),
-                to_json(&d.env),
-                e.timestamp,
-                e.message,
-                d.relies_on,
-                d.job_version,
-            ],
-        )
+        self.insert_run_row(e, None)
     }
 
     fn start_job_run(&mut self, e: &Event) -> Result<String> {
@@ -827,36 +845,7 @@ impl AppendTx for SqliteAppend<'_, '_> {
     }
 
     fn insert_started_job_run(&mut self, first: &Event, start: &Event) -> Result<String> {
-        let (d, s) = (&first.data, &start.data);
-        self.execute(
-            "INSERT INTO job_runs (job_run_id, job, build_request_id, status, outputs, inputs,
-                                   args, env, scheduled_at, message, relies_on, job_version,
-                                   started_at, pid, host, owner, input_versions, log_path,
-                                   input_runs)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12,
-                     ?13, ?14, ?15, ?16, ?17, ?18, ?19)",
-            params![
-                first.job_run_id,
-                first.job,
-                first.build_request_id,
-                start.status.as_str(),
-                to_json(&d.outputs),
-                to_json(&d.inputs),
-                to_json(&d.args),
-                to_json(&d.env),
-                first.timestamp,
-                first.message,
-                d.relies_on,
-                d.job_version,
-                start.timestamp,
-                s.pid,
-                s.host,
-                s.owner,
-                to_json(&s.input_versions),
-                s.log_path,
-                (!s.input_runs.is_empty()).then(|| to_json(&s.input_runs)),
-            ],
-        )?;
+        self.insert_run_row(first, Some(start))?;
         self.insert_run_inputs(start)?;
         Ok(first.job.clone().unwrap_or_default())
     }

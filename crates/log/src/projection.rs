@@ -159,7 +159,8 @@ fn rewritten(events: &[Event]) -> Rewritten {
             e.partition_ref.as_deref(),
         ) {
             (Kind::Partition, Some(br), Some(r)) => {
-                if !named_later.insert((br, r)) {
+                let named_again = !named_later.insert((br, r));
+                if named_again {
                     out.request_partition.insert(i);
                 }
             }

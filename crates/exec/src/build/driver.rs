@@ -22,7 +22,7 @@ use rustc_hash::{FxHashMap, FxHashSet};
 use super::machine::{Effect, Input, JobPolicy, Machine, Policy, WaitOutcome};
 use super::record::{Record, RunEnd};
 use super::spec::{self, SpecOf};
-use super::{BuildOptions, Observer, Progress};
+use super::{BuildOptions, BuildSummary, Observer, Progress};
 use crate::engine::{Engine, EngineError, Result};
 use crate::local::{Executor, RunOutcome};
 use crate::owner::owner_dead;
@@ -106,7 +106,7 @@ pub(super) fn run(
     recorded: impl FnOnce() -> std::result::Result<(), LogError>,
     observer: &mut dyn Observer,
     interrupt: &AtomicBool,
-) -> Result<Status> {
+) -> Result<BuildSummary> {
     thread::scope(|scope| {
         let mut driver = Driver::new(build, scope);
         driver.start(plan, recorded, observer)?;
@@ -273,7 +273,7 @@ impl<'s, 'e> Driver<'s, 'e> {
         self.carry_out(observer)
     }
 
-    fn run(mut self, observer: &mut dyn Observer, interrupt: &AtomicBool) -> Result<Status> {
+    fn run(mut self, observer: &mut dyn Observer, interrupt: &AtomicBool) -> Result<BuildSummary> {
         let mut last_cancel_check = Instant::now();
         loop {
             // Nothing happens while this process's lease has run out (the log cannot be
@@ -1147,8 +1147,8 @@ impl<'s, 'e> Driver<'s, 'e> {
         Ok(left.min(IDLE_WAKE))
     }
 
-    /// Records what never started, decides the outcome, and ends the build request with it.
-    fn finish(mut self, observer: &mut dyn Observer) -> Result<Status> {
+    /// Records what never started, decides the outcome, and ends the build request.
+    fn finish(mut self, observer: &mut dyn Observer) -> Result<BuildSummary> {
         let reason = self.machine.stop_reason();
         self.machine.finish(&mut self.effects);
         self.carry_out(observer)?;
@@ -1206,7 +1206,10 @@ impl<'s, 'e> Driver<'s, 'e> {
             events.push(e);
         }
         self.append(events)?;
-        Ok(status)
+        Ok(self
+            .engine
+            .summary(&self.id)?
+            .expect("the build request was recorded"))
     }
 }
 

@@ -251,7 +251,7 @@ impl Engine {
             started_ns,
         };
         let planned_size = plan.runs.len() + plan.skipped.len();
-        let ended = std::thread::scope(|scope| {
+        let summary = std::thread::scope(|scope| {
             // Written while the scheduler takes the plan in (a backfill's plan is millions of
             // runs on both sides); the driver waits for it before it writes anything itself.
             let recording = scope.spawn(|| self.store.append(plan_record).map(drop));
@@ -261,35 +261,23 @@ impl Engine {
             };
             driver::run(build, plan, recorded, observer, interrupt)
         });
-        let summary = ended.and_then(|status| {
-            // A completed build keeps its plan for the next one while its summary is read back
-            // from the log: both read every row the build wrote, and its jobs have left the
-            // cores to them (a quarter second at 24k jobs, one after the other).
-            std::thread::scope(|scope| {
-                let keeping = key
-                    .as_deref()
-                    .filter(|_| status == Status::Completed)
-                    .map(|key| {
-                        scope.spawn(move || match keep {
-                            Some(keep) => self.keep_plan(key, id, keep),
-                            None if planned_size <= crate::plan_cache::REPLAN_MAX => {
-                                self.keep_next_plan(&request, key, id)
-                            }
-                            None => Ok(()),
-                        })
-                    });
-                let summary = self.summary(id);
-                let kept =
-                    keeping.map(|k| k.join().unwrap_or_else(|p| std::panic::resume_unwind(p)));
+        if let (Ok(summary), Some(key)) = (&summary, key) {
+            if summary.status == Status::Completed {
+                let kept = match keep {
+                    Some(keep) => self.keep_plan(&key, id, keep),
+                    None if planned_size <= crate::plan_cache::REPLAN_MAX => {
+                        self.keep_next_plan(&request, &key, id)
+                    }
+                    None => Ok(()),
+                };
                 // Not the build's failure: the next build plans from the log.
-                if let Some(Err(e)) = kept {
+                if let Err(e) = kept {
                     observer.on(Progress::Note(format!(
                         "cannot keep the plan for the next build: {e}"
                     )));
                 }
-                Ok(summary?.expect("the build request was recorded"))
-            })
-        });
+            }
+        }
         summary.inspect_err(|e| {
             // Nothing of it may stay `building`: its runs and claims end with the reason. (When
             // the log itself failed this may fail too; the first error is the one to report.)

@@ -210,6 +210,8 @@ impl Drop for Checkpointer {
 struct Writer {
     conn: Connection,
     cache: StateCache,
+    /// The `idx` the next event takes, while nobody else wrote (like `cache`).
+    next_idx: Option<i64>,
     data_version: Option<i64>,
 }
 
@@ -222,6 +224,9 @@ fn open_writer(path: &Path) -> rusqlite::Result<Connection> {
         Connection::open(path)
     }
 }
+
+/// How many prepared statements the writing connection keeps.
+const WRITER_STATEMENTS: usize = 64;
 
 fn storage(e: rusqlite::Error) -> LogError {
     LogError::Storage(e.to_string())
@@ -245,11 +250,15 @@ impl SqliteStore {
         }
         let conn = open_writer(path).map_err(|e| open_err(e.to_string()))?;
         conn.busy_timeout(BUSY_TIMEOUT).map_err(storage)?;
+        // An append's statements (~30, six of them the events' inserts) outnumber the 16
+        // rusqlite keeps by default: each one evicted would be parsed again at its next use.
+        conn.set_prepared_statement_cache_capacity(WRITER_STATEMENTS);
         let store = SqliteStore {
             path: path.to_path_buf(),
             writer: Mutex::new(Writer {
                 conn,
                 cache: StateCache::default(),
+                next_idx: None,
                 data_version: None,
             }),
             readers: Mutex::new(Vec::new()),
@@ -403,13 +412,22 @@ impl SqliteStore {
         let version: i64 = tx
             .query_row("PRAGMA data_version", [], |r| r.get(0))
             .map_err(storage)?;
+        if writer.data_version != Some(version) {
+            writer.next_idx = None;
+        }
         if writer.data_version != Some(version) || writer.cache.len() > StateCache::MAX_ENTRIES {
             writer.cache = StateCache::default();
         }
-        let result = append_batch(&mut SqliteAppend { tx: &tx }, &mut writer.cache, events)
-            .and_then(|()| tx.commit().map_err(|e| self.classify(e)));
+        let mut append = SqliteAppend {
+            tx: &tx,
+            next_idx: writer.next_idx,
+        };
+        let appended = append_batch(&mut append, &mut writer.cache, events);
+        let first_idx = append.next_idx;
+        let result = appended.and_then(|()| tx.commit().map_err(|e| self.classify(e)));
         match result {
             Ok(()) => {
+                writer.next_idx = events.last().map(|e| e.idx + 1).or(first_idx);
                 writer.data_version = Some(version);
                 self.written();
                 Ok(())
@@ -417,6 +435,7 @@ impl SqliteStore {
             Err(e) => {
                 // The cache holds states of a batch that was rolled back.
                 writer.cache = StateCache::default();
+                writer.next_idx = None;
                 writer.data_version = None;
                 Err(e)
             }
@@ -624,8 +643,30 @@ impl Columns for rusqlite::Row<'_> {
 }
 
 /// The append's statements on SQLite, each prepared once per connection (`prepare_cached`).
+/// The statements that insert events, by how many rows each inserts: a batch goes in as few
+/// statements as its length's binary digits, each one prepared once per connection.
+static EVENT_INSERTS: std::sync::LazyLock<Vec<(usize, String)>> = std::sync::LazyLock::new(|| {
+    [32, 16, 8, 4, 2, 1]
+        .into_iter()
+        .map(|rows| {
+            let row = format!("({})", vec!["?"; EVENT_COLUMNS].join(", "));
+            let sql = format!(
+                "INSERT INTO events (idx, event_id, timestamp, build_request_id, kind, status,
+                                     partition_ref, job, job_run_id, delegated_to, message, data)
+                 VALUES {}",
+                vec![row; rows].join(", ")
+            );
+            (rows, sql)
+        })
+        .collect()
+});
+/// The columns [`SqliteAppend::insert_event_rows`] binds per event.
+const EVENT_COLUMNS: usize = 12;
+
 struct SqliteAppend<'a, 'c> {
     tx: &'a Transaction<'c>,
+    /// The `idx` the batch's first event takes, once known.
+    next_idx: Option<i64>,
 }
 
 impl SqliteAppend<'_, '_> {
@@ -699,6 +740,33 @@ impl SqliteAppend<'_, '_> {
         )
     }
 
+    /// Inserts `events` with one statement of `sql` (one of [`EVENT_INSERTS`], as many rows).
+    fn insert_event_rows(&self, sql: &str, events: &[Event]) -> Result<()> {
+        let mut stmt = self.tx.prepare_cached(sql).map_err(storage)?;
+        let mut column = 0;
+        let mut bind = |value: &dyn rusqlite::ToSql| {
+            column += 1;
+            stmt.raw_bind_parameter(column, value)
+        };
+        for e in events {
+            let data = (!e.data.is_empty()).then(|| to_json(&e.data));
+            bind(&e.idx)
+                .and_then(|()| bind(&e.event_id))
+                .and_then(|()| bind(&e.timestamp))
+                .and_then(|()| bind(&e.build_request_id))
+                .and_then(|()| bind(&e.kind.as_str()))
+                .and_then(|()| bind(&e.status.as_str()))
+                .and_then(|()| bind(&e.partition_ref))
+                .and_then(|()| bind(&e.job))
+                .and_then(|()| bind(&e.job_run_id))
+                .and_then(|()| bind(&e.delegated_to))
+                .and_then(|()| bind(&e.message))
+                .and_then(|()| bind(&data))
+                .map_err(storage)?;
+        }
+        stmt.raw_execute().map(drop).map_err(storage)
+    }
+
     /// An update of a run's row that returns its job.
     fn update_run(&self, sql: &str, params: impl rusqlite::Params) -> Result<String> {
         self.tx
@@ -760,27 +828,35 @@ impl AppendTx for SqliteAppend<'_, '_> {
         .transpose()
     }
 
-    fn insert_event(&mut self, e: &Event) -> Result<i64> {
-        let data = (!e.data.is_empty()).then(|| to_json(&e.data));
-        self.execute(
-            "INSERT INTO events (event_id, timestamp, build_request_id, kind, status, partition_ref,
-                                 job, job_run_id, delegated_to, message, data)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
-            params![
-                e.event_id,
-                e.timestamp,
-                e.build_request_id,
-                e.kind.as_str(),
-                e.status.as_str(),
-                e.partition_ref,
-                e.job,
-                e.job_run_id,
-                e.delegated_to,
-                e.message,
-                data,
-            ],
-        )?;
-        Ok(self.tx.last_insert_rowid())
+    fn first_idx(&mut self) -> Result<i64> {
+        if let Some(idx) = self.next_idx {
+            return Ok(idx);
+        }
+        // As `AUTOINCREMENT` would give it: past every `idx` the log ever gave.
+        let idx = self
+            .tx
+            .prepare_cached(
+                "SELECT max(coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'events'), 0),
+                            coalesce((SELECT max(idx) FROM events), 0)) + 1",
+            )
+            .and_then(|mut s| s.query_row([], |r| r.get(0)))
+            .map_err(storage)?;
+        self.next_idx = Some(idx);
+        Ok(idx)
+    }
+
+    fn insert_events(&mut self, events: &[Event]) -> Result<()> {
+        let mut rest = events;
+        while !rest.is_empty() {
+            let (rows, sql) = EVENT_INSERTS
+                .iter()
+                .find(|(rows, _)| *rows <= rest.len())
+                .expect("one row is always there");
+            let (chunk, tail) = rest.split_at(*rows);
+            self.insert_event_rows(sql, chunk)?;
+            rest = tail;
+        }
+        Ok(())
     }
 
     fn insert_build_request(&mut self, e: &Event) -> Result<()> {

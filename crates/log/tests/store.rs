@@ -119,6 +119,51 @@ fn a_build_projects_into_every_view() {
     }
 }
 
+/// Events read back exactly as appended, every column, whatever the batch's length (SQLite inserts
+/// a batch as a few multi-row statements by its length's binary digits), and their `idx` follow
+/// one another across batches, a refused batch and another handle's writes.
+#[test]
+fn events_read_back_as_appended_in_batches_of_any_length() {
+    for (fixture, store) in stores() {
+        let other = (fixture.open)();
+        let mut expected = Vec::new();
+        let mut builds = 0;
+        for len in [1, 2, 3, 7, 32, 33, 45, 63, 64, 100] {
+            let mut batch = Vec::new();
+            while batch.len() < len {
+                builds += 1;
+                let p = format!("p/{builds}");
+                batch.extend(build_events(
+                    &format!("b{builds}"),
+                    &format!("r{builds}"),
+                    &p,
+                ));
+            }
+            batch.truncate(len);
+            // The cut may leave a build unfinished: a run of another build can claim its
+            // partitions later, but no test here needs it.
+            let appended = store.append(batch).unwrap();
+            expected.extend(appended);
+            // Refused as a whole: it takes no `idx`.
+            let refused = Event::job_run("nobody", "r-none", "job", Status::Completed);
+            assert!(store.append(vec![refused]).is_err());
+            // Another handle writes in between.
+            builds += 1;
+            let theirs = Event::build_request(&format!("b{builds}"), Status::Received)
+                .with_data(|d| d.requested = vec![format!("q/{builds}")]);
+            expected.extend(other.append(vec![theirs]).unwrap());
+        }
+        let idx: Vec<i64> = expected.iter().map(|e| e.idx).collect();
+        let first = idx[0];
+        assert_eq!(
+            idx,
+            (first..first + idx.len() as i64).collect::<Vec<_>>(),
+            "one after another"
+        );
+        assert_eq!(store.events(&EventFilter::default()).unwrap(), expected);
+    }
+}
+
 /// A run scheduled and started in one batch (a claim, which PostgreSQL writes as one row) ends
 /// with the same row as one scheduled and started in two batches, on every backend.
 #[test]

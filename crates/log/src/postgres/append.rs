@@ -248,7 +248,7 @@ pub(super) fn write(
     let mut tx = PgAppend {
         runtime,
         conn,
-        next_idx: started.first_idx,
+        first_idx: started.first_idx,
         events: EventColumns::default(),
         writes: Vec::new(),
         request_partitions: FxHashMap::default(),
@@ -795,7 +795,8 @@ fn columns(kind: usize, writes: &[&Write]) -> Vec<Param> {
 struct PgAppend<'a> {
     runtime: &'a tokio::runtime::Runtime,
     conn: &'a mut Conn,
-    next_idx: i64,
+    /// The first `idx` the append reserved.
+    first_idx: i64,
     events: EventColumns,
     writes: Vec<Write>,
     /// Per request partition row: its upsert among `writes`, which the next one folds into.
@@ -1030,23 +1031,27 @@ impl AppendTx for PgAppend<'_> {
             .transpose()
     }
 
-    fn insert_event(&mut self, e: &Event) -> Result<i64> {
-        let idx = self.next_idx;
-        self.next_idx += 1;
+    fn first_idx(&mut self) -> Result<i64> {
+        Ok(self.first_idx)
+    }
+
+    fn insert_events(&mut self, events: &[Event]) -> Result<()> {
         let c = &mut self.events;
-        c.idx.push(idx);
-        c.event_id.push(e.event_id.clone());
-        c.timestamp.push(e.timestamp);
-        c.build_request_id.push(e.build_request_id.clone());
-        c.kind.push(e.kind.as_str());
-        c.status.push(e.status.as_str());
-        c.partition_ref.push(e.partition_ref.clone());
-        c.job.push(e.job.clone());
-        c.job_run_id.push(e.job_run_id.clone());
-        c.delegated_to.push(e.delegated_to.clone());
-        c.message.push(e.message.clone());
-        c.data.push((!e.data.is_empty()).then(|| to_json(&e.data)));
-        Ok(idx)
+        for e in events {
+            c.idx.push(e.idx);
+            c.event_id.push(e.event_id.clone());
+            c.timestamp.push(e.timestamp);
+            c.build_request_id.push(e.build_request_id.clone());
+            c.kind.push(e.kind.as_str());
+            c.status.push(e.status.as_str());
+            c.partition_ref.push(e.partition_ref.clone());
+            c.job.push(e.job.clone());
+            c.job_run_id.push(e.job_run_id.clone());
+            c.delegated_to.push(e.delegated_to.clone());
+            c.message.push(e.message.clone());
+            c.data.push((!e.data.is_empty()).then(|| to_json(&e.data)));
+        }
+        Ok(())
     }
 
     fn insert_build_request(&mut self, e: &Event) -> Result<()> {

@@ -346,12 +346,12 @@ enum JobError {
 impl Process {
     fn start(spec: &RunSpec) -> Result<Process, JobError> {
         if let Some(parent) = spec.log_path.parent() {
-            std::fs::create_dir_all(parent).map_err(|cause| JobError::LogFolder {
+            ensure_dir(parent).map_err(|cause| JobError::LogFolder {
                 path: parent.to_path_buf(),
                 cause,
             })?;
         }
-        std::fs::create_dir_all(&spec.data_dir).map_err(|cause| JobError::DataDir {
+        ensure_dir(&spec.data_dir).map_err(|cause| JobError::DataDir {
             path: spec.data_dir.clone(),
             cause,
         })?;
@@ -496,6 +496,15 @@ impl Process {
         }
         Ok(verify_outputs(spec, &before))
     }
+}
+
+/// Creates `dir` unless it is there: one `stat` for a folder that exists, as every run's log
+/// and data folders do after the first (`create_dir_all` tries `mkdir` first, then `stat`s).
+fn ensure_dir(dir: &Path) -> std::io::Result<()> {
+    if dir.is_dir() {
+        return Ok(());
+    }
+    std::fs::create_dir_all(dir)
 }
 
 /// What woke a run's follower.

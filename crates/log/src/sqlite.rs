@@ -649,7 +649,7 @@ static EVENT_INSERTS: std::sync::LazyLock<Vec<(usize, String)>> = std::sync::Laz
     [32, 16, 8, 4, 2, 1]
         .into_iter()
         .map(|rows| {
-            let row = format!("({})", vec!["?"; EVENT_COLUMNS].join(", "));
+            let row = format!("({})", ["?"; EVENT_COLUMNS].join(", "));
             let sql = format!(
                 "INSERT INTO events (idx, event_id, timestamp, build_request_id, kind, status,
                                      partition_ref, job, job_run_id, delegated_to, message, data)

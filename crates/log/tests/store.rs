@@ -120,8 +120,9 @@ fn a_build_projects_into_every_view() {
 }
 
 /// Events read back exactly as appended, every column, whatever the batch's length (SQLite inserts
-/// a batch as a few multi-row statements by its length's binary digits), and their `idx` follow
-/// one another across batches, a refused batch and another handle's writes.
+/// a batch as a few multi-row statements by its length's binary digits), and their `idx` keep
+/// increasing across batches, a refused batch and another handle's writes (on SQLite, with no
+/// gap).
 #[test]
 fn events_read_back_as_appended_in_batches_of_any_length() {
     for (fixture, store) in stores() {
@@ -154,12 +155,12 @@ fn events_read_back_as_appended_in_batches_of_any_length() {
             expected.extend(other.append(vec![theirs]).unwrap());
         }
         let idx: Vec<i64> = expected.iter().map(|e| e.idx).collect();
-        let first = idx[0];
-        assert_eq!(
-            idx,
-            (first..first + idx.len() as i64).collect::<Vec<_>>(),
-            "one after another"
-        );
+        assert!(idx.windows(2).all(|w| w[0] < w[1]), "strictly increasing");
+        if is_sqlite(store.as_ref()) {
+            // PostgreSQL's sequence leaves the gaps of refused batches; SQLite's log has none.
+            let first = idx[0];
+            assert_eq!(idx, (first..first + idx.len() as i64).collect::<Vec<_>>());
+        }
         assert_eq!(store.events(&EventFilter::default()).unwrap(), expected);
     }
 }

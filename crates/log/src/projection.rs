@@ -116,8 +116,8 @@ pub(crate) fn append_batch<T: AppendTx>(
         project(tx, e, position, earlier, &before, &mut batch)?;
         cache.remember(e, &before.current, &before.partition_job);
     }
-    // The events go in together once every one is valid: a statement per event cost a build
-    // ~8% of its scheduler's thread.
+    // The events go in together once every one is valid: a few statements for the batch, not
+    // one per event.
     tx.insert_events(events)?;
     batch.counts.write(tx)
 }

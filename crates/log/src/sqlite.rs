@@ -642,7 +642,6 @@ impl Columns for rusqlite::Row<'_> {
     }
 }
 
-/// The append's statements on SQLite, each prepared once per connection (`prepare_cached`).
 /// The statements that insert events, by how many rows each inserts: a batch goes in as few
 /// statements as its length's binary digits, each one prepared once per connection.
 static EVENT_INSERTS: std::sync::LazyLock<Vec<(usize, String)>> = std::sync::LazyLock::new(|| {
@@ -663,6 +662,7 @@ static EVENT_INSERTS: std::sync::LazyLock<Vec<(usize, String)>> = std::sync::Laz
 /// The columns [`SqliteAppend::insert_event_rows`] binds per event.
 const EVENT_COLUMNS: usize = 12;
 
+/// The append's statements on SQLite, each prepared once per connection (`prepare_cached`).
 struct SqliteAppend<'a, 'c> {
     tx: &'a Transaction<'c>,
     /// The `idx` the batch's first event takes, once known.

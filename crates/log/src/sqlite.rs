@@ -413,21 +413,22 @@ impl SqliteStore {
             .query_row("PRAGMA data_version", [], |r| r.get(0))
             .map_err(storage)?;
         if writer.data_version != Some(version) {
+            // Another connection wrote: what the writer kept of the log may be out of date.
             writer.next_idx = None;
-        }
-        if writer.data_version != Some(version) || writer.cache.len() > StateCache::MAX_ENTRIES {
+            writer.cache = StateCache::default();
+        } else if writer.cache.len() > StateCache::MAX_ENTRIES {
             writer.cache = StateCache::default();
         }
         let mut append = SqliteAppend {
             tx: &tx,
-            next_idx: writer.next_idx,
+            first_idx: writer.next_idx,
         };
         let appended = append_batch(&mut append, &mut writer.cache, events);
-        let first_idx = append.next_idx;
+        let next_idx = append.first_idx.map(|first| first + events.len() as i64);
         let result = appended.and_then(|()| tx.commit().map_err(|e| self.classify(e)));
         match result {
             Ok(()) => {
-                writer.next_idx = events.last().map(|e| e.idx + 1).or(first_idx);
+                writer.next_idx = next_idx;
                 writer.data_version = Some(version);
                 self.written();
                 Ok(())
@@ -643,30 +644,28 @@ impl Columns for rusqlite::Row<'_> {
 }
 
 /// The statements that insert events, by how many rows each inserts: a batch goes in as few
-/// statements as its length's binary digits, each one prepared once per connection.
+/// statements as its length's binary digits, each one prepared once per connection. Their
+/// columns are the ones events are read back by, in that order ([`EVENT_COLUMNS`]).
 static EVENT_INSERTS: std::sync::LazyLock<Vec<(usize, String)>> = std::sync::LazyLock::new(|| {
+    let columns = EVENT_COLUMNS.split(',').count();
+    let row = format!("({})", vec!["?"; columns].join(", "));
     [32, 16, 8, 4, 2, 1]
         .into_iter()
         .map(|rows| {
-            let row = format!("({})", ["?"; EVENT_COLUMNS].join(", "));
-            let sql = format!(
-                "INSERT INTO events (idx, event_id, timestamp, build_request_id, kind, status,
-                                     partition_ref, job, job_run_id, delegated_to, message, data)
-                 VALUES {}",
-                vec![row; rows].join(", ")
-            );
-            (rows, sql)
+            let values = vec![row.as_str(); rows].join(", ");
+            (
+                rows,
+                format!("INSERT INTO events ({EVENT_COLUMNS}) VALUES {values}"),
+            )
         })
         .collect()
 });
-/// The columns [`SqliteAppend::insert_event_rows`] binds per event.
-const EVENT_COLUMNS: usize = 12;
 
 /// The append's statements on SQLite, each prepared once per connection (`prepare_cached`).
 struct SqliteAppend<'a, 'c> {
     tx: &'a Transaction<'c>,
     /// The `idx` the batch's first event takes, once known.
-    next_idx: Option<i64>,
+    first_idx: Option<i64>,
 }
 
 impl SqliteAppend<'_, '_> {
@@ -740,7 +739,8 @@ impl SqliteAppend<'_, '_> {
         )
     }
 
-    /// Inserts `events` with one statement of `sql` (one of [`EVENT_INSERTS`], as many rows).
+    /// Inserts `events` with one statement of `sql` (one of [`EVENT_INSERTS`], as many rows),
+    /// binding each event's columns in [`EVENT_COLUMNS`]' order.
     fn insert_event_rows(&self, sql: &str, events: &[Event]) -> Result<()> {
         let mut stmt = self.tx.prepare_cached(sql).map_err(storage)?;
         let mut column = 0;
@@ -829,7 +829,7 @@ impl AppendTx for SqliteAppend<'_, '_> {
     }
 
     fn first_idx(&mut self) -> Result<i64> {
-        if let Some(idx) = self.next_idx {
+        if let Some(idx) = self.first_idx {
             return Ok(idx);
         }
         // As `AUTOINCREMENT` would give it: past every `idx` the log ever gave.
@@ -841,7 +841,7 @@ impl AppendTx for SqliteAppend<'_, '_> {
             )
             .and_then(|mut s| s.query_row([], |r| r.get(0)))
             .map_err(storage)?;
-        self.next_idx = Some(idx);
+        self.first_idx = Some(idx);
         Ok(idx)
     }
 

@@ -29,6 +29,7 @@ mod resolver;
 mod slots;
 pub mod slurm;
 pub mod sources;
+mod spawn;
 mod status;
 pub mod table_job;
 pub mod tables;

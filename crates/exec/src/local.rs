@@ -6,6 +6,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::{Read, Write};
+use std::os::fd::AsFd;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{ChildStdin, Command, Stdio};
@@ -15,9 +16,9 @@ use std::time::{Duration, Instant, SystemTime};
 
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
-use wait_timeout::ChildExt;
 
 use crate::process::{describe_status, humanize};
+use crate::spawn::{spawn, JobProcess, Launch, Spawned};
 
 /// Default cap on a run's log.
 pub const DEFAULT_LOG_LIMIT: u64 = 10 * 1024 * 1024;
@@ -231,6 +232,9 @@ pub(crate) fn environment(spec: &RunSpec) -> Result<Vec<(String, String)>, RefsF
 
 /// How often a running job is checked for cancellation and its timeout when it is quiet.
 const POLL: Duration = Duration::from_millis(50);
+/// How often a job is asked whether it has exited, on a kernel without pidfds (before 5.3) once
+/// its output pipe has closed.
+const EXIT_POLL: Duration = Duration::from_millis(5);
 
 /// A run's log: the job's output up to the cap, in a file created with the first byte (a silent
 /// job costs no file). Past the cap it keeps reading (so the job never blocks on a full pipe)
@@ -294,7 +298,7 @@ impl LogSink {
 
 /// A started job process, until it is followed to its end.
 struct Process {
-    child: std::process::Child,
+    child: JobProcess,
     group: Pid,
     /// Its entry in the watchdog's registry, kept until its group is killed at the end.
     _guarded: Guarded,
@@ -357,7 +361,6 @@ impl Process {
         })?;
         let before = output_times(spec);
         let (reader, writer) = std::io::pipe().map_err(JobError::Pipe)?;
-        let writer_err = writer.try_clone().map_err(JobError::Pipe)?;
         let program = resolve_program(&spec.command[0], &spec.graph_dir).ok_or_else(|| {
             JobError::NoProgram {
                 program: spec.command[0].clone(),
@@ -365,33 +368,30 @@ impl Process {
                 dir: spec.graph_dir.clone(),
             }
         })?;
-        let mut cmd = Command::new(&program);
-        cmd.args(&spec.command[1..])
-            .args(&spec.args)
-            .current_dir(&spec.graph_dir)
-            .envs(environment(spec)?)
-            .stdin(Stdio::null())
-            .stdout(Stdio::from(writer))
-            .stderr(Stdio::from(writer_err))
-            .process_group(0);
-        let start = Instant::now();
-        let guarded = Guarded::starting();
-        let child = cmd.spawn().map_err(|cause| JobError::Spawn {
+        let spawn_error = |cause| JobError::Spawn {
             program: spec.command[0].clone(),
             cause,
             job: spec.job.clone(),
             dir: spec.graph_dir.clone(),
-        })?;
-        // The parent's copies of the pipe's write end went into `cmd`; drop them so the log writer
-        // sees end-of-file when the job exits.
-        drop(cmd);
-        let group = Pid::from_raw(child.id() as i32);
+        };
+        let args: Vec<&std::ffi::OsStr> = spec.command[1..]
+            .iter()
+            .chain(&spec.args)
+            .map(std::ffi::OsStr::new)
+            .collect();
+        let launch = Launch::new(&program, &args, &environment(spec)?, &spec.graph_dir)
+            .map_err(spawn_error)?;
+        let start = Instant::now();
+        let guarded = Guarded::starting();
+        let Spawned {
+            process: child,
+            pidfd,
+        } = spawn(&launch, writer.as_fd()).map_err(spawn_error)?;
+        // The parent's copy of the pipe's write end goes, so the log writer sees end-of-file
+        // when the job exits.
+        drop(writer);
+        let group = Pid::from_raw(child.id());
         guarded.started(group);
-        let pidfd = rustix::process::pidfd_open(
-            rustix::process::Pid::from_child(&child),
-            rustix::process::PidfdFlags::empty(),
-        )
-        .ok();
         Ok(Process {
             child,
             group,
@@ -423,9 +423,12 @@ impl Process {
         let status = loop {
             let ready = if pidfd.is_none() && pipe.is_none() {
                 // No pidfd (a kernel before 5.3) and the pipe closed: wait for the exit itself.
-                match child.wait_timeout(POLL).map_err(JobError::Wait)? {
+                match child.try_wait().map_err(JobError::Wait)? {
                     Some(status) => break status,
-                    None => Ready::default(),
+                    None => {
+                        std::thread::sleep(EXIT_POLL);
+                        Ready::default()
+                    }
                 }
             } else {
                 wait_ready(pipe.as_ref(), pidfd.as_ref(), POLL)?

@@ -6,7 +6,6 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::{Read, Write};
-use std::os::fd::AsFd;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{ChildStdin, Command, Stdio};
@@ -386,10 +385,7 @@ impl Process {
         let Spawned {
             process: child,
             pidfd,
-        } = spawn(&launch, writer.as_fd()).map_err(spawn_error)?;
-        // The parent's copy of the pipe's write end goes, so the log writer sees end-of-file
-        // when the job exits.
-        drop(writer);
+        } = spawn(&launch, writer.into()).map_err(spawn_error)?;
         let group = Pid::from_raw(child.id());
         guarded.started(group);
         Ok(Process {
@@ -471,8 +467,10 @@ impl Process {
             }
         };
         // Anything the job left behind in its group goes with it, so the log pipe closes; what is
-        // still in the pipe goes into the log.
+        // still in the pipe goes into the log. Only then is the job reaped: until then its pid,
+        // and so its group's id, cannot be another process's.
         let _ = killpg(group, Signal::SIGKILL);
+        child.reap().map_err(JobError::Wait)?;
         if let Some(mut p) = pipe {
             while wait_ready(Some(&p), None, Duration::from_secs(1))?.output && log.copy(&mut p) {}
         }

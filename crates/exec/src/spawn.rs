@@ -10,11 +10,19 @@
 //! memory until its `execve` and the parent resumes only then. `CLONE_PIDFD` hands back the
 //! pidfd the follower polls, without a `pidfd_open`.
 //!
+//! `execve`, `dup2`, `chdir` and `setpgid` are made as raw system calls, as glibc's
+//! `posix_spawn` makes them through its internal symbols: a tool that wraps libc's (an
+//! `LD_PRELOAD` build tracer) would otherwise run its wrapper in the child, on shared memory.
+//!
 //! The child does what `Command` asked of `posix_spawn`: its own process group, `/dev/null` for
 //! stdin and the log pipe for stdout and stderr, the graph's folder, handled signals back to
 //! their defaults (and `SIGPIPE`, which Rust ignores), no blocked signals, then `execve`. It runs
 //! on memory it shares with this process's other threads, so it only makes system calls through
 //! libc: no allocation, no lock. A failing step leaves its `errno` where the parent reads it.
+//!
+//! A job that ends stays a zombie until the follower has killed what it left in its process
+//! group ([`JobProcess::try_wait`] does not reap): while the zombie holds the pid, no new process
+//! can take it, so the group's id cannot name someone else's processes.
 //!
 //! The one module of `databuild-exec` allowed `unsafe` (with `databuild-log`'s `wal_batch` and the
 //! binary's `main.rs`, the only ones in the workspace): `clone` with a stack of our own.
@@ -22,12 +30,11 @@
 
 use std::cell::RefCell;
 use std::ffi::{c_char, c_int, c_void, CString, OsStr};
-use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::process::ExitStatus;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
 
 /// A job's command, as `execve` takes it.
@@ -98,9 +105,12 @@ impl Launch {
     }
 }
 
-/// A started job process, reaped at the latest when dropped (killed first if it still runs).
+/// A started job process, reaped at the latest when dropped (its group killed first if it
+/// still runs).
 pub(crate) struct JobProcess {
     pid: i32,
+    /// Its exit, once seen (it may not be reaped yet).
+    exit: Option<ExitStatus>,
     reaped: bool,
 }
 
@@ -115,40 +125,74 @@ impl JobProcess {
         self.pid
     }
 
-    /// Its exit status if it has ended (and reaps it), without waiting.
+    /// Its exit status if it has ended, without waiting, and without reaping it: see the
+    /// module's comment, and [`JobProcess::reap`].
     pub(crate) fn try_wait(&mut self) -> std::io::Result<Option<ExitStatus>> {
-        self.wait_with(libc::WNOHANG)
+        if self.exit.is_none() {
+            self.exit = self.peek()?;
+        }
+        Ok(self.exit)
     }
 
-    fn wait_with(&mut self, flags: c_int) -> std::io::Result<Option<ExitStatus>> {
-        let mut status: c_int = 0;
+    /// `waitid(WNOWAIT)`: the exit, leaving the zombie in place.
+    fn peek(&self) -> std::io::Result<Option<ExitStatus>> {
         loop {
-            // SAFETY: waits for our own child, writing its status into a local.
-            let r = unsafe { libc::waitpid(self.pid, &mut status, flags) };
-            match r {
-                0 => return Ok(None),
-                r if r == self.pid => {
-                    self.reaped = true;
-                    return Ok(Some(ExitStatus::from_raw(status)));
+            // SAFETY: asks about our own child, writing into a zeroed local.
+            let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+            let flags = libc::WEXITED | libc::WNOHANG | libc::WNOWAIT;
+            let r = unsafe { libc::waitid(libc::P_PID, self.pid as libc::id_t, &mut info, flags) };
+            if r != 0 {
+                let e = std::io::Error::last_os_error();
+                if e.kind() == std::io::ErrorKind::Interrupted {
+                    continue;
                 }
-                _ => {
-                    let e = std::io::Error::last_os_error();
-                    if e.kind() != std::io::ErrorKind::Interrupted {
-                        return Err(e);
-                    }
+                return Err(e);
+            }
+            // SAFETY: filled by `waitid` for a `SIGCHLD`-style event (or left zeroed).
+            let (pid, status) = unsafe { (info.si_pid(), info.si_status()) };
+            if pid == 0 {
+                return Ok(None); // still running
+            }
+            // Back into the form `waitpid` gives, which `ExitStatus` reads.
+            let raw = match info.si_code {
+                libc::CLD_EXITED => (status & 0xff) << 8,
+                libc::CLD_DUMPED => status | 0x80,
+                _ => status, // killed by the signal `status`
+            };
+            return Ok(Some(ExitStatus::from_raw(raw)));
+        }
+    }
+
+    /// Reaps it, waiting for it to end if it runs (its pid is then free for others).
+    pub(crate) fn reap(&mut self) -> std::io::Result<ExitStatus> {
+        let mut status: c_int = 0;
+        while !self.reaped {
+            // SAFETY: waits for our own child, not reaped yet, writing its status into a local.
+            let r = unsafe { libc::waitpid(self.pid, &mut status, 0) };
+            if r == self.pid {
+                self.reaped = true;
+                self.exit.get_or_insert(ExitStatus::from_raw(status));
+            } else {
+                let e = std::io::Error::last_os_error();
+                if e.kind() != std::io::ErrorKind::Interrupted {
+                    return Err(e);
                 }
             }
         }
+        Ok(self.exit.expect("set when reaped"))
     }
 }
 
 impl Drop for JobProcess {
     fn drop(&mut self) {
         if !self.reaped {
-            // SAFETY: signals and reaps our own child, which is not reaped yet, so its pid is
-            // still ours.
-            unsafe { libc::kill(self.pid, libc::SIGKILL) };
-            let _ = self.wait_with(0);
+            // SAFETY: signals our own child and its group: neither is reaped yet, so the pid
+            // and the group's id are still ours.
+            unsafe {
+                libc::kill(-self.pid, libc::SIGKILL);
+                libc::kill(self.pid, libc::SIGKILL);
+            }
+            let _ = self.reap();
         }
     }
 }
@@ -162,6 +206,8 @@ struct ChildArgs {
     dir: *const c_char,
     stdin: RawFd,
     output: RawFd,
+    /// The last signal whose handler the child resets (`SIGRTMAX`, read in the parent).
+    last_signal: c_int,
     error: c_int,
 }
 
@@ -222,27 +268,42 @@ fn dev_null() -> std::io::Result<RawFd> {
     if let Some(fd) = NULL.get() {
         return Ok(fd.as_raw_fd());
     }
-    let file = std::fs::File::open("/dev/null")?;
-    Ok(NULL.get_or_init(|| above_std(file.into())).as_raw_fd())
+    let file = above_std(std::fs::File::open("/dev/null")?.into())?;
+    Ok(NULL.get_or_init(|| file).as_raw_fd())
 }
 
 /// `fd` moved above the standard descriptors (0–2), where the child's `dup2` onto them cannot
 /// overwrite it before it is read (when this process was started with one of them closed).
-fn above_std(fd: OwnedFd) -> OwnedFd {
+fn above_std(fd: OwnedFd) -> std::io::Result<OwnedFd> {
     if fd.as_raw_fd() > 2 {
-        return fd;
+        return Ok(fd);
     }
-    rustix::io::fcntl_dupfd_cloexec(&fd, 3).unwrap_or(fd)
+    Ok(rustix::io::fcntl_dupfd_cloexec(&fd, 3)?)
 }
 
-/// Whether the kernel takes `CLONE_PIDFD` (Linux 5.2); found out at the first start.
-static NO_CLONE_PIDFD: AtomicBool = AtomicBool::new(false);
+/// Whether pidfds can be polled for a child's exit (Linux 5.3, with `pidfd_open`). Linux 5.2
+/// hands one back from `clone` but reports it readable at once, and kernels before ignore the
+/// flag: the follower then waits on the pipe and `waitid` instead.
+fn pidfds_work() -> bool {
+    static WORK: OnceLock<bool> = OnceLock::new();
+    *WORK.get_or_init(|| {
+        // SAFETY: opens a pidfd of this process, closed at once.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, libc::getpid(), 0) };
+        if fd < 0 {
+            return false;
+        }
+        // SAFETY: the descriptor just opened, owned by nobody else.
+        drop(unsafe { OwnedFd::from_raw_fd(fd as RawFd) });
+        true
+    })
+}
 
-/// Starts `launch` with `output` as its stdout and stderr; returns once it has called `execve`
-/// (or failed before: then the error, and the child is reaped).
-pub(crate) fn spawn(launch: &Launch, output: BorrowedFd<'_>) -> std::io::Result<Spawned> {
+/// Starts `launch` with `output` as its stdout and stderr (this process's copy closes once the
+/// child has it); returns once the child has called `execve` (or failed before: then the error,
+/// and the child is reaped).
+pub(crate) fn spawn(launch: &Launch, output: OwnedFd) -> std::io::Result<Spawned> {
     let stdin = dev_null()?;
-    let output = above_std(output.try_clone_to_owned()?);
+    let output = above_std(output)?;
     STACK.with(|cell| {
         let mut stack = cell.borrow_mut();
         if stack.is_none() {
@@ -256,17 +317,10 @@ pub(crate) fn spawn(launch: &Launch, output: BorrowedFd<'_>) -> std::io::Result<
             dir: launch.dir.as_ptr(),
             stdin,
             output: output.as_raw_fd(),
+            last_signal: libc::SIGRTMAX(),
             error: 0,
         };
-        loop {
-            let with_pidfd = !NO_CLONE_PIDFD.load(Ordering::Relaxed);
-            match clone_child(stack, &mut args, with_pidfd) {
-                Err(e) if with_pidfd && e.raw_os_error() == Some(libc::EINVAL) => {
-                    NO_CLONE_PIDFD.store(true, Ordering::Relaxed);
-                }
-                other => break other,
-            }
-        }
+        clone_child(stack, &mut args, pidfds_work())
     })
 }
 
@@ -308,11 +362,15 @@ fn clone_child(
         // SAFETY: the kernel just gave us this descriptor, owned by nobody else.
         unsafe { OwnedFd::from_raw_fd(pidfd) }
     });
-    let mut process = JobProcess { pid, reaped: false };
+    let mut process = JobProcess {
+        pid,
+        exit: None,
+        reaped: false,
+    };
     // SAFETY: the child wrote `error` (if at all) before it exited; it has, or has exec'd.
     let error = unsafe { std::ptr::read_volatile(&args.error) };
     if error != 0 {
-        let _ = process.wait_with(0);
+        let _ = process.reap();
         return Err(std::io::Error::from_raw_os_error(error));
     }
     Ok(Spawned { process, pidfd })
@@ -327,21 +385,23 @@ extern "C" fn child_main(arg: *mut c_void) -> c_int {
             std::ptr::write_volatile(&mut args.error, *libc::__errno_location());
             libc::_exit(127)
         };
-        if libc::setpgid(0, 0) != 0 {
+        if libc::syscall(libc::SYS_setpgid, 0, 0) != 0 {
             fail(args);
         }
+        // `dup3` (no flags) is `dup2` on every architecture; `from` is above 2, never `to`.
         for (from, to) in [(args.stdin, 0), (args.output, 1), (args.output, 2)] {
-            if libc::dup2(from, to) < 0 {
+            if libc::syscall(libc::SYS_dup3, from, to, 0) < 0 {
                 fail(args);
             }
         }
-        if libc::chdir(args.dir) != 0 {
+        if libc::syscall(libc::SYS_chdir, args.dir) != 0 {
             fail(args);
         }
         // As glibc's `posix_spawn` does for `Command`: what this process handles goes back to
         // the default, what it ignores stays ignored, and `SIGPIPE` (ignored by Rust's runtime)
         // goes back to the default too.
-        for signal in 1..32 {
+        // Up to `SIGRTMAX`: glibc's own two real-time signals refuse `sigaction`, and are skipped.
+        for signal in 1..=args.last_signal {
             if signal == libc::SIGKILL || signal == libc::SIGSTOP {
                 continue;
             }
@@ -360,7 +420,7 @@ extern "C" fn child_main(arg: *mut c_void) -> c_int {
         let mut none: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut none);
         libc::sigprocmask(libc::SIG_SETMASK, &none, std::ptr::null_mut());
-        libc::execve(args.program, args.argv, args.envp);
+        libc::syscall(libc::SYS_execve, args.program, args.argv, args.envp);
         fail(args)
     }
 }
@@ -378,8 +438,7 @@ mod tests {
             .collect();
         let launch = Launch::new(Path::new(program), &args, &env, dir).expect("launch");
         let (mut reader, writer) = std::io::pipe().expect("pipe");
-        let mut spawned = spawn(&launch, writer.as_fd()).expect("spawn");
-        drop(writer);
+        let mut spawned = spawn(&launch, writer.into()).expect("spawn");
         let mut out = String::new();
         reader.read_to_string(&mut out).expect("read");
         let status = loop {
@@ -390,8 +449,6 @@ mod tests {
         };
         (status, out)
     }
-
-    use std::os::fd::AsFd;
 
     #[test]
     fn a_child_gets_its_arguments_environment_folder_group_and_output() {
@@ -465,15 +522,15 @@ mod tests {
         )
         .expect("launch");
         let (_reader, writer) = std::io::pipe().expect("pipe");
-        let e = spawn(&launch, writer.as_fd()).err().expect("chdir fails");
+        let e = spawn(&launch, writer.try_clone().expect("dup").into())
+            .err()
+            .expect("chdir fails");
         assert_eq!(e.kind(), std::io::ErrorKind::NotFound, "{e}");
         let dir = tempfile::tempdir().expect("dir");
         let data = dir.path().join("data.txt");
         std::fs::write(&data, "not a program").expect("write");
         let launch = Launch::new(&data, &[], &[], Path::new("/")).expect("launch");
-        let e = spawn(&launch, writer.as_fd())
-            .err()
-            .expect("not executable");
+        let e = spawn(&launch, writer.into()).err().expect("not executable");
         assert_eq!(e.kind(), std::io::ErrorKind::PermissionDenied, "{e}");
     }
 
@@ -490,6 +547,67 @@ mod tests {
         assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput);
     }
 
+    /// The state letter of `/proc/PID/stat`, if the process is there.
+    fn state(pid: i32) -> Option<char> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        stat.rsplit_once(") ")?.1.chars().next()
+    }
+
+    #[test]
+    fn an_ended_job_stays_a_zombie_until_reaped() {
+        let launch = Launch::new(
+            Path::new("/bin/sh"),
+            &[OsStr::new("-c"), OsStr::new("exit 3")],
+            &[],
+            Path::new("/"),
+        )
+        .expect("launch");
+        let (_reader, writer) = std::io::pipe().expect("pipe");
+        let mut process = spawn(&launch, writer.into()).expect("spawn").process;
+        let status = loop {
+            if let Some(s) = process.try_wait().expect("wait") {
+                break s;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        };
+        assert_eq!(status.code(), Some(3));
+        // Seen, not reaped: its pid (and so its group's id) is still taken.
+        assert_eq!(state(process.id()), Some('Z'));
+        assert_eq!(
+            process.try_wait().expect("again").map(|s| s.code()),
+            Some(Some(3))
+        );
+        assert_eq!(process.reap().expect("reap").code(), Some(3));
+        assert_eq!(state(process.id()), None);
+    }
+
+    #[test]
+    fn a_dropped_process_takes_its_group_with_it() {
+        let launch = Launch::new(
+            Path::new("/bin/sh"),
+            &[OsStr::new("-c"), OsStr::new("sleep 30 & echo $!; wait")],
+            &[],
+            Path::new("/"),
+        )
+        .expect("launch");
+        let (reader, writer) = std::io::pipe().expect("pipe");
+        let spawned = spawn(&launch, writer.into()).expect("spawn");
+        let mut line = String::new();
+        std::io::BufRead::read_line(&mut std::io::BufReader::new(reader), &mut line).expect("read");
+        let sleeper: i32 = line.trim().parse().expect("a pid");
+        drop(spawned);
+        // The background `sleep` of its group is killed too (gone, or a zombie of whoever
+        // adopted it).
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while !matches!(state(sleeper), None | Some('Z')) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the group's `sleep` still runs"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+    }
+
     #[test]
     fn a_dropped_process_is_killed_and_reaped() {
         let launch = Launch::new(
@@ -500,7 +618,7 @@ mod tests {
         )
         .expect("launch");
         let (_reader, writer) = std::io::pipe().expect("pipe");
-        let spawned = spawn(&launch, writer.as_fd()).expect("spawn");
+        let spawned = spawn(&launch, writer.into()).expect("spawn");
         let pid = spawned.process.id();
         drop(spawned);
         // Reaped: the pid is no child of ours any more.

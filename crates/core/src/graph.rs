@@ -878,6 +878,16 @@ impl Loader<'_> {
         if j.concurrency == Some(0) {
             return Err(err("`concurrency` must be at least 1".into()));
         }
+        if let Some(key) = j
+            .env
+            .keys()
+            .find(|k| k.is_empty() || k.contains(['=', '\0']))
+        {
+            return Err(err(format!(
+                "`env` has the name `{key}`, which no environment variable can have (empty, or \
+                 with `=` or a NUL byte); name it with letters, digits and `_`"
+            )));
+        }
         if let Some(key) = j.env.keys().find(|k| k.starts_with("DATABUILD_")) {
             return Err(err(format!(
                 "`env` sets `{key}`, but `DATABUILD_` variables are set by DataBuild itself"
@@ -1380,6 +1390,8 @@ command = ["python3", "jobs/summary.py"]
             (job("outputs = [\"o/{d:date}\"]\ninputs = [\"raw/{d}\"]\nconfig = [\"c\"]\ncommand = [\"x\"]"), "not both"),
             (job("outputs = [\"o/{d:date}\"]\ncommand = [\"x\"]\nbatch = 0"), "`batch` must be at least 1"),
             (job("outputs = [\"o/{d:date}\"]\ncommand = [\"x\"]\nenv = { DATABUILD_OUTPUTS = \"x\" }"), "are set by DataBuild itself"),
+            (job("outputs = [\"o/{d:date}\"]\ncommand = [\"x\"]\nenv = { \"A=B\" = \"x\" }"), "`env` has the name `A=B`, which no environment variable can have"),
+            (job("outputs = [\"o/{d:date}\"]\ncommand = [\"x\"]\nenv = { \"\" = \"x\" }"), "`env` has the name ``"),
             (job("outputs = [\"o/{d:date}\"]\ncommand = [\"x\"]\ncolour = 1"), "unknown field `colour`"),
             (job("outputs = [\"o/{d:date}\", \"o/{e}\"]\ncommand = [\"x\"]"), "job `j`: its outputs `o/{d:date}` and `o/{e}` can match the same ref"),
             ("[graph]\nname = \"g\"\n[[job]]\nname = \"a\"\noutputs = [\"x/{n:int}\"]\ncommand = [\"x\"]\n[[job]]\nname = \"b\"\noutputs = [\"x/{s}\"]\ncommand = [\"x\"]\n".to_string(), "job `a` (`x/{n:int}`) and job `b` (`x/{s}`)"),

@@ -75,6 +75,12 @@ impl Launch {
         // A name given twice takes its last value, as with `Command::envs`.
         let mut own: Vec<&(String, String)> = Vec::with_capacity(env.len());
         for pair in env {
+            if pair.0.is_empty() || pair.0.contains('=') {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    format!("`{}` cannot name an environment variable", pair.0),
+                ));
+            }
             own.retain(|(name, _)| *name != pair.0);
             own.push(pair);
         }
@@ -532,6 +538,17 @@ mod tests {
         let launch = Launch::new(&data, &[], &[], Path::new("/")).expect("launch");
         let e = spawn(&launch, writer.into()).err().expect("not executable");
         assert_eq!(e.kind(), std::io::ErrorKind::PermissionDenied, "{e}");
+    }
+
+    #[test]
+    fn a_variable_name_with_an_equals_sign_is_refused() {
+        for name in ["A=B", ""] {
+            let env = [(name.to_string(), "x".to_string())];
+            let e = Launch::new(Path::new("/bin/true"), &[], &env, Path::new("/"))
+                .err()
+                .expect("refused");
+            assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput, "{name}");
+        }
     }
 
     #[test]

@@ -8,7 +8,7 @@
 //! slot thread keeps one small stack for all its starts, and the child is created as
 //! `posix_spawn` creates it: `clone(CLONE_VM | CLONE_VFORK)`, so it borrows this process's
 //! memory until its `execve` and the parent resumes only then. `CLONE_PIDFD` hands back the
-//! pidfd the follower polls, without a `pidfd_open`.
+//! pidfd the follower polls, without a `pidfd_open` per start.
 //!
 //! `execve`, `dup2`, `chdir` and `setpgid` are made as raw system calls, as glibc's
 //! `posix_spawn` makes them through its internal symbols: a tool that wraps libc's (an
@@ -192,12 +192,9 @@ impl JobProcess {
 impl Drop for JobProcess {
     fn drop(&mut self) {
         if !self.reaped {
-            // SAFETY: signals our own child and its group: neither is reaped yet, so the pid
-            // and the group's id are still ours.
-            unsafe {
-                libc::kill(-self.pid, libc::SIGKILL);
-                libc::kill(self.pid, libc::SIGKILL);
-            }
+            // SAFETY: signals our own child's group (it made one of its pid before `execve`, or
+            // failed and was reaped by `spawn`): not reaped yet, so the group's id is still ours.
+            unsafe { libc::kill(-self.pid, libc::SIGKILL) };
             let _ = self.reap();
         }
     }
@@ -570,15 +567,20 @@ mod tests {
         stat.rsplit_once(") ")?.1.chars().next()
     }
 
-    #[test]
-    fn an_ended_job_stays_a_zombie_until_reaped() {
-        let launch = Launch::new(
+    /// `sh -c script`, in `/`.
+    fn sh(script: &str) -> Launch {
+        Launch::new(
             Path::new("/bin/sh"),
-            &[OsStr::new("-c"), OsStr::new("exit 3")],
+            &[OsStr::new("-c"), OsStr::new(script)],
             &[],
             Path::new("/"),
         )
-        .expect("launch");
+        .expect("launch")
+    }
+
+    #[test]
+    fn an_ended_job_stays_a_zombie_until_reaped() {
+        let launch = sh("exit 3");
         let (_reader, writer) = std::io::pipe().expect("pipe");
         let mut process = spawn(&launch, writer.into()).expect("spawn").process;
         let status = loop {
@@ -600,13 +602,7 @@ mod tests {
 
     #[test]
     fn a_dropped_process_takes_its_group_with_it() {
-        let launch = Launch::new(
-            Path::new("/bin/sh"),
-            &[OsStr::new("-c"), OsStr::new("sleep 30 & echo $!; wait")],
-            &[],
-            Path::new("/"),
-        )
-        .expect("launch");
+        let launch = sh("sleep 30 & echo $!; wait");
         let (reader, writer) = std::io::pipe().expect("pipe");
         let spawned = spawn(&launch, writer.into()).expect("spawn");
         let mut line = String::new();

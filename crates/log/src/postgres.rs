@@ -43,6 +43,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("postgres/v7.sql"),
     include_str!("postgres/v8.sql"),
     include_str!("postgres/v9.sql"),
+    include_str!("postgres/v10.sql"),
 ];
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
 

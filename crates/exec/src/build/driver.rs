@@ -22,7 +22,7 @@ use rustc_hash::{FxHashMap, FxHashSet};
 use super::machine::{Effect, Input, JobPolicy, Machine, Policy, WaitOutcome};
 use super::record::{Record, RunEnd};
 use super::spec::{self, SpecOf};
-use super::{BuildOptions, BuildSummary, Observer, Progress};
+use super::{BuildOptions, Observer, Progress};
 use crate::engine::{Engine, EngineError, Result};
 use crate::local::{Executor, RunOutcome};
 use crate::owner::owner_dead;
@@ -98,7 +98,7 @@ pub(super) struct Build<'a> {
     pub started_ns: i64,
 }
 
-/// Runs a planned build to its end, and reads its summary back.
+/// Runs a planned build to its end, and returns the status it ended with.
 /// `recorded` waits for the plan's record (`record::planned`), written meanwhile.
 pub(super) fn run(
     build: Build<'_>,
@@ -106,7 +106,7 @@ pub(super) fn run(
     recorded: impl FnOnce() -> std::result::Result<(), LogError>,
     observer: &mut dyn Observer,
     interrupt: &AtomicBool,
-) -> Result<BuildSummary> {
+) -> Result<Status> {
     thread::scope(|scope| {
         let mut driver = Driver::new(build, scope);
         driver.start(plan, recorded, observer)?;
@@ -273,7 +273,7 @@ impl<'s, 'e> Driver<'s, 'e> {
         self.carry_out(observer)
     }
 
-    fn run(mut self, observer: &mut dyn Observer, interrupt: &AtomicBool) -> Result<BuildSummary> {
+    fn run(mut self, observer: &mut dyn Observer, interrupt: &AtomicBool) -> Result<Status> {
         let mut last_cancel_check = Instant::now();
         loop {
             // Nothing happens while this process's lease has run out (the log cannot be
@@ -1148,7 +1148,9 @@ impl<'s, 'e> Driver<'s, 'e> {
     }
 
     /// Records what never started, decides the outcome, and ends the build request.
-    fn finish(mut self, observer: &mut dyn Observer) -> Result<BuildSummary> {
+    /// Ends the build in the log: what no run of it ended, then its own end. Returns that end's
+    /// status (the summary is read from the log by the caller, once the slots have stopped).
+    fn finish(mut self, observer: &mut dyn Observer) -> Result<Status> {
         let reason = self.machine.stop_reason();
         self.machine.finish(&mut self.effects);
         self.carry_out(observer)?;
@@ -1206,10 +1208,7 @@ impl<'s, 'e> Driver<'s, 'e> {
             events.push(e);
         }
         self.append(events)?;
-        Ok(self
-            .engine
-            .summary(&self.id)?
-            .expect("the build request was recorded"))
+        Ok(status)
     }
 }
 

@@ -121,17 +121,6 @@ impl Observer for Quiet {
     fn on(&mut self, _: Progress<'_>) {}
 }
 
-/// What keeping the plan for a build's next run of its request needs, once the build ended.
-struct NextPlan<'a> {
-    /// The plan's key: `None` when it is not kept (no key, or the build did not complete).
-    key: Option<&'a str>,
-    /// The plan the build reused or found to be a no-op, to keep as it is.
-    keep: Option<crate::plan_cache::Keep>,
-    request: &'a PlanRequest,
-    /// Runs and live refs the build planned: past `REPLAN_MAX`, it is not planned again.
-    planned_size: usize,
-}
-
 impl Engine {
     /// Makes the requested refs live and fresh. Returns the summary even when the build failed;
     /// errors are for requests that could not be planned or a log that could not be written.
@@ -272,14 +261,25 @@ impl Engine {
             };
             driver::run(build, plan, recorded, observer, interrupt)
         });
+        // Read once the driver is gone, its memory with it.
         let summary = ended.and_then(|status| {
-            let next = NextPlan {
-                key: key.as_deref().filter(|_| status == Status::Completed),
-                keep,
-                request: &request,
-                planned_size,
-            };
-            self.summary_keeping(id, next, observer)
+            let summary = self.summary(id)?.expect("the build request was recorded");
+            if let (Status::Completed, Some(key)) = (status, key) {
+                let kept = match keep {
+                    Some(keep) => self.keep_plan(&key, id, keep),
+                    None if planned_size <= crate::plan_cache::REPLAN_MAX => {
+                        self.keep_next_plan(&request, &key, id)
+                    }
+                    None => Ok(()),
+                };
+                // Not the build's failure: the next build plans from the log.
+                if let Err(e) = kept {
+                    observer.on(Progress::Note(format!(
+                        "cannot keep the plan for the next build: {e}"
+                    )));
+                }
+            }
+            Ok(summary)
         });
         summary.inspect_err(|e| {
             // Nothing of it may stay `building`: its runs and claims end with the reason. (When
@@ -288,38 +288,6 @@ impl Engine {
             // that process died before it could, this closes it (else the log refuses it).
             let _ = self.close_build(id, Status::Failed, &format!("the build stopped: {e}"));
         })
-    }
-
-    /// The summary of ended build `id`, read from the log, and meanwhile, on a thread of its own,
-    /// the plan kept for the next build of its request. Both read every row the build wrote
-    /// (~0.2 s each at 24k runs) when nothing is left for the other core to run.
-    fn summary_keeping(
-        &self,
-        id: &str,
-        next: NextPlan<'_>,
-        observer: &mut dyn Observer,
-    ) -> Result<BuildSummary> {
-        let (summary, kept) = std::thread::scope(|scope| {
-            let keeping = next.key.map(|key| {
-                scope.spawn(move || match next.keep {
-                    Some(keep) => self.keep_plan(key, id, keep),
-                    None if next.planned_size <= crate::plan_cache::REPLAN_MAX => {
-                        self.keep_next_plan(next.request, key, id)
-                    }
-                    None => Ok(()),
-                })
-            });
-            let summary = self.summary(id);
-            let kept = keeping.map(|k| k.join().unwrap_or_else(|p| std::panic::resume_unwind(p)));
-            (summary, kept)
-        });
-        // Not the build's failure: the next build plans from the log.
-        if let Some(Err(e)) = kept {
-            observer.on(Progress::Note(format!(
-                "cannot keep the plan for the next build: {e}"
-            )));
-        }
-        Ok(summary?.expect("the build request was recorded"))
     }
 
     /// The version an input has now, for the record of a run starting from it. A failed read

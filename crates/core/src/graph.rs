@@ -535,6 +535,13 @@ struct Loader<'f> {
     file: &'f str,
 }
 
+/// Whether `name` can name an environment variable: not empty, no `=` (which ends the name in
+/// `NAME=value`) and no NUL byte. Checked when the graph loads, and again when a job starts (names
+/// a config executable gives arrive only then).
+pub fn is_env_name(name: &str) -> bool {
+    !name.is_empty() && !name.contains(['=', '\0'])
+}
+
 impl Loader<'_> {
     fn err(&self, context: impl Into<Option<String>>, message: impl Into<String>) -> GraphError {
         GraphError {
@@ -878,11 +885,7 @@ impl Loader<'_> {
         if j.concurrency == Some(0) {
             return Err(err("`concurrency` must be at least 1".into()));
         }
-        if let Some(key) = j
-            .env
-            .keys()
-            .find(|k| k.is_empty() || k.contains(['=', '\0']))
-        {
+        if let Some(key) = j.env.keys().find(|k| !is_env_name(k)) {
             return Err(err(format!(
                 "`env` has the name `{key}`, which no environment variable can have (empty, or \
                  with `=` or a NUL byte); name it with letters, digits and `_`"

@@ -76,7 +76,7 @@ impl Launch {
         // A name given twice takes its last value, as with `Command::envs`.
         let mut own: Vec<&(String, String)> = Vec::with_capacity(env.len());
         for pair in env {
-            if pair.0.is_empty() || pair.0.contains('=') {
+            if !databuild_core::graph::is_env_name(&pair.0) {
                 return Err(std::io::Error::new(
                     std::io::ErrorKind::InvalidInput,
                     format!("`{}` cannot name an environment variable", pair.0),

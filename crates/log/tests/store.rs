@@ -1164,7 +1164,7 @@ fn a_version_7_log_gains_the_readers_index_in_place() {
     assert!(report.problems.is_empty(), "{:?}", report.problems);
 }
 
-/// What schema versions 10 and 9 added, undone (to make a log of version 8 or older).
+/// What schema versions 11, 10 and 9 added, undone (to make a log of version 8 or older).
 const UNDO_V9_V11: &str =
     "drop index events_of_delegations; drop index events_of_checks; drop table plan_cache; drop view check_results; drop view partition_status; drop table partition_checks;
      CREATE VIEW partition_status AS

@@ -1147,9 +1147,8 @@ impl<'s, 'e> Driver<'s, 'e> {
         Ok(left.min(IDLE_WAKE))
     }
 
-    /// Records what never started, decides the outcome, and ends the build request.
-    /// Ends the build in the log: what no run of it ended, then its own end. Returns that end's
-    /// status (the summary is read from the log by the caller, once the slots have stopped).
+    /// Records what never started, decides the outcome, and ends the build request. Returns that
+    /// end's status (the caller reads the summary from the log, once the slots have stopped).
     fn finish(mut self, observer: &mut dyn Observer) -> Result<Status> {
         let reason = self.machine.stop_reason();
         self.machine.finish(&mut self.effects);

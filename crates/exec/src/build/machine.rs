@@ -27,10 +27,9 @@ pub(crate) const MAX_MISSING_DEP_ROUNDS: u32 = 3;
 /// The most runs a build claims beyond its slots, for slots to start the moment they free.
 /// Claimed runs show as running in the log; a few of them cut the log writes per run by as much.
 pub(crate) const MAX_CLAIM_AHEAD: usize = 32;
-/// Runs claimed ahead per slot, while runs are short.
-const AHEAD_PER_SLOT: usize = 16;
-/// Runs that take this long, on average, are claimed only as slots free (see `Machine::ahead`).
-pub(crate) const LONG_RUN: Duration = Duration::from_secs(1);
+/// About how long a run claimed ahead waits for its slot, at the build's recent run durations:
+/// what bounds the claims ahead of runs that are not short (see `Machine::ahead`).
+pub(crate) const CLAIM_HOLD: Duration = Duration::from_millis(250);
 /// How many times one run's claim may be refused because its outputs changed since they were
 /// read, before the build gives up (each refusal means another build moved them meanwhile).
 pub(crate) const MAX_CLAIM_REFUSALS: u32 = 5;
@@ -357,20 +356,18 @@ impl Machine {
         self.staged
     }
 
-    /// How many runs the build claims ahead of its slots. Short runs are claimed many to a log
-    /// write (16 per slot, at most [`MAX_CLAIM_AHEAD`]), so a slot that frees finds one waiting.
-    /// But a run claimed ahead shows as running in the log, and is held from other hosts sharing
-    /// it, while it waits for a slot: none is claimed ahead before a first run has said how long
-    /// runs take, nor while they take [`LONG_RUN`] or more, when a claim's write is nothing
-    /// beside a run. Two regimes, not a sliding count: a build's events stay the same from one
-    /// time to the next (CONTRACT §5) unless its runs' durations straddle the line.
+    /// How many runs the build claims ahead of its slots: as many as the slots get through in
+    /// about [`CLAIM_HOLD`] at the recent runs' duration, at most [`MAX_CLAIM_AHEAD`]. Short runs
+    /// are claimed many to a log write, and a slot that frees finds one waiting; a run claimed
+    /// ahead shows as running in the log (and is held from other hosts sharing it) while it
+    /// waits, so runs that take seconds are claimed only as slots free, and none ahead before a
+    /// first run has said how long runs take.
     fn ahead(&self) -> usize {
-        match self.recent_run {
-            Some(recent) if recent < LONG_RUN => {
-                (AHEAD_PER_SLOT * self.policy.slots.max(1)).min(MAX_CLAIM_AHEAD)
-            }
-            _ => 0,
-        }
+        let Some(recent) = self.recent_run else {
+            return 0;
+        };
+        let per_slot = CLAIM_HOLD.as_secs_f64() / recent.as_secs_f64().max(1e-6);
+        ((self.policy.slots.max(1) as f64 * per_slot) as usize).min(MAX_CLAIM_AHEAD)
     }
 
     /// Adds a run's duration to the recent runs' average (an eighth of the way towards it).

@@ -4,7 +4,7 @@
 //! was most of the time a slot sat idle between two short jobs.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Instant;
 
@@ -89,9 +89,8 @@ pub(crate) enum Report {
 pub(crate) struct Launches {
     queue: Mutex<Queue>,
     added: Condvar,
-    /// While at least this many runs wait, a run that built need not wake the scheduler: the
-    /// machine's `refill_below`, which moves as runs end.
-    quiet_while: AtomicUsize,
+    /// While at least this many runs wait, a run that built need not wake the scheduler.
+    quiet_while: usize,
 }
 
 #[derive(Default)]
@@ -112,14 +111,9 @@ impl Launches {
     /// wait: the point below which the scheduler claims more.
     pub fn new(quiet_while: usize) -> Launches {
         Launches {
-            quiet_while: AtomicUsize::new(quiet_while),
+            quiet_while,
             ..Launches::default()
         }
-    }
-
-    /// Sets how many waiting runs let a built run's end go unreported until the next wake-up.
-    pub fn set_quiet_while(&self, quiet_while: usize) {
-        self.quiet_while.store(quiet_while, Ordering::Relaxed);
     }
 
     pub fn push(&self, launch: Launch) {
@@ -183,7 +177,7 @@ impl Launches {
         let urgent = ended.outcome != RunOutcome::Succeeded || ended.held_back().is_some();
         let mut queue = self.lock();
         queue.paused |= urgent;
-        let wake = urgent || queue.runs.len() < self.quiet_while.load(Ordering::Relaxed).max(1);
+        let wake = urgent || queue.runs.len() < self.quiet_while.max(1);
         queue.reports.push(Report::Ended { node, at, ended });
         wake
     }

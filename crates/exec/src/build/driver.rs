@@ -338,11 +338,7 @@ impl<'s, 'e> Driver<'s, 'e> {
                 }
                 Report::Ended { node, at, ended } => {
                     self.runs[node].ended = Some(at);
-                    let took = self.runs[node]
-                        .started
-                        .map_or(Duration::ZERO, |s| at.at.saturating_duration_since(s.at));
-                    self.feed(Input::Finished { node, ended, took }, observer)?;
-                    self.launches.set_quiet_while(self.machine.refill_below());
+                    self.feed(Input::Finished { node, ended }, observer)?;
                     if !self.machine.stopped() {
                         self.launches.resume();
                     }

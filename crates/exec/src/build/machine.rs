@@ -10,7 +10,6 @@
 use std::cell::OnceCell;
 use std::collections::VecDeque;
 use std::ops::Range;
-use std::time::Duration;
 
 use std::hash::BuildHasher;
 
@@ -26,10 +25,7 @@ use crate::slots::Ended;
 pub(crate) const MAX_MISSING_DEP_ROUNDS: u32 = 3;
 /// The most runs a build claims beyond its slots, for slots to start the moment they free.
 /// Claimed runs show as running in the log; a few of them cut the log writes per run by as much.
-pub(crate) const MAX_CLAIM_AHEAD: usize = 32;
-/// About how long a run claimed ahead waits for its slot, at the build's recent run durations:
-/// what bounds the claims ahead of runs that are not short (see `Machine::ahead`).
-pub(crate) const CLAIM_HOLD: Duration = Duration::from_millis(250);
+pub(crate) const MAX_CLAIM_AHEAD: usize = 16;
 /// How many times one run's claim may be refused because its outputs changed since they were
 /// read, before the build gives up (each refusal means another build moved them meanwhile).
 pub(crate) const MAX_CLAIM_REFUSALS: u32 = 5;
@@ -108,7 +104,10 @@ pub(crate) enum Input {
     /// changed one of the partitions since. Each run is then checked and claimed alone.
     BatchRefused(Vec<usize>),
     /// The log refused one run's claim.
-    Refused { node: usize, refusal: RefusalKind },
+    Refused {
+        node: usize,
+        refusal: RefusalKind,
+    },
     /// Another build is building outputs of the run: each output's ref and that build's id
     /// (none left: whoever held them is done).
     Held {
@@ -127,13 +126,14 @@ pub(crate) enum Input {
     Finished {
         node: usize,
         ended: Ended,
-        /// How long it ran, by its slot's clock.
-        took: Duration,
     },
     /// A claimed run taken back from the slots before one started it.
     Unstaged(usize),
     /// A partition another build was making is resolved.
-    WaitEnded { wait: usize, outcome: WaitOutcome },
+    WaitEnded {
+        wait: usize,
+        outcome: WaitOutcome,
+    },
     /// The plan of a run's missing inputs, or why there is none.
     InputsPlanned {
         node: usize,
@@ -141,7 +141,10 @@ pub(crate) enum Input {
         plan: Result<Plan, String>,
     },
     /// The plan that takes over a partition whose builder died.
-    TakeOverPlanned { wait: usize, plan: Plan },
+    TakeOverPlanned {
+        wait: usize,
+        plan: Plan,
+    },
     /// Stop: no run starts any more, running runs are told to stop.
     Cancel(String),
 }
@@ -293,8 +296,6 @@ pub(crate) struct Machine {
     /// Why no new run starts (a failure without `--keep-going`, or cancel).
     stopped: Option<String>,
     cancelled: bool,
-    /// The build's recent runs' duration (a moving average), once one has ended.
-    recent_run: Option<Duration>,
 }
 
 impl Machine {
@@ -315,7 +316,6 @@ impl Machine {
             open_waits: 0,
             stopped: None,
             cancelled: false,
-            recent_run: None,
         }
     }
 
@@ -356,31 +356,13 @@ impl Machine {
         self.staged
     }
 
-    /// How many runs the build claims ahead of its slots: as many as the slots get through in
-    /// about [`CLAIM_HOLD`] at the recent runs' duration, at most [`MAX_CLAIM_AHEAD`]. Short runs
-    /// are claimed many to a log write, and a slot that frees finds one waiting; a run claimed
-    /// ahead shows as running in the log (and is held from other hosts sharing it) while it
-    /// waits, so runs that take seconds are claimed only as slots free, and none ahead before a
-    /// first run has said how long runs take.
+    /// How many runs the build claims ahead of its slots.
     fn ahead(&self) -> usize {
-        let Some(recent) = self.recent_run else {
-            return 0;
-        };
-        let per_slot = CLAIM_HOLD.as_secs_f64() / recent.as_secs_f64().max(1e-6);
-        ((self.policy.slots.max(1) as f64 * per_slot) as usize).min(MAX_CLAIM_AHEAD)
-    }
-
-    /// Adds a run's duration to the recent runs' average (an eighth of the way towards it).
-    fn note_duration(&mut self, took: Duration) {
-        self.recent_run = Some(match self.recent_run {
-            None => took,
-            Some(recent) => recent.mul_f64(7.0 / 8.0) + took.mul_f64(1.0 / 8.0),
-        });
+        (8 * self.policy.slots.max(1)).min(MAX_CLAIM_AHEAD)
     }
 
     /// While at least this many claimed runs wait for a slot, the machine claims no more: a run
-    /// that ends then, and built, need not be reported at once (see `Launches::ended`). It
-    /// changes as runs end (`ahead`).
+    /// that ends then, and built, need not be reported at once (see `Launches::ended`).
     pub fn refill_below(&self) -> usize {
         self.ahead() / 2
     }
@@ -510,10 +492,7 @@ impl Machine {
                 self.running += 1;
                 self.nodes[node].state = State::Running;
             }
-            Input::Finished { node, ended, took } => {
-                self.note_duration(took);
-                self.finished(node, ended, out)
-            }
+            Input::Finished { node, ended } => self.finished(node, ended, out),
             Input::Unstaged(node) => self.unstaged(node, out),
             Input::WaitEnded { wait, outcome } => self.wait_ended(wait, outcome, out),
             Input::InputsPlanned {
@@ -533,16 +512,16 @@ impl Machine {
         self.fill(out);
     }
 
-    /// Keeps the slots fed: it claims runs ahead of them (`ahead`), refilling in one log write
-    /// once half of those are taken, or as a slot frees when none are claimed ahead. A slot that
-    /// frees finds a run waiting, and the log takes one write per several runs. Why claim ahead:
-    /// a write to a PostgreSQL log takes ~2 ms on a busy host, as long as a short job; with a
+    /// Keeps the slots fed: it claims runs ahead of them, eight times as many as there are slots
+    /// (at most `MAX_CLAIM_AHEAD`), refilling in one log write once half are taken. A slot that
+    /// frees finds a run waiting, and the log takes one write per several runs. Why so many: a
+    /// write to a PostgreSQL log takes ~2 ms on a busy host, as long as a short job; with a
     /// quarter as many ahead, slots sat idle waiting for claims (0.45 s over a 2.7k-job build).
-    /// And each write costs the scheduler's thread ~120 µs however few runs it claims (its
-    /// commit, and the index pages it touches): at two slots, nine runs per write instead of five
-    /// cut its CPU per run by 20 µs (14%). While more runs are staged than there are slots, a
-    /// claim waits until a quarter of `ahead` is ready: where runs become ready one at a time
-    /// (chains of jobs, each run unlocking the next), claiming each alone took one write per run.
+    /// And each write costs the scheduler's thread ~120 µs however few runs it claims (its commit,
+    /// and the index pages it touches): at two slots, nine runs per write instead of five cut its
+    /// CPU per run by 20 µs (14%). While more runs are staged than there are slots, a claim
+    /// waits until a quarter of `ahead` is ready: where runs become ready one at a time (chains
+    /// of jobs, each run unlocking the next), claiming each alone took one write per run.
     /// Once the build stopped, the claimed runs no slot took are taken back instead.
     pub fn fill(&mut self, out: &mut VecDeque<Effect>) {
         if self.stopped.is_some() {
@@ -554,7 +533,7 @@ impl Machine {
         let slots = self.policy.slots.max(1);
         let ahead = self.ahead();
         let batch = (ahead / 4).max(1);
-        while self.staged + self.claiming < self.refill_below().max(1) {
+        while self.staged + self.claiming < self.refill_below() {
             if self.staged + self.claiming > slots && self.ready.len() < batch {
                 break; // the slots are fed: let the ready runs gather into one write
             }

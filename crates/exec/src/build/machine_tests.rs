@@ -98,13 +98,8 @@ fn not_run(nodes: &[usize], reason: &str) -> Effect {
     }
 }
 
-/// A run's end, after a millisecond: the build then claims as far ahead as it may.
 fn finished(node: usize, ended: Ended) -> Input {
-    Input::Finished {
-        node,
-        ended,
-        took: Duration::from_millis(1),
-    }
+    Input::Finished { node, ended }
 }
 
 /// How a case's build is set up.
@@ -113,19 +108,13 @@ struct Setup {
     keep_going: bool,
     retries: u32,
     concurrency: Option<u32>,
-    /// How long its runs have taken so far (none ended yet: `None`).
-    recent_run: Option<Duration>,
 }
-
-/// Runs as short as a benchmark's: the build claims as far ahead as it may.
-const SHORT: Option<Duration> = Some(Duration::from_millis(1));
 
 const ONE_SLOT: Setup = Setup {
     slots: 1,
     keep_going: false,
     retries: 0,
     concurrency: None,
-    recent_run: SHORT,
 };
 
 const TWO_SLOTS: Setup = Setup {
@@ -154,7 +143,6 @@ fn started(setup: Setup, plan: Plan) -> (Machine, VecDeque<Effect>) {
         keep_going,
         retries,
         concurrency,
-        recent_run,
     } = setup;
     let jobs = vec![JobPolicy {
         retries,
@@ -165,7 +153,6 @@ fn started(setup: Setup, plan: Plan) -> (Machine, VecDeque<Effect>) {
         keep_going,
         jobs,
     });
-    machine.recent_run = recent_run;
     let mut out = VecDeque::new();
     machine.add_plan(plan, &mut out);
     machine.fill(&mut out);
@@ -829,14 +816,14 @@ fn upstream_versions_are_read_before_the_claim() {
 
 #[test]
 fn slots_are_fed_ahead_in_batches() {
-    let runs = (0..40).map(|i| run(&format!("p/{i}"), &[], &[])).collect();
+    let runs = (0..20).map(|i| run(&format!("p/{i}"), &[], &[])).collect();
     let (mut machine, mut out) = started(TWO_SLOTS, plan(runs, &[]));
-    // Two slots of short runs claim thirty-two ahead: thirty-four at first; more once half of
-    // those thirty-two are taken, as many as runs ended meanwhile.
-    assert_eq!(out.pop_back(), Some(Claim((0..34).collect())));
-    machine.handle(Input::Claimed((0..34).collect()), &mut out);
+    // Two slots claim sixteen ahead: eighteen at first; more once half of those sixteen are
+    // taken, as many as runs ended meanwhile.
+    assert_eq!(out.pop_back(), Some(Claim((0..18).collect())));
+    machine.handle(Input::Claimed((0..18).collect()), &mut out);
     out.clear();
-    for node in 0..18 {
+    for node in 0..10 {
         machine.handle(Input::Started(node), &mut out);
     }
     machine.handle(finished(0, ok()), &mut out);
@@ -844,67 +831,16 @@ fn slots_are_fed_ahead_in_batches() {
         Vec::from(std::mem::take(&mut out)),
         vec![end(0, 1, ok(), None)]
     );
-    // Fewer than half of the thirty-two are staged now, but only six runs are ready (34..40):
+    // Fewer than half of the sixteen are staged now, but only two runs are ready (18, 19):
     // they gather while the slots have more staged than there are slots...
-    for node in 18..31 {
+    for node in 10..15 {
         machine.handle(Input::Started(node), &mut out);
         assert_eq!(Vec::from(std::mem::take(&mut out)), vec![], "{node}");
     }
     // ...and are claimed together once a slot could otherwise go idle.
-    // (As many as fit beside the thirty-one "running" here: one.)
-    machine.handle(Input::Started(31), &mut out);
-    assert_eq!(Vec::from(out), vec![Claim(vec![34])]);
-}
-
-#[test]
-fn runs_are_claimed_ahead_by_how_long_they_take() {
-    let runs = || (0..40).map(|i| run(&format!("p/{i}"), &[], &[])).collect();
-    // Before any run has ended, only what the slots start at once is claimed: a run claimed
-    // ahead shows as running, and may wait as long as a run takes.
-    let unknown = Setup {
-        recent_run: None,
-        ..TWO_SLOTS
-    };
-    let (mut machine, mut out) = started(unknown, plan(runs(), &[]));
-    assert_eq!(
-        Vec::from(std::mem::take(&mut out))[1..],
-        [Claim(vec![0, 1])]
-    );
-    machine.handle(Input::Claimed(vec![0, 1]), &mut out);
-    machine.handle(Input::Started(0), &mut out);
-    machine.handle(Input::Started(1), &mut out);
-    out.clear();
-    // The first run took 50 ms: the two slots get through ten runs in ~250 ms.
-    machine.handle(
-        Input::Finished {
-            node: 0,
-            ended: ok(),
-            took: Duration::from_millis(50),
-        },
-        &mut out,
-    );
-    assert_eq!(out.pop_back(), Some(Claim((2..13).collect())));
-    // Runs of a minute: none ahead; a run is claimed as a slot frees.
-    let long = Setup {
-        recent_run: Some(Duration::from_secs(60)),
-        ..TWO_SLOTS
-    };
-    let (mut machine, mut out) = started(long, plan(runs(), &[]));
-    assert_eq!(out.pop_back(), Some(Claim(vec![0, 1])));
-    machine.handle(Input::Claimed(vec![0, 1]), &mut out);
-    out.clear();
-    machine.handle(Input::Started(0), &mut out);
-    machine.handle(Input::Started(1), &mut out);
-    assert_eq!(Vec::from(std::mem::take(&mut out)), []);
-    machine.handle(
-        Input::Finished {
-            node: 0,
-            ended: ok(),
-            took: Duration::from_secs(60),
-        },
-        &mut out,
-    );
-    assert_eq!(out.pop_back(), Some(Claim(vec![2])));
+    // (As many as fit beside the sixteen "running" here: one.)
+    machine.handle(Input::Started(15), &mut out);
+    assert_eq!(Vec::from(out), vec![Claim(vec![18])]);
 }
 
 #[test]

@@ -22,7 +22,7 @@ use crate::versions::{DataDir, Seen, Witnesses};
 
 /// The largest build (runs and live refs planned) that plans its request again at its end to
 /// keep the plan for the next build: ~0.15 s at 24k; a backfill of a million would take seconds.
-pub(crate) const REPLAN_MAX: usize = 100_000;
+const REPLAN_MAX: usize = 100_000;
 
 /// Bumped when the kept body or what the key covers changes.
 const FORMAT: &str = "databuild plan cache 1";
@@ -227,19 +227,31 @@ impl Engine {
                 })
     }
 
-    /// After build `id` made its request live: plans it again and keeps that plan (a no-op,
-    /// unless something changed meanwhile), so the next build of it reuses the plan at once
-    /// instead of reading every row the build wrote.
-    pub(crate) fn keep_next_plan(&self, request: &PlanRequest, key: &str, id: &str) -> Result<()> {
-        match self.plan_noting(request) {
-            (Ok(_), Some(keep)) => self.keep_plan(key, id, keep),
-            _ => Ok(()),
+    /// After build `id` made its request live, keeps the plan its next build reuses at once
+    /// instead of reading every row this one wrote: `keep`, the plan the build reused or found to
+    /// be a no-op, as it is; otherwise the request planned again (a no-op, unless something
+    /// changed meanwhile), unless the build planned more than `REPLAN_MAX` runs and live refs.
+    pub(crate) fn keep_for_next_build(
+        &self,
+        request: &PlanRequest,
+        key: &str,
+        id: &str,
+        keep: Option<Keep>,
+        planned_size: usize,
+    ) -> Result<()> {
+        match keep {
+            Some(keep) => self.keep_plan(key, id, keep),
+            None if planned_size <= REPLAN_MAX => match self.plan_noting(request) {
+                (Ok(_), Some(keep)) => self.keep_plan(key, id, keep),
+                _ => Ok(()),
+            },
+            None => Ok(()),
         }
     }
 
     /// Keeps (or moves forward) a no-op plan once build `id` recorded it; a log that changed
     /// meanwhile keeps nothing.
-    pub(crate) fn keep_plan(&self, key: &str, id: &str, keep: Keep) -> Result<()> {
+    fn keep_plan(&self, key: &str, id: &str, keep: Keep) -> Result<()> {
         self.store
             .keep_plan(key, keep.since, id, keep.body.as_deref())?;
         Ok(())

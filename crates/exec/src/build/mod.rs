@@ -265,13 +265,7 @@ impl Engine {
         let summary = ended.and_then(|status| {
             let summary = self.summary(id)?.expect("the build request was recorded");
             if let (Status::Completed, Some(key)) = (status, key) {
-                let kept = match keep {
-                    Some(keep) => self.keep_plan(&key, id, keep),
-                    None if planned_size <= crate::plan_cache::REPLAN_MAX => {
-                        self.keep_next_plan(&request, &key, id)
-                    }
-                    None => Ok(()),
-                };
+                let kept = self.keep_for_next_build(&request, &key, id, keep, planned_size);
                 // Not the build's failure: the next build plans from the log.
                 if let Err(e) = kept {
                     observer.on(Progress::Note(format!(

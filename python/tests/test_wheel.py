@@ -66,6 +66,11 @@ def test_the_client_builds_watches_and_asks_a_real_service(project):
                 url = line.split()[-1]
                 break
         client = Client(url)
+        # wait() right after build(): it returns on the build's final status, never while the
+        # build is only planned (`analysis_completed`), so what it built is live at once.
+        first = client.wait(client.build(["totals/date=2024-02-26"]))
+        assert first.status == "completed"
+        assert client.status("totals/date=2024-02-26").status == "live"
         build = client.build(["totals/date={2024-02-27..2024-02-28}"])
         events = list(client.events(build))
         assert events[0].kind == "build_request" and events[0].status == "received"

@@ -15,8 +15,8 @@ import urllib.request
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Mapping, Optional, Sequence
 
-#: Build request states after which nothing more happens to it.
-ENDED = frozenset({"completed", "failed", "cancelled", "analysis_completed"})
+#: Build request states after which nothing more happens to a build that runs.
+ENDED = frozenset({"completed", "failed", "cancelled"})
 
 
 class ClientError(Exception):
@@ -40,6 +40,10 @@ class BuildAnswer:
 
     @property
     def ended(self) -> bool:
+        """The build's final status is known. ``analysis_completed`` ends only an analysis (a dry
+        run): a build that runs passes through it on its way to executing."""
+        if self.status == "analysis_completed":
+            return bool(self.raw.get("analyze_only"))
         return self.status in ENDED
 
     @classmethod

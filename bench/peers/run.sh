@@ -3,7 +3,8 @@
 #   bench/peers/run.sh [runs=3] [big=1]
 # Scenarios: plan only (dry run), full build from scratch with 2 workers, no-op rerun. Each
 # scenario runs for every system in turn, `runs` times, in a fresh copy of the workload; the table
-# of medians (and the ratio to the fastest peer) goes to bench/peers/results.md. Peers are installed
+# of medians (and the ratio to the fastest peer) goes to bench/peers/results.md, and each
+# scenario's ratio to make is recorded (peers.<jobs>.<scenario>, see bench/record.py). Peers are installed
 # for the benchmark only, in bench/.venv. Snakemake and Luigi run once per size (they take minutes);
 # at ~24k jobs only Snakemake's dry run is measured. A command over PEER_LIMIT seconds (default 600)
 # counts as not finished.
@@ -81,8 +82,10 @@ for size in $sizes; do
   done
 done
 
-python3 - "$results" "$db" "$sm" > bench/peers/results.md <<'PY'
+python3 - "$results" "$db" "$sm" "${PEER_LIMIT:+PEER_LIMIT=$PEER_LIMIT }bench/peers/run.sh $*" > bench/peers/results.md <<'PY'
 import statistics, subprocess, sys, platform
+sys.path.insert(0, "bench")
+from record import record
 rows = [l.rstrip("\n").split("\t") for l in open(sys.argv[1])]
 def version(cmd):
     try:
@@ -114,5 +117,16 @@ for size in ["120x10", "1095x10"]:
         peers = [v for k, v in values.items() if k != "databuild"]
         ratio = f"{values['databuild'] / min(peers):.2f}×" if "databuild" in values and peers else "—"
         print(f"| {jobs[size]} | {scenario} | " + " | ".join(cells) + f" | {ratio} |")
+        if "databuild" in values and "make" in values:
+            label = {"120x10": "2.7k", "1095x10": "24k"}[size]
+            goal = {"plan": "<= 1.5", "build": "<= 1.3" if label == "2.7k" else "<= 1.5",
+                    "noop": "<= 1.5" if label == "24k" else None}[scenario]
+            what = {"plan": "plan (`analyze` / `make -n`)", "build": "build with 2 workers",
+                    "noop": "no-op rerun"}[scenario]
+            others = ", ".join(f"{s.capitalize() if s != 'make' else s} {values[s]:.2f} s"
+                               for s in ["make", "snakemake", "luigi"] if s in values)
+            record(f"peers.{label}.{scenario}", round(values["databuild"] / values["make"], 2), "×", goal,
+                   f"{jobs[size]} jobs: {what}, over make's", detail=f"{values['databuild']:.2f} s",
+                   peer=others, command=sys.argv[4].strip())
 PY
 cat bench/peers/results.md

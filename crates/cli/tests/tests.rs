@@ -25,7 +25,6 @@ mod security;
 mod service;
 mod slurm;
 mod sources;
-mod tidy;
 mod truth;
 mod truth_data;
 mod truth_plan;

@@ -1,5 +1,9 @@
 //! End-to-end tests: each drives the real `databuild` binary in a temp dir of its own.
 
+// Test code may unwrap: a panic is its failure. (`allow-unwrap-in-tests` in `clippy.toml`
+// covers only `#[test]` functions and `#[cfg(test)]` modules, not this crate's helpers.)
+#![allow(clippy::unwrap_used)]
+
 mod util;
 
 mod analyze;
@@ -21,7 +25,6 @@ mod security;
 mod service;
 mod slurm;
 mod sources;
-mod tidy;
 mod truth;
 mod truth_data;
 mod truth_plan;

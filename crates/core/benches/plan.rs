@@ -2,6 +2,10 @@
 //!
 //! `cargo bench -p databuild-core --bench plan`. Figures go to BENCHMARKS.md.
 
+// A benchmark may unwrap: a panic only stops the benchmark. (`allow-unwrap-in-tests` in
+// `clippy.toml` covers only `#[test]` functions and `#[cfg(test)]` modules, not benchmarks.)
+#![allow(clippy::unwrap_used)]
+
 /// The allocator the `databuild` binary uses, so the figures match what users run.
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;

@@ -9,6 +9,10 @@
 //! recorded, into a log of its own, for the index's cost. Then times the store's reads a lineage
 //! answer is made of: a run by id, and the readers of an instance.
 
+// A benchmark may unwrap: a panic only stops the benchmark. (`allow-unwrap-in-tests` in
+// `clippy.toml` covers only `#[test]` functions and `#[cfg(test)]` modules, not benchmarks.)
+#![allow(clippy::unwrap_used)]
+
 use std::time::{Duration, Instant};
 
 use databuild_log::*;

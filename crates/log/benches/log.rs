@@ -6,6 +6,10 @@
 //! then 30 more builds with each run's 7 events in a commit of its own, as a build writes them;
 //! then times single-partition status lookups and `partitions --status failed --limit 50`.
 
+// A benchmark may unwrap: a panic only stops the benchmark. (`allow-unwrap-in-tests` in
+// `clippy.toml` covers only `#[test]` functions and `#[cfg(test)]` modules, not benchmarks.)
+#![allow(clippy::unwrap_used)]
+
 use std::time::{Duration, Instant};
 
 use databuild_log::*;

@@ -3,6 +3,10 @@
 //! batch twice. Needs the test command's throwaway server (`DATABUILD_TEST_POSTGRES`) and, to
 //! restart it, its folder (`DATABUILD_TEST_POSTGRES_DIR`, for `scripts/postgres.sh restart`).
 
+// Test code may unwrap: a panic is its failure. (`allow-unwrap-in-tests` in `clippy.toml`
+// covers only `#[test]` functions and `#[cfg(test)]` modules, not this crate's helpers.)
+#![allow(clippy::unwrap_used)]
+
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};

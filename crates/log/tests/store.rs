@@ -1,5 +1,9 @@
 //! The storage conformance suite: every backend must pass every test here.
 
+// Test code may unwrap: a panic is its failure. (`allow-unwrap-in-tests` in `clippy.toml`
+// covers only `#[test]` functions and `#[cfg(test)]` modules, not this crate's helpers.)
+#![allow(clippy::unwrap_used)]
+
 use databuild_log::*;
 use proptest::prelude::*;
 

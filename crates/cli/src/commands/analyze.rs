@@ -1,3 +1,6 @@
+//! `databuild analyze` (and `build --dry-run`): the plan for some refs, and what it would cost,
+//! printed for people or as JSON, without running anything.
+
 use std::io::Write;
 use std::process::ExitCode;
 

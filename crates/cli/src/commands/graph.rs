@@ -1,3 +1,6 @@
+//! `databuild graph`: the job graph drawn as DOT, Mermaid or JSON, from the graph file (with the
+//! edges dynamic jobs last read, from the log) or from a service.
+
 use std::io::Write;
 use std::process::ExitCode;
 

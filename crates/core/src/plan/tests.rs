@@ -1,3 +1,6 @@
+//! The planner's tests: plans of small graphs checked line by line, and property tests that
+//! planning is deterministic and complete.
+
 use super::*;
 use proptest::prelude::*;
 

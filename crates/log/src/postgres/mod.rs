@@ -34,16 +34,16 @@ mod append;
 
 /// The schema, as numbered migrations (see the SQLite store).
 const MIGRATIONS: &[&str] = &[
-    include_str!("postgres/v1.sql"),
-    include_str!("postgres/v2.sql"),
-    include_str!("postgres/v3.sql"),
-    include_str!("postgres/v4.sql"),
-    include_str!("postgres/v5.sql"),
-    include_str!("postgres/v6.sql"),
-    include_str!("postgres/v7.sql"),
-    include_str!("postgres/v8.sql"),
-    include_str!("postgres/v9.sql"),
-    include_str!("postgres/v10.sql"),
+    include_str!("v1.sql"),
+    include_str!("v2.sql"),
+    include_str!("v3.sql"),
+    include_str!("v4.sql"),
+    include_str!("v5.sql"),
+    include_str!("v6.sql"),
+    include_str!("v7.sql"),
+    include_str!("v8.sql"),
+    include_str!("v9.sql"),
+    include_str!("v10.sql"),
 ];
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
 

@@ -31,17 +31,17 @@ const APPLICATION_ID: i64 = 0x4442_4C47;
 /// The schema, as numbered migrations. Version N is reached by applying the first N steps.
 /// Never edit a step that has shipped; add one.
 const MIGRATIONS: &[&str] = &[
-    include_str!("sqlite/v1.sql"),
-    include_str!("sqlite/v2.sql"),
-    include_str!("sqlite/v3.sql"),
-    include_str!("sqlite/v4.sql"),
-    include_str!("sqlite/v5.sql"),
-    include_str!("sqlite/v6.sql"),
-    include_str!("sqlite/v7.sql"),
-    include_str!("sqlite/v8.sql"),
-    include_str!("sqlite/v9.sql"),
-    include_str!("sqlite/v10.sql"),
-    include_str!("sqlite/v11.sql"),
+    include_str!("v1.sql"),
+    include_str!("v2.sql"),
+    include_str!("v3.sql"),
+    include_str!("v4.sql"),
+    include_str!("v5.sql"),
+    include_str!("v6.sql"),
+    include_str!("v7.sql"),
+    include_str!("v8.sql"),
+    include_str!("v9.sql"),
+    include_str!("v10.sql"),
+    include_str!("v11.sql"),
 ];
 
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;

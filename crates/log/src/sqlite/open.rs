@@ -61,12 +61,10 @@ pub(super) fn tune(conn: &Connection, cache_kib: i64) -> Result<()> {
     Ok(())
 }
 
-/// A closing connection leaves the WAL as it is: the store decides at its drop
-/// ([`CLOSE_TRUNCATE_BYTES`]). SQLite's last connection to close would copy the WAL into the
+/// A closing connection leaves the WAL as it is: the store decides at its drop (`checkpointer`'s
+/// `CLOSE_TRUNCATE_BYTES`). SQLite's last connection to close would copy the WAL into the
 /// database, sync it and remove it every time: 20 ms at the end of a 24k no-op build (4 MB of
 /// WAL), against ~1 ms per MB for the next command to read that WAL back at its first open.
-///
-/// [`CLOSE_TRUNCATE_BYTES`]: super::checkpointer::CLOSE_TRUNCATE_BYTES
 pub(super) fn leave_wal_on_close(conn: &Connection) -> Result<()> {
     conn.set_db_config(
         rusqlite::config::DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE,

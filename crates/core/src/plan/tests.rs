@@ -1,3 +1,6 @@
+use std::collections::{HashMap, HashSet};
+
+use super::walk::PIPELINED_RUNS;
 use super::*;
 use proptest::prelude::*;
 

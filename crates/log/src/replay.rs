@@ -126,87 +126,6 @@ pub fn global_effect(
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::state::{BUILD_REQUEST, JOB_RUN, REQUEST_PARTITION};
-    use crate::testing::arb_event;
-    use proptest::prelude::*;
-
-    fn path_is_valid(table: &[(Option<Status>, &[Status])], path: &[Status]) -> bool {
-        let mut from = None;
-        for &to in path {
-            if !table.iter().any(|(f, tos)| *f == from && tos.contains(&to)) {
-                return false;
-            }
-            from = Some(to);
-        }
-        true
-    }
-
-    proptest! {
-        #![proptest_config(ProptestConfig::with_cases(2000))]
-
-        /// Whatever arrives, the accepted history of every entity is a path of its state machine,
-        /// and no partition is ever claimed by two runs at once.
-        #[test]
-        fn accepted_histories_are_valid_paths(events in proptest::collection::vec(arb_event(), 0..60)) {
-            let mut replay = Replay::default();
-            let mut brs: FxHashMap<String, Vec<Status>> = FxHashMap::default();
-            let mut runs: FxHashMap<String, Vec<Status>> = FxHashMap::default();
-            let mut req: FxHashMap<(String, String), Vec<Status>> = FxHashMap::default();
-            for e in &events {
-                let holder_before = e.partition_ref.as_ref().and_then(|r| replay.partitions.get(r).cloned());
-                if replay.apply(e).is_err() {
-                    continue;
-                }
-                match e.kind {
-                    Kind::BuildRequest => brs.entry(e.build_request_id.clone().unwrap()).or_default().push(e.status),
-                    Kind::JobRun => runs.entry(e.job_run_id.clone().unwrap()).or_default().push(e.status),
-                    Kind::Partition => {
-                        if let Some(b) = &e.build_request_id {
-                            req.entry((b.clone(), e.partition_ref.clone().unwrap())).or_default().push(e.status);
-                        }
-                        if e.status == Status::Building && e.job_run_id.is_some() {
-                            if let Some((Status::Building, Some(h))) = holder_before {
-                                prop_assert_eq!(Some(h), e.job_run_id.clone(), "claimed twice");
-                            }
-                        }
-                    }
-                    Kind::Delegation | Kind::Alias | Kind::Want | Kind::Gc | Kind::Check => {}
-                }
-            }
-            for path in brs.values() { prop_assert!(path_is_valid(BUILD_REQUEST, path), "{:?}", path); }
-            for path in runs.values() { prop_assert!(path_is_valid(JOB_RUN, path), "{:?}", path); }
-            for path in req.values() { prop_assert!(path_is_valid(REQUEST_PARTITION, path), "{:?}", path); }
-        }
-    }
-
-    #[test]
-    fn a_full_build_replays() {
-        let mut r = Replay::default();
-        let events = [
-            Event::build_request("b", Status::Received),
-            Event::build_request("b", Status::Planning),
-            Event::partition(Some("b"), "p", Status::Requested),
-            Event::build_request("b", Status::AnalysisCompleted),
-            Event::job_run("b", "r", "j", Status::Scheduled),
-            Event::partition(Some("b"), "p", Status::Scheduled).with_run("r"),
-            Event::build_request("b", Status::Executing),
-            Event::job_run("b", "r", "j", Status::Running),
-            Event::partition(Some("b"), "p", Status::Building).with_run("r"),
-            Event::job_run("b", "r", "j", Status::Completed),
-            Event::partition(Some("b"), "p", Status::Available).with_run("r"),
-            Event::build_request("b", Status::Completed),
-            Event::partition(None, "p", Status::Tainted),
-        ];
-        for e in &events {
-            r.apply(e).unwrap();
-        }
-        assert_eq!(r.partitions["p"], (Status::Tainted, Some("r".to_string())));
-    }
-}
-
 /// What `check-log` found.
 #[derive(Debug, Clone, Default, serde::Serialize)]
 pub struct CheckReport {
@@ -404,4 +323,85 @@ pub fn check_store(store: &dyn crate::store::EventStore) -> crate::store::Result
     report.job_runs = runs.len();
     report.partitions = partitions.len();
     Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::{BUILD_REQUEST, JOB_RUN, REQUEST_PARTITION};
+    use crate::testing::arb_event;
+    use proptest::prelude::*;
+
+    fn path_is_valid(table: &[(Option<Status>, &[Status])], path: &[Status]) -> bool {
+        let mut from = None;
+        for &to in path {
+            if !table.iter().any(|(f, tos)| *f == from && tos.contains(&to)) {
+                return false;
+            }
+            from = Some(to);
+        }
+        true
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2000))]
+
+        /// Whatever arrives, the accepted history of every entity is a path of its state machine,
+        /// and no partition is ever claimed by two runs at once.
+        #[test]
+        fn accepted_histories_are_valid_paths(events in proptest::collection::vec(arb_event(), 0..60)) {
+            let mut replay = Replay::default();
+            let mut brs: FxHashMap<String, Vec<Status>> = FxHashMap::default();
+            let mut runs: FxHashMap<String, Vec<Status>> = FxHashMap::default();
+            let mut req: FxHashMap<(String, String), Vec<Status>> = FxHashMap::default();
+            for e in &events {
+                let holder_before = e.partition_ref.as_ref().and_then(|r| replay.partitions.get(r).cloned());
+                if replay.apply(e).is_err() {
+                    continue;
+                }
+                match e.kind {
+                    Kind::BuildRequest => brs.entry(e.build_request_id.clone().unwrap()).or_default().push(e.status),
+                    Kind::JobRun => runs.entry(e.job_run_id.clone().unwrap()).or_default().push(e.status),
+                    Kind::Partition => {
+                        if let Some(b) = &e.build_request_id {
+                            req.entry((b.clone(), e.partition_ref.clone().unwrap())).or_default().push(e.status);
+                        }
+                        if e.status == Status::Building && e.job_run_id.is_some() {
+                            if let Some((Status::Building, Some(h))) = holder_before {
+                                prop_assert_eq!(Some(h), e.job_run_id.clone(), "claimed twice");
+                            }
+                        }
+                    }
+                    Kind::Delegation | Kind::Alias | Kind::Want | Kind::Gc | Kind::Check => {}
+                }
+            }
+            for path in brs.values() { prop_assert!(path_is_valid(BUILD_REQUEST, path), "{:?}", path); }
+            for path in runs.values() { prop_assert!(path_is_valid(JOB_RUN, path), "{:?}", path); }
+            for path in req.values() { prop_assert!(path_is_valid(REQUEST_PARTITION, path), "{:?}", path); }
+        }
+    }
+
+    #[test]
+    fn a_full_build_replays() {
+        let mut r = Replay::default();
+        let events = [
+            Event::build_request("b", Status::Received),
+            Event::build_request("b", Status::Planning),
+            Event::partition(Some("b"), "p", Status::Requested),
+            Event::build_request("b", Status::AnalysisCompleted),
+            Event::job_run("b", "r", "j", Status::Scheduled),
+            Event::partition(Some("b"), "p", Status::Scheduled).with_run("r"),
+            Event::build_request("b", Status::Executing),
+            Event::job_run("b", "r", "j", Status::Running),
+            Event::partition(Some("b"), "p", Status::Building).with_run("r"),
+            Event::job_run("b", "r", "j", Status::Completed),
+            Event::partition(Some("b"), "p", Status::Available).with_run("r"),
+            Event::build_request("b", Status::Completed),
+            Event::partition(None, "p", Status::Tainted),
+        ];
+        for e in &events {
+            r.apply(e).unwrap();
+        }
+        assert_eq!(r.partitions["p"], (Status::Tainted, Some("r".to_string())));
+    }
 }

@@ -1,6 +1,9 @@
 //! The planner's tests: plans of small graphs checked line by line, and property tests that
 //! planning is deterministic and complete.
 
+use std::collections::{HashMap, HashSet};
+
+use super::walk::PIPELINED_RUNS;
 use super::*;
 use proptest::prelude::*;
 

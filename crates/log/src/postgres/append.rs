@@ -14,18 +14,109 @@
 //! requested, scheduled, building, then available); a build's claims have one or two. A run
 //! inserted and started in one batch (a claim) is one row write (its [`RunRow::start`]): an
 //! update of `job_runs` rewrites all its indexes, so the start is folded into the insert.
+//!
+//! [`append`] makes the attempts, each on a connection of its own should the last one be lost.
 
 use futures_util::future::try_join_all;
 use rustc_hash::{FxHashMap, FxHashSet};
 use tokio_postgres::types::ToSql;
-use tokio_postgres::{Client, Row, Statement};
+use tokio_postgres::{Client, NoTls, Row, Statement};
 
 use crate::cache::{PartitionState, StateCache};
 use crate::event::{Event, Status};
 use crate::projection::*;
 use crate::store::*;
 
-use super::{storage, APPEND_LOCK};
+use super::{describe, storage, PostgresStore, Retries, Writer, APPEND_LOCK};
+
+/// [`EventStore::append`]: attempts ([`PostgresStore::try_append`]) across lost connections,
+/// for up to [`RETRY_FOR`](super::RETRY_FOR).
+pub(super) fn append(store: &PostgresStore, mut events: Vec<Event>) -> Result<Vec<Event>> {
+    if events.is_empty() {
+        return Ok(events);
+    }
+    let mut guard = store.writer.lock().expect("writer lock");
+    let Writer { runtime, conn } = &mut *guard;
+    let mut retries = Retries::new();
+    // A `COMMIT` was sent but its answer lost: the batch may be in the log already.
+    let mut unsure = false;
+    loop {
+        let lost = match store.try_append(runtime, conn, &mut events, unsure) {
+            Ok(()) => return Ok(events),
+            Err(Failure::Failed(e)) => return Err(store.located(e, &retries)),
+            Err(Failure::Lost { error, sent }) => {
+                unsure |= sent;
+                error
+            }
+        };
+        *conn = None;
+        if !retries.pause() {
+            let written = if unsure {
+                "; whether the batch was written is not known"
+            } else {
+                "; the batch was not written"
+            };
+            return Err(store.unavailable(&retries, format!("{}{written}", describe(&lost))));
+        }
+    }
+}
+
+impl PostgresStore {
+    /// One attempt at appending `events`: connects if need be, then [`begin`] and
+    /// [`write()`]. `unsure`: an earlier attempt's `COMMIT` went unanswered, so the batch is
+    /// looked for first, and returned as the log holds it if it is there.
+    fn try_append(
+        &self,
+        runtime: &tokio::runtime::Runtime,
+        conn: &mut Option<Conn>,
+        events: &mut [Event],
+        unsure: bool,
+    ) -> Attempt<()> {
+        if conn.is_none() {
+            let (client, connection) = runtime
+                .block_on(self.writer_config.connect(NoTls))
+                .map_err(|e| Failure::of(e, false))?;
+            runtime.spawn(connection);
+            *conn = Some(Conn::new(client));
+        }
+        let c = conn.as_mut().expect("connected");
+        let outcome = (|| {
+            let started = runtime.block_on(begin(c, events, unsure))?;
+            if let Some(first) = started.committed {
+                runtime.block_on(read_back(c, events, first))?;
+                // Nothing to write: the transaction only read.
+                return runtime
+                    .block_on(c.client.batch_execute("ROLLBACK"))
+                    .map_err(|e| Failure::of(e, false));
+            }
+            write(runtime, c, started, events)
+        })();
+        let keep = match &outcome {
+            Ok(()) => !c.client.is_closed(),
+            // The server rolled the transaction back with the connection.
+            Err(Failure::Lost { .. }) => false,
+            // A transaction still open (refused, say) ends here; a connection that cannot end
+            // it goes with it.
+            Err(Failure::Failed(_)) => runtime.block_on(c.client.batch_execute("ROLLBACK")).is_ok(),
+        };
+        if !keep {
+            *conn = None;
+        }
+        outcome
+    }
+
+    /// `e` with this log's location and the time the append waited, where it names them.
+    fn located(&self, e: LogError, retries: &Retries) -> LogError {
+        match e {
+            LogError::Locked { detail, .. } => LogError::Locked {
+                location: crate::redact(&self.url),
+                waited_ms: retries.waited_ms(),
+                detail,
+            },
+            e => e,
+        }
+    }
+}
 
 /// A connection of the writer, with its statements, each prepared once.
 pub(super) struct Conn {
@@ -36,7 +127,7 @@ pub(super) struct Conn {
 type Param = Box<dyn ToSql + Sync + Send>;
 type PgResult<T> = std::result::Result<T, tokio_postgres::Error>;
 /// An attempt at an append: done, or why not.
-pub(super) type Attempt<T> = std::result::Result<T, Failure>;
+type Attempt<T> = std::result::Result<T, Failure>;
 
 impl Conn {
     pub fn new(client: Client) -> Conn {
@@ -90,7 +181,7 @@ impl Conn {
 }
 
 /// Why an attempt at an append failed.
-pub(super) enum Failure {
+enum Failure {
     /// The connection was lost (or the server is going away): the transaction is gone. `sent`:
     /// the `COMMIT` had been sent, so the batch may have been written.
     Lost {
@@ -142,7 +233,7 @@ SELECT 'p', partition_ref, prev_status, status, job_run_id, coalesce(job, '')
   FROM partitions WHERE partition_ref = ANY($6)";
 
 /// What the first round trip found.
-pub(super) struct Started {
+struct Started {
     /// The first reserved `idx`.
     first_idx: i64,
     /// The batch as already committed (a retry after a `COMMIT` whose answer was lost).
@@ -152,7 +243,7 @@ pub(super) struct Started {
 
 /// Begins the batch's transaction: the lock, the append counter, its `idx` values and the states
 /// of what it touches, in one round trip. `check` also asks whether the batch is committed already.
-pub(super) async fn begin(conn: &mut Conn, events: &[Event], check: bool) -> Attempt<Started> {
+async fn begin(conn: &mut Conn, events: &[Event], check: bool) -> Attempt<Started> {
     let keys = batch_keys(events);
     let sqls = [LOCK, COUNT_APPEND, RESERVE_IDX, PREFETCH, FIND_EVENT];
     let st = conn
@@ -214,7 +305,7 @@ pub(super) async fn begin(conn: &mut Conn, events: &[Event], check: bool) -> Att
 }
 
 /// The batch as the log holds it, from its first event's `idx`: the events get their `idx`.
-pub(super) async fn read_back(conn: &mut Conn, events: &mut [Event], first: i64) -> Attempt<()> {
+async fn read_back(conn: &mut Conn, events: &mut [Event], first: i64) -> Attempt<()> {
     let rows = conn
         .query(EVENTS_FROM, &[&first, &(events.len() as i64)])
         .await
@@ -238,7 +329,7 @@ pub(super) async fn read_back(conn: &mut Conn, events: &mut [Event], first: i64)
 
 /// Validates `events` (in memory, against the states [`begin`] read) and writes them with their
 /// projections and the `COMMIT`, pipelined.
-pub(super) fn write(
+fn write(
     runtime: &tokio::runtime::Runtime,
     conn: &mut Conn,
     started: Started,

@@ -1,17 +1,13 @@
-//! The graph file (`databuild.toml`) and the validated [`Graph`] it describes.
-//!
-//! Loading checks everything a run would trip over later: patterns, templates, overlapping outputs,
-//! durations, commands. A loaded graph answers "who builds this ref?" through a literal-prefix
-//! index instead of trying every pattern.
+//! Loading a graph file: [`Graph::parse`] reads `databuild.toml` and turns each section into the
+//! validated [`Graph`]'s parts, refusing with a [`GraphError`] naming the file, the section and
+//! the problem whatever a run would trip over later (patterns, templates, durations, commands).
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
-use rustc_hash::FxHashMap;
-use serde::Deserialize;
-
-use crate::pattern::{FieldMismatch, FieldType, Pattern};
-use crate::shape::Shape;
+use super::file::*;
+use super::*;
+use crate::pattern::{FieldType, Pattern};
 use crate::tables::{
     self, BodyFormat, Column, Idempotency, IdempotencyKey, SignatureScheme, Source, SourceKind,
     SourceSettingError, Table, TableVersion,
@@ -28,296 +24,7 @@ pub struct GraphError {
     pub message: String,
 }
 
-// ---------------------------------------------------------------------------------------------
-// The file as written. Private: the rest of the code sees only the validated `Graph`.
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct GraphFile {
-    graph: GraphSection,
-    #[serde(default)]
-    dataset: Vec<DatasetSection>,
-    #[serde(default)]
-    job: Vec<JobSection>,
-    #[serde(default)]
-    source: Vec<SourceSection>,
-    #[serde(default)]
-    table: Vec<TableSection>,
-    #[serde(default)]
-    want: Vec<WantSection>,
-    #[serde(default)]
-    check: Vec<CheckSection>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct CheckSection {
-    name: String,
-    applies_to: Option<String>,
-    command: Option<Vec<String>>,
-    blocking: Option<bool>,
-    timeout: Option<String>,
-    version: Option<toml::Value>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct WantSection {
-    name: String,
-    refs: Vec<String>,
-    sla: Option<String>,
-    ttl: Option<String>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct SourceSection {
-    name: String,
-    kind: String,
-    retention: String,
-    body_format: Option<String>,
-    secret_env: Option<String>,
-    max_body: Option<toml::Value>,
-    rate_limit: Option<u32>,
-    path: Option<String>,
-    /// A scheme's name, or a table of a generic scheme's settings.
-    signature: Option<toml::Value>,
-    signature_tolerance: Option<String>,
-    idempotency: Option<IdempotencySection>,
-    include_headers: Option<Vec<String>>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct SignatureSection {
-    header: Option<String>,
-    prefix: Option<String>,
-    algorithm: Option<String>,
-    encoding: Option<String>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct IdempotencySection {
-    header: Option<String>,
-    field: Option<String>,
-    window: Option<String>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct TableSection {
-    name: String,
-    source: String,
-    version: u32,
-    columns: BTreeMap<String, String>,
-    #[serde(default)]
-    defaults: BTreeMap<String, toml::Value>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct GraphSection {
-    name: String,
-    event_log: Option<String>,
-    data_dir: Option<String>,
-    executor: Option<String>,
-    #[serde(default)]
-    domains: BTreeMap<String, Vec<String>>,
-    slurm: Option<SlurmSection>,
-    #[serde(default)]
-    show_env: Vec<String>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct SlurmSection {
-    partition: Option<String>,
-    account: Option<String>,
-    #[serde(default)]
-    sbatch_args: Vec<String>,
-    pending_timeout: Option<String>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct DatasetSection {
-    name: String,
-    pattern: String,
-    exists: Option<Vec<String>>,
-    upstream: Option<String>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct JobSection {
-    name: String,
-    outputs: Option<Vec<String>>,
-    inputs: Option<Vec<String>>,
-    config: Option<Vec<String>>,
-    command: Option<Vec<String>>,
-    version: Option<toml::Value>,
-    timeout: Option<String>,
-    config_timeout: Option<String>,
-    retries: Option<u32>,
-    concurrency: Option<u32>,
-    batch: Option<u32>,
-    #[serde(default)]
-    env: BTreeMap<String, String>,
-    cpus: Option<u32>,
-    mem: Option<String>,
-    migrate: Option<Vec<String>>,
-}
-
-// ---------------------------------------------------------------------------------------------
-// The validated graph.
-
-/// An external dataset: partitions that no job builds.
-#[derive(Debug, Clone)]
-pub struct Dataset {
-    pub name: String,
-    pub pattern: Pattern,
-    /// A probe command, called with the ref as its last argument; exit 0 means available.
-    /// Without one, a partition is available when `<data_dir>/<ref>` exists.
-    pub exists: Option<Vec<String>>,
-    /// The source (index in [`Graph::sources`]) whose raw partitions this dataset names.
-    pub source: Option<usize>,
-    /// Another DataBuild service that builds this dataset (`http://host:port`): availability is
-    /// its partition status, and wanted partitions are asked of it.
-    pub upstream: Option<String>,
-}
-
-/// How a job finds its inputs.
-#[derive(Debug, Clone)]
-pub enum Deps {
-    /// Input templates over the output's fields, each linked to the producers it can reach.
-    Static(Vec<LinkedTemplate>),
-    /// A config executable called with the requested outputs (contract section 2).
-    Dynamic { config: Vec<String> },
-    /// A table version, built by DataBuild itself: from the raw source partition while it is
-    /// retained, else carried forward from the previous version. Resolved like a config.
-    Table { table: usize, version: u32 },
-}
-
-#[derive(Debug, Clone)]
-pub struct LinkedTemplate {
-    pub template: Template,
-    pub reads: Vec<Producer>,
-}
-
-#[derive(Debug, Clone)]
-pub struct Job {
-    pub name: String,
-    pub outputs: Vec<Pattern>,
-    pub deps: Deps,
-    pub command: Vec<String>,
-    pub version: String,
-    pub timeout: Option<Duration>,
-    pub config_timeout: Duration,
-    pub retries: u32,
-    pub concurrency: Option<u32>,
-    pub batch: u32,
-    pub env: BTreeMap<String, String>,
-    /// Resources asked of a cluster executor (Slurm `--cpus-per-task`, `--mem`).
-    pub cpus: Option<u32>,
-    pub mem: Option<String>,
-    /// Carries a partition forward to a new job version when its inputs have expired: run with
-    /// the partition as its only output, it rewrites it in place.
-    pub migrate: Option<Vec<String>>,
-}
-
-/// A data-quality check of the partitions a job builds (`[[check]]`): run like a job after a
-/// run builds them, and on demand (`databuild check`). Exit 0 passes. A blocking check that
-/// fails keeps the partition from being live.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Check {
-    pub name: String,
-    /// `applies_to` as written: a job's name or one of its output patterns.
-    pub applies_to: String,
-    /// The job outputs it checks, as `(job, output)` indices.
-    pub targets: Vec<(usize, usize)>,
-    pub command: Vec<String>,
-    pub blocking: bool,
-    pub timeout: Option<Duration>,
-    /// Changing it (or the command) makes the recorded results stale: the check runs again,
-    /// the data is not rebuilt.
-    pub version: String,
-}
-
-impl Check {
-    pub fn applies(&self, p: Producer) -> bool {
-        matches!(p, Producer::Job { job, output } if self.targets.contains(&(job, output)))
-    }
-}
-
-/// Where job runs execute.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ExecutorConfig {
-    Local,
-    Slurm(SlurmConfig),
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SlurmConfig {
-    pub partition: Option<String>,
-    pub account: Option<String>,
-    /// More `sbatch` arguments, passed as given.
-    pub sbatch_args: Vec<String>,
-    /// A run still pending after this long fails (with Slurm's reason).
-    pub pending_timeout: Duration,
-}
-
-/// What makes a ref exist: the output pattern of a job, or an external dataset.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Producer {
-    Job {
-        job: usize,
-        output: usize,
-    },
-    Dataset(usize),
-    /// A table's alias (index in [`Graph::tables`]): reads as the promoted version.
-    Alias(usize),
-}
-
-/// The default time a config executable may take before planning gives up on it.
-pub const DEFAULT_CONFIG_TIMEOUT: Duration = Duration::from_secs(60);
-
-#[derive(Debug, Clone)]
-pub struct Graph {
-    pub name: String,
-    pub event_log: Option<String>,
-    pub data_dir: String,
-    pub executor: ExecutorConfig,
-    pub domains: BTreeMap<String, Vec<String>>,
-    pub datasets: Vec<Dataset>,
-    pub jobs: Vec<Job>,
-    pub sources: Vec<Source>,
-    pub tables: Vec<Table>,
-    pub wants: Vec<crate::wants::RecurringWant>,
-    /// Data-quality checks of job outputs (`[[check]]`), in file order.
-    pub checks: Vec<Check>,
-    /// The env names (from config executables) whose values the log records and shows; every
-    /// other value is recorded as [`REDACTED`], since env often carries secrets.
-    pub show_env: Vec<String>,
-    index: PatternIndex,
-}
-
-/// What the log records instead of an env value the graph does not mark safe to show.
-pub const REDACTED: &str = "<redacted>";
-
-/// The program a table version's runs execute: the `databuild` binary itself (`table-job`).
-pub const TABLE_JOB_COMMAND: &str = "databuild table-job";
-
 impl Graph {
-    /// An env value as the log may record it: itself for names in `show_env`, else [`REDACTED`].
-    pub fn recorded_env_value<'v>(&self, name: &str, value: &'v str) -> &'v str {
-        if self.show_env.iter().any(|n| n == name) {
-            value
-        } else {
-            REDACTED
-        }
-    }
-
     /// Parses and validates a graph file's text. `file` names it in errors.
     pub fn parse(text: &str, file: &str) -> Result<Graph, GraphError> {
         let err = |context: Option<String>, message: String| GraphError {
@@ -333,217 +40,19 @@ impl Graph {
         })?;
         Loader { file }.load(parsed)
     }
-
-    /// Every input edge: (the producer of the data, the consuming job's index, the input
-    /// template). A config job's inputs are known only per run: it has none here.
-    pub fn edges(&self) -> Vec<(Producer, usize, &str)> {
-        let mut out = Vec::new();
-        for (j, job) in self.jobs.iter().enumerate() {
-            match &job.deps {
-                Deps::Static(templates) => {
-                    for t in templates {
-                        for &p in &t.reads {
-                            out.push((p, j, t.template.as_str()));
-                        }
-                    }
-                }
-                Deps::Table { table, version } => {
-                    let t = &self.tables[*table];
-                    let raw = self
-                        .datasets
-                        .iter()
-                        .position(|d| d.source == Some(t.source))
-                        .expect("every source has a dataset");
-                    out.push((
-                        Producer::Dataset(raw),
-                        j,
-                        self.datasets[raw].pattern.as_str(),
-                    ));
-                    if let Some(prev) = t.previous(*version) {
-                        out.push((
-                            Producer::Job {
-                                job: prev.job,
-                                output: 0,
-                            },
-                            j,
-                            "carry forward",
-                        ));
-                    }
-                }
-                Deps::Dynamic { .. } => {}
-            }
-        }
-        out
-    }
-
-    /// The jobs each job reads the outputs of, by index (aliases and datasets left out).
-    pub fn job_inputs(&self) -> Vec<Vec<usize>> {
-        let mut inputs = vec![Vec::new(); self.jobs.len()];
-        for (producer, consumer, _) in self.edges() {
-            if let Producer::Job { job, .. } = producer {
-                if !inputs[consumer].contains(&job) {
-                    inputs[consumer].push(job);
-                }
-            }
-        }
-        inputs
-    }
-
-    pub fn job(&self, name: &str) -> Option<&Job> {
-        self.jobs.iter().find(|j| j.name == name)
-    }
-
-    /// The checks of `r` (a job output), in file order.
-    pub fn checks_of(&self, r: &str) -> Vec<&Check> {
-        if self.checks.is_empty() {
-            return Vec::new();
-        }
-        match self.producer_of(r) {
-            Some((p, _)) => self.checks.iter().filter(|c| c.applies(p)).collect(),
-            None => Vec::new(),
-        }
-    }
-
-    pub fn check(&self, name: &str) -> Option<&Check> {
-        self.checks.iter().find(|c| c.name == name)
-    }
-
-    pub fn pattern_of(&self, producer: Producer) -> &Pattern {
-        match producer {
-            Producer::Job { job, output } => &self.jobs[job].outputs[output],
-            Producer::Dataset(d) => &self.datasets[d].pattern,
-            Producer::Alias(t) => &self.tables[t].alias,
-        }
-    }
-
-    pub fn table(&self, name: &str) -> Option<&Table> {
-        self.tables.iter().find(|t| t.name == name)
-    }
-
-    pub fn source(&self, name: &str) -> Option<&Source> {
-        self.sources.iter().find(|s| s.name == name)
-    }
-
-    /// Who produces `r`, with the field values the ref carries.
-    pub fn producer_of<'r>(&self, r: &'r str) -> Option<(Producer, Vec<&'r str>)> {
-        self.index.lookup(r, self)
-    }
-
-    /// Every named pattern: datasets, then job outputs.
-    pub fn producers(&self) -> impl Iterator<Item = Producer> + '_ {
-        let datasets = (0..self.datasets.len()).map(Producer::Dataset);
-        let jobs = self.jobs.iter().enumerate().flat_map(|(j, job)| {
-            (0..job.outputs.len()).map(move |o| Producer::Job { job: j, output: o })
-        });
-        let aliases = (0..self.tables.len()).map(Producer::Alias);
-        datasets.chain(jobs).chain(aliases)
-    }
-
-    /// Why no producer matches `r`, as a sentence naming it: a typed field's text that is not of
-    /// its type when `r` has a pattern's literal shape ([`Graph::mismatch_reason`]), else that
-    /// nothing builds or declares it.
-    pub fn unmatched_reason(&self, r: &str) -> String {
-        self.mismatch_reason(r)
-            .unwrap_or_else(|| format!("no job builds `{r}` and no dataset declares it"))
-    }
-
-    /// When `r` has a pattern's literal shape but a typed field's text is not of its type
-    /// (`2024-13-01` for a `date`): a sentence saying so, naming the field, the ref and the pattern.
-    pub fn mismatch_reason(&self, r: &str) -> Option<String> {
-        let (p, m) = self.index.mismatch(r, self)?;
-        let verb = if matches!(p, Producer::Job { .. }) {
-            "builds"
-        } else {
-            "declares"
-        };
-        Some(format!(
-            "{m} in `{r}` ({} {verb} `{}`)",
-            self.describe_producer(p),
-            self.pattern_of(p)
-        ))
-    }
-
-    /// A producer as a sentence names it: ``job `x` ``, ``dataset `raw` ``, ``table `orders` ``.
-    pub fn describe_producer(&self, p: Producer) -> String {
-        let kind = match p {
-            Producer::Job { .. } => "job",
-            Producer::Dataset(_) => "dataset",
-            Producer::Alias(_) => "table",
-        };
-        format!("{kind} `{}`", self.producer_name(p))
-    }
-
-    /// A human name for a producer: the dataset or the job.
-    pub fn producer_name(&self, p: Producer) -> &str {
-        match p {
-            Producer::Job { job, .. } => &self.jobs[job].name,
-            Producer::Dataset(d) => &self.datasets[d].name,
-            Producer::Alias(t) => &self.tables[t].name,
-        }
-    }
 }
 
-/// Finds candidate patterns by their literal prefix: only patterns whose prefix starts the ref can
-/// match it, and graphs have few distinct prefix lengths, so a lookup is a handful of hash probes.
-#[derive(Debug, Clone, Default)]
-struct PatternIndex {
-    by_prefix: FxHashMap<String, Vec<Producer>>,
-    prefix_lengths: Vec<usize>,
-}
-
-impl PatternIndex {
-    fn build(graph: &Graph) -> PatternIndex {
-        let mut index = PatternIndex::default();
-        for p in graph.producers() {
-            let prefix = graph.pattern_of(p).literal_prefix().to_string();
-            index.prefix_lengths.push(prefix.len());
-            index.by_prefix.entry(prefix).or_default().push(p);
-        }
-        index.prefix_lengths.sort_unstable();
-        index.prefix_lengths.dedup();
-        index
-    }
-
-    fn candidates<'a>(&'a self, r: &'a str) -> impl Iterator<Item = Producer> + 'a {
-        self.prefix_lengths
-            .iter()
-            .take_while(move |&&len| len <= r.len())
-            .filter(move |&&len| r.is_char_boundary(len))
-            .filter_map(move |&len| self.by_prefix.get(&r[..len]))
-            .flatten()
-            .copied()
-    }
-
-    fn lookup<'r>(&self, r: &'r str, graph: &Graph) -> Option<(Producer, Vec<&'r str>)> {
-        self.candidates(r)
-            .find_map(|p| graph.pattern_of(p).match_ref(r).map(|values| (p, values)))
-    }
-
-    /// The first pattern whose literal shape `r` has, and the field whose text is not of its type.
-    fn mismatch(&self, r: &str, graph: &Graph) -> Option<(Producer, FieldMismatch)> {
-        self.candidates(r)
-            .find_map(|p| graph.pattern_of(p).field_mismatch(r).map(|m| (p, m)))
-    }
-}
-
-/// Two literal prefixes can only belong to overlapping patterns if one extends the other.
-fn prefixes_compatible(a: &str, b: &str) -> bool {
-    a.starts_with(b) || b.starts_with(a)
-}
-
-struct Loader<'f> {
+/// Turns a file's sections into a [`Graph`], naming the file (`file`) in its errors.
+pub(super) struct Loader<'f> {
     file: &'f str,
 }
 
-/// Whether `name` can name an environment variable: not empty, no `=` (which ends the name in
-/// `NAME=value`) and no NUL byte. Checked when the graph loads, and again when a job starts (names
-/// a config executable gives arrive only then).
-pub fn is_env_name(name: &str) -> bool {
-    !name.is_empty() && !name.contains(['=', '\0'])
-}
-
 impl Loader<'_> {
-    fn err(&self, context: impl Into<Option<String>>, message: impl Into<String>) -> GraphError {
+    pub(super) fn err(
+        &self,
+        context: impl Into<Option<String>>,
+        message: impl Into<String>,
+    ) -> GraphError {
         GraphError {
             file: self.file.to_string(),
             context: context.into(),
@@ -1203,83 +712,6 @@ impl Loader<'_> {
             migrate: None,
         })
     }
-
-    /// Rejects two producers that could claim the same ref (contract section 1).
-    fn check_overlaps(&self, graph: &Graph) -> Result<(), GraphError> {
-        let producers: Vec<Producer> = graph.producers().collect();
-        let shapes: Vec<Shape> = producers
-            .iter()
-            .map(|&p| Shape::of_pattern(graph.pattern_of(p)))
-            .collect();
-        for i in 0..producers.len() {
-            for k in i + 1..producers.len() {
-                let (a, b) = (
-                    graph.pattern_of(producers[i]),
-                    graph.pattern_of(producers[k]),
-                );
-                if !prefixes_compatible(a.literal_prefix(), b.literal_prefix())
-                    || !shapes[i].intersects(&shapes[k])
-                {
-                    continue;
-                }
-                let describe = |p: Producer| match p {
-                    Producer::Job { job, .. } => format!("job `{}`", graph.jobs[job].name),
-                    Producer::Dataset(d) => format!("dataset `{}`", graph.datasets[d].name),
-                    Producer::Alias(t) => format!("table alias `{}`", graph.tables[t].name),
-                };
-                let (da, db) = (describe(producers[i]), describe(producers[k]));
-                let message = if da == db {
-                    format!("its outputs `{a}` and `{b}` can match the same ref")
-                } else {
-                    format!(
-                        "{da} (`{a}`) and {db} (`{b}`) can match the same ref; every ref must have one producer, so make the patterns disjoint"
-                    )
-                };
-                let context = (da == db).then_some(da);
-                return Err(self.err(context, message));
-            }
-        }
-        Ok(())
-    }
-
-    /// Links each input template to the producers it reads, refusing templates that reach none.
-    fn link_templates(&self, graph: &mut Graph) -> Result<(), GraphError> {
-        let producers: Vec<(Producer, Shape, String)> = graph
-            .producers()
-            .map(|p| {
-                let pattern = graph.pattern_of(p);
-                (
-                    p,
-                    Shape::of_pattern(pattern),
-                    pattern.literal_prefix().to_string(),
-                )
-            })
-            .collect();
-        for job in &mut graph.jobs {
-            let Deps::Static(templates) = &mut job.deps else {
-                continue;
-            };
-            for linked in templates {
-                let shape = linked.template.shape(&graph.domains);
-                let prefix = template_prefix(linked.template.as_str());
-                linked.reads = producers
-                    .iter()
-                    .filter(|(_, s, p)| prefixes_compatible(p, prefix) && s.intersects(&shape))
-                    .map(|(p, _, _)| *p)
-                    .collect();
-                if linked.reads.is_empty() {
-                    return Err(self.err(
-                        format!("job `{}`", job.name),
-                        format!(
-                            "input template `{}` matches no job output and no dataset; declare a [[dataset]] for external data or fix the template",
-                            linked.template.as_str()
-                        ),
-                    ));
-                }
-            }
-        }
-        Ok(())
-    }
 }
 
 /// A small stable hash (FNV-1a) for job versions derived from a schema.
@@ -1289,94 +721,34 @@ fn fnv1a(bytes: &[u8]) -> u64 {
     })
 }
 
-fn template_prefix(t: &str) -> &str {
-    &t[..t.find('{').unwrap_or(t.len())]
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::graph::tests::{load, load_err, PODCAST};
 
-    pub(crate) const PODCAST: &str = r#"
+    const ORDERS: &str = r#"
 [graph]
-name = "podcast_reviews"
-
-[graph.domains]
-category = ["comedy", "news"]
-
-[[dataset]]
-name = "raw_reviews"
-pattern = "raw/reviews/date={date:date}"
-
-[[job]]
-name = "extract_reviews"
-outputs = ["reviews/date={date:date}"]
-inputs = ["raw/reviews/date={date}"]
-command = ["python3", "jobs/extract_reviews.py"]
+name = "orders"
+[[source]]
+name = "orders"
+kind = "webhook"
+retention = "7d"
+[[table]]
+name = "orders"
+source = "orders"
+version = 1
+columns = { id = "int", amount = "int" }
+[[table]]
+name = "orders"
+source = "orders"
 version = 2
-timeout = "10m"
-retries = 1
-concurrency = 2
-batch = 4
-env = { MODE = "fast" }
-
+columns = { id = "int", amount = "float", note = "str?" }
 [[job]]
-name = "summary"
-outputs = ["summary/category={category}/date={date:date}"]
-inputs = ["reviews/date={date-6d..date}"]
-command = ["python3", "jobs/summary.py"]
+name = "revenue"
+outputs = ["revenue/date={date:date}"]
+inputs = ["orders/date={date}"]
+command = ["x"]
 "#;
-
-    fn load(text: &str) -> Result<Graph, GraphError> {
-        Graph::parse(text, "databuild.toml")
-    }
-
-    fn load_err(text: &str) -> String {
-        load(text).unwrap_err().to_string()
-    }
-
-    #[test]
-    fn loads_the_contract_example() {
-        let g = load(PODCAST).unwrap();
-        assert_eq!(g.name, "podcast_reviews");
-        assert_eq!(g.data_dir, "data");
-        let job = g.job("extract_reviews").unwrap();
-        assert_eq!(job.version, "2");
-        assert_eq!(job.timeout, Some(Duration::from_secs(600)));
-        assert_eq!((job.retries, job.concurrency, job.batch), (1, Some(2), 4));
-        let (p, values) = g
-            .producer_of("summary/category=news/date=2020-01-01")
-            .unwrap();
-        assert_eq!(p, Producer::Job { job: 1, output: 0 });
-        assert_eq!(values, ["news", "2020-01-01"]);
-        assert_eq!(
-            g.producer_of("raw/reviews/date=2020-01-01").unwrap().0,
-            Producer::Dataset(0)
-        );
-        assert!(g.producer_of("raw/reviews/date=2020-13-01").is_none());
-        assert!(g.producer_of("nothing").is_none());
-    }
-
-    #[test]
-    fn unmatched_refs_say_which_field_is_wrong_or_that_nothing_makes_them() {
-        let g = load(PODCAST).unwrap();
-        assert_eq!(
-            g.unmatched_reason("raw/reviews/date=2020-13-01"),
-            "`2020-13-01` is not a valid date for field `date` in `raw/reviews/date=2020-13-01` (dataset `raw_reviews` declares `raw/reviews/date={date:date}`)"
-        );
-        assert_eq!(
-            g.unmatched_reason("summary/category=news/date=2020-02-30"),
-            "`2020-02-30` is not a valid date for field `date` in `summary/category=news/date=2020-02-30` (job `summary` builds `summary/category={category}/date={date:date}`)"
-        );
-        assert_eq!(
-            g.unmatched_reason("nothing/date=2020-13-01"),
-            "no job builds `nothing/date=2020-13-01` and no dataset declares it"
-        );
-        assert_eq!(
-            g.describe_producer(Producer::Dataset(0)),
-            "dataset `raw_reviews`"
-        );
-    }
 
     #[test]
     fn every_invalid_case_names_file_job_and_problem() {
@@ -1409,30 +781,6 @@ command = ["python3", "jobs/summary.py"]
             assert!(err.contains(needle), "expected {needle:?} in:\n{err}");
         }
     }
-
-    const ORDERS: &str = r#"
-[graph]
-name = "orders"
-[[source]]
-name = "orders"
-kind = "webhook"
-retention = "7d"
-[[table]]
-name = "orders"
-source = "orders"
-version = 1
-columns = { id = "int", amount = "int" }
-[[table]]
-name = "orders"
-source = "orders"
-version = 2
-columns = { id = "int", amount = "float", note = "str?" }
-[[job]]
-name = "revenue"
-outputs = ["revenue/date={date:date}"]
-inputs = ["orders/date={date}"]
-command = ["x"]
-"#;
 
     #[test]
     fn sources_and_tables_become_datasets_jobs_and_an_alias() {
@@ -1493,53 +841,6 @@ command = ["x"]
             let err = load_err(&text);
             assert!(err.contains(needle), "expected {needle:?} in:\n{err}");
         }
-    }
-
-    #[test]
-    fn templates_link_to_what_they_read() {
-        let g = load(PODCAST).unwrap();
-        let Deps::Static(t) = &g.job("summary").unwrap().deps else {
-            panic!("static")
-        };
-        assert_eq!(t[0].reads, [Producer::Job { job: 0, output: 0 }]);
-    }
-
-    #[test]
-    fn index_finds_the_one_producer_among_many() {
-        let mut text = String::from("[graph]\nname = \"big\"\n");
-        for i in 0..500 {
-            text.push_str(&format!(
-                "[[job]]\nname = \"j{i}\"\noutputs = [\"t{i}/date={{date:date}}\", \"t{i}/n={{n:int}}\"]\ncommand = [\"x\"]\n"
-            ));
-        }
-        let g = load(&text).unwrap();
-        let (p, values) = g.producer_of("t377/n=5").unwrap();
-        assert_eq!(
-            p,
-            Producer::Job {
-                job: 377,
-                output: 1
-            }
-        );
-        assert_eq!(values, ["5"]);
-    }
-
-    #[test]
-    fn checks_apply_to_a_job_or_one_of_its_output_patterns() {
-        let text = format!(
-            "{PODCAST}\n[[check]]\nname = \"has_rows\"\napplies_to = \"summary\"\ncommand = [\"true\"]\nversion = 2\n\n[[check]]\nname = \"soft\"\napplies_to = \"reviews/date={{date:date}}\"\ncommand = [\"true\"]\nblocking = false\ntimeout = \"1m\"\n"
-        );
-        let g = load(&text).unwrap();
-        let names =
-            |r: &str| -> Vec<String> { g.checks_of(r).iter().map(|c| c.name.clone()).collect() };
-        assert_eq!(names("summary/category=news/date=2020-01-01"), ["has_rows"]);
-        assert_eq!(names("reviews/date=2020-01-01"), ["soft"]);
-        assert!(names("raw/reviews/date=2020-01-01").is_empty());
-        let soft = g.check("soft").unwrap();
-        assert!(!soft.blocking);
-        assert_eq!(soft.timeout, Some(Duration::from_secs(60)));
-        assert_eq!(g.check("has_rows").unwrap().version, "2");
-        assert!(g.check("has_rows").unwrap().blocking);
     }
 
     #[test]

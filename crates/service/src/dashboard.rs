@@ -19,11 +19,11 @@ use maud::{html, Markup, PreEscaped, DOCTYPE};
 use serde::Deserialize;
 use serde_json::Value;
 
+use crate::engine_api;
 use crate::error::AppError;
 use crate::grid;
 use crate::guard::Role;
 use crate::svg;
-use crate::views;
 use crate::AppState;
 
 type Shared = State<Arc<AppState>>;
@@ -228,7 +228,7 @@ fn form_auth(state: &AppState, role: Role) -> Markup {
 async fn home(State(state): Shared, Extension(role): Extension<Role>) -> Response {
     let st = state.clone();
     let data = page(&state, |engine| {
-        let builds = views::builds(engine, None, false, 10)?.builds;
+        let builds = engine_api::builds(engine, None, false, 10)?.builds;
         let failed = engine.partition_page(
             &PartitionQuery {
                 status: Some(databuild_log::Status::Failed),
@@ -548,7 +548,7 @@ struct BuildView {
 
 fn build_view(engine: &Engine, id: &str, graph: bool) -> Result<BuildView, AppError> {
     use databuild_log::{EventFilter, RunQuery};
-    let id = views::build_id(engine, id)?;
+    let id = engine_api::build_id(engine, id)?;
     let build = engine
         .store
         .build_request(&id)?
@@ -818,7 +818,7 @@ async fn partitions_page(State(state): Shared, Query(q): Query<PartitionsQuery>)
         after: q.after.clone(),
     };
     let page_data = match page(&state, move |engine| {
-        views::partitions(engine, &query, listed)
+        engine_api::partitions(engine, &query, listed)
     })
     .await
     {
@@ -1234,7 +1234,7 @@ async fn wants_page(State(state): Shared) -> Response {
 /// One want: how its partitions came to be — the builds and runs that made them, each run with
 /// the runs that made what it read — and what each partition not live waits for.
 async fn want_page(State(state): Shared, Path(id): Path<String>) -> Response {
-    let w = match page(&state, move |engine| views::want_detail(engine, &id)).await {
+    let w = match page(&state, move |engine| engine_api::want_detail(engine, &id)).await {
         Ok(w) => w,
         Err(r) => return r,
     };
@@ -1409,10 +1409,10 @@ async fn partition_page(
     let st = state.clone();
     let pr = r.clone();
     let data = page(&state, move |engine| {
-        let x = views::explain(engine, &pr)?;
+        let x = engine_api::explain(engine, &pr)?;
         // Its current instance's lineage, two levels each way (none before it is built).
-        let up = views::lineage(engine, &pr, Direction::Upstream, 2, None).ok();
-        let down = views::lineage(engine, &pr, Direction::Downstream, 2, None).ok();
+        let up = engine_api::lineage(engine, &pr, Direction::Upstream, 2, None).ok();
+        let down = engine_api::lineage(engine, &pr, Direction::Downstream, 2, None).ok();
         let builds = engine.store.sql(
             // Through the partition's events (indexed by partition), not `request_partitions`,
             // whose key starts with the build.
@@ -1490,7 +1490,7 @@ async fn partition_page(
 }
 
 async fn jobs_page(State(state): Shared) -> Response {
-    let jobs = match page(&state, views::jobs).await {
+    let jobs = match page(&state, engine_api::jobs).await {
         Ok(j) => j,
         Err(r) => return r,
     };
@@ -1512,8 +1512,8 @@ async fn job_page(State(state): Shared, Path(name): Path<String>) -> Response {
     let n = name.clone();
     let data = page(&state, move |engine| {
         Ok((
-            views::job(engine, &n)?,
-            views::job_runs(engine, &n, 100)?.runs,
+            engine_api::job(engine, &n)?,
+            engine_api::job_runs(engine, &n, 100)?.runs,
         ))
     })
     .await;
@@ -1567,8 +1567,8 @@ async fn run_page(State(state): Shared, Path(id): Path<String>) -> Response {
     let rid = id.clone();
     match page(&state, move |engine| {
         Ok((
-            views::run(engine, &rid)?,
-            views::run_log(engine, &rid).unwrap_or_default(),
+            engine_api::run(engine, &rid)?,
+            engine_api::run_log(engine, &rid).unwrap_or_default(),
         ))
     })
     .await
@@ -1585,8 +1585,8 @@ async fn run_page(State(state): Shared, Path(id): Path<String>) -> Response {
 async fn run_live(State(state): Shared, Path(id): Path<String>) -> Response {
     match page(&state, move |engine| {
         Ok((
-            views::run(engine, &id)?,
-            views::run_log(engine, &id).unwrap_or_default(),
+            engine_api::run(engine, &id)?,
+            engine_api::run_log(engine, &id).unwrap_or_default(),
         ))
     })
     .await
@@ -1608,7 +1608,7 @@ fn refs_from_text(
     max_refs: usize,
 ) -> Result<Vec<PartitionRef>, AppError> {
     let words: Vec<&str> = text.split_whitespace().collect();
-    views::parse_refs(engine, &words, max_refs)
+    engine_api::parse_refs(engine, &words, max_refs)
 }
 
 async fn analyze_page(State(state): Shared, Query(q): Query<RefsQuery>) -> Response {
@@ -1873,7 +1873,7 @@ async fn taint_preview(
 ) -> Response {
     let (r, max_refs) = (q.r#ref.clone(), state.limits.max_refs);
     let impact = match page(&state, move |engine| {
-        views::taint_impact(engine, &[r], max_refs)
+        engine_api::taint_impact(engine, &[r], max_refs)
     })
     .await
     {
@@ -1918,7 +1918,7 @@ async fn ui_taint(
     let reason = form.reason.clone().filter(|s| !s.is_empty());
     let max_refs = state.limits.max_refs;
     match page(&state, move |engine| {
-        views::taint(engine, &[r], reason.as_deref(), max_refs)
+        engine_api::taint(engine, &[r], reason.as_deref(), max_refs)
     })
     .await
     {
@@ -1943,7 +1943,7 @@ async fn ui_cancel(
         return r;
     }
     let bid = id.clone();
-    match page(&state, move |engine| views::cancel(engine, &bid)).await {
+    match page(&state, move |engine| engine_api::cancel(engine, &bid)).await {
         Ok(_) => Redirect::to(&format!("/builds/{id}")).into_response(),
         Err(r) => r,
     }

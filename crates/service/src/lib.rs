@@ -5,7 +5,7 @@
 //!   shutdown: stop taking requests, cancel running builds (recorded), exit.
 //! - `routes` is the router over the one route table (`databuild_exec::answers::route`); [`api`],
 //!   [`sources`] and `wants` hold the handlers, which answer with the types of
-//!   `databuild_exec::answers`; [`views`] computes those answers from the engine, for the
+//!   `databuild_exec::answers`; [`engine_api`] computes those answers from the engine, for the
 //!   handlers, the dashboard and the CLI alike; [`ops`] is what handlers and dashboard share.
 //! - [`client::Api`] is the one interface to the answers: in-process over an engine, or over HTTP.
 //! - [`error::AppError`] turns every failure into a JSON error, its status from the error's kind.
@@ -16,6 +16,7 @@ pub mod api;
 pub mod client;
 mod connections;
 mod dashboard;
+pub mod engine_api;
 
 pub use dashboard::enc as encode_segment;
 pub mod error;
@@ -29,7 +30,6 @@ mod routes;
 pub mod signature;
 pub mod sources;
 mod svg;
-pub mod views;
 pub mod wants;
 
 use std::collections::HashMap;

@@ -17,8 +17,6 @@ pub mod client;
 mod connections;
 mod dashboard;
 pub mod engine_api;
-
-pub use dashboard::enc as encode_segment;
 pub mod error;
 mod grid;
 pub mod guard;
@@ -31,6 +29,9 @@ pub mod signature;
 pub mod sources;
 mod svg;
 pub mod wants;
+
+/// A path segment as links and redirects write it (what `/partitions/{ref}` takes).
+pub use databuild_core::refs::encode_segment;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;

@@ -95,3 +95,124 @@ pub(super) async fn logout(State(state): Shared, Form(form): Form<TokenForm>) ->
     );
     response
 }
+
+#[cfg(test)]
+mod tests {
+    use axum::http::{HeaderMap, StatusCode};
+
+    use super::super::testing::{guarded_service, open_service, text};
+    use super::*;
+    use crate::guard::Role;
+
+    #[test]
+    fn only_a_path_of_this_service_is_where_a_login_goes_next() {
+        for kept in [
+            "/",
+            "/jobs",
+            "/builds?status=failed&limit=5",
+            "/partitions/a%2Fb",
+        ] {
+            assert_eq!(local_path(Some(kept)), kept);
+        }
+        for refused in [
+            "",
+            "jobs",
+            "//evil.example",
+            "/\t/evil.example",
+            "/\n/evil.example",
+            "/\\evil.example",
+            "https://evil.example/",
+            "/caf\u{e9}",
+            "/a b",
+        ] {
+            assert_eq!(local_path(Some(refused)), "/", "{refused:?}");
+        }
+        assert_eq!(local_path(None), "/");
+    }
+
+    #[tokio::test]
+    async fn the_login_page_asks_for_a_token_only_when_there_is_one() {
+        let open = open_service();
+        let query = |next: &str| {
+            Query(LoginQuery {
+                next: Some(next.into()),
+            })
+        };
+        let html = text(login_page(State(open.state.clone()), query("/jobs")).await).await;
+        assert!(html.contains("This service has no token: everything is open."));
+        assert!(!html.contains("<form"));
+
+        let guarded = guarded_service();
+        let html = text(login_page(State(guarded.state.clone()), query("//evil")).await).await;
+        assert!(html.contains(r#"<form method="post" action="/login">"#));
+        assert!(html.contains(r#"<input type="hidden" name="next" value="/">"#));
+        assert!(html.contains(&format!(
+            r#"<input type="hidden" name="csrf" value="{}">"#,
+            guarded.state.guard.csrf_token()
+        )));
+        assert!(html.contains(
+            r#"<input type="password" name="token" placeholder="token" required autofocus>"#
+        ));
+    }
+
+    fn login_form(token: &str, csrf: Option<String>) -> Form<LoginForm> {
+        Form(LoginForm {
+            token: token.into(),
+            next: Some("/jobs".into()),
+            csrf,
+        })
+    }
+
+    #[tokio::test]
+    async fn the_right_token_gives_a_session_cookie_that_gives_its_role_back() {
+        let guarded = guarded_service();
+        let state = guarded.state.clone();
+        let csrf = Some(state.guard.csrf_token());
+        let response = login(State(state.clone()), login_form("secret", csrf)).await;
+        assert_eq!(response.status(), StatusCode::SEE_OTHER);
+        assert_eq!(response.headers()[header::LOCATION], "/jobs");
+        let cookie = response.headers()[header::SET_COOKIE].to_str().unwrap();
+        assert!(cookie.starts_with("databuild_session="), "{cookie}");
+        assert!(cookie.ends_with("; Path=/; HttpOnly; SameSite=Strict; Max-Age=604800"));
+        let mut headers = HeaderMap::new();
+        let value = cookie.split(';').next().unwrap();
+        headers.insert(header::COOKIE, value.parse().unwrap());
+        assert_eq!(state.guard.role(&headers), Role::Writer);
+    }
+
+    #[tokio::test]
+    async fn a_wrong_token_or_a_missing_csrf_token_gives_no_cookie() {
+        let guarded = guarded_service();
+        let state = guarded.state.clone();
+        let csrf = Some(state.guard.csrf_token());
+        let wrong = login(State(state.clone()), login_form("guess", csrf)).await;
+        assert_eq!(wrong.status(), StatusCode::UNAUTHORIZED);
+        assert_eq!(wrong.headers()[header::CACHE_CONTROL], "no-store");
+        assert!(wrong.headers().get(header::SET_COOKIE).is_none());
+        assert!(text(wrong)
+            .await
+            .contains("that token is neither DATABUILD_TOKEN"));
+
+        let forged = login(State(state), login_form("secret", None)).await;
+        assert_eq!(forged.status(), StatusCode::FORBIDDEN);
+        assert!(forged.headers().get(header::SET_COOKIE).is_none());
+    }
+
+    #[tokio::test]
+    async fn logging_out_expires_the_cookie_and_needs_the_csrf_token() {
+        let guarded = guarded_service();
+        let state = guarded.state.clone();
+        let form = |csrf: Option<String>| Form(TokenForm { token: None, csrf });
+        let refused = logout(State(state.clone()), form(None)).await;
+        assert_eq!(refused.status(), StatusCode::FORBIDDEN);
+        assert!(refused.headers().get(header::SET_COOKIE).is_none());
+
+        let response = logout(State(state.clone()), form(Some(state.guard.csrf_token()))).await;
+        assert_eq!(response.status(), StatusCode::SEE_OTHER);
+        assert_eq!(response.headers()[header::LOCATION], "/login");
+        assert_eq!(
+            response.headers()[header::SET_COOKIE],
+            "databuild_session=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0"
+        );
+    }
+}

@@ -116,7 +116,92 @@ pub struct TokenForm {
 
 #[cfg(test)]
 mod tests {
-    use super::not_text_field;
+    use axum::extract::FromRequest;
+    use axum::http::StatusCode;
+
+    use super::super::testing::{guarded_service, open_service, text};
+    use super::*;
+
+    #[derive(Debug, Deserialize)]
+    struct RefsForm {
+        refs: String,
+    }
+
+    async fn read_form(body: &'static [u8]) -> Result<TextForm<RefsForm>, Response> {
+        let request = axum::http::Request::post("/ui/build")
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(axum::body::Body::from(body))
+            .unwrap();
+        TextForm::<RefsForm>::from_request(request, &()).await
+    }
+
+    #[tokio::test]
+    async fn a_text_form_reads_what_was_typed_and_refuses_what_is_not_text() {
+        let TextForm(form) = read_form(b"refs=reviews%2Fdate%3D2020-01-01+caf%C3%A9")
+            .await
+            .unwrap();
+        assert_eq!(form.refs, "reviews/date=2020-01-01 café");
+        let Err(refused) = read_form(b"csrf=x&refs=slow/%FFQ").await else {
+            panic!("a field that is not UTF-8 is read");
+        };
+        assert_eq!(refused.status(), StatusCode::BAD_REQUEST);
+        assert!(text(refused)
+            .await
+            .contains("the form's field `refs` is not UTF-8 text"));
+    }
+
+    #[test]
+    fn every_form_carries_the_csrf_token_and_asks_for_a_token_only_when_the_session_cannot_write() {
+        let open = open_service();
+        let csrf = open.state.guard.csrf_token();
+        let html = form_auth(&open.state, Role::Anonymous).into_string();
+        assert_eq!(
+            html,
+            format!(r#"<input type="hidden" name="csrf" value="{csrf}">"#)
+        );
+        let guarded = guarded_service();
+        for role in [Role::Anonymous, Role::Reader] {
+            let html = form_auth(&guarded.state, role).into_string();
+            assert!(
+                html.contains(r#"<input type="password" name="token""#),
+                "{role:?}"
+            );
+        }
+        let html = form_auth(&guarded.state, Role::Writer).into_string();
+        assert!(!html.contains("password"));
+    }
+
+    #[tokio::test]
+    async fn a_form_is_refused_without_the_csrf_token_then_without_the_right_to_write() {
+        let guarded = guarded_service();
+        let state = &guarded.state;
+        let csrf = state.guard.csrf_token();
+        let refused = |session, csrf: Option<&str>, token| {
+            form_refused(state, session, csrf, token).map(|r| r.status())
+        };
+        // The CSRF token comes first: even a writer's form without it is refused.
+        assert_eq!(
+            refused(Role::Writer, Some("forged"), None),
+            Some(StatusCode::FORBIDDEN)
+        );
+        assert_eq!(
+            refused(Role::Writer, None, Some("secret")),
+            Some(StatusCode::FORBIDDEN)
+        );
+        assert_eq!(
+            refused(Role::Reader, Some(&csrf), None),
+            Some(StatusCode::UNAUTHORIZED)
+        );
+        assert_eq!(
+            refused(Role::Anonymous, Some(&csrf), Some("wrong")),
+            Some(StatusCode::UNAUTHORIZED)
+        );
+        assert_eq!(refused(Role::Anonymous, Some(&csrf), Some("secret")), None);
+        assert_eq!(refused(Role::Writer, Some(&csrf), None), None);
+        let page = text(csrf_refused()).await;
+        assert!(page.contains("this form is out of date"));
+        assert!(page.starts_with("<!DOCTYPE html>"));
+    }
 
     #[test]
     fn a_form_field_that_is_not_utf8_once_decoded_is_named() {

@@ -115,3 +115,78 @@ pub(super) async fn page<T: Send + 'static>(
         .map_err(|e| error_page(e.into()))?
         .map_err(error_page)
 }
+
+#[cfg(test)]
+mod tests {
+    use axum::http::StatusCode;
+
+    use super::super::testing::{open_service, text};
+    use super::*;
+
+    #[test]
+    fn a_page_has_its_title_the_nav_and_its_body_escaped_in_main() {
+        let html = layout("Jobs & runs", html! { p { "<b>" } }).into_string();
+        assert!(html.starts_with("<!DOCTYPE html><html lang=\"en\"><head>"));
+        assert!(html.contains("<title>Jobs &amp; runs · DataBuild</title>"));
+        assert!(html.contains("<main><p>&lt;b&gt;</p></main>"));
+        let nav: Vec<&str> = html
+            .split("<a href=\"")
+            .skip(1)
+            .map(|a| &a[..a.find('"').unwrap()])
+            .collect();
+        assert_eq!(
+            nav,
+            [
+                "/graph",
+                "/builds",
+                "/partitions",
+                "/datasets",
+                "/sources",
+                "/wants",
+                "/jobs",
+                "/analyze",
+                "/sql"
+            ]
+        );
+        assert!(html.contains("<a class=\"brand\" href=\"/\">DataBuild</a>"));
+        // The embedded script and style are not escaped.
+        assert!(html.contains("e.target.closest('button.copy')"));
+        assert!(html.contains("header a { color: #e4e7eb;"));
+    }
+
+    #[tokio::test]
+    async fn an_error_is_a_page_with_its_status_and_its_message_escaped() {
+        let response = error_page(AppError::not_found("no build `<x>`"));
+        assert_eq!(response.status(), StatusCode::NOT_FOUND);
+        let html = text(response).await;
+        assert!(html.contains("<title>Error · DataBuild</title>"));
+        assert!(
+            html.contains("<h1>Something is wrong</h1><p class=\"error\">no build `&lt;x&gt;`</p>")
+        );
+    }
+
+    #[tokio::test]
+    async fn engine_work_gives_its_value_or_the_page_of_its_error() {
+        let service = open_service();
+        let name = page(&service.state, |engine| Ok(engine.graph.name.clone())).await;
+        assert_eq!(name.ok().as_deref(), Some("tiny"));
+        let failed = page(&service.state, |_| -> Result<(), _> {
+            Err(AppError::bad_request("not a ref"))
+        })
+        .await;
+        let Err(response) = failed else {
+            panic!("the error is lost")
+        };
+        assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+        assert!(text(response).await.contains("not a ref"));
+    }
+
+    #[tokio::test]
+    async fn htmx_is_served_as_javascript_cached_for_an_hour() {
+        let response = htmx().await.into_response();
+        let headers = response.headers();
+        assert_eq!(headers[header::CONTENT_TYPE], "text/javascript");
+        assert_eq!(headers[header::CACHE_CONTROL], "max-age=3600");
+        assert_eq!(text(response).await, HTMX);
+    }
+}

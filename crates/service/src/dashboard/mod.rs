@@ -20,6 +20,8 @@ mod layout;
 mod partitions;
 mod sources;
 mod sql;
+#[cfg(test)]
+mod testing;
 mod wants;
 mod widgets;
 

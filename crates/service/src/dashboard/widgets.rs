@@ -77,3 +77,80 @@ pub(super) fn thousands(n: u64) -> String {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::super::testing::job_run;
+    use super::*;
+
+    #[test]
+    fn a_cell_is_its_text_nothing_for_null_and_json_otherwise() {
+        assert_eq!(cell_text(&json!("a \"b\"")), "a \"b\"");
+        assert_eq!(cell_text(&Value::Null), "");
+        assert_eq!(cell_text(&json!(42)), "42");
+        assert_eq!(cell_text(&json!(1.5)), "1.5");
+        assert_eq!(cell_text(&json!(true)), "true");
+        assert_eq!(cell_text(&json!([1, "x"])), "[1,\"x\"]");
+    }
+
+    #[test]
+    fn counts_are_grouped_by_thousands() {
+        assert_eq!(thousands(0), "0");
+        assert_eq!(thousands(999), "999");
+        assert_eq!(thousands(1_000), "1,000");
+        assert_eq!(thousands(12_345), "12,345");
+        assert_eq!(thousands(1_234_567), "1,234,567");
+        assert_eq!(thousands(u64::MAX), "18,446,744,073,709,551,615");
+    }
+
+    #[test]
+    fn an_id_shows_its_short_form_and_carries_the_whole_id() {
+        let id = "01a24d4b-d5d5-7336-a716-53d3a807ffe7";
+        assert_eq!(
+            build_link(id).into_string(),
+            format!(
+                "<span class=\"id\"><a href=\"/builds/{id}\" title=\"{id}\"><code>a807ffe7</code></a>\
+                 <button class=\"copy\" type=\"button\" data-copy=\"{id}\" title=\"copy {id}\">copy</button></span>"
+            )
+        );
+        assert!(run_link(id).into_string().contains("href=\"/runs/01a24d4b"));
+        assert!(id_link("/wants/", "w1")
+            .into_string()
+            .contains("<code>w1</code>"));
+    }
+
+    #[test]
+    fn a_partition_link_encodes_its_ref_as_one_path_segment() {
+        assert_eq!(
+            partition_link("reviews/date=2020-01-01 x").into_string(),
+            "<a href=\"/partitions/reviews%2Fdate=2020-01-01%20x\"><code>reviews/date=2020-01-01 x</code></a>"
+        );
+    }
+
+    #[test]
+    fn a_badge_is_coloured_by_its_status() {
+        assert_eq!(
+            badge("failed").into_string(),
+            "<span class=\"badge\" style=\"background:#d64545\">failed</span>"
+        );
+        assert!(badge("live").into_string().contains("#2e9e5b"));
+    }
+
+    #[test]
+    fn a_run_took_its_seconds_once_it_has_ended() {
+        let mut run = job_run("r1", "job", "running", &[], &[]);
+        run.started_at_ns = Some(1_000_000_000);
+        assert_eq!(took(&run), "-");
+        run.ended_at_ns = Some(2_500_000_000);
+        assert_eq!(took(&run), "1.50 s");
+        assert_eq!(at(&None), "-");
+        assert_eq!(
+            at(&Some("2026-01-01T00:00:00Z".into())),
+            "2026-01-01T00:00:00Z"
+        );
+        assert_eq!(or_empty(&None), "");
+        assert_eq!(or_empty(&Some("why".into())), "why");
+    }
+}

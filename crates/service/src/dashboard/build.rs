@@ -346,3 +346,239 @@ pub(super) async fn build_live(
         Err(r) => r,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use axum::http::StatusCode;
+    use databuild_log::{BuildRunCounts, JobRunCount};
+    use serde_json::json;
+
+    use super::super::testing::{answer, job_run, open_service, text};
+    use super::*;
+
+    fn progress(jobs: serde_json::Value) -> answers::BuildProgress {
+        answer(json!({
+            "planned": 5, "done": 3, "running": 1, "failed": 1, "cancelled": 0, "left": 2,
+            "unclaimed": 0, "jobs": jobs, "rate_per_s": 0.5, "eta_s": 90.0,
+            "work_left_s": 120.0, "critical_path_left_s": 90.0, "runs_without_history": 2,
+            "parallel": 4,
+        }))
+    }
+
+    fn job_progress(job: &str, planned: u64, done: u64, p50_s: Option<f64>) -> serde_json::Value {
+        json!({ "job": job, "planned": planned, "done": done, "running": 0, "failed": 0,
+                "cancelled": 0, "left": planned - done, "unclaimed": 0, "p50_s": p50_s })
+    }
+
+    #[test]
+    fn a_run_depends_on_the_runs_of_the_build_that_made_what_it_read() {
+        // Newest first, as the log lists them; `c` was made by no run of this build.
+        let runs = [
+            job_run(
+                "r3",
+                "sum",
+                "completed",
+                &["sum/a_b"],
+                &["n/a", "n/b", "n/c"],
+            ),
+            job_run("r2", "number", "completed", &["n/b"], &[]),
+            job_run("r1", "number", "failed", &["n/a"], &[]),
+        ];
+        let node = |id: &str, label: &str, status: &str, depends_on: &[&str]| svg::GraphNode {
+            id: id.into(),
+            label: label.into(),
+            status: status.into(),
+            href: format!("/runs/{id}"),
+            depends_on: depends_on.iter().map(|d| d.to_string()).collect(),
+            ..Default::default()
+        };
+        let expected = svg::graph(&[
+            node("r1", "number n/a", "failed", &[]),
+            node("r2", "number n/b", "completed", &[]),
+            node("r3", "sum sum/a_b", "completed", &["r1", "r2"]),
+        ]);
+        assert_eq!(runs_graph(&runs), expected);
+    }
+
+    #[test]
+    fn the_timeline_draws_the_runs_that_started_from_start_to_end() {
+        let mut started = job_run(
+            "01a24d4b-0000-0000-0000-00000000run1",
+            "sum",
+            "completed",
+            &["sum/a_b"],
+            &[],
+        );
+        started.started_at_ns = Some(1_000_000_000);
+        started.ended_at_ns = Some(3_000_000_000);
+        let waiting = job_run("r2", "sum", "scheduled", &["sum/c_d"], &[]);
+        assert_eq!(runs_timeline(std::slice::from_ref(&waiting)), "");
+        let expected = svg::timeline(&[svg::Span {
+            label: "sum run 0000run1 sum/a_b".into(),
+            href: "/runs/01a24d4b-0000-0000-0000-00000000run1".into(),
+            status: "completed".into(),
+            start: 1_000_000_000,
+            end: 3_000_000_000,
+        }]);
+        assert_eq!(runs_timeline(&[started, waiting]), expected);
+    }
+
+    #[test]
+    fn progress_says_what_is_done_and_what_the_eta_rests_on() {
+        let p = progress(json!([
+            job_progress("number", 4, 3, Some(1.25)),
+            job_progress("never", 0, 0, None)
+        ]));
+        let html = progress_section(&p).into_string();
+        assert!(html.contains(
+            "3 of 5 runs done · 1 running · 1 failed · 0 cancelled · 0 not claimed · 0.5 runs/s"
+        ));
+        assert!(html.contains("<strong>ETA ≥ 1 min 30 s</strong>"));
+        assert!(html.contains("at --parallel 4: the longer of the job time left over the slots (2 min 0 s in all) and the longest chain of jobs left (1 min 30 s); 2 runs of jobs with no history count as 0 s"));
+        assert!(html.contains(
+            r#"<td>number</td><td>3 / 4</td><td><progress value="3" max="4"></progress></td>"#
+        ));
+        assert!(html.contains(r#"<td class="muted">1.25 s</td>"#));
+        // A job with nothing planned still draws a bar (of max 1), and says it has no history.
+        assert!(html.contains(r#"<progress value="0" max="1"></progress>"#));
+        assert!(html.contains(r#"<td class="muted">no history</td>"#));
+
+        let ended = answers::BuildProgress { eta_s: None, ..p };
+        assert!(!progress_section(&ended).into_string().contains("ETA"));
+    }
+
+    #[test]
+    fn a_big_builds_runs_are_counted_by_job_and_state() {
+        let count = |job: &str, status: Status, n| JobRunCount {
+            job: job.into(),
+            status,
+            n,
+        };
+        let counts = BuildRunCounts {
+            by_status: vec![
+                count("load data", Status::Completed, 1_200),
+                count("load data", Status::Failed, 3),
+                count("sum", Status::Running, 2),
+            ],
+            claimed: Vec::new(),
+        };
+        let p = progress(json!([job_progress("load data", 1_500, 1_200, None)]));
+        let html = runs_by_job(&counts, Some(&p)).into_string();
+        let row = |job: &str| {
+            let start = html.find(&format!(r#"<tr data-job="{job}">"#)).unwrap();
+            html[start..start + html[start..].find("</tr>").unwrap()].to_string()
+        };
+        let zero = r#"<td><span class="muted">0</span></td>"#;
+        assert_eq!(
+            row("load data"),
+            format!(
+                r#"<tr data-job="load data"><td><a href="/jobs/load%20data">load data</a></td><td>1,200</td>{zero}{zero}<td>3</td>{zero}{zero}<td><progress value="1200" max="1500"></progress> 1200 / 1500</td>"#
+            )
+        );
+        assert!(row("sum").contains(&format!(
+            r#"<td><a href="/jobs/sum">sum</a></td>{zero}<td>2</td>"#
+        )));
+        assert!(row("sum").ends_with("<td></td>"), "no progress, no bar");
+    }
+
+    fn view(status: &str, runs: Vec<JobRun>, total: u64, graph: bool) -> BuildView {
+        let id = "01a24d4b-d5d5-7336-a716-53d3a807ffe7";
+        BuildView {
+            detail: answer(json!({
+                "build_request_id": id, "status": status, "requested_partitions": ["sum/a_b"],
+                "requested_count": 1, "analyze_only": false, "created_at": "2026-01-01T00:00:00Z",
+                "updated_at": "2026-01-01T00:01:00Z", "partitions": [], "job_runs": runs,
+                "job_runs_total": total, "created_at_ns": 0, "updated_at_ns": 60_000_000_000_i64,
+            })),
+            events: Vec::new(),
+            delegations: Vec::new(),
+            counts: BuildRunCounts {
+                by_status: vec![JobRunCount {
+                    job: "sum".into(),
+                    status: Status::Completed,
+                    n: total,
+                }],
+                claimed: Vec::new(),
+            },
+            graph,
+        }
+    }
+
+    #[test]
+    fn a_running_build_can_be_cancelled_and_an_ended_one_cannot() {
+        let service = open_service();
+        let runs = vec![job_run("r1", "sum", "running", &["sum/a_b"], &[])];
+        let html = build_body(
+            &view("executing", runs.clone(), 1, false),
+            &service.state,
+            Role::Writer,
+        )
+        .into_string();
+        assert!(html.starts_with(r#"<div id="live" data-finished="false" data-graph="false">"#));
+        assert!(html.contains(r#"<form class="inline" method="post" action="/ui/cancel/01a24d4b-d5d5-7336-a716-53d3a807ffe7">"#));
+        let html = build_body(
+            &view("completed", runs, 1, false),
+            &service.state,
+            Role::Writer,
+        )
+        .into_string();
+        assert!(html.starts_with(r#"<div id="live" data-finished="true""#));
+        assert!(!html.contains("/ui/cancel/"));
+    }
+
+    #[test]
+    fn a_big_build_draws_the_graph_of_its_runs_only_when_asked() {
+        let service = open_service();
+        let runs: Vec<JobRun> = (0..3)
+            .map(|i| job_run(&format!("r{i}"), "sum", "completed", &[], &[]))
+            .collect();
+        let small = build_body(
+            &view("completed", runs.clone(), 3, false),
+            &service.state,
+            Role::Writer,
+        )
+        .into_string();
+        assert!(small.contains("<h2>Graph of runs</h2>"));
+        assert!(!small.contains("runs-by-job"));
+        assert!(small.contains(r#"<table id="runs">"#));
+
+        let big_total = BIG_BUILD as u64 + 1;
+        let big = build_body(
+            &view("completed", runs.clone(), big_total, false),
+            &service.state,
+            Role::Writer,
+        )
+        .into_string();
+        assert!(big.contains("51 runs, grouped by job."));
+        assert!(big.contains(r#"<table id="runs-by-job">"#));
+        assert!(big.contains(
+            r#"<a id="show-graph" href="/builds/01a24d4b-d5d5-7336-a716-53d3a807ffe7?graph=runs">"#
+        ));
+        assert!(!big.contains("<h2>Graph of runs</h2>"));
+        // Of a big build only the runs not completed are listed.
+        assert!(big.contains("None: every run read completed."));
+
+        let asked = build_body(
+            &view("completed", runs, big_total, true),
+            &service.state,
+            Role::Writer,
+        )
+        .into_string();
+        assert!(asked.contains("<h2>Graph of runs</h2>"));
+        assert!(!asked.contains("show-graph"));
+    }
+
+    #[tokio::test]
+    async fn an_unknown_build_is_a_not_found_page() {
+        let service = open_service();
+        let response = build_page(
+            State(service.state.clone()),
+            Extension(Role::Writer),
+            Path("nope".into()),
+            Query(BuildPageQuery::default()),
+        )
+        .await;
+        assert_eq!(response.status(), StatusCode::NOT_FOUND);
+        assert!(text(response).await.contains("Something is wrong"));
+    }
+}

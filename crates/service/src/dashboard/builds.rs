@@ -200,3 +200,133 @@ pub(super) async fn builds_page(State(state): Shared, Query(q): Query<BuildsQuer
         }
     }).into_response()
 }
+
+#[cfg(test)]
+mod tests {
+    use axum::http::StatusCode;
+
+    use super::super::testing::{open_service, text};
+    use super::*;
+
+    fn query(pairs: &[(&str, &str)]) -> BuildsQuery {
+        let mut q = BuildsQuery::default();
+        for (k, v) in pairs {
+            let v = Some(v.to_string());
+            match *k {
+                "status" => q.status = v,
+                "from" => q.from = v,
+                "to" => q.to = v,
+                "after" => q.after = v,
+                "all" => q.all = v,
+                "limit" => q.limit = Some(v.unwrap().parse().unwrap()),
+                _ => unreachable!("{k}"),
+            }
+        }
+        q
+    }
+
+    fn refused(pairs: &[(&str, &str)]) -> String {
+        builds_query(&query(pairs)).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn no_filter_is_every_build_a_default_page_and_one_more_row_to_see_a_next_page() {
+        let q = builds_query(&query(&[])).unwrap();
+        assert_eq!(q.status, None);
+        assert!(!q.analyses && !q.unfinished);
+        assert_eq!(q.limit, BUILDS_PAGE + 1);
+        assert_eq!((q.from, q.to, q.after), (None, None, None));
+        // Blank fields, as an empty form sends them, are no filter either.
+        let q = builds_query(&query(&[("status", " "), ("from", ""), ("after", "")])).unwrap();
+        assert_eq!((q.status, q.from, q.after), (None, None, None));
+        assert!(builds_query(&query(&[("all", "true")])).unwrap().analyses);
+    }
+
+    #[test]
+    fn only_a_status_a_build_can_have_filters() {
+        let q = builds_query(&query(&[("status", "failed")])).unwrap();
+        assert_eq!(q.status, Some(Status::Failed));
+        for status in ["running", "live", "nope"] {
+            assert_eq!(
+                refused(&[("status", status)]),
+                format!("unknown build status `{status}`; use received, planning, executing, completed, failed or cancelled")
+            );
+        }
+    }
+
+    #[test]
+    fn a_page_has_between_one_and_the_most_builds() {
+        let q = builds_query(&query(&[("limit", "500")])).unwrap();
+        assert_eq!(q.limit, 501);
+        assert_eq!(
+            refused(&[("limit", "0")]),
+            "`limit` = 0 is not between 1 and 500"
+        );
+        assert_eq!(
+            refused(&[("limit", "501")]),
+            "`limit` = 501 is not between 1 and 500"
+        );
+    }
+
+    #[test]
+    fn a_cursor_is_a_time_and_an_id() {
+        let q = builds_query(&query(&[("after", "1700000000000000000.b.1")])).unwrap();
+        assert_eq!(
+            q.after,
+            Some((1_700_000_000_000_000_000, "b.1".to_string()))
+        );
+        for cursor in ["x", "later.b1", "-"] {
+            assert_eq!(
+                refused(&[("after", cursor)]),
+                format!("`after` = `{cursor}` is not a page cursor (follow the page's links)")
+            );
+        }
+    }
+
+    #[test]
+    fn a_typed_time_is_a_date_a_datetime_local_value_or_rfc_3339_in_utc() {
+        let midnight = 1_764_547_200_000_000_000; // 2025-12-01T00:00:00Z
+        let hour = 3_600_000_000_000;
+        assert_eq!(typed_time("from", "2025-12-01").unwrap(), midnight);
+        assert_eq!(
+            typed_time("from", "2025-12-01T10:00").unwrap(),
+            midnight + 10 * hour
+        );
+        assert_eq!(
+            typed_time("from", "2025-12-01T10:00:30").unwrap(),
+            midnight + 10 * hour + 30_000_000_000
+        );
+        assert_eq!(
+            typed_time("from", "2025-12-01T10:00:00+02:00").unwrap(),
+            midnight + 8 * hour
+        );
+        let q = builds_query(&query(&[("from", "2025-12-01"), ("to", "2025-12-02")])).unwrap();
+        assert_eq!((q.from, q.to), (Some(midnight), Some(midnight + 24 * hour)));
+        assert_eq!(
+            refused(&[("to", "yesterday")]),
+            "`to` = `yesterday` is not a time: write 2026-12-01, 2026-12-01T10:00 or RFC 3339"
+        );
+        // Beyond what ns since the epoch can hold.
+        assert!(typed_time("from", "3000-01-01").is_err());
+    }
+
+    #[tokio::test]
+    async fn the_page_says_when_no_build_matches_and_shows_a_bad_filter_as_an_error() {
+        let service = open_service();
+        let response = builds_page(State(service.state.clone()), Query(query(&[]))).await;
+        assert_eq!(response.status(), StatusCode::OK);
+        let html = text(response).await;
+        assert!(html.contains("<title>Builds · DataBuild</title>"));
+        assert!(html.contains(r#"<form id="build-filters" method="get" action="/builds">"#));
+        assert!(html.contains("No build matches."));
+        assert!(!html.contains("Next page"));
+
+        let response = builds_page(
+            State(service.state.clone()),
+            Query(query(&[("status", "nope")])),
+        )
+        .await;
+        assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+        assert!(text(response).await.contains("unknown build status `nope`"));
+    }
+}

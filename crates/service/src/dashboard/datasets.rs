@@ -265,3 +265,96 @@ pub(super) async fn dataset_page(
         }
     }).into_response()
 }
+
+#[cfg(test)]
+mod tests {
+    use axum::http::StatusCode;
+
+    use super::super::testing::{build, open_service, text};
+    use super::*;
+
+    fn days(states: &[(&str, &str)]) -> String {
+        let days: Vec<(String, String)> = states
+            .iter()
+            .map(|(d, s)| (d.to_string(), s.to_string()))
+            .collect();
+        svg::calendar(&days)
+    }
+
+    #[tokio::test]
+    async fn a_strip_runs_from_the_first_to_the_last_date_built_each_day_in_its_state() {
+        let service = open_service();
+        let engine = &service.state.engine;
+        let pattern = "daily/date={date:date}";
+        assert_eq!(calendar_for(engine, pattern).unwrap(), "", "nothing built");
+        build(
+            &service,
+            &["daily/date=2026-01-02", "daily/date=2026-01-05"],
+        )
+        .await;
+        crate::engine_api::taint(engine, &["daily/date=2026-01-05".into()], None, 10).unwrap();
+        assert_eq!(
+            calendar_for(engine, pattern).unwrap(),
+            days(&[
+                ("2026-01-02", "live"),
+                ("2026-01-03", "missing"),
+                ("2026-01-04", "missing"),
+                ("2026-01-05", "tainted"),
+            ])
+        );
+        // No strip for a pattern without a date field, or one that does not parse.
+        assert_eq!(calendar_for(engine, "daily/{name}").unwrap(), "");
+        assert_eq!(calendar_for(engine, "daily/{").unwrap(), "");
+    }
+
+    #[tokio::test]
+    async fn the_list_shows_each_dataset_with_its_partitions_by_state() {
+        let service = open_service();
+        let list = || {
+            datasets_page(
+                State(service.state.clone()),
+                Query(DatasetsPageQuery { exact: false }),
+            )
+        };
+        let html = text(list().await).await;
+        assert!(html.contains(r#"<td><a href="/datasets/daily">daily</a> <a class="muted" href="/jobs/daily">(job)</a></td>"#));
+        let none_built = r#"<span class="muted">none built</span>"#;
+        assert_eq!(html.matches(none_built).count(), 3);
+        build(&service, &["daily/date=2026-01-02"]).await;
+        let html = text(list().await).await;
+        assert!(
+            html.contains(&format!("1 {} ", badge("live").into_string())),
+            "{html}"
+        );
+        assert!(html.contains(&days(&[("2026-01-02", "live")])));
+        assert_eq!(html.matches(none_built).count(), 2, "left and right");
+    }
+
+    #[tokio::test]
+    async fn a_bad_zoom_or_an_unknown_dataset_is_an_error_page() {
+        let service = open_service();
+        let dataset = |name: &str, zoom: &str| {
+            let q = DatasetQuery {
+                output: None,
+                state: None,
+                zoom: Some(zoom.into()),
+                end: None,
+                rows_after: None,
+                cols_after: None,
+            };
+            dataset_page(State(service.state.clone()), Path(name.into()), Query(q))
+        };
+        assert_eq!(
+            dataset("daily", "decade").await.status(),
+            StatusCode::BAD_REQUEST
+        );
+        assert_eq!(dataset("nope", "").await.status(), StatusCode::NOT_FOUND);
+        let response = dataset("daily", "week").await;
+        assert_eq!(response.status(), StatusCode::OK);
+        let html = text(response).await;
+        assert!(html.contains("<h1>Dataset daily</h1>"));
+        // One date field: a calendar, whatever the zoom asked, paged by windows of its days.
+        assert!(html.contains(r#"<p class="muted" id="grid-says">by date: twelve months by their days · 0 partitions read for this page</p>"#));
+        assert!(html.contains(r#"<a href="/datasets/daily?output=0&amp;state=&amp;end="#));
+    }
+}

@@ -123,3 +123,51 @@ pub(super) async fn graph_page(State(state): Shared) -> Response {
         div.scroll { (PreEscaped(picture)) }
     }).into_response()
 }
+
+#[cfg(test)]
+mod tests {
+    use databuild_core::Producer;
+
+    use super::super::testing::{build, open_service, text};
+    use super::*;
+
+    #[test]
+    fn a_jobs_first_output_is_its_dataset_page_and_the_others_say_which_they_are() {
+        let service = open_service();
+        let engine = &service.state.engine;
+        let href = |job, output| dataset_href(engine, Producer::Job { job, output });
+        assert_eq!(href(0, 0), "/datasets/daily");
+        assert_eq!(href(1, 0), "/datasets/pair");
+        assert_eq!(href(1, 1), "/datasets/pair?output=1");
+    }
+
+    #[tokio::test]
+    async fn the_graph_draws_every_dataset_and_job_with_what_was_built_and_run() {
+        let service = open_service();
+        let graph = || graph_page(State(service.state.clone()));
+        let html = text(graph().await).await;
+        assert!(html.contains("<h1>Graph tiny</h1>"));
+        assert!(
+            html.contains("5 nodes: datasets and sources"),
+            "3 outputs, 2 jobs"
+        );
+        // Each node's note is its second line of text.
+        let notes = |note: &str| html.matches(&format!(r##"fill="#fff">{note}"##)).count();
+        assert_eq!(notes("no partition yet</text>"), 3);
+        assert_eq!(notes("never ran</text>"), 2);
+        assert!(html.contains("/datasets/pair?output=1"));
+        assert!(!html.contains(r#"id="unchecked""#));
+
+        build(&service, &["left/date=2026-01-02"]).await;
+        let html = text(graph().await).await;
+        let notes = |note: &str| html.matches(&format!(r##"fill="#fff">{note}"##)).count();
+        assert_eq!(
+            notes("1 live</text>"),
+            2,
+            "daily, and left (right was not asked for)"
+        );
+        assert_eq!(notes("no partition yet</text>"), 1);
+        assert_eq!(notes("1 runs · 0 failed · p50 "), 2);
+        assert!(!html.contains("never ran"));
+    }
+}

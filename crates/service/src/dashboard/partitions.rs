@@ -208,3 +208,146 @@ fn lineage_graph(up: Option<&Lineage>, down: Option<&Lineage>) -> String {
     }
     svg::graph(&nodes)
 }
+
+#[cfg(test)]
+mod tests {
+    use axum::http::StatusCode;
+    use serde_json::json;
+
+    use super::super::testing::{answer, open_service, text};
+    use super::*;
+
+    fn node(
+        r: &str,
+        run: Option<&str>,
+        version: Option<&str>,
+        current: bool,
+        children: Vec<Value>,
+    ) -> Value {
+        json!({ "ref": r, "job_run_id": run, "data_version": version, "current": current,
+                "run_status": run.map(|_| "completed"), "children": children })
+    }
+
+    fn lineage(direction: &str, root: Value) -> Lineage {
+        answer(
+            json!({ "direction": direction, "depth": 2, "root": root, "nodes": 0, "history": [] }),
+        )
+    }
+
+    fn graph_node(id: &str, r: &str, status: &str, depends_on: &[&str]) -> svg::GraphNode {
+        svg::GraphNode {
+            id: id.into(),
+            label: r.into(),
+            status: status.into(),
+            href: format!("/partitions/{}", enc(r)),
+            depends_on: depends_on.iter().map(|d| d.to_string()).collect(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn the_lineage_is_one_graph_each_instance_once_edges_from_what_was_read() {
+        let up = lineage(
+            "upstream",
+            node(
+                "sum/a_b",
+                Some("r3"),
+                None,
+                true,
+                vec![
+                    node("n/a", Some("r1"), None, true, vec![]),
+                    // A source day: its instance is its data version.
+                    node("raw/a", None, Some("v7"), true, vec![]),
+                ],
+            ),
+        );
+        let down = lineage(
+            "downstream",
+            node(
+                "sum/a_b",
+                Some("r3"),
+                None,
+                true,
+                vec![node("report", Some("r4"), None, false, vec![])],
+            ),
+        );
+        let expected = svg::graph(&[
+            graph_node("sum/a_b@r3", "sum/a_b", "live", &["n/a@r1", "raw/a@v7"]),
+            graph_node("n/a@r1", "n/a", "live", &[]),
+            graph_node("raw/a@v7", "raw/a", "live", &[]),
+            // Rebuilt since: that instance is superseded.
+            graph_node("report@r4", "report", "superseded", &["sum/a_b@r3"]),
+        ]);
+        assert_eq!(lineage_graph(Some(&up), Some(&down)), expected);
+    }
+
+    #[test]
+    fn a_partition_read_from_nothing_and_read_by_nothing_draws_no_lineage() {
+        let alone = lineage("upstream", node("n/a", Some("r1"), None, true, vec![]));
+        assert_eq!(lineage_graph(Some(&alone), None), "");
+        assert_eq!(lineage_graph(None, None), "");
+    }
+
+    #[test]
+    fn a_current_instance_whose_run_did_not_complete_shows_the_runs_status() {
+        let mut root = node(
+            "sum/a_b",
+            Some("r3"),
+            None,
+            true,
+            vec![node("n/a", Some("r1"), None, true, vec![])],
+        );
+        root["run_status"] = json!("failed");
+        let picture = lineage_graph(Some(&lineage("upstream", root)), None);
+        let failed = svg::graph(&[
+            graph_node("sum/a_b@r3", "sum/a_b", "failed", &["n/a@r1"]),
+            graph_node("n/a@r1", "n/a", "live", &[]),
+        ]);
+        assert_eq!(picture, failed);
+    }
+
+    #[tokio::test]
+    async fn an_empty_log_lists_no_partition_and_keeps_the_filters_in_the_form() {
+        let service = open_service();
+        let query = PartitionsQuery {
+            pattern: Some("daily/*".into()),
+            status: Some("stale".into()),
+            after: None,
+        };
+        let response = partitions_page(State(service.state.clone()), Query(query)).await;
+        assert_eq!(response.status(), StatusCode::OK);
+        let html = text(response).await;
+        assert!(html.contains("No partition matches."));
+        assert!(
+            html.contains(r#"name="pattern" placeholder="glob, e.g. reviews/*" value="daily/*""#)
+        );
+        assert!(html.contains(r#"<option value="stale" selected>stale</option>"#));
+        assert!(!html.contains("Next page"));
+    }
+
+    #[tokio::test]
+    async fn a_partition_never_built_says_so_and_offers_to_build_and_taint_it() {
+        let service = open_service();
+        let r = "daily/date=2026-01-02";
+        let response = partition_page(
+            State(service.state.clone()),
+            Extension(Role::Writer),
+            Path(r.into()),
+        )
+        .await;
+        assert_eq!(response.status(), StatusCode::OK);
+        let html = text(response).await;
+        assert!(
+            html.contains(&format!(
+                "<h1><code>{r}</code> {}",
+                super::super::widgets::badge("missing").into_string()
+            )),
+            "{html}"
+        );
+        assert!(html.contains(&format!(r#"<input type="hidden" name="refs" value="{r}">"#)));
+        assert!(html.contains(r#"<form class="inline" method="get" action="/taint">"#));
+        assert!(html.contains("Nothing was built from it yet."));
+        // No lineage is drawn for an instance that does not exist.
+        assert!(!html.contains("<h2>Lineage</h2>"));
+    }
+}

@@ -9,7 +9,9 @@ use databuild_exec::{Engine, EngineConfig};
 use crate::guard::Access;
 use crate::{AppState, ServeConfig};
 
-/// A graph of one dated job, so that dataset pages have a date field to draw.
+/// A graph of a dated job, so that dataset pages have a date field to draw, and a job of two
+/// outputs reading it. Each job writes a line into each of its outputs (`DATABUILD_OUTPUTS` is a
+/// JSON list of refs).
 const GRAPH: &str = r#"
 [graph]
 name = "tiny"
@@ -17,7 +19,20 @@ name = "tiny"
 [[job]]
 name = "daily"
 outputs = ["daily/date={date:date}"]
-command = ["true"]
+command = ["sh", "-c", '''
+for r in $(printf %s "$DATABUILD_OUTPUTS" | tr -d '[]"' | tr , ' '); do
+  mkdir -p "$DATABUILD_DATA_DIR/${r%/*}" && echo 1 > "$DATABUILD_DATA_DIR/$r"
+done''']
+version = "1"
+
+[[job]]
+name = "pair"
+outputs = ["left/date={date:date}", "right/date={date:date}"]
+inputs = ["daily/date={date}"]
+command = ["sh", "-c", '''
+for r in $(printf %s "$DATABUILD_OUTPUTS" | tr -d '[]"' | tr , ' '); do
+  mkdir -p "$DATABUILD_DATA_DIR/${r%/*}" && echo 1 > "$DATABUILD_DATA_DIR/$r"
+done''']
 version = "1"
 "#;
 
@@ -61,6 +76,34 @@ pub(super) fn guarded_service() -> Service {
         token: Some("secret".into()),
         ..Default::default()
     })
+}
+
+/// Builds `refs` as the dashboard's build form does, and waits (up to a minute) for the build to
+/// end; returns its id.
+pub(super) async fn build(service: &Service, refs: &[&str]) -> String {
+    let request = crate::ops::BuildRequest {
+        partitions: refs.iter().map(|r| r.to_string()).collect(),
+        force: false,
+        keep_going: false,
+        allow_stale: false,
+        parallel: None,
+        max_runs: None,
+    };
+    let id = crate::ops::start_build(&service.state, request)
+        .await
+        .expect("the build starts");
+    for _ in 0..600 {
+        let build = crate::engine_api::build(&service.state.engine, &id).expect("the build");
+        use databuild_log::Status;
+        if matches!(
+            build.status,
+            Status::Completed | Status::Failed | Status::Cancelled
+        ) {
+            return id;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    panic!("build {id} did not end within a minute");
 }
 
 /// A response's body, as text.

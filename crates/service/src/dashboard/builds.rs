@@ -211,14 +211,14 @@ mod tests {
     fn query(pairs: &[(&str, &str)]) -> BuildsQuery {
         let mut q = BuildsQuery::default();
         for (k, v) in pairs {
-            let v = Some(v.to_string());
+            let text = Some(v.to_string());
             match *k {
-                "status" => q.status = v,
-                "from" => q.from = v,
-                "to" => q.to = v,
-                "after" => q.after = v,
-                "all" => q.all = v,
-                "limit" => q.limit = Some(v.unwrap().parse().unwrap()),
+                "status" => q.status = text,
+                "from" => q.from = text,
+                "to" => q.to = text,
+                "after" => q.after = text,
+                "all" => q.all = text,
+                "limit" => q.limit = Some(v.parse().unwrap()),
                 _ => unreachable!("{k}"),
             }
         }

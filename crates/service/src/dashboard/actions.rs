@@ -142,3 +142,122 @@ pub(super) async fn ui_taint(
         Err(resp) => resp,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use axum::http::{header, StatusCode};
+
+    use super::super::testing::{build, guarded_service, open_service, text, wait_for_the_end};
+    use super::*;
+
+    fn build_form(refs: &str, csrf: Option<String>, token: Option<&str>) -> TextForm<BuildForm> {
+        TextForm(BuildForm {
+            refs: refs.into(),
+            force: None,
+            token: token.map(str::to_string),
+            csrf,
+        })
+    }
+
+    fn location(response: &Response) -> &str {
+        response.headers()[header::LOCATION].to_str().unwrap()
+    }
+
+    #[tokio::test]
+    async fn the_build_form_starts_a_build_and_goes_to_its_page() {
+        let service = open_service();
+        let state = service.state.clone();
+        let csrf = Some(state.guard.csrf_token());
+        let form = build_form(" daily/date={2026-01-02,2026-01-03}\n", csrf, None);
+        let response = ui_build(State(state.clone()), Extension(Role::Writer), form).await;
+        assert_eq!(response.status(), StatusCode::SEE_OTHER);
+        let id = location(&response)
+            .strip_prefix("/builds/")
+            .unwrap()
+            .to_string();
+        wait_for_the_end(&service, &id).await;
+        let built = engine_api::build(&state.engine, &id).unwrap();
+        assert_eq!(
+            built.requested_partitions,
+            ["daily/date=2026-01-02", "daily/date=2026-01-03"]
+        );
+        assert_eq!(built.status, databuild_log::Status::Completed);
+    }
+
+    #[tokio::test]
+    async fn a_build_form_without_the_csrf_token_or_the_right_to_write_starts_nothing() {
+        let service = guarded_service();
+        let state = service.state.clone();
+        let csrf = || Some(state.guard.csrf_token());
+        let ask = |form| ui_build(State(state.clone()), Extension(Role::Reader), form);
+        let forged = ask(build_form("daily/date=2026-01-02", None, Some("secret"))).await;
+        assert_eq!(forged.status(), StatusCode::FORBIDDEN);
+        let reader = ask(build_form("daily/date=2026-01-02", csrf(), None)).await;
+        assert_eq!(reader.status(), StatusCode::UNAUTHORIZED);
+        let unknown = ask(build_form("weekly/x", csrf(), Some("secret"))).await;
+        assert_eq!(unknown.status(), StatusCode::BAD_REQUEST);
+        assert!(engine_api::builds(&state.engine, None, true, 10)
+            .unwrap()
+            .builds
+            .is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_taint_says_what_it_would_make_stale_then_is_done_and_shows_the_partition() {
+        let service = open_service();
+        let state = service.state.clone();
+        build(&service, &["left/date=2026-01-02"]).await;
+        let r = "daily/date=2026-01-02";
+        let preview = TaintPreview {
+            r#ref: r.into(),
+            reason: Some("bad rows".into()),
+        };
+        let html = text(
+            taint_preview(
+                State(state.clone()),
+                Extension(Role::Writer),
+                Query(preview),
+            )
+            .await,
+        )
+        .await;
+        assert!(html.contains(&format!("<h1>Taint <code>{r}</code>?</h1>")));
+        assert!(html.contains(", and <b>1</b> live partition(s) built from it would become stale."));
+        assert!(html.contains(&partition_link("left/date=2026-01-02").into_string()));
+        assert!(html.contains(r#"<input type="hidden" name="reason" value="bad rows">"#));
+        assert!(html.contains(r#"<a href="/partitions/daily%2Fdate=2026-01-02">Cancel</a>"#));
+
+        let form = TextForm(TaintForm {
+            r#ref: r.into(),
+            reason: Some("bad rows".into()),
+            token: None,
+            csrf: Some(state.guard.csrf_token()),
+        });
+        let response = ui_taint(State(state.clone()), Extension(Role::Writer), form).await;
+        assert_eq!(response.status(), StatusCode::SEE_OTHER);
+        assert_eq!(location(&response), "/partitions/daily%2Fdate=2026-01-02");
+        assert_eq!(
+            engine_api::status(&state.engine, r).unwrap().status,
+            "tainted"
+        );
+    }
+
+    #[tokio::test]
+    async fn an_ended_build_cannot_be_cancelled() {
+        let service = open_service();
+        let state = service.state.clone();
+        let id = build(&service, &["daily/date=2026-01-02"]).await;
+        let cancel = |csrf| {
+            let form = Form(TokenForm { token: None, csrf });
+            ui_cancel(
+                State(state.clone()),
+                Extension(Role::Writer),
+                Path(id.clone()),
+                form,
+            )
+        };
+        assert_eq!(cancel(None).await.status(), StatusCode::FORBIDDEN);
+        let ended = cancel(Some(state.guard.csrf_token())).await;
+        assert_eq!(ended.status(), StatusCode::CONFLICT);
+    }
+}

@@ -100,3 +100,62 @@ pub(super) async fn analyze_page(State(state): Shared, Query(q): Query<RefsQuery
         }
     }).into_response()
 }
+
+#[cfg(test)]
+mod tests {
+    use axum::http::StatusCode;
+
+    use super::super::testing::{open_service, text};
+    use super::*;
+
+    #[test]
+    fn refs_are_the_words_of_the_box_braces_expanded() {
+        let service = open_service();
+        let engine = &service.state.engine;
+        let refs = refs_from_text(
+            engine,
+            "daily/date=2026-01-01\n  left/date={2026-01-02,2026-01-03} ",
+            10,
+        )
+        .unwrap();
+        let refs: Vec<&str> = refs.iter().map(PartitionRef::as_str).collect();
+        assert_eq!(
+            refs,
+            [
+                "daily/date=2026-01-01",
+                "left/date=2026-01-02",
+                "left/date=2026-01-03"
+            ]
+        );
+        let unknown = refs_from_text(engine, "weekly/x", 10).unwrap_err();
+        assert_eq!(unknown.status, StatusCode::BAD_REQUEST);
+        let too_many =
+            refs_from_text(engine, "daily/date={2026-01-01..2026-01-31}", 10).unwrap_err();
+        assert_eq!(too_many.status, StatusCode::PAYLOAD_TOO_LARGE);
+    }
+
+    #[tokio::test]
+    async fn the_page_shows_the_plan_of_what_was_typed() {
+        let service = open_service();
+        let analyze = |refs: Option<&str>| {
+            let q = RefsQuery {
+                refs: refs.map(str::to_string),
+            };
+            analyze_page(State(service.state.clone()), Query(q))
+        };
+        let html = text(analyze(None).await).await;
+        assert!(html.contains("Name partitions to see what a build would run."));
+
+        let html = text(analyze(Some("left/date=2026-01-02")).await).await;
+        assert!(html.contains(r#"<textarea name="refs" rows="2" placeholder="partition refs">left/date=2026-01-02</textarea>"#));
+        assert!(html.contains("<p>2 job runs · 0 skipped (live) · 0 delegated · 0 missing</p>"));
+        assert!(html.contains(&format!(
+            "<td>1</td><td>daily</td><td>{} </td>",
+            partition_link("daily/date=2026-01-02").into_string()
+        )));
+        assert!(html.contains("<td>2</td><td>pair</td>"));
+
+        let refused = analyze(Some("weekly/x")).await;
+        assert_eq!(refused.status(), StatusCode::BAD_REQUEST);
+    }
+}

@@ -77,3 +77,38 @@ pub(super) async fn home(State(state): Shared, Extension(role): Extension<Role>)
         }
     }).into_response()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::{build, guarded_service, open_service, text};
+    use super::*;
+
+    #[tokio::test]
+    async fn home_says_what_there_is_not_yet_and_asks_a_reader_for_a_token_to_build() {
+        let service = guarded_service();
+        let html = text(home(State(service.state.clone()), Extension(Role::Reader)).await).await;
+        assert!(html.contains("<h1>Build graph tiny</h1>"));
+        assert!(html.contains("No builds yet."));
+        assert!(html.contains("No failed partitions."));
+        assert!(html.contains("No job has run yet."));
+        assert!(html.contains(
+            r#"<button type="submit" formaction="/ui/build" formmethod="post">Build</button>"#
+        ));
+        assert!(html.contains(r#"<input type="password" name="token""#));
+    }
+
+    #[tokio::test]
+    async fn home_lists_the_recent_builds_and_the_jobs_that_ran() {
+        let service = open_service();
+        let id = build(&service, &["daily/date=2026-01-02"]).await;
+        let html = text(home(State(service.state.clone()), Extension(Role::Writer)).await).await;
+        assert!(html.contains(&build_link(&id).into_string()));
+        assert!(html.contains(&partition_link("daily/date=2026-01-02").into_string()));
+        assert!(html.contains(r#"<td><a href="/jobs/daily">daily</a></td><td>1</td><td>100%</td>"#));
+        assert!(!html.contains("No builds yet."));
+        assert!(
+            !html.contains(r#"type="password""#),
+            "no token asked of an open service"
+        );
+    }
+}

@@ -119,3 +119,60 @@ pub(super) async fn run_live(State(state): Shared, Path(id): Path<String>) -> Re
         Err(r) => r,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use axum::http::StatusCode;
+
+    use super::super::testing::{build, job_run, open_service, text};
+    use super::*;
+
+    #[test]
+    fn a_runs_page_polls_while_it_runs_and_shows_its_log_escaped() {
+        let mut run = job_run("r1", "daily", "running", &["daily/date=2026-01-02"], &[]);
+        run.env.insert("TZ".into(), "UTC".into());
+        run.args = vec!["--fast".into(), "x".into()];
+        let html = run_body(&run, "").into_string();
+        assert!(html.starts_with(
+            r#"<div id="live" hx-get="/runs/r1/live" hx-trigger="every 1s" hx-swap="outerHTML">"#
+        ));
+        assert!(html.contains("<code>TZ=UTC</code>"));
+        assert!(html.contains("<code>--fast x</code>"));
+        assert!(html.contains("No log (yet)."));
+
+        run.status = Status::Completed;
+        let html = run_body(&run, "rows: 3 <ok>").into_string();
+        assert!(html.starts_with(r#"<div id="live" hx-get="/runs/r1/live" hx-swap="outerHTML">"#));
+        assert!(html.contains(r#"<pre class="log">rows: 3 &lt;ok&gt;</pre>"#));
+    }
+
+    #[tokio::test]
+    async fn the_jobs_pages_show_the_runs_of_a_build() {
+        let service = open_service();
+        let state = || State(service.state.clone());
+        let html = text(jobs_page(state()).await).await;
+        assert!(html.contains(r#"<td><a href="/jobs/daily">daily</a></td><td>0</td><td>-</td>"#));
+        build(&service, &["daily/date=2026-01-02"]).await;
+        let html = text(jobs_page(state()).await).await;
+        assert!(html.contains(r#"<td><a href="/jobs/daily">daily</a></td><td>1</td><td>100%</td>"#));
+
+        let html = text(job_page(state(), Path("daily".into())).await).await;
+        assert!(html.contains("<p>1 runs · 1 completed · 0 failed</p>"));
+        assert!(!html.contains("No finished runs yet."));
+        let run = engine_api::job_runs(&service.state.engine, "daily", 1)
+            .unwrap()
+            .runs[0]
+            .clone();
+        let html = text(run_page(state(), Path(run.job_run_id.clone())).await).await;
+        assert!(html.contains(&format!(
+            r#"<h1>Job run <code title="{0}">{1}</code>"#,
+            run.job_run_id,
+            short(&run.job_run_id)
+        )));
+        let live = text(run_live(state(), Path(run.job_run_id.clone())).await).await;
+        assert!(live.starts_with(r#"<div id="live""#), "only the live part");
+
+        let unknown = run_page(state(), Path("nope".into())).await;
+        assert_eq!(unknown.status(), StatusCode::NOT_FOUND);
+    }
+}

@@ -70,3 +70,27 @@ fn coverage_state(shown: Option<&String>) -> String {
         Some(s) => s.split(' ').next().unwrap_or(s).to_string(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::{open_service, text};
+    use super::*;
+
+    #[test]
+    fn a_table_versions_day_is_coloured_by_the_first_word_of_its_state() {
+        let state = |s: &str| coverage_state(Some(&s.to_string()));
+        assert_eq!(coverage_state(None), "missing");
+        assert_eq!(state("live (carried)"), "carried");
+        assert_eq!(state("live (loaded)"), "live");
+        assert_eq!(state("stale (raw data changed)"), "stale");
+        assert_eq!(state("missing"), "missing");
+    }
+
+    #[tokio::test]
+    async fn a_graph_without_sources_says_so() {
+        let service = open_service();
+        let html = text(sources_page(State(service.state.clone())).await).await;
+        assert!(html.contains("This graph declares no [[source]]."));
+        assert!(!html.contains("<section"));
+    }
+}

@@ -54,3 +54,54 @@ pub(super) async fn sql_page(State(state): Shared, Query(q): Query<SqlQuery>) ->
         (outcome)
     }).into_response()
 }
+
+#[cfg(test)]
+mod tests {
+    use axum::http::StatusCode;
+
+    use super::super::testing::{build, open_service, text};
+    use super::*;
+
+    fn sql(
+        service: &super::super::testing::Service,
+        q: &str,
+    ) -> impl std::future::Future<Output = Response> {
+        let q = SqlQuery {
+            q: Some(q.to_string()),
+        };
+        sql_page(State(service.state.clone()), Query(q))
+    }
+
+    #[tokio::test]
+    async fn every_example_runs() {
+        let service = open_service();
+        build(&service, &["daily/date=2026-01-02"]).await;
+        for (name, example) in EXAMPLES {
+            let response = sql(&service, example).await;
+            assert_eq!(response.status(), StatusCode::OK, "{name}");
+            assert!(
+                text(response).await.contains(r#"<table id="results">"#),
+                "{name}"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn a_result_is_a_table_of_its_cells_and_a_write_is_refused() {
+        let service = open_service();
+        let html = text(sql(&service, "SELECT 1 AS one, NULL AS empty, '<b>' AS tag").await).await;
+        assert!(html.contains("<p class=\"muted\">1 rows</p>"));
+        assert!(html.contains("<tr><th>one</th><th>empty</th><th>tag</th></tr><tr><td>1</td><td></td><td>&lt;b&gt;</td></tr>"));
+        assert!(html.contains("<textarea name=\"q\" rows=\"4\">SELECT 1 AS one, NULL AS empty, '&lt;b&gt;' AS tag</textarea>"));
+
+        let blank = text(sql(&service, "  ").await).await;
+        assert!(!blank.contains("results"));
+        assert!(blank.contains(&format!(
+            "<a href=\"/sql?q={}\">Recent builds</a>",
+            enc(EXAMPLES[2].1)
+        )));
+
+        let refused = sql(&service, "DELETE FROM events").await;
+        assert_eq!(refused.status(), StatusCode::BAD_REQUEST);
+    }
+}

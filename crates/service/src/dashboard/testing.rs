@@ -92,14 +92,20 @@ pub(super) async fn build(service: &Service, refs: &[&str]) -> String {
     let id = crate::ops::start_build(&service.state, request)
         .await
         .expect("the build starts");
+    wait_for_the_end(service, &id).await;
+    id
+}
+
+/// Waits (up to a minute) for build `id` to end.
+pub(super) async fn wait_for_the_end(service: &Service, id: &str) {
+    use databuild_log::Status;
     for _ in 0..600 {
-        let build = crate::engine_api::build(&service.state.engine, &id).expect("the build");
-        use databuild_log::Status;
+        let build = crate::engine_api::build(&service.state.engine, id).expect("the build");
         if matches!(
             build.status,
             Status::Completed | Status::Failed | Status::Cancelled
         ) {
-            return id;
+            return;
         }
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }

@@ -13,16 +13,21 @@ use super::Shared;
 use crate::engine_api;
 use crate::svg;
 
+/// The state whose colour a want's status is drawn in: satisfied as live, still wanted as
+/// building, anything else (cancelled, expired) as cancelled.
+fn want_colour(status: Status) -> &'static str {
+    match status {
+        Status::Satisfied => "live",
+        Status::Waiting | Status::Requested => "building",
+        _ => "cancelled",
+    }
+}
+
 /// Wants: what is wanted, whether it is satisfied, and if not, what it waits for and since when.
 pub(super) async fn wants_page(State(state): Shared) -> Response {
     let wants = match page(&state, |engine| Ok(engine.store.wants(None, false, 200)?)).await {
         Ok(w) => w,
         Err(r) => return r,
-    };
-    let colour = |s: Status| match s {
-        Status::Satisfied => "live",
-        Status::Waiting | Status::Requested => "building",
-        _ => "cancelled",
     };
     layout("Wants", html! {
         h1 { "Wants" }
@@ -33,7 +38,7 @@ pub(super) async fn wants_page(State(state): Shared) -> Response {
                 tr { th { "Want" } th { "Status" } th { "Partitions" } th { "Why" } th { "Since" } th { "SLA" } th { "Expires" } }
                 @for w in &wants { tr data-want=(w.want_id) {
                     td { (id_link("/wants/", &w.want_id)) @if let Some(r) = &w.recurring { br; span.muted { "recurring " (r) } } }
-                    td { span.badge style={ "background:" (svg::colour(colour(w.status))) } { (w.status) } }
+                    td { span.badge style={ "background:" (svg::colour(want_colour(w.status))) } { (w.status) } }
                     td { @for r in w.refs.iter().take(5) { (partition_link(r)) br; } @if w.refs.len() > 5 { span.muted { "+" (w.refs.len() - 5) " more" } } }
                     td.why { (w.message.clone().unwrap_or_default()) }
                     td { (rfc3339(w.updated_at)) }
@@ -80,4 +85,63 @@ pub(super) async fn want_page(State(state): Shared, Path(id): Path<String>) -> R
             }
         }
     }).into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use axum::http::StatusCode;
+
+    use super::super::testing::{build, open_service, text};
+    use super::*;
+
+    #[test]
+    fn a_want_is_drawn_live_once_satisfied_building_while_wanted_and_grey_otherwise() {
+        assert_eq!(want_colour(Status::Satisfied), "live");
+        assert_eq!(want_colour(Status::Waiting), "building");
+        assert_eq!(want_colour(Status::Requested), "building");
+        assert_eq!(want_colour(Status::Cancelled), "cancelled");
+        assert_eq!(want_colour(Status::Expired), "cancelled");
+    }
+
+    #[tokio::test]
+    async fn the_list_shows_each_want_with_its_partitions_and_sla() {
+        let service = open_service();
+        let list = || wants_page(State(service.state.clone()));
+        assert!(text(list().await).await.contains("No wants yet."));
+        let words = ["daily/date={2026-01-02,2026-01-03}".to_string()];
+        let want = engine_api::want(&service.state.engine, &words, None, Some("2h"), 10).unwrap();
+        let html = text(list().await).await;
+        assert!(html.contains(&format!(r#"<tr data-want="{}">"#, want.want_id)));
+        assert!(html.contains(&partition_link("daily/date=2026-01-03").into_string()));
+        assert!(html.contains("<td>2h</td>"));
+        let badge = format!(
+            r#"<span class="badge" style="background:{}">{}</span>"#,
+            svg::colour("building"),
+            want.status
+        );
+        assert!(html.contains(&badge), "{html}");
+    }
+
+    #[tokio::test]
+    async fn a_wants_page_says_what_waits_and_then_which_runs_made_it() {
+        let service = open_service();
+        let r = "daily/date=2026-01-02";
+        let want =
+            engine_api::want(&service.state.engine, &[r.to_string()], None, None, 10).unwrap();
+        let page = || want_page(State(service.state.clone()), Path(want.want_id.clone()));
+        let html = text(page().await).await;
+        assert!(html.contains("1 partition(s) wanted; 1 not live."));
+        assert!(html.contains("No run has made any of its partitions yet."));
+        assert!(html.contains("<h2>Waiting</h2>"));
+
+        let id = build(&service, &[r]).await;
+        let html = text(page().await).await;
+        assert!(html.contains(&format!("build {}", build_link(&id).into_string())));
+        assert!(html.contains("</span> of <code>daily</code>"));
+        assert!(html.contains(&format!(" made {} ", partition_link(r).into_string())));
+        assert!(!html.contains("<h2>Waiting</h2>"));
+
+        let unknown = want_page(State(service.state.clone()), Path("nope".into())).await;
+        assert_eq!(unknown.status(), StatusCode::NOT_FOUND);
+    }
 }

@@ -27,14 +27,14 @@ mod openapi;
 pub mod ops;
 mod reconciler;
 mod routes;
+mod running_builds;
 pub mod signature;
 pub mod sources;
-mod state;
 mod svg;
 pub mod wants;
 
 pub use config::{parse_interval, Intervals, Limits, ServeConfig};
-pub use state::{AppState, Builds};
+pub use running_builds::Builds;
 
 /// A path segment as links and redirects write it (what `/partitions/{ref}` takes).
 pub use databuild_core::refs::encode_segment;
@@ -52,6 +52,44 @@ pub const BODY_LIMIT: usize = 1024 * 1024;
 
 /// How long shutdown waits for running builds to record their cancellation.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(9);
+
+/// What every handler shares. It stays at the crate's root: it holds parts of `guard` and
+/// `sources`, which take it in turn, so in a module of its own it would make a cycle.
+pub struct AppState {
+    pub engine: Arc<Engine>,
+    /// One executor for all builds, so a cluster executor follows all runs together.
+    pub executor: Arc<dyn databuild_exec::local::Executor>,
+    /// Tokens, sessions and CSRF tokens.
+    pub guard: guard::Guard,
+    pub limits: Limits,
+    pub intervals: Intervals,
+    /// Permits for SQL queries and event streams: what is running now.
+    pub sql_slots: Arc<tokio::sync::Semaphore>,
+    pub stream_slots: Arc<tokio::sync::Semaphore>,
+    pub builds: Builds,
+    /// Per-source webhook rate limits.
+    pub flood_guard: sources::FloodGuard,
+}
+
+impl AppState {
+    pub fn new(
+        engine: Arc<Engine>,
+        executor: Arc<dyn databuild_exec::local::Executor>,
+        config: ServeConfig,
+    ) -> AppState {
+        AppState {
+            engine,
+            executor,
+            guard: guard::Guard::new(config.access),
+            sql_slots: Arc::new(tokio::sync::Semaphore::new(config.limits.sql_queries)),
+            stream_slots: Arc::new(tokio::sync::Semaphore::new(config.limits.event_streams)),
+            limits: config.limits,
+            intervals: config.intervals,
+            builds: Builds::default(),
+            flood_guard: Default::default(),
+        }
+    }
+}
 
 /// The router of the API and the dashboard over `state`: testable without a socket.
 pub fn app(state: Arc<AppState>) -> Router {

@@ -1,15 +1,11 @@
-//! The state every handler shares ([`AppState`]): the engine, the executor, the guard, the
-//! limits and their permits, and the builds this process is running ([`Builds`]).
+//! The builds this process is running, each on its own thread with the flag that interrupts it
+//! ([`Builds`]), so that shutdown can cancel them all and wait for them to record it.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
-
-use databuild_exec::Engine;
-
-use crate::{guard, sources, Intervals, Limits, ServeConfig};
 
 /// A build running on its own thread, and the flag that interrupts it.
 type RunningBuild = (Arc<AtomicBool>, JoinHandle<()>);
@@ -38,42 +34,6 @@ impl Builds {
             while !handle.is_finished() && Instant::now() < deadline {
                 std::thread::sleep(Duration::from_millis(20));
             }
-        }
-    }
-}
-
-pub struct AppState {
-    pub engine: Arc<Engine>,
-    /// One executor for all builds, so a cluster executor follows all runs together.
-    pub executor: Arc<dyn databuild_exec::local::Executor>,
-    /// Tokens, sessions and CSRF tokens.
-    pub guard: guard::Guard,
-    pub limits: Limits,
-    pub intervals: Intervals,
-    /// Permits for SQL queries and event streams: what is running now.
-    pub sql_slots: Arc<tokio::sync::Semaphore>,
-    pub stream_slots: Arc<tokio::sync::Semaphore>,
-    pub builds: Builds,
-    /// Per-source webhook rate limits.
-    pub flood_guard: sources::FloodGuard,
-}
-
-impl AppState {
-    pub fn new(
-        engine: Arc<Engine>,
-        executor: Arc<dyn databuild_exec::local::Executor>,
-        config: ServeConfig,
-    ) -> AppState {
-        AppState {
-            engine,
-            executor,
-            guard: guard::Guard::new(config.access),
-            sql_slots: Arc::new(tokio::sync::Semaphore::new(config.limits.sql_queries)),
-            stream_slots: Arc::new(tokio::sync::Semaphore::new(config.limits.event_streams)),
-            limits: config.limits,
-            intervals: config.intervals,
-            builds: Builds::default(),
-            flood_guard: Default::default(),
         }
     }
 }

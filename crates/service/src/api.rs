@@ -19,10 +19,10 @@ use futures_util::stream::{self, Stream};
 use serde::Deserialize;
 use utoipa::{IntoParams, ToSchema};
 
+use crate::engine_api::{self, parse_refs, ApiResult};
 use crate::error::{AppError, ErrorBody};
 use crate::guard::Role;
 use crate::ops::{blocking, limit, run_sql, start_build, ApiJson, ApiPath, ApiQuery, BuildRequest};
-use crate::views::{self, parse_refs, ApiResult};
 use crate::AppState;
 
 type Shared = State<Arc<AppState>>;
@@ -121,7 +121,7 @@ pub(crate) async fn list_builds(
     };
     let limit = limit(q.limit, 20)?.min(1000);
     blocking(&state, move |engine| {
-        views::builds(engine, status, q.all.unwrap_or(false), limit).map(Json)
+        engine_api::builds(engine, status, q.all.unwrap_or(false), limit).map(Json)
     })
     .await
 }
@@ -131,7 +131,10 @@ pub(crate) async fn get_build(
     State(state): Shared,
     ApiPath(id): ApiPath<String>,
 ) -> ApiResult<Json<answers::BuildDetail>> {
-    blocking(&state, move |engine| views::build(engine, &id).map(Json)).await
+    blocking(&state, move |engine| {
+        engine_api::build(engine, &id).map(Json)
+    })
+    .await
 }
 
 #[utoipa::path(delete, path = route::BUILD, summary = "Cancel a build request", params(("id" = String, Path, description = "Build request id")), responses((status = 200, body = answers::Cancelled), (status = 400, description = "Ended while being cancelled", body = ErrorBody), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, description = "Already ended", body = ErrorBody)))]
@@ -139,7 +142,10 @@ pub(crate) async fn cancel_build(
     State(state): Shared,
     ApiPath(id): ApiPath<String>,
 ) -> ApiResult<Json<answers::Cancelled>> {
-    blocking(&state, move |engine| views::cancel(engine, &id).map(Json)).await
+    blocking(&state, move |engine| {
+        engine_api::cancel(engine, &id).map(Json)
+    })
+    .await
 }
 
 #[derive(Deserialize, IntoParams)]
@@ -158,9 +164,9 @@ pub(crate) async fn build_events(
     ApiPath(id): ApiPath<String>,
     ApiQuery(q): ApiQuery<BuildEventsQuery>,
 ) -> ApiResult<Json<answers::EventPage>> {
-    let limit = limit(q.limit, views::MAX_PAGE)?.clamp(1, views::MAX_PAGE);
+    let limit = limit(q.limit, engine_api::MAX_PAGE)?.clamp(1, engine_api::MAX_PAGE);
     blocking(&state, move |engine| {
-        views::build_events(engine, &id, q.since, limit).map(Json)
+        engine_api::build_events(engine, &id, q.since, limit).map(Json)
     })
     .await
 }
@@ -181,9 +187,9 @@ pub(crate) async fn build_partitions(
     ApiPath(id): ApiPath<String>,
     ApiQuery(q): ApiQuery<BuildPartitionsQuery>,
 ) -> ApiResult<Json<answers::BuildPartitionPage>> {
-    let limit = limit(q.limit, answers::DETAIL_ROWS)?.clamp(1, views::MAX_PAGE);
+    let limit = limit(q.limit, answers::DETAIL_ROWS)?.clamp(1, engine_api::MAX_PAGE);
     blocking(&state, move |engine| {
-        views::build_partitions(engine, &id, q.after.as_deref(), limit).map(Json)
+        engine_api::build_partitions(engine, &id, q.after.as_deref(), limit).map(Json)
     })
     .await
 }
@@ -194,7 +200,7 @@ pub(crate) async fn build_summary(
     ApiPath(id): ApiPath<String>,
 ) -> ApiResult<Json<answers::BuildSummary>> {
     blocking(&state, move |engine| {
-        views::build_summary(engine, &id).map(Json)
+        engine_api::build_summary(engine, &id).map(Json)
     })
     .await
 }
@@ -204,7 +210,10 @@ pub(crate) async fn build_progress(
     State(state): Shared,
     ApiPath(id): ApiPath<String>,
 ) -> ApiResult<Json<answers::BuildProgress>> {
-    blocking(&state, move |engine| views::progress(engine, &id).map(Json)).await
+    blocking(&state, move |engine| {
+        engine_api::progress(engine, &id).map(Json)
+    })
+    .await
 }
 
 /// Server-Sent Events: every event of the build as it is appended, until the build ends.
@@ -222,7 +231,7 @@ pub(crate) async fn build_event_stream(
         .map_err(|_| AppError::busy("event streams", state.limits.event_streams))?;
     let private = state.guard.hides_private(role);
     // The whole id of what was named (a prefix, a short form, `last`), or 404.
-    let id = blocking(&state, move |engine| views::build_id(engine, &id)).await?;
+    let id = blocking(&state, move |engine| engine_api::build_id(engine, &id)).await?;
     let engine = state.engine.clone();
     // State: (last idx sent, finished, pending events).
     let stream = stream::unfold(
@@ -377,7 +386,7 @@ pub(crate) async fn list_partitions(
         after: q.after,
     };
     blocking(&state, move |engine| {
-        views::partitions(engine, &query, listed).map(Json)
+        engine_api::partitions(engine, &query, listed).map(Json)
     })
     .await
 }
@@ -387,7 +396,10 @@ pub(crate) async fn partition_status(
     State(state): Shared,
     ApiPath(r): ApiPath<String>,
 ) -> ApiResult<Json<answers::PartitionStatus>> {
-    blocking(&state, move |engine| views::status(engine, &r).map(Json)).await
+    blocking(&state, move |engine| {
+        engine_api::status(engine, &r).map(Json)
+    })
+    .await
 }
 
 #[utoipa::path(get, path = route::PARTITION_EVENTS, summary = "The events of a partition", params(RefPath), responses((status = 200, body = answers::EventList), (status = 400, body = ErrorBody)))]
@@ -396,7 +408,7 @@ pub(crate) async fn partition_events(
     ApiPath(r): ApiPath<String>,
 ) -> ApiResult<Json<answers::EventList>> {
     blocking(&state, move |engine| {
-        views::partition_events(engine, &r).map(Json)
+        engine_api::partition_events(engine, &r).map(Json)
     })
     .await
 }
@@ -406,7 +418,10 @@ pub(crate) async fn partition_explain(
     State(state): Shared,
     ApiPath(r): ApiPath<String>,
 ) -> ApiResult<Json<answers::Explain>> {
-    blocking(&state, move |engine| views::explain(engine, &r).map(Json)).await
+    blocking(&state, move |engine| {
+        engine_api::explain(engine, &r).map(Json)
+    })
+    .await
 }
 
 #[derive(Deserialize, IntoParams)]
@@ -430,7 +445,7 @@ pub(crate) async fn partition_lineage(
     ApiQuery(q): ApiQuery<LineageParams>,
 ) -> ApiResult<Json<Lineage>> {
     blocking(&state, move |engine| {
-        views::lineage(
+        engine_api::lineage(
             engine,
             &r,
             q.direction.unwrap_or_default(),
@@ -458,7 +473,7 @@ pub(crate) async fn partition_diff(
     ApiQuery(q): ApiQuery<DiffParams>,
 ) -> ApiResult<Json<InstanceDiff>> {
     blocking(&state, move |engine| {
-        views::diff(engine, &r, q.instance.as_deref(), q.since.as_deref()).map(Json)
+        engine_api::diff(engine, &r, q.instance.as_deref(), q.since.as_deref()).map(Json)
     })
     .await
 }
@@ -487,7 +502,7 @@ pub(crate) async fn check(
 ) -> ApiResult<Json<answers::CheckAnswer>> {
     let max_refs = state.limits.max_refs;
     blocking(&state, move |engine| {
-        views::check(engine, &body.partitions, max_refs).map(Json)
+        engine_api::check(engine, &body.partitions, max_refs).map(Json)
     })
     .await
 }
@@ -499,7 +514,7 @@ pub(crate) async fn taint(
 ) -> ApiResult<Json<answers::EventList>> {
     let max_refs = state.limits.max_refs;
     blocking(&state, move |engine| {
-        views::taint(engine, &body.partitions, body.reason.as_deref(), max_refs).map(Json)
+        engine_api::taint(engine, &body.partitions, body.reason.as_deref(), max_refs).map(Json)
     })
     .await
 }
@@ -525,7 +540,7 @@ pub(crate) async fn gc(
     ApiJson(body): ApiJson<GcBody>,
 ) -> ApiResult<Json<GcReport>> {
     blocking(&state, move |engine| {
-        views::gc(engine, &body.older_than, body.dry_run).map(Json)
+        engine_api::gc(engine, &body.older_than, body.dry_run).map(Json)
     })
     .await
 }
@@ -537,7 +552,7 @@ pub(crate) async fn taint_impact(
 ) -> ApiResult<Json<TaintImpact>> {
     let max_refs = state.limits.max_refs;
     blocking(&state, move |engine| {
-        views::taint_impact(engine, &body.partitions, max_refs).map(Json)
+        engine_api::taint_impact(engine, &body.partitions, max_refs).map(Json)
     })
     .await
 }
@@ -640,14 +655,14 @@ pub(crate) async fn list_events(
         to: parse_time("to", q.to)?,
     };
     blocking(&state, move |engine| {
-        views::events(engine, &filter).map(Json)
+        engine_api::events(engine, &filter).map(Json)
     })
     .await
 }
 
 #[utoipa::path(get, path = route::JOBS, summary = "Metrics of every job", responses((status = 200, body = answers::JobList, links(("get_job" = (operation_id = "get_job", parameters(("name" = "$response.body#/jobs/0/job")))), ("job_runs" = (operation_id = "job_runs", parameters(("name" = "$response.body#/jobs/0/job"))))))))]
 pub(crate) async fn list_jobs(State(state): Shared) -> ApiResult<Json<answers::JobList>> {
-    blocking(&state, |engine| views::jobs(engine).map(Json)).await
+    blocking(&state, |engine| engine_api::jobs(engine).map(Json)).await
 }
 
 #[utoipa::path(get, path = route::JOB, summary = "One job: metrics and recent runs", params(("name" = String, Path)), responses((status = 200, body = answers::JobDetail), (status = 404, body = ErrorBody)))]
@@ -655,7 +670,10 @@ pub(crate) async fn get_job(
     State(state): Shared,
     ApiPath(name): ApiPath<String>,
 ) -> ApiResult<Json<answers::JobDetail>> {
-    blocking(&state, move |engine| views::job(engine, &name).map(Json)).await
+    blocking(&state, move |engine| {
+        engine_api::job(engine, &name).map(Json)
+    })
+    .await
 }
 
 #[utoipa::path(get, path = route::JOB_RUNS, summary = "A job's run history", params(("name" = String, Path), LimitQuery), responses((status = 200, body = answers::JobRunList), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
@@ -666,7 +684,7 @@ pub(crate) async fn job_runs(
 ) -> ApiResult<Json<answers::JobRunList>> {
     let limit = limit(q.limit, 100)?.min(10_000);
     blocking(&state, move |engine| {
-        views::job_runs(engine, &name, limit).map(Json)
+        engine_api::job_runs(engine, &name, limit).map(Json)
     })
     .await
 }
@@ -676,7 +694,7 @@ pub(crate) async fn get_run(
     State(state): Shared,
     ApiPath(id): ApiPath<String>,
 ) -> ApiResult<Json<answers::JobRun>> {
-    blocking(&state, move |engine| views::run(engine, &id).map(Json)).await
+    blocking(&state, move |engine| engine_api::run(engine, &id).map(Json)).await
 }
 
 #[utoipa::path(get, path = route::RUN_LOG, summary = "A job run's log (its last MiB)", params(("id" = String, Path)), responses((status = 200, description = "The log", content_type = "text/plain", body = String), (status = 404, body = ErrorBody)))]
@@ -684,7 +702,7 @@ pub(crate) async fn run_log(
     State(state): Shared,
     ApiPath(id): ApiPath<String>,
 ) -> ApiResult<Response> {
-    let text = blocking(&state, move |engine| views::run_log(engine, &id)).await?;
+    let text = blocking(&state, move |engine| engine_api::run_log(engine, &id)).await?;
     Ok(([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], text).into_response())
 }
 
@@ -704,7 +722,7 @@ pub(crate) async fn run_log_chunk(
 ) -> ApiResult<Json<answers::LogChunk>> {
     let offset = q.offset.unwrap_or(0);
     blocking(&state, move |engine| {
-        views::run_log_chunk(engine, &id, offset).map(Json)
+        engine_api::run_log_chunk(engine, &id, offset).map(Json)
     })
     .await
 }
@@ -725,7 +743,7 @@ pub(crate) async fn list_datasets(
 ) -> ApiResult<Json<answers::DatasetList>> {
     let exact = q.exact.unwrap_or(false);
     blocking(&state, move |engine| {
-        views::datasets(engine, exact).map(Json)
+        engine_api::datasets(engine, exact).map(Json)
     })
     .await
 }

@@ -1,7 +1,7 @@
 //! [`Api`]: the answers of the service as one interface, with two implementations: [`InProcess`]
-//! (the engine of this process, through [`crate::views`]) and [`Http`] (a running `databuild
-//! serve`, its answers deserialized into the same types). The CLI holds one or the other, so
-//! `databuild X` and `databuild --server URL X` agree by type.
+//! (the engine of this process, through [`crate::engine_api`]) and [`Http`] (a running
+//! `databuild serve`, its answers deserialized into the same types). The CLI holds one or the
+//! other, so `databuild X` and `databuild --server URL X` agree by type.
 
 use std::io::{BufRead, BufReader};
 
@@ -20,8 +20,8 @@ use databuild_log::{EventFilter, PartitionQuery, SqlResult};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
+use crate::engine_api::{self, ApiResult};
 use crate::error::AppError;
-use crate::views::{self, ApiResult};
 
 /// Everything a command asks of the service (or of the engine it runs on).
 pub trait Api {
@@ -94,22 +94,22 @@ pub struct InProcess {
 
 impl Api for InProcess {
     fn status(&self, r: &str) -> ApiResult<PartitionStatus> {
-        views::status(&self.engine, r)
+        engine_api::status(&self.engine, r)
     }
     fn explain(&self, r: &str) -> ApiResult<Explain> {
-        views::explain(&self.engine, r)
+        engine_api::explain(&self.engine, r)
     }
     fn taint(&self, refs: &[String], reason: Option<&str>) -> ApiResult<EventList> {
-        views::taint(&self.engine, refs, reason, self.max_refs)
+        engine_api::taint(&self.engine, refs, reason, self.max_refs)
     }
     fn taint_impact(&self, refs: &[String]) -> ApiResult<TaintImpact> {
-        views::taint_impact(&self.engine, refs, self.max_refs)
+        engine_api::taint_impact(&self.engine, refs, self.max_refs)
     }
     fn check(&self, refs: &[String]) -> ApiResult<databuild_exec::answers::CheckAnswer> {
-        views::check(&self.engine, refs, self.max_refs)
+        engine_api::check(&self.engine, refs, self.max_refs)
     }
     fn gc(&self, older_than: &str, dry_run: bool) -> ApiResult<GcReport> {
-        views::gc(&self.engine, older_than, dry_run)
+        engine_api::gc(&self.engine, older_than, dry_run)
     }
     fn lineage(
         &self,
@@ -118,7 +118,7 @@ impl Api for InProcess {
         depth: u32,
         instance: Option<&str>,
     ) -> ApiResult<Lineage> {
-        views::lineage(&self.engine, r, direction, depth, instance)
+        engine_api::lineage(&self.engine, r, direction, depth, instance)
     }
     fn diff(
         &self,
@@ -126,7 +126,7 @@ impl Api for InProcess {
         instance: Option<&str>,
         since: Option<&str>,
     ) -> ApiResult<InstanceDiff> {
-        views::diff(&self.engine, r, instance, since)
+        engine_api::diff(&self.engine, r, instance, since)
     }
     fn partitions(
         &self,
@@ -134,13 +134,13 @@ impl Api for InProcess {
         listed: Option<ListedStatus>,
         _status: Option<&str>,
     ) -> ApiResult<PartitionPage> {
-        views::partitions(&self.engine, q, listed)
+        engine_api::partitions(&self.engine, q, listed)
     }
     fn builds(&self, all: bool, limit: usize) -> ApiResult<BuildList> {
-        views::builds(&self.engine, None, all, limit)
+        engine_api::builds(&self.engine, None, all, limit)
     }
     fn build(&self, id: &str) -> ApiResult<BuildDetail> {
-        views::build(&self.engine, id)
+        engine_api::build(&self.engine, id)
     }
     fn build_partitions(
         &self,
@@ -148,61 +148,61 @@ impl Api for InProcess {
         after: Option<&str>,
         limit: usize,
     ) -> ApiResult<BuildPartitionPage> {
-        views::build_partitions(&self.engine, id, after, limit)
+        engine_api::build_partitions(&self.engine, id, after, limit)
     }
     fn build_summary(&self, id: &str) -> ApiResult<BuildSummary> {
-        views::build_summary(&self.engine, id)
+        engine_api::build_summary(&self.engine, id)
     }
     fn progress(&self, id: &str) -> ApiResult<BuildProgress> {
-        views::progress(&self.engine, id)
+        engine_api::progress(&self.engine, id)
     }
     fn cancel(&self, id: &str) -> ApiResult<Cancelled> {
-        views::cancel(&self.engine, id)
+        engine_api::cancel(&self.engine, id)
     }
     fn events(&self, f: &EventFilter) -> ApiResult<EventPage> {
-        views::events(&self.engine, f)
+        engine_api::events(&self.engine, f)
     }
     fn datasets(&self, exact: bool) -> ApiResult<DatasetList> {
-        views::datasets(&self.engine, exact)
+        engine_api::datasets(&self.engine, exact)
     }
     fn jobs(&self) -> ApiResult<JobList> {
-        views::jobs(&self.engine)
+        engine_api::jobs(&self.engine)
     }
     fn job(&self, name: &str) -> ApiResult<JobDetail> {
-        views::job(&self.engine, name)
+        engine_api::job(&self.engine, name)
     }
     fn run(&self, id: &str) -> ApiResult<JobRun> {
-        views::run(&self.engine, id)
+        engine_api::run(&self.engine, id)
     }
     fn run_log(&self, id: &str) -> ApiResult<String> {
-        views::run_log(&self.engine, id)
+        engine_api::run_log(&self.engine, id)
     }
     fn run_log_chunk(&self, id: &str, offset: u64) -> ApiResult<LogChunk> {
-        views::run_log_chunk(&self.engine, id, offset)
+        engine_api::run_log_chunk(&self.engine, id, offset)
     }
     fn sql(&self, query: &str, max_rows: usize) -> ApiResult<SqlResult> {
-        views::sql(&self.engine, query, max_rows)
+        engine_api::sql(&self.engine, query, max_rows)
     }
     fn sources(&self) -> ApiResult<SourceList> {
-        views::sources(&self.engine)
+        engine_api::sources(&self.engine)
     }
     fn source(&self, name: &str) -> ApiResult<SourceDetail> {
-        views::source(&self.engine, name)
+        engine_api::source(&self.engine, name)
     }
     fn seal(&self, name: Option<&str>, through: Option<&str>) -> ApiResult<Sealed> {
-        views::seal(&self.engine, name, through)
+        engine_api::seal(&self.engine, name, through)
     }
     fn want(&self, refs: &[String], ttl: Option<&str>, sla: Option<&str>) -> ApiResult<Want> {
-        views::want(&self.engine, refs, ttl, sla, self.max_refs)
+        engine_api::want(&self.engine, refs, ttl, sla, self.max_refs)
     }
     fn wants(&self, status: Option<&str>, all: bool, limit: usize) -> ApiResult<WantList> {
-        views::wants(&self.engine, status, all, limit)
+        engine_api::wants(&self.engine, status, all, limit)
     }
     fn unwant(&self, id: &str) -> ApiResult<Want> {
-        views::unwant(&self.engine, id)
+        engine_api::unwant(&self.engine, id)
     }
     fn want_detail(&self, id: &str) -> ApiResult<WantDetail> {
-        views::want_detail(&self.engine, id)
+        engine_api::want_detail(&self.engine, id)
     }
 }
 

@@ -13,8 +13,8 @@ use databuild_log::SqlResult;
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 
+use crate::engine_api::{self, parse_refs, ApiResult};
 use crate::error::AppError;
-use crate::views::{self, parse_refs, ApiResult};
 use crate::AppState;
 
 /// A JSON body whose rejection is an [`AppError`]. Every body the API takes is an object: serde
@@ -159,7 +159,7 @@ pub(crate) async fn run_sql(
     // query, so neither may it free the query's slot.
     blocking(state, move |engine| {
         let _permit = permit;
-        views::sql(engine, &query, max_rows)
+        engine_api::sql(engine, &query, max_rows)
     })
     .await
 }

@@ -27,9 +27,9 @@ use databuild_exec::tables::{Promotion, SourceDetail};
 use serde::Deserialize;
 use utoipa::ToSchema;
 
+use crate::engine_api::{self, ApiResult};
 use crate::error::{AppError, ErrorBody};
 use crate::ops::{blocking_with_state as blocking, ApiJson, ApiPath};
-use crate::views::{self, ApiResult};
 use crate::AppState;
 
 type Shared = State<Arc<AppState>>;
@@ -339,7 +339,7 @@ pub fn sign(secret: &str, body: &[u8]) -> String {
 
 #[utoipa::path(get, path = route::SOURCES, summary = "Every source, its days and its tables", responses((status = 200, body = SourceList, links(("get_source" = (operation_id = "get_source", parameters(("name" = "$response.body#/sources/0/name")))), ("seal" = (operation_id = "seal", parameters(("name" = "$response.body#/sources/0/name")))), ("promote" = (operation_id = "promote", parameters(("name" = "$response.body#/sources/0/tables/0/name"))))))))]
 pub(crate) async fn list_sources(State(state): Shared) -> ApiResult<Json<SourceList>> {
-    blocking(&state, |s| views::sources(&s.engine).map(Json)).await
+    blocking(&state, |s| engine_api::sources(&s.engine).map(Json)).await
 }
 
 #[utoipa::path(get, path = route::SOURCE, summary = "One source: coverage by date of the raw data and of every table version", params(("name" = String, Path, description = "The source")), responses((status = 200, body = SourceDetail), (status = 404, body = ErrorBody)))]
@@ -347,7 +347,10 @@ pub(crate) async fn get_source(
     State(state): Shared,
     ApiPath(name): ApiPath<String>,
 ) -> ApiResult<Json<SourceDetail>> {
-    blocking(&state, move |s| views::source(&s.engine, &name).map(Json)).await
+    blocking(&state, move |s| {
+        engine_api::source(&s.engine, &name).map(Json)
+    })
+    .await
 }
 
 #[derive(Deserialize, serde::Serialize, ToSchema, Default)]
@@ -365,7 +368,7 @@ pub(crate) async fn seal(
     ApiJson(body): ApiJson<SealBody>,
 ) -> ApiResult<Json<Sealed>> {
     blocking(&state, move |s| {
-        views::seal(&s.engine, Some(&name), body.through.as_deref()).map(Json)
+        engine_api::seal(&s.engine, Some(&name), body.through.as_deref()).map(Json)
     })
     .await
 }
@@ -394,7 +397,7 @@ pub(crate) async fn promote(
             &mut quiet as &mut dyn databuild_exec::build::Observer,
             &interrupt,
         ));
-        views::promote(&s.engine, &name, body.version, downstream).map(Json)
+        engine_api::promote(&s.engine, &name, body.version, downstream).map(Json)
     })
     .await
 }

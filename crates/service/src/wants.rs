@@ -10,9 +10,9 @@ use databuild_exec::answers::{route, Want, WantDetail, WantList};
 use serde::Deserialize;
 use utoipa::{IntoParams, ToSchema};
 
+use crate::engine_api::{self, ApiResult};
 use crate::error::ErrorBody;
 use crate::ops::{blocking_with_state as blocking, ApiJson, ApiPath, ApiQuery};
-use crate::views::{self, ApiResult};
 use crate::AppState;
 
 type Shared = State<Arc<AppState>>;
@@ -66,7 +66,7 @@ pub(crate) async fn create_want(
     ApiJson(body): ApiJson<WantBody>,
 ) -> ApiResult<Response> {
     let v = blocking(&state, move |s| {
-        views::want(
+        engine_api::want(
             &s.engine,
             &body.partitions,
             body.ttl.as_deref(),
@@ -84,7 +84,7 @@ pub(crate) async fn list_wants(
     ApiQuery(q): ApiQuery<WantsQuery>,
 ) -> ApiResult<Json<WantList>> {
     blocking(&state, move |s| {
-        views::wants(
+        engine_api::wants(
             &s.engine,
             q.status.as_deref(),
             q.all.unwrap_or(false),
@@ -101,7 +101,7 @@ pub(crate) async fn get_want(
     ApiPath(id): ApiPath<String>,
 ) -> ApiResult<Json<WantDetail>> {
     blocking(&state, move |s| {
-        views::want_detail(&s.engine, &id).map(Json)
+        engine_api::want_detail(&s.engine, &id).map(Json)
     })
     .await
 }
@@ -111,5 +111,8 @@ pub(crate) async fn delete_want(
     State(state): Shared,
     ApiPath(id): ApiPath<String>,
 ) -> ApiResult<Json<Want>> {
-    blocking(&state, move |s| views::unwant(&s.engine, &id).map(Json)).await
+    blocking(&state, move |s| {
+        engine_api::unwant(&s.engine, &id).map(Json)
+    })
+    .await
 }

@@ -186,7 +186,8 @@ pub fn promote(
                 &mut reporter as &mut dyn databuild_exec::build::Observer,
                 &interrupt,
             ));
-            let answer = databuild_service::views::promote(engine, table_name, version, downstream);
+            let answer =
+                databuild_service::engine_api::promote(engine, table_name, version, downstream);
             reporter.done();
             answer?
         }

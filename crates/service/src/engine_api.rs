@@ -1,7 +1,7 @@
-//! The answers of the API, as plain functions of the engine returning the types of
-//! [`databuild_exec::answers`]. The handlers serve them, the dashboard draws them, and the CLI
-//! calls them through [`crate::client::Api`] when it runs in-process, so `databuild X` and
-//! `databuild --server URL X` show the same thing by type.
+//! The API without HTTP: each of its operations (reads and writes alike) as a plain function of
+//! the engine, returning a type of [`databuild_exec::answers`]. The handlers serve them, the
+//! dashboard draws them, and the CLI calls them through [`crate::client::Api`] when it runs
+//! in-process, so `databuild X` and `databuild --server URL X` show the same thing by type.
 
 use databuild_core::{BraceExpansionError, PartitionRef, UserRefError};
 use databuild_exec::answers::{

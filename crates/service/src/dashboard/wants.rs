@@ -1,0 +1,147 @@
+//! Wants: the list, and one want's page: how its partitions came to be and what the others wait
+//! for.
+
+use axum::extract::{Path, State};
+use axum::response::{IntoResponse, Response};
+use databuild_exec::engine::rfc3339;
+use databuild_log::Status;
+use maud::html;
+
+use super::layout::{layout, page};
+use super::widgets::{build_link, id_link, partition_link, run_link};
+use super::Shared;
+use crate::engine_api;
+use crate::svg;
+
+/// The state whose colour a want's status is drawn in: satisfied as live, still wanted as
+/// building, anything else (cancelled, expired) as cancelled.
+fn want_colour(status: Status) -> &'static str {
+    match status {
+        Status::Satisfied => "live",
+        Status::Waiting | Status::Requested => "building",
+        _ => "cancelled",
+    }
+}
+
+/// Wants: what is wanted, whether it is satisfied, and if not, what it waits for and since when.
+pub(super) async fn wants_page(State(state): Shared) -> Response {
+    let wants = match page(&state, |engine| Ok(engine.store.wants(None, false, 200)?)).await {
+        Ok(w) => w,
+        Err(r) => return r,
+    };
+    layout("Wants", html! {
+        h1 { "Wants" }
+        p.muted { "Partitions wanted with " code { "databuild want" } " or a " code { "[[want]]" } " of the graph file; the service builds them as soon as their inputs exist." }
+        @if wants.is_empty() { p.muted { "No wants yet." } }
+        @else {
+            table.wants {
+                tr { th { "Want" } th { "Status" } th { "Partitions" } th { "Why" } th { "Since" } th { "SLA" } th { "Expires" } }
+                @for w in &wants { tr data-want=(w.want_id) {
+                    td { (id_link("/wants/", &w.want_id)) @if let Some(r) = &w.recurring { br; span.muted { "recurring " (r) } } }
+                    td { span.badge style={ "background:" (svg::colour(want_colour(w.status))) } { (w.status) } }
+                    td { @for r in w.refs.iter().take(5) { (partition_link(r)) br; } @if w.refs.len() > 5 { span.muted { "+" (w.refs.len() - 5) " more" } } }
+                    td.why { (w.message.clone().unwrap_or_default()) }
+                    td { (rfc3339(w.updated_at)) }
+                    td { @if let Some(s) = w.sla_seconds { (humantime::format_duration(std::time::Duration::from_secs(s))) } @if w.sla_missed > 0 { " " span.badge style={ "background:" (svg::colour("failed")) } { (w.sla_missed) " missed" } } }
+                    td { (w.expires_at.map(rfc3339).unwrap_or_default()) }
+                } }
+            }
+        }
+    }).into_response()
+}
+
+/// One want: how its partitions came to be — the builds and runs that made them, each run with
+/// the runs that made what it read — and what each partition not live waits for.
+pub(super) async fn want_page(State(state): Shared, Path(id): Path<String>) -> Response {
+    let w = match page(&state, move |engine| engine_api::want_detail(engine, &id)).await {
+        Ok(w) => w,
+        Err(r) => return r,
+    };
+    let build_link = |id: &Option<String>| match id {
+        Some(id) => build_link(id),
+        None => html! { span.muted { "no build" } },
+    };
+    layout(&format!("Want {}", w.want_id), html! {
+        h1 { "Want " code { (w.want_id) } " " span.badge { (w.status) } }
+        p.muted { (w.refs.len()) " partition(s) wanted; " (w.waiting.len()) " not live. " (w.message.clone().unwrap_or_default()) }
+        h2 { "How it was fulfilled" }
+        @if w.fulfillment.is_empty() { p.muted { "No run has made any of its partitions yet." } }
+        ul.tree {
+            @for b in &w.fulfillment { li {
+                "build " (build_link(&b.build_request_id)) " " @if let Some(s) = b.status { span.badge style={ "background:" (svg::colour(s.as_str())) } { (s) } }
+                ul { @for r in &b.runs { li {
+                    "run " (run_link(&r.job_run_id)) " of " code { (r.job) } " " span.badge style={ "background:" (svg::colour(r.status.as_str())) } { (r.status) } " made "
+                    @for p in &r.partitions { (partition_link(p)) " " }
+                    @if !r.inputs.is_empty() { ul { @for i in &r.inputs { li {
+                        "read " (partition_link(&i.partition_ref)) " as built by run " (run_link(&i.job_run_id)) " of build " (build_link(&i.build_request_id))
+                    } } } }
+                } } }
+            } }
+        }
+        @if !w.waiting.is_empty() {
+            h2 { "Waiting" }
+            table { tr { th { "Partition" } th { "Status" } th { "Waits for" } }
+                @for p in &w.waiting { tr { td { (partition_link(&p.partition_ref)) } td { span.badge style={ "background:" (svg::colour(&p.status)) } { (p.status) } } td.why { (p.waits_for) } } }
+            }
+        }
+    }).into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use axum::http::StatusCode;
+
+    use super::super::testing::{build, open_service, text};
+    use super::*;
+
+    #[test]
+    fn a_want_is_drawn_live_once_satisfied_building_while_wanted_and_grey_otherwise() {
+        assert_eq!(want_colour(Status::Satisfied), "live");
+        assert_eq!(want_colour(Status::Waiting), "building");
+        assert_eq!(want_colour(Status::Requested), "building");
+        assert_eq!(want_colour(Status::Cancelled), "cancelled");
+        assert_eq!(want_colour(Status::Expired), "cancelled");
+    }
+
+    #[tokio::test]
+    async fn the_list_shows_each_want_with_its_partitions_and_sla() {
+        let service = open_service();
+        let list = || wants_page(State(service.state.clone()));
+        assert!(text(list().await).await.contains("No wants yet."));
+        let words = ["daily/date={2026-01-02,2026-01-03}".to_string()];
+        let want = engine_api::want(&service.state.engine, &words, None, Some("2h"), 10).unwrap();
+        let html = text(list().await).await;
+        assert!(html.contains(&format!(r#"<tr data-want="{}">"#, want.want_id)));
+        assert!(html.contains(&partition_link("daily/date=2026-01-03").into_string()));
+        assert!(html.contains("<td>2h</td>"));
+        let badge = format!(
+            r#"<span class="badge" style="background:{}">{}</span>"#,
+            svg::colour("building"),
+            want.status
+        );
+        assert!(html.contains(&badge), "{html}");
+    }
+
+    #[tokio::test]
+    async fn a_wants_page_says_what_waits_and_then_which_runs_made_it() {
+        let service = open_service();
+        let r = "daily/date=2026-01-02";
+        let want =
+            engine_api::want(&service.state.engine, &[r.to_string()], None, None, 10).unwrap();
+        let page = || want_page(State(service.state.clone()), Path(want.want_id.clone()));
+        let html = text(page().await).await;
+        assert!(html.contains("1 partition(s) wanted; 1 not live."));
+        assert!(html.contains("No run has made any of its partitions yet."));
+        assert!(html.contains("<h2>Waiting</h2>"));
+
+        let id = build(&service, &[r]).await;
+        let html = text(page().await).await;
+        assert!(html.contains(&format!("build {}", build_link(&id).into_string())));
+        assert!(html.contains("</span> of <code>daily</code>"));
+        assert!(html.contains(&format!(" made {} ", partition_link(r).into_string())));
+        assert!(!html.contains("<h2>Waiting</h2>"));
+
+        let unknown = want_page(State(service.state.clone()), Path("nope".into())).await;
+        assert_eq!(unknown.status(), StatusCode::NOT_FOUND);
+    }
+}

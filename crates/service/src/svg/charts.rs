@@ -1,0 +1,306 @@
+//! Charts over time: the durations of runs as bars with their p50 and p95, and a timeline of runs
+//! with one lane per slot; with the round ticks and units of their axes.
+
+use std::fmt::Write;
+
+use super::{colour, escape, text_width};
+
+/// A round step for an axis reaching `max` in about `ticks` steps: 1, 2 or 5 times a power of
+/// ten.
+fn nice_step(max: f64, ticks: f64) -> f64 {
+    let raw = (max / ticks).max(f64::MIN_POSITIVE);
+    let power = 10f64.powf(raw.log10().floor());
+    let unit = raw / power;
+    power
+        * if unit <= 1.0 {
+            1.0
+        } else if unit <= 2.0 {
+            2.0
+        } else if unit <= 5.0 {
+            5.0
+        } else {
+            10.0
+        }
+}
+
+/// The ticks of an axis from 0 past `max`: its step and the values.
+pub fn ticks(max: f64, wanted: f64) -> (f64, Vec<f64>) {
+    let step = nice_step(max.max(0.0), wanted);
+    let count = (max / step).ceil().max(1.0) as usize;
+    (step, (0..=count).map(|i| i as f64 * step).collect())
+}
+
+/// A duration in the unit that suits `scale_ms` (the axis's largest value): ms, s, min or h.
+pub fn duration_unit(scale_ms: f64) -> (&'static str, f64) {
+    if scale_ms >= 2.0 * 3_600_000.0 {
+        ("h", 3_600_000.0)
+    } else if scale_ms >= 2.0 * 60_000.0 {
+        ("min", 60_000.0)
+    } else if scale_ms >= 2_000.0 {
+        ("s", 1_000.0)
+    } else {
+        ("ms", 1.0)
+    }
+}
+
+/// A value of an axis, without needless decimals.
+fn number(v: f64) -> String {
+    if (v - v.round()).abs() < 1e-9 {
+        format!("{}", v.round() as i64)
+    } else if v >= 10.0 {
+        format!("{v:.0}")
+    } else {
+        let t = format!("{v:.2}");
+        t.trim_end_matches('0').trim_end_matches('.').to_string()
+    }
+}
+
+/// The value at percentile `p` (0..1) of `values`, as the log computes it (`percentile_disc`).
+pub fn percentile(values: &[f64], p: f64) -> Option<f64> {
+    let mut v = values.to_vec();
+    v.sort_by(f64::total_cmp);
+    (!v.is_empty()).then(|| v[((p * v.len() as f64).ceil() as usize).max(1) - 1])
+}
+
+/// Durations (ms) of runs in time order, as a bar chart with a duration axis (its unit chosen by
+/// the longest run), the runs' order on the other axis, and the p50 and p95 as dashed lines.
+pub fn duration_chart(points: &[(String, f64, String)], what: &str) -> String {
+    if points.is_empty() {
+        return String::new();
+    }
+    let values: Vec<f64> = points.iter().map(|p| p.1).collect();
+    let max = values.iter().copied().fold(0.0, f64::max).max(0.001);
+    let (unit, per) = duration_unit(max);
+    let (step, marks) = ticks(max / per, 4.0);
+    let top = marks.last().copied().unwrap_or(step) * per;
+    let (bar, gap, height) = (10.0, 3.0, 140.0);
+    let tick_w = marks
+        .iter()
+        .map(|m| text_width(format!("{} {unit}", number(*m)).chars().count(), 10))
+        .max()
+        .unwrap_or(40) as f64;
+    let (left, right, top_pad, bottom) = (tick_w + 10.0, 110.0, 10.0, 36.0);
+    let plot_w = (points.len() as f64 * (bar + gap)).max(160.0);
+    let width = left + plot_w + right;
+    let total_h = top_pad + height + bottom;
+    let y = |ms: f64| top_pad + height - ms / top * height;
+    let mut svg = format!(
+        r#"<svg xmlns="http://www.w3.org/2000/svg" class="chart" width="{width:.0}" height="{total_h:.0}" viewBox="0 0 {width:.0} {total_h:.0}" role="img" aria-label="run durations">"#
+    );
+    for m in &marks {
+        let ty = y(m * per);
+        let _ = write!(
+            svg,
+            r##"<line x1="{left}" y1="{ty:.1}" x2="{:.1}" y2="{ty:.1}" stroke="#e4e7eb"/><text class="tick" x="{:.1}" y="{:.1}" font-size="10" fill="#52606d" text-anchor="end">{} {unit}</text>"##,
+            left + plot_w,
+            left - 4.0,
+            ty + 3.0,
+            number(*m)
+        );
+    }
+    let _ = write!(
+        svg,
+        r##"<line x1="{left}" y1="{top_pad}" x2="{left}" y2="{:.1}" stroke="#52606d"/><line x1="{left}" y1="{:.1}" x2="{:.1}" y2="{:.1}" stroke="#52606d"/><text x="{left}" y="{:.1}" font-size="10" fill="#52606d">{what}, oldest to newest ({} of them)</text>"##,
+        top_pad + height,
+        top_pad + height,
+        left + plot_w,
+        top_pad + height,
+        top_pad + height + 24.0,
+        points.len()
+    );
+    for (i, (label, ms, status)) in points.iter().enumerate() {
+        let h = (ms / top * height).max(1.0);
+        let x = left + 2.0 + i as f64 * (bar + gap);
+        let _ = write!(
+            svg,
+            r#"<rect x="{x:.1}" y="{:.1}" width="{bar}" height="{h:.1}" fill="{}"><title>{}: {} {unit}</title></rect>"#,
+            top_pad + height - h,
+            colour(status),
+            escape(label),
+            number(ms / per)
+        );
+    }
+    // The p95's label above the p50's when their lines are too close for two labels.
+    let p50_y = percentile(&values, 0.5).map(y);
+    for (name, p, colour) in [("p50", 0.5, "#1f2933"), ("p95", 0.95, "#d64545")] {
+        if let Some(v) = percentile(&values, p) {
+            let ly = y(v);
+            let label_y = match (name, p50_y) {
+                ("p95", Some(p50)) if p50 - ly < 12.0 && p50 - 12.0 >= 8.0 => p50 - 12.0,
+                ("p95", Some(p50)) if p50 - ly < 12.0 => p50 + 12.0,
+                _ => ly,
+            };
+            let _ = write!(
+                svg,
+                r##"<line class="{name}" x1="{left}" y1="{ly:.1}" x2="{:.1}" y2="{ly:.1}" stroke="{colour}" stroke-dasharray="4 3"/><text x="{:.1}" y="{:.1}" font-size="10" fill="{colour}">{name} {} {unit}</text>"##,
+                left + plot_w,
+                left + plot_w + 4.0,
+                label_y + 3.0,
+                number(v / per)
+            );
+        }
+    }
+    svg.push_str("</svg>");
+    svg
+}
+
+/// One bar of a timeline: a run from `start` to `end` (ns; `end` now for a running one).
+pub struct Span {
+    pub label: String,
+    pub href: String,
+    pub status: String,
+    pub start: i64,
+    pub end: i64,
+}
+
+/// The lane of each span: the first lane free when it starts (spans by start time), so runs that
+/// overlap are on different lanes and a lane is one slot's succession of runs.
+pub fn lanes(spans: &[Span]) -> (Vec<usize>, usize) {
+    let mut by_start: Vec<usize> = (0..spans.len()).collect();
+    by_start.sort_by_key(|&i| (spans[i].start, spans[i].end));
+    let mut free_at: Vec<i64> = Vec::new();
+    let mut lane = vec![0; spans.len()];
+    for i in by_start {
+        let l = match free_at.iter().position(|&f| f <= spans[i].start) {
+            Some(l) => l,
+            None => {
+                free_at.push(i64::MIN);
+                free_at.len() - 1
+            }
+        };
+        free_at[l] = spans[i].end.max(spans[i].start);
+        lane[i] = l;
+    }
+    (lane, free_at.len())
+}
+
+/// A time axis's label: seconds since the start as `s`, `m:ss` or `h:mm:ss`.
+fn clock(seconds: f64) -> String {
+    let s = seconds.round() as i64;
+    match s {
+        s if s < 60 => format!("{} s", number(seconds)),
+        s if s < 3600 => format!("{}:{:02}", s / 60, s % 60),
+        s => format!("{}:{:02}:{:02}", s / 3600, s / 60 % 60, s % 60),
+    }
+}
+
+/// A timeline (Gantt chart) of runs, one lane per slot, with a time axis from the first start.
+pub fn timeline(spans: &[Span]) -> String {
+    if spans.is_empty() {
+        return String::new();
+    }
+    let (lane, lanes_n) = lanes(spans);
+    let start = spans.iter().map(|s| s.start).min().unwrap_or(0);
+    let end = spans
+        .iter()
+        .map(|s| s.end.max(s.start))
+        .max()
+        .unwrap_or(start);
+    let total_s = ((end - start) as f64 / 1e9).max(0.001);
+    let (step, marks) = ticks(total_s, 8.0);
+    let axis_end = marks.last().copied().unwrap_or(step);
+    let lane_h = 14.0;
+    let left = text_width(format!("slot {lanes_n}").len(), 10) as f64 + 8.0;
+    let plot_w = 1000.0;
+    let x = |ns: i64| left + (ns - start) as f64 / 1e9 / axis_end * plot_w;
+    let height = 8.0 + lanes_n as f64 * lane_h + 30.0;
+    let width = left + plot_w + 40.0;
+    let mut svg = format!(
+        r#"<svg xmlns="http://www.w3.org/2000/svg" class="timeline" width="{width:.0}" height="{height:.0}" viewBox="0 0 {width:.0} {height:.0}" role="img" aria-label="timeline of runs by slot">"#
+    );
+    let axis_y = 8.0 + lanes_n as f64 * lane_h;
+    for m in &marks {
+        let tx = left + m / axis_end * plot_w;
+        let _ = write!(
+            svg,
+            r##"<line x1="{tx:.1}" y1="4" x2="{tx:.1}" y2="{axis_y:.1}" stroke="#e4e7eb"/><text class="tick" x="{tx:.1}" y="{:.1}" font-size="10" fill="#52606d" text-anchor="middle">{}</text>"##,
+            axis_y + 14.0,
+            clock(*m)
+        );
+    }
+    let _ = write!(
+        svg,
+        r##"<text x="{left}" y="{:.1}" font-size="10" fill="#52606d">time since the first run started ({})</text>"##,
+        axis_y + 27.0,
+        if step >= 60.0 { "m:ss" } else { "seconds" }
+    );
+    for l in 0..lanes_n {
+        let _ = write!(
+            svg,
+            r##"<text x="2" y="{:.1}" font-size="10" fill="#52606d">slot {}</text>"##,
+            8.0 + l as f64 * lane_h + 10.0,
+            l + 1
+        );
+    }
+    for (i, s) in spans.iter().enumerate() {
+        let (x1, x2) = (x(s.start), x(s.end.max(s.start)));
+        let _ = write!(
+            svg,
+            r#"<a href="{}"><rect x="{x1:.1}" y="{:.1}" width="{:.1}" height="{:.0}" fill="{}" data-status="{}"><title>{} ({}, {})</title></rect></a>"#,
+            escape(&s.href),
+            8.0 + lane[i] as f64 * lane_h + 1.0,
+            (x2 - x1).max(1.0),
+            lane_h - 2.0,
+            colour(&s.status),
+            escape(&s.status),
+            escape(&s.label),
+            escape(&s.status),
+            clock((s.end.max(s.start) - s.start) as f64 / 1e9)
+        );
+    }
+    svg.push_str("</svg>");
+    svg
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Ticks are round numbers covering the largest value; durations take a readable unit.
+    #[test]
+    fn axes_have_round_ticks_and_units() {
+        let (step, marks) = ticks(1730.0, 4.0);
+        assert_eq!(step, 500.0);
+        assert_eq!(marks, vec![0.0, 500.0, 1000.0, 1500.0, 2000.0]);
+        assert_eq!(ticks(0.37, 4.0).0, 0.1);
+        assert_eq!(duration_unit(850.0), ("ms", 1.0));
+        assert_eq!(duration_unit(12_000.0), ("s", 1_000.0));
+        assert_eq!(duration_unit(600_000.0), ("min", 60_000.0));
+        assert_eq!(percentile(&[5.0, 1.0, 3.0, 2.0, 4.0], 0.5), Some(3.0));
+        assert_eq!(percentile(&[5.0, 1.0, 3.0, 2.0, 4.0], 0.95), Some(5.0));
+        let points: Vec<(String, f64, String)> = (1..=20)
+            .map(|i| {
+                (
+                    format!("run {i}"),
+                    i as f64 * 300.0,
+                    "completed".to_string(),
+                )
+            })
+            .collect();
+        let chart = duration_chart(&points, "runs");
+        // 6 s at most: an axis in seconds, to 6 s, with the p50 and p95 drawn and said.
+        assert!(chart.contains(">6 s</text>"), "{chart}");
+        assert!(chart.contains(">p50 3 s</text>"), "{chart}");
+        assert!(chart.contains(">p95 5.7 s</text>"), "{chart}");
+        assert!(chart.contains("runs, oldest to newest (20 of them)"));
+    }
+
+    /// Runs that overlap are on different lanes; a lane is reused once its run ended.
+    #[test]
+    fn a_timeline_puts_overlapping_runs_on_different_slots() {
+        let span = |start: i64, end: i64| Span {
+            label: "<job> & co".into(),
+            href: "/runs/x".into(),
+            status: "completed".into(),
+            start,
+            end,
+        };
+        let spans = [span(0, 10), span(5, 15), span(10, 20), span(16, 30)];
+        let (lane, n) = lanes(&spans);
+        assert_eq!(n, 2);
+        assert_eq!(lane, vec![0, 1, 0, 1]);
+        let svg = timeline(&spans);
+        assert!(svg.contains("&lt;job&gt; &amp; co") && !svg.contains("<job>"));
+        assert!(svg.contains(">slot 2</text>"));
+    }
+}

@@ -18,7 +18,7 @@ use databuild_log::{
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use crate::sources::SourceDay;
+use crate::data::sources::SourceDay;
 
 fn text(ns: i64) -> String {
     rfc3339(ns)
@@ -951,7 +951,7 @@ pub struct SourceList {
 /// `POST /api/v1/sources/{name}/seal`: what each source's maintenance did.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct Sealed {
-    pub sources: Vec<crate::sources::Maintenance>,
+    pub sources: Vec<crate::data::sources::Maintenance>,
 }
 
 /// `POST /api/v1/webhooks/{source}`: the records are on disk.
@@ -969,7 +969,7 @@ pub struct Ingested {
 }
 
 /// `POST /api/v1/analyze` (contract section 4): the owned twin of
-/// [`crate::views::AnalyzeView`], which serializes a plan without copying it; a unit test keeps
+/// [`crate::engine::listing::AnalyzeView`], which serializes a plan without copying it; a unit test keeps
 /// the two the same.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct Analysis {
@@ -1312,8 +1312,13 @@ mod tests {
             not_rebuildable: vec![(r("s/1"), "not rebuildable: input `x` expired".into())],
         };
         let cost = databuild_core::estimate::estimate(&plan, &[], 2).into();
-        let view =
-            serde_json::to_value(crate::views::AnalyzeView::new("b", &plan, cost, vec![])).unwrap();
+        let view = serde_json::to_value(crate::engine::listing::AnalyzeView::new(
+            "b",
+            &plan,
+            cost,
+            vec![],
+        ))
+        .unwrap();
         let owned: Analysis = serde_json::from_value(view.clone()).unwrap();
         assert_eq!(serde_json::to_value(owned).unwrap(), view);
     }

@@ -11,34 +11,13 @@
 //!   the engine is given it and reads no environment itself.
 
 pub mod answers;
-pub mod build;
-mod checking;
-pub mod checks;
+pub mod check;
 pub mod config;
+pub mod data;
 pub mod engine;
-pub mod freshness;
-pub mod gc;
-pub mod lease;
-pub mod lineage;
-pub mod local;
-pub mod owner;
-pub mod plan_cache;
-pub mod process;
-pub mod rechecked;
-mod resolver;
-mod slots;
-pub mod slurm;
-pub mod sources;
-mod spawn;
-mod status;
-pub mod table_job;
-pub mod tables;
-mod taint;
-pub mod upstream;
-pub mod versions;
-pub mod views;
-pub mod wants;
+pub mod run;
+pub mod scheduler;
 
 pub use config::{Clock, EngineConfig};
+pub use data::resolver::LocalResolver;
 pub use engine::{Engine, EngineError};
-pub use resolver::LocalResolver;

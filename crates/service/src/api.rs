@@ -11,9 +11,9 @@ use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 use databuild_core::PlanRequest;
 use databuild_exec::answers::{self, route, Analysis, BuildAccepted};
-use databuild_exec::gc::GcReport;
-use databuild_exec::lineage::{Direction, InstanceDiff, Lineage, TaintImpact};
-use databuild_exec::views::{AnalyzeView, ListedStatus, PartitionPage};
+use databuild_exec::engine::gc::GcReport;
+use databuild_exec::engine::lineage::{Direction, InstanceDiff, Lineage, TaintImpact};
+use databuild_exec::engine::listing::{AnalyzeView, ListedStatus, PartitionPage};
 use databuild_log::{EventFilter, PartitionQuery, SqlResult, Status};
 use futures_util::stream::{self, Stream};
 use serde::Deserialize;
@@ -321,7 +321,7 @@ pub(crate) async fn analyze(
         })?;
         let parallel = body
             .parallel
-            .unwrap_or_else(databuild_exec::build::default_parallelism);
+            .unwrap_or_else(databuild_exec::scheduler::default_parallelism);
         // The borrowed view serializes the plan without copying it; `Analysis` is its owned twin.
         let view = AnalyzeView::priced(engine, &analysis, parallel)?;
         Ok(serde_json::to_vec(&view).expect("plans serialize"))

@@ -11,10 +11,10 @@ use databuild_exec::answers::{
     BuildSummary, Cancelled, DatasetList, ErrorBody, EventList, EventPage, Explain, JobDetail,
     JobList, JobRun, LogChunk, PartitionStatus, Sealed, SourceList, Want, WantDetail, WantList,
 };
-use databuild_exec::gc::GcReport;
-use databuild_exec::lineage::{Direction, InstanceDiff, Lineage, TaintImpact};
-use databuild_exec::tables::{Promotion, SourceDetail};
-use databuild_exec::views::{AnalyzeView, ListedStatus, PartitionPage};
+use databuild_exec::engine::gc::GcReport;
+use databuild_exec::engine::lineage::{Direction, InstanceDiff, Lineage, TaintImpact};
+use databuild_exec::engine::listing::{AnalyzeView, ListedStatus, PartitionPage};
+use databuild_exec::engine::tables::{Promotion, SourceDetail};
 use databuild_exec::Engine;
 use databuild_log::{EventFilter, PartitionQuery, SqlResult};
 use serde::de::DeserializeOwned;

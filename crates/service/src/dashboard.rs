@@ -10,9 +10,9 @@ use axum::routing::{get, post};
 use axum::{Extension, Router};
 use databuild_core::{PartitionRef, PlanRequest};
 use databuild_exec::answers::{self, span, BuildDetail, JobRun};
+use databuild_exec::engine::lineage::{Direction, Lineage, LineageNode};
+use databuild_exec::engine::listing::ListedStatus;
 use databuild_exec::engine::rfc3339;
-use databuild_exec::lineage::{Direction, Lineage, LineageNode};
-use databuild_exec::views::ListedStatus;
 use databuild_exec::Engine;
 use databuild_log::{Kind, PartitionQuery, SqlLimits, Status};
 use maud::{html, Markup, PreEscaped, DOCTYPE};
@@ -879,7 +879,7 @@ async fn datasets_page(State(state): Shared, Query(q): Query<DatasetsPageQuery>)
     layout("Datasets", html! {
         h1 { "Datasets" }
         @if datasets.iter().any(|d| !d.freshness_checked) {
-            p.muted { "A dataset with more than " (thousands(databuild_exec::views::FRESHNESS_SCAN as u64))
+            p.muted { "A dataset with more than " (thousands(databuild_exec::engine::listing::FRESHNESS_SCAN as u64))
                 " available partitions shows them as the log records them (available). "
                 a href="/datasets?exact=true" { "Split every one into live, stale and missing" }
                 " (this checks each partition's versions and data: seconds for a million)." }
@@ -1022,7 +1022,7 @@ async fn graph_page(State(state): Shared) -> Response {
         h1 { "Graph " (state.engine.graph.name) }
         p.muted { (n) " nodes: datasets and sources (their partitions by state, from the count projections) and the jobs between them. Click a dataset for its partitions, a job for its runs." }
         p.legend { @for k in ["source", "dataset", "job", "alias"] { (badge(k)) } " · " @for st in BAR_ORDER { @if st != "removed" { (badge(st)) } } }
-        @if unchecked { p.muted #unchecked { "available: recorded built; with more than " (thousands(databuild_exec::views::FRESHNESS_SCAN as u64)) " of them, a dataset's split into live, stale and missing is not derived here (" a href="/datasets?exact=true" { "count them exactly" } ", or " code { "databuild datasets --exact" } ")." } }
+        @if unchecked { p.muted #unchecked { "available: recorded built; with more than " (thousands(databuild_exec::engine::listing::FRESHNESS_SCAN as u64)) " of them, a dataset's split into live, stale and missing is not derived here (" a href="/datasets?exact=true" { "count them exactly" } ", or " code { "databuild datasets --exact" } ")." } }
         div.scroll { (PreEscaped(picture)) }
     }).into_response()
 }
@@ -1365,7 +1365,7 @@ fn calendar_for(engine: &Engine, pattern: &str) -> Result<String, AppError> {
         let Some(values) = p.match_ref(&r.partition_ref) else {
             continue;
         };
-        let status = databuild_exec::views::shown_status(r.status).to_string();
+        let status = databuild_exec::engine::listing::shown_status(r.status).to_string();
         let e = by_date
             .entry(values[date_index].to_string())
             .or_insert_with(|| status.clone());
@@ -1629,7 +1629,7 @@ async fn analyze_page(State(state): Shared, Query(q): Query<RefsQuery>) -> Respo
             refs,
             ..Default::default()
         })?;
-        let cost = engine.estimate(&plan, databuild_exec::build::default_parallelism())?;
+        let cost = engine.estimate(&plan, databuild_exec::scheduler::default_parallelism())?;
         Ok((plan, cost))
     })
     .await;

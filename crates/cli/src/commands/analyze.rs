@@ -5,7 +5,7 @@ use databuild_core::{Plan, PlanRequest};
 use databuild_exec::answers::{
     Analysis, ForceKeepsLive, MissingExternal, NotRebuildable, PlanCost,
 };
-use databuild_exec::views::AnalyzeView;
+use databuild_exec::engine::listing::AnalyzeView;
 
 use crate::backend::Backend;
 use crate::context::{engine_error, parse_refs};
@@ -245,7 +245,7 @@ pub fn run(
     json: bool,
 ) -> anyhow::Result<ExitCode> {
     let parallel = parallel
-        .unwrap_or_else(databuild_exec::build::default_parallelism)
+        .unwrap_or_else(databuild_exec::scheduler::default_parallelism)
         .max(1);
     let refs = parse_refs(backend, args)?;
     let requested = refs.len();

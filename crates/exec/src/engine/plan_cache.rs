@@ -17,8 +17,8 @@ use databuild_log::KeptPlan;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+use crate::data::versions::{DataDir, Seen, Witnesses};
 use crate::engine::{Engine, Result};
-use crate::versions::{DataDir, Seen, Witnesses};
 
 /// The largest build (runs and live refs planned) that plans its request again at its end to
 /// keep the plan for the next build: ~0.15 s at 24k; a backfill of a million would take seconds.
@@ -221,7 +221,8 @@ impl Engine {
                 .all(|(r, version)| match self.graph.producer_of(r) {
                     Some((Producer::Dataset(d), _)) => {
                         let ds = &self.graph.datasets[d];
-                        crate::versions::raw_external_version(ds, &self.data_dir, r) == *version
+                        crate::data::versions::raw_external_version(ds, &self.data_dir, r)
+                            == *version
                     }
                     _ => false,
                 })

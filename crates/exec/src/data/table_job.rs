@@ -192,7 +192,7 @@ fn unreadable(env: &Env) -> impl Fn(std::io::Error) -> TableJobError + '_ {
 
 fn load(env: &Env, to: &TableVersion) -> Result<Value> {
     let dir = env.data_dir.join(&env.input);
-    let raw = crate::sources::read_records(&dir).map_err(unreadable(env))?;
+    let raw = crate::data::sources::read_records(&dir).map_err(unreadable(env))?;
     let records = raw.records;
     let mut rows = Rows::create(&env.data_dir, &env.data_ref)?;
     let mut errors = Rows::create(&env.data_dir, &env.errors_ref)?;

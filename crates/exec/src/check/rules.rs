@@ -20,7 +20,7 @@ use std::time::Duration;
 use databuild_core::{Check, Graph, Producer};
 use databuild_log::{CheckRow, Event};
 
-use crate::local::{Executor, RunOutcome, RunSpec, DEFAULT_LOG_LIMIT};
+use crate::run::local::{Executor, RunOutcome, RunSpec, DEFAULT_LOG_LIMIT};
 
 /// One check to run against one partition.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -270,7 +270,8 @@ pub fn log_path(logs_dir: &Path, job_run_id: &str, name: &str) -> PathBuf {
 /// while the run's outputs wait for their completion to be recorded) in
 /// `DATABUILD_PARTITION_PATH`.
 pub fn spec(place: &CheckPlace<'_>, c: &CheckRun) -> RunSpec {
-    let staged = crate::local::staging_dir(place.data_dir, place.job_run_id).join(&c.partition_ref);
+    let staged =
+        crate::run::local::staging_dir(place.data_dir, place.job_run_id).join(&c.partition_ref);
     let path = if staged.symlink_metadata().is_ok() {
         staged
     } else {
@@ -324,7 +325,7 @@ pub fn run(
     let _ = std::fs::remove_file(spec.report_path());
     let _ = std::fs::remove_file(&spec.log_path);
     let outcome = executor.run(&spec, cancel, &|_| {});
-    let report = crate::local::read_report(&spec.report_path());
+    let report = crate::run::local::read_report(&spec.report_path());
     let (passed, mut message) = match outcome {
         RunOutcome::Cancelled => return None,
         RunOutcome::Succeeded => (true, String::new()),

@@ -215,7 +215,7 @@ pub(crate) fn state_name(state: &KnownState) -> &'static str {
 /// says it).
 fn derived_status(
     state: KnownState,
-    versions: &crate::versions::VersionedStates<'_>,
+    versions: &crate::data::versions::VersionedStates<'_>,
     r: &str,
 ) -> (&'static str, Option<String>) {
     let name = state_name(&state);
@@ -346,7 +346,7 @@ impl Engine {
     /// output): as recorded, but that an external's taint holds only until its data changes.
     pub(crate) fn shown_status(
         &self,
-        versions: &crate::versions::VersionedStates<'_>,
+        versions: &crate::data::versions::VersionedStates<'_>,
         row: &PartitionRow,
     ) -> &'static str {
         use databuild_core::Producer;

@@ -8,9 +8,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Instant;
 
-use crate::checks::{CheckOutcome, CheckPlace, CheckRun};
-use crate::lease::Lease;
-use crate::local::{Executor, RunOutcome, RunSpec};
+use crate::check::rules::{CheckOutcome, CheckPlace, CheckRun};
+use crate::run::lease::Lease;
+use crate::run::local::{Executor, RunOutcome, RunSpec};
 
 /// A claimed run, with what a slot needs to start it.
 pub(crate) struct Launch {
@@ -48,7 +48,7 @@ impl Ended {
         if self.outcome != RunOutcome::Succeeded {
             return None;
         }
-        crate::checks::blocking_failure(&self.checks)
+        crate::check::rules::blocking_failure(&self.checks)
     }
 }
 
@@ -207,7 +207,7 @@ pub(crate) fn run(executor: &dyn Executor, launch: &Launch, lease: &Lease) -> En
     });
     let mut report = None;
     if outcome == RunOutcome::Succeeded {
-        match crate::local::read_report(&launch.spec.report_path()) {
+        match crate::run::local::read_report(&launch.spec.report_path()) {
             Ok(r) => report = r,
             Err(message) => outcome = RunOutcome::failed(message, Some(0)),
         }
@@ -234,9 +234,9 @@ fn run_checks(
     executor: &dyn Executor,
     launch: &Launch,
     report: Option<&serde_json::Value>,
-) -> Result<Option<Vec<CheckOutcome>>, crate::checks::InlineCheckError> {
+) -> Result<Option<Vec<CheckOutcome>>, crate::check::rules::InlineCheckError> {
     let spec = &launch.spec;
-    let mut results = crate::checks::inline(report, &spec.outputs)?;
+    let mut results = crate::check::rules::inline(report, &spec.outputs)?;
     let logs_dir = spec
         .log_path
         .parent()
@@ -250,7 +250,7 @@ fn run_checks(
         logs_dir: &logs_dir,
     };
     for c in &launch.checks {
-        match crate::checks::run(executor, &place, c, &launch.cancel) {
+        match crate::check::rules::run(executor, &place, c, &launch.cancel) {
             Some(result) => results.push(result),
             None => return Ok(None),
         }

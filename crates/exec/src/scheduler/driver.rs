@@ -24,9 +24,9 @@ use super::record::{Record, RunEnd};
 use super::spec::{self, SpecOf};
 use super::{BuildOptions, Observer, Progress};
 use crate::engine::{Engine, EngineError, Result};
-use crate::local::{Executor, RunOutcome};
-use crate::owner::owner_dead;
-use crate::slots::{Ended, Launch, Launches, Report, Stamp};
+use crate::run::local::{Executor, RunOutcome};
+use crate::run::owner::owner_dead;
+use crate::run::slots::{Ended, Launch, Launches, Report, Stamp};
 
 /// How long a completion may wait for a claim to carry it into the log.
 const MAX_DEFER: Duration = Duration::from_millis(100);
@@ -754,7 +754,7 @@ impl<'s, 'e> Driver<'s, 'e> {
             .chain(run.aliased().iter().map(|(alias, read)| {
                 (
                     alias.to_string(),
-                    format!("{}{read}", crate::versions::ALIAS_PREFIX),
+                    format!("{}{read}", crate::data::versions::ALIAS_PREFIX),
                 )
             }))
             .collect();
@@ -819,7 +819,7 @@ impl<'s, 'e> Driver<'s, 'e> {
             .run
             .outputs
             .iter()
-            .flat_map(|o| crate::checks::runs_for(&self.engine.graph, o.as_str()))
+            .flat_map(|o| crate::check::rules::runs_for(&self.engine.graph, o.as_str()))
             .collect();
         self.launches.push(Launch {
             node,
@@ -844,7 +844,7 @@ impl<'s, 'e> Driver<'s, 'e> {
                 let _ = lease.wait_good(&launch.cancel);
                 let node = launch.node;
                 launches.started(node);
-                let ended = crate::slots::run(executor, &launch, lease);
+                let ended = crate::run::slots::run(executor, &launch, lease);
                 if launches.ended(node, ended) {
                     let _ = tx.send(Message::SlotsReported);
                 }
@@ -949,7 +949,7 @@ impl<'s, 'e> Driver<'s, 'e> {
                 // In the completion's own write: the log never shows the partitions live
                 // before their blocking checks are known.
                 for c in &ended.checks {
-                    if let Some(note) = crate::checks::note(c) {
+                    if let Some(note) = crate::check::rules::note(c) {
                         observer.on(Progress::Note(note));
                     }
                     events.push(c.event(Some(&self.id), id, &job.name));
@@ -980,7 +980,7 @@ impl<'s, 'e> Driver<'s, 'e> {
         };
         let mut events = self.record().ended(run, id, end);
         stamp_end(&mut events, ended_at);
-        crate::local::discard_run(&self.engine.data_dir, id);
+        crate::run::local::discard_run(&self.engine.data_dir, id);
         self.append(events)
     }
 
@@ -1084,9 +1084,9 @@ impl<'s, 'e> Driver<'s, 'e> {
         let data_dir = &self.engine.data_dir;
         for node in nodes {
             let id = &self.runs[node].id;
-            let staging = crate::local::staging_dir(data_dir, id);
+            let staging = crate::run::local::staging_dir(data_dir, id);
             let outputs = &self.machine.node(node).run.outputs;
-            if let Err(e) = crate::local::publish_outputs(data_dir, &staging, outputs) {
+            if let Err(e) = crate::run::local::publish_outputs(data_dir, &staging, outputs) {
                 // Recorded live, but not in place: `status` says `missing`, and a build
                 // rebuilds it.
                 eprintln!(
@@ -1109,7 +1109,7 @@ impl<'s, 'e> Driver<'s, 'e> {
     /// Drops what these nodes' runs staged.
     fn discard(&self, nodes: &[usize]) {
         for &node in nodes {
-            crate::local::discard_run(&self.engine.data_dir, &self.runs[node].id);
+            crate::run::local::discard_run(&self.engine.data_dir, &self.runs[node].id);
         }
     }
 

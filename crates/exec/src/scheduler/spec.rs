@@ -8,7 +8,7 @@ use databuild_core::{Job, PlannedRun, Producer};
 use databuild_log::Status;
 
 use crate::engine::Engine;
-use crate::local::{RunSpec, DEFAULT_LOG_LIMIT};
+use crate::run::local::{RunSpec, DEFAULT_LOG_LIMIT};
 
 /// What a spec is made of: one attempt of a run.
 pub(super) struct SpecOf<'a> {
@@ -36,7 +36,7 @@ pub(super) fn output_version(
     input_versions: &BTreeMap<String, String>,
 ) -> String {
     let env = env_of(job, run);
-    crate::versions::data_version(&job.name, &job.version, run.args(), &env, input_versions)
+    crate::data::versions::data_version(&job.name, &job.version, run.args(), &env, input_versions)
 }
 
 /// A carried-forward run's report says where its partition came from, unless the run said.

@@ -11,7 +11,7 @@ use rustc_hash::{FxHashMap, FxHashSet};
 
 use super::BuildOptions;
 use crate::engine::{Engine, Result};
-use crate::owner::this_owner;
+use crate::run::owner::this_owner;
 
 /// A new build request, with what it asks for and who drives it.
 pub(super) fn received(id: &str, options: &BuildOptions) -> Event {
@@ -321,7 +321,7 @@ impl Record<'_> {
         events.push(
             Event::job_run(self.build, id, job, Status::Running).with_data(|d| {
                 d.pid = Some(std::process::id());
-                d.host = crate::owner::hostname();
+                d.host = crate::run::owner::hostname();
                 d.owner = Some(this_owner());
                 d.input_versions = read.versions.clone();
                 d.input_runs = read.runs;

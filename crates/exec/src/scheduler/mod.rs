@@ -2,7 +2,7 @@
 //!
 //! - [`machine`]: the scheduler's decisions as a pure state machine (inputs in, effects out).
 //! - [`driver`]: the thin I/O loop around it: slot threads, waiters, log appends, progress.
-//! - [`spec`]: what a run is started with ([`crate::local::RunSpec`]) and the version it records.
+//! - [`spec`]: what a run is started with ([`crate::run::local::RunSpec`]) and the version it records.
 //! - [`record`]: the events of the request, its plan and its runs.
 //! - [`summary`]: [`BuildSummary`], read back from the log.
 //!
@@ -19,17 +19,15 @@ use databuild_log::{BuildQuery, Event, LogError, RunQuery, Status};
 use rustc_hash::FxHashSet;
 
 use crate::engine::{Engine, EngineError, Result};
-use crate::local::{Executor, RunOutcome};
-use crate::owner::owner_dead;
+use crate::run::local::{Executor, RunOutcome};
+use crate::run::owner::owner_dead;
 
 mod driver;
 mod machine;
-mod progress;
 mod record;
 mod spec;
-mod summary;
 
-pub use summary::{last_line, BuildSummary, RunFailure};
+pub use crate::engine::summary::{last_line, BuildSummary, RunFailure};
 
 #[derive(Debug, Clone)]
 pub struct BuildOptions {
@@ -305,7 +303,7 @@ impl Engine {
         Ok((
             match producer {
                 // Marked while a taint holds, so the run is not stale on the taint's account.
-                Producer::Dataset(d) => crate::versions::external_input_version(
+                Producer::Dataset(d) => crate::data::versions::external_input_version(
                     self.store.as_ref(),
                     &self.graph.datasets[d],
                     &self.data_dir,
@@ -377,7 +375,7 @@ impl Engine {
             ..Default::default()
         })?;
         // Its driver is gone; what it left running here goes before its claims are released.
-        crate::local::end_leftover_jobs(
+        crate::run::local::end_leftover_jobs(
             &runs
                 .iter()
                 .filter(|r| r.status == Status::Running)
@@ -426,7 +424,7 @@ impl Engine {
         // Never to be published, now that the log has ended their runs: what their jobs staged
         // goes (even if a fenced-off job still writes there).
         for run in &runs {
-            crate::local::discard_run(&self.data_dir, &run.job_run_id);
+            crate::run::local::discard_run(&self.data_dir, &run.job_run_id);
         }
         Ok(())
     }

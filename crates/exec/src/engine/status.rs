@@ -7,9 +7,9 @@ use databuild_core::{Deps, JobConfig, KnownState, PartitionRef, PlanRequest, Pro
 use databuild_log::{EventFilter, Status};
 
 use crate::answers::{Explanation, PlannedStep, ProducerInfo, StatusReport};
+use crate::data::resolver::LocalResolver;
+use crate::data::versions::VersionedStates;
 use crate::engine::{producer_kind, Engine, EngineError, Result};
-use crate::resolver::LocalResolver;
-use crate::versions::VersionedStates;
 
 impl Engine {
     /// The state of each ref, with reasons.
@@ -84,7 +84,7 @@ impl Engine {
                         input.partition_ref = read;
                     }
                 }
-                let change = crate::rechecked::config_change(
+                let change = crate::data::rechecked::config_change(
                     &self.graph,
                     self.store.as_ref(),
                     r,
@@ -230,12 +230,15 @@ impl Engine {
         report.reasons.push(reason);
         if row.status == Status::Available {
             let rows = self.store.checks_of(&[r])?;
-            report.checks = crate::checks::results(&self.graph, r, run, &rows);
+            report.checks = crate::check::rules::results(&self.graph, r, run, &rows);
             for c in &report.checks {
                 if c.result == "failed" && !c.blocking {
                     report.reasons.push(format!(
                         "warning: {} (not blocking)",
-                        crate::checks::failed_reason(&c.name, c.message.as_deref().unwrap_or(""))
+                        crate::check::rules::failed_reason(
+                            &c.name,
+                            c.message.as_deref().unwrap_or("")
+                        )
                     ));
                 }
                 if let Some(why) = &c.stale {
@@ -256,7 +259,7 @@ impl Engine {
             report.updated_at = Some(row.updated_at);
         }
         let dir = self.data_dir.join(&r);
-        let (status, reason) = match crate::sources::sealed_version(&dir) {
+        let (status, reason) = match crate::data::sources::sealed_version(&dir) {
             Some(version) => ("live", format!(
                 "source partition of `{}`, sealed with {} records",
                 source.name,

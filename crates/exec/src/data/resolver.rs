@@ -8,9 +8,9 @@ use databuild_core::{
     ConfigInput, Dataset, Deps, Graph, Job, JobConfig, PartitionRef, ResolveError, Resolver,
 };
 
-use crate::table_job::Schema;
+use crate::data::table_job::Schema;
 
-use crate::process::{describe_status, run_captured, tail_lines};
+use crate::run::process::{describe_status, run_captured, tail_lines};
 
 /// How long an `exists` probe may take.
 pub const PROBE_TIMEOUT: Duration = Duration::from_secs(60);
@@ -25,7 +25,7 @@ const MAX_ARG_BYTES: usize = 1024 * 1024;
 #[derive(Debug, thiserror::Error)]
 pub enum ResolverError {
     #[error(transparent)]
-    Run(#[from] crate::process::RunError),
+    Run(#[from] crate::run::process::RunError),
     #[error("`{shown}` ended with {status}{}{}", colon_lines(.last_line), kept(.stderr_kept))]
     Failed {
         shown: String,
@@ -35,7 +35,10 @@ pub enum ResolverError {
         /// Where its whole standard error is kept, if it could be.
         stderr_kept: Option<PathBuf>,
     },
-    #[error("`{shown}` printed more than {} bytes", crate::process::OUTPUT_LIMIT)]
+    #[error(
+        "`{shown}` printed more than {} bytes",
+        crate::run::process::OUTPUT_LIMIT
+    )]
     TooMuchOutput { shown: String },
     #[error("`{shown}` printed output that is not UTF-8")]
     NotUtf8 { shown: String },
@@ -56,7 +59,7 @@ pub enum ResolverError {
     #[error("job `{0}` has no config executable")]
     NoConfig(String),
     #[error(transparent)]
-    Upstream(#[from] crate::upstream::UpstreamError),
+    Upstream(#[from] crate::data::upstream::UpstreamError),
 }
 
 /// Where a config's whole standard error is, for its error.
@@ -84,7 +87,7 @@ pub struct LocalResolver<'g> {
     /// `YYYY-MM-DD`: which raw source partitions retention still keeps.
     today: String,
     /// Notes the external files found, for a plan to be kept.
-    witnesses: Option<&'g crate::versions::Witnesses>,
+    witnesses: Option<&'g crate::data::versions::Witnesses>,
 }
 
 impl<'g> LocalResolver<'g> {
@@ -106,7 +109,7 @@ impl<'g> LocalResolver<'g> {
     /// Notes the external files found in `witnesses`.
     pub(crate) fn witnessed_by(
         mut self,
-        witnesses: Option<&'g crate::versions::Witnesses>,
+        witnesses: Option<&'g crate::data::versions::Witnesses>,
     ) -> Self {
         self.witnesses = witnesses;
         self
@@ -230,10 +233,12 @@ impl Resolver for LocalResolver<'_> {
         r: &PartitionRef,
     ) -> Result<bool, ResolveError> {
         if dataset.source.is_some() {
-            return Ok(crate::sources::sealed_version(&self.data_dir.join(r.as_str())).is_some());
+            return Ok(
+                crate::data::sources::sealed_version(&self.data_dir.join(r.as_str())).is_some(),
+            );
         }
         if let Some(upstream) = &dataset.upstream {
-            return crate::upstream::status(upstream, r.as_str())
+            return crate::data::upstream::status(upstream, r.as_str())
                 .map(|(s, _)| s == "live")
                 .map_err(ResolveError::new);
         }

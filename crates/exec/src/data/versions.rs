@@ -74,12 +74,12 @@ pub fn promotions(store: &dyn EventStore) -> databuild_log::Result<BTreeMap<Stri
 
 /// The version of a source partition: what sealing it recorded; none while it is open.
 pub fn source_version(data_dir: &Path, r: &str) -> Option<String> {
-    crate::sources::sealed_version(&data_dir.join(r))
+    crate::data::sources::sealed_version(&data_dir.join(r))
 }
 
 /// The version of a partition an upstream service builds: the run that built it there.
 pub fn upstream_version(ds: &databuild_core::Dataset, r: &str) -> Option<String> {
-    let (status, built_by) = crate::upstream::status(ds.upstream.as_deref()?, r).ok()?;
+    let (status, built_by) = crate::data::upstream::status(ds.upstream.as_deref()?, r).ok()?;
     (status == "live").then(|| format!("upstream:{}", built_by.unwrap_or_default()))
 }
 
@@ -746,7 +746,7 @@ impl<'a> VersionedStates<'a> {
             Some(rows) => rows,
             None => self.noted(self.store.checks_of(&[r]))?,
         };
-        crate::checks::held_back_by(self.graph, r, run, &rows)
+        crate::check::rules::held_back_by(self.graph, r, run, &rows)
     }
 
     /// Why job output `r`, recorded live, is missing: its data is gone from the data dir.

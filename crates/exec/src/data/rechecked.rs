@@ -9,7 +9,7 @@ use databuild_core::graph::REDACTED;
 use databuild_core::{BuiltWith, Graph, Job, JobConfig, KnownState, StateError, StateView};
 use databuild_log::EventStore;
 
-use crate::versions::{data_version, VersionedStates};
+use crate::data::versions::{data_version, VersionedStates};
 
 /// The planner's view of partition states ([`VersionedStates`]), comparing configs too.
 pub struct Rechecked<'a> {

@@ -16,11 +16,11 @@ use databuild_log::{Event, PartitionQuery, Status};
 pub use crate::answers::{
     CoverageRow, DayCounts, Promotion, SourceDetail, SourceView, TableView, VersionView,
 };
-use crate::build::{BuildOptions, Observer};
+use crate::data::sources::{source_days, SourceDay};
+use crate::data::versions::promotions;
 use crate::engine::{Engine, EngineError, Result};
-use crate::local::Executor;
-use crate::sources::{source_days, SourceDay};
-use crate::versions::promotions;
+use crate::run::local::Executor;
+use crate::scheduler::{BuildOptions, Observer};
 
 /// A table version's partitions: date → (status, provenance), read page by page.
 fn version_partitions(
@@ -198,7 +198,7 @@ impl Engine {
                 for (date, (status, provenance)) in version_partitions(self, table, v.version)? {
                     let shown = match status {
                         Status::Available => format!("live ({provenance})"),
-                        other => crate::views::shown_status(other).to_string(),
+                        other => crate::engine::listing::shown_status(other).to_string(),
                     };
                     rows.entry(date.clone())
                         .or_insert_with(|| CoverageRow {
@@ -224,7 +224,7 @@ impl Engine {
         &self,
         name: Option<&str>,
         through: Option<&str>,
-    ) -> Result<Vec<crate::sources::Maintenance>> {
+    ) -> Result<Vec<crate::data::sources::Maintenance>> {
         let indices: Vec<usize> = match name {
             Some(n) => vec![self.source_index(n)?],
             None => (0..self.graph.sources.len()).collect(),
@@ -236,7 +236,7 @@ impl Engine {
         indices
             .into_iter()
             .map(|i| {
-                crate::sources::maintain(
+                crate::data::sources::maintain(
                     &self.graph_dir,
                     &self.data_dir,
                     self.store.as_ref(),
@@ -318,7 +318,7 @@ impl Engine {
                     table.name
                 ),
             )])?;
-        crate::table_job::point_current(&self.data_dir, &table.name, version)
+        crate::data::table_job::point_current(&self.data_dir, &table.name, version)
             .map_err(|e| EngineError::Invalid(format!("promoted in the log, but the `current` link of `{table_name}` could not be switched: {e}")))?;
         Ok(Promotion {
             table: table.name.clone(),
@@ -386,7 +386,7 @@ impl Engine {
                     .get(&t.name)
                     .copied()
                     .unwrap_or_else(|| t.initial_version());
-                crate::table_job::point_current(&self.data_dir, &t.name, v).map_err(|e| {
+                crate::data::table_job::point_current(&self.data_dir, &t.name, v).map_err(|e| {
                     EngineError::Invalid(format!("cannot link `{}/current`: {e}", t.name))
                 })?;
             }
@@ -395,9 +395,9 @@ impl Engine {
     }
 }
 
-fn source_error(e: crate::sources::SourceError) -> EngineError {
+fn source_error(e: crate::data::sources::SourceError) -> EngineError {
     match e {
-        crate::sources::SourceError::Log(l) => EngineError::Log(l),
+        crate::data::sources::SourceError::Log(l) => EngineError::Log(l),
         other => EngineError::Invalid(other.to_string()),
     }
 }

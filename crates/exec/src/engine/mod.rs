@@ -3,6 +3,19 @@
 //! machine's resolver together. This file holds the engine and planning; each other
 //! responsibility has a file of its own (`status`, `taint`, `build`, `freshness`, `tables`).
 
+pub(crate) mod checks;
+pub mod freshness;
+pub mod gc;
+pub mod lineage;
+pub mod listing;
+pub mod plan_cache;
+pub mod progress;
+mod status;
+pub mod summary;
+pub mod tables;
+mod taint;
+pub mod wants;
+
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -13,10 +26,10 @@ pub use crate::answers::{
     parse_rfc3339, rfc3339, Explanation, PlannedStep, ProducerInfo, StatusReport,
 };
 use crate::config::EngineConfig;
-use crate::lease::Lease;
-use crate::rechecked::Rechecked;
-use crate::resolver::LocalResolver;
-use crate::versions::VersionedStates;
+use crate::data::rechecked::Rechecked;
+use crate::data::resolver::LocalResolver;
+use crate::data::versions::VersionedStates;
+use crate::run::lease::Lease;
 
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {
@@ -108,11 +121,11 @@ impl Engine {
     }
 
     /// The executor the graph asks for (`[graph] executor`).
-    pub fn executor(&self) -> Box<dyn crate::local::Executor> {
+    pub fn executor(&self) -> Box<dyn crate::run::local::Executor> {
         match &self.graph.executor {
-            databuild_core::ExecutorConfig::Local => Box::new(crate::local::LocalExecutor),
+            databuild_core::ExecutorConfig::Local => Box::new(crate::run::local::LocalExecutor),
             databuild_core::ExecutorConfig::Slurm(config) => {
-                Box::new(crate::slurm::SlurmExecutor::new(config.clone()))
+                Box::new(crate::run::slurm::SlurmExecutor::new(config.clone()))
             }
         }
     }
@@ -153,7 +166,7 @@ impl Engine {
     pub(crate) fn plan_witnessed(
         &self,
         request: &PlanRequest,
-        witnesses: Option<&crate::versions::Witnesses>,
+        witnesses: Option<&crate::data::versions::Witnesses>,
     ) -> Result<Plan> {
         let states = Rechecked::new(
             self.versions()

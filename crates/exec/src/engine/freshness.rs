@@ -12,8 +12,8 @@ use databuild_core::{KnownState, Producer};
 use databuild_log::{PartitionQuery, PartitionRow, Status};
 
 pub use crate::answers::DatasetView;
+use crate::engine::listing::{shown_status, FRESHNESS_SCAN};
 use crate::engine::{producer_kind, Engine, Result};
-use crate::views::{shown_status, FRESHNESS_SCAN};
 
 /// How many rows one page of the pass reads and checks: as many as one page of a listing.
 const PAGE: usize = FRESHNESS_SCAN;
@@ -75,7 +75,10 @@ impl Engine {
         &self,
         producer: Producer,
         status: Status,
-        mut each: impl FnMut(&crate::versions::VersionedStates<'_>, Vec<PartitionRow>) -> Result<bool>,
+        mut each: impl FnMut(
+            &crate::data::versions::VersionedStates<'_>,
+            Vec<PartitionRow>,
+        ) -> Result<bool>,
     ) -> Result<bool> {
         let glob = self.graph.pattern_of(producer).glob();
         let mut after = None;
@@ -179,7 +182,7 @@ impl Engine {
             .versions()
             .states_of_rows(rows)?
             .iter()
-            .map(crate::views::state_name)
+            .map(crate::engine::listing::state_name)
             .collect())
     }
 }

@@ -16,8 +16,8 @@ use std::time::{Duration, Instant, SystemTime};
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
 
-use crate::process::{describe_status, humanize};
-use crate::spawn::{spawn, JobProcess, Launch, Spawned};
+use crate::run::process::{describe_status, humanize};
+use crate::run::spawn::{spawn, JobProcess, Launch, Spawned};
 
 /// Default cap on a run's log.
 pub const DEFAULT_LOG_LIMIT: u64 = 10 * 1024 * 1024;
@@ -50,7 +50,7 @@ pub struct RunSpec {
     /// Resources for a cluster executor.
     pub cpus: Option<u32>,
     pub mem: Option<String>,
-    /// A check of `outputs` (`crate::checks`), not a job building them: its exit status is its
+    /// A check of `outputs` (`crate::check::rules`), not a job building them: its exit status is its
     /// verdict, and it is not expected to write them.
     pub check: bool,
 }
@@ -680,7 +680,7 @@ while [ -d "/proc/$1" ]; do
 done"#;
 
 /// Jobs of this process may run until `deadline` (`CLOCK_BOOTTIME` ns), when the lease
-/// watchdog kills them (see [`crate::lease`]); started at the first call.
+/// watchdog kills them (see [`crate::run::lease`]); started at the first call.
 pub fn fence_jobs_at(deadline: u64) {
     let Some(w) = watchdog() else { return };
     w.write(0, &format!("d{}", deadline.div_ceil(10_000_000)));

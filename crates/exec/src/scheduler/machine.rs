@@ -18,8 +18,8 @@ use databuild_log::{AfterFailure, RefusalKind};
 use hashbrown::HashTable;
 use rustc_hash::{FxBuildHasher, FxHashMap};
 
-use crate::local::RunOutcome;
-use crate::slots::Ended;
+use crate::run::local::RunOutcome;
+use crate::run::slots::Ended;
 
 /// How many times a run may come back with `DATABUILD_MISSING_DEPS` before it fails.
 pub(crate) const MAX_MISSING_DEP_ROUNDS: u32 = 3;

@@ -54,7 +54,7 @@ impl Engine {
                     Some(Producer::Dataset(d)) => {
                         let ds = &self.graph.datasets[d];
                         e.data.data_version =
-                            crate::versions::raw_external_version(ds, &self.data_dir, r);
+                            crate::data::versions::raw_external_version(ds, &self.data_dir, r);
                     }
                     Some(Producer::Job { .. }) => {}
                 }

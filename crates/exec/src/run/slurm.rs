@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use databuild_core::SlurmConfig;
 
-use crate::local::{
+use crate::run::local::{
     environment, missing_deps, output_times, verify_outputs, Executor, RunOutcome, RunSpec,
 };
 
@@ -130,7 +130,7 @@ enum SubmitError {
     #[error("sbatch answered without a job id")]
     NoJobId,
     #[error(transparent)]
-    RefsFile(#[from] crate::local::RefsFileError),
+    RefsFile(#[from] crate::run::local::RefsFileError),
 }
 
 fn shell_quote(s: &str) -> String {
@@ -293,7 +293,7 @@ impl Executor for SlurmExecutor {
                 stop = Some(RunOutcome::failed(
                     format!(
                         "Slurm job {id} was still pending after {} (Reason={}); it was cancelled",
-                        crate::process::humanize(&self.config.pending_timeout),
+                        crate::run::process::humanize(&self.config.pending_timeout),
                         state.reason
                     ),
                     None,
@@ -305,7 +305,7 @@ impl Executor for SlurmExecutor {
                 stop = Some(RunOutcome::failed(
                     format!(
                         "timed out after {}; Slurm job {id} was cancelled",
-                        crate::process::humanize(&limit)
+                        crate::run::process::humanize(&limit)
                     ),
                     None,
                 ));

@@ -47,7 +47,7 @@ pub fn owner_alive(owner: Option<&str>) -> Option<bool> {
 
 /// Is the process driving some work gone? On this machine we look at the process; on another
 /// (a shared log), at its lease: one silent for `timeout` (by the log's clock) has its lease
-/// revoked here, which fences it off (see [`crate::lease`]), and only then counts as gone.
+/// revoked here, which fences it off (see [`crate::run::lease`]), and only then counts as gone.
 pub fn owner_dead(
     store: &dyn databuild_log::EventStore,
     owner: Option<&str>,

@@ -9,7 +9,7 @@ use crate::engine::{Engine, Result};
 
 impl BuildSummary {
     /// A build that ended before any run: every requested ref is not live.
-    pub(super) fn nothing_ran(
+    pub(crate) fn nothing_ran(
         id: &str,
         status: Status,
         requested: Vec<String>,
@@ -197,7 +197,7 @@ impl Engine {
                 continue;
             };
             let failed = e.status == Status::Failed && e.data.blocking.unwrap_or(true);
-            let why = crate::checks::failed_reason(&name, e.message.as_deref().unwrap_or(""));
+            let why = crate::check::rules::failed_reason(&name, e.message.as_deref().unwrap_or(""));
             latest.insert((r, name), failed.then_some((run, why)));
         }
         let mut held_back: FxHashMap<String, (String, String)> = FxHashMap::default();

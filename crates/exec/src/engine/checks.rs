@@ -1,4 +1,4 @@
-//! Checks as the engine runs them (see [`crate::checks`] for what a result means): on demand
+//! Checks as the engine runs them (see [`crate::check::rules`] for what a result means): on demand
 //! (`databuild check`, [`Engine::check`]) and, in a build, those of its closure that changed or
 //! never ran ([`Engine::run_stale_checks`]). Apart from `checks` so that liveness
 //! (`versions`, which reads `checks`) depends on no module that depends on the engine.
@@ -7,9 +7,9 @@ use std::sync::atomic::AtomicBool;
 
 use databuild_core::Producer;
 
-use crate::checks::{run, runs_for, state, CheckOutcome, CheckPlace, CheckRun, CheckState};
+use crate::check::rules::{run, runs_for, state, CheckOutcome, CheckPlace, CheckRun, CheckState};
 use crate::engine::Engine;
-use crate::local::Executor;
+use crate::run::local::Executor;
 
 /// The checks to run of partitions planning found live (or held back), and of the instances
 /// they were built from, transitively (their closure): those without a result for their current

@@ -1,0 +1,3 @@
+//! Checks: data quality that decides what is live.
+
+pub mod rules;

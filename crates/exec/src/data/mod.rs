@@ -1,0 +1,8 @@
+//! The data and its versions.
+
+pub mod rechecked;
+pub(crate) mod resolver;
+pub mod sources;
+pub mod table_job;
+pub mod upstream;
+pub mod versions;

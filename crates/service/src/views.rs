@@ -525,7 +525,7 @@ pub fn run_log(engine: &Engine, id: &str) -> ApiResult<String> {
             "job run `{id}` has no log (it never started)"
         )));
     };
-    match databuild_exec::engine::read_tail(std::path::Path::new(&path), LOG_TAIL) {
+    match databuild_exec::run::log::read_tail(std::path::Path::new(&path), LOG_TAIL) {
         Ok(text) => Ok(text),
         // The log file is created with the job's first output: a silent job has none.
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(String::new()),
@@ -616,7 +616,7 @@ pub fn promote(
     version: u32,
     downstream: Option<(
         &databuild_exec::scheduler::BuildOptions,
-        &dyn databuild_exec::run::local::Executor,
+        &dyn databuild_exec::run::Executor,
         &mut dyn databuild_exec::scheduler::Observer,
         &std::sync::atomic::AtomicBool,
     )>,

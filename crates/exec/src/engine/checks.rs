@@ -7,9 +7,10 @@ use std::sync::atomic::AtomicBool;
 
 use databuild_core::Producer;
 
-use crate::check::rules::{run, runs_for, state, CheckOutcome, CheckPlace, CheckRun, CheckState};
+use crate::check::rules::{runs_for, state, CheckOutcome, CheckRun, CheckState};
+use crate::check::run::{run, CheckPlace};
 use crate::engine::Engine;
-use crate::run::local::Executor;
+use crate::run::Executor;
 
 /// The checks to run of partitions planning found live (or held back), and of the instances
 /// they were built from, transitively (their closure): those without a result for their current

@@ -17,7 +17,7 @@ use databuild_log::{Event, LogError, PartitionQuery, RunQuery, Status};
 use serde::{Deserialize, Serialize};
 
 use crate::engine::{Engine, EngineError, Result};
-use crate::run::local::STAGING;
+use crate::run::publish::STAGING;
 
 /// How many items a report lists one by one (its counts cover them all).
 pub const LISTED_ITEMS: usize = 1_000;
@@ -368,7 +368,7 @@ impl Engine {
         if run.status != Status::Completed {
             return Ok(Vec::new());
         }
-        let staging = crate::run::local::staging_dir(&self.data_dir, &run.job_run_id);
+        let staging = crate::run::publish::staging_dir(&self.data_dir, &run.job_run_id);
         let outputs: Vec<&str> = run.outputs.iter().map(String::as_str).collect();
         Ok(self
             .store
@@ -586,7 +586,7 @@ impl Engine {
     fn carry_out(&self, action: &Action) -> std::io::Result<()> {
         match action.item.kind {
             GcKind::Published => {
-                crate::run::local::publish_outputs(&self.data_dir, &action.path, &action.publish)
+                crate::run::publish::publish_outputs(&self.data_dir, &action.path, &action.publish)
             }
             _ => remove(&action.path),
         }

@@ -121,9 +121,9 @@ impl Engine {
     }
 
     /// The executor the graph asks for (`[graph] executor`).
-    pub fn executor(&self) -> Box<dyn crate::run::local::Executor> {
+    pub fn executor(&self) -> Box<dyn crate::run::Executor> {
         match &self.graph.executor {
-            databuild_core::ExecutorConfig::Local => Box::new(crate::run::local::LocalExecutor),
+            databuild_core::ExecutorConfig::Local => Box::new(crate::run::LocalExecutor),
             databuild_core::ExecutorConfig::Slurm(config) => {
                 Box::new(crate::run::slurm::SlurmExecutor::new(config.clone()))
             }
@@ -269,19 +269,6 @@ pub fn producer_kind(graph: &Graph, p: Producer) -> &'static str {
         Producer::Dataset(_) => "dataset",
         Producer::Alias(_) => "alias",
     }
-}
-
-/// The last `max` bytes of a file, as text (a run's log can be large).
-pub fn read_tail(path: &std::path::Path, max: u64) -> std::io::Result<String> {
-    use std::io::{Read, Seek, SeekFrom};
-    let mut file = std::fs::File::open(path)?;
-    let len = file.metadata()?.len();
-    if len > max {
-        file.seek(SeekFrom::Start(len - max))?;
-    }
-    let mut bytes = Vec::new();
-    file.read_to_end(&mut bytes)?;
-    Ok(String::from_utf8_lossy(&bytes).into_owned())
 }
 
 /// How many of a dynamic job's latest runs say what it reads, for the graph's picture.

@@ -291,12 +291,5 @@ impl Engine {
 
 /// The last non-empty line of a run's log (read from its last 4 KiB).
 fn last_log_line(path: &str) -> Option<String> {
-    last_line(&crate::engine::read_tail(std::path::Path::new(path), 4096).ok()?)
-}
-
-/// The last line of a log that says something, trimmed, at most 300 characters: what a failed
-/// run's line quotes.
-pub fn last_line(log: &str) -> Option<String> {
-    let line = log.lines().rev().map(str::trim).find(|l| !l.is_empty())?;
-    Some(line.chars().take(300).collect())
+    crate::run::log::last_line(&crate::run::log::read_tail(std::path::Path::new(path), 4096).ok()?)
 }

@@ -19,7 +19,7 @@ pub use crate::answers::{
 use crate::data::sources::{source_days, SourceDay};
 use crate::data::versions::promotions;
 use crate::engine::{Engine, EngineError, Result};
-use crate::run::local::Executor;
+use crate::run::Executor;
 use crate::scheduler::{BuildOptions, Observer};
 
 /// A table version's partitions: date → (status, provenance), read page by page.

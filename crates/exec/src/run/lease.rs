@@ -9,7 +9,7 @@
 //! The holder counts on its own clock (`CLOCK_BOOTTIME`, which no other host's clock affects): a
 //! renewal sent at `t` makes the lease good until `t + timeout / 2`. On a shared log, past that
 //! instant no job of this process may run: slots start none, and the lease watchdog
-//! ([`crate::run::local::fence_jobs_at`], a process of its own, so it acts even while this one is
+//! ([`crate::run::watchdog::fence_jobs_at`], a process of its own, so it acts even while this one is
 //! stopped) kills those running. They are gone half a timeout before anyone may take over.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -190,7 +190,7 @@ fn renew(store: &dyn EventStore, state: &State, timeout: Duration) -> Result<(),
             let until = asked + (timeout / 2).as_nanos() as u64;
             state.good_until.fetch_max(until, Ordering::SeqCst);
             if store.shared() {
-                crate::run::local::fence_jobs_at(state.good_until.load(Ordering::SeqCst));
+                crate::run::watchdog::fence_jobs_at(state.good_until.load(Ordering::SeqCst));
             }
             Ok(())
         }
@@ -198,7 +198,7 @@ fn renew(store: &dyn EventStore, state: &State, timeout: Duration) -> Result<(),
             state.lost.store(true, Ordering::SeqCst);
             state.good_until.store(0, Ordering::SeqCst);
             if store.shared() {
-                crate::run::local::fence_jobs_at(1);
+                crate::run::watchdog::fence_jobs_at(1);
             }
             Err(e)
         }

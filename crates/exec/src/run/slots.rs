@@ -8,9 +8,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Instant;
 
-use crate::check::rules::{CheckOutcome, CheckPlace, CheckRun};
-use crate::run::lease::Lease;
-use crate::run::local::{Executor, RunOutcome, RunSpec};
+use super::lease::Lease;
+use super::outcome::{Ended, RunOutcome};
+use super::{Executor, RunSpec};
+use crate::check::rules::{CheckOutcome, CheckRun};
+use crate::check::run::CheckPlace;
 
 /// A claimed run, with what a slot needs to start it.
 pub(crate) struct Launch {
@@ -19,37 +21,6 @@ pub(crate) struct Launch {
     pub cancel: Arc<AtomicBool>,
     /// The graph's checks of the run's outputs, run once it succeeded.
     pub checks: Vec<CheckRun>,
-}
-
-/// How a run ended, for the scheduler.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct Ended {
-    pub outcome: RunOutcome,
-    pub executor_id: Option<String>,
-    /// What a successful run reported through `DATABUILD_REPORT`.
-    pub report: Option<serde_json::Value>,
-    /// Of a successful run: the results of its outputs' checks (the job's own, reported
-    /// inline, then the graph's).
-    pub checks: Vec<CheckOutcome>,
-}
-
-impl Ended {
-    pub fn of(outcome: RunOutcome) -> Ended {
-        Ended {
-            outcome,
-            executor_id: None,
-            report: None,
-            checks: Vec::new(),
-        }
-    }
-
-    /// Succeeded, but a blocking check failed: why, then.
-    pub fn held_back(&self) -> Option<String> {
-        if self.outcome != RunOutcome::Succeeded {
-            return None;
-        }
-        crate::check::rules::blocking_failure(&self.checks)
-    }
 }
 
 /// When a slot started or ended a run: by the monotonic clock (for how long it took) and the wall
@@ -207,7 +178,7 @@ pub(crate) fn run(executor: &dyn Executor, launch: &Launch, lease: &Lease) -> En
     });
     let mut report = None;
     if outcome == RunOutcome::Succeeded {
-        match crate::run::local::read_report(&launch.spec.report_path()) {
+        match crate::run::contract::read_report(&launch.spec.report_path()) {
             Ok(r) => report = r,
             Err(message) => outcome = RunOutcome::failed(message, Some(0)),
         }
@@ -250,7 +221,7 @@ fn run_checks(
         logs_dir: &logs_dir,
     };
     for c in &launch.checks {
-        match crate::check::rules::run(executor, &place, c, &launch.cancel) {
+        match crate::check::run::run(executor, &place, c, &launch.cancel) {
             Some(result) => results.push(result),
             None => return Ok(None),
         }

@@ -14,9 +14,9 @@ use std::time::{Duration, Instant};
 
 use databuild_core::SlurmConfig;
 
-use crate::run::local::{
-    environment, missing_deps, output_times, verify_outputs, Executor, RunOutcome, RunSpec,
-};
+use super::contract::{environment, missing_deps};
+use super::publish::{output_times, verify_outputs};
+use super::{Executor, RunOutcome, RunSpec};
 
 /// How often the poller asks Slurm about the jobs it follows.
 const POLL_EVERY: Duration = Duration::from_millis(300);
@@ -130,7 +130,7 @@ enum SubmitError {
     #[error("sbatch answered without a job id")]
     NoJobId,
     #[error(transparent)]
-    RefsFile(#[from] crate::run::local::RefsFileError),
+    RefsFile(#[from] crate::run::contract::RefsFileError),
 }
 
 fn shell_quote(s: &str) -> String {

@@ -24,9 +24,10 @@ use super::record::{Record, RunEnd};
 use super::spec::{self, SpecOf};
 use super::{BuildOptions, Observer, Progress};
 use crate::engine::{Engine, EngineError, Result};
-use crate::run::local::{Executor, RunOutcome};
+use crate::run::outcome::Ended;
 use crate::run::owner::owner_dead;
-use crate::run::slots::{Ended, Launch, Launches, Report, Stamp};
+use crate::run::slots::{Launch, Launches, Report, Stamp};
+use crate::run::{Executor, RunOutcome};
 
 /// How long a completion may wait for a claim to carry it into the log.
 const MAX_DEFER: Duration = Duration::from_millis(100);
@@ -980,7 +981,7 @@ impl<'s, 'e> Driver<'s, 'e> {
         };
         let mut events = self.record().ended(run, id, end);
         stamp_end(&mut events, ended_at);
-        crate::run::local::discard_run(&self.engine.data_dir, id);
+        crate::run::publish::discard_run(&self.engine.data_dir, id);
         self.append(events)
     }
 
@@ -1084,9 +1085,9 @@ impl<'s, 'e> Driver<'s, 'e> {
         let data_dir = &self.engine.data_dir;
         for node in nodes {
             let id = &self.runs[node].id;
-            let staging = crate::run::local::staging_dir(data_dir, id);
+            let staging = crate::run::publish::staging_dir(data_dir, id);
             let outputs = &self.machine.node(node).run.outputs;
-            if let Err(e) = crate::run::local::publish_outputs(data_dir, &staging, outputs) {
+            if let Err(e) = crate::run::publish::publish_outputs(data_dir, &staging, outputs) {
                 // Recorded live, but not in place: `status` says `missing`, and a build
                 // rebuilds it.
                 eprintln!(
@@ -1109,7 +1110,7 @@ impl<'s, 'e> Driver<'s, 'e> {
     /// Drops what these nodes' runs staged.
     fn discard(&self, nodes: &[usize]) {
         for &node in nodes {
-            crate::run::local::discard_run(&self.engine.data_dir, &self.runs[node].id);
+            crate::run::publish::discard_run(&self.engine.data_dir, &self.runs[node].id);
         }
     }
 

@@ -18,8 +18,8 @@ use databuild_log::{AfterFailure, RefusalKind};
 use hashbrown::HashTable;
 use rustc_hash::{FxBuildHasher, FxHashMap};
 
-use crate::run::local::RunOutcome;
-use crate::run::slots::Ended;
+use crate::run::outcome::Ended;
+use crate::run::RunOutcome;
 
 /// How many times a run may come back with `DATABUILD_MISSING_DEPS` before it fails.
 pub(crate) const MAX_MISSING_DEP_ROUNDS: u32 = 3;

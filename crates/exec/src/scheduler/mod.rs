@@ -2,7 +2,7 @@
 //!
 //! - [`machine`]: the scheduler's decisions as a pure state machine (inputs in, effects out).
 //! - [`driver`]: the thin I/O loop around it: slot threads, waiters, log appends, progress.
-//! - [`spec`]: what a run is started with ([`crate::run::local::RunSpec`]) and the version it records.
+//! - [`spec`]: what a run is started with ([`crate::run::RunSpec`]) and the version it records.
 //! - [`record`]: the events of the request, its plan and its runs.
 //! - [`summary`]: [`BuildSummary`], read back from the log.
 //!
@@ -19,15 +19,15 @@ use databuild_log::{BuildQuery, Event, LogError, RunQuery, Status};
 use rustc_hash::FxHashSet;
 
 use crate::engine::{Engine, EngineError, Result};
-use crate::run::local::{Executor, RunOutcome};
 use crate::run::owner::owner_dead;
+use crate::run::{Executor, RunOutcome};
 
 mod driver;
 mod machine;
 mod record;
 mod spec;
 
-pub use crate::engine::summary::{last_line, BuildSummary, RunFailure};
+use crate::answers::BuildSummary;
 
 #[derive(Debug, Clone)]
 pub struct BuildOptions {
@@ -375,7 +375,7 @@ impl Engine {
             ..Default::default()
         })?;
         // Its driver is gone; what it left running here goes before its claims are released.
-        crate::run::local::end_leftover_jobs(
+        crate::run::reap::end_leftover_jobs(
             &runs
                 .iter()
                 .filter(|r| r.status == Status::Running)
@@ -424,7 +424,7 @@ impl Engine {
         // Never to be published, now that the log has ended their runs: what their jobs staged
         // goes (even if a fenced-off job still writes there).
         for run in &runs {
-            crate::run::local::discard_run(&self.data_dir, &run.job_run_id);
+            crate::run::publish::discard_run(&self.data_dir, &run.job_run_id);
         }
         Ok(())
     }

@@ -8,7 +8,7 @@ use databuild_core::{Job, PlannedRun, Producer};
 use databuild_log::Status;
 
 use crate::engine::Engine;
-use crate::run::local::{RunSpec, DEFAULT_LOG_LIMIT};
+use crate::run::{RunSpec, DEFAULT_LOG_LIMIT};
 
 /// What a spec is made of: one attempt of a run.
 pub(super) struct SpecOf<'a> {

@@ -968,8 +968,92 @@ pub struct Ingested {
     pub duplicates: usize,
 }
 
+/// `analyze --json` (contract section 4). [`AnalyzeView::priced`] (beside `Engine::analyze`)
+/// prices it with the engine.
+#[derive(Debug, Serialize)]
+pub struct AnalyzeView<'p> {
+    pub build_request_id: &'p str,
+    pub job_runs: &'p [databuild_core::PlannedRun],
+    pub skipped: Vec<&'p str>,
+    pub delegated: Vec<&'p str>,
+    pub missing: Vec<&'p str>,
+    pub delegations: &'p [databuild_core::plan::Delegation],
+    pub missing_details: Vec<MissingExternal>,
+    /// The partitions the plan cannot build until its missing inputs are there (the outputs of
+    /// the runs that read one, and of every run downstream): how many, and the first 100.
+    pub cannot_build_count: usize,
+    pub cannot_build: Vec<&'p str>,
+    /// Stale partitions the plan keeps as they are because they cannot be rebuilt (an input
+    /// expired), with why: how many, and the first 100.
+    pub not_rebuildable_count: usize,
+    pub not_rebuildable: Vec<NotRebuildable>,
+    pub estimate: PlanCost,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub force_keeps_live: Option<ForceKeepsLive>,
+}
+
+impl<'p> AnalyzeView<'p> {
+    /// `reasons`: why each of the plan's missing external partitions is missing
+    /// ([`crate::Engine::missing_reasons`]).
+    pub fn new(
+        build_request_id: &'p str,
+        plan: &'p databuild_core::Plan,
+        estimate: PlanCost,
+        reasons: Vec<Option<String>>,
+    ) -> Self {
+        let blocked = plan.blocked_runs();
+        let blocked_outputs = || {
+            blocked
+                .iter()
+                .flat_map(|&i| plan.runs[i].outputs.iter().map(|o| o.as_str()))
+        };
+        AnalyzeView {
+            cannot_build_count: blocked_outputs().count(),
+            cannot_build: blocked_outputs().take(100).collect(),
+            not_rebuildable_count: plan.not_rebuildable.len(),
+            not_rebuildable: plan
+                .not_rebuildable
+                .iter()
+                .take(100)
+                .map(|(r, reason)| NotRebuildable {
+                    partition_ref: r.to_string(),
+                    reason: reason.clone(),
+                })
+                .collect(),
+            build_request_id,
+            job_runs: &plan.runs,
+            skipped: plan.skipped.iter().map(|r| r.as_str()).collect(),
+            delegated: plan
+                .delegated
+                .iter()
+                .map(|d| d.partition_ref.as_str())
+                .collect(),
+            missing: plan
+                .missing
+                .iter()
+                .map(|m| m.partition_ref.as_str())
+                .collect(),
+            delegations: &plan.delegated,
+            missing_details: plan
+                .missing
+                .iter()
+                .zip(reasons.into_iter().chain(std::iter::repeat(None)))
+                .map(|(m, reason)| MissingExternal {
+                    partition_ref: m.partition_ref.to_string(),
+                    dataset: m.dataset.clone(),
+                    needed_by: m.needed_by.clone(),
+                    reason,
+                    failed_check: m.failed_check.clone(),
+                })
+                .collect(),
+            estimate,
+            force_keeps_live: None,
+        }
+    }
+}
+
 /// `POST /api/v1/analyze` (contract section 4): the owned twin of
-/// [`crate::engine::listing::AnalyzeView`], which serializes a plan without copying it; a unit test keeps
+/// [`AnalyzeView`], which serializes a plan without copying it; a unit test keeps
 /// the two the same.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct Analysis {
@@ -1312,13 +1396,7 @@ mod tests {
             not_rebuildable: vec![(r("s/1"), "not rebuildable: input `x` expired".into())],
         };
         let cost = databuild_core::estimate::estimate(&plan, &[], 2).into();
-        let view = serde_json::to_value(crate::engine::listing::AnalyzeView::new(
-            "b",
-            &plan,
-            cost,
-            vec![],
-        ))
-        .unwrap();
+        let view = serde_json::to_value(AnalyzeView::new("b", &plan, cost, vec![])).unwrap();
         let owned: Analysis = serde_json::from_value(view.clone()).unwrap();
         assert_eq!(serde_json::to_value(owned).unwrap(), view);
     }

@@ -9,12 +9,12 @@ use databuild_exec::answers::{
     Cancelled, DatasetList, EventList, EventPage, Explain, JobDetail, JobList, JobRun, JobRunList,
     LogChunk, PartitionStatus, Sealed, SourceList, Want, WantDetail, WantList,
 };
+use databuild_exec::answers::{Promotion, SourceDetail};
 use databuild_exec::engine::gc::{GcOptions, GcReport};
 use databuild_exec::engine::lineage::{
     Direction, InstanceDiff, Lineage, LineageQuery, TaintImpact,
 };
 use databuild_exec::engine::listing::{ListedStatus, PartitionPage};
-use databuild_exec::engine::tables::{Promotion, SourceDetail};
 use databuild_exec::Engine;
 use databuild_log::{
     BuildQuery, EventFilter, IdKind, PartitionQuery, RunQuery, SqlLimits, SqlResult, Status,

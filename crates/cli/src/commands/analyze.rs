@@ -2,10 +2,10 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use databuild_core::{Plan, PlanRequest};
+use databuild_exec::answers::AnalyzeView;
 use databuild_exec::answers::{
     Analysis, ForceKeepsLive, MissingExternal, NotRebuildable, PlanCost,
 };
-use databuild_exec::engine::listing::AnalyzeView;
 
 use crate::backend::Backend;
 use crate::context::{engine_error, parse_refs};

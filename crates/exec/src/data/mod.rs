@@ -1,5 +1,6 @@
 //! The data and its versions.
 
+pub(crate) mod data_dir;
 pub mod rechecked;
 pub(crate) mod resolver;
 pub mod sources;

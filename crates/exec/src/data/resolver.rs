@@ -87,7 +87,7 @@ pub struct LocalResolver<'g> {
     /// `YYYY-MM-DD`: which raw source partitions retention still keeps.
     today: String,
     /// Notes the external files found, for a plan to be kept.
-    witnesses: Option<&'g crate::data::versions::Witnesses>,
+    witnesses: Option<&'g crate::data::data_dir::Witnesses>,
 }
 
 impl<'g> LocalResolver<'g> {
@@ -109,7 +109,7 @@ impl<'g> LocalResolver<'g> {
     /// Notes the external files found in `witnesses`.
     pub(crate) fn witnessed_by(
         mut self,
-        witnesses: Option<&'g crate::data::versions::Witnesses>,
+        witnesses: Option<&'g crate::data::data_dir::Witnesses>,
     ) -> Self {
         self.witnesses = witnesses;
         self

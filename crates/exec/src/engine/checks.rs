@@ -1,7 +1,8 @@
-//! Checks as the engine runs them (see [`crate::check::rules`] for what a result means): on demand
+//! Checks as the engine runs them (see [`crate::check`] for what a result means): on demand
 //! (`databuild check`, [`Engine::check`]) and, in a build, those of its closure that changed or
-//! never ran ([`Engine::run_stale_checks`]). Apart from `checks` so that liveness
-//! (`versions`, which reads `checks`) depends on no module that depends on the engine.
+//! never ran ([`Engine::run_stale_checks`]). Apart from `check` so that liveness
+//! (`data::versions`, which reads `check::rules`) depends on no module that depends on the
+//! engine.
 
 use std::sync::atomic::AtomicBool;
 
@@ -124,58 +125,6 @@ fn run_all(
 }
 
 impl Engine {
-    /// `databuild check REF...`: runs every check of each partition's current instance now,
-    /// on the graph's executor, against its data in place, and records the results; answers
-    /// each partition's status after them. Refused (naming it) for a ref no check applies to,
-    /// or that has no built instance.
-    pub fn check(
-        &self,
-        refs: &[String],
-        executor: &dyn Executor,
-    ) -> crate::engine::Result<Vec<crate::answers::StatusReport>> {
-        use crate::engine::EngineError;
-        let mut runs = Vec::new();
-        for r in refs {
-            let checks = runs_for(&self.graph, r);
-            if checks.is_empty() {
-                let what = match self.graph.producer_of(r) {
-                    Some((p, _)) => self.graph.describe_producer(p),
-                    None => return Err(EngineError::Invalid(self.graph.unmatched_reason(r))),
-                };
-                return Err(EngineError::Invalid(format!(
-                    "no check applies to `{r}` ({what}); add a [[check]] with `applies_to` naming it"
-                )));
-            }
-            let row = self.store.partition(r)?;
-            let built = row
-                .as_ref()
-                .filter(|p| p.status == databuild_log::Status::Available);
-            let Some((run, job)) = built.and_then(|p| p.job_run_id.clone().zip(p.job.clone()))
-            else {
-                return Err(EngineError::Invalid(format!(
-                    "`{r}` has no built instance to check ({}); build it first",
-                    row.map_or("never built".to_string(), |p| format!(
-                        "it is `{}`",
-                        p.status
-                    ))
-                )));
-            };
-            for c in checks {
-                runs.push((c, run.clone(), job.clone()));
-            }
-        }
-        let parallel = std::thread::available_parallelism().map_or(1, |n| n.get());
-        run_all(
-            self,
-            None,
-            runs,
-            executor,
-            parallel,
-            &AtomicBool::new(false),
-        )?;
-        self.status(refs)
-    }
-
     /// In a build, before its runs: the checks of the partitions its plan found live (or held
     /// back) that are stale or never ran on their current instance run now, without rebuilding
     /// the data. Returns whether any ran (the plan is then made again: what they decided may
@@ -208,4 +157,51 @@ impl Engine {
         }
         Ok(run_all(self, Some(build), runs, executor, parallel, cancel)?.is_some())
     }
+}
+
+pub(crate) fn check(
+    engine: &Engine,
+    refs: &[String],
+    executor: &dyn Executor,
+) -> crate::engine::Result<Vec<crate::answers::StatusReport>> {
+    use crate::engine::EngineError;
+    let mut runs = Vec::new();
+    for r in refs {
+        let checks = runs_for(&engine.graph, r);
+        if checks.is_empty() {
+            let what = match engine.graph.producer_of(r) {
+                Some((p, _)) => engine.graph.describe_producer(p),
+                None => return Err(EngineError::Invalid(engine.graph.unmatched_reason(r))),
+            };
+            return Err(EngineError::Invalid(format!(
+                "no check applies to `{r}` ({what}); add a [[check]] with `applies_to` naming it"
+            )));
+        }
+        let row = engine.store.partition(r)?;
+        let built = row
+            .as_ref()
+            .filter(|p| p.status == databuild_log::Status::Available);
+        let Some((run, job)) = built.and_then(|p| p.job_run_id.clone().zip(p.job.clone())) else {
+            return Err(EngineError::Invalid(format!(
+                "`{r}` has no built instance to check ({}); build it first",
+                row.map_or("never built".to_string(), |p| format!(
+                    "it is `{}`",
+                    p.status
+                ))
+            )));
+        };
+        for c in checks {
+            runs.push((c, run.clone(), job.clone()));
+        }
+    }
+    let parallel = std::thread::available_parallelism().map_or(1, |n| n.get());
+    run_all(
+        engine,
+        None,
+        runs,
+        executor,
+        parallel,
+        &AtomicBool::new(false),
+    )?;
+    engine.status(refs)
 }

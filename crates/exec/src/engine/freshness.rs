@@ -11,9 +11,10 @@
 use databuild_core::{KnownState, Producer};
 use databuild_log::{PartitionQuery, PartitionRow, Status};
 
-pub use crate::answers::DatasetView;
+use super::status::producer_kind;
+use crate::answers::DatasetView;
 use crate::engine::listing::{shown_status, FRESHNESS_SCAN};
-use crate::engine::{producer_kind, Engine, Result};
+use crate::engine::{Engine, Result};
 
 /// How many rows one page of the pass reads and checks: as many as one page of a listing.
 const PAGE: usize = FRESHNESS_SCAN;
@@ -30,23 +31,6 @@ pub struct Freshness {
 }
 
 impl Engine {
-    /// Every available partition of `producer`, checked for freshness.
-    pub fn freshness(&self, producer: Producer) -> Result<Freshness> {
-        let mut counts = Freshness::default();
-        self.each_page(producer, Status::Available, |versions, own| {
-            for state in versions.states_of_rows(own)? {
-                match state {
-                    KnownState::Live => counts.live += 1,
-                    KnownState::Stale { .. } | KnownState::Kept { .. } => counts.stale += 1,
-                    KnownState::CheckFailed { .. } => counts.check_failed += 1,
-                    _ => counts.missing += 1,
-                }
-            }
-            Ok(true)
-        })?;
-        Ok(counts)
-    }
-
     /// How the tainted partitions an external dataset records show now (as `status` says): still
     /// `tainted`, `live` again (its data changed since the taint) or `missing`. `None` past
     /// [`FRESHNESS_SCAN`] of them, unless `exact`: then what the log records stands.
@@ -106,83 +90,93 @@ impl Engine {
             }
         }
     }
-
-    /// Every dataset and job output with its partition counts; `exact` derives the freshness of
-    /// every available partition however many there are (linear in them).
-    pub fn datasets(&self, exact: bool) -> Result<Vec<DatasetView>> {
-        self.graph
-            .producers()
-            .map(|p| {
-                let pattern = self.graph.pattern_of(p);
-                // A single-output job's partitions are counted by a projection; other patterns
-                // by a glob over the partitions.
-                let counts = match p {
-                    Producer::Job { job, .. } if self.graph.jobs[job].outputs.len() == 1 => self
-                        .store
-                        .job_partition_counts(&self.graph.jobs[job].name)?,
-                    _ => self.store.partition_counts(Some(&pattern.glob()))?,
-                };
-                let mut partitions = std::collections::BTreeMap::<String, u64>::new();
-                for (s, n) in counts {
-                    *partitions.entry(shown_status(s).to_string()).or_default() += n;
-                }
-                let available = partitions.get("live").copied().unwrap_or(0);
-                let freshness_checked = exact || available as usize <= FRESHNESS_SCAN;
-                if available > 0 && matches!(p, Producer::Job { .. }) {
-                    if freshness_checked {
-                        let counts = self.freshness(p)?;
-                        partitions.insert("live".into(), counts.live);
-                        for (status, n) in [
-                            ("stale", counts.stale),
-                            ("missing", counts.missing),
-                            ("check_failed", counts.check_failed),
-                        ] {
-                            if n > 0 {
-                                *partitions.entry(status.into()).or_default() += n;
-                            }
-                        }
-                    } else {
-                        // Recorded live, not checked: say only what the log says.
-                        partitions.remove("live");
-                        partitions.insert("available".into(), available);
-                    }
-                }
-                // A tainted external is live again once its data changed.
-                let external =
-                    matches!(p, Producer::Dataset(d) if self.graph.datasets[d].source.is_none());
-                if external && partitions.contains_key("tainted") {
-                    if let Some(shown) = self.external_taints(p, exact)? {
-                        partitions.remove("tainted");
-                        for (status, n) in shown {
-                            *partitions.entry(status.to_string()).or_default() += n;
-                        }
-                    }
-                }
-                Ok(DatasetView {
-                    name: self.graph.producer_name(p).to_string(),
-                    kind: producer_kind(&self.graph, p).to_string(),
-                    pattern: pattern.to_string(),
-                    partitions,
-                    freshness_checked,
-                })
-            })
-            .collect()
-    }
 }
 
-impl Engine {
-    /// What each of `rows` is now, as listings show it (`live`, `stale`, `missing`, `building`,
-    /// `failed`, `tainted`): available rows derived in one pass with one memo of versions, so
-    /// the cost is that of the rows given (a page of a picture), never of their dataset.
-    pub fn shown_states(
-        &self,
-        rows: Vec<databuild_log::PartitionRow>,
-    ) -> Result<Vec<&'static str>> {
-        Ok(self
-            .versions()
-            .states_of_rows(rows)?
-            .iter()
-            .map(crate::engine::listing::state_name)
-            .collect())
-    }
+pub(crate) fn freshness(engine: &Engine, producer: Producer) -> Result<Freshness> {
+    let mut counts = Freshness::default();
+    engine.each_page(producer, Status::Available, |versions, own| {
+        for state in versions.states_of_rows(own)? {
+            match state {
+                KnownState::Live => counts.live += 1,
+                KnownState::Stale { .. } | KnownState::Kept { .. } => counts.stale += 1,
+                KnownState::CheckFailed { .. } => counts.check_failed += 1,
+                _ => counts.missing += 1,
+            }
+        }
+        Ok(true)
+    })?;
+    Ok(counts)
+}
+
+pub(crate) fn datasets(engine: &Engine, exact: bool) -> Result<Vec<DatasetView>> {
+    engine
+        .graph
+        .producers()
+        .map(|p| {
+            let pattern = engine.graph.pattern_of(p);
+            // A single-output job's partitions are counted by a projection; other patterns
+            // by a glob over the partitions.
+            let counts = match p {
+                Producer::Job { job, .. } if engine.graph.jobs[job].outputs.len() == 1 => engine
+                    .store
+                    .job_partition_counts(&engine.graph.jobs[job].name)?,
+                _ => engine.store.partition_counts(Some(&pattern.glob()))?,
+            };
+            let mut partitions = std::collections::BTreeMap::<String, u64>::new();
+            for (s, n) in counts {
+                *partitions.entry(shown_status(s).to_string()).or_default() += n;
+            }
+            let available = partitions.get("live").copied().unwrap_or(0);
+            let freshness_checked = exact || available as usize <= FRESHNESS_SCAN;
+            if available > 0 && matches!(p, Producer::Job { .. }) {
+                if freshness_checked {
+                    let counts = engine.freshness(p)?;
+                    partitions.insert("live".into(), counts.live);
+                    for (status, n) in [
+                        ("stale", counts.stale),
+                        ("missing", counts.missing),
+                        ("check_failed", counts.check_failed),
+                    ] {
+                        if n > 0 {
+                            *partitions.entry(status.into()).or_default() += n;
+                        }
+                    }
+                } else {
+                    // Recorded live, not checked: say only what the log says.
+                    partitions.remove("live");
+                    partitions.insert("available".into(), available);
+                }
+            }
+            // A tainted external is live again once its data changed.
+            let external =
+                matches!(p, Producer::Dataset(d) if engine.graph.datasets[d].source.is_none());
+            if external && partitions.contains_key("tainted") {
+                if let Some(shown) = engine.external_taints(p, exact)? {
+                    partitions.remove("tainted");
+                    for (status, n) in shown {
+                        *partitions.entry(status.to_string()).or_default() += n;
+                    }
+                }
+            }
+            Ok(DatasetView {
+                name: engine.graph.producer_name(p).to_string(),
+                kind: producer_kind(&engine.graph, p).to_string(),
+                pattern: pattern.to_string(),
+                partitions,
+                freshness_checked,
+            })
+        })
+        .collect()
+}
+
+pub(crate) fn shown_states(
+    engine: &Engine,
+    rows: Vec<databuild_log::PartitionRow>,
+) -> Result<Vec<&'static str>> {
+    Ok(engine
+        .versions()
+        .states_of_rows(rows)?
+        .iter()
+        .map(crate::engine::listing::state_name)
+        .collect())
 }

@@ -156,57 +156,6 @@ const RUN_BATCH: usize = 500;
 const RUNNING_CLOCK_MARGIN: Duration = Duration::from_secs(60);
 
 impl Engine {
-    /// Where run logs (and configs' kept stderr) are written.
-    pub fn logs_dir(&self) -> PathBuf {
-        self.graph_dir.join(".databuild/logs")
-    }
-
-    /// Removes what nothing reads any more (see the module's documentation), or with
-    /// `dry_run` says what it would remove.
-    pub fn gc(&self, options: GcOptions) -> Result<GcReport> {
-        let now = SystemTime::now();
-        let cutoff = now
-            .checked_sub(options.older_than)
-            .unwrap_or(SystemTime::UNIX_EPOCH);
-        let oldest_running = self.oldest_unfinished_run()?;
-        let mut report = GcReport::new(options);
-        let mut actions = self.old_run_logs(cutoff, &mut report)?;
-        actions.extend(self.leftover_staging(cutoff, &mut report)?);
-        actions.extend(self.leftover_temp_files(cutoff, oldest_running, &mut report)?);
-        actions.extend(self.orphaned_partitions(cutoff, &mut report)?);
-        for action in &actions {
-            report.add(action.item.clone());
-        }
-        if options.dry_run || actions.is_empty() {
-            return Ok(report);
-        }
-        self.record_removals(&actions)?;
-        for action in &actions {
-            if let Err(e) = self.carry_out(action) {
-                report
-                    .errors
-                    .push(format!("cannot remove {}: {e}", action.path.display()));
-            }
-        }
-        let summary = serde_json::to_value(GcSummary {
-            older_than_seconds: report.older_than_seconds,
-            totals: &report.totals,
-            errors: report.errors.len(),
-        })
-        .expect("a gc summary serializes");
-        self.store
-            .append(vec![Event::gc(
-                format!(
-                    "removed {} item(s), {} bytes",
-                    actions.len(),
-                    report.bytes_freed()
-                ),
-                summary,
-            )])
-            .map_err(EngineError::from)?;
-        Ok(report)
-    }
-
     /// When the oldest run that has not ended was scheduled: what a running job may be writing
     /// is newer than that.
     fn oldest_unfinished_run(&self) -> Result<Option<SystemTime>> {
@@ -591,6 +540,55 @@ impl Engine {
             _ => remove(&action.path),
         }
     }
+}
+
+pub(crate) fn logs_dir(engine: &Engine) -> PathBuf {
+    engine.graph_dir.join(".databuild/logs")
+}
+
+pub(crate) fn gc(engine: &Engine, options: GcOptions) -> Result<GcReport> {
+    let now = SystemTime::now();
+    let cutoff = now
+        .checked_sub(options.older_than)
+        .unwrap_or(SystemTime::UNIX_EPOCH);
+    let oldest_running = engine.oldest_unfinished_run()?;
+    let mut report = GcReport::new(options);
+    let mut actions = engine.old_run_logs(cutoff, &mut report)?;
+    actions.extend(engine.leftover_staging(cutoff, &mut report)?);
+    actions.extend(engine.leftover_temp_files(cutoff, oldest_running, &mut report)?);
+    actions.extend(engine.orphaned_partitions(cutoff, &mut report)?);
+    for action in &actions {
+        report.add(action.item.clone());
+    }
+    if options.dry_run || actions.is_empty() {
+        return Ok(report);
+    }
+    engine.record_removals(&actions)?;
+    for action in &actions {
+        if let Err(e) = engine.carry_out(action) {
+            report
+                .errors
+                .push(format!("cannot remove {}: {e}", action.path.display()));
+        }
+    }
+    let summary = serde_json::to_value(GcSummary {
+        older_than_seconds: report.older_than_seconds,
+        totals: &report.totals,
+        errors: report.errors.len(),
+    })
+    .expect("a gc summary serializes");
+    engine
+        .store
+        .append(vec![Event::gc(
+            format!(
+                "removed {} item(s), {} bytes",
+                actions.len(),
+                report.bytes_freed()
+            ),
+            summary,
+        )])
+        .map_err(EngineError::from)?;
+    Ok(report)
 }
 
 /// What the log's `gc` event holds: the counts, not every path.

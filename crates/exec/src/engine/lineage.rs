@@ -12,7 +12,7 @@ use databuild_log::{EventFilter, JobRunRow, Kind, ReadersOf, Status};
 use serde::{Deserialize, Serialize};
 
 use crate::answers::rfc3339;
-pub use crate::answers::{InputRun, WaitingPartition, WantBuild, WantRun};
+use crate::answers::{InputRun, WaitingPartition, WantBuild, WantRun};
 use crate::engine::{Engine, EngineError, Result};
 
 /// The most nodes one answer holds; past it, nodes say their children were left out.
@@ -102,20 +102,6 @@ struct Instance {
 }
 
 impl Engine {
-    /// The lineage of a partition's instance (see the module's documentation).
-    pub fn lineage(&self, q: &LineageQuery) -> Result<Lineage> {
-        let root = self.root_instance(q)?;
-        let mut budget = MAX_NODES;
-        let root = self.node(root, q.direction, q.depth, &mut budget)?;
-        Ok(Lineage {
-            direction: q.direction,
-            depth: q.depth,
-            nodes: MAX_NODES - budget,
-            history: self.instance_history(&q.partition_ref)?,
-            root,
-        })
-    }
-
     /// A partition's instances over time, from its events (indexed by partition): the runs that
     /// built it or failed to, its taints and removals.
     fn instance_history(&self, r: &str) -> Result<Vec<InstanceEvent>> {
@@ -343,6 +329,19 @@ impl Engine {
     }
 }
 
+pub(crate) fn lineage(engine: &Engine, q: &LineageQuery) -> Result<Lineage> {
+    let root = engine.root_instance(q)?;
+    let mut budget = MAX_NODES;
+    let root = engine.node(root, q.direction, q.depth, &mut budget)?;
+    Ok(Lineage {
+        direction: q.direction,
+        depth: q.depth,
+        nodes: MAX_NODES - budget,
+        history: engine.instance_history(&q.partition_ref)?,
+        root,
+    })
+}
+
 /// What a taint would do, before it is done: the live partitions built, directly or through
 /// others, from the current instances of the tainted ones (they would become stale), and the
 /// wants that would rebuild them.
@@ -383,108 +382,6 @@ pub struct WantImpact {
 }
 
 impl Engine {
-    /// What `taint` of `refs` would make stale, and which wants would rebuild (see
-    /// [`TaintImpact`]); nothing is written.
-    pub fn taint_impact(&self, refs: &[String]) -> Result<TaintImpact> {
-        let versions = self.versions();
-        let mut impact = TaintImpact {
-            tainted: Vec::new(),
-            would_become_stale: Vec::new(),
-            already_stale: 0,
-            not_live: 0,
-            wants: Vec::new(),
-            truncated: false,
-        };
-        let mut seen = std::collections::HashSet::new();
-        let mut queue = std::collections::VecDeque::new();
-        for e in self.taint_events(refs, None)? {
-            let r = e.partition_ref.unwrap_or_default();
-            let root = self.root_instance(&LineageQuery {
-                partition_ref: r.clone(),
-                ..Default::default()
-            });
-            if seen.insert(r.clone()) {
-                impact.tainted.push(r);
-            }
-            match root {
-                Ok(root) => queue.push_back(root),
-                // Never built, no data: nothing was built from it.
-                Err(EngineError::NotFound(_)) => {}
-                Err(e) => return Err(e),
-            }
-        }
-        while let Some(at) = queue.pop_front() {
-            // By run and by version: a partition built from an earlier instance at the same data
-            // version (a forced rebuild makes one) is live on this one's data, and the taint
-            // makes it stale too.
-            let version = match (&at.version, &at.run) {
-                (Some(v), _) => Some(v.clone()),
-                (None, Some(run)) => self
-                    .store
-                    .partition(&at.partition_ref)?
-                    .filter(|p| p.job_run_id.as_deref() == Some(run))
-                    .and_then(|p| p.data_version),
-                (None, None) => None,
-            };
-            for next in self.built_from(&at, version.as_deref(), ReadersOf::Data)? {
-                let current = self
-                    .store
-                    .partition(&next.partition_ref)?
-                    .is_some_and(|p| p.job_run_id == next.run);
-                if !current || !seen.insert(next.partition_ref.clone()) {
-                    continue;
-                }
-                if impact.would_become_stale.len() >= MAX_NODES {
-                    impact.truncated = true;
-                    break;
-                }
-                match versions.known(&next.partition_ref)? {
-                    KnownState::Live => {
-                        impact.would_become_stale.push(ImpactItem {
-                            partition_ref: next.partition_ref.clone(),
-                            job_run_id: next.run.clone().unwrap_or_default(),
-                            via: at.partition_ref.clone(),
-                        });
-                        queue.push_back(next);
-                    }
-                    KnownState::Stale { .. } | KnownState::Kept { .. } | KnownState::Tainted => {
-                        impact.already_stale += 1
-                    }
-                    _ => impact.not_live += 1,
-                }
-            }
-        }
-        impact.wants = self.wants_reached(&seen)?;
-        Ok(impact)
-    }
-
-    /// What forced rebuilds of `refs` leave live: the live partitions built from their current
-    /// instances (a rebuild from unchanged inputs records the same data version).
-    pub fn force_keeps_live(
-        &self,
-        refs: &[databuild_core::PartitionRef],
-    ) -> Result<crate::answers::ForceKeepsLive> {
-        const FOLLOWED: usize = 1_000;
-        let followed: Vec<String> = refs.iter().take(FOLLOWED).map(|r| r.to_string()).collect();
-        let impact = match self.taint_impact(&followed) {
-            Ok(impact) => impact,
-            // Refs a taint refuses (a source's raw day) are not forced by a build either.
-            Err(EngineError::Invalid(_)) => return Ok(Default::default()),
-            Err(e) => return Err(e),
-        };
-        let count = impact.would_become_stale.len();
-        Ok(crate::answers::ForceKeepsLive {
-            count,
-            partitions: impact
-                .would_become_stale
-                .into_iter()
-                .take(100)
-                .map(|i| i.partition_ref)
-                .collect(),
-            truncated: impact.truncated || refs.len() > FOLLOWED,
-        })
-    }
-
     /// The active wants naming any of `refs`.
     fn wants_reached(&self, refs: &std::collections::HashSet<String>) -> Result<Vec<WantImpact>> {
         let wants = self.store.wants(None, true, 10_000)?;
@@ -501,6 +398,104 @@ impl Engine {
             })
             .collect())
     }
+}
+
+pub(crate) fn taint_impact(engine: &Engine, refs: &[String]) -> Result<TaintImpact> {
+    let versions = engine.versions();
+    let mut impact = TaintImpact {
+        tainted: Vec::new(),
+        would_become_stale: Vec::new(),
+        already_stale: 0,
+        not_live: 0,
+        wants: Vec::new(),
+        truncated: false,
+    };
+    let mut seen = std::collections::HashSet::new();
+    let mut queue = std::collections::VecDeque::new();
+    for e in engine.taint_events(refs, None)? {
+        let r = e.partition_ref.unwrap_or_default();
+        let root = engine.root_instance(&LineageQuery {
+            partition_ref: r.clone(),
+            ..Default::default()
+        });
+        if seen.insert(r.clone()) {
+            impact.tainted.push(r);
+        }
+        match root {
+            Ok(root) => queue.push_back(root),
+            // Never built, no data: nothing was built from it.
+            Err(EngineError::NotFound(_)) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    while let Some(at) = queue.pop_front() {
+        // By run and by version: a partition built from an earlier instance at the same data
+        // version (a forced rebuild makes one) is live on this one's data, and the taint
+        // makes it stale too.
+        let version = match (&at.version, &at.run) {
+            (Some(v), _) => Some(v.clone()),
+            (None, Some(run)) => engine
+                .store
+                .partition(&at.partition_ref)?
+                .filter(|p| p.job_run_id.as_deref() == Some(run))
+                .and_then(|p| p.data_version),
+            (None, None) => None,
+        };
+        for next in engine.built_from(&at, version.as_deref(), ReadersOf::Data)? {
+            let current = engine
+                .store
+                .partition(&next.partition_ref)?
+                .is_some_and(|p| p.job_run_id == next.run);
+            if !current || !seen.insert(next.partition_ref.clone()) {
+                continue;
+            }
+            if impact.would_become_stale.len() >= MAX_NODES {
+                impact.truncated = true;
+                break;
+            }
+            match versions.known(&next.partition_ref)? {
+                KnownState::Live => {
+                    impact.would_become_stale.push(ImpactItem {
+                        partition_ref: next.partition_ref.clone(),
+                        job_run_id: next.run.clone().unwrap_or_default(),
+                        via: at.partition_ref.clone(),
+                    });
+                    queue.push_back(next);
+                }
+                KnownState::Stale { .. } | KnownState::Kept { .. } | KnownState::Tainted => {
+                    impact.already_stale += 1
+                }
+                _ => impact.not_live += 1,
+            }
+        }
+    }
+    impact.wants = engine.wants_reached(&seen)?;
+    Ok(impact)
+}
+
+pub(crate) fn force_keeps_live(
+    engine: &Engine,
+    refs: &[databuild_core::PartitionRef],
+) -> Result<crate::answers::ForceKeepsLive> {
+    const FOLLOWED: usize = 1_000;
+    let followed: Vec<String> = refs.iter().take(FOLLOWED).map(|r| r.to_string()).collect();
+    let impact = match engine.taint_impact(&followed) {
+        Ok(impact) => impact,
+        // Refs a taint refuses (a source's raw day) are not forced by a build either.
+        Err(EngineError::Invalid(_)) => return Ok(Default::default()),
+        Err(e) => return Err(e),
+    };
+    let count = impact.would_become_stale.len();
+    Ok(crate::answers::ForceKeepsLive {
+        count,
+        partitions: impact
+            .would_become_stale
+            .into_iter()
+            .take(100)
+            .map(|i| i.partition_ref)
+            .collect(),
+        truncated: impact.truncated || refs.len() > FOLLOWED,
+    })
 }
 
 /// What changed between two instances of a partition (`databuild diff`): the inputs whose
@@ -550,183 +545,133 @@ pub struct InputChange {
     pub to_run: Option<String>,
 }
 
-impl Engine {
-    /// What changed between the instance `to` (default: the current one) of `r` and `since`
-    /// (default: the instance before `to`).
-    pub fn diff(&self, r: &str, to: Option<&str>, since: Option<&str>) -> Result<InstanceDiff> {
-        let built = self.store.events(&EventFilter {
-            partition_ref: Some(r.to_string()),
-            kind: Some(Kind::Partition),
-            status: Some(Status::Available),
-            limit: Some(100_000),
-            ..Default::default()
-        })?;
-        let runs: Vec<(&str, Option<&str>)> = built
-            .iter()
-            .filter_map(|e| Some((e.job_run_id.as_deref()?, e.data.data_version.as_deref())))
-            .collect();
-        let to_run = match to {
-            Some(run) => run.to_string(),
-            None => self
-                .store
-                .partition(r)?
-                .and_then(|p| p.job_run_id)
-                .filter(|run| runs.iter().any(|(id, _)| id == run))
-                .ok_or_else(|| {
-                    EngineError::NotFound(format!("`{r}` has no instance: no run has built it"))
-                })?,
-        };
-        let at = runs
-            .iter()
-            .position(|(id, _)| *id == to_run)
-            .ok_or_else(|| EngineError::Invalid(format!("run {to_run} did not build `{r}`")))?;
-        let from_run = match since {
-            Some(run) if runs.iter().any(|(id, _)| *id == run) => run.to_string(),
-            Some(run) => {
-                return Err(EngineError::Invalid(format!(
-                    "run {run} did not build `{r}`"
-                )))
-            }
-            None => runs[..at]
-                .iter()
-                .rev()
-                .find(|(id, _)| *id != to_run)
-                .map(|(id, _)| id.to_string())
-                .ok_or_else(|| {
-                    EngineError::NotFound(format!(
-                        "`{r}` has one instance only (run {to_run}): nothing to compare it with"
-                    ))
-                })?,
-        };
-        let version_of = |run: &str| {
-            runs.iter()
-                .rev()
-                .find(|(id, _)| *id == run)
-                .and_then(|(_, v)| v.map(str::to_string))
-        };
-        let row = |run: &str| -> Result<JobRunRow> {
-            self.store.job_run(run)?.ok_or_else(|| {
-                EngineError::NotFound(format!("no job run `{run}` in the event log"))
-            })
-        };
-        let (a, b) = (row(&from_run)?, row(&to_run)?);
-        let summary = |run: &JobRunRow| InstanceSummary {
-            job_run_id: run.job_run_id.clone(),
-            build_request_id: run.build_request_id.clone(),
-            built_at: run.ended_at.map(rfc3339),
-            built_at_ns: run.ended_at,
-            data_version: version_of(&run.job_run_id),
-            job_version: run.job_version.clone(),
-            args: run.args.clone(),
-        };
-        let mut inputs = Vec::new();
-        let mut unchanged = 0;
-        let names: std::collections::BTreeSet<&String> = a
-            .input_versions
-            .keys()
-            .chain(b.input_versions.keys())
-            .collect();
-        for input in names {
-            let (va, vb) = (a.input_versions.get(input), b.input_versions.get(input));
-            let (ra, rb) = (a.input_runs.get(input), b.input_runs.get(input));
-            let change = match (va, vb) {
-                (None, Some(_)) => "added",
-                (Some(_), None) => "removed",
-                _ if va != vb || ra != rb => "changed",
-                _ => {
-                    unchanged += 1;
-                    continue;
-                }
-            };
-            inputs.push(InputChange {
-                partition_ref: input.clone(),
-                change: change.to_string(),
-                from_version: va.cloned(),
-                to_version: vb.cloned(),
-                from_run: ra.cloned(),
-                to_run: rb.cloned(),
-            });
+pub(crate) fn diff(
+    engine: &Engine,
+    r: &str,
+    to: Option<&str>,
+    since: Option<&str>,
+) -> Result<InstanceDiff> {
+    let built = engine.store.events(&EventFilter {
+        partition_ref: Some(r.to_string()),
+        kind: Some(Kind::Partition),
+        status: Some(Status::Available),
+        limit: Some(100_000),
+        ..Default::default()
+    })?;
+    let runs: Vec<(&str, Option<&str>)> = built
+        .iter()
+        .filter_map(|e| Some((e.job_run_id.as_deref()?, e.data.data_version.as_deref())))
+        .collect();
+    let to_run = match to {
+        Some(run) => run.to_string(),
+        None => engine
+            .store
+            .partition(r)?
+            .and_then(|p| p.job_run_id)
+            .filter(|run| runs.iter().any(|(id, _)| id == run))
+            .ok_or_else(|| {
+                EngineError::NotFound(format!("`{r}` has no instance: no run has built it"))
+            })?,
+    };
+    let at = runs
+        .iter()
+        .position(|(id, _)| *id == to_run)
+        .ok_or_else(|| EngineError::Invalid(format!("run {to_run} did not build `{r}`")))?;
+    let from_run = match since {
+        Some(run) if runs.iter().any(|(id, _)| *id == run) => run.to_string(),
+        Some(run) => {
+            return Err(EngineError::Invalid(format!(
+                "run {run} did not build `{r}`"
+            )))
         }
-        let env_changed = a
-            .env
-            .keys()
-            .chain(b.env.keys())
-            .filter(|k| a.env.get(*k) != b.env.get(*k))
-            .cloned()
-            .collect::<std::collections::BTreeSet<_>>()
-            .into_iter()
-            .collect();
-        let (from, to) = (summary(&a), summary(&b));
-        Ok(InstanceDiff {
-            partition_ref: r.to_string(),
-            job_version_changed: a.job_version != b.job_version,
-            args_changed: a.args != b.args,
-            env_changed,
-            data_version_changed: from.data_version != to.data_version,
-            inputs,
-            unchanged_inputs: unchanged,
-            from,
-            to,
-        })
+        None => runs[..at]
+            .iter()
+            .rev()
+            .find(|(id, _)| *id != to_run)
+            .map(|(id, _)| id.to_string())
+            .ok_or_else(|| {
+                EngineError::NotFound(format!(
+                    "`{r}` has one instance only (run {to_run}): nothing to compare it with"
+                ))
+            })?,
+    };
+    let version_of = |run: &str| {
+        runs.iter()
+            .rev()
+            .find(|(id, _)| *id == run)
+            .and_then(|(_, v)| v.map(str::to_string))
+    };
+    let row = |run: &str| -> Result<JobRunRow> {
+        engine
+            .store
+            .job_run(run)?
+            .ok_or_else(|| EngineError::NotFound(format!("no job run `{run}` in the event log")))
+    };
+    let (a, b) = (row(&from_run)?, row(&to_run)?);
+    let summary = |run: &JobRunRow| InstanceSummary {
+        job_run_id: run.job_run_id.clone(),
+        build_request_id: run.build_request_id.clone(),
+        built_at: run.ended_at.map(rfc3339),
+        built_at_ns: run.ended_at,
+        data_version: version_of(&run.job_run_id),
+        job_version: run.job_version.clone(),
+        args: run.args.clone(),
+    };
+    let mut inputs = Vec::new();
+    let mut unchanged = 0;
+    let names: std::collections::BTreeSet<&String> = a
+        .input_versions
+        .keys()
+        .chain(b.input_versions.keys())
+        .collect();
+    for input in names {
+        let (va, vb) = (a.input_versions.get(input), b.input_versions.get(input));
+        let (ra, rb) = (a.input_runs.get(input), b.input_runs.get(input));
+        let change = match (va, vb) {
+            (None, Some(_)) => "added",
+            (Some(_), None) => "removed",
+            _ if va != vb || ra != rb => "changed",
+            _ => {
+                unchanged += 1;
+                continue;
+            }
+        };
+        inputs.push(InputChange {
+            partition_ref: input.clone(),
+            change: change.to_string(),
+            from_version: va.cloned(),
+            to_version: vb.cloned(),
+            from_run: ra.cloned(),
+            to_run: rb.cloned(),
+        });
     }
+    let env_changed = a
+        .env
+        .keys()
+        .chain(b.env.keys())
+        .filter(|k| a.env.get(*k) != b.env.get(*k))
+        .cloned()
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    let (from, to) = (summary(&a), summary(&b));
+    Ok(InstanceDiff {
+        partition_ref: r.to_string(),
+        job_version_changed: a.job_version != b.job_version,
+        args_changed: a.args != b.args,
+        env_changed,
+        data_version_changed: from.data_version != to.data_version,
+        inputs,
+        unchanged_inputs: unchanged,
+        from,
+        to,
+    })
 }
 
 /// The most partitions of one want whose fulfillment is traced.
 pub const WANT_TRACED: usize = 1_000;
 
 impl Engine {
-    /// How a want's partitions came to be (or are coming): the builds and runs that made them,
-    /// each run with the runs that made what it read, and what each partition not live waits for.
-    pub fn fulfillment(
-        &self,
-        statuses: &[crate::answers::StatusReport],
-    ) -> Result<(Vec<WantBuild>, Vec<WaitingPartition>)> {
-        let mut waiting = Vec::new();
-        let mut made_by: std::collections::BTreeMap<&str, Vec<String>> = Default::default();
-        for s in statuses.iter().take(WANT_TRACED) {
-            if s.status != "live" {
-                waiting.push(WaitingPartition {
-                    partition_ref: s.partition_ref.clone(),
-                    status: s.status.to_string(),
-                    waits_for: s.reasons.join("; "),
-                });
-            }
-            if let Some(run) = s.built_by.as_deref() {
-                made_by
-                    .entry(run)
-                    .or_default()
-                    .push(s.partition_ref.clone());
-            }
-        }
-        let ids: Vec<&str> = made_by.keys().copied().collect();
-        let mut builds: Vec<WantBuild> = Vec::new();
-        for run in self.store.job_runs_by_id(&ids)? {
-            let inputs = self.input_runs_of(&run)?;
-            let want_run = WantRun {
-                partitions: made_by.remove(run.job_run_id.as_str()).unwrap_or_default(),
-                job_run_id: run.job_run_id,
-                job: run.job,
-                status: run.status,
-                inputs,
-            };
-            match builds
-                .iter_mut()
-                .find(|b| b.build_request_id == run.build_request_id)
-            {
-                Some(b) => b.runs.push(want_run),
-                None => builds.push(WantBuild {
-                    status: match &run.build_request_id {
-                        Some(id) => self.store.build_request(id)?.map(|b| b.status),
-                        None => None,
-                    },
-                    build_request_id: run.build_request_id,
-                    runs: vec![want_run],
-                }),
-            }
-        }
-        Ok((builds, waiting))
-    }
-
     /// The runs that built the instances `run` read (and their builds).
     fn input_runs_of(&self, run: &JobRunRow) -> Result<Vec<InputRun>> {
         let ids: Vec<&str> = run.input_runs.values().map(String::as_str).collect();
@@ -744,4 +689,54 @@ impl Engine {
             })
             .collect())
     }
+}
+
+pub(crate) fn fulfillment(
+    engine: &Engine,
+    statuses: &[crate::answers::StatusReport],
+) -> Result<(Vec<WantBuild>, Vec<WaitingPartition>)> {
+    let mut waiting = Vec::new();
+    let mut made_by: std::collections::BTreeMap<&str, Vec<String>> = Default::default();
+    for s in statuses.iter().take(WANT_TRACED) {
+        if s.status != "live" {
+            waiting.push(WaitingPartition {
+                partition_ref: s.partition_ref.clone(),
+                status: s.status.to_string(),
+                waits_for: s.reasons.join("; "),
+            });
+        }
+        if let Some(run) = s.built_by.as_deref() {
+            made_by
+                .entry(run)
+                .or_default()
+                .push(s.partition_ref.clone());
+        }
+    }
+    let ids: Vec<&str> = made_by.keys().copied().collect();
+    let mut builds: Vec<WantBuild> = Vec::new();
+    for run in engine.store.job_runs_by_id(&ids)? {
+        let inputs = engine.input_runs_of(&run)?;
+        let want_run = WantRun {
+            partitions: made_by.remove(run.job_run_id.as_str()).unwrap_or_default(),
+            job_run_id: run.job_run_id,
+            job: run.job,
+            status: run.status,
+            inputs,
+        };
+        match builds
+            .iter_mut()
+            .find(|b| b.build_request_id == run.build_request_id)
+        {
+            Some(b) => b.runs.push(want_run),
+            None => builds.push(WantBuild {
+                status: match &run.build_request_id {
+                    Some(id) => engine.store.build_request(id)?.map(|b| b.status),
+                    None => None,
+                },
+                build_request_id: run.build_request_id,
+                runs: vec![want_run],
+            }),
+        }
+    }
+    Ok((builds, waiting))
 }

@@ -1,114 +1,12 @@
-//! JSON views shared by the CLI's `--json` output and the HTTP API, so both give the same answer.
+//! Listings of partitions: a page of them by recorded status, or by derived freshness (`live`,
+//! `stale`), each shown by the name `status` gives it. The CLI's `partitions` and the API's
+//! `/partitions` share it.
 
-use databuild_core::plan::{Delegation, KnownState};
-use databuild_core::{Plan, PlannedRun};
+use databuild_core::plan::KnownState;
 use databuild_log::{PartitionQuery, PartitionRow, Status};
 use serde::{Deserialize, Serialize};
 
 use crate::engine::{Engine, Result};
-
-/// `analyze --json` (contract section 4).
-#[derive(Debug, Serialize)]
-pub struct AnalyzeView<'p> {
-    pub build_request_id: &'p str,
-    pub job_runs: &'p [PlannedRun],
-    pub skipped: Vec<&'p str>,
-    pub delegated: Vec<&'p str>,
-    pub missing: Vec<&'p str>,
-    pub delegations: &'p [Delegation],
-    pub missing_details: Vec<crate::answers::MissingExternal>,
-    /// The partitions the plan cannot build until its missing inputs are there (the outputs of
-    /// the runs that read one, and of every run downstream): how many, and the first 100.
-    pub cannot_build_count: usize,
-    pub cannot_build: Vec<&'p str>,
-    /// Stale partitions the plan keeps as they are because they cannot be rebuilt (an input
-    /// expired), with why: how many, and the first 100.
-    pub not_rebuildable_count: usize,
-    pub not_rebuildable: Vec<crate::answers::NotRebuildable>,
-    pub estimate: crate::answers::PlanCost,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub force_keeps_live: Option<crate::answers::ForceKeepsLive>,
-}
-
-impl<'p> AnalyzeView<'p> {
-    /// The view of `analysis`, priced at `parallel` and with why each missing input is missing
-    /// (one read of the jobs' metrics, and one of each of the first missing inputs).
-    pub fn priced(
-        engine: &Engine,
-        analysis: &'p crate::engine::Analysis,
-        parallel: usize,
-    ) -> Result<Self> {
-        let estimate = engine.estimate(&analysis.plan, parallel)?;
-        let reasons = engine.missing_reasons(&analysis.plan);
-        Ok(AnalyzeView {
-            force_keeps_live: analysis.force_keeps_live.clone(),
-            ..Self::new(
-                &analysis.build_request_id,
-                &analysis.plan,
-                estimate,
-                reasons,
-            )
-        })
-    }
-
-    /// `reasons`: why each of the plan's missing external partitions is missing
-    /// ([`Engine::missing_reasons`]).
-    pub fn new(
-        build_request_id: &'p str,
-        plan: &'p Plan,
-        estimate: crate::answers::PlanCost,
-        reasons: Vec<Option<String>>,
-    ) -> Self {
-        let blocked = plan.blocked_runs();
-        let blocked_outputs = || {
-            blocked
-                .iter()
-                .flat_map(|&i| plan.runs[i].outputs.iter().map(|o| o.as_str()))
-        };
-        AnalyzeView {
-            cannot_build_count: blocked_outputs().count(),
-            cannot_build: blocked_outputs().take(100).collect(),
-            not_rebuildable_count: plan.not_rebuildable.len(),
-            not_rebuildable: plan
-                .not_rebuildable
-                .iter()
-                .take(100)
-                .map(|(r, reason)| crate::answers::NotRebuildable {
-                    partition_ref: r.to_string(),
-                    reason: reason.clone(),
-                })
-                .collect(),
-            build_request_id,
-            job_runs: &plan.runs,
-            skipped: plan.skipped.iter().map(|r| r.as_str()).collect(),
-            delegated: plan
-                .delegated
-                .iter()
-                .map(|d| d.partition_ref.as_str())
-                .collect(),
-            missing: plan
-                .missing
-                .iter()
-                .map(|m| m.partition_ref.as_str())
-                .collect(),
-            delegations: &plan.delegated,
-            missing_details: plan
-                .missing
-                .iter()
-                .zip(reasons.into_iter().chain(std::iter::repeat(None)))
-                .map(|(m, reason)| crate::answers::MissingExternal {
-                    partition_ref: m.partition_ref.to_string(),
-                    dataset: m.dataset.clone(),
-                    needed_by: m.needed_by.clone(),
-                    reason,
-                    failed_check: m.failed_check.clone(),
-                })
-                .collect(),
-            estimate,
-            force_keeps_live: None,
-        }
-    }
-}
 
 /// The user-facing name of a stored partition status.
 pub fn shown_status(status: Status) -> &'static str {
@@ -150,7 +48,7 @@ impl From<PartitionRow> for PartitionItem {
     fn from(r: PartitionRow) -> Self {
         PartitionItem {
             status: shown_status(r.status).to_string(),
-            updated_at: crate::engine::rfc3339(r.updated_at),
+            updated_at: crate::answers::rfc3339(r.updated_at),
             updated_at_ns: r.updated_at,
             partition_ref: r.partition_ref,
             job: r.job,
@@ -234,71 +132,6 @@ fn derived_status(
 }
 
 impl Engine {
-    /// One page of partitions. For `live` and `stale`, each available partition's freshness is
-    /// derived as `status` does, and the page says why each stale one is.
-    pub fn partition_page(
-        &self,
-        query: &PartitionQuery,
-        listed: Option<ListedStatus>,
-    ) -> Result<PartitionPage> {
-        let want_fresh = match listed {
-            Some(ListedStatus::Live) => true,
-            Some(ListedStatus::Stale) => false,
-            _ => return self.recorded_page(query),
-        };
-        let versions = self.versions();
-        let mut page = PartitionPage {
-            partitions: Vec::new(),
-            next: None,
-        };
-        let mut cursor = query.after.clone();
-        let mut scanned = 0;
-        let batch = query.limit.clamp(100, 2_000);
-        while page.partitions.len() < query.limit && scanned < FRESHNESS_SCAN {
-            let rows = self.store.partitions(&PartitionQuery {
-                pattern: query.pattern.clone(),
-                status: Some(Status::Available),
-                limit: batch,
-                after: cursor.clone(),
-            })?;
-            let (fetched, full) = (rows.len(), rows.len() == batch);
-            let refs: Vec<&str> = rows.iter().map(|r| r.partition_ref.as_str()).collect();
-            let states = versions.known_all(&refs)?;
-            let mut taken = 0;
-            for (row, state) in rows.into_iter().zip(states) {
-                taken += 1;
-                scanned += 1;
-                cursor = Some(row.partition_ref.clone());
-                // Available in the log, but live, stale, or missing (its data is gone).
-                let (fresh, reason) = match state {
-                    KnownState::Stale { reason } | KnownState::Kept { reason } => {
-                        (false, Some(reason))
-                    }
-                    KnownState::Live => (true, None),
-                    _ => continue,
-                };
-                if fresh == want_fresh {
-                    let mut item = PartitionItem::from(row);
-                    if let Some(reason) = reason {
-                        item.status = "stale".to_string();
-                        item.reason = Some(reason);
-                    }
-                    page.partitions.push(item);
-                    if page.partitions.len() == query.limit {
-                        break;
-                    }
-                }
-            }
-            // The log has nothing after this batch, and all of it was looked at: the end.
-            if !full && taken == fetched {
-                cursor = None;
-                break;
-            }
-        }
-        page.next = cursor;
-        Ok(page)
-    }
-
     /// A page by recorded status, each shown as it is: an available job output as `status`
     /// derives it (live, stale with why, check_failed, or missing when its data is gone); an
     /// external's taint holds only until its data changes. A filter by status is on what is
@@ -365,4 +198,65 @@ impl Engine {
             (status, _) => shown_status(status),
         }
     }
+}
+
+pub(crate) fn partition_page(
+    engine: &Engine,
+    query: &PartitionQuery,
+    listed: Option<ListedStatus>,
+) -> Result<PartitionPage> {
+    let want_fresh = match listed {
+        Some(ListedStatus::Live) => true,
+        Some(ListedStatus::Stale) => false,
+        _ => return engine.recorded_page(query),
+    };
+    let versions = engine.versions();
+    let mut page = PartitionPage {
+        partitions: Vec::new(),
+        next: None,
+    };
+    let mut cursor = query.after.clone();
+    let mut scanned = 0;
+    let batch = query.limit.clamp(100, 2_000);
+    while page.partitions.len() < query.limit && scanned < FRESHNESS_SCAN {
+        let rows = engine.store.partitions(&PartitionQuery {
+            pattern: query.pattern.clone(),
+            status: Some(Status::Available),
+            limit: batch,
+            after: cursor.clone(),
+        })?;
+        let (fetched, full) = (rows.len(), rows.len() == batch);
+        let refs: Vec<&str> = rows.iter().map(|r| r.partition_ref.as_str()).collect();
+        let states = versions.known_all(&refs)?;
+        let mut taken = 0;
+        for (row, state) in rows.into_iter().zip(states) {
+            taken += 1;
+            scanned += 1;
+            cursor = Some(row.partition_ref.clone());
+            // Available in the log, but live, stale, or missing (its data is gone).
+            let (fresh, reason) = match state {
+                KnownState::Stale { reason } | KnownState::Kept { reason } => (false, Some(reason)),
+                KnownState::Live => (true, None),
+                _ => continue,
+            };
+            if fresh == want_fresh {
+                let mut item = PartitionItem::from(row);
+                if let Some(reason) = reason {
+                    item.status = "stale".to_string();
+                    item.reason = Some(reason);
+                }
+                page.partitions.push(item);
+                if page.partitions.len() == query.limit {
+                    break;
+                }
+            }
+        }
+        // The log has nothing after this batch, and all of it was looked at: the end.
+        if !full && taken == fetched {
+            cursor = None;
+            break;
+        }
+    }
+    page.next = cursor;
+    Ok(page)
 }

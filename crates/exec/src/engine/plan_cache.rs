@@ -17,7 +17,7 @@ use databuild_log::KeptPlan;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::data::versions::{DataDir, Seen, Witnesses};
+use crate::data::data_dir::{DataDir, Seen, Witnesses};
 use crate::engine::{Engine, Result};
 
 /// The largest build (runs and live refs planned) that plans its request again at its end to

@@ -9,21 +9,9 @@ use databuild_log::{EventFilter, Status};
 use crate::answers::{Explanation, PlannedStep, ProducerInfo, StatusReport};
 use crate::data::resolver::LocalResolver;
 use crate::data::versions::VersionedStates;
-use crate::engine::{producer_kind, Engine, EngineError, Result};
+use crate::engine::{Engine, EngineError, Result};
 
 impl Engine {
-    /// The state of each ref, with reasons.
-    pub fn status(&self, refs: &[String]) -> Result<Vec<StatusReport>> {
-        let mut resolver = self.resolver();
-        let versions = self.versions();
-        let mut reports = refs
-            .iter()
-            .map(|r| self.status_of(r, &mut resolver, &versions))
-            .collect::<Result<Vec<_>>>()?;
-        self.recheck_configs(&mut reports, &mut resolver, &versions)?;
-        Ok(reports)
-    }
-
     /// Live partitions of config jobs are stale when their config now chooses differently from
     /// the run that built them: one config call per job for all of them.
     fn recheck_configs(
@@ -279,63 +267,83 @@ impl Engine {
         report.reasons.push(reason);
         Ok(report)
     }
+}
 
-    /// Why `r` is in its state: who built it from what, and what a build would run now.
-    pub fn explain(&self, r: &str) -> Result<Explanation> {
-        let status = self.status(&[r.to_string()])?.remove(0);
-        let producer = self.graph.producer_of(r).map(|(p, _)| ProducerInfo {
-            kind: producer_kind(&self.graph, p).to_string(),
-            name: self.graph.producer_name(p).to_string(),
-            pattern: self.graph.pattern_of(p).to_string(),
-        });
-        let run = match &status.built_by {
-            Some(id) => self.store.job_run(id)?,
-            None => None,
-        };
-        let inputs = match &run {
-            Some(run) => self.status(&run.inputs)?,
-            None => Vec::new(),
-        };
-        let to_build = match (status.status, producer.as_ref().map(|p| p.kind.as_str())) {
-            ("live" | "building" | "check_failed", _) | (_, Some("dataset" | "source") | None) => {
-                Vec::new()
-            }
-            _ => {
-                let refs = vec![databuild_core::PartitionRef::new(r)
-                    .map_err(|e| EngineError::Invalid(e.to_string()))?];
-                let plan = self.plan(&PlanRequest {
-                    refs,
-                    ..Default::default()
-                })?;
-                plan.runs
-                    .iter()
-                    .map(|run| PlannedStep {
-                        job: run.job.to_string(),
-                        outputs: run.outputs.iter().map(|o| o.to_string()).collect(),
-                    })
-                    .collect()
-            }
-        };
-        let mut history = self.store.events(&EventFilter {
-            partition_ref: Some(r.to_string()),
-            ..Default::default()
-        })?;
-        let report = history
-            .iter()
-            .rev()
-            .find(|e| e.status == Status::Available)
-            .and_then(|e| e.data.report.clone());
-        let keep = history.len().saturating_sub(20);
-        history.drain(..keep);
-        Ok(Explanation {
-            status,
-            producer,
-            run,
-            report,
-            inputs,
-            to_build,
-            history,
-            wants: self.wants_of(r)?,
-        })
+pub(crate) fn status(engine: &Engine, refs: &[String]) -> Result<Vec<StatusReport>> {
+    let mut resolver = engine.resolver();
+    let versions = engine.versions();
+    let mut reports = refs
+        .iter()
+        .map(|r| engine.status_of(r, &mut resolver, &versions))
+        .collect::<Result<Vec<_>>>()?;
+    engine.recheck_configs(&mut reports, &mut resolver, &versions)?;
+    Ok(reports)
+}
+
+pub(crate) fn explain(engine: &Engine, r: &str) -> Result<Explanation> {
+    let status = engine.status(&[r.to_string()])?.remove(0);
+    let producer = engine.graph.producer_of(r).map(|(p, _)| ProducerInfo {
+        kind: producer_kind(&engine.graph, p).to_string(),
+        name: engine.graph.producer_name(p).to_string(),
+        pattern: engine.graph.pattern_of(p).to_string(),
+    });
+    let run = match &status.built_by {
+        Some(id) => engine.store.job_run(id)?,
+        None => None,
+    };
+    let inputs = match &run {
+        Some(run) => engine.status(&run.inputs)?,
+        None => Vec::new(),
+    };
+    let to_build = match (status.status, producer.as_ref().map(|p| p.kind.as_str())) {
+        ("live" | "building" | "check_failed", _) | (_, Some("dataset" | "source") | None) => {
+            Vec::new()
+        }
+        _ => {
+            let refs = vec![databuild_core::PartitionRef::new(r)
+                .map_err(|e| EngineError::Invalid(e.to_string()))?];
+            let plan = engine.plan(&PlanRequest {
+                refs,
+                ..Default::default()
+            })?;
+            plan.runs
+                .iter()
+                .map(|run| PlannedStep {
+                    job: run.job.to_string(),
+                    outputs: run.outputs.iter().map(|o| o.to_string()).collect(),
+                })
+                .collect()
+        }
+    };
+    let mut history = engine.store.events(&EventFilter {
+        partition_ref: Some(r.to_string()),
+        ..Default::default()
+    })?;
+    let report = history
+        .iter()
+        .rev()
+        .find(|e| e.status == Status::Available)
+        .and_then(|e| e.data.report.clone());
+    let keep = history.len().saturating_sub(20);
+    history.drain(..keep);
+    Ok(Explanation {
+        status,
+        producer,
+        run,
+        report,
+        inputs,
+        to_build,
+        history,
+        wants: engine.wants_of(r)?,
+    })
+}
+
+/// `job`, `dataset`, `source` (raw partitions of a [[source]]) or `alias` (a table's alias).
+pub(crate) fn producer_kind(graph: &databuild_core::Graph, p: Producer) -> &'static str {
+    match p {
+        Producer::Job { .. } => "job",
+        Producer::Dataset(d) if graph.datasets[d].source.is_some() => "source",
+        Producer::Dataset(_) => "dataset",
+        Producer::Alias(_) => "alias",
     }
 }

@@ -4,12 +4,12 @@
 use databuild_log::{RunQuery, Status};
 use rustc_hash::{FxHashMap, FxHashSet};
 
-pub use crate::answers::{BuildSummary, RunFailure, SummaryCounts};
+use crate::answers::{BuildSummary, RunFailure, SummaryCounts};
 use crate::engine::{Engine, Result};
 
 impl BuildSummary {
     /// A build that ended before any run: every requested ref is not live.
-    pub(crate) fn nothing_ran(
+    pub(super) fn nothing_ran(
         id: &str,
         status: Status,
         requested: Vec<String>,
@@ -68,210 +68,6 @@ const PLAN_PARTS_READ: usize = 16;
 const QUOTED_FAILURES: usize = 1000;
 
 impl Engine {
-    /// What a build request did, read back from the log: the same answer for the process that ran
-    /// it, for the service, and for anyone asking later.
-    pub fn summary(&self, id: &str) -> Result<Option<BuildSummary>> {
-        match self.store.build_request(id)? {
-            Some(build) => self.summary_of(&build).map(Some),
-            None => Ok(None),
-        }
-    }
-
-    /// [`Engine::summary`] of a build request already read.
-    pub fn summary_of(&self, build: &databuild_log::BuildRequestRow) -> Result<BuildSummary> {
-        self.summary_cut(build, usize::MAX)
-    }
-
-    /// [`Engine::summary_of`] with each list cut to its first `cut` (the counts whole), and the
-    /// plan's record read a few parts at a time: a backfill's refs that never ran (millions)
-    /// are counted, not gathered.
-    pub fn summary_cut(
-        &self,
-        build: &databuild_log::BuildRequestRow,
-        cut: usize,
-    ) -> Result<BuildSummary> {
-        let id = build.build_request_id.as_str();
-        let mut runs = Vec::new();
-        self.store.each_job_run(
-            &RunQuery {
-                build_request_id: Some(id.to_string()),
-                brief: true,
-                limit: 10_000_000,
-                ..Default::default()
-            },
-            &mut |run| runs.push(RunOutcome::from(run)),
-        )?;
-        runs.reverse();
-        let mut is_delegated = FxHashSet::default();
-        let delegated: Vec<String> = self
-            .store
-            .events(&databuild_log::EventFilter {
-                build_request_id: Some(id.to_string()),
-                kind: Some(databuild_log::Kind::Delegation),
-                ..Default::default()
-            })?
-            .into_iter()
-            .filter_map(|e| e.partition_ref)
-            .filter(|r| is_delegated.insert(r.clone()))
-            .collect();
-        let outputs_of = |status: Status| -> Vec<String> {
-            runs.iter()
-                .filter(|r| r.status == status)
-                .flat_map(|r| r.outputs.iter().cloned())
-                .filter(|o| !is_delegated.contains(o))
-                .collect()
-        };
-        let available: FxHashSet<String> = self
-            .store
-            .request_partitions(id)?
-            .into_iter()
-            .filter(|p| p.status == Status::Available)
-            .map(|p| p.partition_ref)
-            .collect();
-        // A run's outputs end with the last run that had them: an earlier failed attempt that
-        // was retried is not a failure of the build.
-        let mut last_of: FxHashMap<&str, usize> = FxHashMap::default();
-        for (i, r) in runs.iter().enumerate() {
-            if let Some(first) = r.outputs.first() {
-                last_of.insert(first, i);
-            }
-        }
-        let mut last: Vec<&RunOutcome> = last_of.values().map(|&i| &runs[i]).collect();
-        last.sort_by_key(|r| r.scheduled_at);
-        let ended_unbuilt = |started: bool| -> Vec<String> {
-            last.iter()
-                .filter(|r| r.status == Status::Cancelled && r.started == started)
-                .flat_map(|r| r.outputs.iter().cloned())
-                .filter(|o| !is_delegated.contains(o))
-                .collect()
-        };
-        // Planned runs that were never claimed have no run of their own: only the plan's
-        // record names them (`record::planned`).
-        let mut never_claimed = Vec::new();
-        let mut never_claimed_count = 0u64;
-        for status in [Status::Planning, Status::Executing] {
-            let mut since = None;
-            loop {
-                let parts = self.store.events(&databuild_log::EventFilter {
-                    build_request_id: Some(id.to_string()),
-                    kind: Some(databuild_log::Kind::BuildRequest),
-                    status: Some(status),
-                    since,
-                    limit: Some(PLAN_PARTS_READ),
-                    ..Default::default()
-                })?;
-                let Some(last) = parts.last() else { break };
-                since = Some(last.idx);
-                let full = parts.len() == PLAN_PARTS_READ;
-                for part in parts {
-                    for (_, outputs) in part.data.plan {
-                        let claimed = outputs
-                            .first()
-                            .is_some_and(|o| last_of.contains_key(o.as_str()));
-                        if claimed {
-                            continue;
-                        }
-                        for o in outputs.into_iter().filter(|o| !is_delegated.contains(o)) {
-                            never_claimed_count += 1;
-                            if never_claimed.len() < cut {
-                                never_claimed.push(o);
-                            }
-                        }
-                    }
-                }
-                if !full {
-                    break;
-                }
-            }
-        }
-        // Outputs this build made that a blocking check of theirs failed: built, not live.
-        let mut latest: FxHashMap<(String, String), Option<(String, String)>> =
-            FxHashMap::default();
-        for e in self.store.events(&databuild_log::EventFilter {
-            build_request_id: Some(id.to_string()),
-            kind: Some(databuild_log::Kind::Check),
-            ..Default::default()
-        })? {
-            let (Some(r), Some(run), Some(name)) = (e.partition_ref, e.job_run_id, e.data.check)
-            else {
-                continue;
-            };
-            let failed = e.status == Status::Failed && e.data.blocking.unwrap_or(true);
-            let why = crate::check::rules::failed_reason(&name, e.message.as_deref().unwrap_or(""));
-            latest.insert((r, name), failed.then_some((run, why)));
-        }
-        let mut held_back: FxHashMap<String, (String, String)> = FxHashMap::default();
-        for ((r, _), failure) in latest {
-            if let Some(failure) = failure {
-                held_back.entry(r).or_insert(failure);
-            }
-        }
-        let mut failures: Vec<RunFailure> = last
-            .iter()
-            .filter(|r| r.status == Status::Failed)
-            .enumerate()
-            .map(|(i, r)| RunFailure {
-                job: r.job.clone(),
-                job_run_id: r.job_run_id.clone(),
-                outputs: r.outputs.to_vec(),
-                message: r.message.clone(),
-                log_tail: (i < QUOTED_FAILURES)
-                    .then(|| r.log_path.as_deref().and_then(last_log_line))
-                    .flatten(),
-            })
-            .collect();
-        for r in last.iter().filter(|r| r.status == Status::Completed) {
-            if let Some((_, why)) = r
-                .outputs
-                .iter()
-                .find_map(|o| held_back.get(o).filter(|(run, _)| *run == r.job_run_id))
-            {
-                failures.push(RunFailure {
-                    job: r.job.clone(),
-                    job_run_id: r.job_run_id.clone(),
-                    outputs: r.outputs.to_vec(),
-                    message: Some(why.clone()),
-                    log_tail: None,
-                });
-            }
-        }
-        let mut not_started = ended_unbuilt(false);
-        let started_count = not_started.len() as u64;
-        not_started.extend(never_claimed);
-        let is_failed = |r: &&String| !available.contains(*r) || held_back.contains_key(*r);
-        let failed_count = build.requested_partitions.iter().filter(is_failed).count() as u64;
-        let failed = build
-            .requested_partitions
-            .iter()
-            .filter(is_failed)
-            .take(cut)
-            .cloned()
-            .collect();
-        let summary = BuildSummary {
-            build_request_id: id.to_string(),
-            status: build.status,
-            failures,
-            cancelled: ended_unbuilt(true),
-            not_started,
-            built: outputs_of(Status::Completed),
-            skipped: outputs_of(Status::Skipped),
-            failed,
-            delegated,
-            message: build.message.clone(),
-            counts: Default::default(),
-        }
-        .counted();
-        let counts = SummaryCounts {
-            not_started: started_count + never_claimed_count,
-            failed: failed_count,
-            ..summary.counts
-        };
-        Ok(BuildSummary {
-            counts,
-            ..summary.cut_to(cut)
-        })
-    }
-
     /// A build request's own events of one status (its plan's parts among them), in log order.
     pub(super) fn build_request_events(
         &self,
@@ -287,6 +83,205 @@ impl Engine {
             ..Default::default()
         })?)
     }
+}
+
+pub(crate) fn summary(engine: &Engine, id: &str) -> Result<Option<BuildSummary>> {
+    match engine.store.build_request(id)? {
+        Some(build) => engine.summary_of(&build).map(Some),
+        None => Ok(None),
+    }
+}
+
+pub(crate) fn summary_of(
+    engine: &Engine,
+    build: &databuild_log::BuildRequestRow,
+) -> Result<BuildSummary> {
+    engine.summary_cut(build, usize::MAX)
+}
+
+pub(crate) fn summary_cut(
+    engine: &Engine,
+    build: &databuild_log::BuildRequestRow,
+    cut: usize,
+) -> Result<BuildSummary> {
+    let id = build.build_request_id.as_str();
+    let mut runs = Vec::new();
+    engine.store.each_job_run(
+        &RunQuery {
+            build_request_id: Some(id.to_string()),
+            brief: true,
+            limit: 10_000_000,
+            ..Default::default()
+        },
+        &mut |run| runs.push(RunOutcome::from(run)),
+    )?;
+    runs.reverse();
+    let mut is_delegated = FxHashSet::default();
+    let delegated: Vec<String> = engine
+        .store
+        .events(&databuild_log::EventFilter {
+            build_request_id: Some(id.to_string()),
+            kind: Some(databuild_log::Kind::Delegation),
+            ..Default::default()
+        })?
+        .into_iter()
+        .filter_map(|e| e.partition_ref)
+        .filter(|r| is_delegated.insert(r.clone()))
+        .collect();
+    let outputs_of = |status: Status| -> Vec<String> {
+        runs.iter()
+            .filter(|r| r.status == status)
+            .flat_map(|r| r.outputs.iter().cloned())
+            .filter(|o| !is_delegated.contains(o))
+            .collect()
+    };
+    let available: FxHashSet<String> = engine
+        .store
+        .request_partitions(id)?
+        .into_iter()
+        .filter(|p| p.status == Status::Available)
+        .map(|p| p.partition_ref)
+        .collect();
+    // A run's outputs end with the last run that had them: an earlier failed attempt that
+    // was retried is not a failure of the build.
+    let mut last_of: FxHashMap<&str, usize> = FxHashMap::default();
+    for (i, r) in runs.iter().enumerate() {
+        if let Some(first) = r.outputs.first() {
+            last_of.insert(first, i);
+        }
+    }
+    let mut last: Vec<&RunOutcome> = last_of.values().map(|&i| &runs[i]).collect();
+    last.sort_by_key(|r| r.scheduled_at);
+    let ended_unbuilt = |started: bool| -> Vec<String> {
+        last.iter()
+            .filter(|r| r.status == Status::Cancelled && r.started == started)
+            .flat_map(|r| r.outputs.iter().cloned())
+            .filter(|o| !is_delegated.contains(o))
+            .collect()
+    };
+    // Planned runs that were never claimed have no run of their own: only the plan's
+    // record names them (`record::planned`).
+    let mut never_claimed = Vec::new();
+    let mut never_claimed_count = 0u64;
+    for status in [Status::Planning, Status::Executing] {
+        let mut since = None;
+        loop {
+            let parts = engine.store.events(&databuild_log::EventFilter {
+                build_request_id: Some(id.to_string()),
+                kind: Some(databuild_log::Kind::BuildRequest),
+                status: Some(status),
+                since,
+                limit: Some(PLAN_PARTS_READ),
+                ..Default::default()
+            })?;
+            let Some(last) = parts.last() else { break };
+            since = Some(last.idx);
+            let full = parts.len() == PLAN_PARTS_READ;
+            for part in parts {
+                for (_, outputs) in part.data.plan {
+                    let claimed = outputs
+                        .first()
+                        .is_some_and(|o| last_of.contains_key(o.as_str()));
+                    if claimed {
+                        continue;
+                    }
+                    for o in outputs.into_iter().filter(|o| !is_delegated.contains(o)) {
+                        never_claimed_count += 1;
+                        if never_claimed.len() < cut {
+                            never_claimed.push(o);
+                        }
+                    }
+                }
+            }
+            if !full {
+                break;
+            }
+        }
+    }
+    // Outputs this build made that a blocking check of theirs failed: built, not live.
+    let mut latest: FxHashMap<(String, String), Option<(String, String)>> = FxHashMap::default();
+    for e in engine.store.events(&databuild_log::EventFilter {
+        build_request_id: Some(id.to_string()),
+        kind: Some(databuild_log::Kind::Check),
+        ..Default::default()
+    })? {
+        let (Some(r), Some(run), Some(name)) = (e.partition_ref, e.job_run_id, e.data.check) else {
+            continue;
+        };
+        let failed = e.status == Status::Failed && e.data.blocking.unwrap_or(true);
+        let why = crate::check::rules::failed_reason(&name, e.message.as_deref().unwrap_or(""));
+        latest.insert((r, name), failed.then_some((run, why)));
+    }
+    let mut held_back: FxHashMap<String, (String, String)> = FxHashMap::default();
+    for ((r, _), failure) in latest {
+        if let Some(failure) = failure {
+            held_back.entry(r).or_insert(failure);
+        }
+    }
+    let mut failures: Vec<RunFailure> = last
+        .iter()
+        .filter(|r| r.status == Status::Failed)
+        .enumerate()
+        .map(|(i, r)| RunFailure {
+            job: r.job.clone(),
+            job_run_id: r.job_run_id.clone(),
+            outputs: r.outputs.to_vec(),
+            message: r.message.clone(),
+            log_tail: (i < QUOTED_FAILURES)
+                .then(|| r.log_path.as_deref().and_then(last_log_line))
+                .flatten(),
+        })
+        .collect();
+    for r in last.iter().filter(|r| r.status == Status::Completed) {
+        if let Some((_, why)) = r
+            .outputs
+            .iter()
+            .find_map(|o| held_back.get(o).filter(|(run, _)| *run == r.job_run_id))
+        {
+            failures.push(RunFailure {
+                job: r.job.clone(),
+                job_run_id: r.job_run_id.clone(),
+                outputs: r.outputs.to_vec(),
+                message: Some(why.clone()),
+                log_tail: None,
+            });
+        }
+    }
+    let mut not_started = ended_unbuilt(false);
+    let started_count = not_started.len() as u64;
+    not_started.extend(never_claimed);
+    let is_failed = |r: &&String| !available.contains(*r) || held_back.contains_key(*r);
+    let failed_count = build.requested_partitions.iter().filter(is_failed).count() as u64;
+    let failed = build
+        .requested_partitions
+        .iter()
+        .filter(is_failed)
+        .take(cut)
+        .cloned()
+        .collect();
+    let summary = BuildSummary {
+        build_request_id: id.to_string(),
+        status: build.status,
+        failures,
+        cancelled: ended_unbuilt(true),
+        not_started,
+        built: outputs_of(Status::Completed),
+        skipped: outputs_of(Status::Skipped),
+        failed,
+        delegated,
+        message: build.message.clone(),
+        counts: Default::default(),
+    }
+    .counted();
+    let counts = SummaryCounts {
+        not_started: started_count + never_claimed_count,
+        failed: failed_count,
+        ..summary.counts
+    };
+    Ok(BuildSummary {
+        counts,
+        ..summary.cut_to(cut)
+    })
 }
 
 /// The last non-empty line of a run's log (read from its last 4 KiB).

@@ -13,7 +13,7 @@ use std::sync::atomic::AtomicBool;
 use databuild_core::{Deps, PartitionRef, Producer, Table};
 use databuild_log::{Event, PartitionQuery, Status};
 
-pub use crate::answers::{
+use crate::answers::{
     CoverageRow, DayCounts, Promotion, SourceDetail, SourceView, TableView, VersionView,
 };
 use crate::data::sources::{source_days, SourceDay};
@@ -70,15 +70,6 @@ fn live_dates(engine: &Engine, table: &Table, version: u32) -> Result<BTreeSet<S
 impl Engine {
     fn promoted_versions(&self) -> Result<BTreeMap<String, u32>> {
         Ok(promotions(self.store.as_ref())?)
-    }
-
-    /// The version a table's alias reads now.
-    pub fn promoted(&self, table: &Table) -> Result<u32> {
-        Ok(self
-            .promoted_versions()?
-            .get(&table.name)
-            .copied()
-            .unwrap_or_else(|| table.initial_version()))
     }
 
     fn table_view(&self, table: &Table) -> Result<TableView> {
@@ -145,17 +136,6 @@ impl Engine {
         })
     }
 
-    /// Every source of the graph, with its days and tables.
-    pub fn sources(&self) -> Result<Vec<SourceView>> {
-        (0..self.graph.sources.len())
-            .map(|i| {
-                let days = source_days(&self.data_dir, self.store.as_ref(), &self.graph.sources[i])
-                    .map_err(source_error)?;
-                self.source_view(i, &days)
-            })
-            .collect()
-    }
-
     fn source_index(&self, name: &str) -> Result<usize> {
         self.graph
             .sources
@@ -172,160 +152,6 @@ impl Engine {
                     }
                 ))
             })
-    }
-
-    /// One source in detail: per date, the raw partition and every table version.
-    pub fn source_detail(&self, name: &str) -> Result<SourceDetail> {
-        let index = self.source_index(name)?;
-        let source = &self.graph.sources[index];
-        let days =
-            source_days(&self.data_dir, self.store.as_ref(), source).map_err(source_error)?;
-        let mut rows: BTreeMap<String, CoverageRow> = days
-            .iter()
-            .map(|d| {
-                (
-                    d.date.clone(),
-                    CoverageRow {
-                        date: d.date.clone(),
-                        raw: Some(d.clone()),
-                        versions: BTreeMap::new(),
-                    },
-                )
-            })
-            .collect();
-        for table in self.graph.tables.iter().filter(|t| t.source == index) {
-            for v in &table.versions {
-                for (date, (status, provenance)) in version_partitions(self, table, v.version)? {
-                    let shown = match status {
-                        Status::Available => format!("live ({provenance})"),
-                        other => crate::engine::listing::shown_status(other).to_string(),
-                    };
-                    rows.entry(date.clone())
-                        .or_insert_with(|| CoverageRow {
-                            date,
-                            raw: None,
-                            versions: BTreeMap::new(),
-                        })
-                        .versions
-                        .insert(format!("{}.v{}", table.name, v.version), shown);
-                }
-            }
-        }
-        Ok(SourceDetail {
-            source: self.source_view(index, &days)?,
-            today: self.today(),
-            coverage: rows.into_values().collect(),
-        })
-    }
-
-    /// Seals (through `through`, else every ended day), ingests dropped files and expires, for
-    /// one source or all.
-    pub fn maintain_sources(
-        &self,
-        name: Option<&str>,
-        through: Option<&str>,
-    ) -> Result<Vec<crate::data::sources::Maintenance>> {
-        let indices: Vec<usize> = match name {
-            Some(n) => vec![self.source_index(n)?],
-            None => (0..self.graph.sources.len()).collect(),
-        };
-        let today = self.today();
-        if let Some(d) = through {
-            check_seal_date(d, &today)?;
-        }
-        indices
-            .into_iter()
-            .map(|i| {
-                crate::data::sources::maintain(
-                    &self.graph_dir,
-                    &self.data_dir,
-                    self.store.as_ref(),
-                    &self.graph.sources[i],
-                    &today,
-                    through,
-                )
-                .map_err(source_error)
-            })
-            .collect()
-    }
-
-    /// Moves a table's alias to `version` (see the module docs).
-    pub fn promote(
-        &self,
-        table_name: &str,
-        version: u32,
-        downstream: Option<(&BuildOptions, &dyn Executor, &mut dyn Observer, &AtomicBool)>,
-    ) -> Result<Promotion> {
-        let table = self.graph.table(table_name).ok_or_else(|| {
-            EngineError::NotFound(format!("no table `{table_name}` in the graph"))
-        })?;
-        if table.version(version).is_none() {
-            let known: Vec<String> = table
-                .versions
-                .iter()
-                .map(|v| format!("v{}", v.version))
-                .collect();
-            return Err(EngineError::Invalid(format!(
-                "table `{table_name}` has no version {version} (it has {})",
-                known.join(", ")
-            )));
-        }
-        let from = self.promoted(table)?;
-        let have = live_dates(self, table, version)?;
-        let missing: Vec<String> = live_dates(self, table, from)?
-            .difference(&have)
-            .cloned()
-            .collect();
-        if !missing.is_empty() && from != version {
-            let shown = if missing.len() == 1 {
-                missing[0].clone()
-            } else {
-                format!("{}..{}", missing[0], missing[missing.len() - 1])
-            };
-            return Err(EngineError::Invalid(format!(
-                "cannot promote `{table_name}` to v{version}: it lacks {} date(s) that v{from} covers ({}); build them first: databuild build '{}'",
-                missing.len(),
-                missing.iter().take(5).cloned().collect::<Vec<_>>().join(", "),
-                table.data_ref(version, &format!("{{{shown}}}")),
-            )));
-        }
-        let mut summary = None;
-        if let Some((options, executor, observer, interrupt)) = downstream {
-            let refs = self.downstream_of(table)?;
-            if !refs.is_empty() {
-                let mut pins = options.pins.clone();
-                pins.insert(table.name.clone(), version);
-                let options = BuildOptions {
-                    refs,
-                    pins,
-                    ..options.clone()
-                };
-                let built = self.build(&options, executor, observer, interrupt)?;
-                if built.status != Status::Completed {
-                    return Err(EngineError::Invalid(format!(
-                        "not promoted: rebuilding the downstream of `{table_name}` on v{version} failed (build request {}, {} failed); `{table_name}` still reads v{from}",
-                        built.build_request_id,
-                        built.failed.len()
-                    )));
-                }
-                summary = Some(built);
-            }
-        }
-        self.store
-            .append(vec![Event::alias(&table.name, version).with_message(
-                format!(
-                    "`{}/date=...` now reads v{version} (was v{from})",
-                    table.name
-                ),
-            )])?;
-        crate::data::table_job::point_current(&self.data_dir, &table.name, version)
-            .map_err(|e| EngineError::Invalid(format!("promoted in the log, but the `current` link of `{table_name}` could not be switched: {e}")))?;
-        Ok(Promotion {
-            table: table.name.clone(),
-            from,
-            to: version,
-            downstream: summary,
-        })
     }
 
     /// Live partitions of jobs that read a table through its alias.
@@ -375,24 +201,197 @@ impl Engine {
         }
         Ok(refs)
     }
+}
 
-    /// Makes sure each table's `current` link exists (pointing at the promoted version).
-    pub fn link_tables(&self) -> Result<()> {
-        let promoted = self.promoted_versions()?;
-        for t in &self.graph.tables {
-            let link = self.data_dir.join(&t.name).join("current");
-            if link.symlink_metadata().is_err() {
-                let v = promoted
-                    .get(&t.name)
-                    .copied()
-                    .unwrap_or_else(|| t.initial_version());
-                crate::data::table_job::point_current(&self.data_dir, &t.name, v).map_err(|e| {
-                    EngineError::Invalid(format!("cannot link `{}/current`: {e}", t.name))
-                })?;
+pub(crate) fn promoted(engine: &Engine, table: &Table) -> Result<u32> {
+    Ok(engine
+        .promoted_versions()?
+        .get(&table.name)
+        .copied()
+        .unwrap_or_else(|| table.initial_version()))
+}
+
+pub(crate) fn sources(engine: &Engine) -> Result<Vec<SourceView>> {
+    (0..engine.graph.sources.len())
+        .map(|i| {
+            let days = source_days(
+                &engine.data_dir,
+                engine.store.as_ref(),
+                &engine.graph.sources[i],
+            )
+            .map_err(source_error)?;
+            engine.source_view(i, &days)
+        })
+        .collect()
+}
+
+pub(crate) fn source_detail(engine: &Engine, name: &str) -> Result<SourceDetail> {
+    let index = engine.source_index(name)?;
+    let source = &engine.graph.sources[index];
+    let days =
+        source_days(&engine.data_dir, engine.store.as_ref(), source).map_err(source_error)?;
+    let mut rows: BTreeMap<String, CoverageRow> = days
+        .iter()
+        .map(|d| {
+            (
+                d.date.clone(),
+                CoverageRow {
+                    date: d.date.clone(),
+                    raw: Some(d.clone()),
+                    versions: BTreeMap::new(),
+                },
+            )
+        })
+        .collect();
+    for table in engine.graph.tables.iter().filter(|t| t.source == index) {
+        for v in &table.versions {
+            for (date, (status, provenance)) in version_partitions(engine, table, v.version)? {
+                let shown = match status {
+                    Status::Available => format!("live ({provenance})"),
+                    other => crate::engine::listing::shown_status(other).to_string(),
+                };
+                rows.entry(date.clone())
+                    .or_insert_with(|| CoverageRow {
+                        date,
+                        raw: None,
+                        versions: BTreeMap::new(),
+                    })
+                    .versions
+                    .insert(format!("{}.v{}", table.name, v.version), shown);
             }
         }
-        Ok(())
     }
+    Ok(SourceDetail {
+        source: engine.source_view(index, &days)?,
+        today: engine.today(),
+        coverage: rows.into_values().collect(),
+    })
+}
+
+pub(crate) fn maintain_sources(
+    engine: &Engine,
+    name: Option<&str>,
+    through: Option<&str>,
+) -> Result<Vec<crate::data::sources::Maintenance>> {
+    let indices: Vec<usize> = match name {
+        Some(n) => vec![engine.source_index(n)?],
+        None => (0..engine.graph.sources.len()).collect(),
+    };
+    let today = engine.today();
+    if let Some(d) = through {
+        check_seal_date(d, &today)?;
+    }
+    indices
+        .into_iter()
+        .map(|i| {
+            crate::data::sources::maintain(
+                &engine.graph_dir,
+                &engine.data_dir,
+                engine.store.as_ref(),
+                &engine.graph.sources[i],
+                &today,
+                through,
+            )
+            .map_err(source_error)
+        })
+        .collect()
+}
+
+pub(crate) fn promote(
+    engine: &Engine,
+    table_name: &str,
+    version: u32,
+    downstream: Option<(&BuildOptions, &dyn Executor, &mut dyn Observer, &AtomicBool)>,
+) -> Result<Promotion> {
+    let table = engine
+        .graph
+        .table(table_name)
+        .ok_or_else(|| EngineError::NotFound(format!("no table `{table_name}` in the graph")))?;
+    if table.version(version).is_none() {
+        let known: Vec<String> = table
+            .versions
+            .iter()
+            .map(|v| format!("v{}", v.version))
+            .collect();
+        return Err(EngineError::Invalid(format!(
+            "table `{table_name}` has no version {version} (it has {})",
+            known.join(", ")
+        )));
+    }
+    let from = engine.promoted(table)?;
+    let have = live_dates(engine, table, version)?;
+    let missing: Vec<String> = live_dates(engine, table, from)?
+        .difference(&have)
+        .cloned()
+        .collect();
+    if !missing.is_empty() && from != version {
+        let shown = if missing.len() == 1 {
+            missing[0].clone()
+        } else {
+            format!("{}..{}", missing[0], missing[missing.len() - 1])
+        };
+        return Err(EngineError::Invalid(format!(
+            "cannot promote `{table_name}` to v{version}: it lacks {} date(s) that v{from} covers ({}); build them first: databuild build '{}'",
+            missing.len(),
+            missing.iter().take(5).cloned().collect::<Vec<_>>().join(", "),
+            table.data_ref(version, &format!("{{{shown}}}")),
+        )));
+    }
+    let mut summary = None;
+    if let Some((options, executor, observer, interrupt)) = downstream {
+        let refs = engine.downstream_of(table)?;
+        if !refs.is_empty() {
+            let mut pins = options.pins.clone();
+            pins.insert(table.name.clone(), version);
+            let options = BuildOptions {
+                refs,
+                pins,
+                ..options.clone()
+            };
+            let built = engine.build(&options, executor, observer, interrupt)?;
+            if built.status != Status::Completed {
+                return Err(EngineError::Invalid(format!(
+                    "not promoted: rebuilding the downstream of `{table_name}` on v{version} failed (build request {}, {} failed); `{table_name}` still reads v{from}",
+                    built.build_request_id,
+                    built.failed.len()
+                )));
+            }
+            summary = Some(built);
+        }
+    }
+    engine
+        .store
+        .append(vec![Event::alias(&table.name, version).with_message(
+            format!(
+                "`{}/date=...` now reads v{version} (was v{from})",
+                table.name
+            ),
+        )])?;
+    crate::data::table_job::point_current(&engine.data_dir, &table.name, version)
+        .map_err(|e| EngineError::Invalid(format!("promoted in the log, but the `current` link of `{table_name}` could not be switched: {e}")))?;
+    Ok(Promotion {
+        table: table.name.clone(),
+        from,
+        to: version,
+        downstream: summary,
+    })
+}
+
+pub(crate) fn link_tables(engine: &Engine) -> Result<()> {
+    let promoted = engine.promoted_versions()?;
+    for t in &engine.graph.tables {
+        let link = engine.data_dir.join(&t.name).join("current");
+        if link.symlink_metadata().is_err() {
+            let v = promoted
+                .get(&t.name)
+                .copied()
+                .unwrap_or_else(|| t.initial_version());
+            crate::data::table_job::point_current(&engine.data_dir, &t.name, v).map_err(|e| {
+                EngineError::Invalid(format!("cannot link `{}/current`: {e}", t.name))
+            })?;
+        }
+    }
+    Ok(())
 }
 
 fn source_error(e: crate::data::sources::SourceError) -> EngineError {

@@ -6,19 +6,6 @@ use databuild_log::{Event, LogError, Status};
 use crate::engine::{Engine, EngineError, Result};
 
 impl Engine {
-    /// Marks partitions invalid. A partition being built cannot be tainted until its run ends.
-    /// A job's output is rebuilt by the next build that needs it; an external partition stays
-    /// tainted until its data changes, and what was built from it before the taint is stale.
-    pub fn taint(&self, refs: &[String], reason: Option<&str>) -> Result<Vec<Event>> {
-        let events = self.taint_events(refs, reason)?;
-        self.store.append(events).map_err(|e| match e {
-            LogError::Refused { reason, .. } => {
-                EngineError::Invalid(format!("cannot taint: {reason}"))
-            }
-            other => other.into(),
-        })
-    }
-
     /// The events of a taint, each ref checked: what `taint` appends and `taint --dry-run`
     /// looks downstream of.
     pub(crate) fn taint_events(&self, refs: &[String], reason: Option<&str>) -> Result<Vec<Event>> {
@@ -65,4 +52,12 @@ impl Engine {
             })
             .collect()
     }
+}
+
+pub(crate) fn taint(engine: &Engine, refs: &[String], reason: Option<&str>) -> Result<Vec<Event>> {
+    let events = engine.taint_events(refs, reason)?;
+    engine.store.append(events).map_err(|e| match e {
+        LogError::Refused { reason, .. } => EngineError::Invalid(format!("cannot taint: {reason}")),
+        other => other.into(),
+    })
 }

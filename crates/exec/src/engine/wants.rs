@@ -14,7 +14,8 @@ use databuild_core::{PartitionRef, PlanRequest, Producer};
 use databuild_log::{Event, EventFilter, Kind, Status, WantRow};
 use serde::Serialize;
 
-use crate::engine::{rfc3339, Engine, EngineError, Result};
+use crate::answers::rfc3339;
+use crate::engine::{Engine, EngineError, Result};
 
 /// How long a want stands unless told otherwise.
 pub const DEFAULT_TTL: Duration = Duration::from_secs(30 * 86_400);
@@ -39,202 +40,196 @@ pub enum Decision {
     Build { refs: Vec<String> },
 }
 
-impl Engine {
-    /// Records a want for `refs`.
-    pub fn want(
-        &self,
-        refs: &[PartitionRef],
-        ttl: Option<Duration>,
-        sla: Option<Duration>,
-        recurring: Option<&str>,
-    ) -> Result<WantRow> {
-        if refs.is_empty() {
-            return Err(EngineError::Invalid(
-                "a want names at least one partition".into(),
-            ));
-        }
-        for r in refs {
-            if self.graph.producer_of(r.as_str()).is_none() {
-                return Err(EngineError::Invalid(format!(
-                    "cannot want `{r}`: {}",
-                    self.graph.mismatch_reason(r.as_str()).unwrap_or_else(|| {
-                        "no job builds it and no dataset declares it".to_string()
-                    })
-                )));
-            }
-        }
-        let id = databuild_log::event::new_id();
-        let now = databuild_log::event::now_ns();
-        let ttl = ttl.unwrap_or(DEFAULT_TTL);
-        let mut e = Event::want(&id, Status::Requested).with_data(|d| {
-            d.requested = refs.iter().map(|r| r.to_string()).collect();
-            d.expires_at = Some(now.saturating_add(ttl.as_nanos().min(i64::MAX as u128) as i64));
-            d.sla_seconds = sla.map(|s| s.as_secs());
-            d.recurring = recurring.map(str::to_string);
-        });
-        if let Some(name) = recurring {
-            e = e.with_message(format!("recurring want `{name}`"));
-        }
-        self.store.append(vec![e])?;
-        self.want_row(&id)
+pub(crate) fn want(
+    engine: &Engine,
+    refs: &[PartitionRef],
+    ttl: Option<Duration>,
+    sla: Option<Duration>,
+    recurring: Option<&str>,
+) -> Result<WantRow> {
+    if refs.is_empty() {
+        return Err(EngineError::Invalid(
+            "a want names at least one partition".into(),
+        ));
     }
-
-    pub fn want_row(&self, id: &str) -> Result<WantRow> {
-        self.store
-            .want(id)?
-            .ok_or_else(|| EngineError::NotFound(format!("no want `{id}`")))
-    }
-
-    /// Withdraws a want.
-    pub fn unwant(&self, id: &str) -> Result<WantRow> {
-        let want = self.want_row(id)?;
-        if !want.is_active() {
+    for r in refs {
+        if engine.graph.producer_of(r.as_str()).is_none() {
             return Err(EngineError::Invalid(format!(
-                "want {id} has already ended (`{}`)",
-                want.status
+                "cannot want `{r}`: {}",
+                engine.graph.mismatch_reason(r.as_str()).unwrap_or_else(|| {
+                    "no job builds it and no dataset declares it".to_string()
+                })
             )));
         }
-        self.store.append(vec![
-            Event::want(id, Status::Cancelled).with_message("withdrawn")
-        ])?;
-        self.want_row(id)
     }
-
-    /// Records a want's new state, unless it is already in it for the same reason.
-    pub fn note_want(
-        &self,
-        want: &WantRow,
-        status: Status,
-        waiting_for: Option<&str>,
-        message: Option<String>,
-        started: Option<String>,
-    ) -> Result<bool> {
-        let same = want.status == status
-            && want.waiting_for.as_deref() == waiting_for
-            && (message.is_none() || want.message == message);
-        if same && started.is_none() {
-            return Ok(false);
-        }
-        let mut e = Event::want(&want.want_id, status).with_data(|d| d.upstream = started);
-        e.partition_ref = waiting_for.map(str::to_string);
-        e.message = message;
-        self.store.append(vec![e])?;
-        Ok(true)
+    let id = databuild_log::event::new_id();
+    let now = databuild_log::event::now_ns();
+    let ttl = ttl.unwrap_or(DEFAULT_TTL);
+    let mut e = Event::want(&id, Status::Requested).with_data(|d| {
+        d.requested = refs.iter().map(|r| r.to_string()).collect();
+        d.expires_at = Some(now.saturating_add(ttl.as_nanos().min(i64::MAX as u128) as i64));
+        d.sla_seconds = sla.map(|s| s.as_secs());
+        d.recurring = recurring.map(str::to_string);
+    });
+    if let Some(name) = recurring {
+        e = e.with_message(format!("recurring want `{name}`"));
     }
+    engine.store.append(vec![e])?;
+    engine.want_row(&id)
+}
 
-    /// The want's partitions that are not live and fresh, with the reason.
-    pub fn unsatisfied(&self, want: &WantRow) -> Result<Vec<(String, String)>> {
-        Ok(self
-            .status(&want.refs)?
-            .into_iter()
-            .filter(|s| s.status != "live")
-            .map(|s| (s.partition_ref, s.status.to_string()))
-            .collect())
+pub(crate) fn want_row(engine: &Engine, id: &str) -> Result<WantRow> {
+    engine
+        .store
+        .want(id)?
+        .ok_or_else(|| EngineError::NotFound(format!("no want `{id}`")))
+}
+
+pub(crate) fn unwant(engine: &Engine, id: &str) -> Result<WantRow> {
+    let want = engine.want_row(id)?;
+    if !want.is_active() {
+        return Err(EngineError::Invalid(format!(
+            "want {id} has already ended (`{}`)",
+            want.status
+        )));
     }
+    engine.store.append(vec![
+        Event::want(id, Status::Cancelled).with_message("withdrawn")
+    ])?;
+    engine.want_row(id)
+}
 
-    /// What should happen to a want now.
-    pub fn decide(&self, want: &WantRow, now_ns: i64) -> Result<Decision> {
-        if want.expires_at.is_some_and(|t| now_ns >= t) {
-            return Ok(Decision::Expire);
-        }
-        let missing = self.unsatisfied(want)?;
-        if missing.is_empty() {
-            return Ok(Decision::Satisfied);
-        }
-        let refs = missing
-            .iter()
-            .map(|(r, _)| {
-                PartitionRef::new(r.as_str()).map_err(|e| EngineError::Invalid(e.to_string()))
-            })
-            .collect::<Result<Vec<_>>>()?;
-        let plan = self.plan(&PlanRequest {
-            refs,
-            ..Default::default()
-        })?;
-        if let Some(m) = plan.missing.first() {
-            let upstream = match self.graph.producer_of(m.partition_ref.as_str()) {
-                Some((Producer::Dataset(d), _)) => self.graph.datasets[d].upstream.clone(),
-                _ => None,
-            };
-            return Ok(Decision::Wait {
-                partition_ref: m.partition_ref.to_string(),
-                dataset: m.dataset.clone(),
-                upstream,
-                failed_check: m.failed_check.clone(),
-            });
-        }
-        Ok(Decision::Build {
-            refs: missing.into_iter().map(|(r, _)| r).collect(),
+pub(crate) fn note_want(
+    engine: &Engine,
+    want: &WantRow,
+    status: Status,
+    waiting_for: Option<&str>,
+    message: Option<String>,
+    started: Option<String>,
+) -> Result<bool> {
+    let same = want.status == status
+        && want.waiting_for.as_deref() == waiting_for
+        && (message.is_none() || want.message == message);
+    if same && started.is_none() {
+        return Ok(false);
+    }
+    let mut e = Event::want(&want.want_id, status).with_data(|d| d.upstream = started);
+    e.partition_ref = waiting_for.map(str::to_string);
+    e.message = message;
+    engine.store.append(vec![e])?;
+    Ok(true)
+}
+
+pub(crate) fn unsatisfied(engine: &Engine, want: &WantRow) -> Result<Vec<(String, String)>> {
+    Ok(engine
+        .status(&want.refs)?
+        .into_iter()
+        .filter(|s| s.status != "live")
+        .map(|s| (s.partition_ref, s.status.to_string()))
+        .collect())
+}
+
+pub(crate) fn decide(engine: &Engine, want: &WantRow, now_ns: i64) -> Result<Decision> {
+    if want.expires_at.is_some_and(|t| now_ns >= t) {
+        return Ok(Decision::Expire);
+    }
+    let missing = engine.unsatisfied(want)?;
+    if missing.is_empty() {
+        return Ok(Decision::Satisfied);
+    }
+    let refs = missing
+        .iter()
+        .map(|(r, _)| {
+            PartitionRef::new(r.as_str()).map_err(|e| EngineError::Invalid(e.to_string()))
         })
-    }
-
-    /// Partitions of a want that missed their SLA by `now_ns` and are not live, leaving out those
-    /// `known` already (so a long-late want costs no status checks).
-    pub fn sla_misses(
-        &self,
-        want: &WantRow,
-        now_ns: i64,
-        known: &BTreeSet<(String, String)>,
-    ) -> Result<Vec<(String, i64)>> {
-        let Some(sla) = want.sla_seconds else {
-            return Ok(Vec::new());
+        .collect::<Result<Vec<_>>>()?;
+    let plan = engine.plan(&PlanRequest {
+        refs,
+        ..Default::default()
+    })?;
+    if let Some(m) = plan.missing.first() {
+        let upstream = match engine.graph.producer_of(m.partition_ref.as_str()) {
+            Some((Producer::Dataset(d), _)) => engine.graph.datasets[d].upstream.clone(),
+            _ => None,
         };
-        let overdue: Vec<(String, i64)> = want
-            .refs
-            .iter()
-            .filter_map(|r| {
-                let deadline = databuild_core::wants::day_end_ns(r)? + (sla as i64) * 1_000_000_000;
-                (now_ns > deadline && !known.contains(&(want.want_id.clone(), r.clone())))
-                    .then(|| (r.clone(), deadline))
-            })
-            .collect();
-        if overdue.is_empty() {
-            return Ok(Vec::new());
-        }
-        let not_live: BTreeSet<String> = self
-            .unsatisfied(want)?
-            .into_iter()
-            .map(|(r, _)| r)
-            .collect();
-        Ok(overdue
-            .into_iter()
-            .filter(|(r, _)| not_live.contains(r))
-            .collect())
+        return Ok(Decision::Wait {
+            partition_ref: m.partition_ref.to_string(),
+            dataset: m.dataset.clone(),
+            upstream,
+            failed_check: m.failed_check.clone(),
+        });
     }
+    Ok(Decision::Build {
+        refs: missing.into_iter().map(|(r, _)| r).collect(),
+    })
+}
 
-    /// `(want, partition)` pairs whose SLA miss is already recorded.
-    pub fn recorded_sla_misses(&self) -> Result<BTreeSet<(String, String)>> {
-        Ok(self
-            .store
-            .events(&EventFilter {
-                kind: Some(Kind::Want),
-                ..Default::default()
-            })?
-            .into_iter()
-            .filter(|e| e.status == Status::SlaMissed)
-            .filter_map(|e| Some((e.data.want_id?, e.partition_ref?)))
-            .collect())
+pub(crate) fn sla_misses(
+    engine: &Engine,
+    want: &WantRow,
+    now_ns: i64,
+    known: &BTreeSet<(String, String)>,
+) -> Result<Vec<(String, i64)>> {
+    let Some(sla) = want.sla_seconds else {
+        return Ok(Vec::new());
+    };
+    let overdue: Vec<(String, i64)> = want
+        .refs
+        .iter()
+        .filter_map(|r| {
+            let deadline = databuild_core::wants::day_end_ns(r)? + (sla as i64) * 1_000_000_000;
+            (now_ns > deadline && !known.contains(&(want.want_id.clone(), r.clone())))
+                .then(|| (r.clone(), deadline))
+        })
+        .collect();
+    if overdue.is_empty() {
+        return Ok(Vec::new());
     }
+    let not_live: BTreeSet<String> = engine
+        .unsatisfied(want)?
+        .into_iter()
+        .map(|(r, _)| r)
+        .collect();
+    Ok(overdue
+        .into_iter()
+        .filter(|(r, _)| not_live.contains(r))
+        .collect())
+}
 
-    /// Records that a partition missed its SLA.
-    pub fn note_sla_miss(&self, want: &WantRow, r: &str, deadline_ns: i64) -> Result<()> {
-        let mut e = Event::want(&want.want_id, Status::SlaMissed).with_message(format!(
-            "`{r}` was not live by its deadline {} ({}s after its day ended)",
-            rfc3339(deadline_ns),
-            want.sla_seconds.unwrap_or(0)
-        ));
-        e.partition_ref = Some(r.to_string());
-        self.store.append(vec![e])?;
-        Ok(())
-    }
+pub(crate) fn recorded_sla_misses(engine: &Engine) -> Result<BTreeSet<(String, String)>> {
+    Ok(engine
+        .store
+        .events(&EventFilter {
+            kind: Some(Kind::Want),
+            ..Default::default()
+        })?
+        .into_iter()
+        .filter(|e| e.status == Status::SlaMissed)
+        .filter_map(|e| Some((e.data.want_id?, e.partition_ref?)))
+        .collect())
+}
 
-    /// Active wants that name `r`.
-    pub fn wants_of(&self, r: &str) -> Result<Vec<WantRow>> {
-        Ok(self
-            .store
-            .wants(None, true, 10_000)?
-            .into_iter()
-            .filter(|w| w.refs.iter().any(|x| x == r))
-            .collect())
-    }
+pub(crate) fn note_sla_miss(
+    engine: &Engine,
+    want: &WantRow,
+    r: &str,
+    deadline_ns: i64,
+) -> Result<()> {
+    let mut e = Event::want(&want.want_id, Status::SlaMissed).with_message(format!(
+        "`{r}` was not live by its deadline {} ({}s after its day ended)",
+        rfc3339(deadline_ns),
+        want.sla_seconds.unwrap_or(0)
+    ));
+    e.partition_ref = Some(r.to_string());
+    engine.store.append(vec![e])?;
+    Ok(())
+}
+
+pub(crate) fn wants_of(engine: &Engine, r: &str) -> Result<Vec<WantRow>> {
+    Ok(engine
+        .store
+        .wants(None, true, 10_000)?
+        .into_iter()
+        .filter(|w| w.refs.iter().any(|x| x == r))
+        .collect())
 }

@@ -88,7 +88,7 @@ impl RunIo {
 }
 
 /// What a planned build runs with.
-pub(super) struct Build<'a> {
+pub(crate) struct Build<'a> {
     pub engine: &'a Engine,
     pub id: &'a str,
     pub options: &'a BuildOptions,
@@ -101,7 +101,7 @@ pub(super) struct Build<'a> {
 
 /// Runs a planned build to its end, and returns the status it ended with.
 /// `recorded` waits for the plan's record (`record::planned`), written meanwhile.
-pub(super) fn run(
+pub(crate) fn run(
     build: Build<'_>,
     plan: Plan,
     recorded: impl FnOnce() -> std::result::Result<(), LogError>,
@@ -265,7 +265,8 @@ impl<'s, 'e> Driver<'s, 'e> {
         self.machine.add_plan(plan, &mut self.effects);
         // The plan's record comes first in the log.
         recorded()?;
-        let (skipped, events) = self.engine.skipped(&self.id, self.requested, &live)?;
+        let (skipped, events) =
+            super::record::skipped(self.engine, &self.id, self.requested, &live)?;
         self.skipped = skipped;
         self.append(events)?;
         self.carry_out(observer)?;

@@ -4,7 +4,6 @@
 
 use std::collections::BTreeMap;
 
-use databuild_core::plan::MissingExternal;
 use databuild_core::{Graph, PartitionRef, Plan, PlannedRun, Producer};
 use databuild_log::{AfterFailure, Event, Status};
 use rustc_hash::{FxHashMap, FxHashSet};
@@ -14,7 +13,7 @@ use crate::engine::{Engine, Result};
 use crate::run::owner::this_owner;
 
 /// A new build request, with what it asks for and who drives it.
-pub(super) fn received(id: &str, options: &BuildOptions) -> Event {
+pub(crate) fn received(id: &str, options: &BuildOptions) -> Event {
     let requested: Vec<String> = options.refs.iter().map(|r| r.to_string()).collect();
     Event::build_request(id, Status::Received).with_data(|d| {
         d.requested = requested;
@@ -32,7 +31,7 @@ const PLAN_PART: usize = 1_000;
 /// The request's plan, recorded in parts, each run as its job and outputs. A run's own events
 /// wait for its claim (`Record::scheduled`), and a requested ref's for what happens to it (its
 /// request is in `received`): recording costs a few dozen bytes per run, not events.
-pub(super) fn planned(
+pub(crate) fn planned(
     graph: &Graph,
     id: &str,
     requested: &FxHashSet<&str>,
@@ -41,7 +40,7 @@ pub(super) fn planned(
 ) -> Vec<Event> {
     let mut events = plan_parts(graph, id, Status::Planning, plan.runs.iter());
     // The build's runs by job: those to run, and the `skipped` ones of requested refs found
-    // live (`Engine::skipped`), so that a build's progress counts both.
+    // live (`skipped`), so that a build's progress counts both.
     let mut by_job = vec![0u64; graph.jobs.len()];
     let jobs = plan.runs.iter().map(|run| run.job_index).chain(
         requested_live(&plan.skipped, requested).filter_map(|r| {
@@ -101,7 +100,7 @@ pub(super) fn plan_parts<'r>(
 }
 
 /// A plan that needs an external partition that is not there fails every requested ref.
-pub(super) fn missing(
+pub(crate) fn missing(
     id: &str,
     requested: &[String],
     planned_runs: usize,
@@ -117,132 +116,53 @@ pub(super) fn missing(
     events
 }
 
-impl Engine {
-    /// Why a plan cannot complete without `m`; a source partition says why it is not there:
-    /// still open, expired, or never received.
-    pub(super) fn missing_message(&self, m: &MissingExternal) -> String {
-        if let Some(why) = &m.failed_check {
-            return format!(
-                "`{}` {why}{}; fix its data and run `databuild check {}`, or rebuild it with --force",
-                m.partition_ref,
-                m.needed_by
-                    .as_ref()
-                    .map(|n| format!(" (needed by {n})"))
-                    .unwrap_or_default(),
-                m.partition_ref,
-            );
-        }
-        let why = match self.graph.producer_of(m.partition_ref.as_str()) {
-            Some((Producer::Dataset(d), _)) if self.graph.datasets[d].source.is_some() => self
-                .missing_reason(m)
-                .map(|r| format!(": {r}"))
-                .unwrap_or_default(),
-            _ => String::new(),
-        };
-        format!(
-            "external partition `{}` of dataset `{}` is not available{}{why}",
-            m.partition_ref,
-            m.dataset,
-            m.needed_by
-                .as_ref()
-                .map(|n| format!(", needed by {n}"))
-                .unwrap_or_default()
-        )
-    }
-
-    /// Why an external partition a plan needs is not there: a source partition's state
-    /// (still open, expired: its raw data is gone, never received), or where its dataset looks.
-    pub fn missing_reason(&self, m: &MissingExternal) -> Option<String> {
-        if m.failed_check.is_some() {
-            return m.failed_check.clone();
-        }
-        let Some((Producer::Dataset(d), _)) = self.graph.producer_of(m.partition_ref.as_str())
-        else {
-            return None;
-        };
-        let dataset = &self.graph.datasets[d];
-        if dataset.source.is_some() || dataset.upstream.is_some() {
-            return self
-                .status(&[m.partition_ref.to_string()])
-                .ok()
-                .and_then(|mut s| s.pop())
-                .and_then(|s| s.reasons.into_iter().next());
-        }
-        Some(match &dataset.exists {
-            Some(probe) => format!(
-                "its `exists` probe (`{}`) says it is not there",
-                probe.join(" ")
-            ),
-            None => format!(
-                "nothing at {}",
-                self.data_dir.join(m.partition_ref.as_str()).display()
-            ),
+/// The requested refs the plan found live: each is `available`, a job's output with a
+/// `skipped` run relying on the run that built it. Returns those refs and the events.
+pub(super) fn skipped(
+    engine: &Engine,
+    id: &str,
+    requested: &FxHashSet<&str>,
+    live: &[PartitionRef],
+) -> Result<(Vec<String>, Vec<Event>)> {
+    let mut skipped = Vec::new();
+    let mut events = Vec::new();
+    // Each requested live ref with the job that builds it (none for an external).
+    let live: Vec<(&PartitionRef, Option<usize>)> = requested_live(live, requested)
+        .map(|r| match engine.graph.producer_of(r.as_str()) {
+            Some((Producer::Job { job, .. }, _)) => (r, Some(job)),
+            _ => (r, None),
         })
-    }
-
-    /// Why each of the plan's missing external partitions is not there, for the first
-    /// `MISSING_REASONS` (each is a read of the log or the disk).
-    pub fn missing_reasons(&self, plan: &Plan) -> Vec<Option<String>> {
-        const MISSING_REASONS: usize = 100;
-        plan.missing
+        .collect();
+    // The runs they rely on, read a batch at a time: on a server, one round trip per batch,
+    // not per ref (1,560 of them made a no-op build twice as slow on PostgreSQL).
+    for batch in live.chunks(RELIES_ON_READ) {
+        let built: Vec<&str> = batch
             .iter()
-            .enumerate()
-            .map(|(i, m)| {
-                (i < MISSING_REASONS)
-                    .then(|| self.missing_reason(m))
-                    .flatten()
-            })
-            .collect()
-    }
-
-    /// The requested refs the plan found live: each is `available`, a job's output with a
-    /// `skipped` run relying on the run that built it. Returns those refs and the events.
-    pub(super) fn skipped(
-        &self,
-        id: &str,
-        requested: &FxHashSet<&str>,
-        live: &[PartitionRef],
-    ) -> Result<(Vec<String>, Vec<Event>)> {
-        let mut skipped = Vec::new();
-        let mut events = Vec::new();
-        // Each requested live ref with the job that builds it (none for an external).
-        let live: Vec<(&PartitionRef, Option<usize>)> = requested_live(live, requested)
-            .map(|r| match self.graph.producer_of(r.as_str()) {
-                Some((Producer::Job { job, .. }, _)) => (r, Some(job)),
-                _ => (r, None),
-            })
+            .filter(|(_, job)| job.is_some())
+            .map(|(r, _)| r.as_str())
             .collect();
-        // The runs they rely on, read a batch at a time: on a server, one round trip per batch,
-        // not per ref (1,560 of them made a no-op build twice as slow on PostgreSQL).
-        for batch in live.chunks(RELIES_ON_READ) {
-            let built: Vec<&str> = batch
-                .iter()
-                .filter(|(_, job)| job.is_some())
-                .map(|(r, _)| r.as_str())
-                .collect();
-            let relies_on: FxHashMap<String, String> = self
-                .store
-                .partitions_by_ref(&built)?
-                .into_iter()
-                .filter_map(|p| Some((p.partition_ref, p.job_run_id?)))
-                .collect();
-            for &(r, job) in batch {
-                skipped.push(r.to_string());
-                if let Some(job) = job {
-                    let run = databuild_log::event::new_id();
-                    events.push(
-                        Event::job_run(id, &run, &self.graph.jobs[job].name, Status::Skipped)
-                            .with_data(|d| {
-                                d.outputs = vec![r.to_string()];
-                                d.relies_on = relies_on.get(r.as_str()).cloned();
-                            }),
-                    );
-                }
-                events.push(Event::partition(Some(id), r.as_str(), Status::Available));
+        let relies_on: FxHashMap<String, String> = engine
+            .store
+            .partitions_by_ref(&built)?
+            .into_iter()
+            .filter_map(|p| Some((p.partition_ref, p.job_run_id?)))
+            .collect();
+        for &(r, job) in batch {
+            skipped.push(r.to_string());
+            if let Some(job) = job {
+                let run = databuild_log::event::new_id();
+                events.push(
+                    Event::job_run(id, &run, &engine.graph.jobs[job].name, Status::Skipped)
+                        .with_data(|d| {
+                            d.outputs = vec![r.to_string()];
+                            d.relies_on = relies_on.get(r.as_str()).cloned();
+                        }),
+                );
             }
+            events.push(Event::partition(Some(id), r.as_str(), Status::Available));
         }
-        Ok((skipped, events))
     }
+    Ok((skipped, events))
 }
 
 /// A run's outputs, as its events name them.

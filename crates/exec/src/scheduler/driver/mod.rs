@@ -7,6 +7,14 @@
 //! next claim (one log write instead of two), or go in within `MAX_DEFER`. Blocking calls that
 //! may go over the network (planning, which asks configs and upstream services, and the versions
 //! of upstream inputs) run on threads of their own and come back as inputs.
+//!
+//! Three of its concerns keep their state and methods apart: [`claim_ahead`] (what first claims
+//! are made against, read before them), [`deferred`] (completions waiting for the next write)
+//! and [`waiters`] (threads following partitions other builds make).
+
+mod claim_ahead;
+mod deferred;
+mod waiters;
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -15,9 +23,13 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use databuild_core::{PartitionRef, Plan, PlanRequest, Producer};
+use databuild_core::{PartitionRef, Plan, PlanRequest};
 use databuild_log::{Event, EventStore, LogError, Status};
 use rustc_hash::{FxHashMap, FxHashSet};
+
+use claim_ahead::{is_upstream, ClaimAhead};
+use deferred::Deferred;
+use waiters::Waiters;
 
 use super::machine::{Effect, Input, JobPolicy, Machine, Policy, WaitOutcome};
 use super::record::{Record, RunEnd};
@@ -25,12 +37,9 @@ use super::spec::{self, SpecOf};
 use super::{BuildOptions, Observer, Progress};
 use crate::engine::{Engine, EngineError, Result};
 use crate::run::outcome::Ended;
-use crate::run::owner::owner_dead;
 use crate::run::slots::{Launch, Launches, Report, Stamp};
 use crate::run::{Executor, RunOutcome};
 
-/// How long a completion may wait for a claim to carry it into the log.
-const MAX_DEFER: Duration = Duration::from_millis(100);
 /// The loop wakes at least this often, to check for cancellation and the lease.
 const IDLE_WAKE: Duration = Duration::from_millis(100);
 /// How often the loop looks in the log for a cancel of its build request.
@@ -59,9 +68,6 @@ enum Message {
         versions: BTreeMap<String, Option<String>>,
     },
 }
-
-/// How many nodes past a first claim have their outputs' holders read with it.
-const HOLDERS_AHEAD: usize = 4096;
 
 /// What the driver keeps of one node: the I/O side of a run.
 struct RunIo {
@@ -134,38 +140,25 @@ struct Driver<'s, 'e> {
     /// The build request was cancelled through the log (by `cancel`), which already recorded it.
     cancelled_outside: bool,
     skipped: Vec<String>,
-    /// Tells waiter threads to stop when the build ends before their partitions resolve.
-    shutdown: Arc<AtomicBool>,
+    /// The threads following partitions other builds make.
+    waiters: Waiters,
     /// When the build started (ns): partitions made by others after it were not seen by its plan.
     started_ns: i64,
     tx: mpsc::Sender<Message>,
     rx: mpsc::Receiver<Message>,
-    /// Completions not yet written: they go into the log with the next claim (one transaction
-    /// instead of two), or when the loop waits with nothing staged, or after `MAX_DEFER`.
-    pending: Vec<Event>,
-    /// When the oldest of `pending` was deferred.
-    deferred_at: Option<Instant>,
-    /// Nodes whose completions are in `pending`: their outputs are moved into place from their
-    /// staging folders once the log has them.
-    publishing: Vec<usize>,
+    /// Completions waiting to ride along with the next write.
+    deferred: Deferred,
     /// Data versions of the partitions this build made, and the runs that made them, for the
     /// runs that read them.
     made: FxHashMap<String, (String, String)>,
     /// Outputs this build made that a blocking check failed: built, but not live.
     held_back: FxHashSet<String>,
-    /// The run holding each output as the plan saw it (read ahead of first claims, a window of
-    /// nodes per query): a first claim compares against it instead of reading the partition.
-    holders: FxHashMap<String, String>,
+    /// What first claims are made against, read ahead of them.
+    claim_ahead: ClaimAhead,
     /// The refs the request asked for.
     requested: &'e FxHashSet<&'e str>,
-    /// By node: its outputs' holders have been read into `holders`.
-    holders_read: Vec<bool>,
     /// The first plan is recorded (`record::planned`); plans added later are recorded here.
     plan_recorded: bool,
-    /// Whether any dataset comes from an upstream service (whose versions take a network call).
-    has_upstream: bool,
-    /// Versions of upstream inputs read off the loop, by node, for its next claim.
-    read_versions: FxHashMap<usize, BTreeMap<String, Option<String>>>,
     /// The log's last refusal of a claim, returned if the machine gives up on it.
     last_refusal: Option<LogError>,
 }
@@ -174,7 +167,7 @@ impl Drop for Driver<'_, '_> {
     /// However the build ends, the slots' threads end with their current runs, and waiters stop.
     fn drop(&mut self) {
         self.launches.close();
-        self.shutdown.store(true, Ordering::SeqCst);
+        self.waiters.stop();
     }
 }
 
@@ -217,21 +210,16 @@ impl<'s, 'e> Driver<'s, 'e> {
             slot_threads: 0,
             cancelled_outside: false,
             skipped: Vec::new(),
-            shutdown: Arc::new(AtomicBool::new(false)),
+            waiters: Waiters::default(),
             started_ns,
             tx,
             rx,
-            pending: Vec::new(),
-            deferred_at: None,
-            publishing: Vec::new(),
+            deferred: Deferred::default(),
             made: FxHashMap::default(),
             held_back: FxHashSet::default(),
-            holders: FxHashMap::default(),
+            claim_ahead: ClaimAhead::new(&engine.graph),
             requested,
-            holders_read: Vec::new(),
             plan_recorded: false,
-            has_upstream: engine.graph.datasets.iter().any(|d| d.upstream.is_some()),
-            read_versions: FxHashMap::default(),
             last_refusal: None,
         }
     }
@@ -286,8 +274,7 @@ impl<'s, 'e> Driver<'s, 'e> {
                 for run in &self.runs {
                     run.cancel.store(true, Ordering::SeqCst);
                 }
-                self.pending.clear();
-                let publishing = std::mem::take(&mut self.publishing);
+                let publishing = self.deferred.abandon();
                 self.discard(&publishing);
                 return Err(lost.into());
             }
@@ -320,7 +307,7 @@ impl<'s, 'e> Driver<'s, 'e> {
                 }
             }
         }
-        self.shutdown.store(true, Ordering::SeqCst);
+        self.waiters.stop();
         self.flush()?;
         self.finish(observer)
     }
@@ -373,7 +360,7 @@ impl<'s, 'e> Driver<'s, 'e> {
                 self.feed(Input::TakeOverPlanned { wait, plan: plan? }, observer)
             }
             Message::VersionsRead { node, versions } => {
-                self.read_versions.insert(node, versions);
+                self.claim_ahead.versions_read(node, versions);
                 self.feed(Input::Resolved(node), observer)
             }
         }
@@ -516,7 +503,7 @@ impl<'s, 'e> Driver<'s, 'e> {
             record.delegated(&wait.partition_ref, &wait.delegated_to, &mut events);
         }
         self.runs.reserve(nodes.len());
-        self.holders_read.resize(nodes.end, false);
+        self.claim_ahead.grow(nodes.end);
         for _ in nodes {
             self.runs.push(RunIo {
                 id: String::new(),
@@ -534,68 +521,29 @@ impl<'s, 'e> Driver<'s, 'e> {
         Ok(())
     }
 
-    /// Reads who holds the outputs of runs about to be claimed for the first time, and of the
-    /// [`HOLDERS_AHEAD`] nodes after each (runs are claimed roughly in plan order): one query per
-    /// window, not one per claim.
-    fn read_holders(&mut self, nodes: &[usize]) -> Result<()> {
-        let mut window = Vec::new();
-        for &n in nodes {
-            if self.holders_read[n] {
-                continue;
-            }
-            let end = (n + HOLDERS_AHEAD).min(self.holders_read.len());
-            for m in n..end {
-                if !self.holders_read[m] && !self.runs[m].recorded {
-                    self.holders_read[m] = true;
-                    window.push(m);
-                }
-            }
-        }
-        if window.is_empty() {
-            return Ok(());
-        }
-        let store = self.store();
-        let outputs: Vec<&str> = window
-            .iter()
-            .flat_map(|&n| self.machine.node(n).run.outputs.iter().map(|o| o.as_str()))
-            .collect();
-        for keys in outputs.chunks(10_000) {
-            // Absent from the log: nobody holds it.
-            self.holders
-                .extend(keys.iter().map(|r| (r.to_string(), String::new())));
-            for p in store.partitions_by_ref(keys)? {
-                // Only what the plan saw: a partition changed since the build started (another
-                // build made or is making it) goes through the full check at claim time.
-                if p.updated_at < self.started_ns && p.status != Status::Building {
-                    let holder = p.job_run_id.unwrap_or_default();
-                    self.holders.insert(p.partition_ref, holder);
-                } else {
-                    self.holders.remove(&p.partition_ref);
-                }
-            }
-        }
-        Ok(())
-    }
-
     /// Claims runs in one log write, with the completions waiting to be written, against the
     /// holders the plan saw; a run whose outputs it did not see is checked and claimed alone.
     fn claim(&mut self, nodes: Vec<usize>) -> Result<()> {
         let mut batch = Vec::with_capacity(nodes.len());
         let mut events = Vec::new();
-        self.read_holders(&nodes)?;
+        let runs = &self.runs;
+        self.claim_ahead.read_holders(
+            self.engine.store.as_ref(),
+            &self.machine,
+            |m| runs[m].recorded,
+            self.started_ns,
+            &nodes,
+        )?;
         for node in nodes {
-            if self.must_read_versions_first(node) {
+            let run = &self.machine.node(node).run;
+            if self
+                .claim_ahead
+                .must_read_versions_first(&self.engine.graph, node, run)
+            {
                 self.answer(Input::ResolveFirst(node));
                 continue;
             }
-            let seen: Option<Vec<String>> = self
-                .machine
-                .node(node)
-                .run
-                .outputs
-                .iter()
-                .map(|o| self.holders.remove(o.as_str()))
-                .collect();
+            let seen = self.claim_ahead.take_holders(&run.outputs);
             match seen {
                 Some(seen) => {
                     self.claim_events(node, seen, &mut events)?;
@@ -683,25 +631,6 @@ impl<'s, 'e> Driver<'s, 'e> {
         Ok(holders)
     }
 
-    /// A run reading upstream partitions has their versions read off the loop before its claim
-    /// (each is a call to the upstream service).
-    fn must_read_versions_first(&self, node: usize) -> bool {
-        self.has_upstream
-            && !self.read_versions.contains_key(&node)
-            && self
-                .machine
-                .node(node)
-                .run
-                .inputs
-                .iter()
-                .any(|i| self.is_upstream(i.as_str()))
-    }
-
-    fn is_upstream(&self, r: &str) -> bool {
-        let graph = &self.engine.graph;
-        matches!(graph.producer_of(r), Some((Producer::Dataset(d), _)) if graph.datasets[d].upstream.is_some())
-    }
-
     /// Reads the versions of the run's upstream inputs on a thread of its own.
     fn resolve(&mut self, node: usize) {
         let upstream: Vec<String> = self
@@ -710,7 +639,7 @@ impl<'s, 'e> Driver<'s, 'e> {
             .run
             .inputs
             .iter()
-            .filter(|i| self.is_upstream(i.as_str()))
+            .filter(|i| is_upstream(&self.engine.graph, i.as_str()))
             .map(|i| i.to_string())
             .collect();
         let (engine, tx) = (self.engine, self.tx.clone());
@@ -736,7 +665,7 @@ impl<'s, 'e> Driver<'s, 'e> {
         events: &mut Vec<Event>,
     ) -> Result<()> {
         let run = &self.machine.node(node).run;
-        let upstream = self.read_versions.remove(&node).unwrap_or_default();
+        let upstream = self.claim_ahead.take_versions(node);
         let mut read = Vec::with_capacity(run.inputs.len());
         let mut input_runs = BTreeMap::new();
         for i in &run.inputs {
@@ -782,7 +711,7 @@ impl<'s, 'e> Driver<'s, 'e> {
     /// Appends claims with the deferred completions riding along. If the log refuses the claims,
     /// the completions go in alone and the refusal is returned.
     fn append_claims(&mut self, claims: Vec<Event>) -> Result<Option<LogError>> {
-        let (deferred, publishing) = self.take_pending();
+        let (deferred, publishing) = self.deferred.take();
         let mut all = deferred.clone();
         all.extend(claims);
         match self.store().append(all) {
@@ -960,9 +889,8 @@ impl<'s, 'e> Driver<'s, 'e> {
                     self.made
                         .insert(o.to_string(), (version.clone(), id.to_string()));
                 }
-                self.publishing.push(node);
                 stamp_end(&mut events, ended_at);
-                self.defer(events);
+                self.deferred.defer(node, events);
                 return Ok(());
             }
             RunOutcome::Cancelled => (Status::Cancelled, "cancelled".to_string(), None),
@@ -1041,29 +969,15 @@ impl<'s, 'e> Driver<'s, 'e> {
     /// Follows a partition another build is making, until it is available, failed, or its
     /// builder is gone.
     fn spawn_waiter(&self, w: usize) {
-        let store = self.store();
-        let wait = self.machine.wait(w);
-        let (r, by) = (wait.partition_ref.clone(), wait.delegated_to.clone());
+        let (store, wait) = (self.store(), self.machine.wait(w));
         let timeout = self.engine.lease.timeout();
         let tx = self.tx.clone();
-        let shutdown = self.shutdown.clone();
-        self.scope.spawn(move || {
-            let outcome = loop {
-                if shutdown.load(Ordering::SeqCst) {
-                    return;
-                }
-                if let Some(outcome) = wait_outcome(store, &r, &by, timeout) {
-                    break outcome;
-                }
-                thread::sleep(Duration::from_millis(50));
-            };
-            let _ = tx.send(Message::Resolved { wait: w, outcome });
-        });
+        self.waiters.follow(self.scope, store, w, wait, timeout, tx);
     }
 
     /// Appends events, after any deferred completions.
     fn append(&mut self, events: Vec<Event>) -> Result<()> {
-        let (mut all, publishing) = self.take_pending();
+        let (mut all, publishing) = self.deferred.take();
         if all.is_empty() {
             // The plan's thousands of events are not copied into an empty vector.
             all = events;
@@ -1120,28 +1034,12 @@ impl<'s, 'e> Driver<'s, 'e> {
         self.append(Vec::new())
     }
 
-    /// Holds events back to ride along with the next write.
-    fn defer(&mut self, events: Vec<Event>) {
-        self.deferred_at.get_or_insert_with(Instant::now);
-        self.pending.extend(events);
-    }
-
-    /// The deferred completions, and the nodes to publish once they are in.
-    fn take_pending(&mut self) -> (Vec<Event>, Vec<usize>) {
-        self.deferred_at = None;
-        (
-            std::mem::take(&mut self.pending),
-            std::mem::take(&mut self.publishing),
-        )
-    }
-
     /// How long the loop may wait for a message before deferred events must be written. While
     /// runs are staged, a claim to carry them comes as slots take those; otherwise they go now.
     fn flush_due(&mut self) -> Result<Duration> {
-        let Some(at) = self.deferred_at else {
+        let Some(left) = self.deferred.time_left() else {
             return Ok(IDLE_WAKE);
         };
-        let left = MAX_DEFER.saturating_sub(at.elapsed());
         if self.machine.staged() == 0 || left.is_zero() {
             self.flush()?;
             return Ok(IDLE_WAKE);
@@ -1259,40 +1157,5 @@ fn report_end(
             outcome,
             took,
         }),
-    }
-}
-
-/// Where a partition another build (`by`) is making stands: `None` while it is still being built
-/// by a live process (or the log could not be read: nothing is known yet). One its builder gave
-/// back unbuilt (the builder died and was closed, or was cancelled) is this build's to make.
-fn wait_outcome(
-    store: &dyn EventStore,
-    r: &str,
-    by: &str,
-    timeout: Duration,
-) -> Option<WaitOutcome> {
-    match store.partition(r) {
-        Ok(Some(p)) if p.status == Status::Building => {
-            let owner = p
-                .job_run_id
-                .as_deref()
-                .and_then(|id| store.job_run(id).ok().flatten())
-                .and_then(|run| run.owner);
-            // A read that failed is asked again on the next poll.
-            let dead = owner_dead(store, owner.as_deref(), timeout).ok()?;
-            dead.then_some(WaitOutcome::Abandoned)
-        }
-        Ok(Some(p)) if p.status == Status::Available => Some(WaitOutcome::Available),
-        Ok(Some(p)) if p.build_request_id.as_deref() == Some(by) => {
-            Some(WaitOutcome::Failed(format!(
-                "the build it was delegated to ended it `{}`{}",
-                p.status,
-                p.message.map(|m| format!(": {m}")).unwrap_or_default()
-            )))
-        }
-        // Given back as it was before that build claimed it.
-        Ok(_) => Some(WaitOutcome::Abandoned),
-        // A read that failed says nothing about the partition: look again on the next poll.
-        Err(_) => None,
     }
 }

@@ -18,8 +18,6 @@ use databuild_log::{
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use crate::data::sources::SourceDay;
-
 fn text(ns: i64) -> String {
     rfc3339(ns)
 }
@@ -66,6 +64,34 @@ pub struct VersionView {
     pub live_dates: usize,
     /// Of those, how many were carried forward from the previous version.
     pub carried: usize,
+}
+
+/// One day of a source: open, sealed or expired.
+#[derive(Debug, Clone, Serialize, serde::Deserialize, utoipa::ToSchema)]
+pub struct SourceDay {
+    pub date: String,
+    /// `open`, `sealed` or `expired`.
+    pub state: String,
+    pub records: Option<u64>,
+}
+
+/// What ingesting a source's dropped files did.
+#[derive(Debug, Default, Clone, Serialize, serde::Deserialize, utoipa::ToSchema)]
+pub struct IngestReport {
+    pub files: u64,
+    pub records: u64,
+    pub rejected: Vec<String>,
+}
+
+/// What one maintenance pass of a source did.
+#[derive(Debug, Default, Clone, Serialize, serde::Deserialize, utoipa::ToSchema)]
+pub struct Maintenance {
+    pub source: String,
+    pub ingested: IngestReport,
+    /// `[date, records]` of each partition sealed.
+    #[schema(value_type = Vec<Vec<serde_json::Value>>)]
+    pub sealed: Vec<(String, u64)>,
+    pub expired: Vec<String>,
 }
 
 /// One date of `source show`: the raw partition and each table version's partition.
@@ -951,7 +977,7 @@ pub struct SourceList {
 /// `POST /api/v1/sources/{name}/seal`: what each source's maintenance did.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct Sealed {
-    pub sources: Vec<crate::data::sources::Maintenance>,
+    pub sources: Vec<Maintenance>,
 }
 
 /// `POST /api/v1/webhooks/{source}`: the records are on disk.

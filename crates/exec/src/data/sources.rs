@@ -25,6 +25,8 @@ use serde::Serialize;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
+use crate::answers::{IngestReport, Maintenance, SourceDay};
+
 const SEALED: &str = "_SEALED";
 
 /// A source operation failed on the disk or in the log.
@@ -589,24 +591,6 @@ pub fn ingest_directory(
     Ok(report)
 }
 
-#[derive(Debug, Default, Clone, Serialize, serde::Deserialize, utoipa::ToSchema)]
-pub struct IngestReport {
-    pub files: u64,
-    pub records: u64,
-    pub rejected: Vec<String>,
-}
-
-/// What one maintenance pass of a source did.
-#[derive(Debug, Default, Clone, Serialize, serde::Deserialize, utoipa::ToSchema)]
-pub struct Maintenance {
-    pub source: String,
-    pub ingested: IngestReport,
-    /// `[date, records]` of each partition sealed.
-    #[schema(value_type = Vec<Vec<Value>>)]
-    pub sealed: Vec<(String, u64)>,
-    pub expired: Vec<String>,
-}
-
 /// Ingests dropped files, seals every day that has ended (and `through`, if given, even today),
 /// and expires what retention no longer keeps; records every seal and expiry in the log. A day
 /// with no data between the first and the last is sealed empty: no data is an answer too.
@@ -725,15 +709,6 @@ fn seal(dir: &Path, source: &Source, date: &str) -> io::Result<(u64, Event)> {
             d.data_version = Some(version);
         });
     Ok((records, event))
-}
-
-/// One day of a source: open, sealed or expired.
-#[derive(Debug, Clone, Serialize, serde::Deserialize, utoipa::ToSchema)]
-pub struct SourceDay {
-    pub date: String,
-    /// `open`, `sealed` or `expired`.
-    pub state: String,
-    pub records: Option<u64>,
 }
 
 /// The days of a source, from the log (sealed, expired) and the disk (open), ascending.

@@ -746,7 +746,7 @@ impl<'a> VersionedStates<'a> {
             Some(rows) => rows,
             None => self.noted(self.store.checks_of(&[r]))?,
         };
-        crate::check::rules::held_back_by(self.graph, r, run, &rows)
+        crate::check::held_back_by(self.graph, r, run, &rows)
     }
 
     /// Why job output `r`, recorded live, is missing: its data is gone from the data dir.

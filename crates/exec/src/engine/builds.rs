@@ -2,17 +2,19 @@
 //! reused), its stale checks run, and its plan handed to the scheduler; builds whose driving
 //! process died are closed, and a request can be cancelled.
 
+use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 
-use databuild_core::{PlanRequest, Producer};
-use databuild_log::{BuildQuery, Event, LogError, RunQuery, Status};
+use databuild_core::{Graph, Plan, PlanRequest, Producer};
+use databuild_log::{BuildQuery, Event, EventStore, LogError, RunQuery, Status};
 use rustc_hash::FxHashSet;
 
 use crate::answers::BuildSummary;
 use crate::engine::{Engine, EngineError, Result};
+use crate::run::lease::Lease;
 use crate::run::owner::owner_dead;
 use crate::run::Executor;
-use crate::scheduler::{driver, record, BuildOptions, Observer, Progress};
+use crate::scheduler::{driver, record, BuildOptions, Host, Observer, Progress};
 
 impl Engine {
     /// The version an input has now, for the record of a run starting from it. A failed read
@@ -348,5 +350,48 @@ pub(crate) fn cancel(engine: &Engine, id: &str) -> Result<()> {
             _ => Err(e.into()),
         },
         Err(e) => Err(e.into()),
+    }
+}
+
+/// The engine as the scheduler sees it: each call is the engine's own.
+impl Host for Engine {
+    fn graph(&self) -> &Graph {
+        &self.graph
+    }
+
+    fn store(&self) -> &dyn EventStore {
+        self.store.as_ref()
+    }
+
+    fn lease(&self) -> &Lease {
+        &self.lease
+    }
+
+    fn graph_dir(&self) -> &Path {
+        &self.graph_dir
+    }
+
+    fn data_dir(&self) -> &Path {
+        &self.data_dir
+    }
+
+    fn logs_dir(&self) -> PathBuf {
+        Engine::logs_dir(self)
+    }
+
+    fn plan(&self, request: &PlanRequest) -> Result<Plan> {
+        Engine::plan(self, request)
+    }
+
+    fn input_instance(&self, r: &str) -> Result<(Option<String>, Option<String>)> {
+        Engine::input_instance(self, r)
+    }
+
+    fn input_version(&self, r: &str) -> Result<Option<String>> {
+        Engine::input_version(self, r)
+    }
+
+    fn close_abandoned_builds(&self) -> Result<usize> {
+        Engine::close_abandoned_builds(self)
     }
 }

@@ -1,16 +1,16 @@
 //! Checks as the engine runs them (see [`crate::check`] for what a result means): on demand
 //! (`databuild check`, [`Engine::check`]) and, in a build, those of its closure that changed or
 //! never ran ([`Engine::run_stale_checks`]). Apart from `check` so that liveness
-//! (`data::versions`, which reads `check::rules`) depends on no module that depends on the
+//! (`data::versions`, which reads `check`) depends on no module that depends on the
 //! engine.
 
 use std::sync::atomic::AtomicBool;
 
 use databuild_core::Producer;
 
-use crate::check::rules::{runs_for, state, CheckOutcome, CheckRun, CheckState};
-use crate::check::run::{run, CheckPlace};
+use crate::check::{runs_for, state, CheckOutcome, CheckRun, CheckState};
 use crate::engine::Engine;
+use crate::run::check::{run, CheckPlace};
 use crate::run::Executor;
 
 /// The checks to run of partitions planning found live (or held back), and of the instances

@@ -9,7 +9,6 @@
 
 mod builds;
 pub(crate) mod checks;
-mod error;
 pub mod freshness;
 pub mod gc;
 mod jobs;
@@ -36,7 +35,7 @@ use databuild_log::{
     BuildRequestRow, Event, EventStore, JobStats, PartitionQuery, PartitionRow, Status, WantRow,
 };
 
-pub use error::{EngineError, Result};
+pub use crate::error::{EngineError, Result};
 use freshness::Freshness;
 use gc::{GcOptions, GcReport};
 use lineage::{InstanceDiff, Lineage, LineageQuery, TaintImpact};
@@ -44,11 +43,10 @@ use listing::{ListedStatus, PartitionPage};
 use wants::Decision;
 
 use crate::answers::{
-    BuildProgress, BuildSummary, DatasetView, Explanation, ForceKeepsLive, PlanCost, Promotion,
-    SourceDetail, SourceView, StatusReport, WaitingPartition, WantBuild,
+    BuildProgress, BuildSummary, DatasetView, Explanation, ForceKeepsLive, Maintenance, PlanCost,
+    Promotion, SourceDetail, SourceView, StatusReport, WaitingPartition, WantBuild,
 };
 use crate::config::EngineConfig;
-use crate::data::sources::Maintenance;
 use crate::run::lease::Lease;
 use crate::run::Executor;
 use crate::scheduler::{BuildOptions, Observer};

@@ -218,15 +218,12 @@ impl Engine {
         report.reasons.push(reason);
         if row.status == Status::Available {
             let rows = self.store.checks_of(&[r])?;
-            report.checks = crate::check::rules::results(&self.graph, r, run, &rows);
+            report.checks = crate::check::results(&self.graph, r, run, &rows);
             for c in &report.checks {
                 if c.result == "failed" && !c.blocking {
                     report.reasons.push(format!(
                         "warning: {} (not blocking)",
-                        crate::check::rules::failed_reason(
-                            &c.name,
-                            c.message.as_deref().unwrap_or("")
-                        )
+                        crate::check::failed_reason(&c.name, c.message.as_deref().unwrap_or(""))
                     ));
                 }
                 if let Some(why) = &c.stale {

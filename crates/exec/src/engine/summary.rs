@@ -209,7 +209,7 @@ pub(crate) fn summary_cut(
             continue;
         };
         let failed = e.status == Status::Failed && e.data.blocking.unwrap_or(true);
-        let why = crate::check::rules::failed_reason(&name, e.message.as_deref().unwrap_or(""));
+        let why = crate::check::failed_reason(&name, e.message.as_deref().unwrap_or(""));
         latest.insert((r, name), failed.then_some((run, why)));
     }
     let mut held_back: FxHashMap<String, (String, String)> = FxHashMap::default();

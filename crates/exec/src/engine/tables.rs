@@ -13,10 +13,11 @@ use std::sync::atomic::AtomicBool;
 use databuild_core::{Deps, PartitionRef, Producer, Table};
 use databuild_log::{Event, PartitionQuery, Status};
 
+use crate::answers::SourceDay;
 use crate::answers::{
     CoverageRow, DayCounts, Promotion, SourceDetail, SourceView, TableView, VersionView,
 };
-use crate::data::sources::{source_days, SourceDay};
+use crate::data::sources::source_days;
 use crate::data::versions::promotions;
 use crate::engine::{Engine, EngineError, Result};
 use crate::run::Executor;
@@ -272,7 +273,7 @@ pub(crate) fn maintain_sources(
     engine: &Engine,
     name: Option<&str>,
     through: Option<&str>,
-) -> Result<Vec<crate::data::sources::Maintenance>> {
+) -> Result<Vec<crate::answers::Maintenance>> {
     let indices: Vec<usize> = match name {
         Some(n) => vec![engine.source_index(n)?],
         None => (0..engine.graph.sources.len()).collect(),

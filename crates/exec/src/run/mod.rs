@@ -4,6 +4,7 @@
 //! [`slots`] a build runs them in, and the machinery that keeps jobs from outliving the process
 //! driving them ([`watchdog`], [`reap`], [`lease`], [`owner`]).
 
+pub mod check;
 pub mod contract;
 pub mod lease;
 pub mod local;

@@ -2,7 +2,7 @@
 //! slot's, with the run's report and checks). No I/O here: the scheduler's pure machine reads
 //! them.
 
-use crate::check::rules::CheckOutcome;
+use crate::check::CheckOutcome;
 
 /// How a run ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -54,6 +54,6 @@ impl Ended {
         if self.outcome != RunOutcome::Succeeded {
             return None;
         }
-        crate::check::rules::blocking_failure(&self.checks)
+        crate::check::blocking_failure(&self.checks)
     }
 }

@@ -11,8 +11,8 @@ use std::time::Instant;
 use super::lease::Lease;
 use super::outcome::{Ended, RunOutcome};
 use super::{Executor, RunSpec};
-use crate::check::rules::{CheckOutcome, CheckRun};
-use crate::check::run::CheckPlace;
+use crate::check::{CheckOutcome, CheckRun};
+use crate::run::check::CheckPlace;
 
 /// A claimed run, with what a slot needs to start it.
 pub(crate) struct Launch {
@@ -205,9 +205,9 @@ fn run_checks(
     executor: &dyn Executor,
     launch: &Launch,
     report: Option<&serde_json::Value>,
-) -> Result<Option<Vec<CheckOutcome>>, crate::check::rules::InlineCheckError> {
+) -> Result<Option<Vec<CheckOutcome>>, crate::check::InlineCheckError> {
     let spec = &launch.spec;
-    let mut results = crate::check::rules::inline(report, &spec.outputs)?;
+    let mut results = crate::check::inline(report, &spec.outputs)?;
     let logs_dir = spec
         .log_path
         .parent()
@@ -221,7 +221,7 @@ fn run_checks(
         logs_dir: &logs_dir,
     };
     for c in &launch.checks {
-        match crate::check::run::run(executor, &place, c, &launch.cancel) {
+        match crate::run::check::run(executor, &place, c, &launch.cancel) {
             Some(result) => results.push(result),
             None => return Ok(None),
         }

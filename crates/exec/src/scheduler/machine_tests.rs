@@ -67,7 +67,7 @@ fn ended(outcome: RunOutcome) -> Ended {
 /// A run that succeeded and whose output failed a check.
 fn checked(blocking: bool) -> Ended {
     Ended {
-        checks: vec![crate::check::rules::CheckOutcome {
+        checks: vec![crate::check::CheckOutcome {
             partition_ref: "a".into(),
             name: "rows".into(),
             version: Some("1".into()),

@@ -11,16 +11,43 @@
 //! process died are found by their recorded owner and closed.
 
 use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use databuild_core::PartitionRef;
+use databuild_core::{Graph, PartitionRef, Plan, PlanRequest};
+use databuild_log::EventStore;
 
+use crate::error::Result;
+use crate::run::lease::Lease;
 use crate::run::RunOutcome;
 
 pub(crate) mod driver;
 mod machine;
 pub(crate) mod record;
 mod spec;
+
+/// What the scheduler asks of the engine that hands it a plan: the graph and the log, the lease
+/// this process holds, the folders runs use, and the planning and reads a running build needs.
+/// [`crate::Engine`] is the one implementation; through it the scheduler depends on nothing
+/// above it.
+pub(crate) trait Host: Sync {
+    fn graph(&self) -> &Graph;
+    fn store(&self) -> &dyn EventStore;
+    fn lease(&self) -> &Lease;
+    fn graph_dir(&self) -> &Path;
+    fn data_dir(&self) -> &Path;
+    /// Where run logs are written.
+    fn logs_dir(&self) -> PathBuf;
+    /// Plans refs a running build adds: inputs a run reported missing, a partition taken over.
+    fn plan(&self, request: &PlanRequest) -> Result<Plan>;
+    /// The version an input has now, and for a job's output the run that built it.
+    fn input_instance(&self, r: &str) -> Result<(Option<String>, Option<String>)>;
+    /// The version an input has now.
+    fn input_version(&self, r: &str) -> Result<Option<String>>;
+    /// Closes builds whose driving process is gone (before a partition they held is taken
+    /// over).
+    fn close_abandoned_builds(&self) -> Result<usize>;
+}
 
 #[derive(Debug, Clone)]
 pub struct BuildOptions {

@@ -8,8 +8,8 @@ use databuild_core::{Graph, PartitionRef, Plan, PlannedRun, Producer};
 use databuild_log::{AfterFailure, Event, Status};
 use rustc_hash::{FxHashMap, FxHashSet};
 
-use super::BuildOptions;
-use crate::engine::{Engine, Result};
+use super::{BuildOptions, Host};
+use crate::error::Result;
 use crate::run::owner::this_owner;
 
 /// A new build request, with what it asks for and who drives it.
@@ -119,7 +119,7 @@ pub(crate) fn missing(
 /// The requested refs the plan found live: each is `available`, a job's output with a
 /// `skipped` run relying on the run that built it. Returns those refs and the events.
 pub(super) fn skipped(
-    engine: &Engine,
+    engine: &dyn Host,
     id: &str,
     requested: &FxHashSet<&str>,
     live: &[PartitionRef],
@@ -128,7 +128,7 @@ pub(super) fn skipped(
     let mut events = Vec::new();
     // Each requested live ref with the job that builds it (none for an external).
     let live: Vec<(&PartitionRef, Option<usize>)> = requested_live(live, requested)
-        .map(|r| match engine.graph.producer_of(r.as_str()) {
+        .map(|r| match engine.graph().producer_of(r.as_str()) {
             Some((Producer::Job { job, .. }, _)) => (r, Some(job)),
             _ => (r, None),
         })
@@ -142,7 +142,7 @@ pub(super) fn skipped(
             .map(|(r, _)| r.as_str())
             .collect();
         let relies_on: FxHashMap<String, String> = engine
-            .store
+            .store()
             .partitions_by_ref(&built)?
             .into_iter()
             .filter_map(|p| Some((p.partition_ref, p.job_run_id?)))
@@ -152,7 +152,7 @@ pub(super) fn skipped(
             if let Some(job) = job {
                 let run = databuild_log::event::new_id();
                 events.push(
-                    Event::job_run(id, &run, &engine.graph.jobs[job].name, Status::Skipped)
+                    Event::job_run(id, &run, &engine.graph().jobs[job].name, Status::Skipped)
                         .with_data(|d| {
                             d.outputs = vec![r.to_string()];
                             d.relies_on = relies_on.get(r.as_str()).cloned();

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use databuild_core::{Job, PlannedRun, Producer};
 use databuild_log::Status;
 
-use crate::engine::Engine;
+use super::Host;
 use crate::run::{RunSpec, DEFAULT_LOG_LIMIT};
 
 /// What a spec is made of: one attempt of a run.
@@ -18,7 +18,7 @@ pub(super) struct SpecOf<'a> {
 }
 
 /// Where a run's log goes.
-pub(super) fn log_path(engine: &Engine, run_id: &str) -> PathBuf {
+pub(super) fn log_path(engine: &dyn Host, run_id: &str) -> PathBuf {
     engine.logs_dir().join(format!("{run_id}.log"))
 }
 
@@ -59,17 +59,17 @@ pub(super) fn with_provenance(
     Some(r)
 }
 
-pub(super) fn run_spec(engine: &Engine, build: &str, launch: &SpecOf<'_>) -> RunSpec {
+pub(super) fn run_spec(engine: &dyn Host, build: &str, launch: &SpecOf<'_>) -> RunSpec {
     let (run, run_id) = (launch.run, launch.run_id);
-    let job = &engine.graph.jobs[run.job_index];
+    let job = &engine.graph().jobs[run.job_index];
     let mut env = env_of(job, run);
     // Not part of the data version: which attempt made a partition does not change it.
     env.insert("DATABUILD_ATTEMPT".to_string(), launch.attempt.to_string());
     let mut fields = Vec::new();
     if let [single] = run.outputs.as_slice() {
-        if let Some((p, values)) = engine.graph.producer_of(single.as_str()) {
+        if let Some((p, values)) = engine.graph().producer_of(single.as_str()) {
             let mut types = serde_json::Map::new();
-            for ((name, ty), v) in engine.graph.pattern_of(p).fields().zip(values) {
+            for ((name, ty), v) in engine.graph().pattern_of(p).fields().zip(values) {
                 fields.push((name.to_string(), v.to_string()));
                 types.insert(name.to_string(), ty.to_string().into());
             }
@@ -84,7 +84,7 @@ pub(super) fn run_spec(engine: &Engine, build: &str, launch: &SpecOf<'_>) -> Run
         // Which version the partition is carried forward from, for the migrate command.
         let from = run.outputs.first().and_then(|o| {
             let events = engine
-                .store
+                .store()
                 .events(&databuild_log::EventFilter {
                     partition_ref: Some(o.to_string()),
                     ..Default::default()
@@ -95,7 +95,7 @@ pub(super) fn run_spec(engine: &Engine, build: &str, launch: &SpecOf<'_>) -> Run
                 .iter()
                 .rev()
                 .filter(|e| e.status == Status::Available)
-                .filter_map(|e| engine.store.job_run(e.job_run_id.as_deref()?).ok()?)
+                .filter_map(|e| engine.store().job_run(e.job_run_id.as_deref()?).ok()?)
                 .find(|run| run.status == Status::Completed && run.job_run_id != run_id)?
                 .job_version
         });
@@ -124,10 +124,10 @@ pub(super) fn run_spec(engine: &Engine, build: &str, launch: &SpecOf<'_>) -> Run
         present_inputs: run
             .inputs
             .iter()
-            .filter(|i| match engine.graph.producer_of(i.as_str()) {
+            .filter(|i| match engine.graph().producer_of(i.as_str()) {
                 Some((Producer::Job { .. }, _)) => true,
                 Some((Producer::Dataset(d), _)) => {
-                    let ds = &engine.graph.datasets[d];
+                    let ds = &engine.graph().datasets[d];
                     ds.exists.is_none() && ds.source.is_none() && ds.upstream.is_none()
                 }
                 _ => false,
@@ -135,8 +135,8 @@ pub(super) fn run_spec(engine: &Engine, build: &str, launch: &SpecOf<'_>) -> Run
             .map(|i| i.to_string())
             .collect(),
         fields,
-        graph_dir: engine.graph_dir.clone(),
-        data_dir: engine.data_dir.clone(),
+        graph_dir: engine.graph_dir().to_path_buf(),
+        data_dir: engine.data_dir().to_path_buf(),
         log_path: log_path(engine, run_id),
         timeout: job.timeout,
         log_limit: DEFAULT_LOG_LIMIT,

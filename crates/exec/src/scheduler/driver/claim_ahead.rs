@@ -10,7 +10,7 @@ use databuild_log::{EventStore, Status};
 use rustc_hash::FxHashMap;
 
 use super::super::machine::Machine;
-use crate::engine::Result;
+use crate::error::Result;
 
 /// How many nodes past a first claim have their outputs' holders read with it.
 const HOLDERS_AHEAD: usize = 4096;

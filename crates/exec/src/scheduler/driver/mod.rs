@@ -34,8 +34,8 @@ use waiters::Waiters;
 use super::machine::{Effect, Input, JobPolicy, Machine, Policy, WaitOutcome};
 use super::record::{Record, RunEnd};
 use super::spec::{self, SpecOf};
-use super::{BuildOptions, Observer, Progress};
-use crate::engine::{Engine, EngineError, Result};
+use super::{BuildOptions, Host, Observer, Progress};
+use crate::error::{EngineError, Result};
 use crate::run::outcome::Ended;
 use crate::run::slots::{Launch, Launches, Report, Stamp};
 use crate::run::{Executor, RunOutcome};
@@ -95,7 +95,7 @@ impl RunIo {
 
 /// What a planned build runs with.
 pub(crate) struct Build<'a> {
-    pub engine: &'a Engine,
+    pub engine: &'a dyn Host,
     pub id: &'a str,
     pub options: &'a BuildOptions,
     /// The request's refs, as a set.
@@ -122,7 +122,7 @@ pub(crate) fn run(
 }
 
 struct Driver<'s, 'e> {
-    engine: &'e Engine,
+    engine: &'e dyn Host,
     id: String,
     options: &'e BuildOptions,
     executor: &'e dyn Executor,
@@ -186,7 +186,7 @@ impl<'s, 'e> Driver<'s, 'e> {
             slots: options.parallel,
             keep_going: options.keep_going,
             jobs: engine
-                .graph
+                .graph()
                 .jobs
                 .iter()
                 .map(|j| JobPolicy {
@@ -217,7 +217,7 @@ impl<'s, 'e> Driver<'s, 'e> {
             deferred: Deferred::default(),
             made: FxHashMap::default(),
             held_back: FxHashSet::default(),
-            claim_ahead: ClaimAhead::new(&engine.graph),
+            claim_ahead: ClaimAhead::new(engine.graph()),
             requested,
             plan_recorded: false,
             last_refusal: None,
@@ -225,12 +225,12 @@ impl<'s, 'e> Driver<'s, 'e> {
     }
 
     fn store(&self) -> &'e dyn EventStore {
-        self.engine.store.as_ref()
+        self.engine.store()
     }
 
     fn record(&self) -> Record<'_> {
         Record {
-            graph: &self.engine.graph,
+            graph: self.engine.graph(),
             build: &self.id,
         }
     }
@@ -268,7 +268,7 @@ impl<'s, 'e> Driver<'s, 'e> {
         loop {
             // Nothing happens while this process's lease has run out (the log cannot be
             // reached): the build pauses, and resumes once the lease is renewed.
-            if let Err(lost) = self.engine.lease.wait_good(interrupt) {
+            if let Err(lost) = self.engine.lease().wait_good(interrupt) {
                 // Another process took this build over: its jobs are killed (the lease watchdog
                 // does it too) and nothing more of it is written.
                 for run in &self.runs {
@@ -320,7 +320,7 @@ impl<'s, 'e> Driver<'s, 'e> {
                     self.runs[node].started = Some(at);
                     let run = &self.machine.node(node).run;
                     observer.on(Progress::Started {
-                        job: &self.engine.graph.jobs[run.job_index].name,
+                        job: &self.engine.graph().jobs[run.job_index].name,
                         outputs: &run.outputs,
                     });
                     self.feed(Input::Started(node), observer)?;
@@ -490,7 +490,7 @@ impl<'s, 'e> Driver<'s, 'e> {
         if self.plan_recorded {
             // Runs added to a running build join its plan's record.
             events.extend(super::record::plan_parts(
-                &self.engine.graph,
+                self.engine.graph(),
                 &self.id,
                 Status::Executing,
                 nodes.clone().map(|n| &self.machine.node(n).run),
@@ -528,7 +528,7 @@ impl<'s, 'e> Driver<'s, 'e> {
         let mut events = Vec::new();
         let runs = &self.runs;
         self.claim_ahead.read_holders(
-            self.engine.store.as_ref(),
+            self.engine.store(),
             &self.machine,
             |m| runs[m].recorded,
             self.started_ns,
@@ -538,7 +538,7 @@ impl<'s, 'e> Driver<'s, 'e> {
             let run = &self.machine.node(node).run;
             if self
                 .claim_ahead
-                .must_read_versions_first(&self.engine.graph, node, run)
+                .must_read_versions_first(self.engine.graph(), node, run)
             {
                 self.answer(Input::ResolveFirst(node));
                 continue;
@@ -639,7 +639,7 @@ impl<'s, 'e> Driver<'s, 'e> {
             .run
             .inputs
             .iter()
-            .filter(|i| is_upstream(&self.engine.graph, i.as_str()))
+            .filter(|i| is_upstream(self.engine.graph(), i.as_str()))
             .map(|i| i.to_string())
             .collect();
         let (engine, tx) = (self.engine, self.tx.clone());
@@ -693,7 +693,7 @@ impl<'s, 'e> Driver<'s, 'e> {
         let id = &self.runs[node].id;
         let log_path = spec::log_path(self.engine, id).display().to_string();
         let record = Record {
-            graph: &self.engine.graph,
+            graph: self.engine.graph(),
             build: &self.id,
         };
         if !self.runs[node].recorded {
@@ -750,7 +750,7 @@ impl<'s, 'e> Driver<'s, 'e> {
             .run
             .outputs
             .iter()
-            .flat_map(|o| crate::check::rules::runs_for(&self.engine.graph, o.as_str()))
+            .flat_map(|o| crate::check::runs_for(self.engine.graph(), o.as_str()))
             .collect();
         self.launches.push(Launch {
             node,
@@ -767,7 +767,7 @@ impl<'s, 'e> Driver<'s, 'e> {
 
     fn spawn_slot(&self) {
         let (launches, tx, executor) = (self.launches.clone(), self.tx.clone(), self.executor);
-        let lease = &self.engine.lease;
+        let lease = self.engine.lease();
         self.scope.spawn(move || {
             while let Some(launch) = launches.next() {
                 // No job starts while the lease has run out (the log cannot be reached): the
@@ -845,7 +845,7 @@ impl<'s, 'e> Driver<'s, 'e> {
         observer: &mut dyn Observer,
     ) -> Result<()> {
         let run = &self.machine.node(node).run;
-        let job = &self.engine.graph.jobs[run.job_index];
+        let job = &self.engine.graph().jobs[run.job_index];
         // By the slot's clock: the scheduler may read the end up to 100 ms after it.
         let (started, ended_at) = (self.runs[node].started, self.runs[node].ended);
         let took = match (started, ended_at) {
@@ -880,7 +880,7 @@ impl<'s, 'e> Driver<'s, 'e> {
                 // In the completion's own write: the log never shows the partitions live
                 // before their blocking checks are known.
                 for c in &ended.checks {
-                    if let Some(note) = crate::check::rules::note(c) {
+                    if let Some(note) = crate::check::note(c) {
                         observer.on(Progress::Note(note));
                     }
                     events.push(c.event(Some(&self.id), id, &job.name));
@@ -910,7 +910,7 @@ impl<'s, 'e> Driver<'s, 'e> {
         };
         let mut events = self.record().ended(run, id, end);
         stamp_end(&mut events, ended_at);
-        crate::run::publish::discard_run(&self.engine.data_dir, id);
+        crate::run::publish::discard_run(self.engine.data_dir(), id);
         self.append(events)
     }
 
@@ -970,7 +970,7 @@ impl<'s, 'e> Driver<'s, 'e> {
     /// builder is gone.
     fn spawn_waiter(&self, w: usize) {
         let (store, wait) = (self.store(), self.machine.wait(w));
-        let timeout = self.engine.lease.timeout();
+        let timeout = self.engine.lease().timeout();
         let tx = self.tx.clone();
         self.waiters.follow(self.scope, store, w, wait, timeout, tx);
     }
@@ -997,7 +997,7 @@ impl<'s, 'e> Driver<'s, 'e> {
     /// Moves the outputs of runs whose completions the log now holds into place. Only then:
     /// a run fenced off by a takeover never overwrites what another host built.
     fn publish(&self, nodes: Vec<usize>) {
-        let data_dir = &self.engine.data_dir;
+        let data_dir = self.engine.data_dir();
         for node in nodes {
             let id = &self.runs[node].id;
             let staging = crate::run::publish::staging_dir(data_dir, id);
@@ -1025,7 +1025,7 @@ impl<'s, 'e> Driver<'s, 'e> {
     /// Drops what these nodes' runs staged.
     fn discard(&self, nodes: &[usize]) {
         for &node in nodes {
-            crate::run::publish::discard_run(&self.engine.data_dir, &self.runs[node].id);
+            crate::run::publish::discard_run(self.engine.data_dir(), &self.runs[node].id);
         }
     }
 

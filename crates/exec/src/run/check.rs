@@ -5,8 +5,8 @@
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 
-use super::rules::{CheckOutcome, CheckRun};
-use crate::run::{Executor, RunOutcome, RunSpec, DEFAULT_LOG_LIMIT};
+use super::{Executor, RunOutcome, RunSpec, DEFAULT_LOG_LIMIT};
+use crate::check::{CheckOutcome, CheckRun};
 
 /// Where a check runs: the instance it checks and the folders it sees.
 pub struct CheckPlace<'a> {

@@ -1,7 +1,24 @@
-//! What a check's result means, purely: which checks apply to a partition ([`runs_for`]), what
-//! a recorded result says of its current instance ([`state`], [`held_back_by`], [`results`]),
-//! whether a run's results hold its outputs back ([`blocking_failure`]), and the checks a job
-//! reported inline ([`inline`]). No I/O: `data::versions` decides liveness with these.
+//! Checks: data quality that decides what is live.
+//!
+//! A `[[check]]` of the graph runs like a job, on the build's executor, against each partition of
+//! its job's outputs: after the run that built them succeeded (in the same slot, against the
+//! staged outputs, before the run's completion is recorded) and on demand (`databuild check`).
+//! A job may also report checks itself (`DATABUILD_REPORT`: `{"checks": [...]}`). Every result is
+//! a `check` event, recorded with the run's completion: the log never shows a partition live
+//! whose current instance failed a blocking check.
+//!
+//! What a recorded result means now ([`state`], [`blocking_failure`]) is decided here, purely,
+//! from the graph's check and the log's row: a failed blocking check of the current instance
+//! holds the partition back; a result of an earlier instance says nothing; one recorded under
+//! another version or command of the check is stale (the check runs again, the data is not
+//! rebuilt).
+//!
+//! This module is those decisions, and nothing else: which checks apply to a partition
+//! ([`runs_for`]), what a recorded result says of its current instance ([`state`],
+//! [`held_back_by`], [`results`]), whether a run's results hold its outputs back
+//! ([`blocking_failure`]), and the checks a job reported inline ([`inline`]). No I/O:
+//! `data::versions` decides liveness with these. Running one check is `run::check`; the engine's
+//! side (`databuild check`, and a build's stale checks) is `engine::checks`.
 
 use std::time::Duration;
 

@@ -133,7 +133,7 @@ pub struct DatasetView {
     pub partitions: std::collections::BTreeMap<String, u64>,
     /// Whether each available partition's freshness was derived, so `live`, `stale` and
     /// `missing` are exact. Unless asked for (`exact`), a job output with more available
-    /// partitions than one freshness scan checks (`views::FRESHNESS_SCAN`) is counted as the log
+    /// partitions than one freshness scan checks (`engine::listing::FRESHNESS_SCAN`) is counted as the log
     /// records it, `available`: the exact split costs a check of every one of them.
     pub freshness_checked: bool,
 }

@@ -1,7 +1,7 @@
 //! Running job runs. [`Executor`] is the interface: a [`RunSpec`] in, a [`RunOutcome`] out;
 //! [`local`] runs a run as a process here, [`slurm`] as a Slurm job. Around it: what a job is
 //! given and gives back ([`contract`]), its outputs' way into place ([`publish`]), the
-//! [`slots`] a build runs them in, and the machinery that keeps jobs from outliving the process
+//! `slots` a build runs them in, and the machinery that keeps jobs from outliving the process
 //! driving them ([`watchdog`], [`reap`], [`lease`], [`owner`]).
 
 pub mod check;
@@ -13,11 +13,11 @@ pub mod outcome;
 pub mod owner;
 pub mod process;
 pub mod publish;
-pub(crate) mod reap;
+pub mod reap;
 pub(crate) mod slots;
 pub mod slurm;
 pub(crate) mod spawn;
-pub(crate) mod watchdog;
+pub mod watchdog;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;

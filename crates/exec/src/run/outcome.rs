@@ -1,4 +1,4 @@
-//! How a run ended, as plain values: [`RunOutcome`] (an executor's answer) and [`Ended`] (a
+//! How a run ended, as plain values: [`RunOutcome`] (an executor's answer) and `Ended` (a
 //! slot's, with the run's report and checks). No I/O here: the scheduler's pure machine reads
 //! them.
 

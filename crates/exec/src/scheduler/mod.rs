@@ -9,6 +9,9 @@
 //! Claiming a partition (`building`) goes through the log, which refuses a second claim: when
 //! another build got there first, this one waits for it instead (delegation). Runs whose driving
 //! process died are found by their recorded owner and closed.
+//!
+//! The scheduler sits below the engine: what it needs of it (`Host`) is a trait the engine
+//! implements, so nothing here names the engine.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -41,7 +41,7 @@ impl Context {
             graph,
             graph_dir,
             data_dir,
-            graph_digest: databuild_exec::plan_cache::graph_digest(&text),
+            graph_digest: databuild_exec::engine::plan_cache::graph_digest(&text),
         })
     }
 

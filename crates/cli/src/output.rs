@@ -129,7 +129,7 @@ pub fn millis(ms: Option<f64>) -> String {
 pub use databuild_exec::answers::span;
 
 pub fn time(ns: Option<i64>) -> String {
-    ns.map(databuild_exec::engine::rfc3339)
+    ns.map(databuild_exec::answers::rfc3339)
         .unwrap_or_else(|| "-".to_string())
 }
 

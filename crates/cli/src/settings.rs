@@ -78,7 +78,7 @@ fn lease_timeout() -> anyhow::Result<std::time::Duration> {
     use std::time::Duration;
     let timeout = interval(
         "DATABUILD_LEASE_TIMEOUT",
-        databuild_exec::lease::DEFAULT_TIMEOUT,
+        databuild_exec::run::lease::DEFAULT_TIMEOUT,
     )?;
     if !(Duration::from_secs(2)..=Duration::from_secs(86_400)).contains(&timeout) {
         return Err(UserError(format!(

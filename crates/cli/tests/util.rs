@@ -117,7 +117,7 @@ pub fn seed_build(project: &Project, br: &str, run: &str, job: &str, r: &str, ok
             Event::partition(Some(br), r, Status::Scheduled).with_run(run),
             Event::build_request(br, Status::Executing),
             Event::job_run(br, run, job, Status::Running).with_data(|d| {
-                let raw = databuild_exec::versions::external_version(
+                let raw = databuild_exec::data::versions::external_version(
                     &project.path().join("data"),
                     "raw/2020-01-01",
                 );

@@ -18,8 +18,6 @@ use databuild_log::{
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use crate::sources::SourceDay;
-
 fn text(ns: i64) -> String {
     rfc3339(ns)
 }
@@ -68,6 +66,34 @@ pub struct VersionView {
     pub carried: usize,
 }
 
+/// One day of a source: open, sealed or expired.
+#[derive(Debug, Clone, Serialize, serde::Deserialize, utoipa::ToSchema)]
+pub struct SourceDay {
+    pub date: String,
+    /// `open`, `sealed` or `expired`.
+    pub state: String,
+    pub records: Option<u64>,
+}
+
+/// What ingesting a source's dropped files did.
+#[derive(Debug, Default, Clone, Serialize, serde::Deserialize, utoipa::ToSchema)]
+pub struct IngestReport {
+    pub files: u64,
+    pub records: u64,
+    pub rejected: Vec<String>,
+}
+
+/// What one maintenance pass of a source did.
+#[derive(Debug, Default, Clone, Serialize, serde::Deserialize, utoipa::ToSchema)]
+pub struct Maintenance {
+    pub source: String,
+    pub ingested: IngestReport,
+    /// `[date, records]` of each partition sealed.
+    #[schema(value_type = Vec<Vec<serde_json::Value>>)]
+    pub sealed: Vec<(String, u64)>,
+    pub expired: Vec<String>,
+}
+
 /// One date of `source show`: the raw partition and each table version's partition.
 #[derive(Debug, Clone, Serialize, serde::Deserialize, utoipa::ToSchema)]
 pub struct CoverageRow {
@@ -107,7 +133,7 @@ pub struct DatasetView {
     pub partitions: std::collections::BTreeMap<String, u64>,
     /// Whether each available partition's freshness was derived, so `live`, `stale` and
     /// `missing` are exact. Unless asked for (`exact`), a job output with more available
-    /// partitions than one freshness scan checks (`views::FRESHNESS_SCAN`) is counted as the log
+    /// partitions than one freshness scan checks (`engine::listing::FRESHNESS_SCAN`) is counted as the log
     /// records it, `available`: the exact split costs a check of every one of them.
     pub freshness_checked: bool,
 }
@@ -951,7 +977,7 @@ pub struct SourceList {
 /// `POST /api/v1/sources/{name}/seal`: what each source's maintenance did.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct Sealed {
-    pub sources: Vec<crate::sources::Maintenance>,
+    pub sources: Vec<Maintenance>,
 }
 
 /// `POST /api/v1/webhooks/{source}`: the records are on disk.
@@ -968,8 +994,92 @@ pub struct Ingested {
     pub duplicates: usize,
 }
 
+/// `analyze --json` (contract section 4). [`AnalyzeView::priced`] (beside `Engine::analyze`)
+/// prices it with the engine.
+#[derive(Debug, Serialize)]
+pub struct AnalyzeView<'p> {
+    pub build_request_id: &'p str,
+    pub job_runs: &'p [databuild_core::PlannedRun],
+    pub skipped: Vec<&'p str>,
+    pub delegated: Vec<&'p str>,
+    pub missing: Vec<&'p str>,
+    pub delegations: &'p [databuild_core::plan::Delegation],
+    pub missing_details: Vec<MissingExternal>,
+    /// The partitions the plan cannot build until its missing inputs are there (the outputs of
+    /// the runs that read one, and of every run downstream): how many, and the first 100.
+    pub cannot_build_count: usize,
+    pub cannot_build: Vec<&'p str>,
+    /// Stale partitions the plan keeps as they are because they cannot be rebuilt (an input
+    /// expired), with why: how many, and the first 100.
+    pub not_rebuildable_count: usize,
+    pub not_rebuildable: Vec<NotRebuildable>,
+    pub estimate: PlanCost,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub force_keeps_live: Option<ForceKeepsLive>,
+}
+
+impl<'p> AnalyzeView<'p> {
+    /// `reasons`: why each of the plan's missing external partitions is missing
+    /// ([`crate::Engine::missing_reasons`]).
+    pub fn new(
+        build_request_id: &'p str,
+        plan: &'p databuild_core::Plan,
+        estimate: PlanCost,
+        reasons: Vec<Option<String>>,
+    ) -> Self {
+        let blocked = plan.blocked_runs();
+        let blocked_outputs = || {
+            blocked
+                .iter()
+                .flat_map(|&i| plan.runs[i].outputs.iter().map(|o| o.as_str()))
+        };
+        AnalyzeView {
+            cannot_build_count: blocked_outputs().count(),
+            cannot_build: blocked_outputs().take(100).collect(),
+            not_rebuildable_count: plan.not_rebuildable.len(),
+            not_rebuildable: plan
+                .not_rebuildable
+                .iter()
+                .take(100)
+                .map(|(r, reason)| NotRebuildable {
+                    partition_ref: r.to_string(),
+                    reason: reason.clone(),
+                })
+                .collect(),
+            build_request_id,
+            job_runs: &plan.runs,
+            skipped: plan.skipped.iter().map(|r| r.as_str()).collect(),
+            delegated: plan
+                .delegated
+                .iter()
+                .map(|d| d.partition_ref.as_str())
+                .collect(),
+            missing: plan
+                .missing
+                .iter()
+                .map(|m| m.partition_ref.as_str())
+                .collect(),
+            delegations: &plan.delegated,
+            missing_details: plan
+                .missing
+                .iter()
+                .zip(reasons.into_iter().chain(std::iter::repeat(None)))
+                .map(|(m, reason)| MissingExternal {
+                    partition_ref: m.partition_ref.to_string(),
+                    dataset: m.dataset.clone(),
+                    needed_by: m.needed_by.clone(),
+                    reason,
+                    failed_check: m.failed_check.clone(),
+                })
+                .collect(),
+            estimate,
+            force_keeps_live: None,
+        }
+    }
+}
+
 /// `POST /api/v1/analyze` (contract section 4): the owned twin of
-/// [`crate::views::AnalyzeView`], which serializes a plan without copying it; a unit test keeps
+/// [`AnalyzeView`], which serializes a plan without copying it; a unit test keeps
 /// the two the same.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct Analysis {
@@ -1312,8 +1422,7 @@ mod tests {
             not_rebuildable: vec![(r("s/1"), "not rebuildable: input `x` expired".into())],
         };
         let cost = databuild_core::estimate::estimate(&plan, &[], 2).into();
-        let view =
-            serde_json::to_value(crate::views::AnalyzeView::new("b", &plan, cost, vec![])).unwrap();
+        let view = serde_json::to_value(AnalyzeView::new("b", &plan, cost, vec![])).unwrap();
         let owned: Analysis = serde_json::from_value(view.clone()).unwrap();
         assert_eq!(serde_json::to_value(owned).unwrap(), view);
     }

@@ -60,7 +60,7 @@ impl Default for EngineConfig {
         EngineConfig {
             clock: Clock::default(),
             upstream_token: None,
-            lease_timeout: crate::lease::DEFAULT_TIMEOUT,
+            lease_timeout: crate::run::lease::DEFAULT_TIMEOUT,
         }
     }
 }

@@ -10,10 +10,10 @@ use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 use databuild_core::PlanRequest;
-use databuild_exec::answers::{self, route, Analysis, BuildAccepted};
-use databuild_exec::gc::GcReport;
-use databuild_exec::lineage::{Direction, InstanceDiff, Lineage, TaintImpact};
-use databuild_exec::views::{AnalyzeView, ListedStatus, PartitionPage};
+use databuild_exec::answers::{self, route, Analysis, AnalyzeView, BuildAccepted};
+use databuild_exec::engine::gc::GcReport;
+use databuild_exec::engine::lineage::{Direction, InstanceDiff, Lineage, TaintImpact};
+use databuild_exec::engine::listing::{ListedStatus, PartitionPage};
 use databuild_log::{EventFilter, PartitionQuery, SqlResult, Status};
 use futures_util::stream::{self, Stream};
 use serde::Deserialize;
@@ -330,7 +330,7 @@ pub(crate) async fn analyze(
         })?;
         let parallel = body
             .parallel
-            .unwrap_or_else(databuild_exec::build::default_parallelism);
+            .unwrap_or_else(databuild_exec::scheduler::default_parallelism);
         // The borrowed view serializes the plan without copying it; `Analysis` is its owned twin.
         let view = AnalyzeView::priced(engine, &analysis, parallel)?;
         Ok(serde_json::to_vec(&view).expect("plans serialize"))
@@ -634,7 +634,7 @@ fn parse_time(name: &str, value: Option<String>) -> ApiResult<Option<i64>> {
 }
 
 fn chrono_ns(text: &str) -> Option<i64> {
-    databuild_exec::engine::parse_rfc3339(text)
+    databuild_exec::answers::parse_rfc3339(text)
 }
 
 #[utoipa::path(get, path = route::EVENTS, summary = "Events, filtered and paginated", params(EventsQuery), responses((status = 200, body = answers::EventPage), (status = 400, body = ErrorBody), (status = 404, description = "`build` or `run` names no build or run", body = ErrorBody)))]

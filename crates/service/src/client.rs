@@ -7,14 +7,15 @@ use std::io::{BufRead, BufReader};
 
 use axum::http::StatusCode;
 use databuild_exec::answers::{
-    route, Analysis, BuildAccepted, BuildDetail, BuildList, BuildPartitionPage, BuildProgress,
-    BuildSummary, Cancelled, DatasetList, ErrorBody, EventList, EventPage, Explain, JobDetail,
-    JobList, JobRun, LogChunk, PartitionStatus, Sealed, SourceList, Want, WantDetail, WantList,
+    route, Analysis, AnalyzeView, BuildAccepted, BuildDetail, BuildList, BuildPartitionPage,
+    BuildProgress, BuildSummary, Cancelled, DatasetList, ErrorBody, EventList, EventPage, Explain,
+    JobDetail, JobList, JobRun, LogChunk, PartitionStatus, Sealed, SourceList, Want, WantDetail,
+    WantList,
 };
-use databuild_exec::gc::GcReport;
-use databuild_exec::lineage::{Direction, InstanceDiff, Lineage, TaintImpact};
-use databuild_exec::tables::{Promotion, SourceDetail};
-use databuild_exec::views::{AnalyzeView, ListedStatus, PartitionPage};
+use databuild_exec::answers::{Promotion, SourceDetail};
+use databuild_exec::engine::gc::GcReport;
+use databuild_exec::engine::lineage::{Direction, InstanceDiff, Lineage, TaintImpact};
+use databuild_exec::engine::listing::{ListedStatus, PartitionPage};
 use databuild_exec::Engine;
 use databuild_log::{EventFilter, PartitionQuery, SqlResult};
 use serde::de::DeserializeOwned;
@@ -668,7 +669,7 @@ mod tests {
         for ns in [0, 1, 1_764_583_389_123_456_789, -1_500_000_001] {
             let text = databuild_exec::answers::rfc3339_ns(ns);
             assert_eq!(
-                databuild_exec::engine::parse_rfc3339(&text),
+                databuild_exec::answers::parse_rfc3339(&text),
                 Some(ns),
                 "{text}"
             );

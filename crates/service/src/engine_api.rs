@@ -9,10 +9,12 @@ use databuild_exec::answers::{
     Cancelled, DatasetList, EventList, EventPage, Explain, JobDetail, JobList, JobRun, JobRunList,
     LogChunk, PartitionStatus, Sealed, SourceList, Want, WantDetail, WantList,
 };
-use databuild_exec::gc::{GcOptions, GcReport};
-use databuild_exec::lineage::{Direction, InstanceDiff, Lineage, LineageQuery, TaintImpact};
-use databuild_exec::tables::{Promotion, SourceDetail};
-use databuild_exec::views::{ListedStatus, PartitionPage};
+use databuild_exec::answers::{Promotion, SourceDetail};
+use databuild_exec::engine::gc::{GcOptions, GcReport};
+use databuild_exec::engine::lineage::{
+    Direction, InstanceDiff, Lineage, LineageQuery, TaintImpact,
+};
+use databuild_exec::engine::listing::{ListedStatus, PartitionPage};
 use databuild_exec::Engine;
 use databuild_log::{
     BuildQuery, EventFilter, IdKind, PartitionQuery, RunQuery, SqlLimits, SqlResult, Status,
@@ -308,7 +310,7 @@ pub fn lineage(
     if depth > MAX_LINEAGE_DEPTH {
         return Err(AppError::bad_request(format!(
             "depth {depth} is more than {MAX_LINEAGE_DEPTH}; an answer holds at most {} nodes anyway",
-            databuild_exec::lineage::MAX_NODES
+            databuild_exec::engine::lineage::MAX_NODES
         )));
     }
     let instance = instance.map(|id| run_id(engine, id)).transpose()?;
@@ -474,7 +476,7 @@ pub fn run_log_chunk(engine: &Engine, id: &str, offset: u64) -> ApiResult<LogChu
         None => None,
     };
     let running = matches!(run.status, Status::Scheduled | Status::Running)
-        && databuild_exec::owner::owner_alive(driver.as_deref()) != Some(false);
+        && databuild_exec::run::owner::owner_alive(driver.as_deref()) != Some(false);
     let empty = |size: u64| LogChunk {
         job_run_id: id.clone(),
         offset: offset.min(size),
@@ -523,7 +525,7 @@ pub fn run_log(engine: &Engine, id: &str) -> ApiResult<String> {
             "job run `{id}` has no log (it never started)"
         )));
     };
-    match databuild_exec::engine::read_tail(std::path::Path::new(&path), LOG_TAIL) {
+    match databuild_exec::run::log::read_tail(std::path::Path::new(&path), LOG_TAIL) {
         Ok(text) => Ok(text),
         // The log file is created with the job's first output: a silent job has none.
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(String::new()),
@@ -613,9 +615,9 @@ pub fn promote(
     table: &str,
     version: u32,
     downstream: Option<(
-        &databuild_exec::build::BuildOptions,
-        &dyn databuild_exec::local::Executor,
-        &mut dyn databuild_exec::build::Observer,
+        &databuild_exec::scheduler::BuildOptions,
+        &dyn databuild_exec::run::Executor,
+        &mut dyn databuild_exec::scheduler::Observer,
         &std::sync::atomic::AtomicBool,
     )>,
 ) -> ApiResult<Promotion> {

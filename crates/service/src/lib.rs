@@ -58,7 +58,7 @@ pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(9);
 pub struct AppState {
     pub engine: Arc<Engine>,
     /// One executor for all builds, so a cluster executor follows all runs together.
-    pub executor: Arc<dyn databuild_exec::local::Executor>,
+    pub executor: Arc<dyn databuild_exec::run::Executor>,
     /// Tokens, sessions and CSRF tokens.
     pub guard: guard::Guard,
     pub limits: Limits,
@@ -74,7 +74,7 @@ pub struct AppState {
 impl AppState {
     pub fn new(
         engine: Arc<Engine>,
-        executor: Arc<dyn databuild_exec::local::Executor>,
+        executor: Arc<dyn databuild_exec::run::Executor>,
         config: ServeConfig,
     ) -> AppState {
         AppState {
@@ -117,7 +117,7 @@ pub async fn serve(
         let engine = engine.clone();
         tokio::task::spawn_blocking(move || engine.maintain_sources(None, None)).await??;
     }
-    let executor: Arc<dyn databuild_exec::local::Executor> = Arc::from(engine.executor());
+    let executor: Arc<dyn databuild_exec::run::Executor> = Arc::from(engine.executor());
     let state = Arc::new(AppState::new(engine, executor, config));
     tokio::spawn(maintain_sources(state.clone()));
     let stop_reconciler = Arc::new(AtomicBool::new(false));

@@ -7,7 +7,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use axum::extract::{FromRequest, FromRequestParts};
-use databuild_exec::build::{BuildOptions, Quiet};
+use databuild_exec::scheduler::{BuildOptions, Quiet};
 use databuild_exec::Engine;
 use databuild_log::SqlResult;
 use serde::de::DeserializeOwned;
@@ -116,7 +116,7 @@ pub async fn start_build(state: &Arc<AppState>, request: BuildRequest) -> ApiRes
             force: request.force,
             parallel: request
                 .parallel
-                .unwrap_or_else(databuild_exec::build::default_parallelism)
+                .unwrap_or_else(databuild_exec::scheduler::default_parallelism)
                 .max(1),
             keep_going: request.keep_going,
             allow_stale: request.allow_stale,

@@ -4,7 +4,7 @@
 //! every want on a timer: a new want, a partition becoming available, sealed, expired or tainted,
 //! and a build ending mark the wants they concern for a look. Only external data that announces
 //! nothing (files, probes) is polled, every `DATABUILD_WANT_PROBE_INTERVAL` (default 10 s), and
-//! only for the wants waiting on it. A look decides (see [`databuild_exec::wants::Decision`]):
+//! only for the wants waiting on it. A look decides (see [`databuild_exec::engine::wants::Decision`]):
 //! satisfied, expired, wait (saying for what, and asking an upstream service to build it), or
 //! start a build. Deadlines (TTL, SLA) and the graph's recurring `[[want]]`s are checked every
 //! second, in memory.
@@ -15,7 +15,7 @@ use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use databuild_exec::wants::Decision;
+use databuild_exec::engine::wants::Decision;
 use databuild_exec::Engine;
 use databuild_log::{Event, EventFilter, Kind, Status, WantRow};
 
@@ -323,7 +323,8 @@ impl Reconciler {
             return Ok(());
         }
         let token = engine.config.upstream_token.as_deref();
-        match databuild_exec::upstream::request_build_with(upstream, &[r.to_string()], token) {
+        match databuild_exec::data::upstream::request_build_with(upstream, &[r.to_string()], token)
+        {
             Ok(id) => {
                 self.asked.insert(r.to_string(), id.clone());
                 let (tx, up, build, partition) = (
@@ -333,7 +334,7 @@ impl Reconciler {
                     r.to_string(),
                 );
                 std::thread::spawn(move || {
-                    if let Err(e) = databuild_exec::upstream::follow(&up, &build) {
+                    if let Err(e) = databuild_exec::data::upstream::follow(&up, &build) {
                         eprintln!("reconciler: {e}");
                         std::thread::sleep(Duration::from_secs(5));
                     }

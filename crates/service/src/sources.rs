@@ -21,9 +21,9 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use databuild_core::{IdempotencyKey, Source, SourceKind};
 use databuild_exec::answers::{route, Ingested, Sealed, SourceList};
-use databuild_exec::build::{BuildOptions, Quiet};
-use databuild_exec::sources::Keys;
-use databuild_exec::tables::{Promotion, SourceDetail};
+use databuild_exec::answers::{Promotion, SourceDetail};
+use databuild_exec::data::sources::Keys;
+use databuild_exec::scheduler::{BuildOptions, Quiet};
 use serde::Deserialize;
 use utoipa::ToSchema;
 
@@ -190,7 +190,14 @@ async fn ingest(
     let date = state.engine.today();
     let day = date.clone();
     let appended = tokio::task::spawn_blocking(move || {
-        databuild_exec::sources::append_once(&engine.data_dir, &source, &day, records, keys, now)
+        databuild_exec::data::sources::append_once(
+            &engine.data_dir,
+            &source,
+            &day,
+            records,
+            keys,
+            now,
+        )
     })
     .await
     .map_err(|e| plain(AppError::from(e)))?
@@ -394,7 +401,7 @@ pub(crate) async fn promote(
         let downstream = body.build_downstream.then_some((
             &options,
             s.executor.as_ref(),
-            &mut quiet as &mut dyn databuild_exec::build::Observer,
+            &mut quiet as &mut dyn databuild_exec::scheduler::Observer,
             &interrupt,
         ));
         engine_api::promote(&s.engine, &name, body.version, downstream).map(Json)

@@ -5,10 +5,10 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use databuild_core::{Plan, PlanRequest};
+use databuild_exec::answers::AnalyzeView;
 use databuild_exec::answers::{
     Analysis, ForceKeepsLive, MissingExternal, NotRebuildable, PlanCost,
 };
-use databuild_exec::views::AnalyzeView;
 
 use crate::backend::Backend;
 use crate::context::{engine_error, parse_refs};
@@ -248,7 +248,7 @@ pub fn run(
     json: bool,
 ) -> anyhow::Result<ExitCode> {
     let parallel = parallel
-        .unwrap_or_else(databuild_exec::build::default_parallelism)
+        .unwrap_or_else(databuild_exec::scheduler::default_parallelism)
         .max(1);
     let refs = parse_refs(backend, args)?;
     let requested = refs.len();

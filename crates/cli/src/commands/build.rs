@@ -8,9 +8,9 @@ use std::time::{Duration, Instant};
 
 use databuild_core::PartitionRef;
 use databuild_exec::answers::BuildProgress;
-use databuild_exec::build::BuildSummary;
-use databuild_exec::build::{BuildOptions, Observer, Progress};
-use databuild_exec::local::RunOutcome;
+use databuild_exec::answers::BuildSummary;
+use databuild_exec::run::RunOutcome;
+use databuild_exec::scheduler::{BuildOptions, Observer, Progress};
 use databuild_log::{AfterFailure, Event, Kind, Status};
 use databuild_service::client::Http;
 use indicatif::{ProgressBar, ProgressStyle};
@@ -59,7 +59,7 @@ pub fn run(
                     force: flags.force,
                     parallel: flags
                         .parallel
-                        .unwrap_or_else(databuild_exec::build::default_parallelism),
+                        .unwrap_or_else(databuild_exec::scheduler::default_parallelism),
                     keep_going: flags.keep_going,
                     allow_stale: flags.allow_stale,
                     pins: Default::default(),
@@ -121,7 +121,7 @@ fn refused_at_planning(s: &BuildSummary) -> bool {
 /// The last line of a run's log that says something (at most 300 characters), as the service
 /// or this process reads it.
 pub(super) fn last_log_line(backend: &Backend, run: &str) -> Option<String> {
-    databuild_exec::build::last_line(&backend.run_log(run).ok()?)
+    databuild_exec::run::log::last_line(&backend.run_log(run).ok()?)
 }
 
 /// How many failed runs the text summary lists, one a line.

@@ -4,7 +4,7 @@ use std::process::ExitCode;
 
 use crate::backend::Backend;
 use crate::context::parse_refs;
-use databuild_exec::gc::GcKind;
+use databuild_exec::engine::gc::GcKind;
 
 use crate::output::{errln, out, outln, print_json, table};
 

@@ -3,7 +3,7 @@
 
 use std::process::ExitCode;
 
-use databuild_exec::lineage::{Direction, InstanceSummary, Lineage, LineageNode};
+use databuild_exec::engine::lineage::{Direction, InstanceSummary, Lineage, LineageNode};
 use databuild_log::short_id;
 
 use crate::backend::Backend;

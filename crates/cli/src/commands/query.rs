@@ -39,10 +39,10 @@ pub fn partitions(
         PartitionStatusArg::Failed => "failed",
         PartitionStatusArg::Tainted => "tainted",
     });
-    let listed = status_name.and_then(databuild_exec::views::ListedStatus::parse);
+    let listed = status_name.and_then(databuild_exec::engine::listing::ListedStatus::parse);
     let query = PartitionQuery {
         pattern,
-        status: listed.map(databuild_exec::views::ListedStatus::recorded),
+        status: listed.map(databuild_exec::engine::listing::ListedStatus::recorded),
         limit,
         after,
     };
@@ -628,7 +628,7 @@ pub fn datasets(backend: &Backend, exact: bool, json: bool) -> anyhow::Result<Ex
         outln!(
             "`available` is recorded live, its freshness not checked (over {} partitions): \
              `datasets --exact` checks each, `partitions --status stale` pages through the stale",
-            databuild_exec::views::FRESHNESS_SCAN
+            databuild_exec::engine::listing::FRESHNESS_SCAN
         )?;
     }
     Ok(ExitCode::SUCCESS)

@@ -4,7 +4,7 @@ use std::io::IsTerminal;
 use std::process::ExitCode;
 use std::sync::atomic::AtomicBool;
 
-use databuild_exec::build::BuildOptions;
+use databuild_exec::scheduler::BuildOptions;
 
 use super::build::Reporter;
 use crate::backend::Backend;
@@ -183,7 +183,7 @@ pub fn promote(
             let downstream = build_downstream.then_some((
                 &options,
                 executor.as_ref(),
-                &mut reporter as &mut dyn databuild_exec::build::Observer,
+                &mut reporter as &mut dyn databuild_exec::scheduler::Observer,
                 &interrupt,
             ));
             let answer =
@@ -222,7 +222,7 @@ pub fn promote(
 
 /// `databuild table-job`: the process that builds a table version's day.
 pub fn table_job(args: &[String]) -> anyhow::Result<ExitCode> {
-    match databuild_exec::table_job::run(args) {
+    match databuild_exec::data::table_job::run(args) {
         Ok(()) => Ok(ExitCode::SUCCESS),
         Err(message) => {
             errln!("table-job: {message}");

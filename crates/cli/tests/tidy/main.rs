@@ -54,20 +54,14 @@ const NOT_IN_THE_MACHINE: &[&str] = &[
     "std::time::SystemTime",
 ];
 
-/// The scheduler's pure state machine in `databuild-exec`, at its path before or after the
-/// scheduler's folder is renamed (`build/machine.rs` → `scheduler/machine.rs`).
-const EXEC_MACHINE: &[&str] = &["scheduler::machine", "build::machine"];
+/// The scheduler's pure state machine in `databuild-exec`.
+const EXEC_MACHINE: &str = "scheduler::machine";
 
 /// The pure modules of `databuild-exec`: no threads, clock, processes, files or log, and naming
 /// no other module of the crate but these (and the modules under them). The machine is one, and
 /// may name only these. Add a module here when the machine needs it and it is pure: the test
 /// checks it as it checks the machine.
-const PURE_EXEC_MODULES: &[&str] = &["scheduler::machine", "build::machine"];
-
-/// Items of impure modules the machine names while it is at its old path (`build/machine.rs`),
-/// let through until the restructure moves them into a pure module (then put that module on
-/// `PURE_EXEC_MODULES` and delete this). At its new path nothing is let through.
-const MACHINE_NAMES_BEFORE_THE_MOVE: &[&str] = &["local::RunOutcome", "slots::Ended"];
+const PURE_EXEC_MODULES: &[&str] = &["scheduler::machine", "run::outcome", "check", "answers"];
 
 /// The repository's root.
 fn root() -> PathBuf {
@@ -139,32 +133,28 @@ fn the_core_names_no_io() {
 #[test]
 fn the_scheduler_machine_names_only_pure_modules() {
     let exec = load("exec");
-    let existing = |names: &[&str]| -> Vec<ModPath> {
-        names
-            .iter()
-            .map(|name| module_path(name))
-            .filter(|path| exec.module(path).is_some())
-            .collect()
-    };
-    let machine = existing(EXEC_MACHINE);
-    assert_eq!(
-        machine.len(),
-        1,
-        "crates/exec: the machine is at one of {EXEC_MACHINE:?}"
-    );
-    let pure = existing(PURE_EXEC_MODULES);
+    let machine = module_path(EXEC_MACHINE);
     assert!(
-        pure.contains(&machine[0]),
+        exec.module(&machine).is_some(),
+        "crates/exec: the machine is not at {EXEC_MACHINE}"
+    );
+    let pure: Vec<ModPath> = PURE_EXEC_MODULES
+        .iter()
+        .map(|name| module_path(name))
+        .collect();
+    for (name, path) in PURE_EXEC_MODULES.iter().zip(&pure) {
+        assert!(
+            exec.module(path).is_some(),
+            "crates/exec has no module {name}"
+        );
+    }
+    assert!(
+        pure.contains(&machine),
         "the machine is on PURE_EXEC_MODULES"
     );
-    let tolerated = if machine[0] == module_path("build::machine") {
-        MACHINE_NAMES_BEFORE_THE_MOVE
-    } else {
-        &[]
-    };
     let avoided: Vec<&str> = IO_PATHS.iter().chain(NOT_IN_THE_MACHINE).copied().collect();
     let mut problems = purity::forbidden_std(exec, &pure, &avoided);
-    problems.extend(purity::impure_imports(exec, &pure, &pure, tolerated));
+    problems.extend(purity::impure_imports(exec, &pure, &pure, &[]));
     assert_none("impure names in crates/exec's pure modules", problems);
 }
 

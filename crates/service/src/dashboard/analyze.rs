@@ -49,7 +49,7 @@ pub(super) async fn analyze_page(State(state): Shared, Query(q): Query<RefsQuery
             refs,
             ..Default::default()
         })?;
-        let cost = engine.estimate(&plan, databuild_exec::build::default_parallelism())?;
+        let cost = engine.estimate(&plan, databuild_exec::scheduler::default_parallelism())?;
         Ok((plan, cost))
     })
     .await;

@@ -50,7 +50,7 @@ pub(super) async fn datasets_page(
     layout("Datasets", html! {
         h1 { "Datasets" }
         @if datasets.iter().any(|d| !d.freshness_checked) {
-            p.muted { "A dataset with more than " (thousands(databuild_exec::views::FRESHNESS_SCAN as u64))
+            p.muted { "A dataset with more than " (thousands(databuild_exec::engine::listing::FRESHNESS_SCAN as u64))
                 " available partitions shows them as the log records them (available). "
                 a href="/datasets?exact=true" { "Split every one into live, stale and missing" }
                 " (this checks each partition's versions and data: seconds for a million)." }
@@ -110,7 +110,7 @@ fn calendar_for(engine: &Engine, pattern: &str) -> Result<String, AppError> {
         let Some(values) = p.match_ref(&r.partition_ref) else {
             continue;
         };
-        let status = databuild_exec::views::shown_status(r.status).to_string();
+        let status = databuild_exec::engine::listing::shown_status(r.status).to_string();
         let e = by_date
             .entry(values[date_index].to_string())
             .or_insert_with(|| status.clone());

@@ -119,7 +119,7 @@ pub(super) async fn graph_page(State(state): Shared) -> Response {
         h1 { "Graph " (state.engine.graph.name) }
         p.muted { (n) " nodes: datasets and sources (their partitions by state, from the count projections) and the jobs between them. Click a dataset for its partitions, a job for its runs." }
         p.legend { @for k in ["source", "dataset", "job", "alias"] { (badge(k)) } " · " @for st in BAR_ORDER { @if st != "removed" { (badge(st)) } } }
-        @if unchecked { p.muted #unchecked { "available: recorded built; with more than " (thousands(databuild_exec::views::FRESHNESS_SCAN as u64)) " of them, a dataset's split into live, stale and missing is not derived here (" a href="/datasets?exact=true" { "count them exactly" } ", or " code { "databuild datasets --exact" } ")." } }
+        @if unchecked { p.muted #unchecked { "available: recorded built; with more than " (thousands(databuild_exec::engine::listing::FRESHNESS_SCAN as u64)) " of them, a dataset's split into live, stale and missing is not derived here (" a href="/datasets?exact=true" { "count them exactly" } ", or " code { "databuild datasets --exact" } ")." } }
         div.scroll { (PreEscaped(picture)) }
     }).into_response()
 }

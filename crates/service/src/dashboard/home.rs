@@ -4,7 +4,7 @@
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::Extension;
-use databuild_exec::engine::rfc3339;
+use databuild_exec::answers::rfc3339;
 use databuild_log::PartitionQuery;
 use maud::html;
 

@@ -4,9 +4,9 @@
 use axum::extract::{Path, Query, State};
 use axum::response::{IntoResponse, Response};
 use axum::Extension;
-use databuild_exec::engine::rfc3339;
-use databuild_exec::lineage::{Direction, Lineage, LineageNode};
-use databuild_exec::views::ListedStatus;
+use databuild_exec::answers::rfc3339;
+use databuild_exec::engine::lineage::{Direction, Lineage, LineageNode};
+use databuild_exec::engine::listing::ListedStatus;
 use databuild_log::{PartitionQuery, SqlLimits, Status};
 use maud::{html, PreEscaped};
 use serde::Deserialize;

@@ -3,7 +3,7 @@
 
 use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Response};
-use databuild_exec::engine::rfc3339;
+use databuild_exec::answers::rfc3339;
 use databuild_log::Status;
 use maud::html;
 

@@ -1,0 +1,475 @@
+//! The engine: one implementation of planning, analyze, status, explain, taint and builds,
+//! shared by the CLI and the service. It ties the graph (core), the event log and this
+//! machine's resolver together.
+//!
+//! This file is its facade: every public call of [`Engine`] is declared here, with its doc, and
+//! delegates to the facet that carries it out (`planning`, `builds`, `status`, `listing`, ...).
+//! The facets hold crate-internal functions and the helpers they share; none adds to the public
+//! surface.
+
+mod builds;
+pub(crate) mod checks;
+pub mod freshness;
+pub mod gc;
+mod jobs;
+pub mod lineage;
+pub mod listing;
+pub mod plan_cache;
+mod planning;
+mod progress;
+mod status;
+mod summary;
+mod tables;
+mod taint;
+pub mod wants;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::Duration;
+
+use databuild_core::plan::MissingExternal;
+use databuild_core::{Graph, PartitionRef, Plan, PlanRequest, Producer, Table};
+use databuild_log::{
+    BuildRequestRow, Event, EventStore, JobStats, PartitionQuery, PartitionRow, Status, WantRow,
+};
+
+pub use crate::error::{EngineError, Result};
+use freshness::Freshness;
+use gc::{GcOptions, GcReport};
+use lineage::{InstanceDiff, Lineage, LineageQuery, TaintImpact};
+use listing::{ListedStatus, PartitionPage};
+use wants::Decision;
+
+use crate::answers::{
+    BuildProgress, BuildSummary, DatasetView, Explanation, ForceKeepsLive, Maintenance, PlanCost,
+    Promotion, SourceDetail, SourceView, StatusReport, WaitingPartition, WantBuild,
+};
+use crate::config::EngineConfig;
+use crate::run::lease::Lease;
+use crate::run::Executor;
+use crate::scheduler::{BuildOptions, Observer};
+
+pub struct Engine {
+    pub graph: Graph,
+    /// The graph file's folder: jobs and helpers run there.
+    pub graph_dir: PathBuf,
+    pub data_dir: PathBuf,
+    pub store: Arc<dyn EventStore>,
+    /// The clock and credentials the binary read at its edge.
+    pub config: EngineConfig,
+    /// This process's lease on the log, held while it drives builds.
+    pub lease: Lease,
+    /// The digest of the graph file's text, when known: no-op plans are kept under it (see
+    /// `plan_cache.rs`).
+    pub(crate) graph_digest: Option<String>,
+}
+
+/// The answer of `analyze`: the recorded build request and its plan.
+#[derive(Debug)]
+pub struct Analysis {
+    pub build_request_id: String,
+    pub plan: Plan,
+    /// With `force`: the live partitions built from the current instances of the forced ones,
+    /// which stay live (see [`crate::answers::ForceKeepsLive`]).
+    pub force_keeps_live: Option<crate::answers::ForceKeepsLive>,
+}
+
+impl Engine {
+    /// An engine over `store`, with the lease its builds will hold.
+    pub fn new(
+        graph: Graph,
+        graph_dir: PathBuf,
+        data_dir: PathBuf,
+        store: Arc<dyn EventStore>,
+        config: EngineConfig,
+    ) -> Engine {
+        let lease = Lease::new(store.clone(), config.lease_timeout);
+        Engine {
+            graph,
+            graph_dir,
+            data_dir,
+            store,
+            config,
+            lease,
+            graph_digest: None,
+        }
+    }
+
+    /// Names the graph file's text the graph was parsed from, by its digest (`graph_digest` of
+    /// the plan cache), so that builds may keep their no-op plans.
+    pub fn with_graph_digest(mut self, digest: String) -> Engine {
+        self.graph_digest = Some(digest);
+        self
+    }
+
+    /// Today's date, `YYYY-MM-DD`, by the engine's clock.
+    pub fn today(&self) -> String {
+        self.config.clock.today()
+    }
+
+    /// The executor the graph asks for (`[graph] executor`).
+    pub fn executor(&self) -> Box<dyn Executor> {
+        match &self.graph.executor {
+            databuild_core::ExecutorConfig::Local => Box::new(crate::run::LocalExecutor),
+            databuild_core::ExecutorConfig::Slurm(config) => {
+                Box::new(crate::run::slurm::SlurmExecutor::new(config.clone()))
+            }
+        }
+    }
+
+    // Planning and analysis (`planning`).
+
+    /// Plans without recording anything, against the log's partition states (with staleness, and
+    /// live partitions of config jobs re-checked against their config).
+    pub fn plan(&self, request: &PlanRequest) -> Result<Plan> {
+        planning::plan(self, request)
+    }
+
+    /// What `plan` will cost at `parallel` runs at once, from its jobs' recorded durations (one
+    /// read of the jobs' metrics).
+    pub fn estimate(&self, plan: &Plan, parallel: usize) -> Result<PlanCost> {
+        planning::estimate(self, plan, parallel)
+    }
+
+    /// Requested alias refs become the version refs they read now: a build of `orders/date=D`
+    /// builds (and reports) `orders/v2/date=D` when v2 is promoted.
+    pub fn pin_aliases(
+        &self,
+        refs: &[PartitionRef],
+        pins: &BTreeMap<String, u32>,
+    ) -> Vec<PartitionRef> {
+        planning::pin_aliases(self, refs, pins)
+    }
+
+    /// Plans and records the analysis as a build request that ends at `analysis_completed`
+    /// (or `failed`, with the reason, when the refs cannot be planned).
+    pub fn analyze(&self, request: &PlanRequest) -> Result<Analysis> {
+        planning::analyze(self, request)
+    }
+
+    /// Why an external partition a plan needs is not there: a source partition's state
+    /// (still open, expired: its raw data is gone, never received), or where its dataset looks.
+    pub fn missing_reason(&self, m: &MissingExternal) -> Option<String> {
+        planning::missing_reason(self, m)
+    }
+
+    /// Why each of the plan's missing external partitions is not there, for the first
+    /// `MISSING_REASONS` (each is a read of the log or the disk).
+    pub fn missing_reasons(&self, plan: &Plan) -> Vec<Option<String>> {
+        planning::missing_reasons(self, plan)
+    }
+
+    // Builds (`builds`): received, planned and handed to the scheduler; closed; cancelled.
+
+    /// Makes the requested refs live and fresh. Returns the summary even when the build failed;
+    /// errors are for requests that could not be planned or a log that could not be written.
+    pub fn build(
+        &self,
+        options: &BuildOptions,
+        executor: &dyn Executor,
+        observer: &mut dyn Observer,
+        interrupt: &AtomicBool,
+    ) -> Result<BuildSummary> {
+        builds::build(self, options, executor, observer, interrupt)
+    }
+
+    /// Records a new build request (`received`), after closing builds whose process died, and
+    /// returns its id. [`Engine::execute`] then carries it out.
+    pub fn receive(&self, options: &BuildOptions) -> Result<String> {
+        builds::receive(self, options)
+    }
+
+    /// Plans and runs a received build request.
+    pub fn execute(
+        &self,
+        id: &str,
+        options: &BuildOptions,
+        executor: &dyn Executor,
+        observer: &mut dyn Observer,
+        interrupt: &AtomicBool,
+    ) -> Result<BuildSummary> {
+        builds::execute(self, id, options, executor, observer, interrupt)
+    }
+
+    /// Closes, truthfully, builds whose driving process on this machine is gone: their unfinished
+    /// runs and claims fail with the reason, so no partition stays `building` forever.
+    pub fn close_abandoned_builds(&self) -> Result<usize> {
+        builds::close_abandoned_builds(self)
+    }
+
+    /// Ends a build request and everything it left unfinished, in one batch.
+    pub fn close_build(&self, id: &str, status: Status, reason: &str) -> Result<()> {
+        builds::close_build(self, id, status, reason)
+    }
+
+    /// Cancels a build request. Its process (if alive) sees it and stops its runs; if its process
+    /// is gone, its runs are closed here. An unknown request ([`EngineError::NotFound`]) and an
+    /// ended one ([`EngineError::AlreadyEnded`]) are told apart by type, so callers derive their
+    /// answer (404, 409) from the kind; one that ends meanwhile is refused by the log.
+    pub fn cancel(&self, id: &str) -> Result<()> {
+        builds::cancel(self, id)
+    }
+
+    // A build read back from the log (`summary`, `progress`).
+
+    /// What a build request did, read back from the log: the same answer for the process that ran
+    /// it, for the service, and for anyone asking later.
+    pub fn summary(&self, id: &str) -> Result<Option<BuildSummary>> {
+        summary::summary(self, id)
+    }
+
+    /// [`Engine::summary`] of a build request already read.
+    pub fn summary_of(&self, build: &BuildRequestRow) -> Result<BuildSummary> {
+        summary::summary_of(self, build)
+    }
+
+    /// [`Engine::summary_of`] with each list cut to its first `cut` (the counts whole), and the
+    /// plan's record read a few parts at a time: a backfill's refs that never ran (millions)
+    /// are counted, not gathered.
+    pub fn summary_cut(&self, build: &BuildRequestRow, cut: usize) -> Result<BuildSummary> {
+        summary::summary_cut(self, build, cut)
+    }
+
+    /// The progress of build `id`; `None` if there is no such build or it has no plan (still
+    /// planning, or refused before it had one). A few grouped reads, whatever the build's size.
+    pub fn progress(&self, id: &str) -> Result<Option<BuildProgress>> {
+        progress::progress(self, id)
+    }
+
+    /// [`Engine::progress`] of a build request already read.
+    pub fn progress_of(&self, build: &BuildRequestRow) -> Result<Option<BuildProgress>> {
+        progress::progress_of(self, build)
+    }
+
+    // Partitions: status and explain (`status`), listings (`listing`), freshness (`freshness`).
+
+    /// The state of each ref, with reasons.
+    pub fn status(&self, refs: &[String]) -> Result<Vec<StatusReport>> {
+        status::status(self, refs)
+    }
+
+    /// Why `r` is in its state: who built it from what, and what a build would run now.
+    pub fn explain(&self, r: &str) -> Result<Explanation> {
+        status::explain(self, r)
+    }
+
+    /// One page of partitions. For `live` and `stale`, each available partition's freshness is
+    /// derived as `status` does, and the page says why each stale one is.
+    pub fn partition_page(
+        &self,
+        query: &PartitionQuery,
+        listed: Option<ListedStatus>,
+    ) -> Result<PartitionPage> {
+        listing::partition_page(self, query, listed)
+    }
+
+    /// Every available partition of `producer`, checked for freshness.
+    pub fn freshness(&self, producer: Producer) -> Result<Freshness> {
+        freshness::freshness(self, producer)
+    }
+
+    /// Every dataset and job output with its partition counts; `exact` derives the freshness of
+    /// every available partition however many there are (linear in them).
+    pub fn datasets(&self, exact: bool) -> Result<Vec<DatasetView>> {
+        freshness::datasets(self, exact)
+    }
+
+    /// What each of `rows` is now, as listings show it (`live`, `stale`, `missing`, `building`,
+    /// `failed`, `tainted`): available rows derived in one pass with one memo of versions, so
+    /// the cost is that of the rows given (a page of a picture), never of their dataset.
+    pub fn shown_states(&self, rows: Vec<PartitionRow>) -> Result<Vec<&'static str>> {
+        freshness::shown_states(self, rows)
+    }
+
+    // Checks (`checks`) and taint (`taint`).
+
+    /// `databuild check REF...`: runs every check of each partition's current instance now,
+    /// on the graph's executor, against its data in place, and records the results; answers
+    /// each partition's status after them. Refused (naming it) for a ref no check applies to,
+    /// or that has no built instance.
+    pub fn check(&self, refs: &[String], executor: &dyn Executor) -> Result<Vec<StatusReport>> {
+        checks::check(self, refs, executor)
+    }
+
+    /// Marks partitions invalid. A partition being built cannot be tainted until its run ends.
+    /// A job's output is rebuilt by the next build that needs it; an external partition stays
+    /// tainted until its data changes, and what was built from it before the taint is stale.
+    pub fn taint(&self, refs: &[String], reason: Option<&str>) -> Result<Vec<Event>> {
+        taint::taint(self, refs, reason)
+    }
+
+    // Lineage (`lineage`): what an instance was built from and what read it.
+
+    /// The lineage of a partition's instance (see [`lineage`]).
+    pub fn lineage(&self, q: &LineageQuery) -> Result<Lineage> {
+        lineage::lineage(self, q)
+    }
+
+    /// What `taint` of `refs` would make stale, and which wants would rebuild (see
+    /// [`TaintImpact`]); nothing is written.
+    pub fn taint_impact(&self, refs: &[String]) -> Result<TaintImpact> {
+        lineage::taint_impact(self, refs)
+    }
+
+    /// What forced rebuilds of `refs` leave live: the live partitions built from their current
+    /// instances (a rebuild from unchanged inputs records the same data version).
+    pub fn force_keeps_live(&self, refs: &[PartitionRef]) -> Result<ForceKeepsLive> {
+        lineage::force_keeps_live(self, refs)
+    }
+
+    /// What changed between the instance `to` (default: the current one) of `r` and `since`
+    /// (default: the instance before `to`).
+    pub fn diff(&self, r: &str, to: Option<&str>, since: Option<&str>) -> Result<InstanceDiff> {
+        lineage::diff(self, r, to, since)
+    }
+
+    /// How a want's partitions came to be (or are coming): the builds and runs that made them,
+    /// each run with the runs that made what it read, and what each partition not live waits for.
+    pub fn fulfillment(
+        &self,
+        statuses: &[StatusReport],
+    ) -> Result<(Vec<WantBuild>, Vec<WaitingPartition>)> {
+        lineage::fulfillment(self, statuses)
+    }
+
+    // Jobs (`jobs`).
+
+    /// Metrics of every job of the graph (those that never ran too), or of one.
+    pub fn jobs(&self, name: Option<&str>) -> Result<Vec<JobStats>> {
+        jobs::jobs(self, name)
+    }
+
+    /// The edges of the graph's dynamic jobs as the log recorded them, `(producer, job)`: what
+    /// their latest runs read (a config chooses inputs at plan time; the graph file cannot say).
+    pub fn recorded_edges(&self) -> Result<Vec<(Producer, usize)>> {
+        jobs::recorded_edges(self)
+    }
+
+    // Sources and tables (`tables`).
+
+    /// Every source of the graph, with its days and tables.
+    pub fn sources(&self) -> Result<Vec<SourceView>> {
+        tables::sources(self)
+    }
+
+    /// One source in detail: per date, the raw partition and every table version.
+    pub fn source_detail(&self, name: &str) -> Result<SourceDetail> {
+        tables::source_detail(self, name)
+    }
+
+    /// Seals (through `through`, else every ended day), ingests dropped files and expires, for
+    /// one source or all.
+    pub fn maintain_sources(
+        &self,
+        name: Option<&str>,
+        through: Option<&str>,
+    ) -> Result<Vec<Maintenance>> {
+        tables::maintain_sources(self, name, through)
+    }
+
+    /// The version a table's alias reads now.
+    pub fn promoted(&self, table: &Table) -> Result<u32> {
+        tables::promoted(self, table)
+    }
+
+    /// Moves a table's alias to `version` (see `engine/tables.rs`).
+    pub fn promote(
+        &self,
+        table_name: &str,
+        version: u32,
+        downstream: Option<(&BuildOptions, &dyn Executor, &mut dyn Observer, &AtomicBool)>,
+    ) -> Result<Promotion> {
+        tables::promote(self, table_name, version, downstream)
+    }
+
+    /// Makes sure each table's `current` link exists (pointing at the promoted version).
+    pub fn link_tables(&self) -> Result<()> {
+        tables::link_tables(self)
+    }
+
+    // Wants (`wants`).
+
+    /// Records a want for `refs`.
+    pub fn want(
+        &self,
+        refs: &[PartitionRef],
+        ttl: Option<Duration>,
+        sla: Option<Duration>,
+        recurring: Option<&str>,
+    ) -> Result<WantRow> {
+        wants::want(self, refs, ttl, sla, recurring)
+    }
+
+    /// A want, by its id ([`EngineError::NotFound`] if there is none).
+    pub fn want_row(&self, id: &str) -> Result<WantRow> {
+        wants::want_row(self, id)
+    }
+
+    /// Withdraws a want.
+    pub fn unwant(&self, id: &str) -> Result<WantRow> {
+        wants::unwant(self, id)
+    }
+
+    /// Records a want's new state, unless it is already in it for the same reason.
+    pub fn note_want(
+        &self,
+        want: &WantRow,
+        status: Status,
+        waiting_for: Option<&str>,
+        message: Option<String>,
+        started: Option<String>,
+    ) -> Result<bool> {
+        wants::note_want(self, want, status, waiting_for, message, started)
+    }
+
+    /// The want's partitions that are not live and fresh, with the reason.
+    pub fn unsatisfied(&self, want: &WantRow) -> Result<Vec<(String, String)>> {
+        wants::unsatisfied(self, want)
+    }
+
+    /// What should happen to a want now.
+    pub fn decide(&self, want: &WantRow, now_ns: i64) -> Result<Decision> {
+        wants::decide(self, want, now_ns)
+    }
+
+    /// Partitions of a want that missed their SLA by `now_ns` and are not live, leaving out those
+    /// `known` already (so a long-late want costs no status checks).
+    pub fn sla_misses(
+        &self,
+        want: &WantRow,
+        now_ns: i64,
+        known: &BTreeSet<(String, String)>,
+    ) -> Result<Vec<(String, i64)>> {
+        wants::sla_misses(self, want, now_ns, known)
+    }
+
+    /// `(want, partition)` pairs whose SLA miss is already recorded.
+    pub fn recorded_sla_misses(&self) -> Result<BTreeSet<(String, String)>> {
+        wants::recorded_sla_misses(self)
+    }
+
+    /// Records that a partition missed its SLA.
+    pub fn note_sla_miss(&self, want: &WantRow, r: &str, deadline_ns: i64) -> Result<()> {
+        wants::note_sla_miss(self, want, r, deadline_ns)
+    }
+
+    /// Active wants that name `r`.
+    pub fn wants_of(&self, r: &str) -> Result<Vec<WantRow>> {
+        wants::wants_of(self, r)
+    }
+
+    // Garbage collection (`gc`).
+
+    /// Where run logs (and configs' kept stderr) are written.
+    pub fn logs_dir(&self) -> PathBuf {
+        gc::logs_dir(self)
+    }
+
+    /// Removes what nothing reads any more (see [`gc`]), or with
+    /// `dry_run` says what it would remove.
+    pub fn gc(&self, options: GcOptions) -> Result<GcReport> {
+        gc::gc(self, options)
+    }
+}

@@ -1,0 +1,236 @@
+//! Planning: a plan of the requested refs against the log's states (aliases pinned, configs
+//! re-checked), its cost, the recorded analysis of `analyze`, and why the external inputs a plan
+//! misses are not there.
+
+use databuild_core::plan::MissingExternal;
+use databuild_core::{PartitionRef, Plan, PlanRequest, Producer};
+use databuild_log::{Event, Status};
+
+use super::{Analysis, Engine, EngineError, Result};
+use crate::data::rechecked::Rechecked;
+use crate::data::resolver::LocalResolver;
+use crate::data::versions::VersionedStates;
+
+impl Engine {
+    pub(crate) fn resolver(&self) -> LocalResolver<'_> {
+        LocalResolver::new(&self.graph, &self.graph_dir, &self.data_dir, self.today())
+    }
+
+    pub(crate) fn versions(&self) -> VersionedStates<'_> {
+        VersionedStates::new(
+            &self.graph,
+            self.store.as_ref(),
+            &self.data_dir,
+            self.today(),
+        )
+        .shown_from(&self.graph_dir)
+    }
+
+    /// [`Engine::plan`] of a request whose alias refs are already pinned to version refs.
+    pub(crate) fn plan_pinned(&self, request: &PlanRequest) -> Result<Plan> {
+        self.plan_witnessed(request, None)
+    }
+
+    /// [`Engine::plan_pinned`], noting the files it looks at in `witnesses`.
+    pub(crate) fn plan_witnessed(
+        &self,
+        request: &PlanRequest,
+        witnesses: Option<&crate::data::data_dir::Witnesses>,
+    ) -> Result<Plan> {
+        let states = Rechecked::new(
+            self.versions()
+                .with_pins(request.pins.clone())
+                .witnessed_by(witnesses),
+            &self.graph,
+            self.store.as_ref(),
+        );
+        let mut resolver = self.resolver().witnessed_by(witnesses);
+        let planned = databuild_core::plan(&self.graph, request, &states, &mut resolver);
+        // A read that failed after the last states were asked (a config re-check) ends it too.
+        if let Some(failure) = states.take_failure() {
+            return Err(EngineError::Log(failure));
+        }
+        Ok(planned?)
+    }
+}
+
+pub(crate) fn plan(engine: &Engine, request: &PlanRequest) -> Result<Plan> {
+    if engine.graph.tables.is_empty() {
+        // No aliases to resolve: no copy of a possibly huge request.
+        return engine.plan_pinned(request);
+    }
+    engine.plan_pinned(&PlanRequest {
+        refs: engine.pin_aliases(&request.refs, &request.pins),
+        ..request.clone()
+    })
+}
+
+pub(crate) fn estimate(
+    engine: &Engine,
+    plan: &Plan,
+    parallel: usize,
+) -> Result<crate::answers::PlanCost> {
+    let stats = engine.store.job_stats(None)?;
+    let durations: Vec<Option<databuild_core::estimate::JobDurations>> = engine
+        .graph
+        .jobs
+        .iter()
+        .map(|j| {
+            let s = stats.iter().find(|s| s.job == j.name)?;
+            Some(databuild_core::estimate::JobDurations {
+                p50_ms: s.p50_ms?,
+                p95_ms: s.p95_ms.or(s.p50_ms)?,
+            })
+        })
+        .collect();
+    Ok(databuild_core::estimate::estimate(plan, &durations, parallel).into())
+}
+
+pub(crate) fn pin_aliases(
+    engine: &Engine,
+    refs: &[PartitionRef],
+    pins: &std::collections::BTreeMap<String, u32>,
+) -> Vec<PartitionRef> {
+    let states = engine.versions().with_pins(pins.clone());
+    refs.iter()
+        .map(|r| states.resolve(r.as_str()).unwrap_or_else(|| r.clone()))
+        .collect()
+}
+
+pub(crate) fn analyze(engine: &Engine, request: &PlanRequest) -> Result<Analysis> {
+    let id = databuild_log::event::new_id();
+    let requested: Vec<String> = request.refs.iter().map(|r| r.to_string()).collect();
+    engine.store.append(vec![
+        Event::build_request(&id, Status::Received).with_data(|d| {
+            d.requested = requested;
+            d.analyze_only = true;
+            d.force = request.force;
+        }),
+        Event::build_request(&id, Status::Planning),
+    ])?;
+    match engine.plan(request) {
+        Ok(plan) => {
+            let mut done = Event::build_request(&id, Status::AnalysisCompleted)
+                .with_data(|d| d.planned_runs = Some(plan.runs.len() as u64));
+            if let Some(m) = plan.missing.first() {
+                done = done.with_message(format!(
+                    "{} external partition(s) missing, first `{}`",
+                    plan.missing.len(),
+                    m.partition_ref
+                ));
+            }
+            engine.store.append(vec![done])?;
+            let force_keeps_live = request
+                .force
+                .then(|| engine.force_keeps_live(&request.refs))
+                .transpose()?;
+            Ok(Analysis {
+                build_request_id: id,
+                plan,
+                force_keeps_live,
+            })
+        }
+        Err(e) => {
+            engine.store.append(vec![
+                Event::build_request(&id, Status::Failed).with_message(e.to_string())
+            ])?;
+            Err(e)
+        }
+    }
+}
+
+impl Engine {
+    /// Why a plan cannot complete without `m`; a source partition says why it is not there:
+    /// still open, expired, or never received.
+    pub(super) fn missing_message(&self, m: &MissingExternal) -> String {
+        if let Some(why) = &m.failed_check {
+            return format!(
+                "`{}` {why}{}; fix its data and run `databuild check {}`, or rebuild it with --force",
+                m.partition_ref,
+                m.needed_by
+                    .as_ref()
+                    .map(|n| format!(" (needed by {n})"))
+                    .unwrap_or_default(),
+                m.partition_ref,
+            );
+        }
+        let why = match self.graph.producer_of(m.partition_ref.as_str()) {
+            Some((Producer::Dataset(d), _)) if self.graph.datasets[d].source.is_some() => self
+                .missing_reason(m)
+                .map(|r| format!(": {r}"))
+                .unwrap_or_default(),
+            _ => String::new(),
+        };
+        format!(
+            "external partition `{}` of dataset `{}` is not available{}{why}",
+            m.partition_ref,
+            m.dataset,
+            m.needed_by
+                .as_ref()
+                .map(|n| format!(", needed by {n}"))
+                .unwrap_or_default()
+        )
+    }
+}
+
+pub(crate) fn missing_reason(engine: &Engine, m: &MissingExternal) -> Option<String> {
+    if m.failed_check.is_some() {
+        return m.failed_check.clone();
+    }
+    let Some((Producer::Dataset(d), _)) = engine.graph.producer_of(m.partition_ref.as_str()) else {
+        return None;
+    };
+    let dataset = &engine.graph.datasets[d];
+    if dataset.source.is_some() || dataset.upstream.is_some() {
+        return engine
+            .status(&[m.partition_ref.to_string()])
+            .ok()
+            .and_then(|mut s| s.pop())
+            .and_then(|s| s.reasons.into_iter().next());
+    }
+    Some(match &dataset.exists {
+        Some(probe) => format!(
+            "its `exists` probe (`{}`) says it is not there",
+            probe.join(" ")
+        ),
+        None => format!(
+            "nothing at {}",
+            engine.data_dir.join(m.partition_ref.as_str()).display()
+        ),
+    })
+}
+
+pub(crate) fn missing_reasons(engine: &Engine, plan: &Plan) -> Vec<Option<String>> {
+    const MISSING_REASONS: usize = 100;
+    plan.missing
+        .iter()
+        .enumerate()
+        .map(|(i, m)| {
+            (i < MISSING_REASONS)
+                .then(|| engine.missing_reason(m))
+                .flatten()
+        })
+        .collect()
+}
+
+impl<'p> crate::answers::AnalyzeView<'p> {
+    /// The view of `analysis`, priced at `parallel` and with why each missing input is missing
+    /// (one read of the jobs' metrics, and one of each of the first missing inputs).
+    pub fn priced(
+        engine: &Engine,
+        analysis: &'p crate::engine::Analysis,
+        parallel: usize,
+    ) -> Result<Self> {
+        let estimate = engine.estimate(&analysis.plan, parallel)?;
+        let reasons = engine.missing_reasons(&analysis.plan);
+        Ok(Self {
+            force_keeps_live: analysis.force_keeps_live.clone(),
+            ..Self::new(
+                &analysis.build_request_id,
+                &analysis.plan,
+                estimate,
+                reasons,
+            )
+        })
+    }
+}

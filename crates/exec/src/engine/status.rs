@@ -1,0 +1,346 @@
+//! `status` and `explain`: what a user is told of a partition (contract section 4), derived from
+//! the log's states, the data dir, taints, and each config job's choice as it reads now.
+
+use std::collections::HashMap;
+
+use databuild_core::{Deps, JobConfig, KnownState, PartitionRef, PlanRequest, Producer};
+use databuild_log::{EventFilter, Status};
+
+use crate::answers::{Explanation, PlannedStep, ProducerInfo, StatusReport};
+use crate::data::resolver::LocalResolver;
+use crate::data::versions::VersionedStates;
+use crate::engine::{Engine, EngineError, Result};
+
+impl Engine {
+    /// Live partitions of config jobs are stale when their config now chooses differently from
+    /// the run that built them: one config call per job for all of them.
+    fn recheck_configs(
+        &self,
+        reports: &mut [StatusReport],
+        resolver: &mut LocalResolver,
+        versions: &VersionedStates<'_>,
+    ) -> Result<()> {
+        let mut by_job: Vec<(usize, Vec<usize>)> = Vec::new();
+        for (i, report) in reports.iter().enumerate() {
+            if report.status != "live" {
+                continue;
+            }
+            let Some((Producer::Job { job, .. }, _)) =
+                self.graph.producer_of(&report.partition_ref)
+            else {
+                continue;
+            };
+            if !matches!(self.graph.jobs[job].deps, Deps::Dynamic { .. }) {
+                continue;
+            }
+            match by_job.iter_mut().find(|(j, _)| *j == job) {
+                Some((_, reports)) => reports.push(i),
+                None => by_job.push((job, vec![i])),
+            }
+        }
+        for (job, indices) in by_job {
+            let job = &self.graph.jobs[job];
+            let failed = |e: &dyn std::fmt::Display| {
+                EngineError::Invalid(format!(
+                    "cannot re-check live partitions of job `{}`: its config failed: {e}",
+                    job.name
+                ))
+            };
+            let mut seen = rustc_hash::FxHashSet::default();
+            let mut refs: Vec<PartitionRef> = Vec::with_capacity(indices.len());
+            for &i in &indices {
+                let r = PartitionRef::new(&reports[i].partition_ref)
+                    .map_err(|e| EngineError::Invalid(e.to_string()))?;
+                if seen.insert(r.clone()) {
+                    refs.push(r);
+                }
+            }
+            let configs = databuild_core::Resolver::job_configs(resolver, job, &refs)
+                .map_err(|e| failed(&e))?;
+            let by_output: HashMap<&str, &JobConfig> = configs
+                .iter()
+                .flat_map(|c| c.outputs.iter().map(move |o| (o.as_str(), c)))
+                .collect();
+            for &i in &indices {
+                let r = &reports[i].partition_ref;
+                let Some(&config) = by_output.get(r.as_str()) else {
+                    return Err(failed(&format!("no config covers `{r}`")));
+                };
+                let mut now = config.clone();
+                for input in &mut now.inputs {
+                    if let Some(read) = versions.resolve(input.partition_ref.as_str()) {
+                        input.partition_ref = read;
+                    }
+                }
+                let change = crate::data::rechecked::config_change(
+                    &self.graph,
+                    self.store.as_ref(),
+                    r,
+                    job,
+                    &now,
+                )?;
+                if let Some(why) = change {
+                    reports[i].status = "stale";
+                    reports[i].reasons = vec![why];
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn status_of(
+        &self,
+        r: &str,
+        resolver: &mut LocalResolver,
+        versions: &VersionedStates<'_>,
+    ) -> Result<StatusReport> {
+        let mut report = StatusReport {
+            partition_ref: r.to_string(),
+            status: "missing",
+            reasons: Vec::new(),
+            built_by: None,
+            job: None,
+            build_request_id: None,
+            updated_at: None,
+            checks: Vec::new(),
+        };
+        let producer = self.graph.producer_of(r).map(|(p, _)| p);
+        match producer {
+            None => {
+                report.reasons.push(
+                    self.graph.mismatch_reason(r).unwrap_or_else(|| {
+                        "no job builds it and no dataset declares it".to_string()
+                    }),
+                );
+                return Ok(report);
+            }
+            Some(Producer::Alias(_)) => {
+                let read = versions.resolve(r).expect("an alias resolves");
+                let mut inner = self.status_of(read.as_str(), resolver, versions)?;
+                inner.partition_ref = r.to_string();
+                inner.reasons.insert(0, format!("alias: reads {read}"));
+                return Ok(inner);
+            }
+            Some(Producer::Dataset(d)) if self.graph.datasets[d].source.is_some() => {
+                return self.source_status(report, d);
+            }
+            Some(Producer::Dataset(d)) => {
+                let ds = &self.graph.datasets[d];
+                let valid = databuild_core::PartitionRef::new(r)
+                    .map_err(|e| EngineError::Invalid(e.to_string()))?;
+                let available = databuild_core::Resolver::external_available(resolver, ds, &valid)
+                    .map_err(|e| EngineError::Invalid(format!("checking `{r}`: {e}")))?;
+                let tainted = available.then(|| versions.external_tainted(r)).flatten();
+                report.status = match (available, &tainted) {
+                    (true, Some(_)) => "tainted",
+                    (true, None) => "live",
+                    (false, _) => "missing",
+                };
+                if let Some(why) = tainted {
+                    report.reasons.push(why);
+                    report.reasons.push(format!(
+                        "external partition of dataset `{}`, present; live again once its data changes{}",
+                        ds.name,
+                        if ds.exists.is_none() && ds.upstream.is_none() {
+                            " (its size or modification time)"
+                        } else {
+                            ""
+                        }
+                    ));
+                    return Ok(report);
+                }
+                report.reasons.push(if available {
+                    format!("external partition of dataset `{}`, present", ds.name)
+                } else {
+                    format!(
+                        "external partition of dataset `{}`, not present yet",
+                        ds.name
+                    )
+                });
+                return Ok(report);
+            }
+            Some(Producer::Job { .. }) => {}
+        }
+        let Some(row) = self.store.partition(r)? else {
+            report.reasons.push("no run has built it yet".to_string());
+            return Ok(report);
+        };
+        report.built_by = row.job_run_id.clone();
+        report.job = row.job.clone();
+        report.build_request_id = row.build_request_id.clone();
+        report.updated_at = Some(row.updated_at);
+        let run = row.job_run_id.as_deref().unwrap_or("?");
+        let (status, reason) = match row.status {
+            Status::Available => match versions.known(r)? {
+                KnownState::Stale { reason } | KnownState::Kept { reason } => ("stale", reason),
+                KnownState::CheckFailed { reason } => ("check_failed", format!(
+                    "{reason} (run {run}); fix its data and run `databuild check {r}`, or rebuild it with `--force`"
+                )),
+                KnownState::Missing => (
+                    "missing",
+                    versions
+                        .gone(r)
+                        .unwrap_or_else(|| "its data is gone".to_string()),
+                ),
+                _ => ("live", format!("built by run {run}")),
+            },
+            Status::Building => (
+                "building",
+                format!(
+                    "being built by run {run} of build request {}",
+                    row.build_request_id.as_deref().unwrap_or("?")
+                ),
+            ),
+            Status::Failed => (
+                "failed",
+                format!(
+                    "run {run} failed{}",
+                    row.message.map(|m| format!(": {m}")).unwrap_or_default()
+                ),
+            ),
+            Status::Tainted => (
+                "tainted",
+                format!(
+                    "tainted{}",
+                    row.message.map(|m| format!(": {m}")).unwrap_or_default()
+                ),
+            ),
+            Status::Removed => (
+                "missing",
+                format!(
+                    "its data was removed{}; a build makes it again",
+                    row.message.map(|m| format!(" ({m})")).unwrap_or_default()
+                ),
+            ),
+            other => ("missing", format!("last recorded as `{other}`")),
+        };
+        report.status = status;
+        report.reasons.push(reason);
+        if row.status == Status::Available {
+            let rows = self.store.checks_of(&[r])?;
+            report.checks = crate::check::results(&self.graph, r, run, &rows);
+            for c in &report.checks {
+                if c.result == "failed" && !c.blocking {
+                    report.reasons.push(format!(
+                        "warning: {} (not blocking)",
+                        crate::check::failed_reason(&c.name, c.message.as_deref().unwrap_or(""))
+                    ));
+                }
+                if let Some(why) = &c.stale {
+                    report.reasons.push(format!(
+                        "{why}: it runs again with the next build or `databuild check`"
+                    ));
+                }
+            }
+        }
+        Ok(report)
+    }
+
+    fn source_status(&self, mut report: StatusReport, dataset: usize) -> Result<StatusReport> {
+        let source = &self.graph.sources[self.graph.datasets[dataset].source.expect("a source")];
+        let r = report.partition_ref.clone();
+        let row = self.store.partition(&r)?;
+        if let Some(row) = &row {
+            report.updated_at = Some(row.updated_at);
+        }
+        let dir = self.data_dir.join(&r);
+        let (status, reason) = match crate::data::sources::sealed_version(&dir) {
+            Some(version) => ("live", format!(
+                "source partition of `{}`, sealed with {} records",
+                source.name,
+                version.split(':').nth(1).unwrap_or("?")
+            )),
+            None if row.as_ref().is_some_and(|p| p.status == Status::Expired) => ("expired", format!(
+                "its raw data expired (source `{}` keeps {} days); table versions carry it forward from their previous version",
+                source.name, source.retention_days
+            )),
+            None if dir.exists() => ("missing", format!(
+                "open: source `{}` still receives data for this day; it is sealed when the day ends (or by `databuild source seal {}`)",
+                source.name, source.name
+            )),
+            None => ("missing", format!("no data of source `{}` has arrived for this day", source.name)),
+        };
+        report.status = status;
+        report.reasons.push(reason);
+        Ok(report)
+    }
+}
+
+pub(crate) fn status(engine: &Engine, refs: &[String]) -> Result<Vec<StatusReport>> {
+    let mut resolver = engine.resolver();
+    let versions = engine.versions();
+    let mut reports = refs
+        .iter()
+        .map(|r| engine.status_of(r, &mut resolver, &versions))
+        .collect::<Result<Vec<_>>>()?;
+    engine.recheck_configs(&mut reports, &mut resolver, &versions)?;
+    Ok(reports)
+}
+
+pub(crate) fn explain(engine: &Engine, r: &str) -> Result<Explanation> {
+    let status = engine.status(&[r.to_string()])?.remove(0);
+    let producer = engine.graph.producer_of(r).map(|(p, _)| ProducerInfo {
+        kind: producer_kind(&engine.graph, p).to_string(),
+        name: engine.graph.producer_name(p).to_string(),
+        pattern: engine.graph.pattern_of(p).to_string(),
+    });
+    let run = match &status.built_by {
+        Some(id) => engine.store.job_run(id)?,
+        None => None,
+    };
+    let inputs = match &run {
+        Some(run) => engine.status(&run.inputs)?,
+        None => Vec::new(),
+    };
+    let to_build = match (status.status, producer.as_ref().map(|p| p.kind.as_str())) {
+        ("live" | "building" | "check_failed", _) | (_, Some("dataset" | "source") | None) => {
+            Vec::new()
+        }
+        _ => {
+            let refs = vec![databuild_core::PartitionRef::new(r)
+                .map_err(|e| EngineError::Invalid(e.to_string()))?];
+            let plan = engine.plan(&PlanRequest {
+                refs,
+                ..Default::default()
+            })?;
+            plan.runs
+                .iter()
+                .map(|run| PlannedStep {
+                    job: run.job.to_string(),
+                    outputs: run.outputs.iter().map(|o| o.to_string()).collect(),
+                })
+                .collect()
+        }
+    };
+    let mut history = engine.store.events(&EventFilter {
+        partition_ref: Some(r.to_string()),
+        ..Default::default()
+    })?;
+    let report = history
+        .iter()
+        .rev()
+        .find(|e| e.status == Status::Available)
+        .and_then(|e| e.data.report.clone());
+    let keep = history.len().saturating_sub(20);
+    history.drain(..keep);
+    Ok(Explanation {
+        status,
+        producer,
+        run,
+        report,
+        inputs,
+        to_build,
+        history,
+        wants: engine.wants_of(r)?,
+    })
+}
+
+/// `job`, `dataset`, `source` (raw partitions of a [[source]]) or `alias` (a table's alias).
+pub(crate) fn producer_kind(graph: &databuild_core::Graph, p: Producer) -> &'static str {
+    match p {
+        Producer::Job { .. } => "job",
+        Producer::Dataset(d) if graph.datasets[d].source.is_some() => "source",
+        Producer::Dataset(_) => "dataset",
+        Producer::Alias(_) => "alias",
+    }
+}

@@ -1,0 +1,235 @@
+//! Wants: standing requests for partitions (`databuild want`), and what the service's reconciler
+//! decides about each. Recording is here; acting (starting builds, asking upstream services)
+//! is the reconciler's, in the service.
+//!
+//! A want is satisfied when every partition it names is live and fresh. Until then it waits, and
+//! says for what: an external partition not there yet, an upstream service building it, or a
+//! build of ours. Its SLA counts from the end of each partition's day (the date in its ref); a
+//! partition not live by then is recorded once as `sla_missed`. After its TTL it expires.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use databuild_core::{PartitionRef, PlanRequest, Producer};
+use databuild_log::{Event, EventFilter, Kind, Status, WantRow};
+use serde::Serialize;
+
+use crate::answers::rfc3339;
+use crate::engine::{Engine, EngineError, Result};
+
+/// How long a want stands unless told otherwise.
+pub const DEFAULT_TTL: Duration = Duration::from_secs(30 * 86_400);
+
+/// What the reconciler should do about a want now.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "action", rename_all = "snake_case")]
+pub enum Decision {
+    /// Every partition is live and fresh.
+    Satisfied,
+    /// Its TTL has passed.
+    Expire,
+    /// An external partition is missing; `upstream` is the service that builds it, if any.
+    Wait {
+        partition_ref: String,
+        dataset: String,
+        upstream: Option<String>,
+        /// It is a job output that failed a blocking check: ``failed check `name`: message``.
+        failed_check: Option<String>,
+    },
+    /// Everything needed is there: build these.
+    Build { refs: Vec<String> },
+}
+
+pub(crate) fn want(
+    engine: &Engine,
+    refs: &[PartitionRef],
+    ttl: Option<Duration>,
+    sla: Option<Duration>,
+    recurring: Option<&str>,
+) -> Result<WantRow> {
+    if refs.is_empty() {
+        return Err(EngineError::Invalid(
+            "a want names at least one partition".into(),
+        ));
+    }
+    for r in refs {
+        if engine.graph.producer_of(r.as_str()).is_none() {
+            return Err(EngineError::Invalid(format!(
+                "cannot want `{r}`: {}",
+                engine.graph.mismatch_reason(r.as_str()).unwrap_or_else(|| {
+                    "no job builds it and no dataset declares it".to_string()
+                })
+            )));
+        }
+    }
+    let id = databuild_log::event::new_id();
+    let now = databuild_log::event::now_ns();
+    let ttl = ttl.unwrap_or(DEFAULT_TTL);
+    let mut e = Event::want(&id, Status::Requested).with_data(|d| {
+        d.requested = refs.iter().map(|r| r.to_string()).collect();
+        d.expires_at = Some(now.saturating_add(ttl.as_nanos().min(i64::MAX as u128) as i64));
+        d.sla_seconds = sla.map(|s| s.as_secs());
+        d.recurring = recurring.map(str::to_string);
+    });
+    if let Some(name) = recurring {
+        e = e.with_message(format!("recurring want `{name}`"));
+    }
+    engine.store.append(vec![e])?;
+    engine.want_row(&id)
+}
+
+pub(crate) fn want_row(engine: &Engine, id: &str) -> Result<WantRow> {
+    engine
+        .store
+        .want(id)?
+        .ok_or_else(|| EngineError::NotFound(format!("no want `{id}`")))
+}
+
+pub(crate) fn unwant(engine: &Engine, id: &str) -> Result<WantRow> {
+    let want = engine.want_row(id)?;
+    if !want.is_active() {
+        return Err(EngineError::Invalid(format!(
+            "want {id} has already ended (`{}`)",
+            want.status
+        )));
+    }
+    engine.store.append(vec![
+        Event::want(id, Status::Cancelled).with_message("withdrawn")
+    ])?;
+    engine.want_row(id)
+}
+
+pub(crate) fn note_want(
+    engine: &Engine,
+    want: &WantRow,
+    status: Status,
+    waiting_for: Option<&str>,
+    message: Option<String>,
+    started: Option<String>,
+) -> Result<bool> {
+    let same = want.status == status
+        && want.waiting_for.as_deref() == waiting_for
+        && (message.is_none() || want.message == message);
+    if same && started.is_none() {
+        return Ok(false);
+    }
+    let mut e = Event::want(&want.want_id, status).with_data(|d| d.upstream = started);
+    e.partition_ref = waiting_for.map(str::to_string);
+    e.message = message;
+    engine.store.append(vec![e])?;
+    Ok(true)
+}
+
+pub(crate) fn unsatisfied(engine: &Engine, want: &WantRow) -> Result<Vec<(String, String)>> {
+    Ok(engine
+        .status(&want.refs)?
+        .into_iter()
+        .filter(|s| s.status != "live")
+        .map(|s| (s.partition_ref, s.status.to_string()))
+        .collect())
+}
+
+pub(crate) fn decide(engine: &Engine, want: &WantRow, now_ns: i64) -> Result<Decision> {
+    if want.expires_at.is_some_and(|t| now_ns >= t) {
+        return Ok(Decision::Expire);
+    }
+    let missing = engine.unsatisfied(want)?;
+    if missing.is_empty() {
+        return Ok(Decision::Satisfied);
+    }
+    let refs = missing
+        .iter()
+        .map(|(r, _)| {
+            PartitionRef::new(r.as_str()).map_err(|e| EngineError::Invalid(e.to_string()))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let plan = engine.plan(&PlanRequest {
+        refs,
+        ..Default::default()
+    })?;
+    if let Some(m) = plan.missing.first() {
+        let upstream = match engine.graph.producer_of(m.partition_ref.as_str()) {
+            Some((Producer::Dataset(d), _)) => engine.graph.datasets[d].upstream.clone(),
+            _ => None,
+        };
+        return Ok(Decision::Wait {
+            partition_ref: m.partition_ref.to_string(),
+            dataset: m.dataset.clone(),
+            upstream,
+            failed_check: m.failed_check.clone(),
+        });
+    }
+    Ok(Decision::Build {
+        refs: missing.into_iter().map(|(r, _)| r).collect(),
+    })
+}
+
+pub(crate) fn sla_misses(
+    engine: &Engine,
+    want: &WantRow,
+    now_ns: i64,
+    known: &BTreeSet<(String, String)>,
+) -> Result<Vec<(String, i64)>> {
+    let Some(sla) = want.sla_seconds else {
+        return Ok(Vec::new());
+    };
+    let overdue: Vec<(String, i64)> = want
+        .refs
+        .iter()
+        .filter_map(|r| {
+            let deadline = databuild_core::wants::day_end_ns(r)? + (sla as i64) * 1_000_000_000;
+            (now_ns > deadline && !known.contains(&(want.want_id.clone(), r.clone())))
+                .then(|| (r.clone(), deadline))
+        })
+        .collect();
+    if overdue.is_empty() {
+        return Ok(Vec::new());
+    }
+    let not_live: BTreeSet<String> = engine
+        .unsatisfied(want)?
+        .into_iter()
+        .map(|(r, _)| r)
+        .collect();
+    Ok(overdue
+        .into_iter()
+        .filter(|(r, _)| not_live.contains(r))
+        .collect())
+}
+
+pub(crate) fn recorded_sla_misses(engine: &Engine) -> Result<BTreeSet<(String, String)>> {
+    Ok(engine
+        .store
+        .events(&EventFilter {
+            kind: Some(Kind::Want),
+            ..Default::default()
+        })?
+        .into_iter()
+        .filter(|e| e.status == Status::SlaMissed)
+        .filter_map(|e| Some((e.data.want_id?, e.partition_ref?)))
+        .collect())
+}
+
+pub(crate) fn note_sla_miss(
+    engine: &Engine,
+    want: &WantRow,
+    r: &str,
+    deadline_ns: i64,
+) -> Result<()> {
+    let mut e = Event::want(&want.want_id, Status::SlaMissed).with_message(format!(
+        "`{r}` was not live by its deadline {} ({}s after its day ended)",
+        rfc3339(deadline_ns),
+        want.sla_seconds.unwrap_or(0)
+    ));
+    e.partition_ref = Some(r.to_string());
+    engine.store.append(vec![e])?;
+    Ok(())
+}
+
+pub(crate) fn wants_of(engine: &Engine, r: &str) -> Result<Vec<WantRow>> {
+    Ok(engine
+        .store
+        .wants(None, true, 10_000)?
+        .into_iter()
+        .filter(|w| w.refs.iter().any(|x| x == r))
+        .collect())
+}

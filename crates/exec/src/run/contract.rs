@@ -1,0 +1,131 @@
+//! What a job is given and may give back (contract section 3): its environment (`DATABUILD_*`,
+//! long lists of refs in files), its report (`DATABUILD_REPORT`) and the missing inputs it names
+//! in its log (`DATABUILD_MISSING_DEPS`). Shared by every executor.
+
+use std::path::{Path, PathBuf};
+
+use super::watchdog::watch_token;
+use super::RunSpec;
+
+/// The most a run's report may hold.
+pub const REPORT_LIMIT: u64 = 64 * 1024;
+
+/// Why what a run reported (`DATABUILD_REPORT`) is refused: the run then fails with this message.
+#[derive(Debug, thiserror::Error)]
+pub enum ReportError {
+    #[error("its report (DATABUILD_REPORT) is larger than {REPORT_LIMIT} bytes")]
+    TooLarge,
+    /// The cause is part of the message, so not also a `source` (`{:#}` would print it twice).
+    #[error("its report cannot be read: {0}")]
+    Unreadable(std::io::Error),
+    #[error("its report (DATABUILD_REPORT) is not a JSON object")]
+    NotAnObject,
+}
+
+/// A run's message: the scheduler fails a run with it (`RunOutcome::failed` takes the text).
+impl From<ReportError> for String {
+    fn from(e: ReportError) -> String {
+        e.to_string()
+    }
+}
+
+/// Reads what a run reported: `Ok(None)` if it wrote nothing, an error naming the problem if it
+/// wrote something that is not a small JSON object.
+pub fn read_report(path: &std::path::Path) -> Result<Option<serde_json::Value>, ReportError> {
+    let Ok(meta) = std::fs::metadata(path) else {
+        return Ok(None);
+    };
+    if meta.len() > REPORT_LIMIT {
+        return Err(ReportError::TooLarge);
+    }
+    let text = std::fs::read_to_string(path).map_err(ReportError::Unreadable)?;
+    match serde_json::from_str(&text) {
+        Ok(v @ serde_json::Value::Object(_)) => Ok(Some(v)),
+        _ => Err(ReportError::NotAnObject),
+    }
+}
+
+/// The longest list of refs DataBuild puts in one environment variable. Linux refuses to start
+/// a process given any string over 128 KiB (`MAX_ARG_STRLEN`: "Argument list too long"), and
+/// all of them together count against `ARG_MAX`; a fan-in job reading 24,000 partitions has a
+/// list of ~700 KB.
+const ENV_REFS_MAX: usize = 64 * 1024;
+
+/// Why a run's environment could not be made: the run fails with this message.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot write the run's `{var}` to `{}` (too long for the environment): {cause}", .path.display())]
+pub(crate) struct RefsFileError {
+    var: &'static str,
+    path: PathBuf,
+    cause: std::io::Error,
+}
+
+/// A run's list of refs as `VAR` (JSON), or, when too long for the environment, written to a
+/// file next to the run's log and named by `VAR_FILE` (`VAR` is then unset, so a job that reads
+/// only `VAR` fails at once instead of reading nothing).
+fn refs_var(
+    spec: &RunSpec,
+    var: &'static str,
+    refs: &[String],
+) -> Result<(String, String), RefsFileError> {
+    let json = serde_json::to_string(refs).expect("refs serialize");
+    if json.len() <= ENV_REFS_MAX {
+        return Ok((var.to_string(), json));
+    }
+    let path = spec.log_path.with_extension(format!(
+        "{}.json",
+        var.trim_start_matches("DATABUILD_").to_ascii_lowercase()
+    ));
+    std::fs::write(&path, json).map_err(|cause| RefsFileError {
+        var,
+        path: path.clone(),
+        cause,
+    })?;
+    Ok((format!("{var}_FILE"), path.display().to_string()))
+}
+
+pub(crate) fn environment(spec: &RunSpec) -> Result<Vec<(String, String)>, RefsFileError> {
+    let mut env: Vec<(String, String)> = spec.env.clone().into_iter().collect();
+    env.extend([
+        refs_var(spec, "DATABUILD_OUTPUTS", &spec.outputs)?,
+        refs_var(spec, "DATABUILD_INPUTS", &spec.inputs)?,
+        (
+            "DATABUILD_DATA_DIR".to_string(),
+            spec.data_dir.display().to_string(),
+        ),
+        (
+            "DATABUILD_OUTPUT_DIR".to_string(),
+            spec.staging_dir().display().to_string(),
+        ),
+        ("DATABUILD_JOB_RUN_ID".to_string(), spec.job_run_id.clone()),
+        ("DATABUILD_WATCH".to_string(), watch_token().to_string()),
+        (
+            "DATABUILD_REPORT".to_string(),
+            spec.report_path().display().to_string(),
+        ),
+        (
+            "DATABUILD_BUILD_REQUEST_ID".to_string(),
+            spec.build_request_id.clone(),
+        ),
+    ]);
+    for (name, value) in &spec.fields {
+        env.push((
+            format!("DATABUILD_FIELD_{}", name.to_ascii_uppercase()),
+            value.clone(),
+        ));
+    }
+    Ok(env)
+}
+
+/// The refs of the last `DATABUILD_MISSING_DEPS [...]` line in a log, if any.
+pub fn missing_deps(log: &Path) -> Vec<String> {
+    let Ok(text) = std::fs::read(log) else {
+        return Vec::new();
+    };
+    String::from_utf8_lossy(&text)
+        .lines()
+        .rev()
+        .find_map(|l| l.trim().strip_prefix("DATABUILD_MISSING_DEPS"))
+        .and_then(|json| serde_json::from_str::<Vec<String>>(json.trim()).ok())
+        .unwrap_or_default()
+}

@@ -1,0 +1,382 @@
+//! A build's slots: one thread per slot runs claimed runs one after another, taken from a queue
+//! the scheduler keeps filled. A slot whose job ends starts the next run at once, instead of
+//! waiting for the scheduler's thread to wake up and start a new thread for it: that hand-over
+//! was most of the time a slot sat idle between two short jobs.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Instant;
+
+use super::lease::Lease;
+use super::outcome::{Ended, RunOutcome};
+use super::{Executor, RunSpec};
+use crate::check::{CheckOutcome, CheckRun};
+use crate::run::check::CheckPlace;
+
+/// A claimed run, with what a slot needs to start it.
+pub(crate) struct Launch {
+    pub node: usize,
+    pub spec: RunSpec,
+    pub cancel: Arc<AtomicBool>,
+    /// The graph's checks of the run's outputs, run once it succeeded.
+    pub checks: Vec<CheckRun>,
+}
+
+/// When a slot started or ended a run: by the monotonic clock (for how long it took) and the wall
+/// clock (ns since the epoch, for its events).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Stamp {
+    pub at: Instant,
+    pub at_ns: i64,
+}
+
+impl Stamp {
+    pub fn now() -> Stamp {
+        Stamp {
+            at: Instant::now(),
+            at_ns: databuild_log::event::now_ns(),
+        }
+    }
+}
+
+/// What a slot reports to the scheduler, in the order it happened, with when it happened: the
+/// scheduler may read it up to 100 ms later.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Report {
+    Started {
+        node: usize,
+        at: Stamp,
+    },
+    Ended {
+        node: usize,
+        at: Stamp,
+        ended: Ended,
+    },
+}
+
+/// Claimed runs waiting for a slot, and what the slots report back.
+#[derive(Default)]
+pub(crate) struct Launches {
+    queue: Mutex<Queue>,
+    added: Condvar,
+    /// While at least this many runs wait, a run that built need not wake the scheduler.
+    quiet_while: usize,
+}
+
+#[derive(Default)]
+struct Queue {
+    runs: VecDeque<Launch>,
+    /// Set by a slot whose run did not build (`ended`), until the scheduler has decided whether the
+    /// build goes on: no slot starts a run meanwhile.
+    paused: bool,
+    closed: bool,
+    /// The slots' reports the scheduler has not read, in the order they were made: one list, so
+    /// the scheduler sees the same sequence however its wake-ups fall, and a build makes the
+    /// same events each time (CONTRACT §5).
+    reports: Vec<Report>,
+}
+
+impl Launches {
+    /// A queue whose slots report a built run at once only when fewer than `quiet_while` runs
+    /// wait: the point below which the scheduler claims more.
+    pub fn new(quiet_while: usize) -> Launches {
+        Launches {
+            quiet_while,
+            ..Launches::default()
+        }
+    }
+
+    pub fn push(&self, launch: Launch) {
+        self.lock().runs.push_back(launch);
+        self.added.notify_one();
+    }
+
+    /// Takes back the runs no slot has taken yet.
+    pub fn drain(&self) -> Vec<Launch> {
+        self.lock().runs.drain(..).collect()
+    }
+
+    /// Lets the slots take runs again after a run that did not build paused them.
+    pub fn resume(&self) {
+        let mut queue = self.lock();
+        if queue.paused {
+            queue.paused = false;
+            drop(queue);
+            self.added.notify_all();
+        }
+    }
+
+    /// Lets the slots' threads end, each once its current run does.
+    pub fn close(&self) {
+        self.lock().closed = true;
+        self.added.notify_all();
+    }
+
+    /// The next run, waiting for one (and while paused); `None` once closed.
+    pub fn next(&self) -> Option<Launch> {
+        let mut queue = self.lock();
+        loop {
+            if !queue.paused {
+                if let Some(launch) = queue.runs.pop_front() {
+                    return Some(launch);
+                }
+            }
+            if queue.closed {
+                return None;
+            }
+            queue = self.added.wait(queue).expect("launch queue lock");
+        }
+    }
+
+    /// Notes that a slot starts a run, now. A start decides nothing, so it wakes no one: the
+    /// scheduler reads it when it next wakes, before the run's end. Each wake-up of its thread
+    /// costs CPU and, where the cores run jobs, preempts one of them.
+    pub fn started(&self, node: usize) {
+        let at = Stamp::now();
+        self.lock().reports.push(Report::Started { node, at });
+    }
+
+    /// Notes that a run ended, now, and says whether the scheduler must wake for it at once:
+    /// when it did not build, or when fewer than `quiet_while` runs wait (the scheduler claims
+    /// more). Otherwise it waits for the next wake-up: the build defers completions to its next
+    /// claim anyway, and the scheduler wakes at least every 100 ms. A run that did not build also
+    /// pauses the queue, in the same step: whether the build goes on is the scheduler's call (it
+    /// may stop), and no report it reads before this one may resume the queue first.
+    pub fn ended(&self, node: usize, ended: Ended) -> bool {
+        let at = Stamp::now();
+        let urgent = ended.outcome != RunOutcome::Succeeded || ended.held_back().is_some();
+        let mut queue = self.lock();
+        queue.paused |= urgent;
+        let wake = urgent || queue.runs.len() < self.quiet_while.max(1);
+        queue.reports.push(Report::Ended { node, at, ended });
+        wake
+    }
+
+    /// The reports made since the last call, in order.
+    pub fn take_reports(&self) -> Vec<Report> {
+        std::mem::take(&mut self.lock().reports)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Queue> {
+        self.queue.lock().expect("launch queue lock")
+    }
+}
+
+/// Runs a launch to its end. One cancelled while it waited in the queue does not start, nor one
+/// whose process lost its lease.
+pub(crate) fn run(executor: &dyn Executor, launch: &Launch, lease: &Lease) -> Ended {
+    if launch.cancel.load(Ordering::SeqCst) || !lease.good() {
+        return Ended::of(RunOutcome::Cancelled);
+    }
+    if let Some(outcome) = inputs_gone(&launch.spec) {
+        return Ended::of(outcome);
+    }
+    let executor_id = Mutex::new(None);
+    let mut outcome = executor.run(&launch.spec, &launch.cancel, &|id| {
+        *executor_id.lock().expect("id lock") = Some(id.to_string());
+    });
+    let mut report = None;
+    if outcome == RunOutcome::Succeeded {
+        match crate::run::contract::read_report(&launch.spec.report_path()) {
+            Ok(r) => report = r,
+            Err(message) => outcome = RunOutcome::failed(message, Some(0)),
+        }
+    }
+    let mut checks = Vec::new();
+    if outcome == RunOutcome::Succeeded {
+        match run_checks(executor, launch, report.as_ref()) {
+            Ok(Some(results)) => checks = results,
+            Ok(None) => outcome = RunOutcome::Cancelled,
+            Err(e) => outcome = RunOutcome::failed(e.to_string(), Some(0)),
+        }
+    }
+    Ended {
+        outcome,
+        executor_id: executor_id.into_inner().expect("id lock"),
+        report,
+        checks,
+    }
+}
+
+/// The checks of a run that succeeded: those its job reported, then the graph's, each run on the
+/// same executor against the run's staged outputs. `None` if the build was cancelled meanwhile.
+fn run_checks(
+    executor: &dyn Executor,
+    launch: &Launch,
+    report: Option<&serde_json::Value>,
+) -> Result<Option<Vec<CheckOutcome>>, crate::check::InlineCheckError> {
+    let spec = &launch.spec;
+    let mut results = crate::check::inline(report, &spec.outputs)?;
+    let logs_dir = spec
+        .log_path
+        .parent()
+        .unwrap_or(std::path::Path::new("."))
+        .to_path_buf();
+    let place = CheckPlace {
+        job_run_id: &spec.job_run_id,
+        build_request_id: Some(&spec.build_request_id),
+        graph_dir: &spec.graph_dir,
+        data_dir: &spec.data_dir,
+        logs_dir: &logs_dir,
+    };
+    for c in &launch.checks {
+        match crate::run::check::run(executor, &place, c, &launch.cancel) {
+            Some(result) => results.push(result),
+            None => return Ok(None),
+        }
+    }
+    Ok(Some(results))
+}
+
+/// A run whose inputs' data is gone (deleted since planning, or by another job) is not started:
+/// it fails as missing those inputs, and the build makes them again before it runs it.
+fn inputs_gone(spec: &RunSpec) -> Option<RunOutcome> {
+    let gone: Vec<String> = spec
+        .present_inputs
+        .iter()
+        .filter(|i| !spec.data_dir.join(i).exists())
+        .cloned()
+        .collect();
+    let first = gone.first()?;
+    Some(RunOutcome::Failed {
+        message: format!(
+            "not started: the data of its input `{first}` (`{}`) is gone{}",
+            spec.data_dir.join(first).display(),
+            match gone.len() {
+                1 => String::new(),
+                n => format!(" ({} more inputs too)", n - 1),
+            }
+        ),
+        exit_code: None,
+        missing_deps: gone,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn launch(node: usize) -> Launch {
+        Launch {
+            node,
+            spec: RunSpec::default(),
+            cancel: Arc::default(),
+            checks: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn slots_take_runs_in_order_until_closed() {
+        let launches = Launches::default();
+        launches.push(launch(1));
+        launches.push(launch(2));
+        assert_eq!(launches.next().map(|l| l.node), Some(1));
+        std::thread::scope(|s| {
+            let waiting = s.spawn(|| {
+                let mut taken = Vec::new();
+                while let Some(l) = launches.next() {
+                    taken.push(l.node);
+                }
+                taken
+            });
+            launches.push(launch(3));
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            launches.close();
+            assert_eq!(waiting.join().unwrap(), [2, 3]);
+        });
+        assert!(launches.drain().is_empty());
+    }
+
+    #[test]
+    fn a_paused_queue_holds_its_runs_until_resumed() {
+        let launches = Launches::default();
+        launches.push(launch(1));
+        // A run that did not build pauses the queue.
+        launches.ended(0, Ended::of(RunOutcome::Cancelled));
+        std::thread::scope(|s| {
+            let waiting = s.spawn(|| launches.next().map(|l| l.node));
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            assert!(!waiting.is_finished(), "took a run while paused");
+            launches.resume();
+            assert_eq!(waiting.join().unwrap(), Some(1));
+        });
+    }
+
+    /// What a report says, its times aside.
+    fn said(report: &Report) -> (&'static str, usize, Option<&Ended>) {
+        match report {
+            Report::Started { node, .. } => ("started", *node, None),
+            Report::Ended { node, ended, .. } => ("ended", *node, Some(ended)),
+        }
+    }
+
+    #[test]
+    fn a_built_run_wakes_the_scheduler_only_when_few_runs_wait() {
+        let launches = Launches::new(2);
+        let built = Ended::of(RunOutcome::Succeeded);
+        let failed = Ended::of(RunOutcome::failed("exit 1".to_string(), Some(1)));
+        let before = Stamp::now();
+        launches.started(7);
+        // Fewer than two wait: the scheduler is to claim more.
+        launches.push(launch(1));
+        assert!(launches.ended(7, built.clone()));
+        // Two wait: a run that built waits for the next wake-up; one that failed does not, and
+        // holds the queue back until the scheduler has read it.
+        launches.push(launch(2));
+        assert!(!launches.ended(8, built.clone()));
+        assert!(!launches.lock().paused);
+        assert!(launches.ended(9, failed.clone()));
+        assert!(launches.lock().paused);
+        // Every report is kept, in order, whether it woke the scheduler or not, with when it
+        // was made.
+        let reports = launches.take_reports();
+        assert_eq!(
+            reports.iter().map(said).collect::<Vec<_>>(),
+            [
+                ("started", 7, None),
+                ("ended", 7, Some(&built)),
+                ("ended", 8, Some(&built)),
+                ("ended", 9, Some(&failed)),
+            ]
+        );
+        let stamps: Vec<Stamp> = reports
+            .iter()
+            .map(|r| match r {
+                Report::Started { at, .. } | Report::Ended { at, .. } => *at,
+            })
+            .collect();
+        assert!(stamps[0].at >= before.at && stamps[0].at_ns >= before.at_ns);
+        assert!(stamps.windows(2).all(|w| w[0].at <= w[1].at));
+        assert!(launches.take_reports().is_empty());
+    }
+
+    #[test]
+    fn a_run_held_back_by_a_check_wakes_the_scheduler() {
+        let launches = Launches::new(1);
+        launches.push(launch(1));
+        let mut held = Ended::of(RunOutcome::Succeeded);
+        held.checks.push(CheckOutcome {
+            partition_ref: "a".to_string(),
+            name: "rows".to_string(),
+            version: None,
+            command: Vec::new(),
+            blocking: true,
+            passed: false,
+            message: "no rows".to_string(),
+            metrics: None,
+            inline: true,
+        });
+        assert!(held.held_back().is_some());
+        assert!(launches.ended(3, held));
+    }
+
+    #[test]
+    fn drained_runs_are_not_taken() {
+        let launches = Launches::default();
+        launches.push(launch(1));
+        assert_eq!(launches.drain().len(), 1);
+        launches.close();
+        assert!(launches.next().is_none());
+    }
+}

@@ -178,7 +178,6 @@ fn the_scheduler_machine_names_only_pure_modules() {
 ///   `build/`), its folder (`build/`). Inline modules are part of their file. A folder does not
 ///   stand for the modules inside it: each is named.
 #[test]
-#[ignore = "until ARCHITECTURE.md follows the map convention (lead)"]
 fn the_code_map_names_what_exists_and_every_module() {
     let root = root();
     let map = std::fs::read_to_string(root.join("ARCHITECTURE.md")).expect("ARCHITECTURE.md");

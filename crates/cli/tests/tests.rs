@@ -13,6 +13,7 @@ mod daily_use;
 mod dashboard;
 mod equivalence;
 mod examples;
+mod exits;
 mod gc;
 mod graph_cmd;
 mod lineage;

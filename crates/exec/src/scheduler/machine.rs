@@ -340,6 +340,12 @@ impl Machine {
         self.maker_of(r).is_some() || self.waiting_for.contains_key(r)
     }
 
+    /// The state of the run that makes output `r` in this build, if one does (a run whose claim
+    /// was lost to another build no longer does: the build waits for `r` instead).
+    pub fn maker_state(&self, r: &str) -> Option<State> {
+        self.maker_of(r).map(|node| self.nodes[node].state)
+    }
+
     /// The node that makes output `r` in this build.
     fn maker_of(&self, r: &str) -> Option<usize> {
         self.by_output

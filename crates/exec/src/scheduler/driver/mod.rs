@@ -1073,12 +1073,20 @@ impl<'s, 'e> Driver<'s, 'e> {
         let skipped: FxHashSet<&str> = self.skipped.iter().map(String::as_str).collect();
         for r in &self.options.refs {
             // A run held back by a failed blocking check built its outputs, not live ones.
+            // A ref a run of this build makes is live only if that run succeeded, whatever an
+            // older instance in the log says (a stale ref whose rebuild never started is still
+            // `available` there); one it skipped or waited for, if the log has it available.
             let live = !self.held_back.contains(r.as_str())
-                && (skipped.contains(r.as_str())
-                    || self
-                        .store()
-                        .partition(r.as_str())?
-                        .is_some_and(|p| p.status == Status::Available));
+                && match self.machine.maker_state(r.as_str()) {
+                    Some(state) => state == super::machine::State::Done,
+                    None => {
+                        skipped.contains(r.as_str())
+                            || self
+                                .store()
+                                .partition(r.as_str())?
+                                .is_some_and(|p| p.status == Status::Available)
+                    }
+                };
             if !live {
                 failed = true;
                 // Requested refs that no run of ours ended (a failed delegation, say) end here.

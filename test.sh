@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The whole test suite, as CI runs it: formatting, lints, then every test of the
-# workspace with cargo-nextest, the tests that need a service included,
+# The whole test suite, as CI runs it: formatting, lints, unused dependencies (cargo-machete), then
+# every test of the workspace with cargo-nextest, the tests that need a service included,
 # with the storage suite on both SQLite and a throwaway PostgreSQL, and the executor suite on both
 # local processes and a single-node Slurm, which this script starts (installing Debian's packages if
 # the machine lacks them; it runs as root, as CI does) and removes afterwards; schemathesis (from
@@ -11,7 +11,7 @@ set -euo pipefail
 cd "$(dirname "$0")"
 
 # The cargo subcommands this script runs, built from crates.io when the machine lacks them.
-for tool in cargo-nextest@0.9.143; do
+for tool in cargo-nextest@0.9.143 cargo-machete@0.9.2; do
   command -v "${tool%@*}" >/dev/null || cargo install --locked --quiet "$tool"
 done
 
@@ -19,6 +19,8 @@ echo "== cargo fmt --check"
 cargo fmt --all -- --check
 echo "== cargo clippy -D warnings"
 cargo clippy --workspace --all-targets --quiet -- -D warnings
+echo "== cargo machete (no unused dependencies)"
+cargo machete
 
 scratch=$(mktemp -d)
 cleanup() {

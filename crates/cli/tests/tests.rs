@@ -11,6 +11,7 @@ mod equivalence;
 mod examples;
 mod gc;
 mod graph_cmd;
+mod hygiene;
 mod lineage;
 mod log_cmds;
 mod plan_cache;

@@ -1,8 +1,9 @@
-//! The command-line shape (contract section 4).
+//! The command-line shape (contract section 4): the global flags, the commands, and each
+//! command's arguments as a struct that `commands` hands whole to the function that runs it.
 
 use std::path::PathBuf;
 
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -37,364 +38,314 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Plan without running: the job runs that would make REFs live, in dependency order.
-    Analyze {
-        /// Partition refs; braces expand: `reviews/date={2020-01-01..2020-01-31}`, `x/cat={a,b}`.
-        #[arg(required = true)]
-        refs: Vec<String>,
-        /// List at most N job runs in the human output (0: all). `--json` always lists all.
-        #[arg(long, default_value_t = 200)]
-        limit: usize,
-        /// Estimate the wall time at N runs at once (default: the number of cores).
-        #[arg(long, value_name = "N")]
-        parallel: Option<usize>,
-        /// Plan as `build --force` would: the requested refs rebuilt even if live and fresh.
-        #[arg(long)]
-        force: bool,
-        /// Plan as `build --allow-stale` would: stale partitions used as they are.
-        #[arg(long)]
-        allow_stale: bool,
-    },
+    Analyze(AnalyzeArgs),
     /// Make partitions live and fresh: run exactly the jobs needed, skip what is live, wait for
     /// what another build is making. Exits 0 iff every requested ref is live.
-    Build {
-        /// Partition refs; braces expand: `reviews/date={2020-01-01..2020-01-31}`, `x/cat={a,b}`.
-        #[arg(required = true)]
-        refs: Vec<String>,
-        /// Rebuild the requested refs even if they are live and fresh.
-        #[arg(long)]
-        force: bool,
-        /// Most job runs at once (default: the number of cores).
-        #[arg(long, value_name = "N")]
-        parallel: Option<usize>,
-        /// Keep running what does not depend on a failure.
-        #[arg(long)]
-        keep_going: bool,
-        /// Use stale partitions as they are instead of rebuilding them.
-        #[arg(long)]
-        allow_stale: bool,
-        /// Refuse to start when the plan has more job runs than N (exit 2; nothing runs).
-        #[arg(long, value_name = "N")]
-        max_runs: Option<usize>,
-        /// Run nothing: print the analysis of what this build would do (as `analyze` with the
-        /// same flags), and exit as `analyze` does.
-        #[arg(long)]
-        dry_run: bool,
-    },
+    Build(BuildArgs),
     /// Cancel a build request: its running job runs are stopped and recorded as cancelled.
-    Cancel {
-        /// The build request's id: whole, a unique prefix, its short form, or `last`.
-        id: String,
-    },
+    Cancel(CancelArgs),
     /// The state of partitions: live, stale, missing, building, failed or tainted, with reasons.
-    Status {
-        /// Partition refs; braces expand.
-        #[arg(required = true)]
-        refs: Vec<String>,
-    },
+    Status(StatusArgs),
     /// Why a partition is in its state: the run that built it, its inputs, what a build would run.
-    Explain {
-        /// The partition ref.
-        #[arg(value_name = "REF")]
-        partition_ref: String,
-    },
+    Explain(ExplainArgs),
     /// List the partitions the event log knows.
-    Partitions {
-        /// A glob over refs: `reviews/*`, `*/date=2020-01-0?`.
-        #[arg(long)]
-        pattern: Option<String>,
-        /// Only partitions in this state.
-        #[arg(long, value_enum)]
-        status: Option<PartitionStatusArg>,
-        /// At most N partitions (a page; `--after` goes on).
-        #[arg(long, value_name = "N", default_value_t = 100)]
-        limit: usize,
-        /// Continue after this ref (keyset pagination).
-        #[arg(long, value_name = "REF")]
-        after: Option<String>,
-    },
+    Partitions(PartitionsArgs),
     /// List builds, or show one. Ids may be shortened: any unique prefix, the short form the
     /// listings show (its last 8 characters), or `last` for the newest build.
-    Builds {
-        /// Show this build request: its refs, progress, runs and partitions.
-        id: Option<String>,
-        /// List analyses (`analyze` is recorded as a build request too) along with builds.
-        #[arg(long)]
-        all: bool,
-        /// List at most N, the newest first (with `--partitions`: N partitions a page).
-        #[arg(long, value_name = "N", default_value_t = 20)]
-        limit: usize,
-        /// With an ID: list what the build did to each partition it touched, a page at a time
-        /// in ref order (the build's detail shows the first 1,000).
-        #[arg(long, requires = "id")]
-        partitions: bool,
-        /// With `--partitions`: the page after this ref (the `--after` a page ends with).
-        #[arg(long, value_name = "REF", requires = "partitions")]
-        after: Option<String>,
-    },
+    Builds(BuildsArgs),
     /// Print events of the log.
-    Events {
-        /// Only the events of this build request.
-        #[arg(long = "build", value_name = "ID")]
-        build_request_id: Option<String>,
-        /// Only the events of this partition.
-        #[arg(long = "partition", value_name = "REF")]
-        partition_ref: Option<String>,
-        /// Only the events of this job's runs.
-        #[arg(long)]
-        job: Option<String>,
-        /// Only the events of this job run.
-        #[arg(long = "run", value_name = "ID")]
-        job_run_id: Option<String>,
-        /// Only events after this index.
-        #[arg(long, value_name = "IDX")]
-        since: Option<i64>,
-        /// At most N events.
-        #[arg(long, value_name = "N")]
-        limit: Option<usize>,
-        /// Keep printing new events as they are appended (Ctrl-C to stop).
-        #[arg(long)]
-        follow: bool,
-    },
+    Events(EventsArgs),
     /// Every dataset and job output of the graph, with its partitions counted by status.
-    Datasets {
-        /// Split every job output's available partitions into live, stale and missing, however
-        /// many (a check of each); without it, only those with at most 20,000.
-        #[arg(long)]
-        exact: bool,
-    },
+    Datasets(DatasetsArgs),
     /// Job metrics: runs, success rate, p50/p95 duration; with NAME, also its recent runs.
-    Jobs {
-        /// One job: its metrics and its recent runs.
-        name: Option<String>,
-    },
+    Jobs(JobsArgs),
     /// One job run: config, environment, exit, timings.
-    Runs {
-        /// The job run's id: whole, a unique prefix, or its short form (as listings show it).
-        id: String,
-        /// Print the run's whole log instead of its details.
-        #[arg(long)]
-        log: bool,
-        /// With --log: keep printing what the run writes until it ends.
-        #[arg(long, requires = "log")]
-        follow: bool,
-    },
+    Runs(RunsArgs),
     /// The log of the run that built a partition, or that is building it or failed to.
-    Logs {
-        /// The partition ref.
-        #[arg(value_name = "REF")]
-        partition_ref: String,
-        /// Keep printing what the run writes until it ends.
-        #[arg(long)]
-        follow: bool,
-    },
+    Logs(LogsArgs),
     /// Run every check of partitions' current instances now, and record the results: a
     /// partition whose fixed data passes its blocking checks is live again, without a rebuild.
-    Check {
-        /// Partition refs; braces expand.
-        #[arg(required = true)]
-        refs: Vec<String>,
-    },
+    Check(CheckArgs),
     /// Mark partitions invalid, so that builds rebuild them.
-    Taint {
-        /// Partition refs; braces expand.
-        #[arg(required = true)]
-        refs: Vec<String>,
-        /// Why, as `status` and `explain` will say.
-        #[arg(long)]
-        reason: Option<String>,
-        /// Taint nothing: list the live partitions built from these that would become stale,
-        /// and the wants that would rebuild them.
-        #[arg(long)]
-        dry_run: bool,
-    },
+    Taint(TaintArgs),
     /// The exact lineage of a partition: the instances and runs its current (or a given)
     /// instance was built from, or everything built from it.
-    Lineage {
-        /// The partition ref.
-        #[arg(value_name = "REF")]
-        partition_ref: String,
-        /// What it was built from (the default).
-        #[arg(long, conflicts_with = "downstream")]
-        upstream: bool,
-        /// Everything built from it, and from that.
-        #[arg(long)]
-        downstream: bool,
-        /// How many levels.
-        #[arg(long, default_value_t = 3)]
-        depth: u32,
-        /// The run whose instance to start from (an id, a unique prefix or the short form);
-        /// default: the partition's current instance.
-        #[arg(long, value_name = "RUN_ID")]
-        instance: Option<String>,
-        /// The answer as a tree of text, JSON, or a DOT or Mermaid picture.
-        #[arg(long, value_enum, default_value_t = LineageFormat::Text)]
-        format: LineageFormat,
-    },
+    Lineage(LineageArgs),
     /// What changed between two instances of a partition: the inputs read at other versions,
     /// the job's version, its args, its env names.
-    Diff {
-        /// The partition ref.
-        #[arg(value_name = "REF")]
-        partition_ref: String,
-        /// The later instance, by the run that built it (default: the current one).
-        #[arg(long, value_name = "RUN_ID")]
-        instance: Option<String>,
-        /// The earlier instance, by the run that built it (default: the one before).
-        #[arg(long, value_name = "RUN_ID")]
-        since: Option<String>,
-    },
+    Diff(DiffArgs),
     /// Housekeeping: remove old run logs, the staging folders of ended runs, `.tmp` files that
     /// killed jobs left, and the data of partitions no job of the graph builds any more.
     /// Never a live partition, the log of a partition's current run, or anything of a run still
     /// running; what it removes is recorded in the event log.
-    Gc {
-        /// Only what was last written (for a partition: last recorded) before this long ago:
-        /// `30d`, `12h`, `0s` for everything.
-        #[arg(long, default_value = "30d", value_name = "AGE")]
-        older_than: String,
-        /// List what would be removed, remove nothing.
-        #[arg(long)]
-        dry_run: bool,
-    },
+    Gc(GcArgs),
     /// Read-only SQL over the event log (tables and views in docs/event-log.md).
-    Sql {
-        /// One SELECT (or WITH … SELECT) over the log's tables and views.
-        query: String,
-        /// Stop after this many rows.
-        #[arg(long, default_value_t = 10_000)]
-        max_rows: usize,
-    },
+    Sql(SqlArgs),
     /// The build graph service (HTTP API) and dashboard. `DATABUILD_TOKEN`, when set, guards
     /// every write and SQL; `--guard-reads` (or `DATABUILD_READ_TOKEN`, a token for reads only)
     /// guards every read too. Limits: `DATABUILD_MAX_REFS` (refs per request, default 1000000),
     /// `DATABUILD_SQL_CONCURRENCY` (default 4), `DATABUILD_MAX_STREAMS` (default 64).
-    Serve {
-        /// The address to listen on (a non-loopback one needs `DATABUILD_TOKEN` or --allow-open).
-        #[arg(long, default_value = "127.0.0.1:8080")]
-        bind: std::net::SocketAddr,
-        /// Every read needs a token too (the dashboard asks for it once, in a login form).
-        #[arg(long, env = "DATABUILD_GUARD_READS")]
-        guard_reads: bool,
-        /// A host name requests may be addressed to, beyond loopback names and IP addresses
-        /// (repeatable; env `DATABUILD_ALLOWED_HOSTS`, comma-separated).
-        #[arg(
-            long = "allow-host",
-            value_name = "NAME",
-            env = "DATABUILD_ALLOWED_HOSTS",
-            value_delimiter = ','
-        )]
-        allowed_hosts: Vec<String>,
-        /// Serve a non-loopback address without a token (anyone who reaches it can build).
-        #[arg(long)]
-        allow_open: bool,
-    },
+    Serve(ServeArgs),
     /// Start a project here: a graph file with one dataset and one job that builds from it, the
     /// job's script and a day of sample data (refuses to overwrite a graph file).
     Init,
     /// Print a shell completion script: `databuild completions bash > ~/.local/share/bash-completion/completions/databuild`.
-    Completions {
-        /// The shell to complete for.
-        shell: clap_complete::Shell,
-    },
+    Completions(CompletionsArgs),
     /// Check the event log: every entity's history is a valid path of its state machine, and the
     /// projections match a replay of the events. Exits 1 if not.
     CheckLog,
     /// Copy an event log into an empty one (say, from SQLite to a shared Postgres), event by
     /// event, validating each on the way in.
-    MigrateLog {
-        /// The log to read: `sqlite:PATH` or `postgres://...`.
-        #[arg(long)]
-        from: String,
-        /// The empty log to write.
-        #[arg(long)]
-        to: String,
-    },
+    MigrateLog(MigrateLogArgs),
     /// Every source (webhook or directory): retention, days open/sealed/expired, and its tables
     /// with their versions and the version each alias reads.
     Sources,
     /// One source's details, or sealing it.
-    Source {
-        #[command(subcommand)]
-        action: SourceAction,
-    },
+    Source(SourceArgs),
     /// Point a table's alias (`TABLE/date=...`) at another version, after checking that it covers
     /// every date the current one covers. Promoting an earlier version is a rollback.
-    Promote {
-        /// The table (a source's name).
-        table: String,
-        /// The version its alias points at from now on.
-        #[arg(long)]
-        version: u32,
-        /// First rebuild the partitions built over the alias against the new version; promote
-        /// only if that succeeds.
-        #[arg(long)]
-        build_downstream: bool,
-    },
+    Promote(PromoteArgs),
     /// Want partitions: `databuild serve` builds them as soon as their inputs exist, and records
     /// why they wait and when an SLA is missed.
-    Want {
-        /// Partition refs; braces expand.
-        #[arg(required = true)]
-        refs: Vec<String>,
-        /// How long the want stands (default 30d).
-        #[arg(long)]
-        ttl: Option<String>,
-        /// How long after each partition's day ends (the date in its ref) it must be live.
-        #[arg(long)]
-        sla: Option<String>,
-    },
+    Want(WantArgs),
     /// List wants: the active ones, or those with a status.
-    Wants {
-        /// One want (an id, a unique prefix or the short form): the builds and runs that made
-        /// its partitions, and what the others wait for.
-        id: Option<String>,
-        /// requested, waiting, satisfied, expired or cancelled.
-        #[arg(long)]
-        status: Option<String>,
-        /// Include ended (expired, cancelled) wants.
-        #[arg(long)]
-        all: bool,
-        /// At most N wants.
-        #[arg(long, value_name = "N", default_value_t = 100)]
-        limit: usize,
-    },
+    Wants(WantsArgs),
     /// Withdraw a want.
-    Unwant {
-        /// The want's id.
-        id: String,
-    },
+    Unwant(UnwantArgs),
     /// Builds a table version's day (run by builds, not by hand).
     #[command(hide = true)]
-    TableJob {
-        /// What the build passes.
-        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
-        args: Vec<String>,
-    },
+    TableJob(TableJobArgs),
     /// Print the job graph.
-    Graph {
-        /// The picture's language (`--json`: the graph as JSON).
-        #[arg(long, value_enum, default_value_t = GraphFormat::Dot)]
-        format: GraphFormat,
-    },
+    Graph(GraphArgs),
 }
 
-#[derive(Debug, Subcommand)]
-pub enum SourceAction {
-    /// Coverage by date: the raw partition (open, sealed, expired) and every table version
-    /// (loaded from raw or carried forward), with retention.
-    Show {
-        /// The source's name.
-        name: String,
-    },
-    /// Ingest dropped files, seal every day that has ended (or through `--through`, even today)
-    /// and expire raw days past retention. The service does this every minute by itself.
-    Seal {
-        /// One source (default: all).
-        name: Option<String>,
-        /// Seal through this date (YYYY-MM-DD), today at the latest.
-        #[arg(long, value_name = "DATE")]
-        through: Option<String>,
-    },
+/// The arguments of `databuild analyze`.
+#[derive(Debug, Args)]
+pub struct AnalyzeArgs {
+    /// Partition refs; braces expand: `reviews/date={2020-01-01..2020-01-31}`, `x/cat={a,b}`.
+    #[arg(required = true)]
+    pub refs: Vec<String>,
+    /// List at most N job runs in the human output (0: all). `--json` always lists all.
+    #[arg(long, default_value_t = 200)]
+    pub limit: usize,
+    /// Estimate the wall time at N runs at once (default: the number of cores).
+    #[arg(long, value_name = "N")]
+    pub parallel: Option<usize>,
+    /// Plan as `build --force` would: the requested refs rebuilt even if live and fresh.
+    #[arg(long)]
+    pub force: bool,
+    /// Plan as `build --allow-stale` would: stale partitions used as they are.
+    #[arg(long)]
+    pub allow_stale: bool,
+}
+
+/// The arguments of `databuild build`.
+#[derive(Debug, Args)]
+pub struct BuildArgs {
+    /// Partition refs; braces expand: `reviews/date={2020-01-01..2020-01-31}`, `x/cat={a,b}`.
+    #[arg(required = true)]
+    pub refs: Vec<String>,
+    /// Rebuild the requested refs even if they are live and fresh.
+    #[arg(long)]
+    pub force: bool,
+    /// Most job runs at once (default: the number of cores).
+    #[arg(long, value_name = "N")]
+    pub parallel: Option<usize>,
+    /// Keep running what does not depend on a failure.
+    #[arg(long)]
+    pub keep_going: bool,
+    /// Use stale partitions as they are instead of rebuilding them.
+    #[arg(long)]
+    pub allow_stale: bool,
+    /// Refuse to start when the plan has more job runs than N (exit 2; nothing runs).
+    #[arg(long, value_name = "N")]
+    pub max_runs: Option<usize>,
+    /// Run nothing: print the analysis of what this build would do (as `analyze` with the
+    /// same flags), and exit as `analyze` does.
+    #[arg(long)]
+    pub dry_run: bool,
+}
+
+/// The arguments of `databuild cancel`.
+#[derive(Debug, Args)]
+pub struct CancelArgs {
+    /// The build request's id: whole, a unique prefix, its short form, or `last`.
+    pub id: String,
+}
+
+/// The arguments of `databuild status`.
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    /// Partition refs; braces expand.
+    #[arg(required = true)]
+    pub refs: Vec<String>,
+}
+
+/// The arguments of `databuild explain`.
+#[derive(Debug, Args)]
+pub struct ExplainArgs {
+    /// The partition ref.
+    #[arg(value_name = "REF")]
+    pub partition_ref: String,
+}
+
+/// The arguments of `databuild partitions`.
+#[derive(Debug, Args)]
+pub struct PartitionsArgs {
+    /// A glob over refs: `reviews/*`, `*/date=2020-01-0?`.
+    #[arg(long)]
+    pub pattern: Option<String>,
+    /// Only partitions in this state.
+    #[arg(long, value_enum)]
+    pub status: Option<PartitionStatusArg>,
+    /// At most N partitions (a page; `--after` goes on).
+    #[arg(long, value_name = "N", default_value_t = 100)]
+    pub limit: usize,
+    /// Continue after this ref (keyset pagination).
+    #[arg(long, value_name = "REF")]
+    pub after: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum PartitionStatusArg {
+    Live,
+    Stale,
+    Building,
+    Failed,
+    Tainted,
+}
+
+/// The arguments of `databuild builds`.
+#[derive(Debug, Args)]
+pub struct BuildsArgs {
+    /// Show this build request: its refs, progress, runs and partitions.
+    pub id: Option<String>,
+    /// List analyses (`analyze` is recorded as a build request too) along with builds.
+    #[arg(long)]
+    pub all: bool,
+    /// List at most N, the newest first (with `--partitions`: N partitions a page).
+    #[arg(long, value_name = "N", default_value_t = 20)]
+    pub limit: usize,
+    /// With an ID: list what the build did to each partition it touched, a page at a time
+    /// in ref order (the build's detail shows the first 1,000).
+    #[arg(long, requires = "id")]
+    pub partitions: bool,
+    /// With `--partitions`: the page after this ref (the `--after` a page ends with).
+    #[arg(long, value_name = "REF", requires = "partitions")]
+    pub after: Option<String>,
+}
+
+/// The arguments of `databuild events`.
+#[derive(Debug, Args)]
+pub struct EventsArgs {
+    /// Only the events of this build request.
+    #[arg(long = "build", value_name = "ID")]
+    pub build_request_id: Option<String>,
+    /// Only the events of this partition.
+    #[arg(long = "partition", value_name = "REF")]
+    pub partition_ref: Option<String>,
+    /// Only the events of this job's runs.
+    #[arg(long)]
+    pub job: Option<String>,
+    /// Only the events of this job run.
+    #[arg(long = "run", value_name = "ID")]
+    pub job_run_id: Option<String>,
+    /// Only events after this index.
+    #[arg(long, value_name = "IDX")]
+    pub since: Option<i64>,
+    /// At most N events.
+    #[arg(long, value_name = "N")]
+    pub limit: Option<usize>,
+    /// Keep printing new events as they are appended (Ctrl-C to stop).
+    #[arg(long)]
+    pub follow: bool,
+}
+
+/// The arguments of `databuild datasets`.
+#[derive(Debug, Args)]
+pub struct DatasetsArgs {
+    /// Split every job output's available partitions into live, stale and missing, however
+    /// many (a check of each); without it, only those with at most 20,000.
+    #[arg(long)]
+    pub exact: bool,
+}
+
+/// The arguments of `databuild jobs`.
+#[derive(Debug, Args)]
+pub struct JobsArgs {
+    /// One job: its metrics and its recent runs.
+    pub name: Option<String>,
+}
+
+/// The arguments of `databuild runs`.
+#[derive(Debug, Args)]
+pub struct RunsArgs {
+    /// The job run's id: whole, a unique prefix, or its short form (as listings show it).
+    pub id: String,
+    /// Print the run's whole log instead of its details.
+    #[arg(long)]
+    pub log: bool,
+    /// With --log: keep printing what the run writes until it ends.
+    #[arg(long, requires = "log")]
+    pub follow: bool,
+}
+
+/// The arguments of `databuild logs`.
+#[derive(Debug, Args)]
+pub struct LogsArgs {
+    /// The partition ref.
+    #[arg(value_name = "REF")]
+    pub partition_ref: String,
+    /// Keep printing what the run writes until it ends.
+    #[arg(long)]
+    pub follow: bool,
+}
+
+/// The arguments of `databuild check`.
+#[derive(Debug, Args)]
+pub struct CheckArgs {
+    /// Partition refs; braces expand.
+    #[arg(required = true)]
+    pub refs: Vec<String>,
+}
+
+/// The arguments of `databuild taint`.
+#[derive(Debug, Args)]
+pub struct TaintArgs {
+    /// Partition refs; braces expand.
+    #[arg(required = true)]
+    pub refs: Vec<String>,
+    /// Why, as `status` and `explain` will say.
+    #[arg(long)]
+    pub reason: Option<String>,
+    /// Taint nothing: list the live partitions built from these that would become stale,
+    /// and the wants that would rebuild them.
+    #[arg(long)]
+    pub dry_run: bool,
+}
+
+/// The arguments of `databuild lineage`.
+#[derive(Debug, Args)]
+pub struct LineageArgs {
+    /// The partition ref.
+    #[arg(value_name = "REF")]
+    pub partition_ref: String,
+    /// What it was built from (the default).
+    #[arg(long, conflicts_with = "downstream")]
+    pub upstream: bool,
+    /// Everything built from it, and from that.
+    #[arg(long)]
+    pub downstream: bool,
+    /// How many levels.
+    #[arg(long, default_value_t = 3)]
+    pub depth: u32,
+    /// The run whose instance to start from (an id, a unique prefix or the short form);
+    /// default: the partition's current instance.
+    #[arg(long, value_name = "RUN_ID")]
+    pub instance: Option<String>,
+    /// The answer as a tree of text, JSON, or a DOT or Mermaid picture.
+    #[arg(long, value_enum, default_value_t = LineageFormat::Text)]
+    pub format: LineageFormat,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -405,20 +356,190 @@ pub enum LineageFormat {
     Mermaid,
 }
 
+/// The arguments of `databuild diff`.
+#[derive(Debug, Args)]
+pub struct DiffArgs {
+    /// The partition ref.
+    #[arg(value_name = "REF")]
+    pub partition_ref: String,
+    /// The later instance, by the run that built it (default: the current one).
+    #[arg(long, value_name = "RUN_ID")]
+    pub instance: Option<String>,
+    /// The earlier instance, by the run that built it (default: the one before).
+    #[arg(long, value_name = "RUN_ID")]
+    pub since: Option<String>,
+}
+
+/// The arguments of `databuild gc`.
+#[derive(Debug, Args)]
+pub struct GcArgs {
+    /// Only what was last written (for a partition: last recorded) before this long ago:
+    /// `30d`, `12h`, `0s` for everything.
+    #[arg(long, default_value = "30d", value_name = "AGE")]
+    pub older_than: String,
+    /// List what would be removed, remove nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+}
+
+/// The arguments of `databuild sql`.
+#[derive(Debug, Args)]
+pub struct SqlArgs {
+    /// One SELECT (or WITH … SELECT) over the log's tables and views.
+    pub query: String,
+    /// Stop after this many rows.
+    #[arg(long, default_value_t = 10_000)]
+    pub max_rows: usize,
+}
+
+/// The arguments of `databuild serve`.
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// The address to listen on (a non-loopback one needs `DATABUILD_TOKEN` or --allow-open).
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    pub bind: std::net::SocketAddr,
+    /// Every read needs a token too (the dashboard asks for it once, in a login form).
+    #[arg(long, env = "DATABUILD_GUARD_READS")]
+    pub guard_reads: bool,
+    /// A host name requests may be addressed to, beyond loopback names and IP addresses
+    /// (repeatable; env `DATABUILD_ALLOWED_HOSTS`, comma-separated).
+    #[arg(
+        long = "allow-host",
+        value_name = "NAME",
+        env = "DATABUILD_ALLOWED_HOSTS",
+        value_delimiter = ','
+    )]
+    pub allowed_hosts: Vec<String>,
+    /// Serve a non-loopback address without a token (anyone who reaches it can build).
+    #[arg(long)]
+    pub allow_open: bool,
+}
+
+/// The arguments of `databuild completions`.
+#[derive(Debug, Args)]
+pub struct CompletionsArgs {
+    /// The shell to complete for.
+    pub shell: clap_complete::Shell,
+}
+
+/// The arguments of `databuild migrate-log`.
+#[derive(Debug, Args)]
+pub struct MigrateLogArgs {
+    /// The log to read: `sqlite:PATH` or `postgres://...`.
+    #[arg(long)]
+    pub from: String,
+    /// The empty log to write.
+    #[arg(long)]
+    pub to: String,
+}
+
+/// The arguments of `databuild source`.
+#[derive(Debug, Args)]
+pub struct SourceArgs {
+    #[command(subcommand)]
+    pub action: SourceAction,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SourceAction {
+    /// Coverage by date: the raw partition (open, sealed, expired) and every table version
+    /// (loaded from raw or carried forward), with retention.
+    Show(ShowArgs),
+    /// Ingest dropped files, seal every day that has ended (or through `--through`, even today)
+    /// and expire raw days past retention. The service does this every minute by itself.
+    Seal(SealArgs),
+}
+
+/// The arguments of `databuild source show`.
+#[derive(Debug, Args)]
+pub struct ShowArgs {
+    /// The source's name.
+    pub name: String,
+}
+
+/// The arguments of `databuild source seal`.
+#[derive(Debug, Args)]
+pub struct SealArgs {
+    /// One source (default: all).
+    pub name: Option<String>,
+    /// Seal through this date (YYYY-MM-DD), today at the latest.
+    #[arg(long, value_name = "DATE")]
+    pub through: Option<String>,
+}
+
+/// The arguments of `databuild promote`.
+#[derive(Debug, Args)]
+pub struct PromoteArgs {
+    /// The table (a source's name).
+    pub table: String,
+    /// The version its alias points at from now on.
+    #[arg(long)]
+    pub version: u32,
+    /// First rebuild the partitions built over the alias against the new version; promote
+    /// only if that succeeds.
+    #[arg(long)]
+    pub build_downstream: bool,
+}
+
+/// The arguments of `databuild want`.
+#[derive(Debug, Args)]
+pub struct WantArgs {
+    /// Partition refs; braces expand.
+    #[arg(required = true)]
+    pub refs: Vec<String>,
+    /// How long the want stands (default 30d).
+    #[arg(long)]
+    pub ttl: Option<String>,
+    /// How long after each partition's day ends (the date in its ref) it must be live.
+    #[arg(long)]
+    pub sla: Option<String>,
+}
+
+/// The arguments of `databuild wants`.
+#[derive(Debug, Args)]
+pub struct WantsArgs {
+    /// One want (an id, a unique prefix or the short form): the builds and runs that made
+    /// its partitions, and what the others wait for.
+    pub id: Option<String>,
+    /// requested, waiting, satisfied, expired or cancelled.
+    #[arg(long)]
+    pub status: Option<String>,
+    /// Include ended (expired, cancelled) wants.
+    #[arg(long)]
+    pub all: bool,
+    /// At most N wants.
+    #[arg(long, value_name = "N", default_value_t = 100)]
+    pub limit: usize,
+}
+
+/// The arguments of `databuild unwant`.
+#[derive(Debug, Args)]
+pub struct UnwantArgs {
+    /// The want's id.
+    pub id: String,
+}
+
+/// The arguments of `databuild table-job`.
+#[derive(Debug, Args)]
+pub struct TableJobArgs {
+    /// What the build passes.
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+    pub args: Vec<String>,
+}
+
+/// The arguments of `databuild graph`.
+#[derive(Debug, Args)]
+pub struct GraphArgs {
+    /// The picture's language (`--json`: the graph as JSON).
+    #[arg(long, value_enum, default_value_t = GraphFormat::Dot)]
+    pub format: GraphFormat,
+}
+
 #[derive(Debug, Clone, Copy, ValueEnum)]
 pub enum GraphFormat {
     Dot,
     Mermaid,
     Json,
-}
-
-#[derive(Debug, Clone, Copy, ValueEnum)]
-pub enum PartitionStatusArg {
-    Live,
-    Stale,
-    Building,
-    Failed,
-    Tainted,
 }
 
 #[cfg(test)]

@@ -10,6 +10,24 @@ use databuild_log::LogError;
 use crate::backend::Backend;
 use crate::UserError;
 
+/// Where the global flags say a command runs: the graph file and event log here, or the
+/// service at `--server`.
+pub struct Target {
+    pub graph: PathBuf,
+    pub event_log: Option<String>,
+    pub server: Option<String>,
+}
+
+impl Target {
+    /// The service at `--server`, else this process over the graph file and its event log.
+    pub fn backend(&self) -> anyhow::Result<Backend> {
+        match &self.server {
+            Some(url) => Ok(Backend::remote(url)),
+            None => Backend::local(Context::load(&self.graph)?.engine(self.event_log.as_deref())?),
+        }
+    }
+}
+
 pub struct Context {
     pub graph: Graph,
     /// The graph file's folder: jobs and helpers run there.

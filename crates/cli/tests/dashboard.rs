@@ -1,10 +1,12 @@
 //! The dashboard in a real browser: Debian's Chromium, driven by `tests/browser/dashboard.mjs`
 //! (playwright-core, which the test command installs), against a real service with real builds.
+//! The browser tests are `#[ignore]`d: `./test.sh` runs them.
 
 use crate::examples::example;
 use crate::util::Service;
 
 #[test]
+#[ignore = "needs Chromium and playwright-core; ./test.sh installs them and runs it"]
 fn every_page_works_in_chromium_and_a_build_runs_from_the_page() {
     let p = example("podcast_reviews");
     let s = Service::start(&p, &[]);
@@ -19,6 +21,7 @@ fn every_page_works_in_chromium_and_a_build_runs_from_the_page() {
 }
 
 #[test]
+#[ignore = "needs Chromium and playwright-core; ./test.sh installs them and runs it"]
 fn with_a_token_the_dashboard_asks_for_a_login_then_every_page_and_button_works() {
     let p = example("podcast_reviews");
     let s = Service::start(

@@ -1,5 +1,6 @@
 //! A Postgres event log shared by several processes: migration from SQLite, two services on one
-//! log, and one of them killed mid-build. Needs the test command's throwaway Postgres.
+//! log, and one of them killed mid-build. Needs the test command's throwaway Postgres: the tests
+//! are `#[ignore]`d, and `./test.sh` runs them.
 
 use std::time::{Duration, Instant};
 
@@ -8,16 +9,9 @@ use serde_json::json;
 use crate::examples::example;
 use crate::util::{Project, Service};
 
-/// A fresh database on the test server, or `None` when the test command did not start one.
-fn fresh_database() -> Option<String> {
-    let Ok(admin) = std::env::var("DATABUILD_TEST_POSTGRES") else {
-        assert!(
-            std::env::var("DATABUILD_REQUIRE_POSTGRES").is_err(),
-            "DATABUILD_REQUIRE_POSTGRES is set but DATABUILD_TEST_POSTGRES is not"
-        );
-        eprintln!("no test Postgres (run ./test.sh): skipped");
-        return None;
-    };
+/// A fresh database on the test command's server.
+fn fresh_database() -> String {
+    let admin = crate::util::service_env("DATABUILD_TEST_POSTGRES", "PostgreSQL");
     let name = format!("t_{}", databuild_log::event::new_id().replace('-', ""));
     let ok = std::process::Command::new("psql")
         .args([
@@ -30,12 +24,13 @@ fn fresh_database() -> Option<String> {
         .unwrap()
         .success();
     assert!(ok, "cannot create a test database");
-    Some(format!("{}/{name}", admin.rsplit_once('/').unwrap().0))
+    format!("{}/{name}", admin.rsplit_once('/').unwrap().0)
 }
 
 #[test]
+#[ignore = "needs PostgreSQL (DATABUILD_TEST_POSTGRES); ./test.sh runs it"]
 fn migrate_log_copies_a_sqlite_log_without_loss() {
-    let Some(pg) = fresh_database() else { return };
+    let pg = fresh_database();
     let p = example("basic_graph");
     p.run(&["build", "sum/pippin_salem", "sum/salem_sadie"])
         .expect_code(0);
@@ -119,8 +114,9 @@ fn built(p: &Project) -> Vec<String> {
 }
 
 #[test]
+#[ignore = "needs PostgreSQL (DATABUILD_TEST_POSTGRES); ./test.sh runs it"]
 fn two_services_on_one_postgres_run_each_job_once() {
-    let Some(pg) = fresh_database() else { return };
+    let pg = fresh_database();
     let p = Project::new(GRAPH);
     let env = [("DATABUILD_EVENT_LOG", pg.as_str())];
     let a = Service::start(&p, &env);
@@ -152,8 +148,9 @@ fn two_services_on_one_postgres_run_each_job_once() {
 }
 
 #[test]
+#[ignore = "needs PostgreSQL (DATABUILD_TEST_POSTGRES); ./test.sh runs it"]
 fn killing_one_instance_mid_build_lets_the_other_finish() {
-    let Some(pg) = fresh_database() else { return };
+    let pg = fresh_database();
     let p = Project::new(GRAPH);
     let env = [("DATABUILD_EVENT_LOG", pg.as_str()), ("SLEEP", "30")];
     let a = Service::start(&p, &env);
@@ -193,8 +190,9 @@ fn killing_one_instance_mid_build_lets_the_other_finish() {
 /// jobs killed by its lease watchdog at half the lease timeout, before another host could take
 /// its work over; resumed, it starts nothing more, and a rerun completes.
 #[test]
+#[ignore = "needs PostgreSQL (DATABUILD_TEST_POSTGRES); ./test.sh runs it"]
 fn a_stopped_build_loses_its_jobs_before_its_lease_could_be_taken_over() {
-    let Some(pg) = fresh_database() else { return };
+    let pg = fresh_database();
     let p = Project::new(
         r#"
 [graph]
@@ -287,8 +285,9 @@ command = ["sh", "-c", "echo $$ > job.pid; i=0; while [ $i -lt $((SLEEP * 5)) ];
 /// the same request, takes them over once the lease lapses and finishes it, each partition built
 /// once. The dead one's claimed runs end `failed`, those only scheduled `cancelled`.
 #[test]
+#[ignore = "needs PostgreSQL (DATABUILD_TEST_POSTGRES) and root; ./test.sh runs it"]
 fn a_survivor_on_another_host_takes_over_and_finishes_the_work() {
-    let Some(pg) = fresh_database() else { return };
+    let pg = fresh_database();
     let p = Project::new(GRAPH);
     let common = [
         ("DATABUILD_EVENT_LOG", pg.as_str()),
@@ -299,10 +298,8 @@ fn a_survivor_on_another_host_takes_over_and_finishes_the_work() {
         env.push(("SLEEP", sleep));
         env
     };
-    let Some(a) = Service::start_on_host(&p, "host-a", &with("30")) else {
-        return;
-    };
-    let b = Service::start_on_host(&p, "host-b", &with("0.2")).unwrap();
+    let a = Service::start_on_host(&p, "host-a", &with("30"));
+    let b = Service::start_on_host(&p, "host-b", &with("0.2"));
     let request = json!({ "partitions": ["top/1", "top/2", "top/3"] });
     let (_, v) = a.post("/api/v1/builds", &request);
     let first = v["build_request_id"].as_str().unwrap().to_string();

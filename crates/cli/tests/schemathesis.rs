@@ -1,8 +1,8 @@
 //! Schemathesis against a real `databuild serve` on a real socket: every operation of the served
 //! OpenAPI document is called with generated requests (examples, coverage, fuzzing and stateful
 //! sequences), and every answer must match its documented status, content type and schema, with
-//! no 5xx. `./test.sh` installs schemathesis into a venv and sets `DATABUILD_SCHEMATHESIS` to it
-//! (and `DATABUILD_REQUIRE_SCHEMATHESIS=1`, which makes its absence a failure).
+//! no 5xx. `./test.sh` installs schemathesis into a venv, sets `DATABUILD_SCHEMATHESIS` to it and
+//! runs this test, which is `#[ignore]`d (and fails without schemathesis when asked for).
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -12,7 +12,8 @@ use crate::util::Service;
 
 const TOKEN: &str = "schemathesis-write-token";
 
-fn schemathesis() -> Option<PathBuf> {
+/// `DATABUILD_SCHEMATHESIS`, else a `schemathesis` on the PATH.
+fn schemathesis() -> PathBuf {
     let given = std::env::var_os("DATABUILD_SCHEMATHESIS").map(PathBuf::from);
     let found = given.or_else(|| {
         Command::new("schemathesis")
@@ -22,19 +23,13 @@ fn schemathesis() -> Option<PathBuf> {
             .filter(|o| o.status.success())
             .map(|_| PathBuf::from("schemathesis"))
     });
-    if found.is_none() {
-        assert!(
-            std::env::var("DATABUILD_REQUIRE_SCHEMATHESIS").is_err(),
-            "DATABUILD_REQUIRE_SCHEMATHESIS is set but schemathesis is missing (DATABUILD_SCHEMATHESIS)"
-        );
-        eprintln!("no schemathesis (run ./test.sh): the OpenAPI conformance test is skipped");
-    }
-    found
+    found.expect("needs schemathesis: DATABUILD_SCHEMATHESIS is not set and none is on the PATH (./test.sh installs it)")
 }
 
 #[test]
+#[ignore = "needs schemathesis (DATABUILD_SCHEMATHESIS); ./test.sh installs it and runs it"]
 fn every_documented_endpoint_answers_as_its_schema_says() {
-    let Some(st) = schemathesis() else { return };
+    let st = schemathesis();
     // A throwaway project (its own data dir and log) with sources, tables and jobs; one build and
     // one want so that listings have something in them.
     let p = example("orders");

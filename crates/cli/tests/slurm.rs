@@ -1,5 +1,6 @@
 //! The executor suite, on the local executor and on a real single-node Slurm that the test
-//! command starts (`DATABUILD_TEST_SLURM` is its slurm.conf).
+//! command starts (`DATABUILD_TEST_SLURM` is its slurm.conf). The Slurm tests are `#[ignore]`d,
+//! and `./test.sh` runs them.
 
 use std::time::{Duration, Instant};
 
@@ -7,19 +8,9 @@ use crate::equivalence::{assert_same_events, normalized};
 use crate::examples::example;
 use crate::util::Project;
 
-/// The Slurm configuration to use, or `None` when the test command did not start one.
-pub(crate) fn slurm() -> Option<String> {
-    match std::env::var("DATABUILD_TEST_SLURM") {
-        Ok(conf) => Some(conf),
-        Err(_) => {
-            assert!(
-                std::env::var("DATABUILD_REQUIRE_SLURM").is_err(),
-                "DATABUILD_REQUIRE_SLURM is set but DATABUILD_TEST_SLURM is not"
-            );
-            eprintln!("no test Slurm (run ./test.sh): Slurm cases skipped");
-            None
-        }
-    }
+/// The test command's Slurm configuration.
+pub(crate) fn slurm() -> String {
+    crate::util::service_env("DATABUILD_TEST_SLURM", "Slurm")
 }
 
 /// Switches a graph file to the Slurm executor.
@@ -43,8 +34,9 @@ pub(crate) fn build(p: &Project, conf: Option<&str>, args: &[&str]) -> crate::ut
 }
 
 #[test]
+#[ignore = "needs Slurm (DATABUILD_TEST_SLURM); ./test.sh runs it"]
 fn the_examples_build_through_slurm_with_the_same_events_as_locally() {
-    let Some(conf) = slurm() else { return };
+    let conf = slurm();
     for (name, refs) in [
         ("basic_graph", vec!["sum/pippin_salem", "sum/salem_sadie"]),
         (
@@ -125,13 +117,24 @@ outputs = ["sleeps/{n:int}"]
 command = ["sleep", "300"]
 "#;
 
-/// The same cases on both executors.
-fn executors() -> Vec<(&'static str, Option<String>)> {
-    let mut all = vec![("local", None)];
-    if let Some(conf) = slurm() {
-        all.push(("slurm", Some(conf)));
-    }
-    all
+/// Makes a case two tests: `NAME::local`, which always runs, and `NAME::slurm`, which needs the
+/// test command's Slurm and so is ignored unless asked for. The case takes the executor's name
+/// and, on Slurm, its configuration.
+macro_rules! on_every_executor {
+    ($case:ident) => {
+        mod $case {
+            #[test]
+            fn local() {
+                super::$case("local", None)
+            }
+
+            #[test]
+            #[ignore = "needs Slurm (DATABUILD_TEST_SLURM); ./test.sh runs it"]
+            fn slurm() {
+                super::$case("slurm", Some(super::slurm()))
+            }
+        }
+    };
 }
 
 fn project_for(executor: &str, extra: &str) -> Project {
@@ -141,93 +144,90 @@ fn project_for(executor: &str, extra: &str) -> Project {
     }
 }
 
-#[test]
-fn failures_and_timeouts_are_truthful_on_every_executor() {
-    for (executor, conf) in executors() {
-        let p = project_for(executor, "");
-        let out = build(&p, conf.as_deref(), &["--json", "build", "exits/1"]);
-        out.expect_code(1);
-        let run = &p.run(&["--json", "jobs", "exits"]).json()["runs"][0];
-        assert!(
-            run["message"]
-                .as_str()
-                .unwrap()
-                .contains("the job ended with exit status 3"),
-            "{executor}: {run}"
-        );
-        let log = p.run(&["runs", run["job_run_id"].as_str().unwrap()]).stdout;
-        assert!(
-            log.contains("about to fail"),
-            "{executor}: the log was gathered: {log}"
-        );
+fn failures_and_timeouts_are_truthful_on_every_executor(executor: &str, conf: Option<String>) {
+    let p = project_for(executor, "");
+    let out = build(&p, conf.as_deref(), &["--json", "build", "exits/1"]);
+    out.expect_code(1);
+    let run = &p.run(&["--json", "jobs", "exits"]).json()["runs"][0];
+    assert!(
+        run["message"]
+            .as_str()
+            .unwrap()
+            .contains("the job ended with exit status 3"),
+        "{executor}: {run}"
+    );
+    let log = p.run(&["runs", run["job_run_id"].as_str().unwrap()]).stdout;
+    assert!(
+        log.contains("about to fail"),
+        "{executor}: the log was gathered: {log}"
+    );
 
-        let started = Instant::now();
-        let out = build(&p, conf.as_deref(), &["--json", "build", "hangs/1"]);
-        out.expect_code(1);
-        assert!(started.elapsed() < Duration::from_secs(60), "{executor}");
-        let run = &p.run(&["--json", "jobs", "hangs"]).json()["runs"][0];
-        assert!(
-            run["message"]
-                .as_str()
-                .unwrap()
-                .contains("timed out after 2 s"),
-            "{executor}: {run}"
-        );
-    }
+    let started = Instant::now();
+    let out = build(&p, conf.as_deref(), &["--json", "build", "hangs/1"]);
+    out.expect_code(1);
+    assert!(started.elapsed() < Duration::from_secs(60), "{executor}");
+    let run = &p.run(&["--json", "jobs", "hangs"]).json()["runs"][0];
+    assert!(
+        run["message"]
+            .as_str()
+            .unwrap()
+            .contains("timed out after 2 s"),
+        "{executor}: {run}"
+    );
 }
+on_every_executor!(failures_and_timeouts_are_truthful_on_every_executor);
 
-#[test]
-fn cancellation_stops_the_run_on_every_executor() {
-    for (executor, conf) in executors() {
-        let p = project_for(executor, "");
-        let mut cmd = p.command();
-        if let Some(c) = &conf {
-            cmd.env("SLURM_CONF", c);
+fn cancellation_stops_the_run_on_every_executor(executor: &str, conf: Option<String>) {
+    let p = project_for(executor, "");
+    let mut cmd = p.command();
+    if let Some(c) = &conf {
+        cmd.env("SLURM_CONF", c);
+    }
+    let child = cmd
+        .args(["--json", "build", "sleeps/1"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let id = loop {
+        let v = p.run(&[
+            "--json",
+            "sql",
+            "SELECT build_request_id FROM job_runs WHERE status = 'running'",
+        ]);
+        if let Some(id) = v.json()["rows"][0][0].as_str() {
+            break id.to_string();
         }
-        let child = cmd
-            .args(["--json", "build", "sleeps/1"])
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::null())
-            .spawn()
+        assert!(Instant::now() < deadline, "{executor}: never ran");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    p.run(&["cancel", &id]).expect_code(0);
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "{executor}");
+    let b = p.run(&["--json", "builds", &id]).json();
+    assert_eq!(b["status"], "cancelled", "{executor}");
+    assert_eq!(b["job_runs"][0]["status"], "cancelled", "{executor}");
+    if let Some(c) = &conf {
+        // Nothing of ours is left in the queue.
+        let queue = std::process::Command::new("squeue")
+            .args(["-h", "-n", "databuild-sleeps"])
+            .env("SLURM_CONF", c)
+            .output()
             .unwrap();
-        let deadline = Instant::now() + Duration::from_secs(30);
-        let id = loop {
-            let v = p.run(&[
-                "--json",
-                "sql",
-                "SELECT build_request_id FROM job_runs WHERE status = 'running'",
-            ]);
-            if let Some(id) = v.json()["rows"][0][0].as_str() {
-                break id.to_string();
-            }
-            assert!(Instant::now() < deadline, "{executor}: never ran");
-            std::thread::sleep(Duration::from_millis(100));
-        };
-        p.run(&["cancel", &id]).expect_code(0);
-        let out = child.wait_with_output().unwrap();
-        assert_eq!(out.status.code(), Some(1), "{executor}");
-        let b = p.run(&["--json", "builds", &id]).json();
-        assert_eq!(b["status"], "cancelled", "{executor}");
-        assert_eq!(b["job_runs"][0]["status"], "cancelled", "{executor}");
-        if let Some(c) = &conf {
-            // Nothing of ours is left in the queue.
-            let queue = std::process::Command::new("squeue")
-                .args(["-h", "-n", "databuild-sleeps"])
-                .env("SLURM_CONF", c)
-                .output()
-                .unwrap();
-            assert!(
-                String::from_utf8_lossy(&queue.stdout).trim().is_empty(),
-                "{}",
-                String::from_utf8_lossy(&queue.stdout)
-            );
-        }
+        assert!(
+            String::from_utf8_lossy(&queue.stdout).trim().is_empty(),
+            "{}",
+            String::from_utf8_lossy(&queue.stdout)
+        );
     }
 }
+on_every_executor!(cancellation_stops_the_run_on_every_executor);
 
 #[test]
+#[ignore = "needs Slurm (DATABUILD_TEST_SLURM); ./test.sh runs it"]
 fn a_job_stuck_pending_fails_with_slurms_reason() {
-    let Some(conf) = slurm() else { return };
+    let conf = slurm();
     let p = project_for(
         "slurm",
         "sbatch_args = [\"--begin=now+3600\"]\npending_timeout = \"2s\"",

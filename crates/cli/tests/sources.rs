@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use serde_json::{json, Value};
 
 use crate::examples::example;
-use crate::util::{Project, Service};
+use crate::util::{Pages, Project, Service};
 
 const SECRET: &str = "s3cret";
 
@@ -104,6 +104,17 @@ fn order(id: u64, date: &str, channel: Option<&str>) -> Value {
 
 #[test]
 fn orders_story_keeps_every_row_through_a_new_version_and_promotion() {
+    orders_story(Pages::Unchecked);
+}
+
+/// The same story, its pages checked in Chromium along the way.
+#[test]
+#[ignore = "needs Chromium and playwright-core; ./test.sh installs them and runs it"]
+fn orders_story_keeps_every_row_through_a_new_version_and_promotion_in_chromium() {
+    orders_story(Pages::InChromium);
+}
+
+fn orders_story(pages: Pages) {
     let p = example("orders");
     let full_graph = std::fs::read_to_string(p.path().join("databuild.toml")).unwrap();
     let v2_at = full_graph
@@ -393,8 +404,8 @@ fn orders_story_keeps_every_row_through_a_new_version_and_promotion() {
         format!("orders/v1/date={}", day(3))
     );
 
-    crate::util::browser("sources.mjs", &[&service.url, "orders"]);
-    crate::util::browser(
+    pages.browser("sources.mjs", &[&service.url, "orders"]);
+    pages.browser(
         "page.mjs",
         &[
             &format!("{}/partitions/orders%2Fv2%2Fdate%3D2026-01-02", service.url),
@@ -1103,9 +1114,9 @@ struct SmallDisk {
 }
 
 impl SmallDisk {
-    /// Mounts a tmpfs of `size` at `path`; `None` (saying why) when this host cannot, which is a
-    /// failure when `DATABUILD_REQUIRE_FAULTS` is set (as `./test.sh` sets it).
-    fn mount(path: &std::path::Path, size: &str) -> Option<SmallDisk> {
+    /// Mounts a tmpfs of `size` at `path`; fails, saying why, when this host cannot (the test
+    /// that mounts one is `#[ignore]`d: it needs root).
+    fn mount(path: &std::path::Path, size: &str) -> SmallDisk {
         std::fs::create_dir_all(path).unwrap();
         let out = std::process::Command::new("mount")
             .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
@@ -1113,19 +1124,14 @@ impl SmallDisk {
             .output();
         let why = match out {
             Ok(o) if o.status.success() => {
-                return Some(SmallDisk {
+                return SmallDisk {
                     path: path.to_path_buf(),
-                })
+                }
             }
             Ok(o) => String::from_utf8_lossy(&o.stderr).trim().to_string(),
             Err(e) => format!("cannot run mount: {e}"),
         };
-        assert!(
-            std::env::var("DATABUILD_REQUIRE_FAULTS").is_err(),
-            "DATABUILD_REQUIRE_FAULTS is set but a tmpfs cannot be mounted here: {why}"
-        );
-        eprintln!("the full-disk test is skipped: cannot mount a tmpfs ({why}); run it as root");
-        None
+        panic!("needs a tmpfs, which cannot be mounted here ({why}); run it as root");
     }
 
     fn grow(&self, size: &str) {
@@ -1151,13 +1157,12 @@ impl Drop for SmallDisk {
 /// so the sender's retry stores its records once; every record acknowledged is on disk once and
 /// no torn line is left.
 #[test]
+#[ignore = "needs root to mount a tmpfs; ./test.sh runs it"]
 fn a_full_disk_keeps_nothing_of_a_refused_request_and_its_retry_stores_it_once() {
     let p = Project::new(
         "[graph]\nname = \"full\"\n[[source]]\nname = \"s\"\nkind = \"webhook\"\nretention = \"7d\"\nbody_format = \"jsonl\"\nrate_limit = 100000\nidempotency = { header = \"Idempotency-Key\" }\n",
     );
-    let Some(disk) = SmallDisk::mount(&p.path().join("data/source"), "256k") else {
-        return;
-    };
+    let disk = SmallDisk::mount(&p.path().join("data/source"), "256k");
     let service = Service::start(&p, &[("DATABUILD_NOW", "2026-02-01")]);
     // Records of ~6 KB, three a request, so appends straddle pages and fail half written.
     let body = |id: u64| -> String {

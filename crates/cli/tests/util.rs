@@ -168,14 +168,14 @@ impl Service {
     }
 
     /// A service that sees itself on another machine: in a UTS namespace of its own named `host`
-    /// (its owner string then names that host, so others judge it by its lease). Needs root;
-    /// `None` without it.
-    pub fn start_on_host(project: &Project, host: &str, env: &[(&str, &str)]) -> Option<Service> {
+    /// (its owner string then names that host, so others judge it by its lease). Needs root: a
+    /// test that calls this is `#[ignore]`d, and fails without it.
+    pub fn start_on_host(project: &Project, host: &str, env: &[(&str, &str)]) -> Service {
         use std::os::unix::fs::MetadataExt;
-        if std::fs::metadata("/proc/self").map_or(true, |m| m.uid() != 0) {
-            eprintln!("not root: no UTS namespace for `{host}`: skipped");
-            return None;
-        }
+        assert!(
+            std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0),
+            "needs root for a UTS namespace for `{host}` (./test.sh runs as root)"
+        );
         let inner = project.command();
         let mut cmd = std::process::Command::new("unshare");
         cmd.args([
@@ -197,7 +197,7 @@ impl Service {
                 None => cmd.env_remove(k),
             };
         }
-        Some(Service::spawn(cmd, &["--bind", "127.0.0.1:0"], env))
+        Service::spawn(cmd, &["--bind", "127.0.0.1:0"], env)
     }
 
     fn spawn(mut cmd: std::process::Command, args: &[&str], env: &[(&str, &str)]) -> Service {
@@ -326,21 +326,42 @@ impl Drop for Service {
     }
 }
 
-/// Runs a script of `tests/browser` in Debian's Chromium, when the test command has installed it
-/// (`DATABUILD_REQUIRE_BROWSER` makes its absence a failure). Screenshots go where
-/// `DATABUILD_SCREENSHOTS` says.
+/// The value of `var`, which the test command (`./test.sh`) sets once it has started `service`.
+/// The tests that need a service are `#[ignore]`d, so that a plain `cargo test` lists them as
+/// not run; asked for (`--run-ignored`), one fails without its service rather than passing.
+pub fn service_env(var: &str, service: &str) -> String {
+    std::env::var(var)
+        .unwrap_or_else(|_| panic!("needs {service}: {var} is not set (./test.sh sets it)"))
+}
+
+/// Whether a test that also shows its state in the dashboard checks those pages in a browser:
+/// its `#[ignore]`d variant does (it needs Chromium), the one that always runs does not.
+#[derive(Clone, Copy)]
+pub enum Pages {
+    Unchecked,
+    InChromium,
+}
+
+impl Pages {
+    /// [`browser`] when the pages are checked, else nothing.
+    pub fn browser(self, script: &str, args: &[&str]) {
+        if let Pages::InChromium = self {
+            browser(script, args);
+        }
+    }
+}
+
+/// Runs a script of `tests/browser` in Debian's Chromium, which the test command installs (with
+/// playwright-core); the tests that call it are `#[ignore]`d, and fail without it. Screenshots go
+/// where `DATABUILD_SCREENSHOTS` says.
 pub fn browser(script: &str, args: &[&str]) {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/browser");
     let ready = dir.join("node_modules/playwright-core").exists()
         && Path::new("/usr/bin/chromium").exists();
-    if !ready {
-        assert!(
-            std::env::var("DATABUILD_REQUIRE_BROWSER").is_err(),
-            "DATABUILD_REQUIRE_BROWSER is set but Chromium or playwright-core is missing"
-        );
-        eprintln!("no Chromium or playwright-core (run ./test.sh): {script} skipped");
-        return;
-    }
+    assert!(
+        ready,
+        "needs Chromium and playwright-core for {script} (./test.sh installs them)"
+    );
     let mut cmd = Command::new("node");
     cmd.current_dir(&dir).arg(script).args(args);
     if let Ok(shots) = std::env::var("DATABUILD_SCREENSHOTS") {

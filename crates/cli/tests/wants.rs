@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use crate::util::{eventually, Project, Service};
+use crate::util::{eventually, Pages, Project, Service};
 
 const GRAPH: &str = r#"
 [graph]
@@ -60,6 +60,17 @@ fn completed_runs(p: &Project, job: &str) -> u64 {
 
 #[test]
 fn a_want_waits_for_its_input_builds_within_seconds_and_records_a_late_sla() {
+    a_want_waits(Pages::Unchecked);
+}
+
+/// The same, its pages checked in Chromium along the way.
+#[test]
+#[ignore = "needs Chromium and playwright-core; ./test.sh installs them and runs it"]
+fn a_want_waits_for_its_input_builds_within_seconds_and_records_a_late_sla_in_chromium() {
+    a_want_waits(Pages::InChromium);
+}
+
+fn a_want_waits(pages: Pages) {
     let p = Project::new(GRAPH);
     let service = Service::start(&p, &fast(&[]));
     // 2020-01-01 ended long ago: with a one-hour SLA it is already late.
@@ -107,7 +118,7 @@ fn a_want_waits_for_its_input_builds_within_seconds_and_records_a_late_sla() {
     assert_eq!(missed["rows"].as_array().unwrap().len(), 1, "{missed}");
     assert_eq!(missed["rows"][0][0], "report/date=2020-01-01");
     assert_eq!(want_state(&service, &on_time)["sla_missed"], 0);
-    crate::util::browser(
+    pages.browser(
         "page.mjs",
         &[
             &format!("{}/wants", service.url),
@@ -116,7 +127,7 @@ fn a_want_waits_for_its_input_builds_within_seconds_and_records_a_late_sla() {
             "1 missed",
         ],
     );
-    crate::util::browser(
+    pages.browser(
         "page.mjs",
         &[
             &format!("{}/partitions/report%2Fdate%3D2020-01-01", service.url),

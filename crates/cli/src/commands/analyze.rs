@@ -11,6 +11,7 @@ use databuild_exec::answers::{
 };
 
 use crate::backend::Backend;
+use crate::cli::AnalyzeArgs;
 use crate::context::{engine_error, parse_refs};
 use crate::output::{count, print_json, short_list, stdout, unless_closed};
 use crate::UserError;
@@ -239,7 +240,26 @@ pub struct Planned {
     pub max_runs: Option<usize>,
 }
 
-pub fn run(
+/// `databuild analyze`: the plan for its flags, printed.
+pub fn run(backend: &Backend, args: &AnalyzeArgs, json: bool) -> anyhow::Result<ExitCode> {
+    let planned = Planned {
+        force: args.force,
+        allow_stale: args.allow_stale,
+        max_runs: None,
+    };
+    print_plan(
+        backend,
+        &args.refs,
+        args.limit,
+        args.parallel,
+        planned,
+        json,
+    )
+}
+
+/// Plans `args` (refs) as `planned` says and prints the plan, its first `limit` runs in the
+/// human output; fails as the build would if it cannot be built. `build --dry-run` runs this.
+pub fn print_plan(
     backend: &Backend,
     args: &[String],
     limit: usize,

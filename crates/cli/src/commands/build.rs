@@ -17,24 +17,26 @@ use indicatif::{ProgressBar, ProgressStyle};
 use rustc_hash::FxHashMap;
 
 use crate::backend::Backend;
+use crate::cli::BuildArgs;
 use crate::context::{engine_error, parse_refs};
 use crate::output::{count, errln, outln, print_json, short_list, unless_closed};
 
-pub struct Flags {
-    pub force: bool,
-    pub parallel: Option<usize>,
-    pub keep_going: bool,
-    pub allow_stale: bool,
-    pub max_runs: Option<usize>,
+/// `databuild build`; with `--dry-run`, the analysis of what it would do.
+pub fn run(backend: &Backend, args: &BuildArgs, json: bool) -> anyhow::Result<ExitCode> {
+    if args.dry_run {
+        let planned = super::analyze::Planned {
+            force: args.force,
+            allow_stale: args.allow_stale,
+            max_runs: args.max_runs,
+        };
+        // All of analyze's output at its default `--limit`.
+        return super::analyze::print_plan(backend, &args.refs, 200, args.parallel, planned, json);
+    }
+    build(backend, args, json)
 }
 
-pub fn run(
-    backend: &Backend,
-    args: &[String],
-    flags: Flags,
-    json: bool,
-) -> anyhow::Result<ExitCode> {
-    let refs = parse_refs(backend, args)?;
+fn build(backend: &Backend, flags: &BuildArgs, json: bool) -> anyhow::Result<ExitCode> {
+    let refs = parse_refs(backend, &flags.refs)?;
     if flags.parallel == Some(0) {
         return Err(crate::UserError("--parallel must be at least 1".to_string()).into());
     }
@@ -78,7 +80,7 @@ pub fn run(
                 (summary, whereabouts)
             }
             Backend::Remote(client) => {
-                let summary = remote_build(client, &refs, &flags, &mut reporter, &interrupt)?;
+                let summary = remote_build(client, &refs, flags, &mut reporter, &interrupt)?;
                 let events = databuild_exec::answers::route::fill(
                     databuild_exec::answers::route::BUILD_EVENTS,
                     &summary.build_request_id,
@@ -188,7 +190,7 @@ fn print_summary(summary: &BuildSummary, took: Duration, whereabouts: &str) -> s
 fn remote_build(
     client: &Http,
     refs: &[PartitionRef],
-    flags: &Flags,
+    flags: &BuildArgs,
     reporter: &mut Reporter,
     interrupt: &AtomicBool,
 ) -> anyhow::Result<BuildSummary> {

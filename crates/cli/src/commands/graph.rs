@@ -8,8 +8,21 @@ use databuild_core::render::{render, render_with_recorded, Format};
 use databuild_core::Deps;
 
 use crate::backend::Backend;
-use crate::cli::GraphFormat;
-use crate::context::{engine_error, Context};
+use crate::cli::{GraphArgs, GraphFormat};
+use crate::context::{engine_error, Context, Target};
+
+/// `databuild graph`.
+pub fn run(target: &Target, args: &GraphArgs, json: bool) -> anyhow::Result<ExitCode> {
+    match &target.server {
+        Some(url) => remote(&Backend::remote(url), args.format, json),
+        None => local(
+            Context::load(&target.graph)?,
+            target.event_log.as_deref(),
+            args.format,
+            json,
+        ),
+    }
+}
 
 fn format(format: GraphFormat, json: bool) -> Format {
     match format {
@@ -31,7 +44,7 @@ fn print(text: &str) -> std::io::Result<()> {
 
 /// The graph file's graph; with the edges its dynamic jobs' latest runs read, from the log,
 /// when it has dynamic jobs (and a log to read).
-pub fn local(
+fn local(
     ctx: Context,
     event_log: Option<&str>,
     f: GraphFormat,
@@ -49,7 +62,7 @@ pub fn local(
     Ok(ExitCode::SUCCESS)
 }
 
-pub fn remote(backend: &Backend, f: GraphFormat, json: bool) -> anyhow::Result<ExitCode> {
+fn remote(backend: &Backend, f: GraphFormat, json: bool) -> anyhow::Result<ExitCode> {
     let Backend::Remote(client) = backend else {
         unreachable!("the local graph is drawn without opening the log")
     };

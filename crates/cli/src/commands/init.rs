@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use anyhow::Context as _;
 use clap::CommandFactory;
 
-use crate::cli::Cli;
+use crate::cli::{Cli, CompletionsArgs};
 use crate::output::{outln, print_json};
 use crate::UserError;
 
@@ -97,7 +97,7 @@ pub fn run(graph: &Path, json: bool) -> anyhow::Result<ExitCode> {
 }
 
 /// Prints the completion script for `shell`.
-pub fn completions(shell: clap_complete::Shell) -> anyhow::Result<ExitCode> {
+pub fn completions(&CompletionsArgs { shell }: &CompletionsArgs) -> anyhow::Result<ExitCode> {
     // Into memory first: `generate` panics when a write fails (a closed pipe).
     let mut script = Vec::new();
     clap_complete::generate(shell, &mut Cli::command(), "databuild", &mut script);

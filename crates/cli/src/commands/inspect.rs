@@ -2,10 +2,11 @@
 
 use std::process::ExitCode;
 
-use crate::backend::Backend;
-use crate::context::parse_refs;
 use databuild_exec::engine::gc::GcKind;
 
+use crate::backend::Backend;
+use crate::cli::{CheckArgs, ExplainArgs, GcArgs, StatusArgs, TaintArgs};
+use crate::context::parse_refs;
 use crate::output::{errln, out, outln, print_json, table};
 
 fn expand(backend: &Backend, args: &[String]) -> anyhow::Result<Vec<String>> {
@@ -20,7 +21,11 @@ fn or_empty(v: &Option<String>) -> &str {
     v.as_deref().unwrap_or_default()
 }
 
-pub fn status(backend: &Backend, args: &[String], json: bool) -> anyhow::Result<ExitCode> {
+pub fn status(
+    backend: &Backend,
+    StatusArgs { refs: args }: &StatusArgs,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
     let reports = expand(backend, args)?
         .iter()
         .map(|r| backend.status(r))
@@ -61,7 +66,11 @@ fn status_summary<'a>(statuses: impl Iterator<Item = &'a str>) -> String {
     format!("{total} refs: {}", parts.join(", "))
 }
 
-pub fn explain(backend: &Backend, r: &str, json: bool) -> anyhow::Result<ExitCode> {
+pub fn explain(
+    backend: &Backend,
+    ExplainArgs { partition_ref: r }: &ExplainArgs,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
     databuild_core::PartitionRef::new(r).map_err(|e| crate::UserError(e.to_string()))?;
     let x = backend.explain(r)?;
     if json {
@@ -154,7 +163,16 @@ pub fn explain(backend: &Backend, r: &str, json: bool) -> anyhow::Result<ExitCod
     Ok(ExitCode::SUCCESS)
 }
 
-pub fn taint(
+/// `taint REF...`; with `--dry-run`, what tainting them would make stale.
+pub fn taint(backend: &Backend, args: &TaintArgs, json: bool) -> anyhow::Result<ExitCode> {
+    if args.dry_run {
+        taint_impact(backend, &args.refs, json)
+    } else {
+        taint_refs(backend, &args.refs, args.reason.as_deref(), json)
+    }
+}
+
+fn taint_refs(
     backend: &Backend,
     args: &[String],
     reason: Option<&str>,
@@ -173,7 +191,11 @@ pub fn taint(
 
 /// `check REF...`: each partition's checks, run now, and its status after them. Exit 1 when a
 /// blocking check failed (the partition is not live).
-pub fn check(backend: &Backend, args: &[String], json: bool) -> anyhow::Result<ExitCode> {
+pub fn check(
+    backend: &Backend,
+    CheckArgs { refs: args }: &CheckArgs,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
     let answer = backend.check(&expand(backend, args)?)?;
     let held_back = answer.partitions.iter().any(|p| p.status == "check_failed");
     if json {
@@ -206,7 +228,7 @@ pub fn check(backend: &Backend, args: &[String], json: bool) -> anyhow::Result<E
     })
 }
 
-pub fn taint_impact(backend: &Backend, args: &[String], json: bool) -> anyhow::Result<ExitCode> {
+fn taint_impact(backend: &Backend, args: &[String], json: bool) -> anyhow::Result<ExitCode> {
     let impact = backend.taint_impact(&expand(backend, args)?)?;
     if json {
         outln!("{}", serde_json::to_string_pretty(&impact)?)?;
@@ -258,8 +280,10 @@ pub fn taint_impact(backend: &Backend, args: &[String], json: bool) -> anyhow::R
 
 pub fn gc(
     backend: &Backend,
-    older_than: &str,
-    dry_run: bool,
+    &GcArgs {
+        ref older_than,
+        dry_run,
+    }: &GcArgs,
     json: bool,
 ) -> anyhow::Result<ExitCode> {
     let report = backend.gc(older_than, dry_run)?;

@@ -7,23 +7,27 @@ use databuild_exec::engine::lineage::{Direction, InstanceSummary, Lineage, Linea
 use databuild_log::short_id;
 
 use crate::backend::Backend;
-use crate::cli::LineageFormat;
+use crate::cli::{DiffArgs, LineageArgs, LineageFormat};
 use crate::output::outln;
 
-pub fn run(
-    backend: &Backend,
-    partition_ref: &str,
-    downstream: bool,
-    depth: u32,
-    instance: Option<&str>,
-    format: LineageFormat,
-) -> anyhow::Result<ExitCode> {
-    let direction = if downstream {
+/// `databuild lineage`: `--json` prints the answer as JSON whatever `--format` says.
+pub fn run(backend: &Backend, args: &LineageArgs, json: bool) -> anyhow::Result<ExitCode> {
+    let direction = if args.downstream {
         Direction::Downstream
     } else {
         Direction::Upstream
     };
-    let answer = backend.lineage(partition_ref, direction, depth, instance)?;
+    let format = if json {
+        LineageFormat::Json
+    } else {
+        args.format
+    };
+    let answer = backend.lineage(
+        &args.partition_ref,
+        direction,
+        args.depth,
+        args.instance.as_deref(),
+    )?;
     match format {
         LineageFormat::Json => outln!("{}", serde_json::to_string_pretty(&answer)?)?,
         LineageFormat::Text => print_tree(&answer)?,
@@ -36,12 +40,14 @@ pub fn run(
 /// `diff`: what changed between two instances of a partition.
 pub fn diff(
     backend: &Backend,
-    partition_ref: &str,
-    instance: Option<&str>,
-    since: Option<&str>,
+    DiffArgs {
+        partition_ref,
+        instance,
+        since,
+    }: &DiffArgs,
     json: bool,
 ) -> anyhow::Result<ExitCode> {
-    let d = backend.diff(partition_ref, instance, since)?;
+    let d = backend.diff(partition_ref, instance.as_deref(), since.as_deref())?;
     if json {
         outln!("{}", serde_json::to_string_pretty(&d)?)?;
         return Ok(ExitCode::SUCCESS);

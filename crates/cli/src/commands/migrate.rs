@@ -6,13 +6,15 @@ use std::process::ExitCode;
 use databuild_log::EventFilter;
 use indicatif::{ProgressBar, ProgressStyle};
 
+use crate::backend::Backend;
+use crate::cli::MigrateLogArgs;
 use crate::context::log_error;
 use crate::output::{outln, print_json, unless_closed};
 use crate::UserError;
 
 const PAGE: usize = 10_000;
 
-pub fn run(from: &str, to: &str, json: bool) -> anyhow::Result<ExitCode> {
+pub fn run(MigrateLogArgs { from, to }: &MigrateLogArgs, json: bool) -> anyhow::Result<ExitCode> {
     let cwd = std::env::current_dir()?;
     let source = databuild_log::open(from, &cwd).map_err(log_error)?;
     let target = databuild_log::open(to, &cwd).map_err(log_error)?;
@@ -80,8 +82,18 @@ pub fn run(from: &str, to: &str, json: bool) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// `check-log`.
-pub fn check(engine: &databuild_exec::Engine, json: bool) -> anyhow::Result<ExitCode> {
+/// `check-log`: local only, as it reads the log itself.
+pub fn check_log(backend: &Backend, json: bool) -> anyhow::Result<ExitCode> {
+    match backend {
+        Backend::Local(local) => check(&local.engine, json),
+        Backend::Remote(_) => Err(UserError(
+            "check-log reads the log directly; run it without --server".into(),
+        )
+        .into()),
+    }
+}
+
+fn check(engine: &databuild_exec::Engine, json: bool) -> anyhow::Result<ExitCode> {
     let report = databuild_log::check_store(engine.store.as_ref()).map_err(log_error)?;
     // Its exit code is its answer, whatever became of its output.
     unless_closed(print_check(engine, &report, json))?;

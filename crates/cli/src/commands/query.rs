@@ -9,7 +9,10 @@ use databuild_log::{short_id, EventFilter, PartitionQuery};
 use serde_json::Value;
 
 use crate::backend::Backend;
-use crate::cli::PartitionStatusArg;
+use crate::cli::{
+    BuildsArgs, CancelArgs, DatasetsArgs, EventsArgs, JobsArgs, LogsArgs, PartitionStatusArg,
+    PartitionsArgs, RunsArgs, SqlArgs,
+};
 use crate::output::{
     count, errln, millis, out, outln, print_json, short_list, stdout, table, text,
 };
@@ -26,10 +29,12 @@ fn at(v: &Option<String>) -> String {
 
 pub fn partitions(
     backend: &Backend,
-    pattern: Option<String>,
-    status: Option<PartitionStatusArg>,
-    limit: usize,
-    after: Option<String>,
+    PartitionsArgs {
+        pattern,
+        status,
+        limit,
+        after,
+    }: PartitionsArgs,
     json: bool,
 ) -> anyhow::Result<ExitCode> {
     let status_name = status.map(|s| match s {
@@ -74,7 +79,19 @@ pub fn partitions(
     Ok(ExitCode::SUCCESS)
 }
 
-pub fn builds(
+/// `builds`: a page of builds, one build, or (`--partitions`) a page of its partitions.
+pub fn builds(backend: &Backend, args: &BuildsArgs, json: bool) -> anyhow::Result<ExitCode> {
+    let id = args.id.as_deref();
+    if args.partitions {
+        // `--partitions` requires an ID (clap says so).
+        let id = id.unwrap_or_default();
+        build_partitions(backend, id, args.after.as_deref(), args.limit, json)
+    } else {
+        list_or_show_builds(backend, id, args.all, args.limit, json)
+    }
+}
+
+fn list_or_show_builds(
     backend: &Backend,
     id: Option<&str>,
     all: bool,
@@ -173,7 +190,7 @@ pub fn builds(
 }
 
 /// `builds ID --partitions`: a page of what a build did to each partition it touched.
-pub fn build_partitions(
+fn build_partitions(
     backend: &Backend,
     id: &str,
     after: Option<&str>,
@@ -287,7 +304,34 @@ fn event_line(e: &Event) -> String {
     )
 }
 
-pub fn events(
+/// `events`: the log's events that pass the filters, from the oldest; `--follow`: then those
+/// appended, as they are.
+pub fn events(backend: &Backend, args: EventsArgs, json: bool) -> anyhow::Result<ExitCode> {
+    let EventsArgs {
+        build_request_id,
+        partition_ref,
+        job,
+        job_run_id,
+        since,
+        limit,
+        follow,
+    } = args;
+    let filter = EventFilter {
+        since,
+        limit,
+        build_request_id,
+        partition_ref,
+        job,
+        job_run_id,
+        kind: None,
+        status: None,
+        from: None,
+        to: None,
+    };
+    print_events(backend, filter, follow, json)
+}
+
+fn print_events(
     backend: &Backend,
     mut filter: EventFilter,
     follow: bool,
@@ -326,8 +370,8 @@ pub fn events(
     }
 }
 
-pub fn jobs(backend: &Backend, name: Option<&str>, json: bool) -> anyhow::Result<ExitCode> {
-    let (stats, recent): (Vec<JobStats>, Vec<JobRun>) = match name {
+pub fn jobs(backend: &Backend, args: &JobsArgs, json: bool) -> anyhow::Result<ExitCode> {
+    let (stats, recent): (Vec<JobStats>, Vec<JobRun>) = match args.name.as_deref() {
         Some(n) => {
             let v = backend.job(n)?;
             if json {
@@ -382,7 +426,16 @@ pub fn jobs(backend: &Backend, name: Option<&str>, json: bool) -> anyhow::Result
     Ok(ExitCode::SUCCESS)
 }
 
-pub fn run(backend: &Backend, id: &str, json: bool) -> anyhow::Result<ExitCode> {
+/// `runs ID`: the run's details, or (`--log`) its log.
+pub fn runs(backend: &Backend, args: &RunsArgs, json: bool) -> anyhow::Result<ExitCode> {
+    if args.log {
+        log(backend, &args.id, args.follow, json)
+    } else {
+        run(backend, &args.id, json)
+    }
+}
+
+fn run(backend: &Backend, id: &str, json: bool) -> anyhow::Result<ExitCode> {
     let run = backend.run(id)?;
     if json {
         print_json(&run)?;
@@ -460,7 +513,7 @@ const RETRY_WAIT: Duration = Duration::from_secs(5);
 
 /// A run's whole log, chunk by chunk; `follow`: until the run ends. `--json`: the chunks, one
 /// JSON object a line.
-pub fn log(backend: &Backend, id: &str, follow: bool, json: bool) -> anyhow::Result<ExitCode> {
+fn log(backend: &Backend, id: &str, follow: bool, json: bool) -> anyhow::Result<ExitCode> {
     print_log(backend, id, follow, json)?;
     Ok(ExitCode::SUCCESS)
 }
@@ -510,10 +563,12 @@ fn no_log(backend: &Backend, id: &str) -> String {
 
 /// The log of the run that built, is building or failed to build `r`; `follow`: on through
 /// its retries (each attempt is a run of its own) until the partition's run ends.
-pub fn partition_log(
+pub fn logs(
     backend: &Backend,
-    r: &str,
-    follow: bool,
+    &LogsArgs {
+        partition_ref: ref r,
+        follow,
+    }: &LogsArgs,
     json: bool,
 ) -> anyhow::Result<ExitCode> {
     let status = backend.status(r)?;
@@ -551,8 +606,10 @@ pub fn partition_log(
 
 pub fn sql(
     backend: &Backend,
-    query: &str,
-    max_rows: usize,
+    &SqlArgs {
+        ref query,
+        max_rows,
+    }: &SqlArgs,
     json: bool,
 ) -> anyhow::Result<ExitCode> {
     let result = backend.sql(query, max_rows)?;
@@ -586,7 +643,11 @@ pub fn sql(
     Ok(ExitCode::SUCCESS)
 }
 
-pub fn cancel(backend: &Backend, id: &str, json: bool) -> anyhow::Result<ExitCode> {
+pub fn cancel(
+    backend: &Backend,
+    CancelArgs { id }: &CancelArgs,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
     let v = backend.cancel(id)?;
     if json {
         print_json(&v)?;
@@ -596,7 +657,11 @@ pub fn cancel(backend: &Backend, id: &str, json: bool) -> anyhow::Result<ExitCod
     Ok(ExitCode::SUCCESS)
 }
 
-pub fn datasets(backend: &Backend, exact: bool, json: bool) -> anyhow::Result<ExitCode> {
+pub fn datasets(
+    backend: &Backend,
+    &DatasetsArgs { exact }: &DatasetsArgs,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
     let v = backend.datasets(exact)?;
     if json {
         print_json(&v)?;

@@ -8,6 +8,7 @@ use databuild_exec::scheduler::BuildOptions;
 
 use super::build::Reporter;
 use crate::backend::Backend;
+use crate::cli::{PromoteArgs, SealArgs, ShowArgs, SourceAction, SourceArgs, TableJobArgs};
 use crate::output::{errln, out, outln, print_json, table};
 
 pub fn list_sources(backend: &Backend, json: bool) -> anyhow::Result<ExitCode> {
@@ -70,7 +71,15 @@ pub fn list_sources(backend: &Backend, json: bool) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-pub fn show(backend: &Backend, name: &str, json: bool) -> anyhow::Result<ExitCode> {
+/// `source show|seal`.
+pub fn source(backend: &Backend, args: &SourceArgs, json: bool) -> anyhow::Result<ExitCode> {
+    match &args.action {
+        SourceAction::Show(args) => show(backend, args, json),
+        SourceAction::Seal(args) => seal(backend, args, json),
+    }
+}
+
+fn show(backend: &Backend, ShowArgs { name }: &ShowArgs, json: bool) -> anyhow::Result<ExitCode> {
     let v = backend.source(name)?;
     if json {
         print_json(&v)?;
@@ -126,13 +135,12 @@ pub fn show(backend: &Backend, name: &str, json: bool) -> anyhow::Result<ExitCod
     Ok(ExitCode::SUCCESS)
 }
 
-pub fn seal(
+fn seal(
     backend: &Backend,
-    name: Option<&str>,
-    through: Option<&str>,
+    SealArgs { name, through }: &SealArgs,
     json: bool,
 ) -> anyhow::Result<ExitCode> {
-    let v = backend.seal(name, through)?;
+    let v = backend.seal(name.as_deref(), through.as_deref())?;
     if json {
         print_json(&v)?;
         return Ok(ExitCode::SUCCESS);
@@ -166,9 +174,11 @@ pub fn seal(
 
 pub fn promote(
     backend: &Backend,
-    table_name: &str,
-    version: u32,
-    build_downstream: bool,
+    &PromoteArgs {
+        table: ref table_name,
+        version,
+        build_downstream,
+    }: &PromoteArgs,
     json: bool,
 ) -> anyhow::Result<ExitCode> {
     let v = match backend {
@@ -221,7 +231,7 @@ pub fn promote(
 }
 
 /// `databuild table-job`: the process that builds a table version's day.
-pub fn table_job(args: &[String]) -> anyhow::Result<ExitCode> {
+pub fn table_job(TableJobArgs { args }: &TableJobArgs) -> anyhow::Result<ExitCode> {
     match databuild_exec::data::table_job::run(args) {
         Ok(()) => Ok(ExitCode::SUCCESS),
         Err(message) => {

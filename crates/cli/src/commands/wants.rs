@@ -3,21 +3,24 @@
 use std::process::ExitCode;
 
 use crate::backend::Backend;
+use crate::cli::{UnwantArgs, WantArgs, WantsArgs};
 use crate::context::parse_refs;
 use crate::output::{out, outln, print_json, short_list, table};
 
 pub fn want(
     backend: &Backend,
-    args: &[String],
-    ttl: Option<&str>,
-    sla: Option<&str>,
+    WantArgs {
+        refs: args,
+        ttl,
+        sla,
+    }: &WantArgs,
     json: bool,
 ) -> anyhow::Result<ExitCode> {
     let refs: Vec<String> = parse_refs(backend, args)?
         .into_iter()
         .map(|r| r.to_string())
         .collect();
-    let v = backend.want(&refs, ttl, sla)?;
+    let v = backend.want(&refs, ttl.as_deref(), sla.as_deref())?;
     if json {
         print_json(&v)?;
     } else {
@@ -34,7 +37,15 @@ pub fn want(
     Ok(ExitCode::SUCCESS)
 }
 
-pub fn list(
+/// `wants`: a list, or (with an ID) one want.
+pub fn wants(backend: &Backend, args: &WantsArgs, json: bool) -> anyhow::Result<ExitCode> {
+    match &args.id {
+        Some(id) => show(backend, id, json),
+        None => list(backend, args.status.as_deref(), args.all, args.limit, json),
+    }
+}
+
+fn list(
     backend: &Backend,
     status: Option<&str>,
     all: bool,
@@ -76,7 +87,7 @@ pub fn list(
 }
 
 /// One want: the tree of builds and runs that made its partitions, and what the others wait for.
-pub fn show(backend: &Backend, id: &str, json: bool) -> anyhow::Result<ExitCode> {
+fn show(backend: &Backend, id: &str, json: bool) -> anyhow::Result<ExitCode> {
     let w = backend.want_detail(id)?;
     if json {
         print_json(&w)?;
@@ -132,7 +143,11 @@ pub fn show(backend: &Backend, id: &str, json: bool) -> anyhow::Result<ExitCode>
     Ok(ExitCode::SUCCESS)
 }
 
-pub fn unwant(backend: &Backend, id: &str, json: bool) -> anyhow::Result<ExitCode> {
+pub fn unwant(
+    backend: &Backend,
+    UnwantArgs { id }: &UnwantArgs,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
     let v = backend.unwant(id)?;
     if json {
         print_json(&v)?;

@@ -3,7 +3,7 @@
 # venv, and runs the Python package's tests there: the job helper, an example build with the
 # wheel's binary, and the client against a real `databuild serve`.
 #   scripts/wheel.sh SCRATCH_DIR [maturin build options, default: --profile dev]
-# The test command builds the dev profile (the binary `cargo test` has just built); a release wheel
+# The test command builds the dev profile (the binary `cargo nextest run` has just built); a release wheel
 # is `cd python && maturin build --release`.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -232,7 +232,7 @@ mod tests {
     }
 
     /// The renewing thread does not keep the log open: once its users are done, the store
-    /// closes (and SQLite's WAL is left in order, `sqlite.rs` `CLOSE_TRUNCATE_BYTES`).
+    /// closes (and SQLite's WAL is left in order, `sqlite/checkpointer.rs` `CLOSE_TRUNCATE_BYTES`).
     #[test]
     fn the_renewer_lets_the_store_close() {
         let dir = tempfile::tempdir().unwrap();

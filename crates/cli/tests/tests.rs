@@ -9,6 +9,7 @@ mod util;
 mod analyze;
 mod build;
 mod checks;
+mod claim_ahead;
 mod daily_use;
 mod dashboard;
 mod equivalence;

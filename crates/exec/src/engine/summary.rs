@@ -135,13 +135,18 @@ pub(crate) fn summary_cut(
             .filter(|o| !is_delegated.contains(o))
             .collect()
     };
-    let available: FxHashSet<String> = engine
-        .store
-        .request_partitions(id)?
-        .into_iter()
-        .filter(|p| p.status == Status::Available)
-        .map(|p| p.partition_ref)
-        .collect();
+    let mut available: FxHashSet<String> = FxHashSet::default();
+    let mut failed_now: FxHashSet<String> = FxHashSet::default();
+    for p in engine.store.request_partitions(id)? {
+        match p.status {
+            Status::Available => available.insert(p.partition_ref),
+            Status::Failed => failed_now.insert(p.partition_ref),
+            _ => false,
+        };
+    }
+    // A build still going has failed only the refs that did fail: the others (scheduled,
+    // claimed, building, waited for) may yet be built.
+    let over = databuild_log::state::is_terminal(databuild_log::Kind::BuildRequest, build.status);
     // A run's outputs end with the last run that had them: an earlier failed attempt that
     // was retried is not a failure of the build.
     let mut last_of: FxHashMap<&str, usize> = FxHashMap::default();
@@ -250,7 +255,13 @@ pub(crate) fn summary_cut(
     let mut not_started = ended_unbuilt(false);
     let started_count = not_started.len() as u64;
     not_started.extend(never_claimed);
-    let is_failed = |r: &&String| !available.contains(*r) || held_back.contains_key(*r);
+    let is_failed = |r: &&String| {
+        held_back.contains_key(*r)
+            || match over {
+                true => !available.contains(*r),
+                false => failed_now.contains(*r),
+            }
+    };
     let failed_count = build.requested_partitions.iter().filter(is_failed).count() as u64;
     let failed = build
         .requested_partitions

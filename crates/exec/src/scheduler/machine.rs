@@ -24,8 +24,11 @@ use crate::run::RunOutcome;
 /// How many times a run may come back with `DATABUILD_MISSING_DEPS` before it fails.
 pub(crate) const MAX_MISSING_DEP_ROUNDS: u32 = 3;
 /// The most runs a build claims beyond its slots, for slots to start the moment they free.
-/// Claimed runs show as running in the log; a few of them cut the log writes per run by as much.
+/// Claimed runs hold their outputs in the log; a few of them cut the log writes per run by as much.
 pub(crate) const MAX_CLAIM_AHEAD: usize = 16;
+/// Runs claimed ahead per slot when the build's jobs are short (or have no history): a slot that
+/// frees finds one waiting, and the log takes one write per several runs.
+pub(crate) const CLAIM_AHEAD_PER_SLOT: usize = 8;
 /// How many times one run's claim may be refused because its outputs changed since they were
 /// read, before the build gives up (each refusal means another build moved them meanwhile).
 pub(crate) const MAX_CLAIM_REFUSALS: u32 = 5;
@@ -35,6 +38,9 @@ pub(crate) const MAX_CLAIM_REFUSALS: u32 = 5;
 #[derive(Debug, Clone)]
 pub(crate) struct Policy {
     pub slots: usize,
+    /// Runs claimed ahead per slot (see [`Machine::fill`]), decided once at the build's start
+    /// (`driver::claim_ahead::per_slot`).
+    pub ahead_per_slot: usize,
     pub keep_going: bool,
     pub jobs: Vec<JobPolicy>,
 }
@@ -364,13 +370,14 @@ impl Machine {
 
     /// How many runs the build claims ahead of its slots.
     fn ahead(&self) -> usize {
-        (8 * self.policy.slots.max(1)).min(MAX_CLAIM_AHEAD)
+        (self.policy.ahead_per_slot * self.policy.slots.max(1)).min(MAX_CLAIM_AHEAD)
     }
 
     /// While at least this many claimed runs wait for a slot, the machine claims no more: a run
-    /// that ends then, and built, need not be reported at once (see `Launches::ended`).
+    /// that ends then, and built, need not be reported at once (see `Launches::ended`). At
+    /// least one: a build that claims nothing ahead claims as its slots free.
     pub fn refill_below(&self) -> usize {
-        self.ahead() / 2
+        (self.ahead() / 2).max(1)
     }
 
     pub fn stopped(&self) -> bool {
@@ -518,8 +525,8 @@ impl Machine {
         self.fill(out);
     }
 
-    /// Keeps the slots fed: it claims runs ahead of them, eight times as many as there are slots
-    /// (at most `MAX_CLAIM_AHEAD`), refilling in one log write once half are taken. A slot that
+    /// Keeps the slots fed: it claims runs ahead of them, `ahead_per_slot` (eight for short jobs,
+    /// none for long ones) times as many as there are slots (at most `MAX_CLAIM_AHEAD`), refilling in one log write once half are taken. A slot that
     /// frees finds a run waiting, and the log takes one write per several runs. Why so many: a
     /// write to a PostgreSQL log takes ~2 ms on a busy host, as long as a short job; with a
     /// quarter as many ahead, slots sat idle waiting for claims (0.45 s over a 2.7k-job build).

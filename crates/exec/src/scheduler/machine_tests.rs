@@ -105,6 +105,7 @@ fn finished(node: usize, ended: Ended) -> Input {
 /// How a case's build is set up.
 struct Setup {
     slots: usize,
+    ahead_per_slot: usize,
     keep_going: bool,
     retries: u32,
     concurrency: Option<u32>,
@@ -112,6 +113,7 @@ struct Setup {
 
 const ONE_SLOT: Setup = Setup {
     slots: 1,
+    ahead_per_slot: CLAIM_AHEAD_PER_SLOT,
     keep_going: false,
     retries: 0,
     concurrency: None,
@@ -140,6 +142,7 @@ struct Case {
 fn started(setup: Setup, plan: Plan) -> (Machine, VecDeque<Effect>) {
     let Setup {
         slots,
+        ahead_per_slot,
         keep_going,
         retries,
         concurrency,
@@ -150,6 +153,7 @@ fn started(setup: Setup, plan: Plan) -> (Machine, VecDeque<Effect>) {
     }];
     let mut machine = Machine::new(Policy {
         slots,
+        ahead_per_slot,
         keep_going,
         jobs,
     });
@@ -844,6 +848,30 @@ fn slots_are_fed_ahead_in_batches() {
 }
 
 #[test]
+fn long_jobs_are_claimed_only_as_slots_free() {
+    let runs = (0..6).map(|i| run(&format!("p/{i}"), &[], &[])).collect();
+    let setup = Setup {
+        ahead_per_slot: 0,
+        ..TWO_SLOTS
+    };
+    let (mut machine, mut out) = started(setup, plan(runs, &[]));
+    assert_eq!(out.pop_back(), Some(Claim(vec![0, 1])));
+    machine.handle(Input::Claimed(vec![0, 1]), &mut out);
+    out.clear();
+    // Claimed, not started: nothing more is claimed.
+    machine.handle(Input::Started(0), &mut out);
+    assert_eq!(Vec::from(std::mem::take(&mut out)), vec![]);
+    machine.handle(Input::Started(1), &mut out);
+    assert_eq!(Vec::from(std::mem::take(&mut out)), vec![]);
+    // A slot frees: one run is claimed for it.
+    machine.handle(finished(0, ok()), &mut out);
+    assert_eq!(
+        Vec::from(std::mem::take(&mut out)),
+        vec![end(0, 1, ok(), None), Claim(vec![2])]
+    );
+}
+
+#[test]
 fn runs_ready_one_at_a_time_are_claimed_a_few_at_once() {
     // Nine chains of three: each run that ends makes the next of its chain ready.
     let mut runs = Vec::new();
@@ -902,6 +930,7 @@ fn runs_ready_one_at_a_time_are_claimed_a_few_at_once() {
 fn the_index_of_outputs_is_made_when_first_asked_then_kept() {
     let mut m = Machine::new(Policy {
         slots: 1,
+        ahead_per_slot: CLAIM_AHEAD_PER_SLOT,
         keep_going: false,
         jobs: vec![JobPolicy::default()],
     });

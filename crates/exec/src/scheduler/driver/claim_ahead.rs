@@ -1,7 +1,8 @@
 //! Claim-ahead: what a run's first claim is made against, read before the claim so that the
 //! claim itself costs no read. Who holds each output as the plan saw it is read a window of
 //! nodes at a time; the versions of inputs from upstream services (a network call each) are
-//! read off the loop before the claim.
+//! read off the loop before the claim. And how many runs a build claims ahead of its slots,
+//! decided once at its start ([`per_slot`]).
 
 use std::collections::BTreeMap;
 
@@ -9,11 +10,63 @@ use databuild_core::{Graph, PartitionRef, PlannedRun, Producer};
 use databuild_log::{EventStore, Status};
 use rustc_hash::FxHashMap;
 
-use super::super::machine::Machine;
+use super::super::machine::{Machine, CLAIM_AHEAD_PER_SLOT};
 use crate::error::Result;
 
 /// How many nodes past a first claim have their outputs' holders read with it.
 const HOLDERS_AHEAD: usize = 4096;
+
+/// Jobs this long (their median recorded duration) are long: a run claimed ahead of them would
+/// wait a job's length or more, holding its outputs, before a slot started it.
+const LONG_JOB_MS: f64 = 1000.0;
+
+/// How many runs per slot the build claims ahead of its slots: [`CLAIM_AHEAD_PER_SLOT`] unless
+/// most of the plan's runs are of long jobs (the median, over the plan's runs, of their job's
+/// recorded median duration is [`LONG_JOB_MS`] or more), then none: each is claimed as a slot
+/// frees for it, and a claimed run starts at once. A job with no recorded duration counts as
+/// short. Decided once, from the log, before the first claim: the same for every executor on
+/// the same log (a fresh log has no history: every build there claims as many ahead).
+pub(super) fn per_slot(
+    store: &dyn EventStore,
+    graph: &Graph,
+    plan: &databuild_core::Plan,
+) -> Result<usize> {
+    let mut runs_by_job = vec![0usize; graph.jobs.len()];
+    for run in &plan.runs {
+        runs_by_job[run.job_index] += 1;
+    }
+    if plan.runs.is_empty() {
+        return Ok(CLAIM_AHEAD_PER_SLOT);
+    }
+    let stats = store.job_stats(None)?;
+    let jobs = graph.jobs.iter().zip(runs_by_job).filter(|(_, n)| *n > 0);
+    let by_job = jobs.map(|(job, n)| {
+        let p50 = stats
+            .iter()
+            .find(|s| s.job == job.name)
+            .and_then(|s| s.p50_ms);
+        (p50, n)
+    });
+    Ok(per_slot_of(by_job.collect()))
+}
+
+/// [`per_slot`] from each planned job's median duration (if recorded) and its number of runs.
+fn per_slot_of(mut by_job: Vec<(Option<f64>, usize)>) -> usize {
+    // Unknown first: a job with no history counts as short.
+    by_job.sort_by(|a, b| a.0.unwrap_or(0.0).total_cmp(&b.0.unwrap_or(0.0)));
+    let half = by_job.iter().map(|(_, n)| n).sum::<usize>().div_ceil(2);
+    let mut seen = 0;
+    for (p50, n) in by_job {
+        seen += n;
+        if seen >= half {
+            return match p50 {
+                Some(ms) if ms >= LONG_JOB_MS => 0,
+                _ => CLAIM_AHEAD_PER_SLOT,
+            };
+        }
+    }
+    CLAIM_AHEAD_PER_SLOT
+}
 
 /// What the driver read ahead of its claims.
 pub(super) struct ClaimAhead {
@@ -133,4 +186,23 @@ impl ClaimAhead {
 /// Whether `r` is a partition of a dataset an upstream service makes.
 pub(super) fn is_upstream(graph: &Graph, r: &str) -> bool {
     matches!(graph.producer_of(r), Some((Producer::Dataset(d), _)) if graph.datasets[d].upstream.is_some())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn short_or_unknown_jobs_are_claimed_ahead_long_ones_not() {
+        assert_eq!(per_slot_of(vec![]), CLAIM_AHEAD_PER_SLOT);
+        assert_eq!(per_slot_of(vec![(None, 10)]), CLAIM_AHEAD_PER_SLOT);
+        assert_eq!(per_slot_of(vec![(Some(5.0), 10)]), CLAIM_AHEAD_PER_SLOT);
+        assert_eq!(per_slot_of(vec![(Some(2000.0), 10)]), 0);
+        // Most runs decide: many short runs and a few long ones are claimed ahead...
+        let mixed = vec![(Some(2000.0), 3), (Some(5.0), 10)];
+        assert_eq!(per_slot_of(mixed), CLAIM_AHEAD_PER_SLOT);
+        // ...and the other way round not; a job without history counts as short.
+        assert_eq!(per_slot_of(vec![(Some(2000.0), 10), (None, 3)]), 0);
+        assert_eq!(per_slot_of(vec![(Some(2000.0), 3), (None, 10)]), 8);
+    }
 }

@@ -114,8 +114,9 @@ pub(crate) fn run(
     observer: &mut dyn Observer,
     interrupt: &AtomicBool,
 ) -> Result<Status> {
+    let ahead_per_slot = claim_ahead::per_slot(build.engine.store(), build.engine.graph(), &plan)?;
     thread::scope(|scope| {
-        let mut driver = Driver::new(build, scope);
+        let mut driver = Driver::new(build, ahead_per_slot, scope);
         driver.start(plan, recorded, observer)?;
         driver.run(observer, interrupt)
     })
@@ -172,7 +173,7 @@ impl Drop for Driver<'_, '_> {
 }
 
 impl<'s, 'e> Driver<'s, 'e> {
-    fn new(build: Build<'e>, scope: &'s thread::Scope<'s, 'e>) -> Self {
+    fn new(build: Build<'e>, ahead_per_slot: usize, scope: &'s thread::Scope<'s, 'e>) -> Self {
         let Build {
             engine,
             id,
@@ -184,6 +185,7 @@ impl<'s, 'e> Driver<'s, 'e> {
         let (tx, rx) = mpsc::channel();
         let policy = Policy {
             slots: options.parallel,
+            ahead_per_slot,
             keep_going: options.keep_going,
             jobs: engine
                 .graph()

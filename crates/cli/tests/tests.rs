@@ -16,6 +16,7 @@ mod examples;
 mod exits;
 mod gc;
 mod graph_cmd;
+mod hours;
 mod lineage;
 mod log_cmds;
 mod plan_cache;

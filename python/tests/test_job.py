@@ -50,6 +50,16 @@ def test_fields_are_typed_as_the_pattern_declares_them(tmp_path):
     assert job.output_path() == tmp_path / "data" / job.output
 
 
+def test_an_hour_is_a_utc_datetime(tmp_path):
+    job = Job(env_for(
+        tmp_path, ["events/hour=2026-12-01T23"], DATABUILD_FIELD_HOUR="2026-12-01T23",
+        DATABUILD_TYPES=json.dumps({"hour": "hour"}),
+    ))
+    assert job.fields == {
+        "hour": datetime.datetime(2026, 12, 1, 23, tzinfo=datetime.timezone.utc)
+    }
+
+
 def test_outputs_are_written_where_databuild_stages_them(tmp_path):
     staging = tmp_path / "data" / ".databuild-staging" / "run-1"
     job = Job(env_for(tmp_path, ["x/n=1"], DATABUILD_OUTPUT_DIR=str(staging)))

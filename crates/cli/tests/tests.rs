@@ -18,6 +18,7 @@ mod exits;
 mod gc;
 mod graph_cmd;
 mod hygiene;
+mod hours;
 mod lineage;
 mod log_cmds;
 mod plan_cache;

@@ -1,6 +1,7 @@
 //! Brace expansion of user refs, as a shell would do it but aware of dates and of the graph:
 //! `x/cat={a,b}` gives 2 refs, `reviews/date={2020-01-01..2020-01-31}` 31, `n/{1..3}` 3,
 //! `m/month={2022-01..2022-03}` 3 months, `w/week={2022-W01..2022-W04}` 4 ISO weeks, and
+//! `h/hour={2026-12-01T22..2026-12-02T01}` 4 hours (UTC, across midnight),
 //! `x/cat={category=*}` every value of the graph's domain `category` (as in input templates).
 //! Several braces give their cartesian product.
 //!
@@ -12,7 +13,7 @@ use std::collections::BTreeMap;
 
 use chrono::{Datelike, NaiveDate};
 
-use crate::pattern::{format_date, parse_date};
+use crate::pattern::{format_date, format_hour, parse_date, parse_hour};
 
 /// How many refs one request may name unless the operator raises it (`DATABUILD_MAX_REFS`).
 pub const DEFAULT_MAX_REFS: usize = 1_000_000;
@@ -44,7 +45,7 @@ pub enum BraceExpansionError {
     Unclosed(String),
     #[error("`{0}` has a `}}` without a matching `{{`")]
     StrayClose(String),
-    #[error("`{arg}`: `{{{inner}}}` is neither a list like `{{a,b}}`, a range like `{{2020-01-01..2020-01-31}}`, `{{2022-01..2022-03}}`, `{{2022-W01..2022-W04}}` or `{{1..10}}`, nor a domain like `{{category=*}}`")]
+    #[error("`{arg}`: `{{{inner}}}` is neither a list like `{{a,b}}`, a range like `{{2020-01-01..2020-01-31}}`, `{{2022-01..2022-03}}`, `{{2022-W01..2022-W04}}`, `{{2026-12-01T00..2026-12-01T23}}` or `{{1..10}}`, nor a domain like `{{category=*}}`")]
     Unrecognized { arg: String, inner: String },
     #[error("`{arg}`: the graph declares no domain `{field}` for `{{{field}=*}}` ({known}); declare its values under [graph.domains]")]
     UnknownDomain {
@@ -232,6 +233,11 @@ enum Alternatives<'a> {
         start: NaiveDate,
         days: i64,
     },
+    /// `YYYY-MM-DDTHH` hours, as hours since 1970-01-01T00.
+    Hours {
+        start: i64,
+        count: i64,
+    },
     /// `YYYY-MM` months, counted from year 0's January.
     Months {
         start: i64,
@@ -310,6 +316,13 @@ impl<'a> Alternatives<'a> {
                 let days = (end - start).num_days() + 1;
                 return Ok(Alternatives::Dates { start, days });
             }
+            if let (Some(start), Some(end)) = (parse_hour(a), parse_hour(b)) {
+                if start > end {
+                    return Err(backwards());
+                }
+                let count = end - start + 1;
+                return Ok(Alternatives::Hours { start, count });
+            }
             if let (Some(start), Some(end)) = (parse_month(a), parse_month(b)) {
                 if start > end {
                     return Err(backwards());
@@ -348,9 +361,9 @@ impl<'a> Alternatives<'a> {
         match self {
             Alternatives::List(inner) => inner.split(',').count() as u128,
             Alternatives::Dates { days, .. } => *days as u128,
-            Alternatives::Months { count, .. } | Alternatives::Weeks { count, .. } => {
-                *count as u128
-            }
+            Alternatives::Months { count, .. }
+            | Alternatives::Weeks { count, .. }
+            | Alternatives::Hours { count, .. } => *count as u128,
             Alternatives::Ints { start, end, .. } => (*end as i128 - *start as i128 + 1) as u128,
             Alternatives::Domain(values) => values.len() as u128,
         }
@@ -362,6 +375,7 @@ impl<'a> Alternatives<'a> {
         match self {
             Alternatives::List(inner) => inner.split(',').map(str::len).max().unwrap_or(0) as u128,
             Alternatives::Dates { .. } => 10,
+            Alternatives::Hours { .. } => 13,
             Alternatives::Months { .. } => 7,
             Alternatives::Weeks { .. } => 8,
             Alternatives::Domain(values) => {
@@ -381,6 +395,9 @@ impl<'a> Alternatives<'a> {
                 .iter_days()
                 .take(*days as usize)
                 .map(format_date)
+                .collect(),
+            Alternatives::Hours { start, count } => (*start..*start + *count)
+                .map(|h| format_hour(h).expect("parsed hours are representable"))
                 .collect(),
             Alternatives::Months { start, count } => (*start..*start + *count)
                 .map(|m| format!("{:04}-{:02}", m / 12, m % 12 + 1))
@@ -479,6 +496,45 @@ mod tests {
             expand_braces("w/{2021-W53..2021-W54}"),
             Err(BraceExpansionError::Unrecognized { .. })
         ));
+    }
+
+    #[test]
+    fn expands_hours_across_midnight() {
+        assert_eq!(
+            expand_braces("h/hour={2026-12-01T22..2026-12-02T01}").unwrap(),
+            [
+                "h/hour=2026-12-01T22",
+                "h/hour=2026-12-01T23",
+                "h/hour=2026-12-02T00",
+                "h/hour=2026-12-02T01"
+            ]
+        );
+        let day = expand_braces("h/{2026-12-01T00..2026-12-01T23}").unwrap();
+        assert_eq!(day.len(), 24);
+        // A leap day and a new year.
+        assert_eq!(
+            expand_braces("h/{2024-02-28T23..2024-03-01T00}")
+                .unwrap()
+                .len(),
+            26
+        );
+        assert_eq!(
+            expand_braces("h/{2026-12-31T23..2027-01-01T00}").unwrap(),
+            ["h/2026-12-31T23", "h/2027-01-01T00"]
+        );
+        assert!(matches!(
+            expand_braces("h/{2026-12-02T00..2026-12-01T23}"),
+            Err(BraceExpansionError::Backwards { .. })
+        ));
+        let err = expand_braces("h/{2026-12-01T00..2026-12-01T24}").unwrap_err();
+        assert!(
+            matches!(err, BraceExpansionError::Unrecognized { .. }),
+            "{err}"
+        );
+        assert!(
+            err.to_string().contains("2026-12-01T00..2026-12-01T23"),
+            "{err}"
+        );
     }
 
     #[test]
@@ -589,6 +645,19 @@ mod tests {
             let weeks = expand_braces(&format!("w/{{{}..{}}}", format_week(monday), format_week(last))).unwrap();
             prop_assert_eq!(weeks.len() as i64, n + 1);
             prop_assert!(weeks.windows(2).all(|w| w[0] < w[1]));
+        }
+
+        /// An hour range has one ref per hour, in order, each the start plus that many hours
+        /// as chrono counts them.
+        #[test]
+        fn hour_ranges_agree_with_chrono(start in 0i64..1_000_000, len in 0i64..100) {
+            let epoch = NaiveDate::default().and_hms_opt(0, 0, 0).unwrap();
+            let at = |h: i64| (epoch + chrono::Duration::hours(h)).format("%Y-%m-%dT%H").to_string();
+            let hours = expand_braces(&format!("h/{{{}..{}}}", at(start), at(start + len))).unwrap();
+            prop_assert_eq!(hours.len() as i64, len + 1);
+            for (i, h) in hours.iter().enumerate() {
+                prop_assert_eq!(h, &format!("h/{}", at(start + i as i64)));
+            }
         }
 
         #[test]

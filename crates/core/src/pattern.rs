@@ -20,6 +20,8 @@ pub enum FieldType {
     Date,
     /// A canonical decimal integer (`-3`, `0`, `42`; no `+`, no leading zeros).
     Int,
+    /// An hour of a day, UTC, written `YYYY-MM-DDTHH` (`00` to `23`).
+    Hour,
 }
 
 impl fmt::Display for FieldType {
@@ -28,6 +30,7 @@ impl fmt::Display for FieldType {
             FieldType::Str => "str",
             FieldType::Date => "date",
             FieldType::Int => "int",
+            FieldType::Hour => "hour",
         })
     }
 }
@@ -39,8 +42,53 @@ impl FieldType {
             FieldType::Str => !value.is_empty() && !value.contains('/'),
             FieldType::Date => parse_date(value).is_some(),
             FieldType::Int => is_canonical_int(value),
+            FieldType::Hour => parse_hour(value).is_some(),
         }
     }
+}
+
+/// Days since 1970-01-01: how templates and ranges compute with dates.
+pub fn days_since_epoch(d: NaiveDate) -> i64 {
+    d.signed_duration_since(NaiveDate::default()).num_days()
+}
+
+/// The date `days` after 1970-01-01, if chrono can represent it.
+pub fn date_from_days(days: i64) -> Option<NaiveDate> {
+    NaiveDate::default().checked_add_signed(chrono::Duration::try_days(days)?)
+}
+
+/// Parses a `YYYY-MM-DDTHH` hour (UTC) into hours since 1970-01-01T00, refusing other spellings
+/// so that one hour has one ref. Hours are integers inside the planner: offsets and ranges are
+/// additions, whatever days, months or years they cross.
+pub fn parse_hour(s: &str) -> Option<i64> {
+    let b = s.as_bytes();
+    if b.len() != 13 || b[10] != b'T' || !b[11].is_ascii_digit() || !b[12].is_ascii_digit() {
+        return None;
+    }
+    let hour = i64::from(b[11] - b'0') * 10 + i64::from(b[12] - b'0');
+    if hour > 23 {
+        return None;
+    }
+    Some(days_since_epoch(parse_date(&s[..10])?) * 24 + hour)
+}
+
+/// `hours` since 1970-01-01T00 as `YYYY-MM-DDTHH`, if its date is representable.
+pub fn format_hour(hours: i64) -> Option<String> {
+    let mut s = String::with_capacity(13);
+    push_hour(&mut s, hours)?;
+    Some(s)
+}
+
+/// Appends `YYYY-MM-DDTHH` for `hours` since 1970-01-01T00; `None` (and nothing appended) if
+/// its date is not representable.
+pub fn push_hour(out: &mut String, hours: i64) -> Option<()> {
+    let day = date_from_days(hours.div_euclid(24))?;
+    let h = hours.rem_euclid(24) as u8;
+    push_date(out, day);
+    out.push('T');
+    out.push(char::from(b'0' + h / 10));
+    out.push(char::from(b'0' + h % 10));
+    Some(())
 }
 
 /// Parses a `YYYY-MM-DD` date, refusing other spellings so that one date has one ref.
@@ -336,9 +384,10 @@ fn parse_field(pattern: &str, inner: &str) -> Result<(String, FieldType), Patter
                 "str" => FieldType::Str,
                 "date" => FieldType::Date,
                 "int" => FieldType::Int,
+                "hour" => FieldType::Hour,
                 other => {
                     return Err(bad(&format!(
-                        "unknown type `{other}`; the field types are str, date and int"
+                        "unknown type `{other}`; the field types are str, date, hour and int"
                     )))
                 }
             };
@@ -368,6 +417,7 @@ impl fmt::Display for FieldMismatch {
             FieldType::Date => "date",
             FieldType::Int => "integer",
             FieldType::Str => "value",
+            FieldType::Hour => "hour (`YYYY-MM-DDTHH`, UTC, `00` to `23`)",
         };
         write!(
             f,
@@ -420,6 +470,7 @@ fn match_tokens<'r>(tokens: &[Token], s: &'r str, out: &mut Vec<&'r str>) -> boo
             // The lengths this field could take here, tried longest first.
             let (shortest, longest) = match ty {
                 FieldType::Date => (10, if s.len() >= 10 { 10 } else { 0 }),
+                FieldType::Hour => (13, if s.len() >= 13 { 13 } else { 0 }),
                 FieldType::Int => {
                     let sign = usize::from(s.starts_with('-'));
                     let digits = s[sign..].bytes().take_while(u8::is_ascii_digit).count();
@@ -487,6 +538,45 @@ mod tests {
     }
 
     #[test]
+    fn hours_are_utc_hours_of_a_day() {
+        let pat = p("hourly/hour={hour:hour}/part={n:int}");
+        assert_eq!(
+            pat.match_ref("hourly/hour=2026-12-01T23/part=1"),
+            Some(vec!["2026-12-01T23", "1"])
+        );
+        for bad in [
+            "2026-12-01T24",
+            "2026-12-01T9",
+            "2026-12-01 09",
+            "2026-12-01t09",
+            "2026-02-29T00",
+            "2026-12-01T09Z",
+            "2026-12-01",
+        ] {
+            assert_eq!(
+                pat.match_ref(&format!("hourly/hour={bad}/part=1")),
+                None,
+                "{bad}"
+            );
+        }
+        assert_eq!(parse_hour("1970-01-01T00"), Some(0));
+        assert_eq!(parse_hour("1969-12-31T23"), Some(-1));
+        assert_eq!(format_hour(-1).unwrap(), "1969-12-31T23");
+        assert_eq!(
+            pat.field_mismatch("hourly/hour=2026-12-01T24/part=1")
+                .unwrap()
+                .to_string(),
+            "`2026-12-01T24` is not a valid hour (`YYYY-MM-DDTHH`, UTC, `00` to `23`) for field `hour`"
+        );
+        // An hour and a date in one segment, told apart by the literal between them.
+        let pat = p("x/{d:date}_{h:hour}");
+        assert_eq!(
+            pat.match_ref("x/2026-12-01_2026-12-01T05"),
+            Some(vec!["2026-12-01", "2026-12-01T05"])
+        );
+    }
+
+    #[test]
     fn str_fields_backtrack_to_the_literal() {
         let pat = p("sum/{a}_{b}");
         assert_eq!(pat.match_ref("sum/x_y_z"), Some(vec!["x_y", "z"]));
@@ -544,7 +634,10 @@ mod tests {
         let cases = [
             ("a/{x", "unclosed"),
             ("a/x}", "without a matching"),
-            ("a/{x:float}", "unknown type `float`"),
+            (
+                "a/{x:float}",
+                "unknown type `float`; the field types are str, date, hour and int",
+            ),
             ("a/{1x}", "field name"),
             ("a/{x}{y}", "next to each other"),
             ("a/{x}/{x}", "twice"),
@@ -570,6 +663,22 @@ mod tests {
             let n = n.to_string();
             let r = pat.render(&[&s, &n, &date]);
             prop_assert_eq!(pat.match_ref(&r), Some(vec![s.as_str(), n.as_str(), date.as_str()]));
+        }
+
+        /// Every hour renders to text that parses back to it, matched by an `hour` field, and
+        /// says the same time as chrono's formatting.
+        #[test]
+        fn hours_roundtrip(h in -17_000_000i64..70_000_000) {
+            let text = format_hour(h).unwrap();
+            prop_assert_eq!(parse_hour(&text), Some(h));
+            let chrono_text = (NaiveDate::default().and_hms_opt(0, 0, 0).unwrap()
+                + chrono::Duration::hours(h))
+            .format("%Y-%m-%dT%H")
+            .to_string();
+            prop_assert_eq!(&text, &chrono_text);
+            let pat = p("h/{h:hour}");
+            let r = format!("h/{text}");
+            prop_assert_eq!(pat.match_ref(&r), Some(vec![text.as_str()]));
         }
 
         /// The parser never panics, whatever it is given.

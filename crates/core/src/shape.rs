@@ -74,13 +74,18 @@ impl Shape {
                     starts.extend(signed);
                     b.plus(&starts, Class::Digit)
                 }
-                Part::Typed(FieldType::Date) => {
+                Part::Typed(ty @ (FieldType::Date | FieldType::Hour)) => {
+                    let shape = if *ty == FieldType::Date {
+                        "dddd-dd-dd"
+                    } else {
+                        "dddd-dd-ddTdd"
+                    };
                     let mut f = frontier;
-                    for c in "dddd-dd-dd".chars() {
+                    for c in shape.chars() {
                         let class = if c == 'd' {
                             Class::Digit
                         } else {
-                            Class::Char('-')
+                            Class::Char(c)
                         };
                         f = vec![b.step(&f, class)];
                     }

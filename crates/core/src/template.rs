@@ -2,18 +2,21 @@
 //!
 //! `raw/reviews/date={date-1d}` reads the output's `date` field, moves it one day back and renders the
 //! result. Expressions inside braces:
-//! - `{f}` the output's field; `{f-1d}`, `{f+2w}` date offsets; `{n-1}` int offsets;
-//! - `{a..b}` an inclusive range between two such terms (`{date-6d..date}` is 7 refs);
+//! - `{f}` the output's field; `{f-1d}`, `{f+2w}` date offsets; `{h-1h}`, `{h-1d}` hour offsets;
+//!   `{n-1}` int offsets;
+//! - `{h:date}` an hour's day, `{d:hour}` a date's first hour (`T00`), offsets after them in the
+//!   new type's units (`{h:date-1d}`, `{d:hour+23h}`);
+//! - `{a..b}` an inclusive range between two such terms (`{date-6d..date}` is 7 refs,
+//!   `{date:hour..date:hour+23h}` the 24 hours of a day);
 //! - `{f=*}` every value of the graph domain `f`.
 //!
 //! Several multi-valued expressions in one template give their cartesian product.
 
 use std::collections::BTreeMap;
 
-use chrono::Duration;
-
 use crate::pattern::{
-    format_date, parse_date, push_date, split_braces, BraceError, FieldType, Pattern, Piece,
+    date_from_days, days_since_epoch, parse_date, parse_hour, push_date, push_hour, split_braces,
+    BraceError, FieldType, Pattern, Piece,
 };
 use crate::refs::validate_path_text;
 use crate::shape::{Part, Shape};
@@ -50,11 +53,15 @@ pub enum TemplateError {
     RangeTooLarge { template: String, size: i64 },
 }
 
-/// One side of an offset or range: a field of the output and an offset in days (dates) or units (ints).
+/// One side of an offset or range: a field of the output, maybe converted (`hour:date`), and an
+/// offset in the units of the term's type: days (dates), hours (hours) or units (ints).
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Term {
     field: String,
     offset: i64,
+    /// The output field's type.
+    from: FieldType,
+    /// The term's type: `from`, or the type `:type` converts it to.
     ty: FieldType,
     /// The field's position in each output pattern of the job, in output order.
     positions: Vec<usize>,
@@ -197,17 +204,39 @@ impl Template {
         }
     }
 
-    /// The term's value as a number: days since the epoch for dates, the int itself for ints.
+    /// The term's value as a number: days since the epoch for dates, hours since the epoch for
+    /// hours, the int itself for ints; converted to the term's type and moved by its offset.
     fn term_number(&self, t: &Term, output: usize, values: &[&str]) -> Result<i64, TemplateError> {
         let raw = values[t.positions[output]];
-        let base = match t.ty {
-            FieldType::Date => parse_date(raw)
-                .expect("matched refs hold valid dates")
-                .signed_duration_since(chrono::NaiveDate::default())
-                .num_days(),
+        let base = match t.from {
+            FieldType::Date => {
+                days_since_epoch(parse_date(raw).expect("matched refs hold valid dates"))
+            }
+            FieldType::Hour => parse_hour(raw).expect("matched refs hold valid hours"),
             _ => raw.parse::<i64>().expect("matched refs hold valid ints"),
         };
-        base.checked_add(t.offset).ok_or_else(|| self.overflow(t))
+        let converted = match (t.from, t.ty) {
+            (FieldType::Date, FieldType::Hour) => base.checked_mul(24),
+            (FieldType::Hour, FieldType::Date) => Some(base.div_euclid(24)),
+            _ => Some(base),
+        };
+        converted
+            .and_then(|n| n.checked_add(t.offset))
+            .ok_or_else(|| self.overflow(t))
+    }
+
+    /// Appends the rendering of `n` (a [`Template::term_number`]) in the term's type.
+    fn push_number(&self, out: &mut String, t: &Term, n: i64) -> Result<(), TemplateError> {
+        let done = match t.ty {
+            FieldType::Date => date_from_days(n).map(|d| push_date(out, d)),
+            FieldType::Hour => push_hour(out, n),
+            _ => {
+                use std::fmt::Write;
+                let _ = write!(out, "{n}");
+                Some(())
+            }
+        };
+        done.ok_or_else(|| self.overflow(t))
     }
 
     /// The term's rendered value, moved by `extra` further steps (used to walk ranges).
@@ -218,21 +247,17 @@ impl Template {
         values: &[&str],
         extra: i64,
     ) -> Result<String, TemplateError> {
-        let raw = values[t.positions[output]];
-        let shift = t.offset + extra;
-        match t.ty {
-            FieldType::Str => Ok(raw.to_string()),
-            FieldType::Int => raw
-                .parse::<i64>()
-                .ok()
-                .and_then(|n| n.checked_add(shift))
-                .map(|n| n.to_string())
-                .ok_or_else(|| self.overflow(t)),
-            FieldType::Date => parse_date(raw)
-                .and_then(|d| d.checked_add_signed(Duration::try_days(shift)?))
-                .map(format_date)
-                .ok_or_else(|| self.overflow(t)),
+        let mut out = String::with_capacity(16);
+        if t.ty == FieldType::Str {
+            out.push_str(values[t.positions[output]]);
+            return Ok(out);
         }
+        let n = self
+            .term_number(t, output, values)?
+            .checked_add(extra)
+            .ok_or_else(|| self.overflow(t))?;
+        self.push_number(&mut out, t, n)?;
+        Ok(out)
     }
 
     /// Appends the term's value to `out` without an intermediate string (the common case).
@@ -243,18 +268,12 @@ impl Template {
         output: usize,
         values: &[&str],
     ) -> Result<(), TemplateError> {
-        let raw = values[t.positions[output]];
-        match t.ty {
-            _ if t.offset == 0 => out.push_str(raw),
-            FieldType::Date => {
-                let d = parse_date(raw)
-                    .and_then(|d| d.checked_add_signed(Duration::try_days(t.offset)?))
-                    .ok_or_else(|| self.overflow(t))?;
-                push_date(out, d);
-            }
-            _ => out.push_str(&self.term_value(t, output, values, 0)?),
+        if (t.offset == 0 && t.from == t.ty) || t.ty == FieldType::Str {
+            out.push_str(values[t.positions[output]]);
+            return Ok(());
         }
-        Ok(())
+        let n = self.term_number(t, output, values)?;
+        self.push_number(out, t, n)
     }
 
     fn overflow(&self, t: &Term) -> TemplateError {
@@ -291,11 +310,11 @@ fn parse_expr(
         };
         if a.ty != b.ty || a.ty == FieldType::Str {
             return Err(bad(format!(
-                "a range needs two date or two int terms, not {} and {}",
+                "a range needs two date, two hour or two int terms, not {} and {}",
                 a.ty, b.ty
             )));
         }
-        if a.field == b.field && a.offset > b.offset {
+        if a.field == b.field && a.ty == b.ty && a.offset > b.offset {
             return Err(bad(format!(
                 "the range `{inner}` is empty: its start comes after its end"
             )));
@@ -307,18 +326,25 @@ fn parse_expr(
 
 fn parse_term(source: &str, text: &str, outputs: &[Pattern]) -> Result<Term, TemplateError> {
     let text = text.trim();
-    let split = text.find(['+', '-']);
-    let (field, offset_text) = match split {
-        Some(i) => (&text[..i], Some(&text[i..])),
-        None => (text, None),
+    let field_end = text.find([':', '+', '-']).unwrap_or(text.len());
+    let field = &text[..field_end];
+    let (convert, offset_text) = match text[field_end..].strip_prefix(':') {
+        Some(rest) => {
+            let end = rest.find(['+', '-']).unwrap_or(rest.len());
+            (
+                Some(&rest[..end]),
+                Some(&rest[end..]).filter(|o| !o.is_empty()),
+            )
+        }
+        None => (None, Some(&text[field_end..]).filter(|o| !o.is_empty())),
     };
     if !crate::pattern::is_identifier(field) {
         return Err(TemplateError::Syntax {
             template: source.to_string(),
-            why: format!("`{text}` is not a field, an offset like `date-1d`, a range like `date-6d..date`, or a domain like `category=*`"),
+            why: format!("`{text}` is not a field, an offset like `date-1d` or `hour-1h`, a conversion like `hour:date` or `date:hour+23h`, a range like `date-6d..date`, or a domain like `category=*`"),
         });
     }
-    let mut ty = None;
+    let mut from = None;
     let mut positions = Vec::with_capacity(outputs.len());
     for output in outputs {
         let (pos, t) = output
@@ -329,7 +355,7 @@ fn parse_term(source: &str, text: &str, outputs: &[Pattern]) -> Result<Term, Tem
                 field: field.to_string(),
                 output: output.to_string(),
             })?;
-        match ty {
+        match from {
             Some(prev) if prev != t => {
                 return Err(TemplateError::TypeMismatch {
                     template: source.to_string(),
@@ -338,21 +364,40 @@ fn parse_term(source: &str, text: &str, outputs: &[Pattern]) -> Result<Term, Tem
                     b: t,
                 })
             }
-            _ => ty = Some(t),
+            _ => from = Some(t),
         }
         positions.push(pos);
     }
-    let ty = ty.expect("a job has at least one output");
+    let from = from.expect("a job has at least one output");
+    let bad = |why: String| TemplateError::BadOffset {
+        template: source.to_string(),
+        why: format!("`{text}`: {why}"),
+    };
+    let ty = match convert.map(str::trim) {
+        None => from,
+        Some(to) => match (from, to) {
+            (FieldType::Date, "date") | (FieldType::Hour, "date") => FieldType::Date,
+            (FieldType::Date, "hour") | (FieldType::Hour, "hour") => FieldType::Hour,
+            (_, "date" | "hour") => {
+                return Err(bad(format!(
+                    "a {from} field cannot be read as {to}s; `:hour` reads a date as its first hour (00), `:date` an hour as its day"
+                )))
+            }
+            (_, other) => {
+                return Err(bad(format!(
+                    "unknown conversion `:{other}`; use `:date` (an hour's day) or `:hour` (a date's first hour)"
+                )))
+            }
+        },
+    };
     let offset = match offset_text {
         None => 0,
-        Some(o) => parse_offset(o, ty).map_err(|why| TemplateError::BadOffset {
-            template: source.to_string(),
-            why: format!("`{text}`: {why}"),
-        })?,
+        Some(o) => parse_offset(o, ty).map_err(|why| bad(why.to_string()))?,
     };
     Ok(Term {
         field: field.to_string(),
         offset,
+        from,
         ty,
         positions,
     })
@@ -368,6 +413,10 @@ enum OffsetError {
     NoDateUnit,
     #[error("unknown date unit `{0}`; use `d` or `w`")]
     DateUnit(String),
+    #[error("an hour offset needs a unit: `h` (hours), `d` (24 hours) or `w` (168 hours)")]
+    NoHourUnit,
+    #[error("unknown hour unit `{0}`; use `h`, `d` or `w`")]
+    HourUnit(String),
     #[error("an int offset takes no unit, found `{0}`")]
     IntUnit(String),
     #[error("a str field cannot be offset")]
@@ -376,7 +425,7 @@ enum OffsetError {
     TooLarge,
 }
 
-/// `-1d`, `+2w` for dates (in days), `-1`, `+10` for ints.
+/// `-1d`, `+2w` for dates (in days), `-1h`, `+1d` for hours (in hours), `-1`, `+10` for ints.
 fn parse_offset(text: &str, ty: FieldType) -> Result<i64, OffsetError> {
     let (sign, rest) = text.split_at(1);
     let sign = if sign == "-" { -1 } else { 1 };
@@ -390,6 +439,11 @@ fn parse_offset(text: &str, ty: FieldType) -> Result<i64, OffsetError> {
         (FieldType::Date, "w") => 7,
         (FieldType::Date, "") => return Err(OffsetError::NoDateUnit),
         (FieldType::Date, u) => return Err(OffsetError::DateUnit(u.to_string())),
+        (FieldType::Hour, "h") => 1,
+        (FieldType::Hour, "d") => 24,
+        (FieldType::Hour, "w") => 168,
+        (FieldType::Hour, "") => return Err(OffsetError::NoHourUnit),
+        (FieldType::Hour, u) => return Err(OffsetError::HourUnit(u.to_string())),
         (FieldType::Int, "") => 1,
         (FieldType::Int, u) => return Err(OffsetError::IntUnit(u.to_string())),
         (FieldType::Str, _) => return Err(OffsetError::Str),
@@ -402,6 +456,8 @@ fn parse_offset(text: &str, ty: FieldType) -> Result<i64, OffsetError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::pattern::format_date;
+    use chrono::Duration;
     use proptest::prelude::*;
 
     fn domains() -> BTreeMap<String, Vec<String>> {
@@ -469,7 +525,7 @@ mod tests {
             ("raw/{category-1d}", "cannot be offset"),
             ("raw/{region=*}", "graph.domains has no `region`"),
             ("raw/{date..date-1d}", "empty"),
-            ("raw/{date..n}", "two date or two int"),
+            ("raw/{date..n}", "two date, two hour or two int"),
             ("raw/{date", "never closed"),
             ("raw/{date-}", "number after the sign"),
             ("../{date}", "escape"),
@@ -481,6 +537,84 @@ mod tests {
         }
         let err = expand("r/{n-1000000..n}", "r/{n:int}", "r/1").unwrap_err();
         assert!(matches!(err, TemplateError::RangeTooLarge { .. }), "{err}");
+    }
+
+    #[test]
+    fn hours_offset_across_days_and_convert_to_and_from_dates() {
+        let out = "hourly/hour={hour:hour}";
+        let r = "hourly/hour=2026-12-01T00";
+        assert_eq!(
+            expand("hourly/hour={hour-1h}", out, r).unwrap(),
+            ["hourly/hour=2026-11-30T23"]
+        );
+        assert_eq!(expand("h/{hour-24h}", out, r).unwrap(), ["h/2026-11-30T00"]);
+        assert_eq!(expand("h/{hour-1d}", out, r).unwrap(), ["h/2026-11-30T00"]);
+        assert_eq!(
+            expand("h/{hour+1h}", out, "hourly/hour=2026-12-31T23").unwrap(),
+            ["h/2027-01-01T00"]
+        );
+        assert_eq!(
+            expand("h/{hour-2h..hour}", out, "hourly/hour=2024-03-01T01").unwrap(),
+            ["h/2024-02-29T23", "h/2024-03-01T00", "h/2024-03-01T01"]
+        );
+        // An hourly job reads its day, and the day before.
+        assert_eq!(
+            expand("daily/{hour:date}", out, "hourly/hour=2026-12-01T23").unwrap(),
+            ["daily/2026-12-01"]
+        );
+        assert_eq!(
+            expand("daily/{hour:date-1d}", out, "hourly/hour=2026-12-01T00").unwrap(),
+            ["daily/2026-11-30"]
+        );
+        // A daily job reads its 24 hours.
+        let hours = expand(
+            "hourly/hour={date:hour..date:hour+23h}",
+            "daily/{date:date}",
+            "daily/2026-12-01",
+        )
+        .unwrap();
+        assert_eq!(hours.len(), 24);
+        assert_eq!(hours[0], "hourly/hour=2026-12-01T00");
+        assert_eq!(hours[23], "hourly/hour=2026-12-01T23");
+        assert_eq!(
+            expand("h/{date:hour-1h}", "d/{date:date}", "d/2026-12-01").unwrap(),
+            ["h/2026-11-30T23"]
+        );
+        // Before 1970 too.
+        assert_eq!(
+            expand("d/{hour:date}", out, "hourly/hour=1969-12-31T05").unwrap(),
+            ["d/1969-12-31"]
+        );
+        // The shape of a converted term is the new type's: it links to hourly patterns.
+        let outs = [Pattern::parse("daily/{date:date}").unwrap()];
+        let t =
+            Template::parse("hourly/hour={date:hour..date:hour+23h}", &outs, &domains()).unwrap();
+        let hourly = crate::shape::Shape::of_pattern(&Pattern::parse(out).unwrap());
+        assert!(t.shape(&domains()).intersects(&hourly));
+        let daily =
+            crate::shape::Shape::of_pattern(&Pattern::parse("hourly/hour={d:date}").unwrap());
+        assert!(!t.shape(&domains()).intersects(&daily));
+    }
+
+    #[test]
+    fn rejects_bad_hour_terms() {
+        let out = "s/{category}/{date:date}/{hour:hour}/{n:int}";
+        let r = "s/news/2020-01-01/2020-01-01T05/1";
+        let cases = [
+            ("raw/{hour-1}", "an hour offset needs a unit"),
+            ("raw/{hour-1m}", "unknown hour unit `m`"),
+            ("raw/{date-1h}", "unknown date unit `h`"),
+            ("raw/{n:date}", "a int field cannot be read as dates"),
+            ("raw/{category:hour}", "cannot be read as hours"),
+            ("raw/{hour:week}", "unknown conversion `:week`"),
+            ("raw/{hour..date}", "two date, two hour or two int"),
+            ("raw/{hour..hour-1h}", "empty"),
+            ("raw/{hour:}", "unknown conversion"),
+        ];
+        for (template, needle) in cases {
+            let err = expand(template, out, r).unwrap_err().to_string();
+            assert!(err.contains(needle), "{template}: {err}");
+        }
     }
 
     #[test]
@@ -512,6 +646,26 @@ mod tests {
             let mut sorted = refs.clone();
             sorted.sort();
             prop_assert_eq!(sorted, refs);
+        }
+
+        /// An hour moved by any offset, across days, months, years and leap days, is the hour
+        /// chrono's arithmetic gives; and its day is chrono's date of that time.
+        #[test]
+        fn hour_offsets_agree_with_chrono(h in -2_000_000i64..2_000_000, off in -100_000i64..100_000) {
+            let epoch = chrono::NaiveDate::default().and_hms_opt(0, 0, 0).unwrap();
+            let at = |h: i64| epoch + Duration::hours(h);
+            let text = |t: chrono::NaiveDateTime| t.format("%Y-%m-%dT%H").to_string();
+            let r = format!("o/{}", text(at(h)));
+            let template = if off < 0 { format!("w/{{h{off}h}}") } else { format!("w/{{h+{off}h}}") };
+            prop_assert_eq!(
+                expand(&template, "o/{h:hour}", &r).unwrap(),
+                vec![format!("w/{}", text(at(h + off)))]
+            );
+            let day = if off < 0 { format!("w/{{h:date{}d}}", off % 1000) } else { format!("w/{{h:date+{}d}}", off % 1000) };
+            prop_assert_eq!(
+                expand(&day, "o/{h:hour}", &r).unwrap(),
+                vec![format!("w/{}", format_date(at(h).date() + Duration::days(off % 1000)))]
+            );
         }
 
         #[test]

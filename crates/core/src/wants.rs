@@ -1,14 +1,14 @@
-//! Recurring wants (`[[want]]`): refs relative to today, expanded each day. No clock here: the
-//! caller says what today is.
+//! Recurring wants (`[[want]]`): refs relative to now, expanded each day (each hour when a ref
+//! names `{now}`). No clock here: the caller says what time it is.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use chrono::NaiveDate;
+use chrono::NaiveDateTime;
 
-use crate::pattern::{format_date, parse_date};
+use crate::pattern::{days_since_epoch, format_date, parse_date, parse_hour, push_hour};
 
-/// A `[[want]]` of the graph file: every day, these refs (relative to that day) are wanted.
+/// A `[[want]]` of the graph file: every day (or hour), these refs (relative to then) are wanted.
 #[derive(Debug, Clone)]
 pub struct RecurringWant {
     pub name: String,
@@ -20,11 +20,12 @@ pub struct RecurringWant {
     pub ttl: Duration,
 }
 
-/// Expands a want template for `today`: `{today}`, `{today-Nd}`, `{today+Nd}` become dates and
-/// `{field=*}` every value of `domains[field]`.
+/// Expands a want template at `now` (UTC): `{today}`, `{today-Nd}`, `{today+Nd}` become dates,
+/// `{now}`, `{now-Nh}`, `{now+Nh}`, `{now-Nd}` hours (`YYYY-MM-DDTHH`, the hour `now` is in),
+/// and `{field=*}` every value of `domains[field]`.
 pub fn expand(
     template: &str,
-    today: NaiveDate,
+    now: NaiveDateTime,
     domains: &BTreeMap<String, Vec<String>>,
 ) -> Result<Vec<String>, String> {
     let mut out = vec![String::new()];
@@ -37,7 +38,7 @@ pub fn expand(
         for o in &mut out {
             o.push_str(&rest[..open]);
         }
-        let values = values_of(&rest[open + 1..close], today, domains)
+        let values = values_of(&rest[open + 1..close], now, domains)
             .map_err(|e| format!("`{template}`: {e}"))?;
         out = out
             .iter()
@@ -53,28 +54,48 @@ pub fn expand(
 
 fn values_of(
     expr: &str,
-    today: NaiveDate,
+    now: NaiveDateTime,
     domains: &BTreeMap<String, Vec<String>>,
 ) -> Result<Vec<String>, String> {
+    use chrono::Timelike;
     if let Some(field) = expr.strip_suffix("=*") {
         return domains
             .get(field)
             .cloned()
             .ok_or_else(|| format!("`{{{expr}}}` names no domain `{field}` in [graph.domains]"));
     }
-    let Some(offset) = expr.strip_prefix("today") else {
-        return Err(format!(
-            "`{{{expr}}}` is neither `{{today}}`, `{{today-1d}}` nor `{{field=*}}`"
-        ));
+    let (hours, offset) = match (expr.strip_prefix("today"), expr.strip_prefix("now")) {
+        (Some(offset), _) => (false, offset),
+        (_, Some(offset)) => (true, offset),
+        _ => {
+            return Err(format!(
+                "`{{{expr}}}` is neither `{{today}}`, `{{today-1d}}`, `{{now}}`, `{{now-1h}}` nor `{{field=*}}`"
+            ))
+        }
     };
-    let days: i64 = match offset {
+    let steps: i64 = match offset {
         "" => 0,
         o => {
             let (sign, n) = o.split_at(1);
-            let n: i64 = n
-                .strip_suffix('d')
-                .and_then(|n| n.parse().ok())
-                .ok_or_else(|| format!("`{{{expr}}}`: write offsets in days, like `today-1d`"))?;
+            let units: &[(char, i64)] = if hours {
+                &[('h', 1), ('d', 24)]
+            } else {
+                &[('d', 1)]
+            };
+            let n: i64 = units
+                .iter()
+                .find_map(|(unit, scale)| {
+                    n.strip_suffix(*unit)?
+                        .parse::<i64>()
+                        .ok()?
+                        .checked_mul(*scale)
+                })
+                .ok_or_else(|| match hours {
+                    true => format!(
+                        "`{{{expr}}}`: write offsets in hours or days, like `now-1h` or `now-1d`"
+                    ),
+                    false => format!("`{{{expr}}}`: write offsets in days, like `today-1d`"),
+                })?;
             match sign {
                 "-" => -n,
                 "+" => n,
@@ -82,21 +103,35 @@ fn values_of(
             }
         }
     };
-    let date = today
-        .checked_add_signed(chrono::TimeDelta::days(days))
-        .ok_or_else(|| format!("`{{{expr}}}` is out of range"))?;
-    Ok(vec![format_date(date)])
+    let out_of_range = || format!("`{{{expr}}}` is out of range");
+    let day = days_since_epoch(now.date());
+    let value = if hours {
+        let hour = (day * 24 + i64::from(now.hour()))
+            .checked_add(steps)
+            .ok_or_else(out_of_range)?;
+        let mut s = String::with_capacity(13);
+        push_hour(&mut s, hour).ok_or_else(out_of_range)?;
+        s
+    } else {
+        let date = crate::pattern::date_from_days(day.checked_add(steps).ok_or_else(out_of_range)?)
+            .ok_or_else(out_of_range)?;
+        format_date(date)
+    };
+    Ok(vec![value])
 }
 
-/// The end of a partition's day, in ns since the epoch: the date in its ref (the first
-/// `date=YYYY-MM-DD`, or the first date-shaped path segment) plus one day.
-pub fn day_end_ns(r: &str) -> Option<i64> {
-    let date = r
+/// The end of a partition's period, in ns since the epoch: of the first path segment (or
+/// `key=value`'s value) that is a date or an hour, the next midnight or the next hour.
+pub fn period_end_ns(r: &str) -> Option<i64> {
+    const HOUR_NS: i64 = 3_600 * 1_000_000_000;
+    let hours = r
         .split('/')
         .filter_map(|seg| seg.rsplit('=').next())
-        .find_map(parse_date)?;
-    let end = date.succ_opt()?.and_hms_opt(0, 0, 0)?;
-    end.and_utc().timestamp_nanos_opt()
+        .find_map(|v| match parse_date(v) {
+            Some(d) => Some(days_since_epoch(d) * 24 + 24),
+            None => Some(parse_hour(v)? + 1),
+        })?;
+    hours.checked_mul(HOUR_NS)
 }
 
 #[cfg(test)]
@@ -106,7 +141,10 @@ mod tests {
     #[test]
     fn expands_dates_and_domains() {
         let domains = BTreeMap::from([("c".to_string(), vec!["a".to_string(), "b".to_string()])]);
-        let today = parse_date("2026-03-01").unwrap();
+        let today = parse_date("2026-03-01")
+            .unwrap()
+            .and_hms_opt(0, 30, 0)
+            .unwrap();
         assert_eq!(
             expand("s/c={c=*}/date={today-1d}", today, &domains).unwrap(),
             ["s/c=a/date=2026-02-28", "s/c=b/date=2026-02-28"]
@@ -119,16 +157,56 @@ mod tests {
             expand("x/{today+2d}", today, &domains).unwrap(),
             ["x/2026-03-03"]
         );
-        for bad in ["x/{yesterday}", "x/{today-1w}", "x/{z=*}", "x/{today"] {
+        for bad in [
+            "x/{yesterday}",
+            "x/{today-1w}",
+            "x/{today-1h}",
+            "x/{now-1}",
+            "x/{now-1m}",
+            "x/{z=*}",
+            "x/{today",
+        ] {
             assert!(expand(bad, today, &domains).is_err(), "{bad}");
         }
     }
 
     #[test]
-    fn a_day_ends_at_midnight_after_it() {
-        let end = day_end_ns("summary/c=a/date=2026-03-01").unwrap();
+    fn now_is_the_current_hour_and_offsets_cross_midnight() {
+        let domains = BTreeMap::new();
+        let now = parse_date("2026-12-02")
+            .unwrap()
+            .and_hms_opt(0, 59, 59)
+            .unwrap();
+        let one = |t: &str| expand(t, now, &domains).unwrap();
+        assert_eq!(one("h/{now}"), ["h/2026-12-02T00"]);
+        assert_eq!(one("h/{now-1h}"), ["h/2026-12-01T23"]);
+        assert_eq!(one("h/{now-24h}"), ["h/2026-12-01T00"]);
+        assert_eq!(one("h/{now-1d}"), ["h/2026-12-01T00"]);
+        assert_eq!(one("h/{now+1h}"), ["h/2026-12-02T01"]);
+        assert_eq!(
+            one("d/{today}/h/{now-1h}"),
+            ["d/2026-12-02/h/2026-12-01T23"]
+        );
+        let new_year = parse_date("2027-01-01")
+            .unwrap()
+            .and_hms_opt(0, 0, 0)
+            .unwrap();
+        assert_eq!(
+            expand("h/{now-1h}", new_year, &domains).unwrap(),
+            ["h/2026-12-31T23"]
+        );
+    }
+
+    #[test]
+    fn a_day_ends_at_midnight_after_it_and_an_hour_at_the_next_hour() {
+        let end = period_end_ns("summary/c=a/date=2026-03-01").unwrap();
         assert_eq!(end, 1_772_409_600 * 1_000_000_000);
-        assert_eq!(day_end_ns("x/2026-03-01"), Some(end));
-        assert_eq!(day_end_ns("x/no-date"), None);
+        assert_eq!(period_end_ns("x/2026-03-01"), Some(end));
+        assert_eq!(period_end_ns("x/no-date"), None);
+        assert_eq!(period_end_ns("h/hour=2026-03-01T23"), Some(end));
+        assert_eq!(
+            period_end_ns("h/2026-03-02T00"),
+            Some(end + 3_600 * 1_000_000_000)
+        );
     }
 }

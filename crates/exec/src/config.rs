@@ -4,43 +4,48 @@
 //! for configuration. (The environment a job run is given, `DATABUILD_OUTPUTS` and the rest, is
 //! the engine's output, not its configuration.)
 
-/// Which day it is.
+/// Which day and hour it is.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum Clock {
     /// The system's clock (UTC).
     #[default]
     System,
-    /// A fixed day (`DATABUILD_NOW`): to replay past days or to test retention.
-    Fixed(chrono::NaiveDate),
+    /// A fixed time, UTC (`DATABUILD_NOW`): to replay past days or to test retention.
+    Fixed(chrono::NaiveDateTime),
 }
 
 impl Clock {
-    /// A clock fixed at `text`: a date (`2026-02-01`) or an RFC 3339 time; `None` if it is
-    /// neither.
+    /// A clock fixed at `text`: a date (`2026-02-01`, its midnight) or an RFC 3339 time (in
+    /// UTC); `None` if it is neither.
     pub fn fixed(text: &str) -> Option<Clock> {
         databuild_core::pattern::parse_date(text)
+            .and_then(|d| d.and_hms_opt(0, 0, 0))
             .or_else(|| {
                 chrono::DateTime::parse_from_rfc3339(text)
                     .ok()
-                    .map(|t| t.date_naive())
+                    .map(|t| t.naive_utc())
             })
             .map(Clock::Fixed)
     }
 
-    /// Today's date, `YYYY-MM-DD`.
-    pub fn today(&self) -> String {
-        let day = match self {
-            Clock::Fixed(day) => *day,
+    /// The time now, UTC.
+    pub fn now(&self) -> chrono::NaiveDateTime {
+        match self {
+            Clock::Fixed(now) => *now,
             Clock::System => {
                 let secs = std::time::SystemTime::now()
                     .duration_since(std::time::UNIX_EPOCH)
                     .map_or(0, |d| d.as_secs() as i64);
                 chrono::DateTime::from_timestamp(secs, 0)
                     .expect("now is a valid time")
-                    .date_naive()
+                    .naive_utc()
             }
-        };
-        databuild_core::pattern::format_date(day)
+        }
+    }
+
+    /// Today's date, `YYYY-MM-DD`.
+    pub fn today(&self) -> String {
+        databuild_core::pattern::format_date(self.now().date())
     }
 }
 

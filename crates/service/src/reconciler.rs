@@ -229,19 +229,19 @@ impl Reconciler {
         Ok(())
     }
 
-    /// Today's instance of each `[[want]]` of the graph, made once.
+    /// This day's (or hour's, for refs naming `{now}`) instance of each `[[want]]` of the graph,
+    /// made once.
     fn recurring(&mut self) -> Result<()> {
         if self.engine().graph.wants.is_empty() {
             return Ok(());
         }
-        let today =
-            databuild_core::pattern::parse_date(&self.engine().today()).expect("today is a date");
+        let now = self.engine().now();
         let recurring = self.engine().graph.wants.clone();
         for rw in &recurring {
             let mut refs = Vec::new();
             for t in &rw.refs {
                 refs.extend(
-                    databuild_core::wants::expand(t, today, &self.engine().graph.domains)
+                    databuild_core::wants::expand(t, now, &self.engine().graph.domains)
                         .map_err(databuild_exec::EngineError::Invalid)?,
                 );
             }

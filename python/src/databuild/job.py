@@ -23,7 +23,7 @@ import tempfile
 from pathlib import Path
 from typing import IO, Any, Callable, Iterator, Mapping, NoReturn, Optional, Sequence, Union
 
-FieldValue = Union[datetime.date, int, str]
+FieldValue = Union[datetime.datetime, datetime.date, int, str]
 """A field of the output's pattern, typed as the pattern declares it."""
 
 ConfigInput = Union[str, Mapping[str, str]]
@@ -40,9 +40,22 @@ def _typed(name: str, value: str, kind: str) -> FieldValue:
             return datetime.date.fromisoformat(value)
         if kind == "int":
             return int(value)
+        if kind == "hour":
+            return _hour(value)
     except ValueError as e:
         raise JobError(f"field `{name}` = {value!r} is not of its type {kind}: {e}") from None
     return value
+
+
+def _hour(value: str) -> datetime.datetime:
+    """A ``YYYY-MM-DDTHH`` hour as an aware UTC datetime."""
+    try:
+        if len(value) != 13:
+            raise ValueError
+        hour = datetime.datetime.strptime(value, "%Y-%m-%dT%H")
+    except ValueError:
+        raise ValueError("an hour is written YYYY-MM-DDTHH (UTC, hours 00 to 23)") from None
+    return hour.replace(tzinfo=datetime.timezone.utc)
 
 
 def _umask() -> int:

@@ -442,7 +442,9 @@ impl Loader<'_> {
             if w.refs.is_empty() {
                 return Err(err("`refs` is empty".into()));
             }
-            let sample = chrono::NaiveDate::from_ymd_opt(2000, 1, 1).expect("a date");
+            let sample = chrono::NaiveDate::from_ymd_opt(2000, 1, 1)
+                .and_then(|d| d.and_hms_opt(0, 0, 0))
+                .expect("a time");
             for t in &w.refs {
                 for r in crate::wants::expand(t, sample, &graph.domains).map_err(err)? {
                     crate::refs::validate_ref(&r)

@@ -109,6 +109,11 @@ impl Engine {
         self.config.clock.today()
     }
 
+    /// The time now, UTC, by the engine's clock.
+    pub fn now(&self) -> chrono::NaiveDateTime {
+        self.config.clock.now()
+    }
+
     /// The executor the graph asks for (`[graph] executor`).
     pub fn executor(&self) -> Box<dyn Executor> {
         match &self.graph.executor {

@@ -177,7 +177,7 @@ pub(crate) fn sla_misses(
         .refs
         .iter()
         .filter_map(|r| {
-            let deadline = databuild_core::wants::day_end_ns(r)? + (sla as i64) * 1_000_000_000;
+            let deadline = databuild_core::wants::period_end_ns(r)? + (sla as i64) * 1_000_000_000;
             (now_ns > deadline && !known.contains(&(want.want_id.clone(), r.clone())))
                 .then(|| (r.clone(), deadline))
         })

@@ -685,6 +685,7 @@ fn an_interval_that_does_not_parse_stops_the_service_naming_it() {
     for (var, value) in [
         ("DATABUILD_SOURCE_INTERVAL", "soon"),
         ("DATABUILD_WANT_PROBE_INTERVAL", "-5"),
+        ("DATABUILD_WANT_RETRY_INTERVAL", "0"),
     ] {
         let out = p
             .command()

@@ -1,6 +1,7 @@
 //! Wants with a real service: waiting for external data, building within seconds of it
-//! appearing, SLA misses, recurring wants from the graph file, taints, and two services where one
-//! graph depends on the other's dataset.
+//! appearing, SLA misses, recurring wants from the graph file, taints, two services where one
+//! graph depends on the other's dataset, and a want whose build failed tried again (after its
+//! backoff, or at once when what it needs changes).
 
 use std::time::{Duration, Instant};
 
@@ -271,4 +272,154 @@ command = ["sh", "-c", "mkdir -p $DATABUILD_DATA_DIR/summary && tr a-z A-Z < {}/
         .run(&["--json", "status", "clean/date=2026-02-03"])
         .json();
     assert_eq!(after[0]["status"], "live", "{after}");
+}
+
+/// A job that fails while the file `broken` is in the project.
+const FLAKY: &str = r#"
+[graph]
+name = "f"
+
+[[job]]
+name = "flaky"
+outputs = ["flaky/date={date:date}"]
+command = ["sh", "-c", "test ! -e $DATABUILD_DATA_DIR/../broken && mkdir -p $DATABUILD_DATA_DIR/flaky && echo ok > $DATABUILD_DATA_DIR/flaky/date=$DATABUILD_FIELD_DATE"]
+"#;
+
+/// Failed builds of the job, as the log says.
+fn failed_runs(p: &Project, job: &str) -> u64 {
+    let v = p
+        .run(&[
+            "--json",
+            "sql",
+            &format!("SELECT count(*) FROM job_runs WHERE job = '{job}' AND status = 'failed'"),
+        ])
+        .json();
+    v["rows"][0][0].as_u64().unwrap()
+}
+
+#[test]
+fn a_want_whose_build_failed_is_tried_again_with_backoff_and_satisfied_once_fixed() {
+    let p = Project::new(FLAKY);
+    p.file("broken", "");
+    let service = Service::start(&p, &fast(&[("DATABUILD_WANT_RETRY_INTERVAL", "2")]));
+    let r = "flaky/date=2026-03-04";
+    let id = want(&service, json!({ "partitions": [r] }));
+
+    // The first build fails: the want says when it is tried again, 2 s after.
+    let first = eventually(
+        Duration::from_secs(15),
+        "the want is held back after its build failed",
+        || {
+            let w = want_state(&service, &id);
+            w["retry_at_ns"].as_i64().map(|_| w)
+        },
+    );
+    assert_eq!(first["status"], "waiting", "{first}");
+    assert_eq!(failed_runs(&p, "flaky"), 1);
+    let retry_at = first["retry_at_ns"].as_i64().unwrap();
+    let wait = retry_at - first["updated_at_ns"].as_i64().unwrap();
+    assert!(
+        (1_900_000_000..=2_100_000_000).contains(&wait),
+        "{wait} ns: {first}"
+    );
+    let message = first["message"].as_str().unwrap();
+    let at = first["retry_at"].as_str().unwrap();
+    assert!(
+        message.contains("failed (1 time(s) in a row); trying again at ") && message.contains(at),
+        "{first}"
+    );
+    // The CLI (here and through the service) and the list answer the same.
+    let listed = p.run(&["--json", "wants"]).json();
+    assert_eq!(listed["wants"][0]["retry_at"], at, "{listed}");
+    let remote = p.run(&["--server", &service.url, "--json", "wants"]).json();
+    assert_eq!(remote["wants"][0]["retry_at_ns"], retry_at, "{remote}");
+    // The dashboard counts down to that very time.
+    let (_, html) = service.get("/wants");
+    let html = html.as_str().unwrap();
+    assert!(
+        html.contains(&format!(r#"data-retry-at-ms="{}""#, retry_at / 1_000_000)),
+        "{html}"
+    );
+
+    // Nobody asks again: the service tries again by itself, fails, and waits twice as long.
+    let second = eventually(
+        Duration::from_secs(15),
+        "the want is tried again and held back longer",
+        || {
+            let w = want_state(&service, &id);
+            w["retry_at_ns"]
+                .as_i64()
+                .is_some_and(|t| t > retry_at)
+                .then_some(w)
+        },
+    );
+    assert_eq!(failed_runs(&p, "flaky"), 2);
+    let wait = second["retry_at_ns"].as_i64().unwrap() - second["updated_at_ns"].as_i64().unwrap();
+    assert!(
+        (3_900_000_000..=4_100_000_000).contains(&wait),
+        "{wait} ns: {second}"
+    );
+    assert!(
+        second["message"]
+            .as_str()
+            .unwrap()
+            .contains("(2 time(s) in a row)"),
+        "{second}"
+    );
+
+    // The job is fixed: the next attempt makes the partition, with no new request.
+    std::fs::remove_file(p.path().join("broken")).unwrap();
+    let satisfied = eventually(Duration::from_secs(15), "the want is satisfied", || {
+        let w = want_state(&service, &id);
+        (w["status"] == "satisfied").then_some(w)
+    });
+    assert_eq!(satisfied["retry_at"], Value::Null, "{satisfied}");
+    let status = p.run(&["--json", "status", r]).json();
+    assert_eq!(status[0]["status"], "live", "{status}");
+    assert_eq!(failed_runs(&p, "flaky"), 2);
+}
+
+#[test]
+fn a_want_held_back_after_a_failed_build_is_tried_at_once_when_what_it_needs_changes() {
+    let graph = format!(
+        r#"{GRAPH}
+[[job]]
+name = "flaky"
+outputs = ["flaky/date={{date:date}}"]
+inputs = ["clean/date={{date}}"]
+command = ["sh", "-c", "test ! -e $DATABUILD_DATA_DIR/../broken && mkdir -p $DATABUILD_DATA_DIR/flaky && cp $DATABUILD_DATA_DIR/clean/date=$DATABUILD_FIELD_DATE $DATABUILD_DATA_DIR/flaky/date=$DATABUILD_FIELD_DATE"]
+"#
+    );
+    let p = Project::new(&graph);
+    p.file("broken", "");
+    p.file("data/raw/date=2026-03-05", "x\n");
+    // An hour between attempts: only a change to what the want needs can try it again soon.
+    let service = Service::start(&p, &fast(&[("DATABUILD_WANT_RETRY_INTERVAL", "1h")]));
+    let id = want(&service, json!({ "partitions": ["flaky/date=2026-03-05"] }));
+    let held = eventually(
+        Duration::from_secs(15),
+        "the want is held back after its build failed",
+        || {
+            let w = want_state(&service, &id);
+            w["retry_at_ns"].as_i64().map(|_| w)
+        },
+    );
+    let wait = held["retry_at_ns"].as_i64().unwrap() - held["updated_at_ns"].as_i64().unwrap();
+    assert!(
+        (3_599_000_000_000..=3_601_000_000_000).contains(&wait),
+        "{held}"
+    );
+    assert_eq!(completed_runs(&p, "clean"), 1);
+
+    // The job is fixed, and a partition its build reads changes (a taint): tried at once.
+    std::fs::remove_file(p.path().join("broken")).unwrap();
+    p.run(&["taint", "clean/date=2026-03-05", "--reason", "redo"])
+        .expect_code(0);
+    let satisfied = eventually(Duration::from_secs(15), "the want is satisfied", || {
+        let w = want_state(&service, &id);
+        (w["status"] == "satisfied").then_some(w)
+    });
+    assert_eq!(satisfied["retry_at"], Value::Null, "{satisfied}");
+    assert_eq!(completed_runs(&p, "clean"), 2);
+    assert_eq!(completed_runs(&p, "flaky"), 1);
 }

@@ -1,5 +1,6 @@
 //! Recurring wants (`[[want]]`): refs relative to now, expanded each day (each hour when a ref
-//! names `{now}`). No clock here: the caller says what time it is.
+//! names `{now}`); and how long a want whose build failed waits before it is tried again. No
+//! clock here: the caller says what time it is.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -120,6 +121,19 @@ fn values_of(
     Ok(vec![value])
 }
 
+/// The longest a want whose builds keep failing waits between attempts (unless the base interval
+/// is longer).
+pub const MAX_RETRY_DELAY: Duration = Duration::from_secs(3600);
+
+/// How long after its `failures`-th failed build in a row (1 for the first) a want is tried
+/// again: `base`, doubled for each further failure, at most [`MAX_RETRY_DELAY`] (or `base`, if
+/// that is longer).
+pub fn retry_delay(base: Duration, failures: u32) -> Duration {
+    let doublings = failures.saturating_sub(1).min(31);
+    base.saturating_mul(1 << doublings)
+        .min(MAX_RETRY_DELAY.max(base))
+}
+
 /// The end of a partition's period, in ns since the epoch: of the first path segment (or
 /// `key=value`'s value) that is a date or an hour, the next midnight or the next hour.
 pub fn period_end_ns(r: &str) -> Option<i64> {
@@ -195,6 +209,19 @@ mod tests {
             expand("h/{now-1h}", new_year, &domains).unwrap(),
             ["h/2026-12-31T23"]
         );
+    }
+
+    #[test]
+    fn a_failed_want_waits_the_base_then_twice_as_long_each_time_up_to_an_hour() {
+        let minute = Duration::from_secs(60);
+        let waits: Vec<u64> = (1..=8).map(|n| retry_delay(minute, n).as_secs()).collect();
+        assert_eq!(waits, [60, 120, 240, 480, 960, 1920, 3600, 3600]);
+        assert_eq!(retry_delay(minute, 0), minute);
+        assert_eq!(retry_delay(minute, u32::MAX), MAX_RETRY_DELAY);
+        let short = Duration::from_millis(500);
+        assert_eq!(retry_delay(short, 3), Duration::from_secs(2));
+        let long = Duration::from_secs(7200);
+        assert_eq!(retry_delay(long, 5), long);
     }
 
     #[test]

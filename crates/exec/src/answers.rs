@@ -829,10 +829,16 @@ pub struct Want {
     pub sla_missed: u64,
     #[schema(format = DateTime)]
     pub updated_at: String,
+    /// Its build failed: when the service tries again (sooner if something it needs changes).
+    #[serde(default)]
+    #[schema(format = DateTime)]
+    pub retry_at: Option<String>,
     pub created_at_ns: i64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expires_at_ns: Option<i64>,
     pub updated_at_ns: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_at_ns: Option<i64>,
 }
 
 impl From<&WantRow> for Want {
@@ -850,9 +856,11 @@ impl From<&WantRow> for Want {
             build_request_id: w.build_request_id.clone(),
             sla_missed: w.sla_missed,
             updated_at: text(w.updated_at),
+            retry_at: maybe(w.retry_at),
             created_at_ns: w.created_at,
             expires_at_ns: w.expires_at,
             updated_at_ns: w.updated_at,
+            retry_at_ns: w.retry_at,
         }
     }
 }
@@ -881,6 +889,10 @@ pub struct WantDetail {
     pub sla_missed: u64,
     #[schema(format = DateTime)]
     pub updated_at: String,
+    /// Its build failed: when the service tries again (sooner if something it needs changes).
+    #[serde(default)]
+    #[schema(format = DateTime)]
+    pub retry_at: Option<String>,
     pub partitions: Vec<PartitionStatus>,
     /// The builds and runs that made its partitions (or are making them), each run with the
     /// runs that made what it read.
@@ -891,6 +903,8 @@ pub struct WantDetail {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expires_at_ns: Option<i64>,
     pub updated_at_ns: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_at_ns: Option<i64>,
 }
 
 /// A build that made (or is making) some of a want's partitions.
@@ -952,12 +966,14 @@ impl WantDetail {
             build_request_id: want.build_request_id,
             sla_missed: want.sla_missed,
             updated_at: want.updated_at,
+            retry_at: want.retry_at,
             partitions,
             fulfillment,
             waiting,
             created_at_ns: want.created_at_ns,
             expires_at_ns: want.expires_at_ns,
             updated_at_ns: want.updated_at_ns,
+            retry_at_ns: want.retry_at_ns,
         }
     }
 }

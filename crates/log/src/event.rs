@@ -251,6 +251,12 @@ pub struct EventData {
     /// want waiting: the build request started for it, or the one on an upstream service.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub upstream: Option<String>,
+    /// want waiting: its build failed; when the service tries again (ns since the epoch; sooner
+    /// if something it needs changes). Answers show it as RFC 3339 text, `retry_at`, with its ns
+    /// beside it as `retry_at_ns`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>)]
+    pub retry_at: Option<i64>,
     /// job_run scheduled and failed: which attempt of its outputs this run is (1 for the first),
     /// and how many the job allows (`retries` + 1).
     #[serde(skip_serializing_if = "Option::is_none")]

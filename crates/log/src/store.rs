@@ -236,6 +236,8 @@ pub struct WantRow {
     /// How many of its partitions missed their SLA.
     pub sla_missed: u64,
     pub updated_at: i64,
+    /// Its build failed: when the service tries again (ns), as its latest event says.
+    pub retry_at: Option<i64>,
 }
 
 impl WantRow {

@@ -1184,7 +1184,7 @@ fn a_version_7_log_gains_the_readers_index_in_place() {
     sqlite_exec(
         &path,
         &format!(
-            "{UNDO_V9_V11} drop table run_inputs; alter table job_runs drop column input_runs;
+            "{UNDO_V9_V12} drop table run_inputs; alter table job_runs drop column input_runs;
              update meta set value = 7 where key = 'schema_version';"
         ),
     );
@@ -1215,9 +1215,9 @@ fn a_version_7_log_gains_the_readers_index_in_place() {
     assert!(report.problems.is_empty(), "{:?}", report.problems);
 }
 
-/// What schema versions 11, 10 and 9 added, undone (to make a log of version 8 or older).
-const UNDO_V9_V11: &str =
-    "drop index events_of_delegations; drop index events_of_checks; drop table plan_cache; drop view check_results; drop view partition_status; drop table partition_checks;
+/// What schema versions 12, 11, 10 and 9 added, undone (to make a log of version 8 or older).
+const UNDO_V9_V12: &str =
+    "alter table wants drop column retry_at; drop index events_of_delegations; drop index events_of_checks; drop table plan_cache; drop view check_results; drop view partition_status; drop table partition_checks;
      CREATE VIEW partition_status AS
      SELECT partition_ref, CASE status WHEN 'available' THEN 'live' ELSE status END AS status,
             job, build_request_id, job_run_id, data_version,
@@ -1317,7 +1317,7 @@ fn a_version_8_log_gains_check_results_in_place() {
     drop(store);
     sqlite_exec(
         &path,
-        &format!("{UNDO_V9_V11} update meta set value = 8 where key = 'schema_version';"),
+        &format!("{UNDO_V9_V12} update meta set value = 8 where key = 'schema_version';"),
     );
     let store = SqliteStore::open(&path).unwrap();
     store
@@ -1343,7 +1343,7 @@ fn a_version_1_log_is_upgraded_in_place_and_keeps_its_events() {
     sqlite_exec(
         &path,
         &format!(
-            "{UNDO_V9_V11} drop index events_of_alias; drop table wants; drop index events_of_wants;
+            "{UNDO_V9_V12} drop index events_of_alias; drop table wants; drop index events_of_wants;
          drop table job_counts; drop table partition_counts;
          alter table partitions drop column prev_status;
          alter table partitions drop column prev_job_run_id;

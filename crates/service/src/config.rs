@@ -35,6 +35,10 @@ pub struct Intervals {
     pub sources: Duration,
     /// Probing what wants wait for (`DATABUILD_WANT_PROBE_INTERVAL`).
     pub want_probes: Duration,
+    /// Trying again a want whose build failed, the first time (`DATABUILD_WANT_RETRY_INTERVAL`);
+    /// doubled after each further failure, up to an hour (see
+    /// [`databuild_core::wants::retry_delay`]).
+    pub want_retry: Duration,
 }
 
 impl Default for Intervals {
@@ -42,6 +46,7 @@ impl Default for Intervals {
         Intervals {
             sources: Duration::from_secs(60),
             want_probes: Duration::from_secs(10),
+            want_retry: Duration::from_secs(60),
         }
     }
 }

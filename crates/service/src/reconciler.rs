@@ -8,6 +8,13 @@
 //! satisfied, expired, wait (saying for what, and asking an upstream service to build it), or
 //! start a build. Deadlines (TTL, SLA) and the graph's recurring `[[want]]`s are checked every
 //! second, in memory.
+//!
+//! A want whose build failed gets no new event to wake it: it is held back until its `retry_at`
+//! (recorded in its `waiting` event), kept in a queue of deadlines that each pass pops when due.
+//! The first wait is `DATABUILD_WANT_RETRY_INTERVAL` (default 60 s), doubled after each failure
+//! in a row up to an hour ([`databuild_core::wants::retry_delay`]). A change to a partition it
+//! needs (its refs, or what its build reads) tries it at once and starts the doubling over, as
+//! does its being satisfied or waiting for something else.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -23,16 +30,14 @@ use crate::AppState;
 
 /// How often the log is checked for new events.
 const TICK: Duration = Duration::from_millis(200);
-/// A want whose build failed is tried again after this long (or when something it needs changes).
-const RETRY_AFTER: Duration = Duration::from_secs(60);
 
 pub fn spawn(state: Arc<AppState>, stop: Arc<AtomicBool>) {
     let runtime = tokio::runtime::Handle::current();
-    let probe_every = state.intervals.want_probes;
+    let (probe_every, retry_base) = (state.intervals.want_probes, state.intervals.want_retry);
     std::thread::Builder::new()
         .name("reconciler".into())
         .spawn(move || {
-            let mut r = Reconciler::new(state, runtime, probe_every);
+            let mut r = Reconciler::new(state, runtime, probe_every, retry_base);
             while !stop.load(Ordering::Relaxed) {
                 if let Err(e) = r.pass() {
                     eprintln!("reconciler: {e}");
@@ -43,18 +48,34 @@ pub fn spawn(state: Arc<AppState>, stop: Arc<AtomicBool>) {
         .expect("a thread");
 }
 
+/// A want whose build failed, held back until `retry_at`.
+struct Backoff {
+    /// Failed builds in a row.
+    failures: u32,
+    /// When it is tried again (ns since the epoch), as its `waiting` event says.
+    retry_at: i64,
+    /// Its refs and what its build reads: a change to one tries it again at once.
+    needs: HashSet<String>,
+    /// What its `waiting` event says.
+    message: String,
+}
+
 struct Reconciler {
     state: Arc<AppState>,
     runtime: tokio::runtime::Handle,
     probe_every: Duration,
+    /// The first wait before a want whose build failed is tried again.
+    retry_base: Duration,
     /// The last event index looked at.
     seen: i64,
     /// Wants to look at in this pass.
     dirty: BTreeSet<String>,
     /// Builds started for wants, by want.
     building: HashMap<String, String>,
-    /// When a want's build last failed.
-    failed: HashMap<String, Instant>,
+    /// Wants whose build failed, by want.
+    backoff: HashMap<String, Backoff>,
+    /// When each of those is due, soonest first: `(retry_at, want)`.
+    retries: BTreeSet<(i64, String)>,
     /// Upstream builds asked for, by ref.
     asked: HashMap<String, String>,
     /// Upstream builds that ended (sent by their followers).
@@ -69,15 +90,22 @@ struct Reconciler {
 type Result<T> = std::result::Result<T, databuild_exec::EngineError>;
 
 impl Reconciler {
-    fn new(state: Arc<AppState>, runtime: tokio::runtime::Handle, probe_every: Duration) -> Self {
+    fn new(
+        state: Arc<AppState>,
+        runtime: tokio::runtime::Handle,
+        probe_every: Duration,
+        retry_base: Duration,
+    ) -> Self {
         Reconciler {
             state,
             runtime,
             probe_every,
+            retry_base,
             seen: 0,
             dirty: BTreeSet::new(),
             building: HashMap::new(),
-            failed: HashMap::new(),
+            backoff: HashMap::new(),
+            retries: BTreeSet::new(),
             asked: HashMap::new(),
             ended: mpsc::channel(),
             sla_recorded: BTreeSet::new(),
@@ -102,8 +130,19 @@ impl Reconciler {
             // Start from the log's end, looking once at every active want.
             self.seen = self.engine().store.last_idx()?;
             self.sla_recorded = self.engine().recorded_sla_misses()?;
-            self.dirty
-                .extend(self.active()?.into_iter().map(|w| w.want_id));
+            for w in self.active()? {
+                // A want held back before a restart stays held back until its recorded time.
+                if let Some(retry_at) = w.retry_at {
+                    let backoff = Backoff {
+                        failures: 1,
+                        retry_at,
+                        needs: w.refs.iter().cloned().collect(),
+                        message: w.message.clone().unwrap_or_default(),
+                    };
+                    self.hold_back(&w.want_id, backoff);
+                }
+                self.dirty.insert(w.want_id);
+            }
             self.started = true;
         }
         if let Ok(r) = self.ended.1.recv_timeout(TICK) {
@@ -111,6 +150,7 @@ impl Reconciler {
             self.wake_waiting_on(&r)?;
         }
         self.follow_log()?;
+        self.due_retries();
         if self.last_second.elapsed() >= Duration::from_secs(1) {
             self.last_second = Instant::now();
             self.recurring()?;
@@ -121,10 +161,9 @@ impl Reconciler {
             self.probe_externals()?;
         }
         for id in std::mem::take(&mut self.dirty) {
-            if let Some(want) = self.engine().store.want(&id)? {
-                if want.is_active() {
-                    self.look_at(&want)?;
-                }
+            match self.engine().store.want(&id)? {
+                Some(want) if want.is_active() => self.look_at(&want)?,
+                _ => self.forget_failures(&id),
             }
         }
         Ok(())
@@ -145,6 +184,7 @@ impl Reconciler {
         };
         self.seen = last.idx;
         let mut touched: HashSet<String> = HashSet::new();
+        let mut tainted: HashSet<String> = HashSet::new();
         let mut ended_builds: HashSet<String> = HashSet::new();
         let mut everything = false;
         for e in &events {
@@ -152,7 +192,10 @@ impl Reconciler {
                 (Kind::Want, Status::Requested) => {
                     self.dirty.extend(e.data.want_id.clone());
                 }
-                (Kind::Partition, Status::Tainted) => everything = true,
+                (Kind::Partition, Status::Tainted) => {
+                    everything = true;
+                    tainted.extend(e.partition_ref.clone());
+                }
                 (Kind::Partition, Status::Available | Status::Sealed | Status::Expired)
                     if e.build_request_id.is_none() || e.job_run_id.is_some() =>
                 {
@@ -165,6 +208,22 @@ impl Reconciler {
                 }
                 _ => {}
             }
+        }
+        // A want held back after a failed build is tried at once when something it needs changes.
+        let changed: Vec<String> = self
+            .backoff
+            .iter()
+            .filter(|(id, b)| {
+                !self.building.contains_key(*id)
+                    && b.needs
+                        .iter()
+                        .any(|r| touched.contains(r) || tainted.contains(r))
+            })
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in changed {
+            self.forget_failures(&id);
+            self.dirty.insert(id);
         }
         if touched.is_empty() && ended_builds.is_empty() && !everything {
             return Ok(());
@@ -182,6 +241,57 @@ impl Reconciler {
             }
         }
         Ok(())
+    }
+
+    /// Marks the wants whose time to be tried again has come.
+    fn due_retries(&mut self) {
+        let now = databuild_log::event::now_ns();
+        while let Some((at, id)) = self.retries.first().cloned() {
+            if at > now {
+                break;
+            }
+            self.retries.pop_first();
+            if self.backoff.get(&id).is_some_and(|b| b.retry_at == at) {
+                self.dirty.insert(id);
+            }
+        }
+    }
+
+    /// Holds a want back until its backoff's `retry_at`.
+    fn hold_back(&mut self, id: &str, backoff: Backoff) {
+        if let Some(old) = self.backoff.get(id) {
+            self.retries.remove(&(old.retry_at, id.to_string()));
+        }
+        self.retries.insert((backoff.retry_at, id.to_string()));
+        self.backoff.insert(id.to_string(), backoff);
+    }
+
+    /// The want is satisfied, waits for something else, ended, or what it needs changed: its
+    /// failed builds no longer hold it back.
+    fn forget_failures(&mut self, id: &str) {
+        if let Some(b) = self.backoff.remove(id) {
+            self.retries.remove(&(b.retry_at, id.to_string()));
+        }
+    }
+
+    /// Its build failed (`why`): holds the want back, a longer time for each failure in a row.
+    fn failed(&mut self, want: &WantRow, why: String) {
+        let failures = self.backoff.get(&want.want_id).map_or(0, |b| b.failures) + 1;
+        let delay = databuild_core::wants::retry_delay(self.retry_base, failures);
+        let retry_at = databuild_log::event::now_ns()
+            .saturating_add(delay.as_nanos().min(i64::MAX as u128) as i64);
+        let message = format!(
+            "{why} ({failures} time(s) in a row); trying again at {}, or as soon as something it \
+             needs changes",
+            databuild_exec::answers::rfc3339(retry_at)
+        );
+        let backoff = Backoff {
+            failures,
+            retry_at,
+            needs: want.refs.iter().cloned().collect(),
+            message,
+        };
+        self.hold_back(&want.want_id, backoff);
     }
 
     fn wake_waiting_on(&mut self, r: &str) -> Result<()> {
@@ -273,11 +383,15 @@ impl Reconciler {
     fn look_at(&mut self, want: &WantRow) -> Result<()> {
         let engine = self.state.engine.clone();
         let now = databuild_log::event::now_ns();
-        match engine.decide(want, now)? {
+        let decision = engine.decide(want, now)?;
+        if !matches!(decision, Decision::Build { .. }) {
+            self.forget_failures(&want.want_id);
+        }
+        match decision {
             Decision::Satisfied => {
                 self.building.remove(&want.want_id);
                 let message = format!("all {} partition(s) live", want.refs.len());
-                engine.note_want(want, Status::Satisfied, None, Some(message), None)?;
+                engine.note_want(want, Status::Satisfied, None, Some(message), None, None)?;
             }
             Decision::Expire => {
                 engine
@@ -303,6 +417,7 @@ impl Reconciler {
                     Some(&partition_ref),
                     Some(message),
                     None,
+                    None,
                 )?;
             }
             Decision::Wait {
@@ -310,7 +425,7 @@ impl Reconciler {
                 upstream: Some(upstream),
                 ..
             } => self.ask_upstream(want, &partition_ref, &upstream)?,
-            Decision::Build { refs } => self.build(want, refs)?,
+            Decision::Build { refs, reads } => self.build(want, refs, reads)?,
         }
         Ok(())
     }
@@ -319,7 +434,7 @@ impl Reconciler {
         let engine = self.state.engine.clone();
         if let Some(id) = self.asked.get(r) {
             let message = format!("waiting for `{r}` from {upstream} (its build request {id})");
-            engine.note_want(want, Status::Waiting, Some(r), Some(message), None)?;
+            engine.note_want(want, Status::Waiting, Some(r), Some(message), None, None)?;
             return Ok(());
         }
         let token = engine.config.upstream_token.as_deref();
@@ -342,44 +457,52 @@ impl Reconciler {
                 });
                 let message = format!("asked {upstream} to build `{r}` (its build request {id})");
                 let link = format!("{upstream}/api/v1/builds/{id}");
-                engine.note_want(want, Status::Waiting, Some(r), Some(message), Some(link))?;
+                engine.note_want(
+                    want,
+                    Status::Waiting,
+                    Some(r),
+                    Some(message),
+                    Some(link),
+                    None,
+                )?;
             }
             Err(e) => {
                 let message = format!("waiting for `{r}` from {upstream}: {e}");
-                engine.note_want(want, Status::Waiting, Some(r), Some(message), None)?;
+                engine.note_want(want, Status::Waiting, Some(r), Some(message), None, None)?;
             }
         }
         Ok(())
     }
 
-    fn build(&mut self, want: &WantRow, refs: Vec<String>) -> Result<()> {
+    fn build(&mut self, want: &WantRow, refs: Vec<String>, reads: Vec<String>) -> Result<()> {
         let engine = self.state.engine.clone();
-        if let Some(id) = self.building.get(&want.want_id) {
-            let running = engine.store.build_request(id)?.is_some_and(|b| {
-                !matches!(
-                    b.status,
-                    Status::Completed | Status::Failed | Status::Cancelled
-                )
-            });
-            if running {
+        if let Some(id) = self.building.get(&want.want_id).cloned() {
+            let status = engine.store.build_request(&id)?.map(|b| b.status);
+            let ended = matches!(
+                status,
+                Some(Status::Completed | Status::Failed | Status::Cancelled) | None
+            );
+            if !ended {
                 return Ok(());
             }
-            let failed = engine
-                .store
-                .build_request(id)?
-                .is_some_and(|b| b.status != Status::Completed);
-            if failed {
-                self.failed.insert(want.want_id.clone(), Instant::now());
-                self.building.remove(&want.want_id);
+            self.building.remove(&want.want_id);
+            if status != Some(Status::Completed) {
+                let how = status.map_or("is gone".to_string(), |s| s.to_string());
+                self.failed(want, format!("its build request {id} {how}"));
             }
         }
-        if let Some(at) = self.failed.get(&want.want_id) {
-            if at.elapsed() < RETRY_AFTER {
-                let message = format!(
-                    "its last build failed; trying again in {} s",
-                    (RETRY_AFTER - at.elapsed()).as_secs()
-                );
-                engine.note_want(want, Status::Waiting, None, Some(message), None)?;
+        if let Some(b) = self.backoff.get_mut(&want.want_id) {
+            b.needs = refs.iter().chain(&reads).cloned().collect();
+            if databuild_log::event::now_ns() < b.retry_at {
+                let (message, retry_at) = (b.message.clone(), b.retry_at);
+                engine.note_want(
+                    want,
+                    Status::Waiting,
+                    None,
+                    Some(message),
+                    None,
+                    Some(retry_at),
+                )?;
                 return Ok(());
             }
         }
@@ -398,12 +521,22 @@ impl Reconciler {
             Ok(id) => {
                 self.building.insert(want.want_id.clone(), id.clone());
                 let message = format!("building {} partition(s) in build request {id}", refs.len());
-                engine.note_want(want, Status::Waiting, None, Some(message), Some(id))?;
+                engine.note_want(want, Status::Waiting, None, Some(message), Some(id), None)?;
             }
             Err(e) => {
-                self.failed.insert(want.want_id.clone(), Instant::now());
-                let message = format!("cannot start a build: {}", e.message);
-                engine.note_want(want, Status::Waiting, None, Some(message), None)?;
+                self.failed(want, format!("cannot start a build: {}", e.message));
+                if let Some(b) = self.backoff.get_mut(&want.want_id) {
+                    b.needs = refs.iter().chain(&reads).cloned().collect();
+                    let (message, retry_at) = (b.message.clone(), b.retry_at);
+                    engine.note_want(
+                        want,
+                        Status::Waiting,
+                        None,
+                        Some(message),
+                        None,
+                        Some(retry_at),
+                    )?;
+                }
             }
         }
         Ok(())

@@ -71,6 +71,10 @@ fn serve(
                     "DATABUILD_WANT_PROBE_INTERVAL",
                     default.want_probes,
                 )?,
+                want_retry: crate::settings::interval(
+                    "DATABUILD_WANT_RETRY_INTERVAL",
+                    default.want_retry,
+                )?,
             }
         },
     };

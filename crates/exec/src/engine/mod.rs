@@ -417,7 +417,8 @@ impl Engine {
         wants::unwant(self, id)
     }
 
-    /// Records a want's new state, unless it is already in it for the same reason.
+    /// Records a want's new state, unless it is already in it for the same reason. `retry_at`
+    /// (ns): its build failed, and the service tries again then.
     pub fn note_want(
         &self,
         want: &WantRow,
@@ -425,8 +426,9 @@ impl Engine {
         waiting_for: Option<&str>,
         message: Option<String>,
         started: Option<String>,
+        retry_at: Option<i64>,
     ) -> Result<bool> {
-        wants::note_want(self, want, status, waiting_for, message, started)
+        wants::note_want(self, want, status, waiting_for, message, started, retry_at)
     }
 
     /// The want's partitions that are not live and fresh, with the reason.

@@ -36,8 +36,13 @@ pub enum Decision {
         /// It is a job output that failed a blocking check: ``failed check `name`: message``.
         failed_check: Option<String>,
     },
-    /// Everything needed is there: build these.
-    Build { refs: Vec<String> },
+    /// Everything needed is there: build these. `reads` are the partitions the build would
+    /// read (every planned run's inputs): a change to one of them, or to a ref, is a change to
+    /// what the want needs (a want whose build failed is then tried again at once).
+    Build {
+        refs: Vec<String>,
+        reads: Vec<String>,
+    },
 }
 
 pub(crate) fn want(
@@ -106,14 +111,19 @@ pub(crate) fn note_want(
     waiting_for: Option<&str>,
     message: Option<String>,
     started: Option<String>,
+    retry_at: Option<i64>,
 ) -> Result<bool> {
     let same = want.status == status
         && want.waiting_for.as_deref() == waiting_for
-        && (message.is_none() || want.message == message);
+        && (message.is_none() || want.message == message)
+        && want.retry_at == retry_at;
     if same && started.is_none() {
         return Ok(false);
     }
-    let mut e = Event::want(&want.want_id, status).with_data(|d| d.upstream = started);
+    let mut e = Event::want(&want.want_id, status).with_data(|d| {
+        d.upstream = started;
+        d.retry_at = retry_at;
+    });
     e.partition_ref = waiting_for.map(str::to_string);
     e.message = message;
     engine.store.append(vec![e])?;
@@ -159,8 +169,14 @@ pub(crate) fn decide(engine: &Engine, want: &WantRow, now_ns: i64) -> Result<Dec
             failed_check: m.failed_check.clone(),
         });
     }
+    let reads: BTreeSet<String> = plan
+        .runs
+        .iter()
+        .flat_map(|run| run.inputs.iter().map(|r| r.to_string()))
+        .collect();
     Ok(Decision::Build {
         refs: missing.into_iter().map(|(r, _)| r).collect(),
+        reads: reads.into_iter().collect(),
     })
 }
 

@@ -498,6 +498,7 @@ enum Write {
         message: Option<String>,
         upstream: Option<String>,
         at: i64,
+        retry_at: Option<i64>,
     },
     RunCounts(Vec<(String, &'static str, i64, Option<i64>)>),
     PartitionCounts(Vec<(String, &'static str, i64)>),
@@ -690,9 +691,11 @@ const WRITES: [&str; 15] = [
     "UPDATE wants w SET sla_missed = w.sla_missed + 1, updated_at = u.t
        FROM unnest($1::text[], $2::bigint[]) AS u(id, t) WHERE w.want_id = u.id",
     "UPDATE wants w SET status = u.s, waiting_for = u.wf, message = u.m,
-            build_request_id = coalesce(u.up, w.build_request_id), updated_at = u.t
-       FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bigint[])
-            AS u(id, s, wf, m, up, t)
+            build_request_id = coalesce(u.up, w.build_request_id), updated_at = u.t,
+            retry_at = u.r
+       FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bigint[],
+                   $7::bigint[])
+            AS u(id, s, wf, m, up, t, r)
       WHERE w.want_id = u.id",
     // `greatest` ignores NULLs: a change without a `scheduled_at` keeps the row's.
     "INSERT INTO job_counts (job, status, n, last_scheduled_at)
@@ -831,6 +834,7 @@ fn columns(kind: usize, writes: &[&Write]) -> Vec<Param> {
             col!(Write::WantUpdate { message, .. } => message.clone()),
             col!(Write::WantUpdate { upstream, .. } => upstream.clone()),
             col!(Write::WantUpdate { at, .. } => *at),
+            col!(Write::WantUpdate { retry_at, .. } => *retry_at),
         ],
         12 => {
             let all: Vec<&(String, &'static str, i64, Option<i64>)> = writes
@@ -1334,6 +1338,7 @@ impl AppendTx for PgAppend<'_> {
             message: e.message.clone(),
             upstream: d.upstream.clone(),
             at: e.timestamp,
+            retry_at: d.retry_at,
         });
         Ok(())
     }

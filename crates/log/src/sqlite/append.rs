@@ -537,7 +537,8 @@ impl AppendTx for SqliteAppend<'_, '_> {
     fn update_want(&mut self, e: &Event) -> Result<()> {
         self.execute(
             "UPDATE wants SET status = ?2, waiting_for = ?3, message = ?4,
-                    build_request_id = coalesce(?5, build_request_id), updated_at = ?6
+                    build_request_id = coalesce(?5, build_request_id), updated_at = ?6,
+                    retry_at = ?7
              WHERE want_id = ?1",
             params![
                 e.data.want_id,
@@ -545,7 +546,8 @@ impl AppendTx for SqliteAppend<'_, '_> {
                 e.partition_ref,
                 e.message,
                 e.data.upstream,
-                e.timestamp
+                e.timestamp,
+                e.data.retry_at
             ],
         )
     }

@@ -5,7 +5,7 @@ use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Response};
 use databuild_exec::answers::rfc3339;
 use databuild_log::Status;
-use maud::html;
+use maud::{html, Markup, PreEscaped};
 
 use super::layout::{layout, page};
 use super::widgets::{build_link, id_link, partition_link, run_link};
@@ -23,12 +23,51 @@ fn want_colour(status: Status) -> &'static str {
     }
 }
 
+/// Whole seconds from `now` to `at` (ns), rounded up; 0 once it has come.
+fn seconds_until(at: i64, now: i64) -> i64 {
+    (at.saturating_sub(now).max(0) + 999_999_999) / 1_000_000_000
+}
+
+/// When a want whose build failed is tried again (`retry_at`, ns): its time, and a countdown to
+/// it from `now` that [`COUNTDOWN`] moves every second.
+fn next_attempt(retry_at: i64, now: i64) -> Markup {
+    let left = seconds_until(retry_at, now);
+    html! {
+        " " span.retry { "Next attempt "
+            time datetime=(rfc3339(retry_at)) title=(rfc3339(retry_at)) data-retry-at-ms=(retry_at / 1_000_000) data-due=(left == 0) {
+                @if left > 0 { "in " (left) " s" } @else { "now" }
+            }
+        }
+    }
+}
+
+/// Moves each countdown to a next attempt every second, from the time it names; once one comes
+/// (and had not when the page was drawn), the page is drawn again a few seconds later, to show
+/// what the attempt did.
+const COUNTDOWN: &str = r#"
+(function () {
+  var reload = null;
+  function tick() {
+    document.querySelectorAll('time[data-retry-at-ms]').forEach(function (t) {
+      var left = Math.ceil((Number(t.dataset.retryAtMs) - Date.now()) / 1000);
+      t.textContent = left > 0 ? 'in ' + left + ' s' : 'now';
+      if (left <= 0 && t.dataset.due !== 'true' && !reload) {
+        reload = setTimeout(function () { location.reload(); }, 3000);
+      }
+    });
+  }
+  tick();
+  setInterval(tick, 1000);
+})();
+"#;
+
 /// Wants: what is wanted, whether it is satisfied, and if not, what it waits for and since when.
 pub(super) async fn wants_page(State(state): Shared) -> Response {
     let wants = match page(&state, |engine| Ok(engine.store.wants(None, false, 200)?)).await {
         Ok(w) => w,
         Err(r) => return r,
     };
+    let now = databuild_log::event::now_ns();
     layout("Wants", html! {
         h1 { "Wants" }
         p.muted { "Partitions wanted with " code { "databuild want" } " or a " code { "[[want]]" } " of the graph file; the service builds them as soon as their inputs exist." }
@@ -40,12 +79,13 @@ pub(super) async fn wants_page(State(state): Shared) -> Response {
                     td { (id_link("/wants/", &w.want_id)) @if let Some(r) = &w.recurring { br; span.muted { "recurring " (r) } } }
                     td { span.badge style={ "background:" (svg::colour(want_colour(w.status))) } { (w.status) } }
                     td { @for r in w.refs.iter().take(5) { (partition_link(r)) br; } @if w.refs.len() > 5 { span.muted { "+" (w.refs.len() - 5) " more" } } }
-                    td.why { (w.message.clone().unwrap_or_default()) }
+                    td.why { (w.message.clone().unwrap_or_default()) @if let Some(t) = w.retry_at { (next_attempt(t, now)) } }
                     td { (rfc3339(w.updated_at)) }
                     td { @if let Some(s) = w.sla_seconds { (humantime::format_duration(std::time::Duration::from_secs(s))) } @if w.sla_missed > 0 { " " span.badge style={ "background:" (svg::colour("failed")) } { (w.sla_missed) " missed" } } }
                     td { (w.expires_at.map(rfc3339).unwrap_or_default()) }
                 } }
             }
+            @if wants.iter().any(|w| w.retry_at.is_some()) { script { (PreEscaped(COUNTDOWN)) } }
         }
     }).into_response()
 }
@@ -57,13 +97,16 @@ pub(super) async fn want_page(State(state): Shared, Path(id): Path<String>) -> R
         Ok(w) => w,
         Err(r) => return r,
     };
+    let now = databuild_log::event::now_ns();
     let build_link = |id: &Option<String>| match id {
         Some(id) => build_link(id),
         None => html! { span.muted { "no build" } },
     };
     layout(&format!("Want {}", w.want_id), html! {
         h1 { "Want " code { (w.want_id) } " " span.badge { (w.status) } }
-        p.muted { (w.refs.len()) " partition(s) wanted; " (w.waiting.len()) " not live. " (w.message.clone().unwrap_or_default()) }
+        p.muted { (w.refs.len()) " partition(s) wanted; " (w.waiting.len()) " not live. " (w.message.clone().unwrap_or_default())
+            @if let Some(t) = w.retry_at_ns { (next_attempt(t, now)) } }
+        @if w.retry_at_ns.is_some() { script { (PreEscaped(COUNTDOWN)) } }
         h2 { "How it was fulfilled" }
         @if w.fulfillment.is_empty() { p.muted { "No run has made any of its partitions yet." } }
         ul.tree {
@@ -120,6 +163,69 @@ mod tests {
             want.status
         );
         assert!(html.contains(&badge), "{html}");
+    }
+
+    #[test]
+    fn a_countdown_rounds_up_to_the_second_and_stops_at_zero() {
+        let s = 1_000_000_000;
+        assert_eq!(seconds_until(10 * s, 0), 10);
+        assert_eq!(seconds_until(10 * s + 1, 0), 11);
+        assert_eq!(seconds_until(10 * s - 1, 0), 10);
+        assert_eq!(seconds_until(5 * s, 5 * s), 0);
+        assert_eq!(seconds_until(0, 5 * s), 0);
+    }
+
+    #[tokio::test]
+    async fn a_held_back_want_counts_down_to_its_recorded_retry_time() {
+        let service = open_service();
+        let engine = &service.state.engine;
+        let now = databuild_log::event::now_ns();
+        let mut ids = Vec::new();
+        for (date, wait_s) in [("2026-01-02", 90), ("2026-01-03", 1000)] {
+            let r = format!("daily/date={date}");
+            let want = engine_api::want(engine, &[r], None, None, 10).unwrap();
+            let want = engine.want_row(&want.want_id).unwrap();
+            let retry_at = now + wait_s * 1_000_000_000;
+            engine
+                .note_want(
+                    &want,
+                    Status::Waiting,
+                    None,
+                    Some("its build request b failed".into()),
+                    None,
+                    Some(retry_at),
+                )
+                .unwrap();
+            ids.push((want.want_id, retry_at, wait_s));
+        }
+        let html = text(wants_page(State(service.state.clone())).await).await;
+        assert!(html.contains("setInterval(tick, 1000)"), "{html}");
+        for (id, retry_at, wait_s) in &ids {
+            let row = &html[html.find(&format!(r#"data-want="{id}""#)).unwrap()..];
+            let row = &row[..row.find("</tr>").unwrap()];
+            let time = format!(
+                r#"<time datetime="{t}" title="{t}" data-retry-at-ms="{}" data-due="false">"#,
+                retry_at / 1_000_000,
+                t = rfc3339(*retry_at)
+            );
+            assert!(row.contains(&time), "{row}");
+            // Drawn a moment after `now`: the count is the recorded wait, or a second less.
+            let left: i64 = row[row.find(&time).unwrap() + time.len()..]
+                .trim_start_matches("in ")
+                .split(' ')
+                .next()
+                .unwrap()
+                .parse()
+                .unwrap();
+            assert!(
+                (wait_s - 1..=*wait_s).contains(&left),
+                "{left} for {wait_s}: {row}"
+            );
+        }
+        let (id, retry_at, _) = &ids[0];
+        let one = text(want_page(State(service.state.clone()), Path(id.clone())).await).await;
+        assert!(one.contains(&format!(r#"data-retry-at-ms="{}""#, retry_at / 1_000_000)));
+        assert!(one.contains("setInterval(tick, 1000)"));
     }
 
     #[tokio::test]

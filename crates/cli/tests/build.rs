@@ -766,6 +766,112 @@ touch data/w/$DATABUILD_FIELD_N"#;
     p.run(&["check-log"]).expect_code(0);
 }
 
+/// Quick jobs `q/N` (0.2 s each) and a slow one, `q/99` (30 s).
+const QUICK_AND_SLOW: &str = r#"
+[graph]
+name = "quick"
+[[job]]
+name = "q"
+outputs = ["q/{n:int}"]
+command = ["sh", "-c", "if [ $DATABUILD_FIELD_N = 99 ]; then sleep 30; else sleep 0.2; fi; mkdir -p data/q; touch data/q/$DATABUILD_FIELD_N"]
+"#;
+
+/// The build's runs in `status`, by the log.
+fn runs_of(p: &Project, id: &str, status: &str) -> usize {
+    let out = p.run(&[
+        "--json",
+        "sql",
+        &format!(
+            "SELECT count(*) FROM job_runs WHERE build_request_id = '{id}' AND status = '{status}'"
+        ),
+    ]);
+    out.json()["rows"][0][0].as_u64().unwrap_or(0) as usize
+}
+
+/// Ctrl-C in a forced rebuild of live partitions: the summary the build prints (and its
+/// `--json`) counts what `builds ID` counts, and a partition the build never got to rebuild is
+/// still live, so it is not counted failed (not live); what was missing and not built is.
+#[test]
+fn an_interrupted_summary_counts_what_builds_counts_and_no_live_ref_failed() {
+    let p = Project::new(QUICK_AND_SLOW);
+    p.run(&["build", "q/{1..30}"]).expect_code(0);
+    let requested = ["q/{1..50}", "q/99"];
+    for json in [true, false] {
+        let mut args = vec!["build", "--force", "--parallel", "2"];
+        if json {
+            args.insert(0, "--json");
+        }
+        args.extend(requested);
+        let build = p
+            .command()
+            .args(&args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let id = wait_for_running_build(&p);
+        crate::util::eventually(Duration::from_secs(20), "quick runs done", || {
+            (runs_of(&p, &id, "completed") >= 4).then_some(())
+        });
+        nix_kill(build.id(), "INT");
+        let out = build.wait_with_output().unwrap();
+        assert_eq!(out.status.code(), Some(1));
+        let stdout = String::from_utf8(out.stdout).unwrap();
+        let listed = p.run(&["--json", "builds", &id]).json();
+        assert_eq!(listed["status"], "cancelled", "{listed}");
+        let counts = &listed["summary"]["counts"];
+        // What is live now, as `status` says, and what of the request is not.
+        let status = p.run(&["--json", "status", "q/{1..50}", "q/99"]).json();
+        let not_live: Vec<&str> = status
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|s| s["status"] != "live")
+            .map(|s| s["ref"].as_str().unwrap())
+            .collect();
+        // The slow run was cancelled (q/99 was missing); forced rebuilds never started left
+        // their live partitions live: some of those the build did not start are live.
+        assert!(not_live.contains(&"q/99"), "{status}");
+        let never_started = listed["summary"]["not_started"].as_array().unwrap();
+        assert!(
+            never_started
+                .iter()
+                .any(|r| !not_live.contains(&r.as_str().unwrap())),
+            "{}",
+            listed["summary"]
+        );
+        let summary = &listed["summary"];
+        assert_eq!(counts["failed"], not_live.len(), "{summary}");
+        let mut failed: Vec<&str> = listed["summary"]["failed"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r.as_str().unwrap())
+            .collect();
+        failed.sort_unstable();
+        let mut expected = not_live.clone();
+        expected.sort_unstable();
+        assert_eq!(failed, expected, "{summary}");
+        if json {
+            let printed: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+            assert_eq!(&printed["counts"], counts, "{printed}\n{summary}");
+            assert_eq!(printed["failed"], listed["summary"]["failed"]);
+        } else {
+            let c = |k: &str| counts[k].as_u64().unwrap();
+            let line = format!(
+                "cancelled: {} built, {} skipped, {} delegated, {} failed (no run failed), {} cancelled, {} not started",
+                c("built"),
+                c("skipped"),
+                c("delegated"),
+                c("failed"),
+                c("cancelled"),
+                c("not_started")
+            );
+            assert!(stdout.contains(&line), "{stdout}\nexpected: {line}");
+        }
+    }
+}
+
 fn wait_for_running_build(p: &Project) -> String {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {

@@ -872,6 +872,121 @@ fn an_interrupted_summary_counts_what_builds_counts_and_no_live_ref_failed() {
     }
 }
 
+/// Jobs `s/N` that sleep `$SLEEP` seconds.
+const SLEEPY: &str = r#"
+[graph]
+name = "sleepy"
+[[job]]
+name = "s"
+outputs = ["s/{n:int}"]
+command = ["sh", "-c", "sleep ${SLEEP:-0}; mkdir -p data/s; touch data/s/$DATABUILD_FIELD_N"]
+"#;
+
+/// `s/1` and `s/2` live; a forced build of `s/{1..4}` with jobs of 60 s is started and, once
+/// its runs are running, killed with SIGKILL. Answers the build's id and its process's id.
+fn a_build_killed_while_running(p: &Project) -> (String, u32) {
+    let mut build = p
+        .command()
+        .args(["build", "--force", "s/{1..4}"])
+        .env("SLEEP", "60")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let id = wait_for_running_build(p);
+    let pid = build.id();
+    nix_kill(pid, "KILL");
+    build.wait().unwrap();
+    (id, pid)
+}
+
+/// The killed build is closed as failed, naming the process that is gone, and its partitions
+/// are as they were before it: `s/1`, `s/2` live, `s/3`, `s/4` missing, none `building`. Read
+/// with `sql`, which closes nothing itself.
+fn assert_closed(p: &Project, id: &str, pid: u32) {
+    let row = p
+        .run(&[
+            "--json",
+            "sql",
+            &format!("SELECT status, message FROM build_requests WHERE build_request_id = '{id}'"),
+        ])
+        .json();
+    assert_eq!(row["rows"][0][0], "failed", "{row}");
+    let message = row["rows"][0][1].as_str().unwrap();
+    assert!(
+        message.contains("is gone") && message.contains(&format!("/{pid}/")),
+        "{message}"
+    );
+    let status = p.run(&["--json", "status", "s/{1..4}"]).json();
+    let states: Vec<&str> = status
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["status"].as_str().unwrap())
+        .collect();
+    assert_eq!(states, ["live", "live", "missing", "missing"], "{status}");
+}
+
+/// kill -9 of a CLI build: the next command that reads the log (`builds`, `status`,
+/// `partitions`, `explain`, `datasets`), whichever comes first, finds its driver gone, closes it
+/// as failed with the reason and gives its partitions back, and answers so.
+#[test]
+fn a_killed_build_is_closed_by_the_next_command_that_reads() {
+    let p = Project::new(SLEEPY);
+    p.run(&["build", "s/1", "s/2"]).expect_code(0);
+    let reads: [&[&str]; 5] = [
+        &["--json", "builds"],
+        &["--json", "status", "s/{1..4}"],
+        &["--json", "partitions"],
+        &["--json", "explain", "s/3"],
+        &["--json", "datasets"],
+    ];
+    for read in reads {
+        let (id, pid) = a_build_killed_while_running(&p);
+        let started = Instant::now();
+        let out = p.run(read);
+        out.expect_code(0);
+        assert!(started.elapsed() < Duration::from_secs(5));
+        // The answer itself shows it closed: nothing of it executing or building (but in
+        // explain's history of events).
+        let answer = match read[1] {
+            "explain" => out.json()["status"].to_string(),
+            _ => out.stdout.clone(),
+        };
+        assert!(
+            !answer.contains("\"executing\"") && !answer.contains("\"building\""),
+            "{read:?}: {}",
+            out.stdout
+        );
+        assert_closed(&p, &id, pid);
+        let b = p.run(&["--json", "builds", &id]).json();
+        assert_eq!(b["status"], "failed", "{b}");
+        assert!(b["progress"]["running"] == 0, "{b}");
+    }
+    p.run(&["check-log"]).expect_code(0);
+}
+
+/// kill -9 of a CLI build on a log a service serves: the service's sweep closes it within
+/// seconds, though nobody asks anything.
+#[test]
+fn a_service_closes_a_killed_build_without_being_asked() {
+    let p = Project::new(SLEEPY);
+    p.run(&["build", "s/1", "s/2"]).expect_code(0);
+    let s = Service::start(&p, &[]);
+    let (id, pid) = a_build_killed_while_running(&p);
+    crate::util::eventually(Duration::from_secs(10), "the killed build closed", || {
+        let v = p.run(&[
+            "--json",
+            "sql",
+            &format!("SELECT status FROM build_requests WHERE build_request_id = '{id}'"),
+        ]);
+        (v.json()["rows"][0][0] == "failed").then_some(())
+    });
+    assert_closed(&p, &id, pid);
+    let (code, b) = s.get(&format!("/api/v1/builds/{id}"));
+    assert_eq!((code, &b["status"]), (200, &serde_json::json!("failed")));
+}
+
 fn wait_for_running_build(p: &Project) -> String {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {

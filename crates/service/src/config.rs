@@ -35,6 +35,8 @@ pub struct Intervals {
     pub sources: Duration,
     /// Probing what wants wait for (`DATABUILD_WANT_PROBE_INTERVAL`).
     pub want_probes: Duration,
+    /// Closing builds whose driving process is gone (`DATABUILD_DEAD_BUILD_INTERVAL`).
+    pub dead_builds: Duration,
 }
 
 impl Default for Intervals {
@@ -42,6 +44,7 @@ impl Default for Intervals {
         Intervals {
             sources: Duration::from_secs(60),
             want_probes: Duration::from_secs(10),
+            dead_builds: Duration::from_secs(2),
         }
     }
 }

@@ -288,6 +288,10 @@ fn serve(
                     "DATABUILD_WANT_PROBE_INTERVAL",
                     default.want_probes,
                 )?,
+                dead_builds: crate::settings::interval(
+                    "DATABUILD_DEAD_BUILD_INTERVAL",
+                    default.dead_builds,
+                )?,
             }
         },
     };

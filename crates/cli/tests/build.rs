@@ -766,6 +766,227 @@ touch data/w/$DATABUILD_FIELD_N"#;
     p.run(&["check-log"]).expect_code(0);
 }
 
+/// Quick jobs `q/N` (0.2 s each) and a slow one, `q/99` (30 s).
+const QUICK_AND_SLOW: &str = r#"
+[graph]
+name = "quick"
+[[job]]
+name = "q"
+outputs = ["q/{n:int}"]
+command = ["sh", "-c", "if [ $DATABUILD_FIELD_N = 99 ]; then sleep 30; else sleep 0.2; fi; mkdir -p data/q; touch data/q/$DATABUILD_FIELD_N"]
+"#;
+
+/// The build's runs in `status`, by the log.
+fn runs_of(p: &Project, id: &str, status: &str) -> usize {
+    let out = p.run(&[
+        "--json",
+        "sql",
+        &format!(
+            "SELECT count(*) FROM job_runs WHERE build_request_id = '{id}' AND status = '{status}'"
+        ),
+    ]);
+    out.json()["rows"][0][0].as_u64().unwrap_or(0) as usize
+}
+
+/// Ctrl-C in a forced rebuild of live partitions: the summary the build prints (and its
+/// `--json`) counts what `builds ID` counts, and a partition the build never got to rebuild is
+/// still live, so it is not counted failed (not live); what was missing and not built is.
+#[test]
+fn an_interrupted_summary_counts_what_builds_counts_and_no_live_ref_failed() {
+    let p = Project::new(QUICK_AND_SLOW);
+    p.run(&["build", "q/{1..30}"]).expect_code(0);
+    let requested = ["q/{1..50}", "q/99"];
+    for json in [true, false] {
+        let mut args = vec!["build", "--force", "--parallel", "2"];
+        if json {
+            args.insert(0, "--json");
+        }
+        args.extend(requested);
+        let build = p
+            .command()
+            .args(&args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let id = wait_for_running_build(&p);
+        crate::util::eventually(Duration::from_secs(20), "quick runs done", || {
+            (runs_of(&p, &id, "completed") >= 4).then_some(())
+        });
+        nix_kill(build.id(), "INT");
+        let out = build.wait_with_output().unwrap();
+        assert_eq!(out.status.code(), Some(1));
+        let stdout = String::from_utf8(out.stdout).unwrap();
+        let listed = p.run(&["--json", "builds", &id]).json();
+        assert_eq!(listed["status"], "cancelled", "{listed}");
+        let counts = &listed["summary"]["counts"];
+        // What is live now, as `status` says, and what of the request is not.
+        let status = p.run(&["--json", "status", "q/{1..50}", "q/99"]).json();
+        let not_live: Vec<&str> = status
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|s| s["status"] != "live")
+            .map(|s| s["ref"].as_str().unwrap())
+            .collect();
+        // The slow run was cancelled (q/99 was missing); forced rebuilds never started left
+        // their live partitions live: some of those the build did not start are live.
+        assert!(not_live.contains(&"q/99"), "{status}");
+        let never_started = listed["summary"]["not_started"].as_array().unwrap();
+        assert!(
+            never_started
+                .iter()
+                .any(|r| !not_live.contains(&r.as_str().unwrap())),
+            "{}",
+            listed["summary"]
+        );
+        let summary = &listed["summary"];
+        assert_eq!(counts["failed"], not_live.len(), "{summary}");
+        let mut failed: Vec<&str> = listed["summary"]["failed"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r.as_str().unwrap())
+            .collect();
+        failed.sort_unstable();
+        let mut expected = not_live.clone();
+        expected.sort_unstable();
+        assert_eq!(failed, expected, "{summary}");
+        if json {
+            let printed: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+            assert_eq!(&printed["counts"], counts, "{printed}\n{summary}");
+            assert_eq!(printed["failed"], listed["summary"]["failed"]);
+        } else {
+            let c = |k: &str| counts[k].as_u64().unwrap();
+            let line = format!(
+                "cancelled: {} built, {} skipped, {} delegated, {} failed (no run failed), {} cancelled, {} not started",
+                c("built"),
+                c("skipped"),
+                c("delegated"),
+                c("failed"),
+                c("cancelled"),
+                c("not_started")
+            );
+            assert!(stdout.contains(&line), "{stdout}\nexpected: {line}");
+        }
+    }
+}
+
+/// Jobs `s/N` that sleep `$SLEEP` seconds.
+const SLEEPY: &str = r#"
+[graph]
+name = "sleepy"
+[[job]]
+name = "s"
+outputs = ["s/{n:int}"]
+command = ["sh", "-c", "sleep ${SLEEP:-0}; mkdir -p data/s; touch data/s/$DATABUILD_FIELD_N"]
+"#;
+
+/// `s/1` and `s/2` live; a forced build of `s/{1..4}` with jobs of 60 s is started and, once
+/// its runs are running, killed with SIGKILL. Answers the build's id and its process's id.
+fn a_build_killed_while_running(p: &Project) -> (String, u32) {
+    let mut build = p
+        .command()
+        .args(["build", "--force", "s/{1..4}"])
+        .env("SLEEP", "60")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let id = wait_for_running_build(p);
+    let pid = build.id();
+    nix_kill(pid, "KILL");
+    build.wait().unwrap();
+    (id, pid)
+}
+
+/// The killed build is closed as failed, naming the process that is gone, and its partitions
+/// are as they were before it: `s/1`, `s/2` live, `s/3`, `s/4` missing, none `building`. Read
+/// with `sql`, which closes nothing itself.
+fn assert_closed(p: &Project, id: &str, pid: u32) {
+    let row = p
+        .run(&[
+            "--json",
+            "sql",
+            &format!("SELECT status, message FROM build_requests WHERE build_request_id = '{id}'"),
+        ])
+        .json();
+    assert_eq!(row["rows"][0][0], "failed", "{row}");
+    let message = row["rows"][0][1].as_str().unwrap();
+    assert!(
+        message.contains("is gone") && message.contains(&format!("/{pid}/")),
+        "{message}"
+    );
+    let status = p.run(&["--json", "status", "s/{1..4}"]).json();
+    let states: Vec<&str> = status
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["status"].as_str().unwrap())
+        .collect();
+    assert_eq!(states, ["live", "live", "missing", "missing"], "{status}");
+}
+
+/// kill -9 of a CLI build: the next command that reads the log (`builds`, `status`,
+/// `partitions`, `explain`, `datasets`), whichever comes first, finds its driver gone, closes it
+/// as failed with the reason and gives its partitions back, and answers so.
+#[test]
+fn a_killed_build_is_closed_by_the_next_command_that_reads() {
+    let p = Project::new(SLEEPY);
+    p.run(&["build", "s/1", "s/2"]).expect_code(0);
+    let reads: [&[&str]; 5] = [
+        &["--json", "builds"],
+        &["--json", "status", "s/{1..4}"],
+        &["--json", "partitions"],
+        &["--json", "explain", "s/3"],
+        &["--json", "datasets"],
+    ];
+    for read in reads {
+        let (id, pid) = a_build_killed_while_running(&p);
+        let started = Instant::now();
+        let out = p.run(read);
+        out.expect_code(0);
+        assert!(started.elapsed() < Duration::from_secs(5));
+        // The answer itself shows it closed: nothing of it executing or building (but in
+        // explain's history of events).
+        let answer = match read[1] {
+            "explain" => out.json()["status"].to_string(),
+            _ => out.stdout.clone(),
+        };
+        assert!(
+            !answer.contains("\"executing\"") && !answer.contains("\"building\""),
+            "{read:?}: {}",
+            out.stdout
+        );
+        assert_closed(&p, &id, pid);
+        let b = p.run(&["--json", "builds", &id]).json();
+        assert_eq!(b["status"], "failed", "{b}");
+        assert!(b["progress"]["running"] == 0, "{b}");
+    }
+    p.run(&["check-log"]).expect_code(0);
+}
+
+/// kill -9 of a CLI build on a log a service serves: the service's sweep closes it within
+/// seconds, though nobody asks anything.
+#[test]
+fn a_service_closes_a_killed_build_without_being_asked() {
+    let p = Project::new(SLEEPY);
+    p.run(&["build", "s/1", "s/2"]).expect_code(0);
+    let s = Service::start(&p, &[]);
+    let (id, pid) = a_build_killed_while_running(&p);
+    crate::util::eventually(Duration::from_secs(10), "the killed build closed", || {
+        let v = p.run(&[
+            "--json",
+            "sql",
+            &format!("SELECT status FROM build_requests WHERE build_request_id = '{id}'"),
+        ]);
+        (v.json()["rows"][0][0] == "failed").then_some(())
+    });
+    assert_closed(&p, &id, pid);
+    let (code, b) = s.get(&format!("/api/v1/builds/{id}"));
+    assert_eq!((code, &b["status"]), (200, &serde_json::json!("failed")));
+}
+
 fn wait_for_running_build(p: &Project) -> String {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {

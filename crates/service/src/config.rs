@@ -39,6 +39,8 @@ pub struct Intervals {
     /// doubled after each further failure, up to an hour (see
     /// [`databuild_core::wants::retry_delay`]).
     pub want_retry: Duration,
+    /// Closing builds whose driving process is gone (`DATABUILD_DEAD_BUILD_INTERVAL`).
+    pub dead_builds: Duration,
 }
 
 impl Default for Intervals {
@@ -47,6 +49,7 @@ impl Default for Intervals {
             sources: Duration::from_secs(60),
             want_probes: Duration::from_secs(10),
             want_retry: Duration::from_secs(60),
+            dead_builds: Duration::from_secs(2),
         }
     }
 }

@@ -133,6 +133,15 @@ fn resolve(engine: &Engine, kind: IdKind, text: &str) -> ApiResult<String> {
     }
 }
 
+/// Builds whose driving process is gone are closed before an answer about builds or
+/// partitions is read, so that none shows a dead build running or its partitions `building`
+/// (see [`Engine::close_dead_builds_before_reading`]). Not the read's failure when it cannot:
+/// a log this process may not write (a read-only role) answers what it holds, and the next
+/// process that can write (a build, `serve`'s sweep, a reader that may) closes them.
+fn close_dead_builds(engine: &Engine) {
+    let _ = engine.close_dead_builds_before_reading();
+}
+
 pub fn build_id(engine: &Engine, text: &str) -> ApiResult<String> {
     resolve(engine, IdKind::BuildRequest, text)
 }
@@ -148,6 +157,7 @@ pub fn builds(
     all: bool,
     limit: usize,
 ) -> ApiResult<BuildList> {
+    close_dead_builds(engine);
     let builds = engine.store.build_requests(&BuildQuery {
         status,
         analyses: all,
@@ -170,6 +180,7 @@ fn runs(engine: &Engine, query: &RunQuery) -> ApiResult<Vec<JobRun>> {
 
 /// A build request with its partitions, job runs and summary.
 pub fn build(engine: &Engine, id: &str) -> ApiResult<BuildDetail> {
+    close_dead_builds(engine);
     let id = &build_id(engine, id)?;
     let build = engine
         .store
@@ -212,6 +223,7 @@ pub fn build_partitions(
     after: Option<&str>,
     limit: usize,
 ) -> ApiResult<BuildPartitionPage> {
+    close_dead_builds(engine);
     let id = &build_id(engine, id)?;
     let mut partitions = engine.store.request_partitions_page(id, after, limit + 1)?;
     let next = (partitions.len() > limit).then(|| {
@@ -223,6 +235,7 @@ pub fn build_partitions(
 
 /// What a build did, every list whole (a build's detail cuts them to a page).
 pub fn build_summary(engine: &Engine, id: &str) -> ApiResult<BuildSummary> {
+    close_dead_builds(engine);
     let id = &build_id(engine, id)?;
     let build = engine
         .store
@@ -233,6 +246,7 @@ pub fn build_summary(engine: &Engine, id: &str) -> ApiResult<BuildSummary> {
 
 /// A build request's progress: 404 before it is planned.
 pub fn progress(engine: &Engine, id: &str) -> ApiResult<BuildProgress> {
+    close_dead_builds(engine);
     let id = &build_id(engine, id)?;
     engine.progress(id)?.ok_or_else(|| {
         AppError::not_found(format!(
@@ -279,10 +293,12 @@ pub fn partitions(
     query: &PartitionQuery,
     listed: Option<ListedStatus>,
 ) -> ApiResult<PartitionPage> {
+    close_dead_builds(engine);
     Ok(engine.partition_page(query, listed)?)
 }
 
 pub fn status(engine: &Engine, r: &str) -> ApiResult<PartitionStatus> {
+    close_dead_builds(engine);
     valid_ref(r)?;
     Ok(PartitionStatus::from(
         &engine.status(&[r.to_string()])?.remove(0),
@@ -290,6 +306,7 @@ pub fn status(engine: &Engine, r: &str) -> ApiResult<PartitionStatus> {
 }
 
 pub fn explain(engine: &Engine, r: &str) -> ApiResult<Explain> {
+    close_dead_builds(engine);
     valid_ref(r)?;
     Ok(Explain::from(&engine.explain(r)?))
 }
@@ -580,6 +597,7 @@ pub fn sql(engine: &Engine, query: &str, max_rows: usize) -> ApiResult<SqlResult
 }
 
 pub fn datasets(engine: &Engine, exact: bool) -> ApiResult<DatasetList> {
+    close_dead_builds(engine);
     Ok(DatasetList {
         datasets: engine.datasets(exact)?,
     })

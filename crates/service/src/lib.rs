@@ -120,6 +120,7 @@ pub async fn serve(
     let executor: Arc<dyn databuild_exec::run::Executor> = Arc::from(engine.executor());
     let state = Arc::new(AppState::new(engine, executor, config));
     tokio::spawn(maintain_sources(state.clone()));
+    tokio::spawn(close_dead_builds(state.clone()));
     let stop_reconciler = Arc::new(AtomicBool::new(false));
     reconciler::spawn(state.clone(), stop_reconciler.clone());
     let listener = tokio::net::TcpListener::bind(bind)
@@ -147,6 +148,25 @@ async fn maintain_sources(state: Arc<AppState>) {
             Ok(Err(e)) => eprintln!("source maintenance failed: {e}"),
             Err(e) => eprintln!("source maintenance failed: {e}"),
             Ok(Ok(_)) => {}
+        }
+    }
+}
+
+/// Closes builds whose driving process is gone (on this host: its pid and start time; on
+/// another: its lease), every [`Intervals::dead_builds`], whether or not anyone asks: their
+/// runs end, their partitions go back to what they were, and waiters build them.
+async fn close_dead_builds(state: Arc<AppState>) {
+    let every = state.intervals.dead_builds;
+    loop {
+        tokio::time::sleep(every).await;
+        let engine = state.engine.clone();
+        match tokio::task::spawn_blocking(move || engine.close_abandoned_builds()).await {
+            Ok(Ok(0)) => {}
+            Ok(Ok(closed)) => {
+                eprintln!("closed {closed} build request(s) whose driving process is gone")
+            }
+            Ok(Err(e)) => eprintln!("closing builds whose driving process is gone failed: {e}"),
+            Err(e) => eprintln!("closing builds whose driving process is gone failed: {e}"),
         }
     }
 }

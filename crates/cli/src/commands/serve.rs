@@ -75,6 +75,10 @@ fn serve(
                     "DATABUILD_WANT_RETRY_INTERVAL",
                     default.want_retry,
                 )?,
+                dead_builds: crate::settings::interval(
+                    "DATABUILD_DEAD_BUILD_INTERVAL",
+                    default.dead_builds,
+                )?,
             }
         },
     };

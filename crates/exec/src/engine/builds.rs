@@ -7,7 +7,7 @@ use std::sync::atomic::AtomicBool;
 
 use databuild_core::{Graph, Plan, PlanRequest, Producer};
 use databuild_log::{BuildQuery, Event, EventStore, LogError, RunQuery, Status};
-use rustc_hash::FxHashSet;
+use rustc_hash::{FxHashMap, FxHashSet};
 
 use crate::answers::BuildSummary;
 use crate::engine::{Engine, EngineError, Result};
@@ -228,8 +228,18 @@ pub(crate) fn close_abandoned_builds(engine: &Engine) -> Result<usize> {
         ..Default::default()
     })?;
     let mut closed = 0;
+    // Many builds of one driver: its life is looked at once.
+    let mut dead_owners: FxHashMap<Option<String>, bool> = FxHashMap::default();
     for b in unfinished {
-        if !engine.owner_dead(b.owner.as_deref())? {
+        let dead = match dead_owners.get(&b.owner) {
+            Some(dead) => *dead,
+            None => {
+                let dead = engine.owner_dead(b.owner.as_deref())?;
+                dead_owners.insert(b.owner.clone(), dead);
+                dead
+            }
+        };
+        if !dead {
             continue;
         }
         let reason = format!(
@@ -254,6 +264,21 @@ pub(crate) fn close_abandoned_builds(engine: &Engine) -> Result<usize> {
         }
     }
     Ok(closed)
+}
+
+/// How often an engine closes dead builds before it answers a read (see
+/// [`Engine::close_dead_builds_before_reading`]); a command of the CLI reads once.
+const SWEEP_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+
+pub(crate) fn close_dead_builds_before_reading(engine: &Engine) -> Result<usize> {
+    {
+        let mut swept = engine.swept.lock().expect("not poisoned");
+        if swept.is_some_and(|at| at.elapsed() < SWEEP_EVERY) {
+            return Ok(0);
+        }
+        *swept = Some(std::time::Instant::now());
+    }
+    close_abandoned_builds(engine)
 }
 
 pub(crate) fn close_build(engine: &Engine, id: &str, status: Status, reason: &str) -> Result<()> {

@@ -64,6 +64,8 @@ pub struct Engine {
     /// The digest of the graph file's text, when known: no-op plans are kept under it (see
     /// `plan_cache.rs`).
     pub(crate) graph_digest: Option<String>,
+    /// When this engine last closed dead builds before a read (`builds.rs`).
+    pub(crate) swept: std::sync::Mutex<Option<std::time::Instant>>,
 }
 
 /// The answer of `analyze`: the recorded build request and its plan.
@@ -94,6 +96,7 @@ impl Engine {
             config,
             lease,
             graph_digest: None,
+            swept: Default::default(),
         }
     }
 
@@ -202,6 +205,14 @@ impl Engine {
     /// runs and claims fail with the reason, so no partition stays `building` forever.
     pub fn close_abandoned_builds(&self) -> Result<usize> {
         builds::close_abandoned_builds(self)
+    }
+
+    /// [`Engine::close_abandoned_builds`] before an answer is read (`builds`, `status`,
+    /// `partitions`, `explain`, `datasets` and the service's answers), so that no answer shows a
+    /// build running whose driver is gone: a few indexed reads (the unfinished builds, each
+    /// driver's life once), writing only to close one; at most once a second per engine.
+    pub fn close_dead_builds_before_reading(&self) -> Result<usize> {
+        builds::close_dead_builds_before_reading(self)
     }
 
     /// Ends a build request and everything it left unfinished, in one batch.

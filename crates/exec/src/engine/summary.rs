@@ -255,10 +255,18 @@ pub(crate) fn summary_cut(
     let mut not_started = ended_unbuilt(false);
     let started_count = not_started.len() as u64;
     not_started.extend(never_claimed);
+    // A requested ref this build did not make (its run never started, or was cancelled) is as
+    // the build found it: live if it was live and still is, as `status` derives it (a forced
+    // rebuild interrupted leaves the live instance in place; a stale one stays not live). While
+    // the build runs, only what already failed in it counts.
+    let live_as_found = match over {
+        true => live_as_found(engine, build, &available, &held_back)?,
+        false => FxHashSet::default(),
+    };
     let is_failed = |r: &&String| {
         held_back.contains_key(*r)
             || match over {
-                true => !available.contains(*r),
+                true => !available.contains(*r) && !live_as_found.contains(*r),
                 false => failed_now.contains(*r),
             }
     };
@@ -293,6 +301,43 @@ pub(crate) fn summary_cut(
         counts,
         ..summary.cut_to(cut)
     })
+}
+
+/// The requested refs of `build` that it did not make available (nor hold back) but that the
+/// log has live now, derived as `status` and listings derive it: a few rows, read by ref.
+fn live_as_found(
+    engine: &Engine,
+    build: &databuild_log::BuildRequestRow,
+    available: &FxHashSet<String>,
+    held_back: &FxHashMap<String, (String, String)>,
+) -> Result<FxHashSet<String>> {
+    let candidates: Vec<&str> = build
+        .requested_partitions
+        .iter()
+        .filter(|r| !available.contains(*r) && !held_back.contains_key(*r))
+        .map(String::as_str)
+        .collect();
+    let mut live = FxHashSet::default();
+    for chunk in candidates.chunks(10_000) {
+        let rows: Vec<databuild_log::PartitionRow> = engine
+            .store
+            .partitions_by_ref(chunk)?
+            .into_iter()
+            .filter(|p| p.status == Status::Available)
+            .collect();
+        if rows.is_empty() {
+            continue;
+        }
+        let refs: Vec<String> = rows.iter().map(|p| p.partition_ref.clone()).collect();
+        let states = engine.versions().states_of_rows(rows)?;
+        live.extend(
+            refs.into_iter()
+                .zip(states)
+                .filter(|(_, s)| *s == databuild_core::plan::KnownState::Live)
+                .map(|(r, _)| r),
+        );
+    }
+    Ok(live)
 }
 
 /// The last non-empty line of a run's log (read from its last 4 KiB).

@@ -347,12 +347,13 @@ pub(super) fn build_requests(
     let status = q.status.map(|s| s.as_str());
     let after_at = q.after.as_ref().map(|a| a.0);
     let after_id = q.after.as_ref().map(|a| a.1.as_str());
+    let unfinished = crate::projection::unfinished_builds(q.unfinished);
     store.read(|c| {
         let rows = c
             .query(
                 &format!(
                     "SELECT {LISTED_BUILD_COLUMNS} FROM build_requests
-                     WHERE ($1::text IS NULL OR status = $1)
+                     WHERE {unfinished}($1::text IS NULL OR status = $1)
                        AND (NOT $3 OR (status IN ('received', 'planning', 'analysis_completed', 'executing')
                                        AND NOT analyze_only))
                        AND ($4 OR NOT analyze_only)

@@ -287,6 +287,18 @@ pub(crate) const BUILD_COLUMNS: &str =
      created_at, updated_at, owner, requested_count";
 
 /// A listing's columns: the first few requested refs instead of all of them.
+/// The condition of `BuildQuery::unfinished`, written out (not behind a bound flag) so that
+/// the planner reads the few unfinished builds by their partial index
+/// (`build_requests_unfinished`) instead of scanning every build.
+pub(crate) fn unfinished_builds(unfinished: bool) -> &'static str {
+    if unfinished {
+        "status IN ('received', 'planning', 'analysis_completed', 'executing') \
+         AND NOT analyze_only AND "
+    } else {
+        ""
+    }
+}
+
 pub(crate) const LISTED_BUILD_COLUMNS: &str = "build_request_id, status, requested_head, \
      analyze_only, message, created_at, updated_at, owner, requested_count";
 

@@ -242,10 +242,11 @@ pub(super) fn build_request(store: &SqliteStore, id: &str) -> Result<Option<Buil
 }
 
 pub(super) fn build_requests(store: &SqliteStore, q: &BuildQuery) -> Result<Vec<BuildRequestRow>> {
+    let unfinished = crate::projection::unfinished_builds(q.unfinished);
     store.read(|c| {
         c.prepare_cached(&format!(
             "SELECT {LISTED_BUILD_COLUMNS} FROM build_requests
-             WHERE (?1 IS NULL OR status = ?1)
+             WHERE {unfinished}(?1 IS NULL OR status = ?1)
                AND (NOT ?3 OR (status IN ('received', 'planning', 'analysis_completed', 'executing')
                                AND NOT analyze_only))
                AND (?4 OR NOT analyze_only)

@@ -3,7 +3,7 @@
 //! recorded with the data version read, and shown by `analyze`, `explain` and `lineage`; a
 //! change of one does not make what read it stale.
 
-use crate::util::{current_run, Project};
+use crate::util::{current_run, Project, Service};
 
 /// `sum/1` needs `raw/1`, and reads `lk/a` and `lk/b` if present; `lk` builds them from `seed`,
 /// but only when asked to. The run writes what it was given into its output.
@@ -214,4 +214,38 @@ fn a_run_reads_its_present_query_inputs_and_the_log_records_their_versions() {
         serde_json::json!([]),
         "{impact}"
     );
+}
+
+#[test]
+fn the_service_and_its_dashboard_show_the_query_inputs_read() {
+    let p = project();
+    // Apart: a query input is not waited for, so one the same build makes may be read or not.
+    p.run(&["build", "lk/a"]).expect_code(0);
+    p.run(&["build", "sum/1"]).expect_code(0);
+    let lk_a = version_of(&p, "lk/a");
+    let s = Service::start(&p, &[]);
+    let (code, x) = s.get("/api/v1/partitions/sum%2F1/explain");
+    assert_eq!(code, 200, "{x}");
+    assert_eq!(x["query_inputs"][0]["ref"], "lk/a", "{x}");
+    assert_eq!(x["query_inputs"][0]["data_version"], lk_a.as_str(), "{x}");
+    assert_eq!(x["query_inputs"].as_array().map(Vec::len), Some(1), "{x}");
+    let (code, up) = s.get("/api/v1/partitions/sum%2F1/lineage");
+    assert_eq!(code, 200, "{up}");
+    let lk = up["root"]["children"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["ref"] == "lk/a")
+        .cloned()
+        .expect("lk/a");
+    assert_eq!(
+        (lk["query"].clone(), lk["data_version"].clone()),
+        (true.into(), lk_a.as_str().into()),
+        "{up}"
+    );
+    let (code, page) = s.get("/partitions/sum%2F1");
+    assert_eq!(code, 200);
+    let page = page.as_str().expect("html").to_string();
+    assert!(page.contains("Query inputs read"), "{page}");
+    assert!(page.contains(&lk_a), "{page}");
 }

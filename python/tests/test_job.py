@@ -153,3 +153,12 @@ def test_refs_too_long_for_the_environment_are_read_from_their_file(tmp_path):
     env["DATABUILD_INPUTS_FILE"] = str(tmp_path / "gone.json")
     with pytest.raises(JobError, match="DATABUILD_INPUTS_FILE"):
         Job(env).inputs
+
+
+def test_query_inputs_are_the_present_ones_the_run_was_given(tmp_path):
+    env = env_for(tmp_path, ["sum/1"], ["raw/1"], DATABUILD_QUERY_INPUTS=json.dumps(["lookup/a"]))
+    assert Job(env).inputs == ["raw/1"]
+    assert Job(env).query_inputs == ["lookup/a"]
+    # A run of an older DataBuild was given none.
+    del env["DATABUILD_QUERY_INPUTS"]
+    assert Job(env).query_inputs == []

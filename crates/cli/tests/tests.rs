@@ -23,6 +23,7 @@ mod lineage;
 mod log_cmds;
 mod plan_cache;
 mod postgres;
+mod query_inputs;
 mod reliability;
 mod schemathesis;
 mod security;

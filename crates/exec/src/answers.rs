@@ -289,12 +289,27 @@ pub struct Explanation {
     pub report: Option<serde_json::Value>,
     /// The run's inputs and their state now.
     pub inputs: Vec<StatusReport>,
+    /// The query inputs the run read (present as it started), at the version read.
+    pub query_inputs: Vec<QueryInputRead>,
     /// For a partition that is not live: the job runs a build would start.
     pub to_build: Vec<PlannedStep>,
     /// The most recent events about it, oldest first.
     pub history: Vec<databuild_log::Event>,
     /// Active wants that name it, with what they wait for.
     pub wants: Vec<databuild_log::WantRow>,
+}
+
+/// A query input (`dep = "query"`: read if present, never required) a run read (`explain`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct QueryInputRead {
+    #[serde(rename = "ref")]
+    pub partition_ref: String,
+    /// The data version the run read (recorded as it started).
+    pub data_version: String,
+    /// The run that had built the instance read; none for external data.
+    pub built_by: Option<String>,
+    /// Its status now (`live`, `stale`, ...): a change of it does not make what read it stale.
+    pub status: String,
 }
 
 #[derive(Debug, Clone, Serialize, serde::Deserialize, utoipa::ToSchema)]
@@ -723,6 +738,9 @@ pub struct Explain {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub report: Option<serde_json::Value>,
     pub inputs: Vec<PartitionStatus>,
+    /// The query inputs its run read (`dep = "query"`), each at the data version read.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub query_inputs: Vec<QueryInputRead>,
     pub to_build: Vec<PlannedStep>,
     pub history: Vec<Event>,
     pub wants: Vec<Want>,
@@ -748,6 +766,7 @@ impl From<&Explanation> for Explain {
             run: x.run.as_ref().map(JobRun::from),
             report: x.report.clone(),
             inputs: x.inputs.iter().map(PartitionStatus::from).collect(),
+            query_inputs: x.query_inputs.clone(),
             checks: s.checks.clone(),
             to_build: x.to_build.clone(),
             history: events(&x.history),

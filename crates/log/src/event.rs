@@ -166,6 +166,11 @@ pub struct EventData {
     pub outputs: Vec<String>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub inputs: Vec<String>,
+    /// job_run scheduled: the inputs its config named `dep = "query"`: read if present, never
+    /// required nor built. The `running` event records the version of each present one in
+    /// `input_versions`, with the required inputs'.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub query_inputs: Vec<String>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub args: Vec<String>,
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]

@@ -88,7 +88,8 @@ class Job:
             except OSError as e:
                 raise JobError(f"`{name}_FILE` names `{path}`, which cannot be read: {e}") from None
         else:
-            text = self._get(name, "[]" if name == "DATABUILD_INPUTS" else None)
+            optional = name in ("DATABUILD_INPUTS", "DATABUILD_QUERY_INPUTS")
+            text = self._get(name, "[]" if optional else None)
         try:
             refs = json.loads(text)
         except json.JSONDecodeError as e:
@@ -114,6 +115,12 @@ class Job:
     def inputs(self) -> list[str]:
         """The refs this run reads."""
         return self._refs("DATABUILD_INPUTS")
+
+    @property
+    def query_inputs(self) -> list[str]:
+        """The query inputs (``dep = "query"``) present as the run started: read them if useful.
+        An absent one is not listed."""
+        return self._refs("DATABUILD_QUERY_INPUTS")
 
     @property
     def data_dir(self) -> Path:

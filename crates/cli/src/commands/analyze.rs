@@ -16,11 +16,20 @@ use crate::context::{engine_error, parse_refs};
 use crate::output::{count, print_json, short_list, stdout, unless_closed};
 use crate::UserError;
 
+/// A run as the human output shows it.
+struct RunText {
+    job: String,
+    outputs: Vec<String>,
+    inputs: Vec<String>,
+    /// Read if present when it starts; never planned.
+    query: Vec<String>,
+}
+
 /// What the human output shows of a plan, from the plan itself or from its JSON.
 struct PlanText {
     total_runs: usize,
-    /// `(job, outputs, inputs)` of the first runs.
-    runs: Vec<(String, Vec<String>, Vec<String>)>,
+    /// The first runs.
+    runs: Vec<RunText>,
     skipped: usize,
     delegated: Vec<(String, String)>,
     missing: Vec<MissingExternal>,
@@ -46,12 +55,11 @@ impl PlanText {
                 .runs
                 .iter()
                 .take(limit)
-                .map(|r| {
-                    (
-                        r.job.to_string(),
-                        r.outputs.iter().map(|o| o.to_string()).collect(),
-                        r.inputs.iter().map(|o| o.to_string()).collect(),
-                    )
+                .map(|r| RunText {
+                    job: r.job.to_string(),
+                    outputs: r.outputs.iter().map(|o| o.to_string()).collect(),
+                    inputs: r.inputs.iter().map(|o| o.to_string()).collect(),
+                    query: r.query_inputs().iter().map(|o| o.to_string()).collect(),
                 })
                 .collect(),
             skipped: plan.skipped.len(),
@@ -72,7 +80,12 @@ impl PlanText {
                 .job_runs
                 .into_iter()
                 .take(limit)
-                .map(|r| (r.job, r.outputs, r.inputs))
+                .map(|r| RunText {
+                    job: r.job,
+                    outputs: r.outputs,
+                    inputs: r.inputs,
+                    query: r.query_inputs,
+                })
                 .collect(),
             skipped: v.skipped.len(),
             delegated: v
@@ -98,17 +111,24 @@ impl PlanText {
             self.delegated.len(),
             self.missing.len(),
         )?;
-        let width = self.runs.iter().map(|r| r.0.len()).max().unwrap_or(0);
-        for (i, (job, outputs, inputs)) in self.runs.iter().enumerate() {
+        let width = self.runs.iter().map(|r| r.job.len()).max().unwrap_or(0);
+        for (i, run) in self.runs.iter().enumerate() {
+            let (job, outputs, inputs, query) = (&run.job, &run.outputs, &run.inputs, &run.query);
             writeln!(
                 out,
-                "  {:>4}  {job:width$}  {}{}",
+                "  {:>4}  {job:width$}  {}{}{}",
                 i + 1,
                 short_list(outputs, 3),
                 if inputs.is_empty() {
                     String::new()
                 } else {
                     format!("  <- {}", short_list(inputs, 3))
+                },
+                // Read if present when the run starts; never planned.
+                if query.is_empty() {
+                    String::new()
+                } else {
+                    format!("  (query, if present: {})", short_list(query, 3))
                 }
             )?;
         }

@@ -135,6 +135,17 @@ pub fn explain(
             outln!("    {}  {}", i.partition_ref, i.status)?;
         }
     }
+    if !x.query_inputs.is_empty() {
+        outln!("  query inputs read (if present; not required):")?;
+        for q in &x.query_inputs {
+            outln!(
+                "    {}  read at data version {}, {} now",
+                q.partition_ref,
+                q.data_version,
+                q.status
+            )?;
+        }
+    }
     if !x.to_build.is_empty() {
         outln!(
             "  to build it, a build would run {} job run(s):",

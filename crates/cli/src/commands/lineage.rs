@@ -124,7 +124,12 @@ fn label(n: &LineageNode) -> String {
             n.data_version.as_deref().unwrap_or("unknown")
         ),
     };
-    let state = if n.current { "current" } else { "superseded" };
+    let state = match (n.current, n.query) {
+        (true, false) => "current",
+        (false, false) => "superseded",
+        (true, true) => "current; read as a query input",
+        (false, true) => "superseded; read as a query input",
+    };
     let note = n
         .note
         .as_deref()

@@ -60,6 +60,18 @@ pub fn external_version(data_dir: &Path, r: &str) -> Option<String> {
 /// How a run records an input it was given as a table's alias: `alias:<the version ref read>`.
 pub const ALIAS_PREFIX: &str = "alias:";
 
+/// The query inputs (`dep = "query"`) a run read, with the version of each it recorded as it
+/// started: what its `running` event recorded a version of that is neither one of its required
+/// `inputs` nor a table's alias. An absent query input was not read, so is not among them.
+pub fn query_reads(run: &databuild_log::JobRunRow) -> Vec<(&str, &str)> {
+    let required: rustc_hash::FxHashSet<&str> = run.inputs.iter().map(String::as_str).collect();
+    run.input_versions
+        .iter()
+        .filter(|(r, v)| !required.contains(r.as_str()) && !v.starts_with(ALIAS_PREFIX))
+        .map(|(r, v)| (r.as_str(), v.as_str()))
+        .collect()
+}
+
 /// The version each table's alias was last promoted to, from the log.
 pub fn promotions(store: &dyn EventStore) -> databuild_log::Result<BTreeMap<String, u32>> {
     let events = store.events(&EventFilter {

@@ -51,6 +51,21 @@ impl Engine {
         ))
     }
 
+    /// A query input as a run starting now reads it, if present: a job's output while the log
+    /// says it is available (not while failed, tainted, removed or being rebuilt), an external
+    /// partition while its data is there.
+    pub(crate) fn query_instance(&self, r: &str) -> Result<Option<(String, Option<String>)>> {
+        if let Some((Producer::Job { .. }, _)) = self.graph.producer_of(r) {
+            return Ok(self
+                .store
+                .partition(r)?
+                .filter(|p| p.status == Status::Available)
+                .and_then(|p| Some((p.data_version?, p.job_run_id))));
+        }
+        let (version, built_by) = self.input_instance(r)?;
+        Ok(version.map(|v| (v, built_by)))
+    }
+
     /// Is the process driving some work gone? (See [`owner_dead`]: on another machine, its lease
     /// is revoked first.)
     fn owner_dead(&self, owner: Option<&str>) -> Result<bool> {
@@ -414,6 +429,10 @@ impl Host for Engine {
 
     fn input_version(&self, r: &str) -> Result<Option<String>> {
         Engine::input_version(self, r)
+    }
+
+    fn query_instance(&self, r: &str) -> Result<Option<(String, Option<String>)>> {
+        Engine::query_instance(self, r)
     }
 
     fn close_abandoned_builds(&self) -> Result<usize> {

@@ -199,9 +199,15 @@ impl Engine {
                 continue;
             }
             let run = name.split('.').next().unwrap_or_default();
-            if [".log", ".report.json", ".inputs.json", ".outputs.json"]
-                .iter()
-                .any(|end| name.ends_with(end))
+            if [
+                ".log",
+                ".report.json",
+                ".inputs.json",
+                ".query_inputs.json",
+                ".outputs.json",
+            ]
+            .iter()
+            .any(|end| name.ends_with(end))
             {
                 by_run
                     .entry(run.to_string())

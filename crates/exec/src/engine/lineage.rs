@@ -80,6 +80,11 @@ pub struct LineageNode {
     pub current: bool,
     /// Why the node has no children, or fewer than it could (depth reached, not recorded, ...).
     pub note: Option<String>,
+    /// Read as a query input (`dep = "query"`: read if present, never required): upstream, its
+    /// parent's run read it so; downstream, its run read its parent so. Such a read does not
+    /// make what was built from it stale when it changes.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub query: bool,
     /// Upstream: the instances its run read. Downstream: the instances built from it.
     pub children: Vec<LineageNode>,
 }
@@ -99,6 +104,8 @@ struct Instance {
     partition_ref: String,
     run: Option<String>,
     version: Option<String>,
+    /// Read as a query input by the run on the other side of its edge.
+    query: bool,
 }
 
 impl Engine {
@@ -152,6 +159,7 @@ impl Engine {
                 partition_ref: r.to_string(),
                 run: Some(row.job_run_id),
                 version: None,
+                query: false,
             });
         }
         if let Some(row) = self.store.partition(r)?.filter(|p| p.job_run_id.is_some()) {
@@ -159,6 +167,7 @@ impl Engine {
                 partition_ref: r.to_string(),
                 run: row.job_run_id,
                 version: row.data_version,
+                query: false,
             });
         }
         let (version, _) = self.input_instance(r)?;
@@ -175,6 +184,7 @@ impl Engine {
                 partition_ref: r.to_string(),
                 run: None,
                 version: Some(version),
+                query: false,
             }),
             None => Err(EngineError::NotFound(format!(
                 "`{r}` has no instance yet: no run has built it and no data of it is present"
@@ -247,6 +257,7 @@ impl Engine {
             built_at_ns: run.and_then(|r| r.ended_at),
             current,
             note,
+            query: at.query,
             children: Vec::new(),
         })
     }
@@ -290,12 +301,17 @@ impl Engine {
                     .to_string(),
             );
         }
+        let query: std::collections::HashSet<&str> = crate::data::versions::query_reads(run)
+            .into_iter()
+            .map(|(r, _)| r)
+            .collect();
         run.input_versions
             .iter()
             .map(|(input, version)| Instance {
                 partition_ref: input.clone(),
                 run: run.input_runs.get(input).cloned(),
                 version: Some(version.clone()),
+                query: query.contains(input.as_str()),
             })
             .collect()
     }
@@ -318,11 +334,15 @@ impl Engine {
             // A run that failed or never ran built nothing from it.
             .filter(|r| r.status == Status::Completed)
             .flat_map(|r| {
+                let query = crate::data::versions::query_reads(&r)
+                    .iter()
+                    .any(|(q, _)| q == &at.partition_ref.as_str());
                 let id = r.job_run_id;
                 r.outputs.into_iter().map(move |o| Instance {
                     partition_ref: o,
                     run: Some(id.clone()),
                     version: None,
+                    query,
                 })
             })
             .collect())
@@ -446,7 +466,8 @@ pub(crate) fn taint_impact(engine: &Engine, refs: &[String]) -> Result<TaintImpa
                 .store
                 .partition(&next.partition_ref)?
                 .is_some_and(|p| p.job_run_id == next.run);
-            if !current || !seen.insert(next.partition_ref.clone()) {
+            // A query read does not make what was built from it stale (contract section 2).
+            if next.query || !current || !seen.insert(next.partition_ref.clone()) {
                 continue;
             }
             if impact.would_become_stale.len() >= MAX_NODES {

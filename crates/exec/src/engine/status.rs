@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use databuild_core::{Deps, JobConfig, KnownState, PartitionRef, PlanRequest, Producer};
 use databuild_log::{EventFilter, Status};
 
-use crate::answers::{Explanation, PlannedStep, ProducerInfo, StatusReport};
+use crate::answers::{Explanation, PlannedStep, ProducerInfo, QueryInputRead, StatusReport};
 use crate::data::resolver::LocalResolver;
 use crate::data::versions::VersionedStates;
 use crate::engine::{Engine, EngineError, Result};
@@ -292,6 +292,23 @@ pub(crate) fn explain(engine: &Engine, r: &str) -> Result<Explanation> {
         Some(run) => engine.status(&run.inputs)?,
         None => Vec::new(),
     };
+    let query_inputs = match &run {
+        Some(run) => {
+            let read = crate::data::versions::query_reads(run);
+            let refs: Vec<String> = read.iter().map(|(r, _)| r.to_string()).collect();
+            let now = engine.status(&refs)?;
+            read.iter()
+                .zip(now)
+                .map(|((r, version), now)| QueryInputRead {
+                    partition_ref: r.to_string(),
+                    data_version: version.to_string(),
+                    built_by: run.input_runs.get(*r).cloned(),
+                    status: now.status.to_string(),
+                })
+                .collect()
+        }
+        None => Vec::new(),
+    };
     let to_build = match (status.status, producer.as_ref().map(|p| p.kind.as_str())) {
         ("live" | "building" | "check_failed", _) | (_, Some("dataset" | "source") | None) => {
             Vec::new()
@@ -329,6 +346,7 @@ pub(crate) fn explain(engine: &Engine, r: &str) -> Result<Explanation> {
         run,
         report,
         inputs,
+        query_inputs,
         to_build,
         history,
         wants: engine.wants_of(r)?,

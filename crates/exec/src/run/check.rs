@@ -55,6 +55,7 @@ pub fn spec(place: &CheckPlace<'_>, c: &CheckRun) -> RunSpec {
         env,
         outputs: vec![c.partition_ref.clone()],
         inputs: Vec::new(),
+        query_inputs: Vec::new(),
         present_inputs: Vec::new(),
         fields: c.fields.clone(),
         graph_dir: place.graph_dir.to_path_buf(),

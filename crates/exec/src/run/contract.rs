@@ -89,6 +89,7 @@ pub(crate) fn environment(spec: &RunSpec) -> Result<Vec<(String, String)>, RefsF
     env.extend([
         refs_var(spec, "DATABUILD_OUTPUTS", &spec.outputs)?,
         refs_var(spec, "DATABUILD_INPUTS", &spec.inputs)?,
+        refs_var(spec, "DATABUILD_QUERY_INPUTS", &spec.query_inputs)?,
         (
             "DATABUILD_DATA_DIR".to_string(),
             spec.data_dir.display().to_string(),

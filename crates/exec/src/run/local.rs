@@ -398,6 +398,7 @@ mod tests {
             env: BTreeMap::from([("MODE".to_string(), "fast".to_string())]),
             outputs: vec!["out/a".into()],
             inputs: vec!["in/a".into()],
+            query_inputs: vec![],
             present_inputs: vec![],
             fields: vec![("name".into(), "a".into())],
             graph_dir: dir.to_path_buf(),

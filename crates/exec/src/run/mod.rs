@@ -42,6 +42,9 @@ pub struct RunSpec {
     pub env: BTreeMap<String, String>,
     pub outputs: Vec<String>,
     pub inputs: Vec<String>,
+    /// The query inputs (`dep = "query"`) present when the run was claimed: it may read them
+    /// (`DATABUILD_QUERY_INPUTS`); absent ones are not given.
+    pub query_inputs: Vec<String>,
     /// The inputs whose data must be `<data_dir>/<ref>` when the run starts (job outputs and
     /// file datasets): a slot checks them before it starts the job.
     pub present_inputs: Vec<String>,

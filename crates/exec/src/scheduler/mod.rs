@@ -47,6 +47,9 @@ pub(crate) trait Host: Sync {
     fn input_instance(&self, r: &str) -> Result<(Option<String>, Option<String>)>;
     /// The version an input has now.
     fn input_version(&self, r: &str) -> Result<Option<String>>;
+    /// A query input (`dep = "query"`) as a run starting now reads it: its version and, for a
+    /// job's output, the run that built it; `None` when it is absent.
+    fn query_instance(&self, r: &str) -> Result<Option<(String, Option<String>)>>;
     /// Closes builds whose driving process is gone (before a partition they held is taken
     /// over).
     fn close_abandoned_builds(&self) -> Result<usize>;

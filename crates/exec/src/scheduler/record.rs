@@ -208,6 +208,7 @@ impl Record<'_> {
             Event::job_run(self.build, id, &job.name, Status::Scheduled).with_data(|d| {
                 d.outputs = outputs(run);
                 d.inputs = run.inputs.iter().map(|o| o.to_string()).collect();
+                d.query_inputs = run.query_inputs().iter().map(|o| o.to_string()).collect();
                 d.args = run.args().to_vec();
                 // Env values often carry secrets: only those the graph marks safe are recorded.
                 d.env = run
@@ -392,8 +393,9 @@ impl Record<'_> {
     }
 }
 
-/// What a run reads, fixed as it is claimed: each input's data version, and of each input a job
-/// built, the run that built the instance read (its lineage).
+/// What a run reads, fixed as it is claimed: each input's data version (its required inputs',
+/// and its query inputs' that are present), and of each input a job built, the run that built
+/// the instance read (its lineage).
 pub struct ReadInputs<'a> {
     pub versions: &'a BTreeMap<String, String>,
     pub runs: BTreeMap<String, String>,

@@ -15,6 +15,8 @@ pub(super) struct SpecOf<'a> {
     pub run: &'a PlannedRun,
     pub run_id: &'a str,
     pub attempt: u32,
+    /// The versions of the inputs it reads, fixed by its claim: which query inputs are present.
+    pub read: &'a BTreeMap<String, String>,
 }
 
 /// Where a run's log goes.
@@ -121,6 +123,12 @@ pub(super) fn run_spec(engine: &dyn Host, build: &str, launch: &SpecOf<'_>) -> R
         env,
         outputs: run.outputs.iter().map(|o| o.to_string()).collect(),
         inputs: run.inputs.iter().map(|o| o.to_string()).collect(),
+        query_inputs: run
+            .query_inputs()
+            .iter()
+            .filter(|q| launch.read.contains_key(q.as_str()))
+            .map(|q| q.to_string())
+            .collect(),
         present_inputs: run
             .inputs
             .iter()

@@ -136,6 +136,14 @@ pub(super) async fn partition_page(
         @if x.inputs.is_empty() { p.empty { "None recorded." } } @else {
             table { @for i in &x.inputs { tr { td { (partition_link(&i.partition_ref)) } td { (badge(&i.status)) } } } }
         }
+        @if !x.query_inputs.is_empty() {
+            h2 { "Query inputs read (if present; a change of one does not make it stale)" }
+            table { @for q in &x.query_inputs { tr {
+                td { (partition_link(&q.partition_ref)) }
+                td { "read at " code { (q.data_version) } }
+                td { (badge(&q.status)) " now" }
+            } } }
+        }
         h2 { "Downstream (built from its current instance)" }
         @if below.is_empty() { p.empty { "Nothing was built from it yet." } } @else { ul { @for d in &below { li {
             (partition_link(&d.partition_ref)) " by run " (run_link(or_empty(&d.job_run_id)))

@@ -682,6 +682,20 @@ impl<'s, 'e> Driver<'s, 'e> {
             }
             read.extend(version.map(|v| (i.to_string(), v)));
         }
+        // Query inputs: read if present (made by this build and live, or present now), never
+        // waited for; an absent one is not read, so not recorded.
+        for q in run.query_inputs() {
+            let present = match self.made.get(q.as_str()) {
+                Some((version, by)) if !self.held_back.contains(q.as_str()) => {
+                    Some((version.clone(), Some(by.clone())))
+                }
+                _ => self.engine.query_instance(q.as_str())?,
+            };
+            if let Some((version, built_by)) = present {
+                input_runs.extend(built_by.map(|by| (q.to_string(), by)));
+                read.push((q.to_string(), version));
+            }
+        }
         let input_versions: BTreeMap<String, String> = read
             .into_iter()
             .chain(run.aliased().iter().map(|(alias, read)| {
@@ -745,6 +759,7 @@ impl<'s, 'e> Driver<'s, 'e> {
             run: &n.run,
             run_id: &self.runs[node].id,
             attempt: n.attempt,
+            read: &self.runs[node].input_versions,
         };
         let spec = spec::run_spec(self.engine, &self.id, &of);
         let cancel = self.runs[node].cancel.clone();

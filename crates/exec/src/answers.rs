@@ -222,13 +222,115 @@ pub struct RunFailure {
     pub log_tail: Option<String>,
 }
 
+/// A partition's status as every answer gives it (`status`, `partitions`, `datasets`, `explain`,
+/// the dashboard): derived from the log, the data dir, taints and each config job's choice now,
+/// in one place (`Engine::derive`). The JSON is the name in snake_case (`live`, `check_failed`).
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, ToSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum DerivedStatus {
+    /// Built, and a rebuild would record the same data version.
+    Live,
+    /// Built, but a rebuild would record another data version (an input, the job, its config).
+    Stale,
+    /// Built, but a blocking check of its current instance failed.
+    CheckFailed,
+    /// Not built, or its data is gone (removed, or absent from the data dir).
+    Missing,
+    Building,
+    Failed,
+    Tainted,
+    /// A source's raw day whose data expired (table versions carry it forward).
+    Expired,
+}
+
+/// A status that is not one of [`DerivedStatus`]'s, or not one the caller takes.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("`{given}` is not a partition status; use {allowed}")]
+pub struct UnknownStatus {
+    pub given: String,
+    /// The statuses the caller takes, comma-separated.
+    pub allowed: String,
+}
+
+impl DerivedStatus {
+    pub const ALL: [DerivedStatus; 8] = [
+        DerivedStatus::Live,
+        DerivedStatus::Stale,
+        DerivedStatus::CheckFailed,
+        DerivedStatus::Missing,
+        DerivedStatus::Building,
+        DerivedStatus::Failed,
+        DerivedStatus::Tainted,
+        DerivedStatus::Expired,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DerivedStatus::Live => "live",
+            DerivedStatus::Stale => "stale",
+            DerivedStatus::CheckFailed => "check_failed",
+            DerivedStatus::Missing => "missing",
+            DerivedStatus::Building => "building",
+            DerivedStatus::Failed => "failed",
+            DerivedStatus::Tainted => "tainted",
+            DerivedStatus::Expired => "expired",
+        }
+    }
+
+    /// What a recorded status shows as before anything is derived: `available` is `live`, a
+    /// removal (gc) `missing`.
+    pub fn recorded(status: Status) -> DerivedStatus {
+        match status {
+            Status::Available => DerivedStatus::Live,
+            Status::Building => DerivedStatus::Building,
+            Status::Failed => DerivedStatus::Failed,
+            Status::Tainted => DerivedStatus::Tainted,
+            Status::Expired => DerivedStatus::Expired,
+            _ => DerivedStatus::Missing,
+        }
+    }
+
+    /// One of `allowed`, by its name; else an error naming them.
+    pub fn parse_one_of(
+        s: &str,
+        allowed: &[DerivedStatus],
+    ) -> Result<DerivedStatus, UnknownStatus> {
+        allowed
+            .iter()
+            .copied()
+            .find(|a| a.as_str() == s)
+            .ok_or_else(|| UnknownStatus {
+                given: s.to_string(),
+                allowed: allowed
+                    .iter()
+                    .map(|a| a.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            })
+    }
+}
+
+impl std::fmt::Display for DerivedStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for DerivedStatus {
+    type Err = UnknownStatus;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        DerivedStatus::parse_one_of(s, &DerivedStatus::ALL)
+    }
+}
+
 /// What a user sees of a partition (contract section 4, `status`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct StatusReport {
     #[serde(rename = "ref")]
     pub partition_ref: String,
-    /// `live`, `stale`, `missing`, `building`, `failed` or `tainted`.
-    pub status: &'static str,
+    pub status: DerivedStatus,
     pub reasons: Vec<String>,
     /// The job run that built it (or is building it).
     pub built_by: Option<String>,
@@ -672,8 +774,7 @@ pub struct LogChunk {
 pub struct PartitionStatus {
     #[serde(rename = "ref")]
     pub partition_ref: String,
-    /// `live`, `stale`, `missing`, `building`, `failed` or `tainted`.
-    pub status: String,
+    pub status: DerivedStatus,
     pub reasons: Vec<String>,
     pub built_by: Option<String>,
     pub job: Option<String>,
@@ -691,7 +792,7 @@ impl From<&StatusReport> for PartitionStatus {
     fn from(r: &StatusReport) -> Self {
         PartitionStatus {
             partition_ref: r.partition_ref.clone(),
-            status: r.status.to_string(),
+            status: r.status,
             reasons: r.reasons.clone(),
             built_by: r.built_by.clone(),
             job: r.job.clone(),
@@ -708,7 +809,7 @@ impl From<&StatusReport> for PartitionStatus {
 pub struct Explain {
     #[serde(rename = "ref")]
     pub partition_ref: String,
-    pub status: String,
+    pub status: DerivedStatus,
     pub reasons: Vec<String>,
     pub built_by: Option<String>,
     pub job: Option<String>,
@@ -738,7 +839,7 @@ impl From<&Explanation> for Explain {
         let s = &x.status;
         Explain {
             partition_ref: s.partition_ref.clone(),
-            status: s.status.to_string(),
+            status: s.status,
             reasons: s.reasons.clone(),
             built_by: s.built_by.clone(),
             job: s.job.clone(),
@@ -927,7 +1028,7 @@ pub struct InputRun {
 pub struct WaitingPartition {
     #[serde(rename = "ref")]
     pub partition_ref: String,
-    pub status: String,
+    pub status: DerivedStatus,
     pub waits_for: String,
 }
 

@@ -34,7 +34,7 @@ pub fn status(backend: &Backend, args: &[String], json: bool) -> anyhow::Result<
         .map(|r| {
             vec![
                 r.partition_ref.clone(),
-                r.status.clone(),
+                r.status.to_string(),
                 r.reasons.join("; "),
             ]
         })
@@ -175,7 +175,10 @@ pub fn taint(
 /// blocking check failed (the partition is not live).
 pub fn check(backend: &Backend, args: &[String], json: bool) -> anyhow::Result<ExitCode> {
     let answer = backend.check(&expand(backend, args)?)?;
-    let held_back = answer.partitions.iter().any(|p| p.status == "check_failed");
+    let held_back = answer
+        .partitions
+        .iter()
+        .any(|p| p.status == databuild_exec::answers::DerivedStatus::CheckFailed);
     if json {
         outln!("{}", serde_json::to_string_pretty(&answer)?)?;
     } else {

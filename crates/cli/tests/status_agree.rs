@@ -242,3 +242,82 @@ fn status_partitions_datasets_grid_and_sql_agree() {
     let url = s.url.clone();
     ask_all(&p, &["--server", &url], &s);
 }
+
+/// `bad` fails after a last log line naming itself; `mid` reads it, `top` reads `mid`.
+const CHAIN: &str = r#"
+[graph]
+name = "chain"
+[[job]]
+name = "bad"
+outputs = ["bad/{n:int}"]
+command = ["sh", "-c", "echo starting; echo \"bad $DATABUILD_FIELD_N gave up\"; exit 4"]
+[[job]]
+name = "mid"
+outputs = ["mid/{n:int}"]
+inputs = ["bad/{n}"]
+command = ["sh", "-c", "mkdir -p data/mid; touch data/mid/$DATABUILD_FIELD_N"]
+[[job]]
+name = "top"
+outputs = ["top/{n:int}"]
+inputs = ["mid/{n}"]
+command = ["sh", "-c", "mkdir -p data/top; touch data/top/$DATABUILD_FIELD_N"]
+"#;
+
+#[test]
+fn explain_names_the_run_that_failed_up_the_inputs() {
+    let p = Project::new(CHAIN);
+    p.run(&["build", "top/1"]).expect_code(1);
+    let run = crate::util::current_run(&p, "bad/1");
+    let s = Service::start(&p, &[]);
+    let url = s.url.clone();
+    for global in [vec![], vec!["--server", url.as_str()]] {
+        let ask = |args: &[&str]| {
+            let mut all = global.clone();
+            all.extend_from_slice(args);
+            let out = p.run(&all);
+            out.expect_code(0);
+            out
+        };
+        let mut args = vec!["--json", "explain", "top/1"];
+        let v = ask(&args).json();
+        assert_eq!(v["status"], "missing", "{v}");
+        assert_eq!(
+            v["reasons"][0],
+            format!(
+                "its input mid/1 cannot be built: bad/1 failed in run {run} (last log line: bad 1 gave up)"
+            ),
+            "{v}"
+        );
+        assert!(
+            !v["reasons"].to_string().contains("no run has built it yet"),
+            "{v}"
+        );
+        assert_eq!(v["root_cause"]["ref"], "bad/1", "{v}");
+        assert_eq!(v["root_cause"]["job_run_id"], run.as_str(), "{v}");
+        assert_eq!(v["root_cause"]["log_tail"], "bad 1 gave up", "{v}");
+        assert_eq!(v["root_cause"]["via"], "mid/1", "{v}");
+        // A direct input: no `via`.
+        args[2] = "mid/1";
+        let v = ask(&args).json();
+        assert_eq!(
+            v["reasons"][0],
+            format!("its input bad/1 failed in run {run} (last log line: bad 1 gave up)"),
+            "{v}"
+        );
+        assert!(v["root_cause"].get("via").is_none(), "{v}");
+        // The failed partition itself: its own run.
+        args[2] = "bad/1";
+        let v = ask(&args).json();
+        assert_eq!(v["status"], "failed", "{v}");
+        assert_eq!(v["root_cause"]["job_run_id"], run.as_str(), "{v}");
+        // In words too.
+        let out = ask(&["explain", "top/1"]);
+        assert!(
+            out.stdout.contains(&format!(
+                "root cause: bad/1 failed in run {run} (last log line: bad 1 gave up)"
+            )),
+            "{}",
+            out.stdout
+        );
+    }
+}

@@ -397,6 +397,27 @@ pub struct Explanation {
     pub history: Vec<databuild_log::Event>,
     /// Active wants that name it, with what they wait for.
     pub wants: Vec<databuild_log::WantRow>,
+    /// For a partition that is not live: the run that actually failed, upstream or its own.
+    pub root_cause: Option<RootCause>,
+}
+
+/// The run that actually failed, for a partition that is missing or failed (`explain`): the
+/// partition itself, or the first failed one up its chain of inputs, however deep.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct RootCause {
+    /// The partition whose run failed.
+    #[serde(rename = "ref")]
+    pub partition_ref: String,
+    pub job_run_id: String,
+    pub job: Option<String>,
+    /// Why, as the log records it.
+    pub message: Option<String>,
+    /// The last non-empty line of the run's log, if it has one.
+    pub log_tail: Option<String>,
+    /// The input of the explained partition it is reached through (absent: the partition
+    /// itself failed, or the failed one is its direct input).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub via: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, serde::Deserialize, utoipa::ToSchema)]
@@ -827,6 +848,9 @@ pub struct Explain {
     pub to_build: Vec<PlannedStep>,
     pub history: Vec<Event>,
     pub wants: Vec<Want>,
+    /// For a partition that is missing or failed: the run that actually failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub root_cause: Option<RootCause>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub updated_at_ns: Option<i64>,
     /// Its checks, as they stand for its current instance.
@@ -853,6 +877,7 @@ impl From<&Explanation> for Explain {
             to_build: x.to_build.clone(),
             history: events(&x.history),
             wants: x.wants.iter().map(Want::from).collect(),
+            root_cause: x.root_cause.clone(),
             updated_at_ns: s.updated_at,
         }
     }

@@ -75,6 +75,17 @@ pub fn explain(backend: &Backend, r: &str, json: bool) -> anyhow::Result<ExitCod
     if let Some(p) = &x.producer {
         outln!("  produced by {} `{}` ({})", p.kind, p.name, p.pattern)?;
     }
+    if let Some(c) = &x.root_cause {
+        outln!(
+            "  root cause: {} failed in run {}{}",
+            c.partition_ref,
+            c.job_run_id,
+            c.log_tail
+                .as_ref()
+                .map(|t| format!(" (last log line: {t})"))
+                .unwrap_or_default()
+        )?;
+    }
     let at = |t: &Option<String>| t.clone().unwrap_or_else(|| "-".to_string());
     if let Some(run) = &x.run {
         outln!(

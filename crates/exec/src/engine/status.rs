@@ -8,7 +8,9 @@ use databuild_log::{EventFilter, Status};
 
 use databuild_log::PartitionRow;
 
-use crate::answers::{DerivedStatus, Explanation, PlannedStep, ProducerInfo, StatusReport};
+use crate::answers::{
+    DerivedStatus, Explanation, PlannedStep, ProducerInfo, RootCause, StatusReport,
+};
 use crate::data::resolver::LocalResolver;
 use crate::data::versions::VersionedStates;
 use crate::engine::{Engine, EngineError, Result};
@@ -205,7 +207,7 @@ impl Engine {
             Some(Producer::Job { .. }) => {}
         }
         let Some(row) = self.store.partition(r)? else {
-            report.reasons.push("no run has built it yet".to_string());
+            report.reasons.push(NEVER_BUILT.to_string());
             return Ok(report);
         };
         report.built_by = row.job_run_id.clone();
@@ -344,6 +346,7 @@ pub(crate) fn explain(engine: &Engine, r: &str) -> Result<Explanation> {
         Some(run) => engine.status(&run.inputs)?,
         None => Vec::new(),
     };
+    let mut plan_runs = Vec::new();
     let to_build = match (status.status, producer.as_ref().map(|p| p.kind.as_str())) {
         (DerivedStatus::Live | DerivedStatus::Building | DerivedStatus::CheckFailed, _)
         | (_, Some("dataset" | "source") | None) => Vec::new(),
@@ -354,15 +357,43 @@ pub(crate) fn explain(engine: &Engine, r: &str) -> Result<Explanation> {
                 refs,
                 ..Default::default()
             })?;
-            plan.runs
+            let steps = plan
+                .runs
                 .iter()
                 .map(|run| PlannedStep {
                     job: run.job.to_string(),
                     outputs: run.outputs.iter().map(|o| o.to_string()).collect(),
                 })
-                .collect()
+                .collect();
+            plan_runs = plan.runs;
+            steps
         }
     };
+    let mut status = status;
+    let root_cause = root_cause(engine, r, &status, &plan_runs)?;
+    if let Some(cause) = root_cause
+        .as_ref()
+        .filter(|_| status.status == DerivedStatus::Missing)
+    {
+        // Not "no run has built it yet": what stops it being built.
+        let tail = cause
+            .log_tail
+            .as_ref()
+            .map(|t| format!(" (last log line: {t})"))
+            .unwrap_or_default();
+        let said = match &cause.via {
+            Some(via) => format!(
+                "its input {via} cannot be built: {} failed in run {}{tail}",
+                cause.partition_ref, cause.job_run_id
+            ),
+            None => format!(
+                "its input {} failed in run {}{tail}",
+                cause.partition_ref, cause.job_run_id
+            ),
+        };
+        status.reasons.retain(|why| why != NEVER_BUILT);
+        status.reasons.insert(0, said);
+    }
     let mut history = engine.store.events(&EventFilter {
         partition_ref: Some(r.to_string()),
         ..Default::default()
@@ -383,7 +414,78 @@ pub(crate) fn explain(engine: &Engine, r: &str) -> Result<Explanation> {
         to_build,
         history,
         wants: engine.wants_of(r)?,
+        root_cause,
     })
+}
+
+/// What `status` says of a job output no run has built.
+const NEVER_BUILT: &str = "no run has built it yet";
+
+/// The run that actually failed, for a partition that is failed (its own run) or missing (the
+/// first planned run, in dependency order, whose output the log records failed: the deepest
+/// failure up its inputs), and the input of `r` it is reached through.
+fn root_cause(
+    engine: &Engine,
+    r: &str,
+    status: &StatusReport,
+    plan: &[databuild_core::PlannedRun],
+) -> Result<Option<RootCause>> {
+    let failed_row = match status.status {
+        DerivedStatus::Failed => engine.store.partition(r)?,
+        DerivedStatus::Missing => {
+            let outputs: Vec<&str> = plan
+                .iter()
+                .flat_map(|run| run.outputs.iter().map(|o| o.as_str()))
+                .filter(|o| *o != r)
+                .collect();
+            let failed: HashMap<String, PartitionRow> = engine
+                .store
+                .partitions_by_ref(&outputs)?
+                .into_iter()
+                .filter(|row| row.status == Status::Failed)
+                .map(|row| (row.partition_ref.clone(), row))
+                .collect();
+            outputs.iter().find_map(|o| failed.get(*o)).cloned()
+        }
+        _ => None,
+    };
+    let Some(row) = failed_row.filter(|row| row.status == Status::Failed) else {
+        return Ok(None);
+    };
+    let Some(run_id) = row.job_run_id.clone() else {
+        return Ok(None);
+    };
+    let run = engine.store.job_run(&run_id)?;
+    let log_tail = run
+        .as_ref()
+        .and_then(|run| run.log_path.as_deref())
+        .and_then(|path| {
+            crate::run::log::read_tail(std::path::Path::new(path), 4096)
+                .ok()
+                .and_then(|log| crate::run::log::last_line(&log))
+        });
+    // Which of `r`'s inputs the failure is reached through: everything planned downstream of it.
+    let mut reach: rustc_hash::FxHashSet<&str> =
+        std::iter::once(row.partition_ref.as_str()).collect();
+    for run in plan {
+        if run.inputs.iter().any(|i| reach.contains(i.as_str())) {
+            reach.extend(run.outputs.iter().map(|o| o.as_str()));
+        }
+    }
+    let via = plan
+        .iter()
+        .find(|run| run.outputs.iter().any(|o| o.as_str() == r))
+        .and_then(|run| run.inputs.iter().find(|i| reach.contains(i.as_str())))
+        .map(|i| i.to_string())
+        .filter(|i| *i != row.partition_ref);
+    Ok(Some(RootCause {
+        partition_ref: row.partition_ref.clone(),
+        job_run_id: run_id,
+        job: row.job.clone(),
+        message: run.and_then(|run| run.message).or(row.message),
+        log_tail,
+        via,
+    }))
 }
 
 /// How a derived state shows, and why (as `status` says it): the reason of a stale, kept or

@@ -309,7 +309,7 @@ fn bad_requests_get_json_errors_naming_the_problem() {
             None,
             400,
             "bad_request",
-            "unknown partition status",
+            "`shiny` is not a partition status; use live, stale, building, failed, tainted",
         ),
         (
             "GET",

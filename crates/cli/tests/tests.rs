@@ -30,6 +30,7 @@ mod security;
 mod service;
 mod slurm;
 mod sources;
+mod status_agree;
 mod truth;
 mod truth_data;
 mod truth_plan;

@@ -222,13 +222,115 @@ pub struct RunFailure {
     pub log_tail: Option<String>,
 }
 
+/// A partition's status as every answer gives it (`status`, `partitions`, `datasets`, `explain`,
+/// the dashboard): derived from the log, the data dir, taints and each config job's choice now,
+/// in one place (`Engine::derive`). The JSON is the name in snake_case (`live`, `check_failed`).
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, ToSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum DerivedStatus {
+    /// Built, and a rebuild would record the same data version.
+    Live,
+    /// Built, but a rebuild would record another data version (an input, the job, its config).
+    Stale,
+    /// Built, but a blocking check of its current instance failed.
+    CheckFailed,
+    /// Not built, or its data is gone (removed, or absent from the data dir).
+    Missing,
+    Building,
+    Failed,
+    Tainted,
+    /// A source's raw day whose data expired (table versions carry it forward).
+    Expired,
+}
+
+/// A status that is not one of [`DerivedStatus`]'s, or not one the caller takes.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("`{given}` is not a partition status; use {allowed}")]
+pub struct UnknownStatus {
+    pub given: String,
+    /// The statuses the caller takes, comma-separated.
+    pub allowed: String,
+}
+
+impl DerivedStatus {
+    pub const ALL: [DerivedStatus; 8] = [
+        DerivedStatus::Live,
+        DerivedStatus::Stale,
+        DerivedStatus::CheckFailed,
+        DerivedStatus::Missing,
+        DerivedStatus::Building,
+        DerivedStatus::Failed,
+        DerivedStatus::Tainted,
+        DerivedStatus::Expired,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DerivedStatus::Live => "live",
+            DerivedStatus::Stale => "stale",
+            DerivedStatus::CheckFailed => "check_failed",
+            DerivedStatus::Missing => "missing",
+            DerivedStatus::Building => "building",
+            DerivedStatus::Failed => "failed",
+            DerivedStatus::Tainted => "tainted",
+            DerivedStatus::Expired => "expired",
+        }
+    }
+
+    /// What a recorded status shows as before anything is derived: `available` is `live`, a
+    /// removal (gc) `missing`.
+    pub fn recorded(status: Status) -> DerivedStatus {
+        match status {
+            Status::Available => DerivedStatus::Live,
+            Status::Building => DerivedStatus::Building,
+            Status::Failed => DerivedStatus::Failed,
+            Status::Tainted => DerivedStatus::Tainted,
+            Status::Expired => DerivedStatus::Expired,
+            _ => DerivedStatus::Missing,
+        }
+    }
+
+    /// One of `allowed`, by its name; else an error naming them.
+    pub fn parse_one_of(
+        s: &str,
+        allowed: &[DerivedStatus],
+    ) -> Result<DerivedStatus, UnknownStatus> {
+        allowed
+            .iter()
+            .copied()
+            .find(|a| a.as_str() == s)
+            .ok_or_else(|| UnknownStatus {
+                given: s.to_string(),
+                allowed: allowed
+                    .iter()
+                    .map(|a| a.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            })
+    }
+}
+
+impl std::fmt::Display for DerivedStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for DerivedStatus {
+    type Err = UnknownStatus;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        DerivedStatus::parse_one_of(s, &DerivedStatus::ALL)
+    }
+}
+
 /// What a user sees of a partition (contract section 4, `status`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct StatusReport {
     #[serde(rename = "ref")]
     pub partition_ref: String,
-    /// `live`, `stale`, `missing`, `building`, `failed` or `tainted`.
-    pub status: &'static str,
+    pub status: DerivedStatus,
     pub reasons: Vec<String>,
     /// The job run that built it (or is building it).
     pub built_by: Option<String>,
@@ -297,6 +399,27 @@ pub struct Explanation {
     pub history: Vec<databuild_log::Event>,
     /// Active wants that name it, with what they wait for.
     pub wants: Vec<databuild_log::WantRow>,
+    /// For a partition that is not live: the run that actually failed, upstream or its own.
+    pub root_cause: Option<RootCause>,
+}
+
+/// The run that actually failed, for a partition that is missing or failed (`explain`): the
+/// partition itself, or the first failed one up its chain of inputs, however deep.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct RootCause {
+    /// The partition whose run failed.
+    #[serde(rename = "ref")]
+    pub partition_ref: String,
+    pub job_run_id: String,
+    pub job: Option<String>,
+    /// Why, as the log records it.
+    pub message: Option<String>,
+    /// The last non-empty line of the run's log, if it has one.
+    pub log_tail: Option<String>,
+    /// The input of the explained partition it is reached through (absent: the partition
+    /// itself failed, or the failed one is its direct input).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub via: Option<String>,
 }
 
 /// A query input (`dep = "query"`: read if present, never required) a run read (`explain`).
@@ -309,7 +432,7 @@ pub struct QueryInputRead {
     /// The run that had built the instance read; none for external data.
     pub built_by: Option<String>,
     /// Its status now (`live`, `stale`, ...): a change of it does not make what read it stale.
-    pub status: String,
+    pub status: DerivedStatus,
 }
 
 #[derive(Debug, Clone, Serialize, serde::Deserialize, utoipa::ToSchema)]
@@ -687,8 +810,7 @@ pub struct LogChunk {
 pub struct PartitionStatus {
     #[serde(rename = "ref")]
     pub partition_ref: String,
-    /// `live`, `stale`, `missing`, `building`, `failed` or `tainted`.
-    pub status: String,
+    pub status: DerivedStatus,
     pub reasons: Vec<String>,
     pub built_by: Option<String>,
     pub job: Option<String>,
@@ -706,7 +828,7 @@ impl From<&StatusReport> for PartitionStatus {
     fn from(r: &StatusReport) -> Self {
         PartitionStatus {
             partition_ref: r.partition_ref.clone(),
-            status: r.status.to_string(),
+            status: r.status,
             reasons: r.reasons.clone(),
             built_by: r.built_by.clone(),
             job: r.job.clone(),
@@ -723,7 +845,7 @@ impl From<&StatusReport> for PartitionStatus {
 pub struct Explain {
     #[serde(rename = "ref")]
     pub partition_ref: String,
-    pub status: String,
+    pub status: DerivedStatus,
     pub reasons: Vec<String>,
     pub built_by: Option<String>,
     pub job: Option<String>,
@@ -744,6 +866,9 @@ pub struct Explain {
     pub to_build: Vec<PlannedStep>,
     pub history: Vec<Event>,
     pub wants: Vec<Want>,
+    /// For a partition that is missing or failed: the run that actually failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub root_cause: Option<RootCause>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub updated_at_ns: Option<i64>,
     /// Its checks, as they stand for its current instance.
@@ -756,7 +881,7 @@ impl From<&Explanation> for Explain {
         let s = &x.status;
         Explain {
             partition_ref: s.partition_ref.clone(),
-            status: s.status.to_string(),
+            status: s.status,
             reasons: s.reasons.clone(),
             built_by: s.built_by.clone(),
             job: s.job.clone(),
@@ -771,6 +896,7 @@ impl From<&Explanation> for Explain {
             to_build: x.to_build.clone(),
             history: events(&x.history),
             wants: x.wants.iter().map(Want::from).collect(),
+            root_cause: x.root_cause.clone(),
             updated_at_ns: s.updated_at,
         }
     }
@@ -960,7 +1086,7 @@ pub struct InputRun {
 pub struct WaitingPartition {
     #[serde(rename = "ref")]
     pub partition_ref: String,
-    pub status: String,
+    pub status: DerivedStatus,
     pub waits_for: String,
 }
 

@@ -372,12 +372,7 @@ pub(crate) async fn list_partitions(
 ) -> ApiResult<Json<PartitionPage>> {
     let listed = match q.status.as_deref() {
         None => None,
-        Some(s) => Some(ListedStatus::parse(s).ok_or_else(|| {
-            AppError::bad_request(format!(
-                "unknown partition status `{s}`; use {}",
-                ListedStatus::NAMES
-            ))
-        })?),
+        Some(s) => Some(ListedStatus::parse(s).map_err(|e| AppError::bad_request(e.to_string()))?),
     };
     let query = PartitionQuery {
         pattern: q.pattern,

@@ -13,8 +13,9 @@ use std::collections::BTreeMap;
 use chrono::{Datelike, Duration, NaiveDate};
 use databuild_core::pattern::{format_date, parse_date, Token};
 use databuild_core::{FieldType, Pattern, Producer};
+use databuild_exec::answers::DerivedStatus;
 use databuild_exec::Engine;
-use databuild_log::{PartitionQuery, RunQuery};
+use databuild_log::PartitionQuery;
 
 use crate::svg::Cell;
 
@@ -60,7 +61,15 @@ impl Zoom {
 }
 
 /// The states a filter may ask for.
-pub const STATES: [&str; 6] = ["live", "stale", "missing", "building", "failed", "tainted"];
+pub const STATES: [DerivedStatus; 7] = [
+    DerivedStatus::Live,
+    DerivedStatus::Stale,
+    DerivedStatus::CheckFailed,
+    DerivedStatus::Missing,
+    DerivedStatus::Building,
+    DerivedStatus::Failed,
+    DerivedStatus::Tainted,
+];
 
 #[derive(Debug, thiserror::Error)]
 pub enum GridError {
@@ -68,8 +77,8 @@ pub enum GridError {
     NoDataset(String),
     #[error("`{0}` is not a zoom; use day, week or month")]
     Zoom(String),
-    #[error("`{0}` is not a state; use {states}", states = STATES.join(", "))]
-    State(String),
+    #[error(transparent)]
+    State(#[from] databuild_exec::answers::UnknownStatus),
     #[error("`{0}` is not a date (YYYY-MM-DD)")]
     Date(String),
     #[error(transparent)]
@@ -92,7 +101,7 @@ impl From<GridError> for crate::error::AppError {
 /// What a page of the grid shows.
 #[derive(Debug, Default)]
 pub struct GridQuery {
-    pub state: Option<String>,
+    pub state: Option<DerivedStatus>,
     pub zoom: Option<Zoom>,
     /// The last date of a date window.
     pub end: Option<NaiveDate>,
@@ -127,7 +136,7 @@ pub struct Grid {
     pub columns: Vec<String>,
     pub cells: Vec<Vec<Cell>>,
     /// Partitions by state among the cells shown.
-    pub counts: BTreeMap<&'static str, u64>,
+    pub counts: BTreeMap<DerivedStatus, u64>,
     pub zoom: Option<Zoom>,
     /// The window's last date (date grids).
     pub end: Option<NaiveDate>,
@@ -151,16 +160,21 @@ pub fn producer(engine: &Engine, name: &str, output: usize) -> Result<Producer, 
         .ok_or_else(|| GridError::NoDataset(name.to_string()))
 }
 
+/// A state a filter asks for, by its name (one of [`STATES`]).
+pub fn state(text: &str) -> Result<DerivedStatus, GridError> {
+    Ok(DerivedStatus::parse_one_of(text, &STATES)?)
+}
+
 /// How bad a state is, for the cell of a period.
-fn rank(state: &str) -> u8 {
+fn rank(state: DerivedStatus) -> u8 {
     match state {
-        "failed" => 6,
-        "tainted" => 5,
-        "building" => 4,
-        "stale" => 3,
-        "missing" => 2,
-        "live" => 1,
-        _ => 0,
+        DerivedStatus::Failed => 7,
+        DerivedStatus::CheckFailed => 6,
+        DerivedStatus::Tainted => 5,
+        DerivedStatus::Building => 4,
+        DerivedStatus::Stale => 3,
+        DerivedStatus::Missing | DerivedStatus::Expired => 2,
+        DerivedStatus::Live => 1,
     }
 }
 
@@ -274,29 +288,83 @@ fn field_values(
     Ok(None)
 }
 
-/// Where a date window ends by default: the date of the newest output of the producer's newest
-/// run, else today.
-fn default_end(engine: &Engine, producer: Producer, pattern: &Pattern, date: usize) -> NaiveDate {
-    let newest = match producer {
-        Producer::Job { job, .. } => engine
-            .store
-            .job_runs(&RunQuery {
-                job: Some(engine.graph.jobs[job].name.clone()),
-                limit: 1,
-                ..Default::default()
-            })
-            .ok()
-            .and_then(|runs| runs.into_iter().next())
-            .and_then(|run| {
-                run.outputs
-                    .iter()
-                    .find_map(|o| pattern.match_ref(o).and_then(|v| parse_date(v[date])))
-            }),
-        _ => None,
+/// The text every ref of `pattern` starts with whose fields before number `field` are `values`.
+fn text_before(pattern: &Pattern, field: usize, values: &[&str]) -> String {
+    let mut text = String::new();
+    let mut n = 0;
+    for t in pattern.tokens() {
+        match t {
+            Token::Literal(l) => text.push_str(l),
+            Token::Field { .. } if n == field => break,
+            Token::Field { .. } => {
+                text.push_str(values.get(n).copied().unwrap_or(""));
+                n += 1;
+            }
+        }
+    }
+    text
+}
+
+/// The newest date of a ref starting with `prefix` followed by a date, if the log has one. Refs
+/// sort by their text, so whether one has a date after `d` is one seek (the first ref after
+/// `prefix` + `d`); the newest is found by bisection, at most 17 seeks.
+fn newest_date(engine: &Engine, glob: &str, prefix: &str) -> Result<Option<NaiveDate>, GridError> {
+    let after = |d: NaiveDate| -> Result<Option<NaiveDate>, GridError> {
+        let rows = engine.store.partitions(&PartitionQuery {
+            pattern: Some(glob.to_string()),
+            limit: 1,
+            after: Some(format!("{prefix}{}\u{10FFFF}", format_date(d))),
+            ..Default::default()
+        })?;
+        Ok(rows
+            .first()
+            .and_then(|row| row.partition_ref.strip_prefix(prefix))
+            .and_then(|rest| rest.get(..10))
+            .and_then(parse_date)
+            .filter(|found| *found > d))
     };
-    newest
+    let (mut lo, mut hi) = (
+        NaiveDate::from_ymd_opt(1970, 1, 1).unwrap_or_default(),
+        NaiveDate::from_ymd_opt(2199, 12, 31).unwrap_or_default(),
+    );
+    // The first ref with any date: none, none at all.
+    let Some(first) = after(lo - Duration::days(1))? else {
+        return Ok(None);
+    };
+    lo = first;
+    // Invariant: a ref has date `lo`; none has a date after `hi`.
+    while lo < hi {
+        let mid = lo + Duration::days((hi - lo).num_days() / 2);
+        match after(mid)? {
+            Some(later) => lo = later,
+            None => hi = mid,
+        }
+    }
+    Ok(Some(lo))
+}
+
+/// Where a date window ends by default: the newest date a partition of the pattern has in the
+/// log (of any of `rows`, the values of the field before the date, if there is one), so the
+/// newest partition is always in the first window; else today.
+fn default_end(
+    engine: &Engine,
+    pattern: &Pattern,
+    date: usize,
+    rows: &[String],
+) -> Result<NaiveDate, GridError> {
+    let glob = pattern.glob();
+    let mut newest = None;
+    if date == 0 {
+        newest = newest_date(engine, &glob, &text_before(pattern, 0, &[]))?;
+    } else {
+        for row in rows {
+            let found = newest_date(engine, &glob, &text_before(pattern, date, &[row]))?;
+            newest = newest.max(found);
+        }
+    }
+    Ok(newest
         .or_else(|| parse_date(&engine.today()))
-        .unwrap_or_default()
+        .unwrap_or_default())
 }
 
 /// The periods of a date window ending at `end`: each with its label and its dates.
@@ -344,7 +412,7 @@ fn period_end(dates: &[NaiveDate]) -> NaiveDate {
 }
 
 /// The states now of `refs` (absent ones `missing`), read at once.
-fn states(engine: &Engine, refs: &[String]) -> Result<BTreeMap<String, &'static str>, GridError> {
+fn states(engine: &Engine, refs: &[String]) -> Result<BTreeMap<String, DerivedStatus>, GridError> {
     let wanted: Vec<&str> = refs.iter().map(String::as_str).collect();
     let rows = engine.store.partitions_by_ref(&wanted)?;
     let keys: Vec<String> = rows.iter().map(|r| r.partition_ref.clone()).collect();
@@ -354,8 +422,8 @@ fn states(engine: &Engine, refs: &[String]) -> Result<BTreeMap<String, &'static 
 
 /// One cell: its partitions' states counted; coloured by the worst, or by the filter's state.
 fn cell(
-    counts: &BTreeMap<&'static str, u64>,
-    filter: Option<&str>,
+    counts: &BTreeMap<DerivedStatus, u64>,
+    filter: Option<DerivedStatus>,
     title: String,
     href: String,
 ) -> Cell {
@@ -363,15 +431,15 @@ fn cell(
     let worst = match counts
         .keys()
         .copied()
-        .filter(|s| *s != "missing")
-        .max_by_key(|s| rank(s))
+        .filter(|s| *s != DerivedStatus::Missing)
+        .max_by_key(|s| rank(*s))
     {
-        None => "missing",
-        Some("live") if counts.contains_key("missing") => "partial",
-        Some(s) => s,
+        None => DerivedStatus::Missing.as_str(),
+        Some(DerivedStatus::Live) if counts.contains_key(&DerivedStatus::Missing) => "partial",
+        Some(s) => s.as_str(),
     };
     let status = match filter {
-        Some(f) if counts.contains_key(f) => f.to_string(),
+        Some(f) if counts.contains_key(&f) => f.to_string(),
         Some(_) => "other".to_string(),
         None => worst.to_string(),
     };
@@ -394,12 +462,7 @@ pub fn grid(
     q: &GridQuery,
     link: &dyn Fn(Zoom, NaiveDate) -> String,
 ) -> Result<Grid, GridError> {
-    if let Some(s) = &q.state {
-        if !STATES.contains(&s.as_str()) {
-            return Err(GridError::State(s.clone()));
-        }
-    }
-    let filter = q.state.as_deref();
+    let filter = q.state;
     let pattern = engine.graph.pattern_of(producer).clone();
     let fields: Vec<(String, FieldType)> =
         pattern.fields().map(|(n, t)| (n.to_string(), t)).collect();
@@ -420,9 +483,9 @@ pub fn grid(
         next_cols: None,
         partitions_read: 0,
     };
-    let add = |counts: &BTreeMap<&'static str, u64>, g: &mut Grid| {
+    let add = |counts: &BTreeMap<DerivedStatus, u64>, g: &mut Grid| {
         for (s, n) in counts {
-            *g.counts.entry(s).or_default() += n;
+            *g.counts.entry(*s).or_default() += n;
         }
     };
     match (fields.len(), date) {
@@ -430,7 +493,7 @@ pub fn grid(
             // A calendar: twelve months by their days.
             let end = q
                 .end
-                .unwrap_or_else(|| default_end(engine, producer, &pattern, 0));
+                .map_or_else(|| default_end(engine, &pattern, 0, &[]), Ok)?;
             let months = periods(Zoom::Month, end);
             let refs: Vec<String> = months
                 .iter()
@@ -445,7 +508,7 @@ pub fn grid(
                 let mut row = Vec::new();
                 for d in days {
                     let r = pattern.render(&[&format_date(*d)]);
-                    let state = found.get(&r).copied().unwrap_or("missing");
+                    let state = found.get(&r).copied().unwrap_or(DerivedStatus::Missing);
                     let counts = BTreeMap::from([(state, 1)]);
                     add(&counts, &mut g);
                     row.push(cell(&counts, filter, r.clone(), partition_href(&r)));
@@ -508,7 +571,7 @@ pub fn grid(
                 let zoom = q.zoom.unwrap_or(Zoom::Day);
                 let end = q
                     .end
-                    .unwrap_or_else(|| default_end(engine, producer, &pattern, column));
+                    .map_or_else(|| default_end(engine, &pattern, column, &rows), Ok)?;
                 let periods = periods(zoom, end);
                 let mut refs = Vec::new();
                 for r in &rows {
@@ -528,7 +591,7 @@ pub fn grid(
                             let state = found
                                 .get(&render(r, &format_date(*d)))
                                 .copied()
-                                .unwrap_or("missing");
+                                .unwrap_or(DerivedStatus::Missing);
                             *counts.entry(state).or_default() += 1;
                         }
                         add(&counts, &mut g);
@@ -593,7 +656,7 @@ pub fn grid(
                     let mut row = Vec::new();
                     for c in &columns {
                         let rf = render(r, c);
-                        let state = found.get(&rf).copied().unwrap_or("missing");
+                        let state = found.get(&rf).copied().unwrap_or(DerivedStatus::Missing);
                         let counts = BTreeMap::from([(state, 1)]);
                         add(&counts, &mut g);
                         row.push(cell(&counts, filter, rf.clone(), partition_href(&rf)));
@@ -637,21 +700,22 @@ mod tests {
 
     #[test]
     fn a_cell_is_its_worst_state_or_the_filters() {
-        let counts = BTreeMap::from([("live", 5), ("stale", 1), ("missing", 1)]);
+        use DerivedStatus::{Failed, Live, Missing, Stale};
+        let counts = BTreeMap::from([(Live, 5), (Stale, 1), (Missing, 1)]);
         let c = cell(&counts, None, "x".into(), String::new());
         assert_eq!(c.status, "stale");
-        let partly = BTreeMap::from([("live", 5), ("missing", 2)]);
+        let partly = BTreeMap::from([(Live, 5), (Missing, 2)]);
         assert_eq!(
             cell(&partly, None, "x".into(), String::new()).status,
             "partial"
         );
-        assert_eq!(c.title, "x: 5 live, 1 missing, 1 stale");
+        assert_eq!(c.title, "x: 5 live, 1 stale, 1 missing");
         assert_eq!(
-            cell(&counts, Some("missing"), "x".into(), String::new()).status,
+            cell(&counts, Some(Missing), "x".into(), String::new()).status,
             "missing"
         );
         assert_eq!(
-            cell(&counts, Some("failed"), "x".into(), String::new()).status,
+            cell(&counts, Some(Failed), "x".into(), String::new()).status,
             "other"
         );
     }

@@ -141,4 +141,35 @@ mod tests {
             }
         }
     }
+
+    #[test]
+    fn a_partitions_status_is_an_enum_of_the_same_strings() {
+        let doc = serde_json::to_value(<super::ApiDoc as utoipa::OpenApi>::openapi()).unwrap();
+        let schemas = &doc["components"]["schemas"];
+        assert_eq!(
+            schemas["DerivedStatus"]["enum"],
+            serde_json::json!([
+                "live",
+                "stale",
+                "check_failed",
+                "missing",
+                "building",
+                "failed",
+                "tainted",
+                "expired"
+            ])
+        );
+        for answer in [
+            "PartitionStatus",
+            "PartitionItem",
+            "Explain",
+            "WaitingPartition",
+        ] {
+            assert_eq!(
+                schemas[answer]["properties"]["status"]["$ref"],
+                "#/components/schemas/DerivedStatus",
+                "{answer}"
+            );
+        }
+    }
 }

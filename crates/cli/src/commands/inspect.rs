@@ -39,7 +39,7 @@ pub fn status(
         .map(|r| {
             vec![
                 r.partition_ref.clone(),
-                r.status.clone(),
+                r.status.to_string(),
                 r.reasons.join("; "),
             ]
         })
@@ -83,6 +83,17 @@ pub fn explain(
     }
     if let Some(p) = &x.producer {
         outln!("  produced by {} `{}` ({})", p.kind, p.name, p.pattern)?;
+    }
+    if let Some(c) = &x.root_cause {
+        outln!(
+            "  root cause: {} failed in run {}{}",
+            c.partition_ref,
+            c.job_run_id,
+            c.log_tail
+                .as_ref()
+                .map(|t| format!(" (last log line: {t})"))
+                .unwrap_or_default()
+        )?;
     }
     let at = |t: &Option<String>| t.clone().unwrap_or_else(|| "-".to_string());
     if let Some(run) = &x.run {
@@ -208,7 +219,10 @@ pub fn check(
     json: bool,
 ) -> anyhow::Result<ExitCode> {
     let answer = backend.check(&expand(backend, args)?)?;
-    let held_back = answer.partitions.iter().any(|p| p.status == "check_failed");
+    let held_back = answer
+        .partitions
+        .iter()
+        .any(|p| p.status == databuild_exec::answers::DerivedStatus::CheckFailed);
     if json {
         outln!("{}", serde_json::to_string_pretty(&answer)?)?;
     } else {

@@ -37,17 +37,20 @@ pub fn partitions(
     }: PartitionsArgs,
     json: bool,
 ) -> anyhow::Result<ExitCode> {
-    let status_name = status.map(|s| match s {
-        PartitionStatusArg::Live => "live",
-        PartitionStatusArg::Stale => "stale",
-        PartitionStatusArg::Building => "building",
-        PartitionStatusArg::Failed => "failed",
-        PartitionStatusArg::Tainted => "tainted",
+    use databuild_exec::answers::DerivedStatus;
+    use databuild_exec::engine::listing::ListedStatus;
+    let status = status.map(|s| match s {
+        PartitionStatusArg::Live => DerivedStatus::Live,
+        PartitionStatusArg::Stale => DerivedStatus::Stale,
+        PartitionStatusArg::Building => DerivedStatus::Building,
+        PartitionStatusArg::Failed => DerivedStatus::Failed,
+        PartitionStatusArg::Tainted => DerivedStatus::Tainted,
     });
-    let listed = status_name.and_then(databuild_exec::engine::listing::ListedStatus::parse);
+    let listed = status.and_then(ListedStatus::of);
+    let status_name = status.map(DerivedStatus::as_str);
     let query = PartitionQuery {
         pattern,
-        status: listed.map(databuild_exec::engine::listing::ListedStatus::recorded),
+        status: listed.map(ListedStatus::recorded),
         limit,
         after,
     };
@@ -62,7 +65,7 @@ pub fn partitions(
         .map(|r| {
             vec![
                 r.partition_ref.clone(),
-                r.status.clone(),
+                r.status.to_string(),
                 cell(&r.job),
                 r.updated_at.clone(),
                 cell(&r.reason),
@@ -585,7 +588,10 @@ pub fn logs(
         let mut next = backend.status(r)?;
         // A retry is claimed a moment after its attempt ends: the partition stays building.
         let retry_by = Instant::now() + RETRY_WAIT;
-        while follow && next.status == "building" && next.built_by.as_deref() == Some(&followed) {
+        while follow
+            && next.status == databuild_exec::answers::DerivedStatus::Building
+            && next.built_by.as_deref() == Some(&followed)
+        {
             if Instant::now() > retry_by {
                 break;
             }

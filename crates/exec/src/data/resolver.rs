@@ -239,7 +239,7 @@ impl Resolver for LocalResolver<'_> {
         }
         if let Some(upstream) = &dataset.upstream {
             return crate::data::upstream::status(upstream, r.as_str())
-                .map(|(s, _)| s == "live")
+                .map(|(s, _)| s == crate::answers::DerivedStatus::Live)
                 .map_err(ResolveError::new);
         }
         let Some(probe) = &dataset.exists else {

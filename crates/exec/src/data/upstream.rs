@@ -72,7 +72,7 @@ fn no_answer(upstream: &str) -> impl FnOnce(ureq::Error) -> UpstreamError + '_ {
 }
 
 /// The partition's status on the upstream service: `(status, built_by)`.
-pub fn status(upstream: &str, r: &str) -> Result<(String, Option<String>)> {
+pub fn status(upstream: &str, r: &str) -> Result<(crate::answers::DerivedStatus, Option<String>)> {
     let url = format!("{upstream}{}", route::fill(route::PARTITION_STATUS, r));
     let mut response = agent(Some(CALL_TIMEOUT))
         .get(&url)

@@ -92,7 +92,8 @@ pub fn source_version(data_dir: &Path, r: &str) -> Option<String> {
 /// The version of a partition an upstream service builds: the run that built it there.
 pub fn upstream_version(ds: &databuild_core::Dataset, r: &str) -> Option<String> {
     let (status, built_by) = crate::data::upstream::status(ds.upstream.as_deref()?, r).ok()?;
-    (status == "live").then(|| format!("upstream:{}", built_by.unwrap_or_default()))
+    (status == crate::answers::DerivedStatus::Live)
+        .then(|| format!("upstream:{}", built_by.unwrap_or_default()))
 }
 
 /// The version an external partition's data has now (its file's size and mtime, what sealing

@@ -2,17 +2,17 @@
 //! split of a job output's available partitions into live, stale and missing.
 //!
 //! The log records `available`; whether such a partition is live, stale or missing (its data
-//! gone) is derived, as `partitions --status` derives it (versions, taints, data present; the
-//! re-check of a config job's live partitions against its config is `status`'s). Counting it
+//! gone) is derived, as `status` and `partitions --status` derive it (`Engine::derive_rows`:
+//! versions, taints, data present, a config job's live partitions against its config). Counting it
 //! means deriving it for every available partition, so the pass goes one page of rows at a time,
 //! with a fresh memo of versions per page: its memory is bounded by the page, never by the
 //! dataset, and its time is linear in it.
 
-use databuild_core::{KnownState, Producer};
+use databuild_core::Producer;
 use databuild_log::{PartitionQuery, PartitionRow, Status};
 
 use super::status::producer_kind;
-use crate::answers::DatasetView;
+use crate::answers::{DatasetView, DerivedStatus};
 use crate::engine::listing::{shown_status, FRESHNESS_SCAN};
 use crate::engine::{Engine, Result};
 
@@ -38,7 +38,7 @@ impl Engine {
         &self,
         producer: Producer,
         exact: bool,
-    ) -> Result<Option<std::collections::BTreeMap<&'static str, u64>>> {
+    ) -> Result<Option<std::collections::BTreeMap<DerivedStatus, u64>>> {
         let mut shown = std::collections::BTreeMap::new();
         let mut seen = 0;
         let whole = self.each_page(producer, Status::Tainted, |versions, own| {
@@ -94,12 +94,13 @@ impl Engine {
 
 pub(crate) fn freshness(engine: &Engine, producer: Producer) -> Result<Freshness> {
     let mut counts = Freshness::default();
+    let mut resolver = engine.resolver();
     engine.each_page(producer, Status::Available, |versions, own| {
-        for state in versions.states_of_rows(own)? {
-            match state {
-                KnownState::Live => counts.live += 1,
-                KnownState::Stale { .. } | KnownState::Kept { .. } => counts.stale += 1,
-                KnownState::CheckFailed { .. } => counts.check_failed += 1,
+        for (status, _) in engine.derive_rows(own, versions, &mut resolver)? {
+            match status {
+                DerivedStatus::Live => counts.live += 1,
+                DerivedStatus::Stale => counts.stale += 1,
+                DerivedStatus::CheckFailed => counts.check_failed += 1,
                 _ => counts.missing += 1,
             }
         }
@@ -126,33 +127,35 @@ pub(crate) fn datasets(engine: &Engine, exact: bool) -> Result<Vec<DatasetView>>
             for (s, n) in counts {
                 *partitions.entry(shown_status(s).to_string()).or_default() += n;
             }
-            let available = partitions.get("live").copied().unwrap_or(0);
+            let live = DerivedStatus::Live.as_str();
+            let available = partitions.get(live).copied().unwrap_or(0);
             let freshness_checked = exact || available as usize <= FRESHNESS_SCAN;
             if available > 0 && matches!(p, Producer::Job { .. }) {
                 if freshness_checked {
                     let counts = engine.freshness(p)?;
-                    partitions.insert("live".into(), counts.live);
+                    partitions.insert(live.into(), counts.live);
                     for (status, n) in [
-                        ("stale", counts.stale),
-                        ("missing", counts.missing),
-                        ("check_failed", counts.check_failed),
+                        (DerivedStatus::Stale, counts.stale),
+                        (DerivedStatus::Missing, counts.missing),
+                        (DerivedStatus::CheckFailed, counts.check_failed),
                     ] {
                         if n > 0 {
-                            *partitions.entry(status.into()).or_default() += n;
+                            *partitions.entry(status.to_string()).or_default() += n;
                         }
                     }
                 } else {
                     // Recorded live, not checked: say only what the log says.
-                    partitions.remove("live");
+                    partitions.remove(live);
                     partitions.insert("available".into(), available);
                 }
             }
             // A tainted external is live again once its data changed.
             let external =
                 matches!(p, Producer::Dataset(d) if engine.graph.datasets[d].source.is_none());
-            if external && partitions.contains_key("tainted") {
+            let tainted = DerivedStatus::Tainted.as_str();
+            if external && partitions.contains_key(tainted) {
                 if let Some(shown) = engine.external_taints(p, exact)? {
-                    partitions.remove("tainted");
+                    partitions.remove(tainted);
                     for (status, n) in shown {
                         *partitions.entry(status.to_string()).or_default() += n;
                     }
@@ -172,11 +175,7 @@ pub(crate) fn datasets(engine: &Engine, exact: bool) -> Result<Vec<DatasetView>>
 pub(crate) fn shown_states(
     engine: &Engine,
     rows: Vec<databuild_log::PartitionRow>,
-) -> Result<Vec<&'static str>> {
-    Ok(engine
-        .versions()
-        .states_of_rows(rows)?
-        .iter()
-        .map(crate::engine::listing::state_name)
-        .collect())
+) -> Result<Vec<DerivedStatus>> {
+    let shown = engine.derive_rows(rows, &engine.versions(), &mut engine.resolver())?;
+    Ok(shown.into_iter().map(|(status, _)| status).collect())
 }

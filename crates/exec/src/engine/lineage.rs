@@ -719,10 +719,10 @@ pub(crate) fn fulfillment(
     let mut waiting = Vec::new();
     let mut made_by: std::collections::BTreeMap<&str, Vec<String>> = Default::default();
     for s in statuses.iter().take(WANT_TRACED) {
-        if s.status != "live" {
+        if s.status != crate::answers::DerivedStatus::Live {
             waiting.push(WaitingPartition {
                 partition_ref: s.partition_ref.clone(),
-                status: s.status.to_string(),
+                status: s.status,
                 waits_for: s.reasons.join("; "),
             });
         }

@@ -1,21 +1,16 @@
 //! Listings of partitions: a page of them by recorded status, or by derived freshness (`live`,
-//! `stale`), each shown by the name `status` gives it. The CLI's `partitions` and the API's
-//! `/partitions` share it.
+//! `stale`), each shown by the name `status` gives it (`Engine::derive_rows`). The CLI's
+//! `partitions` and the API's `/partitions` share it.
 
-use databuild_core::plan::KnownState;
 use databuild_log::{PartitionQuery, PartitionRow, Status};
 use serde::{Deserialize, Serialize};
 
+use crate::answers::{DerivedStatus, UnknownStatus};
 use crate::engine::{Engine, Result};
 
-/// The user-facing name of a stored partition status.
+/// The user-facing name of a stored partition status, before anything is derived.
 pub fn shown_status(status: Status) -> &'static str {
-    match status {
-        Status::Available => "live",
-        // Its data was removed by gc: missing until a build makes it again.
-        Status::Removed => "missing",
-        other => other.as_str(),
-    }
+    DerivedStatus::recorded(status).as_str()
 }
 
 /// One partition in a listing (an answer: see [`crate::answers`] for its times).
@@ -23,9 +18,8 @@ pub fn shown_status(status: Status) -> &'static str {
 pub struct PartitionItem {
     #[serde(rename = "ref")]
     pub partition_ref: String,
-    /// `live`, `stale`, `check_failed`, `missing`, `building`, `failed` or `tainted`, as
-    /// `status` says it.
-    pub status: String,
+    /// As `status` says it.
+    pub status: DerivedStatus,
     pub job: Option<String>,
     pub built_by: Option<String>,
     pub build_request_id: Option<String>,
@@ -47,7 +41,7 @@ pub struct PartitionPage {
 impl From<PartitionRow> for PartitionItem {
     fn from(r: PartitionRow) -> Self {
         PartitionItem {
-            status: shown_status(r.status).to_string(),
+            status: DerivedStatus::recorded(r.status),
             updated_at: crate::answers::rfc3339(r.updated_at),
             updated_at_ns: r.updated_at,
             partition_ref: r.partition_ref,
@@ -69,15 +63,30 @@ pub enum ListedStatus {
 }
 
 impl ListedStatus {
-    pub const NAMES: &'static str = "live, stale, building, failed or tainted";
+    /// The statuses a listing takes (`available` is also taken, as `live`).
+    pub const TAKEN: [DerivedStatus; 5] = [
+        DerivedStatus::Live,
+        DerivedStatus::Stale,
+        DerivedStatus::Building,
+        DerivedStatus::Failed,
+        DerivedStatus::Tainted,
+    ];
 
-    pub fn parse(s: &str) -> Option<ListedStatus> {
-        match s {
-            "live" | "available" => Some(ListedStatus::Live),
-            "stale" => Some(ListedStatus::Stale),
-            "building" => Some(ListedStatus::Recorded(Status::Building)),
-            "failed" => Some(ListedStatus::Recorded(Status::Failed)),
-            "tainted" => Some(ListedStatus::Recorded(Status::Tainted)),
+    /// A listing's status by its name; else an error naming those it takes.
+    pub fn parse(s: &str) -> std::result::Result<ListedStatus, UnknownStatus> {
+        let s = if s == "available" { "live" } else { s };
+        DerivedStatus::parse_one_of(s, &Self::TAKEN)
+            .map(|d| Self::of(d).expect("every status a listing takes is listed"))
+    }
+
+    /// How a listing asks for `status`, if it can.
+    pub fn of(status: DerivedStatus) -> Option<ListedStatus> {
+        match status {
+            DerivedStatus::Live => Some(ListedStatus::Live),
+            DerivedStatus::Stale => Some(ListedStatus::Stale),
+            DerivedStatus::Building => Some(ListedStatus::Recorded(Status::Building)),
+            DerivedStatus::Failed => Some(ListedStatus::Recorded(Status::Failed)),
+            DerivedStatus::Tainted => Some(ListedStatus::Recorded(Status::Tainted)),
             _ => None,
         }
     }
@@ -89,6 +98,15 @@ impl ListedStatus {
             ListedStatus::Recorded(s) => s,
         }
     }
+
+    /// The status each listed partition shows.
+    pub fn shown(self) -> DerivedStatus {
+        match self {
+            ListedStatus::Live => DerivedStatus::Live,
+            ListedStatus::Stale => DerivedStatus::Stale,
+            ListedStatus::Recorded(s) => DerivedStatus::recorded(s),
+        }
+    }
 }
 
 /// The most partitions one page of a `live` or `stale` listing checks the freshness of. A page
@@ -96,83 +114,33 @@ impl ListedStatus {
 /// this, not by how rare the matches are.
 pub const FRESHNESS_SCAN: usize = 20_000;
 
-/// The name a listing shows a derived state by.
-pub(crate) fn state_name(state: &KnownState) -> &'static str {
-    match state {
-        KnownState::Live => "live",
-        KnownState::Stale { .. } | KnownState::Kept { .. } => "stale",
-        KnownState::CheckFailed { .. } => "check_failed",
-        KnownState::Missing => "missing",
-        KnownState::Building { .. } => "building",
-        KnownState::Failed => "failed",
-        KnownState::Tainted => "tainted",
-    }
-}
-
-/// How a listing shows an available job output whose state was derived, and why (as `status`
-/// says it).
-fn derived_status(
-    state: KnownState,
-    versions: &crate::data::versions::VersionedStates<'_>,
-    r: &str,
-) -> (&'static str, Option<String>) {
-    let name = state_name(&state);
-    let reason = match state {
-        KnownState::Stale { reason }
-        | KnownState::Kept { reason }
-        | KnownState::CheckFailed { reason } => Some(reason),
-        KnownState::Missing => Some(
-            versions
-                .gone(r)
-                .unwrap_or_else(|| "its data is gone".to_string()),
-        ),
-        _ => None,
-    };
-    (name, reason)
-}
-
 impl Engine {
-    /// A page by recorded status, each shown as it is: an available job output as `status`
-    /// derives it (live, stale with why, check_failed, or missing when its data is gone); an
-    /// external's taint holds only until its data changes. A filter by status is on what is
-    /// shown (a page may then hold fewer rows; `next` still pages on).
+    /// A page by recorded status, each shown as `status` shows it (`derive_rows`). A filter by
+    /// status is on what is shown (a page may then hold fewer rows; `next` still pages on).
     fn recorded_page(&self, query: &PartitionQuery) -> Result<PartitionPage> {
         let rows = self.store.partitions(query)?;
         let next = (rows.len() == query.limit && query.limit > 0)
             .then(|| rows.last().map(|r| r.partition_ref.clone()))
             .flatten();
         let versions = self.versions();
-        // The page's available job outputs, derived in one batch, in the page's order.
-        let derived =
-            |row: &PartitionRow| row.status == Status::Available && self.is_job_output(row);
-        let refs: Vec<&str> = rows
-            .iter()
-            .filter(|row| derived(row))
-            .map(|row| row.partition_ref.as_str())
-            .collect();
-        let mut states = versions.known_all(&refs)?.into_iter();
+        let mut resolver = self.resolver();
+        let shown = self.derive_rows(rows.clone(), &versions, &mut resolver)?;
         let partitions = rows
             .into_iter()
-            .map(|row| {
-                let (status, reason) = match derived(&row).then(|| states.next()).flatten() {
-                    Some(state) => derived_status(state, &versions, &row.partition_ref),
-                    None => (self.shown_status(&versions, &row), None),
-                };
+            .zip(shown)
+            .map(|(row, (status, reason))| {
                 let mut item = PartitionItem::from(row);
-                item.status = status.to_string();
+                item.status = status;
                 item.reason = reason;
                 item
             })
-            .filter(|item| query.status.is_none_or(|s| shown_status(s) == item.status))
+            .filter(|item| {
+                query
+                    .status
+                    .is_none_or(|s| DerivedStatus::recorded(s) == item.status)
+            })
             .collect();
         Ok(PartitionPage { partitions, next })
-    }
-
-    fn is_job_output(&self, row: &PartitionRow) -> bool {
-        matches!(
-            self.graph.producer_of(&row.partition_ref),
-            Some((databuild_core::Producer::Job { .. }, _))
-        )
     }
 
     /// How a listing shows a row whose freshness it does not derive (not an available job
@@ -181,7 +149,7 @@ impl Engine {
         &self,
         versions: &crate::data::versions::VersionedStates<'_>,
         row: &PartitionRow,
-    ) -> &'static str {
+    ) -> DerivedStatus {
         use databuild_core::Producer;
         let producer = self.graph.producer_of(&row.partition_ref).map(|(p, _)| p);
         match (row.status, producer) {
@@ -190,12 +158,12 @@ impl Engine {
             {
                 let r = row.partition_ref.as_str();
                 match versions.current_version(r) {
-                    None => "missing",
-                    Some(_) if versions.external_tainted(r).is_some() => "tainted",
-                    Some(_) => "live",
+                    None => DerivedStatus::Missing,
+                    Some(_) if versions.external_tainted(r).is_some() => DerivedStatus::Tainted,
+                    Some(_) => DerivedStatus::Live,
                 }
             }
-            (status, _) => shown_status(status),
+            (status, _) => DerivedStatus::recorded(status),
         }
     }
 }
@@ -205,12 +173,12 @@ pub(crate) fn partition_page(
     query: &PartitionQuery,
     listed: Option<ListedStatus>,
 ) -> Result<PartitionPage> {
-    let want_fresh = match listed {
-        Some(ListedStatus::Live) => true,
-        Some(ListedStatus::Stale) => false,
+    let want = match listed {
+        Some(l @ (ListedStatus::Live | ListedStatus::Stale)) => l.shown(),
         _ => return engine.recorded_page(query),
     };
     let versions = engine.versions();
+    let mut resolver = engine.resolver();
     let mut page = PartitionPage {
         partitions: Vec::new(),
         next: None,
@@ -226,25 +194,17 @@ pub(crate) fn partition_page(
             after: cursor.clone(),
         })?;
         let (fetched, full) = (rows.len(), rows.len() == batch);
-        let refs: Vec<&str> = rows.iter().map(|r| r.partition_ref.as_str()).collect();
-        let states = versions.known_all(&refs)?;
+        let shown = engine.derive_rows(rows.clone(), &versions, &mut resolver)?;
         let mut taken = 0;
-        for (row, state) in rows.into_iter().zip(states) {
+        for (row, (status, reason)) in rows.into_iter().zip(shown) {
             taken += 1;
             scanned += 1;
             cursor = Some(row.partition_ref.clone());
-            // Available in the log, but live, stale, or missing (its data is gone).
-            let (fresh, reason) = match state {
-                KnownState::Stale { reason } | KnownState::Kept { reason } => (false, Some(reason)),
-                KnownState::Live => (true, None),
-                _ => continue,
-            };
-            if fresh == want_fresh {
+            // Available in the log, but live, stale, check_failed or missing (data gone).
+            if status == want {
                 let mut item = PartitionItem::from(row);
-                if let Some(reason) = reason {
-                    item.status = "stale".to_string();
-                    item.reason = Some(reason);
-                }
+                item.status = status;
+                item.reason = reason;
                 page.partitions.push(item);
                 if page.partitions.len() == query.limit {
                     break;

@@ -43,8 +43,9 @@ use listing::{ListedStatus, PartitionPage};
 use wants::Decision;
 
 use crate::answers::{
-    BuildProgress, BuildSummary, DatasetView, Explanation, ForceKeepsLive, Maintenance, PlanCost,
-    Promotion, SourceDetail, SourceView, StatusReport, WaitingPartition, WantBuild,
+    BuildProgress, BuildSummary, DatasetView, DerivedStatus, Explanation, ForceKeepsLive,
+    Maintenance, PlanCost, Promotion, SourceDetail, SourceView, StatusReport, WaitingPartition,
+    WantBuild,
 };
 use crate::config::EngineConfig;
 use crate::run::lease::Lease;
@@ -292,10 +293,10 @@ impl Engine {
         freshness::datasets(self, exact)
     }
 
-    /// What each of `rows` is now, as listings show it (`live`, `stale`, `missing`, `building`,
-    /// `failed`, `tainted`): available rows derived in one pass with one memo of versions, so
-    /// the cost is that of the rows given (a page of a picture), never of their dataset.
-    pub fn shown_states(&self, rows: Vec<PartitionRow>) -> Result<Vec<&'static str>> {
+    /// What each of `rows` is now, as `status` and listings show it: available rows derived in
+    /// one pass with one memo of versions (and a config job's re-checked against its config),
+    /// so the cost is that of the rows given (a page of a picture), never of their dataset.
+    pub fn shown_states(&self, rows: Vec<PartitionRow>) -> Result<Vec<DerivedStatus>> {
         freshness::shown_states(self, rows)
     }
 

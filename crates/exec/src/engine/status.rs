@@ -6,28 +6,31 @@ use std::collections::HashMap;
 use databuild_core::{Deps, JobConfig, KnownState, PartitionRef, PlanRequest, Producer};
 use databuild_log::{EventFilter, Status};
 
-use crate::answers::{Explanation, PlannedStep, ProducerInfo, QueryInputRead, StatusReport};
+use databuild_log::PartitionRow;
+
+use crate::answers::{
+    DerivedStatus, Explanation, PlannedStep, ProducerInfo, QueryInputRead, RootCause, StatusReport,
+};
 use crate::data::resolver::LocalResolver;
 use crate::data::versions::VersionedStates;
 use crate::engine::{Engine, EngineError, Result};
 
 impl Engine {
     /// Live partitions of config jobs are stale when their config now chooses differently from
-    /// the run that built them: one config call per job for all of them.
+    /// the run that built them: one config call per job for all of them. `shown` holds each ref
+    /// with its status so far; the answer is the index of each that is stale, and why.
     fn recheck_configs(
         &self,
-        reports: &mut [StatusReport],
+        shown: &[(&str, DerivedStatus)],
         resolver: &mut LocalResolver,
         versions: &VersionedStates<'_>,
-    ) -> Result<()> {
+    ) -> Result<Vec<(usize, String)>> {
         let mut by_job: Vec<(usize, Vec<usize>)> = Vec::new();
-        for (i, report) in reports.iter().enumerate() {
-            if report.status != "live" {
+        for (i, (r, status)) in shown.iter().enumerate() {
+            if *status != DerivedStatus::Live {
                 continue;
             }
-            let Some((Producer::Job { job, .. }, _)) =
-                self.graph.producer_of(&report.partition_ref)
-            else {
+            let Some((Producer::Job { job, .. }, _)) = self.graph.producer_of(r) else {
                 continue;
             };
             if !matches!(self.graph.jobs[job].deps, Deps::Dynamic { .. }) {
@@ -38,6 +41,7 @@ impl Engine {
                 None => by_job.push((job, vec![i])),
             }
         }
+        let mut stale = Vec::new();
         for (job, indices) in by_job {
             let job = &self.graph.jobs[job];
             let failed = |e: &dyn std::fmt::Display| {
@@ -49,7 +53,7 @@ impl Engine {
             let mut seen = rustc_hash::FxHashSet::default();
             let mut refs: Vec<PartitionRef> = Vec::with_capacity(indices.len());
             for &i in &indices {
-                let r = PartitionRef::new(&reports[i].partition_ref)
+                let r = PartitionRef::new(shown[i].0)
                     .map_err(|e| EngineError::Invalid(e.to_string()))?;
                 if seen.insert(r.clone()) {
                     refs.push(r);
@@ -62,8 +66,8 @@ impl Engine {
                 .flat_map(|c| c.outputs.iter().map(move |o| (o.as_str(), c)))
                 .collect();
             for &i in &indices {
-                let r = &reports[i].partition_ref;
-                let Some(&config) = by_output.get(r.as_str()) else {
+                let r = shown[i].0;
+                let Some(&config) = by_output.get(r) else {
                     return Err(failed(&format!("no config covers `{r}`")));
                 };
                 let mut now = config.clone();
@@ -80,12 +84,53 @@ impl Engine {
                     &now,
                 )?;
                 if let Some(why) = change {
-                    reports[i].status = "stale";
-                    reports[i].reasons = vec![why];
+                    stale.push((i, why));
                 }
             }
         }
-        Ok(())
+        Ok(stale)
+    }
+
+    /// What each of these rows (read just now) is, and why when it is not what the log records:
+    /// the one derivation every listing, count and grid shows, as `status` says it. An available
+    /// job output is derived (live, stale with why, check_failed, or missing when its data is
+    /// gone) and, a config job's, re-checked against its config; an external's taint holds only
+    /// until its data changes; anything else is as recorded.
+    pub(crate) fn derive_rows(
+        &self,
+        rows: Vec<PartitionRow>,
+        versions: &VersionedStates<'_>,
+        resolver: &mut LocalResolver,
+    ) -> Result<Vec<(DerivedStatus, Option<String>)>> {
+        let job_output = |row: &PartitionRow| {
+            row.status == Status::Available
+                && matches!(
+                    self.graph.producer_of(&row.partition_ref),
+                    Some((Producer::Job { .. }, _))
+                )
+        };
+        let refs: Vec<String> = rows.iter().map(|r| r.partition_ref.clone()).collect();
+        let mut shown: Vec<(DerivedStatus, Option<String>)> = rows
+            .iter()
+            .map(|row| (self.shown_status(versions, row), None))
+            .collect();
+        let (at, derived): (Vec<usize>, Vec<PartitionRow>) = rows
+            .into_iter()
+            .enumerate()
+            .filter(|(_, row)| job_output(row))
+            .unzip();
+        for (i, state) in at.into_iter().zip(versions.states_of_rows(derived)?) {
+            shown[i] = shown_state(state, versions, &refs[i]);
+        }
+        let now: Vec<(&str, DerivedStatus)> = refs
+            .iter()
+            .zip(&shown)
+            .map(|(r, (s, _))| (r.as_str(), *s))
+            .collect();
+        for (i, why) in self.recheck_configs(&now, resolver, versions)? {
+            shown[i] = (DerivedStatus::Stale, Some(why));
+        }
+        Ok(shown)
     }
 
     fn status_of(
@@ -96,7 +141,7 @@ impl Engine {
     ) -> Result<StatusReport> {
         let mut report = StatusReport {
             partition_ref: r.to_string(),
-            status: "missing",
+            status: DerivedStatus::Missing,
             reasons: Vec::new(),
             built_by: None,
             job: None,
@@ -132,9 +177,9 @@ impl Engine {
                     .map_err(|e| EngineError::Invalid(format!("checking `{r}`: {e}")))?;
                 let tainted = available.then(|| versions.external_tainted(r)).flatten();
                 report.status = match (available, &tainted) {
-                    (true, Some(_)) => "tainted",
-                    (true, None) => "live",
-                    (false, _) => "missing",
+                    (true, Some(_)) => DerivedStatus::Tainted,
+                    (true, None) => DerivedStatus::Live,
+                    (false, _) => DerivedStatus::Missing,
                 };
                 if let Some(why) = tainted {
                     report.reasons.push(why);
@@ -162,7 +207,7 @@ impl Engine {
             Some(Producer::Job { .. }) => {}
         }
         let Some(row) = self.store.partition(r)? else {
-            report.reasons.push("no run has built it yet".to_string());
+            report.reasons.push(NEVER_BUILT.to_string());
             return Ok(report);
         };
         report.built_by = row.job_run_id.clone();
@@ -172,47 +217,49 @@ impl Engine {
         let run = row.job_run_id.as_deref().unwrap_or("?");
         let (status, reason) = match row.status {
             Status::Available => match versions.known(r)? {
-                KnownState::Stale { reason } | KnownState::Kept { reason } => ("stale", reason),
-                KnownState::CheckFailed { reason } => ("check_failed", format!(
+                KnownState::Stale { reason } | KnownState::Kept { reason } => {
+                    (DerivedStatus::Stale, reason)
+                }
+                KnownState::CheckFailed { reason } => (DerivedStatus::CheckFailed, format!(
                     "{reason} (run {run}); fix its data and run `databuild check {r}`, or rebuild it with `--force`"
                 )),
                 KnownState::Missing => (
-                    "missing",
+                    DerivedStatus::Missing,
                     versions
                         .gone(r)
                         .unwrap_or_else(|| "its data is gone".to_string()),
                 ),
-                _ => ("live", format!("built by run {run}")),
+                _ => (DerivedStatus::Live, format!("built by run {run}")),
             },
             Status::Building => (
-                "building",
+                DerivedStatus::Building,
                 format!(
                     "being built by run {run} of build request {}",
                     row.build_request_id.as_deref().unwrap_or("?")
                 ),
             ),
             Status::Failed => (
-                "failed",
+                DerivedStatus::Failed,
                 format!(
                     "run {run} failed{}",
                     row.message.map(|m| format!(": {m}")).unwrap_or_default()
                 ),
             ),
             Status::Tainted => (
-                "tainted",
+                DerivedStatus::Tainted,
                 format!(
                     "tainted{}",
                     row.message.map(|m| format!(": {m}")).unwrap_or_default()
                 ),
             ),
             Status::Removed => (
-                "missing",
+                DerivedStatus::Missing,
                 format!(
                     "its data was removed{}; a build makes it again",
                     row.message.map(|m| format!(" ({m})")).unwrap_or_default()
                 ),
             ),
-            other => ("missing", format!("last recorded as `{other}`")),
+            other => (DerivedStatus::Missing, format!("last recorded as `{other}`")),
         };
         report.status = status;
         report.reasons.push(reason);
@@ -245,20 +292,20 @@ impl Engine {
         }
         let dir = self.data_dir.join(&r);
         let (status, reason) = match crate::data::sources::sealed_version(&dir) {
-            Some(version) => ("live", format!(
+            Some(version) => (DerivedStatus::Live, format!(
                 "source partition of `{}`, sealed with {} records",
                 source.name,
                 version.split(':').nth(1).unwrap_or("?")
             )),
-            None if row.as_ref().is_some_and(|p| p.status == Status::Expired) => ("expired", format!(
+            None if row.as_ref().is_some_and(|p| p.status == Status::Expired) => (DerivedStatus::Expired, format!(
                 "its raw data expired (source `{}` keeps {} days); table versions carry it forward from their previous version",
                 source.name, source.retention_days
             )),
-            None if dir.exists() => ("missing", format!(
+            None if dir.exists() => (DerivedStatus::Missing, format!(
                 "open: source `{}` still receives data for this day; it is sealed when the day ends (or by `databuild source seal {}`)",
                 source.name, source.name
             )),
-            None => ("missing", format!("no data of source `{}` has arrived for this day", source.name)),
+            None => (DerivedStatus::Missing, format!("no data of source `{}` has arrived for this day", source.name)),
         };
         report.status = status;
         report.reasons.push(reason);
@@ -273,7 +320,14 @@ pub(crate) fn status(engine: &Engine, refs: &[String]) -> Result<Vec<StatusRepor
         .iter()
         .map(|r| engine.status_of(r, &mut resolver, &versions))
         .collect::<Result<Vec<_>>>()?;
-    engine.recheck_configs(&mut reports, &mut resolver, &versions)?;
+    let shown: Vec<(&str, DerivedStatus)> = reports
+        .iter()
+        .map(|r| (r.partition_ref.as_str(), r.status))
+        .collect();
+    for (i, why) in engine.recheck_configs(&shown, &mut resolver, &versions)? {
+        reports[i].status = DerivedStatus::Stale;
+        reports[i].reasons = vec![why];
+    }
     Ok(reports)
 }
 
@@ -303,16 +357,16 @@ pub(crate) fn explain(engine: &Engine, r: &str) -> Result<Explanation> {
                     partition_ref: r.to_string(),
                     data_version: version.to_string(),
                     built_by: run.input_runs.get(*r).cloned(),
-                    status: now.status.to_string(),
+                    status: now.status,
                 })
                 .collect()
         }
         None => Vec::new(),
     };
+    let mut plan_runs = Vec::new();
     let to_build = match (status.status, producer.as_ref().map(|p| p.kind.as_str())) {
-        ("live" | "building" | "check_failed", _) | (_, Some("dataset" | "source") | None) => {
-            Vec::new()
-        }
+        (DerivedStatus::Live | DerivedStatus::Building | DerivedStatus::CheckFailed, _)
+        | (_, Some("dataset" | "source") | None) => Vec::new(),
         _ => {
             let refs = vec![databuild_core::PartitionRef::new(r)
                 .map_err(|e| EngineError::Invalid(e.to_string()))?];
@@ -320,15 +374,43 @@ pub(crate) fn explain(engine: &Engine, r: &str) -> Result<Explanation> {
                 refs,
                 ..Default::default()
             })?;
-            plan.runs
+            let steps = plan
+                .runs
                 .iter()
                 .map(|run| PlannedStep {
                     job: run.job.to_string(),
                     outputs: run.outputs.iter().map(|o| o.to_string()).collect(),
                 })
-                .collect()
+                .collect();
+            plan_runs = plan.runs;
+            steps
         }
     };
+    let mut status = status;
+    let root_cause = root_cause(engine, r, &status, &plan_runs)?;
+    if let Some(cause) = root_cause
+        .as_ref()
+        .filter(|_| status.status == DerivedStatus::Missing)
+    {
+        // Not "no run has built it yet": what stops it being built.
+        let tail = cause
+            .log_tail
+            .as_ref()
+            .map(|t| format!(" (last log line: {t})"))
+            .unwrap_or_default();
+        let said = match &cause.via {
+            Some(via) => format!(
+                "its input {via} cannot be built: {} failed in run {}{tail}",
+                cause.partition_ref, cause.job_run_id
+            ),
+            None => format!(
+                "its input {} failed in run {}{tail}",
+                cause.partition_ref, cause.job_run_id
+            ),
+        };
+        status.reasons.retain(|why| why != NEVER_BUILT);
+        status.reasons.insert(0, said);
+    }
     let mut history = engine.store.events(&EventFilter {
         partition_ref: Some(r.to_string()),
         ..Default::default()
@@ -350,7 +432,105 @@ pub(crate) fn explain(engine: &Engine, r: &str) -> Result<Explanation> {
         to_build,
         history,
         wants: engine.wants_of(r)?,
+        root_cause,
     })
+}
+
+/// What `status` says of a job output no run has built.
+const NEVER_BUILT: &str = "no run has built it yet";
+
+/// The run that actually failed, for a partition that is failed (its own run) or missing (the
+/// first planned run, in dependency order, whose output the log records failed: the deepest
+/// failure up its inputs), and the input of `r` it is reached through.
+fn root_cause(
+    engine: &Engine,
+    r: &str,
+    status: &StatusReport,
+    plan: &[databuild_core::PlannedRun],
+) -> Result<Option<RootCause>> {
+    let failed_row = match status.status {
+        DerivedStatus::Failed => engine.store.partition(r)?,
+        DerivedStatus::Missing => {
+            let outputs: Vec<&str> = plan
+                .iter()
+                .flat_map(|run| run.outputs.iter().map(|o| o.as_str()))
+                .filter(|o| *o != r)
+                .collect();
+            let failed: HashMap<String, PartitionRow> = engine
+                .store
+                .partitions_by_ref(&outputs)?
+                .into_iter()
+                .filter(|row| row.status == Status::Failed)
+                .map(|row| (row.partition_ref.clone(), row))
+                .collect();
+            outputs.iter().find_map(|o| failed.get(*o)).cloned()
+        }
+        _ => None,
+    };
+    let Some(row) = failed_row.filter(|row| row.status == Status::Failed) else {
+        return Ok(None);
+    };
+    let Some(run_id) = row.job_run_id.clone() else {
+        return Ok(None);
+    };
+    let run = engine.store.job_run(&run_id)?;
+    let log_tail = run
+        .as_ref()
+        .and_then(|run| run.log_path.as_deref())
+        .and_then(|path| {
+            crate::run::log::read_tail(std::path::Path::new(path), 4096)
+                .ok()
+                .and_then(|log| crate::run::log::last_line(&log))
+        });
+    // Which of `r`'s inputs the failure is reached through: everything planned downstream of it.
+    let mut reach: rustc_hash::FxHashSet<&str> =
+        std::iter::once(row.partition_ref.as_str()).collect();
+    for run in plan {
+        if run.inputs.iter().any(|i| reach.contains(i.as_str())) {
+            reach.extend(run.outputs.iter().map(|o| o.as_str()));
+        }
+    }
+    let via = plan
+        .iter()
+        .find(|run| run.outputs.iter().any(|o| o.as_str() == r))
+        .and_then(|run| run.inputs.iter().find(|i| reach.contains(i.as_str())))
+        .map(|i| i.to_string())
+        .filter(|i| *i != row.partition_ref);
+    Ok(Some(RootCause {
+        partition_ref: row.partition_ref.clone(),
+        job_run_id: run_id,
+        job: row.job.clone(),
+        message: run.and_then(|run| run.message).or(row.message),
+        log_tail,
+        via,
+    }))
+}
+
+/// How a derived state shows, and why (as `status` says it): the reason of a stale, kept or
+/// check_failed partition, or of one whose data is gone.
+pub(crate) fn shown_state(
+    state: KnownState,
+    versions: &VersionedStates<'_>,
+    r: &str,
+) -> (DerivedStatus, Option<String>) {
+    match state {
+        KnownState::Live => (DerivedStatus::Live, None),
+        KnownState::Stale { reason } | KnownState::Kept { reason } => {
+            (DerivedStatus::Stale, Some(reason))
+        }
+        KnownState::CheckFailed { reason } => (DerivedStatus::CheckFailed, Some(reason)),
+        KnownState::Missing => (
+            DerivedStatus::Missing,
+            Some(
+                versions
+                    .gone(r)
+                    .unwrap_or_else(|| "its data is gone".to_string()),
+            ),
+        ),
+        KnownState::Building { .. } => (DerivedStatus::Building, None),
+        KnownState::Failed => (DerivedStatus::Failed, None),
+        KnownState::Tainted => (DerivedStatus::Tainted, None),
+    }
 }
 
 /// `job`, `dataset`, `source` (raw partitions of a [[source]]) or `alias` (a table's alias).

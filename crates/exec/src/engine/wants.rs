@@ -134,7 +134,7 @@ pub(crate) fn unsatisfied(engine: &Engine, want: &WantRow) -> Result<Vec<(String
     Ok(engine
         .status(&want.refs)?
         .into_iter()
-        .filter(|s| s.status != "live")
+        .filter(|s| s.status != crate::answers::DerivedStatus::Live)
         .map(|s| (s.partition_ref, s.status.to_string()))
         .collect())
 }

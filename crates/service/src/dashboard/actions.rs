@@ -238,7 +238,7 @@ mod tests {
         assert_eq!(location(&response), "/partitions/daily%2Fdate=2026-01-02");
         assert_eq!(
             engine_api::status(&state.engine, r).unwrap().status,
-            "tainted"
+            databuild_exec::answers::DerivedStatus::Tainted
         );
     }
 

@@ -98,19 +98,23 @@ fn calendar_for(engine: &Engine, pattern: &str) -> Result<String, AppError> {
         limit: 5000,
         ..Default::default()
     })?;
+    use databuild_exec::answers::DerivedStatus;
     let rank = |s: &str| match s {
-        "failed" => 4,
+        "failed" | "check_failed" => 4,
         "tainted" => 3,
         "building" => 2,
         "stale" => 1,
         _ => 0,
     };
     let mut by_date: std::collections::BTreeMap<String, String> = Default::default();
-    for r in rows {
-        let Some(values) = p.match_ref(&r.partition_ref) else {
+    let refs: Vec<String> = rows.iter().map(|r| r.partition_ref.clone()).collect();
+    // As `status` says each (derived: stale, check_failed, data gone), not as recorded.
+    let shown: Vec<DerivedStatus> = engine.shown_states(rows)?;
+    for (r, shown) in refs.iter().zip(shown) {
+        let Some(values) = p.match_ref(r) else {
             continue;
         };
-        let status = databuild_exec::engine::listing::shown_status(r.status).to_string();
+        let status = shown.to_string();
         let e = by_date
             .entry(values[date_index].to_string())
             .or_insert_with(|| status.clone());
@@ -165,7 +169,7 @@ pub(super) async fn dataset_page(
     let given = |v: &Option<String>| v.clone().filter(|t| !t.is_empty());
     let query = (|| -> Result<grid::GridQuery, grid::GridError> {
         Ok(grid::GridQuery {
-            state: given(&q.state),
+            state: given(&q.state).map(|s| grid::state(&s)).transpose()?,
             zoom: given(&q.zoom).map(|z| grid::Zoom::parse(&z)).transpose()?,
             end: given(&q.end).map(|e| grid::date(&e)).transpose()?,
             rows_after: given(&q.rows_after),
@@ -229,7 +233,7 @@ pub(super) async fn dataset_page(
             @if let Some(z) = zoom { input type="hidden" name="zoom" value=(z.as_str()); }
             @if let Some(e) = g.end { input type="hidden" name="end" value=(databuild_core::pattern::format_date(e)); }
             select name="state" { option value="" { "every state" }
-                @for st in grid::STATES { option value=(st) selected[q.state.as_deref() == Some(st)] { (st) } } }
+                @for st in grid::STATES { option value=(st) selected[q.state.as_deref() == Some(st.as_str())] { (st) } } }
             " " button type="submit" { "Show" }
         }
         @match g.shape {
@@ -260,7 +264,7 @@ pub(super) async fn dataset_page(
                     @if let Some(c) = &g.next_cols { " · " a #next-cols href={ (at(zoom, g.end)) "&rows_after=" (enc(q.rows_after.as_deref().unwrap_or(""))) "&cols_after=" (enc(c)) } { "more →" } }
                 }
                 div.scroll { (PreEscaped(svg::matrix(&g.rows, &g.columns, &g.cells))) }
-                p.legend { @for (st, n) in &g.counts { (badge(st)) " " (thousands(*n)) " " } }
+                p.legend { @for (st, n) in &g.counts { (badge(st.as_str())) " " (thousands(*n)) " " } }
             }
         }
     }).into_response()

@@ -13,7 +13,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::forms::form_auth;
-use super::layout::{layout, page};
+use super::layout::{error_page, layout, page};
 use super::widgets::{badge, build_link, cell_text, enc, or_empty, partition_link, run_link};
 use super::Shared;
 use crate::engine_api;
@@ -33,7 +33,10 @@ pub(super) async fn partitions_page(
 ) -> Response {
     let status = q.status.clone().filter(|s| !s.is_empty());
     let pattern = q.pattern.clone().filter(|s| !s.is_empty());
-    let listed = status.as_deref().and_then(ListedStatus::parse);
+    let listed = match status.as_deref().map(ListedStatus::parse).transpose() {
+        Ok(listed) => listed,
+        Err(e) => return error_page(crate::error::AppError::bad_request(e.to_string())),
+    };
     let query = PartitionQuery {
         pattern: pattern.clone(),
         status: listed.map(ListedStatus::recorded),
@@ -54,12 +57,12 @@ pub(super) async fn partitions_page(
         form method="get" action="/partitions" {
             input type="text" name="pattern" placeholder="glob, e.g. reviews/*" value=[pattern.as_deref()];
             " " select name="status" { option value="" { "any status" }
-                @for st in ["live", "stale", "building", "failed", "tainted"] { option value=(st) selected[status.as_deref() == Some(st)] { (st) } } }
+                @for st in ListedStatus::TAKEN { option value=(st) selected[status.as_deref() == Some(st.as_str())] { (st) } } }
             " " button type="submit" { "Search" }
         }
         @if rows.is_empty() { p.empty { "No partition matches. Partitions appear here once a run has touched them." } } @else {
             table { tr { th { "Partition" } th { "Status" } th { "Job" } th { "Updated" } }
-                @for p in rows { tr { td { (partition_link(&p.partition_ref)) } td { (badge(&p.status))
+                @for p in rows { tr { td { (partition_link(&p.partition_ref)) } td { (badge(p.status.as_str()))
                     @if let Some(why) = &p.reason { " " span.muted { (why) } } } td { (or_empty(&p.job)) } td.muted { (p.updated_at) } } }
             }
             @if rows.len() < 100 && page_data.next.is_some() { p.muted { "Freshness is checked for a bounded number of partitions per page; more may follow." } }
@@ -98,7 +101,7 @@ pub(super) async fn partition_page(
     let below: Vec<&LineageNode> = down.iter().flat_map(|d| &d.root.children).collect();
     let picture = lineage_graph(up.as_ref(), down.as_ref());
     layout(&r, html! {
-        h1 { code { (r) } " " (badge(&x.status)) }
+        h1 { code { (r) } " " (badge(x.status.as_str())) }
         ul { @for reason in &x.reasons { li { (reason) } } }
         @if !x.checks.is_empty() {
             h2 { "Checks" }
@@ -134,14 +137,14 @@ pub(super) async fn partition_page(
         }
         h2 { "Upstream (the inputs of its run)" }
         @if x.inputs.is_empty() { p.empty { "None recorded." } } @else {
-            table { @for i in &x.inputs { tr { td { (partition_link(&i.partition_ref)) } td { (badge(&i.status)) } } } }
+            table { @for i in &x.inputs { tr { td { (partition_link(&i.partition_ref)) } td { (badge(i.status.as_str())) } } } }
         }
         @if !x.query_inputs.is_empty() {
             h2 { "Query inputs read (if present; a change of one does not make it stale)" }
             table { @for q in &x.query_inputs { tr {
                 td { (partition_link(&q.partition_ref)) }
                 td { "read at " code { (q.data_version) } }
-                td { (badge(&q.status)) " now" }
+                td { (badge(q.status.as_str())) " now" }
             } } }
         }
         h2 { "Downstream (built from its current instance)" }

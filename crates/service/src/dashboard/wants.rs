@@ -124,7 +124,7 @@ pub(super) async fn want_page(State(state): Shared, Path(id): Path<String>) -> R
         @if !w.waiting.is_empty() {
             h2 { "Waiting" }
             table { tr { th { "Partition" } th { "Status" } th { "Waits for" } }
-                @for p in &w.waiting { tr { td { (partition_link(&p.partition_ref)) } td { span.badge style={ "background:" (svg::colour(&p.status)) } { (p.status) } } td.why { (p.waits_for) } } }
+                @for p in &w.waiting { tr { td { (partition_link(&p.partition_ref)) } td { span.badge style={ "background:" (svg::colour(p.status.as_str())) } { (p.status) } } td.why { (p.waits_for) } } }
             }
         }
     }).into_response()

@@ -661,10 +661,11 @@ mod tests {
                 expand(&template, "o/{h:hour}", &r).unwrap(),
                 vec![format!("w/{}", text(at(h + off)))]
             );
-            let day = if off < 0 { format!("w/{{h:date{}d}}", off % 1000) } else { format!("w/{{h:date+{}d}}", off % 1000) };
+            let days = off % 1000;
+            let day = if days < 0 { format!("w/{{h:date{days}d}}") } else { format!("w/{{h:date+{days}d}}") };
             prop_assert_eq!(
                 expand(&day, "o/{h:hour}", &r).unwrap(),
-                vec![format!("w/{}", format_date(at(h).date() + Duration::days(off % 1000)))]
+                vec![format!("w/{}", format_date(at(h).date() + Duration::days(days)))]
             );
         }
 

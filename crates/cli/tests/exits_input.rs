@@ -1,0 +1,119 @@
+//! Wrong input exits 2 and one bad entry stays local (issue #57, point 8): `status` of a ref no
+//! job or dataset produces, or whose typed field does not parse, names it (and the closest
+//! pattern) and exits 2, the other refs still answering; a config that fails for one ref makes
+//! that ref's answer an error with the config's message, and the others still answer.
+
+use crate::util::{Project, Service};
+
+/// `c` is a config job whose config fails for the ref named in the file `bad`.
+const GRAPH: &str = r#"
+[graph]
+name = "exits_input"
+[[dataset]]
+name = "raw"
+pattern = "raw/{date:date}"
+[[job]]
+name = "clean"
+outputs = ["clean/{date:date}"]
+inputs = ["raw/{date}"]
+command = ["sh", "-c", "mkdir -p data/clean; cat data/raw/$DATABUILD_FIELD_DATE > data/clean/$DATABUILD_FIELD_DATE"]
+[[job]]
+name = "c"
+outputs = ["c/{n:int}"]
+config = ["sh", "config.sh"]
+command = ["sh", "-c", "mkdir -p $DATABUILD_OUTPUT_DIR/c && echo x > $DATABUILD_OUTPUT_DIR/$(echo $DATABUILD_OUTPUTS | tr -d '[]\"')"]
+"#;
+
+const CONFIG: &str = r#"out=""
+for r in "$@"; do
+  if [ -e bad ] && [ "$r" = "$(cat bad)" ]; then echo "config cannot read $r" >&2; exit 1; fi
+  out="$out${out:+,}{\"outputs\": [\"$r\"], \"inputs\": []}"
+done
+printf '{"configs": [%s]}' "$out"
+"#;
+
+fn project() -> Project {
+    let p = Project::new(GRAPH);
+    p.file("config.sh", CONFIG);
+    p.file("data/raw/2026-01-01", "one\n");
+    p
+}
+
+#[test]
+fn status_of_an_unknown_ref_exits_2_naming_it_and_the_closest_pattern() {
+    let p = project();
+    p.run(&["build", "clean/2026-01-01"]).expect_code(0);
+
+    let out = p.run(&["status", "clean/2026-01-01", "clen/2026-01-01"]);
+    out.expect_code(2);
+    assert!(out.stdout.contains("clean/2026-01-01"), "{}", out.stdout);
+    assert!(
+        out.stdout.contains("live"),
+        "the good ref answers: {}",
+        out.stdout
+    );
+    assert!(
+        out.stderr.contains("`clen/2026-01-01`")
+            && out.stderr.contains("closest pattern: `clean/{date:date}`"),
+        "{}",
+        out.stderr
+    );
+
+    let v = p
+        .run(&["--json", "status", "clean/2026-01-01", "clen/2026-01-01"])
+        .expect_code(2)
+        .json();
+    assert_eq!(v[0]["status"], "live", "{v}");
+    assert!(v[0].get("error").is_none(), "{v}");
+    assert_eq!(v[1]["error"]["kind"], "unknown", "{v}");
+
+    let out = p.run(&["status", "clean/2026-13-01"]);
+    out.expect_code(2);
+    assert!(out.stderr.contains("not a valid date"), "{}", out.stderr);
+
+    let out = p.run(&["explain", "clen/2026-01-01"]);
+    out.expect_code(2);
+    assert!(out.stderr.contains("clen/2026-01-01"), "{}", out.stderr);
+}
+
+#[test]
+fn a_config_failing_for_one_ref_fails_that_ref_alone() {
+    let p = project();
+    p.run(&["build", "c/1", "c/2"]).expect_code(0);
+    p.file("bad", "c/2");
+
+    let check = |server: Option<&str>| {
+        let mut args = match server {
+            Some(url) => vec!["--server", url],
+            None => vec![],
+        };
+        args.extend(["--json", "status", "c/1", "c/2"]);
+        let out = p.run(&args);
+        out.expect_code(2);
+        let v = out.json();
+        assert_eq!(v[0]["status"], "live", "{v}");
+        assert!(v[0].get("error").is_none(), "{v}");
+        assert_eq!(v[1]["error"]["kind"], "config_failed", "{v}");
+        let message = v[1]["error"]["message"].as_str().unwrap();
+        assert!(message.contains("config cannot read c/2"), "{v}");
+
+        let mut args = match server {
+            Some(url) => vec!["--server", url],
+            None => vec![],
+        };
+        args.extend(["explain", "c/1"]);
+        p.run(&args).expect_code(0);
+        args.pop();
+        args.push("c/2");
+        let out = p.run(&args);
+        out.expect_code(2);
+        assert!(
+            out.stderr.contains("config cannot read c/2"),
+            "{}",
+            out.stderr
+        );
+    };
+    check(None);
+    let s = Service::start(&p, &[]);
+    check(Some(s.url.as_str()));
+}

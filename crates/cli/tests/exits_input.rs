@@ -117,3 +117,58 @@ fn a_config_failing_for_one_ref_fails_that_ref_alone() {
     let s = Service::start(&p, &[]);
     check(Some(s.url.as_str()));
 }
+
+/// `builds ID` shows `--limit` rows of its partitions and of its runs (default 20), saying how to
+/// see the rest (#57.10a).
+#[test]
+fn builds_id_obeys_its_limit() {
+    let p = project();
+    for d in 1..=30 {
+        p.file(&format!("data/raw/2026-01-{d:02}"), "x\n");
+    }
+    p.run(&["build", "clean/{2026-01-01..2026-01-30}"])
+        .expect_code(0);
+    let rows = |out: &crate::util::Run, prefix: &str| {
+        out.stdout
+            .lines()
+            .filter(|l| l.trim_start().starts_with(prefix))
+            .count()
+    };
+    let out = p.run(&["builds", "last"]);
+    out.expect_code(0);
+    assert_eq!(rows(&out, "clean/"), 20, "{}", out.stdout);
+    assert!(
+        out.stdout.contains("the newest 20 of 30 runs"),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        out.stdout
+            .contains("--partitions --after 'clean/2026-01-20'"),
+        "{}",
+        out.stdout
+    );
+    let out = p.run(&["builds", "last", "--limit", "5"]);
+    assert_eq!(rows(&out, "clean/"), 5, "{}", out.stdout);
+    assert!(
+        out.stdout.contains("the newest 5 of 30 runs"),
+        "{}",
+        out.stdout
+    );
+    let out = p.run(&["builds", "last", "--limit", "0"]);
+    assert_eq!(rows(&out, "clean/"), 30, "{}", out.stdout);
+}
+
+/// "(+N more)" is the true remainder, also past the 100 refs an answer lists (#57.10c).
+#[test]
+fn more_counts_the_true_remainder() {
+    let p = project();
+    let out = p.run(&["analyze", "clean/{2026-02-01..2026-05-31}"]);
+    out.expect_code(2);
+    assert!(
+        out.stdout.contains("120 partitions cannot be built until")
+            && out.stdout.contains("(+115 more)"),
+        "{}",
+        out.stdout
+    );
+}

@@ -13,7 +13,7 @@ use databuild_exec::answers::{
 use crate::backend::Backend;
 use crate::cli::AnalyzeArgs;
 use crate::context::{engine_error, parse_refs};
-use crate::output::{count, print_json, short_list, stdout, unless_closed};
+use crate::output::{count, head_of, print_json, short_list, stdout, unless_closed};
 use crate::UserError;
 
 /// A run as the human output shows it.
@@ -181,7 +181,8 @@ impl PlanText {
                 } else {
                     "those inputs are"
                 },
-                short_list(first, 5)
+                // `first` holds at most 100 of them: the rest counted from `n`.
+                head_of(first, *n, 5)
             )?;
         }
         if let Some(kept) = self.force_keeps_live.as_ref().filter(|k| k.count > 0) {
@@ -190,7 +191,7 @@ impl PlanText {
                 "{}{} built from the forced partitions stay live: a rebuild from unchanged inputs records the same data version (`taint` them to rebuild them too): {}",
                 count(kept.count, "live partition"),
                 if kept.truncated { " (at least)" } else { "" },
-                short_list(&kept.partitions, 5)
+                head_of(&kept.partitions, kept.count, 5)
             )?;
         }
         if self.total_runs > 0 {

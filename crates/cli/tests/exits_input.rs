@@ -172,3 +172,29 @@ fn more_counts_the_true_remainder() {
         out.stdout
     );
 }
+
+/// `analyze` counts an external input present as present, not as a live partition it skipped
+/// (#57.10b); the same through a service.
+#[test]
+fn analyze_counts_external_inputs_as_present_not_skipped() {
+    let p = project();
+    let s = Service::start(&p, &[]);
+    for server in [None, Some(s.url.as_str())] {
+        let mut args: Vec<&str> = server.map(|u| vec!["--server", u]).unwrap_or_default();
+        args.extend(["analyze", "clean/2026-01-01"]);
+        let out = p.run(&args);
+        out.expect_code(0);
+        assert!(
+            out.stdout.contains(
+                "1 job run for 1 requested partition: 0 skipped (live), 1 external input present,"
+            ),
+            "{}",
+            out.stdout
+        );
+        let mut args: Vec<&str> = server.map(|u| vec!["--server", u]).unwrap_or_default();
+        args.extend(["--json", "analyze", "clean/2026-01-01"]);
+        let v = p.run(&args).json();
+        assert_eq!(v["inputs_present"], 1, "{v}");
+        assert_eq!(v["skipped"], serde_json::json!(["raw/2026-01-01"]), "{v}");
+    }
+}

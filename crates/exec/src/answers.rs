@@ -1190,6 +1190,9 @@ pub struct AnalyzeView<'p> {
     pub build_request_id: &'p str,
     pub job_runs: &'p [databuild_core::PlannedRun],
     pub skipped: Vec<&'p str>,
+    /// Of `skipped`, how many are external inputs present (a dataset's or a source's
+    /// partitions): inputs the plan found, not live partitions it skipped building.
+    pub inputs_present: usize,
     pub delegated: Vec<&'p str>,
     pub missing: Vec<&'p str>,
     pub delegations: &'p [databuild_core::plan::Delegation],
@@ -1238,6 +1241,7 @@ impl<'p> AnalyzeView<'p> {
             build_request_id,
             job_runs: &plan.runs,
             skipped: plan.skipped.iter().map(|r| r.as_str()).collect(),
+            inputs_present: 0,
             delegated: plan
                 .delegated
                 .iter()
@@ -1275,6 +1279,9 @@ pub struct Analysis {
     pub build_request_id: String,
     pub job_runs: Vec<PlannedRun>,
     pub skipped: Vec<String>,
+    /// Of `skipped`, how many are external inputs present (not live partitions skipped).
+    #[serde(default)]
+    pub inputs_present: usize,
     pub delegated: Vec<String>,
     pub missing: Vec<String>,
     pub delegations: Vec<Delegation>,

@@ -31,6 +31,8 @@ struct PlanText {
     /// The first runs.
     runs: Vec<RunText>,
     skipped: usize,
+    /// Of `skipped`, the external inputs present.
+    inputs_present: usize,
     delegated: Vec<(String, String)>,
     missing: Vec<MissingExternal>,
     /// How many partitions cannot be built until the missing inputs are there, and the first.
@@ -63,6 +65,7 @@ impl PlanText {
                 })
                 .collect(),
             skipped: plan.skipped.len(),
+            inputs_present: view.inputs_present,
             delegated: plan
                 .delegated
                 .iter()
@@ -88,6 +91,7 @@ impl PlanText {
                 })
                 .collect(),
             skipped: v.skipped.len(),
+            inputs_present: v.inputs_present,
             delegated: v
                 .delegations
                 .into_iter()
@@ -104,10 +108,11 @@ impl PlanText {
         let mut out = stdout();
         writeln!(
             out,
-            "{} for {}: {} skipped (live), {} delegated, {} missing",
+            "{} for {}: {} skipped (live), {} present, {} delegated, {} missing",
             count(self.total_runs, "job run"),
             count(requested, "requested partition"),
-            self.skipped,
+            self.skipped - self.inputs_present,
+            count(self.inputs_present, "external input"),
             self.delegated.len(),
             self.missing.len(),
         )?;

@@ -198,3 +198,36 @@ fn analyze_counts_external_inputs_as_present_not_skipped() {
         assert_eq!(v["skipped"], serde_json::json!(["raw/2026-01-01"]), "{v}");
     }
 }
+
+/// A failed attempt that was retried and then succeeded is not a failure of the build: `builds
+/// ID`'s progress counts what the build's summary counts (#57.10f); one failing every attempt
+/// counts once.
+#[test]
+fn a_retried_attempt_is_not_a_failed_run_of_the_build() {
+    let p = Project::new(
+        r#"
+[graph]
+name = "retried"
+[[job]]
+name = "flaky"
+outputs = ["flaky/{n:int}"]
+retries = 1
+command = ["sh", "-c", "if [ ! -e tried-$DATABUILD_FIELD_N ]; then touch tried-$DATABUILD_FIELD_N; echo first; exit 1; fi; [ ! -e always ] || exit 1; mkdir -p data/flaky; echo x > data/flaky/$DATABUILD_FIELD_N"]
+"#,
+    );
+    let out = p.run(&["--json", "build", "flaky/1"]);
+    out.expect_code(0);
+    let v = p.run(&["--json", "builds", "last"]).json();
+    assert_eq!(v["progress"]["failed"], 0, "{v}");
+    assert_eq!(v["progress"]["jobs"][0]["failed"], 0, "{v}");
+    let text = p.run(&["builds", "last"]).stdout;
+    assert!(text.contains(" 0 failed,"), "{text}");
+
+    p.file("always", "");
+    p.run(&["--json", "build", "flaky/2"]).expect_code(1);
+    let v = p.run(&["--json", "builds", "last"]).json();
+    assert_eq!(
+        v["progress"]["failed"], 1,
+        "two attempts, one failed run: {v}"
+    );
+}

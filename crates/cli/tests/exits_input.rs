@@ -231,3 +231,36 @@ command = ["sh", "-c", "if [ ! -e tried-$DATABUILD_FIELD_N ]; then touch tried-$
         "two attempts, one failed run: {v}"
     );
 }
+
+/// A job that wrote its output and removed it before it ended is told so truly, not that it
+/// "did not write" it (#57.10g).
+#[test]
+fn an_output_written_then_removed_is_said_so() {
+    let p = Project::new(
+        r#"
+[graph]
+name = "removed"
+[[job]]
+name = "w"
+outputs = ["w/{n:int}"]
+command = ["sh", "-c", "mkdir -p $DATABUILD_OUTPUT_DIR/w; echo x > $DATABUILD_OUTPUT_DIR/w/$DATABUILD_FIELD_N; [ ! -e remove ] || rm $DATABUILD_OUTPUT_DIR/w/$DATABUILD_FIELD_N"]
+"#,
+    );
+    p.run(&["build", "w/1"]).expect_code(0);
+    p.file("remove", "");
+    for args in [
+        vec!["--json", "build", "w/1", "--force"],
+        vec!["--json", "build", "w/2"],
+    ] {
+        let out = p.run(&args);
+        out.expect_code(1);
+        let v = out.json();
+        let message = v["failures"][0]["message"].as_str().unwrap_or_default();
+        assert!(
+            message.contains("is not in its output dir")
+                && message.contains("removed it before it ended")
+                && !message.contains("did not write"),
+            "{v}"
+        );
+    }
+}

@@ -223,7 +223,8 @@ pub struct BuildsArgs {
     /// List analyses (`analyze` is recorded as a build request too) along with builds.
     #[arg(long)]
     pub all: bool,
-    /// List at most N, the newest first (with `--partitions`: N partitions a page).
+    /// List at most N, the newest first (with an ID: its first N partitions and newest N runs;
+    /// 0: all its detail holds; with `--partitions`: N partitions a page).
     #[arg(long, value_name = "N", default_value_t = 20)]
     pub limit: usize,
     /// With an ID: list what the build did to each partition it touched, a page at a time

@@ -43,7 +43,8 @@ fn status_reports_every_state_with_reasons() {
         "raw/2020-01-05",
         "zzz/1",
     ]);
-    out.expect_code(0);
+    // An unknown ref is the user's input to fix: exit 2, every ref still answering (#57).
+    out.expect_code(2);
     let v = out.json();
     let statuses: Vec<&str> = v
         .as_array()
@@ -59,8 +60,9 @@ fn status_reports_every_state_with_reasons() {
     assert_eq!(v[1]["reasons"][0], "run run2 failed: exit status 3");
     assert_eq!(
         v[5]["reasons"][0],
-        "no job builds it and no dataset declares it"
+        "no job builds `zzz/1` and no dataset declares it"
     );
+    assert_eq!(v[5]["error"]["kind"], "unknown");
     assert!(v[0]["updated_at"].as_str().unwrap().ends_with('Z'));
 }
 

@@ -790,7 +790,8 @@ fn a_big_builds_detail_is_a_page_and_the_rest_is_paged() {
     let next = events["next"].as_i64().expect("a full page names the next");
     let (_, more) = s.get(&format!("/api/v1/builds/{id}/events?limit=5&since={next}"));
     assert!(more["events"][0]["idx"].as_i64().unwrap() > next, "{more}");
-    let text = p.run(&["builds", id]).stdout;
+    // `--limit 0`: all the detail holds (by default, `--limit` rows of it).
+    let text = p.run(&["builds", id, "--limit", "0"]).stdout;
     assert!(
         text.contains(&format!("--partitions --after '{}'", every[999])),
         "{text}"

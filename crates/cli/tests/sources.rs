@@ -1845,6 +1845,15 @@ columns = { n = "float" }
         "{}",
         refused.stderr
     );
+    // The build it suggests is one the command line accepts (a brace of one date is not).
+    let suggested = refused
+        .stderr
+        .split("databuild build '")
+        .nth(1)
+        .and_then(|rest| rest.split('\'').next())
+        .expect("a build to run");
+    assert_eq!(suggested, "drops/v2/date=2026-03-01", "{}", refused.stderr);
+    cli(&p, "2026-03-02", &["analyze", suggested]).expect_code(0);
     let shown = cli(&p, "2026-03-02", &["--json", "source", "show", "drops"]).json();
     assert_eq!(shown["tables"][0]["promoted"], 1);
     cli(&p, "2026-03-02", &["promote", "drops", "--version", "7"]).expect_code(2);

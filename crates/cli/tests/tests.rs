@@ -15,6 +15,7 @@ mod dashboard;
 mod equivalence;
 mod examples;
 mod exits;
+mod exits_input;
 mod gc;
 mod graph_cmd;
 mod hours;

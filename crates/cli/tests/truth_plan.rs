@@ -230,11 +230,13 @@ fn a_date_that_does_not_parse_is_named_as_such_in_the_cli_and_the_service() {
         assert!(out.stderr.contains(why), "{args:?}: {}", out.stderr);
         assert!(!out.stderr.contains("no job builds"), "{}", out.stderr);
     }
+    // The user's input to fix: exit 2, the ref's answer carrying its error (#57).
     let v = p
         .run(&["--json", "status", "raw/date=2024-02-30"])
-        .expect_code(0)
+        .expect_code(2)
         .json();
     assert_eq!(v[0]["status"], "missing");
+    assert_eq!(v[0]["error"]["kind"], "invalid_field");
     assert_eq!(
         v[0]["reasons"][0],
         "`2024-02-30` is not a valid date for field `date` in `raw/date=2024-02-30` (dataset `raw` declares `raw/date={date:date}`)"

@@ -340,6 +340,29 @@ pub struct StatusReport {
     pub updated_at: Option<i64>,
     /// Its checks, as they stand for its current instance.
     pub checks: Vec<CheckResult>,
+    /// Why no status could be derived for this ref (its answer alone: the other refs asked
+    /// with it still answer); `status` and `explain` exit 2 when any ref asked has one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<RefError>,
+}
+
+/// Which way a ref asked about could not be answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum RefErrorKind {
+    /// No job builds it and no dataset declares it.
+    Unknown,
+    /// It has a pattern's literal shape but a typed field's text is not of its type.
+    InvalidField,
+    /// Its job's config executable failed for it, or chose no config covering it.
+    ConfigFailed,
+}
+
+/// A ref's own error in a `status` answer: what is wrong with it, as a sentence naming it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct RefError {
+    pub kind: RefErrorKind,
+    pub message: String,
 }
 
 /// A check of a partition's current instance (`status`, `explain`, `check`).
@@ -822,6 +845,10 @@ pub struct PartitionStatus {
     /// Its checks, as they stand for its current instance.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub checks: Vec<CheckResult>,
+    /// Why no status could be derived for this ref (unknown ref, a typed field that does not
+    /// parse, its config failed); absent when it has its status.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<RefError>,
 }
 
 impl From<&StatusReport> for PartitionStatus {
@@ -836,6 +863,7 @@ impl From<&StatusReport> for PartitionStatus {
             updated_at: maybe(r.updated_at),
             updated_at_ns: r.updated_at,
             checks: r.checks.clone(),
+            error: r.error.clone(),
         }
     }
 }
@@ -1162,6 +1190,9 @@ pub struct AnalyzeView<'p> {
     pub build_request_id: &'p str,
     pub job_runs: &'p [databuild_core::PlannedRun],
     pub skipped: Vec<&'p str>,
+    /// Of `skipped`, how many are external inputs present (a dataset's or a source's
+    /// partitions): inputs the plan found, not live partitions it skipped building.
+    pub inputs_present: usize,
     pub delegated: Vec<&'p str>,
     pub missing: Vec<&'p str>,
     pub delegations: &'p [databuild_core::plan::Delegation],
@@ -1210,6 +1241,7 @@ impl<'p> AnalyzeView<'p> {
             build_request_id,
             job_runs: &plan.runs,
             skipped: plan.skipped.iter().map(|r| r.as_str()).collect(),
+            inputs_present: 0,
             delegated: plan
                 .delegated
                 .iter()
@@ -1247,6 +1279,9 @@ pub struct Analysis {
     pub build_request_id: String,
     pub job_runs: Vec<PlannedRun>,
     pub skipped: Vec<String>,
+    /// Of `skipped`, how many are external inputs present (not live partitions skipped).
+    #[serde(default)]
+    pub inputs_present: usize,
     pub delegated: Vec<String>,
     pub missing: Vec<String>,
     pub delegations: Vec<Delegation>,

@@ -13,7 +13,7 @@ use databuild_exec::answers::{
 use crate::backend::Backend;
 use crate::cli::AnalyzeArgs;
 use crate::context::{engine_error, parse_refs};
-use crate::output::{count, print_json, short_list, stdout, unless_closed};
+use crate::output::{count, head_of, print_json, short_list, stdout, unless_closed};
 use crate::UserError;
 
 /// A run as the human output shows it.
@@ -31,6 +31,8 @@ struct PlanText {
     /// The first runs.
     runs: Vec<RunText>,
     skipped: usize,
+    /// Of `skipped`, the external inputs present.
+    inputs_present: usize,
     delegated: Vec<(String, String)>,
     missing: Vec<MissingExternal>,
     /// How many partitions cannot be built until the missing inputs are there, and the first.
@@ -63,6 +65,7 @@ impl PlanText {
                 })
                 .collect(),
             skipped: plan.skipped.len(),
+            inputs_present: view.inputs_present,
             delegated: plan
                 .delegated
                 .iter()
@@ -88,6 +91,7 @@ impl PlanText {
                 })
                 .collect(),
             skipped: v.skipped.len(),
+            inputs_present: v.inputs_present,
             delegated: v
                 .delegations
                 .into_iter()
@@ -104,10 +108,11 @@ impl PlanText {
         let mut out = stdout();
         writeln!(
             out,
-            "{} for {}: {} skipped (live), {} delegated, {} missing",
+            "{} for {}: {} skipped (live), {} present, {} delegated, {} missing",
             count(self.total_runs, "job run"),
             count(requested, "requested partition"),
-            self.skipped,
+            self.skipped - self.inputs_present,
+            count(self.inputs_present, "external input"),
             self.delegated.len(),
             self.missing.len(),
         )?;
@@ -181,7 +186,8 @@ impl PlanText {
                 } else {
                     "those inputs are"
                 },
-                short_list(first, 5)
+                // `first` holds at most 100 of them: the rest counted from `n`.
+                head_of(first, *n, 5)
             )?;
         }
         if let Some(kept) = self.force_keeps_live.as_ref().filter(|k| k.count > 0) {
@@ -190,7 +196,7 @@ impl PlanText {
                 "{}{} built from the forced partitions stay live: a rebuild from unchanged inputs records the same data version (`taint` them to rebuild them too): {}",
                 count(kept.count, "live partition"),
                 if kept.truncated { " (at least)" } else { "" },
-                short_list(&kept.partitions, 5)
+                head_of(&kept.partitions, kept.count, 5)
             )?;
         }
         if self.total_runs > 0 {

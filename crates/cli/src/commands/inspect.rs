@@ -30,16 +30,26 @@ pub fn status(
         .iter()
         .map(|r| backend.status(r))
         .collect::<Result<Vec<_>, _>>()?;
+    // A ref with its own error (unknown, a field that does not parse, its config failed) is
+    // the user's input to fix: every ref still answers, and the command exits 2.
+    let code = if reports.iter().any(|r| r.error.is_some()) {
+        ExitCode::from(2)
+    } else {
+        ExitCode::SUCCESS
+    };
     if json {
         print_json(&reports)?;
-        return Ok(ExitCode::SUCCESS);
+        return Ok(code);
     }
     let rows: Vec<Vec<String>> = reports
         .iter()
         .map(|r| {
             vec![
                 r.partition_ref.clone(),
-                r.status.to_string(),
+                match r.error {
+                    Some(_) => "error".to_string(),
+                    None => r.status.to_string(),
+                },
                 r.reasons.join("; "),
             ]
         })
@@ -48,7 +58,10 @@ pub fn status(
     if rows.len() > 1 {
         outln!("{}", status_summary(rows.iter().map(|r| r[1].as_str())))?;
     }
-    Ok(ExitCode::SUCCESS)
+    for e in reports.iter().filter_map(|r| r.error.as_ref()) {
+        errln!("error: {}", e.message);
+    }
+    Ok(code)
 }
 
 /// `3 refs: 1 live, 2 stale`, in the order statuses first appear.

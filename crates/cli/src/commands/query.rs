@@ -152,20 +152,30 @@ fn list_or_show_builds(
     if let Some(p) = &b.progress {
         out!("{}", indent(&progress_text(p)))?;
     }
+    // `--limit` rows of each table (0: all the detail holds); `--json` holds all of it.
+    let shown = if limit == 0 { usize::MAX } else { limit };
     let partitions: Vec<Vec<String>> = b
         .partitions
         .iter()
+        .take(shown)
         .map(|p| vec![p.partition_ref.clone(), p.status.to_string()])
         .collect();
     if !partitions.is_empty() {
         out!("{}", indent(&table(&["PARTITION", "STATUS"], &partitions)))?;
     }
-    if let Some(next) = &b.partitions_next {
+    if let Some(last) = b.partitions.get(partitions.len()).and(partitions.last()) {
+        outln!(
+            "  (the first {} partitions; more: databuild builds {id} --partitions --after '{}')",
+            partitions.len(),
+            last[0]
+        )?;
+    } else if let Some(next) = &b.partitions_next {
         outln!("  (more partitions: databuild builds {id} --partitions --after '{next}')")?;
     }
     let runs: Vec<Vec<String>> = b
         .job_runs
         .iter()
+        .take(shown)
         .map(|r| {
             vec![
                 short_id(&r.job_run_id).to_string(),
@@ -181,10 +191,10 @@ fn list_or_show_builds(
             indent(&table(&["RUN", "JOB", "STATUS", "TOOK"], &runs))
         )?;
     }
-    if b.job_runs_total > b.job_runs.len() as u64 {
+    if b.job_runs_total > runs.len() as u64 {
         outln!(
             "  (the newest {} of {} runs; all: databuild sql \"SELECT * FROM job_runs WHERE build_request_id = '{}'\")",
-            b.job_runs.len(),
+            runs.len(),
             b.job_runs_total,
             b.build_request_id
         )?;

@@ -223,8 +223,20 @@ impl<'p> crate::answers::AnalyzeView<'p> {
     ) -> Result<Self> {
         let estimate = engine.estimate(&analysis.plan, parallel)?;
         let reasons = engine.missing_reasons(&analysis.plan);
+        let inputs_present = analysis
+            .plan
+            .skipped
+            .iter()
+            .filter(|r| {
+                matches!(
+                    engine.graph.producer_of(r.as_str()),
+                    Some((databuild_core::Producer::Dataset(_), _))
+                )
+            })
+            .count();
         Ok(Self {
             force_keeps_live: analysis.force_keeps_live.clone(),
+            inputs_present,
             ..Self::new(
                 &analysis.build_request_id,
                 &analysis.plan,

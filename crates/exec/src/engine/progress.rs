@@ -70,6 +70,29 @@ pub(crate) fn progress_of(
             completed += c.n;
         }
     }
+    // A failed attempt that was retried is not a failure of the build: failures counted as the
+    // summary counts them, of each output's last run (the runs read only when some failed).
+    if jobs.values().any(|j| j.failed > 0) {
+        let mut runs = Vec::new();
+        engine.store.each_job_run(
+            &databuild_log::RunQuery {
+                build_request_id: Some(id.to_string()),
+                brief: true,
+                limit: 10_000_000,
+                ..Default::default()
+            },
+            &mut |run| runs.push((run.job.clone(), run.status, run.outputs.first().cloned())),
+        )?;
+        runs.reverse();
+        for j in jobs.values_mut() {
+            j.failed = 0;
+        }
+        for i in crate::engine::summary::last_attempts(&runs, |r| r.2.as_ref()) {
+            if runs[i].1 == Status::Failed {
+                job(&mut jobs, &runs[i].0).failed += 1;
+            }
+        }
+    }
     // Logs from before plans were counted by job: every planned run has a run.
     let counted = !planned.data.planned_by_job.is_empty();
     for (name, claimed) in &counts.claimed {

@@ -9,22 +9,68 @@ use databuild_log::{EventFilter, Status};
 use databuild_log::PartitionRow;
 
 use crate::answers::{
-    DerivedStatus, Explanation, PlannedStep, ProducerInfo, QueryInputRead, RootCause, StatusReport,
+    DerivedStatus, Explanation, PlannedStep, ProducerInfo, QueryInputRead, RefError, RefErrorKind,
+    RootCause, StatusReport,
 };
 use crate::data::resolver::LocalResolver;
 use crate::data::versions::VersionedStates;
 use crate::engine::{Engine, EngineError, Result};
 
+/// What re-checking a live partition against its config's choice now found.
+enum Recheck {
+    /// It chooses differently from the run that built it: stale, why.
+    Stale(String),
+    /// Its config failed for it (the config's message): its answer is this error alone.
+    ConfigFailed(String),
+}
+
+/// `no job builds `r` and no dataset declares it`, and, when one pattern's name is close to the
+/// ref's first segment (a typo: `clen/…` for `clean/…`), that pattern.
+fn unknown_ref(graph: &databuild_core::Graph, r: &str) -> String {
+    let head = |s: &str| s.split('/').next().unwrap_or_default().to_string();
+    let asked = head(r);
+    let closest = graph
+        .producers()
+        .map(|p| graph.pattern_of(p).to_string())
+        .map(|pattern| (edit_distance(&asked, &head(&pattern)), pattern))
+        .filter(|(d, _)| *d <= 2.max(asked.chars().count() / 3))
+        .min_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.cmp(&b.1)));
+    match closest {
+        Some((_, pattern)) => {
+            format!("no job builds `{r}` and no dataset declares it (closest pattern: `{pattern}`)")
+        }
+        None => format!("no job builds `{r}` and no dataset declares it"),
+    }
+}
+
+/// Levenshtein distance of two short names, in characters.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut prev = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let cur = row[j + 1];
+            row[j + 1] = (prev + usize::from(ca != *cb)).min(row[j] + 1).min(cur + 1);
+            prev = cur;
+        }
+    }
+    row[b.len()]
+}
+
 impl Engine {
     /// Live partitions of config jobs are stale when their config now chooses differently from
-    /// the run that built them: one config call per job for all of them. `shown` holds each ref
-    /// with its status so far; the answer is the index of each that is stale, and why.
+    /// the run that built them: one config call per job for all of them (and, when that call
+    /// fails, one per ref, so that one bad ref fails alone). `shown` holds each ref with its
+    /// status so far; the answer is the index of each that is stale, and why, or whose config
+    /// failed, with the config's message.
     fn recheck_configs(
         &self,
         shown: &[(&str, DerivedStatus)],
         resolver: &mut LocalResolver,
         versions: &VersionedStates<'_>,
-    ) -> Result<Vec<(usize, String)>> {
+    ) -> Result<Vec<(usize, Recheck)>> {
         let mut by_job: Vec<(usize, Vec<usize>)> = Vec::new();
         for (i, (r, status)) in shown.iter().enumerate() {
             if *status != DerivedStatus::Live {
@@ -59,16 +105,47 @@ impl Engine {
                     refs.push(r);
                 }
             }
-            let configs = databuild_core::Resolver::job_configs(resolver, job, &refs)
-                .map_err(|e| failed(&e))?;
+            // One call for all; if it fails, one per ref, each failing (or not) alone.
+            let mut configs: Vec<JobConfig> = Vec::new();
+            let mut refused: HashMap<String, String> = HashMap::new();
+            match databuild_core::Resolver::job_configs(resolver, job, &refs) {
+                Ok(all) => configs = all,
+                Err(e) if refs.len() == 1 => {
+                    refused.insert(refs[0].to_string(), failed(&e).to_string());
+                }
+                Err(_) => {
+                    for r in &refs {
+                        match databuild_core::Resolver::job_configs(
+                            resolver,
+                            job,
+                            std::slice::from_ref(r),
+                        ) {
+                            Ok(one) => configs.extend(one),
+                            Err(e) => {
+                                refused.insert(r.to_string(), failed(&e).to_string());
+                            }
+                        }
+                    }
+                }
+            }
             let by_output: HashMap<&str, &JobConfig> = configs
                 .iter()
                 .flat_map(|c| c.outputs.iter().map(move |o| (o.as_str(), c)))
                 .collect();
             for &i in &indices {
                 let r = shown[i].0;
+                if let Some(why) = refused.get(r) {
+                    stale.push((i, Recheck::ConfigFailed(why.clone())));
+                    continue;
+                }
                 let Some(&config) = by_output.get(r) else {
-                    return Err(failed(&format!("no config covers `{r}`")));
+                    stale.push((
+                        i,
+                        Recheck::ConfigFailed(
+                            failed(&format!("no config covers `{r}`")).to_string(),
+                        ),
+                    ));
+                    continue;
                 };
                 let mut now = config.clone();
                 for input in &mut now.inputs {
@@ -84,7 +161,7 @@ impl Engine {
                     &now,
                 )?;
                 if let Some(why) = change {
-                    stale.push((i, why));
+                    stale.push((i, Recheck::Stale(why)));
                 }
             }
         }
@@ -127,8 +204,12 @@ impl Engine {
             .zip(&shown)
             .map(|(r, (s, _))| (r.as_str(), *s))
             .collect();
-        for (i, why) in self.recheck_configs(&now, resolver, versions)? {
-            shown[i] = (DerivedStatus::Stale, Some(why));
+        for (i, recheck) in self.recheck_configs(&now, resolver, versions)? {
+            match recheck {
+                Recheck::Stale(why) => shown[i] = (DerivedStatus::Stale, Some(why)),
+                // A listing has no per-row error: it fails saying which config failed.
+                Recheck::ConfigFailed(why) => return Err(EngineError::Invalid(why)),
+            }
         }
         Ok(shown)
     }
@@ -148,15 +229,23 @@ impl Engine {
             build_request_id: None,
             updated_at: None,
             checks: Vec::new(),
+            error: None,
         };
         let producer = self.graph.producer_of(r).map(|(p, _)| p);
         match producer {
             None => {
-                report.reasons.push(
-                    self.graph.mismatch_reason(r).unwrap_or_else(|| {
-                        "no job builds it and no dataset declares it".to_string()
-                    }),
-                );
+                let error = match self.graph.mismatch_reason(r) {
+                    Some(why) => RefError {
+                        kind: RefErrorKind::InvalidField,
+                        message: why,
+                    },
+                    None => RefError {
+                        kind: RefErrorKind::Unknown,
+                        message: unknown_ref(&self.graph, r),
+                    },
+                };
+                report.reasons.push(error.message.clone());
+                report.error = Some(error);
                 return Ok(report);
             }
             Some(Producer::Alias(_)) => {
@@ -324,15 +413,29 @@ pub(crate) fn status(engine: &Engine, refs: &[String]) -> Result<Vec<StatusRepor
         .iter()
         .map(|r| (r.partition_ref.as_str(), r.status))
         .collect();
-    for (i, why) in engine.recheck_configs(&shown, &mut resolver, &versions)? {
-        reports[i].status = DerivedStatus::Stale;
-        reports[i].reasons = vec![why];
+    for (i, recheck) in engine.recheck_configs(&shown, &mut resolver, &versions)? {
+        match recheck {
+            Recheck::Stale(why) => {
+                reports[i].status = DerivedStatus::Stale;
+                reports[i].reasons = vec![why];
+            }
+            Recheck::ConfigFailed(why) => {
+                reports[i].reasons = vec![why.clone()];
+                reports[i].error = Some(RefError {
+                    kind: RefErrorKind::ConfigFailed,
+                    message: why,
+                });
+            }
+        }
     }
     Ok(reports)
 }
 
 pub(crate) fn explain(engine: &Engine, r: &str) -> Result<Explanation> {
     let status = engine.status(&[r.to_string()])?.remove(0);
+    if let Some(e) = status.error {
+        return Err(EngineError::Invalid(e.message));
+    }
     let producer = engine.graph.producer_of(r).map(|(p, _)| ProducerInfo {
         kind: producer_kind(&engine.graph, p).to_string(),
         name: engine.graph.producer_name(p).to_string(),

@@ -85,6 +85,22 @@ impl Engine {
     }
 }
 
+/// Of a build's runs (oldest first), the index of each that its outputs end with: the last run
+/// that had them. An earlier failed attempt that was retried is not a failure of the build: the
+/// summary and the progress both count failures by this.
+pub(crate) fn last_attempts<T>(
+    runs: &[T],
+    first_output: impl Fn(&T) -> Option<&String>,
+) -> Vec<usize> {
+    let mut last_of: FxHashMap<&str, usize> = FxHashMap::default();
+    for (i, r) in runs.iter().enumerate() {
+        if let Some(first) = first_output(r) {
+            last_of.insert(first, i);
+        }
+    }
+    last_of.into_values().collect()
+}
+
 pub(crate) fn summary(engine: &Engine, id: &str) -> Result<Option<BuildSummary>> {
     match engine.store.build_request(id)? {
         Some(build) => engine.summary_of(&build).map(Some),
@@ -147,15 +163,14 @@ pub(crate) fn summary_cut(
     // A build still going has failed only the refs that did fail: the others (scheduled,
     // claimed, building, waited for) may yet be built.
     let over = databuild_log::state::is_terminal(databuild_log::Kind::BuildRequest, build.status);
-    // A run's outputs end with the last run that had them: an earlier failed attempt that
-    // was retried is not a failure of the build.
-    let mut last_of: FxHashMap<&str, usize> = FxHashMap::default();
-    for (i, r) in runs.iter().enumerate() {
-        if let Some(first) = r.outputs.first() {
-            last_of.insert(first, i);
-        }
-    }
-    let mut last: Vec<&RunOutcome> = last_of.values().map(|&i| &runs[i]).collect();
+    let mut last: Vec<&RunOutcome> = last_attempts(&runs, |r| r.outputs.first())
+        .into_iter()
+        .map(|i| &runs[i])
+        .collect();
+    let claimed_first: FxHashSet<&str> = runs
+        .iter()
+        .filter_map(|r| r.outputs.first().map(|o| o.as_str()))
+        .collect();
     last.sort_by_key(|r| r.scheduled_at);
     let ended_unbuilt = |started: bool| -> Vec<String> {
         last.iter()
@@ -186,7 +201,7 @@ pub(crate) fn summary_cut(
                 for (_, outputs) in part.data.plan {
                     let claimed = outputs
                         .first()
-                        .is_some_and(|o| last_of.contains_key(o.as_str()));
+                        .is_some_and(|o| claimed_first.contains(o.as_str()));
                     if claimed {
                         continue;
                     }

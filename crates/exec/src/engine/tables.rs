@@ -326,16 +326,18 @@ pub(crate) fn promote(
         .cloned()
         .collect();
     if !missing.is_empty() && from != version {
-        let shown = if missing.len() == 1 {
-            missing[0].clone()
-        } else {
-            format!("{}..{}", missing[0], missing[missing.len() - 1])
+        // A form ref arguments accept: the date itself, a list of the dates, or (past 20 of
+        // them) their range (a build skips what is live of it). A brace of one value is not one.
+        let shown = match missing.len() {
+            1 => missing[0].clone(),
+            2..=20 => format!("{{{}}}", missing.join(",")),
+            n => format!("{{{}..{}}}", missing[0], missing[n - 1]),
         };
         return Err(EngineError::Invalid(format!(
             "cannot promote `{table_name}` to v{version}: it lacks {} date(s) that v{from} covers ({}); build them first: databuild build '{}'",
             missing.len(),
             missing.iter().take(5).cloned().collect::<Vec<_>>().join(", "),
-            table.data_ref(version, &format!("{{{shown}}}")),
+            table.data_ref(version, &shown),
         )));
     }
     let mut summary = None;

@@ -1,7 +1,8 @@
 //! Schemathesis against a real `databuild serve` on a real socket: every operation of the served
 //! OpenAPI document is called with generated requests (examples, coverage, fuzzing and stateful
 //! sequences), and every answer must match its documented status, content type and schema, with
-//! no 5xx. `./test.sh` installs schemathesis into a venv, sets `DATABUILD_SCHEMATHESIS` to it and
+//! no 5xx; and a warning that the document and the service disagree (`validation_mismatch`,
+//! `missing_deserializer`) fails it too. `./test.sh` installs schemathesis into a venv, sets `DATABUILD_SCHEMATHESIS` to it and
 //! runs this test, which is `#[ignore]`d (and fails without schemathesis when asked for).
 
 use std::path::PathBuf;
@@ -42,8 +43,17 @@ fn every_documented_endpoint_answers_as_its_schema_says() {
             ("ORDERS_WEBHOOK_SECRET", "a-secret"),
         ],
     );
+    // A warning that the document and the service disagree fails the run as a failure does: a
+    // schema that allows what the service refuses (or the reverse), an answer no deserializer
+    // reads.
+    let config = p.file(
+        "schemathesis.toml",
+        "[warnings]\nfail-on = [\"validation_mismatch\", \"missing_deserializer\"]\n",
+    );
     let out = Command::new(&st)
         .current_dir(p.path())
+        .arg("--config-file")
+        .arg(&config)
         .args([
             "run",
             &format!("{}/api/v1/openapi.json", s.url),

@@ -128,7 +128,7 @@ pub(crate) async fn list_builds(
     .await
 }
 
-#[utoipa::path(get, path = route::BUILD, summary = "One build request with its partitions and job runs", params(("id" = String, Path, description = "Build request id")), responses((status = 200, body = answers::BuildDetail, links(("get_run" = (operation_id = "get_run", parameters(("id" = "$response.body#/job_runs/0/job_run_id")))), ("run_log" = (operation_id = "run_log", parameters(("id" = "$response.body#/job_runs/0/job_run_id")))))), (status = 404, body = ErrorBody)))]
+#[utoipa::path(get, path = route::BUILD, summary = "One build request with its partitions and job runs", params(("id" = String, Path, description = "Build request id")), responses((status = 200, body = answers::BuildDetail, links(("get_run" = (operation_id = "get_run", parameters(("id" = "$response.body#/job_runs/0/job_run_id")))), ("run_log" = (operation_id = "run_log", parameters(("id" = "$response.body#/job_runs/0/job_run_id")))))), (status = 400, description = "The id is a prefix of more than one", body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub(crate) async fn get_build(
     State(state): Shared,
     ApiPath(id): ApiPath<String>,
@@ -198,7 +198,7 @@ pub(crate) async fn build_partitions(
     .await
 }
 
-#[utoipa::path(get, path = route::BUILD_SUMMARY, summary = "What a build request did (so far), every list whole", params(("id" = String, Path, description = "Build request id")), responses((status = 200, body = answers::BuildSummary), (status = 404, body = ErrorBody)))]
+#[utoipa::path(get, path = route::BUILD_SUMMARY, summary = "What a build request did (so far), every list whole", params(("id" = String, Path, description = "Build request id")), responses((status = 200, body = answers::BuildSummary), (status = 400, description = "The id is a prefix of more than one", body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub(crate) async fn build_summary(
     State(state): Shared,
     ApiPath(id): ApiPath<String>,
@@ -209,7 +209,7 @@ pub(crate) async fn build_summary(
     .await
 }
 
-#[utoipa::path(get, path = route::BUILD_PROGRESS, summary = "How far a build request has come, per job, and its ETA", params(("id" = String, Path, description = "Build request id")), responses((status = 200, body = answers::BuildProgress), (status = 404, description = "No such build request, or not planned yet", body = ErrorBody)))]
+#[utoipa::path(get, path = route::BUILD_PROGRESS, summary = "How far a build request has come, per job, and its ETA", params(("id" = String, Path, description = "Build request id")), responses((status = 200, body = answers::BuildProgress), (status = 400, description = "The id is a prefix of more than one", body = ErrorBody), (status = 404, description = "No such build request, or not planned yet", body = ErrorBody)))]
 pub(crate) async fn build_progress(
     State(state): Shared,
     ApiPath(id): ApiPath<String>,
@@ -221,7 +221,7 @@ pub(crate) async fn build_progress(
 }
 
 /// Server-Sent Events: every event of the build as it is appended, until the build ends.
-#[utoipa::path(get, path = route::BUILD_EVENT_STREAM, summary = "Server-Sent Events of a build request until it ends", params(("id" = String, Path, description = "Build request id")), responses((status = 200, description = "One `event` per log event, its data the event as the log holds it", content_type = "text/event-stream", body = answers::StreamedEvent), (status = 404, body = ErrorBody), (status = 429, description = "Too many streams open", body = ErrorBody)))]
+#[utoipa::path(get, path = route::BUILD_EVENT_STREAM, summary = "Server-Sent Events of a build request until it ends", params(("id" = String, Path, description = "Build request id")), responses((status = 200, description = "One `event` per log event, its data the event as the log holds it", content_type = "text/event-stream", body = answers::StreamedEvent), (status = 400, description = "The id is a prefix of more than one", body = ErrorBody), (status = 404, body = ErrorBody), (status = 429, description = "Too many streams open", body = ErrorBody)))]
 pub(crate) async fn build_event_stream(
     State(state): Shared,
     Extension(role): Extension<Role>,
@@ -695,7 +695,7 @@ pub(crate) async fn job_runs(
     .await
 }
 
-#[utoipa::path(get, path = route::RUN, summary = "One job run", params(("id" = String, Path)), responses((status = 200, body = answers::JobRun), (status = 404, body = ErrorBody)))]
+#[utoipa::path(get, path = route::RUN, summary = "One job run", params(("id" = String, Path)), responses((status = 200, body = answers::JobRun), (status = 400, description = "The id is a prefix of more than one", body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub(crate) async fn get_run(
     State(state): Shared,
     ApiPath(id): ApiPath<String>,
@@ -703,7 +703,7 @@ pub(crate) async fn get_run(
     blocking(&state, move |engine| engine_api::run(engine, &id).map(Json)).await
 }
 
-#[utoipa::path(get, path = route::RUN_LOG, summary = "A job run's log (its last MiB)", params(("id" = String, Path)), responses((status = 200, description = "The log", content_type = "text/plain", body = String), (status = 404, body = ErrorBody)))]
+#[utoipa::path(get, path = route::RUN_LOG, summary = "A job run's log (its last MiB)", params(("id" = String, Path)), responses((status = 200, description = "The log", content_type = "text/plain", body = String), (status = 400, description = "The id is a prefix of more than one", body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub(crate) async fn run_log(
     State(state): Shared,
     ApiPath(id): ApiPath<String>,

@@ -7,6 +7,7 @@
 mod util;
 
 mod analyze;
+mod api_doc;
 mod build;
 mod checks;
 mod claim_ahead;

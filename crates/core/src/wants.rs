@@ -21,6 +21,35 @@ pub struct RecurringWant {
     pub ttl: Duration,
 }
 
+/// Why a want template does not expand.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TemplateError {
+    #[error("`{template}` has a `{{` without its `}}`")]
+    Unclosed { template: String },
+    #[error("`{template}`: {problem}")]
+    Placeholder {
+        template: String,
+        problem: PlaceholderError,
+    },
+}
+
+/// Why one `{...}` of a want template does not expand (`expr` is what the braces hold).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PlaceholderError {
+    #[error("`{{{expr}}}` names no domain `{field}` in [graph.domains]")]
+    NoSuchDomain { expr: String, field: String },
+    #[error("`{{{expr}}}` is neither `{{today}}`, `{{today-1d}}`, `{{now}}`, `{{now-1h}}` nor `{{field=*}}`")]
+    Unknown { expr: String },
+    #[error("`{{{expr}}}`: write offsets in hours or days, like `now-1h` or `now-1d`")]
+    BadHourOffset { expr: String },
+    #[error("`{{{expr}}}`: write offsets in days, like `today-1d`")]
+    BadDayOffset { expr: String },
+    #[error("`{{{expr}}}`: an offset starts with + or -")]
+    NoSign { expr: String },
+    #[error("`{{{expr}}}` is out of range")]
+    OutOfRange { expr: String },
+}
+
 /// Expands a want template at `now` (UTC): `{today}`, `{today-Nd}`, `{today+Nd}` become dates,
 /// `{now}`, `{now-Nh}`, `{now+Nh}`, `{now-Nd}` hours (`YYYY-MM-DDTHH`, the hour `now` is in),
 /// and `{field=*}` every value of `domains[field]`.
@@ -28,19 +57,26 @@ pub fn expand(
     template: &str,
     now: NaiveDateTime,
     domains: &BTreeMap<String, Vec<String>>,
-) -> Result<Vec<String>, String> {
+) -> Result<Vec<String>, TemplateError> {
     let mut out = vec![String::new()];
     let mut rest = template;
     while let Some(open) = rest.find('{') {
-        let close = rest[open..]
-            .find('}')
-            .map(|c| open + c)
-            .ok_or_else(|| format!("`{template}` has a `{{` without its `}}`"))?;
+        let close =
+            rest[open..]
+                .find('}')
+                .map(|c| open + c)
+                .ok_or_else(|| TemplateError::Unclosed {
+                    template: template.to_string(),
+                })?;
         for o in &mut out {
             o.push_str(&rest[..open]);
         }
-        let values = values_of(&rest[open + 1..close], now, domains)
-            .map_err(|e| format!("`{template}`: {e}"))?;
+        let values = values_of(&rest[open + 1..close], now, domains).map_err(|problem| {
+            TemplateError::Placeholder {
+                template: template.to_string(),
+                problem,
+            }
+        })?;
         out = out
             .iter()
             .flat_map(|o| values.iter().map(move |v| format!("{o}{v}")))
@@ -57,21 +93,24 @@ fn values_of(
     expr: &str,
     now: NaiveDateTime,
     domains: &BTreeMap<String, Vec<String>>,
-) -> Result<Vec<String>, String> {
+) -> Result<Vec<String>, PlaceholderError> {
     use chrono::Timelike;
     if let Some(field) = expr.strip_suffix("=*") {
         return domains
             .get(field)
             .cloned()
-            .ok_or_else(|| format!("`{{{expr}}}` names no domain `{field}` in [graph.domains]"));
+            .ok_or_else(|| PlaceholderError::NoSuchDomain {
+                expr: expr.to_string(),
+                field: field.to_string(),
+            });
     }
     let (hours, offset) = match (expr.strip_prefix("today"), expr.strip_prefix("now")) {
         (Some(offset), _) => (false, offset),
         (_, Some(offset)) => (true, offset),
         _ => {
-            return Err(format!(
-                "`{{{expr}}}` is neither `{{today}}`, `{{today-1d}}`, `{{now}}`, `{{now-1h}}` nor `{{field=*}}`"
-            ))
+            return Err(PlaceholderError::Unknown {
+                expr: expr.to_string(),
+            })
         }
     };
     let steps: i64 = match offset {
@@ -92,19 +131,27 @@ fn values_of(
                         .checked_mul(*scale)
                 })
                 .ok_or_else(|| match hours {
-                    true => format!(
-                        "`{{{expr}}}`: write offsets in hours or days, like `now-1h` or `now-1d`"
-                    ),
-                    false => format!("`{{{expr}}}`: write offsets in days, like `today-1d`"),
+                    true => PlaceholderError::BadHourOffset {
+                        expr: expr.to_string(),
+                    },
+                    false => PlaceholderError::BadDayOffset {
+                        expr: expr.to_string(),
+                    },
                 })?;
             match sign {
                 "-" => -n,
                 "+" => n,
-                _ => return Err(format!("`{{{expr}}}`: an offset starts with + or -")),
+                _ => {
+                    return Err(PlaceholderError::NoSign {
+                        expr: expr.to_string(),
+                    })
+                }
             }
         }
     };
-    let out_of_range = || format!("`{{{expr}}}` is out of range");
+    let out_of_range = || PlaceholderError::OutOfRange {
+        expr: expr.to_string(),
+    };
     let day = days_since_epoch(now.date());
     let value = if hours {
         let hour = (day * 24 + i64::from(now.hour()))

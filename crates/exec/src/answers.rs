@@ -829,6 +829,32 @@ pub struct LogChunk {
     pub running: bool,
 }
 
+/// One Server-Sent Event of `GET /api/v1/builds/{id}/events/stream`, as an SSE parser reads it
+/// (the document's per-event schema for the `text/event-stream` answer).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct StreamedEvent {
+    /// Every event of the stream is named `event`.
+    pub event: StreamedEventName,
+    /// The log event as JSON text: one `Event`, as `GET /api/v1/events` lists them.
+    pub data: String,
+}
+
+/// The name of a [`StreamedEvent`]: the stream sends one kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum StreamedEventName {
+    Event,
+}
+
+impl StreamedEventName {
+    /// The name as the stream writes it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StreamedEventName::Event => "event",
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct PartitionStatus {
     #[serde(rename = "ref")]

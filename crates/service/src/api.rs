@@ -73,6 +73,7 @@ pub(crate) async fn post_build(
 }
 
 #[derive(Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
 pub struct ListQuery {
     /// At most this many.
@@ -86,6 +87,7 @@ pub struct ListQuery {
 }
 
 #[derive(Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
 pub struct LimitQuery {
     /// At most this many.
@@ -126,7 +128,7 @@ pub(crate) async fn list_builds(
     .await
 }
 
-#[utoipa::path(get, path = route::BUILD, summary = "One build request with its partitions and job runs", params(("id" = String, Path, description = "Build request id")), responses((status = 200, body = answers::BuildDetail, links(("get_run" = (operation_id = "get_run", parameters(("id" = "$response.body#/job_runs/0/job_run_id")))), ("run_log" = (operation_id = "run_log", parameters(("id" = "$response.body#/job_runs/0/job_run_id")))))), (status = 404, body = ErrorBody)))]
+#[utoipa::path(get, path = route::BUILD, summary = "One build request with its partitions and job runs", params(("id" = String, Path, description = "Build request id")), responses((status = 200, body = answers::BuildDetail, links(("get_run" = (operation_id = "get_run", parameters(("id" = "$response.body#/job_runs/0/job_run_id")))), ("run_log" = (operation_id = "run_log", parameters(("id" = "$response.body#/job_runs/0/job_run_id")))))), (status = 400, description = "The id is a prefix of more than one", body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub(crate) async fn get_build(
     State(state): Shared,
     ApiPath(id): ApiPath<String>,
@@ -149,6 +151,7 @@ pub(crate) async fn cancel_build(
 }
 
 #[derive(Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
 pub struct BuildEventsQuery {
     /// Events after this index (the `next` of the previous page).
@@ -172,6 +175,7 @@ pub(crate) async fn build_events(
 }
 
 #[derive(Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
 pub struct BuildPartitionsQuery {
     /// Partitions after this ref (the `next` of the previous page).
@@ -194,7 +198,7 @@ pub(crate) async fn build_partitions(
     .await
 }
 
-#[utoipa::path(get, path = route::BUILD_SUMMARY, summary = "What a build request did (so far), every list whole", params(("id" = String, Path, description = "Build request id")), responses((status = 200, body = answers::BuildSummary), (status = 404, body = ErrorBody)))]
+#[utoipa::path(get, path = route::BUILD_SUMMARY, summary = "What a build request did (so far), every list whole", params(("id" = String, Path, description = "Build request id")), responses((status = 200, body = answers::BuildSummary), (status = 400, description = "The id is a prefix of more than one", body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub(crate) async fn build_summary(
     State(state): Shared,
     ApiPath(id): ApiPath<String>,
@@ -205,7 +209,7 @@ pub(crate) async fn build_summary(
     .await
 }
 
-#[utoipa::path(get, path = route::BUILD_PROGRESS, summary = "How far a build request has come, per job, and its ETA", params(("id" = String, Path, description = "Build request id")), responses((status = 200, body = answers::BuildProgress), (status = 404, description = "No such build request, or not planned yet", body = ErrorBody)))]
+#[utoipa::path(get, path = route::BUILD_PROGRESS, summary = "How far a build request has come, per job, and its ETA", params(("id" = String, Path, description = "Build request id")), responses((status = 200, body = answers::BuildProgress), (status = 400, description = "The id is a prefix of more than one", body = ErrorBody), (status = 404, description = "No such build request, or not planned yet", body = ErrorBody)))]
 pub(crate) async fn build_progress(
     State(state): Shared,
     ApiPath(id): ApiPath<String>,
@@ -217,7 +221,7 @@ pub(crate) async fn build_progress(
 }
 
 /// Server-Sent Events: every event of the build as it is appended, until the build ends.
-#[utoipa::path(get, path = route::BUILD_EVENT_STREAM, summary = "Server-Sent Events of a build request until it ends", params(("id" = String, Path, description = "Build request id")), responses((status = 200, description = "One `event` per log event, its data the event as the log holds it", content_type = "text/event-stream", body = String), (status = 404, body = ErrorBody), (status = 429, description = "Too many streams open", body = ErrorBody)))]
+#[utoipa::path(get, path = route::BUILD_EVENT_STREAM, summary = "Server-Sent Events of a build request until it ends", params(("id" = String, Path, description = "Build request id")), responses((status = 200, description = "One `event` per log event, its data the event as the log holds it", content_type = "text/event-stream", body = answers::StreamedEvent), (status = 400, description = "The id is a prefix of more than one", body = ErrorBody), (status = 404, body = ErrorBody), (status = 429, description = "Too many streams open", body = ErrorBody)))]
 pub(crate) async fn build_event_stream(
     State(state): Shared,
     Extension(role): Extension<Role>,
@@ -246,7 +250,9 @@ pub(crate) async fn build_event_stream(
                         if private {
                             crate::guard::strip_private(&mut value);
                         }
-                        let event = SseEvent::default().event("event").data(value.to_string());
+                        let event = SseEvent::default()
+                            .event(answers::StreamedEventName::Event.as_str())
+                            .data(value.to_string());
                         return Some((Ok(event), (since, finished, pending, permit)));
                     }
                     if finished {
@@ -353,6 +359,7 @@ pub(crate) enum ListedStatusName {
 }
 
 #[derive(Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
 pub struct PartitionsQuery {
     /// Glob over refs.
@@ -420,6 +427,7 @@ pub(crate) async fn partition_explain(
 }
 
 #[derive(Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
 pub struct LineageParams {
     /// `upstream` (what it was built from; the default) or `downstream` (what was built from it).
@@ -453,6 +461,7 @@ pub(crate) async fn partition_lineage(
 }
 
 #[derive(Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
 pub struct DiffParams {
     /// The later instance: the run that built it (default: the current instance).
@@ -563,6 +572,7 @@ pub(crate) enum GraphFormat {
 }
 
 #[derive(Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
 pub struct GraphQuery {
     /// `dot` (default), `mermaid` or `json`.
@@ -595,6 +605,7 @@ pub(crate) async fn graph(
 }
 
 #[derive(Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
 pub struct EventsQuery {
     /// Events after this index (the `next` of the previous page).
@@ -684,7 +695,7 @@ pub(crate) async fn job_runs(
     .await
 }
 
-#[utoipa::path(get, path = route::RUN, summary = "One job run", params(("id" = String, Path)), responses((status = 200, body = answers::JobRun), (status = 404, body = ErrorBody)))]
+#[utoipa::path(get, path = route::RUN, summary = "One job run", params(("id" = String, Path)), responses((status = 200, body = answers::JobRun), (status = 400, description = "The id is a prefix of more than one", body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub(crate) async fn get_run(
     State(state): Shared,
     ApiPath(id): ApiPath<String>,
@@ -692,7 +703,7 @@ pub(crate) async fn get_run(
     blocking(&state, move |engine| engine_api::run(engine, &id).map(Json)).await
 }
 
-#[utoipa::path(get, path = route::RUN_LOG, summary = "A job run's log (its last MiB)", params(("id" = String, Path)), responses((status = 200, description = "The log", content_type = "text/plain", body = String), (status = 404, body = ErrorBody)))]
+#[utoipa::path(get, path = route::RUN_LOG, summary = "A job run's log (its last MiB)", params(("id" = String, Path)), responses((status = 200, description = "The log", content_type = "text/plain", body = String), (status = 400, description = "The id is a prefix of more than one", body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub(crate) async fn run_log(
     State(state): Shared,
     ApiPath(id): ApiPath<String>,
@@ -702,10 +713,11 @@ pub(crate) async fn run_log(
 }
 
 #[derive(Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
 pub struct LogChunkQuery {
-    /// Where to start, in bytes into the log (default 0).
-    #[param(minimum = 0)]
+    /// Where to start, in bytes into the log (default 0; at most 2^63-1, the largest `int64`).
+    #[param(minimum = 0, maximum = 9223372036854775807_u64)]
     offset: Option<u64>,
 }
 
@@ -716,6 +728,13 @@ pub(crate) async fn run_log_chunk(
     ApiQuery(q): ApiQuery<LogChunkQuery>,
 ) -> ApiResult<Json<answers::LogChunk>> {
     let offset = q.offset.unwrap_or(0);
+    if offset > i64::MAX as u64 {
+        return Err(AppError::new(
+            StatusCode::BAD_REQUEST,
+            "bad_query",
+            format!("`offset={offset}` is more than {} (an int64)", i64::MAX),
+        ));
+    }
     blocking(&state, move |engine| {
         engine_api::run_log_chunk(engine, &id, offset).map(Json)
     })
@@ -723,6 +742,7 @@ pub(crate) async fn run_log_chunk(
 }
 
 #[derive(Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
 pub struct DatasetsQuery {
     /// Derive the freshness of every available partition, however many (linear in them);

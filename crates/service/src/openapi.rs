@@ -2,8 +2,17 @@
 //! every answer is named by its type (`databuild_exec::answers`), whose schema `utoipa` derives
 //! (and collects, with the types they hold).
 
+use std::collections::{BTreeSet, HashMap};
+use std::sync::OnceLock;
+
+use axum::extract::{MatchedPath, Request};
+use axum::http::{Method, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
 use axum::Json;
 use utoipa::OpenApi;
+
+use crate::error::AppError;
 
 use crate::api::{AnalyzeBody, BuildBody, CheckBody, GcBody, SqlBody, TaintBody};
 use crate::error::ErrorBody;
@@ -81,6 +90,96 @@ pub async fn document() -> Json<&'static serde_json::Value> {
         camel_case_links(&mut doc);
         doc
     }))
+}
+
+/// The query parameters each operation declares, by path template and method, read from the
+/// document itself: what the document says a request takes is what the service accepts.
+fn declared_query_params() -> &'static HashMap<(String, String), BTreeSet<String>> {
+    static DECLARED: OnceLock<HashMap<(String, String), BTreeSet<String>>> = OnceLock::new();
+    DECLARED.get_or_init(|| {
+        let doc = serde_json::to_value(ApiDoc::openapi()).expect("the document serializes");
+        let mut out = HashMap::new();
+        for (path, ops) in doc["paths"].as_object().into_iter().flatten() {
+            for (method, op) in ops.as_object().into_iter().flatten() {
+                let names = op["parameters"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter(|p| p["in"] == "query")
+                    .filter_map(|p| p["name"].as_str().map(str::to_string))
+                    .collect();
+                out.insert((path.clone(), method.to_ascii_uppercase()), names);
+            }
+        }
+        out
+    })
+}
+
+/// The paths the document lists.
+fn declared_paths() -> &'static BTreeSet<String> {
+    static PATHS: OnceLock<BTreeSet<String>> = OnceLock::new();
+    PATHS.get_or_init(|| {
+        declared_query_params()
+            .keys()
+            .map(|(p, _)| p.clone())
+            .collect()
+    })
+}
+
+/// Refuses an API request whose query string holds a parameter its operation does not declare
+/// (a 400 `bad_query` naming it and what the operation takes): a misspelt or unsupported
+/// parameter is never silently ignored. An operation the document does not list (the document
+/// itself) declares none. Only the API's routes pass through this; the dashboard's pages do not.
+pub async fn refuse_undeclared_query(
+    matched: MatchedPath,
+    request: Request,
+    next: Next,
+) -> Response {
+    if request.uri().query().is_some_and(|q| !q.is_empty()) {
+        let method = match request.method() {
+            &Method::HEAD => "GET".to_string(),
+            m => m.as_str().to_string(),
+        };
+        let empty = BTreeSet::new();
+        let path = matched.as_str().to_string();
+        let declared = match declared_query_params().get(&(path.clone(), method.clone())) {
+            Some(names) => names,
+            // A method the path does not take: the router's 405 says so, not this.
+            None if declared_paths().contains(&path) => return next.run(request).await,
+            None => &empty,
+        };
+        let given: Vec<(String, String)> = match axum::extract::Query::try_from_uri(request.uri()) {
+            Ok(axum::extract::Query(given)) => given,
+            Err(r) => return AppError::from(r).into_response(),
+        };
+        let mut unknown: Vec<&str> = given
+            .iter()
+            .map(|(name, _)| name.as_str())
+            .filter(|name| !declared.contains(*name))
+            .collect();
+        unknown.dedup();
+        if !unknown.is_empty() {
+            let takes = if declared.is_empty() {
+                "takes no query parameters".to_string()
+            } else {
+                let names: Vec<String> = declared.iter().map(|n| format!("`{n}`")).collect();
+                format!("takes only {}", names.join(", "))
+            };
+            let names: Vec<String> = unknown.iter().map(|n| format!("`{n}`")).collect();
+            return AppError::new(
+                StatusCode::BAD_REQUEST,
+                "bad_query",
+                format!(
+                    "unknown query parameter{} {}: {method} {} {takes} (see /api/v1/openapi.json)",
+                    if unknown.len() == 1 { "" } else { "s" },
+                    names.join(", "),
+                    matched.as_str()
+                ),
+            )
+            .into_response();
+        }
+    }
+    next.run(request).await
 }
 
 /// utoipa 5.5 writes a Link object's fields in snake case (`operation_id`), which no OpenAPI

@@ -352,7 +352,7 @@ impl Reconciler {
             for t in &rw.refs {
                 refs.extend(
                     databuild_core::wants::expand(t, now, &self.engine().graph.domains)
-                        .map_err(databuild_exec::EngineError::Invalid)?,
+                        .map_err(|e| databuild_exec::EngineError::Invalid(e.to_string()))?,
                 );
             }
             let key = (rw.name.clone(), refs.clone());

@@ -53,7 +53,8 @@ pub fn router(state: Arc<AppState>) -> Router {
             route::WANTS,
             post(wants::create_want).get(wants::list_wants),
         )
-        .route(route::WANT, get(wants::get_want).delete(wants::delete_want));
+        .route(route::WANT, get(wants::get_want).delete(wants::delete_want))
+        .route_layer(middleware::from_fn(crate::openapi::refuse_undeclared_query));
     let webhooks = Router::new().route(route::WEBHOOK, post(sources::webhook));
     api.merge(crate::dashboard::routes())
         .route("/healthz", get(|| async { "ok\n" }))

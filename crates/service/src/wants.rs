@@ -42,6 +42,7 @@ pub(crate) enum WantStatusName {
 }
 
 #[derive(Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
 pub struct WantsQuery {
     /// Only wants with this status.

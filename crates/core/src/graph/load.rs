@@ -446,7 +446,9 @@ impl Loader<'_> {
                 .and_then(|d| d.and_hms_opt(0, 0, 0))
                 .expect("a time");
             for t in &w.refs {
-                for r in crate::wants::expand(t, sample, &graph.domains).map_err(err)? {
+                for r in crate::wants::expand(t, sample, &graph.domains)
+                    .map_err(|e| err(e.to_string()))?
+                {
                     crate::refs::validate_ref(&r)
                         .map_err(|e| err(format!("`{t}` gives `{r}`: {e}")))?;
                     if graph.producer_of(&r).is_none() {

@@ -72,6 +72,15 @@ pub fn query_reads(run: &databuild_log::JobRunRow) -> Vec<(&str, &str)> {
         .collect()
 }
 
+/// Whether the run read `r` as a query input (one of [`query_reads`]), for one ref: no set of
+/// the run's inputs is made.
+pub fn is_query_read(run: &databuild_log::JobRunRow, r: &str) -> bool {
+    run.input_versions
+        .get(r)
+        .is_some_and(|v| !v.starts_with(ALIAS_PREFIX))
+        && !run.inputs.iter().any(|i| i == r)
+}
+
 /// The version each table's alias was last promoted to, from the log.
 pub fn promotions(store: &dyn EventStore) -> databuild_log::Result<BTreeMap<String, u32>> {
     let events = store.events(&EventFilter {

@@ -334,9 +334,7 @@ impl Engine {
             // A run that failed or never ran built nothing from it.
             .filter(|r| r.status == Status::Completed)
             .flat_map(|r| {
-                let query = crate::data::versions::query_reads(&r)
-                    .iter()
-                    .any(|(q, _)| q == &at.partition_ref.as_str());
+                let query = crate::data::versions::is_query_read(&r, &at.partition_ref);
                 let id = r.job_run_id;
                 r.outputs.into_iter().map(move |o| Instance {
                     partition_ref: o,

@@ -17,12 +17,6 @@ use crate::run::Executor;
 use crate::scheduler::{driver, record, BuildOptions, Host, Observer, Progress};
 
 impl Engine {
-    /// The version an input has now, for the record of a run starting from it. A failed read
-    /// of the log is an error: a version left out would enter the run's data version for good.
-    pub(crate) fn input_version(&self, r: &str) -> Result<Option<String>> {
-        Ok(self.input_instance(r)?.0)
-    }
-
     /// The instance of an input a run starting now reads: its version and, for a job's output,
     /// the run that built it (its lineage).
     pub(crate) fn input_instance(&self, r: &str) -> Result<(Option<String>, Option<String>)> {
@@ -425,10 +419,6 @@ impl Host for Engine {
 
     fn input_instance(&self, r: &str) -> Result<(Option<String>, Option<String>)> {
         Engine::input_instance(self, r)
-    }
-
-    fn input_version(&self, r: &str) -> Result<Option<String>> {
-        Engine::input_version(self, r)
     }
 
     fn query_instance(&self, r: &str) -> Result<Option<(String, Option<String>)>> {

@@ -45,8 +45,6 @@ pub(crate) trait Host: Sync {
     fn plan(&self, request: &PlanRequest) -> Result<Plan>;
     /// The version an input has now, and for a job's output the run that built it.
     fn input_instance(&self, r: &str) -> Result<(Option<String>, Option<String>)>;
-    /// The version an input has now.
-    fn input_version(&self, r: &str) -> Result<Option<String>>;
     /// A query input (`dep = "query"`) as a run starting now reads it: its version and, for a
     /// job's output, the run that built it; `None` when it is absent.
     fn query_instance(&self, r: &str) -> Result<Option<(String, Option<String>)>>;

@@ -1,8 +1,9 @@
 //! Claim-ahead: what a run's first claim is made against, read before the claim so that the
 //! claim itself costs no read. Who holds each output as the plan saw it is read a window of
-//! nodes at a time; the versions of inputs from upstream services (a network call each) are
-//! read off the loop before the claim. And how many runs a build claims ahead of its slots,
-//! decided once at its start ([`per_slot`]).
+//! nodes at a time; the versions of inputs and query inputs from upstream services (a network
+//! call each) are read off the loop before the claim; query inputs that are jobs' outputs are
+//! read a claim batch at a time ([`read_query_inputs`]). And how many runs a build claims ahead
+//! of its slots, decided once at its start ([`per_slot`]).
 
 use std::collections::BTreeMap;
 
@@ -155,8 +156,8 @@ impl ClaimAhead {
             .collect()
     }
 
-    /// A run reading upstream partitions has their versions read off the loop before its claim
-    /// (each is a call to the upstream service).
+    /// A run reading upstream partitions (as inputs or query inputs) has their versions read
+    /// off the loop before its claim (each is a call to the upstream service).
     pub(super) fn must_read_versions_first(
         &self,
         graph: &Graph,
@@ -165,7 +166,7 @@ impl ClaimAhead {
     ) -> bool {
         self.has_upstream
             && !self.read_versions.contains_key(&node)
-            && run.inputs.iter().any(|i| is_upstream(graph, i.as_str()))
+            && upstream_reads(graph, run).next().is_some()
     }
 
     /// Keeps the versions read off the loop for the node's claim.
@@ -184,9 +185,59 @@ impl ClaimAhead {
 }
 
 /// Whether `r` is a partition of a dataset an upstream service makes.
-pub(super) fn is_upstream(graph: &Graph, r: &str) -> bool {
+fn is_upstream(graph: &Graph, r: &str) -> bool {
     matches!(graph.producer_of(r), Some((Producer::Dataset(d), _)) if graph.datasets[d].upstream.is_some())
 }
+
+/// The run's inputs and query inputs an upstream service makes: their versions are read off
+/// the loop.
+pub(super) fn upstream_reads<'a>(
+    graph: &'a Graph,
+    run: &'a PlannedRun,
+) -> impl Iterator<Item = &'a PartitionRef> + 'a {
+    (run.inputs.iter())
+        .chain(run.query_inputs())
+        .filter(move |i| is_upstream(graph, i.as_str()))
+}
+
+/// The query inputs of `runs` that are jobs' outputs, as a run starting now reads them (as
+/// [`crate::Engine::query_instance`] does, read at once): its version and the run that built
+/// it while the log says it is available, `None` otherwise. Refs `skip` says are known are
+/// left out, and so are query inputs that are no job's outputs.
+pub(super) fn read_query_inputs<'a>(
+    store: &dyn EventStore,
+    graph: &Graph,
+    runs: impl Iterator<Item = &'a PlannedRun>,
+    skip: impl Fn(&str) -> bool,
+) -> Result<QueryReads> {
+    let mut read = QueryReads::default();
+    let mut refs = Vec::new();
+    for q in runs.flat_map(|r| r.query_inputs()) {
+        let q = q.as_str();
+        if skip(q) || read.contains_key(q) {
+            continue;
+        }
+        if let Some((Producer::Job { .. }, _)) = graph.producer_of(q) {
+            // Absent from the log: not read.
+            read.insert(q.to_string(), None);
+            refs.push(q);
+        }
+    }
+    for keys in refs.chunks(10_000) {
+        for p in store.partitions_by_ref(keys)? {
+            let present = match p.status {
+                Status::Available => p.data_version.map(|v| (v, p.job_run_id)),
+                _ => None,
+            };
+            read.insert(p.partition_ref, present);
+        }
+    }
+    Ok(read)
+}
+
+/// Query inputs that are jobs' outputs, read from the log: their version and the run that built
+/// them when present (see [`read_query_inputs`]).
+pub(super) type QueryReads = FxHashMap<String, Option<(String, Option<String>)>>;
 
 #[cfg(test)]
 mod tests {

@@ -6,7 +6,7 @@
 //! Only this loop writes events for its build. Completions are deferred to ride along with the
 //! next claim (one log write instead of two), or go in within `MAX_DEFER`. Blocking calls that
 //! may go over the network (planning, which asks configs and upstream services, and the versions
-//! of upstream inputs) run on threads of their own and come back as inputs.
+//! of upstream inputs and query inputs) run on threads of their own and come back as inputs.
 //!
 //! Three of its concerns keep their state and methods apart: [`claim_ahead`] (what first claims
 //! are made against, read before them), [`deferred`] (completions waiting for the next write)
@@ -27,7 +27,7 @@ use databuild_core::{PartitionRef, Plan, PlanRequest};
 use databuild_log::{Event, EventStore, LogError, Status};
 use rustc_hash::{FxHashMap, FxHashSet};
 
-use claim_ahead::{is_upstream, ClaimAhead};
+use claim_ahead::{read_query_inputs, upstream_reads, ClaimAhead, QueryReads};
 use deferred::Deferred;
 use waiters::Waiters;
 
@@ -62,7 +62,7 @@ enum Message {
         wait: usize,
         plan: Result<Plan>,
     },
-    /// The versions of a run's upstream inputs (none: not available there).
+    /// The versions of a run's upstream inputs and query inputs (none: not available there).
     VersionsRead {
         node: usize,
         versions: BTreeMap<String, Option<String>>,
@@ -536,7 +536,9 @@ impl<'s, 'e> Driver<'s, 'e> {
             self.started_ns,
             &nodes,
         )?;
-        for node in nodes {
+        // The batch's query inputs, read at once; again after a claim alone wrote to the log.
+        let mut query = None;
+        for (at, &node) in nodes.iter().enumerate() {
             let run = &self.machine.node(node).run;
             if self
                 .claim_ahead
@@ -548,10 +550,17 @@ impl<'s, 'e> Driver<'s, 'e> {
             let seen = self.claim_ahead.take_holders(&run.outputs);
             match seen {
                 Some(seen) => {
-                    self.claim_events(node, seen, &mut events)?;
+                    let query = match &mut query {
+                        Some(query) => query,
+                        None => query.insert(self.read_query_inputs(&nodes[at..])?),
+                    };
+                    self.claim_events(node, seen, query, &mut events)?;
                     batch.push(node);
                 }
-                None => self.check(node)?,
+                None => {
+                    self.check(node)?;
+                    query = None;
+                }
             }
         }
         if batch.is_empty() {
@@ -600,7 +609,8 @@ impl<'s, 'e> Driver<'s, 'e> {
             return Ok(());
         }
         let mut events = Vec::new();
-        self.claim_events(node, seen, &mut events)?;
+        let query = self.read_query_inputs(&[node])?;
+        self.claim_events(node, seen, &query, &mut events)?;
         match self.append_claims(events)? {
             None => {
                 self.runs[node].recorded = true;
@@ -633,15 +643,10 @@ impl<'s, 'e> Driver<'s, 'e> {
         Ok(holders)
     }
 
-    /// Reads the versions of the run's upstream inputs on a thread of its own.
+    /// Reads the versions of the run's upstream inputs and query inputs on a thread of its own.
     fn resolve(&mut self, node: usize) {
-        let upstream: Vec<String> = self
-            .machine
-            .node(node)
-            .run
-            .inputs
-            .iter()
-            .filter(|i| is_upstream(self.engine.graph(), i.as_str()))
+        let run = &self.machine.node(node).run;
+        let upstream: Vec<String> = upstream_reads(self.engine.graph(), run)
             .map(|i| i.to_string())
             .collect();
         let (engine, tx) = (self.engine, self.tx.clone());
@@ -650,7 +655,7 @@ impl<'s, 'e> Driver<'s, 'e> {
                 .into_iter()
                 .map(|i| {
                     // A log that fails here fails at the claim's append too.
-                    let v = engine.input_version(&i).ok().flatten();
+                    let v = engine.input_instance(&i).ok().and_then(|(v, _)| v);
                     (i, v)
                 })
                 .collect();
@@ -658,12 +663,22 @@ impl<'s, 'e> Driver<'s, 'e> {
         });
     }
 
+    /// The query inputs of these nodes' runs that are jobs' outputs, read at once, but for those
+    /// this build made and are live (the claim reads them from `made`).
+    fn read_query_inputs(&self, nodes: &[usize]) -> Result<QueryReads> {
+        let runs = nodes.iter().map(|&n| &self.machine.node(n).run);
+        let known = |q: &str| self.made.contains_key(q) && !self.held_back.contains(q);
+        read_query_inputs(self.store(), self.engine.graph(), runs, known)
+    }
+
     /// A claim's events (after the run's `scheduled`, the first time); fixes the versions of
-    /// the run's inputs.
+    /// the run's inputs, and of its query inputs present (those that are jobs' outputs read in
+    /// `query`).
     fn claim_events(
         &mut self,
         node: usize,
         seen: Vec<String>,
+        query: &QueryReads,
         events: &mut Vec<Event>,
     ) -> Result<()> {
         let run = &self.machine.node(node).run;
@@ -683,13 +698,18 @@ impl<'s, 'e> Driver<'s, 'e> {
             read.extend(version.map(|v| (i.to_string(), v)));
         }
         // Query inputs: read if present (made by this build and live, or present now), never
-        // waited for; an absent one is not read, so not recorded.
+        // waited for; an absent one is not read, so not recorded. An upstream's was read off
+        // the loop, a job's output with the claim batch's.
         for q in run.query_inputs() {
-            let present = match self.made.get(q.as_str()) {
-                Some((version, by)) if !self.held_back.contains(q.as_str()) => {
+            let present = match (upstream.get(q.as_str()), self.made.get(q.as_str())) {
+                (Some(read), _) => read.clone().map(|v| (v, None)),
+                (None, Some((version, by))) if !self.held_back.contains(q.as_str()) => {
                     Some((version.clone(), Some(by.clone())))
                 }
-                _ => self.engine.query_instance(q.as_str())?,
+                _ => match query.get(q.as_str()) {
+                    Some(present) => present.clone(),
+                    None => self.engine.query_instance(q.as_str())?,
+                },
             };
             if let Some((version, built_by)) = present {
                 input_runs.extend(built_by.map(|by| (q.to_string(), by)));

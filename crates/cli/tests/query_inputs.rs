@@ -249,3 +249,55 @@ fn the_service_and_its_dashboard_show_the_query_inputs_read() {
     assert!(page.contains("Query inputs read"), "{page}");
     assert!(page.contains(&lk_a), "{page}");
 }
+
+#[test]
+fn a_query_input_from_an_upstream_service_is_read_and_recorded_with_its_version() {
+    // Upstream builds lk/a; downstream reads lk/* from it (a network call, made off the
+    // scheduler's loop) as sum/1's query inputs.
+    let upstream = project();
+    upstream.run(&["build", "lk/a"]).expect_code(0);
+    let lk_a_run = current_run(&upstream, "lk/a");
+    let up = Service::start(&upstream, &[]);
+    let down = Project::new(&format!(
+        r#"
+[graph]
+name = "down"
+[[dataset]]
+name = "raw"
+pattern = "raw/{{n:int}}"
+[[dataset]]
+name = "lk"
+pattern = "lk/{{name}}"
+upstream = "{}"
+[[job]]
+name = "sum"
+outputs = ["sum/{{n:int}}"]
+config = ["sh", "config.sh"]
+command = ["sh", "-c", "mkdir -p $DATABUILD_OUTPUT_DIR/sum && printf '%s\\n%s\\n' \"$DATABUILD_INPUTS\" \"${{DATABUILD_QUERY_INPUTS-unset}}\" > $DATABUILD_OUTPUT_DIR/sum/1"]
+"#,
+        up.url
+    ));
+    down.file("config.sh", CONFIG);
+    down.partition("raw/1");
+
+    let built = json(&down, &["build", "sum/1"]);
+    assert_eq!(built["status"], "completed", "{built}");
+    let given = std::fs::read_to_string(down.path().join("data/sum/1")).unwrap();
+    assert_eq!(given.lines().nth(1), Some(r#"["lk/a"]"#), "{given}");
+    let sum_run = current_run(&down, "sum/1");
+    let running = json(
+        &down,
+        &[
+            "sql",
+            &format!("SELECT data FROM events WHERE job_run_id = '{sum_run}' AND kind = 'job_run' AND status = 'running'"),
+        ],
+    );
+    let running: serde_json::Value =
+        serde_json::from_str(running["rows"][0][0].as_str().unwrap()).unwrap();
+    assert_eq!(
+        running["input_versions"]["lk/a"],
+        format!("upstream:{lk_a_run}").as_str(),
+        "{running}"
+    );
+    assert!(running["input_versions"].get("lk/b").is_none(), "{running}");
+}

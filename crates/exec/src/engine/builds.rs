@@ -231,6 +231,13 @@ pub(crate) fn execute(
 }
 
 pub(crate) fn close_abandoned_builds(engine: &Engine) -> Result<usize> {
+    // Any sweep starts the window reads skip theirs in (a service sweeping every 2 s, say).
+    *engine.swept.lock().expect("not poisoned") = Some(std::time::Instant::now());
+    sweep(engine)
+}
+
+/// Closes the builds whose driver is dead (see [`Engine::close_abandoned_builds`]).
+fn sweep(engine: &Engine) -> Result<usize> {
     let unfinished = engine.store.build_requests(&BuildQuery {
         unfinished: true,
         limit: 10_000,
@@ -276,7 +283,8 @@ pub(crate) fn close_abandoned_builds(engine: &Engine) -> Result<usize> {
 }
 
 /// How often an engine closes dead builds before it answers a read (see
-/// [`Engine::close_dead_builds_before_reading`]); a command of the CLI reads once.
+/// [`Engine::close_dead_builds_before_reading`]), counting any sweep; a command of the CLI reads
+/// once.
 const SWEEP_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 
 pub(crate) fn close_dead_builds_before_reading(engine: &Engine) -> Result<usize> {
@@ -287,7 +295,7 @@ pub(crate) fn close_dead_builds_before_reading(engine: &Engine) -> Result<usize>
         }
         *swept = Some(std::time::Instant::now());
     }
-    close_abandoned_builds(engine)
+    sweep(engine)
 }
 
 pub(crate) fn close_build(engine: &Engine, id: &str, status: Status, reason: &str) -> Result<()> {

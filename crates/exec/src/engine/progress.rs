@@ -87,7 +87,7 @@ pub(crate) fn progress_of(
         for j in jobs.values_mut() {
             j.failed = 0;
         }
-        for i in crate::engine::summary::last_attempts(&runs, |r| r.2.as_ref()) {
+        for i in crate::engine::summary::last_attempts(&runs, |r| r.2.as_ref()).into_values() {
             if runs[i].1 == Status::Failed {
                 job(&mut jobs, &runs[i].0).failed += 1;
             }

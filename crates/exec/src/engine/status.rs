@@ -580,11 +580,7 @@ fn root_cause(
     let log_tail = run
         .as_ref()
         .and_then(|run| run.log_path.as_deref())
-        .and_then(|path| {
-            crate::run::log::read_tail(std::path::Path::new(path), 4096)
-                .ok()
-                .and_then(|log| crate::run::log::last_line(&log))
-        });
+        .and_then(crate::run::log::last_log_line);
     // Which of `r`'s inputs the failure is reached through: everything planned downstream of it.
     let mut reach: rustc_hash::FxHashSet<&str> =
         std::iter::once(row.partition_ref.as_str()).collect();

@@ -86,19 +86,20 @@ impl Engine {
 }
 
 /// Of a build's runs (oldest first), the index of each that its outputs end with: the last run
-/// that had them. An earlier failed attempt that was retried is not a failure of the build: the
-/// summary and the progress both count failures by this.
+/// that had them, by its first output (the keys: every first output a run of the build had). An
+/// earlier failed attempt that was retried is not a failure of the build: the summary and the
+/// progress both count failures by this.
 pub(crate) fn last_attempts<T>(
     runs: &[T],
     first_output: impl Fn(&T) -> Option<&String>,
-) -> Vec<usize> {
+) -> FxHashMap<&str, usize> {
     let mut last_of: FxHashMap<&str, usize> = FxHashMap::default();
     for (i, r) in runs.iter().enumerate() {
         if let Some(first) = first_output(r) {
             last_of.insert(first, i);
         }
     }
-    last_of.into_values().collect()
+    last_of
 }
 
 pub(crate) fn summary(engine: &Engine, id: &str) -> Result<Option<BuildSummary>> {
@@ -163,14 +164,9 @@ pub(crate) fn summary_cut(
     // A build still going has failed only the refs that did fail: the others (scheduled,
     // claimed, building, waited for) may yet be built.
     let over = databuild_log::state::is_terminal(databuild_log::Kind::BuildRequest, build.status);
-    let mut last: Vec<&RunOutcome> = last_attempts(&runs, |r| r.outputs.first())
-        .into_iter()
-        .map(|i| &runs[i])
-        .collect();
-    let claimed_first: FxHashSet<&str> = runs
-        .iter()
-        .filter_map(|r| r.outputs.first().map(|o| o.as_str()))
-        .collect();
+    // Keyed by every first output a run of the build had: what the plan's record is read against.
+    let last_of = last_attempts(&runs, |r| r.outputs.first());
+    let mut last: Vec<&RunOutcome> = last_of.values().map(|&i| &runs[i]).collect();
     last.sort_by_key(|r| r.scheduled_at);
     let ended_unbuilt = |started: bool| -> Vec<String> {
         last.iter()
@@ -201,7 +197,7 @@ pub(crate) fn summary_cut(
                 for (_, outputs) in part.data.plan {
                     let claimed = outputs
                         .first()
-                        .is_some_and(|o| claimed_first.contains(o.as_str()));
+                        .is_some_and(|o| last_of.contains_key(o.as_str()));
                     if claimed {
                         continue;
                     }
@@ -248,7 +244,11 @@ pub(crate) fn summary_cut(
             outputs: r.outputs.to_vec(),
             message: r.message.clone(),
             log_tail: (i < QUOTED_FAILURES)
-                .then(|| r.log_path.as_deref().and_then(last_log_line))
+                .then(|| {
+                    r.log_path
+                        .as_deref()
+                        .and_then(crate::run::log::last_log_line)
+                })
                 .flatten(),
         })
         .collect();
@@ -334,28 +334,12 @@ fn live_as_found(
         .collect();
     let mut live = FxHashSet::default();
     for chunk in candidates.chunks(10_000) {
-        let rows: Vec<databuild_log::PartitionRow> = engine
-            .store
-            .partitions_by_ref(chunk)?
-            .into_iter()
-            .filter(|p| p.status == Status::Available)
-            .collect();
-        if rows.is_empty() {
-            continue;
-        }
-        let refs: Vec<String> = rows.iter().map(|p| p.partition_ref.clone()).collect();
-        let states = engine.versions().states_of_rows(rows)?;
+        let states = engine.versions().known_all(chunk)?;
         live.extend(
-            refs.into_iter()
-                .zip(states)
+            (chunk.iter().zip(states))
                 .filter(|(_, s)| *s == databuild_core::plan::KnownState::Live)
-                .map(|(r, _)| r),
+                .map(|(r, _)| r.to_string()),
         );
     }
     Ok(live)
-}
-
-/// The last non-empty line of a run's log (read from its last 4 KiB).
-fn last_log_line(path: &str) -> Option<String> {
-    crate::run::log::last_line(&crate::run::log::read_tail(std::path::Path::new(path), 4096).ok()?)
 }

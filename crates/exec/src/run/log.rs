@@ -20,3 +20,9 @@ pub fn last_line(log: &str) -> Option<String> {
     let line = log.lines().rev().map(str::trim).find(|l| !l.is_empty())?;
     Some(line.chars().take(300).collect())
 }
+
+/// The last line that says something of the log at `path` (read from its last 4 KiB): what a
+/// failed run's summary and status quote. None if the log cannot be read.
+pub fn last_log_line(path: &str) -> Option<String> {
+    last_line(&read_tail(std::path::Path::new(path), 4096).ok()?)
+}

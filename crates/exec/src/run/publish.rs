@@ -40,43 +40,31 @@ pub(crate) fn verify_outputs(spec: &RunSpec, before: &[Option<SystemTime>]) -> R
             continue;
         }
         let path = spec.data_dir.join(output);
-        // The job made its output dir (the engine does not), yet this output is not in it: it
-        // wrote there and never this output, or removed it before it ended; either way, said so.
-        if staged {
-            let in_place = match mtime(&path) {
-                None => format!("nor at {}", path.display()),
-                Some(now) if Some(now) == *before => {
-                    "and the one in place is unchanged since before the run".to_string()
-                }
-                Some(_) => continue,
-            };
-            return RunOutcome::failed(
+        let message = match mtime(&path) {
+            Some(now) if Some(now) != *before => continue,
+            // The job made its output dir (the engine does not), yet this output is not in it:
+            // it wrote there and never this output, or removed it before it ended; either way,
+            // said so.
+            found if staged => {
+                let in_place = match found {
+                    None => format!("nor at {}", path.display()),
+                    Some(_) => "and the one in place is unchanged since before the run".to_string(),
+                };
                 format!(
                     "the job exited 0 but `{output}` is not in its output dir ({}) {in_place}: \
                      it never wrote it there, or removed it before it ended",
                     staging.join(output).display()
-                ),
-                Some(0),
-            );
-        }
-        match mtime(&path) {
-            None => {
-                return RunOutcome::failed(
-                    format!(
-                        "the job exited 0 but did not produce `{output}` (expected at {})",
-                        path.display()
-                    ),
-                    Some(0),
                 )
             }
-            Some(now) if Some(now) == *before => {
-                return RunOutcome::failed(
-                    format!("the job exited 0 but did not write `{output}`: it is unchanged since before the run"),
-                    Some(0),
-                )
-            }
-            Some(_) => {}
-        }
+            None => format!(
+                "the job exited 0 but did not produce `{output}` (expected at {})",
+                path.display()
+            ),
+            Some(_) => format!(
+                "the job exited 0 but did not write `{output}`: it is unchanged since before the run"
+            ),
+        };
+        return RunOutcome::failed(message, Some(0));
     }
     RunOutcome::Succeeded
 }

@@ -16,7 +16,7 @@ use std::hash::BuildHasher;
 use databuild_core::{Plan, PlannedRun};
 use databuild_log::{AfterFailure, RefusalKind};
 use hashbrown::HashTable;
-use rustc_hash::{FxBuildHasher, FxHashMap};
+use rustc_hash::{FxBuildHasher, FxHashMap, FxHashSet};
 
 use crate::run::outcome::Ended;
 use crate::run::RunOutcome;
@@ -329,6 +329,7 @@ impl Machine {
         &self.nodes[node]
     }
 
+    #[cfg(test)]
     pub fn nodes(&self) -> &[Node] {
         &self.nodes
     }
@@ -342,14 +343,49 @@ impl Machine {
     }
 
     /// Whether a run of this build makes `r`, or it waits for another build to.
+    #[cfg(test)]
     pub fn deals_with(&self, r: &str) -> bool {
-        self.maker_of(r).is_some() || self.waiting_for.contains_key(r)
+        self.maker_of(r).is_some() || self.waits_for(r)
+    }
+
+    /// Whether this build waits for another build to make `r`.
+    pub fn waits_for(&self, r: &str) -> bool {
+        self.waiting_for.contains_key(r)
     }
 
     /// The state of the run that makes output `r` in this build, if one does (a run whose claim
     /// was lost to another build no longer does: the build waits for `r` instead).
     pub fn maker_state(&self, r: &str) -> Option<State> {
         self.maker_of(r).map(|node| self.nodes[node].state)
+    }
+
+    /// For each of `refs` a run of this build makes, that run's state (as [`Self::maker_state`]),
+    /// and which of `refs` a failed or cancelled run had among its outputs (one whose claim was
+    /// lost included). One pass over the nodes, which builds no index: only a lost claim makes
+    /// one, and a build without one has distinct outputs, so the pass finds each maker.
+    pub fn outcomes_of<'r>(
+        &self,
+        refs: &FxHashSet<&'r str>,
+    ) -> (FxHashMap<&'r str, State>, FxHashSet<&'r str>) {
+        let indexed = self.by_output.get().is_some();
+        let mut makers = FxHashMap::default();
+        let mut ended = FxHashSet::default();
+        for n in &self.nodes {
+            for &r in n.run.outputs.iter().filter_map(|o| refs.get(o.as_str())) {
+                if matches!(n.state, State::Failed | State::Cancelled) {
+                    ended.insert(r);
+                }
+                if !indexed {
+                    makers.insert(r, n.state);
+                }
+            }
+        }
+        if indexed {
+            makers = (refs.iter())
+                .filter_map(|&r| Some((r, self.maker_state(r)?)))
+                .collect();
+        }
+        (makers, ended)
     }
 
     /// The node that makes output `r` in this build.

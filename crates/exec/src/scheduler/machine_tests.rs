@@ -954,3 +954,27 @@ fn the_index_of_outputs_is_made_when_first_asked_then_kept() {
     assert!(m.deals_with("c"));
     assert_eq!(m.node(2).waiting_on, 1, "c waits on the first plan's a");
 }
+
+#[test]
+fn the_outcomes_of_requested_refs_need_no_index() {
+    let mut m = Machine::new(Policy {
+        slots: 1,
+        ahead_per_slot: CLAIM_AHEAD_PER_SLOT,
+        keep_going: false,
+        jobs: vec![JobPolicy::default()],
+    });
+    let mut out = VecDeque::new();
+    m.add_plan(
+        plan(vec![run("a", &[], &[]), run("b", &["a"], &[0])], &[]),
+        &mut out,
+    );
+    let refs: FxHashSet<&str> = ["b", "c"].into_iter().collect();
+    let (makers, ended) = m.outcomes_of(&refs);
+    assert!(m.by_output.get().is_none(), "one pass, no index");
+    assert_eq!(makers.get("b"), Some(&State::Waiting));
+    assert!(!makers.contains_key("c") && ended.is_empty());
+    // Once the index exists (as a lost claim makes it), the same answer from it.
+    assert!(m.deals_with("b"));
+    let (indexed, _) = m.outcomes_of(&refs);
+    assert_eq!(indexed, makers);
+}

@@ -39,16 +39,17 @@ pub(super) fn per_slot(
     if plan.runs.is_empty() {
         return Ok(CLAIM_AHEAD_PER_SLOT);
     }
-    let stats = store.job_stats(None)?;
+    // Only the planned jobs' stats: the log's other jobs would each cost a read of durations.
     let jobs = graph.jobs.iter().zip(runs_by_job).filter(|(_, n)| *n > 0);
     let by_job = jobs.map(|(job, n)| {
+        let stats = store.job_stats(Some(&job.name))?;
         let p50 = stats
             .iter()
             .find(|s| s.job == job.name)
             .and_then(|s| s.p50_ms);
-        (p50, n)
+        Ok((p50, n))
     });
-    Ok(per_slot_of(by_job.collect()))
+    Ok(per_slot_of(by_job.collect::<Result<_>>()?))
 }
 
 /// [`per_slot`] from each planned job's median duration (if recorded) and its number of runs.

@@ -1090,15 +1090,7 @@ impl<'s, 'e> Driver<'s, 'e> {
         let reason = self.machine.stop_reason();
         self.machine.finish(&mut self.effects);
         self.carry_out(observer)?;
-        let mut failed_outputs = FxHashSet::default();
-        for n in self.machine.nodes() {
-            if matches!(
-                n.state,
-                super::machine::State::Failed | super::machine::State::Cancelled
-            ) {
-                failed_outputs.extend(n.run.outputs.iter().map(|o| o.as_str()));
-            }
-        }
+        let (makers, failed_outputs) = self.machine.outcomes_of(self.requested);
         let mut failed = false;
         let mut events = Vec::new();
         for w in self.machine.waits().iter().filter(|w| !w.done) {
@@ -1109,26 +1101,28 @@ impl<'s, 'e> Driver<'s, 'e> {
         }
         let skipped: FxHashSet<&str> = self.skipped.iter().map(String::as_str).collect();
         for r in &self.options.refs {
-            // A run held back by a failed blocking check built its outputs, not live ones.
             // A ref a run of this build makes is live only if that run succeeded, whatever an
             // older instance in the log says (a stale ref whose rebuild never started is still
             // `available` there); one it skipped or waited for, if the log has it available.
-            let live = !self.held_back.contains(r.as_str())
-                && match self.machine.maker_state(r.as_str()) {
-                    Some(state) => state == super::machine::State::Done,
-                    None => {
-                        skipped.contains(r.as_str())
+            // (A run held back by a failed blocking check built its outputs, not live ones: its
+            // node ends `Failed`.)
+            let live = match makers.get(r.as_str()) {
+                Some(&state) => state == super::machine::State::Done,
+                None => {
+                    !self.held_back.contains(r.as_str())
+                        && (skipped.contains(r.as_str())
                             || self
                                 .store()
                                 .partition(r.as_str())?
-                                .is_some_and(|p| p.status == Status::Available)
-                    }
-                };
+                                .is_some_and(|p| p.status == Status::Available))
+                }
+            };
             if !live {
                 failed = true;
                 // Requested refs that no run of ours ended (a failed delegation, say) end here.
-                let ended =
-                    failed_outputs.contains(r.as_str()) || self.machine.deals_with(r.as_str());
+                let ended = failed_outputs.contains(r.as_str())
+                    || makers.contains_key(r.as_str())
+                    || self.machine.waits_for(r.as_str());
                 if !ended {
                     events.push(
                         Event::partition(Some(&self.id), r.as_str(), Status::Failed)

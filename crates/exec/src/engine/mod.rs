@@ -65,7 +65,8 @@ pub struct Engine {
     /// The digest of the graph file's text, when known: no-op plans are kept under it (see
     /// `plan_cache.rs`).
     pub(crate) graph_digest: Option<String>,
-    /// When this engine last closed dead builds before a read (`builds.rs`).
+    /// When this engine last closed dead builds, by any path (`builds.rs`): a read within a
+    /// second of it does not sweep again.
     pub(crate) swept: std::sync::Mutex<Option<std::time::Instant>>,
 }
 

@@ -24,6 +24,18 @@ enum Recheck {
     ConfigFailed(String),
 }
 
+/// What a config failing for a re-checked live partition does to the answer.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum OnConfigFailure {
+    /// The whole answer fails with the config's message, from the one call per job: a listing,
+    /// and the engine's own readers of status (wants, checks, fulfillment, explain), which must
+    /// never take a ref whose config fails for live.
+    Fail,
+    /// The call is retried one ref at a time, and each ref whose config fails answers that error
+    /// alone, the others still answering: what `status` tells a user.
+    Isolate,
+}
+
 /// `no job builds `r` and no dataset declares it`, and, when one pattern's name is close to the
 /// ref's first segment (a typo: `clen/…` for `clean/…`), that pattern.
 fn unknown_ref(graph: &databuild_core::Graph, r: &str) -> String {
@@ -62,14 +74,15 @@ fn edit_distance(a: &str, b: &str) -> usize {
 impl Engine {
     /// Live partitions of config jobs are stale when their config now chooses differently from
     /// the run that built them: one config call per job for all of them (and, when that call
-    /// fails, one per ref, so that one bad ref fails alone). `shown` holds each ref with its
-    /// status so far; the answer is the index of each that is stale, and why, or whose config
-    /// failed, with the config's message.
+    /// fails and `on_failure` isolates, one per ref, so that one bad ref fails alone). `shown`
+    /// holds each ref with its status so far; the answer is the index of each that is stale, and
+    /// why, or (isolating) whose config failed, with the config's message.
     fn recheck_configs(
         &self,
         shown: &[(&str, DerivedStatus)],
         resolver: &mut LocalResolver,
         versions: &VersionedStates<'_>,
+        on_failure: OnConfigFailure,
     ) -> Result<Vec<(usize, Recheck)>> {
         let mut by_job: Vec<(usize, Vec<usize>)> = Vec::new();
         for (i, (r, status)) in shown.iter().enumerate() {
@@ -105,11 +118,13 @@ impl Engine {
                     refs.push(r);
                 }
             }
-            // One call for all; if it fails, one per ref, each failing (or not) alone.
+            // One call for all; if it fails, the answer fails, or one call per ref, each failing
+            // (or not) alone.
             let mut configs: Vec<JobConfig> = Vec::new();
             let mut refused: HashMap<String, String> = HashMap::new();
             match databuild_core::Resolver::job_configs(resolver, job, &refs) {
                 Ok(all) => configs = all,
+                Err(e) if on_failure == OnConfigFailure::Fail => return Err(failed(&e)),
                 Err(e) if refs.len() == 1 => {
                     refused.insert(refs[0].to_string(), failed(&e).to_string());
                 }
@@ -139,12 +154,11 @@ impl Engine {
                     continue;
                 }
                 let Some(&config) = by_output.get(r) else {
-                    stale.push((
-                        i,
-                        Recheck::ConfigFailed(
-                            failed(&format!("no config covers `{r}`")).to_string(),
-                        ),
-                    ));
+                    let why = failed(&format!("no config covers `{r}`"));
+                    if on_failure == OnConfigFailure::Fail {
+                        return Err(why);
+                    }
+                    stale.push((i, Recheck::ConfigFailed(why.to_string())));
                     continue;
                 };
                 let mut now = config.clone();
@@ -204,10 +218,11 @@ impl Engine {
             .zip(&shown)
             .map(|(r, (s, _))| (r.as_str(), *s))
             .collect();
-        for (i, recheck) in self.recheck_configs(&now, resolver, versions)? {
+        // A listing has no per-row error: it fails saying which config failed, from the one
+        // call per job (a page holds up to 20,000 refs: no call per ref).
+        for (i, recheck) in self.recheck_configs(&now, resolver, versions, OnConfigFailure::Fail)? {
             match recheck {
                 Recheck::Stale(why) => shown[i] = (DerivedStatus::Stale, Some(why)),
-                // A listing has no per-row error: it fails saying which config failed.
                 Recheck::ConfigFailed(why) => return Err(EngineError::Invalid(why)),
             }
         }
@@ -402,7 +417,13 @@ impl Engine {
     }
 }
 
-pub(crate) fn status(engine: &Engine, refs: &[String]) -> Result<Vec<StatusReport>> {
+/// Each ref's report; a ref whose config fails fails the whole answer, or (isolating) is that
+/// ref's own error.
+pub(crate) fn status(
+    engine: &Engine,
+    refs: &[String],
+    on_failure: OnConfigFailure,
+) -> Result<Vec<StatusReport>> {
     let mut resolver = engine.resolver();
     let versions = engine.versions();
     let mut reports = refs
@@ -413,7 +434,7 @@ pub(crate) fn status(engine: &Engine, refs: &[String]) -> Result<Vec<StatusRepor
         .iter()
         .map(|r| (r.partition_ref.as_str(), r.status))
         .collect();
-    for (i, recheck) in engine.recheck_configs(&shown, &mut resolver, &versions)? {
+    for (i, recheck) in engine.recheck_configs(&shown, &mut resolver, &versions, on_failure)? {
         match recheck {
             Recheck::Stale(why) => {
                 reports[i].status = DerivedStatus::Stale;

@@ -36,41 +36,6 @@ pub(crate) enum OnConfigFailure {
     Isolate,
 }
 
-/// `no job builds `r` and no dataset declares it`, and, when one pattern's name is close to the
-/// ref's first segment (a typo: `clen/…` for `clean/…`), that pattern.
-fn unknown_ref(graph: &databuild_core::Graph, r: &str) -> String {
-    let head = |s: &str| s.split('/').next().unwrap_or_default().to_string();
-    let asked = head(r);
-    let closest = graph
-        .producers()
-        .map(|p| graph.pattern_of(p).to_string())
-        .map(|pattern| (edit_distance(&asked, &head(&pattern)), pattern))
-        .filter(|(d, _)| *d <= 2.max(asked.chars().count() / 3))
-        .min_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.cmp(&b.1)));
-    match closest {
-        Some((_, pattern)) => {
-            format!("no job builds `{r}` and no dataset declares it (closest pattern: `{pattern}`)")
-        }
-        None => format!("no job builds `{r}` and no dataset declares it"),
-    }
-}
-
-/// Levenshtein distance of two short names, in characters.
-fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut row: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut prev = row[0];
-        row[0] = i + 1;
-        for (j, cb) in b.iter().enumerate() {
-            let cur = row[j + 1];
-            row[j + 1] = (prev + usize::from(ca != *cb)).min(row[j] + 1).min(cur + 1);
-            prev = cur;
-        }
-    }
-    row[b.len()]
-}
-
 impl Engine {
     /// Live partitions of config jobs are stale when their config now chooses differently from
     /// the run that built them: one config call per job for all of them (and, when that call
@@ -256,7 +221,7 @@ impl Engine {
                     },
                     None => RefError {
                         kind: RefErrorKind::Unknown,
-                        message: unknown_ref(&self.graph, r),
+                        message: self.graph.unmatched_reason(r),
                     },
                 };
                 report.reasons.push(error.message.clone());

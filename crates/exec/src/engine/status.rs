@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use databuild_core::{Deps, JobConfig, KnownState, PartitionRef, PlanRequest, Producer};
 use databuild_log::{EventFilter, Status};
 
-use databuild_log::PartitionRow;
+use databuild_log::{JobRunRow, PartitionRow};
 
 use crate::answers::{
     DerivedStatus, Explanation, PlannedStep, ProducerInfo, QueryInputRead, RefError, RefErrorKind,
@@ -431,16 +431,20 @@ pub(crate) fn explain(engine: &Engine, r: &str) -> Result<Explanation> {
         Some(id) => engine.store.job_run(id)?,
         None => None,
     };
-    let inputs = match &run {
-        Some(run) => engine.status(&run.inputs)?,
-        None => Vec::new(),
-    };
-    let query_inputs = match &run {
+    // The inputs and the query inputs the run read, as they are now: one answer for both.
+    let (inputs, query_inputs) = match &run {
         Some(run) => {
             let read = crate::data::versions::query_reads(run);
-            let refs: Vec<String> = read.iter().map(|(r, _)| r.to_string()).collect();
-            let now = engine.status(&refs)?;
-            read.iter()
+            let refs: Vec<String> = run
+                .inputs
+                .iter()
+                .cloned()
+                .chain(read.iter().map(|(r, _)| r.to_string()))
+                .collect();
+            let mut inputs = engine.status(&refs)?;
+            let now = inputs.split_off(run.inputs.len());
+            let query_inputs = read
+                .iter()
                 .zip(now)
                 .map(|((r, version), now)| QueryInputRead {
                     partition_ref: r.to_string(),
@@ -448,9 +452,10 @@ pub(crate) fn explain(engine: &Engine, r: &str) -> Result<Explanation> {
                     built_by: run.input_runs.get(*r).cloned(),
                     status: now.status,
                 })
-                .collect()
+                .collect();
+            (inputs, query_inputs)
         }
-        None => Vec::new(),
+        None => (Vec::new(), Vec::new()),
     };
     let mut plan_runs = Vec::new();
     let to_build = match (status.status, producer.as_ref().map(|p| p.kind.as_str())) {
@@ -476,7 +481,7 @@ pub(crate) fn explain(engine: &Engine, r: &str) -> Result<Explanation> {
         }
     };
     let mut status = status;
-    let root_cause = root_cause(engine, r, &status, &plan_runs)?;
+    let root_cause = root_cause(engine, r, &status, run.as_ref(), &plan_runs)?;
     if let Some(cause) = root_cause
         .as_ref()
         .filter(|_| status.status == DerivedStatus::Missing)
@@ -528,41 +533,54 @@ pub(crate) fn explain(engine: &Engine, r: &str) -> Result<Explanation> {
 /// What `status` says of a job output no run has built.
 const NEVER_BUILT: &str = "no run has built it yet";
 
-/// The run that actually failed, for a partition that is failed (its own run) or missing (the
-/// first planned run, in dependency order, whose output the log records failed: the deepest
-/// failure up its inputs), and the input of `r` it is reached through.
+/// The run that actually failed, for a partition that is failed (its own run: `run`, which
+/// explain read) or missing (the first planned run, in dependency order, whose output the log
+/// records failed: the deepest failure up its inputs), and the input of `r` it is reached through.
 fn root_cause(
     engine: &Engine,
     r: &str,
     status: &StatusReport,
+    run: Option<&JobRunRow>,
     plan: &[databuild_core::PlannedRun],
 ) -> Result<Option<RootCause>> {
-    let failed_row = match status.status {
-        DerivedStatus::Failed => engine.store.partition(r)?,
+    let (row, run) = match status.status {
+        // Its run is the one explain read; its row is read for its message (the fallback of its
+        // run's), which `status` does not keep.
+        DerivedStatus::Failed => (
+            engine
+                .store
+                .partition(r)?
+                .filter(|row| row.status == Status::Failed),
+            run.cloned(),
+        ),
         DerivedStatus::Missing => {
             let outputs: Vec<&str> = plan
                 .iter()
                 .flat_map(|run| run.outputs.iter().map(|o| o.as_str()))
                 .filter(|o| *o != r)
                 .collect();
-            let failed: HashMap<String, PartitionRow> = engine
+            let mut failed: HashMap<String, PartitionRow> = engine
                 .store
                 .partitions_by_ref(&outputs)?
                 .into_iter()
                 .filter(|row| row.status == Status::Failed)
                 .map(|row| (row.partition_ref.clone(), row))
                 .collect();
-            outputs.iter().find_map(|o| failed.get(*o)).cloned()
+            let row = outputs.iter().find_map(|o| failed.remove(*o));
+            let run = match row.as_ref().and_then(|row| row.job_run_id.as_deref()) {
+                Some(id) => engine.store.job_run(id)?,
+                None => None,
+            };
+            (row, run)
         }
-        _ => None,
+        _ => return Ok(None),
     };
-    let Some(row) = failed_row.filter(|row| row.status == Status::Failed) else {
+    let Some(row) = row else {
         return Ok(None);
     };
     let Some(run_id) = row.job_run_id.clone() else {
         return Ok(None);
     };
-    let run = engine.store.job_run(&run_id)?;
     let log_tail = run
         .as_ref()
         .and_then(|run| run.log_path.as_deref())

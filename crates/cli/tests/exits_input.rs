@@ -118,6 +118,39 @@ fn a_config_failing_for_one_ref_fails_that_ref_alone() {
     check(Some(s.url.as_str()));
 }
 
+/// The per-ref error is what `status` tells a user; the engine's own readers never take a ref
+/// whose config fails for live: a want of it is not satisfied.
+#[test]
+fn a_want_whose_config_fails_is_not_satisfied() {
+    let p = project();
+    p.run(&["build", "c/1", "c/2"]).expect_code(0);
+    p.file("bad", "c/2");
+    let s = Service::start(&p, &[("DATABUILD_WANT_PROBE_INTERVAL", "0.2")]);
+    let want = |r: &str| {
+        let (code, v) = s.post("/api/v1/wants", &serde_json::json!({ "partitions": [r] }));
+        assert_eq!(code, 201, "{v}");
+        v["want_id"].as_str().unwrap().to_string()
+    };
+    // From the list, which reads the log alone (a want's detail re-reads its refs' status).
+    let state = |id: &str| {
+        let (code, v) = s.get("/api/v1/wants?all=true");
+        assert_eq!(code, 200, "{v}");
+        let wants = v["wants"].as_array().unwrap().clone();
+        wants.into_iter().find(|w| w["want_id"] == id).unwrap()["status"].clone()
+    };
+    let good = want("c/1");
+    crate::util::eventually(
+        std::time::Duration::from_secs(10),
+        "the want of c/1 is satisfied",
+        || (state(&good) == "satisfied").then_some(()),
+    );
+    let bad = want("c/2");
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let status = state(&bad);
+    assert!(status.is_string(), "{status}");
+    assert_ne!(status, "satisfied");
+}
+
 /// `builds ID` shows `--limit` rows of its partitions and of its runs (default 20), saying how to
 /// see the rest (#57.10a).
 #[test]

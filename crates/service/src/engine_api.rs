@@ -301,7 +301,7 @@ pub fn status(engine: &Engine, r: &str) -> ApiResult<PartitionStatus> {
     close_dead_builds(engine);
     valid_ref(r)?;
     Ok(PartitionStatus::from(
-        &engine.status(&[r.to_string()])?.remove(0),
+        &engine.status_answers(&[r.to_string()])?.remove(0),
     ))
 }
 

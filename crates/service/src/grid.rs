@@ -165,8 +165,8 @@ pub fn state(text: &str) -> Result<DerivedStatus, GridError> {
     Ok(DerivedStatus::parse_one_of(text, &STATES)?)
 }
 
-/// How bad a state is, for the cell of a period.
-fn rank(state: DerivedStatus) -> u8 {
+/// How bad a state is, for the cell of a period (and the day of a dataset's strip).
+pub(crate) fn rank(state: DerivedStatus) -> u8 {
     match state {
         DerivedStatus::Failed => 7,
         DerivedStatus::CheckFailed => 6,

@@ -282,10 +282,29 @@ impl Graph {
 
     /// Why no producer matches `r`, as a sentence naming it: a typed field's text that is not of
     /// its type when `r` has a pattern's literal shape ([`Graph::mismatch_reason`]), else that
-    /// nothing builds or declares it.
+    /// nothing builds or declares it, and the closest pattern if one is ([`Graph::closest_pattern`]).
     pub fn unmatched_reason(&self, r: &str) -> String {
         self.mismatch_reason(r)
-            .unwrap_or_else(|| format!("no job builds `{r}` and no dataset declares it"))
+            .unwrap_or_else(|| match self.closest_pattern(r) {
+                Some(pattern) => format!(
+                    "no job builds `{r}` and no dataset declares it (closest pattern: `{pattern}`)"
+                ),
+                None => format!("no job builds `{r}` and no dataset declares it"),
+            })
+    }
+
+    /// The pattern whose name (its first segment) is close to `r`'s, as a typo is (`clen/…` for
+    /// `clean/…`): within two edits, or a third of the name's length; the nearest, then the first
+    /// in order.
+    pub fn closest_pattern(&self, r: &str) -> Option<String> {
+        let head = |s: &str| s.split('/').next().unwrap_or_default().to_string();
+        let asked = head(r);
+        self.producers()
+            .map(|p| self.pattern_of(p).to_string())
+            .map(|pattern| (edit_distance(&asked, &head(&pattern)), pattern))
+            .filter(|(d, _)| *d <= 2.max(asked.chars().count() / 3))
+            .min_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.cmp(&b.1)))
+            .map(|(_, pattern)| pattern)
     }
 
     /// When `r` has a pattern's literal shape but a typed field's text is not of its type
@@ -322,6 +341,22 @@ impl Graph {
             Producer::Alias(t) => &self.tables[t].name,
         }
     }
+}
+
+/// Levenshtein distance of two short names, in characters.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut prev = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let cur = row[j + 1];
+            row[j + 1] = (prev + usize::from(ca != *cb)).min(row[j] + 1).min(cur + 1);
+            prev = cur;
+        }
+    }
+    row[b.len()]
 }
 
 /// Finds candidate patterns by their literal prefix: only patterns whose prefix starts the ref can
@@ -445,6 +480,10 @@ command = ["python3", "jobs/summary.py"]
         assert_eq!(
             g.unmatched_reason("nothing/date=2020-13-01"),
             "no job builds `nothing/date=2020-13-01` and no dataset declares it"
+        );
+        assert_eq!(
+            g.unmatched_reason("sumary/category=news/date=2020-02-01"),
+            "no job builds `sumary/category=news/date=2020-02-01` and no dataset declares it (closest pattern: `summary/category={category}/date={date:date}`)"
         );
         assert_eq!(
             g.describe_producer(Producer::Dataset(0)),

@@ -13,7 +13,7 @@ use databuild_log::{PartitionQuery, PartitionRow, Status};
 
 use super::status::producer_kind;
 use crate::answers::{DatasetView, DerivedStatus};
-use crate::engine::listing::{shown_status, FRESHNESS_SCAN};
+use crate::engine::listing::FRESHNESS_SCAN;
 use crate::engine::{Engine, Result};
 
 /// How many rows one page of the pass reads and checks: as many as one page of a listing.
@@ -125,7 +125,9 @@ pub(crate) fn datasets(engine: &Engine, exact: bool) -> Result<Vec<DatasetView>>
             };
             let mut partitions = std::collections::BTreeMap::<String, u64>::new();
             for (s, n) in counts {
-                *partitions.entry(shown_status(s).to_string()).or_default() += n;
+                *partitions
+                    .entry(DerivedStatus::recorded(s).to_string())
+                    .or_default() += n;
             }
             let live = DerivedStatus::Live.as_str();
             let available = partitions.get(live).copied().unwrap_or(0);

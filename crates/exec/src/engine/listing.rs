@@ -8,11 +8,6 @@ use serde::{Deserialize, Serialize};
 use crate::answers::{DerivedStatus, UnknownStatus};
 use crate::engine::{Engine, Result};
 
-/// The user-facing name of a stored partition status, before anything is derived.
-pub fn shown_status(status: Status) -> &'static str {
-    DerivedStatus::recorded(status).as_str()
-}
-
 /// One partition in a listing (an answer: see [`crate::answers`] for its times).
 #[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct PartitionItem {

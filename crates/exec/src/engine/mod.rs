@@ -263,9 +263,16 @@ impl Engine {
 
     // Partitions: status and explain (`status`), listings (`listing`), freshness (`freshness`).
 
-    /// The state of each ref, with reasons.
+    /// The state of each ref, with reasons; a ref whose config fails fails the whole answer
+    /// (what the engine's own readers need: such a ref is never taken for live).
     pub fn status(&self, refs: &[String]) -> Result<Vec<StatusReport>> {
-        status::status(self, refs)
+        status::status(self, refs, status::OnConfigFailure::Fail)
+    }
+
+    /// [`Engine::status`] as a user is told it: a ref that is unknown, does not parse, or whose
+    /// config fails carries that as its own `error`, and the other refs still answer.
+    pub fn status_answers(&self, refs: &[String]) -> Result<Vec<StatusReport>> {
+        status::status(self, refs, status::OnConfigFailure::Isolate)
     }
 
     /// Why `r` is in its state: who built it from what, and what a build would run now.

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use databuild_core::{Deps, JobConfig, KnownState, PartitionRef, PlanRequest, Producer};
 use databuild_log::{EventFilter, Status};
 
-use databuild_log::PartitionRow;
+use databuild_log::{JobRunRow, PartitionRow};
 
 use crate::answers::{
     DerivedStatus, Explanation, PlannedStep, ProducerInfo, QueryInputRead, RefError, RefErrorKind,
@@ -24,52 +24,30 @@ enum Recheck {
     ConfigFailed(String),
 }
 
-/// `no job builds `r` and no dataset declares it`, and, when one pattern's name is close to the
-/// ref's first segment (a typo: `clen/…` for `clean/…`), that pattern.
-fn unknown_ref(graph: &databuild_core::Graph, r: &str) -> String {
-    let head = |s: &str| s.split('/').next().unwrap_or_default().to_string();
-    let asked = head(r);
-    let closest = graph
-        .producers()
-        .map(|p| graph.pattern_of(p).to_string())
-        .map(|pattern| (edit_distance(&asked, &head(&pattern)), pattern))
-        .filter(|(d, _)| *d <= 2.max(asked.chars().count() / 3))
-        .min_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.cmp(&b.1)));
-    match closest {
-        Some((_, pattern)) => {
-            format!("no job builds `{r}` and no dataset declares it (closest pattern: `{pattern}`)")
-        }
-        None => format!("no job builds `{r}` and no dataset declares it"),
-    }
-}
-
-/// Levenshtein distance of two short names, in characters.
-fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut row: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut prev = row[0];
-        row[0] = i + 1;
-        for (j, cb) in b.iter().enumerate() {
-            let cur = row[j + 1];
-            row[j + 1] = (prev + usize::from(ca != *cb)).min(row[j] + 1).min(cur + 1);
-            prev = cur;
-        }
-    }
-    row[b.len()]
+/// What a config failing for a re-checked live partition does to the answer.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum OnConfigFailure {
+    /// The whole answer fails with the config's message, from the one call per job: a listing,
+    /// and the engine's own readers of status (wants, checks, fulfillment, explain), which must
+    /// never take a ref whose config fails for live.
+    Fail,
+    /// The call is retried one ref at a time, and each ref whose config fails answers that error
+    /// alone, the others still answering: what `status` tells a user.
+    Isolate,
 }
 
 impl Engine {
     /// Live partitions of config jobs are stale when their config now chooses differently from
     /// the run that built them: one config call per job for all of them (and, when that call
-    /// fails, one per ref, so that one bad ref fails alone). `shown` holds each ref with its
-    /// status so far; the answer is the index of each that is stale, and why, or whose config
-    /// failed, with the config's message.
+    /// fails and `on_failure` isolates, one per ref, so that one bad ref fails alone). `shown`
+    /// holds each ref with its status so far; the answer is the index of each that is stale, and
+    /// why, or (isolating) whose config failed, with the config's message.
     fn recheck_configs(
         &self,
         shown: &[(&str, DerivedStatus)],
         resolver: &mut LocalResolver,
         versions: &VersionedStates<'_>,
+        on_failure: OnConfigFailure,
     ) -> Result<Vec<(usize, Recheck)>> {
         let mut by_job: Vec<(usize, Vec<usize>)> = Vec::new();
         for (i, (r, status)) in shown.iter().enumerate() {
@@ -105,11 +83,13 @@ impl Engine {
                     refs.push(r);
                 }
             }
-            // One call for all; if it fails, one per ref, each failing (or not) alone.
+            // One call for all; if it fails, the answer fails, or one call per ref, each failing
+            // (or not) alone.
             let mut configs: Vec<JobConfig> = Vec::new();
             let mut refused: HashMap<String, String> = HashMap::new();
             match databuild_core::Resolver::job_configs(resolver, job, &refs) {
                 Ok(all) => configs = all,
+                Err(e) if on_failure == OnConfigFailure::Fail => return Err(failed(&e)),
                 Err(e) if refs.len() == 1 => {
                     refused.insert(refs[0].to_string(), failed(&e).to_string());
                 }
@@ -139,12 +119,11 @@ impl Engine {
                     continue;
                 }
                 let Some(&config) = by_output.get(r) else {
-                    stale.push((
-                        i,
-                        Recheck::ConfigFailed(
-                            failed(&format!("no config covers `{r}`")).to_string(),
-                        ),
-                    ));
+                    let why = failed(&format!("no config covers `{r}`"));
+                    if on_failure == OnConfigFailure::Fail {
+                        return Err(why);
+                    }
+                    stale.push((i, Recheck::ConfigFailed(why.to_string())));
                     continue;
                 };
                 let mut now = config.clone();
@@ -204,10 +183,11 @@ impl Engine {
             .zip(&shown)
             .map(|(r, (s, _))| (r.as_str(), *s))
             .collect();
-        for (i, recheck) in self.recheck_configs(&now, resolver, versions)? {
+        // A listing has no per-row error: it fails saying which config failed, from the one
+        // call per job (a page holds up to 20,000 refs: no call per ref).
+        for (i, recheck) in self.recheck_configs(&now, resolver, versions, OnConfigFailure::Fail)? {
             match recheck {
                 Recheck::Stale(why) => shown[i] = (DerivedStatus::Stale, Some(why)),
-                // A listing has no per-row error: it fails saying which config failed.
                 Recheck::ConfigFailed(why) => return Err(EngineError::Invalid(why)),
             }
         }
@@ -241,7 +221,7 @@ impl Engine {
                     },
                     None => RefError {
                         kind: RefErrorKind::Unknown,
-                        message: unknown_ref(&self.graph, r),
+                        message: self.graph.unmatched_reason(r),
                     },
                 };
                 report.reasons.push(error.message.clone());
@@ -402,7 +382,13 @@ impl Engine {
     }
 }
 
-pub(crate) fn status(engine: &Engine, refs: &[String]) -> Result<Vec<StatusReport>> {
+/// Each ref's report; a ref whose config fails fails the whole answer, or (isolating) is that
+/// ref's own error.
+pub(crate) fn status(
+    engine: &Engine,
+    refs: &[String],
+    on_failure: OnConfigFailure,
+) -> Result<Vec<StatusReport>> {
     let mut resolver = engine.resolver();
     let versions = engine.versions();
     let mut reports = refs
@@ -413,7 +399,7 @@ pub(crate) fn status(engine: &Engine, refs: &[String]) -> Result<Vec<StatusRepor
         .iter()
         .map(|r| (r.partition_ref.as_str(), r.status))
         .collect();
-    for (i, recheck) in engine.recheck_configs(&shown, &mut resolver, &versions)? {
+    for (i, recheck) in engine.recheck_configs(&shown, &mut resolver, &versions, on_failure)? {
         match recheck {
             Recheck::Stale(why) => {
                 reports[i].status = DerivedStatus::Stale;
@@ -445,16 +431,20 @@ pub(crate) fn explain(engine: &Engine, r: &str) -> Result<Explanation> {
         Some(id) => engine.store.job_run(id)?,
         None => None,
     };
-    let inputs = match &run {
-        Some(run) => engine.status(&run.inputs)?,
-        None => Vec::new(),
-    };
-    let query_inputs = match &run {
+    // The inputs and the query inputs the run read, as they are now: one answer for both.
+    let (inputs, query_inputs) = match &run {
         Some(run) => {
             let read = crate::data::versions::query_reads(run);
-            let refs: Vec<String> = read.iter().map(|(r, _)| r.to_string()).collect();
-            let now = engine.status(&refs)?;
-            read.iter()
+            let refs: Vec<String> = run
+                .inputs
+                .iter()
+                .cloned()
+                .chain(read.iter().map(|(r, _)| r.to_string()))
+                .collect();
+            let mut inputs = engine.status(&refs)?;
+            let now = inputs.split_off(run.inputs.len());
+            let query_inputs = read
+                .iter()
                 .zip(now)
                 .map(|((r, version), now)| QueryInputRead {
                     partition_ref: r.to_string(),
@@ -462,9 +452,10 @@ pub(crate) fn explain(engine: &Engine, r: &str) -> Result<Explanation> {
                     built_by: run.input_runs.get(*r).cloned(),
                     status: now.status,
                 })
-                .collect()
+                .collect();
+            (inputs, query_inputs)
         }
-        None => Vec::new(),
+        None => (Vec::new(), Vec::new()),
     };
     let mut plan_runs = Vec::new();
     let to_build = match (status.status, producer.as_ref().map(|p| p.kind.as_str())) {
@@ -490,7 +481,7 @@ pub(crate) fn explain(engine: &Engine, r: &str) -> Result<Explanation> {
         }
     };
     let mut status = status;
-    let root_cause = root_cause(engine, r, &status, &plan_runs)?;
+    let root_cause = root_cause(engine, r, &status, run.as_ref(), &plan_runs)?;
     if let Some(cause) = root_cause
         .as_ref()
         .filter(|_| status.status == DerivedStatus::Missing)
@@ -542,41 +533,54 @@ pub(crate) fn explain(engine: &Engine, r: &str) -> Result<Explanation> {
 /// What `status` says of a job output no run has built.
 const NEVER_BUILT: &str = "no run has built it yet";
 
-/// The run that actually failed, for a partition that is failed (its own run) or missing (the
-/// first planned run, in dependency order, whose output the log records failed: the deepest
-/// failure up its inputs), and the input of `r` it is reached through.
+/// The run that actually failed, for a partition that is failed (its own run: `run`, which
+/// explain read) or missing (the first planned run, in dependency order, whose output the log
+/// records failed: the deepest failure up its inputs), and the input of `r` it is reached through.
 fn root_cause(
     engine: &Engine,
     r: &str,
     status: &StatusReport,
+    run: Option<&JobRunRow>,
     plan: &[databuild_core::PlannedRun],
 ) -> Result<Option<RootCause>> {
-    let failed_row = match status.status {
-        DerivedStatus::Failed => engine.store.partition(r)?,
+    let (row, run) = match status.status {
+        // Its run is the one explain read; its row is read for its message (the fallback of its
+        // run's), which `status` does not keep.
+        DerivedStatus::Failed => (
+            engine
+                .store
+                .partition(r)?
+                .filter(|row| row.status == Status::Failed),
+            run.cloned(),
+        ),
         DerivedStatus::Missing => {
             let outputs: Vec<&str> = plan
                 .iter()
                 .flat_map(|run| run.outputs.iter().map(|o| o.as_str()))
                 .filter(|o| *o != r)
                 .collect();
-            let failed: HashMap<String, PartitionRow> = engine
+            let mut failed: HashMap<String, PartitionRow> = engine
                 .store
                 .partitions_by_ref(&outputs)?
                 .into_iter()
                 .filter(|row| row.status == Status::Failed)
                 .map(|row| (row.partition_ref.clone(), row))
                 .collect();
-            outputs.iter().find_map(|o| failed.get(*o)).cloned()
+            let row = outputs.iter().find_map(|o| failed.remove(*o));
+            let run = match row.as_ref().and_then(|row| row.job_run_id.as_deref()) {
+                Some(id) => engine.store.job_run(id)?,
+                None => None,
+            };
+            (row, run)
         }
-        _ => None,
+        _ => return Ok(None),
     };
-    let Some(row) = failed_row.filter(|row| row.status == Status::Failed) else {
+    let Some(row) = row else {
         return Ok(None);
     };
     let Some(run_id) = row.job_run_id.clone() else {
         return Ok(None);
     };
-    let run = engine.store.job_run(&run_id)?;
     let log_tail = run
         .as_ref()
         .and_then(|run| run.log_path.as_deref())

@@ -249,7 +249,7 @@ pub(crate) fn source_detail(engine: &Engine, name: &str) -> Result<SourceDetail>
             for (date, (status, provenance)) in version_partitions(engine, table, v.version)? {
                 let shown = match status {
                     Status::Available => format!("live ({provenance})"),
-                    other => crate::engine::listing::shown_status(other).to_string(),
+                    other => crate::answers::DerivedStatus::recorded(other).to_string(),
                 };
                 rows.entry(date.clone())
                     .or_insert_with(|| CoverageRow {

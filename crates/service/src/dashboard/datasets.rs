@@ -3,6 +3,7 @@
 
 use axum::extract::{Path, Query, State};
 use axum::response::{IntoResponse, Response};
+use databuild_exec::answers::DerivedStatus;
 use databuild_exec::Engine;
 use databuild_log::PartitionQuery;
 use maud::{html, PreEscaped};
@@ -74,7 +75,8 @@ pub(super) async fn datasets_page(
 }
 
 /// A calendar strip for a pattern with a date field: each day from the first to the last date
-/// with partitions (at most 60), coloured by its worst state, `missing` where none exist.
+/// with partitions (at most 60), coloured by its worst state ([`grid::rank`]), `missing` where
+/// none exist.
 fn calendar_for(engine: &Engine, pattern: &str) -> Result<String, AppError> {
     let Ok(p) = databuild_core::Pattern::parse(pattern) else {
         return Ok(String::new());
@@ -85,28 +87,12 @@ fn calendar_for(engine: &Engine, pattern: &str) -> Result<String, AppError> {
     else {
         return Ok(String::new());
     };
-    let glob: String = p
-        .tokens()
-        .iter()
-        .map(|t| match t {
-            databuild_core::pattern::Token::Literal(l) => l.replace(['[', '*', '?'], "?"),
-            databuild_core::pattern::Token::Field { .. } => "*".to_string(),
-        })
-        .collect();
     let rows = engine.store.partitions(&PartitionQuery {
-        pattern: Some(glob),
+        pattern: Some(p.glob()),
         limit: 5000,
         ..Default::default()
     })?;
-    use databuild_exec::answers::DerivedStatus;
-    let rank = |s: &str| match s {
-        "failed" | "check_failed" => 4,
-        "tainted" => 3,
-        "building" => 2,
-        "stale" => 1,
-        _ => 0,
-    };
-    let mut by_date: std::collections::BTreeMap<String, String> = Default::default();
+    let mut by_date: std::collections::BTreeMap<String, DerivedStatus> = Default::default();
     let refs: Vec<String> = rows.iter().map(|r| r.partition_ref.clone()).collect();
     // As `status` says each (derived: stale, check_failed, data gone), not as recorded.
     let shown: Vec<DerivedStatus> = engine.shown_states(rows)?;
@@ -114,12 +100,11 @@ fn calendar_for(engine: &Engine, pattern: &str) -> Result<String, AppError> {
         let Some(values) = p.match_ref(r) else {
             continue;
         };
-        let status = shown.to_string();
         let e = by_date
             .entry(values[date_index].to_string())
-            .or_insert_with(|| status.clone());
-        if rank(&status) > rank(e) {
-            *e = status;
+            .or_insert(shown);
+        if grid::rank(shown) > grid::rank(*e) {
+            *e = shown;
         }
     }
     let (Some(first), Some(last)) = (
@@ -140,11 +125,8 @@ fn calendar_for(engine: &Engine, pattern: &str) -> Result<String, AppError> {
         .take_while(|d| *d <= last)
         .map(|d| {
             let key = databuild_core::pattern::format_date(d);
-            let status = by_date
-                .get(&key)
-                .cloned()
-                .unwrap_or_else(|| "missing".into());
-            (key, status)
+            let status = by_date.get(&key).copied().unwrap_or(DerivedStatus::Missing);
+            (key, status.to_string())
         })
         .collect();
     Ok(svg::calendar(&days))

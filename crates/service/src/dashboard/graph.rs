@@ -3,7 +3,7 @@
 
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
-use databuild_exec::answers::span;
+use databuild_exec::answers::{span, DerivedStatus};
 use databuild_exec::Engine;
 use maud::{html, PreEscaped};
 
@@ -12,17 +12,14 @@ use super::widgets::{badge, enc, thousands};
 use super::Shared;
 use crate::svg;
 
-/// The order a bar stacks states in.
-const BAR_ORDER: [&str; 8] = [
-    "live",
-    "available",
-    "stale",
-    "missing",
-    "building",
-    "failed",
-    "tainted",
-    "removed",
-];
+/// The order a bar stacks states in: `status`'s, with `available` (the count of a dataset too
+/// large to split into live, stale and missing) after `live`.
+fn bar_order() -> impl Iterator<Item = &'static str> {
+    DerivedStatus::ALL.into_iter().flat_map(|s| {
+        let also = (s == DerivedStatus::Live).then_some("available");
+        std::iter::once(s.as_str()).chain(also)
+    })
+}
 
 /// Where a producer's dataset page is.
 fn dataset_href(engine: &Engine, p: databuild_core::Producer) -> String {
@@ -48,9 +45,8 @@ pub(super) async fn graph_page(State(state): Shared) -> Response {
         let key = |p: Producer| format!("p{}", producers.iter().position(|q| *q == p).unwrap_or(0));
         let mut unchecked = false;
         for (p, d) in producers.iter().zip(&datasets) {
-            let bar: Vec<(String, u64)> = BAR_ORDER
-                .iter()
-                .filter_map(|s| d.partitions.get(*s).map(|n| (s.to_string(), *n)))
+            let bar: Vec<(String, u64)> = bar_order()
+                .filter_map(|s| d.partitions.get(s).map(|n| (s.to_string(), *n)))
                 .collect();
             unchecked |= d.partitions.contains_key("available");
             let note = if bar.is_empty() {
@@ -118,7 +114,7 @@ pub(super) async fn graph_page(State(state): Shared) -> Response {
     layout("Graph", html! {
         h1 { "Graph " (state.engine.graph.name) }
         p.muted { (n) " nodes: datasets and sources (their partitions by state, from the count projections) and the jobs between them. Click a dataset for its partitions, a job for its runs." }
-        p.legend { @for k in ["source", "dataset", "job", "alias"] { (badge(k)) } " · " @for st in BAR_ORDER { @if st != "removed" { (badge(st)) } } }
+        p.legend { @for k in ["source", "dataset", "job", "alias"] { (badge(k)) } " · " @for st in bar_order() { (badge(st)) } }
         @if unchecked { p.muted #unchecked { "available: recorded built; with more than " (thousands(databuild_exec::engine::listing::FRESHNESS_SCAN as u64)) " of them, a dataset's split into live, stale and missing is not derived here (" a href="/datasets?exact=true" { "count them exactly" } ", or " code { "databuild datasets --exact" } ")." } }
         div.scroll { (PreEscaped(picture)) }
     }).into_response()

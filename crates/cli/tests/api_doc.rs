@@ -80,6 +80,10 @@ fn an_undeclared_query_parameter_is_refused_naming_it() {
         error.contains("`env`, `x`") && error.contains("takes no query parameters"),
         "{error}"
     );
+    // A name given twice, apart, is named once.
+    let (_, v) = s.get("/api/v1/builds?env=1&limit=2&env=3");
+    let error = v["error"].as_str().unwrap();
+    assert!(error.contains("unknown query parameter `env`:"), "{error}");
     // A POST with a body, too.
     let (status, v) = s.post(
         "/api/v1/analyze?env=dev",

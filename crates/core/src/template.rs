@@ -159,7 +159,7 @@ impl Template {
                     self.push_term(&mut combos[0], t, output, values)?;
                 }
                 TPart::Expr(Expr::Term(t)) => {
-                    let v = self.term_value(t, output, values, 0)?;
+                    let v = self.term_value(t, output, values)?;
                     combos.iter_mut().for_each(|c| c.push_str(&v));
                 }
                 TPart::Expr(expr) => {
@@ -183,7 +183,7 @@ impl Template {
         domains: &BTreeMap<String, Vec<String>>,
     ) -> Result<Vec<String>, TemplateError> {
         match expr {
-            Expr::Term(t) => Ok(vec![self.term_value(t, output, values, 0)?]),
+            Expr::Term(t) => Ok(vec![self.term_value(t, output, values)?]),
             Expr::Domain(d) => Ok(domains[d].clone()),
             Expr::Range(a, b) => {
                 let (start, end) = (
@@ -197,8 +197,13 @@ impl Template {
                         size,
                     });
                 }
-                (0..size.max(0))
-                    .map(|i| self.term_value(a, output, values, i))
+                // Each step is rendered from its number: the ends are parsed once.
+                (start..=end)
+                    .map(|n| {
+                        let mut out = String::with_capacity(16);
+                        self.push_number(&mut out, a, n)?;
+                        Ok(out)
+                    })
                     .collect()
             }
         }
@@ -239,23 +244,19 @@ impl Template {
         done.ok_or_else(|| self.overflow(t))
     }
 
-    /// The term's rendered value, moved by `extra` further steps (used to walk ranges).
+    /// The term's rendered value.
     fn term_value(
         &self,
         t: &Term,
         output: usize,
         values: &[&str],
-        extra: i64,
     ) -> Result<String, TemplateError> {
         let mut out = String::with_capacity(16);
         if t.ty == FieldType::Str {
             out.push_str(values[t.positions[output]]);
             return Ok(out);
         }
-        let n = self
-            .term_number(t, output, values)?
-            .checked_add(extra)
-            .ok_or_else(|| self.overflow(t))?;
+        let n = self.term_number(t, output, values)?;
         self.push_number(&mut out, t, n)?;
         Ok(out)
     }
@@ -314,7 +315,7 @@ fn parse_expr(
                 a.ty, b.ty
             )));
         }
-        if a.field == b.field && a.ty == b.ty && a.offset > b.offset {
+        if a.field == b.field && a.offset > b.offset {
             return Err(bad(format!(
                 "the range `{inner}` is empty: its start comes after its end"
             )));

@@ -73,7 +73,6 @@ pub(crate) async fn post_build(
 }
 
 #[derive(Deserialize, IntoParams)]
-#[serde(deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
 pub struct ListQuery {
     /// At most this many.
@@ -87,7 +86,6 @@ pub struct ListQuery {
 }
 
 #[derive(Deserialize, IntoParams)]
-#[serde(deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
 pub struct LimitQuery {
     /// At most this many.
@@ -151,7 +149,6 @@ pub(crate) async fn cancel_build(
 }
 
 #[derive(Deserialize, IntoParams)]
-#[serde(deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
 pub struct BuildEventsQuery {
     /// Events after this index (the `next` of the previous page).
@@ -175,7 +172,6 @@ pub(crate) async fn build_events(
 }
 
 #[derive(Deserialize, IntoParams)]
-#[serde(deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
 pub struct BuildPartitionsQuery {
     /// Partitions after this ref (the `next` of the previous page).
@@ -359,7 +355,6 @@ pub(crate) enum ListedStatusName {
 }
 
 #[derive(Deserialize, IntoParams)]
-#[serde(deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
 pub struct PartitionsQuery {
     /// Glob over refs.
@@ -427,7 +422,6 @@ pub(crate) async fn partition_explain(
 }
 
 #[derive(Deserialize, IntoParams)]
-#[serde(deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
 pub struct LineageParams {
     /// `upstream` (what it was built from; the default) or `downstream` (what was built from it).
@@ -461,7 +455,6 @@ pub(crate) async fn partition_lineage(
 }
 
 #[derive(Deserialize, IntoParams)]
-#[serde(deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
 pub struct DiffParams {
     /// The later instance: the run that built it (default: the current instance).
@@ -572,7 +565,6 @@ pub(crate) enum GraphFormat {
 }
 
 #[derive(Deserialize, IntoParams)]
-#[serde(deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
 pub struct GraphQuery {
     /// `dot` (default), `mermaid` or `json`.
@@ -605,7 +597,6 @@ pub(crate) async fn graph(
 }
 
 #[derive(Deserialize, IntoParams)]
-#[serde(deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
 pub struct EventsQuery {
     /// Events after this index (the `next` of the previous page).
@@ -713,7 +704,6 @@ pub(crate) async fn run_log(
 }
 
 #[derive(Deserialize, IntoParams)]
-#[serde(deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
 pub struct LogChunkQuery {
     /// Where to start, in bytes into the log (default 0; at most 2^63-1, the largest `int64`).
@@ -742,7 +732,6 @@ pub(crate) async fn run_log_chunk(
 }
 
 #[derive(Deserialize, IntoParams)]
-#[serde(deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
 pub struct DatasetsQuery {
     /// Derive the freshness of every available partition, however many (linear in them);

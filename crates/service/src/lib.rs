@@ -140,33 +140,47 @@ async fn maintain_sources(state: Arc<AppState>) {
     if state.engine.graph.sources.is_empty() {
         return;
     }
-    let every = state.intervals.sources;
-    loop {
-        tokio::time::sleep(every).await;
-        let engine = state.engine.clone();
-        match tokio::task::spawn_blocking(move || engine.maintain_sources(None, None)).await {
-            Ok(Err(e)) => eprintln!("source maintenance failed: {e}"),
-            Err(e) => eprintln!("source maintenance failed: {e}"),
-            Ok(Ok(_)) => {}
-        }
-    }
+    let engine = state.engine.clone();
+    every(state.intervals.sources, "source maintenance", move || {
+        engine.maintain_sources(None, None).map(drop)
+    })
+    .await
 }
 
 /// Closes builds whose driving process is gone (on this host: its pid and start time; on
 /// another: its lease), every [`Intervals::dead_builds`], whether or not anyone asks: their
 /// runs end, their partitions go back to what they were, and waiters build them.
 async fn close_dead_builds(state: Arc<AppState>) {
-    let every = state.intervals.dead_builds;
+    let engine = state.engine.clone();
+    every(
+        state.intervals.dead_builds,
+        "closing builds whose driving process is gone",
+        move || {
+            engine.close_abandoned_builds().map(|closed| {
+                if closed > 0 {
+                    eprintln!("closed {closed} build request(s) whose driving process is gone");
+                }
+            })
+        },
+    )
+    .await
+}
+
+/// Runs `f` on a blocking thread every `interval`, forever; a failure (or a panic) is said on
+/// stderr, naming `what` failed, and the next turn comes as usual.
+async fn every<E: std::fmt::Display + Send + 'static>(
+    interval: Duration,
+    what: &str,
+    f: impl Fn() -> Result<(), E> + Send + Sync + 'static,
+) {
+    let f = Arc::new(f);
     loop {
-        tokio::time::sleep(every).await;
-        let engine = state.engine.clone();
-        match tokio::task::spawn_blocking(move || engine.close_abandoned_builds()).await {
-            Ok(Ok(0)) => {}
-            Ok(Ok(closed)) => {
-                eprintln!("closed {closed} build request(s) whose driving process is gone")
-            }
-            Ok(Err(e)) => eprintln!("closing builds whose driving process is gone failed: {e}"),
-            Err(e) => eprintln!("closing builds whose driving process is gone failed: {e}"),
+        tokio::time::sleep(interval).await;
+        let f = f.clone();
+        match tokio::task::spawn_blocking(move || f()).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => eprintln!("{what} failed: {e}"),
+            Err(e) => eprintln!("{what} failed: {e}"),
         }
     }
 }

@@ -83,23 +83,31 @@ use crate::error::ErrorBody;
 pub struct ApiDoc;
 
 /// The document, built once.
-pub async fn document() -> Json<&'static serde_json::Value> {
-    static DOCUMENT: std::sync::OnceLock<serde_json::Value> = std::sync::OnceLock::new();
-    Json(DOCUMENT.get_or_init(|| {
+fn cached() -> &'static serde_json::Value {
+    static DOCUMENT: OnceLock<serde_json::Value> = OnceLock::new();
+    DOCUMENT.get_or_init(|| {
         let mut doc = serde_json::to_value(ApiDoc::openapi()).expect("the document serializes");
         camel_case_links(&mut doc);
         doc
-    }))
+    })
 }
+
+/// `GET /api/v1/openapi.json`: the document.
+pub async fn document() -> Json<&'static serde_json::Value> {
+    Json(cached())
+}
+
+/// Path template -> method (upper case) -> the names of the query parameters it declares.
+type Declared = HashMap<String, HashMap<String, BTreeSet<String>>>;
 
 /// The query parameters each operation declares, by path template and method, read from the
 /// document itself: what the document says a request takes is what the service accepts.
-fn declared_query_params() -> &'static HashMap<(String, String), BTreeSet<String>> {
-    static DECLARED: OnceLock<HashMap<(String, String), BTreeSet<String>>> = OnceLock::new();
+fn declared_query_params() -> &'static Declared {
+    static DECLARED: OnceLock<Declared> = OnceLock::new();
     DECLARED.get_or_init(|| {
-        let doc = serde_json::to_value(ApiDoc::openapi()).expect("the document serializes");
-        let mut out = HashMap::new();
-        for (path, ops) in doc["paths"].as_object().into_iter().flatten() {
+        let mut out = Declared::new();
+        for (path, ops) in cached()["paths"].as_object().into_iter().flatten() {
+            let methods = out.entry(path.clone()).or_default();
             for (method, op) in ops.as_object().into_iter().flatten() {
                 let names = op["parameters"]
                     .as_array()
@@ -108,21 +116,10 @@ fn declared_query_params() -> &'static HashMap<(String, String), BTreeSet<String
                     .filter(|p| p["in"] == "query")
                     .filter_map(|p| p["name"].as_str().map(str::to_string))
                     .collect();
-                out.insert((path.clone(), method.to_ascii_uppercase()), names);
+                methods.insert(method.to_ascii_uppercase(), names);
             }
         }
         out
-    })
-}
-
-/// The paths the document lists.
-fn declared_paths() -> &'static BTreeSet<String> {
-    static PATHS: OnceLock<BTreeSet<String>> = OnceLock::new();
-    PATHS.get_or_init(|| {
-        declared_query_params()
-            .keys()
-            .map(|(p, _)| p.clone())
-            .collect()
     })
 }
 
@@ -137,27 +134,27 @@ pub async fn refuse_undeclared_query(
 ) -> Response {
     if request.uri().query().is_some_and(|q| !q.is_empty()) {
         let method = match request.method() {
-            &Method::HEAD => "GET".to_string(),
-            m => m.as_str().to_string(),
+            &Method::HEAD => "GET",
+            m => m.as_str(),
         };
         let empty = BTreeSet::new();
-        let path = matched.as_str().to_string();
-        let declared = match declared_query_params().get(&(path.clone(), method.clone())) {
-            Some(names) => names,
-            // A method the path does not take: the router's 405 says so, not this.
-            None if declared_paths().contains(&path) => return next.run(request).await,
+        let declared = match declared_query_params().get(matched.as_str()) {
+            Some(methods) => match methods.get(method) {
+                Some(names) => names,
+                // A method the path does not take: the router's 405 says so, not this.
+                None => return next.run(request).await,
+            },
             None => &empty,
         };
         let given: Vec<(String, String)> = match axum::extract::Query::try_from_uri(request.uri()) {
             Ok(axum::extract::Query(given)) => given,
             Err(r) => return AppError::from(r).into_response(),
         };
-        let mut unknown: Vec<&str> = given
+        let unknown: BTreeSet<&str> = given
             .iter()
             .map(|(name, _)| name.as_str())
             .filter(|name| !declared.contains(*name))
             .collect();
-        unknown.dedup();
         if !unknown.is_empty() {
             let takes = if declared.is_empty() {
                 "takes no query parameters".to_string()

@@ -60,6 +60,22 @@ struct Backoff {
     message: String,
 }
 
+impl Backoff {
+    /// Records that `want` waits, held back: why, and when it is tried again.
+    fn note(&self, engine: &Engine, want: &WantRow) -> Result<()> {
+        let message = Some(self.message.clone());
+        engine.note_want(
+            want,
+            Status::Waiting,
+            None,
+            message,
+            None,
+            Some(self.retry_at),
+        )?;
+        Ok(())
+    }
+}
+
 struct Reconciler {
     state: Arc<AppState>,
     runtime: tokio::runtime::Handle,
@@ -74,7 +90,8 @@ struct Reconciler {
     building: HashMap<String, String>,
     /// Wants whose build failed, by want.
     backoff: HashMap<String, Backoff>,
-    /// When each of those is due, soonest first: `(retry_at, want)`.
+    /// When each of those is due, soonest first: `(retry_at, want)`. An entry whose want's
+    /// backoff is gone or holds another time is stale, dropped when it comes due.
     retries: BTreeSet<(i64, String)>,
     /// Upstream builds asked for, by ref.
     asked: HashMap<String, String>,
@@ -184,7 +201,6 @@ impl Reconciler {
         };
         self.seen = last.idx;
         let mut touched: HashSet<String> = HashSet::new();
-        let mut tainted: HashSet<String> = HashSet::new();
         let mut ended_builds: HashSet<String> = HashSet::new();
         let mut everything = false;
         for e in &events {
@@ -192,9 +208,10 @@ impl Reconciler {
                 (Kind::Want, Status::Requested) => {
                     self.dirty.extend(e.data.want_id.clone());
                 }
+                // A taint concerns every active want; its ref still tries a held back want again.
                 (Kind::Partition, Status::Tainted) => {
                     everything = true;
-                    tainted.extend(e.partition_ref.clone());
+                    touched.extend(e.partition_ref.clone());
                 }
                 (Kind::Partition, Status::Available | Status::Sealed | Status::Expired)
                     if e.build_request_id.is_none() || e.job_run_id.is_some() =>
@@ -203,7 +220,7 @@ impl Reconciler {
                 }
                 // A check decides whether a partition is live.
                 (Kind::Check, _) => touched.extend(e.partition_ref.clone()),
-                (Kind::BuildRequest, Status::Completed | Status::Failed | Status::Cancelled) => {
+                (Kind::BuildRequest, s) if databuild_log::state::is_terminal(e.kind, s) => {
                     ended_builds.extend(e.build_request_id.clone());
                 }
                 _ => {}
@@ -214,10 +231,7 @@ impl Reconciler {
             .backoff
             .iter()
             .filter(|(id, b)| {
-                !self.building.contains_key(*id)
-                    && b.needs
-                        .iter()
-                        .any(|r| touched.contains(r) || tainted.contains(r))
+                !self.building.contains_key(*id) && b.needs.iter().any(|r| touched.contains(r))
             })
             .map(|(id, _)| id.clone())
             .collect();
@@ -251,6 +265,7 @@ impl Reconciler {
                 break;
             }
             self.retries.pop_first();
+            // Only if the entry is not stale.
             if self.backoff.get(&id).is_some_and(|b| b.retry_at == at) {
                 self.dirty.insert(id);
             }
@@ -259,9 +274,6 @@ impl Reconciler {
 
     /// Holds a want back until its backoff's `retry_at`.
     fn hold_back(&mut self, id: &str, backoff: Backoff) {
-        if let Some(old) = self.backoff.get(id) {
-            self.retries.remove(&(old.retry_at, id.to_string()));
-        }
         self.retries.insert((backoff.retry_at, id.to_string()));
         self.backoff.insert(id.to_string(), backoff);
     }
@@ -269,13 +281,12 @@ impl Reconciler {
     /// The want is satisfied, waits for something else, ended, or what it needs changed: its
     /// failed builds no longer hold it back.
     fn forget_failures(&mut self, id: &str) {
-        if let Some(b) = self.backoff.remove(id) {
-            self.retries.remove(&(b.retry_at, id.to_string()));
-        }
+        self.backoff.remove(id);
     }
 
-    /// Its build failed (`why`): holds the want back, a longer time for each failure in a row.
-    fn failed(&mut self, want: &WantRow, why: String) {
+    /// Its build failed (`why`): holds the want back, a longer time for each failure in a row,
+    /// or until something it `needs` changes.
+    fn failed(&mut self, want: &WantRow, why: String, needs: HashSet<String>) -> &Backoff {
         let failures = self.backoff.get(&want.want_id).map_or(0, |b| b.failures) + 1;
         let delay = databuild_core::wants::retry_delay(self.retry_base, failures);
         let retry_at = databuild_log::event::now_ns()
@@ -288,10 +299,11 @@ impl Reconciler {
         let backoff = Backoff {
             failures,
             retry_at,
-            needs: want.refs.iter().cloned().collect(),
+            needs,
             message,
         };
         self.hold_back(&want.want_id, backoff);
+        &self.backoff[&want.want_id]
     }
 
     fn wake_waiting_on(&mut self, r: &str) -> Result<()> {
@@ -476,34 +488,24 @@ impl Reconciler {
 
     fn build(&mut self, want: &WantRow, refs: Vec<String>, reads: Vec<String>) -> Result<()> {
         let engine = self.state.engine.clone();
+        let needs: HashSet<String> = refs.iter().chain(&reads).cloned().collect();
         if let Some(id) = self.building.get(&want.want_id).cloned() {
             let status = engine.store.build_request(&id)?.map(|b| b.status);
-            let ended = matches!(
-                status,
-                Some(Status::Completed | Status::Failed | Status::Cancelled) | None
-            );
+            let ended =
+                status.is_none_or(|s| databuild_log::state::is_terminal(Kind::BuildRequest, s));
             if !ended {
                 return Ok(());
             }
             self.building.remove(&want.want_id);
             if status != Some(Status::Completed) {
                 let how = status.map_or("is gone".to_string(), |s| s.to_string());
-                self.failed(want, format!("its build request {id} {how}"));
+                self.failed(want, format!("its build request {id} {how}"), needs.clone());
             }
         }
         if let Some(b) = self.backoff.get_mut(&want.want_id) {
-            b.needs = refs.iter().chain(&reads).cloned().collect();
+            b.needs.clone_from(&needs);
             if databuild_log::event::now_ns() < b.retry_at {
-                let (message, retry_at) = (b.message.clone(), b.retry_at);
-                engine.note_want(
-                    want,
-                    Status::Waiting,
-                    None,
-                    Some(message),
-                    None,
-                    Some(retry_at),
-                )?;
-                return Ok(());
+                return b.note(&engine, want);
             }
         }
         let started = self.runtime.block_on(crate::ops::start_build(
@@ -524,19 +526,8 @@ impl Reconciler {
                 engine.note_want(want, Status::Waiting, None, Some(message), Some(id), None)?;
             }
             Err(e) => {
-                self.failed(want, format!("cannot start a build: {}", e.message));
-                if let Some(b) = self.backoff.get_mut(&want.want_id) {
-                    b.needs = refs.iter().chain(&reads).cloned().collect();
-                    let (message, retry_at) = (b.message.clone(), b.retry_at);
-                    engine.note_want(
-                        want,
-                        Status::Waiting,
-                        None,
-                        Some(message),
-                        None,
-                        Some(retry_at),
-                    )?;
-                }
+                let why = format!("cannot start a build: {}", e.message);
+                self.failed(want, why, needs).note(&engine, want)?;
             }
         }
         Ok(())

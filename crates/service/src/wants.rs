@@ -42,7 +42,6 @@ pub(crate) enum WantStatusName {
 }
 
 #[derive(Deserialize, IntoParams)]
-#[serde(deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
 pub struct WantsQuery {
     /// Only wants with this status.

@@ -58,10 +58,19 @@ fn serve(
     }
     let config = databuild_service::ServeConfig {
         access,
-        limits: databuild_service::Limits {
-            max_refs: crate::settings::max_refs()?,
-            sql_queries: crate::settings::count("DATABUILD_SQL_CONCURRENCY", 4)?,
-            event_streams: crate::settings::count("DATABUILD_MAX_STREAMS", 64)?,
+        limits: {
+            let default = databuild_service::Limits::default();
+            databuild_service::Limits {
+                max_refs: crate::settings::max_refs()?,
+                sql_queries: crate::settings::count(
+                    "DATABUILD_SQL_CONCURRENCY",
+                    default.sql_queries,
+                )?,
+                event_streams: crate::settings::count(
+                    "DATABUILD_MAX_STREAMS",
+                    default.event_streams,
+                )?,
+            }
         },
         intervals: {
             let default = databuild_service::Intervals::default();

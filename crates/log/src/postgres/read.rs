@@ -354,19 +354,16 @@ pub(super) fn build_requests(
                 &format!(
                     "SELECT {LISTED_BUILD_COLUMNS} FROM build_requests
                      WHERE {unfinished}($1::text IS NULL OR status = $1)
-                       AND (NOT $3 OR (status IN ('received', 'planning', 'analysis_completed', 'executing')
-                                       AND NOT analyze_only))
-                       AND ($4 OR NOT analyze_only)
-                       AND ($5::bigint IS NULL OR created_at >= $5)
-                       AND ($6::bigint IS NULL OR created_at < $6)
-                       AND ($7::bigint IS NULL OR created_at < $7
-                            OR (created_at = $7 AND build_request_id COLLATE \"C\" > $8))
+                       AND ($3 OR NOT analyze_only)
+                       AND ($4::bigint IS NULL OR created_at >= $4)
+                       AND ($5::bigint IS NULL OR created_at < $5)
+                       AND ($6::bigint IS NULL OR created_at < $6
+                            OR (created_at = $6 AND build_request_id COLLATE \"C\" > $7))
                      ORDER BY created_at DESC, build_request_id COLLATE \"C\" LIMIT $2"
                 ),
                 &[
                     &status,
                     &(q.limit as i64),
-                    &q.unfinished,
                     &q.analyses,
                     &q.from,
                     &q.to,

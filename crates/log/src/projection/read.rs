@@ -286,7 +286,6 @@ pub(crate) const BUILD_COLUMNS: &str =
     "build_request_id, status, requested, analyze_only, message, \
      created_at, updated_at, owner, requested_count";
 
-/// A listing's columns: the first few requested refs instead of all of them.
 /// The condition of `BuildQuery::unfinished`, written out (not behind a bound flag) so that
 /// the planner reads the few unfinished builds by their partial index
 /// (`build_requests_unfinished`) instead of scanning every build.
@@ -299,6 +298,7 @@ pub(crate) fn unfinished_builds(unfinished: bool) -> &'static str {
     }
 }
 
+/// A listing's columns: the first few requested refs instead of all of them.
 pub(crate) const LISTED_BUILD_COLUMNS: &str = "build_request_id, status, requested_head, \
      analyze_only, message, created_at, updated_at, owner, requested_count";
 

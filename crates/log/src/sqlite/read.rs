@@ -247,19 +247,16 @@ pub(super) fn build_requests(store: &SqliteStore, q: &BuildQuery) -> Result<Vec<
         c.prepare_cached(&format!(
             "SELECT {LISTED_BUILD_COLUMNS} FROM build_requests
              WHERE {unfinished}(?1 IS NULL OR status = ?1)
-               AND (NOT ?3 OR (status IN ('received', 'planning', 'analysis_completed', 'executing')
-                               AND NOT analyze_only))
-               AND (?4 OR NOT analyze_only)
-               AND (?5 IS NULL OR created_at >= ?5)
-               AND (?6 IS NULL OR created_at < ?6)
-               AND (?7 IS NULL OR created_at < ?7 OR (created_at = ?7 AND build_request_id > ?8))
+               AND (?3 OR NOT analyze_only)
+               AND (?4 IS NULL OR created_at >= ?4)
+               AND (?5 IS NULL OR created_at < ?5)
+               AND (?6 IS NULL OR created_at < ?6 OR (created_at = ?6 AND build_request_id > ?7))
              ORDER BY created_at DESC, build_request_id LIMIT ?2"
         ))?
         .query_map(
             params![
                 q.status.map(|s| s.as_str()),
                 q.limit as i64,
-                q.unfinished,
                 q.analyses,
                 q.from,
                 q.to,

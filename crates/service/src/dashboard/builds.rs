@@ -4,7 +4,7 @@
 use axum::extract::{Query, State};
 use axum::response::{IntoResponse, Response};
 use databuild_exec::answers::{self, span};
-use databuild_log::Status;
+use databuild_log::{Kind, Status};
 use maud::{html, PreEscaped};
 use serde::Deserialize;
 
@@ -139,12 +139,8 @@ pub(super) async fn builds_page(State(state): Shared, Query(q): Query<BuildsQuer
                 .map(|b| format!("{}.{}", b.created_at, b.build_request_id))
         })
         .flatten();
-    let ended = |b: &answers::Build| {
-        matches!(
-            b.status,
-            Status::Completed | Status::Failed | Status::Cancelled
-        )
-    };
+    let ended =
+        |b: &answers::Build| databuild_log::state::is_terminal(Kind::BuildRequest, b.status);
     let points: Vec<(String, f64, String)> = builds
         .iter()
         .rev()

@@ -98,13 +98,10 @@ pub(super) async fn build(service: &Service, refs: &[&str]) -> String {
 
 /// Waits (up to a minute) for build `id` to end.
 pub(super) async fn wait_for_the_end(service: &Service, id: &str) {
-    use databuild_log::Status;
+    use databuild_log::{state::is_terminal, Kind};
     for _ in 0..600 {
         let build = crate::engine_api::build(&service.state.engine, id).expect("the build");
-        if matches!(
-            build.status,
-            Status::Completed | Status::Failed | Status::Cancelled
-        ) {
+        if is_terminal(Kind::BuildRequest, build.status) {
             return;
         }
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;

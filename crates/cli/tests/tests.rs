@@ -36,4 +36,5 @@ mod status_agree;
 mod truth;
 mod truth_data;
 mod truth_plan;
+mod versions_compat;
 mod wants;

@@ -14,7 +14,8 @@ pub use graph::{graph, graph_down, GraphNode};
 /// The colour of a state, shared by every picture and badge.
 pub fn colour(status: &str) -> &'static str {
     match status {
-        "live" | "completed" | "passed" => "#2e9e5b",
+        // an external's files there (`present`) are as good as live
+        "live" | "present" | "completed" | "passed" => "#2e9e5b",
         "building" | "running" | "executing" => "#2f74c0",
         "scheduled" | "requested" | "planning" | "received" | "analysis_completed" => "#9aa5b1",
         "failed" | "check_failed" => "#d64545",

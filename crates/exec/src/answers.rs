@@ -158,7 +158,7 @@ impl DatasetView {
 #[derive(Debug, Clone, Serialize, serde::Deserialize, utoipa::ToSchema)]
 pub struct BuildSummary {
     pub build_request_id: String,
-    /// `completed`, `failed` or `cancelled`.
+    /// `completed`, `failed`, `refused` (its plan over `max_runs`: nothing ran) or `cancelled`.
     pub status: Status,
     pub built: Vec<String>,
     pub skipped: Vec<String>,

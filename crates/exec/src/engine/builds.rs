@@ -83,6 +83,9 @@ pub(crate) fn build(
 }
 
 pub(crate) fn receive(engine: &Engine, options: &BuildOptions) -> Result<String> {
+    // Before the request is recorded: a ref nothing produces is the request's fault, and no
+    // build comes of it (it would be a build that failed having done nothing).
+    engine.known_refs(&options.refs)?;
     engine.close_abandoned_builds()?;
     // A fresh lease, so the request is not taken for abandoned before its build begins.
     drop(engine.lease.hold()?);
@@ -161,12 +164,13 @@ pub(crate) fn execute(
              analyze` of the same refs; raise --max-runs to build it)",
             plan.runs.len()
         );
+        // `refused`, not `failed`: the request asked for no more, and nothing failed.
         engine.store.append(vec![
-            Event::build_request(id, Status::Failed).with_message(&message)
+            Event::build_request(id, Status::Refused).with_message(&message)
         ])?;
         return Ok(BuildSummary::nothing_ran(
             id,
-            Status::Failed,
+            Status::Refused,
             requested,
             message,
         ));

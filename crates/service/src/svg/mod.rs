@@ -21,7 +21,8 @@ pub fn colour(status: &str) -> &'static str {
         "failed" | "check_failed" => "#d64545",
         "stale" => "#e0a526",
         "tainted" => "#8e44ad",
-        "cancelled" | "skipped" | "delegated" => "#6c7a89",
+        // ended without failing: given up, not needed, or (a build) refused before it ran
+        "cancelled" | "skipped" | "delegated" | "refused" => "#6c7a89",
         // recorded built, not checked for freshness
         "available" => "#7cc49a",
         "missing" => "#cfd6dd",

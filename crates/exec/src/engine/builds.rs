@@ -394,6 +394,7 @@ pub(crate) fn cancel(engine: &Engine, id: &str) -> Result<()> {
             || (b.analyze_only && b.status == Status::AnalysisCompleted)
     };
     let already_ended = |b: &databuild_log::BuildRequestRow| EngineError::AlreadyEnded {
+        what: "build request",
         id: id.to_string(),
         status: b.status,
     };

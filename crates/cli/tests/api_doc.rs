@@ -170,3 +170,67 @@ fn the_event_streams_events_are_what_its_schema_says() {
         assert_eq!(&data, logged);
     }
 }
+
+/// What the served document says, the service does: its request bodies' example ref is one the
+/// graph builds and the service takes; an empty ref is out of the document as it is refused; a
+/// check of a partition with no built instance, and a taint of one being built, are conflicts
+/// (409), as a withdrawal of a want that ended is; `analyze`'s `parallel` is held to its range;
+/// and a partition path whose ref's `/` is unencoded says how to write it (GET: 404; any other
+/// method: 405 with `Allow`, as for an encoded ref).
+#[test]
+fn the_document_and_the_service_agree_on_refs_conflicts_and_paths() {
+    let (_p, s, _id, _run) = served();
+    let (status, doc) = s.get("/api/v1/openapi.json");
+    assert_eq!(status, 200);
+    let partitions = &doc["components"]["schemas"]["BuildBody"]["properties"]["partitions"];
+    assert_eq!(
+        partitions["example"],
+        json!(["a/2024-01-01"]),
+        "{partitions}"
+    );
+    assert_eq!(partitions["items"]["minLength"], 1, "{partitions}");
+    let (status, v) = s.post(
+        "/api/v1/analyze",
+        &json!({ "partitions": ["a/2024-01-01"] }),
+    );
+    assert_eq!(status, 200, "the example is taken: {v}");
+    let (status, v) = s.post(
+        "/api/v1/analyze",
+        &json!({ "partitions": ["a/2020-01-01"], "parallel": 0 }),
+    );
+    assert_eq!(status, 400, "{v}");
+    assert!(
+        v["error"].as_str().unwrap().contains("`parallel` = 0"),
+        "{v}"
+    );
+    let checked = Project::new(&format!(
+        "{GRAPH}[[check]]\nname = \"written\"\napplies_to = \"a\"\ncommand = [\"true\"]\n"
+    ));
+    let c = Service::start(&checked, &[]);
+    let (status, v) = c.post(
+        "/api/v1/partitions/check",
+        &json!({ "partitions": ["a/2024-01-01"] }),
+    );
+    assert_eq!(status, 409, "never built: {v}");
+    assert_eq!(v["code"], "conflict", "{v}");
+    let (status, v) = s.post("/api/v1/wants", &json!({ "partitions": ["a/2024-01-02"] }));
+    assert_eq!(status, 201, "{v}");
+    let want = v["want_id"].as_str().unwrap().to_string();
+    let (status, _) = s.call("DELETE", &format!("/api/v1/wants/{want}"), None, None);
+    assert_eq!(status, 200);
+    let (status, body) = s.call("DELETE", &format!("/api/v1/wants/{want}"), None, None);
+    assert_eq!(status, 409, "{body}");
+    assert!(body.contains("already_ended"), "{body}");
+    let (status, body) = s.call("GET", "/api/v1/partitions/a/2020-01-01/status", None, None);
+    assert_eq!(status, 404, "{body}");
+    assert!(body.contains("%2F"), "{body}");
+    let refused = Service::agent()
+        .post(&format!("{}/api/v1/partitions/a/2020-01-01/status", s.url))
+        .send("")
+        .expect("the service answers");
+    assert_eq!(refused.status().as_u16(), 405);
+    assert_eq!(
+        refused.headers().get("allow").and_then(|v| v.to_str().ok()),
+        Some("GET,HEAD")
+    );
+}

@@ -1114,6 +1114,61 @@ fn max_runs_refuses_a_larger_plan_before_anything_runs() {
     p.run(&["build", "c/2020-01-02", "--max-runs", "5"])
         .expect_code(0);
     assert_eq!(built(&p).len(), 5);
+    // Each refusal is a build that ended `refused`, never a failed one.
+    assert_eq!(
+        build_statuses(&p),
+        ["completed", "refused", "refused"],
+        "newest first"
+    );
+    let (status, body) = s.call("GET", "/api/v1/builds?status=refused", None, None);
+    assert_eq!(status, 200, "{body}");
+    let refused: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(refused["builds"].as_array().unwrap().len(), 2, "{refused}");
+}
+
+/// The statuses of every build in the log (analyses too), newest first.
+fn build_statuses(p: &Project) -> Vec<String> {
+    let out = p.run(&["--json", "builds", "--all"]);
+    out.expect_code(0);
+    out.json()["builds"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b["status"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// A ref nothing produces, or whose typed field does not parse, is refused before a build (or
+/// an analysis) of it is recorded: the log has no build of it, failed or otherwise, and the
+/// exit code and message are as ever; here and over a service.
+#[test]
+fn a_build_of_an_unknown_or_invalid_ref_records_no_build() {
+    let p = chain();
+    for r in ["nothing/2020-01-01", "a/2020-13-01"] {
+        let out = p.run(&["build", r]);
+        out.expect_code(2);
+        assert!(out.stderr.contains("cannot plan"), "{}", out.stderr);
+        let analyzed = p.run(&["analyze", r]);
+        analyzed.expect_code(2);
+    }
+    assert!(p
+        .run(&["build", "nothing/2020-01-01"])
+        .stderr
+        .contains("no job builds `nothing/2020-01-01` and no dataset declares it"),);
+    assert!(p
+        .run(&["build", "a/2020-13-01"])
+        .stderr
+        .contains("2020-13-01"));
+    let s = Service::start(&p, &[]);
+    let remote = p.run(&["--server", &s.url, "build", "nothing/2020-01-01"]);
+    remote.expect_code(2);
+    assert!(
+        remote.stderr.contains("no job builds `nothing/2020-01-01`"),
+        "{}",
+        remote.stderr
+    );
+    assert!(build_statuses(&p).is_empty(), "{:?}", build_statuses(&p));
+    assert!(built(&p).is_empty(), "nothing ran");
 }
 
 /// A build's progress is read from the log: per job done / running / left of what it planned,

@@ -549,3 +549,89 @@ command = ["sh", "-c", "exit 4"]
         "{json}"
     );
 }
+
+/// An external dataset's row in `datasets` says what is there: a file-backed one counts the
+/// files matching its pattern in the data dir (`present`, `tainted` while a taint holds, which
+/// ends when the data changes); a probed one cannot be listed, and says so (`probed`,
+/// `listed: false`). Text, JSON and the dashboard alike.
+#[test]
+fn datasets_counts_an_externals_files_and_says_probed_for_a_probe() {
+    let p = Project::new(
+        r#"
+[graph]
+name = "externals"
+[[dataset]]
+name = "raw"
+pattern = "raw/{d:date}/events.csv"
+[[dataset]]
+name = "checked"
+pattern = "checked/{n:int}"
+exists = ["sh", "-c", "exit 0"]
+[[dataset]]
+name = "empty"
+pattern = "empty/{n:int}"
+"#,
+    );
+    for d in 1..=3 {
+        p.partition(&format!("raw/2020-01-0{d}/events.csv"));
+    }
+    // Not the pattern's: another name, a field that does not parse, another folder.
+    p.partition("raw/2020-01-04/other.csv");
+    p.partition("raw/not-a-date/events.csv");
+    p.partition("elsewhere/2020-01-01/events.csv");
+    p.run(&["taint", "raw/2020-01-02/events.csv", "--reason", "bad rows"])
+        .expect_code(0);
+    let row = |name: &str| {
+        let v = p.run(&["--json", "datasets"]).json();
+        v["datasets"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|d| d["name"] == name)
+            .unwrap_or_else(|| panic!("no dataset {name}: {v}"))
+            .clone()
+    };
+    let raw = row("raw");
+    assert_eq!(
+        raw["partitions"],
+        serde_json::json!({"present": 2, "tainted": 1})
+    );
+    assert_eq!(
+        (raw["listed"].as_bool(), raw["freshness_checked"].as_bool()),
+        (Some(true), Some(true))
+    );
+    let checked = row("checked");
+    assert_eq!(checked["partitions"], serde_json::json!({}));
+    assert_eq!(checked["listed"], false);
+    assert_eq!(row("empty")["listed"], true);
+    let text = p.run(&["datasets"]);
+    text.expect_code(0);
+    let line = |name: &str| {
+        text.stdout
+            .lines()
+            .find(|l| l.starts_with(name))
+            .unwrap_or_else(|| panic!("no row {name}: {}", text.stdout))
+            .to_string()
+    };
+    assert!(
+        line("raw").ends_with("2 present, 1 tainted"),
+        "{}",
+        text.stdout
+    );
+    assert!(line("checked").ends_with("probed"), "{}", text.stdout);
+    assert!(line("empty").ends_with("none present"), "{}", text.stdout);
+    // New data ends the taint: all three are present.
+    p.file("data/raw/2020-01-02/events.csv", "fixed rows\n");
+    assert_eq!(row("raw")["partitions"], serde_json::json!({"present": 3}));
+    let s = Service::start(&p, &[]);
+    let page = Service::agent()
+        .get(&format!("{}/datasets", s.url))
+        .call()
+        .expect("the page")
+        .into_body()
+        .read_to_string()
+        .expect("text");
+    assert!(page.contains("probed"), "{page}");
+    assert!(page.contains("none present"), "{page}");
+    assert!(page.contains(">present<"), "{page}");
+}

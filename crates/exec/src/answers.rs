@@ -124,25 +124,41 @@ pub struct Promotion {
 #[derive(Debug, Clone, Serialize, serde::Deserialize, utoipa::ToSchema)]
 pub struct DatasetView {
     pub name: String,
-    /// `dataset` (external) or `job` (a job's output).
+    /// `dataset` (external), `source` or `job` (a job's output).
     pub kind: String,
     pub pattern: String,
     /// Partition counts by status (`live`, `stale`, `missing` for data gone since it was recorded
     /// live, `building`, `failed`, `tainted`); partitions never built are not counted. Counted by
-    /// a glob of the pattern, so nested patterns may overlap.
+    /// a glob of the pattern, so nested patterns may overlap. A file-backed external's are the
+    /// partitions in the data dir: `present`, and `tainted` while a taint holds.
     pub partitions: std::collections::BTreeMap<String, u64>,
-    /// Whether each available partition's freshness was derived, so `live`, `stale` and
-    /// `missing` are exact. Unless asked for (`exact`), a job output with more available
+    /// Whether the counts are whole. Unless asked for (`exact`), a job output with more available
     /// partitions than one freshness scan checks (`engine::listing::FRESHNESS_SCAN`) is counted as the log
-    /// records it, `available`: the exact split costs a check of every one of them.
+    /// records it, `available`: the exact split costs a check of every one of them; and a
+    /// file-backed external's walk stops past as many, `present` then being at least that.
     pub freshness_checked: bool,
+    /// Whether its partitions could be listed: false for an external checked by a probe command
+    /// or an upstream service (`probed`), which are asked about one ref at a time; only what the
+    /// log records of them (taints) is counted.
+    pub listed: bool,
+}
+
+impl DatasetView {
+    /// What a file-backed external's partitions whose data is there, untainted, are counted as.
+    pub const PRESENT: &'static str = "present";
+
+    /// Whether the count under `status` is a floor: a walk of an external's files that stopped
+    /// past [`crate::engine::listing::FRESHNESS_SCAN`] of them.
+    pub fn at_least(&self, status: &str) -> bool {
+        status == Self::PRESENT && !self.freshness_checked
+    }
 }
 
 /// What a build did (contract section 4, `build --json`).
 #[derive(Debug, Clone, Serialize, serde::Deserialize, utoipa::ToSchema)]
 pub struct BuildSummary {
     pub build_request_id: String,
-    /// `completed`, `failed` or `cancelled`.
+    /// `completed`, `failed`, `refused` (its plan over `max_runs`: nothing ran) or `cancelled`.
     pub status: Status,
     pub built: Vec<String>,
     pub skipped: Vec<String>,

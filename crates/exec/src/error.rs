@@ -13,11 +13,20 @@ pub enum EngineError {
     /// A build request, job, source, table or want that does not exist (the message names it).
     #[error("{0}")]
     NotFound(String),
-    /// A build request that has already ended cannot be cancelled.
-    #[error("build request {id} already ended ({status})")]
-    AlreadyEnded { id: String, status: Status },
+    /// A build request or a want that has already ended cannot be cancelled (`what` names
+    /// which).
+    #[error("{what} {id} already ended ({status})")]
+    AlreadyEnded {
+        what: &'static str,
+        id: String,
+        status: Status,
+    },
     #[error("{0}")]
     Invalid(String),
+    /// A valid request that the state it meets turns down for now (a taint of a partition a run
+    /// is building): a conflict, not a bad request.
+    #[error("{0}")]
+    Conflict(String),
 }
 
 impl EngineError {
@@ -26,6 +35,7 @@ impl EngineError {
         match self {
             EngineError::Plan(_)
             | EngineError::Invalid(_)
+            | EngineError::Conflict(_)
             | EngineError::NotFound(_)
             | EngineError::AlreadyEnded { .. } => true,
             EngineError::Log(e) => e.is_user_error(),

@@ -61,6 +61,8 @@ pub enum Status {
     Planning,
     AnalysisCompleted,
     Executing,
+    /// A build request turned down before anything of its plan ran (`--max-runs`): not a failure.
+    Refused,
     // build_request and job_run
     Completed,
     Cancelled,
@@ -127,6 +129,7 @@ names!(Status {
     Planning => "planning",
     AnalysisCompleted => "analysis_completed",
     Executing => "executing",
+    Refused => "refused",
     Completed => "completed",
     Cancelled => "cancelled",
     Failed => "failed",

@@ -1,7 +1,8 @@
 //! The state machines every event is checked against before it is appended.
 //!
 //! Four entities carry state:
-//! - a build request (by id): `received → planning → analysis_completed → executing → completed | failed | cancelled`;
+//! - a build request (by id): `received → planning → analysis_completed → executing → completed | failed | cancelled`,
+//!   or `planning → refused` (its plan is more than it allows: nothing of it ran);
 //! - a job run (by id): `scheduled → running → completed | failed | cancelled`, or `skipped` outright;
 //! - a partition within one build request (by request and ref): what that request did about it;
 //! - a partition globally (by ref): who is building it now and whether it is available, failed or
@@ -57,9 +58,10 @@ pub const BUILD_REQUEST: Transitions = &[
     (None, &[Received]),
     (Some(Received), &[Planning, Failed, Cancelled]),
     // `planning → planning`: the plan is recorded in parts (`data.plan`).
+    // `planning → refused`: a plan over the request's `max_runs`, turned down before it runs.
     (
         Some(Planning),
-        &[Planning, AnalysisCompleted, Failed, Cancelled],
+        &[Planning, AnalysisCompleted, Refused, Failed, Cancelled],
     ),
     (
         Some(AnalysisCompleted),
@@ -370,7 +372,7 @@ mod tests {
 
     #[test]
     fn terminal_states_have_no_successors() {
-        for s in [Completed, Failed, Cancelled] {
+        for s in [Completed, Refused, Failed, Cancelled] {
             assert!(is_terminal(Kind::BuildRequest, s));
         }
         for s in [Completed, Failed, Cancelled, Skipped] {

@@ -42,7 +42,7 @@ pub struct BuildBody {
     pub keep_going: bool,
     /// Most job runs at once (default: the number of cores).
     pub parallel: Option<usize>,
-    /// Refuse a plan of more job runs than this: the build ends `failed` with the reason,
+    /// Refuse a plan of more job runs than this: the build ends `refused` with the reason,
     /// having run nothing.
     #[serde(default)]
     pub max_runs: Option<usize>,
@@ -322,6 +322,12 @@ pub(crate) async fn analyze(
     ApiJson(body): ApiJson<AnalyzeBody>,
 ) -> ApiResult<Response> {
     let max_refs = state.limits.max_refs;
+    // As the document says (`minimum`, `maximum`): an estimate for no slots means nothing.
+    if let Some(p) = body.parallel.filter(|p| !(1..=100_000).contains(p)) {
+        return Err(AppError::bad_request(format!(
+            "`parallel` = {p}: an estimate is for 1 to 100000 job runs at once"
+        )));
+    }
     let body = blocking(&state, move |engine| {
         let refs = parse_refs(engine, &body.partitions, max_refs)?;
         let analysis = engine.analyze(&PlanRequest {
@@ -388,7 +394,7 @@ pub(crate) async fn list_partitions(
     .await
 }
 
-#[utoipa::path(get, path = route::PARTITION_STATUS, summary = "Is this partition live and fresh, and why not", params(RefPath), responses((status = 200, body = answers::PartitionStatus), (status = 400, body = ErrorBody)))]
+#[utoipa::path(get, path = route::PARTITION_STATUS, summary = "Is this partition live and fresh, and why not", params(RefPath), responses((status = 200, body = answers::PartitionStatus), (status = 400, body = ErrorBody), (status = 404, description = "No such path: a ref's `/` is written `%2F` in it", body = ErrorBody)))]
 pub(crate) async fn partition_status(
     State(state): Shared,
     ApiPath(r): ApiPath<String>,
@@ -399,7 +405,7 @@ pub(crate) async fn partition_status(
     .await
 }
 
-#[utoipa::path(get, path = route::PARTITION_EVENTS, summary = "The events of a partition", params(RefPath), responses((status = 200, body = answers::EventList), (status = 400, body = ErrorBody)))]
+#[utoipa::path(get, path = route::PARTITION_EVENTS, summary = "The events of a partition", params(RefPath), responses((status = 200, body = answers::EventList), (status = 400, body = ErrorBody), (status = 404, description = "No such path: a ref's `/` is written `%2F` in it", body = ErrorBody)))]
 pub(crate) async fn partition_events(
     State(state): Shared,
     ApiPath(r): ApiPath<String>,
@@ -410,7 +416,7 @@ pub(crate) async fn partition_events(
     .await
 }
 
-#[utoipa::path(get, path = route::PARTITION_EXPLAIN, summary = "Why a partition is in its state: the run that built it, its inputs, what a build would run", params(RefPath), responses((status = 200, body = answers::Explain), (status = 400, body = ErrorBody)))]
+#[utoipa::path(get, path = route::PARTITION_EXPLAIN, summary = "Why a partition is in its state: the run that built it, its inputs, what a build would run", params(RefPath), responses((status = 200, body = answers::Explain), (status = 400, body = ErrorBody), (status = 404, description = "No such path: a ref's `/` is written `%2F` in it", body = ErrorBody)))]
 pub(crate) async fn partition_explain(
     State(state): Shared,
     ApiPath(r): ApiPath<String>,
@@ -492,7 +498,7 @@ pub struct CheckBody {
     pub partitions: Vec<String>,
 }
 
-#[utoipa::path(post, path = route::CHECK, summary = "Run every check of these partitions' current instances now, on the graph's executor, and record the results: a partition whose fixed data passes its blocking checks is live again, without a rebuild", request_body = CheckBody, responses((status = 200, body = answers::CheckAnswer), (status = 400, description = "A ref no check applies to, or not built", body = ErrorBody), (status = 401, body = ErrorBody), (status = 413, description = "Too many refs", body = ErrorBody)))]
+#[utoipa::path(post, path = route::CHECK, summary = "Run every check of these partitions' current instances now, on the graph's executor, and record the results: a partition whose fixed data passes its blocking checks is live again, without a rebuild", request_body = CheckBody, responses((status = 200, body = answers::CheckAnswer), (status = 400, description = "A ref no check applies to", body = ErrorBody), (status = 401, body = ErrorBody), (status = 409, description = "A ref with no built instance to check now (never built, building, failed or tainted)", body = ErrorBody), (status = 413, description = "Too many refs", body = ErrorBody)))]
 pub(crate) async fn check(
     State(state): Shared,
     ApiJson(body): ApiJson<CheckBody>,
@@ -504,7 +510,7 @@ pub(crate) async fn check(
     .await
 }
 
-#[utoipa::path(post, path = route::TAINT, summary = "Mark partitions invalid", request_body = TaintBody, responses((status = 200, body = answers::EventList), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 413, description = "Too many refs", body = ErrorBody)))]
+#[utoipa::path(post, path = route::TAINT, summary = "Mark partitions invalid", request_body = TaintBody, responses((status = 200, body = answers::EventList), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 409, description = "A partition named is being built: a taint waits until its run ends", body = ErrorBody), (status = 413, description = "Too many refs", body = ErrorBody)))]
 pub(crate) async fn taint(
     State(state): Shared,
     ApiJson(body): ApiJson<TaintBody>,
@@ -756,7 +762,7 @@ pub(crate) async fn list_datasets(
 #[serde(deny_unknown_fields)]
 pub struct SqlBody {
     /// One read-only statement.
-    #[schema(min_length = 1)]
+    #[schema(min_length = 1, example = "SELECT count(*) FROM events")]
     pub query: String,
     pub max_rows: Option<usize>,
 }

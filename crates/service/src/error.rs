@@ -170,6 +170,11 @@ impl From<EngineError> for AppError {
                 message: e.to_string(),
             },
             EngineError::Invalid(m) => AppError::bad_request(m),
+            EngineError::Conflict(m) => AppError {
+                status: StatusCode::CONFLICT,
+                code: "conflict",
+                message: m,
+            },
         }
     }
 }

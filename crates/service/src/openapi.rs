@@ -3,9 +3,9 @@
 //! (and collects, with the types they hold).
 
 use std::collections::{BTreeSet, HashMap};
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
-use axum::extract::{MatchedPath, Request};
+use axum::extract::{MatchedPath, Request, State};
 use axum::http::{Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
@@ -13,6 +13,7 @@ use axum::Json;
 use utoipa::OpenApi;
 
 use crate::error::AppError;
+use crate::AppState;
 
 use crate::api::{AnalyzeBody, BuildBody, CheckBody, GcBody, SqlBody, TaintBody};
 use crate::error::ErrorBody;
@@ -88,13 +89,77 @@ fn cached() -> &'static serde_json::Value {
     DOCUMENT.get_or_init(|| {
         let mut doc = serde_json::to_value(ApiDoc::openapi()).expect("the document serializes");
         camel_case_links(&mut doc);
+        refs_are_never_empty(&mut doc);
         doc
     })
 }
 
-/// `GET /api/v1/openapi.json`: the document.
-pub async fn document() -> Json<&'static serde_json::Value> {
-    Json(cached())
+/// `GET /api/v1/openapi.json`: the document, its request bodies' refs exemplified by a ref of
+/// this service's graph: an example that the service accepts, as a client (or a generator of
+/// requests) can try it.
+pub async fn document(State(state): State<Arc<AppState>>) -> Json<serde_json::Value> {
+    let mut doc = cached().clone();
+    if let Some(r) = example_ref(&state.engine.graph) {
+        exemplify_refs(&mut doc, &r);
+    }
+    Json(doc)
+}
+
+/// The request bodies that name refs in `partitions`.
+const REF_BODIES: [&str; 5] = [
+    "BuildBody",
+    "AnalyzeBody",
+    "TaintBody",
+    "CheckBody",
+    "WantBody",
+];
+
+/// Sets `example` of each [`REF_BODIES`]' `partitions` to `[r]`.
+fn exemplify_refs(doc: &mut serde_json::Value, r: &str) {
+    for body in REF_BODIES {
+        if let Some(schema) = ref_list(doc, body).as_object_mut() {
+            schema.insert("example".into(), serde_json::json!([r]));
+        }
+    }
+}
+
+/// Says of each [`REF_BODIES`]' refs what the service holds them to: an empty one is refused
+/// (utoipa has no attribute for a list's items).
+fn refs_are_never_empty(doc: &mut serde_json::Value) {
+    for body in REF_BODIES {
+        if let Some(items) = ref_list(doc, body)["items"].as_object_mut() {
+            items.insert("minLength".into(), 1.into());
+        }
+    }
+}
+
+/// The schema of `body`'s `partitions`.
+fn ref_list<'d>(doc: &'d mut serde_json::Value, body: &str) -> &'d mut serde_json::Value {
+    &mut doc["components"]["schemas"][body]["properties"]["partitions"]
+}
+
+/// A ref the graph's first job builds (else its first dataset declares), its fields filled with
+/// values of their types (a `str` field with its domain's first value, if it has one).
+fn example_ref(graph: &databuild_core::Graph) -> Option<String> {
+    use databuild_core::pattern::FieldType;
+    let pattern = match graph.jobs.first() {
+        Some(job) => job.outputs.first()?,
+        None => &graph.datasets.first()?.pattern,
+    };
+    let values: Vec<&str> = pattern
+        .fields()
+        .map(|(name, ty)| match ty {
+            FieldType::Date => "2024-01-01",
+            FieldType::Hour => "2024-01-01T00",
+            FieldType::Int => "1",
+            FieldType::Str => graph
+                .domains
+                .get(name)
+                .and_then(|d| d.first())
+                .map_or("example", String::as_str),
+        })
+        .collect();
+    Some(pattern.render(&values))
 }
 
 /// Path template -> method (upper case) -> the names of the query parameters it declares.

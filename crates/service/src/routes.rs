@@ -5,7 +5,9 @@
 
 use std::sync::Arc;
 
+use axum::http::{header, Method, StatusCode, Uri};
 use axum::middleware;
+use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
 use databuild_exec::answers::route;
@@ -59,7 +61,7 @@ pub fn router(state: Arc<AppState>) -> Router {
     api.merge(crate::dashboard::routes())
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/metrics", get(crate::metrics::metrics))
-        .fallback(|| async { AppError::not_found("no such endpoint; see /api/v1/openapi.json") })
+        .fallback(no_route)
         .layer(RequestBodyLimitLayer::new(crate::BODY_LIMIT))
         .layer(middleware::from_fn_with_state(
             state.clone(),
@@ -69,3 +71,29 @@ pub fn router(state: Arc<AppState>) -> Router {
         .layer(middleware::from_fn(crate::guard::headers))
         .with_state(state)
 }
+
+/// No route matched: a 404, but for a partition's path whose ref's `/` is unencoded (more
+/// segments than any partition route has: its ref is one, `revenue%2Fdate%3D2024-01-01`). Every
+/// partition route takes GET only, so another method there is a 405 saying so, as it is for an
+/// encoded ref; a GET is a 404 saying how to write the ref.
+async fn no_route(method: Method, uri: Uri) -> Response {
+    if !uri.path().starts_with(PARTITION_PATHS) {
+        return AppError::not_found("no such endpoint; see /api/v1/openapi.json").into_response();
+    }
+    if method == Method::GET || method == Method::HEAD {
+        return AppError::not_found(
+            "no such endpoint: a partition ref in a path is one segment, each `/` in it written \
+             `%2F` (/api/v1/partitions/revenue%2Fdate%3D2024-01-01/status); see /api/v1/openapi.json",
+        )
+        .into_response();
+    }
+    let refused = AppError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method_not_allowed",
+        format!("{method} is not an operation of a partition; they take GET"),
+    );
+    ([(header::ALLOW, "GET,HEAD")], refused).into_response()
+}
+
+/// Where one partition's routes are (`/api/v1/partitions/{partition_ref}/...`).
+const PARTITION_PATHS: &str = "/api/v1/partitions/";

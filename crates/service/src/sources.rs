@@ -70,7 +70,7 @@ fn error(status: StatusCode, code: &'static str, message: String) -> AppError {
 #[utoipa::path(post, path = route::WEBHOOK, summary = "Ingest records into a webhook source",
     description = "Appends the body's records to today's raw partition of the source and answers once they are on disk. Bodies are `body_format` of the source: a JSON object, a JSON array of objects, JSON lines (one object a line), or lines of text.",
     params(("source" = String, Path, description = "The source's name")),
-    request_body(content = String, description = "The records"),
+    request_body(content = Option<String>, content_type = "text/plain", description = "The records; none (an empty body) is a delivery of no records"),
     responses((status = 200, description = "The records are on disk", body = Ingested),
         (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody),
         (status = 413, body = ErrorBody), (status = 415, description = "A `Content-Encoding` other than gzip", body = ErrorBody), (status = 429, body = ErrorBody), (status = 503, description = "The records could not be stored, or the source's secret is not set", body = ErrorBody)))]
@@ -382,6 +382,8 @@ pub(crate) async fn seal(
 
 #[derive(Deserialize, serde::Serialize, ToSchema)]
 pub struct PromoteBody {
+    /// A version of the table (they count from 1).
+    #[schema(minimum = 1, example = 1)]
     pub version: u32,
     /// Rebuild the partitions built over the alias against the version first.
     #[serde(default)]

@@ -106,7 +106,7 @@ pub(crate) async fn get_want(
     .await
 }
 
-#[utoipa::path(delete, path = route::WANT, summary = "Withdraw a want", params(("id" = String, Path, description = "The want")), responses((status = 200, description = "The withdrawn want", body = Want), (status = 400, description = "The want has already ended (expired or withdrawn)", body = ErrorBody), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody)))]
+#[utoipa::path(delete, path = route::WANT, summary = "Withdraw a want", params(("id" = String, Path, description = "The want")), responses((status = 200, description = "The withdrawn want", body = Want), (status = 400, description = "The id is a prefix of more than one", body = ErrorBody), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, description = "The want has already ended (expired or withdrawn)", body = ErrorBody)))]
 pub(crate) async fn delete_want(
     State(state): Shared,
     ApiPath(id): ApiPath<String>,

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator, Mapping, Optional, Sequence
 
 #: Build request states after which nothing more happens to a build that runs.
-ENDED = frozenset({"completed", "failed", "cancelled"})
+ENDED = frozenset({"completed", "failed", "refused", "cancelled"})
 
 
 class ClientError(Exception):
@@ -149,7 +149,7 @@ class Client:
         return BuildAnswer.of(self._json("GET", f"/api/v1/builds/{self._segment(build_request_id)}"))
 
     def wait(self, build_request_id: str, timeout: float = 600.0, poll: float = 0.2) -> BuildAnswer:
-        """Waits until the build has ended (completed, failed or cancelled)."""
+        """Waits until the build has ended (completed, failed, refused or cancelled)."""
         deadline = time.monotonic() + timeout
         while True:
             answer = self.get_build(build_request_id)

@@ -109,15 +109,16 @@ fn build(backend: &Backend, flags: &BuildArgs, json: bool) -> anyhow::Result<Exi
     })
 }
 
-/// A build that failed having done nothing at all: nothing ran, was skipped or waited for.
+/// A build refused (its plan over `--max-runs`), or one that failed having done nothing at all:
+/// nothing ran, was skipped or waited for.
 fn refused_at_planning(s: &BuildSummary) -> bool {
-    s.status == Status::Failed
-        && s.built.is_empty()
+    let nothing_done = s.built.is_empty()
         && s.skipped.is_empty()
         && s.delegated.is_empty()
         && s.failures.is_empty()
         && s.cancelled.is_empty()
-        && s.not_started.is_empty()
+        && s.not_started.is_empty();
+    s.status == Status::Refused || (s.status == Status::Failed && nothing_done)
 }
 
 /// The last line of a run's log that says something (at most 300 characters), as the service

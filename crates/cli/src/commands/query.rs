@@ -687,18 +687,12 @@ pub fn datasets(
         .datasets
         .iter()
         .map(|d| {
-            let counts = d
-                .partitions
-                .iter()
-                .map(|(k, n)| format!("{n} {k}"))
-                .collect::<Vec<_>>()
-                .join(", ");
-            let counts = if counts.is_empty() {
-                "-".to_string()
-            } else {
-                counts
-            };
-            vec![d.name.clone(), d.kind.clone(), d.pattern.clone(), counts]
+            vec![
+                d.name.clone(),
+                d.kind.clone(),
+                d.pattern.clone(),
+                dataset_counts(d),
+            ]
         })
         .collect();
     out!(
@@ -707,10 +701,32 @@ pub fn datasets(
     )?;
     if v.datasets.iter().any(|d| !d.freshness_checked) {
         outln!(
-            "`available` is recorded live, its freshness not checked (over {} partitions): \
-             `datasets --exact` checks each, `partitions --status stale` pages through the stale",
+            "`available` is recorded live, its freshness not checked, and `N+ present` counts an \
+             external's files up to where the count stopped (over {} partitions): `datasets \
+             --exact` checks and counts each, `partitions --status stale` pages through the stale",
             databuild_exec::engine::listing::FRESHNESS_SCAN
         )?;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// A dataset's counts as one cell: `probed` for an external that cannot be listed, `none
+/// present` for one listed empty, `-` for nothing built; `N+` where a walk stopped early.
+fn dataset_counts(d: &databuild_exec::answers::DatasetView) -> String {
+    let counts = d
+        .partitions
+        .iter()
+        .map(|(k, n)| {
+            let floor = if d.at_least(k) { "+" } else { "" };
+            format!("{n}{floor} {k}")
+        })
+        .collect::<Vec<_>>();
+    let external = d.kind == "dataset";
+    match (d.listed, counts.is_empty()) {
+        (false, true) => "probed".to_string(),
+        (false, false) => format!("probed; {}", counts.join(", ")),
+        (true, true) if external => "none present".to_string(),
+        (true, true) => "-".to_string(),
+        (true, false) => counts.join(", "),
+    }
 }

@@ -83,6 +83,9 @@ pub(crate) fn build(
 }
 
 pub(crate) fn receive(engine: &Engine, options: &BuildOptions) -> Result<String> {
+    // Before the request is recorded: a ref nothing produces is the request's fault, and no
+    // build comes of it (it would be a build that failed having done nothing).
+    engine.known_refs(&options.refs)?;
     engine.close_abandoned_builds()?;
     // A fresh lease, so the request is not taken for abandoned before its build begins.
     drop(engine.lease.hold()?);
@@ -140,6 +143,10 @@ pub(crate) fn execute(
     // Checks that changed (or never ran) on what the plan found built run first, without
     // rebuilding the data; what they decide can change what is live: planned again then.
     if let Ok(plan) = &planned {
+        if let Some(message) = over_max_runs(options, plan) {
+            // Refused before even the checks run.
+            return refuse(engine, id, requested, message);
+        }
         if engine.run_stale_checks(id, plan, executor, options.parallel, interrupt)? {
             // Their events end any kept plan: planned from the log, noting what to keep.
             (planned, keep) = engine.plan_keeping(&request, key.as_deref());
@@ -154,22 +161,8 @@ pub(crate) fn execute(
             return Err(e);
         }
     };
-    if let Some(max) = options.max_runs.filter(|max| plan.runs.len() > *max) {
-        // Refused before anything of the plan is recorded or run.
-        let message = format!(
-            "the plan has {} job runs, more than --max-runs {max} allows (see `databuild \
-             analyze` of the same refs; raise --max-runs to build it)",
-            plan.runs.len()
-        );
-        engine.store.append(vec![
-            Event::build_request(id, Status::Failed).with_message(&message)
-        ])?;
-        return Ok(BuildSummary::nothing_ran(
-            id,
-            Status::Failed,
-            requested,
-            message,
-        ));
+    if let Some(message) = over_max_runs(options, &plan) {
+        return refuse(engine, id, requested, message);
     }
     if let Some(m) = plan.missing.first() {
         // A plan that cannot run is not recorded run by run.
@@ -228,6 +221,35 @@ pub(crate) fn execute(
         // that process died before it could, this closes it (else the log refuses it).
         let _ = engine.close_build(id, Status::Failed, &format!("the build stopped: {e}"));
     })
+}
+
+/// Why `plan` is more than the request allows (`--max-runs`), if it is.
+fn over_max_runs(options: &BuildOptions, plan: &Plan) -> Option<String> {
+    let max = options.max_runs.filter(|max| plan.runs.len() > *max)?;
+    Some(format!(
+        "the plan has {} job runs, more than --max-runs {max} allows (see `databuild \
+         analyze` of the same refs; raise --max-runs to build it)",
+        plan.runs.len()
+    ))
+}
+
+/// Ends build `id` refused, before anything of its plan is recorded or run: `refused`, not
+/// `failed`, since the request asked for no more and nothing failed.
+fn refuse(
+    engine: &Engine,
+    id: &str,
+    requested: Vec<String>,
+    message: String,
+) -> Result<BuildSummary> {
+    engine.store.append(vec![
+        Event::build_request(id, Status::Refused).with_message(&message)
+    ])?;
+    Ok(BuildSummary::nothing_ran(
+        id,
+        Status::Refused,
+        requested,
+        message,
+    ))
 }
 
 pub(crate) fn close_abandoned_builds(engine: &Engine) -> Result<usize> {
@@ -372,6 +394,7 @@ pub(crate) fn cancel(engine: &Engine, id: &str) -> Result<()> {
             || (b.analyze_only && b.status == Status::AnalysisCompleted)
     };
     let already_ended = |b: &databuild_log::BuildRequestRow| EngineError::AlreadyEnded {
+        what: "build request",
         id: id.to_string(),
         status: b.status,
     };

@@ -182,7 +182,8 @@ pub(crate) fn check(
             .as_ref()
             .filter(|p| p.status == databuild_log::Status::Available);
         let Some((run, job)) = built.and_then(|p| p.job_run_id.clone().zip(p.job.clone())) else {
-            return Err(EngineError::Invalid(format!(
+            // A sound request the partition's state turns down until it is built: a conflict.
+            return Err(EngineError::Conflict(format!(
                 "`{r}` has no built instance to check ({}); build it first",
                 row.map_or("never built".to_string(), |p| format!(
                     "it is `{}`",

@@ -114,64 +114,161 @@ pub(crate) fn datasets(engine: &Engine, exact: bool) -> Result<Vec<DatasetView>>
         .graph
         .producers()
         .map(|p| {
-            let pattern = engine.graph.pattern_of(p);
-            // A single-output job's partitions are counted by a projection; other patterns
-            // by a glob over the partitions.
-            let counts = match p {
-                Producer::Job { job, .. } if engine.graph.jobs[job].outputs.len() == 1 => engine
-                    .store
-                    .job_partition_counts(&engine.graph.jobs[job].name)?,
-                _ => engine.store.partition_counts(Some(&pattern.glob()))?,
+            let (partitions, freshness_checked, listed) = match external_kind(engine, p) {
+                Some(External::Files) => {
+                    let (partitions, exact) = present_files(engine, p, exact)?;
+                    (partitions, exact, true)
+                }
+                Some(External::Probed) => (external_recorded(engine, p, exact)?, true, false),
+                None => {
+                    let (partitions, checked) = recorded(engine, p, exact)?;
+                    (partitions, checked, true)
+                }
             };
-            let mut partitions = std::collections::BTreeMap::<String, u64>::new();
-            for (s, n) in counts {
-                *partitions
-                    .entry(DerivedStatus::recorded(s).to_string())
-                    .or_default() += n;
-            }
-            let live = DerivedStatus::Live.as_str();
-            let available = partitions.get(live).copied().unwrap_or(0);
-            let freshness_checked = exact || available as usize <= FRESHNESS_SCAN;
-            if available > 0 && matches!(p, Producer::Job { .. }) {
-                if freshness_checked {
-                    let counts = engine.freshness(p)?;
-                    partitions.insert(live.into(), counts.live);
-                    for (status, n) in [
-                        (DerivedStatus::Stale, counts.stale),
-                        (DerivedStatus::Missing, counts.missing),
-                        (DerivedStatus::CheckFailed, counts.check_failed),
-                    ] {
-                        if n > 0 {
-                            *partitions.entry(status.to_string()).or_default() += n;
-                        }
-                    }
-                } else {
-                    // Recorded live, not checked: say only what the log says.
-                    partitions.remove(live);
-                    partitions.insert("available".into(), available);
-                }
-            }
-            // A tainted external is live again once its data changed.
-            let external =
-                matches!(p, Producer::Dataset(d) if engine.graph.datasets[d].source.is_none());
-            let tainted = DerivedStatus::Tainted.as_str();
-            if external && partitions.contains_key(tainted) {
-                if let Some(shown) = engine.external_taints(p, exact)? {
-                    partitions.remove(tainted);
-                    for (status, n) in shown {
-                        *partitions.entry(status.to_string()).or_default() += n;
-                    }
-                }
-            }
             Ok(DatasetView {
                 name: engine.graph.producer_name(p).to_string(),
                 kind: producer_kind(&engine.graph, p).to_string(),
-                pattern: pattern.to_string(),
+                pattern: engine.graph.pattern_of(p).to_string(),
                 partitions,
                 freshness_checked,
+                listed,
             })
         })
         .collect()
+}
+
+/// How an external dataset (no job builds it, no source feeds it) can be counted.
+enum External {
+    /// Its partitions are files (or folders) of the data dir: listed.
+    Files,
+    /// Only a probe command or an upstream service knows whether a partition is there: asking
+    /// about every possible ref is no listing, so none is made.
+    Probed,
+}
+
+fn external_kind(engine: &Engine, p: Producer) -> Option<External> {
+    let Producer::Dataset(d) = p else {
+        return None;
+    };
+    let ds = &engine.graph.datasets[d];
+    match (&ds.exists, &ds.upstream, ds.source) {
+        (_, _, Some(_)) => None,
+        (None, None, None) => Some(External::Files),
+        _ => Some(External::Probed),
+    }
+}
+
+/// A file-backed external's partitions: those present in the data dir, split into `present` and
+/// `tainted` (a taint holds until its data changes), and whether the count is whole: past
+/// [`FRESHNESS_SCAN`] of them the walk stops (unless `exact`) and `present` is at least that.
+fn present_files(
+    engine: &Engine,
+    p: Producer,
+    exact: bool,
+) -> Result<(std::collections::BTreeMap<String, u64>, bool)> {
+    let cap = (!exact).then_some(FRESHNESS_SCAN as u64);
+    let found = crate::data::present::count_present(
+        &engine.data_dir,
+        engine.graph.pattern_of(p),
+        cap,
+        |r| {
+            databuild_core::PartitionRef::new(r).is_ok()
+                && engine.graph.producer_of(r).map(|(q, _)| q) == Some(p)
+        },
+    );
+    let tainted = DerivedStatus::Tainted;
+    let recorded = || -> Result<u64> {
+        Ok(engine
+            .store
+            .partition_counts(Some(&engine.graph.pattern_of(p).glob()))?
+            .into_iter()
+            .filter(|(s, _)| *s == Status::Tainted)
+            .map(|(_, n)| n)
+            .sum())
+    };
+    // The taints that still hold; past a scan of them, what the log records stands.
+    let (held, whole) = match engine.external_taints(p, exact)? {
+        Some(shown) => (shown.get(&tainted).copied().unwrap_or(0), true),
+        None => (recorded()?, false),
+    };
+    let mut partitions = std::collections::BTreeMap::new();
+    for (name, n) in [
+        (DatasetView::PRESENT, found.count.saturating_sub(held)),
+        (tainted.as_str(), held),
+    ] {
+        if n > 0 {
+            partitions.insert(name.to_string(), n);
+        }
+    }
+    Ok((partitions, whole && !found.capped))
+}
+
+/// A probed external's partitions as the log records them: only its taints, shown as `status`
+/// shows them (still `tainted`, `live` again once its data changed, or `missing`).
+fn external_recorded(
+    engine: &Engine,
+    p: Producer,
+    exact: bool,
+) -> Result<std::collections::BTreeMap<String, u64>> {
+    let (mut partitions, _) = recorded(engine, p, exact)?;
+    let tainted = DerivedStatus::Tainted.as_str();
+    if partitions.contains_key(tainted) {
+        if let Some(shown) = engine.external_taints(p, exact)? {
+            partitions.remove(tainted);
+            for (status, n) in shown {
+                *partitions.entry(status.to_string()).or_default() += n;
+            }
+        }
+    }
+    Ok(partitions)
+}
+
+/// A job output's or a source's partitions counted as the log records them, a job output's
+/// available ones split into live, stale and missing unless there are more than
+/// [`FRESHNESS_SCAN`] (and not `exact`); and whether they were split.
+fn recorded(
+    engine: &Engine,
+    p: Producer,
+    exact: bool,
+) -> Result<(std::collections::BTreeMap<String, u64>, bool)> {
+    let pattern = engine.graph.pattern_of(p);
+    // A single-output job's partitions are counted by a projection; other patterns
+    // by a glob over the partitions.
+    let counts = match p {
+        Producer::Job { job, .. } if engine.graph.jobs[job].outputs.len() == 1 => engine
+            .store
+            .job_partition_counts(&engine.graph.jobs[job].name)?,
+        _ => engine.store.partition_counts(Some(&pattern.glob()))?,
+    };
+    let mut partitions = std::collections::BTreeMap::<String, u64>::new();
+    for (s, n) in counts {
+        *partitions
+            .entry(DerivedStatus::recorded(s).to_string())
+            .or_default() += n;
+    }
+    let live = DerivedStatus::Live.as_str();
+    let available = partitions.get(live).copied().unwrap_or(0);
+    let freshness_checked = exact || available as usize <= FRESHNESS_SCAN;
+    if available > 0 && matches!(p, Producer::Job { .. }) {
+        if freshness_checked {
+            let counts = engine.freshness(p)?;
+            partitions.insert(live.into(), counts.live);
+            for (status, n) in [
+                (DerivedStatus::Stale, counts.stale),
+                (DerivedStatus::Missing, counts.missing),
+                (DerivedStatus::CheckFailed, counts.check_failed),
+            ] {
+                if n > 0 {
+                    *partitions.entry(status.to_string()).or_default() += n;
+                }
+            }
+        } else {
+            // Recorded live, not checked: say only what the log says.
+            partitions.remove(live);
+            partitions.insert("available".into(), available);
+        }
+    }
+    Ok((partitions, freshness_checked))
 }
 
 pub(crate) fn shown_states(

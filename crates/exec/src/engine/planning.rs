@@ -3,7 +3,7 @@
 //! misses are not there.
 
 use databuild_core::plan::MissingExternal;
-use databuild_core::{PartitionRef, Plan, PlanRequest, Producer};
+use databuild_core::{PartitionRef, Plan, PlanError, PlanRequest, Producer};
 use databuild_log::{Event, Status};
 
 use super::{Analysis, Engine, EngineError, Result};
@@ -98,6 +98,7 @@ pub(crate) fn pin_aliases(
 }
 
 pub(crate) fn analyze(engine: &Engine, request: &PlanRequest) -> Result<Analysis> {
+    engine.known_refs(&request.refs)?;
     let id = databuild_log::event::new_id();
     let requested: Vec<String> = request.refs.iter().map(|r| r.to_string()).collect();
     engine.store.append(vec![
@@ -140,6 +141,23 @@ pub(crate) fn analyze(engine: &Engine, request: &PlanRequest) -> Result<Analysis
 }
 
 impl Engine {
+    /// Refuses refs nothing in the graph produces (as planning would: [`PlanError::UnknownRef`]),
+    /// before a request of them is recorded.
+    pub(super) fn known_refs(&self, refs: &[PartitionRef]) -> Result<()> {
+        match refs
+            .iter()
+            .find(|r| self.graph.producer_of(r.as_str()).is_none())
+        {
+            Some(r) => Err(PlanError::UnknownRef {
+                partition_ref: r.to_string(),
+                reason: self.graph.unmatched_reason(r.as_str()),
+                needed_by: None,
+            }
+            .into()),
+            None => Ok(()),
+        }
+    }
+
     /// Why a plan cannot complete without `m`; a source partition says why it is not there:
     /// still open, expired, or never received.
     pub(super) fn missing_message(&self, m: &MissingExternal) -> String {

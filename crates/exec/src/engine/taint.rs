@@ -57,7 +57,10 @@ impl Engine {
 pub(crate) fn taint(engine: &Engine, refs: &[String], reason: Option<&str>) -> Result<Vec<Event>> {
     let events = engine.taint_events(refs, reason)?;
     engine.store.append(events).map_err(|e| match e {
-        LogError::Refused { reason, .. } => EngineError::Invalid(format!("cannot taint: {reason}")),
+        // The partition's state refuses it (a run is building it): the request is sound.
+        LogError::Refused { reason, .. } => {
+            EngineError::Conflict(format!("cannot taint: {reason}"))
+        }
         other => other.into(),
     })
 }

@@ -93,10 +93,12 @@ pub(crate) fn want_row(engine: &Engine, id: &str) -> Result<WantRow> {
 pub(crate) fn unwant(engine: &Engine, id: &str) -> Result<WantRow> {
     let want = engine.want_row(id)?;
     if !want.is_active() {
-        return Err(EngineError::Invalid(format!(
-            "want {id} has already ended (`{}`)",
-            want.status
-        )));
+        // A conflict with the want's state, not a bad request: as for a build's cancel.
+        return Err(EngineError::AlreadyEnded {
+            what: "want",
+            id: id.to_string(),
+            status: want.status,
+        });
     }
     engine.store.append(vec![
         Event::want(id, Status::Cancelled).with_message("withdrawn")

@@ -212,7 +212,8 @@ fn build_body(v: &BuildView, state: &AppState, role: Role) -> Markup {
     let b = &v.detail;
     let id = &b.build_request_id;
     let status = b.status.as_str();
-    let finished = matches!(status, "completed" | "failed" | "cancelled") || b.analyze_only;
+    let finished = databuild_log::state::is_terminal(databuild_log::Kind::BuildRequest, b.status)
+        || b.analyze_only;
     let runs = &b.job_runs;
     let total: u64 = v.counts.by_status.iter().map(|c| c.n).sum();
     let big = total as usize > BIG_BUILD;

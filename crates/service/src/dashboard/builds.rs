@@ -28,7 +28,7 @@ pub struct BuildsQuery {
 /// Why a builds page's filters cannot be used.
 #[derive(Debug, thiserror::Error)]
 pub enum BuildsFilterError {
-    #[error("unknown build status `{0}`; use received, planning, executing, completed, failed or cancelled")]
+    #[error("unknown build status `{0}`; use received, planning, executing, completed, failed, refused or cancelled")]
     Status(String),
     #[error("`{field}` = `{text}` is not a time: write 2026-12-01, 2026-12-01T10:00 or RFC 3339")]
     Time { field: &'static str, text: String },
@@ -84,6 +84,7 @@ fn builds_query(q: &BuildsQuery) -> Result<databuild_log::BuildQuery, BuildsFilt
                             | Status::AnalysisCompleted
                             | Status::Executing
                             | Status::Completed
+                            | Status::Refused
                             | Status::Failed
                             | Status::Cancelled
                     )
@@ -169,7 +170,7 @@ pub(super) async fn builds_page(State(state): Shared, Query(q): Query<BuildsQuer
         h1 { "Builds" }
         form #build-filters method="get" action="/builds" {
             select name="status" { option value="" { "any status" }
-                @for st in ["executing", "completed", "failed", "cancelled", "planning", "received"] { option value=(st) selected[status == st] { (st) } } }
+                @for st in ["executing", "completed", "failed", "refused", "cancelled", "planning", "received"] { option value=(st) selected[status == st] { (st) } } }
             " from " input type="datetime-local" name="from" value=(value(&q.from));
             " to " input type="datetime-local" name="to" value=(value(&q.to));
             " " label { input type="checkbox" name="all" value="true" checked[q.all.is_some()]; " analyses too" }
@@ -245,7 +246,7 @@ mod tests {
         for status in ["running", "live", "nope"] {
             assert_eq!(
                 refused(&[("status", status)]),
-                format!("unknown build status `{status}`; use received, planning, executing, completed, failed or cancelled")
+                format!("unknown build status `{status}`; use received, planning, executing, completed, failed, refused or cancelled")
             );
         }
     }

@@ -3,10 +3,10 @@
 
 use axum::extract::{Path, Query, State};
 use axum::response::{IntoResponse, Response};
-use databuild_exec::answers::DerivedStatus;
+use databuild_exec::answers::{DatasetView, DerivedStatus};
 use databuild_exec::Engine;
 use databuild_log::PartitionQuery;
-use maud::{html, PreEscaped};
+use maud::{html, Markup, PreEscaped};
 use serde::Deserialize;
 
 use super::layout::{error_page, layout, page};
@@ -60,7 +60,7 @@ pub(super) async fn datasets_page(
             @for (d, strip) in datasets.iter().zip(&strips) { tr {
                 td { a href={ "/datasets/" (enc(&d.name)) } { (d.name) } @if d.kind == "job" { " " a.muted href={ "/jobs/" (enc(&d.name)) } { "(job)" } } }
                 td { (d.kind) } td { code { (d.pattern) } }
-                td { @if d.partitions.is_empty() { span.muted { "none built" } } @for (st, n) in &d.partitions { (n) " " (badge(st)) " " } }
+                td { (counts(d)) }
                 td.checks { @match checks.get(&d.name).filter(|_| d.kind == "job") {
                     Some((passed, failed)) if passed + failed > 0 => {
                         (format!("{:.0}%", 100.0 * *passed as f64 / (passed + failed) as f64))
@@ -72,6 +72,21 @@ pub(super) async fn datasets_page(
             } }
         }
     }).into_response()
+}
+
+/// A dataset's counts by state, as `datasets` says them: `probed` for an external no listing can
+/// count, `none present` for one listed empty, `none built` for others; `N+` where a walk of an
+/// external's files stopped early.
+fn counts(d: &DatasetView) -> Markup {
+    html! {
+        @if !d.listed { span.muted { "probed" } " " }
+        @if d.partitions.is_empty() && d.listed {
+            span.muted { @if d.kind == "dataset" { "none present" } @else { "none built" } }
+        }
+        @for (st, n) in &d.partitions {
+            (thousands(*n)) @if d.at_least(st) { "+" } " " (badge(st)) " "
+        }
+    }
 }
 
 /// A calendar strip for a pattern with a date field: each day from the first to the last date
@@ -208,8 +223,8 @@ pub(super) async fn dataset_page(
     layout(&name, html! {
         h1 { "Dataset " (name) }
         p { code { (g.pattern) } @if let Some(v) = &view { " · " (v.kind) " · "
-            @for (st, n) in &v.partitions { (thousands(*n)) " " (badge(st)) " " }
-            @if !v.freshness_checked { span.muted { " (available: not split by freshness; too many to derive here)" } } } }
+            (counts(v))
+            @if !v.freshness_checked { span.muted { " (not every partition counted or split by freshness: too many to derive here)" } } } }
         form #grid-filters method="get" action={ "/datasets/" (enc(&name)) } {
             input type="hidden" name="output" value=(output);
             @if let Some(z) = zoom { input type="hidden" name="zoom" value=(z.as_str()); }

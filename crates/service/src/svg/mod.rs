@@ -14,13 +14,15 @@ pub use graph::{graph, graph_down, GraphNode};
 /// The colour of a state, shared by every picture and badge.
 pub fn colour(status: &str) -> &'static str {
     match status {
-        "live" | "completed" | "passed" => "#2e9e5b",
+        // an external's files there (`present`) are as good as live
+        "live" | "present" | "completed" | "passed" => "#2e9e5b",
         "building" | "running" | "executing" => "#2f74c0",
         "scheduled" | "requested" | "planning" | "received" | "analysis_completed" => "#9aa5b1",
         "failed" | "check_failed" => "#d64545",
         "stale" => "#e0a526",
         "tainted" => "#8e44ad",
-        "cancelled" | "skipped" | "delegated" => "#6c7a89",
+        // ended without failing: given up, not needed, or (a build) refused before it ran
+        "cancelled" | "skipped" | "delegated" | "refused" => "#6c7a89",
         // recorded built, not checked for freshness
         "available" => "#7cc49a",
         "missing" => "#cfd6dd",

@@ -140,11 +140,19 @@ fn print_summary(summary: &BuildSummary, took: Duration, whereabouts: &str) -> s
         1 => " (1 failed run)".to_string(),
         n => format!(" ({n} failed runs)"),
     };
+    // Of the built, those rebuilt with the bytes they had; of the skipped, runs not run because
+    // of that (their inputs came out unchanged).
+    let of = |n: u64, what: &str| match n {
+        0 => String::new(),
+        n => format!(" ({n} {what})"),
+    };
     outln!(
-        "build {id} {}: {} built, {} skipped, {} delegated, {} failed{runs}, {} cancelled, {} not started ({:.1} s)",
+        "build {id} {}: {} built{}, {} skipped{}, {} delegated, {} failed{runs}, {} cancelled, {} not started ({:.1} s)",
         summary.status,
         c.built,
+        of(c.unchanged, "unchanged"),
         c.skipped,
+        of(c.kept, "kept: inputs unchanged"),
         c.delegated,
         c.failed,
         c.cancelled,

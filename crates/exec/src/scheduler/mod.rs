@@ -51,6 +51,8 @@ pub(crate) trait Host: Sync {
     /// Closes builds whose driving process is gone (before a partition they held is taken
     /// over).
     fn close_abandoned_builds(&self) -> Result<usize>;
+    /// The states of `refs` derived now, as `status` derives them (one read for all).
+    fn states_now(&self, refs: &[&str]) -> Result<Vec<databuild_core::plan::KnownState>>;
 }
 
 #[derive(Debug, Clone)]

@@ -272,6 +272,19 @@ impl EventReplay {
                     outputs: &entry.0,
                 });
             }
+            // A run cut off: recorded `skipped`, naming its outputs.
+            (Kind::JobRun, Status::Skipped)
+                if e.message.as_deref()
+                    == Some(databuild_exec::data::versions::INPUTS_UNCHANGED) =>
+            {
+                let outputs: Vec<PartitionRef> = (e.data.outputs.iter())
+                    .filter_map(|o| PartitionRef::new(o).ok())
+                    .collect();
+                reporter.on(Progress::Kept {
+                    job: &job,
+                    outputs: &outputs,
+                });
+            }
             (Kind::JobRun, Status::Completed | Status::Failed | Status::Cancelled) => {
                 let Some((outputs, Some(start))) = self.runs.get(&run) else {
                     return; // never started: not a run the report counts
@@ -526,6 +539,17 @@ impl Observer for Reporter<'_> {
                     "waiting   {job}  {}: building its missing inputs first{missing}",
                     short_list(outputs, 2)
                 ));
+            }
+            Progress::Kept { job, outputs } => {
+                // Planned, and done without running: the bar counts it.
+                if let Some(bar) = &self.bar {
+                    bar.inc(1);
+                } else {
+                    self.line(format!(
+                        "kept    {job}  {}  (its inputs came out unchanged)",
+                        short_list(outputs, 2)
+                    ));
+                }
             }
             Progress::Added => {
                 if let Some(bar) = &self.bar {

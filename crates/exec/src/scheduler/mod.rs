@@ -129,6 +129,12 @@ pub enum Progress<'a> {
         outputs: &'a [PartitionRef],
         missing: &'a [String],
     },
+    /// A run planned for being stale is not run: the runs before it wrote the bytes it had
+    /// read, so its outputs stand (early cutoff).
+    Kept {
+        job: &'a str,
+        outputs: &'a [PartitionRef],
+    },
     /// A run was added while building (a retry, missing dependencies, a takeover).
     Added,
     Note(String),

@@ -421,7 +421,7 @@ impl<'s, 'e> Driver<'s, 'e> {
             Effect::WaitInstead { node, waits } => self.wait_instead(node, waits)?,
             Effect::Adopt(node) => self.adopt(node)?,
             Effect::Recheck(nodes) => self.recheck(nodes)?,
-            Effect::Kept(nodes) => self.kept(nodes)?,
+            Effect::Kept(nodes) => self.kept(nodes, observer)?,
             Effect::Ended {
                 node,
                 attempt,
@@ -909,7 +909,7 @@ impl<'s, 'e> Driver<'s, 'e> {
 
     /// Runs cut off: recorded `skipped`, each relying on the run that built its outputs (read
     /// for all of them at once), their outputs available to this build as they are.
-    fn kept(&mut self, nodes: Vec<usize>) -> Result<()> {
+    fn kept(&mut self, nodes: Vec<usize>, observer: &mut dyn Observer) -> Result<()> {
         let refs: Vec<&str> = (nodes.iter())
             .filter_map(|&n| self.machine.node(n).run.outputs.first())
             .map(|o| o.as_str())
@@ -923,6 +923,10 @@ impl<'s, 'e> Driver<'s, 'e> {
             self.runs[node].give_id();
             self.runs[node].recorded = true;
             let run = &self.machine.node(node).run;
+            observer.on(Progress::Kept {
+                job: &self.engine.graph().jobs[run.job_index].name,
+                outputs: &run.outputs,
+            });
             let relies_on = (run.outputs.first()).and_then(|o| built_by.get(o.as_str()).cloned());
             self.record()
                 .kept(run, &self.runs[node].id, relies_on, &mut events);

@@ -141,6 +141,9 @@ fn a_forced_rebuild_with_the_same_bytes_leaves_downstream_fresh() {
         reason.starts_with("rebuilt by run ") && reason.ends_with(", unchanged: downstream kept"),
         "{clean}"
     );
+    let explained = p.run(&["--json", "explain", &r("clean")]);
+    explained.expect_code(0);
+    assert_eq!(explained.json()["reasons"], clean["reasons"]);
     for d in ["agg", "report"] {
         assert_eq!(status(&p, &r(d))["status"], "live", "{d}");
     }

@@ -137,8 +137,16 @@ pub struct HashError {
 /// outside the output). Read once, in streaming [`HASH_READ`] reads; an empty file costs one
 /// open and one read, as the benchmarks' 24k tiny outputs need.
 pub fn content_version(path: &Path) -> Result<String, HashError> {
-    let mut buf = vec![0u8; HASH_READ];
-    let digest = hash_entry(path, &mut buf).map_err(|source| HashError {
+    // One buffer per thread (a build's slot threads live as long as it): a run's hashing then
+    // allocates nothing, which a build of 24k tiny outputs would otherwise do 24k times.
+    thread_local! {
+        static BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+    }
+    let digest = BUF.with_borrow_mut(|buf| {
+        buf.resize(HASH_READ, 0);
+        hash_entry(path, buf)
+    });
+    let digest = digest.map_err(|source| HashError {
         path: path.to_path_buf(),
         source,
     })?;

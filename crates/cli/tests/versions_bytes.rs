@@ -355,6 +355,11 @@ fn the_service_records_the_cutoff_as_the_cli_does() {
     }
     let cli_id = build_of(&cli, None);
     let served_id = build_of(&served, Some(&service));
+    // The build's page says what the cutoff did, beside each run's status.
+    let (code, page) = service.call("GET", &format!("/builds/{served_id}"), None, None);
+    assert_eq!(code, 200, "{page}");
+    assert!(page.contains("rebuilt, unchanged"), "{page}");
+    assert!(page.contains("its inputs came out unchanged"), "{page}");
     service.stop();
     assert_same_events(&normalized(&cli, &cli_id), &normalized(&served, &served_id));
 }

@@ -4,7 +4,8 @@
 //!
 //! No threads, clock, processes or log in here: [`super::driver`] carries inputs in and effects
 //! out. Nothing rescans the plan: runs wait on counters, a finished run decrements its
-//! dependents', and runs at zero enter the ready queue. Nodes and waits are vectors indexed by
+//! dependents', and runs at zero enter the ready queue (a run planned only for being stale is
+//! first derived again, and not run if its inputs came out unchanged: early cutoff). Nodes and waits are vectors indexed by
 //! their number; refs are looked up in hash maps.
 
 use std::cell::OnceCell;

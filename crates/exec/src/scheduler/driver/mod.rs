@@ -155,6 +155,9 @@ struct Driver<'s, 'e> {
     /// Data versions of the partitions this build made, and the runs that made them, for the
     /// runs that read them.
     made: FxHashMap<String, (String, String)>,
+    /// Of `made`, those rebuilt with the bytes they had: a run reading any other output of this
+    /// build is stale for sure, and its re-derivation reads nothing (see `recheck`).
+    unchanged: FxHashSet<String>,
     /// Outputs this build made that a blocking check failed: built, but not live.
     held_back: FxHashSet<String>,
     /// What first claims are made against, read ahead of them.
@@ -222,6 +225,7 @@ impl<'s, 'e> Driver<'s, 'e> {
             rx,
             deferred: Deferred::default(),
             made: FxHashMap::default(),
+            unchanged: FxHashSet::default(),
             held_back: FxHashSet::default(),
             claim_ahead: ClaimAhead::new(engine.graph()),
             requested,
@@ -887,13 +891,26 @@ impl<'s, 'e> Driver<'s, 'e> {
     /// completions waiting to be written are in the log (and their outputs in place): a run
     /// whose outputs are all live now is fresh, its inputs came out as it had read them.
     fn recheck(&mut self, nodes: Vec<usize>) -> Result<()> {
+        // A run reading an output this build rebuilt with other bytes is stale for sure: only
+        // the others cost a write (the completions they read) and a read.
+        let (nodes, mut stale): (Vec<usize>, Vec<usize>) = nodes.into_iter().partition(|&n| {
+            !(self.machine.node(n).run.inputs.iter())
+                .any(|i| self.made.contains_key(i.as_str()) && !self.unchanged.contains(i.as_str()))
+        });
+        if nodes.is_empty() {
+            self.answer(Input::Rechecked {
+                fresh: Vec::new(),
+                stale,
+            });
+            return Ok(());
+        }
         self.flush()?;
         let refs: Vec<&str> = (nodes.iter())
             .flat_map(|&n| self.machine.node(n).run.outputs.iter().map(|o| o.as_str()))
             .collect();
         let states = self.engine.states_now(&refs)?;
         let mut states = states.into_iter();
-        let (mut fresh, mut stale) = (Vec::new(), Vec::new());
+        let mut fresh = Vec::new();
         for node in nodes {
             let outputs = self.machine.node(node).run.outputs.len();
             let live = (states.by_ref().take(outputs))
@@ -972,6 +989,9 @@ impl<'s, 'e> Driver<'s, 'e> {
                 for (o, made) in run.outputs.iter().zip(&outputs) {
                     self.made
                         .insert(o.to_string(), (made.version.clone(), id.to_string()));
+                    if made.unchanged {
+                        self.unchanged.insert(o.to_string());
+                    }
                 }
                 let built = Built {
                     recipe: &recipe,

@@ -60,7 +60,10 @@ events only once it is claimed). The detail is `builds ID --json` of that build,
 10,000 no-op jobs (each a real `sh` process) through `databuild build --parallel 2`, against the
 same processes started by `xargs -P 2`: DataBuild's overhead per job beyond starting the process
 (goal < 2 ms). On Slurm: each run one Slurm job on a single-node Slurm, beside `sbatch --wait`
-under `xargs -P 2`."""),
+under `xargs -P 2`. Hashing outputs (their data versions are their content's hash, read once
+after the run): `bench/hash.sh`, N jobs each writing M MiB, against the same jobs writing nothing,
+each beside `xargs -P 2` of the same processes; the extra time per MiB is DataBuild's hashing
+(`hash`, its throughput), and `hash_share` its part of the build's wall time."""),
     ("log", "The event log (SQLite)", """\
 `cargo bench -p databuild-log --bench log` (via `bench/log.sh`): whole builds (100 partitions, 7
 events each, 1 in 20 failing) appended in batches of ~7,000 events, then single-partition status
@@ -118,7 +121,7 @@ COLUMNS = "| measure | goal | current | met | compared with | command | date | m
 
 # Within a section: sizes by value (2.7k before 24k), then shapes and metrics in this order.
 ORDER = ["dates", "categories", "deep", "fanin", "local", "time", "rss", "first_job", "bytes_per_run",
-         "detail", "overhead", "per_job", "append", "status", "failed", "rps", "p99", "upstream",
+         "detail", "overhead", "per_job", "hash", "hash_share", "append", "status", "failed", "rps", "p99", "upstream",
          "downstream", "stale_page", "live_page", "failed_page", "datasets", "datasets_exact",
          "slowest", "plan", "build", "noop", "cpu", "rss_build", "rss_noop", "idle", "busy"]
 

@@ -858,10 +858,17 @@ fn an_interrupted_summary_counts_what_builds_counts_and_no_live_ref_failed() {
             assert_eq!(printed["failed"], listed["summary"]["failed"]);
         } else {
             let c = |k: &str| counts[k].as_u64().unwrap();
+            // Of the built, those unchanged; of the skipped, those kept (each said if any).
+            let of = |n: u64, what: &str| match n {
+                0 => String::new(),
+                n => format!(" ({n} {what})"),
+            };
             let line = format!(
-                "cancelled: {} built, {} skipped, {} delegated, {} failed (no run failed), {} cancelled, {} not started",
+                "cancelled: {} built{}, {} skipped{}, {} delegated, {} failed (no run failed), {} cancelled, {} not started",
                 c("built"),
+                of(c("unchanged"), "unchanged"),
                 c("skipped"),
+                of(c("kept"), "kept: inputs unchanged"),
                 c("delegated"),
                 c("failed"),
                 c("cancelled"),

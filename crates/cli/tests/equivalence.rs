@@ -59,12 +59,15 @@ pub fn normalized(p: &Project, build: &str) -> Vec<String> {
                         }
                     }
                 }
-                if let Some(id) = data
-                    .get("relies_on")
-                    .and_then(Value::as_str)
-                    .map(str::to_string)
-                {
-                    data.insert("relies_on".into(), json!(name("run", &id)));
+                // The runs a skipped run relies on and a claim was made against (of an
+                // earlier build, when a partition is rebuilt), by the same names.
+                for key in ["relies_on", "claim_after"] {
+                    if let Some(id) = (data.get(key).and_then(Value::as_str))
+                        .filter(|id| !id.is_empty())
+                        .map(str::to_string)
+                    {
+                        data.insert(key.into(), json!(name("run", &id)));
+                    }
                 }
             }
             serde_json::to_string(&e).unwrap().replace(&dir, "<dir>")

@@ -172,7 +172,8 @@ fn a_kept_plan_is_not_reused_once_anything_changed() {
     p.run(&["taint", "a/2020-01-02", "--reason", "bad rows"])
         .expect_code(0);
     build(&p, &[]);
-    assert_eq!(runs(&p), ["a", "b"]);
+    // a is rebuilt; its bytes came out the same, so b, read from them, is kept (early cutoff).
+    assert_eq!(runs(&p), ["a"]);
 
     // A build of another request in between (nothing to do there either, so it keeps a plan
     // of its own) is a change too: reusing after it would be safe, but the log is only read as

@@ -134,9 +134,10 @@ fn a_tainted_external_file_makes_its_readers_stale_until_its_data_changes() {
     assert_eq!(s["status"], "stale", "{s}");
     assert!(s["reasons"][0].as_str().unwrap().contains(&a), "{s}");
 
-    // A build of the downstream partition rebuilds what read the tainted data, once.
+    // A build of the downstream partition rebuilds what read the tainted data, once; its bytes
+    // came out the same (the data did not change), so b, built from them, is kept: one job runs.
     p.run(&["build", &b]).expect_code(0);
-    assert_eq!(runs(&p), ["a", "b"]);
+    assert_eq!(runs(&p), ["a"]);
     assert_eq!(status(&p, &a)["status"], "live");
     assert_eq!(status(&p, &b)["status"], "live");
     assert_eq!(

@@ -185,7 +185,15 @@ pub struct BuildSummary {
 )]
 pub struct SummaryCounts {
     pub built: u64,
+    /// Of `built`: rebuilt with the bytes they had ("rebuilt, unchanged"), so what reads them
+    /// was kept. Counted by run: outputs of runs every output of which came out unchanged.
+    #[serde(default)]
+    pub unchanged: u64,
     pub skipped: u64,
+    /// Of `skipped`: outputs of runs planned for being stale and not run, because the runs
+    /// before them came out unchanged ("its inputs came out unchanged").
+    #[serde(default)]
+    pub kept: u64,
     pub delegated: u64,
     pub failed: u64,
     pub failures: u64,
@@ -204,6 +212,9 @@ impl BuildSummary {
         self.counts = SummaryCounts {
             built: self.built.len() as u64,
             skipped: self.skipped.len() as u64,
+            // Not told by the lists: the summary counts them from the runs.
+            unchanged: self.counts.unchanged,
+            kept: self.counts.kept,
             delegated: self.delegated.len() as u64,
             failed: self.failed.len() as u64,
             failures: self.failures.len() as u64,
@@ -1342,9 +1353,10 @@ pub struct Analysis {
     pub force_keeps_live: Option<ForceKeepsLive>,
 }
 
-/// A forced rebuild records the same data version as the instance it replaces when nothing it
-/// reads changed, so what was built from that instance stays live: these partitions (the first
-/// 100 of `count`; of the first 1,000 forced refs). `taint` them to have them rebuilt.
+/// What was built from the forced partitions, live: a forced rebuild's outputs record the hash
+/// of the bytes it writes, so these partitions (the first 100 of `count`; of the first 1,000
+/// forced refs) are rebuilt only if those bytes change, and stay live otherwise. `taint` them to
+/// have them rebuilt whatever the bytes.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct ForceKeepsLive {
     pub count: usize,

@@ -193,7 +193,7 @@ impl PlanText {
         if let Some(kept) = self.force_keeps_live.as_ref().filter(|k| k.count > 0) {
             writeln!(
                 out,
-                "{}{} built from the forced partitions stay live: a rebuild from unchanged inputs records the same data version (`taint` them to rebuild them too): {}",
+                "{}{} built from the forced partitions are rebuilt only if the forced rebuild writes other bytes, and stay live otherwise (`taint` them to rebuild them anyway): {}",
                 count(kept.count, "live partition"),
                 if kept.truncated { " (at least)" } else { "" },
                 head_of(&kept.partitions, kept.count, 5)

@@ -141,11 +141,19 @@ fn print_summary(summary: &BuildSummary, took: Duration, whereabouts: &str) -> s
         1 => " (1 failed run)".to_string(),
         n => format!(" ({n} failed runs)"),
     };
+    // Of the built, those rebuilt with the bytes they had; of the skipped, runs not run because
+    // of that (their inputs came out unchanged).
+    let of = |n: u64, what: &str| match n {
+        0 => String::new(),
+        n => format!(" ({n} {what})"),
+    };
     outln!(
-        "build {id} {}: {} built, {} skipped, {} delegated, {} failed{runs}, {} cancelled, {} not started ({:.1} s)",
+        "build {id} {}: {} built{}, {} skipped{}, {} delegated, {} failed{runs}, {} cancelled, {} not started ({:.1} s)",
         summary.status,
         c.built,
+        of(c.unchanged, "unchanged"),
         c.skipped,
+        of(c.kept, "kept: inputs unchanged"),
         c.delegated,
         c.failed,
         c.cancelled,
@@ -263,6 +271,19 @@ impl EventReplay {
                 reporter.on(Progress::Started {
                     job: &job,
                     outputs: &entry.0,
+                });
+            }
+            // A run cut off: recorded `skipped`, naming its outputs.
+            (Kind::JobRun, Status::Skipped)
+                if e.message.as_deref()
+                    == Some(databuild_exec::data::versions::INPUTS_UNCHANGED) =>
+            {
+                let outputs: Vec<PartitionRef> = (e.data.outputs.iter())
+                    .filter_map(|o| PartitionRef::new(o).ok())
+                    .collect();
+                reporter.on(Progress::Kept {
+                    job: &job,
+                    outputs: &outputs,
                 });
             }
             (Kind::JobRun, Status::Completed | Status::Failed | Status::Cancelled) => {
@@ -519,6 +540,17 @@ impl Observer for Reporter<'_> {
                     "waiting   {job}  {}: building its missing inputs first{missing}",
                     short_list(outputs, 2)
                 ));
+            }
+            Progress::Kept { job, outputs } => {
+                // Planned, and done without running: the bar counts it.
+                if let Some(bar) = &self.bar {
+                    bar.inc(1);
+                } else {
+                    self.line(format!(
+                        "kept    {job}  {}  (its inputs came out unchanged)",
+                        short_list(outputs, 2)
+                    ));
+                }
             }
             Progress::Added => {
                 if let Some(bar) = &self.bar {

@@ -96,11 +96,11 @@ pub fn diff(
         outln!("  env changed: {}", d.env_changed.join(", "))?;
     }
     outln!(
-        "  data version {}",
-        if d.data_version_changed {
-            "changed"
+        "  data {}",
+        if d.data_changed {
+            "changed: its bytes differ, what was built from the earlier instance is stale"
         } else {
-            "the same: what was built from the earlier instance is still fresh"
+            "unchanged: the same bytes, what was built from the earlier instance is still fresh"
         }
     )?;
     Ok(ExitCode::SUCCESS)

@@ -61,8 +61,8 @@ impl StateView for Rechecked<'_> {
 /// How `config` (what `job`'s config says about `r` now, aliases read as version refs) differs
 /// from what the run that built `r` recorded; `None` if it does not, or if the log does not say
 /// what built it. Inputs, args, env names and the env values the log shows are compared as
-/// recorded; values it redacts only entered the partition's data version, so that is recomputed
-/// with the config's values when there are any.
+/// recorded; values it redacts only entered the run's recipe (recorded with its completion), so
+/// that is recomputed with the config's values when there are any.
 pub fn config_change(
     graph: &Graph,
     store: &dyn EventStore,
@@ -105,7 +105,19 @@ pub fn config_change(
         &env,
         &run.input_versions,
     );
-    Ok((Some(&now) != row.data_version.as_ref()).then(|| {
+    // The recipe the run recorded with its completion; a log written before content versions
+    // has it as the partition's data version.
+    let completed = store.events(&databuild_log::EventFilter {
+        job_run_id: Some(run.job_run_id.clone()),
+        kind: Some(databuild_log::Kind::JobRun),
+        status: Some(databuild_log::Status::Completed),
+        ..Default::default()
+    })?;
+    let recipe = match completed.into_iter().find_map(|e| e.data.data_version) {
+        Some(recipe) => Some(recipe),
+        None => row.data_version,
+    };
+    Ok((Some(&now) != recipe.as_ref()).then(|| {
         format!(
             "the env its config gives now differs from the run that built it ({} not recorded: not in `show_env`)",
             hidden.join(", ")

@@ -1,9 +1,15 @@
 //! Data versions and staleness.
 //!
-//! A built partition records a data version: a hash of its job's name and version, the run's args
-//! and env, and the data versions of its inputs. An external file's version is its size and
-//! modification time. A partition is stale when the version it would get now differs from the one
-//! it recorded: its job's version changed, or an input (at any depth) was rebuilt or changed.
+//! A job's output records a data version: the hash of its content ([`content_version`], taken as
+//! its run is published), so a rebuild that writes the same bytes records the same version. An
+//! external file's version is its size and modification time; a source partition's, what sealing
+//! recorded. A partition is stale when its job's version changed, or an input's current version
+//! differs from the one its instance read (an input rebuilt with other bytes, an external file
+//! re-delivered), or an input is tainted or no longer live; and, transitively, through a stale
+//! input. Logs written before content versions hold recipe hashes ([`data_version`]): they are
+//! compared the same way, so such a log answers as it did.
+//!
+//! [`content_version`]: crate::run::publish::content_version
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
@@ -19,7 +25,9 @@ use sha2::{Digest, Sha256};
 
 use super::data_dir::{DataDir, Witnesses};
 
-/// The data version of a run's outputs.
+/// The recipe of a run's outputs: a hash of its job, args, env and inputs' versions. The data
+/// version a log written before content versions recorded; now what a run's completion records
+/// beside its outputs' content versions, for a config's hidden env to be compared against.
 pub fn data_version(
     job: &str,
     job_version: &str,
@@ -56,6 +64,13 @@ pub fn external_version(data_dir: &Path, r: &str) -> Option<String> {
         .map_or(0, |d| d.as_nanos());
     Some(format!("file:{}:{mtime}", meta.len()))
 }
+
+/// The message of an `available` event whose rebuild wrote the bytes its partition already had:
+/// its version is unchanged, and so is everything read from it.
+pub const REBUILT_UNCHANGED: &str = "rebuilt, unchanged";
+
+/// The message of a run not run because the runs before it wrote the bytes it had read.
+pub const INPUTS_UNCHANGED: &str = "its inputs came out unchanged";
 
 /// How a run records an input it was given as a table's alias: `alias:<the version ref read>`.
 pub const ALIAS_PREFIX: &str = "alias:";
@@ -205,8 +220,8 @@ struct Effective {
     /// An external partition tainted since its data last changed: why.
     tainted: Option<Box<str>>,
     /// A job output recorded live whose data is gone from the data dir: why it is missing. Its
-    /// version stands (a rebuild from the same inputs records the same one), so its readers are
-    /// not stale on its account.
+    /// version stands (a rebuild writing the same bytes records the same one), so its readers
+    /// are not stale on its account until a rebuild writes other bytes.
     gone: Option<Box<str>>,
 }
 
@@ -549,8 +564,7 @@ impl<'a> VersionedStates<'a> {
             .map(Rc::new)
     }
 
-    /// The version `r` has now (as recorded, or as a rebuild would record it if stale); `None` if
-    /// it is not live.
+    /// The version `r` has now (as recorded, stale or not); `None` if it is not live.
     fn effective(&self, r: &str) -> Option<Rc<Effective>> {
         if let Some(known) = self.memo.borrow().get(r) {
             return known.clone();
@@ -717,30 +731,12 @@ impl<'a> VersionedStates<'a> {
                 )
             };
         }
-        let version = match stale {
-            None => recorded,
-            // What a rebuild would record: its inputs at their versions now (an expired one at
-            // the version read). Gathered only here: most partitions are fresh.
-            Some(_) => {
-                let now = run
-                    .inputs
-                    .iter()
-                    .filter_map(|input| {
-                        let version = match self.effective(input) {
-                            Some(e) => e.version.clone(),
-                            None if self.expired(input) => run.read(input)?.clone(),
-                            None => return None,
-                        };
-                        Some((input.clone(), version))
-                    })
-                    .collect();
-                let env = run.env.iter().cloned().collect();
-                data_version(&job.name, &job.version, &run.args, &env, &now)
-            }
-        };
+        // A stale partition's version is its recorded one, its bytes as they are: what a rebuild
+        // would write cannot be known before it runs. Its readers are stale through it (`via`)
+        // until the rebuild, whose content then decides (early cutoff, `scheduler/machine.rs`).
         Effective {
             stale: stale.map(Box::new),
-            ..Effective::new(version, None)
+            ..Effective::new(recorded, None)
         }
     }
 

@@ -459,4 +459,8 @@ impl Host for Engine {
     fn close_abandoned_builds(&self) -> Result<usize> {
         Engine::close_abandoned_builds(self)
     }
+
+    fn states_now(&self, refs: &[&str]) -> Result<Vec<databuild_core::plan::KnownState>> {
+        Ok(self.versions().known_all(refs)?)
+    }
 }

@@ -536,8 +536,14 @@ pub struct InstanceDiff {
     /// Env names set by one and not the other, or set to another value (values are not shown:
     /// they may be secrets).
     pub env_changed: Vec<String>,
-    /// The data versions differ: what was built from the earlier one is stale.
+    /// The data versions differ: what was built from the earlier one is stale (as
+    /// `data_changed`, which names it better; kept for the clients that read it).
     pub data_version_changed: bool,
+    /// The bytes changed: the two instances' data versions (hashes of their content) differ. A
+    /// rebuild that wrote the same bytes is unchanged. (Instances recorded before content
+    /// versions carry recipe hashes: for them, whether what they were built from changed.)
+    #[serde(default)]
+    pub data_changed: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
@@ -680,6 +686,7 @@ pub(crate) fn diff(
         args_changed: a.args != b.args,
         env_changed,
         data_version_changed: from.data_version != to.data_version,
+        data_changed: from.data_version != to.data_version,
         inputs,
         unchanged_inputs: unchanged,
         from,

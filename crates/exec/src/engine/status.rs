@@ -13,7 +13,7 @@ use crate::answers::{
     RootCause, StatusReport,
 };
 use crate::data::resolver::LocalResolver;
-use crate::data::versions::VersionedStates;
+use crate::data::versions::{VersionedStates, REBUILT_UNCHANGED};
 use crate::engine::{Engine, EngineError, Result};
 
 /// What re-checking a live partition against its config's choice now found.
@@ -297,6 +297,11 @@ impl Engine {
                     versions
                         .gone(r)
                         .unwrap_or_else(|| "its data is gone".to_string()),
+                ),
+                // Its last rebuild wrote the bytes it had: what was read from it stands.
+                _ if row.message.as_deref() == Some(REBUILT_UNCHANGED) => (
+                    DerivedStatus::Live,
+                    format!("rebuilt by run {run}, unchanged: downstream kept"),
                 ),
                 _ => (DerivedStatus::Live, format!("built by run {run}")),
             },

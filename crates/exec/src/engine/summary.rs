@@ -5,6 +5,7 @@ use databuild_log::{RunQuery, Status};
 use rustc_hash::{FxHashMap, FxHashSet};
 
 use crate::answers::{BuildSummary, RunFailure, SummaryCounts};
+use crate::data::versions::{INPUTS_UNCHANGED, REBUILT_UNCHANGED};
 use crate::engine::{Engine, Result};
 
 impl BuildSummary {
@@ -152,6 +153,16 @@ pub(crate) fn summary_cut(
             .filter(|o| !is_delegated.contains(o))
             .collect()
     };
+    // Of those, the outputs of runs that say `message`: rebuilt unchanged, or kept.
+    let count_said = |status: Status, message: &str| -> u64 {
+        (runs.iter())
+            .filter(|r| r.status == status && r.message.as_deref() == Some(message))
+            .flat_map(|r| r.outputs.iter())
+            .filter(|o| !is_delegated.contains(*o))
+            .count() as u64
+    };
+    let unchanged = count_said(Status::Completed, REBUILT_UNCHANGED);
+    let kept = count_said(Status::Skipped, INPUTS_UNCHANGED);
     let mut available: FxHashSet<String> = FxHashSet::default();
     let mut failed_now: FxHashSet<String> = FxHashSet::default();
     for p in engine.store.request_partitions(id)? {
@@ -310,6 +321,8 @@ pub(crate) fn summary_cut(
     let counts = SummaryCounts {
         not_started: started_count + never_claimed_count,
         failed: failed_count,
+        unchanged,
+        kept,
         ..summary.counts
     };
     Ok(BuildSummary {

@@ -37,6 +37,9 @@ pub(crate) struct Ended {
     /// Of a successful run: the results of its outputs' checks (the job's own, reported
     /// inline, then the graph's).
     pub checks: Vec<CheckOutcome>,
+    /// Of a successful run: each output's data version, the hash of its content (in output
+    /// order), taken in the slot so the scheduler's loop never reads data.
+    pub versions: Vec<String>,
 }
 
 impl Ended {
@@ -46,6 +49,7 @@ impl Ended {
             executor_id: None,
             report: None,
             checks: Vec::new(),
+            versions: Vec::new(),
         }
     }
 

@@ -191,11 +191,21 @@ pub(crate) fn run(executor: &dyn Executor, launch: &Launch, lease: &Lease) -> En
             Err(e) => outcome = RunOutcome::failed(e.to_string(), Some(0)),
         }
     }
+    // Hashed after the checks, which read the staged outputs too (the page cache then serves
+    // this read), and before the completion is recorded with the versions.
+    let mut versions = Vec::new();
+    if outcome == RunOutcome::Succeeded && !launch.spec.check {
+        match crate::run::publish::output_versions(&launch.spec) {
+            Ok(v) => versions = v,
+            Err(e) => outcome = RunOutcome::failed(e.to_string(), Some(0)),
+        }
+    }
     Ended {
         outcome,
         executor_id: executor_id.into_inner().expect("id lock"),
         report,
         checks,
+        versions,
     }
 }
 

@@ -4,7 +4,8 @@
 //!
 //! No threads, clock, processes or log in here: [`super::driver`] carries inputs in and effects
 //! out. Nothing rescans the plan: runs wait on counters, a finished run decrements its
-//! dependents', and runs at zero enter the ready queue. Nodes and waits are vectors indexed by
+//! dependents', and runs at zero enter the ready queue (a run planned only for being stale is
+//! first derived again, and not run if its inputs came out unchanged: early cutoff). Nodes and waits are vectors indexed by
 //! their number; refs are looked up in hash maps.
 
 use std::cell::OnceCell;
@@ -49,11 +50,17 @@ pub(crate) struct Policy {
 pub(crate) struct JobPolicy {
     pub retries: u32,
     pub concurrency: Option<u32>,
+    /// Whether a stale run of the job may be cut off (see [`Machine::recheck_when_ready`]):
+    /// whether the log alone says if it is still stale. Not for jobs whose config or table
+    /// chooses their inputs, which only asking it again would tell.
+    pub cutoff: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum State {
     Waiting,
+    /// Its inputs are built: whether it is still stale is being read (early cutoff).
+    Rechecking,
     Ready,
     /// Its claim is being written (or its outputs read first).
     Claiming,
@@ -81,6 +88,9 @@ pub(crate) struct Node {
     /// Unfinished dependencies (runs and waits).
     waiting_on: usize,
     dependents: Vec<usize>,
+    /// Planned only because it was stale, behind runs of this build: once they are done, it is
+    /// derived again before it is claimed, and not run if their outputs came out unchanged.
+    recheck: bool,
 }
 
 /// A partition another build is making, that runs of this build wait for.
@@ -135,6 +145,12 @@ pub(crate) enum Input {
     },
     /// A claimed run taken back from the slots before one started it.
     Unstaged(usize),
+    /// Runs re-derived once their inputs were built ([`Effect::Recheck`]): those `fresh` now
+    /// (every output live, not stale) are not run; the others are.
+    Rechecked {
+        fresh: Vec<usize>,
+        stale: Vec<usize>,
+    },
     /// A partition another build was making is resolved.
     WaitEnded {
         wait: usize,
@@ -186,6 +202,12 @@ pub(crate) enum Effect {
     },
     /// Another build made the run's outputs: record that this build relies on them.
     Adopt(usize),
+    /// Derive these runs' outputs' states again, in one read, for [`Input::Rechecked`]: the
+    /// runs they waited on are done.
+    Recheck(Vec<usize>),
+    /// Record these runs as not run: the runs they waited on wrote what they had read, so
+    /// their outputs stand.
+    Kept(Vec<usize>),
     /// Record a run's end; `then` is what follows a failure that does not end its outputs.
     Ended {
         node: usize,
@@ -299,6 +321,8 @@ pub(crate) struct Machine {
     /// being taken over: the build is not over while any is.
     elsewhere: usize,
     open_waits: usize,
+    /// Runs whose inputs were just built, to be re-derived ([`Effect::Recheck`]) as one batch.
+    to_recheck: Vec<usize>,
     /// Why no new run starts (a failure without `--keep-going`, or cancel).
     stopped: Option<String>,
     cancelled: bool,
@@ -320,6 +344,7 @@ impl Machine {
             running: 0,
             elsewhere: 0,
             open_waits: 0,
+            to_recheck: Vec::new(),
             stopped: None,
             cancelled: false,
         }
@@ -482,6 +507,7 @@ impl Machine {
             }
         }
         let outputs = run.outputs.len();
+        let recheck = waiting_on > 0 && self.may_cut_off(&run);
         self.nodes.push(Node {
             run,
             state: State::Waiting,
@@ -490,6 +516,7 @@ impl Machine {
             claim_refusals: 0,
             waiting_on,
             dependents: Vec::new(),
+            recheck,
         });
         // Once the index is made, it is kept up to date.
         if let Some(by_output) = self.by_output.get_mut() {
@@ -500,6 +527,20 @@ impl Machine {
         if waiting_on == 0 {
             self.make_ready(index);
         }
+    }
+
+    /// Whether a run may be cut off once what it waits on is done: each of its outputs was
+    /// planned only for being stale (not missing, failed, tainted or forced), and its job's
+    /// staleness is the log's to say ([`JobPolicy::cutoff`]).
+    fn may_cut_off(&self, run: &PlannedRun) -> bool {
+        let cutoff = self
+            .policy
+            .jobs
+            .get(run.job_index)
+            .is_some_and(|j| j.cutoff);
+        cutoff
+            && !run.reasons.is_empty()
+            && (run.reasons.iter()).all(|r| matches!(r, databuild_core::BuildReason::Stale(_)))
     }
 
     /// Starts waiting for a partition another build is making (once per ref).
@@ -550,6 +591,7 @@ impl Machine {
                 plan,
             } => self.inputs_planned(node, &missing, plan, out),
             Input::TakeOverPlanned { wait, plan } => self.taken_over(wait, plan, out),
+            Input::Rechecked { fresh, stale } => self.rechecked(fresh, stale, out),
             Input::Cancel(reason) => {
                 if !self.cancelled {
                     self.cancelled = true;
@@ -573,6 +615,12 @@ impl Machine {
     /// of jobs, each run unlocking the next), claiming each alone took one write per run.
     /// Once the build stopped, the claimed runs no slot took are taken back instead.
     pub fn fill(&mut self, out: &mut VecDeque<Effect>) {
+        // Runs to re-derive go first, in one batch: one read of the log for all of them.
+        if !self.to_recheck.is_empty() {
+            let batch = std::mem::take(&mut self.to_recheck);
+            self.elsewhere += batch.len();
+            out.push_back(Effect::Recheck(batch));
+        }
         if self.stopped.is_some() {
             if self.staged > 0 {
                 out.push_back(Effect::Unstage);
@@ -730,7 +778,37 @@ impl Machine {
         let n = &mut self.nodes[node];
         n.waiting_on = n.waiting_on.saturating_sub(1);
         if n.waiting_on == 0 && n.state == State::Waiting {
+            self.recheck_when_ready(node);
+        }
+    }
+
+    /// Early cutoff: a run planned only for being stale, whose inputs this build has just built,
+    /// is derived again before it is claimed (the rebuilt inputs may have come out with the very
+    /// bytes it read); any other run is ready.
+    fn recheck_when_ready(&mut self, node: usize) {
+        if !self.nodes[node].recheck || self.stopped.is_some() {
+            return self.make_ready(node);
+        }
+        self.nodes[node].state = State::Rechecking;
+        self.to_recheck.push(node);
+    }
+
+    /// Runs fresh again are not run, and their dependents are re-derived in turn (the cascade
+    /// stops where the bytes stop changing); stale ones are ready.
+    fn rechecked(&mut self, fresh: Vec<usize>, stale: Vec<usize>, out: &mut VecDeque<Effect>) {
+        self.elsewhere -= fresh.len() + stale.len();
+        for node in stale {
             self.make_ready(node);
+        }
+        if fresh.is_empty() {
+            return;
+        }
+        for &node in &fresh {
+            self.nodes[node].state = State::Done;
+        }
+        out.push_back(Effect::Kept(fresh.clone()));
+        for node in fresh {
+            self.release_dependents(node);
         }
     }
 
@@ -759,6 +837,8 @@ impl Machine {
 
     fn finished(&mut self, node: usize, ended: Ended, out: &mut VecDeque<Effect>) {
         self.running -= 1;
+        // It ran: another attempt runs whatever its inputs came out as.
+        self.nodes[node].recheck = false;
         self.free_job_slot(self.nodes[node].run.job_index);
         let then = self.after_failure(node, &ended.outcome);
         let outcome = match (&ended.outcome, then) {

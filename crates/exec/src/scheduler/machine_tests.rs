@@ -6,9 +6,9 @@ use databuild_core::plan::Delegation;
 use databuild_core::PartitionRef;
 use databuild_log::AfterFailure::{FetchInputs, Retry};
 use Effect::{
-    Added, Adopt, Check, Claim, ClaimFailed, FindHolders, NotRun, NotStarted, PlanInputs,
-    Rescheduled, Resolve, Scheduled, Stage, StopRuns, TakeOver, Unstage, WaitAvailable, WaitFailed,
-    WaitInstead,
+    Added, Adopt, Check, Claim, ClaimFailed, FindHolders, Kept, NotRun, NotStarted, PlanInputs,
+    Recheck, Rescheduled, Resolve, Scheduled, Stage, StopRuns, TakeOver, Unstage, WaitAvailable,
+    WaitFailed, WaitInstead,
 };
 
 fn r(s: &str) -> PartitionRef {
@@ -150,6 +150,7 @@ fn started(setup: Setup, plan: Plan) -> (Machine, VecDeque<Effect>) {
     let jobs = vec![JobPolicy {
         retries,
         concurrency,
+        cutoff: true,
     }];
     let mut machine = Machine::new(Policy {
         slots,
@@ -977,4 +978,116 @@ fn the_outcomes_of_requested_refs_need_no_index() {
     assert!(m.deals_with("b"));
     let (indexed, _) = m.outcomes_of(&refs);
     assert_eq!(indexed, makers);
+}
+
+/// A run planned for being stale (`why`), after the plan's runs `deps`.
+fn stale_run(output: &str, inputs: &[&str], deps: &[usize]) -> PlannedRun {
+    PlannedRun {
+        reasons: vec![databuild_core::BuildReason::Stale(
+            "input is stale".to_string(),
+        )],
+        ..run(output, inputs, deps)
+    }
+}
+
+#[test]
+fn runs_behind_a_rebuild_that_changed_nothing_are_cut_off() {
+    // clean (forced) → agg (stale) → report (stale); and a missing `side` beside agg.
+    let forced = PlannedRun {
+        reasons: vec![databuild_core::BuildReason::Forced],
+        ..run("clean", &[], &[])
+    };
+    let missing_side = PlannedRun {
+        reasons: vec![databuild_core::BuildReason::Missing],
+        ..run("side", &["clean"], &[0])
+    };
+    let graph = || {
+        plan(
+            vec![
+                forced.clone(),
+                stale_run("agg", &["clean"], &[0]),
+                stale_run("report", &["agg"], &[1]),
+                missing_side.clone(),
+            ],
+            &[],
+        )
+    };
+    let built = || {
+        vec![
+            (Input::Claimed(vec![0]), vec![Stage(0)]),
+            (Input::Started(0), vec![]),
+        ]
+    };
+    let mut unchanged = built();
+    unchanged.extend([
+        // clean came out: agg is re-derived, `side` (missing) is claimed as ever.
+        (
+            finished(0, ok()),
+            vec![end(0, 1, ok(), None), Recheck(vec![1]), Claim(vec![3])],
+        ),
+        // agg is fresh: not run, and report is re-derived in its turn.
+        (
+            Input::Rechecked {
+                fresh: vec![1],
+                stale: vec![],
+            },
+            vec![Kept(vec![1]), Recheck(vec![2])],
+        ),
+        (
+            Input::Rechecked {
+                fresh: vec![2],
+                stale: vec![],
+            },
+            vec![Kept(vec![2])],
+        ),
+        (Input::Claimed(vec![3]), vec![Stage(3)]),
+        (Input::Started(3), vec![]),
+        (finished(3, ok()), vec![end(3, 1, ok(), None)]),
+    ]);
+    check(Case {
+        name: "identical bytes: the cascade stops at the rebuild",
+        setup: ONE_SLOT,
+        plan: graph(),
+        start: vec![scheduled(0..4, 0..0), Claim(vec![0])],
+        script: unchanged,
+        over: true,
+        finish: vec![],
+    });
+    let mut changed = built();
+    changed.extend([
+        (
+            finished(0, ok()),
+            vec![end(0, 1, ok(), None), Recheck(vec![1]), Claim(vec![3])],
+        ),
+        // agg is still stale: it runs, and report after it is re-derived again.
+        (
+            Input::Rechecked {
+                fresh: vec![],
+                stale: vec![1],
+            },
+            vec![Claim(vec![1])],
+        ),
+        (Input::Claimed(vec![3]), vec![Stage(3)]),
+        (Input::Claimed(vec![1]), vec![Stage(1)]),
+    ]);
+    check(Case {
+        name: "other bytes: the stale run runs",
+        setup: ONE_SLOT,
+        plan: graph(),
+        start: vec![scheduled(0..4, 0..0), Claim(vec![0])],
+        script: changed,
+        over: false,
+        finish: vec![not_run(&[2], "the build stopped")],
+    });
+    // A stale run with nothing of this build before it is claimed at once: nothing it reads
+    // can change before it starts.
+    check(Case {
+        name: "a stale run waiting on nothing runs",
+        setup: ONE_SLOT,
+        plan: plan(vec![stale_run("agg", &["clean"], &[])], &[]),
+        start: vec![scheduled(0..1, 0..0), Claim(vec![0])],
+        script: vec![],
+        over: false,
+        finish: vec![],
+    });
 }

@@ -51,6 +51,8 @@ pub(crate) trait Host: Sync {
     /// Closes builds whose driving process is gone (before a partition they held is taken
     /// over).
     fn close_abandoned_builds(&self) -> Result<usize>;
+    /// The states of `refs` derived now, as `status` derives them (one read for all).
+    fn states_now(&self, refs: &[&str]) -> Result<Vec<databuild_core::plan::KnownState>>;
 }
 
 #[derive(Debug, Clone)]
@@ -126,6 +128,12 @@ pub enum Progress<'a> {
         job: &'a str,
         outputs: &'a [PartitionRef],
         missing: &'a [String],
+    },
+    /// A run planned for being stale is not run: the runs before it wrote the bytes it had
+    /// read, so its outputs stand (early cutoff).
+    Kept {
+        job: &'a str,
+        outputs: &'a [PartitionRef],
     },
     /// A run was added while building (a retry, missing dependencies, a takeover).
     Added,

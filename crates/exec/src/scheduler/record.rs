@@ -9,6 +9,7 @@ use databuild_log::{AfterFailure, Event, Status};
 use rustc_hash::{FxHashMap, FxHashSet};
 
 use super::{BuildOptions, Host};
+use crate::data::versions::{INPUTS_UNCHANGED, REBUILT_UNCHANGED};
 use crate::error::Result;
 use crate::run::owner::this_owner;
 
@@ -258,37 +259,66 @@ impl Record<'_> {
         }
     }
 
-    /// A run succeeded: its outputs are available at `version`.
-    pub fn built(
-        &self,
-        run: &PlannedRun,
-        id: &str,
-        version: &str,
-        executor_id: Option<String>,
-        report: Option<serde_json::Value>,
-        started_at: Option<i64>,
-    ) -> Vec<Event> {
+    /// A run succeeded: each output is available at its version (its content's hash), marked
+    /// [`REBUILT_UNCHANGED`] if that is the version it had before. The run's completion keeps its
+    /// recipe (see [`crate::data::versions::data_version`]), and says so when every output came
+    /// out unchanged.
+    pub fn built(&self, run: &PlannedRun, id: &str, built: Built<'_>) -> Vec<Event> {
         let job = self.job(run);
         let mut events = Vec::with_capacity(1 + run.outputs.len());
-        events.push(
-            Event::job_run(self.build, id, job, Status::Completed).with_data(|d| {
-                d.exit_code = Some(0);
-                d.executor_id = executor_id;
-                d.started_at = started_at;
-                d.report = report.clone();
-            }),
-        );
-        for o in &run.outputs {
+        let all_unchanged = !built.outputs.is_empty() && built.outputs.iter().all(|o| o.unchanged);
+        let mut completed = Event::job_run(self.build, id, job, Status::Completed).with_data(|d| {
+            d.exit_code = Some(0);
+            d.executor_id = built.executor_id;
+            d.started_at = built.started_at;
+            d.report = built.report.clone();
+            d.data_version = Some(built.recipe.to_string());
+        });
+        if all_unchanged {
+            completed = completed.with_message(REBUILT_UNCHANGED);
+        }
+        events.push(completed);
+        for (o, made) in run.outputs.iter().zip(&built.outputs) {
             let mut e = Event::partition(Some(self.build), o.as_str(), Status::Available)
                 .with_run(id)
                 .with_data(|d| {
-                    d.data_version = Some(version.to_string());
-                    d.report = report.clone();
+                    d.data_version = Some(made.version.clone());
+                    d.report = built.report.clone();
                 });
+            if made.unchanged {
+                e = e.with_message(REBUILT_UNCHANGED);
+            }
             e.job = Some(job.to_string());
             events.push(e);
         }
         events
+    }
+
+    /// Runs not run because the runs of this build they waited on wrote the bytes they had read:
+    /// each `skipped`, relying on the run that built its outputs (`relies_on`, by output), which
+    /// are `available` to this build as they were.
+    pub fn kept(
+        &self,
+        run: &PlannedRun,
+        id: &str,
+        relies_on: Option<String>,
+        events: &mut Vec<Event>,
+    ) {
+        events.push(
+            Event::job_run(self.build, id, self.job(run), Status::Skipped)
+                .with_message(INPUTS_UNCHANGED)
+                .with_data(|d| {
+                    d.relies_on = relies_on;
+                    d.outputs = outputs(run);
+                }),
+        );
+        for o in &run.outputs {
+            events.push(Event::partition(
+                Some(self.build),
+                o.as_str(),
+                Status::Available,
+            ));
+        }
     }
 
     /// A run's end other than success, and the release of its outputs: a run that failed
@@ -391,6 +421,23 @@ impl Record<'_> {
                 }
             })
     }
+}
+
+/// What a successful run made, for its completion's events.
+pub struct Built<'a> {
+    /// The run's recipe ([`crate::data::versions::data_version`]).
+    pub recipe: &'a str,
+    /// By output, in output order.
+    pub outputs: Vec<MadeOutput>,
+    pub executor_id: Option<String>,
+    pub report: Option<serde_json::Value>,
+    pub started_at: Option<i64>,
+}
+
+/// One output of a successful run: its data version, and whether it is the one it had.
+pub struct MadeOutput {
+    pub version: String,
+    pub unchanged: bool,
 }
 
 /// What a run reads, fixed as it is claimed: each input's data version (its required inputs',

@@ -208,6 +208,16 @@ fn runs_by_job(
     }
 }
 
+/// What early cutoff did with a run, beside its status: rebuilt with the bytes it had, or not run
+/// because its inputs came out unchanged.
+fn cutoff_note(r: &JobRun) -> Markup {
+    use databuild_exec::data::versions::{INPUTS_UNCHANGED, REBUILT_UNCHANGED};
+    match r.message.as_deref() {
+        Some(m @ (REBUILT_UNCHANGED | INPUTS_UNCHANGED)) => html! { " " span.muted.cutoff { (m) } },
+        _ => html! {},
+    }
+}
+
 fn build_body(v: &BuildView, state: &AppState, role: Role) -> Markup {
     let b = &v.detail;
     let id = &b.build_request_id;
@@ -254,7 +264,7 @@ fn build_body(v: &BuildView, state: &AppState, role: Role) -> Markup {
                     table #runs { tr { th { "Run" } th { "Job" } th { "Status" } th { "Outputs" } th { "Took" } }
                         @for r in listed.iter().rev() { tr {
                             td { (run_link(&r.job_run_id)) }
-                            td { (r.job) } td { (badge(r.status.as_str())) }
+                            td { (r.job) } td { (badge(r.status.as_str())) (cutoff_note(r)) }
                             td { @for o in r.outputs.iter().take(3) { (partition_link(o)) " " } }
                             td { (took(r)) }
                         } }

@@ -74,7 +74,7 @@ fn per_slot_of(mut by_job: Vec<(Option<f64>, usize)>) -> usize {
 pub(super) struct ClaimAhead {
     /// The run holding each output as the plan saw it (read ahead of first claims, a window of
     /// nodes per query): a first claim compares against it instead of reading the partition.
-    holders: FxHashMap<String, String>,
+    holders: FxHashMap<String, Seen>,
     /// By node: its outputs' holders have been read into `holders`.
     holders_read: Vec<bool>,
     /// Whether any dataset comes from an upstream service (whose versions take a network call).
@@ -133,13 +133,16 @@ impl ClaimAhead {
         for keys in outputs.chunks(10_000) {
             // Absent from the log: nobody holds it.
             self.holders
-                .extend(keys.iter().map(|r| (r.to_string(), String::new())));
+                .extend(keys.iter().map(|r| (r.to_string(), Seen::default())));
             for p in store.partitions_by_ref(keys)? {
                 // Only what the plan saw: a partition changed since the build started (another
                 // build made or is making it) goes through the full check at claim time.
                 if p.updated_at < started_ns && p.status != Status::Building {
-                    let holder = p.job_run_id.unwrap_or_default();
-                    self.holders.insert(p.partition_ref, holder);
+                    let seen = Seen {
+                        run: p.job_run_id.unwrap_or_default(),
+                        version: p.data_version,
+                    };
+                    self.holders.insert(p.partition_ref, seen);
                 } else {
                     self.holders.remove(&p.partition_ref);
                 }
@@ -150,7 +153,7 @@ impl ClaimAhead {
 
     /// The holders the plan saw of every one of `outputs`, taken (a claim uses them once); `None`
     /// if any was not seen, and the run is then checked and claimed alone.
-    pub(super) fn take_holders(&mut self, outputs: &[PartitionRef]) -> Option<Vec<String>> {
+    pub(super) fn take_holders(&mut self, outputs: &[PartitionRef]) -> Option<Vec<Seen>> {
         outputs
             .iter()
             .map(|o| self.holders.remove(o.as_str()))
@@ -183,6 +186,14 @@ impl ClaimAhead {
     pub(super) fn take_versions(&mut self, node: usize) -> BTreeMap<String, Option<String>> {
         self.read_versions.remove(&node).unwrap_or_default()
     }
+}
+
+/// An output as a claim finds it: the run holding it (empty if none) and its data version then,
+/// which a rebuild compares its own against ("rebuilt, unchanged").
+#[derive(Debug, Clone, Default)]
+pub(super) struct Seen {
+    pub run: String,
+    pub version: Option<String>,
 }
 
 /// Whether `r` is a partition of a dataset an upstream service makes.

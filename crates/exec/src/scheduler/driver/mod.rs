@@ -27,12 +27,12 @@ use databuild_core::{PartitionRef, Plan, PlanRequest};
 use databuild_log::{Event, EventStore, LogError, Status};
 use rustc_hash::{FxHashMap, FxHashSet};
 
-use claim_ahead::{read_query_inputs, upstream_reads, ClaimAhead, QueryReads};
+use claim_ahead::{read_query_inputs, upstream_reads, ClaimAhead, QueryReads, Seen};
 use deferred::Deferred;
 use waiters::Waiters;
 
 use super::machine::{Effect, Input, JobPolicy, Machine, Policy, WaitOutcome};
-use super::record::{Record, RunEnd};
+use super::record::{Built, MadeOutput, Record, RunEnd};
 use super::spec::{self, SpecOf};
 use super::{BuildOptions, Host, Observer, Progress};
 use crate::error::{EngineError, Result};
@@ -75,6 +75,9 @@ struct RunIo {
     id: String,
     /// The versions of its inputs its claim fixed.
     input_versions: BTreeMap<String, String>,
+    /// Its outputs' data versions as its claim found them, by output: a rebuild that writes
+    /// the same content is "rebuilt, unchanged".
+    replaced: Vec<Option<String>>,
     /// When its job started, and ended: for how long it took and the record of its end.
     started: Option<Stamp>,
     ended: Option<Stamp>,
@@ -152,6 +155,9 @@ struct Driver<'s, 'e> {
     /// Data versions of the partitions this build made, and the runs that made them, for the
     /// runs that read them.
     made: FxHashMap<String, (String, String)>,
+    /// Of `made`, those rebuilt with the bytes they had: a run reading any other output of this
+    /// build is stale for sure, and its re-derivation reads nothing (see `recheck`).
+    unchanged: FxHashSet<String>,
     /// Outputs this build made that a blocking check failed: built, but not live.
     held_back: FxHashSet<String>,
     /// What first claims are made against, read ahead of them.
@@ -194,6 +200,7 @@ impl<'s, 'e> Driver<'s, 'e> {
                 .map(|j| JobPolicy {
                     retries: j.retries,
                     concurrency: j.concurrency,
+                    cutoff: matches!(j.deps, databuild_core::Deps::Static(_)),
                 })
                 .collect(),
         };
@@ -218,6 +225,7 @@ impl<'s, 'e> Driver<'s, 'e> {
             rx,
             deferred: Deferred::default(),
             made: FxHashMap::default(),
+            unchanged: FxHashSet::default(),
             held_back: FxHashSet::default(),
             claim_ahead: ClaimAhead::new(engine.graph()),
             requested,
@@ -416,6 +424,8 @@ impl<'s, 'e> Driver<'s, 'e> {
             }
             Effect::WaitInstead { node, waits } => self.wait_instead(node, waits)?,
             Effect::Adopt(node) => self.adopt(node)?,
+            Effect::Recheck(nodes) => self.recheck(nodes)?,
+            Effect::Kept(nodes) => self.kept(nodes, observer)?,
             Effect::Ended {
                 node,
                 attempt,
@@ -510,6 +520,7 @@ impl<'s, 'e> Driver<'s, 'e> {
             self.runs.push(RunIo {
                 id: String::new(),
                 input_versions: BTreeMap::new(),
+                replaced: Vec::new(),
                 started: None,
                 ended: None,
                 cancel: Arc::default(),
@@ -583,7 +594,7 @@ impl<'s, 'e> Driver<'s, 'e> {
     /// in between (compare-and-swap). Outputs another build builds, or made meanwhile, are
     /// the machine's to decide about.
     fn check(&mut self, node: usize) -> Result<()> {
-        let mut seen = Vec::new();
+        let mut seen: Vec<Seen> = Vec::new();
         let mut holders = Vec::new();
         let mut made_by_others = 0;
         for o in &self.machine.node(node).run.outputs {
@@ -598,7 +609,10 @@ impl<'s, 'e> Driver<'s, 'e> {
                     made_by_others += 1;
                 }
             }
-            seen.push(row.and_then(|p| p.job_run_id).unwrap_or_default());
+            seen.push(row.map_or_else(Seen::default, |p| Seen {
+                run: p.job_run_id.unwrap_or_default(),
+                version: p.data_version,
+            }));
         }
         if !holders.is_empty() {
             self.answer(Input::Held { node, holders });
@@ -677,7 +691,7 @@ impl<'s, 'e> Driver<'s, 'e> {
     fn claim_events(
         &mut self,
         node: usize,
-        seen: Vec<String>,
+        seen: Vec<Seen>,
         query: &QueryReads,
         events: &mut Vec<Event>,
     ) -> Result<()> {
@@ -739,8 +753,10 @@ impl<'s, 'e> Driver<'s, 'e> {
             versions: &input_versions,
             runs: input_runs,
         };
-        record.claim(run, id, seen, read, log_path, events);
+        let (runs, replaced) = seen.into_iter().map(|s| (s.run, s.version)).unzip();
+        record.claim(run, id, runs, read, log_path, events);
         self.runs[node].input_versions = input_versions;
+        self.runs[node].replaced = replaced;
         Ok(())
     }
 
@@ -871,6 +887,70 @@ impl<'s, 'e> Driver<'s, 'e> {
         Ok(())
     }
 
+    /// Derives the outputs of runs whose inputs this build just built, in one read, once the
+    /// completions waiting to be written are in the log (and their outputs in place): a run
+    /// whose outputs are all live now is fresh, its inputs came out as it had read them.
+    fn recheck(&mut self, nodes: Vec<usize>) -> Result<()> {
+        // A run reading an output this build rebuilt with other bytes is stale for sure: only
+        // the others cost a write (the completions they read) and a read.
+        let (nodes, mut stale): (Vec<usize>, Vec<usize>) = nodes.into_iter().partition(|&n| {
+            !(self.machine.node(n).run.inputs.iter())
+                .any(|i| self.made.contains_key(i.as_str()) && !self.unchanged.contains(i.as_str()))
+        });
+        if nodes.is_empty() {
+            self.answer(Input::Rechecked {
+                fresh: Vec::new(),
+                stale,
+            });
+            return Ok(());
+        }
+        self.flush()?;
+        let refs: Vec<&str> = (nodes.iter())
+            .flat_map(|&n| self.machine.node(n).run.outputs.iter().map(|o| o.as_str()))
+            .collect();
+        let states = self.engine.states_now(&refs)?;
+        let mut states = states.into_iter();
+        let mut fresh = Vec::new();
+        for node in nodes {
+            let outputs = self.machine.node(node).run.outputs.len();
+            let live = (states.by_ref().take(outputs))
+                .all(|s| s == databuild_core::plan::KnownState::Live);
+            match live {
+                true => fresh.push(node),
+                false => stale.push(node),
+            }
+        }
+        self.answer(Input::Rechecked { fresh, stale });
+        Ok(())
+    }
+
+    /// Runs cut off: recorded `skipped`, each relying on the run that built its outputs (read
+    /// for all of them at once), their outputs available to this build as they are.
+    fn kept(&mut self, nodes: Vec<usize>, observer: &mut dyn Observer) -> Result<()> {
+        let refs: Vec<&str> = (nodes.iter())
+            .filter_map(|&n| self.machine.node(n).run.outputs.first())
+            .map(|o| o.as_str())
+            .collect();
+        let built_by: FxHashMap<String, String> = (self.store().partitions_by_ref(&refs)?)
+            .into_iter()
+            .filter_map(|p| Some((p.partition_ref, p.job_run_id?)))
+            .collect();
+        let mut events = Vec::with_capacity(nodes.len() * 2);
+        for node in nodes {
+            self.runs[node].give_id();
+            self.runs[node].recorded = true;
+            let run = &self.machine.node(node).run;
+            observer.on(Progress::Kept {
+                job: &self.engine.graph().jobs[run.job_index].name,
+                outputs: &run.outputs,
+            });
+            let relies_on = (run.outputs.first()).and_then(|o| built_by.get(o.as_str()).cloned());
+            self.record()
+                .kept(run, &self.runs[node].id, relies_on, &mut events);
+        }
+        self.append(events)
+    }
+
     /// A run ended: reported, and recorded (a success deferred, to ride along with the next
     /// claim).
     fn ended(
@@ -891,9 +971,12 @@ impl<'s, 'e> Driver<'s, 'e> {
         };
         // What the run read is last used for its outputs' version (a retry reads anew): a build
         // of 24k runs kept 13 MB of these to its end.
-        let read = match ended.outcome {
-            RunOutcome::Succeeded => std::mem::take(&mut self.runs[node].input_versions),
-            _ => BTreeMap::new(),
+        let (read, replaced) = match ended.outcome {
+            RunOutcome::Succeeded => (
+                std::mem::take(&mut self.runs[node].input_versions),
+                std::mem::take(&mut self.runs[node].replaced),
+            ),
+            _ => (BTreeMap::new(), Vec::new()),
         };
         let id = &self.runs[node].id;
         report_end(observer, job, run, id, attempt, &ended.outcome, then, took);
@@ -901,15 +984,23 @@ impl<'s, 'e> Driver<'s, 'e> {
         let report = spec::with_provenance(job, run, ended.report);
         let (status, message, exit_code) = match ended.outcome {
             RunOutcome::Succeeded => {
-                let version = spec::output_version(job, run, &read);
-                let mut events = self.record().built(
-                    run,
-                    id,
-                    &version,
-                    ended.executor_id,
+                let recipe = spec::output_version(job, run, &read);
+                let outputs = made_outputs(&ended.versions, &replaced, &recipe, run.outputs.len());
+                for (o, made) in run.outputs.iter().zip(&outputs) {
+                    self.made
+                        .insert(o.to_string(), (made.version.clone(), id.to_string()));
+                    if made.unchanged {
+                        self.unchanged.insert(o.to_string());
+                    }
+                }
+                let built = Built {
+                    recipe: &recipe,
+                    outputs,
+                    executor_id: ended.executor_id,
                     report,
-                    started.map(|s| s.at_ns),
-                );
+                    started_at: started.map(|s| s.at_ns),
+                };
+                let mut events = self.record().built(run, id, built);
                 if held_back {
                     self.held_back
                         .extend(run.outputs.iter().map(|o| o.to_string()));
@@ -921,10 +1012,6 @@ impl<'s, 'e> Driver<'s, 'e> {
                         observer.on(Progress::Note(note));
                     }
                     events.push(c.event(Some(&self.id), id, &job.name));
-                }
-                for o in &run.outputs {
-                    self.made
-                        .insert(o.to_string(), (version.clone(), id.to_string()));
                 }
                 stamp_end(&mut events, ended_at);
                 self.deferred.defer(node, events);
@@ -1148,6 +1235,24 @@ impl<'s, 'e> Driver<'s, 'e> {
         self.append(events)?;
         Ok(status)
     }
+}
+
+/// A successful run's outputs as its completion records them: each at the version its slot
+/// hashed (the recipe where none was, as for a run that wrote nothing to hash), unchanged if
+/// its claim found that version already.
+fn made_outputs(
+    hashed: &[String],
+    replaced: &[Option<String>],
+    recipe: &str,
+    outputs: usize,
+) -> Vec<MadeOutput> {
+    (0..outputs)
+        .map(|i| {
+            let version = hashed.get(i).map_or(recipe, String::as_str).to_string();
+            let unchanged = replaced.get(i).and_then(Option::as_deref) == Some(version.as_str());
+            MadeOutput { version, unchanged }
+        })
+        .collect()
 }
 
 /// Dates a run's end events when its slot saw it end, not when the scheduler read it.

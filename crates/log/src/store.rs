@@ -179,6 +179,7 @@ pub struct JobRunRow {
     /// Of each input a job built, the run that had built the instance this run read.
     pub input_runs: BTreeMap<String, String>,
     /// The code it ran, as its `running` event recorded it; empty for a run before code versions.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub code_versions: BTreeMap<String, String>,
 }
 

@@ -36,5 +36,6 @@ mod status_agree;
 mod truth;
 mod truth_data;
 mod truth_plan;
+mod versions_code;
 mod versions_compat;
 mod wants;

@@ -333,3 +333,21 @@ fn runs_recorded_before_code_versions_compare_on_version_only() {
         assert_eq!(s["status"], "live", "{s}");
     }
 }
+
+#[test]
+fn the_dashboards_partition_page_says_which_file_changed() {
+    let p = project();
+    built_then_agg_edited(&p);
+    let mut s = crate::util::Service::start(&p, &[]);
+    let (status, html) = s.call("GET", &format!("/partitions/agg%2F{DAY}"), None, None);
+    s.stop();
+    assert_eq!(status, 200, "{html}");
+    assert!(
+        html.contains("job `agg` changed code: jobs/agg.sh (sha "),
+        "{html}"
+    );
+    assert!(
+        html.contains("<h2>Code changed since its run</h2>"),
+        "{html}"
+    );
+}

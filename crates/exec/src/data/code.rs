@@ -292,10 +292,11 @@ impl CodeCache {
                 format!("{rel}/{name}")
             };
             match entry.file_type() {
-                Ok(t) if t.is_dir() => {
-                    if path.canonicalize().ok().as_deref() != Some(self.data_dir.as_path()) {
-                        self.walk(&path, &child, out);
-                    }
+                Ok(t)
+                    if t.is_dir()
+                        && path.canonicalize().ok().as_deref() != Some(self.data_dir.as_path()) =>
+                {
+                    self.walk(&path, &child, out);
                 }
                 Ok(_) if path.is_file() => out.push(child),
                 _ => {}
@@ -321,52 +322,6 @@ mod tests {
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect()
-    }
-
-    #[test]
-    fn changes_are_by_path_with_the_definition_last() {
-        let then = map(&[
-            (DEFINITION, "d1"),
-            ("jobs/agg.sh", "1a2b3c4d5e6f7a8b"),
-            ("jobs/lib/old.sh", "aa"),
-        ]);
-        let now = map(&[
-            (DEFINITION, "d2"),
-            ("jobs/agg.sh", "3c4d5e6f7a8b9c0d"),
-            ("jobs/lib/new.sh", "bb"),
-        ]);
-        let found = CodeChange::between(&then, &now);
-        let paths: Vec<&str> = found.iter().map(CodeChange::path).collect();
-        assert_eq!(
-            paths,
-            [
-                "jobs/agg.sh",
-                "jobs/lib/new.sh",
-                "jobs/lib/old.sh",
-                DEFINITION
-            ]
-        );
-        assert_eq!(
-            CodeChange::reason("job `agg`", &found).unwrap(),
-            "job `agg` changed code: jobs/agg.sh (sha 1a2b3c4d… → 3c4d5e6f…) and 2 more files, and its definition"
-        );
-        assert!(CodeChange::between(&then, &then).is_empty());
-        assert_eq!(CodeChange::reason("job `agg`", &[]), None);
-    }
-
-    #[test]
-    fn a_definition_alone_or_a_file_added_says_so() {
-        let then = map(&[(DEFINITION, "d1")]);
-        let now = map(&[(DEFINITION, "d2")]);
-        assert_eq!(
-            CodeChange::reason("check `rows`", &CodeChange::between(&then, &now)).unwrap(),
-            "check `rows` changed its definition (command, config or env)"
-        );
-        let now = map(&[(DEFINITION, "d1"), ("jobs/x.sh", "ff")]);
-        assert_eq!(
-            CodeChange::reason("job `j`", &CodeChange::between(&then, &now)).unwrap(),
-            "job `j` changed code: jobs/x.sh (added)"
-        );
     }
 
     #[test]

@@ -351,3 +351,17 @@ fn the_dashboards_partition_page_says_which_file_changed() {
         "{html}"
     );
 }
+
+#[test]
+fn the_dashboards_analyze_page_counts_the_runs_a_code_change_makes() {
+    let p = project();
+    built_then_agg_edited(&p);
+    let mut s = crate::util::Service::start(&p, &[]);
+    let (status, html) = s.call("GET", &format!("/analyze?refs=report%2F{DAY}"), None, None);
+    s.stop();
+    assert_eq!(status, 200, "{html}");
+    assert!(
+        html.contains("2 of the runs because code changed"),
+        "{html}"
+    );
+}

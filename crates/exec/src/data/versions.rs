@@ -673,10 +673,18 @@ impl<'a> VersionedStates<'a> {
         let mut by_code = false;
         if let (None, Some(code), false) = (&stale, &self.code, run.code_versions.is_empty()) {
             let now = code.job(self.graph, job);
-            stale = CodeChange::reason(
-                &format!("job `{}`", job.name),
-                &CodeChange::between(run.code_versions.iter().map(|(k, v)| (k, v)), now.map()),
-            );
+            // Most runs ran the code there is now: compared in place, both sorted by path.
+            let same = run
+                .code_versions
+                .iter()
+                .map(|(k, v)| (k, v))
+                .eq(now.map().iter());
+            if !same {
+                stale = CodeChange::reason(
+                    &format!("job `{}`", job.name),
+                    &CodeChange::between(run.code_versions.iter().map(|(k, v)| (k, v)), now.map()),
+                );
+            }
             by_code = stale.is_some();
         }
         for (alias, then) in run.input_versions.iter() {

@@ -230,7 +230,7 @@ pub(crate) fn missing_reasons(engine: &Engine, plan: &Plan) -> Vec<Option<String
 
 /// How many of `plan`'s runs rebuild a partition that is stale because a job's code changed
 /// (its own, or one up its inputs): what an edit of a script will rebuild.
-fn stale_by_code(engine: &Engine, plan: &Plan) -> Result<usize> {
+pub(crate) fn stale_by_code(engine: &Engine, plan: &Plan) -> Result<usize> {
     let stale: Vec<(usize, &str)> = plan
         .runs
         .iter()
@@ -283,7 +283,7 @@ impl<'p> crate::answers::AnalyzeView<'p> {
         Ok(Self {
             force_keeps_live: analysis.force_keeps_live.clone(),
             inputs_present,
-            stale_by_code: stale_by_code(engine, &analysis.plan)?,
+            stale_by_code: engine.stale_by_code(&analysis.plan)?,
             ..Self::new(
                 &analysis.build_request_id,
                 &analysis.plan,

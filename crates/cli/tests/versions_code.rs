@@ -365,3 +365,32 @@ fn the_dashboards_analyze_page_counts_the_runs_a_code_change_makes() {
         "{html}"
     );
 }
+
+#[test]
+#[ignore = "needs PostgreSQL (DATABUILD_TEST_POSTGRES); ./test.sh runs it"]
+fn code_versions_are_recorded_and_compared_on_postgres_too() {
+    let pg = crate::postgres::fresh_database();
+    let p = project();
+    let graph = GRAPH.replace(
+        "name = \"flights\"\nshow_env",
+        &format!("name = \"flights\"\nevent_log = \"{pg}\"\nshow_env"),
+    );
+    assert_ne!(graph, GRAPH, "the log is PostgreSQL's");
+    p.file("databuild.toml", &graph);
+    built_then_agg_edited(&p);
+    assert!(!p.path().join(".databuild/events.db").exists());
+    p.file(
+        "checks/report_ok.sh",
+        "echo check >> checks.log\ntest -s \"$DATABUILD_PARTITION_PATH\" # edited\n",
+    );
+    taken(&p, "checks.log");
+    let s = statuses(&p);
+    assert_eq!(s[0].0, "live", "{s:?}");
+    assert!(s[1].1.contains("changed code: jobs/agg.sh (sha"), "{s:?}");
+    build(&p);
+    assert_eq!(taken(&p, "runs.log"), ["agg", "report"]);
+    assert_eq!(taken(&p, "checks.log"), ["check"]);
+    assert!(statuses(&p).iter().all(|(s, _)| s == "live"));
+    let x = explain(&p, &format!("report/{DAY}"));
+    assert!(x["checks"][0].get("stale").is_none(), "{x}");
+}

@@ -18,6 +18,9 @@ pub enum EngineError {
     AlreadyEnded { id: String, status: Status },
     #[error("{0}")]
     Invalid(String),
+    /// A `code` glob of the graph that matches no file (`data::code`).
+    #[error(transparent)]
+    Code(#[from] crate::data::code::CodeError),
 }
 
 impl EngineError {
@@ -27,7 +30,8 @@ impl EngineError {
             EngineError::Plan(_)
             | EngineError::Invalid(_)
             | EngineError::NotFound(_)
-            | EngineError::AlreadyEnded { .. } => true,
+            | EngineError::AlreadyEnded { .. }
+            | EngineError::Code(_) => true,
             EngineError::Log(e) => e.is_user_error(),
         }
     }

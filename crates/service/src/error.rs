@@ -170,6 +170,7 @@ impl From<EngineError> for AppError {
                 message: e.to_string(),
             },
             EngineError::Invalid(m) => AppError::bad_request(m),
+            e @ EngineError::Code(_) => AppError::bad_request(e.to_string()),
         }
     }
 }

@@ -6,7 +6,8 @@
 //! to the first 16 hex digits of the sha256 of its content; and [`DEFINITION`] to the hash of its
 //! command, config command, env names and the env values the graph shows (`show_env`: the others
 //! may be secrets, so their values are never hashed). A run records them as it starts; the
-//! partition it built is stale once they differ ([`CodeChange::reason`]). Strings given to a shell
+//! partition it built is stale once they differ
+//! ([`CodeChange::reason`](crate::answers::CodeChange::reason)). Strings given to a shell
 //! (`sh -c "..."`) are not parsed, and files outside the graph's folder are not followed.
 //!
 //! [`CodeCache`] computes each job's once per call that asks (planning, status, a build), never
@@ -17,16 +18,16 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use databuild_core::{Check, CodeGlob, Deps, Graph, Job};
-
-use crate::check::CheckRun;
 use rustc_hash::FxHashMap;
 use sha2::{Digest, Sha256};
+
+use crate::check::CheckRun;
 
 pub use crate::answers::DEFINITION;
 
 /// How many hex digits of a sha256 a file's version keeps.
 const SHA_DIGITS: usize = 16;
-/// How many hex digits a short fingerprint (`lineage`'s `code_version`) and a shown sha keep.
+/// How many hex digits a short fingerprint (`lineage`'s `code_version`) keeps.
 const SHORT_DIGITS: usize = 12;
 
 /// The code a job or check runs: path (or [`DEFINITION`]) → content hash, sorted.

@@ -36,8 +36,11 @@ impl Engine {
     /// Refuses a `code` glob of the graph that matches no file (before anything is planned or
     /// shown, which would otherwise leave the files it meant out of every code version).
     pub(crate) fn validate_code(&self) -> Result<()> {
-        crate::data::code::validate(&self.graph, &self.graph_dir, &self.data_dir)
-            .map_err(|e| EngineError::Invalid(e.to_string()))
+        Ok(crate::data::code::validate(
+            &self.graph,
+            &self.graph_dir,
+            &self.data_dir,
+        )?)
     }
 
     /// [`Engine::plan`] of a request whose alias refs are already pinned to version refs.

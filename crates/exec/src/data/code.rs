@@ -121,6 +121,9 @@ pub struct CodeCache {
     walked: Mutex<FxHashMap<String, Arc<Vec<String>>>>,
     /// Each file's sha, read once: jobs often share a script.
     shas: Mutex<FxHashMap<String, Option<String>>>,
+    /// What each command element names in the project, looked up once: thousands of jobs may
+    /// share `python3` and a script.
+    named: Mutex<FxHashMap<String, Option<String>>>,
     /// The graph's folder, its links resolved (found at the first command's file).
     root: std::sync::OnceLock<Option<PathBuf>>,
 }
@@ -134,6 +137,7 @@ impl CodeCache {
             checks: Mutex::default(),
             walked: Mutex::default(),
             shas: Mutex::default(),
+            named: Mutex::default(),
             root: std::sync::OnceLock::new(),
         }
     }
@@ -220,6 +224,18 @@ impl CodeCache {
     /// The path of `arg` relative to the graph's folder, `/`-separated, when it names a regular
     /// file inside it (`python3` and `-c` do not; `jobs/agg.py` does).
     fn in_project(&self, arg: &str) -> Option<String> {
+        if let Some(known) = self.named.lock().expect("code lock").get(arg) {
+            return known.clone();
+        }
+        let found = self.look_up(arg);
+        self.named
+            .lock()
+            .expect("code lock")
+            .insert(arg.to_string(), found.clone());
+        found
+    }
+
+    fn look_up(&self, arg: &str) -> Option<String> {
         if arg.is_empty() || arg.contains('\0') {
             return None;
         }

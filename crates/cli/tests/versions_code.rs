@@ -137,6 +137,18 @@ fn an_edited_script_makes_its_job_and_what_reads_it_stale_and_a_build_reruns_onl
         change["to"].as_str().unwrap(),
     );
     assert_eq!(was["run"]["code_versions"]["jobs/agg.sh"], from);
+    let text = p.run(&["explain", &format!("agg/{DAY}")]);
+    assert!(
+        text.stdout
+            .contains(&format!("    jobs/agg.sh  sha {from}"))
+            && text.stdout.contains(&format!(
+                "  code changed since: jobs/agg.sh (sha {}… → {}…)",
+                &from[..8],
+                &to[..8]
+            )),
+        "{}",
+        text.stdout
+    );
     let s = statuses(&p);
     assert_eq!(s[0].0, "live", "clean's code did not change: {s:?}");
     assert_eq!(s[1].0, "stale");

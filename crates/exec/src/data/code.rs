@@ -152,6 +152,7 @@ impl CodeCache {
             _ => &[],
         };
         let mut h = Sha256::new();
+        // A marker between the two commands: moving an element from one to the other is a change.
         for part in [&job.command[..], &["\0config".to_string()], config] {
             for a in part {
                 field(&mut h, a);

@@ -10,7 +10,7 @@ use crate::examples::example;
 use crate::util::{Project, Service};
 
 /// A fresh database on the test command's server.
-fn fresh_database() -> String {
+pub(crate) fn fresh_database() -> String {
     let admin = crate::util::service_env("DATABUILD_TEST_POSTGRES", "PostgreSQL");
     let name = format!("t_{}", databuild_log::event::new_id().replace('-', ""));
     let ok = std::process::Command::new("psql")

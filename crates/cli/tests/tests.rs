@@ -37,5 +37,6 @@ mod truth;
 mod truth_data;
 mod truth_plan;
 mod versions_bytes;
+mod versions_code;
 mod versions_compat;
 mod wants;

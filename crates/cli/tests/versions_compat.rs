@@ -19,7 +19,7 @@ const BUILT: [&str; 6] = [
 
 /// A copy of the fixture, its external files given back the modification time the old log
 /// recorded for them (a copy gets a new one, which would be new external data).
-fn old_project() -> Project {
+pub(crate) fn old_project() -> Project {
     let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/log_917ebb7");
     let p = Project::new("");
     copy_all(&fixture, p.path());

@@ -20,6 +20,7 @@
 )]
 
 pub mod braces;
+pub mod code;
 pub mod estimate;
 pub mod graph;
 pub mod pattern;
@@ -36,6 +37,7 @@ pub use braces::{
     expand_all, expand_braces, names_a_domain, parse_user_refs, BraceExpansionError, Domains,
     UserRefError, DEFAULT_MAX_REFS, NO_DOMAINS,
 };
+pub use code::{CodeGlob, CodeGlobError};
 pub use graph::{
     Check, Dataset, Deps, ExecutorConfig, Graph, GraphError, Job, Producer, SlurmConfig,
     TABLE_JOB_COMMAND,

@@ -392,6 +392,112 @@ pub struct RefError {
     pub message: String,
 }
 
+/// How one file of a job's (or check's) code differs between two instances, or between the
+/// run that built a partition and the code now (`explain`, `diff`). `path` is relative to the
+/// graph file's folder; `@definition` stands for the command, config and env as written.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(tag = "change", rename_all = "snake_case")]
+pub enum CodeChange {
+    Added {
+        path: String,
+        sha: String,
+    },
+    Removed {
+        path: String,
+        sha: String,
+    },
+    Changed {
+        path: String,
+        from: String,
+        to: String,
+    },
+}
+
+/// The key of the hash of a job's (or check's) definition: command, config command and env.
+pub const DEFINITION: &str = "@definition";
+
+/// How many hex digits of a sha a reason shows.
+const SHOWN_DIGITS: usize = 8;
+
+impl CodeChange {
+    /// How the code recorded (`then`, sorted by path) differs from `now`, by path, the definition
+    /// last (a file names the change better than "the definition").
+    pub fn between<'a>(
+        then: impl IntoIterator<Item = (&'a String, &'a String)>,
+        now: &BTreeMap<String, String>,
+    ) -> Vec<CodeChange> {
+        let then: BTreeMap<&String, &String> = then.into_iter().collect();
+        let mut out = Vec::new();
+        for (path, was) in &then {
+            match now.get(*path) {
+                None => out.push(CodeChange::Removed {
+                    path: path.to_string(),
+                    sha: was.to_string(),
+                }),
+                Some(is) if is != *was => out.push(CodeChange::Changed {
+                    path: path.to_string(),
+                    from: was.to_string(),
+                    to: is.clone(),
+                }),
+                Some(_) => {}
+            }
+        }
+        for (path, sha) in now {
+            if !then.contains_key(path) {
+                out.push(CodeChange::Added {
+                    path: path.clone(),
+                    sha: sha.clone(),
+                });
+            }
+        }
+        out.sort_by_key(|c| (c.path() == DEFINITION, c.path().to_string()));
+        out
+    }
+
+    /// One change as a reason shows it: ``jobs/agg.sh (sha 1a2b3c4d… → 3c4d5e6f…)``.
+    pub fn shown(&self) -> String {
+        let short = |sha: &str| format!("{}…", sha.chars().take(SHOWN_DIGITS).collect::<String>());
+        match self {
+            CodeChange::Changed { path, from, to } => {
+                format!("{path} (sha {} → {})", short(from), short(to))
+            }
+            CodeChange::Added { path, .. } => format!("{path} (added)"),
+            CodeChange::Removed { path, .. } => format!("{path} (removed)"),
+        }
+    }
+
+    /// Why a partition (or a check's result) is stale by its code, for `owner` (``job `agg` ``,
+    /// ``check `rows` ``): ``job `agg` changed code: jobs/agg.sh (sha 1a2b3c4d… → 3c4d5e6f…) and 2
+    /// more files``; ``job `agg` changed its definition (command, config or env)``. `None` when
+    /// nothing changed.
+    pub fn reason(owner: &str, changes: &[CodeChange]) -> Option<String> {
+        let definition = changes.iter().any(|c| c.path() == DEFINITION);
+        let files: Vec<&CodeChange> = changes.iter().filter(|c| c.path() != DEFINITION).collect();
+        let Some(first) = files.first() else {
+            return definition
+                .then(|| format!("{owner} changed its definition (command, config or env)"));
+        };
+        let mut text = format!("{owner} changed code: {}", first.shown());
+        match files.len() - 1 {
+            0 => {}
+            1 => text.push_str(" and 1 more file"),
+            n => text.push_str(&format!(" and {n} more files")),
+        }
+        if definition {
+            text.push_str(", and its definition");
+        }
+        Some(text)
+    }
+
+    pub fn path(&self) -> &str {
+        match self {
+            CodeChange::Added { path, .. }
+            | CodeChange::Removed { path, .. }
+            | CodeChange::Changed { path, .. } => path,
+        }
+    }
+}
+
 /// A check of a partition's current instance (`status`, `explain`, `check`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct CheckResult {
@@ -451,6 +557,8 @@ pub struct Explanation {
     pub wants: Vec<databuild_log::WantRow>,
     /// For a partition that is not live: the run that actually failed, upstream or its own.
     pub root_cause: Option<RootCause>,
+    /// How its job's code now differs from the code its run recorded.
+    pub code_changes: Vec<CodeChange>,
 }
 
 /// The run that actually failed, for a partition that is missing or failed (`explain`): the
@@ -691,6 +799,10 @@ pub struct JobRun {
     pub owner: Option<String>,
     pub job_version: Option<String>,
     pub input_versions: BTreeMap<String, String>,
+    /// The code it ran: each file of the project by path to the first 16 hex digits of its
+    /// sha256, and `@definition`; absent for a run recorded before code versions.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub code_versions: BTreeMap<String, String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub log_path: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -723,6 +835,7 @@ impl From<&JobRunRow> for JobRun {
             owner: r.owner.clone(),
             job_version: r.job_version.clone(),
             input_versions: r.input_versions.clone(),
+            code_versions: r.code_versions.clone(),
             log_path: r.log_path.clone(),
             scheduled_at_ns: r.scheduled_at,
             started_at_ns: r.started_at,
@@ -955,6 +1068,10 @@ pub struct Explain {
     /// Its checks, as they stand for its current instance.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub checks: Vec<CheckResult>,
+    /// How its job's code now differs from the code its run ran (`run.code_versions`), file by
+    /// file; empty when it does not, or the run recorded none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub code_changes: Vec<CodeChange>,
 }
 
 impl From<&Explanation> for Explain {
@@ -979,6 +1096,7 @@ impl From<&Explanation> for Explain {
             wants: x.wants.iter().map(Want::from).collect(),
             root_cause: x.root_cause.clone(),
             updated_at_ns: s.updated_at,
+            code_changes: x.code_changes.clone(),
         }
     }
 }
@@ -1258,6 +1376,9 @@ pub struct AnalyzeView<'p> {
     /// expired), with why: how many, and the first 100.
     pub not_rebuildable_count: usize,
     pub not_rebuildable: Vec<NotRebuildable>,
+    /// Of `job_runs`, how many rebuild a partition stale because a job's code changed (its own
+    /// job's, or one up its inputs): what a script edit costs.
+    pub stale_by_code: usize,
     pub estimate: PlanCost,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub force_keeps_live: Option<ForceKeepsLive>,
@@ -1295,6 +1416,7 @@ impl<'p> AnalyzeView<'p> {
             job_runs: &plan.runs,
             skipped: plan.skipped.iter().map(|r| r.as_str()).collect(),
             inputs_present: 0,
+            stale_by_code: 0,
             delegated: plan
                 .delegated
                 .iter()
@@ -1347,6 +1469,9 @@ pub struct Analysis {
     /// how many, and the first 100 with why.
     pub not_rebuildable_count: usize,
     pub not_rebuildable: Vec<NotRebuildable>,
+    /// Of `job_runs`, how many rebuild a partition stale because a job's code changed.
+    #[serde(default)]
+    pub stale_by_code: usize,
     pub estimate: PlanCost,
     /// With `force`: what the forced rebuilds leave live downstream.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -1675,5 +1800,58 @@ mod tests {
         let view = serde_json::to_value(AnalyzeView::new("b", &plan, cost, vec![])).unwrap();
         let owned: Analysis = serde_json::from_value(view.clone()).unwrap();
         assert_eq!(serde_json::to_value(owned).unwrap(), view);
+    }
+
+    fn code_map(entries: &[(&str, &str)]) -> BTreeMap<String, String> {
+        entries
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn changes_are_by_path_with_the_definition_last() {
+        let then = code_map(&[
+            (DEFINITION, "d1"),
+            ("jobs/agg.sh", "1a2b3c4d5e6f7a8b"),
+            ("jobs/lib/old.sh", "aa"),
+        ]);
+        let now = code_map(&[
+            (DEFINITION, "d2"),
+            ("jobs/agg.sh", "3c4d5e6f7a8b9c0d"),
+            ("jobs/lib/new.sh", "bb"),
+        ]);
+        let found = CodeChange::between(&then, &now);
+        let paths: Vec<&str> = found.iter().map(CodeChange::path).collect();
+        assert_eq!(
+            paths,
+            [
+                "jobs/agg.sh",
+                "jobs/lib/new.sh",
+                "jobs/lib/old.sh",
+                DEFINITION
+            ]
+        );
+        assert_eq!(
+            CodeChange::reason("job `agg`", &found).unwrap(),
+            "job `agg` changed code: jobs/agg.sh (sha 1a2b3c4d… → 3c4d5e6f…) and 2 more files, and its definition"
+        );
+        assert!(CodeChange::between(&then, &then).is_empty());
+        assert_eq!(CodeChange::reason("job `agg`", &[]), None);
+    }
+
+    #[test]
+    fn a_definition_alone_or_a_file_added_says_so() {
+        let then = code_map(&[(DEFINITION, "d1")]);
+        let now = code_map(&[(DEFINITION, "d2")]);
+        assert_eq!(
+            CodeChange::reason("check `rows`", &CodeChange::between(&then, &now)).unwrap(),
+            "check `rows` changed its definition (command, config or env)"
+        );
+        let now = code_map(&[(DEFINITION, "d1"), ("jobs/x.sh", "ff")]);
+        assert_eq!(
+            CodeChange::reason("job `j`", &CodeChange::between(&then, &now)).unwrap(),
+            "job `j` changed code: jobs/x.sh (added)"
+        );
     }
 }

@@ -20,6 +20,7 @@
 //! `data::versions` decides liveness with these. Running one check is `run::check`; the engine's
 //! side (`databuild check`, and a build's stale checks) is `engine::checks`.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use databuild_core::{Check, Graph, Producer};
@@ -37,6 +38,9 @@ pub struct CheckRun {
     /// The partition's field values and their types (`DATABUILD_FIELD_*`, `DATABUILD_TYPES`).
     pub fields: Vec<(String, String)>,
     pub types: serde_json::Map<String, serde_json::Value>,
+    /// The check's code versions now (`data::code`), recorded with its result; empty until the
+    /// caller, who may read files, fills them in.
+    pub code_versions: BTreeMap<String, String>,
 }
 
 /// The result of one check of one partition, as it is recorded.
@@ -52,6 +56,8 @@ pub struct CheckOutcome {
     pub message: String,
     pub metrics: Option<serde_json::Value>,
     pub inline: bool,
+    /// The code the check ran (none for a check the job reported inline).
+    pub code_versions: BTreeMap<String, String>,
 }
 
 impl CheckOutcome {
@@ -70,6 +76,7 @@ impl CheckOutcome {
                 d.blocking = Some(self.blocking);
                 d.metrics = self.metrics.clone();
                 d.inline = self.inline;
+                d.code_versions = self.code_versions.clone();
             });
         e.job = Some(job.to_string());
         e
@@ -121,8 +128,14 @@ pub enum CheckState {
 }
 
 /// The state of `check` for the partition whose current instance `current_run` built, from its
-/// recorded result `row` (of any instance).
-pub fn state(check: &Check, row: Option<&CheckRow>, current_run: &str) -> CheckState {
+/// recorded result `row` (of any instance), with the check's code versions now (`code_now`; a
+/// result recorded without any compares on version and command only).
+pub fn state(
+    check: &Check,
+    row: Option<&CheckRow>,
+    current_run: &str,
+    code_now: &BTreeMap<String, String>,
+) -> CheckState {
     let Some(row) = row.filter(|r| r.job_run_id == current_run) else {
         return CheckState::NotRun;
     };
@@ -134,8 +147,13 @@ pub fn state(check: &Check, row: Option<&CheckRow>, current_run: &str) -> CheckS
         ))
     } else if row.command != check.command {
         Some(format!("check `{}` changed its command", check.name))
-    } else {
+    } else if row.code_versions.is_empty() {
         None
+    } else {
+        crate::answers::CodeChange::reason(
+            &format!("check `{}`", check.name),
+            &crate::answers::CodeChange::between(&row.code_versions, code_now),
+        )
     };
     match why {
         Some(why) => CheckState::Stale {
@@ -170,12 +188,13 @@ pub fn held_back_by(
 
 /// The checks of `r`'s current instance (built by `current_run`) as answers show them: every
 /// check of the graph that applies to it (`not_run` without a result for this instance), then
-/// those its job reported inline.
+/// those its job reported inline. `code_of` gives a check's code versions now.
 pub fn results(
     graph: &Graph,
     r: &str,
     current_run: &str,
     rows: &[CheckRow],
+    code_of: &dyn Fn(&Check) -> BTreeMap<String, String>,
 ) -> Vec<crate::answers::CheckResult> {
     let row_of = |name: &str| {
         rows.iter()
@@ -207,7 +226,7 @@ pub fn results(
     for c in graph.checks_of(r) {
         let row = row_of(&c.name);
         let mut a = answer(row, &c.name, c.blocking);
-        if let CheckState::Stale { why, .. } = state(c, row, current_run) {
+        if let CheckState::Stale { why, .. } = state(c, row, current_run, &code_of(c)) {
             a.stale = Some(why);
         }
         out.push(a);
@@ -249,6 +268,7 @@ pub fn runs_for(graph: &Graph, r: &str) -> Vec<CheckRun> {
             partition_ref: r.to_string(),
             fields: fields.clone(),
             types: types.clone(),
+            code_versions: BTreeMap::new(),
         })
         .collect()
 }
@@ -300,6 +320,7 @@ pub fn inline(
                     .to_string(),
                 metrics: c.get("metrics").cloned(),
                 inline: true,
+                code_versions: BTreeMap::new(),
             });
         }
     }
@@ -349,6 +370,7 @@ blocking = false
             message: Some("no rows".into()),
             metrics: None,
             updated_at: 0,
+            code_versions: BTreeMap::new(),
         }
     }
 
@@ -383,9 +405,35 @@ blocking = false
                     why: "check `rows` changed its command".into(),
                 },
             ),
+            (
+                Some(CheckRow {
+                    code_versions: [("checks/rows.sh".to_string(), "1a2b3c4d5e".to_string())]
+                        .into(),
+                    ..row("rows", "r1", true, "2")
+                }),
+                CheckState::Stale {
+                    passed: true,
+                    why: "check `rows` changed code: checks/rows.sh (sha 1a2b3c4d… → ffffffff…)"
+                        .into(),
+                },
+            ),
+            // Recorded before code versions: compared on version and command only.
+            (
+                Some(CheckRow {
+                    code_versions: BTreeMap::new(),
+                    ..row("rows", "r1", true, "2")
+                }),
+                CheckState::Passed,
+            ),
         ];
+        let now: BTreeMap<String, String> =
+            [("checks/rows.sh".to_string(), "ffffffffff".to_string())].into();
         for (recorded, expected) in cases {
-            assert_eq!(&state(c, recorded.as_ref(), "r1"), expected, "{recorded:?}");
+            assert_eq!(
+                &state(c, recorded.as_ref(), "r1", &now),
+                expected,
+                "{recorded:?}"
+            );
         }
     }
 

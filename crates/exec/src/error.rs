@@ -27,6 +27,9 @@ pub enum EngineError {
     /// is building): a conflict, not a bad request.
     #[error("{0}")]
     Conflict(String),
+    /// A `code` glob of the graph that matches no file (`data::code`).
+    #[error(transparent)]
+    Code(#[from] crate::data::code::CodeError),
 }
 
 impl EngineError {
@@ -37,7 +40,8 @@ impl EngineError {
             | EngineError::Invalid(_)
             | EngineError::Conflict(_)
             | EngineError::NotFound(_)
-            | EngineError::AlreadyEnded { .. } => true,
+            | EngineError::AlreadyEnded { .. }
+            | EngineError::Code(_) => true,
             EngineError::Log(e) => e.is_user_error(),
         }
     }

@@ -7,7 +7,7 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 /// Version of the event format. Bump it when a field is added to [`Event`] or [`EventData`].
-pub const FORMAT_VERSION: u32 = 4;
+pub const FORMAT_VERSION: u32 = 5;
 
 #[derive(
     Debug,
@@ -215,6 +215,13 @@ pub struct EventData {
     /// (its lineage; format version 3).
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub input_runs: BTreeMap<String, String>,
+    /// job_run running and check: the code the job (or check) ran, as its fingerprints: each
+    /// file of the project its command names or its `code` globs match (by path relative to the
+    /// graph's folder) to the first 16 hex digits of its content's sha256, and `@definition` to
+    /// that of its command, args, env names and shown env values (format version 5). Empty in
+    /// events written before: those runs compare on `job_version` only.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub code_versions: BTreeMap<String, String>,
     /// build_request received, job_run running: `host/pid/start-time` of the databuild process
     /// driving it, so that work whose driver died can be told from work still in progress.
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -110,6 +110,9 @@ pub struct CheckRow {
     pub message: Option<String>,
     pub metrics: Option<serde_json::Value>,
     pub updated_at: i64,
+    /// The code the check ran (`data.code_versions` of its event); empty for a result recorded
+    /// before code versions, which compares on its version and command only.
+    pub code_versions: BTreeMap<String, String>,
 }
 
 impl CheckRow {
@@ -175,6 +178,9 @@ pub struct JobRunRow {
     pub log_path: Option<String>,
     /// Of each input a job built, the run that had built the instance this run read.
     pub input_runs: BTreeMap<String, String>,
+    /// The code it ran, as its `running` event recorded it; empty for a run before code versions.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub code_versions: BTreeMap<String, String>,
 }
 
 /// What a run was built from: its job and version, the inputs it read at their versions, its args
@@ -193,6 +199,8 @@ pub struct RunRecipe {
     pub args: Box<[String]>,
     /// By name, sorted.
     pub env: Box<[(String, String)]>,
+    /// The code it ran, by path, sorted; empty for a run made before code versions.
+    pub code_versions: Box<[(String, String)]>,
 }
 
 impl RunRecipe {
@@ -215,6 +223,7 @@ impl From<JobRunRow> for RunRecipe {
             input_versions: run.input_versions.into_iter().collect(),
             args: run.args.into(),
             env: run.env.into_iter().collect(),
+            code_versions: run.code_versions.into_iter().collect(),
         }
     }
 }

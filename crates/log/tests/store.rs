@@ -214,6 +214,7 @@ fn a_run_claimed_in_one_batch_has_the_row_of_one_claimed_in_two(backend: Backend
                 d.owner = Some("h/42/1".into());
                 d.log_path = Some(format!("/logs/{run}"));
                 d.input_versions = [("raw/1".to_string(), "v9".to_string())].into();
+                d.code_versions = [("jobs/x.sh".to_string(), "1a2b".to_string())].into();
             }),
         ]
     };
@@ -233,6 +234,12 @@ fn a_run_claimed_in_one_batch_has_the_row_of_one_claimed_in_two(backend: Backend
     assert_eq!(
         one.input_versions.get("raw/1").map(String::as_str),
         Some("v9")
+    );
+    assert_eq!(
+        one.code_versions.get("jobs/x.sh").map(String::as_str),
+        Some("1a2b"),
+        "{}",
+        store.location()
     );
     assert!(one.started_at.is_some() && one.scheduled_at.is_some());
     let same = |mut r: JobRunRow| {
@@ -298,6 +305,9 @@ fn a_runs_recipe_is_that_part_of_its_row(backend: Backend) {
                 .into_iter()
                 .collect();
         }
+        if e.kind == Kind::JobRun && e.status == Status::Running {
+            e.data.code_versions = [("@definition".to_string(), "d".to_string())].into();
+        }
     }
     store.append(events).unwrap();
     let whole = store.job_run("r").unwrap().expect("the run");
@@ -311,6 +321,10 @@ fn a_runs_recipe_is_that_part_of_its_row(backend: Backend) {
     let recipe = &recipes[0];
     assert_eq!(recipe.job_version, whole.job_version);
     assert_eq!(&*recipe.args, ["--day", "1"]);
+    assert_eq!(
+        &*recipe.code_versions,
+        [("@definition".to_string(), "d".to_string())]
+    );
     assert_eq!(
         recipe
             .env
@@ -1184,7 +1198,7 @@ fn a_version_7_log_gains_the_readers_index_in_place() {
     sqlite_exec(
         &path,
         &format!(
-            "{UNDO_V9_V12} drop table run_inputs; alter table job_runs drop column input_runs;
+            "{UNDO_V9_V13} drop table run_inputs; alter table job_runs drop column input_runs;
              update meta set value = 7 where key = 'schema_version';"
         ),
     );
@@ -1215,9 +1229,13 @@ fn a_version_7_log_gains_the_readers_index_in_place() {
     assert!(report.problems.is_empty(), "{:?}", report.problems);
 }
 
-/// What schema versions 12, 11, 10 and 9 added, undone (to make a log of version 8 or older).
-const UNDO_V9_V12: &str =
-    "alter table wants drop column retry_at; drop index events_of_delegations; drop index events_of_checks; drop table plan_cache; drop view check_results; drop view partition_status; drop table partition_checks;
+/// What schema version 13 added, undone (to make a log of version 12).
+const UNDO_V13: &str = "alter table job_runs drop column code_versions;
+     alter table partition_checks drop column code_versions;";
+
+/// What schema versions 13, 12, 11, 10 and 9 added, undone (to make a log of version 8 or older).
+const UNDO_V9_V13: &str =
+    "alter table job_runs drop column code_versions; alter table wants drop column retry_at; drop index events_of_delegations; drop index events_of_checks; drop table plan_cache; drop view check_results; drop view partition_status; drop table partition_checks;
      CREATE VIEW partition_status AS
      SELECT partition_ref, CASE status WHEN 'available' THEN 'live' ELSE status END AS status,
             job, build_request_id, job_run_id, data_version,
@@ -1233,6 +1251,7 @@ fn check_event(p: &str, run: &str, name: &str, passed: bool, blocking: bool) -> 
             d.check_version = Some("1".into());
             d.check_command = vec!["true".into()];
             d.metrics = Some(serde_json::json!({"rows": 0}));
+            d.code_versions = [("checks/rows.sh".to_string(), "c0de".to_string())].into();
         });
     e.job = Some("job".into());
     e
@@ -1275,6 +1294,15 @@ fn check_results_keep_the_latest_per_partition_and_check(backend: Backend) {
     );
     assert_eq!(rows[0].metrics, Some(serde_json::json!({"rows": 0})));
     assert_eq!(rows[0].command, ["true"]);
+    assert_eq!(
+        rows[0]
+            .code_versions
+            .get("checks/rows.sh")
+            .map(String::as_str),
+        Some("c0de"),
+        "{}",
+        store.location()
+    );
     assert_eq!(rows[0].job_run_id, "r1");
     // Fixed: the check passes on the same instance.
     store
@@ -1307,6 +1335,42 @@ fn check_results_keep_the_latest_per_partition_and_check(backend: Backend) {
 }
 on_every_backend!(check_results_keep_the_latest_per_partition_and_check);
 
+/// A version 12 log (made before code versions) gains them in place: its runs and check
+/// results read back with none (they compare on their versions only), new ones record theirs.
+#[test]
+fn a_version_12_log_gains_code_versions_in_place() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("v12.db");
+    let store = SqliteStore::open(&path).unwrap();
+    store.append(build_events("b1", "r1", "a/1")).unwrap();
+    drop(store);
+    sqlite_exec(
+        &path,
+        &format!("{UNDO_V13} update meta set value = 12 where key = 'schema_version';"),
+    );
+    let store = SqliteStore::open(&path).unwrap();
+    let old = store.job_run("r1").unwrap().expect("the old run");
+    assert!(old.code_versions.is_empty());
+    assert!(store.run_recipes(&["r1"]).unwrap()[0]
+        .code_versions
+        .is_empty());
+    let mut events = build_events("b2", "r2", "a/1");
+    for e in &mut events {
+        if e.kind == Kind::JobRun && e.status == Status::Running {
+            e.data.code_versions = [("jobs/a.sh".to_string(), "1a2b".to_string())].into();
+        }
+    }
+    store.append(events).unwrap();
+    store
+        .append(vec![check_event("a/1", "r2", "rows", true, true)])
+        .unwrap();
+    let new = store.job_run("r2").unwrap().expect("the new run");
+    assert_eq!(new.code_versions.len(), 1);
+    assert_eq!(store.checks_of(&["a/1"]).unwrap()[0].code_versions.len(), 1);
+    let report = databuild_log::check_store(&store).unwrap();
+    assert!(report.problems.is_empty(), "{:?}", report.problems);
+}
+
 /// A version 8 log gains the checks projection in place.
 #[test]
 fn a_version_8_log_gains_check_results_in_place() {
@@ -1317,7 +1381,7 @@ fn a_version_8_log_gains_check_results_in_place() {
     drop(store);
     sqlite_exec(
         &path,
-        &format!("{UNDO_V9_V12} update meta set value = 8 where key = 'schema_version';"),
+        &format!("{UNDO_V9_V13} update meta set value = 8 where key = 'schema_version';"),
     );
     let store = SqliteStore::open(&path).unwrap();
     store
@@ -1343,7 +1407,7 @@ fn a_version_1_log_is_upgraded_in_place_and_keeps_its_events() {
     sqlite_exec(
         &path,
         &format!(
-            "{UNDO_V9_V12} drop index events_of_alias; drop table wants; drop index events_of_wants;
+            "{UNDO_V9_V13} drop index events_of_alias; drop table wants; drop index events_of_wants;
          drop table job_counts; drop table partition_counts;
          alter table partitions drop column prev_status;
          alter table partitions drop column prev_job_run_id;

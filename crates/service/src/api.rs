@@ -469,7 +469,7 @@ pub struct DiffParams {
     since: Option<String>,
 }
 
-#[utoipa::path(get, path = route::PARTITION_DIFF, summary = "What changed between two instances of a partition: inputs, job version, args, env names", params(RefPath, DiffParams), responses((status = 200, body = InstanceDiff), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
+#[utoipa::path(get, path = route::PARTITION_DIFF, summary = "What changed between two instances of a partition: inputs, job version, args, env names, code", params(RefPath, DiffParams), responses((status = 200, body = InstanceDiff), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub(crate) async fn partition_diff(
     State(state): Shared,
     ApiPath(r): ApiPath<String>,

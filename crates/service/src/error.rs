@@ -175,6 +175,7 @@ impl From<EngineError> for AppError {
                 code: "conflict",
                 message: m,
             },
+            e @ EngineError::Code(_) => AppError::bad_request(e.to_string()),
         }
     }
 }

@@ -38,6 +38,8 @@ struct PlanText {
     /// How many partitions cannot be built until the missing inputs are there, and the first.
     cannot_build: (usize, Vec<String>),
     not_rebuildable: (usize, Vec<NotRebuildable>),
+    /// Of the runs, those rebuilding what a job's code change made stale.
+    stale_by_code: usize,
     estimate: PlanCost,
     force_keeps_live: Option<ForceKeepsLive>,
 }
@@ -52,6 +54,7 @@ impl PlanText {
             ),
             not_rebuildable: (view.not_rebuildable_count, view.not_rebuildable.clone()),
             force_keeps_live: view.force_keeps_live.clone(),
+            stale_by_code: view.stale_by_code,
             total_runs: plan.runs.len(),
             runs: plan
                 .runs
@@ -100,6 +103,7 @@ impl PlanText {
             missing: v.missing_details,
             cannot_build: (v.cannot_build_count, v.cannot_build),
             not_rebuildable: (v.not_rebuildable_count, v.not_rebuildable),
+            stale_by_code: v.stale_by_code,
             force_keeps_live: v.force_keeps_live,
         }
     }
@@ -116,6 +120,13 @@ impl PlanText {
             self.delegated.len(),
             self.missing.len(),
         )?;
+        if self.stale_by_code > 0 {
+            writeln!(
+                out,
+                "{} because code changed (a job's script, its `code` files or its definition; `explain` says which)",
+                count(self.stale_by_code, "job run")
+            )?;
+        }
         let width = self.runs.iter().map(|r| r.job.len()).max().unwrap_or(0);
         for (i, run) in self.runs.iter().enumerate() {
             let (job, outputs, inputs, query) = (&run.job, &run.outputs, &run.inputs, &run.query);

@@ -125,6 +125,15 @@ pub fn explain(
         if !run.args.is_empty() {
             outln!("  args: {}", run.args.join(" "))?;
         }
+        if !run.code_versions.is_empty() {
+            outln!("  code it ran:")?;
+            for (path, sha) in &run.code_versions {
+                outln!("    {path}  sha {sha}")?;
+            }
+        }
+    }
+    for c in &x.code_changes {
+        outln!("  code changed since: {}", c.shown())?;
     }
     for w in &x.wants {
         outln!(

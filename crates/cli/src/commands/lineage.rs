@@ -95,6 +95,9 @@ pub fn diff(
     if !d.env_changed.is_empty() {
         outln!("  env changed: {}", d.env_changed.join(", "))?;
     }
+    for c in &d.code {
+        outln!("  code changed: {}", c.shown())?;
+    }
     outln!(
         "  data {}",
         if d.data_changed {
@@ -110,12 +113,16 @@ pub fn diff(
 fn label(n: &LineageNode) -> String {
     let what = match (&n.job_run_id, &n.job) {
         (Some(run), Some(job)) => format!(
-            "run {} of `{job}`, {}{}",
+            "run {} of `{job}`, {}{}{}",
             databuild_log::short_id(run),
             n.run_status.map_or("?".to_string(), |s| s.to_string()),
             n.built_at
                 .as_deref()
                 .map(|t| format!(" {t}"))
+                .unwrap_or_default(),
+            n.code_version
+                .as_deref()
+                .map(|c| format!(", code {c}"))
                 .unwrap_or_default()
         ),
         (Some(run), None) => format!("run {}", databuild_log::short_id(run)),

@@ -34,6 +34,8 @@ pub struct CheckSection {
     pub blocking: Option<bool>,
     pub timeout: Option<String>,
     pub version: Option<toml::Value>,
+    #[serde(default)]
+    pub code: Vec<String>,
 }
 
 #[derive(Deserialize)]
@@ -143,4 +145,6 @@ pub struct JobSection {
     pub cpus: Option<u32>,
     pub mem: Option<String>,
     pub migrate: Option<Vec<String>>,
+    #[serde(default)]
+    pub code: Vec<String>,
 }

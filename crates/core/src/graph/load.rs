@@ -222,6 +222,7 @@ impl Loader<'_> {
                 blocking: c.blocking.unwrap_or(true),
                 timeout,
                 version,
+                code: code_globs(&c.code).map_err(|e| err(e.to_string()))?,
             });
         }
         Ok(checks)
@@ -425,6 +426,7 @@ impl Loader<'_> {
                 }
                 other => other.clone(),
             },
+            code: code_globs(&j.code).map_err(|e| err(e.to_string()))?,
         })
     }
 
@@ -714,8 +716,13 @@ impl Loader<'_> {
             cpus: None,
             mem: None,
             migrate: None,
+            code: Vec::new(),
         })
     }
+}
+
+fn code_globs(globs: &[String]) -> Result<Vec<CodeGlob>, crate::code::CodeGlobError> {
+    globs.iter().map(|g| CodeGlob::parse(g)).collect()
 }
 
 /// A small stable hash (FNV-1a) for job versions derived from a schema.
@@ -772,6 +779,8 @@ command = ["x"]
             (job("outputs = [\"o/{d:date}\"]\ncommand = [\"x\"]\nenv = { \"A=B\" = \"x\" }"), "`env` has the name `A=B`, which no environment variable can have"),
             (job("outputs = [\"o/{d:date}\"]\ncommand = [\"x\"]\nenv = { \"\" = \"x\" }"), "`env` has the name ``"),
             (job("outputs = [\"o/{d:date}\"]\ncommand = [\"x\"]\ncolour = 1"), "unknown field `colour`"),
+            (job("outputs = [\"o/{d:date}\"]\ncommand = [\"x\"]\ncode = [\"jobs/{a\"]"), "job `j`: `code` glob `jobs/{a` is not a glob"),
+            (job("outputs = [\"o/{d:date}\"]\ncommand = [\"x\"]\ncode = [\"../lib/*.py\"]"), "job `j`: `code` glob `../lib/*.py` leaves the graph file's folder"),
             (job("outputs = [\"o/{d:date}\", \"o/{e}\"]\ncommand = [\"x\"]"), "job `j`: its outputs `o/{d:date}` and `o/{e}` can match the same ref"),
             ("[graph]\nname = \"g\"\n[[job]]\nname = \"a\"\noutputs = [\"x/{n:int}\"]\ncommand = [\"x\"]\n[[job]]\nname = \"b\"\noutputs = [\"x/{s}\"]\ncommand = [\"x\"]\n".to_string(), "job `a` (`x/{n:int}`) and job `b` (`x/{s}`)"),
             ("[graph]\nname = \"g\"\n[[job]]\nname = \"a\"\noutputs = [\"x/{n:int}\"]\ncommand = [\"x\"]\n[[job]]\nname = \"a\"\noutputs = [\"y/{s}\"]\ncommand = [\"x\"]\n".to_string(), "already used"),

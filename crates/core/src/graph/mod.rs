@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use rustc_hash::FxHashMap;
 
+use crate::code::CodeGlob;
 use crate::pattern::{FieldMismatch, Pattern};
 use crate::tables::{Source, Table};
 use crate::template::Template;
@@ -74,6 +75,9 @@ pub struct Job {
     /// Carries a partition forward to a new job version when its inputs have expired: run with
     /// the partition as its only output, it rewrites it in place.
     pub migrate: Option<Vec<String>>,
+    /// `code`: the files besides those its command (or config command) names whose content is
+    /// part of its code version (see `databuild_exec::data::code`).
+    pub code: Vec<CodeGlob>,
 }
 
 /// A data-quality check of the partitions a job builds (`[[check]]`): run like a job after a
@@ -92,6 +96,8 @@ pub struct Check {
     /// Changing it (or the command) makes the recorded results stale: the check runs again,
     /// the data is not rebuilt.
     pub version: String,
+    /// `code`, as a job's: what its code version covers besides its command's files.
+    pub code: Vec<CodeGlob>,
 }
 
 impl Check {

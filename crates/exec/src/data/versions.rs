@@ -3,11 +3,12 @@
 //! A job's output records a data version: the hash of its content ([`content_version`], taken as
 //! its run is published), so a rebuild that writes the same bytes records the same version. An
 //! external file's version is its size and modification time; a source partition's, what sealing
-//! recorded. A partition is stale when its job's version changed, or an input's current version
-//! differs from the one its instance read (an input rebuilt with other bytes, an external file
-//! re-delivered), or an input is tainted or no longer live; and, transitively, through a stale
-//! input. Logs written before content versions hold recipe hashes ([`data_version`]): they are
-//! compared the same way, so such a log answers as it did.
+//! recorded. A partition is stale when its job's version or code changed (`data::code`; a run
+//! recorded before code versions compares on its job's version only), or an input's current
+//! version differs from the one its instance read (an input rebuilt with other bytes, an external
+//! file re-delivered), or an input is tainted or no longer live; and, transitively, through a
+//! stale input. Logs written before content versions hold recipe hashes ([`data_version`]): they
+//! are compared the same way, so such a log answers as it did.
 //!
 //! [`content_version`]: crate::run::publish::content_version
 
@@ -23,7 +24,9 @@ use databuild_log::{EventFilter, EventStore, Kind, LogError, PartitionRow, RunRe
 use rustc_hash::FxHashMap;
 use sha2::{Digest, Sha256};
 
+use super::code::CodeCache;
 use super::data_dir::{DataDir, Witnesses};
+use crate::answers::CodeChange;
 
 /// The recipe of a run's outputs: a hash of its job, args, env and inputs' versions. The data
 /// version a log written before content versions recorded; now what a run's completion records
@@ -231,6 +234,8 @@ struct Effective {
 struct Staleness {
     cause: String,
     via: Vec<String>,
+    /// The cause is a job's code (`data::code`): what `analyze` counts as planned for code.
+    by_code: bool,
 }
 
 impl Staleness {
@@ -238,6 +243,7 @@ impl Staleness {
         Staleness {
             cause,
             via: Vec::new(),
+            by_code: false,
         }
     }
 
@@ -248,6 +254,7 @@ impl Staleness {
         Staleness {
             cause: inner.cause.clone(),
             via,
+            by_code: inner.by_code,
         }
     }
 
@@ -304,6 +311,9 @@ pub struct VersionedStates<'a> {
     witnesses: Option<&'a Witnesses>,
     /// The graph's folder, to show data paths from.
     base: Option<PathBuf>,
+    /// The jobs' code versions now, each computed at its first use by this instance (see
+    /// [`Self::with_code`]); without, runs compare on their job's version only.
+    code: Option<CodeCache>,
     memo: RefCell<FxHashMap<String, Option<Rc<Effective>>>>,
     /// The rows found of the planning round being decided (see [`StateView::states`]), and
     /// those of their inputs, read ahead.
@@ -341,6 +351,7 @@ impl<'a> VersionedStates<'a> {
             data_root: std::cell::OnceCell::new(),
             witnesses: None,
             base: None,
+            code: None,
             memo: RefCell::default(),
             rows: RefCell::default(),
             runs: RefCell::default(),
@@ -402,6 +413,17 @@ impl<'a> VersionedStates<'a> {
         !self.data_dir.join(r).exists()
             && (self.graph.sources[source].is_expired(values[0], &self.today)
                 || self.row(r).is_some_and(|p| p.status == Status::Expired))
+    }
+
+    /// Compares the code each run recorded with its job's code now (`cache`, kept for the call).
+    pub fn with_code(mut self, cache: CodeCache) -> Self {
+        self.code = Some(cache);
+        self
+    }
+
+    /// The code versions this instance computed (or computes) for the call.
+    pub fn code(&self) -> Option<&CodeCache> {
+        self.code.as_ref()
     }
 
     /// Shows data paths relative to the graph's folder.
@@ -660,6 +682,24 @@ impl<'a> VersionedStates<'a> {
                 job.version
             ));
         }
+        // A run recorded before code versions has none: it compares on its job's version only.
+        let mut by_code = false;
+        if let (None, Some(code), false) = (&stale, &self.code, run.code_versions.is_empty()) {
+            let now = code.job(self.graph, job);
+            // Most runs ran the code there is now: compared in place, both sorted by path.
+            let same = run
+                .code_versions
+                .iter()
+                .map(|(k, v)| (k, v))
+                .eq(now.map().iter());
+            if !same {
+                stale = CodeChange::reason(
+                    &format!("job `{}`", job.name),
+                    &CodeChange::between(run.code_versions.iter().map(|(k, v)| (k, v)), now.map()),
+                );
+            }
+            by_code = stale.is_some();
+        }
         for (alias, then) in run.input_versions.iter() {
             let Some(read) = then.strip_prefix(ALIAS_PREFIX) else {
                 continue;
@@ -718,7 +758,10 @@ impl<'a> VersionedStates<'a> {
         // A cause of its own (its job, an alias, an input that changed) before one that comes
         // through a stale input.
         let stale = match (stale, through) {
-            (Some(here), _) => Some(Staleness::here(here)),
+            (Some(here), _) => Some(Staleness {
+                by_code,
+                ..Staleness::here(here)
+            }),
             (None, through) => through,
         };
         if let (Some(why), Some(input)) = (&stale, expired) {
@@ -738,6 +781,12 @@ impl<'a> VersionedStates<'a> {
             stale: stale.map(Box::new),
             ..Effective::new(recorded, None)
         }
+    }
+
+    /// Whether `r` is stale because a job's code changed, its own or one up its inputs.
+    pub fn stale_by_code(&self, r: &str) -> bool {
+        self.effective(r)
+            .is_some_and(|e| e.stale.as_ref().is_some_and(|s| s.by_code))
     }
 
     /// The version of `r` as recorded now (for the input versions a run starts from).

@@ -51,6 +51,7 @@ fn stale_runs(
     }
     partitions.retain(|p| !graph.checks_of(&p.partition_ref).is_empty());
     let mut out = Vec::new();
+    let code = engine.code();
     for chunk in partitions.chunks(BATCH) {
         let keys: Vec<&str> = chunk.iter().map(|p| p.partition_ref.as_str()).collect();
         let rows = engine.store.checks_of(&keys)?;
@@ -61,13 +62,13 @@ fn stale_runs(
             if p.status != databuild_log::Status::Available {
                 continue;
             }
-            for c in runs_for(graph, &p.partition_ref) {
+            for c in code.with_checks_code(graph, runs_for(graph, &p.partition_ref)) {
                 let check = graph.check(&c.name).expect("a check of the graph");
                 let row = rows
                     .iter()
                     .find(|row| row.partition_ref == p.partition_ref && row.check_name == c.name);
                 if matches!(
-                    state(check, row, run),
+                    state(check, row, run, &c.code_versions),
                     CheckState::NotRun | CheckState::Stale { .. }
                 ) {
                     out.push((c, run.to_string(), job.to_string()));
@@ -166,8 +167,9 @@ pub(crate) fn check(
 ) -> crate::engine::Result<Vec<crate::answers::StatusReport>> {
     use crate::engine::EngineError;
     let mut runs = Vec::new();
+    let code = engine.code();
     for r in refs {
-        let checks = runs_for(&engine.graph, r);
+        let checks = code.with_checks_code(&engine.graph, runs_for(&engine.graph, r));
         if checks.is_empty() {
             let what = match engine.graph.producer_of(r) {
                 Some((p, _)) => engine.graph.describe_producer(p),

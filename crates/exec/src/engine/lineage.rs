@@ -75,6 +75,11 @@ pub struct LineageNode {
     /// When the run ended (RFC 3339), its ns beside it.
     pub built_at: Option<String>,
     pub built_at_ns: Option<i64>,
+    /// The code its run ran, as a short fingerprint (12 hex digits of the sha256 of its
+    /// recorded `code_versions`): two instances with the same ran the same code. Absent for an
+    /// external partition and for a run recorded before code versions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code_version: Option<String>,
     /// This is the partition's current instance (the log names its run as the partition's);
     /// otherwise it was superseded (rebuilt, tainted and rebuilt, or removed).
     pub current: bool,
@@ -255,6 +260,7 @@ impl Engine {
             data_version,
             built_at: run.and_then(|r| r.ended_at).map(rfc3339),
             built_at_ns: run.and_then(|r| r.ended_at),
+            code_version: run.and_then(|r| crate::data::code::fingerprint(&r.code_versions)),
             current,
             note,
             query: at.query,
@@ -544,6 +550,10 @@ pub struct InstanceDiff {
     /// versions carry recipe hashes: for them, whether what they were built from changed.)
     #[serde(default)]
     pub data_changed: bool,
+    /// The files of the job's code (and `@definition`) that differ between the two runs, each
+    /// with both shas; empty when they ran the same code, or either recorded none.
+    #[serde(default)]
+    pub code: Vec<crate::answers::CodeChange>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
@@ -555,6 +565,10 @@ pub struct InstanceSummary {
     pub data_version: Option<String>,
     pub job_version: Option<String>,
     pub args: Vec<String>,
+    /// The short fingerprint of the code its run ran (as `lineage`'s `code_version`); absent
+    /// for a run recorded before code versions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code_version: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
@@ -641,6 +655,7 @@ pub(crate) fn diff(
         data_version: version_of(&run.job_run_id),
         job_version: run.job_version.clone(),
         args: run.args.clone(),
+        code_version: crate::data::code::fingerprint(&run.code_versions),
     };
     let mut inputs = Vec::new();
     let mut unchanged = 0;
@@ -687,6 +702,11 @@ pub(crate) fn diff(
         env_changed,
         data_version_changed: from.data_version != to.data_version,
         data_changed: from.data_version != to.data_version,
+        // A run recorded before code versions has none to compare: not "every file added".
+        code: match a.code_versions.is_empty() || b.code_versions.is_empty() {
+            true => Vec::new(),
+            false => crate::answers::CodeChange::between(&a.code_versions, &b.code_versions),
+        },
         inputs,
         unchanged_inputs: unchanged,
         from,

@@ -143,6 +143,12 @@ impl Engine {
         planning::estimate(self, plan, parallel)
     }
 
+    /// How many of `plan`'s runs rebuild a partition stale because a job's code changed (its
+    /// own job's or one up its inputs): what a script edit costs (`analyze`'s `stale_by_code`).
+    pub fn stale_by_code(&self, plan: &Plan) -> Result<usize> {
+        planning::stale_by_code(self, plan)
+    }
+
     /// Requested alias refs become the version refs they read now: a build of `orders/date=D`
     /// builds (and reports) `orders/v2/date=D` when v2 is promoted.
     pub fn pin_aliases(

@@ -7,7 +7,8 @@
 //! the log's position. The next build of the same request, on the same graph text, date and
 //! binary, takes the plan back only if every event since is one it records itself as a no-op
 //! (none of which changes what a plan reads: see [`databuild_log::EventStore::kept_plan`]) and
-//! every file is as it was. Anything else plans from the log, as always.
+//! every file is as it was. Anything else plans from the log, as always. The key covers the
+//! jobs' and checks' code versions (`data::code`), so an edited script is planned for.
 //!
 //! Only plans that read nothing else are kept: not those of graphs with config jobs, probed or
 //! upstream datasets, sources or tables (their plans ask executables, services or retention).
@@ -126,6 +127,18 @@ impl Engine {
         }
         for r in &request.refs {
             field(r.as_str());
+        }
+        // The code of every job and check: a script edited since makes its partitions stale,
+        // which a plan kept before the edit would not see.
+        let code = self.code();
+        for job in &self.graph.jobs {
+            field(
+                &crate::data::code::fingerprint(code.job(&self.graph, job).map())
+                    .unwrap_or_default(),
+            );
+        }
+        for check in &self.graph.checks {
+            field(&crate::data::code::fingerprint(code.check(check).map()).unwrap_or_default());
         }
         Some(hex(&h.finalize()))
     }

@@ -7,6 +7,7 @@ use databuild_core::{PartitionRef, Plan, PlanError, PlanRequest, Producer};
 use databuild_log::{Event, Status};
 
 use super::{Analysis, Engine, EngineError, Result};
+use crate::data::code::CodeCache;
 use crate::data::rechecked::Rechecked;
 use crate::data::resolver::LocalResolver;
 use crate::data::versions::VersionedStates;
@@ -24,6 +25,22 @@ impl Engine {
             self.today(),
         )
         .shown_from(&self.graph_dir)
+        .with_code(self.code())
+    }
+
+    /// The jobs' and checks' code versions, computed as a call needs them, once each.
+    pub(crate) fn code(&self) -> CodeCache {
+        CodeCache::new(&self.graph_dir, &self.data_dir)
+    }
+
+    /// Refuses a `code` glob of the graph that matches no file (before anything is planned or
+    /// shown, which would otherwise leave the files it meant out of every code version).
+    pub(crate) fn validate_code(&self) -> Result<()> {
+        Ok(crate::data::code::validate(
+            &self.graph,
+            &self.graph_dir,
+            &self.data_dir,
+        )?)
     }
 
     /// [`Engine::plan`] of a request whose alias refs are already pinned to version refs.
@@ -37,6 +54,7 @@ impl Engine {
         request: &PlanRequest,
         witnesses: Option<&crate::data::data_dir::Witnesses>,
     ) -> Result<Plan> {
+        self.validate_code()?;
         let states = Rechecked::new(
             self.versions()
                 .with_pins(request.pins.clone())
@@ -231,6 +249,37 @@ pub(crate) fn missing_reasons(engine: &Engine, plan: &Plan) -> Vec<Option<String
         .collect()
 }
 
+/// How many of `plan`'s runs rebuild a partition that is stale because a job's code changed
+/// (its own, or one up its inputs): what an edit of a script will rebuild.
+pub(crate) fn stale_by_code(engine: &Engine, plan: &Plan) -> Result<usize> {
+    let stale: Vec<(usize, &str)> = plan
+        .runs
+        .iter()
+        .enumerate()
+        .flat_map(|(i, run)| {
+            run.outputs
+                .iter()
+                .zip(&run.reasons)
+                .filter(|(_, why)| matches!(why, databuild_core::BuildReason::Stale(_)))
+                .map(move |(o, _)| (i, o.as_str()))
+        })
+        .collect();
+    if stale.is_empty() {
+        return Ok(0);
+    }
+    let versions = engine.versions();
+    let refs: Vec<&str> = stale.iter().map(|(_, r)| *r).collect();
+    // Read at once (runs and inputs ahead), then asked one by one from what was read.
+    versions.known_all(&refs)?;
+    let mut runs: Vec<usize> = stale
+        .iter()
+        .filter(|(_, r)| versions.stale_by_code(r))
+        .map(|(i, _)| *i)
+        .collect();
+    runs.dedup();
+    Ok(runs.len())
+}
+
 impl<'p> crate::answers::AnalyzeView<'p> {
     /// The view of `analysis`, priced at `parallel` and with why each missing input is missing
     /// (one read of the jobs' metrics, and one of each of the first missing inputs).
@@ -255,6 +304,7 @@ impl<'p> crate::answers::AnalyzeView<'p> {
         Ok(Self {
             force_keeps_live: analysis.force_keeps_live.clone(),
             inputs_present,
+            stale_by_code: engine.stale_by_code(&analysis.plan)?,
             ..Self::new(
                 &analysis.build_request_id,
                 &analysis.plan,

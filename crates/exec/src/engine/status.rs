@@ -339,7 +339,12 @@ impl Engine {
         report.reasons.push(reason);
         if row.status == Status::Available {
             let rows = self.store.checks_of(&[r])?;
-            report.checks = crate::check::results(&self.graph, r, run, &rows);
+            report.checks = crate::check::results(&self.graph, r, run, &rows, &|c| {
+                versions
+                    .code()
+                    .map(|code| code.check(c).map().clone())
+                    .unwrap_or_default()
+            });
             for c in &report.checks {
                 if c.result == "failed" && !c.blocking {
                     report.reasons.push(format!(
@@ -394,6 +399,7 @@ pub(crate) fn status(
     refs: &[String],
     on_failure: OnConfigFailure,
 ) -> Result<Vec<StatusReport>> {
+    engine.validate_code()?;
     let mut resolver = engine.resolver();
     let versions = engine.versions();
     let mut reports = refs
@@ -521,6 +527,10 @@ pub(crate) fn explain(engine: &Engine, r: &str) -> Result<Explanation> {
         .and_then(|e| e.data.report.clone());
     let keep = history.len().saturating_sub(20);
     history.drain(..keep);
+    let code_changes = run
+        .as_ref()
+        .map(|run| code_changes(engine, run))
+        .unwrap_or_default();
     Ok(Explanation {
         status,
         producer,
@@ -532,7 +542,20 @@ pub(crate) fn explain(engine: &Engine, r: &str) -> Result<Explanation> {
         history,
         wants: engine.wants_of(r)?,
         root_cause,
+        code_changes,
     })
+}
+
+/// How the code of `run`'s job now differs from what `run` recorded (nothing for a run
+/// recorded before code versions, or of a job no longer in the graph).
+fn code_changes(engine: &Engine, run: &JobRunRow) -> Vec<crate::answers::CodeChange> {
+    match engine.graph.job(&run.job) {
+        Some(job) if !run.code_versions.is_empty() => crate::answers::CodeChange::between(
+            &run.code_versions,
+            engine.code().job(&engine.graph, job).map(),
+        ),
+        _ => Vec::new(),
+    }
 }
 
 /// What `status` says of a job output no run has built.

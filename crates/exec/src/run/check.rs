@@ -125,5 +125,6 @@ fn outcome_of(
         message,
         metrics,
         inline: false,
+        code_versions: c.code_versions.clone(),
     }
 }

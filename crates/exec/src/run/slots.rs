@@ -376,6 +376,7 @@ mod tests {
             message: "no rows".to_string(),
             metrics: None,
             inline: true,
+            code_versions: Default::default(),
         });
         assert!(held.held_back().is_some());
         assert!(launches.ended(3, held));

@@ -77,6 +77,7 @@ fn checked(blocking: bool) -> Ended {
             message: "no rows".into(),
             metrics: None,
             inline: false,
+            code_versions: Default::default(),
         }],
         ..ok()
     }

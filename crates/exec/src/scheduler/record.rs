@@ -247,6 +247,7 @@ impl Record<'_> {
                 d.owner = Some(this_owner());
                 d.input_versions = read.versions.clone();
                 d.input_runs = read.runs;
+                d.code_versions = read.code.clone();
                 d.log_path = Some(log_path);
             }),
         );
@@ -446,4 +447,6 @@ pub struct MadeOutput {
 pub struct ReadInputs<'a> {
     pub versions: &'a BTreeMap<String, String>,
     pub runs: BTreeMap<String, String>,
+    /// The code it runs: its job's code versions, computed once per build.
+    pub code: &'a BTreeMap<String, String>,
 }

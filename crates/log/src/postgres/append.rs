@@ -520,6 +520,7 @@ struct CheckWrite {
     metrics: Option<String>,
     idx: i64,
     at: i64,
+    code_versions: Option<String>,
 }
 
 /// What a run's start sets on its row.
@@ -533,6 +534,8 @@ struct StartRow {
     input_versions: String,
     log_path: Option<String>,
     input_runs: String,
+    /// `NULL` when empty: a run of a release before code versions, or one recording none.
+    code_versions: Option<String>,
 }
 
 struct RunRow {
@@ -617,25 +620,27 @@ const WRITES: [&str; 15] = [
                                      $6::text[], $7::text[], $8::text[], $9::bigint[],
                                      $10::text[], $11::text[], $12::text[], $13::bigint[],
                                      $14::bigint[], $15::text[], $16::text[], $17::text[],
-                                     $18::text[], $19::text[])
+                                     $18::text[], $19::text[], $20::text[])
                        AS u(id, job, br, s, outputs, inputs, args, env, sched, m, relies, jv,
-                            t, pid, host, o, iv, lp, ir)),
+                            t, pid, host, o, iv, lp, ir, cv)),
           read AS (INSERT INTO run_inputs (input_ref, input_run_id, data_version, job_run_id)
                    SELECT kv.key, u.ir::json ->> kv.key, kv.value, u.id
                      FROM u, json_each_text(u.iv::json) kv)
      INSERT INTO job_runs (job_run_id, job, build_request_id, status, outputs, inputs, args, env,
                            scheduled_at, message, relies_on, job_version, started_at, pid, host,
-                           owner, input_versions, log_path, input_runs)
+                           owner, input_versions, log_path, input_runs, code_versions)
      SELECT * FROM u",
     // With the reverse index of what each run read (`run_inputs`, v8.sql), from the same rows.
     "WITH u AS (SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[],
-                                     $5::text[], $6::text[], $7::text[], $8::text[], $9::text[])
-                       AS u(id, s, t, pid, host, o, iv, lp, ir)),
+                                     $5::text[], $6::text[], $7::text[], $8::text[], $9::text[],
+                                     $10::text[])
+                       AS u(id, s, t, pid, host, o, iv, lp, ir, cv)),
           read AS (INSERT INTO run_inputs (input_ref, input_run_id, data_version, job_run_id)
                    SELECT kv.key, u.ir::json ->> kv.key, kv.value, u.id
                      FROM u, json_each_text(u.iv::json) kv)
      UPDATE job_runs j SET status = u.s, started_at = u.t, pid = u.pid, host = u.host,
-            owner = u.o, input_versions = u.iv, log_path = u.lp, input_runs = u.ir
+            owner = u.o, input_versions = u.iv, log_path = u.lp, input_runs = u.ir,
+            code_versions = u.cv
        FROM u WHERE j.job_run_id = u.id",
     "UPDATE job_runs j SET status = u.s, ended_at = u.t, exit_code = u.code,
             message = coalesce(u.m, j.message),
@@ -707,17 +712,17 @@ const WRITES: [&str; 15] = [
      ON CONFLICT (job, status) DO UPDATE SET n = partition_counts.n + excluded.n",
     "INSERT INTO partition_checks (partition_ref, check_name, status, blocking, job_run_id, job,
                                    build_request_id, check_version, command, inline, message,
-                                   metrics, event_idx, updated_at)
+                                   metrics, event_idx, updated_at, code_versions)
      SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bool[], $5::text[], $6::text[],
                           $7::text[], $8::text[], $9::text[], $10::bool[], $11::text[],
-                          $12::text[], $13::bigint[], $14::bigint[])
+                          $12::text[], $13::bigint[], $14::bigint[], $15::text[])
      ON CONFLICT (partition_ref, check_name) DO UPDATE SET
         status = excluded.status, blocking = excluded.blocking,
         job_run_id = excluded.job_run_id, job = coalesce(excluded.job, partition_checks.job),
         build_request_id = excluded.build_request_id, check_version = excluded.check_version,
         command = excluded.command, inline = excluded.inline, message = excluded.message,
         metrics = excluded.metrics, event_idx = excluded.event_idx,
-        updated_at = excluded.updated_at",
+        updated_at = excluded.updated_at, code_versions = excluded.code_versions",
 ];
 
 /// The parameters of one statement of `kind` for `writes` (all of that kind): a column each.
@@ -773,6 +778,7 @@ fn columns(kind: usize, writes: &[&Write]) -> Vec<Param> {
             col!(Write::RunInsert(r) => r.start.as_ref().map(|s| s.input_versions.clone())),
             col!(Write::RunInsert(r) => r.start.as_ref().and_then(|s| s.log_path.clone())),
             col!(Write::RunInsert(r) => r.start.as_ref().map(|s| s.input_runs.clone())),
+            col!(Write::RunInsert(r) => r.start.as_ref().and_then(|s| s.code_versions.clone())),
         ],
         3 => vec![
             col!(Write::RunStart(s) => s.id.clone()),
@@ -784,6 +790,7 @@ fn columns(kind: usize, writes: &[&Write]) -> Vec<Param> {
             col!(Write::RunStart(s) => s.input_versions.clone()),
             col!(Write::RunStart(s) => s.log_path.clone()),
             col!(Write::RunStart(s) => s.input_runs.clone()),
+            col!(Write::RunStart(s) => s.code_versions.clone()),
         ],
         4 => vec![
             col!(Write::RunEnd { id, .. } => id.clone()),
@@ -866,6 +873,7 @@ fn columns(kind: usize, writes: &[&Write]) -> Vec<Param> {
             col!(Write::Check(c) => c.metrics.clone()),
             col!(Write::Check(c) => c.idx),
             col!(Write::Check(c) => c.at),
+            col!(Write::Check(c) => c.code_versions.clone()),
         ],
         _ => {
             let all: Vec<&(String, &'static str, i64)> = writes
@@ -1214,6 +1222,7 @@ impl AppendTx for PgAppend<'_> {
             input_versions: to_json(&d.input_versions),
             log_path: d.log_path.clone(),
             input_runs: to_json(&d.input_runs),
+            code_versions: (!d.code_versions.is_empty()).then(|| to_json(&d.code_versions)),
         });
         // Inserted by this batch, and not written since: the start goes into the insert.
         let id = e.job_run_id.clone().unwrap_or_default();
@@ -1360,6 +1369,7 @@ impl AppendTx for PgAppend<'_> {
             metrics: check_metrics(e),
             idx: e.idx,
             at: e.timestamp,
+            code_versions: (!d.code_versions.is_empty()).then(|| to_json(&d.code_versions)),
         })));
         Ok(())
     }

@@ -23,6 +23,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("v9.sql"),
     include_str!("v10.sql"),
     include_str!("v11.sql"),
+    include_str!("v12.sql"),
 ];
 
 /// The schema version this build writes, and the newest it opens.

@@ -332,13 +332,20 @@ pub(crate) fn request_partition_from_row<R: Columns>(row: &R) -> RowResult<Reque
 pub(crate) const RUN_COLUMNS: &str =
     "job_run_id, job, build_request_id, status, outputs, inputs, args, env,
                            scheduled_at, started_at, ended_at, exit_code, message, relies_on, pid, host,
-                           owner, job_version, input_versions, log_path, input_runs";
+                           owner, job_version, input_versions, log_path, input_runs, code_versions";
 
 /// [`RUN_COLUMNS`] with what a run read and ran with (inputs, args, env, input versions and
 /// runs) read as NULL, in place: each JSON parsed into lists and maps, those are most of a run
 /// row's memory.
 fn brief_run_columns() -> String {
-    const LEFT_OUT: [&str; 5] = ["inputs", "args", "env", "input_versions", "input_runs"];
+    const LEFT_OUT: [&str; 6] = [
+        "inputs",
+        "args",
+        "env",
+        "input_versions",
+        "input_runs",
+        "code_versions",
+    ];
     RUN_COLUMNS
         .split(',')
         .map(|c| match LEFT_OUT.contains(&c.trim()) {
@@ -372,11 +379,12 @@ pub(crate) fn run_from_row<R: Columns>(row: &R) -> RowResult<JobRunRow, R> {
         input_versions: json_map(row.opt_text(18)?),
         log_path: row.opt_text(19)?,
         input_runs: json_map(row.opt_text(20)?),
+        code_versions: json_map(row.opt_text(21)?),
     })
 }
 
 pub(crate) const RECIPE_COLUMNS: &str =
-    "job_run_id, job, job_version, inputs, input_versions, args, env";
+    "job_run_id, job, job_version, inputs, input_versions, args, env, code_versions";
 
 pub(crate) fn recipe_from_row<R: Columns>(row: &R) -> RowResult<RunRecipe, R> {
     Ok(RunRecipe {
@@ -387,6 +395,7 @@ pub(crate) fn recipe_from_row<R: Columns>(row: &R) -> RowResult<RunRecipe, R> {
         input_versions: json_pairs(row.opt_text(4)?).into(),
         args: json_list(row.opt_text(5)?).into(),
         env: json_pairs(row.opt_text(6)?).into(),
+        code_versions: json_pairs(row.opt_text(7)?).into(),
     })
 }
 
@@ -402,7 +411,7 @@ pub(crate) const READERS: &str = "SELECT DISTINCT job_run_id FROM run_inputs
 
 pub(crate) const CHECK_COLUMNS: &str =
     "partition_ref, check_name, status, blocking, job_run_id, job, build_request_id,
-     check_version, command, inline, message, metrics, updated_at";
+     check_version, command, inline, message, metrics, updated_at, code_versions";
 
 pub(crate) fn check_from_row<R: Columns>(row: &R) -> RowResult<CheckRow, R> {
     Ok(CheckRow {
@@ -421,6 +430,7 @@ pub(crate) fn check_from_row<R: Columns>(row: &R) -> RowResult<CheckRow, R> {
             .opt_text(11)?
             .and_then(|m| serde_json::from_str(&m).ok()),
         updated_at: row.int(12)?,
+        code_versions: json_map(row.opt_text(13)?),
     })
 }
 

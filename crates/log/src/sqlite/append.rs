@@ -157,9 +157,9 @@ impl SqliteAppend<'_, '_> {
             "INSERT INTO job_runs (job_run_id, job, build_request_id, status, outputs, inputs,
                                    args, env, scheduled_at, message, relies_on, job_version,
                                    started_at, pid, host, owner, input_versions, log_path,
-                                   input_runs)
+                                   input_runs, code_versions)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12,
-                     ?13, ?14, ?15, ?16, ?17, ?18, ?19)",
+                     ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20)",
             params![
                 first.job_run_id,
                 first.job,
@@ -181,6 +181,8 @@ impl SqliteAppend<'_, '_> {
                 s.and_then(|s| s.log_path.as_deref()),
                 s.filter(|s| !s.input_runs.is_empty())
                     .map(|s| to_json(&s.input_runs)),
+                s.filter(|s| !s.code_versions.is_empty())
+                    .map(|s| to_json(&s.code_versions)),
             ],
         )
     }
@@ -348,7 +350,8 @@ impl AppendTx for SqliteAppend<'_, '_> {
         let d = &e.data;
         let job = self.update_run(
             "UPDATE job_runs SET status = ?2, started_at = ?3, pid = ?4, host = ?5,
-                    owner = ?6, input_versions = ?7, log_path = ?8, input_runs = ?9
+                    owner = ?6, input_versions = ?7, log_path = ?8, input_runs = ?9,
+                    code_versions = ?10
              WHERE job_run_id = ?1 RETURNING job",
             params![
                 e.job_run_id,
@@ -360,6 +363,7 @@ impl AppendTx for SqliteAppend<'_, '_> {
                 to_json(&d.input_versions),
                 d.log_path,
                 (!d.input_runs.is_empty()).then(|| to_json(&d.input_runs)),
+                (!d.code_versions.is_empty()).then(|| to_json(&d.code_versions)),
             ],
         )?;
         self.insert_run_inputs(e)?;
@@ -505,8 +509,8 @@ impl AppendTx for SqliteAppend<'_, '_> {
         self.execute(
             "INSERT INTO partition_checks (partition_ref, check_name, status, blocking, job_run_id,
                     job, build_request_id, check_version, command, inline, message, metrics,
-                    event_idx, updated_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)
+                    event_idx, updated_at, code_versions)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)
              ON CONFLICT (partition_ref, check_name) DO UPDATE SET
                 status = excluded.status, blocking = excluded.blocking,
                 job_run_id = excluded.job_run_id, job = coalesce(excluded.job, job),
@@ -514,7 +518,7 @@ impl AppendTx for SqliteAppend<'_, '_> {
                 check_version = excluded.check_version, command = excluded.command,
                 inline = excluded.inline, message = excluded.message,
                 metrics = excluded.metrics, event_idx = excluded.event_idx,
-                updated_at = excluded.updated_at",
+                updated_at = excluded.updated_at, code_versions = excluded.code_versions",
             params![
                 e.partition_ref,
                 d.check,
@@ -529,7 +533,8 @@ impl AppendTx for SqliteAppend<'_, '_> {
                 e.message,
                 check_metrics(e),
                 e.idx,
-                e.timestamp
+                e.timestamp,
+                (!d.code_versions.is_empty()).then(|| to_json(&d.code_versions)),
             ],
         )
     }

@@ -50,10 +50,11 @@ pub(super) async fn analyze_page(State(state): Shared, Query(q): Query<RefsQuery
             ..Default::default()
         })?;
         let cost = engine.estimate(&plan, databuild_exec::scheduler::default_parallelism())?;
-        Ok((plan, cost))
+        let by_code = engine.stale_by_code(&plan)?;
+        Ok((plan, cost, by_code))
     })
     .await;
-    let (plan, cost) = match plan {
+    let (plan, cost, by_code) = match plan {
         Ok(p) => p,
         Err(r) => return r,
     };
@@ -75,6 +76,7 @@ pub(super) async fn analyze_page(State(state): Shared, Query(q): Query<RefsQuery
         h1 { "Analyze" }
         (form)
         p { (plan.runs.len()) " job runs · " (plan.skipped.len()) " skipped (live) · " (plan.delegated.len()) " delegated · " (plan.missing.len()) " missing" }
+        @if by_code > 0 { p #stale-by-code { (by_code) " of the runs because code changed (a job's script, its " code { "code" } " files or its definition)" } }
         @if !plan.runs.is_empty() {
             p.estimate {
                 "Estimated " strong { (span(cost.wall_p50_s)) } " at " (cost.parallel) " runs at once (p95 " (span(cost.wall_p95_s)) "), critical path " (span(cost.critical_path_p50_s)) ", job time " (span(cost.work_p50_s))

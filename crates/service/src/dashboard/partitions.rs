@@ -103,6 +103,10 @@ pub(super) async fn partition_page(
     layout(&r, html! {
         h1 { code { (r) } " " (badge(x.status.as_str())) }
         ul { @for reason in &x.reasons { li { (reason) } } }
+        @if !x.code_changes.is_empty() {
+            h2 { "Code changed since its run" }
+            ul.code { @for c in &x.code_changes { li { code { (c.shown()) } } } }
+        }
         @if !x.checks.is_empty() {
             h2 { "Checks" }
             table.checks { tr { th { "Check" } th { "Result" } th { "Blocking" } th { "Message" } th { "Metrics" } }

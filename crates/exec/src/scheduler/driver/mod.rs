@@ -168,6 +168,8 @@ struct Driver<'s, 'e> {
     plan_recorded: bool,
     /// The log's last refusal of a claim, returned if the machine gives up on it.
     last_refusal: Option<LogError>,
+    /// The code versions of the jobs and checks this build runs, each computed once for it.
+    code: crate::data::code::CodeCache,
 }
 
 impl Drop for Driver<'_, '_> {
@@ -228,6 +230,7 @@ impl<'s, 'e> Driver<'s, 'e> {
             unchanged: FxHashSet::default(),
             held_back: FxHashSet::default(),
             claim_ahead: ClaimAhead::new(engine.graph()),
+            code: crate::data::code::CodeCache::new(engine.graph_dir(), engine.data_dir()),
             requested,
             plan_recorded: false,
             last_refusal: None,
@@ -749,9 +752,12 @@ impl<'s, 'e> Driver<'s, 'e> {
         if !self.runs[node].recorded {
             record.scheduled(run, id, events);
         }
+        let graph = self.engine.graph();
+        let code = self.code.job(graph, &graph.jobs[run.job_index]);
         let read = super::record::ReadInputs {
             versions: &input_versions,
             runs: input_runs,
+            code: code.map(),
         };
         let (runs, replaced) = seen.into_iter().map(|s| (s.run, s.version)).unzip();
         record.claim(run, id, runs, read, log_path, events);
@@ -799,11 +805,15 @@ impl<'s, 'e> Driver<'s, 'e> {
         };
         let spec = spec::run_spec(self.engine, &self.id, &of);
         let cancel = self.runs[node].cancel.clone();
+        let graph = self.engine.graph();
         let checks = n
             .run
             .outputs
             .iter()
-            .flat_map(|o| crate::check::runs_for(self.engine.graph(), o.as_str()))
+            .flat_map(|o| {
+                self.code
+                    .with_checks_code(graph, crate::check::runs_for(graph, o.as_str()))
+            })
             .collect();
         self.launches.push(Launch {
             node,

@@ -54,6 +54,9 @@ fn script(job: &str, input: &str, body: &str) -> String {
 
 const AGG: &str = "wc -l < \"$in\"";
 
+/// An edit of agg that changes what it writes (`n=2` for `2`): what reads it is rebuilt too.
+const AGG_EDITED: &str = "wc -l < \"$in\" | sed 's/^/n=/'";
+
 fn project() -> Project {
     let p = Project::new(GRAPH);
     p.file(&format!("data/flights/{DAY}"), "header\nAF1\nAF2\n");
@@ -118,10 +121,7 @@ fn explain(p: &Project, r: &str) -> serde_json::Value {
 fn built_then_agg_edited(p: &Project) {
     build(p);
     assert_eq!(taken(p, "runs.log"), ["clean", "agg", "report"]);
-    p.file(
-        "jobs/agg.sh",
-        &script("agg", "clean", &format!("{AGG} | tr -d ' '")),
-    );
+    p.file("jobs/agg.sh", &script("agg", "clean", AGG_EDITED));
 }
 
 #[test]
@@ -323,10 +323,7 @@ fn a_kept_plan_does_not_hide_a_code_edit() {
     out.expect_code(0);
     assert_eq!(out.json()["rows"][0][0], 1, "a plan is kept");
     taken(&p, "runs.log");
-    p.file(
-        "jobs/agg.sh",
-        &script("agg", "clean", &format!("{AGG} | tr -d ' '")),
-    );
+    p.file("jobs/agg.sh", &script("agg", "clean", AGG_EDITED));
     build(&p);
     assert_eq!(taken(&p, "runs.log"), ["agg", "report"]);
 }
@@ -405,4 +402,30 @@ fn code_versions_are_recorded_and_compared_on_postgres_too() {
     assert!(statuses(&p).iter().all(|(s, _)| s == "live"));
     let x = explain(&p, &format!("report/{DAY}"));
     assert!(x["checks"][0].get("stale").is_none(), "{x}");
+}
+
+/// An edit that changes no byte of what the job writes (a comment) reruns the job, whose
+/// unchanged output keeps everything built from it: nothing downstream runs.
+#[test]
+fn a_comment_only_edit_reruns_its_job_but_nothing_downstream() {
+    let p = project();
+    build(&p);
+    taken(&p, "runs.log");
+    let clean = script("clean", "flights", "tail -n +2 \"$in\"");
+    p.file(
+        "jobs/clean.sh",
+        &format!("# drops the header line\n{clean}"),
+    );
+    let s = statuses(&p);
+    assert_eq!(s[0].0, "stale", "{s:?}");
+    assert!(s[0].1.contains("changed code: jobs/clean.sh"), "{s:?}");
+    let out = p.run(&["--json", "build", &format!("report/{DAY}")]);
+    out.expect_code(0);
+    assert_eq!(taken(&p, "runs.log"), ["clean"]);
+    let summary = out.json();
+    assert_eq!(summary["counts"]["unchanged"], 1, "{summary}");
+    assert_eq!(summary["counts"]["kept"], 2, "{summary}");
+    let s = statuses(&p);
+    assert!(s.iter().all(|(s, _)| s == "live"), "{s:?}");
+    assert!(s[0].1.contains("unchanged: downstream kept"), "{s:?}");
 }

@@ -164,7 +164,7 @@ fn a_tainted_external_file_makes_its_readers_stale_until_its_data_changes() {
     assert_eq!(listed(&p, Some("tainted"), &raw), None);
     assert_eq!(
         raw_counts(&p),
-        serde_json::json!({"live": 1}),
+        serde_json::json!({"present": 1}),
         "datasets agrees"
     );
     let s = status(&p, &a);

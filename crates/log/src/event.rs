@@ -76,6 +76,8 @@ pub enum Status {
     /// Its data was deleted by `databuild gc` (no job of the graph builds it any more).
     Removed,
     // job_run
+    /// Claimed for this build and host, its inputs fixed; its process has not started yet.
+    Queued,
     Running,
     Skipped,
     // source partitions (no build request): closed to new data / its raw data deleted
@@ -137,6 +139,7 @@ names!(Status {
     Delegated => "delegated",
     Tainted => "tainted",
     Removed => "removed",
+    Queued => "queued",
     Running => "running",
     Skipped => "skipped",
     Sealed => "sealed",

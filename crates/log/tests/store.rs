@@ -255,6 +255,81 @@ fn a_run_claimed_in_one_batch_has_the_row_of_one_claimed_in_two(backend: Backend
 }
 on_every_backend!(a_run_claimed_in_one_batch_has_the_row_of_one_claimed_in_two);
 
+/// A run claimed `queued` has what its claim fixed and no `started_at`; its `running` (alone, or
+/// in its claim's batch) sets `started_at` to when it started and keeps the rest; one cancelled
+/// while queued never started. Unfinished runs include the queued.
+fn a_queued_run_starts_with_its_running(backend: Backend) {
+    let (_dir, store) = store_on(backend);
+    let scheduled = |run: &str| {
+        Event::job_run("b", run, "job", Status::Scheduled)
+            .with_data(|d| d.outputs = vec![format!("p/{run}")])
+    };
+    let queued = |run: &str| {
+        Event::job_run("b", run, "job", Status::Queued).with_data(|d| {
+            d.pid = Some(42);
+            d.owner = Some("h/42/1".into());
+            d.log_path = Some(format!("/logs/{run}"));
+            d.input_versions = [("raw/1".to_string(), "v9".to_string())].into();
+        })
+    };
+    let running = |run: &str, at: i64| {
+        let mut e = Event::job_run("b", run, "job", Status::Running);
+        e.timestamp = at;
+        e
+    };
+    store
+        .append(vec![Event::build_request("b", Status::Received)])
+        .unwrap();
+    store.append(vec![scheduled("one"), queued("one")]).unwrap();
+    store
+        .append(vec![scheduled("two"), queued("two"), running("two", 77)])
+        .unwrap();
+    store
+        .append(vec![scheduled("three"), queued("three")])
+        .unwrap();
+    let one = store.job_run("one").unwrap().unwrap();
+    assert_eq!(
+        (one.status, one.started_at),
+        (Status::Queued, None),
+        "{}",
+        store.location()
+    );
+    assert_eq!(one.log_path.as_deref(), Some("/logs/one"));
+    let unfinished = store
+        .job_runs(&RunQuery {
+            unfinished: true,
+            limit: 10,
+            ..Default::default()
+        })
+        .unwrap();
+    assert_eq!(unfinished.len(), 3, "{}", store.location());
+    store.append(vec![running("one", 55)]).unwrap();
+    for (run, at) in [("one", 55), ("two", 77)] {
+        let row = store.job_run(run).unwrap().unwrap();
+        assert_eq!(
+            (row.status, row.started_at),
+            (Status::Running, Some(at)),
+            "{run} {}",
+            store.location()
+        );
+        assert_eq!(row.pid, Some(42));
+        assert_eq!(row.log_path, Some(format!("/logs/{run}")));
+        assert_eq!(
+            row.input_versions.get("raw/1").map(String::as_str),
+            Some("v9")
+        );
+    }
+    store
+        .append(vec![Event::job_run("b", "three", "job", Status::Cancelled)
+            .with_data(|d| d.not_started = true)])
+        .unwrap();
+    let three = store.job_run("three").unwrap().unwrap();
+    assert_eq!((three.status, three.started_at), (Status::Cancelled, None));
+    let problems = databuild_log::check_store(store.as_ref()).unwrap().problems;
+    assert!(problems.is_empty(), "{problems:?}");
+}
+on_every_backend!(a_queued_run_starts_with_its_running);
+
 /// A brief listing of a build's runs has all but what each run read and ran with.
 fn a_brief_run_listing_leaves_out_what_runs_read_and_ran_with(backend: Backend) {
     let (_dir, store) = store_on(backend);

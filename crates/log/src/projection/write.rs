@@ -31,11 +31,15 @@ pub(crate) trait AppendTx {
     fn update_build_request(&mut self, e: &Event) -> Result<()>;
     /// A run's first event.
     fn insert_job_run(&mut self, e: &Event) -> Result<()>;
-    /// A run's `running`; returns the job its row holds.
+    /// A run's claim (`queued`, or `running` in logs from before `queued`): what it reads, where
+    /// it is driven from, and (`running`) when it started. Returns the job its row holds.
     fn start_job_run(&mut self, e: &Event) -> Result<String>;
+    /// A queued run's `running`: its process started at the event's time. Returns the job its
+    /// row holds.
+    fn run_started(&mut self, e: &Event) -> Result<String>;
     /// A run's end (or skip after scheduling); returns the job its row holds.
     fn end_job_run(&mut self, e: &Event) -> Result<String>;
-    /// A run's first event and then its `running`, in one batch: the row as after both.
+    /// A run's first event and then its claim, in one batch: the row as after both.
     /// Returns the job its row holds.
     fn insert_started_job_run(&mut self, first: &Event, start: &Event) -> Result<String> {
         self.insert_job_run(first)?;
@@ -163,7 +167,9 @@ fn rewritten(events: &[Event]) -> Rewritten {
             }
             (Kind::JobRun, _, _) => {
                 let next = next_of_run.insert(run, i);
-                if let Some(start) = next.filter(|&n| events[n].status == Status::Running) {
+                let claim =
+                    |n: &usize| matches!(events[*n].status, Status::Queued | Status::Running);
+                if let (Status::Scheduled, Some(start)) = (e.status, next.filter(claim)) {
                     out.run_start.insert(i, start);
                 }
             }
@@ -297,10 +303,13 @@ fn project<T: AppendTx>(
         }
         Kind::JobRun => {
             // The updates return the row's job, for its counts.
-            let job = match (e.status, batch.held_inserts.remove(&position)) {
-                (Status::Running, Some(first)) => tx.insert_started_job_run(&earlier[first], e)?,
-                (Status::Running, None) => tx.start_job_run(e)?,
-                _ => tx.end_job_run(e)?,
+            let claim = matches!(e.status, Status::Queued | Status::Running)
+                && before.current.job_run == Some(Status::Scheduled);
+            let job = match (claim, batch.held_inserts.remove(&position)) {
+                (true, Some(first)) => tx.insert_started_job_run(&earlier[first], e)?,
+                (true, None) => tx.start_job_run(e)?,
+                (false, _) if e.status == Status::Running => tx.run_started(e)?,
+                (false, _) => tx.end_job_run(e)?,
             };
             if let Some(old) = before.current.job_run.filter(|old| *old != e.status) {
                 counts.run(&job, old, -1, None);
@@ -408,6 +417,12 @@ impl CountChanges {
         }
         Ok(())
     }
+}
+
+/// When a claim's run started: at the claim of a log from before `queued` (`running`), not yet
+/// at a `queued` one.
+pub(crate) fn started_at(claim: &Event) -> Option<i64> {
+    (claim.status == Status::Running).then_some(claim.timestamp)
 }
 
 /// Serializes a projection's list or map column.

@@ -150,6 +150,13 @@ names!(Status {
     SlaMissed => "sla_missed",
 });
 
+impl Status {
+    /// A job run's status before it ends: scheduled, claimed (`queued`) or running.
+    pub fn run_unfinished(self) -> bool {
+        matches!(self, Status::Scheduled | Status::Queued | Status::Running)
+    }
+}
+
 /// Kind-specific extras, stored as a JSON object. Every field is optional so that old events stay
 /// readable as fields are added.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]

@@ -20,7 +20,7 @@ use super::process::{describe_status, humanize};
 use super::publish::{output_times, verify_outputs};
 use super::spawn::{spawn, JobProcess, Launch, Spawned};
 use super::watchdog::Guarded;
-use super::{Executor, RunOutcome, RunSpec};
+use super::{Began, Executor, RunOutcome, RunSpec};
 
 /// How long a cancelled run gets between SIGTERM and SIGKILL.
 const GRACE: Duration = Duration::from_secs(5);
@@ -28,9 +28,12 @@ const GRACE: Duration = Duration::from_secs(5);
 pub struct LocalExecutor;
 
 impl Executor for LocalExecutor {
-    fn run(&self, spec: &RunSpec, cancel: &AtomicBool, _started: &dyn Fn(&str)) -> RunOutcome {
+    fn run(&self, spec: &RunSpec, cancel: &AtomicBool, began: &dyn Fn(Began<'_>)) -> RunOutcome {
         Process::start(spec)
-            .and_then(|process| process.follow(spec, cancel))
+            .and_then(|process| {
+                began(Began::Running);
+                process.follow(spec, cancel)
+            })
             .unwrap_or_else(|e| RunOutcome::failed(e.to_string(), None))
     }
 }

@@ -31,6 +31,12 @@ impl Deferred {
         self.pending.extend(events);
     }
 
+    /// Holds a run's start (`running`) back to ride along with the next write.
+    pub(super) fn defer_start(&mut self, event: Event) {
+        self.deferred_at.get_or_insert_with(Instant::now);
+        self.pending.push(event);
+    }
+
     /// The deferred completions, and the nodes to publish once they are in.
     pub(super) fn take(&mut self) -> (Vec<Event>, Vec<usize>) {
         self.deferred_at = None;

@@ -419,6 +419,29 @@ mod tests {
         LocalExecutor.run(spec, &AtomicBool::new(false), &|_| {})
     }
 
+    /// A local run is `running` once its process is spawned, not when it cannot be.
+    #[test]
+    fn a_spawned_process_says_it_started_and_one_that_cannot_start_does_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let runs = |s: &RunSpec| {
+            let began = std::sync::Mutex::new(Vec::new());
+            let outcome = LocalExecutor.run(s, &AtomicBool::new(false), &|b| {
+                began.lock().unwrap().push(format!("{b:?}"));
+            });
+            (outcome, began.into_inner().unwrap())
+        };
+        let (outcome, began) = runs(&spec(dir.path(), "mkdir -p data/out && touch data/out/a"));
+        assert_eq!(
+            (outcome, began),
+            (RunOutcome::Succeeded, vec!["Running".to_string()])
+        );
+        let mut missing = spec(dir.path(), "true");
+        missing.command = vec!["/no/such/program".into()];
+        let (outcome, began) = runs(&missing);
+        assert!(matches!(outcome, RunOutcome::Failed { .. }), "{outcome:?}");
+        assert!(began.is_empty(), "{began:?}");
+    }
+
     #[test]
     fn runs_with_the_contract_environment() {
         let dir = tempfile::tempdir().unwrap();

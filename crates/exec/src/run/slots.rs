@@ -316,6 +316,57 @@ mod tests {
         });
     }
 
+    /// An executor that says its process started (or not), then ends as told.
+    struct Fake {
+        starts: bool,
+        outcome: RunOutcome,
+    }
+
+    impl Executor for Fake {
+        fn run(&self, _: &RunSpec, _: &AtomicBool, began: &dyn Fn(Began<'_>)) -> RunOutcome {
+            began(Began::Submitted("fake:1"));
+            if self.starts {
+                began(Began::Running);
+            }
+            self.outcome.clone()
+        }
+    }
+
+    /// A run is `running` only once its executor says its process started: not one cancelled
+    /// in the queue, nor one whose process could not start; its executor id is kept either way.
+    #[test]
+    fn a_run_is_running_only_once_its_executor_says_its_process_started() {
+        let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn databuild_log::EventStore> =
+            Arc::new(databuild_log::SqliteStore::open(&dir.path().join("events.db")).unwrap());
+        let lease = Lease::new(store, std::time::Duration::from_secs(30));
+        let runs = |executor: &Fake, launch: &Launch| {
+            let started = std::sync::atomic::AtomicUsize::new(0);
+            let ended = run(executor, launch, &lease, &|| {
+                started.fetch_add(1, Ordering::SeqCst);
+            });
+            (started.into_inner(), ended)
+        };
+        let starts = Fake {
+            starts: true,
+            outcome: RunOutcome::Succeeded,
+        };
+        let (started, ended) = runs(&starts, &launch(1));
+        assert_eq!((started, &ended.outcome), (1, &RunOutcome::Succeeded));
+        assert_eq!(ended.executor_id.as_deref(), Some("fake:1"));
+        let cannot = Fake {
+            starts: false,
+            outcome: RunOutcome::failed("cannot spawn".to_string(), None),
+        };
+        let (started, ended) = runs(&cannot, &launch(2));
+        assert_eq!(started, 0);
+        assert_eq!(ended.executor_id.as_deref(), Some("fake:1"));
+        let cancelled = launch(3);
+        cancelled.cancel.store(true, Ordering::SeqCst);
+        let (started, ended) = runs(&starts, &cancelled);
+        assert_eq!((started, ended.outcome), (0, RunOutcome::Cancelled));
+    }
+
     /// What a report says, its times aside.
     fn said(report: &Report) -> (&'static str, usize, Option<&Ended>) {
         match report {

@@ -1791,8 +1791,9 @@ on_every_backend!(a_lease_is_revoked_only_after_its_timeout_and_then_refuses_ren
 
 /// One run of [`a_batch_projects_as_its_events_one_at_a_time`]: its events in order, from its
 /// claim to its end (`outcome`: 0 built, 1 failed, 2 given up before starting, 3 given up
-/// after), its partition events naming the job or not.
-fn run_events(br: &str, run: &str, p: &str, outcome: u8, named: bool) -> Vec<Event> {
+/// after), its partition events naming the job or not; claimed `queued` then started (its end
+/// naming when), or claimed `running` as logs from before `queued` were.
+fn run_events(br: &str, run: &str, p: &str, outcome: u8, named: bool, queued: bool) -> Vec<Event> {
     let part = |status| {
         let mut e = Event::partition(Some(br), p, status).with_run(run);
         e.job = named.then(|| "job".to_string());
@@ -1802,20 +1803,40 @@ fn run_events(br: &str, run: &str, p: &str, outcome: u8, named: bool) -> Vec<Eve
         Event::job_run(br, run, "job", Status::Scheduled).with_data(|d| d.outputs = vec![p.into()]),
         part(Status::Scheduled),
     ];
+    let claim = if queued {
+        Status::Queued
+    } else {
+        Status::Running
+    };
+    let claimed = Event::job_run(br, run, "job", claim).with_data(|d| {
+        d.pid = Some(7);
+        d.host = Some("h".into());
+        d.log_path = Some(format!("logs/{run}"));
+        d.input_versions = [("raw/1".to_string(), "x".to_string())].into();
+    });
     if outcome == 2 {
-        events.push(Event::job_run(br, run, "job", Status::Cancelled));
-        events.push(Event::partition(Some(br), p, Status::Cancelled).with_message("not built"));
+        if queued {
+            events.push(claimed);
+            events.push(part(Status::Building));
+            events.push(
+                Event::job_run(br, run, "job", Status::Cancelled)
+                    .with_data(|d| d.not_started = true),
+            );
+            events.push(part(Status::Cancelled).with_message("not built"));
+        } else {
+            events.push(Event::job_run(br, run, "job", Status::Cancelled));
+            events.push(Event::partition(Some(br), p, Status::Cancelled).with_message("not built"));
+        }
         return events;
     }
-    events.push(
-        Event::job_run(br, run, "job", Status::Running).with_data(|d| {
-            d.pid = Some(7);
-            d.host = Some("h".into());
-            d.log_path = Some(format!("logs/{run}"));
-            d.input_versions = [("raw/1".to_string(), "x".to_string())].into();
-        }),
-    );
+    events.push(claimed);
     events.push(part(Status::Building));
+    let mut started_at = None;
+    if queued {
+        let start = Event::job_run(br, run, "job", Status::Running);
+        started_at = Some(start.timestamp);
+        events.push(start);
+    }
     let (run_end, partition_end) = match outcome {
         0 => (Status::Completed, Status::Available),
         1 => (Status::Failed, Status::Failed),
@@ -1824,7 +1845,10 @@ fn run_events(br: &str, run: &str, p: &str, outcome: u8, named: bool) -> Vec<Eve
     events.push(
         Event::job_run(br, run, "job", run_end)
             .with_message(format!("{run} ended"))
-            .with_data(|d| d.exit_code = Some(outcome as i32)),
+            .with_data(|d| {
+                d.exit_code = Some(outcome as i32);
+                d.started_at = started_at;
+            }),
     );
     events.push(
         part(partition_end)
@@ -1856,7 +1880,7 @@ fn projections(store: &dyn EventStore) -> Vec<SqlResult> {
 /// time. Two builds of the same partitions, runs interleaved, cut into batches at random.
 fn a_batch_projects_as_its_events_one_at_a_time(
     backend: Backend,
-    runs: Vec<(u8, bool)>,
+    runs: Vec<(u8, bool, bool)>,
     picks: Vec<usize>,
     cuts: Vec<bool>,
 ) -> std::result::Result<(), TestCaseError> {
@@ -1873,8 +1897,16 @@ fn a_batch_projects_as_its_events_one_at_a_time(
         let mut left: Vec<std::collections::VecDeque<Event>> = runs
             .iter()
             .enumerate()
-            .map(|(i, (outcome, named))| {
-                run_events(br, &format!("{br}-r{i}"), &refs[i], *outcome, *named).into()
+            .map(|(i, (outcome, named, queued))| {
+                run_events(
+                    br,
+                    &format!("{br}-r{i}"),
+                    &refs[i],
+                    *outcome,
+                    *named,
+                    *queued,
+                )
+                .into()
             })
             .collect();
         let mut pick = picks.iter();
@@ -1913,7 +1945,7 @@ mod a_batch_projects_as_its_events_one_at_a_time {
 
         #[test]
         fn sqlite(
-            runs in proptest::collection::vec((0u8..4, any::<bool>()), 1..4),
+            runs in proptest::collection::vec((0u8..4, any::<bool>(), any::<bool>()), 1..4),
             picks in proptest::collection::vec(0usize..4, 0..48),
             cuts in proptest::collection::vec(any::<bool>(), 80),
         ) {
@@ -1923,7 +1955,7 @@ mod a_batch_projects_as_its_events_one_at_a_time {
         #[test]
         #[ignore = "needs PostgreSQL (DATABUILD_TEST_POSTGRES); ./test.sh runs it"]
         fn postgres(
-            runs in proptest::collection::vec((0u8..4, any::<bool>()), 1..4),
+            runs in proptest::collection::vec((0u8..4, any::<bool>(), any::<bool>()), 1..4),
             picks in proptest::collection::vec(0usize..4, 0..48),
             cuts in proptest::collection::vec(any::<bool>(), 80),
         ) {

@@ -136,9 +136,12 @@ struct Rewritten {
     /// A later write to the same `request_partitions` row names a run: it sets the status and
     /// the time again, and the run (`coalesce(excluded.job_run_id, job_run_id)`).
     request_partition: FxHashSet<usize>,
-    /// A run's first event, when the run's next event in the batch is its `running`: the
-    /// position of that start.
+    /// A run's first event, when the run's next event in the batch is its claim: the
+    /// position of that claim.
     run_start: FxHashMap<usize, usize>,
+    /// A queued run's `running`, when the run's next event in the batch ends it with the same
+    /// `started_at` (a short job's start rides with its completion): that end sets it again.
+    start_ended: FxHashSet<usize>,
 }
 
 /// Finds a batch's rewritten writes, in one pass from its end. Only events that name a run are
@@ -147,6 +150,7 @@ fn rewritten(events: &[Event]) -> Rewritten {
     let mut out = Rewritten {
         request_partition: FxHashSet::default(),
         run_start: FxHashMap::default(),
+        start_ended: FxHashSet::default(),
     };
     let mut named_later: FxHashSet<(&str, &str)> = FxHashSet::default();
     let mut next_of_run: FxHashMap<&str, usize> = FxHashMap::default();
@@ -171,6 +175,17 @@ fn rewritten(events: &[Event]) -> Rewritten {
                     |n: &usize| matches!(events[*n].status, Status::Queued | Status::Running);
                 if let (Status::Scheduled, Some(start)) = (e.status, next.filter(claim)) {
                     out.run_start.insert(i, start);
+                }
+                let ends_started = |n: &usize| {
+                    let end = &events[*n];
+                    matches!(
+                        end.status,
+                        Status::Completed | Status::Failed | Status::Cancelled
+                    ) && !end.data.not_started
+                        && end.data.started_at == Some(e.timestamp)
+                };
+                if e.status == Status::Running && next.is_some_and(|n| ends_started(&n)) {
+                    out.start_ended.insert(i);
                 }
             }
             _ => {}
@@ -308,6 +323,10 @@ fn project<T: AppendTx>(
             let job = match (claim, batch.held_inserts.remove(&position)) {
                 (true, Some(first)) => tx.insert_started_job_run(&earlier[first], e)?,
                 (true, None) => tx.start_job_run(e)?,
+                // (`job` is required of a run's events.)
+                (false, _) if batch.rewritten.start_ended.contains(&position) => {
+                    e.job.clone().unwrap_or_default()
+                }
                 (false, _) if e.status == Status::Running => tx.run_started(e)?,
                 (false, _) => tx.end_job_run(e)?,
             };

@@ -102,6 +102,7 @@ fn claimed_runs_are_queued_until_their_process_starts_on_every_surface() {
     let id = v["build_request_id"].as_str().unwrap().to_string();
     let start = Instant::now();
     let (mut most_queued, mut cli_polls, mut queued_run) = (0, 0, None);
+    let mut most_not_started = 0;
     loop {
         assert!(
             start.elapsed() < Duration::from_secs(90),
@@ -123,6 +124,15 @@ fn claimed_runs_are_queued_until_their_process_starts_on_every_surface() {
             // The progress, read just after the detail: its queued are those not started yet.
             assert!(progress["running"].as_u64().unwrap() <= 2, "{progress}");
             most_queued = most_queued.max(progress["queued"].as_u64().unwrap());
+        }
+        // The executing build's summary: its queued runs have not started yet, none failed (all
+        // ten are claimed at once, so only queued ones are not started).
+        let (_, summary) = s.get(&format!("/api/v1/builds/{id}/summary"));
+        if summary["status"] == "executing" {
+            assert_eq!(summary["counts"]["failed"], 0, "{summary}");
+            assert_eq!(summary["counts"]["cancelled"], 0, "{summary}");
+            most_not_started =
+                most_not_started.max(summary["counts"]["not_started"].as_u64().unwrap());
         }
         if queued > 0 {
             queued_run = by_status(&detail)["queued"][0]["job_run_id"]
@@ -153,6 +163,10 @@ fn claimed_runs_are_queued_until_their_process_starts_on_every_surface() {
     assert!(
         cli_polls > 0,
         "the CLI never saw the build with runs queued"
+    );
+    assert!(
+        most_not_started >= 4,
+        "queued runs are not started yet: {most_not_started}"
     );
     let (_, summary) = s.get(&format!("/api/v1/builds/{id}/summary"));
     assert_eq!(summary["counts"]["built"], RUNS as u64, "{summary}");

@@ -1,6 +1,7 @@
 //! Deferred completions: a run's successful end is not written at once but rides along with the
 //! next write (usually the next claim: one transaction instead of two), or goes in within
-//! [`MAX_DEFER`]. Its outputs are moved into place only once the log holds it.
+//! [`MAX_DEFER`]. Its outputs are moved into place only once the log holds it. A run's start
+//! (`running`, once its process started) waits the same way.
 
 use std::time::{Duration, Instant};
 

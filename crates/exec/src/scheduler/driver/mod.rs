@@ -3,8 +3,8 @@
 //! reports. It turns what happens into [`Input`]s and carries out the [`Effect`]s that come back;
 //! it decides nothing itself.
 //!
-//! Only this loop writes events for its build. Completions are deferred to ride along with the
-//! next claim (one log write instead of two), or go in within `MAX_DEFER`. Blocking calls that
+//! Only this loop writes events for its build. Completions, and runs' starts, are deferred to ride
+//! along with the next claim (one log write instead of two), or go in within `MAX_DEFER`. Blocking calls that
 //! may go over the network (planning, which asks configs and upstream services, and the versions
 //! of upstream inputs and query inputs) run on threads of their own and come back as inputs.
 //!

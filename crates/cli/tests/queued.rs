@@ -270,3 +270,55 @@ fn runs_cancelled_while_queued_are_cancelled_not_started_and_the_summary_agrees(
     );
     p.run(&["check-log"]).expect_code(0);
 }
+
+#[test]
+fn a_build_cancelled_through_the_log_cancels_its_queued_runs_before_they_start() {
+    let (p, refs) = project();
+    let s = Service::start(&p, &[("SLEEP", "2")]);
+    let (status, v) = s.post(
+        "/api/v1/builds",
+        &json!({ "partitions": refs, "parallel": 2 }),
+    );
+    assert_eq!(status, 202, "{v}");
+    let id = v["build_request_id"].as_str().unwrap().to_string();
+    eventually(Duration::from_secs(20), "runs running and queued", || {
+        let (_, detail) = s.get(&format!("/api/v1/builds/{id}"));
+        if !detail["job_runs"].is_array() {
+            return None; // not planned yet
+        }
+        let runs = by_status(&detail);
+        (runs.get("running").map_or(0, Vec::len) == 2 && runs.contains_key("queued")).then_some(())
+    });
+    // `cancel` ends the request in the log; the build then stops its runs (a start it had not
+    // written yet still goes in under the cancelled request: `state.rs` tests that rule).
+    p.run(&["cancel", &id]).expect_code(0);
+    let end = s.wait_for_build(&id);
+    assert_eq!(end["status"], "cancelled", "{end}");
+    // The request ends at once; its runs as the build stops them.
+    let detail = eventually(Duration::from_secs(20), "the build's runs ended", || {
+        let (_, detail) = s.get(&format!("/api/v1/builds/{id}"));
+        let runs = by_status(&detail);
+        (!runs.contains_key("queued") && !runs.contains_key("running")).then_some(detail)
+    });
+    let runs = by_status(&detail);
+    assert!(!runs.contains_key("failed"), "{detail}");
+    assert!(
+        !runs.contains_key("queued") && !runs.contains_key("running"),
+        "{detail}"
+    );
+    let never_started = runs["cancelled"]
+        .iter()
+        .filter(|r| r["started_at"].is_null())
+        .count();
+    assert!(never_started > 0, "{detail}");
+    let (_, summary) = s.get(&format!("/api/v1/builds/{id}/summary"));
+    let local = p.run(&["--json", "builds", &id]).json();
+    assert_eq!(local["summary"]["counts"], summary["counts"], "{summary}");
+    assert_eq!(summary["counts"]["failures"], 0, "{summary}");
+    assert_eq!(
+        summary["counts"]["not_started"].as_u64(),
+        Some(never_started as u64),
+        "{summary}"
+    );
+    p.run(&["check-log"]).expect_code(0);
+}

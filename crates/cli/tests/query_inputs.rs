@@ -111,7 +111,7 @@ fn a_run_reads_its_present_query_inputs_and_the_log_records_their_versions() {
     );
     assert_eq!(runs["rows"][0][0], 1, "only the build of lk/a: {runs}");
 
-    // The scheduled event names every query input; the running one the version of the present one.
+    // The scheduled event names every query input; its claim (`queued`) the version of the present one.
     let sum_run = current_run(&p, "sum/1");
     let events = json(
         &p,
@@ -133,7 +133,7 @@ fn a_run_reads_its_present_query_inputs_and_the_log_records_their_versions() {
         data("scheduled")["query_inputs"],
         serde_json::json!(["lk/a", "lk/b"])
     );
-    let running = data("running");
+    let running = data("queued");
     assert_eq!(
         running["input_versions"]["lk/a"],
         lk_a.as_str(),
@@ -289,7 +289,7 @@ command = ["sh", "-c", "mkdir -p $DATABUILD_OUTPUT_DIR/sum && printf '%s\\n%s\\n
         &down,
         &[
             "sql",
-            &format!("SELECT data FROM events WHERE job_run_id = '{sum_run}' AND kind = 'job_run' AND status = 'running'"),
+            &format!("SELECT data FROM events WHERE job_run_id = '{sum_run}' AND kind = 'job_run' AND status = 'queued'"),
         ],
     );
     let running: serde_json::Value =

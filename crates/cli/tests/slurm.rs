@@ -240,4 +240,20 @@ fn a_job_stuck_pending_fails_with_slurms_reason() {
         message.contains("was still pending after 2 s (Reason=BeginTime)"),
         "{message}"
     );
+    // Its Slurm job never left `PENDING`: the run went from `queued` to `failed`, never running.
+    assert!(run["started_at"].is_null(), "{run}");
+    let id = run["job_run_id"].as_str().unwrap();
+    let statuses = p.run(&[
+        "--json",
+        "sql",
+        &format!(
+            "SELECT status FROM events WHERE job_run_id = '{id}' AND kind = 'job_run' ORDER BY idx"
+        ),
+    ]);
+    assert_eq!(
+        statuses.json()["rows"],
+        serde_json::json!([["scheduled"], ["queued"], ["failed"]]),
+        "{}",
+        statuses.stdout
+    );
 }

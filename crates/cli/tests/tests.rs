@@ -26,6 +26,7 @@ mod log_cmds;
 mod plan_cache;
 mod postgres;
 mod query_inputs;
+mod queued;
 mod reliability;
 mod schemathesis;
 mod security;

@@ -1536,11 +1536,14 @@ impl From<databuild_core::estimate::Estimate> for PlanCost {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct BuildProgress {
     /// Runs planned (those the build added while running included), and of them: ended well
-    /// (`completed`, or `skipped`: found live, or made by another build), `running` (claimed:
-    /// started, or about to), and `failed` / `cancelled` runs (a retried run counts once per
-    /// attempt that failed).
+    /// (`completed`, or `skipped`: found live, or made by another build), `queued` (claimed,
+    /// their process not started yet), `running` (their process started), and `failed` /
+    /// `cancelled` runs (a retried run counts once per attempt that failed).
     pub planned: u64,
     pub done: u64,
+    /// (Absent from a service from before `queued`.)
+    #[serde(default)]
+    pub queued: u64,
     pub running: u64,
     pub failed: u64,
     pub cancelled: u64,
@@ -1596,6 +1599,8 @@ pub struct JobProgress {
     pub job: String,
     pub planned: u64,
     pub done: u64,
+    #[serde(default)]
+    pub queued: u64,
     pub running: u64,
     pub failed: u64,
     pub cancelled: u64,

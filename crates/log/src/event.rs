@@ -78,6 +78,8 @@ pub enum Status {
     /// Its data was deleted by `databuild gc` (no job of the graph builds it any more).
     Removed,
     // job_run
+    /// Claimed for this build and host, its inputs fixed; its process has not started yet.
+    Queued,
     Running,
     Skipped,
     // source partitions (no build request): closed to new data / its raw data deleted
@@ -140,6 +142,7 @@ names!(Status {
     Delegated => "delegated",
     Tainted => "tainted",
     Removed => "removed",
+    Queued => "queued",
     Running => "running",
     Skipped => "skipped",
     Sealed => "sealed",
@@ -149,6 +152,13 @@ names!(Status {
     Satisfied => "satisfied",
     SlaMissed => "sla_missed",
 });
+
+impl Status {
+    /// A job run's status before it ends: scheduled, claimed (`queued`) or running.
+    pub fn run_unfinished(self) -> bool {
+        matches!(self, Status::Scheduled | Status::Queued | Status::Running)
+    }
+}
 
 /// Kind-specific extras, stored as a JSON object. Every field is optional so that old events stay
 /// readable as fields are added.

@@ -3,7 +3,8 @@
 //! Four entities carry state:
 //! - a build request (by id): `received → planning → analysis_completed → executing → completed | failed | cancelled`,
 //!   or `planning → refused` (its plan is more than it allows: nothing of it ran);
-//! - a job run (by id): `scheduled → running → completed | failed | cancelled`, or `skipped` outright;
+//! - a job run (by id): `scheduled → queued → running → completed | failed | cancelled`, or
+//!   `skipped` outright (`scheduled → running`: a log written before runs were `queued`);
 //! - a partition within one build request (by request and ref): what that request did about it;
 //! - a partition globally (by ref): who is building it now and whether it is available, failed or
 //!   tainted. Only events that carry the job run building the partition (or a taint) move it, and a
@@ -73,10 +74,16 @@ pub const BUILD_REQUEST: Transitions = &[
 
 /// `scheduled → skipped`: another build made the run's outputs while this one waited to start it.
 /// `cancelled` first: a planned run given up before its first claim (another build claimed its
-/// outputs first), recorded with its outputs.
+/// outputs first), recorded with its outputs. `queued`: claimed (the claim fixes what it reads),
+/// its process not started; `running` once it starts, or `failed` / `cancelled` before (a cancel,
+/// a closed build). `scheduled → running` is the claim of logs written before `queued`.
 pub const JOB_RUN: Transitions = &[
     (None, &[Scheduled, Skipped, Cancelled]),
-    (Some(Scheduled), &[Running, Failed, Cancelled, Skipped]),
+    (
+        Some(Scheduled),
+        &[Queued, Running, Failed, Cancelled, Skipped],
+    ),
+    (Some(Queued), &[Running, Failed, Cancelled]),
     (Some(Running), &[Completed, Failed, Cancelled]),
 ];
 
@@ -160,12 +167,18 @@ fn require<'a>(field: &'a Option<String>, name: &str, e: &Event) -> Result<&'a s
         .ok_or_else(|| Refusal::invalid(format!("a {} event needs `{name}`", e.kind)))
 }
 
-/// A claim: a run scheduled or started, or a partition taken to build.
+/// A claim: a run scheduled or claimed (`queued`; `running` in logs from before `queued`), or a
+/// partition taken to build. A queued run's start is not one: its claim was checked.
 pub fn is_claim(e: &Event) -> bool {
     matches!(
         (e.kind, e.status),
-        (Kind::JobRun, Scheduled | Running) | (Kind::Partition, Building)
+        (Kind::JobRun, Scheduled | Queued | Running) | (Kind::Partition, Building)
     )
+}
+
+/// A claim, knowing the run's state before it: the `running` of a `queued` run is its start.
+fn claims(e: &Event, current: &Current) -> bool {
+    is_claim(e) && !(e.status == Running && current.job_run == Some(Queued))
 }
 
 /// Checks one event against the states it would move. A claim under a build request that has
@@ -173,7 +186,7 @@ pub fn is_claim(e: &Event) -> bool {
 /// driver, if it still runs, must claim nothing more for it — the fence of a shared log.
 pub fn check(e: &Event, current: &Current) -> Result<(), Refusal> {
     if let (Some(br), Some(status)) = (e.build_request_id.as_deref(), current.build_request) {
-        if is_claim(e) && is_terminal(Kind::BuildRequest, status) {
+        if claims(e, current) && is_terminal(Kind::BuildRequest, status) {
             return Err(Refusal::invalid(format!(
                 "build request {br} has ended (`{status}`): nothing more is claimed for it"
             )));
@@ -398,6 +411,54 @@ mod tests {
             ..ended
         };
         assert!(check(&end, &running).is_ok());
+    }
+
+    /// A run is claimed `queued` (refused under an ended build, as any claim); its start, once
+    /// its process runs, is no claim: it goes in under a build cancelled meanwhile.
+    #[test]
+    fn a_queued_run_starts_even_under_an_ended_build() {
+        let ended = Current {
+            build_request: Some(Cancelled),
+            job_run: Some(Scheduled),
+            ..Default::default()
+        };
+        let queued = Event::job_run("b", "r", "j", Queued);
+        assert!(check(&queued, &ended).unwrap_err().0.contains("has ended"));
+        let start = Event::job_run("b", "r", "j", Running);
+        let was_queued = Current {
+            job_run: Some(Queued),
+            ..ended.clone()
+        };
+        assert!(check(&start, &was_queued).is_ok());
+        // Cancelled before it started, or failed (its build closed): both end it.
+        for end in [Cancelled, Failed] {
+            assert!(check(&Event::job_run("b", "r", "j", end), &was_queued).is_ok());
+        }
+        let done = Event::job_run("b", "r", "j", Completed);
+        assert!(
+            check(&done, &was_queued).is_err(),
+            "a run completes once it ran"
+        );
+        assert!(!is_terminal(Kind::JobRun, Queued));
+    }
+
+    proptest::proptest! {
+        /// A run's `running` goes in exactly when its machine allows it and it is no claim
+        /// under an ended build: the start of a queued run always, a claim of an older log only
+        /// while its build lives.
+        #[test]
+        fn a_start_goes_in_when_its_machine_and_its_build_allow(
+            run in proptest::option::of(proptest::sample::select(Status::ALL.to_vec())),
+            build in proptest::option::of(proptest::sample::select(
+                BUILD_REQUEST.iter().filter_map(|(from, _)| *from).chain([Completed, Failed, Cancelled]).collect::<Vec<_>>()
+            )),
+        ) {
+            let current = Current { build_request: build, job_run: run, ..Default::default() };
+            let ended = build.is_some_and(|b| is_terminal(Kind::BuildRequest, b));
+            let expected = allowed(JOB_RUN, run, Running) && (run == Some(Queued) || !ended);
+            let start = Event::job_run("b", "r", "j", Running);
+            proptest::prop_assert_eq!(check(&start, &current).is_ok(), expected);
+        }
     }
 
     /// An input the request had, whose data is gone, is made again or waited for again; what

@@ -262,6 +262,81 @@ fn a_run_claimed_in_one_batch_has_the_row_of_one_claimed_in_two(backend: Backend
 }
 on_every_backend!(a_run_claimed_in_one_batch_has_the_row_of_one_claimed_in_two);
 
+/// A run claimed `queued` has what its claim fixed and no `started_at`; its `running` (alone, or
+/// in its claim's batch) sets `started_at` to when it started and keeps the rest; one cancelled
+/// while queued never started. Unfinished runs include the queued.
+fn a_queued_run_starts_with_its_running(backend: Backend) {
+    let (_dir, store) = store_on(backend);
+    let scheduled = |run: &str| {
+        Event::job_run("b", run, "job", Status::Scheduled)
+            .with_data(|d| d.outputs = vec![format!("p/{run}")])
+    };
+    let queued = |run: &str| {
+        Event::job_run("b", run, "job", Status::Queued).with_data(|d| {
+            d.pid = Some(42);
+            d.owner = Some("h/42/1".into());
+            d.log_path = Some(format!("/logs/{run}"));
+            d.input_versions = [("raw/1".to_string(), "v9".to_string())].into();
+        })
+    };
+    let running = |run: &str, at: i64| {
+        let mut e = Event::job_run("b", run, "job", Status::Running);
+        e.timestamp = at;
+        e
+    };
+    store
+        .append(vec![Event::build_request("b", Status::Received)])
+        .unwrap();
+    store.append(vec![scheduled("one"), queued("one")]).unwrap();
+    store
+        .append(vec![scheduled("two"), queued("two"), running("two", 77)])
+        .unwrap();
+    store
+        .append(vec![scheduled("three"), queued("three")])
+        .unwrap();
+    let one = store.job_run("one").unwrap().unwrap();
+    assert_eq!(
+        (one.status, one.started_at),
+        (Status::Queued, None),
+        "{}",
+        store.location()
+    );
+    assert_eq!(one.log_path.as_deref(), Some("/logs/one"));
+    let unfinished = store
+        .job_runs(&RunQuery {
+            unfinished: true,
+            limit: 10,
+            ..Default::default()
+        })
+        .unwrap();
+    assert_eq!(unfinished.len(), 3, "{}", store.location());
+    store.append(vec![running("one", 55)]).unwrap();
+    for (run, at) in [("one", 55), ("two", 77)] {
+        let row = store.job_run(run).unwrap().unwrap();
+        assert_eq!(
+            (row.status, row.started_at),
+            (Status::Running, Some(at)),
+            "{run} {}",
+            store.location()
+        );
+        assert_eq!(row.pid, Some(42));
+        assert_eq!(row.log_path, Some(format!("/logs/{run}")));
+        assert_eq!(
+            row.input_versions.get("raw/1").map(String::as_str),
+            Some("v9")
+        );
+    }
+    store
+        .append(vec![Event::job_run("b", "three", "job", Status::Cancelled)
+            .with_data(|d| d.not_started = true)])
+        .unwrap();
+    let three = store.job_run("three").unwrap().unwrap();
+    assert_eq!((three.status, three.started_at), (Status::Cancelled, None));
+    let problems = databuild_log::check_store(store.as_ref()).unwrap().problems;
+    assert!(problems.is_empty(), "{problems:?}");
+}
+on_every_backend!(a_queued_run_starts_with_its_running);
+
 /// A brief listing of a build's runs has all but what each run read and ran with.
 fn a_brief_run_listing_leaves_out_what_runs_read_and_ran_with(backend: Backend) {
     let (_dir, store) = store_on(backend);
@@ -1780,8 +1855,9 @@ on_every_backend!(a_lease_is_revoked_only_after_its_timeout_and_then_refuses_ren
 
 /// One run of [`a_batch_projects_as_its_events_one_at_a_time`]: its events in order, from its
 /// claim to its end (`outcome`: 0 built, 1 failed, 2 given up before starting, 3 given up
-/// after), its partition events naming the job or not.
-fn run_events(br: &str, run: &str, p: &str, outcome: u8, named: bool) -> Vec<Event> {
+/// after), its partition events naming the job or not; claimed `queued` then started (its end
+/// naming when), or claimed `running` as logs from before `queued` were.
+fn run_events(br: &str, run: &str, p: &str, outcome: u8, named: bool, queued: bool) -> Vec<Event> {
     let part = |status| {
         let mut e = Event::partition(Some(br), p, status).with_run(run);
         e.job = named.then(|| "job".to_string());
@@ -1791,20 +1867,40 @@ fn run_events(br: &str, run: &str, p: &str, outcome: u8, named: bool) -> Vec<Eve
         Event::job_run(br, run, "job", Status::Scheduled).with_data(|d| d.outputs = vec![p.into()]),
         part(Status::Scheduled),
     ];
+    let claim = if queued {
+        Status::Queued
+    } else {
+        Status::Running
+    };
+    let claimed = Event::job_run(br, run, "job", claim).with_data(|d| {
+        d.pid = Some(7);
+        d.host = Some("h".into());
+        d.log_path = Some(format!("logs/{run}"));
+        d.input_versions = [("raw/1".to_string(), "x".to_string())].into();
+    });
     if outcome == 2 {
-        events.push(Event::job_run(br, run, "job", Status::Cancelled));
-        events.push(Event::partition(Some(br), p, Status::Cancelled).with_message("not built"));
+        if queued {
+            events.push(claimed);
+            events.push(part(Status::Building));
+            events.push(
+                Event::job_run(br, run, "job", Status::Cancelled)
+                    .with_data(|d| d.not_started = true),
+            );
+            events.push(part(Status::Cancelled).with_message("not built"));
+        } else {
+            events.push(Event::job_run(br, run, "job", Status::Cancelled));
+            events.push(Event::partition(Some(br), p, Status::Cancelled).with_message("not built"));
+        }
         return events;
     }
-    events.push(
-        Event::job_run(br, run, "job", Status::Running).with_data(|d| {
-            d.pid = Some(7);
-            d.host = Some("h".into());
-            d.log_path = Some(format!("logs/{run}"));
-            d.input_versions = [("raw/1".to_string(), "x".to_string())].into();
-        }),
-    );
+    events.push(claimed);
     events.push(part(Status::Building));
+    let mut started_at = None;
+    if queued {
+        let start = Event::job_run(br, run, "job", Status::Running);
+        started_at = Some(start.timestamp);
+        events.push(start);
+    }
     let (run_end, partition_end) = match outcome {
         0 => (Status::Completed, Status::Available),
         1 => (Status::Failed, Status::Failed),
@@ -1813,7 +1909,10 @@ fn run_events(br: &str, run: &str, p: &str, outcome: u8, named: bool) -> Vec<Eve
     events.push(
         Event::job_run(br, run, "job", run_end)
             .with_message(format!("{run} ended"))
-            .with_data(|d| d.exit_code = Some(outcome as i32)),
+            .with_data(|d| {
+                d.exit_code = Some(outcome as i32);
+                d.started_at = started_at;
+            }),
     );
     events.push(
         part(partition_end)
@@ -1845,7 +1944,7 @@ fn projections(store: &dyn EventStore) -> Vec<SqlResult> {
 /// time. Two builds of the same partitions, runs interleaved, cut into batches at random.
 fn a_batch_projects_as_its_events_one_at_a_time(
     backend: Backend,
-    runs: Vec<(u8, bool)>,
+    runs: Vec<(u8, bool, bool)>,
     picks: Vec<usize>,
     cuts: Vec<bool>,
 ) -> std::result::Result<(), TestCaseError> {
@@ -1862,8 +1961,16 @@ fn a_batch_projects_as_its_events_one_at_a_time(
         let mut left: Vec<std::collections::VecDeque<Event>> = runs
             .iter()
             .enumerate()
-            .map(|(i, (outcome, named))| {
-                run_events(br, &format!("{br}-r{i}"), &refs[i], *outcome, *named).into()
+            .map(|(i, (outcome, named, queued))| {
+                run_events(
+                    br,
+                    &format!("{br}-r{i}"),
+                    &refs[i],
+                    *outcome,
+                    *named,
+                    *queued,
+                )
+                .into()
             })
             .collect();
         let mut pick = picks.iter();
@@ -1902,7 +2009,7 @@ mod a_batch_projects_as_its_events_one_at_a_time {
 
         #[test]
         fn sqlite(
-            runs in proptest::collection::vec((0u8..4, any::<bool>()), 1..4),
+            runs in proptest::collection::vec((0u8..4, any::<bool>(), any::<bool>()), 1..4),
             picks in proptest::collection::vec(0usize..4, 0..48),
             cuts in proptest::collection::vec(any::<bool>(), 80),
         ) {
@@ -1912,7 +2019,7 @@ mod a_batch_projects_as_its_events_one_at_a_time {
         #[test]
         #[ignore = "needs PostgreSQL (DATABUILD_TEST_POSTGRES); ./test.sh runs it"]
         fn postgres(
-            runs in proptest::collection::vec((0u8..4, any::<bool>()), 1..4),
+            runs in proptest::collection::vec((0u8..4, any::<bool>(), any::<bool>()), 1..4),
             picks in proptest::collection::vec(0usize..4, 0..48),
             cuts in proptest::collection::vec(any::<bool>(), 80),
         ) {

@@ -492,7 +492,7 @@ pub fn run_log_chunk(engine: &Engine, id: &str, offset: u64) -> ApiResult<LogChu
         Some(b) => engine.store.build_request(b)?.and_then(|b| b.owner),
         None => None,
     };
-    let running = matches!(run.status, Status::Scheduled | Status::Running)
+    let running = run.status.run_unfinished()
         && databuild_exec::run::owner::owner_alive(driver.as_deref()) != Some(false);
     let empty = |size: u64| LogChunk {
         job_run_id: id.clone(),

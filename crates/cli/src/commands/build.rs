@@ -378,7 +378,9 @@ fn polled<'s>(
 /// A progress bar on a terminal; otherwise one line per finished run, on stderr.
 pub(super) struct Reporter<'a> {
     bar: Option<ProgressBar>,
-    running: usize,
+    /// The runs whose process started and has not ended, by first output: one that ends before
+    /// its process started (cancelled while queued) was never running.
+    running: std::collections::HashSet<String>,
     failed: usize,
     /// The build's ETA, from its jobs' durations and graph (not the bar's straight line).
     progress_of: Option<ProgressOf<'a>>,
@@ -406,7 +408,7 @@ impl<'a> Reporter<'a> {
         });
         Reporter {
             bar,
-            running: 0,
+            running: Default::default(),
             failed: 0,
             progress_of: None,
             build_id: None,
@@ -437,9 +439,11 @@ impl<'a> Reporter<'a> {
         }
     }
 
-    /// A run ended: one fewer running, one more done on the bar.
-    fn run_ended(&mut self) {
-        self.running = self.running.saturating_sub(1);
+    /// A run ended: one fewer running (if it ran), one more done on the bar.
+    fn run_ended(&mut self, outputs: &[PartitionRef]) {
+        if let Some(first) = outputs.first() {
+            self.running.remove(first.as_str());
+        }
         if let Some(bar) = &self.bar {
             bar.inc(1);
         }
@@ -450,7 +454,8 @@ impl<'a> Reporter<'a> {
             let eta = self.eta().unwrap_or_default();
             bar.set_message(format!(
                 "{} running, {} failed{eta}",
-                self.running, self.failed
+                self.running.len(),
+                self.failed
             ));
         }
     }
@@ -480,7 +485,10 @@ impl Observer for Reporter<'_> {
                     count(runs, "job run")
                 ));
             }
-            Progress::Started { .. } => self.running += 1,
+            Progress::Started { outputs, .. } => {
+                self.running
+                    .extend(outputs.first().map(|o| o.as_str().to_string()));
+            }
             Progress::Finished {
                 job,
                 run_id,
@@ -488,7 +496,7 @@ impl Observer for Reporter<'_> {
                 outcome,
                 took,
             } => {
-                self.run_ended();
+                self.run_ended(outputs);
                 let outputs = short_list(outputs, 2);
                 match outcome {
                     RunOutcome::Succeeded => {
@@ -519,7 +527,7 @@ impl Observer for Reporter<'_> {
                 attempt,
                 attempts,
             } => {
-                self.run_ended();
+                self.run_ended(outputs);
                 self.line(format!(
                     "retrying  {job}  {}: {message} (attempt {attempt} of {attempts})",
                     short_list(outputs, 2)
@@ -530,7 +538,7 @@ impl Observer for Reporter<'_> {
                 outputs,
                 missing,
             } => {
-                self.run_ended();
+                self.run_ended(outputs);
                 let missing = if missing.is_empty() {
                     String::new()
                 } else {
@@ -560,5 +568,34 @@ impl Observer for Reporter<'_> {
             Progress::Note(text) => self.line(text),
         }
         self.refresh();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A run cancelled while queued ends without having run: the count of running runs keeps
+    /// the one that did start.
+    #[test]
+    fn a_run_that_ends_before_its_process_started_was_never_running() {
+        let mut reporter = Reporter::new(false, |_| None);
+        let started = [PartitionRef::new("a/1").unwrap()];
+        let queued = [PartitionRef::new("a/2").unwrap()];
+        let finished = |outputs| Progress::Finished {
+            job: "a",
+            run_id: "r",
+            outputs,
+            outcome: &RunOutcome::Cancelled,
+            took: Duration::ZERO,
+        };
+        reporter.on(Progress::Started {
+            job: "a",
+            outputs: &started,
+        });
+        reporter.on(finished(&queued));
+        assert_eq!(reporter.running.len(), 1);
+        reporter.on(finished(&started));
+        assert!(reporter.running.is_empty());
     }
 }

@@ -240,9 +240,10 @@ fn build_partitions(
 /// A build's progress: a line in all, with its ETA, and a row per job.
 fn progress_text(p: &databuild_exec::answers::BuildProgress) -> String {
     let mut text = format!(
-        "progress: {} of {} runs done, {} running, {} failed, {} cancelled, {} not claimed{}{}\n",
+        "progress: {} of {} runs done, {} queued, {} running, {} failed, {} cancelled, {} not claimed{}{}\n",
         p.done,
         p.planned,
+        p.queued,
         p.running,
         p.failed,
         p.cancelled,
@@ -272,6 +273,7 @@ fn progress_text(p: &databuild_exec::answers::BuildProgress) -> String {
             vec![
                 j.job.clone(),
                 format!("{}/{}", j.done, j.planned),
+                j.queued.to_string(),
                 j.running.to_string(),
                 j.failed.to_string(),
                 j.left.to_string(),
@@ -280,7 +282,7 @@ fn progress_text(p: &databuild_exec::answers::BuildProgress) -> String {
         })
         .collect();
     text.push_str(&table(
-        &["JOB", "DONE", "RUNNING", "FAILED", "LEFT", "P50"],
+        &["JOB", "DONE", "QUEUED", "RUNNING", "FAILED", "LEFT", "P50"],
         &rows,
     ));
     text

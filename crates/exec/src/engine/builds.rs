@@ -327,11 +327,13 @@ pub(crate) fn close_build(engine: &Engine, id: &str, status: Status, reason: &st
         limit: 1_000_000,
         ..Default::default()
     })?;
-    // Its driver is gone; what it left running here goes before its claims are released.
+    // Its driver is gone; what it left running here goes before its claims are released. A
+    // queued run's process may have started too: its `running` waits for the driver's next
+    // write, which never came.
     crate::run::reap::end_leftover_jobs(
         &runs
             .iter()
-            .filter(|r| r.status == Status::Running)
+            .filter(|r| matches!(r.status, Status::Queued | Status::Running))
             .map(|r| r.job_run_id.as_str())
             .collect::<Vec<_>>(),
     );

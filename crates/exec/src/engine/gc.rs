@@ -225,7 +225,7 @@ impl Engine {
                     report.keep("the log of a run this event log does not know");
                     continue;
                 };
-                if unfinished(row.status) {
+                if row.status.run_unfinished() {
                     report.keep("the log of a run that has not ended");
                     continue;
                 }
@@ -296,7 +296,7 @@ impl Engine {
                     found.push(Action::new(item(GcKind::Staging), path.clone()));
                     continue;
                 };
-                if unfinished(row.status) {
+                if row.status.run_unfinished() {
                     report.keep("the staging folder of a run that has not ended");
                     continue;
                 }
@@ -603,11 +603,6 @@ struct GcSummary<'a> {
     older_than_seconds: u64,
     totals: &'a BTreeMap<GcKind, GcCount>,
     errors: usize,
-}
-
-/// A run's status before it ends.
-fn unfinished(status: Status) -> bool {
-    matches!(status, Status::Scheduled | Status::Running)
 }
 
 /// The entries of a folder; none if it does not exist.

@@ -18,6 +18,7 @@ fn job<'j>(jobs: &'j mut FxHashMap<String, JobProgress>, name: &str) -> &'j mut 
         job: name.to_string(),
         planned: 0,
         done: 0,
+        queued: 0,
         running: 0,
         failed: 0,
         cancelled: 0,
@@ -61,6 +62,7 @@ pub(crate) fn progress_of(
         let j = job(&mut jobs, &c.job);
         match c.status {
             Status::Completed | Status::Skipped => j.done += c.n,
+            Status::Queued => j.queued += c.n,
             Status::Running => j.running += c.n,
             Status::Failed => j.failed += c.n,
             Status::Cancelled => j.cancelled += c.n,
@@ -139,6 +141,7 @@ pub(crate) fn progress_of(
     Ok(Some(BuildProgress {
         planned: sum(|j| j.planned),
         done: sum(|j| j.done),
+        queued: sum(|j| j.queued),
         running: sum(|j| j.running),
         failed: sum(|j| j.failed),
         cancelled: sum(|j| j.cancelled),

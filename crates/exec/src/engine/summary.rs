@@ -179,9 +179,14 @@ pub(crate) fn summary_cut(
     let last_of = last_attempts(&runs, |r| r.outputs.first());
     let mut last: Vec<&RunOutcome> = last_of.values().map(|&i| &runs[i]).collect();
     last.sort_by_key(|r| r.scheduled_at);
+    // Not started: given up before its process started, or (while the build runs) queued.
     let ended_unbuilt = |started: bool| -> Vec<String> {
         last.iter()
-            .filter(|r| r.status == Status::Cancelled && r.started == started)
+            .filter(|r| match r.status {
+                Status::Cancelled => r.started == started,
+                Status::Queued => !started,
+                _ => false,
+            })
             .flat_map(|r| r.outputs.iter().cloned())
             .filter(|o| !is_delegated.contains(o))
             .collect()

@@ -20,7 +20,7 @@ use super::process::{describe_status, humanize};
 use super::publish::{output_times, verify_outputs};
 use super::spawn::{spawn, JobProcess, Launch, Spawned};
 use super::watchdog::Guarded;
-use super::{Executor, RunOutcome, RunSpec};
+use super::{Began, Executor, RunOutcome, RunSpec};
 
 /// How long a cancelled run gets between SIGTERM and SIGKILL.
 const GRACE: Duration = Duration::from_secs(5);
@@ -28,9 +28,12 @@ const GRACE: Duration = Duration::from_secs(5);
 pub struct LocalExecutor;
 
 impl Executor for LocalExecutor {
-    fn run(&self, spec: &RunSpec, cancel: &AtomicBool, _started: &dyn Fn(&str)) -> RunOutcome {
+    fn run(&self, spec: &RunSpec, cancel: &AtomicBool, began: &dyn Fn(Began<'_>)) -> RunOutcome {
         Process::start(spec)
-            .and_then(|process| process.follow(spec, cancel))
+            .and_then(|process| {
+                began(Began::Running);
+                process.follow(spec, cancel)
+            })
             .unwrap_or_else(|e| RunOutcome::failed(e.to_string(), None))
     }
 }
@@ -414,6 +417,29 @@ mod tests {
 
     fn run(spec: &RunSpec) -> RunOutcome {
         LocalExecutor.run(spec, &AtomicBool::new(false), &|_| {})
+    }
+
+    /// A local run is `running` once its process is spawned, not when it cannot be.
+    #[test]
+    fn a_spawned_process_says_it_started_and_one_that_cannot_start_does_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let runs = |s: &RunSpec| {
+            let began = std::sync::Mutex::new(Vec::new());
+            let outcome = LocalExecutor.run(s, &AtomicBool::new(false), &|b| {
+                began.lock().unwrap().push(format!("{b:?}"));
+            });
+            (outcome, began.into_inner().unwrap())
+        };
+        let (outcome, began) = runs(&spec(dir.path(), "mkdir -p data/out && touch data/out/a"));
+        assert_eq!(
+            (outcome, began),
+            (RunOutcome::Succeeded, vec!["Running".to_string()])
+        );
+        let mut missing = spec(dir.path(), "true");
+        missing.command = vec!["/no/such/program".into()];
+        let (outcome, began) = runs(&missing);
+        assert!(matches!(outcome, RunOutcome::Failed { .. }), "{outcome:?}");
+        assert!(began.is_empty(), "{began:?}");
     }
 
     #[test]

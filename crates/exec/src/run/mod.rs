@@ -76,8 +76,17 @@ impl RunSpec {
 }
 
 /// A way to run job runs: local processes here, Slurm jobs elsewhere. `run` blocks until the run
-/// ends; `cancel` going true asks it to stop. `started` receives the run's id in the executor
-/// (`slurm:1234`) when it has one worth recording.
+/// ends; `cancel` going true asks it to stop. `began` hears how far the run got: its id in the
+/// executor, and when its process started (the run's `running`; until then it is `queued`).
 pub trait Executor: Send + Sync {
-    fn run(&self, spec: &RunSpec, cancel: &AtomicBool, started: &dyn Fn(&str)) -> RunOutcome;
+    fn run(&self, spec: &RunSpec, cancel: &AtomicBool, began: &dyn Fn(Began<'_>)) -> RunOutcome;
+}
+
+/// What an executor says of a run before it ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Began<'a> {
+    /// The run's id in the executor (`slurm:1234`), when it has one worth recording.
+    Submitted(&'a str),
+    /// Its process started: spawned here, or its Slurm job left `PENDING`.
+    Running,
 }

@@ -10,7 +10,7 @@ use std::time::Instant;
 
 use super::lease::Lease;
 use super::outcome::{Ended, RunOutcome};
-use super::{Executor, RunSpec};
+use super::{Began, Executor, RunSpec};
 use crate::check::{CheckOutcome, CheckRun};
 use crate::run::check::CheckPlace;
 
@@ -44,10 +44,10 @@ impl Stamp {
 /// scheduler may read it up to 100 ms later.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Report {
-    Started {
-        node: usize,
-        at: Stamp,
-    },
+    /// A slot took the run.
+    Started { node: usize, at: Stamp },
+    /// Its process started (the executor said so).
+    Running { node: usize, at: Stamp },
     Ended {
         node: usize,
         at: Stamp,
@@ -137,6 +137,12 @@ impl Launches {
         self.lock().reports.push(Report::Started { node, at });
     }
 
+    /// Notes that a run's process started, now (its slot took it at `started`).
+    pub fn running(&self, node: usize) {
+        let at = Stamp::now();
+        self.lock().reports.push(Report::Running { node, at });
+    }
+
     /// Notes that a run ended, now, and says whether the scheduler must wake for it at once:
     /// when it did not build, or when fewer than `quiet_while` runs wait (the scheduler claims
     /// more). Otherwise it waits for the next wake-up: the build defers completions to its next
@@ -165,7 +171,13 @@ impl Launches {
 
 /// Runs a launch to its end. One cancelled while it waited in the queue does not start, nor one
 /// whose process lost its lease.
-pub(crate) fn run(executor: &dyn Executor, launch: &Launch, lease: &Lease) -> Ended {
+/// `running` hears when the run's process starts.
+pub(crate) fn run(
+    executor: &dyn Executor,
+    launch: &Launch,
+    lease: &Lease,
+    running: &dyn Fn(),
+) -> Ended {
     if launch.cancel.load(Ordering::SeqCst) || !lease.good() {
         return Ended::of(RunOutcome::Cancelled);
     }
@@ -173,8 +185,9 @@ pub(crate) fn run(executor: &dyn Executor, launch: &Launch, lease: &Lease) -> En
         return Ended::of(outcome);
     }
     let executor_id = Mutex::new(None);
-    let mut outcome = executor.run(&launch.spec, &launch.cancel, &|id| {
-        *executor_id.lock().expect("id lock") = Some(id.to_string());
+    let mut outcome = executor.run(&launch.spec, &launch.cancel, &|began| match began {
+        Began::Submitted(id) => *executor_id.lock().expect("id lock") = Some(id.to_string()),
+        Began::Running => running(),
     });
     let mut report = None;
     if outcome == RunOutcome::Succeeded {
@@ -313,10 +326,62 @@ mod tests {
         });
     }
 
+    /// An executor that says its process started (or not), then ends as told.
+    struct Fake {
+        starts: bool,
+        outcome: RunOutcome,
+    }
+
+    impl Executor for Fake {
+        fn run(&self, _: &RunSpec, _: &AtomicBool, began: &dyn Fn(Began<'_>)) -> RunOutcome {
+            began(Began::Submitted("fake:1"));
+            if self.starts {
+                began(Began::Running);
+            }
+            self.outcome.clone()
+        }
+    }
+
+    /// A run is `running` only once its executor says its process started: not one cancelled
+    /// in the queue, nor one whose process could not start; its executor id is kept either way.
+    #[test]
+    fn a_run_is_running_only_once_its_executor_says_its_process_started() {
+        let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn databuild_log::EventStore> =
+            Arc::new(databuild_log::SqliteStore::open(&dir.path().join("events.db")).unwrap());
+        let lease = Lease::new(store, std::time::Duration::from_secs(30));
+        let runs = |executor: &Fake, launch: &Launch| {
+            let started = std::sync::atomic::AtomicUsize::new(0);
+            let ended = run(executor, launch, &lease, &|| {
+                started.fetch_add(1, Ordering::SeqCst);
+            });
+            (started.into_inner(), ended)
+        };
+        let starts = Fake {
+            starts: true,
+            outcome: RunOutcome::Succeeded,
+        };
+        let (started, ended) = runs(&starts, &launch(1));
+        assert_eq!((started, &ended.outcome), (1, &RunOutcome::Succeeded));
+        assert_eq!(ended.executor_id.as_deref(), Some("fake:1"));
+        let cannot = Fake {
+            starts: false,
+            outcome: RunOutcome::failed("cannot spawn".to_string(), None),
+        };
+        let (started, ended) = runs(&cannot, &launch(2));
+        assert_eq!(started, 0);
+        assert_eq!(ended.executor_id.as_deref(), Some("fake:1"));
+        let cancelled = launch(3);
+        cancelled.cancel.store(true, Ordering::SeqCst);
+        let (started, ended) = runs(&starts, &cancelled);
+        assert_eq!((started, ended.outcome), (0, RunOutcome::Cancelled));
+    }
+
     /// What a report says, its times aside.
     fn said(report: &Report) -> (&'static str, usize, Option<&Ended>) {
         match report {
             Report::Started { node, .. } => ("started", *node, None),
+            Report::Running { node, .. } => ("running", *node, None),
             Report::Ended { node, ended, .. } => ("ended", *node, Some(ended)),
         }
     }
@@ -353,7 +418,9 @@ mod tests {
         let stamps: Vec<Stamp> = reports
             .iter()
             .map(|r| match r {
-                Report::Started { at, .. } | Report::Ended { at, .. } => *at,
+                Report::Started { at, .. }
+                | Report::Running { at, .. }
+                | Report::Ended { at, .. } => *at,
             })
             .collect();
         assert!(stamps[0].at >= before.at && stamps[0].at_ns >= before.at_ns);

@@ -16,7 +16,7 @@ use databuild_core::SlurmConfig;
 
 use super::contract::{environment, missing_deps};
 use super::publish::{output_times, verify_outputs};
-use super::{Executor, RunOutcome, RunSpec};
+use super::{Began, Executor, RunOutcome, RunSpec};
 
 /// How often the poller asks Slurm about the jobs it follows.
 const POLL_EVERY: Duration = Duration::from_millis(300);
@@ -248,7 +248,7 @@ fn is_final(state: &str) -> bool {
 }
 
 impl Executor for SlurmExecutor {
-    fn run(&self, spec: &RunSpec, cancel: &AtomicBool, started: &dyn Fn(&str)) -> RunOutcome {
+    fn run(&self, spec: &RunSpec, cancel: &AtomicBool, began: &dyn Fn(Began<'_>)) -> RunOutcome {
         if let Some(parent) = spec.log_path.parent() {
             if let Err(e) = std::fs::create_dir_all(parent) {
                 return RunOutcome::failed(format!("cannot create the log folder: {e}"), None);
@@ -261,7 +261,7 @@ impl Executor for SlurmExecutor {
             Ok(id) => id,
             Err(e) => return RunOutcome::failed(e.to_string(), None),
         };
-        started(&format!("slurm:{id}"));
+        began(Began::Submitted(&format!("slurm:{id}")));
         self.shared
             .jobs
             .lock()
@@ -269,6 +269,7 @@ impl Executor for SlurmExecutor {
             .insert(id.clone(), JobState::default());
         let submitted = Instant::now();
         let mut stop: Option<RunOutcome> = None;
+        let mut running = false;
         let state = loop {
             let jobs = self.shared.jobs.lock().expect("jobs lock");
             let (jobs, _) = self
@@ -278,6 +279,11 @@ impl Executor for SlurmExecutor {
                 .expect("jobs lock");
             let state = jobs.get(&id).cloned().unwrap_or_default();
             drop(jobs);
+            // Out of `PENDING` (known once the poller has seen it): its process runs, or ran.
+            if !running && stop.is_none() && !state.state.is_empty() && state.state != "PENDING" {
+                running = true;
+                began(Began::Running);
+            }
             if state.finished {
                 break state;
             }

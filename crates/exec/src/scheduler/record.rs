@@ -227,9 +227,9 @@ impl Record<'_> {
         }
     }
 
-    /// A claim: the run starts, holding its outputs, each claimed against the run that held it
-    /// when `seen` (compare-and-swap in the log).
-    /// A run claimed: it starts from `read`.
+    /// A claim: the run is `queued` for this build, holding its outputs, each claimed against
+    /// the run that held it when `seen` (compare-and-swap in the log); it will read `read`. Its
+    /// `pid` and `host` are the driving process's, which the run's liveness is judged by.
     pub fn claim(
         &self,
         run: &PlannedRun,
@@ -241,7 +241,7 @@ impl Record<'_> {
     ) {
         let job = self.job(run);
         events.push(
-            Event::job_run(self.build, id, job, Status::Running).with_data(|d| {
+            Event::job_run(self.build, id, job, Status::Queued).with_data(|d| {
                 d.pid = Some(std::process::id());
                 d.host = crate::run::owner::hostname();
                 d.owner = Some(this_owner());
@@ -258,6 +258,13 @@ impl Record<'_> {
             e.job = Some(job.to_string());
             events.push(e);
         }
+    }
+
+    /// A claimed run's process started, at `at_ns`.
+    pub fn started(&self, run: &PlannedRun, id: &str, at_ns: i64) -> Event {
+        let mut e = Event::job_run(self.build, id, self.job(run), Status::Running);
+        e.timestamp = at_ns;
+        e
     }
 
     /// A run succeeded: each output is available at its version (its content's hash), marked

@@ -449,6 +449,12 @@ enum Write {
     },
     RunInsert(Box<RunRow>),
     RunStart(Box<StartRow>),
+    /// A queued run's process started.
+    RunStarted {
+        id: Option<String>,
+        status: &'static str,
+        at: i64,
+    },
     RunEnd {
         id: Option<String>,
         status: &'static str,
@@ -523,11 +529,12 @@ struct CheckWrite {
     code_versions: Option<String>,
 }
 
-/// What a run's start sets on its row.
+/// What a run's claim sets on its row (`at`: when it started, for a claim of a log from before
+/// `queued`).
 struct StartRow {
     id: Option<String>,
     status: &'static str,
-    at: i64,
+    at: Option<i64>,
     pid: Option<i64>,
     host: Option<String>,
     owner: Option<String>,
@@ -564,7 +571,7 @@ fn row_of(w: &Write) -> Option<(u8, String)> {
         Write::BuildInsert { id, .. } | Write::BuildUpdate { id, .. } => (b'b', key(id)),
         Write::RunInsert(row) => (b'r', key(&row.id)),
         Write::RunStart(start) => (b'r', key(&start.id)),
-        Write::RunEnd { id, .. } => (b'r', key(id)),
+        Write::RunStarted { id, .. } | Write::RunEnd { id, .. } => (b'r', key(id)),
         Write::RequestPartition { br, r, .. } => (b'q', format!("{br}\0{}", key(r))),
         Write::Partition { r, .. } => (b'p', key(r)),
         Write::Restore(r) | Write::Delete(r) => (b'p', r.clone()),
@@ -594,6 +601,7 @@ fn kind_of(w: &Write) -> usize {
         Write::RunCounts(_) => 12,
         Write::PartitionCounts(_) => 13,
         Write::Check(_) => 14,
+        Write::RunStarted { .. } => 15,
     }
 }
 
@@ -605,7 +613,7 @@ SELECT * FROM unnest($1::bigint[], $2::text[], $3::bigint[], $4::text[], $5::tex
 
 /// Each kind's statement, by [`kind_of`]: the per-row SQL of a statement per event, over the
 /// `unnest` of the rows' columns.
-const WRITES: [&str; 15] = [
+const WRITES: [&str; 16] = [
     "INSERT INTO build_requests (build_request_id, status, requested, analyze_only, owner, message,
                                  created_at, updated_at, requested_count, requested_head)
      SELECT id, s, req, ao, o, m, t, t, rc, rh
@@ -723,6 +731,9 @@ const WRITES: [&str; 15] = [
         command = excluded.command, inline = excluded.inline, message = excluded.message,
         metrics = excluded.metrics, event_idx = excluded.event_idx,
         updated_at = excluded.updated_at, code_versions = excluded.code_versions",
+    "UPDATE job_runs j SET status = u.s, started_at = u.t
+       FROM unnest($1::text[], $2::text[], $3::bigint[]) AS u(id, s, t)
+      WHERE j.job_run_id = u.id",
 ];
 
 /// The parameters of one statement of `kind` for `writes` (all of that kind): a column each.
@@ -771,7 +782,7 @@ fn columns(kind: usize, writes: &[&Write]) -> Vec<Param> {
             col!(Write::RunInsert(r) => r.message.clone()),
             col!(Write::RunInsert(r) => r.relies_on.clone()),
             col!(Write::RunInsert(r) => r.job_version.clone()),
-            col!(Write::RunInsert(r) => r.start.as_ref().map(|s| s.at)),
+            col!(Write::RunInsert(r) => r.start.as_ref().and_then(|s| s.at)),
             col!(Write::RunInsert(r) => r.start.as_ref().and_then(|s| s.pid)),
             col!(Write::RunInsert(r) => r.start.as_ref().and_then(|s| s.host.clone())),
             col!(Write::RunInsert(r) => r.start.as_ref().and_then(|s| s.owner.clone())),
@@ -874,6 +885,11 @@ fn columns(kind: usize, writes: &[&Write]) -> Vec<Param> {
             col!(Write::Check(c) => c.idx),
             col!(Write::Check(c) => c.at),
             col!(Write::Check(c) => c.code_versions.clone()),
+        ],
+        15 => vec![
+            col!(Write::RunStarted { id, .. } => id.clone()),
+            col!(Write::RunStarted { status, .. } => *status),
+            col!(Write::RunStarted { at, .. } => *at),
         ],
         _ => {
             let all: Vec<&(String, &'static str, i64)> = writes
@@ -1215,7 +1231,7 @@ impl AppendTx for PgAppend<'_> {
         let start = Box::new(StartRow {
             id: e.job_run_id.clone(),
             status: e.status.as_str(),
-            at: e.timestamp,
+            at: started_at(e),
             pid: d.pid.map(i64::from),
             host: d.host.clone(),
             owner: d.owner.clone(),
@@ -1230,6 +1246,16 @@ impl AppendTx for PgAppend<'_> {
             Some(Write::RunInsert(row)) => row.start = Some(start),
             _ => self.keep(Write::RunStart(start)),
         }
+        Ok(job)
+    }
+
+    fn run_started(&mut self, e: &Event) -> Result<String> {
+        let job = self.run_job(e)?;
+        self.keep(Write::RunStarted {
+            id: e.job_run_id.clone(),
+            status: e.status.as_str(),
+            at: e.timestamp,
+        });
         Ok(job)
     }
 

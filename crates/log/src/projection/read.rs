@@ -181,7 +181,9 @@ pub(crate) fn runs_query<V>(q: &RunQuery, sigil: char, text: impl Fn(String) -> 
         filters.add("build_request_id =", text(b.clone()));
     }
     if q.unfinished {
-        filters.raw("status IN ('scheduled', 'running')");
+        // (`queued` is not in the partial index `job_runs_unfinished`: a read by build uses
+        // its own index; gc's read of all unfinished runs scans.)
+        filters.raw("status IN ('scheduled', 'queued', 'running')");
     }
     let columns = if q.brief {
         brief_run_columns()

@@ -31,11 +31,15 @@ pub(crate) trait AppendTx {
     fn update_build_request(&mut self, e: &Event) -> Result<()>;
     /// A run's first event.
     fn insert_job_run(&mut self, e: &Event) -> Result<()>;
-    /// A run's `running`; returns the job its row holds.
+    /// A run's claim (`queued`, or `running` in logs from before `queued`): what it reads, where
+    /// it is driven from, and (`running`) when it started. Returns the job its row holds.
     fn start_job_run(&mut self, e: &Event) -> Result<String>;
+    /// A queued run's `running`: its process started at the event's time. Returns the job its
+    /// row holds.
+    fn run_started(&mut self, e: &Event) -> Result<String>;
     /// A run's end (or skip after scheduling); returns the job its row holds.
     fn end_job_run(&mut self, e: &Event) -> Result<String>;
-    /// A run's first event and then its `running`, in one batch: the row as after both.
+    /// A run's first event and then its claim, in one batch: the row as after both.
     /// Returns the job its row holds.
     fn insert_started_job_run(&mut self, first: &Event, start: &Event) -> Result<String> {
         self.insert_job_run(first)?;
@@ -132,9 +136,12 @@ struct Rewritten {
     /// A later write to the same `request_partitions` row names a run: it sets the status and
     /// the time again, and the run (`coalesce(excluded.job_run_id, job_run_id)`).
     request_partition: FxHashSet<usize>,
-    /// A run's first event, when the run's next event in the batch is its `running`: the
-    /// position of that start.
+    /// A run's first event, when the run's next event in the batch is its claim: the
+    /// position of that claim.
     run_start: FxHashMap<usize, usize>,
+    /// A queued run's `running`, when the run's next event in the batch ends it with the same
+    /// `started_at` (a short job's start rides with its completion): that end sets it again.
+    start_ended: FxHashSet<usize>,
 }
 
 /// Finds a batch's rewritten writes, in one pass from its end. Only events that name a run are
@@ -143,6 +150,7 @@ fn rewritten(events: &[Event]) -> Rewritten {
     let mut out = Rewritten {
         request_partition: FxHashSet::default(),
         run_start: FxHashMap::default(),
+        start_ended: FxHashSet::default(),
     };
     let mut named_later: FxHashSet<(&str, &str)> = FxHashSet::default();
     let mut next_of_run: FxHashMap<&str, usize> = FxHashMap::default();
@@ -163,8 +171,21 @@ fn rewritten(events: &[Event]) -> Rewritten {
             }
             (Kind::JobRun, _, _) => {
                 let next = next_of_run.insert(run, i);
-                if let Some(start) = next.filter(|&n| events[n].status == Status::Running) {
+                let claim =
+                    |n: &usize| matches!(events[*n].status, Status::Queued | Status::Running);
+                if let (Status::Scheduled, Some(start)) = (e.status, next.filter(claim)) {
                     out.run_start.insert(i, start);
+                }
+                let ends_started = |n: &usize| {
+                    let end = &events[*n];
+                    matches!(
+                        end.status,
+                        Status::Completed | Status::Failed | Status::Cancelled
+                    ) && !end.data.not_started
+                        && end.data.started_at == Some(e.timestamp)
+                };
+                if e.status == Status::Running && next.is_some_and(|n| ends_started(&n)) {
+                    out.start_ended.insert(i);
                 }
             }
             _ => {}
@@ -297,10 +318,17 @@ fn project<T: AppendTx>(
         }
         Kind::JobRun => {
             // The updates return the row's job, for its counts.
-            let job = match (e.status, batch.held_inserts.remove(&position)) {
-                (Status::Running, Some(first)) => tx.insert_started_job_run(&earlier[first], e)?,
-                (Status::Running, None) => tx.start_job_run(e)?,
-                _ => tx.end_job_run(e)?,
+            let claim = matches!(e.status, Status::Queued | Status::Running)
+                && before.current.job_run == Some(Status::Scheduled);
+            let job = match (claim, batch.held_inserts.remove(&position)) {
+                (true, Some(first)) => tx.insert_started_job_run(&earlier[first], e)?,
+                (true, None) => tx.start_job_run(e)?,
+                // (`job` is required of a run's events.)
+                (false, _) if batch.rewritten.start_ended.contains(&position) => {
+                    e.job.clone().unwrap_or_default()
+                }
+                (false, _) if e.status == Status::Running => tx.run_started(e)?,
+                (false, _) => tx.end_job_run(e)?,
             };
             if let Some(old) = before.current.job_run.filter(|old| *old != e.status) {
                 counts.run(&job, old, -1, None);
@@ -408,6 +436,12 @@ impl CountChanges {
         }
         Ok(())
     }
+}
+
+/// When a claim's run started: at the claim of a log from before `queued` (`running`), not yet
+/// at a `queued` one.
+pub(crate) fn started_at(claim: &Event) -> Option<i64> {
+    (claim.status == Status::Running).then_some(claim.timestamp)
 }
 
 /// Serializes a projection's list or map column.

@@ -173,7 +173,7 @@ impl SqliteAppend<'_, '_> {
                 first.message,
                 d.relies_on,
                 d.job_version,
-                start.map(|s| s.timestamp),
+                start.and_then(started_at),
                 s.and_then(|s| s.pid),
                 s.and_then(|s| s.host.as_deref()),
                 s.and_then(|s| s.owner.as_deref()),
@@ -356,7 +356,7 @@ impl AppendTx for SqliteAppend<'_, '_> {
             params![
                 e.job_run_id,
                 e.status.as_str(),
-                e.timestamp,
+                started_at(e),
                 d.pid,
                 d.host,
                 d.owner,
@@ -368,6 +368,13 @@ impl AppendTx for SqliteAppend<'_, '_> {
         )?;
         self.insert_run_inputs(e)?;
         Ok(job)
+    }
+
+    fn run_started(&mut self, e: &Event) -> Result<String> {
+        self.update_run(
+            "UPDATE job_runs SET status = ?2, started_at = ?3 WHERE job_run_id = ?1 RETURNING job",
+            params![e.job_run_id, e.status.as_str(), e.timestamp],
+        )
     }
 
     fn insert_started_job_run(&mut self, first: &Event, start: &Event) -> Result<String> {

@@ -54,7 +54,7 @@ fn progress_section(p: &answers::BuildProgress) -> Markup {
     html! {
         h2 { "Progress" }
         p #progress {
-            (p.done) " of " (p.planned) " runs done · " (p.running) " running · " (p.failed) " failed · " (p.cancelled) " cancelled · " (p.unclaimed) " not claimed"
+            (p.done) " of " (p.planned) " runs done · " (p.queued) " queued · " (p.running) " running · " (p.failed) " failed · " (p.cancelled) " cancelled · " (p.unclaimed) " not claimed"
             @if let Some(rate) = p.rate_per_s { " · " (rate) " runs/s" }
             @if p.eta_s.is_some() {
                 " · " strong { "ETA " (p.eta_text().unwrap_or_default()) }
@@ -63,11 +63,11 @@ fn progress_section(p: &answers::BuildProgress) -> Markup {
                     @if p.runs_without_history > 0 { "; " (p.runs_without_history) " runs of jobs with no history count as 0 s" } }
             }
         }
-        table #job-progress { tr { th { "Job" } th { "Done" } th { "" } th { "Running" } th { "Failed" } th { "Left" } th { "Median" } }
+        table #job-progress { tr { th { "Job" } th { "Done" } th { "" } th { "Queued" } th { "Running" } th { "Failed" } th { "Left" } th { "Median" } }
             @for j in &p.jobs { tr {
                 td { (j.job) } td { (j.done) " / " (j.planned) }
                 td { progress value=(j.done) max=(j.planned.max(1)) {} }
-                td { (j.running) } td { (j.failed) } td { (j.left) }
+                td { (j.queued) } td { (j.running) } td { (j.failed) } td { (j.left) }
                 td.muted { @if let Some(s) = j.p50_s { (format!("{s:.2} s")) } @else { "no history" } }
             } }
         }
@@ -191,6 +191,7 @@ fn runs_by_job(
     let states = [
         "completed",
         "running",
+        "queued",
         "scheduled",
         "failed",
         "cancelled",
@@ -369,7 +370,7 @@ mod tests {
 
     fn progress(jobs: serde_json::Value) -> answers::BuildProgress {
         answer(json!({
-            "planned": 5, "done": 3, "running": 1, "failed": 1, "cancelled": 0, "left": 2,
+            "planned": 5, "done": 3, "queued": 2, "running": 1, "failed": 1, "cancelled": 0, "left": 2,
             "unclaimed": 0, "jobs": jobs, "rate_per_s": 0.5, "eta_s": 90.0,
             "work_left_s": 120.0, "critical_path_left_s": 90.0, "runs_without_history": 2,
             "parallel": 4,
@@ -377,7 +378,7 @@ mod tests {
     }
 
     fn job_progress(job: &str, planned: u64, done: u64, p50_s: Option<f64>) -> serde_json::Value {
-        json!({ "job": job, "planned": planned, "done": done, "running": 0, "failed": 0,
+        json!({ "job": job, "planned": planned, "done": done, "queued": 0, "running": 0, "failed": 0,
                 "cancelled": 0, "left": planned - done, "unclaimed": 0, "p50_s": p50_s })
     }
 
@@ -424,6 +425,9 @@ mod tests {
         started.ended_at_ns = Some(3_000_000_000);
         let waiting = job_run("r2", "sum", "scheduled", &["sum/c_d"], &[]);
         assert_eq!(runs_timeline(std::slice::from_ref(&waiting)), "");
+        // Claimed, its process not started: no bar until it starts.
+        let queued = job_run("r3", "sum", "queued", &["sum/e_f"], &[]);
+        assert_eq!(runs_timeline(std::slice::from_ref(&queued)), "");
         let expected = svg::timeline(&[svg::Span {
             label: "sum run 0000run1 sum/a_b".into(),
             href: "/runs/01a24d4b-0000-0000-0000-00000000run1".into(),
@@ -442,7 +446,7 @@ mod tests {
         ]));
         let html = progress_section(&p).into_string();
         assert!(html.contains(
-            "3 of 5 runs done · 1 running · 1 failed · 0 cancelled · 0 not claimed · 0.5 runs/s"
+            "3 of 5 runs done · 2 queued · 1 running · 1 failed · 0 cancelled · 0 not claimed · 0.5 runs/s"
         ));
         assert!(html.contains("<strong>ETA ≥ 1 min 30 s</strong>"));
         assert!(html.contains("at --parallel 4: the longer of the job time left over the slots (2 min 0 s in all) and the longest chain of jobs left (1 min 30 s); 2 runs of jobs with no history count as 0 s"));
@@ -470,6 +474,7 @@ mod tests {
                 count("load data", Status::Completed, 1_200),
                 count("load data", Status::Failed, 3),
                 count("sum", Status::Running, 2),
+                count("sum", Status::Queued, 5),
             ],
             claimed: Vec::new(),
         };
@@ -483,11 +488,11 @@ mod tests {
         assert_eq!(
             row("load data"),
             format!(
-                r#"<tr data-job="load data"><td><a href="/jobs/load%20data">load data</a></td><td>1,200</td>{zero}{zero}<td>3</td>{zero}{zero}<td><progress value="1200" max="1500"></progress> 1200 / 1500</td>"#
+                r#"<tr data-job="load data"><td><a href="/jobs/load%20data">load data</a></td><td>1,200</td>{zero}{zero}{zero}<td>3</td>{zero}{zero}<td><progress value="1200" max="1500"></progress> 1200 / 1500</td>"#
             )
         );
         assert!(row("sum").contains(&format!(
-            r#"<td><a href="/jobs/sum">sum</a></td>{zero}<td>2</td>"#
+            r#"<td><a href="/jobs/sum">sum</a></td>{zero}<td>2</td><td>5</td>"#
         )));
         assert!(row("sum").ends_with("<td></td>"), "no progress, no bar");
     }
@@ -535,6 +540,28 @@ mod tests {
         .into_string();
         assert!(html.starts_with(r#"<div id="live" data-finished="true""#));
         assert!(!html.contains("/ui/cancel/"));
+    }
+
+    /// A claimed run whose process has not started is listed `queued`, with no time taken.
+    #[test]
+    fn a_queued_run_is_listed_queued() {
+        let service = open_service();
+        let runs = vec![
+            job_run("r1", "sum", "running", &["sum/a_b"], &[]),
+            job_run("r2", "sum", "queued", &["sum/c_d"], &[]),
+        ];
+        let html = build_body(
+            &view("executing", runs, 2, false),
+            &service.state,
+            Role::Writer,
+        )
+        .into_string();
+        let queued = format!(
+            r#"<td>sum</td><td><span class="badge" style="background:{}">queued</span></td>"#,
+            svg::colour("queued")
+        );
+        assert!(html.contains(&queued), "{html}");
+        assert_ne!(svg::colour("queued"), svg::colour("running"));
     }
 
     #[test]

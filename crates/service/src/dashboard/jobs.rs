@@ -4,7 +4,6 @@
 use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Response};
 use databuild_exec::answers::JobRun;
-use databuild_log::Status;
 use maud::{html, Markup, PreEscaped};
 
 use super::layout::{layout, page};
@@ -67,7 +66,7 @@ pub(super) async fn job_page(State(state): Shared, Path(name): Path<String>) -> 
 }
 
 fn run_body(run: &JobRun, log: &str) -> Markup {
-    let running = matches!(run.status, Status::Scheduled | Status::Running);
+    let running = run.status.run_unfinished();
     let id = &run.job_run_id;
     html! {
         div #live hx-get={ "/runs/" (id) "/live" } hx-trigger=[running.then_some("every 1s")] hx-swap="outerHTML" {
@@ -123,6 +122,7 @@ pub(super) async fn run_live(State(state): Shared, Path(id): Path<String>) -> Re
 #[cfg(test)]
 mod tests {
     use axum::http::StatusCode;
+    use databuild_log::Status;
 
     use super::super::testing::{build, job_run, open_service, text};
     use super::*;

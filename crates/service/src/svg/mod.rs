@@ -17,6 +17,8 @@ pub fn colour(status: &str) -> &'static str {
         // an external's files there (`present`) are as good as live
         "live" | "present" | "completed" | "passed" => "#2e9e5b",
         "building" | "running" | "executing" => "#2f74c0",
+        // claimed, its process not started yet
+        "queued" => "#8fb3de",
         "scheduled" | "requested" | "planning" | "received" | "analysis_completed" => "#9aa5b1",
         "failed" | "check_failed" => "#d64545",
         "stale" => "#e0a526",

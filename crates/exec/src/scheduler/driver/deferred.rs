@@ -1,6 +1,7 @@
 //! Deferred completions: a run's successful end is not written at once but rides along with the
 //! next write (usually the next claim: one transaction instead of two), or goes in within
-//! [`MAX_DEFER`]. Its outputs are moved into place only once the log holds it.
+//! [`MAX_DEFER`]. Its outputs are moved into place only once the log holds it. A run's start
+//! (`running`, once its process started) waits the same way.
 
 use std::time::{Duration, Instant};
 
@@ -29,6 +30,12 @@ impl Deferred {
         self.publishing.push(node);
         self.deferred_at.get_or_insert_with(Instant::now);
         self.pending.extend(events);
+    }
+
+    /// Holds a run's start (`running`) back to ride along with the next write.
+    pub(super) fn defer_start(&mut self, event: Event) {
+        self.deferred_at.get_or_insert_with(Instant::now);
+        self.pending.push(event);
     }
 
     /// The deferred completions, and the nodes to publish once they are in.

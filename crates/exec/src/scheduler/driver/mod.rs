@@ -3,8 +3,8 @@
 //! reports. It turns what happens into [`Input`]s and carries out the [`Effect`]s that come back;
 //! it decides nothing itself.
 //!
-//! Only this loop writes events for its build. Completions are deferred to ride along with the
-//! next claim (one log write instead of two), or go in within `MAX_DEFER`. Blocking calls that
+//! Only this loop writes events for its build. Completions, and runs' starts, are deferred to ride
+//! along with the next claim (one log write instead of two), or go in within `MAX_DEFER`. Blocking calls that
 //! may go over the network (planning, which asks configs and upstream services, and the versions
 //! of upstream inputs and query inputs) run on threads of their own and come back as inputs.
 //!
@@ -329,14 +329,17 @@ impl<'s, 'e> Driver<'s, 'e> {
     fn read_reports(&mut self, observer: &mut dyn Observer) -> Result<()> {
         for report in self.launches.take_reports() {
             match report {
-                Report::Started { node, at } => {
+                Report::Started { node, .. } => self.feed(Input::Started(node), observer)?,
+                // Its process started: `running` rides along with the next write.
+                Report::Running { node, at } => {
                     self.runs[node].started = Some(at);
                     let run = &self.machine.node(node).run;
                     observer.on(Progress::Started {
                         job: &self.engine.graph().jobs[run.job_index].name,
                         outputs: &run.outputs,
                     });
-                    self.feed(Input::Started(node), observer)?;
+                    let started = self.record().started(run, &self.runs[node].id, at.at_ns);
+                    self.deferred.defer_start(started);
                 }
                 Report::Ended { node, at, ended } => {
                     self.runs[node].ended = Some(at);
@@ -743,6 +746,8 @@ impl<'s, 'e> Driver<'s, 'e> {
             }))
             .collect();
         self.runs[node].give_id();
+        // A retry's claim: what the last attempt's process did is not this one's.
+        (self.runs[node].started, self.runs[node].ended) = (None, None);
         let id = &self.runs[node].id;
         let log_path = spec::log_path(self.engine, id).display().to_string();
         let record = Record {
@@ -838,7 +843,8 @@ impl<'s, 'e> Driver<'s, 'e> {
                 let _ = lease.wait_good(&launch.cancel);
                 let node = launch.node;
                 launches.started(node);
-                let ended = crate::run::slots::run(executor, &launch, lease);
+                let ended =
+                    crate::run::slots::run(executor, &launch, lease, &|| launches.running(node));
                 if launches.ended(node, ended) {
                     let _ = tx.send(Message::SlotsReported);
                 }

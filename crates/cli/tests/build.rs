@@ -1102,6 +1102,15 @@ fn max_runs_refuses_a_larger_plan_before_anything_runs() {
         out.stderr
     );
     assert!(built(&p).is_empty(), "nothing ran");
+    // Its summary fails nothing, and is what `builds ID` reads back from the log.
+    let refused = p.run(&["--json", "build", "c/2020-01-02", "--max-runs", "3"]);
+    refused.expect_code(2);
+    let summary = refused.json();
+    assert_eq!(summary["status"], "refused", "{summary}");
+    assert_eq!(summary["counts"]["failed"], 0, "{summary}");
+    let id = summary["build_request_id"].as_str().unwrap();
+    let listed = p.run(&["--json", "builds", id]).json();
+    assert_eq!(listed["summary"]["counts"], summary["counts"], "{listed}");
     let s = crate::util::Service::start(&p, &[]);
     let remote = p.run(&[
         "--server",
@@ -1124,13 +1133,13 @@ fn max_runs_refuses_a_larger_plan_before_anything_runs() {
     // Each refusal is a build that ended `refused`, never a failed one.
     assert_eq!(
         build_statuses(&p),
-        ["completed", "refused", "refused"],
+        ["completed", "refused", "refused", "refused"],
         "newest first"
     );
     let (status, body) = s.call("GET", "/api/v1/builds?status=refused", None, None);
     assert_eq!(status, 200, "{body}");
     let refused: serde_json::Value = serde_json::from_str(&body).unwrap();
-    assert_eq!(refused["builds"].as_array().unwrap().len(), 2, "{refused}");
+    assert_eq!(refused["builds"].as_array().unwrap().len(), 3, "{refused}");
 }
 
 /// The statuses of every build in the log (analyses too), newest first.

@@ -9,7 +9,8 @@ use crate::data::versions::{INPUTS_UNCHANGED, REBUILT_UNCHANGED};
 use crate::engine::{Engine, Result};
 
 impl BuildSummary {
-    /// A build that ended before any run: every requested ref is not live.
+    /// A build that ended before any run: every requested ref is not live, except for a refused
+    /// one, which asked for nothing to be made and failed nothing.
     pub(super) fn nothing_ran(
         id: &str,
         status: Status,
@@ -22,7 +23,10 @@ impl BuildSummary {
             built: Vec::new(),
             skipped: Vec::new(),
             delegated: Vec::new(),
-            failed: requested,
+            failed: match status {
+                Status::Refused => Vec::new(),
+                _ => requested,
+            },
             failures: Vec::new(),
             cancelled: Vec::new(),
             not_started: Vec::new(),
@@ -290,13 +294,16 @@ pub(crate) fn summary_cut(
     // the build found it: live if it was live and still is, as `status` derives it (a forced
     // rebuild interrupted leaves the live instance in place; a stale one stays not live). While
     // the build runs, only what already failed in it counts.
-    let live_as_found = match over {
+    // A refused build made nothing and failed nothing: its refs are not judged (nor derived,
+    // which for the large request a refusal usually is would cost a derivation per ref).
+    let judged = over && build.status != Status::Refused;
+    let live_as_found = match judged {
         true => live_as_found(engine, build, &available, &held_back)?,
         false => FxHashSet::default(),
     };
     let is_failed = |r: &&String| {
         held_back.contains_key(*r)
-            || match over {
+            || match judged {
                 true => !available.contains(*r) && !live_as_found.contains(*r),
                 false => failed_now.contains(*r),
             }

@@ -228,7 +228,7 @@ pub struct EventData {
     /// job_run running and check: the code the job (or check) ran, as its fingerprints: each
     /// file of the project its command names or its `code` globs match (by path relative to the
     /// graph's folder) to the first 16 hex digits of its content's sha256, and `@definition` to
-    /// that of its command, args, env names and shown env values (format version 5). Empty in
+    /// that of its command, config command, env names and shown env values (format version 5). Empty in
     /// events written before: those runs compare on `job_version` only.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub code_versions: BTreeMap<String, String>,

@@ -193,7 +193,15 @@ fn present_files(
     };
     let mut partitions = std::collections::BTreeMap::new();
     for (name, n) in [
-        (DatasetView::PRESENT, found.count.saturating_sub(held)),
+        // A capped walk saw `count` files, not which of them the taints hold: `present` stays
+        // the "at least" it promises.
+        (
+            DatasetView::PRESENT,
+            match found.capped {
+                true => found.count,
+                false => found.count.saturating_sub(held),
+            },
+        ),
         (tainted.as_str(), held),
     ] {
         if n > 0 {

@@ -22,11 +22,11 @@ use databuild_core::{
 };
 use databuild_log::{EventFilter, EventStore, Kind, LogError, PartitionRow, RunRecipe, Status};
 use rustc_hash::FxHashMap;
-use sha2::{Digest, Sha256};
 
 use super::code::CodeCache;
 use super::data_dir::{DataDir, Witnesses};
 use crate::answers::CodeChange;
+use crate::hashing::{hex, Fields};
 
 /// The recipe of a run's outputs: a hash of its job, args, env and inputs' versions. The data
 /// version a log written before content versions recorded; now what a run's completion records
@@ -38,22 +38,15 @@ pub fn data_version(
     env: &BTreeMap<String, String>,
     input_versions: &BTreeMap<String, String>,
 ) -> String {
-    let mut h = Sha256::new();
-    let mut field = |s: &str| {
-        h.update((s.len() as u64).to_le_bytes());
-        h.update(s.as_bytes());
-    };
-    field(job);
-    field(job_version);
+    let mut h = Fields::new();
+    h.field(job).field(job_version);
     for a in args {
-        field(a);
+        h.field(a);
     }
     for (k, v) in env.iter().chain(input_versions) {
-        field(k);
-        field(v);
+        h.field(k).field(v);
     }
-    let digest = h.finalize();
-    digest[..16].iter().map(|b| format!("{b:02x}")).collect()
+    hex(&h.finish()[..16])
 }
 
 /// The version of an external partition stored as a file: its size and modification time, so a

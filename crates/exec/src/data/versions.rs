@@ -7,8 +7,9 @@
 //! recorded before code versions compares on its job's version only), or an input's current
 //! version differs from the one its instance read (an input rebuilt with other bytes, an external
 //! file re-delivered), or an input is tainted or no longer live; and, transitively, through a
-//! stale input. Logs written before content versions hold recipe hashes ([`data_version`]): they
-//! are compared the same way, so such a log answers as it did.
+//! stale input. Logs written before content versions hold recipe hashes ([`data_version`], no
+//! `sha256:` prefix): they are compared the same way, so such a log answers as it did; the first
+//! rebuild over one that writes the same bytes keeps it (`run::publish::output_versions`).
 //!
 //! [`content_version`]: crate::run::publish::content_version
 

@@ -226,7 +226,7 @@ fn hash_tree(dir: &Path, buf: &mut [u8]) -> std::io::Result<[u8; 32]> {
 ///
 /// `legacy`: by output, the version the partition had if it is a recipe version
 /// ([`is_legacy_version`]). Such an output, staged while its old data is still in place, has that
-/// old data hashed too (once, the first rebuild after an upgrade): the same bytes keep the old
+/// old data hashed too (one extra read, while the partition keeps its recipe version): the same bytes keep the old
 /// version, so its readers, which recorded that version, stay fresh.
 pub(crate) fn output_versions(
     spec: &RunSpec,

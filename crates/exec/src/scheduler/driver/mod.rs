@@ -1274,21 +1274,17 @@ fn made_outputs(
 }
 
 /// The versions a run's outputs replace that are recipe versions of a log written before content
-/// versions, by output; empty when none is (every build after the first since an upgrade).
+/// versions, by output; empty when none is (a log written since content versions: no allocation
+/// per run).
 fn legacy_versions(replaced: &[Option<String>]) -> Vec<Option<String>> {
-    let legacy = |v: &Option<String>| {
-        v.as_deref()
-            .is_some_and(crate::run::publish::is_legacy_version)
-    };
+    use crate::run::publish::is_legacy_version;
+    let legacy = |v: &Option<String>| v.as_deref().is_some_and(is_legacy_version);
     if !replaced.iter().any(legacy) {
         return Vec::new();
     }
     replaced
         .iter()
-        .map(|v| {
-            v.clone()
-                .filter(|v| crate::run::publish::is_legacy_version(v))
-        })
+        .map(|v| v.clone().filter(|_| legacy(v)))
         .collect()
 }
 

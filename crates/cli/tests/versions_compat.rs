@@ -1,6 +1,7 @@
 //! A log written by the release before versions followed the code and the bytes (databuild
 //! 917ebb7, `tests/fixtures/log_917ebb7`) opens with this binary and answers as it did: what it
-//! recorded live is live, and a build of it runs nothing (no mass rebuild on upgrade).
+//! recorded live is live, and a build of it runs nothing (no mass rebuild on upgrade); the first
+//! rebuild of one of its partitions with the same bytes leaves its readers fresh.
 
 use std::path::Path;
 use std::time::{Duration, UNIX_EPOCH};
@@ -49,14 +50,7 @@ fn copy_all(from: &Path, to: &Path) {
 
 #[test]
 fn a_log_of_the_previous_release_answers_as_it_did() {
-    let p = old_project();
-    let mut args = vec!["--json", "status"];
-    args.extend(BUILT);
-    let out = p.run(&args);
-    out.expect_code(0);
-    for answer in out.json().as_array().unwrap() {
-        assert_eq!(answer["status"], "live", "{answer}");
-    }
+    all_live(&old_project());
 }
 
 #[test]
@@ -71,4 +65,74 @@ fn a_build_over_a_log_of_the_previous_release_runs_nothing() {
         std::fs::read_to_string(p.path().join("data/report/2026-01-02")).unwrap(),
         "flights on 2026-01-02: 1\n"
     );
+}
+
+/// The jobs of `p`'s build `id`, each with its run's status and message, sorted by job.
+fn runs_of(p: &Project, id: &str) -> Vec<(String, String, String)> {
+    let detail = p.run(&["--json", "builds", id]);
+    detail.expect_code(0);
+    let detail = detail.json();
+    let mut runs: Vec<(String, String, String)> = detail["job_runs"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{detail}"))
+        .iter()
+        .map(|run| {
+            let text = |k: &str| run[k].as_str().unwrap_or_default().to_string();
+            (text("job"), text("status"), text("message"))
+        })
+        .collect();
+    runs.sort();
+    runs
+}
+
+fn all_live(p: &Project) {
+    let mut args = vec!["--json", "status"];
+    args.extend(BUILT);
+    let out = p.run(&args);
+    out.expect_code(0);
+    for answer in out.json().as_array().unwrap() {
+        assert_eq!(answer["status"], "live", "{answer}");
+    }
+}
+
+/// The first rebuild after an upgrade of a partition whose old version is a recipe version: its
+/// old data is hashed, found the same, and its readers stay fresh (no mass rebuild downstream).
+#[test]
+fn a_forced_rebuild_over_a_legacy_version_with_the_same_bytes_keeps_downstream() {
+    let p = old_project();
+    let out = p.run(&["--json", "build", "--force", "clean/2026-01-01"]);
+    out.expect_code(0);
+    let forced = out.json();
+    assert_eq!(forced["counts"]["built"], 1, "{forced}");
+    assert_eq!(forced["counts"]["unchanged"], 1, "{forced}");
+    all_live(&p);
+    let out = p.run(&["--json", "build", "report/2026-01-01", "report/2026-01-02"]);
+    out.expect_code(0);
+    let after = out.json();
+    assert_eq!(after["counts"]["built"], 0, "{after}");
+}
+
+#[test]
+fn a_taint_over_a_legacy_log_reruns_only_the_reader_whose_bytes_are_the_same() {
+    let p = old_project();
+    p.run(&["taint", "flights/2026-01-01", "--reason", "re-delivered"])
+        .expect_code(0);
+    let out = p.run(&["--json", "build", "report/2026-01-01"]);
+    out.expect_code(0);
+    let after = out.json();
+    let id = after["build_request_id"].as_str().unwrap();
+    assert_eq!(after["counts"]["built"], 1, "{after}");
+    assert_eq!(after["counts"]["kept"], 2, "{after}");
+    let run = |job: &str, status: &str, message: &str| {
+        (job.to_string(), status.to_string(), message.to_string())
+    };
+    assert_eq!(
+        runs_of(&p, id),
+        [
+            run("agg", "skipped", "its inputs came out unchanged"),
+            run("clean", "completed", "rebuilt, unchanged"),
+            run("report", "skipped", "its inputs came out unchanged"),
+        ]
+    );
+    all_live(&p);
 }

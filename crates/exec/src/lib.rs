@@ -28,6 +28,7 @@ pub mod config;
 pub mod data;
 pub mod engine;
 mod error;
+pub mod hashing;
 pub mod run;
 pub mod scheduler;
 

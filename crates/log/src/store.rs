@@ -461,7 +461,7 @@ pub(crate) fn prefix_bounds(prefix: &str) -> (String, String) {
 pub struct RunQuery {
     pub job: Option<String>,
     pub build_request_id: Option<String>,
-    /// Only runs still `scheduled` or `running`.
+    /// Only runs still `scheduled`, `queued` or `running`.
     pub unfinished: bool,
     /// Without what each run read and ran with: `inputs`, `args`, `env`, `input_versions` and
     /// `input_runs` come empty (a build's summary reads all of its runs, and needs none of it).

@@ -1446,6 +1446,45 @@ fn a_version_12_log_gains_code_versions_in_place() {
     assert!(report.problems.is_empty(), "{:?}", report.problems);
 }
 
+/// What schema version 14 changed, undone: the partial index of unfinished runs without `queued`.
+const UNDO_V14: &str = "drop index job_runs_unfinished;
+     create index job_runs_unfinished on job_runs (status) where status in ('scheduled', 'running');";
+
+/// The SQL of the partial index of unfinished runs, as the log's schema holds it.
+fn unfinished_index(path: &std::path::Path) -> String {
+    let conn = rusqlite::Connection::open(path).unwrap();
+    conn.query_row(
+        "SELECT sql FROM sqlite_master WHERE name = 'job_runs_unfinished'",
+        [],
+        |r| r.get(0),
+    )
+    .unwrap()
+}
+
+/// A version 13 log's partial index of unfinished runs is made again in place, `queued` in it; its
+/// runs read back as before.
+#[test]
+fn a_version_13_log_gains_queued_in_its_unfinished_index_in_place() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("v13.db");
+    let store = SqliteStore::open(&path).unwrap();
+    store.append(build_events("b1", "r1", "a/1")).unwrap();
+    drop(store);
+    sqlite_exec(
+        &path,
+        &format!("{UNDO_V14} update meta set value = 13 where key = 'schema_version';"),
+    );
+    assert!(!unfinished_index(&path).contains("queued"));
+    let store = SqliteStore::open(&path).unwrap();
+    assert!(store.job_run("r1").unwrap().is_some());
+    drop(store);
+    assert!(
+        unfinished_index(&path).contains("'queued'"),
+        "{}",
+        unfinished_index(&path)
+    );
+}
+
 /// A version 8 log gains the checks projection in place.
 #[test]
 fn a_version_8_log_gains_check_results_in_place() {

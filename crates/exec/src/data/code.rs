@@ -22,6 +22,7 @@ use rustc_hash::FxHashMap;
 use sha2::{Digest, Sha256};
 
 use crate::check::CheckRun;
+use crate::hashing::field;
 
 pub use crate::answers::DEFINITION;
 
@@ -55,19 +56,9 @@ pub fn fingerprint<'a>(
     any.then(|| hex(&h.finalize(), SHORT_DIGITS))
 }
 
-fn field(h: &mut Sha256, s: &str) {
-    h.update((s.len() as u64).to_le_bytes());
-    h.update(s.as_bytes());
-}
-
+/// The first `digits` hex digits of a digest (an even count: two a byte).
 fn hex(digest: &[u8], digits: usize) -> String {
-    digest
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect::<String>()
-        .chars()
-        .take(digits)
-        .collect()
+    crate::hashing::hex(&digest[..digits / 2])
 }
 
 /// A `code` glob that matches no file: a typo would otherwise leave the files it meant out of
@@ -325,10 +316,9 @@ impl CodeCache {
 
 /// The first 16 hex digits of the sha256 of the file's content; `None` if it cannot be read.
 fn file_sha(path: &Path) -> Option<String> {
-    let mut file = std::fs::File::open(path).ok()?;
-    let mut h = Sha256::new();
-    std::io::copy(&mut file, &mut h).ok()?;
-    Some(hex(&h.finalize(), SHA_DIGITS))
+    let mut buf = vec![0; crate::hashing::READ];
+    let digest = crate::hashing::file_sha256(path, &mut buf).ok()?;
+    Some(hex(&digest, SHA_DIGITS))
 }
 
 #[cfg(test)]

@@ -566,10 +566,7 @@ pub fn ingest_directory(
                 }
             })
             .collect();
-        let chunk_name = format!(
-            "file-{stem}-{:02x}{:02x}{:02x}{:02x}.jsonl",
-            digest[0], digest[1], digest[2], digest[3]
-        );
+        let chunk_name = format!("file-{stem}-{}.jsonl", crate::hashing::hex(&digest[..4]));
         if ingested.insert(chunk_name.clone()) {
             let dir = partition_dir(data_dir, source, today);
             create_dir_durably(&dir)?;
@@ -690,13 +687,7 @@ fn seal(dir: &Path, source: &Source, date: &str) -> io::Result<(u64, Event)> {
         hash.update(&bytes[..complete]);
     }
     let digest = hash.finalize();
-    let version = format!(
-        "sealed:{records}:{}",
-        digest[..8]
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect::<String>()
-    );
+    let version = format!("sealed:{records}:{}", crate::hashing::hex(&digest[..8]));
     let tmp = dir.join(".sealed.tmp");
     let mut f = File::create(&tmp)?;
     f.write_all(version.as_bytes())?;

@@ -7,8 +7,9 @@
 //! recorded before code versions compares on its job's version only), or an input's current
 //! version differs from the one its instance read (an input rebuilt with other bytes, an external
 //! file re-delivered), or an input is tainted or no longer live; and, transitively, through a
-//! stale input. Logs written before content versions hold recipe hashes ([`data_version`]): they
-//! are compared the same way, so such a log answers as it did.
+//! stale input. Logs written before content versions hold recipe hashes ([`data_version`], no
+//! `sha256:` prefix): they are compared the same way, so such a log answers as it did; the first
+//! rebuild over one that writes the same bytes keeps it (`run::publish::output_versions`).
 //!
 //! [`content_version`]: crate::run::publish::content_version
 
@@ -22,11 +23,11 @@ use databuild_core::{
 };
 use databuild_log::{EventFilter, EventStore, Kind, LogError, PartitionRow, RunRecipe, Status};
 use rustc_hash::FxHashMap;
-use sha2::{Digest, Sha256};
 
 use super::code::CodeCache;
 use super::data_dir::{DataDir, Witnesses};
 use crate::answers::CodeChange;
+use crate::hashing::{hex, Fields};
 
 /// The recipe of a run's outputs: a hash of its job, args, env and inputs' versions. The data
 /// version a log written before content versions recorded; now what a run's completion records
@@ -38,22 +39,15 @@ pub fn data_version(
     env: &BTreeMap<String, String>,
     input_versions: &BTreeMap<String, String>,
 ) -> String {
-    let mut h = Sha256::new();
-    let mut field = |s: &str| {
-        h.update((s.len() as u64).to_le_bytes());
-        h.update(s.as_bytes());
-    };
-    field(job);
-    field(job_version);
+    let mut h = Fields::new();
+    h.field(job).field(job_version);
     for a in args {
-        field(a);
+        h.field(a);
     }
     for (k, v) in env.iter().chain(input_versions) {
-        field(k);
-        field(v);
+        h.field(k).field(v);
     }
-    let digest = h.finalize();
-    digest[..16].iter().map(|b| format!("{b:02x}")).collect()
+    hex(&h.finish()[..16])
 }
 
 /// The version of an external partition stored as a file: its size and modification time, so a

@@ -20,6 +20,7 @@ use sha2::{Digest, Sha256};
 
 use crate::data::data_dir::{DataDir, Seen, Witnesses};
 use crate::engine::{Engine, Result};
+use crate::hashing::{hex, Fields};
 
 /// The largest build (runs and live refs planned) that plans its request again at its end to
 /// keep the plan for the next build: ~0.15 s at 24k; a backfill of a million would take seconds.
@@ -58,10 +59,6 @@ fn keepable(graph: &Graph) -> bool {
 /// The digest of a graph file's text, which the plan key covers.
 pub fn graph_digest(text: &str) -> String {
     hex(&Sha256::digest(text.as_bytes()))
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// This binary, by its path, size and modification time: a new build of DataBuild may plan
@@ -103,10 +100,9 @@ impl Engine {
         }
         let graph = self.graph_digest.as_deref()?;
         let binary = this_binary()?;
-        let mut h = Sha256::new();
+        let mut h = Fields::new();
         let mut field = |s: &str| {
-            h.update((s.len() as u64).to_le_bytes());
-            h.update(s.as_bytes());
+            h.field(s);
         };
         field(FORMAT);
         field(env!("CARGO_PKG_VERSION"));
@@ -140,7 +136,7 @@ impl Engine {
         for check in &self.graph.checks {
             field(&crate::data::code::fingerprint(code.check(check).map()).unwrap_or_default());
         }
-        Some(hex(&h.finalize()))
+        Some(hex(&h.finish()))
     }
 
     /// The plan of `request`: the one kept under `key` if it still holds, else made (noting what

@@ -2,13 +2,11 @@
 //! after exit 0, hashed (their content is their data version, [`content_version`]), then moved
 //! into place once the log has recorded the run's completion (or discarded, if it never will be).
 
-use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
-use sha2::{Digest, Sha256};
-
 use super::{RunOutcome, RunSpec};
+use crate::hashing;
 
 /// The folder of the data dir that holds runs' outputs until the log has recorded them.
 pub const STAGING: &str = ".databuild-staging";
@@ -120,9 +118,6 @@ pub fn discard_run(data_dir: &Path, job_run_id: &str) {
     discard_staged(&staging_dir(data_dir, job_run_id));
 }
 
-/// How much of a file one read hashes: a 64 KiB buffer, reused for every file of an output.
-const HASH_READ: usize = 64 * 1024;
-
 /// Why an output's content could not be hashed.
 #[derive(Debug, thiserror::Error)]
 #[error("cannot read `{}` to hash its content: {source}", path.display())]
@@ -131,11 +126,24 @@ pub struct HashError {
     pub source: std::io::Error,
 }
 
-/// A job output's data version: a hash of its content, 32 hex digits. A file: the sha256 of
-/// its bytes. A folder: of its tree, each entry (sorted by relative path) with its kind and its
-/// content's hash, a symlink by its target's text (never followed: what it points at may lie
-/// outside the output). Read once, in streaming [`HASH_READ`] reads; an empty file costs one
-/// open and one read, as the benchmarks' 24k tiny outputs need.
+/// What a content version starts with: it tells one from the recipe version (32 hex digits, no
+/// prefix, [`data_version`](crate::data::versions::data_version)) a log written before content
+/// versions recorded for a job's output.
+pub const CONTENT_PREFIX: &str = "sha256:";
+
+/// Whether a job output's recorded version is a recipe version of a log written before content
+/// versions (see [`CONTENT_PREFIX`]).
+pub fn is_legacy_version(version: &str) -> bool {
+    version.len() == 32 && version.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+/// A job output's data version: `sha256:` and 32 hex digits of a hash of its content. A file:
+/// the sha256 of its bytes. A folder: of its tree, each entry (sorted by relative path) with
+/// its kind and its content's hash. The output itself, if a link, is followed (a job may link
+/// its output into a store: its version is what the link points at); a link inside a folder is
+/// hashed by its target's text (never followed: what it points at may lie outside the output).
+/// Read once, in streaming [`READ`](hashing::READ) reads; an empty file costs one open and one
+/// read, as the benchmarks' 24k tiny outputs need.
 pub fn content_version(path: &Path) -> Result<String, HashError> {
     // One buffer per thread (a build's slot threads live as long as it): a run's hashing then
     // allocates nothing, which a build of 24k tiny outputs would otherwise do 24k times.
@@ -143,49 +151,48 @@ pub fn content_version(path: &Path) -> Result<String, HashError> {
         static BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
     }
     let digest = BUF.with_borrow_mut(|buf| {
-        buf.resize(HASH_READ, 0);
-        hash_entry(path, buf)
+        buf.resize(hashing::READ, 0);
+        hash_output(path, buf)
     });
     let digest = digest.map_err(|source| HashError {
         path: path.to_path_buf(),
         source,
     })?;
-    Ok(hex(&digest[..16]))
+    Ok(format!("{CONTENT_PREFIX}{}", hashing::hex(&digest[..16])))
 }
 
-fn hex(bytes: &[u8]) -> String {
-    use std::fmt::Write;
-    bytes.iter().fold(String::with_capacity(32), |mut s, b| {
-        let _ = write!(s, "{b:02x}");
-        s
-    })
+/// An output's digest, a top-level link followed; a dangling one says where it points.
+fn hash_output(path: &Path, buf: &mut [u8]) -> std::io::Result<[u8; 32]> {
+    let meta = std::fs::metadata(path).map_err(|e| match std::fs::read_link(path) {
+        Ok(target) => std::io::Error::new(
+            e.kind(),
+            format!(
+                "it is a link to `{}`, which cannot be read ({e}); link to an existing file or folder",
+                target.display()
+            ),
+        ),
+        Err(_) => e,
+    })?;
+    if meta.is_dir() {
+        hash_tree(path, buf)
+    } else {
+        hashing::file_sha256(path, buf)
+    }
 }
 
-/// An entry's digest: a file's bytes, a link's target, a folder's tree.
+/// An entry of a folder's digest: a file's bytes, a link's target text, a folder's tree.
 fn hash_entry(path: &Path, buf: &mut [u8]) -> std::io::Result<[u8; 32]> {
     let kind = path.symlink_metadata()?.file_type();
     if kind.is_symlink() {
         let target = std::fs::read_link(path)?;
-        let mut h = Sha256::new();
-        h.update(b"link\0");
-        h.update(target.as_os_str().as_encoded_bytes());
-        return Ok(h.finalize().into());
+        let mut h = hashing::Fields::new();
+        h.raw(b"link\0").raw(target.as_os_str().as_encoded_bytes());
+        return Ok(h.finish());
     }
     if kind.is_dir() {
         return hash_tree(path, buf);
     }
-    let mut file = std::fs::File::open(path)?;
-    let mut h = Sha256::new();
-    loop {
-        let n = match file.read(buf) {
-            Ok(0) => break,
-            Ok(n) => n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(e),
-        };
-        h.update(&buf[..n]);
-    }
-    Ok(h.finalize().into())
+    hashing::file_sha256(path, buf)
 }
 
 /// A folder's digest: its entries sorted by name (each a length-prefixed name, its kind and its
@@ -196,8 +203,8 @@ fn hash_tree(dir: &Path, buf: &mut [u8]) -> std::io::Result<[u8; 32]> {
         .map(|e| e.map(|e| e.file_name()))
         .collect::<std::io::Result<_>>()?;
     names.sort_unstable();
-    let mut h = Sha256::new();
-    h.update(b"tree\0");
+    let mut h = hashing::Fields::new();
+    h.raw(b"tree\0");
     for name in names {
         let path = dir.join(&name);
         let kind = match path.symlink_metadata()?.file_type() {
@@ -205,28 +212,41 @@ fn hash_tree(dir: &Path, buf: &mut [u8]) -> std::io::Result<[u8; 32]> {
             k if k.is_dir() => b'd',
             _ => b'f',
         };
-        let name = name.as_encoded_bytes();
-        h.update((name.len() as u64).to_le_bytes());
-        h.update(name);
-        h.update([kind]);
-        h.update(hash_entry(&path, buf)?);
+        h.field(name.as_encoded_bytes())
+            .raw([kind])
+            .raw(hash_entry(&path, buf)?);
     }
-    Ok(h.finalize().into())
+    Ok(h.finish())
 }
 
 /// The data versions of a successful run's outputs, in output order: each hashed where the run
 /// left it, staged (`<staging>/<ref>`) or written in place. Hashed just before the completion is
 /// recorded, so what is published is what the log's version says (the staged copy is only ever
 /// renamed into place).
-pub(crate) fn output_versions(spec: &RunSpec) -> Result<Vec<String>, HashError> {
+///
+/// `legacy`: by output, the version the partition had if it is a recipe version
+/// ([`is_legacy_version`]). Such an output, staged while its old data is still in place, has that
+/// old data hashed too (one extra read, while the partition keeps its recipe version): the same bytes keep the old
+/// version, so its readers, which recorded that version, stay fresh.
+pub(crate) fn output_versions(
+    spec: &RunSpec,
+    legacy: &[Option<String>],
+) -> Result<Vec<String>, HashError> {
     let staging = spec.staging_dir();
     spec.outputs
         .iter()
-        .map(|o| {
-            let staged = staging.join(o);
-            match staged.symlink_metadata() {
-                Ok(_) => content_version(&staged),
-                Err(_) => content_version(&spec.data_dir.join(o)),
+        .enumerate()
+        .map(|(i, o)| {
+            let (staged, in_place) = (staging.join(o), spec.data_dir.join(o));
+            if staged.symlink_metadata().is_err() {
+                return content_version(&in_place);
+            }
+            let version = content_version(&staged)?;
+            match legacy.get(i).and_then(Option::as_deref) {
+                Some(old) if content_version(&in_place).is_ok_and(|v| v == version) => {
+                    Ok(old.to_string())
+                }
+                _ => Ok(version),
             }
         })
         .collect()
@@ -249,16 +269,64 @@ mod tests {
         // sha256("") = e3b0c442 98fc1c14 9afbf4c8 996fb924 …
         assert_eq!(
             content_version(&f).unwrap(),
-            "e3b0c44298fc1c149afbf4c8996fb924"
+            "sha256:e3b0c44298fc1c149afbf4c8996fb924"
         );
         write(&f, "a,b\n");
         let v = content_version(&f).unwrap();
-        assert_eq!(v.len(), 32);
-        // Larger than one read: the same as one buffer's hash.
-        let big = "x".repeat(3 * HASH_READ + 7);
-        write(&f, &big);
-        let whole = Sha256::digest(big.as_bytes());
-        assert_eq!(content_version(&f).unwrap(), hex(&whole[..16]));
+        assert_eq!(v.len(), CONTENT_PREFIX.len() + 32);
+        // A content version is never taken for a recipe version of an older log.
+        assert!(!is_legacy_version(&v));
+        assert!(is_legacy_version("0123456789abcdef0123456789abcdef"));
+    }
+
+    #[test]
+    fn an_output_that_is_a_link_is_what_it_points_at() {
+        let dir = tempfile::tempdir().unwrap();
+        let (store, out) = (dir.path().join("store/x"), dir.path().join("out/ref"));
+        write(&store, "1\n");
+        std::fs::create_dir_all(out.parent().unwrap()).unwrap();
+        std::os::unix::fs::symlink(&store, &out).unwrap();
+        let before = content_version(&out).unwrap();
+        assert_eq!(before, content_version(&store).unwrap());
+        // The same link text, other bytes behind it: another version.
+        write(&store, "2\n");
+        assert_ne!(content_version(&out).unwrap(), before);
+        // A linked folder: its tree.
+        let (tree, linked) = (dir.path().join("store/tree"), dir.path().join("out/tree"));
+        write(&tree.join("part-0.csv"), "1\n");
+        std::os::unix::fs::symlink(&tree, &linked).unwrap();
+        assert_eq!(
+            content_version(&linked).unwrap(),
+            content_version(&tree).unwrap()
+        );
+        // A dangling link names the output and where it points.
+        std::fs::remove_file(&store).unwrap();
+        let e = content_version(&out).unwrap_err().to_string();
+        assert!(e.contains("out/ref") && e.contains("store/x"), "{e}");
+    }
+
+    #[test]
+    fn a_legacy_version_is_kept_for_the_same_bytes_staged_over_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let spec = RunSpec {
+            data_dir: dir.path().to_path_buf(),
+            outputs: vec!["a".into(), "b".into()],
+            job_run_id: "r1".into(),
+            ..RunSpec::default()
+        };
+        let staging = spec.staging_dir();
+        for (name, old, new) in [("a", "1\n", "1\n"), ("b", "1\n", "2\n")] {
+            write(&dir.path().join(name), old);
+            write(&staging.join(name), new);
+        }
+        let legacy = "0123456789abcdef0123456789abcdef".to_string();
+        let both = [Some(legacy.clone()), Some(legacy.clone())];
+        let v = output_versions(&spec, &both).unwrap();
+        assert_eq!(v[0], legacy, "the same bytes keep the recipe version");
+        assert_eq!(v[1], content_version(&staging.join("b")).unwrap());
+        // Not a legacy version before: the content version, however the old bytes compare.
+        let v = output_versions(&spec, &[]).unwrap();
+        assert_eq!(v[0], content_version(&staging.join("a")).unwrap());
     }
 
     #[test]

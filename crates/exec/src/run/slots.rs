@@ -21,6 +21,9 @@ pub(crate) struct Launch {
     pub cancel: Arc<AtomicBool>,
     /// The graph's checks of the run's outputs, run once it succeeded.
     pub checks: Vec<CheckRun>,
+    /// By output, the version it replaces if that is a recipe version of an older log (empty
+    /// when none is): see [`output_versions`](crate::run::publish::output_versions).
+    pub legacy: Vec<Option<String>>,
 }
 
 /// When a slot started or ended a run: by the monotonic clock (for how long it took) and the wall
@@ -208,7 +211,7 @@ pub(crate) fn run(
     // this read), and before the completion is recorded with the versions.
     let mut versions = Vec::new();
     if outcome == RunOutcome::Succeeded && !launch.spec.check {
-        match crate::run::publish::output_versions(&launch.spec) {
+        match crate::run::publish::output_versions(&launch.spec, &launch.legacy) {
             Ok(v) => versions = v,
             Err(e) => outcome = RunOutcome::failed(e.to_string(), Some(0)),
         }
@@ -286,6 +289,7 @@ mod tests {
             spec: RunSpec::default(),
             cancel: Arc::default(),
             checks: Vec::new(),
+            legacy: Vec::new(),
         }
     }
 

@@ -24,6 +24,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("v10.sql"),
     include_str!("v11.sql"),
     include_str!("v12.sql"),
+    include_str!("v13.sql"),
 ];
 
 /// The schema version this build writes, and the newest it opens.

@@ -181,8 +181,8 @@ pub(crate) fn runs_query<V>(q: &RunQuery, sigil: char, text: impl Fn(String) -> 
         filters.add("build_request_id =", text(b.clone()));
     }
     if q.unfinished {
-        // (`queued` is not in the partial index `job_runs_unfinished`: a read by build uses
-        // its own index; gc's read of all unfinished runs scans.)
+        // The very terms of the partial index `job_runs_unfinished` (SQLite uses it only for a
+        // WHERE that implies its own): gc's read of all unfinished runs is read by it.
         filters.raw("status IN ('scheduled', 'queued', 'running')");
     }
     let columns = if q.brief {

@@ -542,19 +542,40 @@ mod tests {
                 limit: Some(100),
                 ..Default::default()
             };
-            let q = events_query(&filter, '?', text, int);
-            let plan: Vec<String> = conn
-                .conn
-                .prepare(&format!("EXPLAIN QUERY PLAN {}", q.sql))
-                .unwrap()
-                .query_map(rusqlite::params_from_iter(q.values), |r| r.get(3))
-                .unwrap()
-                .collect::<rusqlite::Result<_>>()
-                .unwrap();
+            let plan = query_plan(&conn.conn, events_query(&filter, '?', text, int));
             assert!(
                 plan.iter().any(|step| step.contains(index)),
                 "{kind:?}: {plan:?}"
             );
         }
+    }
+
+    /// Every unfinished run (gc's read) is read through the partial index of unfinished runs,
+    /// `queued` ones included, not by a scan of every run.
+    #[test]
+    fn unfinished_runs_are_read_by_their_partial_index() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(&dir.path().join("events.db")).unwrap();
+        let conn = store.writer.lock().unwrap();
+        let q = RunQuery {
+            unfinished: true,
+            limit: 100,
+            ..Default::default()
+        };
+        let plan = query_plan(&conn.conn, runs_query(&q, '?', text));
+        assert!(
+            plan.iter().any(|step| step.contains("job_runs_unfinished")),
+            "{plan:?}"
+        );
+    }
+
+    /// The steps of `EXPLAIN QUERY PLAN` of `q`.
+    fn query_plan(conn: &Connection, q: Query<rusqlite::types::Value>) -> Vec<String> {
+        conn.prepare(&format!("EXPLAIN QUERY PLAN {}", q.sql))
+            .unwrap()
+            .query_map(rusqlite::params_from_iter(q.values), |r| r.get(3))
+            .unwrap()
+            .collect::<rusqlite::Result<_>>()
+            .unwrap()
     }
 }

@@ -820,11 +820,13 @@ impl<'s, 'e> Driver<'s, 'e> {
                     .with_checks_code(graph, crate::check::runs_for(graph, o.as_str()))
             })
             .collect();
+        let legacy = legacy_versions(&self.runs[node].replaced);
         self.launches.push(Launch {
             node,
             spec,
             cancel,
             checks,
+            legacy,
         });
         let busy = self.machine.running() + self.machine.staged();
         if self.slot_threads < self.options.parallel.max(1) && self.slot_threads < busy {
@@ -1268,6 +1270,21 @@ fn made_outputs(
             let unchanged = replaced.get(i).and_then(Option::as_deref) == Some(version.as_str());
             MadeOutput { version, unchanged }
         })
+        .collect()
+}
+
+/// The versions a run's outputs replace that are recipe versions of a log written before content
+/// versions, by output; empty when none is (a log written since content versions: no allocation
+/// per run).
+fn legacy_versions(replaced: &[Option<String>]) -> Vec<Option<String>> {
+    use crate::run::publish::is_legacy_version;
+    let legacy = |v: &Option<String>| v.as_deref().is_some_and(is_legacy_version);
+    if !replaced.iter().any(legacy) {
+        return Vec::new();
+    }
+    replaced
+        .iter()
+        .map(|v| v.clone().filter(|_| legacy(v)))
         .collect()
 }
 

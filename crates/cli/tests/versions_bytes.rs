@@ -113,6 +113,24 @@ fn runs_of(p: &Project, id: &str) -> Vec<(String, String, String)> {
     runs
 }
 
+/// The events of build `id` that carry `data.cutoff`, in order: (kind, status, cutoff).
+fn cutoffs(p: &Project, id: &str) -> Vec<(String, String, String)> {
+    let out = p.run(&["--json", "events", "--build", id]);
+    out.expect_code(0);
+    (out.stdout.lines())
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|e| e["data"]["cutoff"].is_string())
+        .map(|e| {
+            let text = |v: &Value| v.as_str().unwrap_or_default().to_string();
+            (
+                text(&e["kind"]),
+                text(&e["status"]),
+                text(&e["data"]["cutoff"]),
+            )
+        })
+        .collect()
+}
+
 fn run(job: &str, status: &str, message: &str) -> (String, String, String) {
     (job.to_string(), status.to_string(), message.to_string())
 }
@@ -199,6 +217,16 @@ fn a_forced_rebuild_with_other_bytes_makes_downstream_stale() {
             run("agg", "completed", "rebuilt, unchanged"),
             run("report", "skipped", "its inputs came out unchanged"),
         ]
+    );
+    // The events say it typed too: what programs read instead of the message.
+    assert_eq!(
+        cutoffs(&p, id),
+        [
+            ("job_run", "completed", "rebuilt_unchanged"),
+            ("partition", "available", "rebuilt_unchanged"),
+            ("job_run", "skipped", "inputs_unchanged"),
+        ]
+        .map(|(k, s, c)| (k.to_string(), s.to_string(), c.to_string()))
     );
     let text = p.run(&["build", &r("report")]);
     text.expect_code(0);

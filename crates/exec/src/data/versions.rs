@@ -68,13 +68,6 @@ pub fn external_version(data_dir: &Path, r: &str) -> Option<String> {
     Some(format!("file:{}:{mtime}", meta.len()))
 }
 
-/// The message of an `available` event whose rebuild wrote the bytes its partition already had:
-/// its version is unchanged, and so is everything read from it.
-pub const REBUILT_UNCHANGED: &str = "rebuilt, unchanged";
-
-/// The message of a run not run because the runs before it wrote the bytes it had read.
-pub const INPUTS_UNCHANGED: &str = "its inputs came out unchanged";
-
 /// How a run records an input it was given as a table's alias: `alias:<the version ref read>`.
 pub const ALIAS_PREFIX: &str = "alias:";
 

@@ -13,8 +13,9 @@ use crate::answers::{
     RootCause, StatusReport,
 };
 use crate::data::resolver::LocalResolver;
-use crate::data::versions::{VersionedStates, REBUILT_UNCHANGED};
+use crate::data::versions::VersionedStates;
 use crate::engine::{Engine, EngineError, Result};
+use databuild_log::Cutoff;
 
 /// What re-checking a live partition against its config's choice now found.
 enum Recheck {
@@ -299,7 +300,7 @@ impl Engine {
                         .unwrap_or_else(|| "its data is gone".to_string()),
                 ),
                 // Its last rebuild wrote the bytes it had: what was read from it stands.
-                _ if row.message.as_deref() == Some(REBUILT_UNCHANGED) => (
+                _ if Cutoff::of_message(row.message.as_deref()) == Some(Cutoff::RebuiltUnchanged) => (
                     DerivedStatus::Live,
                     format!("rebuilt by run {run}, unchanged: downstream kept"),
                 ),

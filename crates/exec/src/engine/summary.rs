@@ -1,11 +1,10 @@
 //! `BuildSummary`: what a build did, read back from the log, the same for the process that ran
 //! it, the service, and anyone asking later.
 
-use databuild_log::{RunQuery, Status};
+use databuild_log::{Cutoff, RunQuery, Status};
 use rustc_hash::{FxHashMap, FxHashSet};
 
 use crate::answers::{BuildSummary, RunFailure, SummaryCounts};
-use crate::data::versions::{INPUTS_UNCHANGED, REBUILT_UNCHANGED};
 use crate::engine::{Engine, Result};
 
 impl BuildSummary {
@@ -153,16 +152,18 @@ pub(crate) fn summary_cut(
             .filter(|o| !is_delegated.contains(o))
             .collect()
     };
-    // Of those, the outputs of runs that say `message`: rebuilt unchanged, or kept.
-    let count_said = |status: Status, message: &str| -> u64 {
+    // Of those, the outputs of runs early cutoff marked: rebuilt unchanged, or kept.
+    let count_cut = |status: Status, cutoff: Cutoff| -> u64 {
         (runs.iter())
-            .filter(|r| r.status == status && r.message.as_deref() == Some(message))
+            .filter(|r| {
+                r.status == status && Cutoff::of_message(r.message.as_deref()) == Some(cutoff)
+            })
             .flat_map(|r| r.outputs.iter())
             .filter(|o| !is_delegated.contains(*o))
             .count() as u64
     };
-    let unchanged = count_said(Status::Completed, REBUILT_UNCHANGED);
-    let kept = count_said(Status::Skipped, INPUTS_UNCHANGED);
+    let unchanged = count_cut(Status::Completed, Cutoff::RebuiltUnchanged);
+    let kept = count_cut(Status::Skipped, Cutoff::InputsUnchanged);
     let mut available: FxHashSet<String> = FxHashSet::default();
     let mut failed_now: FxHashSet<String> = FxHashSet::default();
     for p in engine.store.request_partitions(id)? {

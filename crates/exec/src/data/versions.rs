@@ -16,6 +16,7 @@ use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
+use std::sync::Arc;
 
 use databuild_core::{
     resolve_alias, Graph, KnownState, PartitionRef, Producer, StateError, StateView,
@@ -306,7 +307,7 @@ pub struct VersionedStates<'a> {
     base: Option<PathBuf>,
     /// The jobs' code versions now, each computed at its first use by this instance (see
     /// [`Self::with_code`]); without, runs compare on their job's version only.
-    code: Option<CodeCache>,
+    code: Option<Arc<CodeCache>>,
     memo: RefCell<FxHashMap<String, Option<Rc<Effective>>>>,
     /// The rows found of the planning round being decided (see [`StateView::states`]), and
     /// those of their inputs, read ahead.
@@ -409,14 +410,14 @@ impl<'a> VersionedStates<'a> {
     }
 
     /// Compares the code each run recorded with its job's code now (`cache`, kept for the call).
-    pub fn with_code(mut self, cache: CodeCache) -> Self {
+    pub fn with_code(mut self, cache: Arc<CodeCache>) -> Self {
         self.code = Some(cache);
         self
     }
 
     /// The code versions this instance computed (or computes) for the call.
     pub fn code(&self) -> Option<&CodeCache> {
-        self.code.as_ref()
+        self.code.as_deref()
     }
 
     /// Shows data paths relative to the graph's folder.

@@ -462,7 +462,13 @@ impl Host for Engine {
         Engine::close_abandoned_builds(self)
     }
 
-    fn states_now(&self, refs: &[&str]) -> Result<Vec<databuild_core::plan::KnownState>> {
-        Ok(self.versions().known_all(refs)?)
+    fn states_now(
+        &self,
+        refs: &[&str],
+        pins: &std::collections::BTreeMap<String, u32>,
+        code: &std::sync::Arc<crate::data::code::CodeCache>,
+    ) -> Result<Vec<databuild_core::plan::KnownState>> {
+        let versions = self.versions_with(code).with_pins(pins.clone());
+        Ok(versions.known_all(refs)?)
     }
 }

@@ -7,6 +7,8 @@ use databuild_core::{PartitionRef, Plan, PlanError, PlanRequest, Producer};
 use databuild_log::{Event, Status};
 
 use super::{Analysis, Engine, EngineError, Result};
+use std::sync::Arc;
+
 use crate::data::code::CodeCache;
 use crate::data::rechecked::Rechecked;
 use crate::data::resolver::LocalResolver;
@@ -17,7 +19,16 @@ impl Engine {
         LocalResolver::new(&self.graph, &self.graph_dir, &self.data_dir, self.today())
     }
 
+    /// The states as derived now, with code versions of their own: for a call that derives
+    /// once. A call that derives again (by page, by chunk, by batch) shares one cache
+    /// ([`Engine::versions_with`]).
     pub(crate) fn versions(&self) -> VersionedStates<'_> {
+        self.versions_with(&self.code())
+    }
+
+    /// The states as derived now, comparing runs with the code versions of `code`: one cache
+    /// for a command's step or a request, so that each job's code is read once in it.
+    pub(crate) fn versions_with(&self, code: &Arc<CodeCache>) -> VersionedStates<'_> {
         VersionedStates::new(
             &self.graph,
             self.store.as_ref(),
@@ -25,22 +36,21 @@ impl Engine {
             self.today(),
         )
         .shown_from(&self.graph_dir)
-        .with_code(self.code())
+        .with_code(code.clone())
     }
 
     /// The jobs' and checks' code versions, computed as a call needs them, once each.
-    pub(crate) fn code(&self) -> CodeCache {
-        CodeCache::new(&self.graph_dir, &self.data_dir)
+    pub(crate) fn code(&self) -> Arc<CodeCache> {
+        Arc::new(CodeCache::new(&self.graph_dir, &self.data_dir))
     }
 
-    /// Refuses a `code` glob of the graph that matches no file (before anything is planned or
-    /// shown, which would otherwise leave the files it meant out of every code version).
-    pub(crate) fn validate_code(&self) -> Result<()> {
-        Ok(crate::data::code::validate(
-            &self.graph,
-            &self.graph_dir,
-            &self.data_dir,
-        )?)
+    /// A new [`Engine::code`], refusing a `code` glob of the graph that matches no file (before
+    /// anything is planned or shown, which would otherwise leave the files it meant out of
+    /// every code version). The walk that found the files stays in the cache.
+    pub(crate) fn validated_code(&self) -> Result<Arc<CodeCache>> {
+        let code = self.code();
+        code.validated(&self.graph)?;
+        Ok(code)
     }
 
     /// [`Engine::plan`] of a request whose alias refs are already pinned to version refs.
@@ -54,9 +64,9 @@ impl Engine {
         request: &PlanRequest,
         witnesses: Option<&crate::data::data_dir::Witnesses>,
     ) -> Result<Plan> {
-        self.validate_code()?;
+        let code = self.validated_code()?;
         let states = Rechecked::new(
-            self.versions()
+            self.versions_with(&code)
                 .with_pins(request.pins.clone())
                 .witnessed_by(witnesses),
             &self.graph,
@@ -81,6 +91,24 @@ pub(crate) fn plan(engine: &Engine, request: &PlanRequest) -> Result<Plan> {
         refs: engine.pin_aliases(&request.refs, &request.pins),
         ..request.clone()
     })
+}
+
+/// The most runs at once an estimate is priced at (`analyze --parallel`, the API's `parallel`).
+pub const ESTIMATE_PARALLEL: std::ops::RangeInclusive<usize> = 1..=100_000;
+
+/// The runs at once an estimate is priced at: `asked` (default: as many as this machine has
+/// cores), refused outside [`ESTIMATE_PARALLEL`] (an estimate for no slots means nothing), as
+/// the command line and the API both refuse it.
+pub fn estimate_parallel(asked: Option<usize>) -> Result<usize> {
+    match asked {
+        None => Ok(crate::scheduler::default_parallelism()),
+        Some(p) if ESTIMATE_PARALLEL.contains(&p) => Ok(p),
+        Some(p) => Err(EngineError::Invalid(format!(
+            "parallel {p} (`--parallel`, or `parallel` in the API): an estimate is for {} to {} job runs at once; give a number in that range",
+            ESTIMATE_PARALLEL.start(),
+            ESTIMATE_PARALLEL.end()
+        ))),
+    }
 }
 
 pub(crate) fn estimate(

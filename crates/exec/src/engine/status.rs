@@ -400,9 +400,9 @@ pub(crate) fn status(
     refs: &[String],
     on_failure: OnConfigFailure,
 ) -> Result<Vec<StatusReport>> {
-    engine.validate_code()?;
+    let code = engine.validated_code()?;
     let mut resolver = engine.resolver();
-    let versions = engine.versions();
+    let versions = engine.versions_with(&code);
     let mut reports = refs
         .iter()
         .map(|r| engine.status_of(r, &mut resolver, &versions))

@@ -352,8 +352,9 @@ fn live_as_found(
         .map(String::as_str)
         .collect();
     let mut live = FxHashSet::default();
+    let code = engine.code();
     for chunk in candidates.chunks(10_000) {
-        let states = engine.versions().known_all(chunk)?;
+        let states = engine.versions_with(&code).known_all(chunk)?;
         live.extend(
             (chunk.iter().zip(states))
                 .filter(|(_, s)| *s == databuild_core::plan::KnownState::Live)

@@ -169,7 +169,7 @@ struct Driver<'s, 'e> {
     /// The log's last refusal of a claim, returned if the machine gives up on it.
     last_refusal: Option<LogError>,
     /// The code versions of the jobs and checks this build runs, each computed once for it.
-    code: crate::data::code::CodeCache,
+    code: Arc<crate::data::code::CodeCache>,
 }
 
 impl Drop for Driver<'_, '_> {
@@ -230,7 +230,10 @@ impl<'s, 'e> Driver<'s, 'e> {
             unchanged: FxHashSet::default(),
             held_back: FxHashSet::default(),
             claim_ahead: ClaimAhead::new(engine.graph()),
-            code: crate::data::code::CodeCache::new(engine.graph_dir(), engine.data_dir()),
+            code: Arc::new(crate::data::code::CodeCache::new(
+                engine.graph_dir(),
+                engine.data_dir(),
+            )),
             requested,
             plan_recorded: false,
             last_refusal: None,
@@ -924,7 +927,8 @@ impl<'s, 'e> Driver<'s, 'e> {
         let refs: Vec<&str> = (nodes.iter())
             .flat_map(|&n| self.machine.node(n).run.outputs.iter().map(|o| o.as_str()))
             .collect();
-        let states = self.engine.states_now(&refs)?;
+        let pins = &self.options.pins;
+        let states = self.engine.states_now(&refs, pins, &self.code)?;
         let mut states = states.into_iter();
         let mut fresh = Vec::new();
         for node in nodes {

@@ -391,6 +391,6 @@ mod tests {
         other.name = "k".into();
         let w = CodeCache::new(root, &root.join("data")).job(&graph, &other);
         assert_eq!(v.map()[DEFINITION], w.map()[DEFINITION]);
-        assert!(validate(&graph, root, &root.join("data")).is_ok());
+        assert!(cache.validated(&graph).is_ok());
     }
 }

@@ -777,12 +777,6 @@ impl<'a> VersionedStates<'a> {
         }
     }
 
-    /// Whether `r` is stale because a job's code changed, its own or one up its inputs.
-    pub fn stale_by_code(&self, r: &str) -> bool {
-        self.effective(r)
-            .is_some_and(|e| e.stale.as_ref().is_some_and(|s| s.by_code))
-    }
-
     /// The version of `r` as recorded now (for the input versions a run starts from).
     pub fn current_version(&self, r: &str) -> Option<String> {
         self.effective(r).map(|e| e.version.clone())
@@ -859,6 +853,7 @@ impl<'a> VersionedStates<'a> {
                 Some(e) => match &e.stale {
                     Some(why) => KnownState::Stale {
                         reason: why.readable(),
+                        by_code: why.by_code,
                     },
                     None => self.live_unless_held_back(r, &row),
                 },

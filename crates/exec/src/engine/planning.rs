@@ -278,34 +278,15 @@ pub(crate) fn missing_reasons(engine: &Engine, plan: &Plan) -> Vec<Option<String
 }
 
 /// How many of `plan`'s runs rebuild a partition that is stale because a job's code changed
-/// (its own, or one up its inputs): what an edit of a script will rebuild.
-pub(crate) fn stale_by_code(engine: &Engine, plan: &Plan) -> Result<usize> {
-    let stale: Vec<(usize, &str)> = plan
-        .runs
-        .iter()
-        .enumerate()
-        .flat_map(|(i, run)| {
-            run.outputs
-                .iter()
-                .zip(&run.reasons)
-                .filter(|(_, why)| matches!(why, databuild_core::BuildReason::Stale(_)))
-                .map(move |(o, _)| (i, o.as_str()))
+/// (its own, or one up its inputs): what an edit of a script will rebuild. The planner noted it
+/// on each stale reason as it derived it.
+pub(crate) fn stale_by_code(plan: &Plan) -> usize {
+    (plan.runs.iter())
+        .filter(|run| {
+            (run.reasons.iter())
+                .any(|why| matches!(why, databuild_core::BuildReason::Stale(s) if s.by_code))
         })
-        .collect();
-    if stale.is_empty() {
-        return Ok(0);
-    }
-    let versions = engine.versions();
-    let refs: Vec<&str> = stale.iter().map(|(_, r)| *r).collect();
-    // Read at once (runs and inputs ahead), then asked one by one from what was read.
-    versions.known_all(&refs)?;
-    let mut runs: Vec<usize> = stale
-        .iter()
-        .filter(|(_, r)| versions.stale_by_code(r))
-        .map(|(i, _)| *i)
-        .collect();
-    runs.dedup();
-    Ok(runs.len())
+        .count()
 }
 
 impl<'p> crate::answers::AnalyzeView<'p> {
@@ -332,7 +313,7 @@ impl<'p> crate::answers::AnalyzeView<'p> {
         Ok(Self {
             force_keeps_live: analysis.force_keeps_live.clone(),
             inputs_present,
-            stale_by_code: engine.stale_by_code(&analysis.plan)?,
+            stale_by_code: engine.stale_by_code(&analysis.plan),
             ..Self::new(
                 &analysis.build_request_id,
                 &analysis.plan,

@@ -287,7 +287,7 @@ impl Engine {
         let run = row.job_run_id.as_deref().unwrap_or("?");
         let (status, reason) = match row.status {
             Status::Available => match versions.known(r)? {
-                KnownState::Stale { reason } | KnownState::Kept { reason } => {
+                KnownState::Stale { reason, .. } | KnownState::Kept { reason } => {
                     (DerivedStatus::Stale, reason)
                 }
                 KnownState::CheckFailed { reason } => (DerivedStatus::CheckFailed, format!(
@@ -647,7 +647,7 @@ pub(crate) fn shown_state(
 ) -> (DerivedStatus, Option<String>) {
     match state {
         KnownState::Live => (DerivedStatus::Live, None),
-        KnownState::Stale { reason } | KnownState::Kept { reason } => {
+        KnownState::Stale { reason, .. } | KnownState::Kept { reason } => {
             (DerivedStatus::Stale, Some(reason))
         }
         KnownState::CheckFailed { reason } => (DerivedStatus::CheckFailed, Some(reason)),

@@ -391,3 +391,68 @@ fn the_service_records_the_cutoff_as_the_cli_does() {
     service.stop();
     assert_same_events(&normalized(&cli, &cli_id), &normalized(&served, &served_id));
 }
+
+/// A job reading a table's alias and another job's output of it, both rebuilt by `promote
+/// --build-downstream`: the other job writes the bytes it had on the new version, and the reader,
+/// derived again behind it as the build reads the alias (pinned to the new version), still runs
+/// on that version rather than being kept on the old one.
+#[test]
+fn a_promotions_downstream_build_derives_its_cutoff_on_the_promoted_version() {
+    let p = Project::new(
+        r#"
+[graph]
+name = "promoted"
+[[source]]
+name = "drops"
+kind = "directory"
+retention = "5d"
+body_format = "json_array"
+[[table]]
+name = "drops"
+source = "drops"
+version = 1
+columns = { n = "int" }
+[[table]]
+name = "drops"
+source = "drops"
+version = 2
+columns = { n = "float" }
+[[job]]
+name = "count"
+outputs = ["count/date={d:date}"]
+inputs = ["drops/date={d}"]
+command = ["sh", "-c", "o=\"$DATABUILD_OUTPUT_DIR/$(echo \"$DATABUILD_OUTPUTS\" | tr -d '[]\\\"')\"; mkdir -p \"$(dirname \"$o\")\"; echo 1 > \"$o\""]
+[[job]]
+name = "both"
+outputs = ["both/date={d:date}"]
+inputs = ["drops/date={d}", "count/date={d}"]
+command = ["sh", "-c", "o=\"$DATABUILD_OUTPUT_DIR/$(echo \"$DATABUILD_OUTPUTS\" | tr -d '[]\\\"')\"; mkdir -p \"$(dirname \"$o\")\"; echo \"$DATABUILD_INPUTS\" > \"$o\""]
+"#,
+    );
+    let at = |today: &str, args: &[&str]| {
+        let out = p.command().env("DATABUILD_NOW", today).args(args).output();
+        let out = out.expect("run databuild");
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {err}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    p.file("incoming/drops/a.json", r#"[{"n": 1}]"#);
+    at("2026-03-01", &["source", "seal"]);
+    at("2026-03-02", &["source", "seal"]);
+    at("2026-03-02", &["build", "both/date=2026-03-01"]);
+    at("2026-03-02", &["build", "drops/v2/date=2026-03-01"]);
+    let read = || std::fs::read_to_string(p.path().join("data/both/date=2026-03-01")).unwrap();
+    assert!(read().contains("drops/v1/date=2026-03-01"), "{}", read());
+    at(
+        "2026-03-02",
+        &["promote", "drops", "--version", "2", "--build-downstream"],
+    );
+    // count wrote what it had; both read v2, so it ran on it.
+    assert!(read().contains("drops/v2/date=2026-03-01"), "{}", read());
+    let shown: Value = serde_json::from_str(&at(
+        "2026-03-02",
+        &["--json", "status", "both/date=2026-03-01"],
+    ))
+    .unwrap();
+    assert_eq!(shown[0]["status"], "live", "{shown}");
+}

@@ -44,29 +44,19 @@ impl Engine {
         Arc::new(CodeCache::new(&self.graph_dir, &self.data_dir))
     }
 
-    /// A new [`Engine::code`], refusing a `code` glob of the graph that matches no file (before
-    /// anything is planned or shown, which would otherwise leave the files it meant out of
-    /// every code version). The walk that found the files stays in the cache.
-    pub(crate) fn validated_code(&self) -> Result<Arc<CodeCache>> {
-        let code = self.code();
-        code.validated(&self.graph)?;
-        Ok(code)
-    }
-
-    /// [`Engine::plan`] of a request whose alias refs are already pinned to version refs.
-    pub(crate) fn plan_pinned(&self, request: &PlanRequest) -> Result<Plan> {
-        self.plan_witnessed(request, None)
-    }
-
-    /// [`Engine::plan_pinned`], noting the files it looks at in `witnesses`.
+    /// The plan of a request whose alias refs are already pinned to version refs, noting the
+    /// files it looks at in `witnesses`, with the code versions of `code` (the step's). A `code`
+    /// glob that matches no file is refused first (it would leave the files it meant out of
+    /// every code version); the walk that found them stays in `code`.
     pub(crate) fn plan_witnessed(
         &self,
         request: &PlanRequest,
         witnesses: Option<&crate::data::data_dir::Witnesses>,
+        code: &Arc<CodeCache>,
     ) -> Result<Plan> {
-        let code = self.validated_code()?;
+        code.validated(&self.graph)?;
         let states = Rechecked::new(
-            self.versions_with(&code)
+            self.versions_with(code)
                 .with_pins(request.pins.clone())
                 .witnessed_by(witnesses),
             &self.graph,
@@ -83,14 +73,24 @@ impl Engine {
 }
 
 pub(crate) fn plan(engine: &Engine, request: &PlanRequest) -> Result<Plan> {
+    plan_with(engine, request, &engine.code())
+}
+
+/// [`plan`] with the code versions of `code`, the step's.
+pub(crate) fn plan_with(
+    engine: &Engine,
+    request: &PlanRequest,
+    code: &Arc<CodeCache>,
+) -> Result<Plan> {
     if engine.graph.tables.is_empty() {
         // No aliases to resolve: no copy of a possibly huge request.
-        return engine.plan_pinned(request);
+        return engine.plan_witnessed(request, None, code);
     }
-    engine.plan_pinned(&PlanRequest {
+    let request = PlanRequest {
         refs: engine.pin_aliases(&request.refs, &request.pins),
         ..request.clone()
-    })
+    };
+    engine.plan_witnessed(&request, None, code)
 }
 
 /// The most runs at once an estimate is priced at (`analyze --parallel`, the API's `parallel`).

@@ -106,6 +106,9 @@ pub(crate) struct Build<'a> {
     pub executor: &'a dyn Executor,
     /// When the build started (ns since the epoch).
     pub started_ns: i64,
+    /// The code versions the build was planned with: its runs record them, and its
+    /// re-derivations compare with them.
+    pub code: Arc<crate::data::code::CodeCache>,
 }
 
 /// Runs a planned build to its end, and returns the status it ended with.
@@ -189,6 +192,7 @@ impl<'s, 'e> Driver<'s, 'e> {
             requested,
             executor,
             started_ns,
+            code,
         } = build;
         let (tx, rx) = mpsc::channel();
         let policy = Policy {
@@ -230,10 +234,7 @@ impl<'s, 'e> Driver<'s, 'e> {
             unchanged: FxHashSet::default(),
             held_back: FxHashSet::default(),
             claim_ahead: ClaimAhead::new(engine.graph()),
-            code: Arc::new(crate::data::code::CodeCache::new(
-                engine.graph_dir(),
-                engine.data_dir(),
-            )),
+            code,
             requested,
             plan_recorded: false,
             last_refusal: None,

@@ -83,6 +83,25 @@ fn human_output_lists_runs() {
 }
 
 #[test]
+fn an_estimate_at_no_or_too_many_runs_at_once_is_refused_as_the_api_refuses_it() {
+    let p = Project::new(DIAMOND);
+    for n in ["0", "100001"] {
+        let out = p.run(&["analyze", "b/2020-01-01", "--parallel", n]);
+        out.expect_code(2);
+        assert!(
+            out.stderr.contains(&format!("parallel {n} (`--parallel`"))
+                && out.stderr.contains("1 to 100000 job runs at once"),
+            "{n}: {}",
+            out.stderr
+        );
+    }
+    // Nothing was recorded: the refusal comes before the analysis.
+    let builds = p.run(&["--json", "builds"]);
+    builds.expect_code(0);
+    assert!(!builds.stdout.contains("b/2020-01-01"), "{}", builds.stdout);
+}
+
+#[test]
 fn missing_external_input_is_not_plannable() {
     let p = Project::new(DIAMOND);
     let out = p.run(&["--json", "analyze", "b/2020-01-01"]);

@@ -200,7 +200,10 @@ fn the_document_and_the_service_agree_on_refs_conflicts_and_paths() {
     );
     assert_eq!(status, 400, "{v}");
     assert!(
-        v["error"].as_str().unwrap().contains("`parallel` = 0"),
+        v["error"]
+            .as_str()
+            .unwrap()
+            .contains("parallel 0 (`--parallel`, or `parallel` in the API)"),
         "{v}"
     );
     let checked = Project::new(&format!(

@@ -113,6 +113,24 @@ fn runs_of(p: &Project, id: &str) -> Vec<(String, String, String)> {
     runs
 }
 
+/// The events of build `id` that carry `data.cutoff`, in order: (kind, status, cutoff).
+fn cutoffs(p: &Project, id: &str) -> Vec<(String, String, String)> {
+    let out = p.run(&["--json", "events", "--build", id]);
+    out.expect_code(0);
+    (out.stdout.lines())
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|e| e["data"]["cutoff"].is_string())
+        .map(|e| {
+            let text = |v: &Value| v.as_str().unwrap_or_default().to_string();
+            (
+                text(&e["kind"]),
+                text(&e["status"]),
+                text(&e["data"]["cutoff"]),
+            )
+        })
+        .collect()
+}
+
 fn run(job: &str, status: &str, message: &str) -> (String, String, String) {
     (job.to_string(), status.to_string(), message.to_string())
 }
@@ -199,6 +217,16 @@ fn a_forced_rebuild_with_other_bytes_makes_downstream_stale() {
             run("agg", "completed", "rebuilt, unchanged"),
             run("report", "skipped", "its inputs came out unchanged"),
         ]
+    );
+    // The events say it typed too: what programs read instead of the message.
+    assert_eq!(
+        cutoffs(&p, id),
+        [
+            ("job_run", "completed", "rebuilt_unchanged"),
+            ("partition", "available", "rebuilt_unchanged"),
+            ("job_run", "skipped", "inputs_unchanged"),
+        ]
+        .map(|(k, s, c)| (k.to_string(), s.to_string(), c.to_string()))
     );
     let text = p.run(&["build", &r("report")]);
     text.expect_code(0);
@@ -362,4 +390,69 @@ fn the_service_records_the_cutoff_as_the_cli_does() {
     assert!(page.contains("its inputs came out unchanged"), "{page}");
     service.stop();
     assert_same_events(&normalized(&cli, &cli_id), &normalized(&served, &served_id));
+}
+
+/// A job reading a table's alias and another job's output of it, both rebuilt by `promote
+/// --build-downstream`: the other job writes the bytes it had on the new version, and the reader,
+/// derived again behind it as the build reads the alias (pinned to the new version), still runs
+/// on that version rather than being kept on the old one.
+#[test]
+fn a_promotions_downstream_build_derives_its_cutoff_on_the_promoted_version() {
+    let p = Project::new(
+        r#"
+[graph]
+name = "promoted"
+[[source]]
+name = "drops"
+kind = "directory"
+retention = "5d"
+body_format = "json_array"
+[[table]]
+name = "drops"
+source = "drops"
+version = 1
+columns = { n = "int" }
+[[table]]
+name = "drops"
+source = "drops"
+version = 2
+columns = { n = "float" }
+[[job]]
+name = "count"
+outputs = ["count/date={d:date}"]
+inputs = ["drops/date={d}"]
+command = ["sh", "-c", "o=\"$DATABUILD_OUTPUT_DIR/$(echo \"$DATABUILD_OUTPUTS\" | tr -d '[]\\\"')\"; mkdir -p \"$(dirname \"$o\")\"; echo 1 > \"$o\""]
+[[job]]
+name = "both"
+outputs = ["both/date={d:date}"]
+inputs = ["drops/date={d}", "count/date={d}"]
+command = ["sh", "-c", "o=\"$DATABUILD_OUTPUT_DIR/$(echo \"$DATABUILD_OUTPUTS\" | tr -d '[]\\\"')\"; mkdir -p \"$(dirname \"$o\")\"; echo \"$DATABUILD_INPUTS\" > \"$o\""]
+"#,
+    );
+    let at = |today: &str, args: &[&str]| {
+        let out = p.command().env("DATABUILD_NOW", today).args(args).output();
+        let out = out.expect("run databuild");
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {err}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    p.file("incoming/drops/a.json", r#"[{"n": 1}]"#);
+    at("2026-03-01", &["source", "seal"]);
+    at("2026-03-02", &["source", "seal"]);
+    at("2026-03-02", &["build", "both/date=2026-03-01"]);
+    at("2026-03-02", &["build", "drops/v2/date=2026-03-01"]);
+    let read = || std::fs::read_to_string(p.path().join("data/both/date=2026-03-01")).unwrap();
+    assert!(read().contains("drops/v1/date=2026-03-01"), "{}", read());
+    at(
+        "2026-03-02",
+        &["promote", "drops", "--version", "2", "--build-downstream"],
+    );
+    // count wrote what it had; both read v2, so it ran on it.
+    assert!(read().contains("drops/v2/date=2026-03-01"), "{}", read());
+    let shown: Value = serde_json::from_str(&at(
+        "2026-03-02",
+        &["--json", "status", "both/date=2026-03-01"],
+    ))
+    .unwrap();
+    assert_eq!(shown[0]["status"], "live", "{shown}");
 }

@@ -46,7 +46,7 @@ pub use pattern::{FieldType, Pattern, PatternError};
 pub use plan::{
     config_change, plan, resolve_alias, BuildReason, BuiltWith, ConfigInput, ConfigResponseError,
     DepKind, JobConfig, KnownState, NothingBuilt, Plan, PlanError, PlanRequest, PlannedRun,
-    Resolver, StateError, StateView,
+    Resolver, StaleReason, StateError, StateView,
 };
 pub use refs::{PartitionRef, RefError};
 pub use resolve::ResolveError;

@@ -316,6 +316,39 @@ pub struct EventData {
     /// check: reported by the job itself in `DATABUILD_REPORT` (`checks`), not run by DataBuild.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub inline: bool,
+    /// job_run completed, partition available, job_run skipped: what early cutoff did (its
+    /// message says the same to people). None in events written before cutoff existed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cutoff: Option<Cutoff>,
+}
+
+/// What early cutoff did with a run or a partition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Cutoff {
+    /// Rebuilt, and it wrote the bytes it had: its version, and all read from it, stand
+    /// (a `completed` run all of whose outputs did so, or an `available` partition).
+    RebuiltUnchanged,
+    /// Not run (`skipped`): the runs before it wrote the bytes it had read.
+    InputsUnchanged,
+}
+
+impl Cutoff {
+    /// The event's message, for people.
+    pub const fn message(self) -> &'static str {
+        match self {
+            Cutoff::RebuiltUnchanged => "rebuilt, unchanged",
+            Cutoff::InputsUnchanged => "its inputs came out unchanged",
+        }
+    }
+
+    /// The cutoff of a projected row (a run, a partition), which keeps its last event's message
+    /// but not its data: the one place that message is read back.
+    pub fn of_message(message: Option<&str>) -> Option<Cutoff> {
+        [Cutoff::RebuiltUnchanged, Cutoff::InputsUnchanged]
+            .into_iter()
+            .find(|c| message == Some(c.message()))
+    }
 }
 
 /// What a build does after a run failed, when that is not the end of its outputs.

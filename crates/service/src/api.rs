@@ -322,12 +322,8 @@ pub(crate) async fn analyze(
     ApiJson(body): ApiJson<AnalyzeBody>,
 ) -> ApiResult<Response> {
     let max_refs = state.limits.max_refs;
-    // As the document says (`minimum`, `maximum`): an estimate for no slots means nothing.
-    if let Some(p) = body.parallel.filter(|p| !(1..=100_000).contains(p)) {
-        return Err(AppError::bad_request(format!(
-            "`parallel` = {p}: an estimate is for 1 to 100000 job runs at once"
-        )));
-    }
+    // As the document says (`minimum`, `maximum`), and as the command line refuses it.
+    let parallel = databuild_exec::engine::estimate_parallel(body.parallel)?;
     let body = blocking(&state, move |engine| {
         let refs = parse_refs(engine, &body.partitions, max_refs)?;
         let analysis = engine.analyze(&PlanRequest {
@@ -336,9 +332,6 @@ pub(crate) async fn analyze(
             allow_stale: body.allow_stale,
             ..Default::default()
         })?;
-        let parallel = body
-            .parallel
-            .unwrap_or_else(databuild_exec::scheduler::default_parallelism);
         // The borrowed view serializes the plan without copying it; `Analysis` is its owned twin.
         let view = AnalyzeView::priced(engine, &analysis, parallel)?;
         Ok(serde_json::to_vec(&view).expect("plans serialize"))

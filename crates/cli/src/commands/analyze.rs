@@ -304,9 +304,7 @@ pub fn print_plan(
     planned: Planned,
     json: bool,
 ) -> anyhow::Result<ExitCode> {
-    let parallel = parallel
-        .unwrap_or_else(databuild_exec::scheduler::default_parallelism)
-        .max(1);
+    let parallel = databuild_exec::engine::estimate_parallel(parallel).map_err(engine_error)?;
     let refs = parse_refs(backend, args)?;
     let requested = refs.len();
     let limit = if limit == 0 { usize::MAX } else { limit };

@@ -275,8 +275,7 @@ impl EventReplay {
             }
             // A run cut off: recorded `skipped`, naming its outputs.
             (Kind::JobRun, Status::Skipped)
-                if e.message.as_deref()
-                    == Some(databuild_exec::data::versions::INPUTS_UNCHANGED) =>
+                if e.data.cutoff == Some(databuild_log::Cutoff::InputsUnchanged) =>
             {
                 let outputs: Vec<PartitionRef> = (e.data.outputs.iter())
                     .filter_map(|o| PartitionRef::new(o).ok())

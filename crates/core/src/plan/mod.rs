@@ -42,9 +42,11 @@ pub const MAX_CONFIG_ROUNDS: usize = 200;
 pub enum KnownState {
     Missing,
     Live,
-    /// Live, but built from inputs or a job version that changed since.
+    /// Live, but built from inputs or a job version that changed since; `by_code` when the
+    /// change is a job's code (its own, or one up its inputs).
     Stale {
         reason: String,
+        by_code: bool,
     },
     /// Another build request is building it now.
     Building {
@@ -154,13 +156,43 @@ pub enum BuildReason {
     Missing,
     Failed,
     Tainted,
-    Stale(String),
+    Stale(StaleReason),
     /// Requested with `force`.
     Forced,
     /// Not needed itself, but the job's config builds it together with a needed output.
     Sibling,
     /// Its job changed and its inputs expired: the job's `migrate` command carries it forward.
     CarryForward(String),
+}
+
+/// Why an output is stale: its reason, for people (all a plan's JSON shows), and whether a job's
+/// code changed (what `analyze` counts as `stale_by_code`, from the plan, without deriving again).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StaleReason {
+    pub reason: String,
+    pub by_code: bool,
+}
+
+impl Serialize for StaleReason {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.reason)
+    }
+}
+
+/// A reason that is not a code change (a config's, a job version's, an input's).
+impl From<String> for StaleReason {
+    fn from(reason: String) -> Self {
+        StaleReason {
+            reason,
+            by_code: false,
+        }
+    }
+}
+
+impl From<&str> for StaleReason {
+    fn from(reason: &str) -> Self {
+        reason.to_string().into()
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

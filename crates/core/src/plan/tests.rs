@@ -260,6 +260,7 @@ fn stale_refs_rebuild_unless_allowed() {
             "a/2020-01-01",
             KnownState::Stale {
                 reason: "job version changed".into(),
+                by_code: false,
             },
         ),
         ("b/2020-01-01", KnownState::Live),
@@ -282,6 +283,33 @@ fn stale_refs_rebuild_unless_allowed() {
     };
     let p = plan(&g, &request, &states, &mut facts).unwrap();
     assert_eq!(lines(&p), ["c: c/2020-01-01 <- a/2020-01-01"]);
+}
+
+#[test]
+fn a_code_change_is_kept_on_the_stale_reason_and_shown_as_its_text() {
+    let g = graph(DIAMOND);
+    let states = States(HashMap::from([(
+        "a/2020-01-01",
+        KnownState::Stale {
+            reason: "`run.sh` changed".into(),
+            by_code: true,
+        },
+    )]));
+    let mut facts = Facts {
+        all_present: true,
+        ..Default::default()
+    };
+    let p = plan_with(&g, &["c/2020-01-01"], &states, &mut facts).unwrap();
+    let why = StaleReason {
+        reason: "`run.sh` changed".into(),
+        by_code: true,
+    };
+    assert_eq!(p.runs[0].reasons, [BuildReason::Stale(why)]);
+    // The plan's JSON is as before: the flag is for counting, the text for people.
+    assert_eq!(
+        serde_json::to_value(&p.runs[0].reasons).unwrap(),
+        serde_json::json!([{ "stale": "`run.sh` changed" }])
+    );
 }
 
 #[test]

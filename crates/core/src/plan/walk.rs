@@ -439,7 +439,9 @@ impl Planner<'_> {
             KnownState::Missing => BuildReason::Missing,
             KnownState::Failed => BuildReason::Failed,
             KnownState::Tainted => BuildReason::Tainted,
-            KnownState::Stale { reason } if !self.request.allow_stale => BuildReason::Stale(reason),
+            KnownState::Stale { reason, by_code } if !self.request.allow_stale => {
+                BuildReason::Stale(StaleReason { reason, by_code })
+            }
             KnownState::Kept { reason } if self.carries_forward(r) && !self.request.allow_stale => {
                 BuildReason::CarryForward(reason)
             }
@@ -502,7 +504,7 @@ impl Planner<'_> {
                     build = true;
                 } else if live_refs.contains(out.as_str()) {
                     if let Some(why) = self.config_changed(job, out, &config) {
-                        *reason = BuildReason::Stale(why);
+                        *reason = BuildReason::Stale(why.into());
                         build = true;
                     }
                 }

@@ -72,9 +72,9 @@ pub struct CodeError {
     pub dir: String,
 }
 
-/// Every `code` glob of the graph matches at least one file.
-pub fn validate(graph: &Graph, graph_dir: &Path, data_dir: &Path) -> Result<(), CodeError> {
-    let cache = CodeCache::new(graph_dir, data_dir);
+/// Every `code` glob of the graph matches at least one file. The folders walked stay in `cache`:
+/// the code versions computed from it next read them from there.
+fn validate(cache: &CodeCache, graph: &Graph) -> Result<(), CodeError> {
     let owners = graph
         .jobs
         .iter()
@@ -91,7 +91,7 @@ pub fn validate(graph: &Graph, graph_dir: &Path, data_dir: &Path) -> Result<(), 
                 return Err(CodeError {
                     owner,
                     glob: glob.to_string(),
-                    dir: graph_dir.display().to_string(),
+                    dir: cache.graph_dir.display().to_string(),
                 });
             }
         }
@@ -117,6 +117,8 @@ pub struct CodeCache {
     named: Mutex<FxHashMap<String, Option<String>>>,
     /// The graph's folder, its links resolved (found at the first command's file).
     root: std::sync::OnceLock<Option<PathBuf>>,
+    /// Whether every `code` glob matches a file, found once (see [`CodeCache::validated`]).
+    validated: std::sync::OnceLock<Result<(), CodeError>>,
 }
 
 impl CodeCache {
@@ -130,6 +132,16 @@ impl CodeCache {
             shas: Mutex::default(),
             named: Mutex::default(),
             root: std::sync::OnceLock::new(),
+            validated: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// This cache, once every `code` glob of `graph` is known to match a file: walked once, by
+    /// the first caller, and the walk kept for the code versions computed after.
+    pub fn validated(&self, graph: &Graph) -> Result<&Self, CodeError> {
+        match self.validated.get_or_init(|| validate(self, graph)) {
+            Ok(()) => Ok(self),
+            Err(e) => Err(e.clone()),
         }
     }
 
@@ -369,6 +381,6 @@ mod tests {
         other.name = "k".into();
         let w = CodeCache::new(root, &root.join("data")).job(&graph, &other);
         assert_eq!(v.map()[DEFINITION], w.map()[DEFINITION]);
-        assert!(validate(&graph, root, &root.join("data")).is_ok());
+        assert!(cache.validated(&graph).is_ok());
     }
 }

@@ -17,6 +17,7 @@ use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
+use std::sync::Arc;
 
 use databuild_core::{
     resolve_alias, Graph, KnownState, PartitionRef, Producer, StateError, StateView,
@@ -61,13 +62,6 @@ pub fn external_version(data_dir: &Path, r: &str) -> Option<String> {
         .map_or(0, |d| d.as_nanos());
     Some(format!("file:{}:{mtime}", meta.len()))
 }
-
-/// The message of an `available` event whose rebuild wrote the bytes its partition already had:
-/// its version is unchanged, and so is everything read from it.
-pub const REBUILT_UNCHANGED: &str = "rebuilt, unchanged";
-
-/// The message of a run not run because the runs before it wrote the bytes it had read.
-pub const INPUTS_UNCHANGED: &str = "its inputs came out unchanged";
 
 /// How a run records an input it was given as a table's alias: `alias:<the version ref read>`.
 pub const ALIAS_PREFIX: &str = "alias:";
@@ -307,7 +301,7 @@ pub struct VersionedStates<'a> {
     base: Option<PathBuf>,
     /// The jobs' code versions now, each computed at its first use by this instance (see
     /// [`Self::with_code`]); without, runs compare on their job's version only.
-    code: Option<CodeCache>,
+    code: Option<Arc<CodeCache>>,
     memo: RefCell<FxHashMap<String, Option<Rc<Effective>>>>,
     /// The rows found of the planning round being decided (see [`StateView::states`]), and
     /// those of their inputs, read ahead.
@@ -410,14 +404,14 @@ impl<'a> VersionedStates<'a> {
     }
 
     /// Compares the code each run recorded with its job's code now (`cache`, kept for the call).
-    pub fn with_code(mut self, cache: CodeCache) -> Self {
+    pub fn with_code(mut self, cache: Arc<CodeCache>) -> Self {
         self.code = Some(cache);
         self
     }
 
     /// The code versions this instance computed (or computes) for the call.
     pub fn code(&self) -> Option<&CodeCache> {
-        self.code.as_ref()
+        self.code.as_deref()
     }
 
     /// Shows data paths relative to the graph's folder.
@@ -777,12 +771,6 @@ impl<'a> VersionedStates<'a> {
         }
     }
 
-    /// Whether `r` is stale because a job's code changed, its own or one up its inputs.
-    pub fn stale_by_code(&self, r: &str) -> bool {
-        self.effective(r)
-            .is_some_and(|e| e.stale.as_ref().is_some_and(|s| s.by_code))
-    }
-
     /// The version of `r` as recorded now (for the input versions a run starts from).
     pub fn current_version(&self, r: &str) -> Option<String> {
         self.effective(r).map(|e| e.version.clone())
@@ -859,6 +847,7 @@ impl<'a> VersionedStates<'a> {
                 Some(e) => match &e.stale {
                     Some(why) => KnownState::Stale {
                         reason: why.readable(),
+                        by_code: why.by_code,
                     },
                     None => self.live_unless_held_back(r, &row),
                 },

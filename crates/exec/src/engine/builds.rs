@@ -138,8 +138,10 @@ pub(crate) fn execute(
         allow_stale: options.allow_stale,
         pins: options.pins.clone(),
     };
-    let key = engine.plan_key(&request);
-    let (mut planned, mut keep) = engine.plan_or_reuse(&request, key.as_deref(), id);
+    // The code versions of this build: read once for its plan, its re-derivations and its runs.
+    let code = engine.code();
+    let key = engine.plan_key(&request, &code);
+    let (mut planned, mut keep) = engine.plan_or_reuse(&request, key.as_deref(), id, &code);
     // Checks that changed (or never ran) on what the plan found built run first, without
     // rebuilding the data; what they decide can change what is live: planned again then.
     if let Ok(plan) = &planned {
@@ -149,7 +151,7 @@ pub(crate) fn execute(
         }
         if engine.run_stale_checks(id, plan, executor, options.parallel, interrupt)? {
             // Their events end any kept plan: planned from the log, noting what to keep.
-            (planned, keep) = engine.plan_keeping(&request, key.as_deref());
+            (planned, keep) = engine.plan_keeping(&request, key.as_deref(), &code);
         }
     }
     let plan = match planned {
@@ -188,6 +190,7 @@ pub(crate) fn execute(
         requested: &requested_set,
         executor,
         started_ns,
+        code,
     };
     let planned_size = plan.runs.len() + plan.skipped.len();
     let ended = std::thread::scope(|scope| {
@@ -462,7 +465,13 @@ impl Host for Engine {
         Engine::close_abandoned_builds(self)
     }
 
-    fn states_now(&self, refs: &[&str]) -> Result<Vec<databuild_core::plan::KnownState>> {
-        Ok(self.versions().known_all(refs)?)
+    fn states_now(
+        &self,
+        refs: &[&str],
+        pins: &std::collections::BTreeMap<String, u32>,
+        code: &std::sync::Arc<crate::data::code::CodeCache>,
+    ) -> Result<Vec<databuild_core::plan::KnownState>> {
+        let versions = self.versions_with(code).with_pins(pins.clone());
+        Ok(versions.known_all(refs)?)
     }
 }

@@ -66,6 +66,8 @@ impl Engine {
     ) -> Result<bool> {
         let glob = self.graph.pattern_of(producer).glob();
         let mut after = None;
+        // Each page derives afresh, but the code there is now is read once for all.
+        let code = self.code();
         loop {
             let rows = self.store.partitions(&PartitionQuery {
                 pattern: Some(glob.clone()),
@@ -82,7 +84,7 @@ impl Engine {
                     self.graph.producer_of(&row.partition_ref).map(|(p, _)| p) == Some(producer)
                 })
                 .collect();
-            if !each(&self.versions(), own)? {
+            if !each(&self.versions_with(&code), own)? {
                 return Ok(false);
             }
             if !full {

@@ -40,6 +40,7 @@ use freshness::Freshness;
 use gc::{GcOptions, GcReport};
 use lineage::{InstanceDiff, Lineage, LineageQuery, TaintImpact};
 use listing::{ListedStatus, PartitionPage};
+pub use planning::{estimate_parallel, ESTIMATE_PARALLEL};
 use wants::Decision;
 
 use crate::answers::{
@@ -145,8 +146,8 @@ impl Engine {
 
     /// How many of `plan`'s runs rebuild a partition stale because a job's code changed (its
     /// own job's or one up its inputs): what a script edit costs (`analyze`'s `stale_by_code`).
-    pub fn stale_by_code(&self, plan: &Plan) -> Result<usize> {
-        planning::stale_by_code(self, plan)
+    pub fn stale_by_code(&self, plan: &Plan) -> usize {
+        planning::stale_by_code(plan)
     }
 
     /// Requested alias refs become the version refs they read now: a build of `orders/date=D`

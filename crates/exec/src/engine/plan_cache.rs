@@ -18,6 +18,9 @@ use databuild_log::KeptPlan;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+use std::sync::Arc;
+
+use crate::data::code::CodeCache;
 use crate::data::data_dir::{DataDir, Seen, Witnesses};
 use crate::engine::{Engine, Result};
 use crate::hashing::{hex, Fields};
@@ -94,7 +97,7 @@ fn switched_off() -> bool {
 
 impl Engine {
     /// The key `request`'s plan is kept under, when it can be (see the module's doc).
-    pub(crate) fn plan_key(&self, request: &PlanRequest) -> Option<String> {
+    pub(crate) fn plan_key(&self, request: &PlanRequest, code: &CodeCache) -> Option<String> {
         if switched_off() || !self.store.keeps_plans() || !keepable(&self.graph) {
             return None;
         }
@@ -126,7 +129,6 @@ impl Engine {
         }
         // The code of every job and check: a script edited since makes its partitions stale,
         // which a plan kept before the edit would not see.
-        let code = self.code();
         for job in &self.graph.jobs {
             field(
                 &crate::data::code::fingerprint(code.job(&self.graph, job).map())
@@ -147,10 +149,11 @@ impl Engine {
         request: &PlanRequest,
         key: Option<&str>,
         id: &str,
+        code: &Arc<CodeCache>,
     ) -> (Result<Plan>, Option<Keep>) {
         match key.map(|key| self.reuse_plan(request, key, id)) {
             Some(Ok(Some((plan, keep)))) => (Ok(plan), Some(keep)),
-            _ => self.plan_keeping(request, key),
+            _ => self.plan_keeping(request, key, code),
         }
     }
 
@@ -159,21 +162,26 @@ impl Engine {
         &self,
         request: &PlanRequest,
         key: Option<&str>,
+        code: &Arc<CodeCache>,
     ) -> (Result<Plan>, Option<Keep>) {
         match key {
-            Some(_) => self.plan_noting(request),
-            None => (self.plan_pinned(request), None),
+            Some(_) => self.plan_noting(request, code),
+            None => (self.plan_witnessed(request, None, code), None),
         }
     }
 
     /// Plans `request`, noting what it looks at in the data dir: a no-op plan comes with its
     /// body to keep.
-    fn plan_noting(&self, request: &PlanRequest) -> (Result<Plan>, Option<Keep>) {
+    fn plan_noting(
+        &self,
+        request: &PlanRequest,
+        code: &Arc<CodeCache>,
+    ) -> (Result<Plan>, Option<Keep>) {
         let Ok(since) = self.store.last_idx() else {
-            return (self.plan_pinned(request), None);
+            return (self.plan_witnessed(request, None, code), None);
         };
         let witnesses = Witnesses::default();
-        let planned = self.plan_witnessed(request, Some(&witnesses));
+        let planned = self.plan_witnessed(request, Some(&witnesses), code);
         let keep = planned
             .as_ref()
             .ok()
@@ -251,7 +259,8 @@ impl Engine {
     ) -> Result<()> {
         match keep {
             Some(keep) => self.keep_plan(key, id, keep),
-            None if planned_size <= REPLAN_MAX => match self.plan_noting(request) {
+            // After the build: the code there is now.
+            None if planned_size <= REPLAN_MAX => match self.plan_noting(request, &self.code()) {
                 (Ok(_), Some(keep)) => self.keep_plan(key, id, keep),
                 _ => Ok(()),
             },

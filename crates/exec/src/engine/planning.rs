@@ -7,6 +7,8 @@ use databuild_core::{PartitionRef, Plan, PlanError, PlanRequest, Producer};
 use databuild_log::{Event, Status};
 
 use super::{Analysis, Engine, EngineError, Result};
+use std::sync::Arc;
+
 use crate::data::code::CodeCache;
 use crate::data::rechecked::Rechecked;
 use crate::data::resolver::LocalResolver;
@@ -17,7 +19,16 @@ impl Engine {
         LocalResolver::new(&self.graph, &self.graph_dir, &self.data_dir, self.today())
     }
 
+    /// The states as derived now, with code versions of their own: for a call that derives
+    /// once. A call that derives again (by page, by chunk, by batch) shares one cache
+    /// ([`Engine::versions_with`]).
     pub(crate) fn versions(&self) -> VersionedStates<'_> {
+        self.versions_with(&self.code())
+    }
+
+    /// The states as derived now, comparing runs with the code versions of `code`: one cache
+    /// for a command's step or a request, so that each job's code is read once in it.
+    pub(crate) fn versions_with(&self, code: &Arc<CodeCache>) -> VersionedStates<'_> {
         VersionedStates::new(
             &self.graph,
             self.store.as_ref(),
@@ -25,38 +36,27 @@ impl Engine {
             self.today(),
         )
         .shown_from(&self.graph_dir)
-        .with_code(self.code())
+        .with_code(code.clone())
     }
 
     /// The jobs' and checks' code versions, computed as a call needs them, once each.
-    pub(crate) fn code(&self) -> CodeCache {
-        CodeCache::new(&self.graph_dir, &self.data_dir)
+    pub(crate) fn code(&self) -> Arc<CodeCache> {
+        Arc::new(CodeCache::new(&self.graph_dir, &self.data_dir))
     }
 
-    /// Refuses a `code` glob of the graph that matches no file (before anything is planned or
-    /// shown, which would otherwise leave the files it meant out of every code version).
-    pub(crate) fn validate_code(&self) -> Result<()> {
-        Ok(crate::data::code::validate(
-            &self.graph,
-            &self.graph_dir,
-            &self.data_dir,
-        )?)
-    }
-
-    /// [`Engine::plan`] of a request whose alias refs are already pinned to version refs.
-    pub(crate) fn plan_pinned(&self, request: &PlanRequest) -> Result<Plan> {
-        self.plan_witnessed(request, None)
-    }
-
-    /// [`Engine::plan_pinned`], noting the files it looks at in `witnesses`.
+    /// The plan of a request whose alias refs are already pinned to version refs, noting the
+    /// files it looks at in `witnesses`, with the code versions of `code` (the step's). A `code`
+    /// glob that matches no file is refused first (it would leave the files it meant out of
+    /// every code version); the walk that found them stays in `code`.
     pub(crate) fn plan_witnessed(
         &self,
         request: &PlanRequest,
         witnesses: Option<&crate::data::data_dir::Witnesses>,
+        code: &Arc<CodeCache>,
     ) -> Result<Plan> {
-        self.validate_code()?;
+        code.validated(&self.graph)?;
         let states = Rechecked::new(
-            self.versions()
+            self.versions_with(code)
                 .with_pins(request.pins.clone())
                 .witnessed_by(witnesses),
             &self.graph,
@@ -73,14 +73,42 @@ impl Engine {
 }
 
 pub(crate) fn plan(engine: &Engine, request: &PlanRequest) -> Result<Plan> {
+    plan_with(engine, request, &engine.code())
+}
+
+/// [`plan`] with the code versions of `code`, the step's.
+pub(crate) fn plan_with(
+    engine: &Engine,
+    request: &PlanRequest,
+    code: &Arc<CodeCache>,
+) -> Result<Plan> {
     if engine.graph.tables.is_empty() {
         // No aliases to resolve: no copy of a possibly huge request.
-        return engine.plan_pinned(request);
+        return engine.plan_witnessed(request, None, code);
     }
-    engine.plan_pinned(&PlanRequest {
+    let request = PlanRequest {
         refs: engine.pin_aliases(&request.refs, &request.pins),
         ..request.clone()
-    })
+    };
+    engine.plan_witnessed(&request, None, code)
+}
+
+/// The most runs at once an estimate is priced at (`analyze --parallel`, the API's `parallel`).
+pub const ESTIMATE_PARALLEL: std::ops::RangeInclusive<usize> = 1..=100_000;
+
+/// The runs at once an estimate is priced at: `asked` (default: as many as this machine has
+/// cores), refused outside [`ESTIMATE_PARALLEL`] (an estimate for no slots means nothing), as
+/// the command line and the API both refuse it.
+pub fn estimate_parallel(asked: Option<usize>) -> Result<usize> {
+    match asked {
+        None => Ok(crate::scheduler::default_parallelism()),
+        Some(p) if ESTIMATE_PARALLEL.contains(&p) => Ok(p),
+        Some(p) => Err(EngineError::Invalid(format!(
+            "parallel {p} (`--parallel`, or `parallel` in the API): an estimate is for {} to {} job runs at once; give a number in that range",
+            ESTIMATE_PARALLEL.start(),
+            ESTIMATE_PARALLEL.end()
+        ))),
+    }
 }
 
 pub(crate) fn estimate(
@@ -250,34 +278,15 @@ pub(crate) fn missing_reasons(engine: &Engine, plan: &Plan) -> Vec<Option<String
 }
 
 /// How many of `plan`'s runs rebuild a partition that is stale because a job's code changed
-/// (its own, or one up its inputs): what an edit of a script will rebuild.
-pub(crate) fn stale_by_code(engine: &Engine, plan: &Plan) -> Result<usize> {
-    let stale: Vec<(usize, &str)> = plan
-        .runs
-        .iter()
-        .enumerate()
-        .flat_map(|(i, run)| {
-            run.outputs
-                .iter()
-                .zip(&run.reasons)
-                .filter(|(_, why)| matches!(why, databuild_core::BuildReason::Stale(_)))
-                .map(move |(o, _)| (i, o.as_str()))
+/// (its own, or one up its inputs): what an edit of a script will rebuild. The planner noted it
+/// on each stale reason as it derived it.
+pub(crate) fn stale_by_code(plan: &Plan) -> usize {
+    (plan.runs.iter())
+        .filter(|run| {
+            (run.reasons.iter())
+                .any(|why| matches!(why, databuild_core::BuildReason::Stale(s) if s.by_code))
         })
-        .collect();
-    if stale.is_empty() {
-        return Ok(0);
-    }
-    let versions = engine.versions();
-    let refs: Vec<&str> = stale.iter().map(|(_, r)| *r).collect();
-    // Read at once (runs and inputs ahead), then asked one by one from what was read.
-    versions.known_all(&refs)?;
-    let mut runs: Vec<usize> = stale
-        .iter()
-        .filter(|(_, r)| versions.stale_by_code(r))
-        .map(|(i, _)| *i)
-        .collect();
-    runs.dedup();
-    Ok(runs.len())
+        .count()
 }
 
 impl<'p> crate::answers::AnalyzeView<'p> {
@@ -304,7 +313,7 @@ impl<'p> crate::answers::AnalyzeView<'p> {
         Ok(Self {
             force_keeps_live: analysis.force_keeps_live.clone(),
             inputs_present,
-            stale_by_code: engine.stale_by_code(&analysis.plan)?,
+            stale_by_code: engine.stale_by_code(&analysis.plan),
             ..Self::new(
                 &analysis.build_request_id,
                 &analysis.plan,

@@ -2,6 +2,7 @@
 //! the log's states, the data dir, taints, and each config job's choice as it reads now.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use databuild_core::{Deps, JobConfig, KnownState, PartitionRef, PlanRequest, Producer};
 use databuild_log::{EventFilter, Status};
@@ -12,9 +13,11 @@ use crate::answers::{
     DerivedStatus, Explanation, PlannedStep, ProducerInfo, QueryInputRead, RefError, RefErrorKind,
     RootCause, StatusReport,
 };
+use crate::data::code::CodeCache;
 use crate::data::resolver::LocalResolver;
-use crate::data::versions::{VersionedStates, REBUILT_UNCHANGED};
+use crate::data::versions::VersionedStates;
 use crate::engine::{Engine, EngineError, Result};
+use databuild_log::Cutoff;
 
 /// What re-checking a live partition against its config's choice now found.
 enum Recheck {
@@ -286,7 +289,7 @@ impl Engine {
         let run = row.job_run_id.as_deref().unwrap_or("?");
         let (status, reason) = match row.status {
             Status::Available => match versions.known(r)? {
-                KnownState::Stale { reason } | KnownState::Kept { reason } => {
+                KnownState::Stale { reason, .. } | KnownState::Kept { reason } => {
                     (DerivedStatus::Stale, reason)
                 }
                 KnownState::CheckFailed { reason } => (DerivedStatus::CheckFailed, format!(
@@ -299,7 +302,7 @@ impl Engine {
                         .unwrap_or_else(|| "its data is gone".to_string()),
                 ),
                 // Its last rebuild wrote the bytes it had: what was read from it stands.
-                _ if row.message.as_deref() == Some(REBUILT_UNCHANGED) => (
+                _ if Cutoff::of_message(row.message.as_deref()) == Some(Cutoff::RebuiltUnchanged) => (
                     DerivedStatus::Live,
                     format!("rebuilt by run {run}, unchanged: downstream kept"),
                 ),
@@ -399,9 +402,19 @@ pub(crate) fn status(
     refs: &[String],
     on_failure: OnConfigFailure,
 ) -> Result<Vec<StatusReport>> {
-    engine.validate_code()?;
+    status_with(engine, refs, on_failure, &engine.code())
+}
+
+/// [`status`] with the code versions of `code`, the request's (validated once, read once).
+fn status_with(
+    engine: &Engine,
+    refs: &[String],
+    on_failure: OnConfigFailure,
+    code: &Arc<CodeCache>,
+) -> Result<Vec<StatusReport>> {
+    code.validated(&engine.graph)?;
     let mut resolver = engine.resolver();
-    let versions = engine.versions();
+    let versions = engine.versions_with(code);
     let mut reports = refs
         .iter()
         .map(|r| engine.status_of(r, &mut resolver, &versions))
@@ -429,7 +442,10 @@ pub(crate) fn status(
 }
 
 pub(crate) fn explain(engine: &Engine, r: &str) -> Result<Explanation> {
-    let status = engine.status(&[r.to_string()])?.remove(0);
+    // One reading of the code for all the explanation derives: its status, its inputs', its
+    // plan, and how its code changed.
+    let code = engine.code();
+    let status = status_with(engine, &[r.to_string()], OnConfigFailure::Fail, &code)?.remove(0);
     if let Some(e) = status.error {
         return Err(EngineError::Invalid(e.message));
     }
@@ -452,7 +468,7 @@ pub(crate) fn explain(engine: &Engine, r: &str) -> Result<Explanation> {
                 .cloned()
                 .chain(read.iter().map(|(r, _)| r.to_string()))
                 .collect();
-            let mut inputs = engine.status(&refs)?;
+            let mut inputs = status_with(engine, &refs, OnConfigFailure::Fail, &code)?;
             let now = inputs.split_off(run.inputs.len());
             let query_inputs = read
                 .iter()
@@ -475,10 +491,14 @@ pub(crate) fn explain(engine: &Engine, r: &str) -> Result<Explanation> {
         _ => {
             let refs = vec![databuild_core::PartitionRef::new(r)
                 .map_err(|e| EngineError::Invalid(e.to_string()))?];
-            let plan = engine.plan(&PlanRequest {
-                refs,
-                ..Default::default()
-            })?;
+            let plan = super::planning::plan_with(
+                engine,
+                &PlanRequest {
+                    refs,
+                    ..Default::default()
+                },
+                &code,
+            )?;
             let steps = plan
                 .runs
                 .iter()
@@ -529,7 +549,7 @@ pub(crate) fn explain(engine: &Engine, r: &str) -> Result<Explanation> {
     history.drain(..keep);
     let code_changes = run
         .as_ref()
-        .map(|run| code_changes(engine, run))
+        .map(|run| code_changes(engine, run, &code))
         .unwrap_or_default();
     Ok(Explanation {
         status,
@@ -548,11 +568,15 @@ pub(crate) fn explain(engine: &Engine, r: &str) -> Result<Explanation> {
 
 /// How the code of `run`'s job now differs from what `run` recorded (nothing for a run
 /// recorded before code versions, or of a job no longer in the graph).
-fn code_changes(engine: &Engine, run: &JobRunRow) -> Vec<crate::answers::CodeChange> {
+fn code_changes(
+    engine: &Engine,
+    run: &JobRunRow,
+    code: &CodeCache,
+) -> Vec<crate::answers::CodeChange> {
     match engine.graph.job(&run.job) {
         Some(job) if !run.code_versions.is_empty() => crate::answers::CodeChange::between(
             &run.code_versions,
-            engine.code().job(&engine.graph, job).map(),
+            code.job(&engine.graph, job).map(),
         ),
         _ => Vec::new(),
     }
@@ -646,7 +670,7 @@ pub(crate) fn shown_state(
 ) -> (DerivedStatus, Option<String>) {
     match state {
         KnownState::Live => (DerivedStatus::Live, None),
-        KnownState::Stale { reason } | KnownState::Kept { reason } => {
+        KnownState::Stale { reason, .. } | KnownState::Kept { reason } => {
             (DerivedStatus::Stale, Some(reason))
         }
         KnownState::CheckFailed { reason } => (DerivedStatus::CheckFailed, Some(reason)),

@@ -1,11 +1,10 @@
 //! `BuildSummary`: what a build did, read back from the log, the same for the process that ran
 //! it, the service, and anyone asking later.
 
-use databuild_log::{RunQuery, Status};
+use databuild_log::{Cutoff, RunQuery, Status};
 use rustc_hash::{FxHashMap, FxHashSet};
 
 use crate::answers::{BuildSummary, RunFailure, SummaryCounts};
-use crate::data::versions::{INPUTS_UNCHANGED, REBUILT_UNCHANGED};
 use crate::engine::{Engine, Result};
 
 impl BuildSummary {
@@ -157,16 +156,18 @@ pub(crate) fn summary_cut(
             .filter(|o| !is_delegated.contains(o))
             .collect()
     };
-    // Of those, the outputs of runs that say `message`: rebuilt unchanged, or kept.
-    let count_said = |status: Status, message: &str| -> u64 {
+    // Of those, the outputs of runs early cutoff marked: rebuilt unchanged, or kept.
+    let count_cut = |status: Status, cutoff: Cutoff| -> u64 {
         (runs.iter())
-            .filter(|r| r.status == status && r.message.as_deref() == Some(message))
+            .filter(|r| {
+                r.status == status && Cutoff::of_message(r.message.as_deref()) == Some(cutoff)
+            })
             .flat_map(|r| r.outputs.iter())
             .filter(|o| !is_delegated.contains(*o))
             .count() as u64
     };
-    let unchanged = count_said(Status::Completed, REBUILT_UNCHANGED);
-    let kept = count_said(Status::Skipped, INPUTS_UNCHANGED);
+    let unchanged = count_cut(Status::Completed, Cutoff::RebuiltUnchanged);
+    let kept = count_cut(Status::Skipped, Cutoff::InputsUnchanged);
     let mut available: FxHashSet<String> = FxHashSet::default();
     let mut failed_now: FxHashSet<String> = FxHashSet::default();
     for p in engine.store.request_partitions(id)? {
@@ -358,8 +359,9 @@ fn live_as_found(
         .map(String::as_str)
         .collect();
     let mut live = FxHashSet::default();
+    let code = engine.code();
     for chunk in candidates.chunks(10_000) {
-        let states = engine.versions().known_all(chunk)?;
+        let states = engine.versions_with(&code).known_all(chunk)?;
         live.extend(
             (chunk.iter().zip(states))
                 .filter(|(_, s)| *s == databuild_core::plan::KnownState::Live)

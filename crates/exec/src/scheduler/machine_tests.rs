@@ -984,9 +984,7 @@ fn the_outcomes_of_requested_refs_need_no_index() {
 /// A run planned for being stale (`why`), after the plan's runs `deps`.
 fn stale_run(output: &str, inputs: &[&str], deps: &[usize]) -> PlannedRun {
     PlannedRun {
-        reasons: vec![databuild_core::BuildReason::Stale(
-            "input is stale".to_string(),
-        )],
+        reasons: vec![databuild_core::BuildReason::Stale("input is stale".into())],
         ..run(output, inputs, deps)
     }
 }

@@ -51,8 +51,14 @@ pub(crate) trait Host: Sync {
     /// Closes builds whose driving process is gone (before a partition they held is taken
     /// over).
     fn close_abandoned_builds(&self) -> Result<usize>;
-    /// The states of `refs` derived now, as `status` derives them (one read for all).
-    fn states_now(&self, refs: &[&str]) -> Result<Vec<databuild_core::plan::KnownState>>;
+    /// The states of `refs` derived now, as `status` derives them (one read for all), reading
+    /// tables' aliases as the build's `pins` do and comparing runs with the build's `code`.
+    fn states_now(
+        &self,
+        refs: &[&str],
+        pins: &BTreeMap<String, u32>,
+        code: &std::sync::Arc<crate::data::code::CodeCache>,
+    ) -> Result<Vec<databuild_core::plan::KnownState>>;
 }
 
 #[derive(Debug, Clone)]

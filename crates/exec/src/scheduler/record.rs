@@ -9,9 +9,9 @@ use databuild_log::{AfterFailure, Event, Status};
 use rustc_hash::{FxHashMap, FxHashSet};
 
 use super::{BuildOptions, Host};
-use crate::data::versions::{INPUTS_UNCHANGED, REBUILT_UNCHANGED};
 use crate::error::Result;
 use crate::run::owner::this_owner;
+use databuild_log::event::Cutoff;
 
 /// A new build request, with what it asks for and who drives it.
 pub(crate) fn received(id: &str, options: &BuildOptions) -> Event {
@@ -268,7 +268,7 @@ impl Record<'_> {
     }
 
     /// A run succeeded: each output is available at its version (its content's hash), marked
-    /// [`REBUILT_UNCHANGED`] if that is the version it had before. The run's completion keeps its
+    /// [`Cutoff::RebuiltUnchanged`] if that is the version it had before. The run's completion keeps its
     /// recipe (see [`crate::data::versions::data_version`]), and says so when every output came
     /// out unchanged.
     pub fn built(&self, run: &PlannedRun, id: &str, built: Built<'_>) -> Vec<Event> {
@@ -283,7 +283,7 @@ impl Record<'_> {
             d.data_version = Some(built.recipe.to_string());
         });
         if all_unchanged {
-            completed = completed.with_message(REBUILT_UNCHANGED);
+            completed = cut_off(completed, Cutoff::RebuiltUnchanged);
         }
         events.push(completed);
         for (o, made) in run.outputs.iter().zip(&built.outputs) {
@@ -294,7 +294,7 @@ impl Record<'_> {
                     d.report = built.report.clone();
                 });
             if made.unchanged {
-                e = e.with_message(REBUILT_UNCHANGED);
+                e = cut_off(e, Cutoff::RebuiltUnchanged);
             }
             e.job = Some(job.to_string());
             events.push(e);
@@ -312,14 +312,12 @@ impl Record<'_> {
         relies_on: Option<String>,
         events: &mut Vec<Event>,
     ) {
-        events.push(
-            Event::job_run(self.build, id, self.job(run), Status::Skipped)
-                .with_message(INPUTS_UNCHANGED)
-                .with_data(|d| {
-                    d.relies_on = relies_on;
-                    d.outputs = outputs(run);
-                }),
-        );
+        let skipped =
+            Event::job_run(self.build, id, self.job(run), Status::Skipped).with_data(|d| {
+                d.relies_on = relies_on;
+                d.outputs = outputs(run);
+            });
+        events.push(cut_off(skipped, Cutoff::InputsUnchanged));
         for o in &run.outputs {
             events.push(Event::partition(
                 Some(self.build),
@@ -456,4 +454,10 @@ pub struct ReadInputs<'a> {
     pub runs: BTreeMap<String, String>,
     /// The code it runs: its job's code versions, computed once per build.
     pub code: &'a BTreeMap<String, String>,
+}
+
+/// `e` marked with what early cutoff did: typed for programs, its message for people.
+fn cut_off(e: Event, cutoff: Cutoff) -> Event {
+    e.with_message(cutoff.message())
+        .with_data(|d| d.cutoff = Some(cutoff))
 }

@@ -212,10 +212,9 @@ fn runs_by_job(
 /// What early cutoff did with a run, beside its status: rebuilt with the bytes it had, or not run
 /// because its inputs came out unchanged.
 fn cutoff_note(r: &JobRun) -> Markup {
-    use databuild_exec::data::versions::{INPUTS_UNCHANGED, REBUILT_UNCHANGED};
-    match r.message.as_deref() {
-        Some(m @ (REBUILT_UNCHANGED | INPUTS_UNCHANGED)) => html! { " " span.muted.cutoff { (m) } },
-        _ => html! {},
+    match databuild_log::Cutoff::of_message(r.message.as_deref()) {
+        Some(c) => html! { " " span.muted.cutoff { (c.message()) } },
+        None => html! {},
     }
 }
 

@@ -106,6 +106,9 @@ pub(crate) struct Build<'a> {
     pub executor: &'a dyn Executor,
     /// When the build started (ns since the epoch).
     pub started_ns: i64,
+    /// The code versions the build was planned with: its runs record them, and its
+    /// re-derivations compare with them.
+    pub code: Arc<crate::data::code::CodeCache>,
 }
 
 /// Runs a planned build to its end, and returns the status it ended with.
@@ -169,7 +172,7 @@ struct Driver<'s, 'e> {
     /// The log's last refusal of a claim, returned if the machine gives up on it.
     last_refusal: Option<LogError>,
     /// The code versions of the jobs and checks this build runs, each computed once for it.
-    code: crate::data::code::CodeCache,
+    code: Arc<crate::data::code::CodeCache>,
 }
 
 impl Drop for Driver<'_, '_> {
@@ -189,6 +192,7 @@ impl<'s, 'e> Driver<'s, 'e> {
             requested,
             executor,
             started_ns,
+            code,
         } = build;
         let (tx, rx) = mpsc::channel();
         let policy = Policy {
@@ -230,7 +234,7 @@ impl<'s, 'e> Driver<'s, 'e> {
             unchanged: FxHashSet::default(),
             held_back: FxHashSet::default(),
             claim_ahead: ClaimAhead::new(engine.graph()),
-            code: crate::data::code::CodeCache::new(engine.graph_dir(), engine.data_dir()),
+            code,
             requested,
             plan_recorded: false,
             last_refusal: None,
@@ -926,7 +930,8 @@ impl<'s, 'e> Driver<'s, 'e> {
         let refs: Vec<&str> = (nodes.iter())
             .flat_map(|&n| self.machine.node(n).run.outputs.iter().map(|o| o.as_str()))
             .collect();
-        let states = self.engine.states_now(&refs)?;
+        let pins = &self.options.pins;
+        let states = self.engine.states_now(&refs, pins, &self.code)?;
         let mut states = states.into_iter();
         let mut fresh = Vec::new();
         for node in nodes {

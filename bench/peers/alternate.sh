@@ -5,6 +5,9 @@
 #
 #   bench/peers/alternate.sh [ROUNDS] [DATABUILD_BINARY...]
 #
+# PEER_SIZE=DATESxCATEGORIES picks the workload (default 120x10, ~2.7k jobs; 1095x10 is run.sh's
+# ~24k).
+#
 # With several binaries (say, two commits' builds), each runs once per round after make, in an
 # order that rotates from round to round; use an even number of rounds.
 set -euo pipefail
@@ -17,7 +20,8 @@ if [ $# -eq 0 ]; then
 fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-python3 bench/peers/generate.py "$work" 120 10 >/dev/null
+size=${PEER_SIZE:-120x10}
+python3 bench/peers/generate.py "$work" "${size%x*}" "${size#*x}" >/dev/null
 cd "$work"
 # Each command starts with the previous one's files on disk: its write-back would otherwise land
 # on whichever command runs next (the second in a round came out ahead by ~10% without this).

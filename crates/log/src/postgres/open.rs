@@ -54,8 +54,8 @@ pub(super) const WRITER_SETTINGS: &str =
     "-c plan_cache_mode=force_generic_plan -c enable_seqscan=off";
 
 /// The URL's settings, with this log's timeouts where the URL sets none.
-fn connection_config(url: &str) -> std::result::Result<tokio_postgres::Config, String> {
-    let mut c: tokio_postgres::Config = url.parse().map_err(|e: postgres::Error| e.to_string())?;
+fn connection_config(url: &str) -> std::result::Result<tokio_postgres::Config, postgres::Error> {
+    let mut c: tokio_postgres::Config = url.parse()?;
     let given = |key: &str| url.contains(&format!("{key}="));
     if c.get_connect_timeout().is_none() {
         c.connect_timeout(CONNECT_TIMEOUT);
@@ -94,7 +94,7 @@ impl PostgresStore {
             location: location.clone(),
             message,
         };
-        let config = connection_config(url).map_err(open_error)?;
+        let config = connection_config(url).map_err(|e| open_error(e.to_string()))?;
         // The server's own refusal (a wrong password, no such database) is the request's to
         // fix; no answer at all (refused, unreachable, timed out) is the system's: exit 1.
         let mut client = postgres::Config::from(config.clone())

@@ -93,7 +93,7 @@ fn status(p: &Project, r: &str) -> Value {
 }
 
 /// The runs of build `id` as `--json builds ID` lists them, by job: (status, message).
-fn runs_of(p: &Project, id: &str) -> Vec<(String, String, String)> {
+pub(crate) fn runs_of(p: &Project, id: &str) -> Vec<(String, String, String)> {
     let detail = p.run(&["--json", "builds", id]);
     detail.expect_code(0);
     let detail = detail.json();

@@ -7,6 +7,7 @@ use std::path::Path;
 use std::time::{Duration, UNIX_EPOCH};
 
 use crate::util::Project;
+use crate::versions_bytes::runs_of;
 
 /// The partitions the fixture's build made live.
 const BUILT: [&str; 6] = [
@@ -65,24 +66,6 @@ fn a_build_over_a_log_of_the_previous_release_runs_nothing() {
         std::fs::read_to_string(p.path().join("data/report/2026-01-02")).unwrap(),
         "flights on 2026-01-02: 1\n"
     );
-}
-
-/// The jobs of `p`'s build `id`, each with its run's status and message, sorted by job.
-fn runs_of(p: &Project, id: &str) -> Vec<(String, String, String)> {
-    let detail = p.run(&["--json", "builds", id]);
-    detail.expect_code(0);
-    let detail = detail.json();
-    let mut runs: Vec<(String, String, String)> = detail["job_runs"]
-        .as_array()
-        .unwrap_or_else(|| panic!("{detail}"))
-        .iter()
-        .map(|run| {
-            let text = |k: &str| run[k].as_str().unwrap_or_default().to_string();
-            (text("job"), text("status"), text("message"))
-        })
-        .collect();
-    runs.sort();
-    runs
 }
 
 fn all_live(p: &Project) {

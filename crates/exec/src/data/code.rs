@@ -147,9 +147,12 @@ impl CodeCache {
 
     /// `job`'s code versions now (`graph` decides which env values may be hashed).
     pub fn job(&self, graph: &Graph, job: &Job) -> Arc<CodeVersions> {
-        if let Some(known) = self.jobs.lock().expect("code lock").get(&job.name) {
-            return known.clone();
-        }
+        memo(&self.jobs, &job.name, || {
+            Arc::new(self.compute_job(graph, job))
+        })
+    }
+
+    fn compute_job(&self, graph: &Graph, job: &Job) -> CodeVersions {
         let config: &[String] = match &job.deps {
             Deps::Dynamic { config } => config,
             _ => &[],
@@ -165,30 +168,18 @@ impl CodeCache {
             field(&mut h, k);
             field(&mut h, graph.recorded_env_value(k, v));
         }
-        let named = job.command.iter().chain(config);
-        let versions = Arc::new(self.compute(named, &job.code, h));
-        self.jobs
-            .lock()
-            .expect("code lock")
-            .insert(job.name.clone(), versions.clone());
-        versions
+        self.compute(job.command.iter().chain(config), &job.code, h)
     }
 
     /// `check`'s code versions now.
     pub fn check(&self, check: &Check) -> Arc<CodeVersions> {
-        if let Some(known) = self.checks.lock().expect("code lock").get(&check.name) {
-            return known.clone();
-        }
-        let mut h = Sha256::new();
-        for a in &check.command {
-            field(&mut h, a);
-        }
-        let versions = Arc::new(self.compute(check.command.iter(), &check.code, h));
-        self.checks
-            .lock()
-            .expect("code lock")
-            .insert(check.name.clone(), versions.clone());
-        versions
+        memo(&self.checks, &check.name, || {
+            let mut h = Sha256::new();
+            for a in &check.command {
+                field(&mut h, a);
+            }
+            Arc::new(self.compute(check.command.iter(), &check.code, h))
+        })
     }
 
     /// `runs` (of `graph`'s checks) with their checks' code versions now.
@@ -228,15 +219,7 @@ impl CodeCache {
     /// The path of `arg` relative to the graph's folder, `/`-separated, when it names a regular
     /// file inside it (`python3` and `-c` do not; `jobs/agg.py` does).
     fn in_project(&self, arg: &str) -> Option<String> {
-        if let Some(known) = self.named.lock().expect("code lock").get(arg) {
-            return known.clone();
-        }
-        let found = self.look_up(arg);
-        self.named
-            .lock()
-            .expect("code lock")
-            .insert(arg.to_string(), found.clone());
-        found
+        memo(&self.named, arg, || self.look_up(arg))
     }
 
     fn look_up(&self, arg: &str) -> Option<String> {
@@ -259,36 +242,17 @@ impl CodeCache {
 
     /// The sha of the file at `path` (relative to the graph's folder), read once per cache.
     fn sha(&self, path: &str) -> Option<String> {
-        if let Some(known) = self.shas.lock().expect("code lock").get(path) {
-            return known.clone();
-        }
-        let sha = file_sha(&self.graph_dir.join(path));
-        self.shas
-            .lock()
-            .expect("code lock")
-            .insert(path.to_string(), sha.clone());
-        sha
+        memo(&self.shas, path, || file_sha(&self.graph_dir.join(path)))
     }
 
     /// The files `glob` matches, sorted.
     fn matching(&self, glob: &CodeGlob) -> Vec<String> {
         let base = glob.base();
-        let walked = {
-            let known = self.walked.lock().expect("code lock").get(&base).cloned();
-            match known {
-                Some(files) => files,
-                None => {
-                    let mut files = Vec::new();
-                    self.walk(&self.graph_dir.join(&base), &base, &mut files);
-                    let files = Arc::new(files);
-                    self.walked
-                        .lock()
-                        .expect("code lock")
-                        .insert(base, files.clone());
-                    files
-                }
-            }
-        };
+        let walked = memo(&self.walked, &base, || {
+            let mut files = Vec::new();
+            self.walk(&self.graph_dir.join(&base), &base, &mut files);
+            Arc::new(files)
+        });
         let mut out: Vec<String> = walked.iter().filter(|f| glob.matches(f)).cloned().collect();
         out.sort();
         out
@@ -324,6 +288,19 @@ impl CodeCache {
             }
         }
     }
+}
+
+/// `map`'s value for `key`, computed by `compute` the first time (outside the lock: a
+/// computation may ask the cache again).
+fn memo<V: Clone>(map: &Mutex<FxHashMap<String, V>>, key: &str, compute: impl FnOnce() -> V) -> V {
+    if let Some(known) = map.lock().expect("code lock").get(key) {
+        return known.clone();
+    }
+    let value = compute();
+    map.lock()
+        .expect("code lock")
+        .insert(key.to_string(), value.clone());
+    value
 }
 
 /// The first 16 hex digits of the sha256 of the file's content; `None` if it cannot be read.

@@ -496,6 +496,120 @@ fn env_values_are_never_recorded_unless_the_graph_shows_them() {
     assert!(events.body.contains("<redacted>"), "{}", events.body);
 }
 
+/// The secret `CONFIG` hands every run, which no answer, page, event or table may hold.
+const SECRET: &str = "ghp_s3cretvalue";
+
+/// Asserts that `text`, what `path` answered, holds no secret.
+fn no_secret(path: &str, text: &str) {
+    assert!(!text.contains(SECRET), "{path} shows the secret: {text}");
+}
+
+#[test]
+fn a_secret_env_value_shows_on_no_path_and_a_shown_one_shows() {
+    let p = project();
+    let r = "dyn/k=one";
+    // Planned, not run: analyze and a dry run, as text and JSON.
+    for args in [
+        &["analyze", r][..],
+        &["build", "--dry-run", r],
+        &["--json", "analyze", r],
+        &["--json", "build", "--dry-run", r],
+    ] {
+        let out = p.run(args);
+        out.expect_code(0);
+        no_secret(&args.join(" "), &out.stdout);
+        no_secret(&args.join(" "), &out.stderr);
+    }
+    let plan = p.run(&["--json", "analyze", r]).json();
+    let env = &plan["job_runs"][0]["env"];
+    assert_eq!(env["DYN_TOKEN"], "<redacted>", "{plan}");
+    assert_eq!(env["REGION"], "eu-west", "REGION is in show_env: {plan}");
+    // Run: the job got the real value, which it writes into its output (data, not an answer).
+    p.file(
+        "job.sh",
+        &format!("{JOB}\necho \"$DYN_TOKEN\" > \"$DATABUILD_DATA_DIR/../token-seen\"\n"),
+    );
+    let built = p.run(&["--json", "build", r]);
+    built.expect_code(0);
+    no_secret("build", &built.stdout);
+    let seen = std::fs::read_to_string(p.path().join("token-seen")).unwrap();
+    assert_eq!(seen.trim(), SECRET, "the run's process gets the real value");
+    let run = crate::util::current_run(&p, r);
+    for args in [
+        &["explain", r][..],
+        &["--json", "explain", r],
+        &["runs", &run],
+        &["--json", "runs", &run],
+        &["--json", "events"],
+        &["--json", "builds", "last"],
+        &["status", r],
+    ] {
+        let out = p.run(args);
+        out.expect_code(0);
+        no_secret(&args.join(" "), &out.stdout);
+    }
+    // Every table and view of the log, whole.
+    let tables = p.run(&[
+        "--json",
+        "sql",
+        "SELECT name FROM sqlite_master WHERE type IN ('table', 'view')",
+    ]);
+    tables.expect_code(0);
+    let names = tables.json()["rows"].as_array().unwrap().clone();
+    assert!(names.len() > 5, "{}", tables.stdout);
+    for name in names {
+        let query = format!("SELECT * FROM \"{}\"", name[0].as_str().unwrap());
+        let out = p.run(&["--json", "sql", &query]);
+        no_secret(&query, &out.stdout);
+    }
+    for file in ["events.db", "events.db-wal"] {
+        let bytes = std::fs::read(p.path().join(".databuild").join(file)).unwrap_or_default();
+        assert!(
+            !bytes.windows(SECRET.len()).any(|w| w == SECRET.as_bytes()),
+            "{file} holds the secret"
+        );
+    }
+    // The service, open on loopback: the API, the event stream and the dashboard's pages.
+    let s = Service::start(&p, &[]);
+    let build = p.run(&["--json", "builds", "last"]).json()["build_request_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let encoded = databuild_service::encode_segment(r);
+    let analyzed = post_json(
+        &s,
+        "/api/v1/analyze",
+        &[],
+        &format!(r#"{{"partitions": ["{r}"], "force": true}}"#),
+    );
+    assert_eq!(analyzed.status, 200, "{}", analyzed.body);
+    no_secret("POST /api/v1/analyze", &analyzed.body);
+    assert_eq!(analyzed.json()["job_runs"][0]["env"]["REGION"], "eu-west");
+    for path in [
+        format!("/api/v1/partitions/{encoded}/explain"),
+        format!("/api/v1/partitions/{encoded}/status"),
+        format!("/api/v1/partitions/{encoded}/events"),
+        format!("/api/v1/job-runs/{run}"),
+        "/api/v1/jobs/dyn/runs".to_string(),
+        format!("/api/v1/builds/{build}"),
+        format!("/api/v1/builds/{build}/events"),
+        format!("/api/v1/builds/{build}/events/stream"),
+        "/api/v1/events".to_string(),
+        format!("/analyze?refs={encoded}"),
+        format!("/analyze?refs={encoded}&force=true"),
+        format!("/partitions/{encoded}"),
+        format!("/runs/{run}"),
+        format!("/builds/{build}"),
+        "/jobs/dyn".to_string(),
+    ] {
+        let answer = get(&s, &path, &[]);
+        assert_eq!(answer.status, 200, "{path}: {}", answer.body);
+        no_secret(&path, &answer.body);
+    }
+    let page = get(&s, &format!("/runs/{run}"), &[]);
+    assert!(page.body.contains("eu-west"), "{}", page.body);
+}
+
 #[test]
 fn config_executables_get_refs_as_arguments_and_run_for_authenticated_readers_only() {
     let p = project();

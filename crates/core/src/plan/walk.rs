@@ -672,7 +672,7 @@ impl Planner<'_> {
                 Box::new(RunExtras {
                     query_inputs,
                     args: config.args,
-                    env: config.env,
+                    env: crate::RunEnv::new(self.graph, config.env),
                     aliased,
                 })
             }),

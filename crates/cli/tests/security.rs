@@ -634,6 +634,80 @@ fn config_executables_get_refs_as_arguments_and_run_for_authenticated_readers_on
 }
 
 #[test]
+fn reads_without_a_token_run_no_config_and_say_what_a_token_would_show() {
+    let p = project();
+    p.run(&["build", "dyn/k=one"]).expect_code(0);
+    let calls = || {
+        std::fs::read_to_string(p.path().join("config-calls.log"))
+            .unwrap_or_default()
+            .lines()
+            .count()
+    };
+    let before = calls();
+    assert!(before > 0, "the build asked the config");
+    // Writes need a token; reads are open.
+    let s = Service::start(&p, &[("DATABUILD_TOKEN", "w-s3cret")]);
+    let live = databuild_service::encode_segment("dyn/k=one");
+    let missing = databuild_service::encode_segment("dyn/k=two");
+    let status = get(&s, &format!("/api/v1/partitions/{live}/status"), &[]);
+    assert_eq!(status.status, 200, "{}", status.body);
+    let v = status.json();
+    assert_eq!(v["status"], "live", "as the log knows it: {v}");
+    assert_eq!(v["withheld"]["job"], "dyn", "{v}");
+    let said = v["reasons"].to_string();
+    assert!(
+        said.contains("config executable of job `dyn`") && said.contains("Authorization: Bearer"),
+        "{said}"
+    );
+    let explain = get(&s, &format!("/api/v1/partitions/{missing}/explain"), &[]);
+    assert_eq!(explain.status, 200, "{}", explain.body);
+    let v = explain.json();
+    assert_eq!(v["status"], "missing", "{v}");
+    assert_eq!(v["withheld"]["job"], "dyn", "{v}");
+    assert_eq!(v["to_build"], serde_json::json!([]), "{v}");
+    assert!(v["reasons"].to_string().contains("not planned"), "{v}");
+    for path in [
+        format!("/api/v1/partitions/{live}/explain"),
+        format!("/api/v1/partitions/{missing}/status"),
+        "/api/v1/partitions".to_string(),
+        "/api/v1/partitions?status=live".to_string(),
+        "/api/v1/partitions?status=stale".to_string(),
+        "/api/v1/datasets".to_string(),
+        "/api/v1/datasets?exact=true".to_string(),
+        format!("/partitions/{live}"),
+        format!("/partitions/{missing}"),
+        "/partitions".to_string(),
+        "/partitions?status=live".to_string(),
+        "/datasets".to_string(),
+        "/datasets/dyn".to_string(),
+        "/graph".to_string(),
+        "/".to_string(),
+    ] {
+        let answer = get(&s, &path, &[]);
+        assert_eq!(answer.status, 200, "{path}: {}", answer.body);
+        assert_eq!(calls(), before, "{path} ran the config for a stranger");
+    }
+    let page = get(&s, &format!("/partitions/{live}"), &[]);
+    assert!(page.body.contains("Authorization: Bearer"), "{}", page.body);
+    // With the token, the same read asks the config: the test above can fail.
+    let status = get(&s, &format!("/api/v1/partitions/{live}/status"), &[BEARER]);
+    assert_eq!(status.status, 200, "{}", status.body);
+    assert!(status.json().get("withheld").is_none(), "{}", status.body);
+    assert_eq!(calls(), before + 1);
+    let explain = get(
+        &s,
+        &format!("/api/v1/partitions/{missing}/explain"),
+        &[BEARER],
+    );
+    assert_eq!(
+        explain.json()["to_build"][0]["job"],
+        "dyn",
+        "{}",
+        explain.body
+    );
+}
+
+#[test]
 fn requests_are_bounded_before_any_work() {
     let p = project();
     let s = Service::start(&p, &[("DATABUILD_MAX_REFS", "1000")]);

@@ -51,7 +51,7 @@ pub use plan::{
     Resolver, StaleReason, StateError, StateView,
 };
 pub use refs::{PartitionRef, RefError};
-pub use resolve::ResolveError;
+pub use resolve::{ConfigWithheld, ResolveError};
 pub use tables::{
     BodyFormat, Column, GenericSignature, HashAlgorithm, Idempotency, IdempotencyKey, Migration,
     RecordError, SignatureEncoding, SignatureScheme, Source, SourceKind, SourceSettingError, Table,

@@ -333,6 +333,9 @@ pub enum PlanError {
     Template { job: String, message: String },
     #[error("config of job `{job}` failed: {message}")]
     Config { job: String, message: String },
+    /// The caller may not run config executables: planning stopped before asking one.
+    #[error(transparent)]
+    ConfigWithheld(#[from] crate::resolve::ConfigWithheld),
     #[error("checking external `{partition_ref}` of dataset `{dataset}` failed: {message}")]
     Probe {
         dataset: String,

@@ -5,8 +5,11 @@ use std::process::Command;
 use std::time::Duration;
 
 use databuild_core::{
-    ConfigInput, Dataset, Deps, Graph, Job, JobConfig, PartitionRef, ResolveError, Resolver,
+    ConfigInput, ConfigWithheld, Dataset, Deps, Graph, Job, JobConfig, PartitionRef, ResolveError,
+    Resolver,
 };
+
+use crate::config::ConfigAccess;
 
 use crate::data::table_job::Schema;
 
@@ -88,6 +91,8 @@ pub struct LocalResolver<'g> {
     today: String,
     /// Notes the external files found, for a plan to be kept.
     witnesses: Option<&'g crate::data::data_dir::Witnesses>,
+    /// Whether config executables may run for the caller.
+    configs: ConfigAccess,
 }
 
 impl<'g> LocalResolver<'g> {
@@ -96,6 +101,7 @@ impl<'g> LocalResolver<'g> {
         graph_dir: impl Into<PathBuf>,
         data_dir: impl Into<PathBuf>,
         today: String,
+        configs: ConfigAccess,
     ) -> Self {
         LocalResolver {
             graph,
@@ -103,6 +109,7 @@ impl<'g> LocalResolver<'g> {
             data_dir: data_dir.into(),
             today,
             witnesses: None,
+            configs,
         }
     }
 
@@ -261,6 +268,12 @@ impl Resolver for LocalResolver<'_> {
         outputs: &[PartitionRef],
     ) -> Result<Vec<JobConfig>, ResolveError> {
         let config = match &job.deps {
+            Deps::Dynamic { .. } if self.configs == ConfigAccess::Withheld => {
+                return Err(ConfigWithheld {
+                    job: job.name.clone(),
+                }
+                .into())
+            }
             Deps::Dynamic { config } => config,
             Deps::Table { table, version } => {
                 return self

@@ -3,14 +3,16 @@
 
 use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Response};
+use axum::Extension;
 use databuild_exec::answers::rfc3339;
 use databuild_log::Status;
 use maud::{html, Markup, PreEscaped};
 
-use super::layout::{layout, page};
+use super::layout::{layout, page, page_as};
 use super::widgets::{build_link, id_link, partition_link, run_link};
 use super::Shared;
 use crate::engine_api;
+use crate::guard::Role;
 use crate::svg;
 
 /// The state whose colour a want's status is drawn in: satisfied as live, still wanted as
@@ -92,8 +94,16 @@ pub(super) async fn wants_page(State(state): Shared) -> Response {
 
 /// One want: how its partitions came to be — the builds and runs that made them, each run with
 /// the runs that made what it read — and what each partition not live waits for.
-pub(super) async fn want_page(State(state): Shared, Path(id): Path<String>) -> Response {
-    let w = match page(&state, move |engine| engine_api::want_detail(engine, &id)).await {
+pub(super) async fn want_page(
+    State(state): Shared,
+    Extension(role): Extension<Role>,
+    Path(id): Path<String>,
+) -> Response {
+    let w = match page_as(&state, role, move |engine| {
+        engine_api::want_detail(engine, &id)
+    })
+    .await
+    {
         Ok(w) => w,
         Err(r) => return r,
     };

@@ -318,6 +318,7 @@ mod tests {
         let list = || {
             datasets_page(
                 State(service.state.clone()),
+                Extension(Role::Writer),
                 Query(DatasetsPageQuery { exact: false }),
             )
         };
@@ -347,7 +348,12 @@ mod tests {
                 rows_after: None,
                 cols_after: None,
             };
-            dataset_page(State(service.state.clone()), Path(name.into()), Query(q))
+            dataset_page(
+                State(service.state.clone()),
+                Extension(Role::Writer),
+                Path(name.into()),
+                Query(q),
+            )
         };
         assert_eq!(
             dataset("daily", "decade").await.status(),

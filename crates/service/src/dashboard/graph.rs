@@ -142,7 +142,7 @@ mod tests {
     #[tokio::test]
     async fn the_graph_draws_every_dataset_and_job_with_what_was_built_and_run() {
         let service = open_service();
-        let graph = || graph_page(State(service.state.clone()));
+        let graph = || graph_page(State(service.state.clone()), Extension(Role::Writer));
         let html = text(graph().await).await;
         assert!(html.contains("<h1>Graph tiny</h1>"));
         assert!(

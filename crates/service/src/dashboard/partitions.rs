@@ -330,7 +330,12 @@ mod tests {
             status: Some("stale".into()),
             after: None,
         };
-        let response = partitions_page(State(service.state.clone()), Query(query)).await;
+        let response = partitions_page(
+            State(service.state.clone()),
+            Extension(Role::Writer),
+            Query(query),
+        )
+        .await;
         assert_eq!(response.status(), StatusCode::OK);
         let html = text(response).await;
         assert!(html.contains("No partition matches."));

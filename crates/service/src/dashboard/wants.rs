@@ -233,7 +233,15 @@ mod tests {
             );
         }
         let (id, retry_at, _) = &ids[0];
-        let one = text(want_page(State(service.state.clone()), Path(id.clone())).await).await;
+        let one = text(
+            want_page(
+                State(service.state.clone()),
+                Extension(Role::Writer),
+                Path(id.clone()),
+            )
+            .await,
+        )
+        .await;
         assert!(one.contains(&format!(r#"data-retry-at-ms="{}""#, retry_at / 1_000_000)));
         assert!(one.contains("setInterval(tick, 1000)"));
     }
@@ -244,7 +252,13 @@ mod tests {
         let r = "daily/date=2026-01-02";
         let want =
             engine_api::want(&service.state.engine, &[r.to_string()], None, None, 10).unwrap();
-        let page = || want_page(State(service.state.clone()), Path(want.want_id.clone()));
+        let page = || {
+            want_page(
+                State(service.state.clone()),
+                Extension(Role::Writer),
+                Path(want.want_id.clone()),
+            )
+        };
         let html = text(page().await).await;
         assert!(html.contains("1 partition(s) wanted; 1 not live."));
         assert!(html.contains("No run has made any of its partitions yet."));
@@ -257,7 +271,12 @@ mod tests {
         assert!(html.contains(&format!(" made {} ", partition_link(r).into_string())));
         assert!(!html.contains("<h2>Waiting</h2>"));
 
-        let unknown = want_page(State(service.state.clone()), Path("nope".into())).await;
+        let unknown = want_page(
+            State(service.state.clone()),
+            Extension(Role::Writer),
+            Path("nope".into()),
+        )
+        .await;
         assert_eq!(unknown.status(), StatusCode::NOT_FOUND);
     }
 }

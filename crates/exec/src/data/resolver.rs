@@ -304,3 +304,47 @@ impl Resolver for LocalResolver<'_> {
         Ok(configs)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A graph whose config job's config would leave a marker file where it runs.
+    fn graph() -> Graph {
+        Graph::parse(
+            "[graph]\nname = \"g\"\n[[job]]\nname = \"dyn\"\noutputs = [\"o/{k}\"]\nconfig = [\"touch\", \"ran\"]\ncommand = [\"true\"]\n",
+            "databuild.toml",
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn a_withheld_config_is_not_run_and_says_whose_it_is() {
+        let dir = tempfile::tempdir().unwrap();
+        let graph = graph();
+        let job = graph.job("dyn").unwrap();
+        let r = [PartitionRef::new("o/1").unwrap()];
+        let mut resolver = LocalResolver::new(
+            &graph,
+            dir.path(),
+            dir.path(),
+            "2026-01-01".into(),
+            ConfigAccess::Withheld,
+        );
+        match resolver.job_configs(job, &r) {
+            Err(ResolveError::ConfigWithheld(w)) => assert_eq!(w.job, "dyn"),
+            other => panic!("expected the config withheld, got {other:?}"),
+        }
+        assert!(!dir.path().join("ran").exists(), "the config ran");
+        // Allowed, it runs (it prints no configs, which is an error of its own).
+        let mut resolver = LocalResolver::new(
+            &graph,
+            dir.path(),
+            dir.path(),
+            "2026-01-01".into(),
+            ConfigAccess::Run,
+        );
+        assert!(resolver.job_configs(job, &r).is_err());
+        assert!(dir.path().join("ran").exists(), "the config did not run");
+    }
+}

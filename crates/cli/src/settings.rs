@@ -70,6 +70,7 @@ pub fn engine_config() -> anyhow::Result<databuild_exec::EngineConfig> {
             .unwrap_or_default(),
         upstream_token: secret("DATABUILD_UPSTREAM_TOKEN"),
         lease_timeout: lease_timeout()?,
+        configs: databuild_exec::ConfigAccess::Run,
     })
 }
 

@@ -496,6 +496,120 @@ fn env_values_are_never_recorded_unless_the_graph_shows_them() {
     assert!(events.body.contains("<redacted>"), "{}", events.body);
 }
 
+/// The secret `CONFIG` hands every run, which no answer, page, event or table may hold.
+const SECRET: &str = "ghp_s3cretvalue";
+
+/// Asserts that `text`, what `path` answered, holds no secret.
+fn no_secret(path: &str, text: &str) {
+    assert!(!text.contains(SECRET), "{path} shows the secret: {text}");
+}
+
+#[test]
+fn a_secret_env_value_shows_on_no_path_and_a_shown_one_shows() {
+    let p = project();
+    let r = "dyn/k=one";
+    // Planned, not run: analyze and a dry run, as text and JSON.
+    for args in [
+        &["analyze", r][..],
+        &["build", "--dry-run", r],
+        &["--json", "analyze", r],
+        &["--json", "build", "--dry-run", r],
+    ] {
+        let out = p.run(args);
+        out.expect_code(0);
+        no_secret(&args.join(" "), &out.stdout);
+        no_secret(&args.join(" "), &out.stderr);
+    }
+    let plan = p.run(&["--json", "analyze", r]).json();
+    let env = &plan["job_runs"][0]["env"];
+    assert_eq!(env["DYN_TOKEN"], "<redacted>", "{plan}");
+    assert_eq!(env["REGION"], "eu-west", "REGION is in show_env: {plan}");
+    // Run: the job got the real value, which it writes into its output (data, not an answer).
+    p.file(
+        "job.sh",
+        &format!("{JOB}\necho \"$DYN_TOKEN\" > \"$DATABUILD_DATA_DIR/../token-seen\"\n"),
+    );
+    let built = p.run(&["--json", "build", r]);
+    built.expect_code(0);
+    no_secret("build", &built.stdout);
+    let seen = std::fs::read_to_string(p.path().join("token-seen")).unwrap();
+    assert_eq!(seen.trim(), SECRET, "the run's process gets the real value");
+    let run = crate::util::current_run(&p, r);
+    for args in [
+        &["explain", r][..],
+        &["--json", "explain", r],
+        &["runs", &run],
+        &["--json", "runs", &run],
+        &["--json", "events"],
+        &["--json", "builds", "last"],
+        &["status", r],
+    ] {
+        let out = p.run(args);
+        out.expect_code(0);
+        no_secret(&args.join(" "), &out.stdout);
+    }
+    // Every table and view of the log, whole.
+    let tables = p.run(&[
+        "--json",
+        "sql",
+        "SELECT name FROM sqlite_master WHERE type IN ('table', 'view')",
+    ]);
+    tables.expect_code(0);
+    let names = tables.json()["rows"].as_array().unwrap().clone();
+    assert!(names.len() > 5, "{}", tables.stdout);
+    for name in names {
+        let query = format!("SELECT * FROM \"{}\"", name[0].as_str().unwrap());
+        let out = p.run(&["--json", "sql", &query]);
+        no_secret(&query, &out.stdout);
+    }
+    for file in ["events.db", "events.db-wal"] {
+        let bytes = std::fs::read(p.path().join(".databuild").join(file)).unwrap_or_default();
+        assert!(
+            !bytes.windows(SECRET.len()).any(|w| w == SECRET.as_bytes()),
+            "{file} holds the secret"
+        );
+    }
+    // The service, open on loopback: the API, the event stream and the dashboard's pages.
+    let s = Service::start(&p, &[]);
+    let build = p.run(&["--json", "builds", "last"]).json()["build_request_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let encoded = databuild_service::encode_segment(r);
+    let analyzed = post_json(
+        &s,
+        "/api/v1/analyze",
+        &[],
+        &format!(r#"{{"partitions": ["{r}"], "force": true}}"#),
+    );
+    assert_eq!(analyzed.status, 200, "{}", analyzed.body);
+    no_secret("POST /api/v1/analyze", &analyzed.body);
+    assert_eq!(analyzed.json()["job_runs"][0]["env"]["REGION"], "eu-west");
+    for path in [
+        format!("/api/v1/partitions/{encoded}/explain"),
+        format!("/api/v1/partitions/{encoded}/status"),
+        format!("/api/v1/partitions/{encoded}/events"),
+        format!("/api/v1/job-runs/{run}"),
+        "/api/v1/jobs/dyn/runs".to_string(),
+        format!("/api/v1/builds/{build}"),
+        format!("/api/v1/builds/{build}/events"),
+        format!("/api/v1/builds/{build}/events/stream"),
+        "/api/v1/events".to_string(),
+        format!("/analyze?refs={encoded}"),
+        format!("/analyze?refs={encoded}&force=true"),
+        format!("/partitions/{encoded}"),
+        format!("/runs/{run}"),
+        format!("/builds/{build}"),
+        "/jobs/dyn".to_string(),
+    ] {
+        let answer = get(&s, &path, &[]);
+        assert_eq!(answer.status, 200, "{path}: {}", answer.body);
+        no_secret(&path, &answer.body);
+    }
+    let page = get(&s, &format!("/runs/{run}"), &[]);
+    assert!(page.body.contains("eu-west"), "{}", page.body);
+}
+
 #[test]
 fn config_executables_get_refs_as_arguments_and_run_for_authenticated_readers_only() {
     let p = project();
@@ -517,6 +631,80 @@ fn config_executables_get_refs_as_arguments_and_run_for_authenticated_readers_on
     let argv: Vec<String> = serde_json::from_str(calls.lines().next().unwrap()).unwrap();
     assert_eq!(argv, [hostile], "the ref is one argument, as typed");
     assert!(!p.path().join("pwned").exists() && !p.path().join("pwned2").exists());
+}
+
+#[test]
+fn reads_without_a_token_run_no_config_and_say_what_a_token_would_show() {
+    let p = project();
+    p.run(&["build", "dyn/k=one"]).expect_code(0);
+    let calls = || {
+        std::fs::read_to_string(p.path().join("config-calls.log"))
+            .unwrap_or_default()
+            .lines()
+            .count()
+    };
+    let before = calls();
+    assert!(before > 0, "the build asked the config");
+    // Writes need a token; reads are open.
+    let s = Service::start(&p, &[("DATABUILD_TOKEN", "w-s3cret")]);
+    let live = databuild_service::encode_segment("dyn/k=one");
+    let missing = databuild_service::encode_segment("dyn/k=two");
+    let status = get(&s, &format!("/api/v1/partitions/{live}/status"), &[]);
+    assert_eq!(status.status, 200, "{}", status.body);
+    let v = status.json();
+    assert_eq!(v["status"], "live", "as the log knows it: {v}");
+    assert_eq!(v["withheld"]["job"], "dyn", "{v}");
+    let said = v["reasons"].to_string();
+    assert!(
+        said.contains("config executable of job `dyn`") && said.contains("Authorization: Bearer"),
+        "{said}"
+    );
+    let explain = get(&s, &format!("/api/v1/partitions/{missing}/explain"), &[]);
+    assert_eq!(explain.status, 200, "{}", explain.body);
+    let v = explain.json();
+    assert_eq!(v["status"], "missing", "{v}");
+    assert_eq!(v["withheld"]["job"], "dyn", "{v}");
+    assert_eq!(v["to_build"], serde_json::json!([]), "{v}");
+    assert!(v["reasons"].to_string().contains("not planned"), "{v}");
+    for path in [
+        format!("/api/v1/partitions/{live}/explain"),
+        format!("/api/v1/partitions/{missing}/status"),
+        "/api/v1/partitions".to_string(),
+        "/api/v1/partitions?status=live".to_string(),
+        "/api/v1/partitions?status=stale".to_string(),
+        "/api/v1/datasets".to_string(),
+        "/api/v1/datasets?exact=true".to_string(),
+        format!("/partitions/{live}"),
+        format!("/partitions/{missing}"),
+        "/partitions".to_string(),
+        "/partitions?status=live".to_string(),
+        "/datasets".to_string(),
+        "/datasets/dyn".to_string(),
+        "/graph".to_string(),
+        "/".to_string(),
+    ] {
+        let answer = get(&s, &path, &[]);
+        assert_eq!(answer.status, 200, "{path}: {}", answer.body);
+        assert_eq!(calls(), before, "{path} ran the config for a stranger");
+    }
+    let page = get(&s, &format!("/partitions/{live}"), &[]);
+    assert!(page.body.contains("Authorization: Bearer"), "{}", page.body);
+    // With the token, the same read asks the config: the test above can fail.
+    let status = get(&s, &format!("/api/v1/partitions/{live}/status"), &[BEARER]);
+    assert_eq!(status.status, 200, "{}", status.body);
+    assert!(status.json().get("withheld").is_none(), "{}", status.body);
+    assert_eq!(calls(), before + 1);
+    let explain = get(
+        &s,
+        &format!("/api/v1/partitions/{missing}/explain"),
+        &[BEARER],
+    );
+    assert_eq!(
+        explain.json()["to_build"][0]["job"],
+        "dyn",
+        "{}",
+        explain.body
+    );
 }
 
 #[test]

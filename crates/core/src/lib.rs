@@ -21,6 +21,7 @@
 
 pub mod braces;
 pub mod code;
+pub mod env;
 pub mod estimate;
 pub mod graph;
 pub mod pattern;
@@ -38,6 +39,7 @@ pub use braces::{
     UserRefError, DEFAULT_MAX_REFS, NO_DOMAINS,
 };
 pub use code::{CodeGlob, CodeGlobError};
+pub use env::RunEnv;
 pub use graph::{
     Check, Dataset, Deps, ExecutorConfig, Graph, GraphError, Job, Producer, SlurmConfig,
     TABLE_JOB_COMMAND,
@@ -49,7 +51,7 @@ pub use plan::{
     Resolver, StaleReason, StateError, StateView,
 };
 pub use refs::{PartitionRef, RefError};
-pub use resolve::ResolveError;
+pub use resolve::{ConfigWithheld, ResolveError};
 pub use tables::{
     BodyFormat, Column, GenericSignature, HashAlgorithm, Idempotency, IdempotencyKey, Migration,
     RecordError, SignatureEncoding, SignatureScheme, Source, SourceKind, SourceSettingError, Table,

@@ -1,27 +1,44 @@
 //! The error a [`Resolver`](crate::Resolver) answers with when it cannot answer.
 
+/// A config executable not run because the caller may not run one: a reader without a token,
+/// on a service whose writes need one (contract section 6). Its message says what it would take.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("computing this runs the config executable of job `{job}`, which runs only for callers with a token: pass one (`Authorization: Bearer <token>`, or log in on the dashboard) to see it")]
+pub struct ConfigWithheld {
+    pub job: String,
+}
+
 /// Why a resolver could not say whether an external partition is present, or what a dynamic
-/// job's config chooses. The resolver's own typed error is kept inside (its message is what the
-/// planner reports, in `PlanError::Probe` or `PlanError::Config`); the core cannot name the
-/// outer crates' error types, so it holds them as `dyn Error`.
+/// job's config chooses.
 #[derive(Debug, thiserror::Error)]
-#[error(transparent)]
-pub struct ResolveError(Box<dyn std::error::Error + Send + Sync>);
+pub enum ResolveError {
+    /// The caller may not run config executables. Nothing ran.
+    #[error(transparent)]
+    ConfigWithheld(#[from] ConfigWithheld),
+    /// The resolver's own typed error (its message is what the planner reports, in
+    /// `PlanError::Probe` or `PlanError::Config`); the core cannot name the outer crates' error
+    /// types, so it holds them as `dyn Error`.
+    #[error(transparent)]
+    Failed(Box<dyn std::error::Error + Send + Sync>),
+}
 
 impl ResolveError {
     pub fn new(e: impl std::error::Error + Send + Sync + 'static) -> Self {
-        ResolveError(Box::new(e))
+        ResolveError::Failed(Box::new(e))
     }
 
     /// The resolver's own error, if it is a `T`.
     pub fn downcast_ref<T: std::error::Error + 'static>(&self) -> Option<&T> {
-        self.0.downcast_ref()
+        match self {
+            ResolveError::Failed(e) => e.downcast_ref(),
+            ResolveError::ConfigWithheld(_) => None,
+        }
     }
 }
 
 /// A resolver whose failures are plain messages (test doubles, benchmarks).
 impl From<String> for ResolveError {
     fn from(message: String) -> Self {
-        ResolveError(message.into())
+        ResolveError::Failed(message.into())
     }
 }

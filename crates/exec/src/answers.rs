@@ -371,6 +371,28 @@ pub struct StatusReport {
     /// with it still answer); `status` and `explain` exit 2 when any ref asked has one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<RefError>,
+    /// What the answer could not compute for a caller without a token: the config it would
+    /// have run. The rest is as the log knows it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub withheld: Option<Withheld>,
+}
+
+/// Part of an answer not computed for a caller without a token, on a service whose writes need
+/// one (contract section 6): it would have run job `job`'s config executable.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct Withheld {
+    pub job: String,
+    /// What it would take, for people: a token.
+    pub message: String,
+}
+
+impl From<&databuild_core::ConfigWithheld> for Withheld {
+    fn from(w: &databuild_core::ConfigWithheld) -> Self {
+        Withheld {
+            job: w.job.clone(),
+            message: w.to_string(),
+        }
+    }
 }
 
 /// Which way a ref asked about could not be answered.
@@ -1015,6 +1037,10 @@ pub struct PartitionStatus {
     /// parse, its config failed); absent when it has its status.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<RefError>,
+    /// (extension) What was not computed for a caller without a token (a config executable not
+    /// run): its status is as the log knows it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub withheld: Option<Withheld>,
 }
 
 impl From<&StatusReport> for PartitionStatus {
@@ -1030,6 +1056,7 @@ impl From<&StatusReport> for PartitionStatus {
             updated_at_ns: r.updated_at,
             checks: r.checks.clone(),
             error: r.error.clone(),
+            withheld: r.withheld.clone(),
         }
     }
 }
@@ -1072,6 +1099,10 @@ pub struct Explain {
     /// file; empty when it does not, or the run recorded none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub code_changes: Vec<CodeChange>,
+    /// (extension) What was not computed for a caller without a token (a config executable not
+    /// run): its status and `to_build` are as far as the log knows.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub withheld: Option<Withheld>,
 }
 
 impl From<&Explanation> for Explain {
@@ -1097,6 +1128,7 @@ impl From<&Explanation> for Explain {
             root_cause: x.root_cause.clone(),
             updated_at_ns: s.updated_at,
             code_changes: x.code_changes.clone(),
+            withheld: s.withheld.clone(),
         }
     }
 }

@@ -49,6 +49,19 @@ impl Clock {
     }
 }
 
+/// Whether the engine's caller may have config executables run (contract section 6: they run
+/// only for callers that passed the service's checks). Answers that would need one run say so
+/// instead, with as much as the log knows.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum ConfigAccess {
+    /// The CLI, and a service's callers with a token (or any caller of one without a token).
+    #[default]
+    Run,
+    /// A service's caller without a token, when writes need one: no config executable runs for
+    /// it; a table's in-process config still does, as nothing of the caller's runs.
+    Withheld,
+}
+
 /// The engine's configuration.
 #[derive(Clone)]
 pub struct EngineConfig {
@@ -58,6 +71,8 @@ pub struct EngineConfig {
     /// How long a process on another machine sharing the log may stay silent before its work
     /// is taken over (`DATABUILD_LEASE_TIMEOUT`; every instance on one log must agree on it).
     pub lease_timeout: std::time::Duration,
+    /// Whether config executables run for this engine's callers.
+    pub configs: ConfigAccess,
 }
 
 impl Default for EngineConfig {
@@ -66,6 +81,7 @@ impl Default for EngineConfig {
             clock: Clock::default(),
             upstream_token: None,
             lease_timeout: crate::run::lease::DEFAULT_TIMEOUT,
+            configs: ConfigAccess::Run,
         }
     }
 }
@@ -76,6 +92,7 @@ impl std::fmt::Debug for EngineConfig {
         f.debug_struct("EngineConfig")
             .field("clock", &self.clock)
             .field("lease_timeout", &self.lease_timeout)
+            .field("configs", &self.configs)
             .field(
                 "upstream_token",
                 &self.upstream_token.as_ref().map(|_| "<redacted>"),

@@ -32,6 +32,6 @@ pub mod hashing;
 pub mod run;
 pub mod scheduler;
 
-pub use config::{Clock, EngineConfig};
+pub use config::{Clock, ConfigAccess, EngineConfig};
 pub use data::resolver::LocalResolver;
 pub use engine::{Engine, EngineError};

@@ -22,7 +22,9 @@ use utoipa::{IntoParams, ToSchema};
 use crate::engine_api::{self, parse_refs, ApiResult};
 use crate::error::{AppError, ErrorBody};
 use crate::guard::Role;
-use crate::ops::{blocking, limit, run_sql, start_build, ApiJson, ApiPath, ApiQuery, BuildRequest};
+use crate::ops::{
+    blocking, blocking_as, limit, run_sql, start_build, ApiJson, ApiPath, ApiQuery, BuildRequest,
+};
 use crate::AppState;
 
 type Shared = State<Arc<AppState>>;
@@ -369,6 +371,7 @@ pub struct PartitionsQuery {
 #[utoipa::path(get, path = route::PARTITIONS, summary = "Partitions known to the log, paginated", params(PartitionsQuery), responses((status = 200, body = PartitionPage), (status = 400, body = ErrorBody)))]
 pub(crate) async fn list_partitions(
     State(state): Shared,
+    Extension(role): Extension<Role>,
     ApiQuery(q): ApiQuery<PartitionsQuery>,
 ) -> ApiResult<Json<PartitionPage>> {
     let listed = match q.status.as_deref() {
@@ -381,7 +384,7 @@ pub(crate) async fn list_partitions(
         limit: limit(q.limit, 100)?.min(10_000),
         after: q.after,
     };
-    blocking(&state, move |engine| {
+    blocking_as(&state, role, move |engine| {
         engine_api::partitions(engine, &query, listed).map(Json)
     })
     .await
@@ -390,9 +393,10 @@ pub(crate) async fn list_partitions(
 #[utoipa::path(get, path = route::PARTITION_STATUS, summary = "Is this partition live and fresh, and why not", params(RefPath), responses((status = 200, body = answers::PartitionStatus), (status = 400, body = ErrorBody), (status = 404, description = "No such path: a ref's `/` is written `%2F` in it", body = ErrorBody)))]
 pub(crate) async fn partition_status(
     State(state): Shared,
+    Extension(role): Extension<Role>,
     ApiPath(r): ApiPath<String>,
 ) -> ApiResult<Json<answers::PartitionStatus>> {
-    blocking(&state, move |engine| {
+    blocking_as(&state, role, move |engine| {
         engine_api::status(engine, &r).map(Json)
     })
     .await
@@ -412,9 +416,10 @@ pub(crate) async fn partition_events(
 #[utoipa::path(get, path = route::PARTITION_EXPLAIN, summary = "Why a partition is in its state: the run that built it, its inputs, what a build would run", params(RefPath), responses((status = 200, body = answers::Explain), (status = 400, body = ErrorBody), (status = 404, description = "No such path: a ref's `/` is written `%2F` in it", body = ErrorBody)))]
 pub(crate) async fn partition_explain(
     State(state): Shared,
+    Extension(role): Extension<Role>,
     ApiPath(r): ApiPath<String>,
 ) -> ApiResult<Json<answers::Explain>> {
-    blocking(&state, move |engine| {
+    blocking_as(&state, role, move |engine| {
         engine_api::explain(engine, &r).map(Json)
     })
     .await
@@ -742,10 +747,11 @@ pub struct DatasetsQuery {
 #[utoipa::path(get, path = route::DATASETS, summary = "Every dataset and job output, with partition counts by status", params(DatasetsQuery), responses((status = 200, body = answers::DatasetList), (status = 400, body = ErrorBody)))]
 pub(crate) async fn list_datasets(
     State(state): Shared,
+    Extension(role): Extension<Role>,
     ApiQuery(q): ApiQuery<DatasetsQuery>,
 ) -> ApiResult<Json<answers::DatasetList>> {
     let exact = q.exact.unwrap_or(false);
-    blocking(&state, move |engine| {
+    blocking_as(&state, role, move |engine| {
         engine_api::datasets(engine, exact).map(Json)
     })
     .await

@@ -57,6 +57,8 @@ pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(9);
 /// `sources`, which take it in turn, so in a module of its own it would make a cycle.
 pub struct AppState {
     pub engine: Arc<Engine>,
+    /// The engine of callers no config executable runs for (see [`AppState::engine_for`]).
+    strangers: Arc<Engine>,
     /// One executor for all builds, so a cluster executor follows all runs together.
     pub executor: Arc<dyn databuild_exec::run::Executor>,
     /// Tokens, sessions and CSRF tokens.
@@ -78,6 +80,7 @@ impl AppState {
         config: ServeConfig,
     ) -> AppState {
         AppState {
+            strangers: Arc::new(engine.withholding_configs()),
             engine,
             executor,
             guard: guard::Guard::new(config.access),
@@ -87,6 +90,18 @@ impl AppState {
             intervals: config.intervals,
             builds: Builds::default(),
             flood_guard: Default::default(),
+        }
+    }
+}
+
+impl AppState {
+    /// The engine a caller's reads use: for a caller without a token, on a service whose writes
+    /// need one, one that never runs a config executable (contract section 6).
+    pub fn engine_for(&self, role: guard::Role) -> &Arc<Engine> {
+        if self.guard.hides_private(role) {
+            &self.strangers
+        } else {
+            &self.engine
         }
     }
 }

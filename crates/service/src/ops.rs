@@ -88,6 +88,16 @@ pub(crate) async fn blocking<T: Send + 'static>(
     blocking_with_state(state, move |s| f(&s.engine)).await
 }
 
+/// Runs engine work off the async threads, on the engine `role` reads with
+/// ([`AppState::engine_for`]): what every read that may derive a status uses.
+pub(crate) async fn blocking_as<T: Send + 'static>(
+    state: &Arc<AppState>,
+    role: crate::guard::Role,
+    f: impl FnOnce(&Engine) -> ApiResult<T> + Send + 'static,
+) -> ApiResult<T> {
+    blocking_with_state(state, move |s| f(s.engine_for(role))).await
+}
+
 /// Runs work that needs the whole state (engine and executor) off the async threads.
 pub(crate) async fn blocking_with_state<T: Send + 'static>(
     state: &Arc<AppState>,

@@ -5,13 +5,14 @@ use std::sync::Arc;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::Json;
+use axum::{Extension, Json};
 use databuild_exec::answers::{route, Want, WantDetail, WantList};
 use serde::Deserialize;
 use utoipa::{IntoParams, ToSchema};
 
 use crate::engine_api::{self, ApiResult};
 use crate::error::ErrorBody;
+use crate::guard::Role;
 use crate::ops::{blocking_with_state as blocking, ApiJson, ApiPath, ApiQuery};
 use crate::AppState;
 
@@ -81,11 +82,12 @@ pub(crate) async fn create_want(
 #[utoipa::path(get, path = route::WANTS, summary = "Wants: active ones, or with a status, or all", params(WantsQuery), responses((status = 200, body = WantList), (status = 400, body = ErrorBody)))]
 pub(crate) async fn list_wants(
     State(state): Shared,
+    Extension(role): Extension<Role>,
     ApiQuery(q): ApiQuery<WantsQuery>,
 ) -> ApiResult<Json<WantList>> {
     blocking(&state, move |s| {
         engine_api::wants(
-            &s.engine,
+            s.engine_for(role),
             q.status.as_deref(),
             q.all.unwrap_or(false),
             q.limit()?,
@@ -98,10 +100,11 @@ pub(crate) async fn list_wants(
 #[utoipa::path(get, path = route::WANT, summary = "One want, with the state of its partitions", params(("id" = String, Path, description = "The want")), responses((status = 200, body = WantDetail), (status = 404, body = ErrorBody)))]
 pub(crate) async fn get_want(
     State(state): Shared,
+    Extension(role): Extension<Role>,
     ApiPath(id): ApiPath<String>,
 ) -> ApiResult<Json<WantDetail>> {
     blocking(&state, move |s| {
-        engine_api::want_detail(&s.engine, &id).map(Json)
+        engine_api::want_detail(s.engine_for(role), &id).map(Json)
     })
     .await
 }

@@ -18,6 +18,7 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
+use crate::env::RunEnv;
 use crate::graph::{Dataset, Graph, Job, Producer};
 use crate::refs::PartitionRef;
 
@@ -222,8 +223,9 @@ pub struct RunExtras {
     pub query_inputs: Vec<PartitionRef>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub args: Vec<String>,
-    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
-    pub env: BTreeMap<String, String>,
+    /// Shown as `show_env` allows: a plan's JSON never holds a secret.
+    #[serde(skip_serializing_if = "RunEnv::is_empty")]
+    pub env: RunEnv,
     /// Inputs given as a table's alias, and the version ref each was read as.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub aliased: Vec<(PartitionRef, PartitionRef)>,
@@ -248,8 +250,9 @@ impl PlannedRun {
     }
 
     /// Environment variables the config asked for, on top of the job's own.
-    pub fn env(&self) -> impl Iterator<Item = (&String, &String)> {
-        self.extras.iter().flat_map(|e| e.env.iter())
+    pub fn env(&self) -> &RunEnv {
+        static NONE: RunEnv = RunEnv::EMPTY;
+        self.extras.as_ref().map_or(&NONE, |e| &e.env)
     }
 }
 
@@ -330,6 +333,9 @@ pub enum PlanError {
     Template { job: String, message: String },
     #[error("config of job `{job}` failed: {message}")]
     Config { job: String, message: String },
+    /// The caller may not run config executables: planning stopped before asking one.
+    #[error(transparent)]
+    ConfigWithheld(#[from] crate::resolve::ConfigWithheld),
     #[error("checking external `{partition_ref}` of dataset `{dataset}` failed: {message}")]
     Probe {
         dataset: String,

@@ -486,9 +486,12 @@ impl Planner<'_> {
         let configs = self
             .resolver
             .job_configs(job, &asked)
-            .map_err(|e| PlanError::Config {
-                job: job.name.clone(),
-                message: e.to_string(),
+            .map_err(|e| match e {
+                crate::ResolveError::ConfigWithheld(w) => PlanError::ConfigWithheld(w),
+                e => PlanError::Config {
+                    job: job.name.clone(),
+                    message: e.to_string(),
+                },
             })?;
         let checked = self.check_configs(job_index, refs, live, configs)?;
         if live.is_empty() {
@@ -672,7 +675,7 @@ impl Planner<'_> {
                 Box::new(RunExtras {
                     query_inputs,
                     args: config.args,
-                    env: config.env,
+                    env: crate::RunEnv::new(self.graph, config.env),
                     aliased,
                 })
             }),

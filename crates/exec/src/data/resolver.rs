@@ -5,8 +5,11 @@ use std::process::Command;
 use std::time::Duration;
 
 use databuild_core::{
-    ConfigInput, Dataset, Deps, Graph, Job, JobConfig, PartitionRef, ResolveError, Resolver,
+    ConfigInput, ConfigWithheld, Dataset, Deps, Graph, Job, JobConfig, PartitionRef, ResolveError,
+    Resolver,
 };
+
+use crate::config::ConfigAccess;
 
 use crate::data::table_job::Schema;
 
@@ -88,6 +91,8 @@ pub struct LocalResolver<'g> {
     today: String,
     /// Notes the external files found, for a plan to be kept.
     witnesses: Option<&'g crate::data::data_dir::Witnesses>,
+    /// Whether config executables may run for the caller.
+    configs: ConfigAccess,
 }
 
 impl<'g> LocalResolver<'g> {
@@ -96,6 +101,7 @@ impl<'g> LocalResolver<'g> {
         graph_dir: impl Into<PathBuf>,
         data_dir: impl Into<PathBuf>,
         today: String,
+        configs: ConfigAccess,
     ) -> Self {
         LocalResolver {
             graph,
@@ -103,6 +109,7 @@ impl<'g> LocalResolver<'g> {
             data_dir: data_dir.into(),
             today,
             witnesses: None,
+            configs,
         }
     }
 
@@ -261,6 +268,12 @@ impl Resolver for LocalResolver<'_> {
         outputs: &[PartitionRef],
     ) -> Result<Vec<JobConfig>, ResolveError> {
         let config = match &job.deps {
+            Deps::Dynamic { .. } if self.configs == ConfigAccess::Withheld => {
+                return Err(ConfigWithheld {
+                    job: job.name.clone(),
+                }
+                .into())
+            }
             Deps::Dynamic { config } => config,
             Deps::Table { table, version } => {
                 return self
@@ -289,5 +302,49 @@ impl Resolver for LocalResolver<'_> {
             start = end;
         }
         Ok(configs)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A graph whose config job's config would leave a marker file where it runs.
+    fn graph() -> Graph {
+        Graph::parse(
+            "[graph]\nname = \"g\"\n[[job]]\nname = \"dyn\"\noutputs = [\"o/{k}\"]\nconfig = [\"touch\", \"ran\"]\ncommand = [\"true\"]\n",
+            "databuild.toml",
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn a_withheld_config_is_not_run_and_says_whose_it_is() {
+        let dir = tempfile::tempdir().unwrap();
+        let graph = graph();
+        let job = graph.job("dyn").unwrap();
+        let r = [PartitionRef::new("o/1").unwrap()];
+        let mut resolver = LocalResolver::new(
+            &graph,
+            dir.path(),
+            dir.path(),
+            "2026-01-01".into(),
+            ConfigAccess::Withheld,
+        );
+        match resolver.job_configs(job, &r) {
+            Err(ResolveError::ConfigWithheld(w)) => assert_eq!(w.job, "dyn"),
+            other => panic!("expected the config withheld, got {other:?}"),
+        }
+        assert!(!dir.path().join("ran").exists(), "the config ran");
+        // Allowed, it runs (it prints no configs, which is an error of its own).
+        let mut resolver = LocalResolver::new(
+            &graph,
+            dir.path(),
+            dir.path(),
+            "2026-01-01".into(),
+            ConfigAccess::Run,
+        );
+        assert!(resolver.job_configs(job, &r).is_err());
+        assert!(dir.path().join("ran").exists(), "the config did not run");
     }
 }

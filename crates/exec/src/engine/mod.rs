@@ -103,6 +103,25 @@ impl Engine {
         }
     }
 
+    /// This engine for a caller no config executable may run for (contract section 6: a reader
+    /// without a token, when writes need one): the same graph and log, but its resolver answers
+    /// [`databuild_core::ConfigWithheld`] instead of running one, and answers say so.
+    pub fn withholding_configs(&self) -> Engine {
+        let config = EngineConfig {
+            configs: crate::config::ConfigAccess::Withheld,
+            ..self.config.clone()
+        };
+        let mut engine = Engine::new(
+            self.graph.clone(),
+            self.graph_dir.clone(),
+            self.data_dir.clone(),
+            self.store.clone(),
+            config,
+        );
+        engine.graph_digest = self.graph_digest.clone();
+        engine
+    }
+
     /// Names the graph file's text the graph was parsed from, by its digest (`graph_digest` of
     /// the plan cache), so that builds may keep their no-op plans.
     pub fn with_graph_digest(mut self, digest: String) -> Engine {

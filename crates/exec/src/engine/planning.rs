@@ -16,7 +16,13 @@ use crate::data::versions::VersionedStates;
 
 impl Engine {
     pub(crate) fn resolver(&self) -> LocalResolver<'_> {
-        LocalResolver::new(&self.graph, &self.graph_dir, &self.data_dir, self.today())
+        LocalResolver::new(
+            &self.graph,
+            &self.graph_dir,
+            &self.data_dir,
+            self.today(),
+            self.config.configs,
+        )
     }
 
     /// The states as derived now, with code versions of their own: for a call that derives

@@ -4,7 +4,10 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use databuild_core::{Deps, JobConfig, KnownState, PartitionRef, PlanRequest, Producer};
+use databuild_core::{
+    ConfigWithheld, Deps, JobConfig, KnownState, PartitionRef, Plan, PlanError, PlanRequest,
+    Producer, ResolveError,
+};
 use databuild_log::{EventFilter, Status};
 
 use databuild_log::{JobRunRow, PartitionRow};
@@ -25,6 +28,8 @@ enum Recheck {
     Stale(String),
     /// Its config failed for it (the config's message): its answer is this error alone.
     ConfigFailed(String),
+    /// Its config may not run for this caller: it stays as the log knows it, saying so.
+    Withheld(ConfigWithheld),
 }
 
 /// What a config failing for a re-checked live partition does to the answer.
@@ -92,6 +97,10 @@ impl Engine {
             let mut refused: HashMap<String, String> = HashMap::new();
             match databuild_core::Resolver::job_configs(resolver, job, &refs) {
                 Ok(all) => configs = all,
+                Err(ResolveError::ConfigWithheld(w)) => {
+                    stale.extend(indices.iter().map(|&i| (i, Recheck::Withheld(w.clone()))));
+                    continue;
+                }
                 Err(e) if on_failure == OnConfigFailure::Fail => return Err(failed(&e)),
                 Err(e) if refs.len() == 1 => {
                     refused.insert(refs[0].to_string(), failed(&e).to_string());
@@ -192,6 +201,7 @@ impl Engine {
             match recheck {
                 Recheck::Stale(why) => shown[i] = (DerivedStatus::Stale, Some(why)),
                 Recheck::ConfigFailed(why) => return Err(EngineError::Invalid(why)),
+                Recheck::Withheld(w) => shown[i].1 = Some(not_rechecked(&w)),
             }
         }
         Ok(shown)
@@ -213,6 +223,7 @@ impl Engine {
             updated_at: None,
             checks: Vec::new(),
             error: None,
+            withheld: None,
         };
         let producer = self.graph.producer_of(r).map(|(p, _)| p);
         match producer {
@@ -436,6 +447,10 @@ fn status_with(
                     message: why,
                 });
             }
+            Recheck::Withheld(w) => {
+                reports[i].reasons.push(not_rechecked(&w));
+                reports[i].withheld = Some((&w).into());
+            }
         }
     }
     Ok(reports)
@@ -445,7 +460,7 @@ pub(crate) fn explain(engine: &Engine, r: &str) -> Result<Explanation> {
     // One reading of the code for all the explanation derives: its status, its inputs', its
     // plan, and how its code changed.
     let code = engine.code();
-    let status = status_with(engine, &[r.to_string()], OnConfigFailure::Fail, &code)?.remove(0);
+    let mut status = status_with(engine, &[r.to_string()], OnConfigFailure::Fail, &code)?.remove(0);
     if let Some(e) = status.error {
         return Err(EngineError::Invalid(e.message));
     }
@@ -491,14 +506,23 @@ pub(crate) fn explain(engine: &Engine, r: &str) -> Result<Explanation> {
         _ => {
             let refs = vec![databuild_core::PartitionRef::new(r)
                 .map_err(|e| EngineError::Invalid(e.to_string()))?];
-            let plan = super::planning::plan_with(
+            let planned = super::planning::plan_with(
                 engine,
                 &PlanRequest {
                     refs,
                     ..Default::default()
                 },
                 &code,
-            )?;
+            );
+            let plan = match planned {
+                // What would build it is not planned for this caller: the rest still answers.
+                Err(EngineError::Plan(PlanError::ConfigWithheld(w))) => {
+                    status.reasons.push(format!("not planned: {w}"));
+                    status.withheld = Some((&w).into());
+                    Plan::default()
+                }
+                planned => planned?,
+            };
             let steps = plan
                 .runs
                 .iter()
@@ -511,7 +535,6 @@ pub(crate) fn explain(engine: &Engine, r: &str) -> Result<Explanation> {
             steps
         }
     };
-    let mut status = status;
     let root_cause = root_cause(engine, r, &status, run.as_ref(), &plan_runs)?;
     if let Some(cause) = root_cause
         .as_ref()
@@ -580,6 +603,12 @@ fn code_changes(
         ),
         _ => Vec::new(),
     }
+}
+
+/// What `status` says of a live partition of a config job whose config may not run for the
+/// caller.
+fn not_rechecked(w: &ConfigWithheld) -> String {
+    format!("not re-checked against what its config chooses now: {w}")
 }
 
 /// What `status` says of a job output no run has built.

@@ -214,7 +214,8 @@ impl Record<'_> {
                 // Env values often carry secrets: only those the graph marks safe are recorded.
                 d.env = run
                     .env()
-                    .map(|(k, v)| (k.clone(), self.graph.recorded_env_value(k, v).to_string()))
+                    .shown()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
                     .collect();
                 d.job_version = Some(job.version.clone());
             }),

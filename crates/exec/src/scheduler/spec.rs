@@ -27,7 +27,12 @@ pub(super) fn log_path(engine: &dyn Host, run_id: &str) -> PathBuf {
 /// The env a run gets from its job and its config (not `DATABUILD_*`).
 pub(super) fn env_of(job: &Job, run: &PlannedRun) -> BTreeMap<String, String> {
     let mut env = job.env.clone();
-    env.extend(run.env().map(|(k, v)| (k.clone(), v.clone())));
+    // The real values: this env is the run's process's (and its data version's, a hash).
+    env.extend(
+        run.env()
+            .for_process()
+            .map(|(k, v)| (k.to_string(), v.to_string())),
+    );
     env
 }
 

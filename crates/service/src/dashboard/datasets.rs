@@ -3,17 +3,19 @@
 
 use axum::extract::{Path, Query, State};
 use axum::response::{IntoResponse, Response};
+use axum::Extension;
 use databuild_exec::answers::{DatasetView, DerivedStatus};
 use databuild_exec::Engine;
 use databuild_log::PartitionQuery;
 use maud::{html, Markup, PreEscaped};
 use serde::Deserialize;
 
-use super::layout::{error_page, layout, page};
+use super::layout::{error_page, layout, page_as};
 use super::widgets::{badge, enc, thousands};
 use super::Shared;
 use crate::error::AppError;
 use crate::grid;
+use crate::guard::Role;
 use crate::svg;
 
 #[derive(Deserialize)]
@@ -25,10 +27,11 @@ pub struct DatasetsPageQuery {
 
 pub(super) async fn datasets_page(
     State(state): Shared,
+    Extension(role): Extension<Role>,
     Query(q): Query<DatasetsPageQuery>,
 ) -> Response {
     let exact = q.exact;
-    let data = page(&state, move |engine| {
+    let data = page_as(&state, role, move |engine| {
         let datasets = engine.datasets(exact)?;
         let mut strips = Vec::new();
         for d in &datasets {
@@ -160,6 +163,7 @@ pub struct DatasetQuery {
 /// One dataset: its counts, and its partitions as a health grid (a page of cells).
 pub(super) async fn dataset_page(
     State(state): Shared,
+    Extension(role): Extension<Role>,
     Path(name): Path<String>,
     Query(q): Query<DatasetQuery>,
 ) -> Response {
@@ -185,7 +189,7 @@ pub(super) async fn dataset_page(
     );
     let link_base = base.clone();
     let n = name.clone();
-    let data = page(&state, move |engine| {
+    let data = page_as(&state, role, move |engine| {
         let p = grid::producer(engine, &n, output)?;
         let link = |zoom: grid::Zoom, end: chrono::NaiveDate| {
             format!(
@@ -314,6 +318,7 @@ mod tests {
         let list = || {
             datasets_page(
                 State(service.state.clone()),
+                Extension(Role::Writer),
                 Query(DatasetsPageQuery { exact: false }),
             )
         };
@@ -343,7 +348,12 @@ mod tests {
                 rows_after: None,
                 cols_after: None,
             };
-            dataset_page(State(service.state.clone()), Path(name.into()), Query(q))
+            dataset_page(
+                State(service.state.clone()),
+                Extension(Role::Writer),
+                Path(name.into()),
+                Query(q),
+            )
         };
         assert_eq!(
             dataset("daily", "decade").await.status(),

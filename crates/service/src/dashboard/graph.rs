@@ -3,13 +3,15 @@
 
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
+use axum::Extension;
 use databuild_exec::answers::{span, DerivedStatus};
 use databuild_exec::Engine;
 use maud::{html, PreEscaped};
 
-use super::layout::{layout, page};
+use super::layout::{layout, page_as};
 use super::widgets::{badge, enc, thousands};
 use super::Shared;
+use crate::guard::Role;
 use crate::svg;
 
 /// The order a bar stacks states in: `status`'s, with `available` (the count of a dataset too
@@ -34,9 +36,9 @@ fn dataset_href(engine: &Engine, p: databuild_core::Producer) -> String {
 
 /// The graph: datasets, sources and jobs, each dataset with its partitions by state from the
 /// count projections (a few rows each, whatever the number of partitions), jobs with their runs.
-pub(super) async fn graph_page(State(state): Shared) -> Response {
+pub(super) async fn graph_page(State(state): Shared, Extension(role): Extension<Role>) -> Response {
     use databuild_core::Producer;
-    let data = page(&state, |engine| {
+    let data = page_as(&state, role, |engine| {
         let datasets = engine.datasets(false)?;
         let jobs = engine.store.job_stats(None)?;
         let recorded = engine.recorded_edges()?;
@@ -140,7 +142,7 @@ mod tests {
     #[tokio::test]
     async fn the_graph_draws_every_dataset_and_job_with_what_was_built_and_run() {
         let service = open_service();
-        let graph = || graph_page(State(service.state.clone()));
+        let graph = || graph_page(State(service.state.clone()), Extension(Role::Writer));
         let html = text(graph().await).await;
         assert!(html.contains("<h1>Graph tiny</h1>"));
         assert!(

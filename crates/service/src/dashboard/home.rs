@@ -9,7 +9,7 @@ use databuild_log::PartitionQuery;
 use maud::html;
 
 use super::forms::form_auth;
-use super::layout::{layout, page};
+use super::layout::{layout, page_as};
 use super::widgets::{badge, build_link, partition_link};
 use super::Shared;
 use crate::engine_api;
@@ -17,7 +17,7 @@ use crate::guard::Role;
 
 pub(super) async fn home(State(state): Shared, Extension(role): Extension<Role>) -> Response {
     let st = state.clone();
-    let data = page(&state, |engine| {
+    let data = page_as(&state, role, |engine| {
         let builds = engine_api::builds(engine, None, false, 10)?.builds;
         let failed = engine.partition_page(
             &PartitionQuery {

@@ -116,6 +116,20 @@ pub(super) async fn page<T: Send + 'static>(
         .map_err(error_page)
 }
 
+/// [`page`] on the engine `role` reads with ([`AppState::engine_for`]): what every page that
+/// may derive a status uses.
+pub(super) async fn page_as<T: Send + 'static>(
+    state: &Arc<AppState>,
+    role: crate::guard::Role,
+    f: impl FnOnce(&Engine) -> Result<T, AppError> + Send + 'static,
+) -> Result<T, Response> {
+    let engine = state.engine_for(role).clone();
+    tokio::task::spawn_blocking(move || f(&engine))
+        .await
+        .map_err(|e| error_page(e.into()))?
+        .map_err(error_page)
+}
+
 #[cfg(test)]
 mod tests {
     use axum::http::StatusCode;

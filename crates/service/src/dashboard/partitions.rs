@@ -13,7 +13,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::forms::form_auth;
-use super::layout::{error_page, layout, page};
+use super::layout::{error_page, layout, page_as};
 use super::widgets::{badge, build_link, cell_text, enc, or_empty, partition_link, run_link};
 use super::Shared;
 use crate::engine_api;
@@ -29,6 +29,7 @@ pub struct PartitionsQuery {
 
 pub(super) async fn partitions_page(
     State(state): Shared,
+    Extension(role): Extension<Role>,
     Query(q): Query<PartitionsQuery>,
 ) -> Response {
     let status = q.status.clone().filter(|s| !s.is_empty());
@@ -43,7 +44,7 @@ pub(super) async fn partitions_page(
         limit: 100,
         after: q.after.clone(),
     };
-    let page_data = match page(&state, move |engine| {
+    let page_data = match page_as(&state, role, move |engine| {
         engine_api::partitions(engine, &query, listed)
     })
     .await
@@ -80,7 +81,7 @@ pub(super) async fn partition_page(
 ) -> Response {
     let st = state.clone();
     let pr = r.clone();
-    let data = page(&state, move |engine| {
+    let data = page_as(&state, role, move |engine| {
         let x = engine_api::explain(engine, &pr)?;
         // Its current instance's lineage, two levels each way (none before it is built).
         let up = engine_api::lineage(engine, &pr, Direction::Upstream, 2, None).ok();
@@ -329,7 +330,12 @@ mod tests {
             status: Some("stale".into()),
             after: None,
         };
-        let response = partitions_page(State(service.state.clone()), Query(query)).await;
+        let response = partitions_page(
+            State(service.state.clone()),
+            Extension(Role::Writer),
+            Query(query),
+        )
+        .await;
         assert_eq!(response.status(), StatusCode::OK);
         let html = text(response).await;
         assert!(html.contains("No partition matches."));

@@ -3,14 +3,16 @@
 
 use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Response};
+use axum::Extension;
 use databuild_exec::answers::rfc3339;
 use databuild_log::Status;
 use maud::{html, Markup, PreEscaped};
 
-use super::layout::{layout, page};
+use super::layout::{layout, page, page_as};
 use super::widgets::{build_link, id_link, partition_link, run_link};
 use super::Shared;
 use crate::engine_api;
+use crate::guard::Role;
 use crate::svg;
 
 /// The state whose colour a want's status is drawn in: satisfied as live, still wanted as
@@ -92,8 +94,16 @@ pub(super) async fn wants_page(State(state): Shared) -> Response {
 
 /// One want: how its partitions came to be — the builds and runs that made them, each run with
 /// the runs that made what it read — and what each partition not live waits for.
-pub(super) async fn want_page(State(state): Shared, Path(id): Path<String>) -> Response {
-    let w = match page(&state, move |engine| engine_api::want_detail(engine, &id)).await {
+pub(super) async fn want_page(
+    State(state): Shared,
+    Extension(role): Extension<Role>,
+    Path(id): Path<String>,
+) -> Response {
+    let w = match page_as(&state, role, move |engine| {
+        engine_api::want_detail(engine, &id)
+    })
+    .await
+    {
         Ok(w) => w,
         Err(r) => return r,
     };
@@ -223,7 +233,15 @@ mod tests {
             );
         }
         let (id, retry_at, _) = &ids[0];
-        let one = text(want_page(State(service.state.clone()), Path(id.clone())).await).await;
+        let one = text(
+            want_page(
+                State(service.state.clone()),
+                Extension(Role::Writer),
+                Path(id.clone()),
+            )
+            .await,
+        )
+        .await;
         assert!(one.contains(&format!(r#"data-retry-at-ms="{}""#, retry_at / 1_000_000)));
         assert!(one.contains("setInterval(tick, 1000)"));
     }
@@ -234,7 +252,13 @@ mod tests {
         let r = "daily/date=2026-01-02";
         let want =
             engine_api::want(&service.state.engine, &[r.to_string()], None, None, 10).unwrap();
-        let page = || want_page(State(service.state.clone()), Path(want.want_id.clone()));
+        let page = || {
+            want_page(
+                State(service.state.clone()),
+                Extension(Role::Writer),
+                Path(want.want_id.clone()),
+            )
+        };
         let html = text(page().await).await;
         assert!(html.contains("1 partition(s) wanted; 1 not live."));
         assert!(html.contains("No run has made any of its partitions yet."));
@@ -247,7 +271,12 @@ mod tests {
         assert!(html.contains(&format!(" made {} ", partition_link(r).into_string())));
         assert!(!html.contains("<h2>Waiting</h2>"));
 
-        let unknown = want_page(State(service.state.clone()), Path("nope".into())).await;
+        let unknown = want_page(
+            State(service.state.clone()),
+            Extension(Role::Writer),
+            Path("nope".into()),
+        )
+        .await;
         assert_eq!(unknown.status(), StatusCode::NOT_FOUND);
     }
 }

@@ -58,6 +58,8 @@ pub struct EngineConfig {
     /// How long a process on another machine sharing the log may stay silent before its work
     /// is taken over (`DATABUILD_LEASE_TIMEOUT`; every instance on one log must agree on it).
     pub lease_timeout: std::time::Duration,
+    /// Where run events go as OpenLineage (`OPENLINEAGE_URL`, or the graph's `[openlineage]`).
+    pub openlineage: Option<crate::openlineage::OpenLineageConfig>,
 }
 
 impl Default for EngineConfig {
@@ -66,6 +68,7 @@ impl Default for EngineConfig {
             clock: Clock::default(),
             upstream_token: None,
             lease_timeout: crate::run::lease::DEFAULT_TIMEOUT,
+            openlineage: None,
         }
     }
 }
@@ -76,6 +79,7 @@ impl std::fmt::Debug for EngineConfig {
         f.debug_struct("EngineConfig")
             .field("clock", &self.clock)
             .field("lease_timeout", &self.lease_timeout)
+            .field("openlineage", &self.openlineage)
             .field(
                 "upstream_token",
                 &self.upstream_token.as_ref().map(|_| "<redacted>"),

@@ -1,0 +1,278 @@
+//! Delivery of `RunEvent`s: one thread per process posts them in order, retried with backoff,
+//! behind a bounded queue that never blocks whoever hands it an event (a full queue drops it
+//! and counts). What could not be delivered goes, with why, to `undelivered.jsonl`, which the
+//! next process that sends events tries again first.
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TrySendError};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use super::OpenLineageConfig;
+
+/// Events waiting to be posted; past it, events are dropped (and counted), never waited for.
+const QUEUE: usize = 10_000;
+/// Tries per event while the receiver answers; once one event could not be delivered, later
+/// ones get one try each until one goes through, so a receiver that is down costs no backoff.
+const TRIES: u32 = 4;
+/// The first wait between tries, doubled after each.
+const BACKOFF: Duration = Duration::from_millis(200);
+/// How long one post may take.
+const POST_TIMEOUT: Duration = Duration::from_secs(5);
+/// The file of events not delivered, in the sender's folder.
+pub const UNDELIVERED: &str = "undelivered.jsonl";
+
+enum Message {
+    Event(String),
+    /// Answer once every event before this one is delivered or recorded.
+    Flush(SyncSender<()>),
+}
+
+/// What became of the events handed over, so far.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Delivery {
+    pub delivered: u64,
+    /// Recorded in `undelivered.jsonl` (or, if that could not be written, lost).
+    pub undelivered: u64,
+    /// Dropped because the queue was full.
+    pub dropped: u64,
+    pub last_error: Option<String>,
+}
+
+/// Shared between the sender thread and those handing it events.
+#[derive(Default)]
+struct Shared {
+    delivery: Mutex<Delivery>,
+    /// Set by a flush: past it, nothing more is tried, only recorded.
+    deadline: Mutex<Option<Instant>>,
+}
+
+impl Shared {
+    fn note(&self, f: impl FnOnce(&mut Delivery)) {
+        f(&mut self.delivery.lock().unwrap_or_else(|e| e.into_inner()));
+    }
+
+    fn past_deadline(&self) -> bool {
+        let deadline = *self.deadline.lock().unwrap_or_else(|e| e.into_inner());
+        deadline.is_some_and(|d| Instant::now() >= d)
+    }
+
+    fn remaining(&self) -> Option<Duration> {
+        let deadline = *self.deadline.lock().unwrap_or_else(|e| e.into_inner());
+        deadline.map(|d| d.saturating_duration_since(Instant::now()))
+    }
+}
+
+/// The handle of the sender thread.
+pub struct Sender {
+    tx: SyncSender<Message>,
+    shared: Arc<Shared>,
+}
+
+impl Sender {
+    /// Starts the thread, which first sends again what earlier processes recorded undelivered
+    /// in `folder`.
+    pub fn start(config: OpenLineageConfig, folder: PathBuf) -> Sender {
+        let (tx, rx) = mpsc::sync_channel(QUEUE);
+        let shared = Arc::new(Shared::default());
+        let mut poster = Poster {
+            config,
+            shared: shared.clone(),
+            folder,
+            down: false,
+        };
+        let spawned = std::thread::Builder::new()
+            .name("openlineage".into())
+            .spawn(move || poster.serve(rx));
+        if let Err(e) = spawned {
+            shared.note(|d| d.last_error = Some(format!("cannot start its thread: {e}")));
+        }
+        Sender { tx, shared }
+    }
+
+    /// Queues one event's JSON, never waiting.
+    pub fn send(&self, body: String) {
+        match self.tx.try_send(Message::Event(body)) {
+            Ok(()) => {}
+            Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => {
+                self.shared.note(|d| d.dropped += 1)
+            }
+        }
+    }
+
+    /// Waits at most `bound` for the queued events to be delivered or recorded, then says what
+    /// became of them.
+    pub fn flush(&self, bound: Duration) -> Delivery {
+        let deadline = Instant::now() + bound;
+        *self
+            .shared
+            .deadline
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Some(deadline);
+        let (done, wait) = mpsc::sync_channel(1);
+        if send_until(&self.tx, Message::Flush(done), deadline) {
+            // A little past the deadline: the thread records what is left once it passes.
+            let _ = wait.recv_timeout(bound + Duration::from_millis(500));
+        }
+        self.shared
+            .delivery
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+}
+
+/// `send` with a deadline, which `SyncSender` lacks: tries until the queue has room.
+fn send_until(tx: &SyncSender<Message>, mut m: Message, deadline: Instant) -> bool {
+    loop {
+        match tx.try_send(m) {
+            Ok(()) => return true,
+            Err(TrySendError::Full(back)) if Instant::now() < deadline => {
+                m = back;
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            Err(_) => return false,
+        }
+    }
+}
+
+/// The sender thread's side.
+struct Poster {
+    config: OpenLineageConfig,
+    shared: Arc<Shared>,
+    folder: PathBuf,
+    /// The last event could not be delivered: try the next ones once each.
+    down: bool,
+}
+
+impl Poster {
+    fn serve(&mut self, rx: Receiver<Message>) {
+        self.resend_recorded();
+        loop {
+            match rx.recv_timeout(Duration::from_secs(3600)) {
+                Ok(Message::Event(body)) => self.deliver(&body),
+                Ok(Message::Flush(done)) => {
+                    let _ = done.send(());
+                }
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => return,
+            }
+        }
+    }
+
+    /// Events earlier processes could not deliver, sent before this one's (those failing again
+    /// are recorded again).
+    fn resend_recorded(&mut self) {
+        let path = self.folder.join(UNDELIVERED);
+        let taken = self
+            .folder
+            .join(format!("{UNDELIVERED}.{}.retry", std::process::id()));
+        if std::fs::rename(&path, &taken).is_err() {
+            return;
+        }
+        let text = std::fs::read_to_string(&taken).unwrap_or_default();
+        let _ = std::fs::remove_file(&taken);
+        for line in text.lines() {
+            let event = serde_json::from_str::<serde_json::Value>(line)
+                .ok()
+                .and_then(|v| v.get("event").map(|e| e.to_string()));
+            if let Some(body) = event {
+                self.deliver(&body);
+            }
+        }
+    }
+
+    fn deliver(&mut self, body: &str) {
+        let tries = if self.down { 1 } else { TRIES };
+        let mut wait = BACKOFF;
+        let mut error = String::from("not tried: the flush's bound had passed");
+        for attempt in 1..=tries {
+            if self.shared.past_deadline() {
+                break;
+            }
+            match self.post(body) {
+                Ok(()) => {
+                    self.down = false;
+                    self.shared.note(|d| d.delivered += 1);
+                    return;
+                }
+                Err(Failure { message, retry }) => {
+                    error = message;
+                    if !retry || attempt == tries {
+                        break;
+                    }
+                }
+            }
+            let pause = self.shared.remaining().map_or(wait, |r| r.min(wait));
+            std::thread::sleep(pause);
+            wait *= 2;
+        }
+        self.down = true;
+        self.record(body, &error);
+    }
+
+    fn post(&self, body: &str) -> Result<(), Failure> {
+        let timeout = self
+            .shared
+            .remaining()
+            .map_or(POST_TIMEOUT, |r| r.min(POST_TIMEOUT));
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(timeout))
+            .build()
+            .into();
+        let mut request = agent
+            .post(&self.config.endpoint)
+            .header("Content-Type", "application/json");
+        if let Some(key) = &self.config.api_key {
+            request = request.header("Authorization", &format!("Bearer {key}"));
+        }
+        let response = request.send(body).map_err(|e| Failure {
+            message: format!("{} does not answer: {e}", self.config.endpoint),
+            retry: true,
+        })?;
+        let code = response.status().as_u16();
+        match code {
+            200..=299 => Ok(()),
+            // Only a busy or failing receiver may take it later; it refused this event.
+            _ => Err(Failure {
+                message: format!("{} answered HTTP {code}", self.config.endpoint),
+                retry: code == 429 || code >= 500,
+            }),
+        }
+    }
+
+    /// Appends the event, with why it was not delivered, to `undelivered.jsonl`.
+    fn record(&self, body: &str, error: &str) {
+        let line = format!(
+            "{{\"recorded_at\":{},\"url\":{},\"error\":{},\"event\":{body}}}\n",
+            serde_json::Value::from(crate::answers::rfc3339(databuild_log::event::now_ns())),
+            serde_json::Value::from(self.config.endpoint.as_str()),
+            serde_json::Value::from(error),
+        );
+        let written = append_line(&self.folder, &line);
+        self.shared.note(|d| {
+            d.undelivered += 1;
+            d.last_error = Some(match written {
+                Ok(()) => error.to_string(),
+                Err(e) => format!("{error} (and it could not be recorded: {e})"),
+            });
+        });
+    }
+}
+
+struct Failure {
+    message: String,
+    retry: bool,
+}
+
+/// One whole line appended (`O_APPEND`: lines of processes sharing the folder never interleave).
+fn append_line(folder: &Path, line: &str) -> std::io::Result<()> {
+    std::fs::create_dir_all(folder)?;
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(folder.join(UNDELIVERED))?
+        .write_all(line.as_bytes())
+}

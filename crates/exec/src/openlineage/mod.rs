@@ -1,4 +1,4 @@
-//! OpenLineage out (contract section 6b): every run this process drives is posted to an
+//! OpenLineage out (contract, section 6, "OpenLineage out"): every run this process drives is posted to an
 //! OpenLineage receiver (Marquez, DataHub, OpenMetadata) as `RunEvent`s, so data teams see
 //! DataBuild's lineage beside Airflow's, Dagster's and dbt's. Events are translated where the
 //! driver appends them (`event.rs`, pure) and posted by a thread of their own (`send.rs`): a

@@ -308,7 +308,18 @@ impl Of<'_> {
         let id = e.job_run_id.clone().unwrap_or_default();
         // The values a run's end carries beyond the fields this crate names (`resources`,
         // `metrics`), read from its JSON so that fields added to the event come along.
-        let data = serde_json::to_value(&e.data).unwrap_or(Value::Null);
+        let mut data = serde_json::to_value(&e.data).unwrap_or(Value::Null);
+        if object(&data, "metrics").is_none() {
+            // A job's report carries them (`{"metrics": {ref: {name: n}}}`) where the event
+            // itself has none.
+            if let Some(m) = data
+                .get("report")
+                .and_then(|r| object(r, "metrics"))
+                .cloned()
+            {
+                data["metrics"] = Value::Object(m);
+            }
+        }
         let metrics = object(&data, "metrics");
         let inputs = if run.read.is_empty() {
             run.inputs.iter().map(|r| (r.clone(), None)).collect()
@@ -618,6 +629,14 @@ command = ["true"]
         let events = lived(run_event(Status::Completed).with_data(|d| {
             d.metrics = Some(json!({"weekly/week=2024-01": {"rows": 7}}));
         }));
+        // Metrics only in the job's report come along too.
+        let reported = lived(run_event(Status::Completed).with_data(|d| {
+            d.report = Some(json!({"metrics": {"weekly/week=2024-01": {"rows": 7}}}));
+        }));
+        assert_eq!(
+            reported[1]["run"]["facets"]["databuild_metrics"],
+            events[1]["run"]["facets"]["databuild_metrics"]
+        );
         let complete = &events[1];
         assert_eq!(
             complete["run"]["facets"]["databuild_metrics"]["weekly/week=2024-01"]["rows"],

@@ -38,20 +38,20 @@ command = ["sh", "-c", "echo 'no such table: returns' >&2; exit 3"]
 
 /// One request the receiver got.
 #[derive(Debug, Clone)]
-struct Received {
+pub(crate) struct Received {
     path: String,
     authorization: Option<String>,
     body: Value,
 }
 
 /// An OpenLineage receiver: answers 200 to every POST and keeps what it got.
-struct Receiver {
-    url: String,
+pub(crate) struct Receiver {
+    pub(crate) url: String,
     got: Arc<Mutex<Vec<Received>>>,
 }
 
 impl Receiver {
-    fn start() -> Receiver {
+    pub(crate) fn start() -> Receiver {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
         let got = Arc::new(Mutex::new(Vec::new()));
@@ -65,7 +65,7 @@ impl Receiver {
         Receiver { url, got }
     }
 
-    fn events(&self) -> Vec<Value> {
+    pub(crate) fn events(&self) -> Vec<Value> {
         self.got
             .lock()
             .unwrap()
@@ -160,7 +160,7 @@ fn python_with_jsonschema() -> PathBuf {
 }
 
 /// Checks every event against the OpenLineage spec's schemas, failing with what is wrong.
-fn assert_valid(events: &[Value]) {
+pub(crate) fn assert_valid(events: &[Value]) {
     let script =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/openlineage/validate.py");
     let mut child = Command::new(python_with_jsonschema())

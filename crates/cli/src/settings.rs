@@ -84,7 +84,8 @@ pub fn engine_config(
 fn openlineage(
     graph: &databuild_core::Graph,
 ) -> anyhow::Result<Option<databuild_exec::openlineage::OpenLineageConfig>> {
-    if secret("OPENLINEAGE_DISABLED").is_some_and(|v| v.eq_ignore_ascii_case("true") || v == "1") {
+    let disabled = std::env::var("OPENLINEAGE_DISABLED").unwrap_or_default();
+    if disabled.eq_ignore_ascii_case("true") || disabled == "1" {
         return Ok(None);
     }
     let file = graph.openlineage.clone().unwrap_or_default();

@@ -282,17 +282,25 @@ fn a_receiver_that_is_down_costs_a_build_nothing_and_what_it_missed_is_sent_by_t
         format!("http://{}", l.local_addr().unwrap())
     };
     let p = Project::new(GRAPH);
-    let started = Instant::now();
-    let out = p
-        .command()
-        .args(["build", "clean/date=2024-01-01"])
-        .env("OPENLINEAGE_URL", &down)
-        .output()
-        .unwrap();
-    let took = started.elapsed();
+    let timed = |r: &str, env: &[(&str, &str)]| {
+        let started = Instant::now();
+        let out = p
+            .command()
+            .args(["build", r])
+            .envs(env.iter().copied())
+            .output()
+            .unwrap();
+        (out, started.elapsed())
+    };
+    let (_, alone) = timed("clean/date=2023-12-31", &[]);
+    let (out, took) = timed("clean/date=2024-01-01", &[("OPENLINEAGE_URL", &down)]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{stderr}");
-    assert!(took < Duration::from_secs(5), "the build took {took:?}");
+    // At most the flush bound (5 s) more than the same build without lineage.
+    assert!(
+        took < alone + Duration::from_secs(5),
+        "{took:?}, {alone:?} without lineage"
+    );
     assert!(stderr.contains("4 run event(s) not delivered"), "{stderr}");
     let kept = p.path().join(".databuild/openlineage/undelivered.jsonl");
     let lines: Vec<Value> = std::fs::read_to_string(&kept)
@@ -359,4 +367,60 @@ fn the_service_sends_its_builds_runs_as_the_cli_does_with_the_graph_s_settings()
     assert!(got
         .iter()
         .all(|r| r.body["job"]["namespace"] == "from-the-graph"));
+}
+
+#[test]
+fn a_url_that_is_not_http_is_refused_and_openlineage_disabled_sends_nothing() {
+    let p = Project::new(GRAPH);
+    let out = p
+        .command()
+        .args(["build", "orders/date=2024-01-01"])
+        .env("OPENLINEAGE_URL", "marquez:5000")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("OPENLINEAGE_URL=marquez:5000 is not an http:// or https:// URL"),
+        "{stderr}"
+    );
+
+    let receiver = Receiver::start();
+    let out = p
+        .command()
+        .args(["build", "orders/date=2024-01-01"])
+        .env("OPENLINEAGE_URL", &receiver.url)
+        .env("OPENLINEAGE_DISABLED", "true")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    assert!(receiver.events().is_empty());
+}
+
+#[test]
+fn a_cancelled_run_is_an_abort() {
+    let receiver = Receiver::start();
+    let p = Project::new(&format!(
+        "{GRAPH}\n[[job]]\nname = \"slow\"\noutputs = [\"slow/date={{date:date}}\"]\ncommand = [\"sleep\", \"30\"]\n"
+    ));
+    let mut build = p
+        .command()
+        .args(["build", "slow/date=2024-01-01"])
+        .env("OPENLINEAGE_URL", &receiver.url)
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    receiver.wait_for(1);
+    let interrupted = Command::new("kill")
+        .args(["-INT", &build.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(interrupted.success());
+    build.wait().unwrap();
+    let events = receiver.events();
+    assert_valid(&events);
+    assert_eq!(
+        lives(&events),
+        [("slow".to_string(), strings(&["START", "ABORT"]))]
+    );
 }

@@ -123,15 +123,6 @@ impl Engine {
         }
     }
 
-    /// Waits at most `bound` for the OpenLineage events handed over so far to be delivered or
-    /// recorded undelivered; `None` when none were (or OpenLineage is off).
-    pub fn flush_lineage(
-        &self,
-        bound: std::time::Duration,
-    ) -> Option<crate::openlineage::Delivery> {
-        self.lineage.as_ref()?.flush(bound)
-    }
-
     /// Today's date, `YYYY-MM-DD`, by the engine's clock.
     pub fn today(&self) -> String {
         self.config.clock.today()

@@ -5,7 +5,7 @@
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TrySendError};
+use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -149,14 +149,13 @@ struct Poster {
 impl Poster {
     fn serve(&mut self, rx: Receiver<Message>) {
         self.resend_recorded();
-        loop {
-            match rx.recv_timeout(Duration::from_secs(3600)) {
-                Ok(Message::Event(body)) => self.deliver(&body),
-                Ok(Message::Flush(done)) => {
+        // Ends when every handle is gone: nothing more can come.
+        while let Ok(message) = rx.recv() {
+            match message {
+                Message::Event(body) => self.deliver(&body),
+                Message::Flush(done) => {
                     let _ = done.send(());
                 }
-                Err(RecvTimeoutError::Timeout) => {}
-                Err(RecvTimeoutError::Disconnected) => return,
             }
         }
     }

@@ -161,23 +161,26 @@ impl Poster {
     }
 
     /// Events earlier processes could not deliver, sent before this one's (those failing again
-    /// are recorded again).
+    /// are recorded again). The file is first renamed to one naming this process, so two
+    /// processes never send the same lines; one a dead process had taken is taken over.
     fn resend_recorded(&mut self) {
-        let path = self.folder.join(UNDELIVERED);
+        let mut files = orphaned(&self.folder);
         let taken = self
             .folder
-            .join(format!("{UNDELIVERED}.{}.retry", std::process::id()));
-        if std::fs::rename(&path, &taken).is_err() {
-            return;
+            .join(retry_name(&crate::run::owner::this_owner()));
+        if std::fs::rename(self.folder.join(UNDELIVERED), &taken).is_ok() {
+            files.push(taken);
         }
-        let text = std::fs::read_to_string(&taken).unwrap_or_default();
-        let _ = std::fs::remove_file(&taken);
-        for line in text.lines() {
-            let event = serde_json::from_str::<serde_json::Value>(line)
-                .ok()
-                .and_then(|v| v.get("event").map(|e| e.to_string()));
-            if let Some(body) = event {
-                self.deliver(&body);
+        for file in files {
+            let text = std::fs::read_to_string(&file).unwrap_or_default();
+            let _ = std::fs::remove_file(&file);
+            for line in text.lines() {
+                let event = serde_json::from_str::<serde_json::Value>(line)
+                    .ok()
+                    .and_then(|v| v.get("event").map(|e| e.to_string()));
+                if let Some(body) = event {
+                    self.deliver(&body);
+                }
             }
         }
     }
@@ -266,6 +269,30 @@ struct Failure {
     retry: bool,
 }
 
+/// The name of the file `owner` (`host/pid/start-time`) resends undelivered events from.
+fn retry_name(owner: &str) -> String {
+    format!("{UNDELIVERED}.{}.retry", owner.replace('/', "~"))
+}
+
+/// Files of undelivered events taken by processes of this machine that are gone.
+fn orphaned(folder: &Path) -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir(folder) else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let owner = name
+                .strip_prefix(&format!("{UNDELIVERED}."))
+                .and_then(|n| n.strip_suffix(".retry"))
+                .map(|o| o.replace('~', "/"));
+            owner.is_some_and(|o| crate::run::owner::owner_alive(Some(&o)) == Some(false))
+        })
+        .map(|e| e.path())
+        .collect()
+}
+
 /// One whole line appended (`O_APPEND`: lines of processes sharing the folder never interleave).
 fn append_line(folder: &Path, line: &str) -> std::io::Result<()> {
     std::fs::create_dir_all(folder)?;
@@ -274,4 +301,22 @@ fn append_line(folder: &Path, line: &str) -> std::io::Result<()> {
         .append(true)
         .open(folder.join(UNDELIVERED))?
         .write_all(line.as_bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::run::owner::{hostname, this_owner};
+
+    #[test]
+    fn what_a_dead_process_had_taken_is_taken_over_and_a_live_one_s_is_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let dead = format!("{}/4194304/1", hostname().unwrap());
+        let elsewhere = "another-host/12/34";
+        for owner in [dead.as_str(), &this_owner(), elsewhere] {
+            std::fs::write(dir.path().join(retry_name(owner)), "").unwrap();
+        }
+        let found = orphaned(dir.path());
+        assert_eq!(found, [dir.path().join(retry_name(&dead))]);
+    }
 }

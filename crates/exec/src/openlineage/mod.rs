@@ -100,7 +100,7 @@ impl Drop for LineageOut {
         let Some(delivery) = self.flush(FLUSH_BOUND) else {
             return;
         };
-        let lost = delivery.undelivered + delivery.dropped;
+        let lost = delivery.undelivered + delivery.dropped + delivery.pending;
         if lost > 0 {
             let path = self.folder.join(send::UNDELIVERED);
             eprintln!(
@@ -110,11 +110,20 @@ impl Drop for LineageOut {
                 delivery.last_error.as_deref().unwrap_or("no answer"),
                 delivery.undelivered,
                 path.display(),
-                match delivery.dropped {
-                    0 => String::new(),
-                    n => format!(", {n} dropped (the queue was full)"),
-                },
+                lost_ones(&delivery),
             );
         }
     }
+}
+
+/// What was lost beyond what was kept: dropped from a full queue, or still queued at the end.
+fn lost_ones(d: &Delivery) -> String {
+    let mut text = String::new();
+    if d.dropped > 0 {
+        text += &format!(", {} dropped (the queue was full)", d.dropped);
+    }
+    if d.pending > 0 {
+        text += &format!(", {} still queued when the wait ended", d.pending);
+    }
+    text
 }

@@ -37,6 +37,8 @@ pub struct Delivery {
     pub undelivered: u64,
     /// Dropped because the queue was full.
     pub dropped: u64,
+    /// Still queued when a flush's bound passed: lost with the process.
+    pub pending: u64,
     pub last_error: Option<String>,
 }
 
@@ -46,6 +48,8 @@ struct Shared {
     delivery: Mutex<Delivery>,
     /// Set by a flush: past it, nothing more is tried, only recorded.
     deadline: Mutex<Option<Instant>>,
+    /// Events of earlier processes taken to be sent again (delivered or recorded like the rest).
+    resent: std::sync::atomic::AtomicU64,
 }
 
 impl Shared {
@@ -68,6 +72,8 @@ impl Shared {
 pub struct Sender {
     tx: SyncSender<Message>,
     shared: Arc<Shared>,
+    /// Events queued so far (those of earlier processes resent apart).
+    queued: std::sync::atomic::AtomicU64,
 }
 
 impl Sender {
@@ -88,13 +94,20 @@ impl Sender {
         if let Err(e) = spawned {
             shared.note(|d| d.last_error = Some(format!("cannot start its thread: {e}")));
         }
-        Sender { tx, shared }
+        Sender {
+            tx,
+            shared,
+            queued: Default::default(),
+        }
     }
 
     /// Queues one event's JSON, never waiting.
     pub fn send(&self, body: String) {
         match self.tx.try_send(Message::Event(body)) {
-            Ok(()) => {}
+            Ok(()) => {
+                self.queued
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
             Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => {
                 self.shared.note(|d| d.dropped += 1)
             }
@@ -115,11 +128,20 @@ impl Sender {
             // A little past the deadline: the thread records what is left once it passes.
             let _ = wait.recv_timeout(bound + Duration::from_millis(500));
         }
-        self.shared
+        let mut delivery = self
+            .shared
             .delivery
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .clone()
+            .clone();
+        let queued = self.queued.load(std::sync::atomic::Ordering::Relaxed);
+        let resent = self
+            .shared
+            .resent
+            .load(std::sync::atomic::Ordering::Relaxed);
+        delivery.pending =
+            (queued + resent).saturating_sub(delivery.delivered + delivery.undelivered);
+        delivery
     }
 }
 
@@ -179,6 +201,9 @@ impl Poster {
                     .ok()
                     .and_then(|v| v.get("event").map(|e| e.to_string()));
                 if let Some(body) = event {
+                    self.shared
+                        .resent
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     self.deliver(&body);
                 }
             }

@@ -308,6 +308,8 @@ impl Of<'_> {
         let id = e.job_run_id.clone().unwrap_or_default();
         // The values a run's end carries beyond the fields this crate names (`resources`,
         // `metrics`), read from its JSON so that fields added to the event come along.
+        // MERGE(#61 telemetry): `resources` and `metrics` are the keys of `EventData`'s fields;
+        // if they are named otherwise, rename them in the two `values_facet` calls below.
         let mut data = serde_json::to_value(&e.data).unwrap_or(Value::Null);
         if object(&data, "metrics").is_none() {
             // A job's report carries them (`{"metrics": {ref: {name: n}}}`) where the event

@@ -214,6 +214,8 @@ impl Poster {
         let tries = if self.down { 1 } else { TRIES };
         let mut wait = BACKOFF;
         let mut error = String::from("not tried: the flush's bound had passed");
+        // A receiver that refused this event (4xx) is up: only one that did not answer is down.
+        let mut unanswered = true;
         for attempt in 1..=tries {
             if self.shared.past_deadline() {
                 break;
@@ -226,6 +228,7 @@ impl Poster {
                 }
                 Err(Failure { message, retry }) => {
                     error = message;
+                    unanswered = retry;
                     if !retry || attempt == tries {
                         break;
                     }
@@ -235,7 +238,7 @@ impl Poster {
             std::thread::sleep(pause);
             wait *= 2;
         }
-        self.down = true;
+        self.down = unanswered;
         self.record(body, &error);
     }
 
@@ -332,6 +335,73 @@ fn append_line(folder: &Path, line: &str) -> std::io::Result<()> {
 mod tests {
     use super::*;
     use crate::run::owner::{hostname, this_owner};
+    use std::io::{BufRead, BufReader, Read};
+
+    /// A receiver answering each request with the next of `codes`; returns its URL and the
+    /// number of requests it got.
+    fn answering(codes: Vec<u16>) -> (String, Arc<Mutex<usize>>) {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}/api/v1/lineage", listener.local_addr().unwrap());
+        let (got, count) = (
+            Arc::new(Mutex::new(0)),
+            Arc::new(Mutex::new(codes.into_iter())),
+        );
+        let seen = got.clone();
+        std::thread::spawn(move || {
+            for stream in listener.incoming().flatten() {
+                let mut reader = BufReader::new(stream.try_clone().unwrap());
+                let mut stream = stream;
+                loop {
+                    let (mut line, mut length) = (String::new(), 0);
+                    if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                        break;
+                    }
+                    while reader.read_line(&mut line).unwrap() > 2 {
+                        let header = line.lines().last().unwrap().to_ascii_lowercase();
+                        if let Some(n) = header.strip_prefix("content-length:") {
+                            length = n.trim().parse().unwrap();
+                        }
+                    }
+                    reader.read_exact(&mut vec![0; length]).unwrap();
+                    *seen.lock().unwrap() += 1;
+                    let code = count.lock().unwrap().next().unwrap_or(200);
+                    let answer = format!("HTTP/1.1 {code} X\r\ncontent-length: 0\r\n\r\n");
+                    if stream.write_all(answer.as_bytes()).is_err() {
+                        break;
+                    }
+                }
+            }
+        });
+        (url, got)
+    }
+
+    #[test]
+    fn a_failing_receiver_is_tried_again_and_a_refusal_is_kept_at_once() {
+        let (endpoint, requests) = answering(vec![503, 503, 200, 400]);
+        let dir = tempfile::tempdir().unwrap();
+        let config = OpenLineageConfig {
+            endpoint,
+            namespace: "ns".into(),
+            api_key: None,
+        };
+        let sender = Sender::start(config, dir.path().to_path_buf());
+        sender.send(r#"{"n":1}"#.into());
+        sender.send(r#"{"n":2}"#.into());
+        let delivery = sender.flush(Duration::from_secs(5));
+        assert_eq!((delivery.delivered, delivery.undelivered), (1, 1));
+        assert_eq!(
+            *requests.lock().unwrap(),
+            4,
+            "503, 503, 200; then 400, not tried again"
+        );
+        let kept = std::fs::read_to_string(dir.path().join(UNDELIVERED)).unwrap();
+        let kept: serde_json::Value = serde_json::from_str(kept.trim()).unwrap();
+        assert_eq!(kept["event"]["n"], 2);
+        assert!(kept["error"]
+            .as_str()
+            .unwrap()
+            .ends_with("answered HTTP 400"));
+    }
 
     #[test]
     fn what_a_dead_process_had_taken_is_taken_over_and_a_live_one_s_is_not() {

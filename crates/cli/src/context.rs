@@ -77,12 +77,13 @@ impl Context {
         let store =
             databuild_log::open_with(&uri, &self.graph_dir, &crate::settings::log_options())
                 .map_err(log_error)?;
+        let config = crate::settings::engine_config(&self.graph)?;
         Ok(Engine::new(
             self.graph,
             self.graph_dir,
             self.data_dir,
             store.into(),
-            crate::settings::engine_config()?,
+            config,
         )
         .with_graph_digest(self.graph_digest))
     }

@@ -62,8 +62,11 @@ pub fn max_refs() -> anyhow::Result<usize> {
 /// The engine's configuration (`DATABUILD_NOW`, `DATABUILD_UPSTREAM_TOKEN`,
 /// `DATABUILD_LEASE_TIMEOUT`). A `DATABUILD_NOW` that is neither a date nor an RFC 3339 time
 /// leaves the system clock; a lease timeout that does not parse is an error naming it.
-pub fn engine_config() -> anyhow::Result<databuild_exec::EngineConfig> {
+pub fn engine_config(
+    graph: &databuild_core::Graph,
+) -> anyhow::Result<databuild_exec::EngineConfig> {
     Ok(databuild_exec::EngineConfig {
+        openlineage: openlineage(graph)?,
         clock: std::env::var("DATABUILD_NOW")
             .ok()
             .and_then(|v| databuild_exec::Clock::fixed(&v))
@@ -72,6 +75,44 @@ pub fn engine_config() -> anyhow::Result<databuild_exec::EngineConfig> {
         lease_timeout: lease_timeout()?,
         configs: databuild_exec::ConfigAccess::Run,
     })
+}
+
+/// Where run events go as OpenLineage, read as every OpenLineage client reads it: the
+/// environment's `OPENLINEAGE_URL`, `OPENLINEAGE_ENDPOINT` (default `api/v1/lineage`),
+/// `OPENLINEAGE_NAMESPACE` and `OPENLINEAGE_API_KEY` over the graph's `[openlineage]` (whose
+/// `api_key_env` names the key's variable instead); off without a URL or with
+/// `OPENLINEAGE_DISABLED=true`.
+fn openlineage(
+    graph: &databuild_core::Graph,
+) -> anyhow::Result<Option<databuild_exec::openlineage::OpenLineageConfig>> {
+    let disabled = std::env::var("OPENLINEAGE_DISABLED").unwrap_or_default();
+    if disabled.eq_ignore_ascii_case("true") || disabled == "1" {
+        return Ok(None);
+    }
+    let file = graph.openlineage.clone().unwrap_or_default();
+    let Some(url) = secret("OPENLINEAGE_URL").or(file.url) else {
+        return Ok(None);
+    };
+    if !(url.starts_with("http://") || url.starts_with("https://")) {
+        return Err(UserError(format!(
+            "OPENLINEAGE_URL={url} is not an http:// or https:// URL of an OpenLineage receiver \
+             (such as Marquez's `http://localhost:5000`); unset it to send no lineage"
+        ))
+        .into());
+    }
+    let endpoint = secret("OPENLINEAGE_ENDPOINT").unwrap_or_else(|| "api/v1/lineage".into());
+    let key_var = file.api_key_env.as_deref().unwrap_or("OPENLINEAGE_API_KEY");
+    Ok(Some(databuild_exec::openlineage::OpenLineageConfig {
+        endpoint: format!(
+            "{}/{}",
+            url.trim_end_matches('/'),
+            endpoint.trim_start_matches('/')
+        ),
+        namespace: secret("OPENLINEAGE_NAMESPACE")
+            .or(file.namespace)
+            .unwrap_or_else(|| graph.name.clone()),
+        api_key: secret(key_var),
+    }))
 }
 
 /// `DATABUILD_LEASE_TIMEOUT`, between 2 s (renewals every third of a second) and a day.

@@ -1,6 +1,7 @@
-//! The two example graphs, built end to end through the real binary in a copy of their folder.
+//! The example graphs, built end to end through the real binary in a copy of their folder.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::process::Command;
 
 use crate::util::Project;
 
@@ -209,4 +210,104 @@ fn podcast_reviews_checks_its_daily_summaries() {
     p.file(&format!("data/{r}"), &good.to_string());
     p.run(&["check", r]).expect_code(0);
     assert_eq!(status(&p)["status"], "live");
+}
+
+/// The `bin` of a venv with DuckDB, made once for the tests; `None`, saying why, when pip cannot
+/// install it (no network to PyPI).
+fn duckdb_venv() -> Option<PathBuf> {
+    let venv = Path::new(env!("CARGO_TARGET_TMPDIR")).join("duckdb-venv");
+    let python = venv.join("bin/python");
+    let has_duckdb = || {
+        Command::new(&python)
+            .args(["-c", "import duckdb"])
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    if !has_duckdb() {
+        let made = Command::new("python3")
+            .args(["-m", "venv"])
+            .arg(&venv)
+            .status();
+        let pip = Command::new(&python)
+            .args(["-m", "pip", "install", "-q", "duckdb"])
+            .output();
+        if !made.is_ok_and(|s| s.success()) || !has_duckdb() {
+            eprintln!(
+                "skipped: duckdb cannot be installed in {} ({})",
+                venv.display(),
+                pip.map(|o| String::from_utf8_lossy(&o.stderr).into_owned())
+                    .unwrap_or_else(|e| e.to_string())
+            );
+            return None;
+        }
+    }
+    Some(venv.join("bin"))
+}
+
+#[test]
+fn duckdb_trips_builds_a_checked_week_of_parquet_with_row_metrics_and_lineage() {
+    let Some(bin) = duckdb_venv() else { return };
+    let receiver = crate::openlineage::Receiver::start();
+    let p = example("duckdb_trips");
+    let python_src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../python/src");
+    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap());
+    let out = p
+        .command()
+        .args(["build", "weekly/zones/week=2024-01-01"])
+        .env("PATH", &path)
+        .env("PYTHONPATH", &python_src)
+        .env("OPENLINEAGE_URL", &receiver.url)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        completed_runs(&p),
+        15,
+        "7 days generated, 7 cleaned, 1 week"
+    );
+    let sql = |q: &str| p.run(&["--json", "sql", q]).json()["rows"].clone();
+
+    // Every clean day passed its check; each run reported its rows.
+    let checks = sql("SELECT status, count(*) FROM events WHERE kind = 'check' GROUP BY status");
+    assert_eq!(checks, serde_json::json!([["completed", 7]]));
+    let clean_rows = sql(
+        "SELECT sum(json_extract(data, '$.report.metrics.\"' || partition_ref || '\".rows'))
+         FROM events WHERE kind = 'partition' AND status = 'available' AND job = 'clean_trips'",
+    )[0][0]
+        .as_u64()
+        .unwrap();
+    assert!(clean_rows > 7 * 2000, "{clean_rows}");
+
+    // The week sums every clean trip, over the 40 zones.
+    let week = p.path().join("data/weekly/zones/week=2024-01-01");
+    let read = Command::new(bin.join("python"))
+        .args([
+            "-c",
+            "import duckdb, sys; print(*duckdb.connect().execute(f\"SELECT sum(trips), count(*) FROM read_parquet('{sys.argv[1]}')\").fetchone())",
+        ])
+        .arg(&week)
+        .output()
+        .unwrap();
+    let read = String::from_utf8_lossy(&read.stdout);
+    assert_eq!(read.trim(), format!("{clean_rows} 40"));
+
+    // Lineage: each run a START and a COMPLETE; the week read `clean/trips`, 7 partitions.
+    let events = receiver.events();
+    assert_eq!(events.len(), 30);
+    crate::openlineage::assert_valid(&events);
+    let week = events
+        .iter()
+        .find(|e| e["eventType"] == "COMPLETE" && e["job"]["name"] == "weekly_zones")
+        .unwrap();
+    assert_eq!(week["inputs"][0]["name"], "clean/trips");
+    let read = &week["inputs"][0]["facets"]["databuild_partitions"]["partitions"];
+    assert_eq!(read.as_array().unwrap().len(), 7);
+    assert_eq!(
+        week["outputs"][0]["outputFacets"]["outputStatistics"]["rowCount"],
+        40
+    );
 }

@@ -23,6 +23,7 @@ mod hours;
 mod hygiene;
 mod lineage;
 mod log_cmds;
+mod openlineage;
 mod plan_cache;
 mod postgres;
 mod query_inputs;

@@ -73,6 +73,8 @@ pub struct EngineConfig {
     pub lease_timeout: std::time::Duration,
     /// Whether config executables run for this engine's callers.
     pub configs: ConfigAccess,
+    /// Where run events go as OpenLineage (`OPENLINEAGE_URL`, or the graph's `[openlineage]`).
+    pub openlineage: Option<crate::openlineage::OpenLineageConfig>,
 }
 
 impl Default for EngineConfig {
@@ -82,6 +84,7 @@ impl Default for EngineConfig {
             upstream_token: None,
             lease_timeout: crate::run::lease::DEFAULT_TIMEOUT,
             configs: ConfigAccess::Run,
+            openlineage: None,
         }
     }
 }
@@ -93,6 +96,7 @@ impl std::fmt::Debug for EngineConfig {
             .field("clock", &self.clock)
             .field("lease_timeout", &self.lease_timeout)
             .field("configs", &self.configs)
+            .field("openlineage", &self.openlineage)
             .field(
                 "upstream_token",
                 &self.upstream_token.as_ref().map(|_| "<redacted>"),

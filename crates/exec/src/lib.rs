@@ -29,6 +29,7 @@ pub mod data;
 pub mod engine;
 mod error;
 pub mod hashing;
+pub mod openlineage;
 pub mod run;
 pub mod scheduler;
 

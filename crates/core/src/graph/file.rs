@@ -23,6 +23,17 @@ pub struct GraphFile {
     pub want: Vec<WantSection>,
     #[serde(default)]
     pub check: Vec<CheckSection>,
+    pub openlineage: Option<OpenLineageSection>,
+}
+
+/// `[openlineage]`: where run events go as OpenLineage. The key itself never sits in the file:
+/// `api_key_env` names the variable holding it.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OpenLineageSection {
+    pub url: Option<String>,
+    pub namespace: Option<String>,
+    pub api_key_env: Option<String>,
 }
 
 #[derive(Deserialize)]

@@ -143,6 +143,7 @@ impl Loader<'_> {
             wants: Vec::new(),
             checks: Vec::new(),
             show_env: f.graph.show_env,
+            openlineage: self.openlineage(f.openlineage)?,
             index: PatternIndex::default(),
         };
         self.check_overlaps(&graph)?;
@@ -226,6 +227,40 @@ impl Loader<'_> {
             });
         }
         Ok(checks)
+    }
+
+    /// `[openlineage]`: an http(s) URL, a namespace that is not blank, and the name of the
+    /// variable holding the API key (never the key: graph files are committed).
+    fn openlineage(
+        &self,
+        section: Option<OpenLineageSection>,
+    ) -> Result<Option<OpenLineageGraphConfig>, GraphError> {
+        let Some(s) = section else { return Ok(None) };
+        let err = |m: String| self.err("openlineage".to_string(), m);
+        if let Some(url) = &s.url {
+            if !(url.starts_with("http://") || url.starts_with("https://")) {
+                return Err(err(format!(
+                    "`url = \"{url}\"` is not an http:// or https:// URL of an OpenLineage receiver (such as Marquez's `http://localhost:5000`)"
+                )));
+            }
+        }
+        if matches!(&s.namespace, Some(n) if n.trim().is_empty()) {
+            return Err(err(
+                "`namespace` cannot be empty; remove it to use the graph's name".into(),
+            ));
+        }
+        if let Some(name) = &s.api_key_env {
+            if !is_env_name(name) || name.contains(char::is_whitespace) {
+                return Err(err(format!(
+                    "`api_key_env = \"{name}\"` is not an environment variable's name; name the variable holding the key (such as `OPENLINEAGE_API_KEY`), never the key itself"
+                )));
+            }
+        }
+        Ok(Some(OpenLineageGraphConfig {
+            url: s.url.map(|u| u.trim_end_matches('/').to_string()),
+            namespace: s.namespace,
+            api_key_env: s.api_key_env,
+        }))
     }
 
     fn executor(

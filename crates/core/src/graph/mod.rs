@@ -155,7 +155,21 @@ pub struct Graph {
     /// The env names (from config executables) whose values the log records and shows; every
     /// other value is recorded as [`REDACTED`], since env often carries secrets.
     pub show_env: Vec<String>,
+    /// `[openlineage]`, if the file has one (the environment's `OPENLINEAGE_*` may override it).
+    pub openlineage: Option<OpenLineageGraphConfig>,
     index: PatternIndex,
+}
+
+/// Where the graph file says run events go as OpenLineage (`[openlineage]`). Every part is
+/// optional: the binary fills what is missing from `OPENLINEAGE_URL` and the rest.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct OpenLineageGraphConfig {
+    /// The receiver's base URL (events go to `<url>/api/v1/lineage`), without a trailing `/`.
+    pub url: Option<String>,
+    /// The namespace of jobs and datasets; the graph's name when unset.
+    pub namespace: Option<String>,
+    /// The environment variable holding the API key (`OPENLINEAGE_API_KEY` when unset).
+    pub api_key_env: Option<String>,
 }
 
 /// What the log records instead of an env value the graph does not mark safe to show.
@@ -533,5 +547,27 @@ command = ["python3", "jobs/summary.py"]
         assert_eq!(soft.timeout, Some(Duration::from_secs(60)));
         assert_eq!(g.check("has_rows").unwrap().version, "2");
         assert!(g.check("has_rows").unwrap().blocking);
+    }
+
+    #[test]
+    fn openlineage_names_a_url_a_namespace_and_the_key_s_variable() {
+        let g = load(&format!(
+            "{PODCAST}\n[openlineage]\nurl = \"http://marquez:5000/\"\nnamespace = \"sales\"\napi_key_env = \"MARQUEZ_KEY\"\n"
+        ))
+        .unwrap();
+        let ol = g.openlineage.unwrap();
+        assert_eq!(ol.url.as_deref(), Some("http://marquez:5000"));
+        assert_eq!(ol.namespace.as_deref(), Some("sales"));
+        assert_eq!(ol.api_key_env.as_deref(), Some("MARQUEZ_KEY"));
+        assert_eq!(load(PODCAST).unwrap().openlineage, None);
+        let refused = |section: &str| {
+            load(&format!("{PODCAST}\n[openlineage]\n{section}\n"))
+                .unwrap_err()
+                .to_string()
+        };
+        assert!(refused("url = \"marquez:5000\"").contains("not an http:// or https:// URL"));
+        assert!(refused("namespace = \" \"").contains("`namespace` cannot be empty"));
+        assert!(refused("api_key_env = \"my secret\"").contains("never the key itself"));
+        assert!(refused("api_key = \"k\"").contains("unknown field"));
     }
 }

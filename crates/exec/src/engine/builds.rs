@@ -433,6 +433,10 @@ impl Host for Engine {
         self.store.as_ref()
     }
 
+    fn appended(&self, events: &[databuild_log::Event]) {
+        Engine::appended(self, events)
+    }
+
     fn lease(&self) -> &Lease {
         &self.lease
     }

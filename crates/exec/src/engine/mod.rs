@@ -69,6 +69,8 @@ pub struct Engine {
     /// When this engine last closed dead builds, by any path (`builds.rs`): a read within a
     /// second of it does not sweep again.
     pub(crate) swept: std::sync::Mutex<Option<std::time::Instant>>,
+    /// Run events out as OpenLineage, when configured; dropped with the engine, which flushes it.
+    lineage: Option<crate::openlineage::LineageOut>,
 }
 
 /// The answer of `analyze`: the recorded build request and its plan.
@@ -91,6 +93,9 @@ impl Engine {
         config: EngineConfig,
     ) -> Engine {
         let lease = Lease::new(store.clone(), config.lease_timeout);
+        let lineage = config.openlineage.clone().map(|c| {
+            crate::openlineage::LineageOut::new(c, graph_dir.join(".databuild/openlineage"))
+        });
         Engine {
             graph,
             graph_dir,
@@ -100,6 +105,7 @@ impl Engine {
             lease,
             graph_digest: None,
             swept: Default::default(),
+            lineage,
         }
     }
 
@@ -127,6 +133,13 @@ impl Engine {
     pub fn with_graph_digest(mut self, digest: String) -> Engine {
         self.graph_digest = Some(digest);
         self
+    }
+
+    /// Hands events just appended to the OpenLineage output, if there is one; never waits.
+    pub(crate) fn appended(&self, events: &[databuild_log::Event]) {
+        if let Some(lineage) = &self.lineage {
+            lineage.observe(&self.graph, events);
+        }
     }
 
     /// Today's date, `YYYY-MM-DD`, by the engine's clock.

@@ -36,6 +36,8 @@ mod spec;
 pub(crate) trait Host: Sync {
     fn graph(&self) -> &Graph;
     fn store(&self) -> &dyn EventStore;
+    /// Events the driver just appended, for whoever follows runs from outside (OpenLineage).
+    fn appended(&self, events: &[databuild_log::Event]);
     fn lease(&self) -> &Lease;
     fn graph_dir(&self) -> &Path;
     fn data_dir(&self) -> &Path;

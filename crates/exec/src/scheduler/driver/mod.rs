@@ -782,15 +782,19 @@ impl<'s, 'e> Driver<'s, 'e> {
         let mut all = deferred.clone();
         all.extend(claims);
         match self.store().append(all) {
-            Ok(_) => {
+            Ok(appended) => {
+                self.engine.appended(&appended);
                 self.publish(publishing);
                 Ok(None)
             }
             Err(refusal @ LogError::Refused { .. }) => {
                 if !deferred.is_empty() {
-                    if let Err(e) = self.store().append(deferred) {
-                        self.drop_publishing(publishing, &e);
-                        return Err(e.into());
+                    match self.store().append(deferred) {
+                        Ok(appended) => self.engine.appended(&appended),
+                        Err(e) => {
+                            self.drop_publishing(publishing, &e);
+                            return Err(e.into());
+                        }
                     }
                 }
                 self.publish(publishing);
@@ -1132,9 +1136,12 @@ impl<'s, 'e> Driver<'s, 'e> {
             all.extend(events);
         }
         if !all.is_empty() {
-            if let Err(e) = self.store().append(all) {
-                self.drop_publishing(publishing, &e);
-                return Err(e.into());
+            match self.store().append(all) {
+                Ok(appended) => self.engine.appended(&appended),
+                Err(e) => {
+                    self.drop_publishing(publishing, &e);
+                    return Err(e.into());
+                }
             }
         }
         self.publish(publishing);

@@ -43,7 +43,12 @@ pub(super) async fn analyze_page(State(state): Shared, Query(q): Query<RefsQuery
         return layout("Analyze", html! { h1 { "Analyze" } (form) p.empty { "Name partitions to see what a build would run." } }).into_response();
     }
     let max_refs = state.limits.max_refs;
+    let permit = match crate::ops::analysis_slot(&state) {
+        Ok(permit) => permit,
+        Err(busy) => return super::layout::error_page(busy),
+    };
     let plan = page(&state, move |engine| {
+        let _permit = permit;
         let refs = refs_from_text(engine, &text, max_refs)?;
         let plan = engine.plan(&PlanRequest {
             refs,

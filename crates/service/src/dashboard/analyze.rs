@@ -47,8 +47,9 @@ pub(super) async fn analyze_page(State(state): Shared, Query(q): Query<RefsQuery
         Ok(permit) => permit,
         Err(busy) => return super::layout::error_page(busy),
     };
+    // The slot goes with the plan: held while planning (a client gone does not end it) and
+    // while the page is drawn from it.
     let plan = page(&state, move |engine| {
-        let _permit = permit;
         let refs = refs_from_text(engine, &text, max_refs)?;
         let plan = engine.plan(&PlanRequest {
             refs,
@@ -56,10 +57,10 @@ pub(super) async fn analyze_page(State(state): Shared, Query(q): Query<RefsQuery
         })?;
         let cost = engine.estimate(&plan, databuild_exec::scheduler::default_parallelism())?;
         let by_code = engine.stale_by_code(&plan);
-        Ok((plan, cost, by_code))
+        Ok((plan, cost, by_code, permit))
     })
     .await;
-    let (plan, cost, by_code) = match plan {
+    let (plan, cost, by_code, _permit) = match plan {
         Ok(p) => p,
         Err(r) => return r,
     };

@@ -51,6 +51,19 @@ SECTIONS = [
 the analysis) of a 4-level graph: `reviews/date` → `categorized/category/date` →
 `phrases/category/date` (a 7-day window) → `summary/category/date`. 100k: 100 categories × 1,000
 dates of `summary` (301,606 job runs); 1m: × 10,000 dates (3,010,606 runs)."""),
+    ("analyze", "Analyze through the service", """\
+`bench/analyze_rss.sh`: `POST /api/v1/analyze` of `clean/date={1000-01-01..3737-11-26}` (1M refs of
+a one-job graph, under the refs cap) to a fresh `serve`: its peak RSS (`VmHWM`) after the answer,
+the answer's size and the request's wall time. The answer is a page (1,000 runs, the counts of the
+whole plan), so its size no longer follows the plan; the plan itself (1M runs) is still held while
+planning, which is what the RSS is (goal not met: `databuild analyze` of the same refs in its own
+process peaks at 543 MB, about 540 bytes a planned run; making the plan compact is still to do).
+Analyses run at most 2 at once (`DATABUILD_ANALYZE_CONCURRENCY`), so two take about 1.1 GB."""),
+    ("connections", "Idle connections", """\
+`bench/idle_sockets.py`: 1,100 connections from 127.0.0.1 to a fresh `serve` that send nothing;
+how many it still holds after 1 s (the per-address cap: a quarter of its connection cap), and how
+long a `GET /healthz` from 127.0.0.2 takes meanwhile (goal: answered, within 100 ms). Before the
+cap, one address held all 1,024 and every other client's connection was reset for up to 30 s."""),
     ("backfill", "Backfills", """\
 `databuild build --parallel 2` of the planning request on a fresh log, killed at its first job:
 how long until that job starts (goal: within 1.5× of `analyze` at 100k, 15 s at 1m), and how large
@@ -120,7 +133,7 @@ COLUMNS = "| measure | goal | current | met | compared with | command | date | m
 
 
 # Within a section: sizes by value (2.7k before 24k), then shapes and metrics in this order.
-ORDER = ["dates", "categories", "deep", "fanin", "local", "time", "rss", "first_job", "bytes_per_run",
+ORDER = ["dates", "categories", "deep", "fanin", "local", "time", "rss", "bytes", "idle_held", "other_answer", "first_job", "bytes_per_run",
          "detail", "overhead", "per_job", "hash", "hash_share", "append", "status", "failed", "rps", "p99", "upstream",
          "downstream", "stale_page", "live_page", "failed_page", "datasets", "datasets_exact",
          "slowest", "plan", "build", "noop", "cpu", "rss_build", "rss_noop", "idle", "busy"]

@@ -84,7 +84,10 @@ pub enum Command {
     /// The build graph service (HTTP API) and dashboard. `DATABUILD_TOKEN`, when set, guards
     /// every write and SQL; `--guard-reads` (or `DATABUILD_READ_TOKEN`, a token for reads only)
     /// guards every read too. Limits: `DATABUILD_MAX_REFS` (refs per request, default 1000000),
-    /// `DATABUILD_SQL_CONCURRENCY` (default 4), `DATABUILD_MAX_STREAMS` (default 64).
+    /// `DATABUILD_SQL_CONCURRENCY` (default 4), `DATABUILD_ANALYZE_CONCURRENCY` (default 2),
+    /// `DATABUILD_MAX_STREAMS` (default 64),
+    /// `DATABUILD_MAX_CONNECTIONS_PER_ADDRESS` (default a quarter of the connection cap, at least
+    /// 8), `DATABUILD_FIRST_BYTE_TIMEOUT` (default 5s).
     Serve(ServeArgs),
     /// Start a project here: a graph file with one dataset and one job that builds from it, the
     /// job's script and a day of sample data (refuses to overwrite a graph file).

@@ -1046,3 +1046,180 @@ fn a_form_field_that_is_not_text_is_refused() {
     assert!(bad.body.contains("`refs` is not UTF-8"), "{}", bad.body);
     assert_eq!(build_count(&p), before, "nothing was built");
 }
+
+/// A connection to `addr` from the local address `from` (all of 127/8 is loopback on Linux).
+fn connect_from(from: &str, addr: std::net::SocketAddr) -> std::net::TcpStream {
+    let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    let local: std::net::SocketAddr = format!("{from}:0").parse().unwrap();
+    socket
+        .bind(&local.into())
+        .expect("bind the client's address");
+    socket.connect(&addr.into()).expect("connect");
+    socket.into()
+}
+
+/// Whether the service closed `stream` (end of file, or a reset) within `wait`.
+fn closed_within(stream: &mut std::net::TcpStream, wait: Duration) -> bool {
+    stream.set_read_timeout(Some(wait)).unwrap();
+    let mut buf = [0u8; 64];
+    match stream.read(&mut buf) {
+        Ok(0) => true,
+        Ok(_) => false,
+        Err(e) => !matches!(
+            e.kind(),
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+        ),
+    }
+}
+
+/// One address holding all its connections, silent, locks no one else out: its next connection
+/// is closed at once, another address is answered at once, and the silent ones are closed
+/// after the first-byte timeout (then the address is served again). About 1,024 idle sockets
+/// from one client used to reset everyone's connections for 30 s, before any authentication.
+#[test]
+fn idle_connections_from_one_address_lock_no_one_else_out() {
+    let p = project();
+    let s = Service::start(
+        &p,
+        &[
+            ("DATABUILD_MAX_CONNECTIONS_PER_ADDRESS", "8"),
+            ("DATABUILD_FIRST_BYTE_TIMEOUT", "2s"),
+        ],
+    );
+    let addr: std::net::SocketAddr = s.url.trim_start_matches("http://").parse().unwrap();
+    let started = Instant::now();
+    let mut held: Vec<_> = (0..8).map(|_| connect_from("127.0.0.1", addr)).collect();
+    let mut ninth = connect_from("127.0.0.1", addr);
+    assert!(
+        closed_within(&mut ninth, Duration::from_millis(1500)),
+        "a ninth connection from the same address is closed at once"
+    );
+    let mut other = connect_from("127.0.0.2", addr);
+    let asked = Instant::now();
+    write!(
+        other,
+        "GET /healthz HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut answer = String::new();
+    other.read_to_string(&mut answer).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(
+        asked.elapsed() < Duration::from_millis(500),
+        "{:?}",
+        asked.elapsed()
+    );
+    for stream in &mut held {
+        assert!(
+            closed_within(stream, Duration::from_secs(5)),
+            "a silent connection is closed after the first-byte timeout"
+        );
+    }
+    let closed_after = started.elapsed();
+    assert!(
+        (Duration::from_millis(1500)..Duration::from_secs(5)).contains(&closed_after),
+        "{closed_after:?}"
+    );
+    // Its slots given back, the address is served again.
+    assert_eq!(get(&s, "/healthz", &[]).status, 200);
+}
+
+/// A config executable that takes its time: each analysis of `dyn/…` waits on it.
+const SLOW_CONFIG: &str = r#"
+import json, sys, time
+time.sleep(3)
+print(json.dumps({"configs": [{"outputs": [out], "inputs": []} for out in sys.argv[1:]]}))
+"#;
+
+/// Analyses plan at most `DATABUILD_ANALYZE_CONCURRENCY` (default 2) at once: a third, from the
+/// API or the dashboard, is answered 429 `busy` with `Retry-After`, and the service stays
+/// responsive meanwhile. (Three analyses of a million refs at once took 2.7 GB.)
+#[test]
+fn analyses_are_limited_in_number() {
+    let p = project();
+    p.file("config.py", SLOW_CONFIG);
+    let s = Service::start(&p, &[]);
+    let slow = |k: &str| format!(r#"{{"partitions": ["dyn/k={k}"]}}"#);
+    std::thread::scope(|scope| {
+        let first = scope.spawn(|| post_json(&s, "/api/v1/analyze", &[], &slow("x")));
+        let second = scope.spawn(|| post_json(&s, "/api/v1/analyze", &[], &slow("y")));
+        let third = crate::util::eventually(Duration::from_secs(3), "a third refused", || {
+            std::thread::sleep(Duration::from_millis(50));
+            let a = post_json(&s, "/api/v1/analyze", &[], &slow("z"));
+            (a.status == 429).then_some(a)
+        });
+        assert_eq!(third.json()["code"], "busy");
+        assert!(third.json()["error"]
+            .as_str()
+            .unwrap()
+            .contains("2 analyses"));
+        assert_eq!(third.header("retry-after").as_deref(), Some("1"));
+        let page = get(&s, "/analyze?refs=dyn%2Fk%3Dz", &[]);
+        assert_eq!(page.status, 429, "{}", page.body);
+        assert_eq!(page.header("retry-after").as_deref(), Some("1"));
+        let started = Instant::now();
+        assert_eq!(get(&s, "/healthz", &[]).status, 200);
+        assert!(started.elapsed() < Duration::from_millis(500));
+        assert_eq!(first.join().unwrap().status, 200);
+        assert_eq!(second.join().unwrap().status, 200);
+    });
+    // Their slots given back, analyses run again.
+    assert_eq!(
+        post_json(
+            &s,
+            "/api/v1/analyze",
+            &[],
+            r#"{"partitions": ["a/2020-01-01"]}"#
+        )
+        .status,
+        200
+    );
+}
+
+/// Reads that compute (planning, status re-checked by config executables, SQL) are refused to
+/// another site's pages, as writes are, so no web page can have its visitors' browsers make the
+/// service plan a million refs; the service's own pages, typed addresses and clients that are
+/// not browsers still get them, and reads that only look up stay open to links.
+#[test]
+fn cross_site_reads_that_compute_are_refused() {
+    let p = project();
+    let s = Service::start(&p, &[]);
+    let computing = [
+        "/analyze?refs=a%2F2020-01-01",
+        "/partitions/a%2F2020-01-01",
+        "/taint?ref=a%2F2020-01-01",
+        "/sql?q=SELECT%201",
+        "/api/v1/partitions/a%2F2020-01-01/explain",
+        "/api/v1/partitions/a%2F2020-01-01/status",
+    ];
+    for path in computing {
+        for cross in [
+            ("Sec-Fetch-Site", "cross-site"),
+            ("Origin", "http://evil.example"),
+        ] {
+            let a = get(&s, path, &[cross]);
+            assert_eq!(a.status, 403, "{path} {cross:?}: {}", a.body);
+            assert_eq!(a.json()["code"], "cross_origin", "{path}");
+            assert!(a.body.contains("type its address"), "{}", a.body);
+        }
+        for same in [
+            &[("Sec-Fetch-Site", "same-origin")][..],
+            &[("Sec-Fetch-Site", "none")],
+            &[],
+        ] {
+            let a = get(&s, path, same);
+            assert_eq!(a.status, 200, "{path} {same:?}: {}", a.body);
+        }
+    }
+    let a = post_json(
+        &s,
+        "/api/v1/analyze",
+        &[("Sec-Fetch-Site", "cross-site")],
+        r#"{"partitions": ["a/2020-01-01"]}"#,
+    );
+    assert_eq!(a.status, 403, "{}", a.body);
+    for looks_up in ["/builds", "/partitions", "/api/v1/builds"] {
+        let a = get(&s, looks_up, &[("Sec-Fetch-Site", "cross-site")]);
+        assert_eq!(a.status, 200, "{looks_up}: {}", a.body);
+    }
+}

@@ -1391,7 +1391,18 @@ pub struct Ingested {
 #[derive(Debug, Serialize)]
 pub struct AnalyzeView<'p> {
     pub build_request_id: &'p str,
+    /// A page of the plan's runs, in plan order ([`AnalyzePage`]).
     pub job_runs: &'p [databuild_core::PlannedRun],
+    /// All the plan's runs, and how many of each job: whatever the page.
+    pub job_runs_count: usize,
+    pub jobs: Vec<JobRunCount>,
+    /// The `after` of the next page, `None` when this one ends the plan.
+    pub next_after: Option<usize>,
+    /// `skipped`, `delegated` and `missing` (and `delegations`, `missing_details`) hold the first
+    /// [`AnalyzePage::lists`]; these are their whole lengths.
+    pub skipped_count: usize,
+    pub delegated_count: usize,
+    pub missing_count: usize,
     pub skipped: Vec<&'p str>,
     /// Of `skipped`, how many are external inputs present (a dataset's or a source's
     /// partitions): inputs the plan found, not live partitions it skipped building.
@@ -1416,15 +1427,78 @@ pub struct AnalyzeView<'p> {
     pub force_keeps_live: Option<ForceKeepsLive>,
 }
 
+/// The runs an analyze answer lists unless asked for fewer or more (the API's `limit`).
+pub const ANALYZE_PAGE: usize = 1_000;
+/// The most runs one analyze answer lists (a page of them is about 100 bytes a run).
+pub const ANALYZE_PAGE_MAX: usize = 100_000;
+/// The most refs each of an analyze answer's other lists holds (their counts are whole).
+pub const ANALYZE_LISTS: usize = 1_000;
+
+/// Which of a plan's runs an analyze answer lists, and how much of its other lists: what bounds
+/// the answer's size, and the memory its writing takes, whatever the plan's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AnalyzePage {
+    /// Runs before this index are left out (the previous page's `next_after`).
+    pub after: usize,
+    /// The most runs listed.
+    pub limit: usize,
+    /// The most refs of `skipped`, `delegated` and `missing` listed.
+    pub lists: usize,
+}
+
+impl AnalyzePage {
+    /// Everything: the command line's answer in its own process.
+    pub const WHOLE: AnalyzePage = AnalyzePage {
+        after: 0,
+        limit: usize::MAX,
+        lists: usize::MAX,
+    };
+
+    /// At most `limit` runs from index `after`, lists cut at [`ANALYZE_LISTS`].
+    pub fn of(after: usize, limit: usize) -> AnalyzePage {
+        AnalyzePage {
+            after,
+            limit,
+            lists: ANALYZE_LISTS,
+        }
+    }
+}
+
+/// How many of a plan's runs are a job's.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct JobRunCount {
+    pub job: String,
+    pub runs: usize,
+}
+
+/// The runs of each job with any in `runs`, by job name.
+fn runs_per_job(runs: &[databuild_core::PlannedRun]) -> Vec<JobRunCount> {
+    let mut counts = BTreeMap::<&str, usize>::new();
+    for run in runs {
+        *counts.entry(&run.job).or_default() += 1;
+    }
+    (counts.into_iter())
+        .map(|(job, runs)| JobRunCount {
+            job: job.to_string(),
+            runs,
+        })
+        .collect()
+}
+
 impl<'p> AnalyzeView<'p> {
     /// `reasons`: why each of the plan's missing external partitions is missing
-    /// ([`crate::Engine::missing_reasons`]).
+    /// ([`crate::Engine::missing_reasons`]); `page`: which runs and how much of each list.
     pub fn new(
         build_request_id: &'p str,
         plan: &'p databuild_core::Plan,
         estimate: PlanCost,
         reasons: Vec<Option<String>>,
+        page: AnalyzePage,
     ) -> Self {
+        let total = plan.runs.len();
+        let start = page.after.min(total);
+        let end = start.saturating_add(page.limit).min(total);
+        let lists = page.lists;
         let blocked = plan.blocked_runs();
         let blocked_outputs = || {
             blocked
@@ -1445,24 +1519,38 @@ impl<'p> AnalyzeView<'p> {
                 })
                 .collect(),
             build_request_id,
-            job_runs: &plan.runs,
-            skipped: plan.skipped.iter().map(|r| r.as_str()).collect(),
+            job_runs: &plan.runs[start..end],
+            job_runs_count: total,
+            jobs: runs_per_job(&plan.runs),
+            next_after: (end < total).then_some(end),
+            skipped_count: plan.skipped.len(),
+            delegated_count: plan.delegated.len(),
+            missing_count: plan.missing.len(),
+            skipped: plan
+                .skipped
+                .iter()
+                .take(lists)
+                .map(|r| r.as_str())
+                .collect(),
             inputs_present: 0,
             stale_by_code: 0,
             delegated: plan
                 .delegated
                 .iter()
+                .take(lists)
                 .map(|d| d.partition_ref.as_str())
                 .collect(),
             missing: plan
                 .missing
                 .iter()
+                .take(lists)
                 .map(|m| m.partition_ref.as_str())
                 .collect(),
-            delegations: &plan.delegated,
+            delegations: &plan.delegated[..plan.delegated.len().min(lists)],
             missing_details: plan
                 .missing
                 .iter()
+                .take(lists)
                 .zip(reasons.into_iter().chain(std::iter::repeat(None)))
                 .map(|(m, reason)| MissingExternal {
                     partition_ref: m.partition_ref.to_string(),
@@ -1484,7 +1572,25 @@ impl<'p> AnalyzeView<'p> {
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct Analysis {
     pub build_request_id: String,
+    /// A page of the plan's runs, in plan order: at most the request's `limit` (default 1,000)
+    /// from its `after`.
     pub job_runs: Vec<PlannedRun>,
+    /// All the plan's runs, and how many of each job, whatever the page. (Absent from a
+    /// service from before pages: then `job_runs` is every run.)
+    #[serde(default)]
+    pub job_runs_count: usize,
+    #[serde(default)]
+    pub jobs: Vec<JobRunCount>,
+    /// The `after` of the next page; `null` when this page ends the plan.
+    #[serde(default)]
+    pub next_after: Option<usize>,
+    /// The whole lengths of `skipped`, `delegated` and `missing`, which hold the first 1,000.
+    #[serde(default)]
+    pub skipped_count: usize,
+    #[serde(default)]
+    pub delegated_count: usize,
+    #[serde(default)]
+    pub missing_count: usize,
     pub skipped: Vec<String>,
     /// Of `skipped`, how many are external inputs present (not live partitions skipped).
     #[serde(default)]
@@ -1834,9 +1940,76 @@ mod tests {
             not_rebuildable: vec![(r("s/1"), "not rebuildable: input `x` expired".into())],
         };
         let cost = databuild_core::estimate::estimate(&plan, &[], 2).into();
-        let view = serde_json::to_value(AnalyzeView::new("b", &plan, cost, vec![])).unwrap();
+        let view = serde_json::to_value(AnalyzeView::new(
+            "b",
+            &plan,
+            cost,
+            vec![],
+            AnalyzePage::WHOLE,
+        ))
+        .unwrap();
         let owned: Analysis = serde_json::from_value(view.clone()).unwrap();
         assert_eq!(serde_json::to_value(owned).unwrap(), view);
+    }
+
+    #[test]
+    fn a_page_lists_its_runs_and_counts_the_whole_plan() {
+        let r = |s: &str| databuild_core::PartitionRef::new(s).unwrap();
+        let run = |job: &str, i: usize| databuild_core::PlannedRun {
+            job_index: 0,
+            job: job.into(),
+            outputs: vec![r(&format!("{job}/{i}"))],
+            inputs: vec![],
+            extras: None,
+            depends_on: vec![],
+            reasons: vec![],
+        };
+        let plan = databuild_core::Plan {
+            runs: (0..5)
+                .map(|i| run(if i < 3 { "x" } else { "y" }, i))
+                .collect(),
+            skipped: (0..3).map(|i| r(&format!("s/{i}"))).collect(),
+            delegated: vec![],
+            missing: vec![],
+            not_rebuildable: vec![],
+        };
+        let cost: PlanCost = databuild_core::estimate::estimate(&plan, &[], 2).into();
+        let page = |after, limit| {
+            let page = AnalyzePage {
+                lists: 2,
+                ..AnalyzePage::of(after, limit)
+            };
+            AnalyzeView::new("b", &plan, cost.clone(), vec![], page)
+        };
+        let outputs = |v: &AnalyzeView| -> Vec<String> {
+            v.job_runs
+                .iter()
+                .map(|r| r.outputs[0].to_string())
+                .collect()
+        };
+        let first = page(0, 2);
+        assert_eq!(outputs(&first), ["x/0", "x/1"]);
+        assert_eq!((first.job_runs_count, first.next_after), (5, Some(2)));
+        assert_eq!(
+            first.jobs,
+            [
+                JobRunCount {
+                    job: "x".into(),
+                    runs: 3
+                },
+                JobRunCount {
+                    job: "y".into(),
+                    runs: 2
+                }
+            ]
+        );
+        assert_eq!((first.skipped.len(), first.skipped_count), (2, 3));
+        let last = page(4, 2);
+        assert_eq!(outputs(&last), ["y/4"]);
+        assert_eq!(last.next_after, None);
+        let beyond = page(9, 2);
+        assert!(beyond.job_runs.is_empty());
+        assert_eq!((beyond.job_runs_count, beyond.next_after), (5, None));
     }
 
     fn code_map(entries: &[(&str, &str)]) -> BTreeMap<String, String> {

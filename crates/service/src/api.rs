@@ -301,7 +301,7 @@ pub(crate) async fn build_event_stream(
     Ok(Sse::new(stream).keep_alive(KeepAlive::default()))
 }
 
-#[derive(Deserialize, serde::Serialize, ToSchema)]
+#[derive(Clone, Deserialize, serde::Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AnalyzeBody {
     /// Partition refs to plan (braces expanded, within the service's cap).
@@ -316,9 +316,17 @@ pub struct AnalyzeBody {
     /// The parallelism the estimate is for (default: the number of cores).
     #[schema(minimum = 1, maximum = 100000)]
     pub parallel: Option<usize>,
+    /// The page's first run: the previous answer's `next_after` (default 0). Each page plans
+    /// again, so pages line up while the log does not change between them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after: Option<usize>,
+    /// The most runs the answer lists (default 1000).
+    #[schema(minimum = 1, maximum = 100000)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<usize>,
 }
 
-#[utoipa::path(post, path = route::ANALYZE, summary = "Plan without running (recorded as an analysis)", request_body = AnalyzeBody, responses((status = 200, description = "The analyze JSON of contract section 4", body = Analysis), (status = 400, body = ErrorBody), (status = 413, description = "Too many refs", body = ErrorBody)))]
+#[utoipa::path(post, path = route::ANALYZE, summary = "Plan without running (recorded as an analysis)", request_body = AnalyzeBody, responses((status = 200, description = "The analyze JSON of contract section 4: a page of the plan's runs", body = Analysis), (status = 400, body = ErrorBody), (status = 413, description = "Too many refs", body = ErrorBody), (status = 429, description = "As many analyses as `DATABUILD_ANALYZE_CONCURRENCY` allows are running", body = ErrorBody)))]
 pub(crate) async fn analyze(
     State(state): Shared,
     ApiJson(body): ApiJson<AnalyzeBody>,
@@ -326,7 +334,11 @@ pub(crate) async fn analyze(
     let max_refs = state.limits.max_refs;
     // As the document says (`minimum`, `maximum`), and as the command line refuses it.
     let parallel = databuild_exec::engine::estimate_parallel(body.parallel)?;
+    let page = databuild_exec::engine::analyze_page(body.after, body.limit)?;
+    let permit = crate::ops::analysis_slot(&state)?;
     let body = blocking(&state, move |engine| {
+        // Held until the plan is answered (and freed), whether or not the client waits.
+        let _permit = permit;
         let refs = parse_refs(engine, &body.partitions, max_refs)?;
         let analysis = engine.analyze(&PlanRequest {
             refs,
@@ -335,7 +347,7 @@ pub(crate) async fn analyze(
             ..Default::default()
         })?;
         // The borrowed view serializes the plan without copying it; `Analysis` is its owned twin.
-        let view = AnalyzeView::priced(engine, &analysis, parallel)?;
+        let view = AnalyzeView::priced(engine, &analysis, parallel, page)?;
         Ok(serde_json::to_vec(&view).expect("plans serialize"))
     })
     .await?;

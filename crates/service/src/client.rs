@@ -208,7 +208,8 @@ impl Api for InProcess {
 }
 
 impl InProcess {
-    /// `analyze` in this process: the plan itself, printed without copying it.
+    /// `analyze` in this process: the plan itself, printed without copying it, whole (its
+    /// memory is the caller's own, so no page is needed).
     pub fn analyze_view<T>(
         &self,
         request: &databuild_core::PlanRequest,
@@ -217,7 +218,12 @@ impl InProcess {
     ) -> Result<T, databuild_exec::EngineError> {
         let analysis = self.engine.analyze(request)?;
         let out = f(
-            &AnalyzeView::priced(&self.engine, &analysis, parallel)?,
+            &AnalyzeView::priced(
+                &self.engine,
+                &analysis,
+                parallel,
+                databuild_exec::answers::AnalyzePage::WHOLE,
+            )?,
             &analysis.plan,
         );
         // The process ends soon after: freeing a plan of millions of runs one allocation at a
@@ -352,7 +358,6 @@ impl Http {
         self.post(route::BUILDS, body)
     }
 
-    /// `POST /api/v1/analyze`.
     /// The service's graph's domains (what `{field=*}` expands over).
     pub fn domains(&self) -> ApiResult<databuild_core::Domains> {
         #[derive(serde::Deserialize)]
@@ -364,8 +369,35 @@ impl Http {
         Ok(graph.domains)
     }
 
+    /// `POST /api/v1/analyze`: one page of the plan's runs.
     pub fn analyze(&self, body: &crate::api::AnalyzeBody) -> ApiResult<Analysis> {
         self.post(route::ANALYZE, body)
+    }
+
+    /// `POST /api/v1/analyze` page after page (each plans again, and is recorded as an
+    /// analysis) until the answer lists `wanted` runs or the whole plan: the first page's
+    /// answer with the later pages' runs appended.
+    pub fn analyze_runs(
+        &self,
+        body: &crate::api::AnalyzeBody,
+        wanted: usize,
+    ) -> ApiResult<Analysis> {
+        let page = |after: Option<usize>, have: usize| crate::api::AnalyzeBody {
+            after,
+            limit: Some(
+                wanted
+                    .saturating_sub(have)
+                    .clamp(1, databuild_exec::answers::ANALYZE_PAGE_MAX),
+            ),
+            ..body.clone()
+        };
+        let mut answer = self.analyze(&page(None, 0))?;
+        while let Some(after) = answer.next_after.filter(|_| answer.job_runs.len() < wanted) {
+            let next = self.analyze(&page(Some(after), answer.job_runs.len()))?;
+            answer.job_runs.extend(next.job_runs);
+            answer.next_after = next.next_after;
+        }
+        Ok(answer)
     }
 
     /// `POST /api/v1/tables/{name}/promote`.

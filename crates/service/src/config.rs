@@ -13,8 +13,13 @@ pub struct Limits {
     pub max_refs: usize,
     /// SQL queries running at once (`DATABUILD_SQL_CONCURRENCY`); more are answered 429.
     pub sql_queries: usize,
+    /// Analyses planning at once (`DATABUILD_ANALYZE_CONCURRENCY`, the API's and the
+    /// dashboard's); more are answered 429.
+    pub analyses: usize,
     /// Event streams open at once (`DATABUILD_MAX_STREAMS`); more are answered 429.
     pub event_streams: usize,
+    /// Connections per client address and the first byte's timeout (see `connections`).
+    pub connections: crate::connections::ConnectionLimits,
 }
 
 impl Default for Limits {
@@ -22,7 +27,9 @@ impl Default for Limits {
         Limits {
             max_refs: databuild_core::DEFAULT_MAX_REFS,
             sql_queries: 4,
+            analyses: 2,
             event_streams: 64,
+            connections: Default::default(),
         }
     }
 }

@@ -89,15 +89,19 @@ impl IntoResponse for AppError {
             error: self.message,
             code: self.code.to_string(),
         };
-        let mut response = (status, Json(body)).into_response();
-        if status == StatusCode::TOO_MANY_REQUESTS {
-            response.headers_mut().insert(
-                axum::http::header::RETRY_AFTER,
-                axum::http::HeaderValue::from_static("1"),
-            );
-        }
-        response
+        busy_says_when((status, Json(body)).into_response())
     }
+}
+
+/// A 429 says when to try again (`Retry-After: 1`), as an API answer or a page.
+pub(crate) fn busy_says_when(mut response: Response) -> Response {
+    if response.status() == StatusCode::TOO_MANY_REQUESTS {
+        response.headers_mut().insert(
+            axum::http::header::RETRY_AFTER,
+            axum::http::HeaderValue::from_static("1"),
+        );
+    }
+    response
 }
 
 impl From<JsonRejection> for AppError {

@@ -296,11 +296,54 @@ fn cookie<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
         .map(|(_, v)| v)
 }
 
-/// A state-changing request from a browser must come from a page of this service: its
-/// `Origin` (or, without one, its `Sec-Fetch-Site`) says so. Clients that are not browsers send
-/// neither and pass. [`check`] asks it of every write; webhooks, outside it, ask it themselves.
-pub fn same_origin(headers: &HeaderMap) -> Result<(), AppError> {
-    let refused = |message: String| AppError::new(StatusCode::FORBIDDEN, "cross_origin", message);
+/// Where a browser's request came from, when not from a page of this service.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CrossSite {
+    /// Its `Origin`, another site's (or `null`).
+    Page(String),
+    /// No `Origin`, but `Sec-Fetch-Site: cross-site`.
+    Site,
+}
+
+impl CrossSite {
+    fn from(&self) -> String {
+        match self {
+            CrossSite::Page(origin) => format!("the page `{origin}`"),
+            CrossSite::Site => "another site".to_string(),
+        }
+    }
+
+    /// The refusal of a state-changing request.
+    pub fn refuse_change(&self) -> AppError {
+        AppError::new(
+            StatusCode::FORBIDDEN,
+            "cross_origin",
+            format!(
+                "a request from {} cannot change this service: only its own pages can",
+                self.from()
+            ),
+        )
+    }
+
+    /// The refusal of a read that computes (plans, runs config executables or SQL): any page
+    /// could otherwise have browsers ask for heavy work over and over.
+    fn refuse_compute(&self, path: &str) -> AppError {
+        AppError::new(
+            StatusCode::FORBIDDEN,
+            "cross_origin",
+            format!(
+                "a request from {} cannot make this service compute `{path}`: open it from the service's own pages, or type its address",
+                self.from()
+            ),
+        )
+    }
+}
+
+/// Whether a browser's request comes from a page of this service: its `Origin` (or, without
+/// one, its `Sec-Fetch-Site`) says so. Clients that are not browsers send neither and pass, as
+/// do typed addresses and bookmarks (`Sec-Fetch-Site: none`). [`check`] asks it of every write
+/// and every read that computes ([`computes`]); webhooks, outside it, ask it themselves.
+pub fn same_origin(headers: &HeaderMap) -> Result<(), CrossSite> {
     let host = headers.get(header::HOST).and_then(|v| v.to_str().ok());
     if let Some(origin) = headers.get(header::ORIGIN) {
         let origin = origin.to_str().unwrap_or("null");
@@ -309,17 +352,23 @@ pub fn same_origin(headers: &HeaderMap) -> Result<(), AppError> {
             .map(|(_, rest)| rest.trim_end_matches('/'));
         return match (authority, host) {
             (Some(a), Some(h)) if a.eq_ignore_ascii_case(h) => Ok(()),
-            _ => Err(refused(format!(
-                "a request from the page `{origin}` cannot change this service: only its own pages can"
-            ))),
+            _ => Err(CrossSite::Page(origin.to_string())),
         };
     }
     match headers.get("sec-fetch-site").and_then(|v| v.to_str().ok()) {
-        Some("cross-site") => Err(refused(
-            "a request from another site cannot change this service".to_string(),
-        )),
+        Some("cross-site") => Err(CrossSite::Site),
         _ => Ok(()),
     }
+}
+
+/// The reads that compute rather than look up: planning (`analyze`, a partition's page and its
+/// `explain`, a taint's preview), a partition's status (which may run config executables to
+/// re-check it), and SQL. Another site may not have a browser ask for them.
+fn computes(path: &str) -> bool {
+    matches!(path, "/analyze" | "/sql" | "/taint" | "/api/v1/analyze")
+        || path.starts_with("/partitions/")
+        || (path.starts_with("/api/v1/partitions/")
+            && (path.ends_with("/explain") || path.ends_with("/status")))
 }
 
 /// Every request but webhooks passes here first.
@@ -366,13 +415,16 @@ pub async fn check(
         .into_response();
     }
     let method = request.method().clone();
-    if is_mutating(&method) {
-        if let Err(refusal) = same_origin(headers) {
-            return refusal.into_response();
+    let path = request.uri().path().to_string();
+    if let Err(cross) = same_origin(headers) {
+        if is_mutating(&method) {
+            return cross.refuse_change().into_response();
+        }
+        if computes(&path) {
+            return cross.refuse_compute(&path).into_response();
         }
     }
     let role = guard.role(headers);
-    let path = request.uri().path().to_string();
     let needed = guard.required(&method, &path);
     if role < needed {
         let html = headers
@@ -551,6 +603,30 @@ mod tests {
         assert!(with(&[("host", "127.0.0.1:8080"), ("origin", "null")]).is_err());
         assert!(with(&[("host", "127.0.0.1:8080"), ("sec-fetch-site", "cross-site")]).is_err());
         assert!(with(&[("host", "127.0.0.1:8080")]).is_ok());
+        assert!(with(&[("host", "127.0.0.1:8080"), ("sec-fetch-site", "none")]).is_ok());
+        assert!(with(&[
+            ("host", "127.0.0.1:8080"),
+            ("sec-fetch-site", "same-origin")
+        ])
+        .is_ok());
+    }
+
+    #[test]
+    fn reads_that_compute_are_planning_status_and_sql() {
+        for path in [
+            "/analyze",
+            "/sql",
+            "/taint",
+            "/partitions/a%2F2020-01-01",
+            "/api/v1/analyze",
+            "/api/v1/partitions/a%2F2020-01-01/explain",
+            "/api/v1/partitions/a%2F2020-01-01/status",
+        ] {
+            assert!(computes(path), "{path}");
+        }
+        for path in ["/", "/partitions", "/builds", "/api/v1/builds", "/healthz"] {
+            assert!(!computes(path), "{path}");
+        }
     }
 
     #[test]

@@ -34,6 +34,7 @@ mod svg;
 pub mod wants;
 
 pub use config::{parse_interval, Intervals, Limits, ServeConfig};
+pub use connections::{ConnectionLimits, FIRST_BYTE_TIMEOUT};
 pub use running_builds::Builds;
 
 /// A path segment as links and redirects write it (what `/partitions/{ref}` takes).
@@ -65,8 +66,9 @@ pub struct AppState {
     pub guard: guard::Guard,
     pub limits: Limits,
     pub intervals: Intervals,
-    /// Permits for SQL queries and event streams: what is running now.
+    /// Permits for SQL queries, analyses and event streams: what is running now.
     pub sql_slots: Arc<tokio::sync::Semaphore>,
+    pub analysis_slots: Arc<tokio::sync::Semaphore>,
     pub stream_slots: Arc<tokio::sync::Semaphore>,
     pub builds: Builds,
     /// Per-source webhook rate limits.
@@ -85,6 +87,7 @@ impl AppState {
             executor,
             guard: guard::Guard::new(config.access),
             sql_slots: Arc::new(tokio::sync::Semaphore::new(config.limits.sql_queries)),
+            analysis_slots: Arc::new(tokio::sync::Semaphore::new(config.limits.analyses)),
             stream_slots: Arc::new(tokio::sync::Semaphore::new(config.limits.event_streams)),
             limits: config.limits,
             intervals: config.intervals,
@@ -142,7 +145,8 @@ pub async fn serve(
         .await
         .map_err(|e| anyhow::anyhow!("cannot listen on {bind}: {e}"))?;
     on_ready(listener.local_addr()?);
-    connections::serve(listener, app(state.clone()), shutdown_signal()).await;
+    let connections = state.limits.connections;
+    connections::serve(listener, app(state.clone()), connections, shutdown_signal()).await;
     stop_reconciler.store(true, Ordering::Relaxed);
     let state2 = state.clone();
     tokio::task::spawn_blocking(move || state2.builds.cancel_all(SHUTDOWN_GRACE)).await?;

@@ -154,6 +154,15 @@ pub async fn start_build(state: &Arc<AppState>, request: BuildRequest) -> ApiRes
     Ok(id)
 }
 
+/// A slot for one analysis (a plan of up to the refs cap, held whole while planning), if fewer
+/// than the service's limit are running, else a 429: planning is the heaviest read there is.
+pub(crate) fn analysis_slot(
+    state: &Arc<AppState>,
+) -> Result<tokio::sync::OwnedSemaphorePermit, AppError> {
+    (state.analysis_slots.clone().try_acquire_owned())
+        .map_err(|_| AppError::busy("analyses", state.limits.analyses))
+}
+
 /// Runs user SQL if fewer than the service's limit of queries are running, else answers 429.
 pub(crate) async fn run_sql(
     state: &Arc<AppState>,

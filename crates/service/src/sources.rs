@@ -81,8 +81,8 @@ pub(crate) async fn webhook(
     body: Body,
 ) -> Response {
     // Senders are servers, which send no Origin; a web page posting here is refused.
-    if let Err(e) = crate::guard::same_origin(&headers) {
-        return e.into_response();
+    if let Err(cross) = crate::guard::same_origin(&headers) {
+        return cross.refuse_change().into_response();
     }
     match ingest(&state, &name, &headers, body).await {
         Ok(answer) => Json(answer).into_response(),

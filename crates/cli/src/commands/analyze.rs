@@ -33,8 +33,11 @@ struct PlanText {
     skipped: usize,
     /// Of `skipped`, the external inputs present.
     inputs_present: usize,
+    /// The first delegated and missing refs (an answer holds the first 1,000), and how many.
     delegated: Vec<(String, String)>,
+    delegated_count: usize,
     missing: Vec<MissingExternal>,
+    missing_count: usize,
     /// How many partitions cannot be built until the missing inputs are there, and the first.
     cannot_build: (usize, Vec<String>),
     not_rebuildable: (usize, Vec<NotRebuildable>),
@@ -75,13 +78,18 @@ impl PlanText {
                 .map(|d| (d.partition_ref.to_string(), d.build_request_id.clone()))
                 .collect(),
             missing: view.missing_details.clone(),
+            delegated_count: view.delegated_count,
+            missing_count: view.missing_count,
         }
     }
 
     fn from_answer(v: Analysis, limit: usize) -> PlanText {
         PlanText {
+            delegated_count: v.delegated_count.max(v.delegations.len()),
+            missing_count: v.missing_count.max(v.missing_details.len()),
             estimate: v.estimate,
-            total_runs: v.job_runs.len(),
+            // A service from before pages answers every run and no counts.
+            total_runs: v.job_runs_count.max(v.job_runs.len()),
             runs: v
                 .job_runs
                 .into_iter()
@@ -93,7 +101,7 @@ impl PlanText {
                     query: r.query_inputs,
                 })
                 .collect(),
-            skipped: v.skipped.len(),
+            skipped: v.skipped_count.max(v.skipped.len()),
             inputs_present: v.inputs_present,
             delegated: v
                 .delegations
@@ -117,8 +125,8 @@ impl PlanText {
             count(requested, "requested partition"),
             self.skipped - self.inputs_present,
             count(self.inputs_present, "external input"),
-            self.delegated.len(),
-            self.missing.len(),
+            self.delegated_count,
+            self.missing_count,
         )?;
         if self.stale_by_code > 0 {
             writeln!(
@@ -192,7 +200,7 @@ impl PlanText {
                 out,
                 "{} cannot be built until {} there: {}",
                 count(*n, "partition"),
-                if self.missing.len() == 1 {
+                if self.missing_count == 1 {
                     "that input is"
                 } else {
                     "those inputs are"
@@ -225,7 +233,7 @@ impl PlanText {
             .as_ref()
             .map(|n| format!(", needed by {n}"))
             .unwrap_or_default();
-        let all = match self.missing.len() {
+        let all = match self.missing_count {
             1 => String::new(),
             n => format!(" ({n} missing in all)"),
         };
@@ -327,12 +335,18 @@ pub fn print_plan(
             )
             .map_err(engine_error)??,
         Backend::Remote(client) => {
-            let v = client.analyze(&databuild_service::api::AnalyzeBody {
+            // The service answers a page of runs: as many pages as the output shows (`--json`:
+            // all, as in this process).
+            let wanted = if json { usize::MAX } else { limit };
+            let body = databuild_service::api::AnalyzeBody {
                 partitions: refs.iter().map(|r| r.to_string()).collect(),
                 force: planned.force,
                 allow_stale: planned.allow_stale,
                 parallel: Some(parallel),
-            })?;
+                after: None,
+                limit: None,
+            };
+            let v = client.analyze_runs(&body, wanted)?;
             if json {
                 unless_closed(print_json(&v))?;
             }

@@ -66,10 +66,24 @@ fn serve(
                     "DATABUILD_SQL_CONCURRENCY",
                     default.sql_queries,
                 )?,
+                analyses: crate::settings::count(
+                    "DATABUILD_ANALYZE_CONCURRENCY",
+                    default.analyses,
+                )?,
                 event_streams: crate::settings::count(
                     "DATABUILD_MAX_STREAMS",
                     default.event_streams,
                 )?,
+                connections: databuild_service::ConnectionLimits {
+                    per_address: crate::settings::count(
+                        "DATABUILD_MAX_CONNECTIONS_PER_ADDRESS",
+                        default.connections.per_address,
+                    )?,
+                    first_byte: crate::settings::interval(
+                        "DATABUILD_FIRST_BYTE_TIMEOUT",
+                        default.connections.first_byte,
+                    )?,
+                },
             }
         },
         intervals: {

@@ -40,7 +40,7 @@ use freshness::Freshness;
 use gc::{GcOptions, GcReport};
 use lineage::{InstanceDiff, Lineage, LineageQuery, TaintImpact};
 use listing::{ListedStatus, PartitionPage};
-pub use planning::{estimate_parallel, ESTIMATE_PARALLEL};
+pub use planning::{analyze_page, estimate_parallel, ESTIMATE_PARALLEL};
 use wants::Decision;
 
 use crate::answers::{

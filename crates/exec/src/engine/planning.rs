@@ -7,6 +7,7 @@ use databuild_core::{PartitionRef, Plan, PlanError, PlanRequest, Producer};
 use databuild_log::{Event, Status};
 
 use super::{Analysis, Engine, EngineError, Result};
+use crate::answers::AnalyzePage;
 use std::sync::Arc;
 
 use crate::data::code::CodeCache;
@@ -113,6 +114,20 @@ pub fn estimate_parallel(asked: Option<usize>) -> Result<usize> {
             "parallel {p} (`--parallel`, or `parallel` in the API): an estimate is for {} to {} job runs at once; give a number in that range",
             ESTIMATE_PARALLEL.start(),
             ESTIMATE_PARALLEL.end()
+        ))),
+    }
+}
+
+/// The page of runs an analyze answer lists: at most `limit` (default
+/// [`ANALYZE_PAGE`](crate::answers::ANALYZE_PAGE), refused above
+/// [`ANALYZE_PAGE_MAX`](crate::answers::ANALYZE_PAGE_MAX) or at 0) from index `after` (the
+/// previous page's `next_after`).
+pub fn analyze_page(after: Option<usize>, limit: Option<usize>) -> Result<AnalyzePage> {
+    let max = crate::answers::ANALYZE_PAGE_MAX;
+    match limit.unwrap_or(crate::answers::ANALYZE_PAGE) {
+        limit @ 1.. if limit <= max => Ok(AnalyzePage::of(after.unwrap_or(0), limit)),
+        limit => Err(EngineError::Invalid(format!(
+            "limit {limit}: an analyze answer lists 1 to {max} job runs; page on with `after` (the answer's `next_after`) for more"
         ))),
     }
 }
@@ -297,11 +312,13 @@ pub(crate) fn stale_by_code(plan: &Plan) -> usize {
 
 impl<'p> crate::answers::AnalyzeView<'p> {
     /// The view of `analysis`, priced at `parallel` and with why each missing input is missing
-    /// (one read of the jobs' metrics, and one of each of the first missing inputs).
+    /// (one read of the jobs' metrics, and one of each of the first missing inputs), listing
+    /// the runs of `page`.
     pub fn priced(
         engine: &Engine,
         analysis: &'p crate::engine::Analysis,
         parallel: usize,
+        page: AnalyzePage,
     ) -> Result<Self> {
         let estimate = engine.estimate(&analysis.plan, parallel)?;
         let reasons = engine.missing_reasons(&analysis.plan);
@@ -325,6 +342,7 @@ impl<'p> crate::answers::AnalyzeView<'p> {
                 &analysis.plan,
                 estimate,
                 reasons,
+                page,
             )
         })
     }

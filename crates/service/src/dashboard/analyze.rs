@@ -43,6 +43,12 @@ pub(super) async fn analyze_page(State(state): Shared, Query(q): Query<RefsQuery
         return layout("Analyze", html! { h1 { "Analyze" } (form) p.empty { "Name partitions to see what a build would run." } }).into_response();
     }
     let max_refs = state.limits.max_refs;
+    let permit = match crate::ops::analysis_slot(&state) {
+        Ok(permit) => permit,
+        Err(busy) => return super::layout::error_page(busy),
+    };
+    // The slot goes with the plan: held while planning (a client gone does not end it) and
+    // while the page is drawn from it.
     let plan = page(&state, move |engine| {
         let refs = refs_from_text(engine, &text, max_refs)?;
         let plan = engine.plan(&PlanRequest {
@@ -51,10 +57,10 @@ pub(super) async fn analyze_page(State(state): Shared, Query(q): Query<RefsQuery
         })?;
         let cost = engine.estimate(&plan, databuild_exec::scheduler::default_parallelism())?;
         let by_code = engine.stale_by_code(&plan);
-        Ok((plan, cost, by_code))
+        Ok((plan, cost, by_code, permit))
     })
     .await;
-    let (plan, cost, by_code) = match plan {
+    let (plan, cost, by_code, _permit) = match plan {
         Ok(p) => p,
         Err(r) => return r,
     };

@@ -102,7 +102,7 @@ pub(super) fn error_page(e: AppError) -> Response {
         "Error",
         html! { h1 { "Something is wrong" } p.error { (e.message) } },
     );
-    (status, page).into_response()
+    crate::error::busy_says_when((status, page).into_response())
 }
 
 pub(super) async fn page<T: Send + 'static>(

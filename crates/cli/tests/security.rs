@@ -689,6 +689,49 @@ fn reads_without_a_token_run_no_config_and_say_what_a_token_would_show() {
     }
     let page = get(&s, &format!("/partitions/{live}"), &[]);
     assert!(page.body.contains("Authorization: Bearer"), "{}", page.body);
+    drop(s);
+    // An open service (no token) serves a link followed from another site (a chat message, a
+    // mail) as it would a stranger: the page, and no config run; what another site's page
+    // fetches on its own (an image, a frame, a `fetch`) is refused.
+    let s = Service::start(&p, &[]);
+    let link = [
+        ("Sec-Fetch-Site", "cross-site"),
+        ("Sec-Fetch-Mode", "navigate"),
+        ("Sec-Fetch-Dest", "document"),
+    ];
+    let page = get(&s, &format!("/partitions/{live}"), &link);
+    assert_eq!(page.status, 200, "{}", page.body);
+    assert!(
+        page.body.contains("config executable of job `dyn`"),
+        "{}",
+        page.body
+    );
+    assert_eq!(calls(), before, "a followed link ran the config");
+    let fetched = [
+        ("Sec-Fetch-Site", "cross-site"),
+        ("Sec-Fetch-Mode", "no-cors"),
+        ("Sec-Fetch-Dest", "image"),
+    ];
+    let answer = get(&s, &format!("/partitions/{live}"), &fetched);
+    assert_eq!(answer.status, 403, "{}", answer.body);
+    let analyze = get(&s, &format!("/analyze?refs={live}"), &link);
+    assert_eq!(
+        analyze.status, 403,
+        "a link may not make it plan: {}",
+        analyze.body
+    );
+    assert_eq!(calls(), before);
+    // The same page opened from the dashboard asks the config.
+    let page = get(
+        &s,
+        &format!("/partitions/{live}"),
+        &[("Sec-Fetch-Site", "same-origin")],
+    );
+    assert_eq!(page.status, 200, "{}", page.body);
+    assert_eq!(calls(), before + 1);
+    drop(s);
+    let s = Service::start(&p, &[("DATABUILD_TOKEN", "w-s3cret")]);
+    let before = calls();
     // With the token, the same read asks the config: the test above can fail.
     let status = get(&s, &format!("/api/v1/partitions/{live}/status"), &[BEARER]);
     assert_eq!(status.status, 200, "{}", status.body);

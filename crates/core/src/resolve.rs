@@ -1,9 +1,10 @@
 //! The error a [`Resolver`](crate::Resolver) answers with when it cannot answer.
 
 /// A config executable not run because the caller may not run one: a reader without a token,
-/// on a service whose writes need one (contract section 6). Its message says what it would take.
+/// on a service whose writes need one, or a link followed from another site (contract section
+/// 6). Its message says what it would take.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("computing this runs the config executable of job `{job}`, which runs only for callers with a token: pass one (`Authorization: Bearer <token>`, or log in on the dashboard) to see it")]
+#[error("computing this runs the config executable of job `{job}`, which runs only for callers with a token and pages opened from the service itself: pass a token (`Authorization: Bearer <token>`, or log in on the dashboard), or open this page from the dashboard or by typing its address, to see it")]
 pub struct ConfigWithheld {
     pub job: String,
 }

@@ -371,6 +371,19 @@ fn computes(path: &str) -> bool {
             && (path.ends_with("/explain") || path.ends_with("/status")))
 }
 
+/// Whether a cross-site read of a computing page is a person following a link to a partition's
+/// page (a top-level navigation: `Sec-Fetch-Mode: navigate`, `Sec-Fetch-Dest: document`, no
+/// `Origin`), as from a chat message or a mail. That page is served, with no config executable
+/// run; anything else another site has a browser fetch (images, scripts, frames, `fetch`, form
+/// posts) may not make this service compute.
+fn followed_link(cross: &CrossSite, path: &str, headers: &HeaderMap) -> bool {
+    let header = |name| headers.get(name).and_then(|v| v.to_str().ok());
+    *cross == CrossSite::Site
+        && path.starts_with("/partitions/")
+        && header("sec-fetch-mode") == Some("navigate")
+        && header("sec-fetch-dest") == Some("document")
+}
+
 /// Every request but webhooks passes here first.
 pub async fn check(
     State(state): State<std::sync::Arc<AppState>>,
@@ -416,15 +429,24 @@ pub async fn check(
     }
     let method = request.method().clone();
     let path = request.uri().path().to_string();
+    let mut withhold_configs = false;
     if let Err(cross) = same_origin(headers) {
         if is_mutating(&method) {
             return cross.refuse_change().into_response();
         }
         if computes(&path) {
-            return cross.refuse_compute(&path).into_response();
+            if !followed_link(&cross, &path, headers) {
+                return cross.refuse_compute(&path).into_response();
+            }
+            withhold_configs = true;
         }
     }
-    let role = guard.role(headers);
+    // A link followed from another site reads as a caller without a token would: what the log
+    // knows, no config executable run (see `AppState::engine_for`).
+    let role = match withhold_configs {
+        true => Role::Anonymous,
+        false => guard.role(headers),
+    };
     let needed = guard.required(&method, &path);
     if role < needed {
         let html = headers
@@ -581,15 +603,17 @@ mod tests {
         assert!(g.host_allowed("DataBuild.internal:443"));
     }
 
+    fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.insert(*k, HeaderValue::from_str(v).unwrap());
+        }
+        h
+    }
+
     #[test]
     fn cross_site_changes_are_refused_and_other_clients_pass() {
-        let with = |pairs: &[(&'static str, &str)]| {
-            let mut h = HeaderMap::new();
-            for (k, v) in pairs {
-                h.insert(*k, HeaderValue::from_str(v).unwrap());
-            }
-            same_origin(&h)
-        };
+        let with = |pairs: &[(&'static str, &str)]| same_origin(&headers(pairs));
         assert!(with(&[
             ("host", "127.0.0.1:8080"),
             ("origin", "http://127.0.0.1:8080")
@@ -626,6 +650,38 @@ mod tests {
         }
         for path in ["/", "/partitions", "/builds", "/api/v1/builds", "/healthz"] {
             assert!(!computes(path), "{path}");
+        }
+    }
+
+    #[test]
+    fn only_a_person_following_a_link_to_a_partition_page_gets_it_from_another_site() {
+        let link = headers(&[
+            ("sec-fetch-site", "cross-site"),
+            ("sec-fetch-mode", "navigate"),
+            ("sec-fetch-dest", "document"),
+        ]);
+        let site = CrossSite::Site;
+        assert!(followed_link(&site, "/partitions/a%2F1", &link));
+        assert!(!followed_link(&site, "/analyze", &link), "planning never");
+        let page = CrossSite::Page("http://evil.example".into());
+        assert!(
+            !followed_link(&page, "/partitions/a%2F1", &link),
+            "a posted form"
+        );
+        for (mode, dest) in [
+            ("no-cors", "image"),
+            ("navigate", "iframe"),
+            ("cors", "empty"),
+        ] {
+            let fetched = headers(&[
+                ("sec-fetch-site", "cross-site"),
+                ("sec-fetch-mode", mode),
+                ("sec-fetch-dest", dest),
+            ]);
+            assert!(
+                !followed_link(&site, "/partitions/a%2F1", &fetched),
+                "{mode} {dest}"
+            );
         }
     }
 

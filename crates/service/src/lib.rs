@@ -99,9 +99,11 @@ impl AppState {
 
 impl AppState {
     /// The engine a caller's reads use: for a caller without a token, on a service whose writes
-    /// need one, one that never runs a config executable (contract section 6).
+    /// need one, or a link followed from another site, one that never runs a config executable
+    /// (contract section 6). (Without a token every caller is a writer: the guard makes a
+    /// request anonymous only for those cases.)
     pub fn engine_for(&self, role: guard::Role) -> &Arc<Engine> {
-        if self.guard.hides_private(role) {
+        if role == guard::Role::Anonymous {
             &self.strangers
         } else {
             &self.engine

@@ -39,8 +39,8 @@ pub use braces::{
 };
 pub use code::{CodeGlob, CodeGlobError};
 pub use graph::{
-    Check, Dataset, Deps, ExecutorConfig, Graph, GraphError, Job, Producer, SlurmConfig,
-    TABLE_JOB_COMMAND,
+    Check, Dataset, Deps, ExecutorConfig, Graph, GraphError, Job, MetricRule, Producer,
+    SlurmConfig, RESOURCE_METRICS, TABLE_JOB_COMMAND,
 };
 pub use pattern::{FieldType, Pattern, PatternError};
 pub use plan::{

@@ -671,3 +671,42 @@ mod tests {
         assert_eq!(glob_to_regex("x.y?[!/]"), "^x\\.y.[^/]$");
     }
 }
+
+fn metric_from_row(r: &postgres::Row) -> Result<MetricValue> {
+    Ok(MetricValue {
+        job: r.text(0)?,
+        name: r.text(1)?,
+        partition_ref: r.text(2)?,
+        job_run_id: r.text(3)?,
+        value: r.try_get(4).map_err(storage)?,
+        recorded_at: r.int(5)?,
+    })
+}
+
+pub(super) fn metric_values(
+    store: &PostgresStore,
+    job: &str,
+    name: &str,
+    after: Option<&MetricKey>,
+    limit: usize,
+) -> Result<Vec<MetricValue>> {
+    let (after_ref, after_run) = metric_after(after);
+    let sql = metric_values_sql(["$1", "$2", "$3", "$4", "$5"]);
+    store.read(|c| {
+        let rows = c
+            .query(
+                &sql,
+                &[&job, &name, &after_ref, &after_run, &(limit as i64)],
+            )
+            .map_err(storage)?;
+        collect(rows, metric_from_row)
+    })
+}
+
+pub(super) fn run_metrics(store: &PostgresStore, run: &str) -> Result<Vec<MetricValue>> {
+    let sql = run_metrics_sql("$1");
+    store.read(|c| {
+        let rows = c.query(&sql, &[&run]).map_err(storage)?;
+        collect(rows, metric_from_row)
+    })
+}

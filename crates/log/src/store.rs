@@ -589,6 +589,19 @@ pub struct MetricKey {
     pub job_run_id: String,
 }
 
+/// Which earlier values an anomaly check learns from ([`EventStore::metric_history`]): `job`'s
+/// metric `name` of the partitions with refs in `from..before`, nearest `before` first.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HistoryQuery<'a> {
+    pub job: &'a str,
+    pub name: &'a str,
+    /// The lowest ref (inclusive): the output pattern's literal prefix.
+    pub from: &'a str,
+    /// The partition judged: only refs before it (in key order) are read.
+    pub before: &'a str,
+    pub limit: usize,
+}
+
 /// The build event log. Implementations validate every event against [`crate::state`] and keep
 /// their projections in the same transaction as the events they derive from.
 pub trait EventStore: Send + Sync {
@@ -681,6 +694,14 @@ pub trait EventStore: Send + Sync {
     ) -> Result<Vec<MetricValue>>;
     /// Every value of `run_metrics` of one run, by partition ref then name.
     fn run_metrics(&self, job_run_id: &str) -> Result<Vec<MetricValue>>;
+    /// The values an anomaly check learns from, as `(partition ref, value)`: of each partition's
+    /// current instance only, while it is available and failed no check (a partition that failed
+    /// one would teach the band its own anomaly). An index range read backwards, so bounded by
+    /// `limit` but for the failed ones it skips.
+    fn metric_history(&self, q: &HistoryQuery<'_>) -> Result<Vec<(String, f64)>>;
+    /// Every value of `run_metrics` of `job`'s last `runs` runs (by when they were scheduled):
+    /// a bounded sample its percentiles are taken from.
+    fn recent_metrics(&self, job: &str, runs: usize) -> Result<Vec<MetricValue>>;
     /// Metrics per job (one job when `job` is given).
     fn job_stats(&self, job: Option<&str>) -> Result<Vec<JobStats>>;
     /// How many of one build's runs each job has in each status, and how many distinct planned

@@ -1560,6 +1560,51 @@ fn run_metrics_are_kept_per_ref_and_read_in_key_order(backend: Backend) {
 }
 on_every_backend!(run_metrics_are_kept_per_ref_and_read_in_key_order);
 
+/// An anomaly check learns from the partitions before the one it judges, nearest first, each's
+/// current instance, none that failed a check; a job's last runs give its percentiles' sample.
+fn metric_history_skips_failed_checks_and_reads_backwards(backend: Backend) {
+    let (_dir, store) = store_on(backend);
+    for i in 1..=5u64 {
+        let p = format!("d/{i}");
+        store
+            .append(measured_build(
+                &format!("b{i}"),
+                &format!("r{i}"),
+                &p,
+                10 * i,
+            ))
+            .unwrap();
+    }
+    // d/3 failed a check; x/1 is outside the output's range.
+    store
+        .append(vec![Event::check(None, "d/3", "r3", "rows_band", false)])
+        .unwrap();
+    store.append(measured_build("b9", "r9", "x/1", 1)).unwrap();
+    let q = HistoryQuery {
+        job: "job",
+        name: "rows",
+        from: "d/",
+        before: "d/5",
+        limit: 10,
+    };
+    let history = store.metric_history(&q).unwrap();
+    let want = |r: &str, v: f64| (r.to_string(), v);
+    assert_eq!(
+        history,
+        [want("d/4", 400.0), want("d/2", 200.0), want("d/1", 100.0)]
+    );
+    let two = store
+        .metric_history(&HistoryQuery { limit: 2, ..q })
+        .unwrap();
+    assert_eq!(two, [want("d/4", 400.0), want("d/2", 200.0)]);
+    let recent = store.recent_metrics("job", 2).unwrap();
+    let runs: std::collections::BTreeSet<&str> =
+        recent.iter().map(|m| m.job_run_id.as_str()).collect();
+    assert_eq!(runs.len(), 2, "{recent:?}");
+    assert!(store.recent_metrics("other", 2).unwrap().is_empty());
+}
+on_every_backend!(metric_history_skips_failed_checks_and_reads_backwards);
+
 /// What schema version 14 changed, undone: the partial index of unfinished runs without `queued`.
 const UNDO_V14: &str = "drop index job_runs_unfinished;
      create index job_runs_unfinished on job_runs (status) where status in ('scheduled', 'running');";

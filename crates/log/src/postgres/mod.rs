@@ -272,6 +272,14 @@ impl EventStore for PostgresStore {
         read::run_metrics(self, job_run_id)
     }
 
+    fn metric_history(&self, q: &HistoryQuery<'_>) -> Result<Vec<(String, f64)>> {
+        read::metric_history(self, q)
+    }
+
+    fn recent_metrics(&self, job: &str, runs: usize) -> Result<Vec<MetricValue>> {
+        read::recent_metrics(self, job, runs)
+    }
+
     fn job_stats(&self, job: Option<&str>) -> Result<Vec<JobStats>> {
         read::job_stats(self, job)
     }

@@ -710,3 +710,31 @@ pub(super) fn run_metrics(store: &PostgresStore, run: &str) -> Result<Vec<Metric
         collect(rows, metric_from_row)
     })
 }
+
+pub(super) fn metric_history(
+    store: &PostgresStore,
+    q: &HistoryQuery<'_>,
+) -> Result<Vec<(String, f64)>> {
+    let sql = metric_history_sql(["$1", "$2", "$3", "$4", "$5"]);
+    store.read(|c| {
+        let rows = c
+            .query(
+                &sql,
+                &[&q.job, &q.name, &q.from, &q.before, &(q.limit as i64)],
+            )
+            .map_err(storage)?;
+        collect(rows, |r| Ok((r.text(0)?, r.try_get(1).map_err(storage)?)))
+    })
+}
+
+pub(super) fn recent_metrics(
+    store: &PostgresStore,
+    job: &str,
+    runs: usize,
+) -> Result<Vec<MetricValue>> {
+    let sql = recent_metrics_sql("$1", "$2");
+    store.read(|c| {
+        let rows = c.query(&sql, &[&job, &(runs as i64)]).map_err(storage)?;
+        collect(rows, metric_from_row)
+    })
+}

@@ -515,3 +515,28 @@ pub(crate) fn run_metrics_sql(run: &str) -> String {
 pub(crate) fn metric_after(after: Option<&MetricKey>) -> (&str, &str) {
     after.map_or(("", ""), |k| (&k.partition_ref, &k.job_run_id))
 }
+
+/// The history of an anomaly check ([`HistoryQuery`]): current, available instances that failed
+/// no check, refs in `[from, before)`, nearest first.
+pub(crate) fn metric_history_sql(placeholders: [&str; 5]) -> String {
+    let [job, name, from, before, limit] = placeholders;
+    format!(
+        "SELECT m.partition_ref, m.value FROM run_metrics m
+           JOIN partitions p ON p.partition_ref = m.partition_ref AND p.job_run_id = m.job_run_id
+          WHERE m.job = {job} AND m.name = {name}
+            AND m.partition_ref >= {from} AND m.partition_ref < {before}
+            AND p.status = 'available'
+            AND NOT EXISTS (SELECT 1 FROM partition_checks c
+                             WHERE c.partition_ref = m.partition_ref
+                               AND c.job_run_id = m.job_run_id AND c.status = 'failed')
+          ORDER BY m.partition_ref DESC LIMIT {limit}"
+    )
+}
+
+/// The metrics of a job's last runs (`job_runs_by_job`, then `run_metrics_run`).
+pub(crate) fn recent_metrics_sql(job: &str, runs: &str) -> String {
+    format!(
+        "SELECT {METRIC_COLUMNS} FROM run_metrics WHERE job_run_id IN
+           (SELECT job_run_id FROM job_runs WHERE job = {job} ORDER BY scheduled_at DESC LIMIT {runs})"
+    )
+}

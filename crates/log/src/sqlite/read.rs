@@ -616,3 +616,29 @@ pub(super) fn run_metrics(store: &SqliteStore, run: &str) -> Result<Vec<MetricVa
             .collect()
     })
 }
+
+pub(super) fn metric_history(
+    store: &SqliteStore,
+    q: &HistoryQuery<'_>,
+) -> Result<Vec<(String, f64)>> {
+    store.read(|c| {
+        c.prepare_cached(&metric_history_sql(["?1", "?2", "?3", "?4", "?5"]))?
+            .query_map(
+                params![q.job, q.name, q.from, q.before, q.limit as i64],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )?
+            .collect()
+    })
+}
+
+pub(super) fn recent_metrics(
+    store: &SqliteStore,
+    job: &str,
+    runs: usize,
+) -> Result<Vec<MetricValue>> {
+    store.read(|c| {
+        c.prepare_cached(&recent_metrics_sql("?1", "?2"))?
+            .query_map(params![job, runs as i64], metric_from_row)?
+            .collect()
+    })
+}

@@ -1151,6 +1151,97 @@ pub struct JobList {
 pub struct JobDetail {
     pub job: JobStats,
     pub runs: Vec<JobRun>,
+    /// The p50 and p95 of each resource and reported metric over its last runs
+    /// ([`TREND_RUNS`] at most), by name.
+    #[serde(default)]
+    pub trends: Vec<MetricTrend>,
+}
+
+/// How many of a job's latest runs its trends (`jobs NAME`) and a plan's price are taken from.
+pub const TREND_RUNS: usize = 1000;
+
+/// One resource or reported metric of a job, over its last runs: a resource once per run, a
+/// reported metric once per output ref.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct MetricTrend {
+    /// A resource (`wall_ms`, `max_rss_bytes`, ...) or a metric the job reports (`rows`).
+    pub name: String,
+    /// Whether DataBuild measured it (a resource) or the job reported it.
+    pub kind: MetricKind,
+    pub p50: f64,
+    pub p95: f64,
+    /// How many values they were taken from.
+    pub count: u64,
+}
+
+/// Who recorded a metric.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum MetricKind {
+    /// Measured by DataBuild for every run (contract section 4, `runs`).
+    Resource,
+    /// Reported by the job (`DATABUILD_REPORT`'s `metrics`).
+    Reported,
+}
+
+impl MetricKind {
+    pub fn of(name: &str) -> MetricKind {
+        if databuild_core::RESOURCE_METRICS.contains(&name) {
+            MetricKind::Resource
+        } else {
+            MetricKind::Reported
+        }
+    }
+}
+
+/// A metric's value with its unit, read from its name: `_ms` a duration, `_bytes` a size, any
+/// other a plain number.
+pub fn metric_text(name: &str, v: f64) -> String {
+    if name.ends_with("_ms") {
+        match v {
+            v if v < 1000.0 => format!("{}ms", crate::anomaly::number(v.round())),
+            v if v < 60_000.0 => format!("{:.1}s", v / 1000.0),
+            v if v < 3_600_000.0 => format!("{:.1}m", v / 60_000.0),
+            v => format!("{:.1}h", v / 3_600_000.0),
+        }
+    } else if name.ends_with("_bytes") {
+        const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+        let mut x = v;
+        let mut unit = 0;
+        while x.abs() >= 1024.0 && unit + 1 < UNITS.len() {
+            x /= 1024.0;
+            unit += 1;
+        }
+        if unit == 0 {
+            format!("{} B", crate::anomaly::number(x))
+        } else {
+            format!("{x:.1} {}", UNITS[unit])
+        }
+    } else {
+        crate::anomaly::number(v)
+    }
+}
+
+/// `GET /api/v1/metrics`: one metric of a job's partitions, in key order (ref, then run).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct MetricSeries {
+    /// The job whose partitions these are.
+    pub job: String,
+    pub metric: String,
+    pub values: Vec<MetricPoint>,
+    /// The last ref of this page, to pass as `after` for the next; none on the last page.
+    pub next: Option<String>,
+}
+
+/// One run's value of a metric for one partition.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct MetricPoint {
+    pub partition_ref: String,
+    pub job_run_id: String,
+    pub value: f64,
+    #[schema(format = DateTime)]
+    pub recorded_at: String,
+    pub recorded_at_ns: i64,
 }
 
 /// A want as the API shows it.
@@ -1698,6 +1789,7 @@ pub mod route {
     pub const JOBS: &str = "/api/v1/jobs";
     pub const JOB: &str = "/api/v1/jobs/{name}";
     pub const JOB_RUNS: &str = "/api/v1/jobs/{name}/runs";
+    pub const METRICS: &str = "/api/v1/metrics";
     pub const RUN: &str = "/api/v1/job-runs/{id}";
     pub const RUN_LOG: &str = "/api/v1/job-runs/{id}/log";
     pub const RUN_LOG_CHUNK: &str = "/api/v1/job-runs/{id}/log/chunk";

@@ -415,7 +415,18 @@ pub fn job(engine: &Engine, name: &str) -> ApiResult<JobDetail> {
     Ok(JobDetail {
         job: answers::JobStats::from(stats),
         runs,
+        trends: engine.trends(name)?,
     })
+}
+
+pub fn metric_series(
+    engine: &Engine,
+    pattern: &str,
+    metric: &str,
+    after: Option<&str>,
+    limit: usize,
+) -> ApiResult<answers::MetricSeries> {
+    Ok(engine.metric_series(pattern, metric, after, limit)?)
 }
 
 pub fn job_runs(engine: &Engine, name: &str, limit: usize) -> ApiResult<JobRunList> {

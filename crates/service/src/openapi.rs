@@ -50,6 +50,7 @@ use crate::error::ErrorBody;
         crate::api::list_jobs,
         crate::api::get_job,
         crate::api::job_runs,
+        crate::api::metric_series,
         crate::api::get_run,
         crate::api::run_log,
         crate::api::run_log_chunk,

@@ -98,12 +98,20 @@ fn run_all(
                 let Some((i, (c, instance, _))) = next.lock().expect("queue lock").next() else {
                     break;
                 };
+                let recorded = recorded_metrics(engine, instance, c);
                 let place = CheckPlace {
                     job_run_id: instance,
                     build_request_id: build,
                     graph_dir: &engine.graph_dir,
                     data_dir: &engine.data_dir,
                     logs_dir: &logs_dir,
+                    history: &*engine.store,
+                    measured: &|r, name| {
+                        recorded
+                            .iter()
+                            .find(|m| m.partition_ref == r && m.name == name)
+                            .map(|m| m.value)
+                    },
                 };
                 let outcome = run(executor, &place, c, cancel);
                 results.lock().expect("results lock")[i] = Some(outcome);
@@ -123,6 +131,15 @@ fn run_all(
         engine.store.append(events)?;
     }
     Ok(Some(outcomes))
+}
+
+/// What the instance `run` recorded of its metrics, for an anomaly check judged after the run
+/// (`databuild check`, a changed check): none read for a check that runs a command.
+fn recorded_metrics(engine: &Engine, run: &str, c: &CheckRun) -> Vec<databuild_log::MetricValue> {
+    match c.metric {
+        Some(_) => engine.store.run_metrics(run).unwrap_or_default(),
+        None => Vec::new(),
+    }
 }
 
 impl Engine {

@@ -44,3 +44,89 @@ pub(crate) fn jobs(engine: &Engine, name: Option<&str>) -> Result<Vec<databuild_
         })
         .collect())
 }
+
+/// The p50 and p95 of each metric of `job` over its last [`TREND_RUNS`] runs. A resource is
+/// recorded per output ref of a run (the same value each): it counts once per run.
+///
+/// [`TREND_RUNS`]: crate::answers::TREND_RUNS
+pub(crate) fn trends(engine: &Engine, job: &str) -> Result<Vec<crate::answers::MetricTrend>> {
+    use crate::answers::{MetricKind, MetricTrend};
+    let rows = engine
+        .store
+        .recent_metrics(job, crate::answers::TREND_RUNS)?;
+    let mut by_name: std::collections::BTreeMap<&str, Vec<f64>> = Default::default();
+    let mut seen = rustc_hash::FxHashSet::default();
+    for m in &rows {
+        let kind = MetricKind::of(&m.name);
+        if kind == MetricKind::Resource && !seen.insert((&m.job_run_id, &m.name)) {
+            continue;
+        }
+        by_name.entry(&m.name).or_default().push(m.value);
+    }
+    Ok(by_name
+        .into_iter()
+        .map(|(name, mut values)| MetricTrend {
+            name: name.to_string(),
+            kind: MetricKind::of(name),
+            count: values.len() as u64,
+            p50: crate::anomaly::quantile(&mut values, 0.5).unwrap_or_default(),
+            p95: crate::anomaly::quantile(&mut values, 0.95).unwrap_or_default(),
+        })
+        .collect())
+}
+
+/// A page of `metric` of the partitions of a job (`pattern`: its name or one of its output
+/// patterns), in key order after the ref `after`.
+pub(crate) fn metric_series(
+    engine: &Engine,
+    pattern: &str,
+    metric: &str,
+    after: Option<&str>,
+    limit: usize,
+) -> Result<crate::answers::MetricSeries> {
+    let graph = &engine.graph;
+    let (job, output) = graph
+        .jobs
+        .iter()
+        .find_map(|j| {
+            if j.name == pattern {
+                return Some((j, None));
+            }
+            let o = j.outputs.iter().find(|o| o.as_str() == pattern)?;
+            Some((j, Some(o)))
+        })
+        .ok_or_else(|| {
+            EngineError::NotFound(format!(
+                "`{pattern}` is neither a job nor a job's output pattern; name a job (`databuild jobs` lists them) or one of its outputs, such as `{}`",
+                graph.jobs.first().and_then(|j| j.outputs.first()).map_or("daily/{date:date}", |p| p.as_str())
+            ))
+        })?;
+    // After every run of the ref `after` (a run id never holds `~`).
+    let key = after.map(|r| databuild_log::MetricKey {
+        partition_ref: r.to_string(),
+        job_run_id: "~".into(),
+    });
+    let rows = engine
+        .store
+        .metric_values(&job.name, metric, key.as_ref(), limit)?;
+    let next = (rows.len() == limit)
+        .then(|| rows.last().map(|m| m.partition_ref.clone()))
+        .flatten();
+    let values = rows
+        .into_iter()
+        .filter(|m| output.is_none_or(|o| o.match_ref(&m.partition_ref).is_some()))
+        .map(|m| crate::answers::MetricPoint {
+            recorded_at: crate::answers::rfc3339(m.recorded_at),
+            recorded_at_ns: m.recorded_at,
+            partition_ref: m.partition_ref,
+            job_run_id: m.job_run_id,
+            value: m.value,
+        })
+        .collect();
+    Ok(crate::answers::MetricSeries {
+        job: job.name.clone(),
+        metric: metric.to_string(),
+        values,
+        next,
+    })
+}

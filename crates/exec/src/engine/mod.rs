@@ -373,6 +373,23 @@ impl Engine {
         jobs::jobs(self, name)
     }
 
+    /// The p50 and p95 of each resource and reported metric of `job` over its last runs.
+    pub fn trends(&self, job: &str) -> Result<Vec<crate::answers::MetricTrend>> {
+        jobs::trends(self, job)
+    }
+
+    /// A page of one metric over the partitions of a job (its name or an output pattern), in
+    /// key order after the ref `after`.
+    pub fn metric_series(
+        &self,
+        pattern: &str,
+        metric: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<crate::answers::MetricSeries> {
+        jobs::metric_series(self, pattern, metric, after, limit)
+    }
+
     /// The edges of the graph's dynamic jobs as the log recorded them, `(producer, job)`: what
     /// their latest runs read (a config chooses inputs at plan time; the graph file cannot say).
     pub fn recorded_edges(&self) -> Result<Vec<(Producer, usize)>> {

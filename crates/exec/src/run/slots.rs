@@ -177,6 +177,7 @@ impl Launches {
 /// `running` hears when the run's process starts.
 pub(crate) fn run(
     executor: &dyn Executor,
+    store: &dyn databuild_log::EventStore,
     launch: &Launch,
     lease: &Lease,
     running: &dyn Fn(),
@@ -201,7 +202,7 @@ pub(crate) fn run(
     }
     let mut checks = Vec::new();
     if outcome == RunOutcome::Succeeded {
-        match run_checks(executor, launch, report.as_ref()) {
+        match run_checks(executor, store, launch, report.as_ref()) {
             Ok(Some(results)) => checks = results,
             Ok(None) => outcome = RunOutcome::Cancelled,
             Err(e) => outcome = RunOutcome::failed(e.to_string(), Some(0)),
@@ -229,6 +230,7 @@ pub(crate) fn run(
 /// same executor against the run's staged outputs. `None` if the build was cancelled meanwhile.
 fn run_checks(
     executor: &dyn Executor,
+    store: &dyn databuild_log::EventStore,
     launch: &Launch,
     report: Option<&serde_json::Value>,
 ) -> Result<Option<Vec<CheckOutcome>>, crate::check::InlineCheckError> {
@@ -245,6 +247,8 @@ fn run_checks(
         graph_dir: &spec.graph_dir,
         data_dir: &spec.data_dir,
         logs_dir: &logs_dir,
+        history: store,
+        measured: &|r, name| crate::check::reported(report, r, name),
     };
     for c in &launch.checks {
         match crate::run::check::run(executor, &place, c, &launch.cancel) {

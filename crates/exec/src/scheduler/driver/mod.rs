@@ -841,7 +841,7 @@ impl<'s, 'e> Driver<'s, 'e> {
 
     fn spawn_slot(&self) {
         let (launches, tx, executor) = (self.launches.clone(), self.tx.clone(), self.executor);
-        let lease = self.engine.lease();
+        let (lease, store) = (self.engine.lease(), self.engine.store());
         self.scope.spawn(move || {
             while let Some(launch) = launches.next() {
                 // No job starts while the lease has run out (the log cannot be reached): the
@@ -849,8 +849,9 @@ impl<'s, 'e> Driver<'s, 'e> {
                 let _ = lease.wait_good(&launch.cancel);
                 let node = launch.node;
                 launches.started(node);
-                let ended =
-                    crate::run::slots::run(executor, &launch, lease, &|| launches.running(node));
+                let ended = crate::run::slots::run(executor, store, &launch, lease, &|| {
+                    launches.running(node)
+                });
                 if launches.ended(node, ended) {
                     let _ = tx.send(Message::SlotsReported);
                 }

@@ -391,20 +391,35 @@ pub struct RunResources {
 }
 
 impl RunResources {
-    /// The measures known, by their names in `run_metrics` and answers.
+    /// The measures' names, in `run_metrics` and answers (the fields'), which a job's reported
+    /// metrics may not take.
+    pub const NAMES: [&'static str; 8] = [
+        "wall_ms",
+        "cpu_user_ms",
+        "cpu_system_ms",
+        "max_rss_bytes",
+        "read_bytes",
+        "write_bytes",
+        "output_bytes",
+        "queue_wait_ms",
+    ];
+
+    /// The measures known, by their names ([`RunResources::NAMES`]).
     pub fn values(&self) -> impl Iterator<Item = (&'static str, u64)> {
-        [
-            ("wall_ms", self.wall_ms),
-            ("cpu_user_ms", self.cpu_user_ms),
-            ("cpu_system_ms", self.cpu_system_ms),
-            ("max_rss_bytes", self.max_rss_bytes),
-            ("read_bytes", self.read_bytes),
-            ("write_bytes", self.write_bytes),
-            ("output_bytes", self.output_bytes),
-            ("queue_wait_ms", self.queue_wait_ms),
-        ]
-        .into_iter()
-        .filter_map(|(name, v)| v.map(|v| (name, v)))
+        let values = [
+            self.wall_ms,
+            self.cpu_user_ms,
+            self.cpu_system_ms,
+            self.max_rss_bytes,
+            self.read_bytes,
+            self.write_bytes,
+            self.output_bytes,
+            self.queue_wait_ms,
+        ];
+        Self::NAMES
+            .into_iter()
+            .zip(values)
+            .filter_map(|(name, v)| v.map(|v| (name, v)))
     }
 }
 

@@ -90,7 +90,7 @@ pub fn run(
     // What an earlier run of the check reported is not this one's.
     let _ = std::fs::remove_file(spec.report_path());
     let _ = std::fs::remove_file(&spec.log_path);
-    let outcome = executor.run(&spec, cancel, &|_| {});
+    let outcome = executor.run(&spec, cancel, &|_| {}).outcome;
     let report = crate::run::contract::read_report(&spec.report_path());
     let (passed, mut message) = match outcome {
         RunOutcome::Cancelled => return None,

@@ -1,8 +1,26 @@
-//! How a run ended, as plain values: [`RunOutcome`] (an executor's answer) and `Ended` (a
-//! slot's, with the run's report and checks). No I/O here: the scheduler's pure machine reads
-//! them.
+//! How a run ended, as plain values: [`RunOutcome`] and [`Finished`] (an executor's answer) and
+//! `Ended` (a slot's, with the run's report, checks and measures). No I/O here: the scheduler's
+//! pure machine reads them.
 
 use crate::check::CheckOutcome;
+use crate::run::RunResources;
+
+/// An executor's answer: how the run ended, and what it measured of it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Finished {
+    pub outcome: RunOutcome,
+    pub resources: RunResources,
+}
+
+/// A run that ended before anything of it could be measured.
+impl From<RunOutcome> for Finished {
+    fn from(outcome: RunOutcome) -> Finished {
+        Finished {
+            outcome,
+            resources: RunResources::default(),
+        }
+    }
+}
 
 /// How a run ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -40,6 +58,11 @@ pub(crate) struct Ended {
     /// Of a successful run: each output's data version, the hash of its content (in output
     /// order), taken in the slot so the scheduler's loop never reads data.
     pub versions: Vec<String>,
+    /// What it cost, as its executor measured it (with its outputs' size, of a success); the
+    /// scheduler adds its wait in the queue.
+    pub resources: RunResources,
+    /// Of a successful run: the metrics its job reported, checked against its outputs.
+    pub metrics: Option<crate::run::contract::ReportedMetrics>,
 }
 
 impl Ended {
@@ -50,6 +73,8 @@ impl Ended {
             report: None,
             checks: Vec::new(),
             versions: Vec::new(),
+            resources: RunResources::default(),
+            metrics: None,
         }
     }
 

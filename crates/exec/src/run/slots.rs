@@ -8,8 +8,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Instant;
 
+use super::contract::ReportedMetrics;
 use super::lease::Lease;
-use super::outcome::{Ended, RunOutcome};
+use super::outcome::{Ended, Finished, RunOutcome};
 use super::{Began, Executor, RunSpec};
 use crate::check::{CheckOutcome, CheckRun};
 use crate::run::check::CheckPlace;
@@ -189,14 +190,18 @@ pub(crate) fn run(
         return Ended::of(outcome);
     }
     let executor_id = Mutex::new(None);
-    let mut outcome = executor.run(&launch.spec, &launch.cancel, &|began| match began {
+    let Finished {
+        mut outcome,
+        mut resources,
+    } = executor.run(&launch.spec, &launch.cancel, &|began| match began {
         Began::Submitted(id) => *executor_id.lock().expect("id lock") = Some(id.to_string()),
         Began::Running => running(),
     });
     let mut report = None;
+    let mut metrics = None;
     if outcome == RunOutcome::Succeeded {
-        match crate::run::contract::read_report(&launch.spec.report_path()) {
-            Ok(r) => report = r,
+        match read_report(&launch.spec) {
+            Ok((r, m)) => (report, metrics) = (r, m),
             Err(message) => outcome = RunOutcome::failed(message, Some(0)),
         }
     }
@@ -213,7 +218,10 @@ pub(crate) fn run(
     let mut versions = Vec::new();
     if outcome == RunOutcome::Succeeded && !launch.spec.check {
         match crate::run::publish::output_versions(&launch.spec, &launch.legacy) {
-            Ok(v) => versions = v,
+            Ok(v) => {
+                versions = v.versions;
+                resources.output_bytes = Some(v.bytes);
+            }
             Err(e) => outcome = RunOutcome::failed(e.to_string(), Some(0)),
         }
     }
@@ -223,7 +231,20 @@ pub(crate) fn run(
         report,
         checks,
         versions,
+        resources,
+        metrics,
     }
+}
+
+/// A successful run's report (`DATABUILD_REPORT`) and the metrics it reported, checked against
+/// its outputs: a report that cannot be kept fails the run, with what is wrong.
+fn read_report(
+    spec: &RunSpec,
+) -> Result<(Option<serde_json::Value>, Option<ReportedMetrics>), String> {
+    let report = crate::run::contract::read_report(&spec.report_path())?;
+    let metrics = crate::run::contract::reported_metrics(report.as_ref(), &spec.outputs)
+        .map_err(|e| e.to_string())?;
+    Ok((report, metrics))
 }
 
 /// The checks of a run that succeeded: those its job reported, then the graph's, each run on the
@@ -341,12 +362,12 @@ mod tests {
     }
 
     impl Executor for Fake {
-        fn run(&self, _: &RunSpec, _: &AtomicBool, began: &dyn Fn(Began<'_>)) -> RunOutcome {
+        fn run(&self, _: &RunSpec, _: &AtomicBool, began: &dyn Fn(Began<'_>)) -> Finished {
             began(Began::Submitted("fake:1"));
             if self.starts {
                 began(Began::Running);
             }
-            self.outcome.clone()
+            self.outcome.clone().into()
         }
     }
 

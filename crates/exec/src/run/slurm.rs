@@ -16,7 +16,8 @@ use databuild_core::SlurmConfig;
 
 use super::contract::{environment, missing_deps};
 use super::publish::{output_times, verify_outputs};
-use super::{Began, Executor, RunOutcome, RunSpec};
+use super::resources::{of_sacct, RunResources, SACCT_FORMAT};
+use super::{Began, Executor, Finished, RunOutcome, RunSpec};
 
 /// How often the poller asks Slurm about the jobs it follows.
 const POLL_EVERY: Duration = Duration::from_millis(300);
@@ -247,8 +248,50 @@ fn is_final(state: &str) -> bool {
     )
 }
 
+/// Slurm's accounting of an ended job (`sacct`), read once it left the queue: `None` where the
+/// cluster keeps none (`AccountingStorageType=accounting_storage/none` leaves it empty).
+fn sacct(id: &str) -> RunResources {
+    let out = Command::new("sacct")
+        .args(["-j", id, "-P", "-n", &format!("--format={SACCT_FORMAT}")])
+        .output();
+    match out {
+        Ok(o) if o.status.success() => of_sacct(&String::from_utf8_lossy(&o.stdout)),
+        _ => RunResources::default(),
+    }
+}
+
+/// What a Slurm run cost: `sacct`'s accounting, its wall time when that has none from when the
+/// poller saw it leave `PENDING` to when it saw it end (to a poll's precision).
+fn measured(id: &str, running_since: Option<Instant>) -> RunResources {
+    let mut r = sacct(id);
+    if r.wall_ms.is_none() {
+        r.wall_ms = running_since.map(|t| super::resources::ms(t.elapsed()));
+    }
+    r
+}
+
 impl Executor for SlurmExecutor {
-    fn run(&self, spec: &RunSpec, cancel: &AtomicBool, began: &dyn Fn(Began<'_>)) -> RunOutcome {
+    fn run(&self, spec: &RunSpec, cancel: &AtomicBool, began: &dyn Fn(Began<'_>)) -> Finished {
+        let mut submitted = None;
+        let outcome = self.follow(spec, cancel, began, &mut submitted);
+        let resources = match submitted {
+            Some((id, running_since)) => measured(&id, running_since),
+            None => RunResources::default(),
+        };
+        Finished { outcome, resources }
+    }
+}
+
+impl SlurmExecutor {
+    /// Submits the run and follows it to its end; `submitted` is given its Slurm job's id and
+    /// when it left `PENDING`, to be measured.
+    fn follow(
+        &self,
+        spec: &RunSpec,
+        cancel: &AtomicBool,
+        began: &dyn Fn(Began<'_>),
+        submitted_as: &mut Option<(String, Option<Instant>)>,
+    ) -> RunOutcome {
         if let Some(parent) = spec.log_path.parent() {
             if let Err(e) = std::fs::create_dir_all(parent) {
                 return RunOutcome::failed(format!("cannot create the log folder: {e}"), None);
@@ -262,6 +305,7 @@ impl Executor for SlurmExecutor {
             Err(e) => return RunOutcome::failed(e.to_string(), None),
         };
         began(Began::Submitted(&format!("slurm:{id}")));
+        *submitted_as = Some((id.clone(), None));
         self.shared
             .jobs
             .lock()
@@ -283,6 +327,7 @@ impl Executor for SlurmExecutor {
             if !running && stop.is_none() && !state.state.is_empty() && state.state != "PENDING" {
                 running = true;
                 began(Began::Running);
+                *submitted_as = Some((id.clone(), Some(Instant::now())));
             }
             if state.finished {
                 break state;

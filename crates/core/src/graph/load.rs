@@ -762,6 +762,9 @@ fn metric_rule(metric: &str, window: Option<u32>, k: Option<f64>) -> Result<Metr
             RESOURCE_METRICS.join(", ")
         ));
     }
+    if metric == "queue_wait_ms" {
+        return Err("`metric = \"queue_wait_ms\"` is the scheduler's wait, not the run's: it is known only once the run's end is recorded, after its checks; judge another metric".into());
+    }
     let window = window.unwrap_or(MetricRule::DEFAULT_WINDOW);
     if window < MIN_WINDOW {
         return Err(format!(

@@ -116,6 +116,11 @@ pub fn run(
     Some(outcome_of(c, passed, message, metrics))
 }
 
+/// An anomaly check's result (`None` for a check that runs a command).
+pub fn run_metric(place: &CheckPlace<'_>, c: &CheckRun) -> Option<CheckOutcome> {
+    Some(judge_metric(place, c, c.metric.as_ref()?))
+}
+
 /// An anomaly check runs no process: the run's value against the band of the earlier
 /// partitions'. A history that cannot be read fails it (the log is then unreachable, and the
 /// run's completion could not be recorded either).

@@ -225,6 +225,10 @@ pub(crate) fn run(
             Err(e) => outcome = RunOutcome::failed(e.to_string(), Some(0)),
         }
     }
+    // Anomaly checks last: they judge what the run measured, its outputs' size too.
+    if outcome == RunOutcome::Succeeded {
+        checks.extend(judge_metrics(store, launch, report.as_ref(), &resources));
+    }
     Ended {
         outcome,
         executor_id: executor_id.into_inner().expect("id lock"),
@@ -257,11 +261,7 @@ fn run_checks(
 ) -> Result<Option<Vec<CheckOutcome>>, crate::check::InlineCheckError> {
     let spec = &launch.spec;
     let mut results = crate::check::inline(report, &spec.outputs)?;
-    let logs_dir = spec
-        .log_path
-        .parent()
-        .unwrap_or(std::path::Path::new("."))
-        .to_path_buf();
+    let logs_dir = logs_dir(spec);
     let place = CheckPlace {
         job_run_id: &spec.job_run_id,
         build_request_id: Some(&spec.build_request_id),
@@ -269,15 +269,57 @@ fn run_checks(
         data_dir: &spec.data_dir,
         logs_dir: &logs_dir,
         history: store,
-        measured: &|r, name| crate::check::reported(report, r, name),
+        measured: &|_, _| None,
     };
-    for c in &launch.checks {
+    for c in launch.checks.iter().filter(|c| c.metric.is_none()) {
         match crate::run::check::run(executor, &place, c, &launch.cancel) {
             Some(result) => results.push(result),
             None => return Ok(None),
         }
     }
     Ok(Some(results))
+}
+
+/// The anomaly checks of a run that succeeded: each output's value (reported by the job, or a
+/// resource measured of the run) against the history of its output. No process runs.
+fn judge_metrics(
+    store: &dyn databuild_log::EventStore,
+    launch: &Launch,
+    report: Option<&serde_json::Value>,
+    resources: &super::RunResources,
+) -> Vec<CheckOutcome> {
+    let spec = &launch.spec;
+    let logs_dir = logs_dir(spec);
+    let measured = |r: &str, name: &str| {
+        crate::check::reported(report, r, name).or_else(|| {
+            resources
+                .values()
+                .find(|(n, _)| *n == name)
+                .map(|(_, v)| v as f64)
+        })
+    };
+    let place = CheckPlace {
+        job_run_id: &spec.job_run_id,
+        build_request_id: Some(&spec.build_request_id),
+        graph_dir: &spec.graph_dir,
+        data_dir: &spec.data_dir,
+        logs_dir: &logs_dir,
+        history: store,
+        measured: &measured,
+    };
+    launch
+        .checks
+        .iter()
+        .filter(|c| c.metric.is_some())
+        .filter_map(|c| crate::run::check::run_metric(&place, c))
+        .collect()
+}
+
+fn logs_dir(spec: &RunSpec) -> std::path::PathBuf {
+    spec.log_path
+        .parent()
+        .unwrap_or(std::path::Path::new("."))
+        .to_path_buf()
 }
 
 /// A run whose inputs' data is gone (deleted since planning, or by another job) is not started:

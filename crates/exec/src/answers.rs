@@ -1604,6 +1604,29 @@ pub struct PlanCost {
     pub work_p95_s: f64,
     pub runs_without_history: usize,
     pub jobs_without_history: Vec<String>,
+    /// An upper bound of the memory the plan's runs hold at once at `parallel`: the sum of the
+    /// `parallel` largest p95 peak memories (`max_rss_bytes`) among its runs' jobs. None when no
+    /// job of the plan has a recorded peak. (Absent from a service from before it.)
+    #[serde(default)]
+    pub peak_memory_bytes: Option<u64>,
+    /// The CPU time the plan will take: Σ runs × their job's median CPU time (user + system).
+    #[serde(default)]
+    pub cpu_hours: f64,
+    /// Runs whose job has no recorded peak memory or CPU time, counted as none.
+    #[serde(default)]
+    pub runs_without_resources: usize,
+}
+
+impl PlanCost {
+    /// With what the plan's runs will use besides time.
+    pub fn with_resources(self, r: databuild_core::estimate::ResourceEstimate) -> PlanCost {
+        PlanCost {
+            peak_memory_bytes: r.peak_memory_bytes,
+            cpu_hours: (r.cpu_hours * 1000.0).round() / 1000.0,
+            runs_without_resources: r.runs_without_resources,
+            ..self
+        }
+    }
 }
 
 impl From<databuild_core::estimate::Estimate> for PlanCost {
@@ -1618,6 +1641,9 @@ impl From<databuild_core::estimate::Estimate> for PlanCost {
             work_p95_s: s(e.work_p95_ms),
             runs_without_history: e.runs_without_history,
             jobs_without_history: e.jobs_without_history,
+            peak_memory_bytes: None,
+            cpu_hours: 0.0,
+            runs_without_resources: 0,
         }
     }
 }

@@ -258,13 +258,30 @@ fn price(e: &PlanCost) -> String {
             short_list(&e.jobs_without_history, 3)
         ),
     };
+    let memory = e.peak_memory_bytes.map_or_else(
+        || "peak memory unknown (no run recorded it)".to_string(),
+        |b| {
+            format!(
+                "peak memory at most {}",
+                databuild_exec::answers::metric_text("max_rss_bytes", b as f64)
+            )
+        },
+    );
+    let unpriced = match e.runs_without_resources {
+        0 => String::new(),
+        n => format!(
+            " ({} without recorded resources count as none)",
+            count(n, "run")
+        ),
+    };
     format!(
-        "estimated: {} at --parallel {} (p95 {}), critical path {}, job time {}{unknown}",
+        "estimated: {} at --parallel {} (p95 {}), critical path {}, job time {}{unknown}\n{memory}, {:.3} CPU-hours{unpriced}",
         s(e.wall_p50_s),
         e.parallel,
         s(e.wall_p95_s),
         s(e.critical_path_p50_s),
         s(e.work_p50_s),
+        e.cpu_hours,
     )
 }
 

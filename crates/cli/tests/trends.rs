@@ -219,11 +219,15 @@ fn analyze_prices_peak_memory_and_cpu_hours_from_the_history() {
     let out = p.run(&["--json", "analyze", "t/2026-01-{21..24}", "--parallel", "2"]);
     out.expect_code(0);
     let e = out.json()["estimate"].clone();
-    let peak = e["peak_memory_bytes"].as_u64().unwrap_or_else(|| panic!("{e}"));
+    let peak = e["peak_memory_bytes"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("{e}"));
     // Two runs at once, each at most the job's p95: more than one `sh`, less than a GiB.
     assert!(peak > 2 * 256 * 1024 && peak < 1 << 30, "{e}");
     let one = p.run(&["--json", "analyze", "t/2026-01-{21..24}", "--parallel", "1"]);
-    let single = one.json()["estimate"]["peak_memory_bytes"].as_u64().unwrap();
+    let single = one.json()["estimate"]["peak_memory_bytes"]
+        .as_u64()
+        .unwrap();
     assert!(single * 2 >= peak && single < peak, "{single} vs {peak}");
     assert!(e["cpu_hours"].as_f64().is_some(), "{e}");
     assert_eq!(e["runs_without_resources"], 0, "{e}");

@@ -130,3 +130,22 @@ pub(crate) fn metric_series(
         next,
     })
 }
+
+/// By job, the `--mem` a Slurm run of a job that sets no `mem` asks for: its p95 peak memory over
+/// its last runs with headroom, once at least [`MIN_HISTORY`] runs recorded one. A log that
+/// cannot be read leaves a job without (Slurm's default), as before there was any history.
+///
+/// [`MIN_HISTORY`]: crate::anomaly::MIN_HISTORY
+pub(crate) fn learned_mem(engine: &Engine) -> std::collections::BTreeMap<String, String> {
+    let mut out = std::collections::BTreeMap::new();
+    for job in engine.graph.jobs.iter().filter(|j| j.mem.is_none()) {
+        let Ok(trends) = trends(engine, &job.name) else {
+            continue;
+        };
+        let peak = trends.iter().find(|t| t.name == "max_rss_bytes");
+        if let Some(t) = peak.filter(|t| t.count as usize >= crate::anomaly::MIN_HISTORY) {
+            out.insert(job.name.clone(), crate::run::slurm::mem_of(t.p95));
+        }
+    }
+    out
+}

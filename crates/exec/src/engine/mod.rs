@@ -120,13 +120,15 @@ impl Engine {
         self.config.clock.now()
     }
 
-    /// The executor the graph asks for (`[graph] executor`).
+    /// The executor the graph asks for (`[graph] executor`). On Slurm, a job that sets no
+    /// `mem` asks for its history's p95 peak memory with headroom (`slurm::mem_of`).
     pub fn executor(&self) -> Box<dyn Executor> {
         match &self.graph.executor {
             databuild_core::ExecutorConfig::Local => Box::new(crate::run::LocalExecutor),
-            databuild_core::ExecutorConfig::Slurm(config) => {
-                Box::new(crate::run::slurm::SlurmExecutor::new(config.clone()))
-            }
+            databuild_core::ExecutorConfig::Slurm(config) => Box::new(
+                crate::run::slurm::SlurmExecutor::new(config.clone())
+                    .with_mem_defaults(jobs::learned_mem(self)),
+            ),
         }
     }
 

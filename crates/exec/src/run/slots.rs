@@ -420,10 +420,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store: Arc<dyn databuild_log::EventStore> =
             Arc::new(databuild_log::SqliteStore::open(&dir.path().join("events.db")).unwrap());
-        let lease = Lease::new(store, std::time::Duration::from_secs(30));
+        let lease = Lease::new(store.clone(), std::time::Duration::from_secs(30));
         let runs = |executor: &Fake, launch: &Launch| {
             let started = std::sync::atomic::AtomicUsize::new(0);
-            let ended = run(executor, launch, &lease, &|| {
+            let ended = run(executor, &*store, launch, &lease, &|| {
                 started.fetch_add(1, Ordering::SeqCst);
             });
             (started.into_inner(), ended)

@@ -44,6 +44,22 @@ struct Shared {
 pub struct SlurmExecutor {
     config: SlurmConfig,
     shared: Arc<Shared>,
+    /// By job, the `--mem` asked for a job that sets no `mem`: from its history ([`mem_of`]).
+    mem_defaults: std::collections::BTreeMap<String, String>,
+}
+
+/// The headroom over a job's p95 peak memory that a learned `--mem` asks for: a run a little
+/// above the p95 still fits, where Slurm would kill it at the limit.
+pub const MEM_HEADROOM: f64 = 1.25;
+
+/// The least a learned `--mem` asks for, in MiB: a tiny job's peak says little of its next run.
+pub const MEM_FLOOR_MIB: u64 = 64;
+
+/// The `--mem` of a job whose runs' p95 peak memory is `p95_bytes`: with [`MEM_HEADROOM`],
+/// rounded up to a whole MiB, at least [`MEM_FLOOR_MIB`].
+pub fn mem_of(p95_bytes: f64) -> String {
+    let mib = (p95_bytes * MEM_HEADROOM / (1024.0 * 1024.0)).ceil() as u64;
+    format!("{}M", mib.max(MEM_FLOOR_MIB))
 }
 
 impl SlurmExecutor {
@@ -51,6 +67,18 @@ impl SlurmExecutor {
         SlurmExecutor {
             config,
             shared: Arc::default(),
+            mem_defaults: Default::default(),
+        }
+    }
+
+    /// With `--mem` for the jobs that set none, by job name.
+    pub fn with_mem_defaults(
+        self,
+        mem_defaults: std::collections::BTreeMap<String, String>,
+    ) -> SlurmExecutor {
+        SlurmExecutor {
+            mem_defaults,
+            ..self
         }
     }
 
@@ -86,7 +114,7 @@ impl SlurmExecutor {
         if let Some(c) = spec.cpus {
             cmd.arg(format!("--cpus-per-task={c}"));
         }
-        if let Some(m) = &spec.mem {
+        if let Some(m) = spec.mem.as_ref().or(self.mem_defaults.get(&spec.job)) {
             cmd.arg(format!("--mem={m}"));
         }
         cmd.args(&self.config.sbatch_args);
@@ -406,6 +434,13 @@ impl SlurmExecutor {
 #[cfg(test)]
 mod tests {
     use super::shell_quote;
+
+    #[test]
+    fn a_learned_mem_has_headroom_whole_mib_and_a_floor() {
+        assert_eq!(super::mem_of(400.0 * 1024.0 * 1024.0), "500M");
+        assert_eq!(super::mem_of(1.0), "64M");
+        assert_eq!(super::mem_of(100.0 * 1024.0 * 1024.0 + 1.0), "126M");
+    }
 
     #[test]
     fn quotes_for_the_wrap_script() {

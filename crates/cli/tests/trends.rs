@@ -208,6 +208,13 @@ fn the_dashboard_charts_a_metric_with_its_band_and_the_anomaly_marked() {
     );
     assert!(page.contains("class=\"anomaly\""), "the anomaly is marked");
     assert!(page.contains("t/2026-01-19"), "the anomaly is named");
+    let run = crate::util::current_run(&p, &day(20 - 2));
+    let (code, page) = service.call("GET", &format!("/runs/{run}"), None, None);
+    assert_eq!(code, 200);
+    assert!(
+        page.contains("Job p50") && page.contains("max_rss_bytes"),
+        "{page}"
+    );
     let (code, api) = service.get("/api/v1/metrics?pattern=count&metric=rows&limit=3");
     assert_eq!(code, 200);
     assert_eq!(api["values"].as_array().unwrap().len(), 3);

@@ -1222,6 +1222,39 @@ pub fn metric_text(name: &str, v: f64) -> String {
     }
 }
 
+/// A job page's chart of one metric: each partition's latest value in key order (the last
+/// [`CHART_PARTITIONS`]), the band learned as an anomaly check learns it, and which failed one.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MetricChart {
+    pub metric: String,
+    pub points: Vec<ChartPoint>,
+    /// The band of the last values that failed no check, as [`crate::anomaly::Band`] learns it
+    /// (k = 3); none below its minimum history.
+    pub band: Option<(f64, f64)>,
+    pub median: Option<f64>,
+}
+
+/// How many partitions a job page charts.
+pub const CHART_PARTITIONS: usize = 100;
+
+/// One partition of a [`MetricChart`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ChartPoint {
+    pub partition_ref: String,
+    pub value: f64,
+    /// Its current instance failed an anomaly check of this metric.
+    pub anomaly: bool,
+}
+
+/// A run's resource or metric beside its job's p50 (the run page).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AgainstP50 {
+    pub name: String,
+    pub partition_ref: String,
+    pub value: f64,
+    pub p50: Option<f64>,
+}
+
 /// `GET /api/v1/metrics`: one metric of a job's partitions, in key order (ref, then run).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct MetricSeries {

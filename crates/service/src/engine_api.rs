@@ -419,6 +419,16 @@ pub fn job(engine: &Engine, name: &str) -> ApiResult<JobDetail> {
     })
 }
 
+/// The charts of a job's page.
+pub fn charts(engine: &Engine, name: &str) -> ApiResult<Vec<answers::MetricChart>> {
+    Ok(engine.charts(name)?)
+}
+
+/// A run's resources and metrics beside its job's p50 (its page).
+pub fn against_p50(engine: &Engine, run: &answers::JobRun) -> ApiResult<Vec<answers::AgainstP50>> {
+    Ok(engine.against_p50(&run.job, &run.job_run_id)?)
+}
+
 pub fn metric_series(
     engine: &Engine,
     pattern: &str,

@@ -149,3 +149,102 @@ pub(crate) fn learned_mem(engine: &Engine) -> std::collections::BTreeMap<String,
     }
     out
 }
+
+/// The charts of a job's page: duration, peak memory, then each metric its runs reported.
+pub(crate) fn charts(engine: &Engine, job: &str) -> Result<Vec<crate::answers::MetricChart>> {
+    let trends = trends(engine, job)?;
+    let reported = trends
+        .iter()
+        .filter(|t| t.kind == crate::answers::MetricKind::Reported)
+        .map(|t| t.name.as_str());
+    ["wall_ms", "max_rss_bytes"]
+        .into_iter()
+        .chain(reported)
+        .map(|metric| chart(engine, job, metric))
+        .collect()
+}
+
+/// One metric's chart: a bounded read in key order (the first pages of the job's history, then
+/// the last [`CHART_PARTITIONS`] partitions of it), each partition's latest run, and the failed
+/// anomaly checks of those partitions' current instances.
+///
+/// [`CHART_PARTITIONS`]: crate::answers::CHART_PARTITIONS
+fn chart(engine: &Engine, job: &str, metric: &str) -> Result<crate::answers::MetricChart> {
+    use crate::answers::{ChartPoint, MetricChart, CHART_PARTITIONS};
+    let rows = engine
+        .store
+        .metric_values(job, metric, None, CHART_PARTITIONS * 20)?;
+    // Runs of a partition are in run order: its last is its latest.
+    let mut latest: Vec<databuild_log::MetricValue> = Vec::new();
+    for m in rows {
+        match latest.last_mut() {
+            Some(last) if last.partition_ref == m.partition_ref => *last = m,
+            _ => latest.push(m),
+        }
+    }
+    let latest = &latest[latest.len().saturating_sub(CHART_PARTITIONS)..];
+    let refs: Vec<&str> = latest.iter().map(|m| m.partition_ref.as_str()).collect();
+    let failed: rustc_hash::FxHashSet<(String, String)> = engine
+        .store
+        .checks_of(&refs)?
+        .into_iter()
+        .filter(|c| !c.passed())
+        .filter(|c| {
+            engine
+                .graph
+                .check(&c.check_name)
+                .and_then(|k| k.metric.as_ref())
+                .is_some_and(|r| r.metric == metric)
+        })
+        .map(|c| (c.partition_ref, c.job_run_id))
+        .collect();
+    let points: Vec<ChartPoint> = latest
+        .iter()
+        .map(|m| ChartPoint {
+            anomaly: failed.contains(&(m.partition_ref.clone(), m.job_run_id.clone())),
+            partition_ref: m.partition_ref.clone(),
+            value: m.value,
+        })
+        .collect();
+    let normal: Vec<f64> = points
+        .iter()
+        .rev()
+        .filter(|p| !p.anomaly)
+        .map(|p| p.value)
+        .take(databuild_core::MetricRule::DEFAULT_WINDOW as usize)
+        .collect();
+    let band = (normal.len() >= crate::anomaly::MIN_HISTORY)
+        .then(|| crate::anomaly::Band::learn(&normal, databuild_core::MetricRule::DEFAULT_K))
+        .flatten();
+    Ok(MetricChart {
+        metric: metric.to_string(),
+        points,
+        band: band.map(|b| (b.low, b.high)),
+        median: band.map(|b| b.median),
+    })
+}
+
+/// A run's values (each resource once, each reported metric per output) beside its job's p50.
+pub(crate) fn against_p50(
+    engine: &Engine,
+    job: &str,
+    run: &str,
+) -> Result<Vec<crate::answers::AgainstP50>> {
+    let trends = trends(engine, job)?;
+    let mut seen = rustc_hash::FxHashSet::default();
+    Ok(engine
+        .store
+        .run_metrics(run)?
+        .into_iter()
+        .filter(|m| {
+            crate::answers::MetricKind::of(&m.name) == crate::answers::MetricKind::Reported
+                || seen.insert(m.name.clone())
+        })
+        .map(|m| crate::answers::AgainstP50 {
+            p50: trends.iter().find(|t| t.name == m.name).map(|t| t.p50),
+            name: m.name,
+            partition_ref: m.partition_ref,
+            value: m.value,
+        })
+        .collect())
+}

@@ -380,6 +380,17 @@ impl Engine {
         jobs::trends(self, job)
     }
 
+    /// The charts of a job's page: duration, peak memory and each reported metric per
+    /// partition, with the band and the anomalies.
+    pub fn charts(&self, job: &str) -> Result<Vec<crate::answers::MetricChart>> {
+        jobs::charts(self, job)
+    }
+
+    /// A run's resources and metrics beside its job's p50.
+    pub fn against_p50(&self, job: &str, run: &str) -> Result<Vec<crate::answers::AgainstP50>> {
+        jobs::against_p50(self, job, run)
+    }
+
     /// A page of one metric over the partitions of a job (its name or an output pattern), in
     /// key order after the ref `after`.
     pub fn metric_series(

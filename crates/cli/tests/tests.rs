@@ -34,6 +34,7 @@ mod service;
 mod slurm;
 mod sources;
 mod status_agree;
+mod telemetry;
 mod truth;
 mod truth_data;
 mod truth_plan;

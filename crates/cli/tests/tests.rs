@@ -34,6 +34,7 @@ mod service;
 mod slurm;
 mod sources;
 mod status_agree;
+mod telemetry;
 mod trends;
 mod truth;
 mod truth_data;

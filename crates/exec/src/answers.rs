@@ -13,7 +13,7 @@
 use std::collections::BTreeMap;
 
 use databuild_log::{
-    BuildRequestRow, EventData, JobRunRow, Kind, RequestPartitionRow, Status, WantRow,
+    BuildRequestRow, EventData, JobRunRow, Kind, RequestPartitionRow, RunResources, Status, WantRow,
 };
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
@@ -811,6 +811,37 @@ pub struct JobRun {
     pub started_at_ns: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ended_at_ns: Option<i64>,
+    /// Which attempt of its outputs it was (1 for the first), of a run that failed, or
+    /// completed since format version 6. Shown by `runs ID` and `GET /api/v1/job-runs/{id}`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attempt: Option<u32>,
+    /// What it cost, measured by DataBuild, of a run that completed or failed (format version
+    /// 6). Shown by `runs ID` and `GET /api/v1/job-runs/{id}`, not in listings.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<RunResources>,
+    /// What its job reported (`metrics` of its report), by output ref then name.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub metrics: BTreeMap<String, BTreeMap<String, f64>>,
+}
+
+impl JobRun {
+    /// The run with what its end recorded: its attempt, resources and reported metrics.
+    pub fn with_end(mut self, end: &databuild_log::Event) -> JobRun {
+        let d = &end.data;
+        self.attempt = d.attempt;
+        self.resources = d.resources;
+        if let Some(serde_json::Value::Object(by_ref)) = &d.metrics {
+            self.metrics = by_ref
+                .iter()
+                .map(|(r, named)| {
+                    let numbers = named.as_object().into_iter().flatten();
+                    let numbers = numbers.filter_map(|(n, v)| Some((n.clone(), v.as_f64()?)));
+                    (r.clone(), numbers.collect())
+                })
+                .collect();
+        }
+        self
+    }
 }
 
 impl From<&JobRunRow> for JobRun {
@@ -840,6 +871,9 @@ impl From<&JobRunRow> for JobRun {
             scheduled_at_ns: r.scheduled_at,
             started_at_ns: r.started_at,
             ended_at_ns: r.ended_at,
+            attempt: None,
+            resources: None,
+            metrics: BTreeMap::new(),
         }
     }
 }

@@ -305,6 +305,26 @@ mod tests {
     }
 
     #[test]
+    fn a_job_runs_resources_are_named_run_resources() {
+        let doc = serde_json::to_value(<super::ApiDoc as utoipa::OpenApi>::openapi()).unwrap();
+        let schemas = &doc["components"]["schemas"];
+        let resources = &schemas["JobRun"]["properties"]["resources"];
+        assert!(
+            resources
+                .to_string()
+                .contains("#/components/schemas/RunResources"),
+            "{resources}"
+        );
+        let fields = schemas["RunResources"]["properties"].as_object().unwrap();
+        let names: Vec<&str> = fields.keys().map(String::as_str).collect();
+        let mut expected = databuild_log::RunResources::NAMES.to_vec();
+        expected.sort_unstable();
+        let mut names = names;
+        names.sort_unstable();
+        assert_eq!(names, expected);
+    }
+
+    #[test]
     fn a_partitions_status_is_an_enum_of_the_same_strings() {
         let doc = serde_json::to_value(<super::ApiDoc as utoipa::OpenApi>::openapi()).unwrap();
         let schemas = &doc["components"]["schemas"];

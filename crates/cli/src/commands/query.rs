@@ -565,6 +565,16 @@ fn run(backend: &Backend, id: &str, json: bool) -> anyhow::Result<ExitCode> {
     if let Some(code) = run.exit_code {
         outln!("  exit code: {code}")?;
     }
+    if let Some(attempt) = run.attempt {
+        outln!("  attempt: {attempt}")?;
+    }
+    if let Some(r) = &run.resources {
+        outln!("  resources: {}", resources_line(r))?;
+    }
+    for (r, named) in &run.metrics {
+        let values: Vec<String> = named.iter().map(|(n, v)| format!("{n}={v}")).collect();
+        outln!("  metrics of {r}: {}", values.join(", "))?;
+    }
     if let Some(m) = &run.message {
         outln!("  message: {m}")?;
     }
@@ -587,6 +597,30 @@ fn run(backend: &Backend, id: &str, json: bool) -> anyhow::Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// A run's resources in one line, each measure known by its name in `--json`, in units people
+/// read: `wall_ms=1.2 s, cpu_user_ms=1.0 s, max_rss_bytes=301.0 MiB, ...`.
+fn resources_line(r: &databuild_log::RunResources) -> String {
+    let shown: Vec<String> = r
+        .values()
+        .map(|(name, v)| match name.ends_with("_ms") {
+            true => format!("{name}={}", seconds(v)),
+            false => format!("{name}={}", super::inspect::human_bytes(v)),
+        })
+        .collect();
+    if shown.is_empty() {
+        return "-".to_string();
+    }
+    shown.join(", ")
+}
+
+/// Milliseconds as people read them: `850 ms`, `1.2 s`.
+fn seconds(ms: u64) -> String {
+    match ms {
+        ms if ms < 1000 => format!("{ms} ms"),
+        ms => format!("{:.1} s", ms as f64 / 1000.0),
+    }
 }
 
 /// How often a followed log is read again.

@@ -225,6 +225,7 @@ impl Process {
         let mut pipe = Some(pipe);
         let mut stop_reason: Option<RunOutcome> = None;
         let mut term_sent: Option<Instant> = None;
+        let mut peak = super::resources::PeakSampler::new(child.id(), start);
         let status = loop {
             let ready = if pidfd.is_none() && pipe.is_none() {
                 // No pidfd (a kernel before 5.3) and the pipe closed: wait for the exit itself.
@@ -250,6 +251,7 @@ impl Process {
                     break status;
                 }
             }
+            peak.tick();
             if stop_reason.is_none() {
                 if cancel.load(Ordering::SeqCst) {
                     stop_reason = Some(RunOutcome::Cancelled);
@@ -286,7 +288,7 @@ impl Process {
         }
         Ok(Finished {
             outcome: outcome_of(spec, status, stop_reason, &before),
-            resources: super::resources::of_process(child.usage(), wall),
+            resources: super::resources::of_process(child.usage(), peak.peak, wall),
         })
     }
 }

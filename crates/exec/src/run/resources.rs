@@ -12,20 +12,75 @@ pub use databuild_log::RunResources;
 use super::spawn::Usage;
 
 /// The resources of a local run that took `wall` from start to exit: the kernel's count when the
-/// process was reaped (`None` if it could not be).
-pub(crate) fn of_process(usage: Option<Usage>, wall: Duration) -> RunResources {
+/// process was reaped (`None` if it could not be), and the job process's own peak memory as
+/// last sampled while it ran (`sampled`, see [`PeakSampler`]).
+pub(crate) fn of_process(
+    usage: Option<Usage>,
+    sampled: Option<u64>,
+    wall: Duration,
+) -> RunResources {
     let mut r = RunResources {
         wall_ms: Some(ms(wall)),
+        max_rss_bytes: sampled,
         ..RunResources::default()
     };
     if let Some(u) = usage {
         r.cpu_user_ms = Some(ms(u.user));
         r.cpu_system_ms = Some(ms(u.system));
-        r.max_rss_bytes = Some(u.max_rss_bytes);
+        r.max_rss_bytes = r.max_rss_bytes.max(u.max_rss_bytes);
         r.read_bytes = Some(u.read_bytes);
         r.write_bytes = Some(u.write_bytes);
     }
     r
+}
+
+/// When a running job's own peak memory is read (`VmHWM` in `/proc/PID/status`): first after
+/// `FIRST`, then every `EVERY`, on the follower's wake-ups it makes anyway (a quiet job's poll
+/// times out every 50 ms). A job of a few ms, as most of a big build's are, is never read: its
+/// peak is known only when the kernel's count tells it (see `Usage::max_rss_bytes`).
+pub(crate) struct PeakSampler {
+    pid: i32,
+    next: std::time::Instant,
+    pub peak: Option<u64>,
+}
+
+impl PeakSampler {
+    const FIRST: Duration = Duration::from_millis(200);
+    const EVERY: Duration = Duration::from_millis(250);
+
+    pub fn new(pid: i32, started: std::time::Instant) -> PeakSampler {
+        PeakSampler {
+            pid,
+            next: started + Self::FIRST,
+            peak: None,
+        }
+    }
+
+    /// Reads the peak if it is time to.
+    pub fn tick(&mut self) {
+        let now = std::time::Instant::now();
+        if now < self.next {
+            return;
+        }
+        self.next = now + Self::EVERY;
+        if let Some(hwm) = vm_hwm(self.pid) {
+            self.peak = self.peak.max(Some(hwm));
+        }
+    }
+}
+
+/// A process's peak resident memory (`VmHWM`), in bytes; `None` once it has exited.
+fn vm_hwm(pid: i32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let kib = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))?
+        .trim()
+        .strip_suffix("kB")?
+        .trim()
+        .parse::<u64>()
+        .ok()?;
+    Some(kib * 1024)
 }
 
 pub(crate) fn ms(d: Duration) -> u64 {
@@ -107,19 +162,36 @@ mod tests {
         let usage = Usage {
             user: Duration::from_millis(1500),
             system: Duration::from_millis(20),
-            max_rss_bytes: 300 << 20,
+            max_rss_bytes: Some(300 << 20),
             read_bytes: 4096,
             write_bytes: 512,
         };
-        let r = of_process(Some(usage), Duration::from_millis(1600));
+        let r = of_process(Some(usage), Some(200 << 20), Duration::from_millis(1600));
         assert_eq!(
             (r.wall_ms, r.cpu_user_ms, r.cpu_system_ms, r.max_rss_bytes),
             (Some(1600), Some(1500), Some(20), Some(300 << 20))
         );
         assert_eq!((r.read_bytes, r.write_bytes), (Some(4096), Some(512)));
         assert_eq!((r.output_bytes, r.queue_wait_ms), (None, None));
-        let unknown = of_process(None, Duration::from_millis(5));
+        let unknown = of_process(None, None, Duration::from_millis(5));
         assert_eq!((unknown.wall_ms, unknown.cpu_user_ms), (Some(5), None));
+        // The kernel's count could be this process's: the sample stands.
+        let hidden = Usage {
+            max_rss_bytes: None,
+            ..usage
+        };
+        let r = of_process(Some(hidden), Some(2 << 20), Duration::from_millis(5));
+        assert_eq!(r.max_rss_bytes, Some(2 << 20));
+    }
+
+    #[test]
+    fn a_running_processs_peak_is_read_from_proc() {
+        let me = std::process::id() as i32;
+        assert!(vm_hwm(me).is_some_and(|b| b > 1 << 20));
+        let mut s = PeakSampler::new(me, std::time::Instant::now() - Duration::from_secs(1));
+        s.tick();
+        assert!(s.peak.is_some());
+        assert_eq!(vm_hwm(i32::MAX), None);
     }
 
     #[test]

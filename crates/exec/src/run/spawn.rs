@@ -149,6 +149,18 @@ pub(crate) struct JobProcess {
     reaped: bool,
     /// What the kernel counted of it, once reaped.
     usage: Option<Usage>,
+    /// This process's peak resident memory once the job had started: the floor under which
+    /// the kernel's count of the job's peak is this process's, not the job's (see [`Usage`]).
+    spawner_peak_rss: u64,
+}
+
+/// This process's peak resident memory (`getrusage(RUSAGE_SELF)`), in bytes.
+fn own_peak_rss() -> u64 {
+    // SAFETY: a zeroed `rusage` is a valid value of the plain C struct `getrusage` fills.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: asks about this process, writing into a local.
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) };
+    usage.ru_maxrss.max(0) as u64 * 1024
 }
 
 /// What the kernel counted of a reaped job (`wait4`'s `rusage`): the job and every descendant
@@ -157,15 +169,18 @@ pub(crate) struct JobProcess {
 pub(crate) struct Usage {
     pub user: std::time::Duration,
     pub system: std::time::Duration,
-    /// The peak resident memory of the largest single process among them.
-    pub max_rss_bytes: u64,
+    /// The peak resident memory of the largest single process among them, when the kernel's
+    /// count tells it. A job started on this process's memory (`CLONE_VM`, as `posix_spawn`
+    /// starts one too) inherits this process's peak at its `execve` as its own: a count no
+    /// higher than that peak may be this process's, so it says nothing of the job (`None`).
+    pub max_rss_bytes: Option<u64>,
     /// Block I/O (512-byte blocks in the kernel's count): page-cache hits are not counted.
     pub read_bytes: u64,
     pub write_bytes: u64,
 }
 
 impl Usage {
-    fn of(r: &libc::rusage) -> Usage {
+    fn of(r: &libc::rusage, spawner_peak_rss: u64) -> Usage {
         let time = |t: libc::timeval| {
             std::time::Duration::new(t.tv_sec.max(0) as u64, (t.tv_usec.max(0) as u32) * 1000)
         };
@@ -174,7 +189,7 @@ impl Usage {
             user: time(r.ru_utime),
             system: time(r.ru_stime),
             // Linux counts it in KiB.
-            max_rss_bytes: count(r.ru_maxrss) * 1024,
+            max_rss_bytes: Some(count(r.ru_maxrss) * 1024).filter(|b| *b > spawner_peak_rss),
             read_bytes: count(r.ru_inblock) * 512,
             write_bytes: count(r.ru_oublock) * 512,
         }
@@ -247,7 +262,7 @@ impl JobProcess {
             let r = unsafe { libc::wait4(self.pid, &mut status, 0, &mut usage) };
             if r == self.pid {
                 self.reaped = true;
-                self.usage = Some(Usage::of(&usage));
+                self.usage = Some(Usage::of(&usage, self.spawner_peak_rss));
                 self.exit.get_or_insert(ExitStatus::from_raw(status));
             } else {
                 let e = std::io::Error::last_os_error();
@@ -441,6 +456,9 @@ fn clone_child(
         exit: None,
         reaped: false,
         usage: None,
+        // Read once the child has exec'd (the parent resumes only then): a peak only grows, so
+        // this is at least what the child inherited.
+        spawner_peak_rss: own_peak_rss(),
     };
     // SAFETY: the child wrote `error` (if at all) before it exited; it has, or has exec'd.
     let error = unsafe { std::ptr::read_volatile(&args.error) };

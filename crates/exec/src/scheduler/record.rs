@@ -287,6 +287,7 @@ impl Record<'_> {
             d.data_version = Some(built.recipe.to_string());
             // Its outputs named again: its measures are kept per output (`run_metrics`).
             d.outputs = outputs(run);
+            d.attempt = Some(built.attempt);
             d.resources = Some(built.resources);
             d.metrics = built
                 .metrics
@@ -454,6 +455,8 @@ pub struct Built<'a> {
     pub report: Option<serde_json::Value>,
     pub started_at: Option<i64>,
     pub resources: RunResources,
+    /// Which attempt of its outputs it was (1 for the first).
+    pub attempt: u32,
     /// What its job reported of its outputs (`metrics` of its report), checked.
     pub metrics: Option<ReportedMetrics>,
 }

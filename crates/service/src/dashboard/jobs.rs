@@ -103,6 +103,13 @@ fn run_body(run: &JobRun, log: &str, against: &[AgainstP50]) -> Markup {
                 tr { th { "Env" } td { @for (k, v) in &run.env { code { (k) "=" (v) } " " } } }
                 tr { th { "Exit" } td { (run.exit_code.map(|c| c.to_string()).unwrap_or_default()) " " span.muted { (or_empty(&run.message)) } } }
                 tr { th { "Timings" } td { "scheduled " (at(&run.scheduled_at)) ", started " (at(&run.started_at)) ", ended " (at(&run.ended_at)) " (" (took(run)) ")" } }
+                @if let Some(a) = run.attempt { tr { th { "Attempt" } td { (a) } } }
+                @if let Some(r) = &run.resources {
+                    tr { th { "Resources" } td { @for (name, v) in r.values() { code { (name) "=" (v) } " " } } }
+                }
+                @for (r, named) in &run.metrics {
+                    tr { th { "Metrics of " (partition_link(r)) } td { @for (n, v) in named { code { (n) "=" (v) } " " } } }
+                }
             }
             @if !against.is_empty() {
                 h2 { "Resources and metrics" }
@@ -164,6 +171,30 @@ mod tests {
 
     use super::super::testing::{build, job_run, open_service, text};
     use super::*;
+
+    #[test]
+    fn a_runs_page_shows_what_it_cost_and_reported() {
+        let mut run = job_run("r1", "daily", "completed", &["daily/date=2026-01-02"], &[]);
+        run.attempt = Some(2);
+        run.resources = Some(databuild_log::RunResources {
+            wall_ms: Some(1200),
+            max_rss_bytes: Some(300 << 20),
+            ..Default::default()
+        });
+        run.metrics
+            .entry("daily/date=2026-01-02".into())
+            .or_default()
+            .insert("rows".into(), 1234.0);
+        let html = run_body(&run, "").into_string();
+        for shown in [
+            "wall_ms=1200",
+            "max_rss_bytes=314572800",
+            "rows=1234",
+            "Attempt",
+        ] {
+            assert!(html.contains(shown), "{shown}: {html}");
+        }
+    }
 
     #[test]
     fn a_runs_page_polls_while_it_runs_and_shows_its_log_escaped() {

@@ -1035,6 +1035,7 @@ impl<'s, 'e> Driver<'s, 'e> {
                     report,
                     started_at: started.map(|s| s.at_ns),
                     resources,
+                    attempt,
                     metrics: ended.metrics,
                 };
                 let mut events = self.record().built(run, id, built);

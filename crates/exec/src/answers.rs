@@ -1689,7 +1689,7 @@ impl PlanCost {
     pub fn with_resources(self, r: databuild_core::estimate::ResourceEstimate) -> PlanCost {
         PlanCost {
             peak_memory_bytes: r.peak_memory_bytes,
-            cpu_hours: (r.cpu_hours * 1000.0).round() / 1000.0,
+            cpu_hours: r.cpu_hours,
             runs_without_resources: r.runs_without_resources,
             ..self
         }

@@ -185,7 +185,7 @@ mod tests {
             .entry("daily/date=2026-01-02".into())
             .or_default()
             .insert("rows".into(), 1234.0);
-        let html = run_body(&run, "").into_string();
+        let html = run_body(&run, "", &[]).into_string();
         for shown in [
             "wall_ms=1200",
             "max_rss_bytes=314572800",

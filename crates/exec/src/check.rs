@@ -556,4 +556,53 @@ blocking = false
         );
         assert!(inline(None, &outputs).unwrap().is_empty());
     }
+
+    #[test]
+    fn an_anomaly_check_learns_from_its_outputs_partitions_before_it() {
+        let g = Graph::parse(
+            r#"
+[graph]
+name = "g"
+[[job]]
+name = "a"
+outputs = ["a/{n:int}", "a/x/{n:int}"]
+command = ["true"]
+[[check]]
+name = "band"
+applies_to = "a/{n:int}"
+metric = "rows"
+window = 5
+"#,
+            "g.toml",
+        )
+        .unwrap();
+        let runs = runs_for(&g, "a/9");
+        let m = runs[0].metric.as_ref().expect("an anomaly check");
+        assert!(runs[0].command.is_empty());
+        assert_eq!((m.job.as_str(), m.from.as_str()), ("a", "a/"));
+        let q = m.query("a/9");
+        assert_eq!((q.before, q.name, q.limit), ("a/9", "rows", 20));
+        // Refs of the job's other output share the prefix: they are not this output's history.
+        let rows: Vec<(String, f64)> = [("a/x/8", 1.0), ("a/8", 250.0), ("a/7", 240.0)]
+            .into_iter()
+            .chain((1..=6).map(|i| ("a/6", i as f64)))
+            .map(|(r, v)| (r.to_string(), v))
+            .collect();
+        assert_eq!(m.learn(&rows), [250.0, 240.0, 1.0, 2.0, 3.0]);
+        let outcome = judge(&runs[0], m, Some(12.0), &[250.0; 5]);
+        assert!(!outcome.passed && outcome.blocking);
+        assert_eq!(
+            outcome.message,
+            "rows = 12 outside the expected 225–275 (median 250 of the last 5 partitions)"
+        );
+        assert_eq!(outcome.metrics.unwrap()["low"], 225.0);
+        assert_eq!(
+            reported(
+                Some(&serde_json::json!({"metrics": {"a/9": {"rows": 3}}})),
+                "a/9",
+                "rows"
+            ),
+            Some(3.0)
+        );
+    }
 }

@@ -967,6 +967,7 @@ command = ["x"]
                 "`k = -1` must be a positive number",
             ),
             ("window = 7", "or name a metric to judge"),
+            ("metric = \"queue_wait_ms\"", "is the scheduler's wait"),
         ];
         for (body, says) in refused {
             let e = load_err(&check(body));

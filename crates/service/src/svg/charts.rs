@@ -364,6 +364,50 @@ pub fn timeline(spans: &[Span]) -> String {
 mod tests {
     use super::*;
 
+    /// A trend has a unit on its axis, its band shaded with the median, and its anomaly ringed.
+    #[test]
+    fn a_trend_chart_shades_the_band_and_rings_the_anomaly() {
+        use databuild_exec::answers::{ChartPoint, MetricChart};
+        let point = |i: u32, value: f64, anomaly: bool| ChartPoint {
+            partition_ref: format!("t/{i:02}"),
+            value,
+            anomaly,
+        };
+        let chart = MetricChart {
+            metric: "max_rss_bytes".into(),
+            points: vec![
+                point(1, 100.0 * 1048576.0, false),
+                point(2, 5.0 * 1048576.0, true),
+                point(3, 102.0 * 1048576.0, false),
+            ],
+            band: Some((90.0 * 1048576.0, 110.0 * 1048576.0)),
+            median: Some(100.0 * 1048576.0),
+        };
+        let svg = trend_chart(&chart);
+        if let Ok(dir) = std::env::var("DATABUILD_SVG_OUT") {
+            std::fs::write(format!("{dir}/trend.svg"), &svg).unwrap();
+        }
+        assert!(svg.starts_with(
+            r#"<svg xmlns="http://www.w3.org/2000/svg" class="trend" data-metric="max_rss_bytes""#
+        ));
+        assert!(svg.contains(">100 MiB</text>"), "{svg}");
+        assert!(svg.contains(r#"<rect class="band""#) && svg.contains("median 100 MiB"));
+        assert_eq!(svg.matches(r#"class="anomaly""#).count(), 1);
+        assert!(svg.contains("<title>t/02: 5 MiB: anomaly (failed its check)</title>"));
+        assert!(svg.contains("partitions in key order, t/01 to t/03 (3 of them)"));
+        let counts = MetricChart {
+            metric: "rows".into(),
+            band: None,
+            median: None,
+            ..chart
+        };
+        let svg = trend_chart(&counts);
+        assert!(
+            !svg.contains("class=\"band\"") && svg.contains(">0</text>"),
+            "{svg}"
+        );
+    }
+
     /// Ticks are round numbers covering the largest value; durations take a readable unit.
     #[test]
     fn axes_have_round_ticks_and_units() {

@@ -465,6 +465,31 @@ pub(crate) fn want_from_row<R: Columns>(row: &R) -> RowResult<WantRow, R> {
     })
 }
 
+pub(crate) const METRIC_COLUMNS: &str = "job, name, partition_ref, job_run_id, value, recorded_at";
+
+/// A page of one job's metric in key order (`MetricKey`'s ref and run after which it starts:
+/// `('', '')` for the first page, which every row follows since a run id is never empty).
+pub(crate) fn metric_values_sql(placeholders: [&str; 5]) -> String {
+    let [job, name, after_ref, after_run, limit] = placeholders;
+    format!(
+        "SELECT {METRIC_COLUMNS} FROM run_metrics
+          WHERE job = {job} AND name = {name} AND (partition_ref, job_run_id) > ({after_ref}, {after_run})
+          ORDER BY partition_ref, job_run_id LIMIT {limit}"
+    )
+}
+
+pub(crate) fn run_metrics_sql(run: &str) -> String {
+    format!(
+        "SELECT {METRIC_COLUMNS} FROM run_metrics WHERE job_run_id = {run}
+          ORDER BY partition_ref, name"
+    )
+}
+
+/// Where a page of metric values starts, as the two parameters of [`metric_values_sql`].
+pub(crate) fn metric_after(after: Option<&MetricKey>) -> (&str, &str) {
+    after.map_or(("", ""), |k| (&k.partition_ref, &k.job_run_id))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -489,29 +514,4 @@ mod tests {
         assert_eq!(pairs(r#"["a","b"]"#), []);
         assert_eq!(json_pairs(None), []);
     }
-}
-
-pub(crate) const METRIC_COLUMNS: &str = "job, name, partition_ref, job_run_id, value, recorded_at";
-
-/// A page of one job's metric in key order (`MetricKey`'s ref and run after which it starts:
-/// `('', '')` for the first page, which every row follows since a run id is never empty).
-pub(crate) fn metric_values_sql(placeholders: [&str; 5]) -> String {
-    let [job, name, after_ref, after_run, limit] = placeholders;
-    format!(
-        "SELECT {METRIC_COLUMNS} FROM run_metrics
-          WHERE job = {job} AND name = {name} AND (partition_ref, job_run_id) > ({after_ref}, {after_run})
-          ORDER BY partition_ref, job_run_id LIMIT {limit}"
-    )
-}
-
-pub(crate) fn run_metrics_sql(run: &str) -> String {
-    format!(
-        "SELECT {METRIC_COLUMNS} FROM run_metrics WHERE job_run_id = {run}
-          ORDER BY partition_ref, name"
-    )
-}
-
-/// Where a page of metric values starts, as the two parameters of [`metric_values_sql`].
-pub(crate) fn metric_after(after: Option<&MetricKey>) -> (&str, &str) {
-    after.map_or(("", ""), |k| (&k.partition_ref, &k.job_run_id))
 }

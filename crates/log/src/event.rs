@@ -282,8 +282,8 @@ pub struct EventData {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<String>)]
     pub retry_at: Option<i64>,
-    /// job_run scheduled and failed: which attempt of its outputs this run is (1 for the first),
-    /// and how many the job allows (`retries` + 1).
+    /// job_run failed, and completed (format version 6): which attempt of its outputs this run
+    /// is (1 for the first), and (failed) how many the job allows (`retries` + 1).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub attempt: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -45,10 +45,7 @@ pub fn read_report(path: &std::path::Path) -> Result<Option<serde_json::Value>, 
     }
 }
 
-/// What a run's job reported of its outputs (`metrics` of its report): by output ref, by name, a
-/// number each.
-pub type ReportedMetrics =
-    std::collections::BTreeMap<String, std::collections::BTreeMap<String, serde_json::Number>>;
+pub use super::outcome::ReportedMetrics;
 
 /// Why the `metrics` of a run's report are refused: the run then fails with this message (a
 /// job that reports what cannot be kept is not passed over in silence).

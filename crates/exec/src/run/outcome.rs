@@ -2,8 +2,14 @@
 //! `Ended` (a slot's, with the run's report, checks and measures). No I/O here: the scheduler's
 //! pure machine reads them.
 
+use databuild_log::RunResources;
+
 use crate::check::CheckOutcome;
-use crate::run::RunResources;
+
+/// What a run's job reported of its outputs (`metrics` of its report, checked by
+/// `contract::reported_metrics`): by output ref, by name, a number each.
+pub type ReportedMetrics =
+    std::collections::BTreeMap<String, std::collections::BTreeMap<String, serde_json::Number>>;
 
 /// An executor's answer: how the run ended, and what it measured of it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -59,10 +65,11 @@ pub(crate) struct Ended {
     /// order), taken in the slot so the scheduler's loop never reads data.
     pub versions: Vec<String>,
     /// What it cost, as its executor measured it (with its outputs' size, of a success); the
-    /// scheduler adds its wait in the queue.
-    pub resources: RunResources,
+    /// scheduler adds its wait in the queue. Boxed, as are the metrics: an `Ended` rides in the
+    /// scheduler's inputs and effects, which stay small.
+    pub resources: Box<RunResources>,
     /// Of a successful run: the metrics its job reported, checked against its outputs.
-    pub metrics: Option<crate::run::contract::ReportedMetrics>,
+    pub metrics: Option<Box<ReportedMetrics>>,
 }
 
 impl Ended {
@@ -73,7 +80,7 @@ impl Ended {
             report: None,
             checks: Vec::new(),
             versions: Vec::new(),
-            resources: RunResources::default(),
+            resources: Box::default(),
             metrics: None,
         }
     }

@@ -52,10 +52,11 @@ pub(crate) enum Report {
     Started { node: usize, at: Stamp },
     /// Its process started (the executor said so).
     Running { node: usize, at: Stamp },
+    /// (Boxed: the reports wait in a queue, most of them starts.)
     Ended {
         node: usize,
         at: Stamp,
-        ended: Ended,
+        ended: Box<Ended>,
     },
 }
 
@@ -159,7 +160,11 @@ impl Launches {
         let mut queue = self.lock();
         queue.paused |= urgent;
         let wake = urgent || queue.runs.len() < self.quiet_while.max(1);
-        queue.reports.push(Report::Ended { node, at, ended });
+        queue.reports.push(Report::Ended {
+            node,
+            at,
+            ended: Box::new(ended),
+        });
         wake
     }
 
@@ -235,8 +240,8 @@ pub(crate) fn run(
         report,
         checks,
         versions,
-        resources,
-        metrics,
+        resources: Box::new(resources),
+        metrics: metrics.map(Box::new),
     }
 }
 
@@ -453,7 +458,7 @@ mod tests {
         match report {
             Report::Started { node, .. } => ("started", *node, None),
             Report::Running { node, .. } => ("running", *node, None),
-            Report::Ended { node, ended, .. } => ("ended", *node, Some(ended)),
+            Report::Ended { node, ended, .. } => ("ended", *node, Some(&**ended)),
         }
     }
 

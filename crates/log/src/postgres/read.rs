@@ -661,17 +661,6 @@ pub(super) fn job_stats(store: &PostgresStore, job: Option<&str>) -> Result<Vec<
     })
 }
 
-#[cfg(test)]
-mod tests {
-    use super::glob_to_regex;
-
-    #[test]
-    fn globs_become_anchored_regexes() {
-        assert_eq!(glob_to_regex("a/*"), "^a/.*$");
-        assert_eq!(glob_to_regex("x.y?[!/]"), "^x\\.y.[^/]$");
-    }
-}
-
 fn metric_from_row(r: &postgres::Row) -> Result<MetricValue> {
     Ok(MetricValue {
         job: r.text(0)?,
@@ -737,4 +726,15 @@ pub(super) fn recent_metrics(
         let rows = c.query(&sql, &[&job, &(runs as i64)]).map_err(storage)?;
         collect(rows, metric_from_row)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::glob_to_regex;
+
+    #[test]
+    fn globs_become_anchored_regexes() {
+        assert_eq!(glob_to_regex("a/*"), "^a/.*$");
+        assert_eq!(glob_to_regex("x.y?[!/]"), "^x\\.y.[^/]$");
+    }
 }

@@ -465,32 +465,6 @@ pub(crate) fn want_from_row<R: Columns>(row: &R) -> RowResult<WantRow, R> {
     })
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn pairs(json: &str) -> Vec<(String, String)> {
-        json_pairs(Some(json.to_string()))
-    }
-
-    #[test]
-    fn a_map_column_reads_as_pairs_sorted_by_key() {
-        assert_eq!(
-            pairs(r#"{"a":"1","b":"2"}"#),
-            [("a".into(), "1".into()), ("b".into(), "2".into())]
-        );
-        // Out of order, or a key twice (the last value stands, as in a map).
-        assert_eq!(
-            pairs(r#"{"b":"2","a":"1","b":"3"}"#),
-            [("a".into(), "1".into()), ("b".into(), "3".into())]
-        );
-        assert_eq!(pairs("{}"), []);
-        assert_eq!(pairs("not json"), []);
-        assert_eq!(pairs(r#"["a","b"]"#), []);
-        assert_eq!(json_pairs(None), []);
-    }
-}
-
 pub(crate) const METRIC_COLUMNS: &str = "job, name, partition_ref, job_run_id, value, recorded_at";
 
 /// A page of one job's metric in key order (`MetricKey`'s ref and run after which it starts:
@@ -539,4 +513,30 @@ pub(crate) fn recent_metrics_sql(job: &str, runs: &str) -> String {
         "SELECT {METRIC_COLUMNS} FROM run_metrics WHERE job_run_id IN
            (SELECT job_run_id FROM job_runs WHERE job = {job} ORDER BY scheduled_at DESC LIMIT {runs})"
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pairs(json: &str) -> Vec<(String, String)> {
+        json_pairs(Some(json.to_string()))
+    }
+
+    #[test]
+    fn a_map_column_reads_as_pairs_sorted_by_key() {
+        assert_eq!(
+            pairs(r#"{"a":"1","b":"2"}"#),
+            [("a".into(), "1".into()), ("b".into(), "2".into())]
+        );
+        // Out of order, or a key twice (the last value stands, as in a map).
+        assert_eq!(
+            pairs(r#"{"b":"2","a":"1","b":"3"}"#),
+            [("a".into(), "1".into()), ("b".into(), "3".into())]
+        );
+        assert_eq!(pairs("{}"), []);
+        assert_eq!(pairs("not json"), []);
+        assert_eq!(pairs(r#"["a","b"]"#), []);
+        assert_eq!(json_pairs(None), []);
+    }
 }

@@ -520,66 +520,6 @@ pub(super) fn build_run_counts(
     })
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::Kind;
-
-    /// A build's delegations and checks are read through their own indexes, not by walking
-    /// every event of the build (six a run: seconds for a million-run backfill's summary).
-    #[test]
-    fn a_builds_delegations_and_checks_are_read_by_their_own_index() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = SqliteStore::open(&dir.path().join("events.db")).unwrap();
-        let conn = store.writer.lock().unwrap();
-        for (kind, index) in [
-            (Kind::Delegation, "events_of_delegations"),
-            (Kind::Check, "events_of_checks"),
-        ] {
-            let filter = EventFilter {
-                build_request_id: Some("b1".to_string()),
-                kind: Some(kind),
-                limit: Some(100),
-                ..Default::default()
-            };
-            let plan = query_plan(&conn.conn, events_query(&filter, '?', text, int));
-            assert!(
-                plan.iter().any(|step| step.contains(index)),
-                "{kind:?}: {plan:?}"
-            );
-        }
-    }
-
-    /// Every unfinished run (gc's read) is read through the partial index of unfinished runs,
-    /// `queued` ones included, not by a scan of every run.
-    #[test]
-    fn unfinished_runs_are_read_by_their_partial_index() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = SqliteStore::open(&dir.path().join("events.db")).unwrap();
-        let conn = store.writer.lock().unwrap();
-        let q = RunQuery {
-            unfinished: true,
-            limit: 100,
-            ..Default::default()
-        };
-        let plan = query_plan(&conn.conn, runs_query(&q, '?', text));
-        assert!(
-            plan.iter().any(|step| step.contains("job_runs_unfinished")),
-            "{plan:?}"
-        );
-    }
-
-    /// The steps of `EXPLAIN QUERY PLAN` of `q`.
-    fn query_plan(conn: &Connection, q: Query<rusqlite::types::Value>) -> Vec<String> {
-        conn.prepare(&format!("EXPLAIN QUERY PLAN {}", q.sql))
-            .unwrap()
-            .query_map(rusqlite::params_from_iter(q.values), |r| r.get(3))
-            .unwrap()
-            .collect::<rusqlite::Result<_>>()
-            .unwrap()
-    }
-}
-
 fn metric_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<MetricValue> {
     Ok(MetricValue {
         job: r.get(0)?,
@@ -641,4 +581,64 @@ pub(super) fn recent_metrics(
             .query_map(params![job, runs as i64], metric_from_row)?
             .collect()
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Kind;
+
+    /// A build's delegations and checks are read through their own indexes, not by walking
+    /// every event of the build (six a run: seconds for a million-run backfill's summary).
+    #[test]
+    fn a_builds_delegations_and_checks_are_read_by_their_own_index() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(&dir.path().join("events.db")).unwrap();
+        let conn = store.writer.lock().unwrap();
+        for (kind, index) in [
+            (Kind::Delegation, "events_of_delegations"),
+            (Kind::Check, "events_of_checks"),
+        ] {
+            let filter = EventFilter {
+                build_request_id: Some("b1".to_string()),
+                kind: Some(kind),
+                limit: Some(100),
+                ..Default::default()
+            };
+            let plan = query_plan(&conn.conn, events_query(&filter, '?', text, int));
+            assert!(
+                plan.iter().any(|step| step.contains(index)),
+                "{kind:?}: {plan:?}"
+            );
+        }
+    }
+
+    /// Every unfinished run (gc's read) is read through the partial index of unfinished runs,
+    /// `queued` ones included, not by a scan of every run.
+    #[test]
+    fn unfinished_runs_are_read_by_their_partial_index() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(&dir.path().join("events.db")).unwrap();
+        let conn = store.writer.lock().unwrap();
+        let q = RunQuery {
+            unfinished: true,
+            limit: 100,
+            ..Default::default()
+        };
+        let plan = query_plan(&conn.conn, runs_query(&q, '?', text));
+        assert!(
+            plan.iter().any(|step| step.contains("job_runs_unfinished")),
+            "{plan:?}"
+        );
+    }
+
+    /// The steps of `EXPLAIN QUERY PLAN` of `q`.
+    fn query_plan(conn: &Connection, q: Query<rusqlite::types::Value>) -> Vec<String> {
+        conn.prepare(&format!("EXPLAIN QUERY PLAN {}", q.sql))
+            .unwrap()
+            .query_map(rusqlite::params_from_iter(q.values), |r| r.get(3))
+            .unwrap()
+            .collect::<rusqlite::Result<_>>()
+            .unwrap()
+    }
 }

@@ -350,7 +350,13 @@ impl<'s, 'e> Driver<'s, 'e> {
                 }
                 Report::Ended { node, at, ended } => {
                     self.runs[node].ended = Some(at);
-                    self.feed(Input::Finished { node, ended }, observer)?;
+                    self.feed(
+                        Input::Finished {
+                            node,
+                            ended: *ended,
+                        },
+                        observer,
+                    )?;
                     if !self.machine.stopped() {
                         self.launches.resume();
                     }
@@ -1008,7 +1014,7 @@ impl<'s, 'e> Driver<'s, 'e> {
             ),
             _ => (BTreeMap::new(), Vec::new()),
         };
-        let mut resources = ended.resources;
+        let mut resources = *ended.resources;
         resources.queue_wait_ms = match (self.runs[node].claimed, started) {
             (Some(claimed), Some(s)) => Some(ms(s.at.saturating_duration_since(claimed))),
             _ => None,
@@ -1036,7 +1042,7 @@ impl<'s, 'e> Driver<'s, 'e> {
                     started_at: started.map(|s| s.at_ns),
                     resources,
                     attempt,
-                    metrics: ended.metrics,
+                    metrics: ended.metrics.map(|m| *m),
                 };
                 let mut events = self.record().built(run, id, built);
                 if held_back {

@@ -69,6 +69,15 @@ fn an_anomaly_fails_its_check_and_is_not_live_and_the_next_normal_partition_is()
         "{why}"
     );
     assert!(why.contains("of the last 14 partitions"), "{why}");
+    // `databuild check` judges it again from what its run recorded: the same verdict.
+    let again = p.run(&["check", &day(19)]);
+    again.expect_code(1);
+    assert!(
+        format!("{}{}", again.stdout, again.stderr).contains("rows = 12 outside the expected"),
+        "{}{}",
+        again.stdout,
+        again.stderr
+    );
     p.run(&["build", &day(20)]).expect_code(0);
     assert_eq!(status(&p, &day(20))["status"], "live");
     // The anomaly taught the band nothing: day 20 learned from the 14 days before 19.

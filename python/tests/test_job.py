@@ -162,3 +162,18 @@ def test_query_inputs_are_the_present_ones_the_run_was_given(tmp_path):
     # A run of an older DataBuild was given none.
     del env["DATABUILD_QUERY_INPUTS"]
     assert Job(env).query_inputs == []
+
+
+def test_report_metric_merges_numbers_of_outputs_into_the_report(tmp_path):
+    job = Job(env_for(tmp_path, ["a/1"]))
+    job.report_metric("a/1", "rows", 1234)
+    job.report_metric("a/1", "nulls", 3)
+    job.report({"source": "x"})
+    assert json.loads((tmp_path / "report.json").read_text()) == {
+        "source": "x",
+        "metrics": {"a/1": {"rows": 1234, "nulls": 3}},
+    }
+    with pytest.raises(JobError, match="not one of the run's outputs"):
+        job.report_metric("b/1", "rows", 1)
+    with pytest.raises(JobError, match="must be a number"):
+        job.report_metric("a/1", "rows", "12")

@@ -59,6 +59,8 @@ pub enum Command {
     Datasets(DatasetsArgs),
     /// Job metrics: runs, success rate, p50/p95 duration; with NAME, also its recent runs.
     Jobs(JobsArgs),
+    /// One metric (a resource or one a job reports) over a job's partitions, in key order.
+    Metrics(MetricsArgs),
     /// One job run: config, environment, exit, timings.
     Runs(RunsArgs),
     /// The log of the run that built a partition, or that is building it or failed to.
@@ -279,6 +281,22 @@ pub struct DatasetsArgs {
 pub struct JobsArgs {
     /// One job: its metrics and its recent runs.
     pub name: Option<String>,
+}
+
+/// The arguments of `databuild metrics`.
+#[derive(Debug, Args)]
+pub struct MetricsArgs {
+    /// A job's name or one of its output patterns (`daily/{date:date}`).
+    pub pattern: String,
+    /// A resource (`wall_ms`, `max_rss_bytes`, ...) or a metric the job reports (`rows`).
+    #[arg(long)]
+    pub metric: String,
+    /// Continue after this ref (keyset pagination).
+    #[arg(long, value_name = "REF")]
+    pub after: Option<String>,
+    /// At most N values (a page; `--after` goes on).
+    #[arg(long, value_name = "N", default_value_t = 1000)]
+    pub limit: usize,
 }
 
 /// The arguments of `databuild runs`.

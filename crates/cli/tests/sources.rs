@@ -265,6 +265,27 @@ fn orders_story(pages: Pages) {
                 "{errors:?}"
             );
             assert_eq!(explained["report"]["quarantined"], 1, "{explained}");
+            // The table job reports its counts as metrics of the day's outputs, kept per
+            // partition in `run_metrics`.
+            let kept = cli(
+                &p,
+                &today,
+                &[
+                    "--json",
+                    "sql",
+                    &format!(
+                        "SELECT name, value FROM run_metrics WHERE partition_ref = \
+                         'orders/v2/date={date}' AND name IN ('rows', 'error_rows') ORDER BY name"
+                    ),
+                ],
+            )
+            .json();
+            let rows = explained["report"]["rows"].as_f64().unwrap();
+            assert_eq!(
+                kept["rows"],
+                serde_json::json!([["error_rows", 1.0], ["rows", rows]]),
+                "{kept}"
+            );
             assert!(explained["report"]["provenance"]
                 .as_str()
                 .unwrap()

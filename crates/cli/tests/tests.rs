@@ -35,6 +35,8 @@ mod service;
 mod slurm;
 mod sources;
 mod status_agree;
+mod telemetry;
+mod trends;
 mod truth;
 mod truth_data;
 mod truth_plan;

@@ -226,6 +226,61 @@ pub fn eta(inputs: &[Vec<usize>], left: &[JobLeft], parallel: usize) -> Eta {
     }
 }
 
+/// What a job's runs use, from its history: the p95 of their peak memory and the median of their
+/// CPU time (user and system).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct JobResources {
+    pub max_rss_p95_bytes: Option<f64>,
+    pub cpu_p50_ms: Option<f64>,
+}
+
+/// What a plan will use besides time.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ResourceEstimate {
+    /// An upper bound of the memory its runs hold at once at `parallel`: the sum of the
+    /// `parallel` largest p95 peak memories among its runs, as if the hungriest ran together.
+    /// `None` when no run's job has a recorded peak.
+    pub peak_memory_bytes: Option<u64>,
+    /// Σ runs × their job's median CPU time, in hours.
+    pub cpu_hours: f64,
+    /// Runs whose job has no recorded peak memory or CPU time: counted as 0.
+    pub runs_without_resources: usize,
+}
+
+/// The memory and CPU time of `plan` at `parallel` runs at once, from each job's history
+/// (`resources`, by job index). The memory is a bound, not a forecast: which runs overlap
+/// depends on timing, and the worst case is the `parallel` largest together.
+pub fn resources(
+    plan: &Plan,
+    resources: &[Option<JobResources>],
+    parallel: usize,
+) -> ResourceEstimate {
+    let mut peaks = Vec::new();
+    let (mut cpu_ms, mut without) = (0.0, 0);
+    for run in &plan.runs {
+        let r = resources.get(run.job_index).copied().flatten();
+        let (peak, cpu) = (
+            r.and_then(|r| r.max_rss_p95_bytes),
+            r.and_then(|r| r.cpu_p50_ms),
+        );
+        peaks.extend(peak);
+        cpu_ms += cpu.unwrap_or(0.0);
+        if peak.is_none() || cpu.is_none() {
+            without += 1;
+        }
+    }
+    let at_once = parallel.max(1).min(peaks.len());
+    let peak_memory_bytes = (!peaks.is_empty()).then(|| {
+        peaks.select_nth_unstable_by(at_once - 1, |a, b| b.total_cmp(a));
+        peaks[..at_once].iter().sum::<f64>().ceil() as u64
+    });
+    ResourceEstimate {
+        peak_memory_bytes,
+        cpu_hours: cpu_ms / 3_600_000.0,
+        runs_without_resources: without,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -342,5 +397,34 @@ mod tests {
         // A cycle between two jobs ends.
         let cycle = eta(&[vec![1], vec![0]], &[left(1, 1.0), left(1, 2.0)], 1);
         assert_eq!(cycle.critical_path_ms, 3.0);
+    }
+
+    #[test]
+    fn memory_is_the_largest_peaks_at_once_and_cpu_the_sum_of_medians() {
+        // Jobs 0 (1 GiB, 1 min of CPU), 1 (4 GiB, 2 min) and 2 (no history).
+        let p = plan(&[(0, &[]), (0, &[]), (1, &[]), (1, &[]), (2, &[])]);
+        let gib = (1u64 << 30) as f64;
+        let of = [
+            Some(JobResources {
+                max_rss_p95_bytes: Some(gib),
+                cpu_p50_ms: Some(60_000.0),
+            }),
+            Some(JobResources {
+                max_rss_p95_bytes: Some(4.0 * gib),
+                cpu_p50_ms: Some(120_000.0),
+            }),
+            None,
+        ];
+        let one = resources(&p, &of, 1);
+        assert_eq!(one.peak_memory_bytes, Some(4 << 30));
+        assert!((one.cpu_hours - 0.1).abs() < 1e-9, "{one:?}");
+        assert_eq!(one.runs_without_resources, 1);
+        assert_eq!(resources(&p, &of, 3).peak_memory_bytes, Some(9 << 30));
+        // More slots than runs with a peak: every peak at once.
+        assert_eq!(resources(&p, &of, 50).peak_memory_bytes, Some(10 << 30));
+        assert_eq!(
+            resources(&plan(&[(2, &[])]), &of, 4).peak_memory_bytes,
+            None
+        );
     }
 }

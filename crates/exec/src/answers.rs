@@ -13,7 +13,7 @@
 use std::collections::BTreeMap;
 
 use databuild_log::{
-    BuildRequestRow, EventData, JobRunRow, Kind, RequestPartitionRow, Status, WantRow,
+    BuildRequestRow, EventData, JobRunRow, Kind, RequestPartitionRow, RunResources, Status, WantRow,
 };
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
@@ -833,6 +833,37 @@ pub struct JobRun {
     pub started_at_ns: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ended_at_ns: Option<i64>,
+    /// Which attempt of its outputs it was (1 for the first), of a run that failed, or
+    /// completed since format version 6. Shown by `runs ID` and `GET /api/v1/job-runs/{id}`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attempt: Option<u32>,
+    /// What it cost, measured by DataBuild, of a run that completed or failed (format version
+    /// 6). Shown by `runs ID` and `GET /api/v1/job-runs/{id}`, not in listings.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<RunResources>,
+    /// What its job reported (`metrics` of its report), by output ref then name.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub metrics: BTreeMap<String, BTreeMap<String, f64>>,
+}
+
+impl JobRun {
+    /// The run with what its end recorded: its attempt, resources and reported metrics.
+    pub fn with_end(mut self, end: &databuild_log::Event) -> JobRun {
+        let d = &end.data;
+        self.attempt = d.attempt;
+        self.resources = d.resources;
+        if let Some(serde_json::Value::Object(by_ref)) = &d.metrics {
+            self.metrics = by_ref
+                .iter()
+                .map(|(r, named)| {
+                    let numbers = named.as_object().into_iter().flatten();
+                    let numbers = numbers.filter_map(|(n, v)| Some((n.clone(), v.as_f64()?)));
+                    (r.clone(), numbers.collect())
+                })
+                .collect();
+        }
+        self
+    }
 }
 
 impl From<&JobRunRow> for JobRun {
@@ -862,6 +893,9 @@ impl From<&JobRunRow> for JobRun {
             scheduled_at_ns: r.scheduled_at,
             started_at_ns: r.started_at,
             ended_at_ns: r.ended_at,
+            attempt: None,
+            resources: None,
+            metrics: BTreeMap::new(),
         }
     }
 }
@@ -1183,6 +1217,130 @@ pub struct JobList {
 pub struct JobDetail {
     pub job: JobStats,
     pub runs: Vec<JobRun>,
+    /// The p50 and p95 of each resource and reported metric over its last runs
+    /// ([`TREND_RUNS`] at most), by name.
+    #[serde(default)]
+    pub trends: Vec<MetricTrend>,
+}
+
+/// How many of a job's latest runs its trends (`jobs NAME`) and a plan's price are taken from.
+pub const TREND_RUNS: usize = 1000;
+
+/// One resource or reported metric of a job, over its last runs: a resource once per run, a
+/// reported metric once per output ref.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct MetricTrend {
+    /// A resource (`wall_ms`, `max_rss_bytes`, ...) or a metric the job reports (`rows`).
+    pub name: String,
+    /// Whether DataBuild measured it (a resource) or the job reported it.
+    pub kind: MetricKind,
+    pub p50: f64,
+    pub p95: f64,
+    /// How many values they were taken from.
+    pub count: u64,
+}
+
+/// Who recorded a metric.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum MetricKind {
+    /// Measured by DataBuild for every run (contract section 4, `runs`).
+    Resource,
+    /// Reported by the job (`DATABUILD_REPORT`'s `metrics`).
+    Reported,
+}
+
+impl MetricKind {
+    pub fn of(name: &str) -> MetricKind {
+        if databuild_core::RESOURCE_METRICS.contains(&name) {
+            MetricKind::Resource
+        } else {
+            MetricKind::Reported
+        }
+    }
+}
+
+/// A metric's value with its unit, read from its name: `_ms` a duration, `_bytes` a size, any
+/// other a plain number.
+pub fn metric_text(name: &str, v: f64) -> String {
+    if name.ends_with("_ms") {
+        match v {
+            v if v < 1000.0 => format!("{}ms", crate::anomaly::number(v.round())),
+            v if v < 60_000.0 => format!("{:.1}s", v / 1000.0),
+            v if v < 3_600_000.0 => format!("{:.1}m", v / 60_000.0),
+            v => format!("{:.1}h", v / 3_600_000.0),
+        }
+    } else if name.ends_with("_bytes") {
+        const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+        let mut x = v;
+        let mut unit = 0;
+        while x.abs() >= 1024.0 && unit + 1 < UNITS.len() {
+            x /= 1024.0;
+            unit += 1;
+        }
+        if unit == 0 {
+            format!("{} B", crate::anomaly::number(x))
+        } else {
+            format!("{x:.1} {}", UNITS[unit])
+        }
+    } else {
+        crate::anomaly::number(v)
+    }
+}
+
+/// A job page's chart of one metric: each partition's latest value in key order (the last
+/// [`CHART_PARTITIONS`]), the band learned as an anomaly check learns it, and which failed one.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MetricChart {
+    pub metric: String,
+    pub points: Vec<ChartPoint>,
+    /// The band of the last values that failed no check, as [`crate::anomaly::Band`] learns it
+    /// (k = 3); none below its minimum history.
+    pub band: Option<(f64, f64)>,
+    pub median: Option<f64>,
+}
+
+/// How many partitions a job page charts.
+pub const CHART_PARTITIONS: usize = 100;
+
+/// One partition of a [`MetricChart`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ChartPoint {
+    pub partition_ref: String,
+    pub value: f64,
+    /// Its current instance failed an anomaly check of this metric.
+    pub anomaly: bool,
+}
+
+/// A run's resource or metric beside its job's p50 (the run page).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AgainstP50 {
+    pub name: String,
+    pub partition_ref: String,
+    pub value: f64,
+    pub p50: Option<f64>,
+}
+
+/// `GET /api/v1/metrics`: one metric of a job's partitions, in key order (ref, then run).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct MetricSeries {
+    /// The job whose partitions these are.
+    pub job: String,
+    pub metric: String,
+    pub values: Vec<MetricPoint>,
+    /// The last ref of this page, to pass as `after` for the next; none on the last page.
+    pub next: Option<String>,
+}
+
+/// One run's value of a metric for one partition.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct MetricPoint {
+    pub partition_ref: String,
+    pub job_run_id: String,
+    pub value: f64,
+    #[schema(format = DateTime)]
+    pub recorded_at: String,
+    pub recorded_at_ns: i64,
 }
 
 /// A want as the API shows it.
@@ -1651,6 +1809,29 @@ pub struct PlanCost {
     pub work_p95_s: f64,
     pub runs_without_history: usize,
     pub jobs_without_history: Vec<String>,
+    /// An upper bound of the memory the plan's runs hold at once at `parallel`: the sum of the
+    /// `parallel` largest p95 peak memories (`max_rss_bytes`) among its runs' jobs. None when no
+    /// job of the plan has a recorded peak. (Absent from a service from before it.)
+    #[serde(default)]
+    pub peak_memory_bytes: Option<u64>,
+    /// The CPU time the plan will take: Σ runs × their job's median CPU time (user + system).
+    #[serde(default)]
+    pub cpu_hours: f64,
+    /// Runs whose job has no recorded peak memory or CPU time, counted as none.
+    #[serde(default)]
+    pub runs_without_resources: usize,
+}
+
+impl PlanCost {
+    /// With what the plan's runs will use besides time.
+    pub fn with_resources(self, r: databuild_core::estimate::ResourceEstimate) -> PlanCost {
+        PlanCost {
+            peak_memory_bytes: r.peak_memory_bytes,
+            cpu_hours: r.cpu_hours,
+            runs_without_resources: r.runs_without_resources,
+            ..self
+        }
+    }
 }
 
 impl From<databuild_core::estimate::Estimate> for PlanCost {
@@ -1665,6 +1846,9 @@ impl From<databuild_core::estimate::Estimate> for PlanCost {
             work_p95_s: s(e.work_p95_ms),
             runs_without_history: e.runs_without_history,
             jobs_without_history: e.jobs_without_history,
+            peak_memory_bytes: None,
+            cpu_hours: 0.0,
+            runs_without_resources: 0,
         }
     }
 }
@@ -1836,6 +2020,7 @@ pub mod route {
     pub const JOBS: &str = "/api/v1/jobs";
     pub const JOB: &str = "/api/v1/jobs/{name}";
     pub const JOB_RUNS: &str = "/api/v1/jobs/{name}/runs";
+    pub const METRICS: &str = "/api/v1/metrics";
     pub const RUN: &str = "/api/v1/job-runs/{id}";
     pub const RUN_LOG: &str = "/api/v1/job-runs/{id}/log";
     pub const RUN_LOG_CHUNK: &str = "/api/v1/job-runs/{id}/log/chunk";

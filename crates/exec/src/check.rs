@@ -23,7 +23,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use databuild_core::{Check, Graph, Producer};
+use databuild_core::{Check, Graph, MetricRule, Producer};
 use databuild_log::{CheckRow, Event};
 
 /// One check to run against one partition.
@@ -41,6 +41,66 @@ pub struct CheckRun {
     /// The check's code versions now (`data::code`), recorded with its result; empty until the
     /// caller, who may read files, fills them in.
     pub code_versions: BTreeMap<String, String>,
+    /// An anomaly check's rule and where its history is (then `command` is empty).
+    pub metric: Option<MetricCheck>,
+}
+
+/// An anomaly check of one partition: its rule, and the job and output pattern whose earlier
+/// partitions it learns from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MetricCheck {
+    pub rule: MetricRule,
+    pub job: String,
+    /// The output pattern's literal prefix: history is read from refs at or after it.
+    pub from: String,
+    pub pattern: databuild_core::Pattern,
+}
+
+impl MetricCheck {
+    /// The history query of the partition `r`: the window's worth of refs before it, read with
+    /// room for refs of the job's other outputs that share the prefix (filtered by [`Self::learn`]).
+    pub fn query<'a>(&'a self, r: &'a str) -> databuild_log::HistoryQuery<'a> {
+        databuild_log::HistoryQuery {
+            job: &self.job,
+            name: &self.rule.metric,
+            from: &self.from,
+            before: r,
+            limit: self.rule.window as usize * 4,
+        }
+    }
+
+    /// Of the rows the history query read, the values of this output's partitions, the window's
+    /// worth nearest first.
+    pub fn learn(&self, rows: &[(String, f64)]) -> Vec<f64> {
+        rows.iter()
+            .filter(|(r, _)| self.pattern.match_ref(r).is_some())
+            .map(|(_, v)| *v)
+            .take(self.rule.window as usize)
+            .collect()
+    }
+}
+
+/// An anomaly check's result: `value` (what the run recorded of the metric for the partition, if
+/// anything) judged against the band of `history`.
+pub fn judge(c: &CheckRun, m: &MetricCheck, value: Option<f64>, history: &[f64]) -> CheckOutcome {
+    let verdict = crate::anomaly::Verdict::of(value, history, &m.rule);
+    CheckOutcome {
+        partition_ref: c.partition_ref.clone(),
+        name: c.name.clone(),
+        version: Some(c.version.clone()),
+        command: Vec::new(),
+        blocking: c.blocking,
+        passed: verdict.passed(),
+        message: verdict.message(&m.rule.metric, value),
+        metrics: Some(verdict.detail(value)),
+        inline: false,
+        code_versions: c.code_versions.clone(),
+    }
+}
+
+/// The value of metric `name` for output `r` in a job's report (`"metrics": {"<ref>": {...}}`).
+pub fn reported(report: Option<&serde_json::Value>, r: &str, name: &str) -> Option<f64> {
+    report?.get("metrics")?.get(r)?.get(name)?.as_f64()
 }
 
 /// The result of one check of one partition, as it is recorded.
@@ -251,11 +311,14 @@ pub fn runs_for(graph: &Graph, r: &str) -> Vec<CheckRun> {
     }
     let mut fields = Vec::new();
     let mut types = serde_json::Map::new();
-    if let Some((p @ Producer::Job { .. }, values)) = graph.producer_of(r) {
-        for ((name, ty), v) in graph.pattern_of(p).fields().zip(values) {
+    let mut of = None;
+    if let Some((p @ Producer::Job { job, .. }, values)) = graph.producer_of(r) {
+        let pattern = graph.pattern_of(p);
+        for ((name, ty), v) in pattern.fields().zip(values) {
             fields.push((name.to_string(), v.to_string()));
             types.insert(name.to_string(), ty.to_string().into());
         }
+        of = Some((graph.jobs[job].name.clone(), pattern.clone()));
     }
     checks
         .into_iter()
@@ -269,6 +332,16 @@ pub fn runs_for(graph: &Graph, r: &str) -> Vec<CheckRun> {
             fields: fields.clone(),
             types: types.clone(),
             code_versions: BTreeMap::new(),
+            metric: c
+                .metric
+                .clone()
+                .zip(of.clone())
+                .map(|(rule, (job, pattern))| MetricCheck {
+                    rule,
+                    job,
+                    from: pattern.literal_prefix().to_string(),
+                    pattern,
+                }),
         })
         .collect()
 }
@@ -482,5 +555,54 @@ blocking = false
             Err(InlineCheckError::NotAList)
         );
         assert!(inline(None, &outputs).unwrap().is_empty());
+    }
+
+    #[test]
+    fn an_anomaly_check_learns_from_its_outputs_partitions_before_it() {
+        let g = Graph::parse(
+            r#"
+[graph]
+name = "g"
+[[job]]
+name = "a"
+outputs = ["a/{n:int}", "a/x/{n:int}"]
+command = ["true"]
+[[check]]
+name = "band"
+applies_to = "a/{n:int}"
+metric = "rows"
+window = 5
+"#,
+            "g.toml",
+        )
+        .unwrap();
+        let runs = runs_for(&g, "a/9");
+        let m = runs[0].metric.as_ref().expect("an anomaly check");
+        assert!(runs[0].command.is_empty());
+        assert_eq!((m.job.as_str(), m.from.as_str()), ("a", "a/"));
+        let q = m.query("a/9");
+        assert_eq!((q.before, q.name, q.limit), ("a/9", "rows", 20));
+        // Refs of the job's other output share the prefix: they are not this output's history.
+        let rows: Vec<(String, f64)> = [("a/x/8", 1.0), ("a/8", 250.0), ("a/7", 240.0)]
+            .into_iter()
+            .chain((1..=6).map(|i| ("a/6", i as f64)))
+            .map(|(r, v)| (r.to_string(), v))
+            .collect();
+        assert_eq!(m.learn(&rows), [250.0, 240.0, 1.0, 2.0, 3.0]);
+        let outcome = judge(&runs[0], m, Some(12.0), &[250.0; 5]);
+        assert!(!outcome.passed && outcome.blocking);
+        assert_eq!(
+            outcome.message,
+            "rows = 12 outside the expected 225–275 (median 250 of the last 5 partitions)"
+        );
+        assert_eq!(outcome.metrics.unwrap()["low"], 225.0);
+        assert_eq!(
+            reported(
+                Some(&serde_json::json!({"metrics": {"a/9": {"rows": 3}}})),
+                "a/9",
+                "rows"
+            ),
+            Some(3.0)
+        );
     }
 }

@@ -58,6 +58,16 @@ impl Fields {
 /// The sha256 of a file's bytes, read through `buf` (a [`READ`]-sized buffer, reused): an empty
 /// file costs one open and one read.
 pub fn file_sha256(path: &Path, buf: &mut [u8]) -> std::io::Result<[u8; 32]> {
+    file_sha256_counted(path, buf, &mut 0)
+}
+
+/// [`file_sha256`], adding the bytes it read to `bytes` (a run's output size costs no read
+/// of its own).
+pub fn file_sha256_counted(
+    path: &Path,
+    buf: &mut [u8],
+    bytes: &mut u64,
+) -> std::io::Result<[u8; 32]> {
     let mut file = std::fs::File::open(path)?;
     let mut h = Sha256::new();
     loop {
@@ -68,6 +78,7 @@ pub fn file_sha256(path: &Path, buf: &mut [u8]) -> std::io::Result<[u8; 32]> {
             Err(e) => return Err(e),
         };
         h.update(&buf[..n]);
+        *bytes += n as u64;
     }
     Ok(h.finalize().into())
 }

@@ -15,13 +15,15 @@
 //! - [`data`]: the data and its versions: data versions and staleness ([`data::versions`]), the
 //!   data dir, sources' raw records, table jobs, configs re-checked, the planner's
 //!   [`LocalResolver`], and other DataBuild services upstream.
-//! - [`check`]: what a check's result means, purely (running one is [`run::check`]).
+//! - [`check`]: what a check's result means, purely (running one is [`run::check`]);
+//!   [`anomaly`]: the band an anomaly check learns and its verdict.
 //! - [`answers`]: every answer of the API and of `--json`, as a type; [`EngineError`] is what
 //!   the engine's calls fail with.
 //!
 //! [`EngineConfig`] is what the binary read at its edge (the [`Clock`], the upstream token); the
 //! engine is given it and reads no environment itself.
 
+pub mod anomaly;
 pub mod answers;
 pub mod check;
 pub mod config;

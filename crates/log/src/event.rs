@@ -7,7 +7,7 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 /// Version of the event format. Bump it when a field is added to [`Event`] or [`EventData`].
-pub const FORMAT_VERSION: u32 = 5;
+pub const FORMAT_VERSION: u32 = 6;
 
 #[derive(
     Debug,
@@ -282,8 +282,8 @@ pub struct EventData {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<String>)]
     pub retry_at: Option<i64>,
-    /// job_run scheduled and failed: which attempt of its outputs this run is (1 for the first),
-    /// and how many the job allows (`retries` + 1).
+    /// job_run failed, and completed (format version 6): which attempt of its outputs this run
+    /// is (1 for the first), and (failed) how many the job allows (`retries` + 1).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub attempt: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -311,8 +311,14 @@ pub struct EventData {
     pub check_command: Vec<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub blocking: Option<bool>,
+    /// job_run completed: the metrics the job reported in `DATABUILD_REPORT`, by output ref
+    /// then name (`{"<ref>": {"rows": 1234}}`, numbers only; format version 6).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub metrics: Option<serde_json::Value>,
+    /// job_run completed and failed: what the run cost, measured by DataBuild (format version
+    /// 6); its outputs are named in `outputs`, so each measure is kept per output ref.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub resources: Option<RunResources>,
     /// check: reported by the job itself in `DATABUILD_REPORT` (`checks`), not run by DataBuild.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub inline: bool,
@@ -348,6 +354,72 @@ impl Cutoff {
         [Cutoff::RebuiltUnchanged, Cutoff::InputsUnchanged]
             .into_iter()
             .find(|c| message == Some(c.message()))
+    }
+}
+
+/// What a run cost, measured without the job's help: each `None` where its executor cannot know
+/// it (a Slurm cluster without accounting has no CPU time or peak memory). Recorded on a run's
+/// `completed` or `failed` event (`resources`) and kept per output ref in `run_metrics` under the
+/// names of [`RunResources::values`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(default)]
+pub struct RunResources {
+    /// From its process's start to its end.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub wall_ms: Option<u64>,
+    /// CPU time of the job and every descendant it waited for.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu_user_ms: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu_system_ms: Option<u64>,
+    /// The peak resident memory of its largest single process (the kernel's `ru_maxrss`, or
+    /// Slurm's `MaxRSS`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_rss_bytes: Option<u64>,
+    /// Block I/O: bytes read from and written to storage devices; reads the page cache served
+    /// are not counted.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub read_bytes: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub write_bytes: Option<u64>,
+    /// The size of its outputs, summed (of a run that succeeded).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub output_bytes: Option<u64>,
+    /// From its claim (`queued`) to its process's start.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub queue_wait_ms: Option<u64>,
+}
+
+impl RunResources {
+    /// The measures' names, in `run_metrics` and answers (the fields'), which a job's reported
+    /// metrics may not take.
+    pub const NAMES: [&'static str; 8] = [
+        "wall_ms",
+        "cpu_user_ms",
+        "cpu_system_ms",
+        "max_rss_bytes",
+        "read_bytes",
+        "write_bytes",
+        "output_bytes",
+        "queue_wait_ms",
+    ];
+
+    /// The measures known, by their names ([`RunResources::NAMES`]).
+    pub fn values(&self) -> impl Iterator<Item = (&'static str, u64)> {
+        let values = [
+            self.wall_ms,
+            self.cpu_user_ms,
+            self.cpu_system_ms,
+            self.max_rss_bytes,
+            self.read_bytes,
+            self.write_bytes,
+            self.output_bytes,
+            self.queue_wait_ms,
+        ];
+        Self::NAMES
+            .into_iter()
+            .zip(values)
+            .filter_map(|(name, v)| v.map(|v| (name, v)))
     }
 }
 

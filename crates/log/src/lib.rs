@@ -23,7 +23,7 @@ extern crate self as databuild_log;
 #[cfg(test)]
 mod testing;
 
-pub use event::{AfterFailure, Cutoff, Event, EventData, Kind, Status};
+pub use event::{AfterFailure, Cutoff, Event, EventData, Kind, RunResources, Status};
 pub use postgres::PostgresStore;
 pub use replay::{check_store, CheckReport, Replay};
 pub use sqlite::SqliteStore;

@@ -569,6 +569,39 @@ fn human_bytes(n: usize) -> String {
     }
 }
 
+/// One row of `run_metrics`: a measure DataBuild took of a run (the names of
+/// [`crate::RunResources::values`]) or a metric its job reported, for one of its output refs.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct MetricValue {
+    pub job: String,
+    pub name: String,
+    pub partition_ref: String,
+    pub job_run_id: String,
+    pub value: f64,
+    /// When the run ended (ns since the epoch).
+    pub recorded_at: i64,
+}
+
+/// Where a page of [`EventStore::metric_values`] starts: after this partition ref and run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MetricKey {
+    pub partition_ref: String,
+    pub job_run_id: String,
+}
+
+/// Which earlier values an anomaly check learns from ([`EventStore::metric_history`]): `job`'s
+/// metric `name` of the partitions with refs in `from..before`, nearest `before` first.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HistoryQuery<'a> {
+    pub job: &'a str,
+    pub name: &'a str,
+    /// The lowest ref (inclusive): the output pattern's literal prefix.
+    pub from: &'a str,
+    /// The partition judged: only refs before it (in key order) are read.
+    pub before: &'a str,
+    pub limit: usize,
+}
+
 /// The build event log. Implementations validate every event against [`crate::state`] and keep
 /// their projections in the same transaction as the events they derive from.
 pub trait EventStore: Send + Sync {
@@ -649,6 +682,26 @@ pub trait EventStore: Send + Sync {
         self.job_runs(query)?.into_iter().for_each(each);
         Ok(())
     }
+    /// Up to `limit` values of metric `name` of `job`'s runs, in key order: by partition ref,
+    /// then by run (run ids are time-ordered), after `after`. An index range: one job's history
+    /// of one metric, partition by partition, for trends.
+    fn metric_values(
+        &self,
+        job: &str,
+        name: &str,
+        after: Option<&MetricKey>,
+        limit: usize,
+    ) -> Result<Vec<MetricValue>>;
+    /// Every value of `run_metrics` of one run, by partition ref then name.
+    fn run_metrics(&self, job_run_id: &str) -> Result<Vec<MetricValue>>;
+    /// The values an anomaly check learns from, as `(partition ref, value)`: of each partition's
+    /// current instance only, while it is available and failed no check (a partition that failed
+    /// one would teach the band its own anomaly). An index range read backwards, so bounded by
+    /// `limit` but for the failed ones it skips.
+    fn metric_history(&self, q: &HistoryQuery<'_>) -> Result<Vec<(String, f64)>>;
+    /// Every value of `run_metrics` of `job`'s last `runs` runs (by when they were scheduled):
+    /// a bounded sample its percentiles are taken from.
+    fn recent_metrics(&self, job: &str, runs: usize) -> Result<Vec<MetricValue>>;
     /// Metrics per job (one job when `job` is given).
     fn job_stats(&self, job: Option<&str>) -> Result<Vec<JobStats>>;
     /// How many of one build's runs each job has in each status, and how many distinct planned

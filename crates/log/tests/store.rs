@@ -1273,7 +1273,7 @@ fn a_version_7_log_gains_the_readers_index_in_place() {
     sqlite_exec(
         &path,
         &format!(
-            "{UNDO_V9_V13} drop table run_inputs; alter table job_runs drop column input_runs;
+            "{UNDO_V15} {UNDO_V9_V13} drop table run_inputs; alter table job_runs drop column input_runs;
              update meta set value = 7 where key = 'schema_version';"
         ),
     );
@@ -1421,7 +1421,7 @@ fn a_version_12_log_gains_code_versions_in_place() {
     drop(store);
     sqlite_exec(
         &path,
-        &format!("{UNDO_V13} update meta set value = 12 where key = 'schema_version';"),
+        &format!("{UNDO_V15} {UNDO_V13} update meta set value = 12 where key = 'schema_version';"),
     );
     let store = SqliteStore::open(&path).unwrap();
     let old = store.job_run("r1").unwrap().expect("the old run");
@@ -1445,6 +1445,165 @@ fn a_version_12_log_gains_code_versions_in_place() {
     let report = databuild_log::check_store(&store).unwrap();
     assert!(report.problems.is_empty(), "{:?}", report.problems);
 }
+
+/// What schema version 15 added, undone (every older log lacks it).
+const UNDO_V15: &str = "drop table run_metrics;";
+
+/// A version 14 log gains `run_metrics` in place, and a run that ends after the upgrade fills it.
+#[test]
+fn a_version_14_log_gains_run_metrics_in_place() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("v14.db");
+    let store = SqliteStore::open(&path).unwrap();
+    store.append(build_events("b1", "r1", "a/1")).unwrap();
+    drop(store);
+    sqlite_exec(
+        &path,
+        &format!("{UNDO_V15} update meta set value = 14 where key = 'schema_version';"),
+    );
+    let store = SqliteStore::open(&path).unwrap();
+    assert!(store.run_metrics("r1").unwrap().is_empty());
+    store.append(measured_build("b2", "r2", "a/1", 7)).unwrap();
+    assert_eq!(store.run_metrics("r2").unwrap().len(), 3);
+}
+
+/// A build of `p` whose run's end records its wall time (`ms`), its CPU time, and a `rows`
+/// metric its job reported.
+fn measured_build(br: &str, run: &str, p: &str, ms: u64) -> Vec<Event> {
+    let mut events = build_events(br, run, p);
+    let end = events
+        .iter_mut()
+        .find(|e| e.kind == Kind::JobRun && e.status == Status::Completed)
+        .unwrap();
+    end.data.outputs = vec![p.into()];
+    end.data.resources = Some(RunResources {
+        wall_ms: Some(ms),
+        cpu_user_ms: Some(ms / 2),
+        ..RunResources::default()
+    });
+    end.data.metrics = Some(serde_json::json!({ p: {"rows": ms * 10} }));
+    events
+}
+
+/// A run's measures and reported metrics are kept per output ref, and read back one job's
+/// metric at a time in key order (ref, then run), a page at a time, or one run's at once.
+fn run_metrics_are_kept_per_ref_and_read_in_key_order(backend: Backend) {
+    let (_dir, store) = store_on(backend);
+    // Run ids in time order, as UUIDv7s are; refs out of order.
+    for (i, p) in ["b/1", "a/1", "b/1"].iter().enumerate() {
+        let run = format!("r{i}");
+        store
+            .append(measured_build(&format!("b{i}"), &run, p, 100 + i as u64))
+            .unwrap();
+    }
+    let failed = vec![
+        Event::build_request("b9", Status::Received)
+            .with_data(|d| d.requested = vec!["c/1".into()]),
+        Event::job_run("b9", "r9", "job", Status::Scheduled)
+            .with_data(|d| d.outputs = vec!["c/1".into()]),
+        Event::job_run("b9", "r9", "job", Status::Running),
+        Event::job_run("b9", "r9", "job", Status::Failed).with_data(|d| {
+            d.outputs = vec!["c/1".into()];
+            d.resources = Some(RunResources {
+                wall_ms: Some(5),
+                ..RunResources::default()
+            });
+        }),
+    ];
+    store.append(failed).unwrap();
+    let key = |m: &MetricValue| (m.partition_ref.clone(), m.job_run_id.clone(), m.value);
+    let wall: Vec<_> = store
+        .metric_values("job", "wall_ms", None, 10)
+        .unwrap()
+        .iter()
+        .map(key)
+        .collect();
+    let row = |r: &str, run: &str, v: f64| (r.to_string(), run.to_string(), v);
+    assert_eq!(
+        wall,
+        [
+            row("a/1", "r1", 101.0),
+            row("b/1", "r0", 100.0),
+            row("b/1", "r2", 102.0),
+            row("c/1", "r9", 5.0)
+        ]
+    );
+    let after = MetricKey {
+        partition_ref: "a/1".into(),
+        job_run_id: "r1".into(),
+    };
+    let page: Vec<_> = store
+        .metric_values("job", "rows", Some(&after), 1)
+        .unwrap()
+        .iter()
+        .map(key)
+        .collect();
+    assert_eq!(page, [row("b/1", "r0", 1000.0)]);
+    assert!(store
+        .metric_values("other", "wall_ms", None, 10)
+        .unwrap()
+        .is_empty());
+    let names: Vec<String> = store
+        .run_metrics("r2")
+        .unwrap()
+        .into_iter()
+        .map(|m| m.name)
+        .collect();
+    assert_eq!(names, ["cpu_user_ms", "rows", "wall_ms"]);
+    let sql = store
+        .sql(
+            "SELECT value FROM run_metrics WHERE job = 'job' AND name = 'rows' AND partition_ref = 'a/1'",
+            SqlLimits::default(),
+        )
+        .unwrap();
+    assert_eq!(sql.rows.len(), 1);
+}
+on_every_backend!(run_metrics_are_kept_per_ref_and_read_in_key_order);
+
+/// An anomaly check learns from the partitions before the one it judges, nearest first, each's
+/// current instance, none that failed a check; a job's last runs give its percentiles' sample.
+fn metric_history_skips_failed_checks_and_reads_backwards(backend: Backend) {
+    let (_dir, store) = store_on(backend);
+    for i in 1..=5u64 {
+        let p = format!("d/{i}");
+        store
+            .append(measured_build(
+                &format!("b{i}"),
+                &format!("r{i}"),
+                &p,
+                10 * i,
+            ))
+            .unwrap();
+    }
+    // d/3 failed a check; x/1 is outside the output's range.
+    store
+        .append(vec![Event::check(None, "d/3", "r3", "rows_band", false)])
+        .unwrap();
+    store.append(measured_build("b9", "r9", "x/1", 1)).unwrap();
+    let q = HistoryQuery {
+        job: "job",
+        name: "rows",
+        from: "d/",
+        before: "d/5",
+        limit: 10,
+    };
+    let history = store.metric_history(&q).unwrap();
+    let want = |r: &str, v: f64| (r.to_string(), v);
+    assert_eq!(
+        history,
+        [want("d/4", 400.0), want("d/2", 200.0), want("d/1", 100.0)]
+    );
+    let two = store
+        .metric_history(&HistoryQuery { limit: 2, ..q })
+        .unwrap();
+    assert_eq!(two, [want("d/4", 400.0), want("d/2", 200.0)]);
+    let recent = store.recent_metrics("job", 2).unwrap();
+    let runs: std::collections::BTreeSet<&str> =
+        recent.iter().map(|m| m.job_run_id.as_str()).collect();
+    assert_eq!(runs.len(), 2, "{recent:?}");
+    assert!(store.recent_metrics("other", 2).unwrap().is_empty());
+}
+on_every_backend!(metric_history_skips_failed_checks_and_reads_backwards);
 
 /// What schema version 14 changed, undone: the partial index of unfinished runs without `queued`.
 const UNDO_V14: &str = "drop index job_runs_unfinished;
@@ -1472,7 +1631,7 @@ fn a_version_13_log_gains_queued_in_its_unfinished_index_in_place() {
     drop(store);
     sqlite_exec(
         &path,
-        &format!("{UNDO_V14} update meta set value = 13 where key = 'schema_version';"),
+        &format!("{UNDO_V15} {UNDO_V14} update meta set value = 13 where key = 'schema_version';"),
     );
     assert!(!unfinished_index(&path).contains("queued"));
     let store = SqliteStore::open(&path).unwrap();
@@ -1495,7 +1654,9 @@ fn a_version_8_log_gains_check_results_in_place() {
     drop(store);
     sqlite_exec(
         &path,
-        &format!("{UNDO_V9_V13} update meta set value = 8 where key = 'schema_version';"),
+        &format!(
+            "{UNDO_V15} {UNDO_V9_V13} update meta set value = 8 where key = 'schema_version';"
+        ),
     );
     let store = SqliteStore::open(&path).unwrap();
     store
@@ -1521,7 +1682,7 @@ fn a_version_1_log_is_upgraded_in_place_and_keeps_its_events() {
     sqlite_exec(
         &path,
         &format!(
-            "{UNDO_V9_V13} drop index events_of_alias; drop table wants; drop index events_of_wants;
+            "{UNDO_V15} {UNDO_V9_V13} drop index events_of_alias; drop table wants; drop index events_of_wants;
          drop table job_counts; drop table partition_counts;
          alter table partitions drop column prev_status;
          alter table partitions drop column prev_job_run_id;

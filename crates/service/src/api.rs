@@ -702,6 +702,33 @@ pub(crate) async fn job_runs(
     .await
 }
 
+/// The query of `GET /api/v1/metrics`.
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct MetricsQuery {
+    /// A job's name or one of its output patterns.
+    pattern: String,
+    /// A resource (`wall_ms`, `max_rss_bytes`, ...) or a metric the job reports (`rows`).
+    metric: String,
+    /// Values of refs after this one (the `next` of the previous page).
+    after: Option<String>,
+    #[param(minimum = 0, maximum = 4294967296_u64)]
+    limit: Option<usize>,
+}
+
+#[utoipa::path(get, path = route::METRICS, summary = "One metric over a job's partitions, in key order", params(MetricsQuery), responses((status = 200, body = answers::MetricSeries), (status = 400, body = ErrorBody), (status = 404, description = "No such job or output pattern", body = ErrorBody)))]
+pub(crate) async fn metric_series(
+    State(state): Shared,
+    ApiQuery(q): ApiQuery<MetricsQuery>,
+) -> ApiResult<Json<answers::MetricSeries>> {
+    let limit = limit(q.limit, 1000)?.min(10_000);
+    blocking(&state, move |engine| {
+        engine_api::metric_series(engine, &q.pattern, &q.metric, q.after.as_deref(), limit)
+            .map(Json)
+    })
+    .await
+}
+
 #[utoipa::path(get, path = route::RUN, summary = "One job run", params(("id" = String, Path)), responses((status = 200, body = answers::JobRun), (status = 400, description = "The id is a prefix of more than one", body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub(crate) async fn get_run(
     State(state): Shared,

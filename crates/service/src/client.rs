@@ -59,6 +59,15 @@ pub trait Api {
     fn datasets(&self, exact: bool) -> ApiResult<DatasetList>;
     fn jobs(&self) -> ApiResult<JobList>;
     fn job(&self, name: &str) -> ApiResult<JobDetail>;
+    /// One metric over a job's partitions (`pattern`: the job or an output pattern), in key
+    /// order after the ref `after`.
+    fn metric_series(
+        &self,
+        pattern: &str,
+        metric: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> ApiResult<databuild_exec::answers::MetricSeries>;
     fn run(&self, id: &str) -> ApiResult<JobRun>;
     /// The tail of a run's log.
     fn run_log(&self, id: &str) -> ApiResult<String>;
@@ -171,6 +180,15 @@ impl Api for InProcess {
     }
     fn job(&self, name: &str) -> ApiResult<JobDetail> {
         engine_api::job(&self.engine, name)
+    }
+    fn metric_series(
+        &self,
+        pattern: &str,
+        metric: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> ApiResult<databuild_exec::answers::MetricSeries> {
+        engine_api::metric_series(&self.engine, pattern, metric, after, limit)
     }
     fn run(&self, id: &str) -> ApiResult<JobRun> {
         engine_api::run(&self.engine, id)
@@ -623,6 +641,24 @@ impl Api for Http {
     }
     fn job(&self, name: &str) -> ApiResult<JobDetail> {
         self.get(&route::fill(route::JOB, name))
+    }
+    fn metric_series(
+        &self,
+        pattern: &str,
+        metric: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> ApiResult<databuild_exec::answers::MetricSeries> {
+        self.get(&format!(
+            "{}{}",
+            route::METRICS,
+            query(&[
+                ("pattern", Some(pattern.to_string())),
+                ("metric", Some(metric.to_string())),
+                ("after", after.map(str::to_string)),
+                ("limit", Some(limit.to_string())),
+            ])
+        ))
     }
     fn run(&self, id: &str) -> ApiResult<JobRun> {
         self.get(&route::fill(route::RUN, id))

@@ -17,7 +17,7 @@ use databuild_exec::engine::lineage::{
 use databuild_exec::engine::listing::{ListedStatus, PartitionPage};
 use databuild_exec::Engine;
 use databuild_log::{
-    BuildQuery, EventFilter, IdKind, PartitionQuery, RunQuery, SqlLimits, SqlResult, Status,
+    BuildQuery, EventFilter, IdKind, Kind, PartitionQuery, RunQuery, SqlLimits, SqlResult, Status,
 };
 
 use crate::error::AppError;
@@ -415,7 +415,28 @@ pub fn job(engine: &Engine, name: &str) -> ApiResult<JobDetail> {
     Ok(JobDetail {
         job: answers::JobStats::from(stats),
         runs,
+        trends: engine.trends(name)?,
     })
+}
+
+/// The charts of a job's page.
+pub fn charts(engine: &Engine, name: &str) -> ApiResult<Vec<answers::MetricChart>> {
+    Ok(engine.charts(name)?)
+}
+
+/// A run's resources and metrics beside its job's p50 (its page).
+pub fn against_p50(engine: &Engine, run: &answers::JobRun) -> ApiResult<Vec<answers::AgainstP50>> {
+    Ok(engine.against_p50(&run.job, &run.job_run_id)?)
+}
+
+pub fn metric_series(
+    engine: &Engine,
+    pattern: &str,
+    metric: &str,
+    after: Option<&str>,
+    limit: usize,
+) -> ApiResult<answers::MetricSeries> {
+    Ok(engine.metric_series(pattern, metric, after, limit)?)
 }
 
 pub fn job_runs(engine: &Engine, name: &str, limit: usize) -> ApiResult<JobRunList> {
@@ -439,7 +460,21 @@ pub fn run(engine: &Engine, id: &str) -> ApiResult<JobRun> {
         .store
         .job_run(id)?
         .ok_or_else(|| AppError::not_found(format!("no job run `{id}`")))?;
-    Ok(JobRun::from(&run))
+    let answer = JobRun::from(&run);
+    if !matches!(run.status, Status::Completed | Status::Failed) {
+        return Ok(answer);
+    }
+    // Its end's event: what the run cost and reported (a run has a few events, by its index).
+    let end = engine.store.events(&EventFilter {
+        job_run_id: Some(id.clone()),
+        kind: Some(Kind::JobRun),
+        status: Some(run.status),
+        ..EventFilter::default()
+    })?;
+    Ok(match end.last() {
+        Some(end) => answer.with_end(end),
+        None => answer,
+    })
 }
 
 /// The most of a run's log returned (its tail).

@@ -73,6 +73,8 @@ pub struct AppState {
     pub builds: Builds,
     /// Per-source webhook rate limits.
     pub flood_guard: sources::FloodGuard,
+    /// `/metrics`' per-job histograms, fed from the log at each scrape.
+    pub run_histograms: metrics::RunHistograms,
 }
 
 impl AppState {
@@ -93,6 +95,7 @@ impl AppState {
             intervals: config.intervals,
             builds: Builds::default(),
             flood_guard: Default::default(),
+            run_histograms: Default::default(),
         }
     }
 }

@@ -50,6 +50,7 @@ use crate::error::ErrorBody;
         crate::api::list_jobs,
         crate::api::get_job,
         crate::api::job_runs,
+        crate::api::metric_series,
         crate::api::get_run,
         crate::api::run_log,
         crate::api::run_log_chunk,
@@ -301,6 +302,26 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn a_job_runs_resources_are_named_run_resources() {
+        let doc = serde_json::to_value(<super::ApiDoc as utoipa::OpenApi>::openapi()).unwrap();
+        let schemas = &doc["components"]["schemas"];
+        let resources = &schemas["JobRun"]["properties"]["resources"];
+        assert!(
+            resources
+                .to_string()
+                .contains("#/components/schemas/RunResources"),
+            "{resources}"
+        );
+        let fields = schemas["RunResources"]["properties"].as_object().unwrap();
+        let names: Vec<&str> = fields.keys().map(String::as_str).collect();
+        let mut expected = databuild_log::RunResources::NAMES.to_vec();
+        expected.sort_unstable();
+        let mut names = names;
+        names.sort_unstable();
+        assert_eq!(names, expected);
     }
 
     #[test]

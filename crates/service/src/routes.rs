@@ -41,6 +41,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route(route::JOBS, get(api::list_jobs))
         .route(route::JOB, get(api::get_job))
         .route(route::JOB_RUNS, get(api::job_runs))
+        .route(route::METRICS, get(api::metric_series))
         .route(route::RUN, get(api::get_run))
         .route(route::RUN_LOG, get(api::run_log))
         .route(route::RUN_LOG_CHUNK, get(api::run_log_chunk))

@@ -205,9 +205,38 @@ class Job:
         return self.write_text(json.dumps(value, indent=2, sort_keys=True) + "\n", ref)
 
     def report(self, values: Mapping[str, Any]) -> None:
-        """Records ``values`` (a JSON object: row counts, provenance) with the run."""
+        """Records ``values`` (a JSON object: row counts, provenance) with the run. Metrics
+        reported before with :meth:`report_metric` are kept, unless ``values`` has ``metrics``."""
         if not isinstance(values, Mapping):
             raise JobError("a report is a JSON object: pass a dict")
+        values = dict(values)
+        if "metrics" not in values and "metrics" in self._report():
+            values["metrics"] = self._report()["metrics"]
+        self._write_report(values)
+
+    def report_metric(self, ref: str, name: str, value: float) -> None:
+        """Records a number about output ``ref`` (``rows``, ``nulls``, ...) with the run, merged
+        into its report: DataBuild keeps it per partition (``runs ID``, ``run_metrics``)."""
+        if ref not in self.outputs:
+            raise JobError(
+                f"cannot report a metric of {ref!r}: it is not one of the run's outputs "
+                f"({', '.join(self.outputs)})"
+            )
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise JobError(f"metric {name!r} of {ref!r} must be a number, not {value!r}")
+        values = self._report()
+        values.setdefault("metrics", {}).setdefault(ref, {})[name] = value
+        self._write_report(values)
+
+    def _report(self) -> dict[str, Any]:
+        path = Path(self._get("DATABUILD_REPORT"))
+        try:
+            values = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return {}
+        return values if isinstance(values, dict) else {}
+
+    def _write_report(self, values: Mapping[str, Any]) -> None:
         path = Path(self._get("DATABUILD_REPORT"))
         path.write_text(json.dumps(dict(values), sort_keys=True), encoding="utf-8")
 

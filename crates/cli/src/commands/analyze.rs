@@ -266,14 +266,43 @@ fn price(e: &PlanCost) -> String {
             short_list(&e.jobs_without_history, 3)
         ),
     };
+    let memory = e.peak_memory_bytes.map_or_else(
+        || "peak memory unknown (no run recorded it)".to_string(),
+        |b| {
+            format!(
+                "peak memory at most {}",
+                databuild_exec::answers::metric_text("max_rss_bytes", b as f64)
+            )
+        },
+    );
+    let unpriced = match e.runs_without_resources {
+        0 => String::new(),
+        n => format!(
+            " ({} without recorded resources count as none)",
+            count(n, "run")
+        ),
+    };
     format!(
-        "estimated: {} at --parallel {} (p95 {}), critical path {}, job time {}{unknown}",
+        "estimated: {} at --parallel {} (p95 {}), critical path {}, job time {}{unknown}\n{memory}, {} CPU-hours{unpriced}",
         s(e.wall_p50_s),
         e.parallel,
         s(e.wall_p95_s),
         s(e.critical_path_p50_s),
         s(e.work_p50_s),
+        cpu_hours(e.cpu_hours),
     )
+}
+
+/// CPU-hours to three significant digits: a small plan's are a few thousandths.
+fn cpu_hours(h: f64) -> String {
+    match h {
+        0.0 => "0".to_string(),
+        h if h >= 100.0 => format!("{h:.0}"),
+        h => {
+            let decimals = (2 - h.log10().floor() as i32).clamp(0, 9) as usize;
+            format!("{h:.decimals$}")
+        }
+    }
 }
 
 /// What the plan is for: `analyze`'s flags, or those of the build a `build --dry-run` previews.

@@ -399,7 +399,7 @@ fn gc_kind(kind: GcKind, plural: bool) -> &'static str {
     }
 }
 
-fn human_bytes(n: u64) -> String {
+pub(super) fn human_bytes(n: u64) -> String {
     match n {
         n if n >= 1 << 30 => format!("{:.1} GiB", n as f64 / (1u64 << 30) as f64),
         n if n >= 1 << 20 => format!("{:.1} MiB", n as f64 / (1u64 << 20) as f64),

@@ -52,6 +52,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Events(args) => query::events(&backend()?, args, json),
         Command::Datasets(args) => query::datasets(&backend()?, &args, json),
         Command::Jobs(args) => query::jobs(&backend()?, &args, json),
+        Command::Metrics(args) => query::metrics(&backend()?, &args, json),
         Command::Runs(args) => query::runs(&backend()?, &args, json),
         Command::Logs(args) => query::logs(&backend()?, &args, json),
         Command::Check(args) => inspect::check(&backend()?, &args, json),

@@ -4,14 +4,14 @@ use std::io::Write;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use databuild_exec::answers::{Event, JobRun, JobStats};
+use databuild_exec::answers::{metric_text, Event, JobRun, JobStats};
 use databuild_log::{short_id, EventFilter, PartitionQuery};
 use serde_json::Value;
 
 use crate::backend::Backend;
 use crate::cli::{
-    BuildsArgs, CancelArgs, DatasetsArgs, EventsArgs, JobsArgs, LogsArgs, PartitionStatusArg,
-    PartitionsArgs, RunsArgs, SqlArgs,
+    BuildsArgs, CancelArgs, DatasetsArgs, EventsArgs, JobsArgs, LogsArgs, MetricsArgs,
+    PartitionStatusArg, PartitionsArgs, RunsArgs, SqlArgs,
 };
 use crate::output::{
     count, errln, millis, out, outln, print_json, short_list, stdout, table, text,
@@ -386,14 +386,14 @@ fn print_events(
 }
 
 pub fn jobs(backend: &Backend, args: &JobsArgs, json: bool) -> anyhow::Result<ExitCode> {
-    let (stats, recent): (Vec<JobStats>, Vec<JobRun>) = match args.name.as_deref() {
+    let (stats, recent, trends): (Vec<JobStats>, Vec<JobRun>, _) = match args.name.as_deref() {
         Some(n) => {
             let v = backend.job(n)?;
             if json {
                 print_json(&v)?;
                 return Ok(ExitCode::SUCCESS);
             }
-            (vec![v.job], v.runs)
+            (vec![v.job], v.runs, v.trends)
         }
         None => {
             let v = backend.jobs()?;
@@ -401,7 +401,7 @@ pub fn jobs(backend: &Backend, args: &JobsArgs, json: bool) -> anyhow::Result<Ex
                 print_json(&v)?;
                 return Ok(ExitCode::SUCCESS);
             }
-            (v.jobs, Vec::new())
+            (v.jobs, Vec::new(), Vec::new())
         }
     };
     let rows: Vec<Vec<String>> = stats
@@ -437,6 +437,74 @@ pub fn jobs(backend: &Backend, args: &JobsArgs, json: bool) -> anyhow::Result<Ex
             })
             .collect();
         out!("{}", table(&["RUN", "STATUS", "TOOK", "OUTPUTS"], &rows))?;
+    }
+    if !trends.is_empty() {
+        outln!(
+            "\nresources and metrics (last {} runs at most):",
+            databuild_exec::answers::TREND_RUNS
+        )?;
+        let rows: Vec<Vec<String>> = trends
+            .iter()
+            .map(|t| {
+                vec![
+                    t.name.clone(),
+                    metric_text(&t.name, t.p50),
+                    metric_text(&t.name, t.p95),
+                    t.count.to_string(),
+                ]
+            })
+            .collect();
+        out!("{}", table(&["METRIC", "P50", "P95", "VALUES"], &rows))?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `metrics PATTERN --metric NAME`: one metric over a job's partitions, in key order.
+pub fn metrics(backend: &Backend, args: &MetricsArgs, json: bool) -> anyhow::Result<ExitCode> {
+    let page = backend.metric_series(
+        &args.pattern,
+        &args.metric,
+        args.after.as_deref(),
+        args.limit,
+    )?;
+    if json {
+        print_json(&page)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let rows: Vec<Vec<String>> = page
+        .values
+        .iter()
+        .map(|v| {
+            vec![
+                v.partition_ref.clone(),
+                metric_text(&page.metric, v.value),
+                short_id(&v.job_run_id).to_string(),
+                v.recorded_at.clone(),
+            ]
+        })
+        .collect();
+    if rows.is_empty() {
+        outln!(
+            "no `{}` recorded for job `{}`{}",
+            page.metric,
+            page.job,
+            if args.after.is_some() {
+                " after that ref"
+            } else {
+                ""
+            }
+        )?;
+    } else {
+        out!(
+            "{}",
+            table(
+                &["PARTITION", &page.metric.to_uppercase(), "RUN", "RECORDED"],
+                &rows
+            )
+        )?;
+    }
+    if let Some(next) = &page.next {
+        outln!("more: --after {next}")?;
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -497,6 +565,16 @@ fn run(backend: &Backend, id: &str, json: bool) -> anyhow::Result<ExitCode> {
     if let Some(code) = run.exit_code {
         outln!("  exit code: {code}")?;
     }
+    if let Some(attempt) = run.attempt {
+        outln!("  attempt: {attempt}")?;
+    }
+    if let Some(r) = &run.resources {
+        outln!("  resources: {}", resources_line(r))?;
+    }
+    for (r, named) in &run.metrics {
+        let values: Vec<String> = named.iter().map(|(n, v)| format!("{n}={v}")).collect();
+        outln!("  metrics of {r}: {}", values.join(", "))?;
+    }
     if let Some(m) = &run.message {
         outln!("  message: {m}")?;
     }
@@ -519,6 +597,30 @@ fn run(backend: &Backend, id: &str, json: bool) -> anyhow::Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// A run's resources in one line, each measure known by its name in `--json`, in units people
+/// read: `wall_ms=1.2 s, cpu_user_ms=1.0 s, max_rss_bytes=301.0 MiB, ...`.
+fn resources_line(r: &databuild_log::RunResources) -> String {
+    let shown: Vec<String> = r
+        .values()
+        .map(|(name, v)| match name.ends_with("_ms") {
+            true => format!("{name}={}", seconds(v)),
+            false => format!("{name}={}", super::inspect::human_bytes(v)),
+        })
+        .collect();
+    if shown.is_empty() {
+        return "-".to_string();
+    }
+    shown.join(", ")
+}
+
+/// Milliseconds as people read them: `850 ms`, `1.2 s`.
+fn seconds(ms: u64) -> String {
+    match ms {
+        ms if ms < 1000 => format!("{ms} ms"),
+        ms => format!("{:.1} s", ms as f64 / 1000.0),
+    }
 }
 
 /// How often a followed log is read again.

@@ -47,6 +47,10 @@ pub struct CheckSection {
     pub version: Option<toml::Value>,
     #[serde(default)]
     pub code: Vec<String>,
+    /// An anomaly check: the resource or reported metric it judges (instead of a `command`).
+    pub metric: Option<String>,
+    pub window: Option<u32>,
+    pub k: Option<f64>,
 }
 
 #[derive(Deserialize)]

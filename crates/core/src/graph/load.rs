@@ -188,10 +188,7 @@ impl Loader<'_> {
                 };
                 return Err(err(why));
             }
-            let command = match &c.command {
-                Some(cmd) if !cmd.is_empty() && !cmd[0].is_empty() => cmd.clone(),
-                _ => return Err(err("`command` is missing or empty: give the program and its arguments, such as `command = [\"python3\", \"checks/has_rows.py\"]`".into())),
-            };
+            let (command, metric) = check_kind(c).map_err(err)?;
             let timeout = c
                 .timeout
                 .as_deref()
@@ -220,6 +217,7 @@ impl Loader<'_> {
                 applies_to: applies_to.to_string(),
                 targets,
                 command,
+                metric,
                 blocking: c.blocking.unwrap_or(true),
                 timeout,
                 version,
@@ -767,6 +765,60 @@ fn fnv1a(bytes: &[u8]) -> u64 {
     })
 }
 
+/// What a check does: run a command, or judge a metric (`metric`, with `window` and `k`), never
+/// both: a check with a command and a metric would leave unclear which decides.
+fn check_kind(c: &CheckSection) -> Result<(Vec<String>, Option<MetricRule>), String> {
+    let rule_keys = c.window.is_some() || c.k.is_some();
+    match (&c.command, &c.metric) {
+        (Some(_), Some(_)) => Err("has both `command` and `metric`: a check either runs a command or judges a metric; remove one".into()),
+        (Some(cmd), None) if !cmd.is_empty() && !cmd[0].is_empty() => {
+            if rule_keys {
+                return Err("`window` and `k` belong to a metric check (`metric = \"rows\"`); remove them or the `command`".into());
+            }
+            Ok((cmd.clone(), None))
+        }
+        (_, None) => Err("`command` is missing or empty: give the program and its arguments, such as `command = [\"python3\", \"checks/has_rows.py\"]`, or name a metric to judge, such as `metric = \"rows\"`".into()),
+        (None, Some(metric)) => Ok((Vec::new(), Some(metric_rule(metric, c.window, c.k)?))),
+    }
+}
+
+/// An anomaly check's rule, validated: a metric's name as jobs report it, a window of at least
+/// `MIN_WINDOW` partitions (fewer cannot tell an outlier), and a finite positive `k`.
+fn metric_rule(metric: &str, window: Option<u32>, k: Option<f64>) -> Result<MetricRule, String> {
+    const MIN_WINDOW: u32 = 5;
+    let named = !metric.is_empty()
+        && metric.len() <= 64
+        && metric
+            .chars()
+            .all(|ch| ch.is_ascii_alphanumeric() || ch == '_' || ch == '.' || ch == '-');
+    if !named {
+        return Err(format!(
+            "`metric = \"{metric}\"` is not a metric's name: use letters, digits, `_`, `.` or `-` (up to 64), such as a resource ({}) or a metric the job reports, such as \"rows\"",
+            RESOURCE_METRICS.join(", ")
+        ));
+    }
+    if metric == "queue_wait_ms" {
+        return Err("`metric = \"queue_wait_ms\"` is the scheduler's wait, not the run's: it is known only once the run's end is recorded, after its checks; judge another metric".into());
+    }
+    let window = window.unwrap_or(MetricRule::DEFAULT_WINDOW);
+    if window < MIN_WINDOW {
+        return Err(format!(
+            "`window = {window}` is too small: the band is learned from at least {MIN_WINDOW} partitions"
+        ));
+    }
+    let k = k.unwrap_or(MetricRule::DEFAULT_K);
+    if !(k.is_finite() && k > 0.0) {
+        return Err(format!(
+            "`k = {k}` must be a positive number: the band's half-width in robust standard deviations (default 3)"
+        ));
+    }
+    Ok(MetricRule {
+        metric: metric.to_string(),
+        window,
+        k,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -910,5 +962,51 @@ command = ["x"]
             .contains("`command` is missing or empty"));
         assert!(with("[[check]]\nname = \"c\"\napplies_to = \"summary\"\ncommand = [\"true\"]\ntimeout = \"soon\"\n")
             .contains("is not a duration"));
+    }
+
+    #[test]
+    fn a_metric_check_has_no_command_and_a_sound_rule() {
+        let check = |body: &str| {
+            format!("{PODCAST}\n[[check]]\nname = \"c\"\napplies_to = \"summary\"\n{body}\n")
+        };
+        let g = Graph::parse(&check("metric = \"rows\""), "databuild.toml").unwrap();
+        let c = g.check("c").unwrap();
+        assert!(c.command.is_empty());
+        assert_eq!(
+            c.metric,
+            Some(MetricRule {
+                metric: "rows".into(),
+                window: 14,
+                k: 3.0
+            })
+        );
+        let g = Graph::parse(
+            &check("metric = \"max_rss_bytes\"\nwindow = 30\nk = 4.5"),
+            "databuild.toml",
+        )
+        .unwrap();
+        assert_eq!(g.check("c").unwrap().metric.as_ref().unwrap().window, 30);
+        let refused = [
+            (
+                "metric = \"rows\"\ncommand = [\"true\"]",
+                "has both `command` and `metric`",
+            ),
+            (
+                "command = [\"true\"]\nwindow = 7",
+                "`window` and `k` belong to a metric check",
+            ),
+            ("metric = \"row count\"", "is not a metric's name"),
+            ("metric = \"rows\"\nwindow = 2", "`window = 2` is too small"),
+            (
+                "metric = \"rows\"\nk = -1.0",
+                "`k = -1` must be a positive number",
+            ),
+            ("window = 7", "or name a metric to judge"),
+            ("metric = \"queue_wait_ms\"", "is the scheduler's wait"),
+        ];
+        for (body, says) in refused {
+            let e = load_err(&check(body));
+            assert!(e.contains(says), "{body}: {e}");
+        }
     }
 }

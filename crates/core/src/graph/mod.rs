@@ -90,7 +90,10 @@ pub struct Check {
     pub applies_to: String,
     /// The job outputs it checks, as `(job, output)` indices.
     pub targets: Vec<(usize, usize)>,
+    /// What it runs; empty for an anomaly check (`metric`), which runs nothing.
     pub command: Vec<String>,
+    /// An anomaly check's rule: set exactly when `command` is empty.
+    pub metric: Option<MetricRule>,
     pub blocking: bool,
     pub timeout: Option<Duration>,
     /// Changing it (or the command) makes the recorded results stale: the check runs again,
@@ -98,6 +101,39 @@ pub struct Check {
     pub version: String,
     /// `code`, as a job's: what its code version covers besides its command's files.
     pub code: Vec<CodeGlob>,
+}
+
+/// The resources every run records (by the executor, with no job code), by the names a metric
+/// check and `databuild metrics` use; any other name is a metric jobs report.
+pub const RESOURCE_METRICS: [&str; 8] = [
+    "wall_ms",
+    "cpu_user_ms",
+    "cpu_system_ms",
+    "max_rss_bytes",
+    "read_bytes",
+    "write_bytes",
+    "output_bytes",
+    "queue_wait_ms",
+];
+
+/// An anomaly check (`[[check]] metric = "rows"`): a partition fails when its value of `metric`
+/// falls outside the band learned from the last `window` partitions of its output.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MetricRule {
+    /// A resource ([`RESOURCE_METRICS`]) or a metric the job reports.
+    pub metric: String,
+    /// How many earlier partitions the band is learned from (`window`, default 14).
+    pub window: u32,
+    /// The band's half-width in robust standard deviations (`k`, default 3).
+    pub k: f64,
+}
+
+/// `k` is a finite positive number (validated at load), so equality is total.
+impl Eq for MetricRule {}
+
+impl MetricRule {
+    pub const DEFAULT_WINDOW: u32 = 14;
+    pub const DEFAULT_K: f64 = 3.0;
 }
 
 impl Check {

@@ -171,6 +171,7 @@ pub fn run(args: &[String]) -> Result<()> {
         )?,
         _ => return Err(TableJobError::Usage),
     };
+    let report = with_metrics(&env, report);
     link_alias(&env.data_dir, &env.data_ref).map_err(|cause| TableJobError::Alias {
         data_ref: env.data_ref.clone(),
         cause,
@@ -180,6 +181,17 @@ pub fn run(args: &[String]) -> Result<()> {
     }
     println!("{report}");
     Ok(())
+}
+
+/// The report with its counts as metrics of the day's outputs (kept per partition, contract
+/// section 3): the table's `rows` and `error_rows`, and the errors table's `rows`.
+fn with_metrics(env: &Env, mut report: Value) -> Value {
+    let (rows, errors) = (report["rows"].clone(), report["quarantined"].clone());
+    report["metrics"] = json!({
+        env.data_ref.as_str(): { "rows": rows, "error_rows": errors },
+        env.errors_ref.as_str(): { "rows": errors },
+    });
+    report
 }
 
 /// The failure to read the run's input.

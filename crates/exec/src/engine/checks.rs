@@ -90,6 +90,7 @@ fn run_all(
     cancel: &AtomicBool,
 ) -> crate::engine::Result<Option<Vec<CheckOutcome>>> {
     let logs_dir = engine.logs_dir();
+    let recorded = recorded_metrics(engine, &runs)?;
     let next = std::sync::Mutex::new(runs.iter().enumerate());
     let results = std::sync::Mutex::new(vec![None; runs.len()]);
     std::thread::scope(|s| {
@@ -98,12 +99,22 @@ fn run_all(
                 let Some((i, (c, instance, _))) = next.lock().expect("queue lock").next() else {
                     break;
                 };
+                let recorded = recorded
+                    .get(instance.as_str())
+                    .map_or(&[][..], Vec::as_slice);
                 let place = CheckPlace {
                     job_run_id: instance,
                     build_request_id: build,
                     graph_dir: &engine.graph_dir,
                     data_dir: &engine.data_dir,
                     logs_dir: &logs_dir,
+                    history: &*engine.store,
+                    measured: &|r, name| {
+                        recorded
+                            .iter()
+                            .find(|m| m.partition_ref == r && m.name == name)
+                            .map(|m| m.value)
+                    },
                 };
                 let outcome = run(executor, &place, c, cancel);
                 results.lock().expect("results lock")[i] = Some(outcome);
@@ -123,6 +134,21 @@ fn run_all(
         engine.store.append(events)?;
     }
     Ok(Some(outcomes))
+}
+
+/// What the instances anomaly checks judge after their runs (`databuild check`, a changed
+/// check) recorded of their metrics, by run: read once per instance, none for command checks.
+fn recorded_metrics<'r>(
+    engine: &Engine,
+    runs: &'r [(CheckRun, String, String)],
+) -> crate::engine::Result<rustc_hash::FxHashMap<&'r str, Vec<databuild_log::MetricValue>>> {
+    let mut out = rustc_hash::FxHashMap::default();
+    for (_, instance, _) in runs.iter().filter(|(c, ..)| c.metric.is_some()) {
+        if !out.contains_key(instance.as_str()) {
+            out.insert(instance.as_str(), engine.store.run_metrics(instance)?);
+        }
+    }
+    Ok(out)
 }
 
 impl Engine {

@@ -44,3 +44,207 @@ pub(crate) fn jobs(engine: &Engine, name: Option<&str>) -> Result<Vec<databuild_
         })
         .collect())
 }
+
+/// The p50 and p95 of each metric of `job` over its last [`TREND_RUNS`] runs. A resource is
+/// recorded per output ref of a run (the same value each): it counts once per run.
+///
+/// [`TREND_RUNS`]: crate::answers::TREND_RUNS
+pub(crate) fn trends(engine: &Engine, job: &str) -> Result<Vec<crate::answers::MetricTrend>> {
+    use crate::answers::{MetricKind, MetricTrend};
+    let rows = engine
+        .store
+        .recent_metrics(job, crate::answers::TREND_RUNS)?;
+    let mut by_name: std::collections::BTreeMap<&str, Vec<f64>> = Default::default();
+    let mut seen = rustc_hash::FxHashSet::default();
+    for m in &rows {
+        let kind = MetricKind::of(&m.name);
+        if kind == MetricKind::Resource && !seen.insert((&m.job_run_id, &m.name)) {
+            continue;
+        }
+        by_name.entry(&m.name).or_default().push(m.value);
+    }
+    Ok(by_name
+        .into_iter()
+        .map(|(name, mut values)| MetricTrend {
+            name: name.to_string(),
+            kind: MetricKind::of(name),
+            count: values.len() as u64,
+            p50: crate::anomaly::quantile(&mut values, 0.5).unwrap_or_default(),
+            p95: crate::anomaly::quantile(&mut values, 0.95).unwrap_or_default(),
+        })
+        .collect())
+}
+
+/// A page of `metric` of the partitions of a job (`pattern`: its name or one of its output
+/// patterns), in key order after the ref `after`.
+pub(crate) fn metric_series(
+    engine: &Engine,
+    pattern: &str,
+    metric: &str,
+    after: Option<&str>,
+    limit: usize,
+) -> Result<crate::answers::MetricSeries> {
+    let graph = &engine.graph;
+    let (job, output) = graph
+        .jobs
+        .iter()
+        .find_map(|j| {
+            if j.name == pattern {
+                return Some((j, None));
+            }
+            let o = j.outputs.iter().find(|o| o.as_str() == pattern)?;
+            Some((j, Some(o)))
+        })
+        .ok_or_else(|| {
+            EngineError::NotFound(format!(
+                "`{pattern}` is neither a job nor a job's output pattern; name a job (`databuild jobs` lists them) or one of its outputs, such as `{}`",
+                graph.jobs.first().and_then(|j| j.outputs.first()).map_or("daily/{date:date}", |p| p.as_str())
+            ))
+        })?;
+    // After every run of the ref `after` (a run id never holds `~`).
+    let key = after.map(|r| databuild_log::MetricKey {
+        partition_ref: r.to_string(),
+        job_run_id: "~".into(),
+    });
+    let rows = engine
+        .store
+        .metric_values(&job.name, metric, key.as_ref(), limit)?;
+    let next = (rows.len() == limit)
+        .then(|| rows.last().map(|m| m.partition_ref.clone()))
+        .flatten();
+    let values = rows
+        .into_iter()
+        .filter(|m| output.is_none_or(|o| o.match_ref(&m.partition_ref).is_some()))
+        .map(|m| crate::answers::MetricPoint {
+            recorded_at: crate::answers::rfc3339(m.recorded_at),
+            recorded_at_ns: m.recorded_at,
+            partition_ref: m.partition_ref,
+            job_run_id: m.job_run_id,
+            value: m.value,
+        })
+        .collect();
+    Ok(crate::answers::MetricSeries {
+        job: job.name.clone(),
+        metric: metric.to_string(),
+        values,
+        next,
+    })
+}
+
+/// By job, the `--mem` a Slurm run of a job that sets no `mem` asks for: its p95 peak memory over
+/// its last runs with headroom, once at least [`MIN_HISTORY`] runs recorded one. A log that
+/// cannot be read leaves a job without (Slurm's default), as before there was any history.
+///
+/// [`MIN_HISTORY`]: crate::anomaly::MIN_HISTORY
+pub(crate) fn learned_mem(engine: &Engine) -> std::collections::BTreeMap<String, String> {
+    let mut out = std::collections::BTreeMap::new();
+    for job in engine.graph.jobs.iter().filter(|j| j.mem.is_none()) {
+        let Ok(trends) = trends(engine, &job.name) else {
+            continue;
+        };
+        let peak = trends.iter().find(|t| t.name == "max_rss_bytes");
+        if let Some(t) = peak.filter(|t| t.count as usize >= crate::anomaly::MIN_HISTORY) {
+            out.insert(job.name.clone(), crate::run::slurm::mem_of(t.p95));
+        }
+    }
+    out
+}
+
+/// The charts of a job's page: duration, peak memory, then each metric its runs reported.
+pub(crate) fn charts(engine: &Engine, job: &str) -> Result<Vec<crate::answers::MetricChart>> {
+    let trends = trends(engine, job)?;
+    let reported = trends
+        .iter()
+        .filter(|t| t.kind == crate::answers::MetricKind::Reported)
+        .map(|t| t.name.as_str());
+    ["wall_ms", "max_rss_bytes"]
+        .into_iter()
+        .chain(reported)
+        .map(|metric| chart(engine, job, metric))
+        .collect()
+}
+
+/// One metric's chart: a bounded read in key order (the first pages of the job's history, then
+/// the last [`CHART_PARTITIONS`] partitions of it), each partition's latest run, and the failed
+/// anomaly checks of those partitions' current instances.
+///
+/// [`CHART_PARTITIONS`]: crate::answers::CHART_PARTITIONS
+fn chart(engine: &Engine, job: &str, metric: &str) -> Result<crate::answers::MetricChart> {
+    use crate::answers::{ChartPoint, MetricChart, CHART_PARTITIONS};
+    let rows = engine
+        .store
+        .metric_values(job, metric, None, CHART_PARTITIONS * 20)?;
+    // Runs of a partition are in run order: its last is its latest.
+    let mut latest: Vec<databuild_log::MetricValue> = Vec::new();
+    for m in rows {
+        match latest.last_mut() {
+            Some(last) if last.partition_ref == m.partition_ref => *last = m,
+            _ => latest.push(m),
+        }
+    }
+    let latest = &latest[latest.len().saturating_sub(CHART_PARTITIONS)..];
+    let refs: Vec<&str> = latest.iter().map(|m| m.partition_ref.as_str()).collect();
+    let failed: rustc_hash::FxHashSet<(String, String)> = engine
+        .store
+        .checks_of(&refs)?
+        .into_iter()
+        .filter(|c| !c.passed())
+        .filter(|c| {
+            engine
+                .graph
+                .check(&c.check_name)
+                .and_then(|k| k.metric.as_ref())
+                .is_some_and(|r| r.metric == metric)
+        })
+        .map(|c| (c.partition_ref, c.job_run_id))
+        .collect();
+    let points: Vec<ChartPoint> = latest
+        .iter()
+        .map(|m| ChartPoint {
+            anomaly: failed.contains(&(m.partition_ref.clone(), m.job_run_id.clone())),
+            partition_ref: m.partition_ref.clone(),
+            value: m.value,
+        })
+        .collect();
+    let normal: Vec<f64> = points
+        .iter()
+        .rev()
+        .filter(|p| !p.anomaly)
+        .map(|p| p.value)
+        .take(databuild_core::MetricRule::DEFAULT_WINDOW as usize)
+        .collect();
+    let band = (normal.len() >= crate::anomaly::MIN_HISTORY)
+        .then(|| crate::anomaly::Band::learn(&normal, databuild_core::MetricRule::DEFAULT_K))
+        .flatten();
+    Ok(MetricChart {
+        metric: metric.to_string(),
+        points,
+        band: band.map(|b| (b.low, b.high)),
+        median: band.map(|b| b.median),
+    })
+}
+
+/// A run's values (each resource once, each reported metric per output) beside its job's p50.
+pub(crate) fn against_p50(
+    engine: &Engine,
+    job: &str,
+    run: &str,
+) -> Result<Vec<crate::answers::AgainstP50>> {
+    let trends = trends(engine, job)?;
+    let mut seen = rustc_hash::FxHashSet::default();
+    Ok(engine
+        .store
+        .run_metrics(run)?
+        .into_iter()
+        .filter(|m| {
+            crate::answers::MetricKind::of(&m.name) == crate::answers::MetricKind::Reported
+                || seen.insert(m.name.clone())
+        })
+        .map(|m| crate::answers::AgainstP50 {
+            p50: trends.iter().find(|t| t.name == m.name).map(|t| t.p50),
+            name: m.name,
+            partition_ref: m.partition_ref,
+            value: m.value,
+        })
+        .collect())
+}

@@ -152,13 +152,15 @@ impl Engine {
         self.config.clock.now()
     }
 
-    /// The executor the graph asks for (`[graph] executor`).
+    /// The executor the graph asks for (`[graph] executor`). On Slurm, a job that sets no
+    /// `mem` asks for its history's p95 peak memory with headroom (`slurm::mem_of`).
     pub fn executor(&self) -> Box<dyn Executor> {
         match &self.graph.executor {
             databuild_core::ExecutorConfig::Local => Box::new(crate::run::LocalExecutor),
-            databuild_core::ExecutorConfig::Slurm(config) => {
-                Box::new(crate::run::slurm::SlurmExecutor::new(config.clone()))
-            }
+            databuild_core::ExecutorConfig::Slurm(config) => Box::new(
+                crate::run::slurm::SlurmExecutor::new(config.clone())
+                    .with_mem_defaults(jobs::learned_mem(self)),
+            ),
         }
     }
 
@@ -403,6 +405,34 @@ impl Engine {
     /// Metrics of every job of the graph (those that never ran too), or of one.
     pub fn jobs(&self, name: Option<&str>) -> Result<Vec<JobStats>> {
         jobs::jobs(self, name)
+    }
+
+    /// The p50 and p95 of each resource and reported metric of `job` over its last runs.
+    pub fn trends(&self, job: &str) -> Result<Vec<crate::answers::MetricTrend>> {
+        jobs::trends(self, job)
+    }
+
+    /// The charts of a job's page: duration, peak memory and each reported metric per
+    /// partition, with the band and the anomalies.
+    pub fn charts(&self, job: &str) -> Result<Vec<crate::answers::MetricChart>> {
+        jobs::charts(self, job)
+    }
+
+    /// A run's resources and metrics beside its job's p50.
+    pub fn against_p50(&self, job: &str, run: &str) -> Result<Vec<crate::answers::AgainstP50>> {
+        jobs::against_p50(self, job, run)
+    }
+
+    /// A page of one metric over the partitions of a job (its name or an output pattern), in
+    /// key order after the ref `after`.
+    pub fn metric_series(
+        &self,
+        pattern: &str,
+        metric: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<crate::answers::MetricSeries> {
+        jobs::metric_series(self, pattern, metric, after, limit)
     }
 
     /// The edges of the graph's dynamic jobs as the log recorded them, `(producer, job)`: what

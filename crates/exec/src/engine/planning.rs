@@ -150,7 +150,34 @@ pub(crate) fn estimate(
             })
         })
         .collect();
-    Ok(databuild_core::estimate::estimate(plan, &durations, parallel).into())
+    let cost: crate::answers::PlanCost =
+        databuild_core::estimate::estimate(plan, &durations, parallel).into();
+    let resources =
+        databuild_core::estimate::resources(plan, &job_resources(engine, plan)?, parallel);
+    Ok(cost.with_resources(resources))
+}
+
+/// Each of the plan's jobs' p95 peak memory and median CPU time over its last runs (by job
+/// index; `None` for jobs the plan does not run): one bounded read per job.
+fn job_resources(
+    engine: &Engine,
+    plan: &Plan,
+) -> Result<Vec<Option<databuild_core::estimate::JobResources>>> {
+    let mut out = vec![None; engine.graph.jobs.len()];
+    let jobs: std::collections::BTreeSet<usize> = plan.runs.iter().map(|r| r.job_index).collect();
+    for j in jobs {
+        let trends = engine.trends(&engine.graph.jobs[j].name)?;
+        let of = |name: &str| trends.iter().find(|t| t.name == name);
+        let cpu = match (of("cpu_user_ms"), of("cpu_system_ms")) {
+            (Some(u), Some(s)) => Some(u.p50 + s.p50),
+            (u, s) => u.or(s).map(|t| t.p50),
+        };
+        out[j] = Some(databuild_core::estimate::JobResources {
+            max_rss_p95_bytes: of("max_rss_bytes").map(|t| t.p95),
+            cpu_p50_ms: cpu,
+        });
+    }
+    Ok(out)
 }
 
 pub(crate) fn pin_aliases(

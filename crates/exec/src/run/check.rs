@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 
 use super::{Executor, RunOutcome, RunSpec, DEFAULT_LOG_LIMIT};
-use crate::check::{CheckOutcome, CheckRun};
+use crate::check::{CheckOutcome, CheckRun, MetricCheck};
 
 /// Where a check runs: the instance it checks and the folders it sees.
 pub struct CheckPlace<'a> {
@@ -16,6 +16,10 @@ pub struct CheckPlace<'a> {
     pub graph_dir: &'a Path,
     pub data_dir: &'a Path,
     pub logs_dir: &'a Path,
+    /// Where an anomaly check reads the earlier partitions' values.
+    pub history: &'a dyn databuild_log::EventStore,
+    /// What the run recorded of a metric (by partition ref and name): an anomaly check's value.
+    pub measured: &'a dyn Fn(&str, &str) -> Option<f64>,
 }
 
 /// Where a check's log goes: beside its run's (`<run>.check-<name>.log`).
@@ -76,6 +80,9 @@ pub fn run(
     c: &CheckRun,
     cancel: &AtomicBool,
 ) -> Option<CheckOutcome> {
+    if let Some(m) = &c.metric {
+        return Some(judge_metric(place, c, m));
+    }
     let spec = spec(place, c);
     if let Some(dir) = spec.log_path.parent() {
         let _ = std::fs::create_dir_all(dir);
@@ -83,7 +90,7 @@ pub fn run(
     // What an earlier run of the check reported is not this one's.
     let _ = std::fs::remove_file(spec.report_path());
     let _ = std::fs::remove_file(&spec.log_path);
-    let outcome = executor.run(&spec, cancel, &|_| {});
+    let outcome = executor.run(&spec, cancel, &|_| {}).outcome;
     let report = crate::run::contract::read_report(&spec.report_path());
     let (passed, mut message) = match outcome {
         RunOutcome::Cancelled => return None,
@@ -107,6 +114,27 @@ pub fn run(
         message = message.replacen("the job ", "the check ", 1);
     }
     Some(outcome_of(c, passed, message, metrics))
+}
+
+/// An anomaly check's result (`None` for a check that runs a command).
+pub fn run_metric(place: &CheckPlace<'_>, c: &CheckRun) -> Option<CheckOutcome> {
+    Some(judge_metric(place, c, c.metric.as_ref()?))
+}
+
+/// An anomaly check runs no process: the run's value against the band of the earlier
+/// partitions'. A history that cannot be read fails it (the log is then unreachable, and the
+/// run's completion could not be recorded either).
+fn judge_metric(place: &CheckPlace<'_>, c: &CheckRun, m: &MetricCheck) -> CheckOutcome {
+    let value = (place.measured)(&c.partition_ref, &m.rule.metric);
+    match place.history.metric_history(&m.query(&c.partition_ref)) {
+        Ok(rows) => crate::check::judge(c, m, value, &m.learn(&rows)),
+        Err(e) => {
+            let mut o = crate::check::judge(c, m, value, &[]);
+            o.passed = false;
+            o.message = format!("could not read `{}`'s history: {e}", m.rule.metric);
+            o
+        }
+    }
 }
 
 fn outcome_of(

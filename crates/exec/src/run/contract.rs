@@ -45,6 +45,70 @@ pub fn read_report(path: &std::path::Path) -> Result<Option<serde_json::Value>, 
     }
 }
 
+pub use super::outcome::ReportedMetrics;
+
+/// Why the `metrics` of a run's report are refused: the run then fails with this message (a
+/// job that reports what cannot be kept is not passed over in silence).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MetricsError {
+    #[error("its report's `metrics` is not an object of output refs, each an object of numbers: write {{\"metrics\": {{\"<output ref>\": {{\"rows\": 1234}}}}}}")]
+    NotAnObject,
+    #[error("its report's `metrics` names `{name}`, which is not one of its outputs ({}): report metrics of the refs in DATABUILD_OUTPUTS", .outputs.join(", "))]
+    NotAnOutput { name: String, outputs: Vec<String> },
+    #[error("its report's metric `{name}` of `{output}` is {value}, not a number: metrics are numbers only")]
+    NotANumber {
+        output: String,
+        name: String,
+        value: String,
+    },
+    #[error("its report's metric `{name}` of `{output}` takes the name of a measure DataBuild records itself: name it otherwise")]
+    Reserved { output: String, name: String },
+}
+
+/// The `metrics` of a run's report, checked: each names one of the run's `outputs`, each value a
+/// number, no name one of DataBuild's own measures. `None` when it reported none.
+pub fn reported_metrics(
+    report: Option<&serde_json::Value>,
+    outputs: &[String],
+) -> Result<Option<ReportedMetrics>, MetricsError> {
+    let Some(metrics) = report.and_then(|r| r.get("metrics")) else {
+        return Ok(None);
+    };
+    let serde_json::Value::Object(by_ref) = metrics else {
+        return Err(MetricsError::NotAnObject);
+    };
+    let mut out = ReportedMetrics::new();
+    for (r, named) in by_ref {
+        if !outputs.contains(r) {
+            return Err(MetricsError::NotAnOutput {
+                name: r.clone(),
+                outputs: outputs.to_vec(),
+            });
+        }
+        let serde_json::Value::Object(named) = named else {
+            return Err(MetricsError::NotAnObject);
+        };
+        let kept = out.entry(r.clone()).or_default();
+        for (name, value) in named {
+            if databuild_log::RunResources::NAMES.contains(&name.as_str()) {
+                return Err(MetricsError::Reserved {
+                    output: r.clone(),
+                    name: name.clone(),
+                });
+            }
+            let serde_json::Value::Number(n) = value else {
+                return Err(MetricsError::NotANumber {
+                    output: r.clone(),
+                    name: name.clone(),
+                    value: value.to_string(),
+                });
+            };
+            kept.insert(name.clone(), n.clone());
+        }
+    }
+    Ok(Some(out))
+}
+
 /// The longest list of refs DataBuild puts in one environment variable. Linux refuses to start
 /// a process given any string over 128 KiB (`MAX_ARG_STRLEN`: "Argument list too long"), and
 /// all of them together count against `ARG_MAX`; a fan-in job reading 24,000 partitions has a
@@ -129,4 +193,43 @@ pub fn missing_deps(log: &Path) -> Vec<String> {
         .find_map(|l| l.trim().strip_prefix("DATABUILD_MISSING_DEPS"))
         .and_then(|json| serde_json::from_str::<Vec<String>>(json.trim()).ok())
         .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn check(report: serde_json::Value) -> Result<Option<ReportedMetrics>, MetricsError> {
+        reported_metrics(Some(&report), &["a/1".to_string(), "b/1".to_string()])
+    }
+
+    #[test]
+    fn reported_metrics_are_numbers_of_the_runs_outputs() {
+        let m = check(json!({"metrics": {"a/1": {"rows": 1234, "nulls": 0.5}}}))
+            .unwrap()
+            .unwrap();
+        assert_eq!(m["a/1"]["rows"], serde_json::Number::from(1234));
+        assert_eq!(check(json!({"rows": 1})).unwrap(), None);
+        assert_eq!(
+            check(json!({"metrics": {"c/1": {"rows": 1}}})),
+            Err(MetricsError::NotAnOutput {
+                name: "c/1".into(),
+                outputs: vec!["a/1".into(), "b/1".into()]
+            })
+        );
+        let e = check(json!({"metrics": {"a/1": {"rows": "12"}}})).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "its report's metric `rows` of `a/1` is \"12\", not a number: metrics are numbers only"
+        );
+        assert!(matches!(
+            check(json!({"metrics": {"a/1": {"wall_ms": 1}}})),
+            Err(MetricsError::Reserved { .. })
+        ));
+        assert_eq!(
+            check(json!({"metrics": [1]})),
+            Err(MetricsError::NotAnObject)
+        );
+    }
 }

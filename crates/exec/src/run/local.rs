@@ -20,7 +20,7 @@ use super::process::{describe_status, humanize};
 use super::publish::{output_times, verify_outputs};
 use super::spawn::{spawn, JobProcess, Launch, Spawned};
 use super::watchdog::Guarded;
-use super::{Began, Executor, RunOutcome, RunSpec};
+use super::{Began, Executor, Finished, RunOutcome, RunSpec};
 
 /// How long a cancelled run gets between SIGTERM and SIGKILL.
 const GRACE: Duration = Duration::from_secs(5);
@@ -28,13 +28,13 @@ const GRACE: Duration = Duration::from_secs(5);
 pub struct LocalExecutor;
 
 impl Executor for LocalExecutor {
-    fn run(&self, spec: &RunSpec, cancel: &AtomicBool, began: &dyn Fn(Began<'_>)) -> RunOutcome {
+    fn run(&self, spec: &RunSpec, cancel: &AtomicBool, began: &dyn Fn(Began<'_>)) -> Finished {
         Process::start(spec)
             .and_then(|process| {
                 began(Began::Running);
                 process.follow(spec, cancel)
             })
-            .unwrap_or_else(|e| RunOutcome::failed(e.to_string(), None))
+            .unwrap_or_else(|e| RunOutcome::failed(e.to_string(), None).into())
     }
 }
 
@@ -211,7 +211,7 @@ impl Process {
     /// Follows the job to its end: its output (copied into the log as it comes), its exit, and the
     /// reasons to stop it. It sleeps in one `poll` on the log pipe and a pidfd of the job, so it
     /// wakes once when the job ends, not on a timer or a process-wide SIGCHLD.
-    fn follow(self, spec: &RunSpec, cancel: &AtomicBool) -> Result<RunOutcome, JobError> {
+    fn follow(self, spec: &RunSpec, cancel: &AtomicBool) -> Result<Finished, JobError> {
         let Process {
             mut child,
             group,
@@ -225,6 +225,7 @@ impl Process {
         let mut pipe = Some(pipe);
         let mut stop_reason: Option<RunOutcome> = None;
         let mut term_sent: Option<Instant> = None;
+        let mut peak = super::resources::PeakSampler::new(child.id(), start);
         let status = loop {
             let ready = if pidfd.is_none() && pipe.is_none() {
                 // No pidfd (a kernel before 5.3) and the pipe closed: wait for the exit itself.
@@ -250,6 +251,7 @@ impl Process {
                     break status;
                 }
             }
+            peak.tick();
             if stop_reason.is_none() {
                 if cancel.load(Ordering::SeqCst) {
                     stop_reason = Some(RunOutcome::Cancelled);
@@ -275,6 +277,7 @@ impl Process {
                 let _ = killpg(group, Signal::SIGKILL);
             }
         };
+        let wall = start.elapsed();
         // Anything the job left behind in its group goes with it, so the log pipe closes; what is
         // still in the pipe goes into the log. Only then is the job reaped: until then its pid,
         // and so its group's id, cannot be another process's.
@@ -283,29 +286,43 @@ impl Process {
         if let Some(mut p) = pipe {
             while wait_ready(Some(&p), None, Duration::from_secs(1))?.output && log.copy(&mut p) {}
         }
-        if let Some(outcome) = stop_reason {
-            return Ok(outcome);
-        }
-        if !status.success() {
-            let missing_deps = missing_deps(&spec.log_path);
-            let mut message = format!("the job ended with {}", describe_status(&status));
-            if status.signal().is_some() {
-                message = format!("the job was {}", describe_status(&status));
-            }
-            if !missing_deps.is_empty() {
-                message = format!(
-                    "the job reported missing inputs: {}",
-                    missing_deps.join(", ")
-                );
-            }
-            return Ok(RunOutcome::Failed {
-                message,
-                exit_code: status.code(),
-                missing_deps,
-            });
-        }
-        Ok(verify_outputs(spec, &before))
+        Ok(Finished {
+            outcome: outcome_of(spec, status, stop_reason, &before),
+            resources: super::resources::of_process(child.usage(), peak.peak, wall),
+        })
     }
+}
+
+/// How a followed job ended: stopped (`stop_reason`), failed by its exit, or succeeded with its
+/// outputs written.
+fn outcome_of(
+    spec: &RunSpec,
+    status: std::process::ExitStatus,
+    stop_reason: Option<RunOutcome>,
+    before: &[Option<SystemTime>],
+) -> RunOutcome {
+    if let Some(outcome) = stop_reason {
+        return outcome;
+    }
+    if !status.success() {
+        let missing_deps = missing_deps(&spec.log_path);
+        let mut message = format!("the job ended with {}", describe_status(&status));
+        if status.signal().is_some() {
+            message = format!("the job was {}", describe_status(&status));
+        }
+        if !missing_deps.is_empty() {
+            message = format!(
+                "the job reported missing inputs: {}",
+                missing_deps.join(", ")
+            );
+        }
+        return RunOutcome::Failed {
+            message,
+            exit_code: status.code(),
+            missing_deps,
+        };
+    }
+    verify_outputs(spec, before)
 }
 
 /// Creates `dir` unless it is there: one `stat` for a folder that exists, as every run's log
@@ -416,7 +433,9 @@ mod tests {
     }
 
     fn run(spec: &RunSpec) -> RunOutcome {
-        LocalExecutor.run(spec, &AtomicBool::new(false), &|_| {})
+        LocalExecutor
+            .run(spec, &AtomicBool::new(false), &|_| {})
+            .outcome
     }
 
     /// A local run is `running` once its process is spawned, not when it cannot be.
@@ -428,7 +447,7 @@ mod tests {
             let outcome = LocalExecutor.run(s, &AtomicBool::new(false), &|b| {
                 began.lock().unwrap().push(format!("{b:?}"));
             });
-            (outcome, began.into_inner().unwrap())
+            (outcome.outcome, began.into_inner().unwrap())
         };
         let (outcome, began) = runs(&spec(dir.path(), "mkdir -p data/out && touch data/out/a"));
         assert_eq!(
@@ -559,7 +578,7 @@ mod tests {
                 std::thread::sleep(Duration::from_millis(200));
                 cancel.store(true, Ordering::SeqCst);
             });
-            LocalExecutor.run(&s, &cancel, &|_| {})
+            LocalExecutor.run(&s, &cancel, &|_| {}).outcome
         });
         assert_eq!(outcome, RunOutcome::Cancelled);
         assert!(started.elapsed() < Duration::from_secs(5));

@@ -14,6 +14,7 @@ pub mod owner;
 pub mod process;
 pub mod publish;
 pub mod reap;
+pub mod resources;
 pub(crate) mod slots;
 pub mod slurm;
 pub(crate) mod spawn;
@@ -25,7 +26,8 @@ use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 pub use local::LocalExecutor;
-pub use outcome::RunOutcome;
+pub use outcome::{Finished, RunOutcome};
+pub use resources::RunResources;
 
 /// Default cap on a run's log.
 pub const DEFAULT_LOG_LIMIT: u64 = 10 * 1024 * 1024;
@@ -76,10 +78,11 @@ impl RunSpec {
 }
 
 /// A way to run job runs: local processes here, Slurm jobs elsewhere. `run` blocks until the run
-/// ends; `cancel` going true asks it to stop. `began` hears how far the run got: its id in the
-/// executor, and when its process started (the run's `running`; until then it is `queued`).
+/// ends, and says how, with what it measured of it; `cancel` going true asks it to stop. `began`
+/// hears how far the run got: its id in the executor, and when its process started (the run's
+/// `running`; until then it is `queued`).
 pub trait Executor: Send + Sync {
-    fn run(&self, spec: &RunSpec, cancel: &AtomicBool, began: &dyn Fn(Began<'_>)) -> RunOutcome;
+    fn run(&self, spec: &RunSpec, cancel: &AtomicBool, began: &dyn Fn(Began<'_>)) -> Finished;
 }
 
 /// What an executor says of a run before it ends.

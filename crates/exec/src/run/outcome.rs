@@ -1,8 +1,32 @@
-//! How a run ended, as plain values: [`RunOutcome`] (an executor's answer) and `Ended` (a
-//! slot's, with the run's report and checks). No I/O here: the scheduler's pure machine reads
-//! them.
+//! How a run ended, as plain values: [`RunOutcome`] and [`Finished`] (an executor's answer) and
+//! `Ended` (a slot's, with the run's report, checks and measures). No I/O here: the scheduler's
+//! pure machine reads them.
+
+use databuild_log::RunResources;
 
 use crate::check::CheckOutcome;
+
+/// What a run's job reported of its outputs (`metrics` of its report, checked by
+/// `contract::reported_metrics`): by output ref, by name, a number each.
+pub type ReportedMetrics =
+    std::collections::BTreeMap<String, std::collections::BTreeMap<String, serde_json::Number>>;
+
+/// An executor's answer: how the run ended, and what it measured of it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Finished {
+    pub outcome: RunOutcome,
+    pub resources: RunResources,
+}
+
+/// A run that ended before anything of it could be measured.
+impl From<RunOutcome> for Finished {
+    fn from(outcome: RunOutcome) -> Finished {
+        Finished {
+            outcome,
+            resources: RunResources::default(),
+        }
+    }
+}
 
 /// How a run ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -40,6 +64,12 @@ pub(crate) struct Ended {
     /// Of a successful run: each output's data version, the hash of its content (in output
     /// order), taken in the slot so the scheduler's loop never reads data.
     pub versions: Vec<String>,
+    /// What it cost, as its executor measured it (with its outputs' size, of a success); the
+    /// scheduler adds its wait in the queue. Boxed, as are the metrics: an `Ended` rides in the
+    /// scheduler's inputs and effects, which stay small.
+    pub resources: Box<RunResources>,
+    /// Of a successful run: the metrics its job reported, checked against its outputs.
+    pub metrics: Option<Box<ReportedMetrics>>,
 }
 
 impl Ended {
@@ -50,6 +80,8 @@ impl Ended {
             report: None,
             checks: Vec::new(),
             versions: Vec::new(),
+            resources: Box::default(),
+            metrics: None,
         }
     }
 

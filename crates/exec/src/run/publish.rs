@@ -145,6 +145,11 @@ pub fn is_legacy_version(version: &str) -> bool {
 /// Read once, in streaming [`READ`](hashing::READ) reads; an empty file costs one open and one
 /// read, as the benchmarks' 24k tiny outputs need.
 pub fn content_version(path: &Path) -> Result<String, HashError> {
+    content_version_counted(path, &mut 0)
+}
+
+/// [`content_version`], adding the bytes of the files it read to `bytes`.
+fn content_version_counted(path: &Path, bytes: &mut u64) -> Result<String, HashError> {
     // One buffer per thread (a build's slot threads live as long as it): a run's hashing then
     // allocates nothing, which a build of 24k tiny outputs would otherwise do 24k times.
     thread_local! {
@@ -152,7 +157,7 @@ pub fn content_version(path: &Path) -> Result<String, HashError> {
     }
     let digest = BUF.with_borrow_mut(|buf| {
         buf.resize(hashing::READ, 0);
-        hash_output(path, buf)
+        hash_output(path, buf, bytes)
     });
     let digest = digest.map_err(|source| HashError {
         path: path.to_path_buf(),
@@ -162,7 +167,7 @@ pub fn content_version(path: &Path) -> Result<String, HashError> {
 }
 
 /// An output's digest, a top-level link followed; a dangling one says where it points.
-fn hash_output(path: &Path, buf: &mut [u8]) -> std::io::Result<[u8; 32]> {
+fn hash_output(path: &Path, buf: &mut [u8], bytes: &mut u64) -> std::io::Result<[u8; 32]> {
     let meta = std::fs::metadata(path).map_err(|e| match std::fs::read_link(path) {
         Ok(target) => std::io::Error::new(
             e.kind(),
@@ -174,14 +179,14 @@ fn hash_output(path: &Path, buf: &mut [u8]) -> std::io::Result<[u8; 32]> {
         Err(_) => e,
     })?;
     if meta.is_dir() {
-        hash_tree(path, buf)
+        hash_tree(path, buf, bytes)
     } else {
-        hashing::file_sha256(path, buf)
+        hashing::file_sha256_counted(path, buf, bytes)
     }
 }
 
 /// An entry of a folder's digest: a file's bytes, a link's target text, a folder's tree.
-fn hash_entry(path: &Path, buf: &mut [u8]) -> std::io::Result<[u8; 32]> {
+fn hash_entry(path: &Path, buf: &mut [u8], bytes: &mut u64) -> std::io::Result<[u8; 32]> {
     let kind = path.symlink_metadata()?.file_type();
     if kind.is_symlink() {
         let target = std::fs::read_link(path)?;
@@ -190,15 +195,15 @@ fn hash_entry(path: &Path, buf: &mut [u8]) -> std::io::Result<[u8; 32]> {
         return Ok(h.finish());
     }
     if kind.is_dir() {
-        return hash_tree(path, buf);
+        return hash_tree(path, buf, bytes);
     }
-    hashing::file_sha256(path, buf)
+    hashing::file_sha256_counted(path, buf, bytes)
 }
 
 /// A folder's digest: its entries sorted by name (each a length-prefixed name, its kind and its
 /// digest), a subfolder's tree nested. Two folders with the same files at the same relative
 /// paths hash the same wherever they lie and whenever they were written.
-fn hash_tree(dir: &Path, buf: &mut [u8]) -> std::io::Result<[u8; 32]> {
+fn hash_tree(dir: &Path, buf: &mut [u8], bytes: &mut u64) -> std::io::Result<[u8; 32]> {
     let mut names: Vec<std::ffi::OsString> = std::fs::read_dir(dir)?
         .map(|e| e.map(|e| e.file_name()))
         .collect::<std::io::Result<_>>()?;
@@ -214,7 +219,7 @@ fn hash_tree(dir: &Path, buf: &mut [u8]) -> std::io::Result<[u8; 32]> {
         };
         h.field(name.as_encoded_bytes())
             .raw([kind])
-            .raw(hash_entry(&path, buf)?);
+            .raw(hash_entry(&path, buf, bytes)?);
     }
     Ok(h.finish())
 }
@@ -231,17 +236,19 @@ fn hash_tree(dir: &Path, buf: &mut [u8]) -> std::io::Result<[u8; 32]> {
 pub(crate) fn output_versions(
     spec: &RunSpec,
     legacy: &[Option<String>],
-) -> Result<Vec<String>, HashError> {
+) -> Result<OutputVersions, HashError> {
     let staging = spec.staging_dir();
-    spec.outputs
+    let mut bytes = 0;
+    let versions = spec
+        .outputs
         .iter()
         .enumerate()
         .map(|(i, o)| {
             let (staged, in_place) = (staging.join(o), spec.data_dir.join(o));
             if staged.symlink_metadata().is_err() {
-                return content_version(&in_place);
+                return content_version_counted(&in_place, &mut bytes);
             }
-            let version = content_version(&staged)?;
+            let version = content_version_counted(&staged, &mut bytes)?;
             match legacy.get(i).and_then(Option::as_deref) {
                 Some(old) if content_version(&in_place).is_ok_and(|v| v == version) => {
                     Ok(old.to_string())
@@ -249,7 +256,15 @@ pub(crate) fn output_versions(
                 _ => Ok(version),
             }
         })
-        .collect()
+        .collect::<Result<_, _>>()?;
+    Ok(OutputVersions { versions, bytes })
+}
+
+/// What [`output_versions`] found: each output's version, and their files' bytes together
+/// (the run's `output_bytes`: what the hashing read, links inside folders not followed).
+pub(crate) struct OutputVersions {
+    pub versions: Vec<String>,
+    pub bytes: u64,
 }
 
 #[cfg(test)]
@@ -322,11 +337,31 @@ mod tests {
         let legacy = "0123456789abcdef0123456789abcdef".to_string();
         let both = [Some(legacy.clone()), Some(legacy.clone())];
         let v = output_versions(&spec, &both).unwrap();
-        assert_eq!(v[0], legacy, "the same bytes keep the recipe version");
-        assert_eq!(v[1], content_version(&staging.join("b")).unwrap());
+        assert_eq!(
+            v.versions[0], legacy,
+            "the same bytes keep the recipe version"
+        );
+        assert_eq!(v.versions[1], content_version(&staging.join("b")).unwrap());
         // Not a legacy version before: the content version, however the old bytes compare.
         let v = output_versions(&spec, &[]).unwrap();
-        assert_eq!(v[0], content_version(&staging.join("a")).unwrap());
+        assert_eq!(v.versions[0], content_version(&staging.join("a")).unwrap());
+        // The outputs' size: the staged bytes, not the old ones hashed beside them.
+        assert_eq!(v.bytes, 4);
+    }
+
+    #[test]
+    fn output_bytes_sum_every_file_of_a_folder() {
+        let dir = tempfile::tempdir().unwrap();
+        let spec = RunSpec {
+            data_dir: dir.path().to_path_buf(),
+            outputs: vec!["a".into(), "b".into()],
+            job_run_id: "r1".into(),
+            ..RunSpec::default()
+        };
+        write(&dir.path().join("a/part-0"), "12345");
+        write(&dir.path().join("a/sub/part-1"), "123");
+        write(&dir.path().join("b"), "12");
+        assert_eq!(output_versions(&spec, &[]).unwrap().bytes, 10);
     }
 
     #[test]

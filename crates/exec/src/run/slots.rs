@@ -8,8 +8,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Instant;
 
+use super::contract::ReportedMetrics;
 use super::lease::Lease;
-use super::outcome::{Ended, RunOutcome};
+use super::outcome::{Ended, Finished, RunOutcome};
 use super::{Began, Executor, RunSpec};
 use crate::check::{CheckOutcome, CheckRun};
 use crate::run::check::CheckPlace;
@@ -51,10 +52,11 @@ pub(crate) enum Report {
     Started { node: usize, at: Stamp },
     /// Its process started (the executor said so).
     Running { node: usize, at: Stamp },
+    /// (Boxed: the reports wait in a queue, most of them starts.)
     Ended {
         node: usize,
         at: Stamp,
-        ended: Ended,
+        ended: Box<Ended>,
     },
 }
 
@@ -158,7 +160,11 @@ impl Launches {
         let mut queue = self.lock();
         queue.paused |= urgent;
         let wake = urgent || queue.runs.len() < self.quiet_while.max(1);
-        queue.reports.push(Report::Ended { node, at, ended });
+        queue.reports.push(Report::Ended {
+            node,
+            at,
+            ended: Box::new(ended),
+        });
         wake
     }
 
@@ -177,6 +183,7 @@ impl Launches {
 /// `running` hears when the run's process starts.
 pub(crate) fn run(
     executor: &dyn Executor,
+    store: &dyn databuild_log::EventStore,
     launch: &Launch,
     lease: &Lease,
     running: &dyn Fn(),
@@ -188,20 +195,24 @@ pub(crate) fn run(
         return Ended::of(outcome);
     }
     let executor_id = Mutex::new(None);
-    let mut outcome = executor.run(&launch.spec, &launch.cancel, &|began| match began {
+    let Finished {
+        mut outcome,
+        mut resources,
+    } = executor.run(&launch.spec, &launch.cancel, &|began| match began {
         Began::Submitted(id) => *executor_id.lock().expect("id lock") = Some(id.to_string()),
         Began::Running => running(),
     });
     let mut report = None;
+    let mut metrics = None;
     if outcome == RunOutcome::Succeeded {
-        match crate::run::contract::read_report(&launch.spec.report_path()) {
-            Ok(r) => report = r,
+        match read_report(&launch.spec) {
+            Ok((r, m)) => (report, metrics) = (r, m),
             Err(message) => outcome = RunOutcome::failed(message, Some(0)),
         }
     }
     let mut checks = Vec::new();
     if outcome == RunOutcome::Succeeded {
-        match run_checks(executor, launch, report.as_ref()) {
+        match run_checks(executor, store, launch, report.as_ref()) {
             Ok(Some(results)) => checks = results,
             Ok(None) => outcome = RunOutcome::Cancelled,
             Err(e) => outcome = RunOutcome::failed(e.to_string(), Some(0)),
@@ -212,9 +223,16 @@ pub(crate) fn run(
     let mut versions = Vec::new();
     if outcome == RunOutcome::Succeeded && !launch.spec.check {
         match crate::run::publish::output_versions(&launch.spec, &launch.legacy) {
-            Ok(v) => versions = v,
+            Ok(v) => {
+                versions = v.versions;
+                resources.output_bytes = Some(v.bytes);
+            }
             Err(e) => outcome = RunOutcome::failed(e.to_string(), Some(0)),
         }
+    }
+    // Anomaly checks last: they judge what the run measured, its outputs' size too.
+    if outcome == RunOutcome::Succeeded {
+        checks.extend(judge_metrics(store, launch, report.as_ref(), &resources));
     }
     Ended {
         outcome,
@@ -222,37 +240,91 @@ pub(crate) fn run(
         report,
         checks,
         versions,
+        resources: Box::new(resources),
+        metrics: metrics.map(Box::new),
     }
+}
+
+/// A successful run's report (`DATABUILD_REPORT`) and the metrics it reported, checked against
+/// its outputs: a report that cannot be kept fails the run, with what is wrong.
+fn read_report(
+    spec: &RunSpec,
+) -> Result<(Option<serde_json::Value>, Option<ReportedMetrics>), String> {
+    let report = crate::run::contract::read_report(&spec.report_path())?;
+    let metrics = crate::run::contract::reported_metrics(report.as_ref(), &spec.outputs)
+        .map_err(|e| e.to_string())?;
+    Ok((report, metrics))
 }
 
 /// The checks of a run that succeeded: those its job reported, then the graph's, each run on the
 /// same executor against the run's staged outputs. `None` if the build was cancelled meanwhile.
 fn run_checks(
     executor: &dyn Executor,
+    store: &dyn databuild_log::EventStore,
     launch: &Launch,
     report: Option<&serde_json::Value>,
 ) -> Result<Option<Vec<CheckOutcome>>, crate::check::InlineCheckError> {
     let spec = &launch.spec;
     let mut results = crate::check::inline(report, &spec.outputs)?;
-    let logs_dir = spec
-        .log_path
-        .parent()
-        .unwrap_or(std::path::Path::new("."))
-        .to_path_buf();
+    let logs_dir = logs_dir(spec);
     let place = CheckPlace {
         job_run_id: &spec.job_run_id,
         build_request_id: Some(&spec.build_request_id),
         graph_dir: &spec.graph_dir,
         data_dir: &spec.data_dir,
         logs_dir: &logs_dir,
+        history: store,
+        measured: &|_, _| None,
     };
-    for c in &launch.checks {
+    for c in launch.checks.iter().filter(|c| c.metric.is_none()) {
         match crate::run::check::run(executor, &place, c, &launch.cancel) {
             Some(result) => results.push(result),
             None => return Ok(None),
         }
     }
     Ok(Some(results))
+}
+
+/// The anomaly checks of a run that succeeded: each output's value (reported by the job, or a
+/// resource measured of the run) against the history of its output. No process runs.
+fn judge_metrics(
+    store: &dyn databuild_log::EventStore,
+    launch: &Launch,
+    report: Option<&serde_json::Value>,
+    resources: &super::RunResources,
+) -> Vec<CheckOutcome> {
+    let spec = &launch.spec;
+    let logs_dir = logs_dir(spec);
+    let measured = |r: &str, name: &str| {
+        crate::check::reported(report, r, name).or_else(|| {
+            resources
+                .values()
+                .find(|(n, _)| *n == name)
+                .map(|(_, v)| v as f64)
+        })
+    };
+    let place = CheckPlace {
+        job_run_id: &spec.job_run_id,
+        build_request_id: Some(&spec.build_request_id),
+        graph_dir: &spec.graph_dir,
+        data_dir: &spec.data_dir,
+        logs_dir: &logs_dir,
+        history: store,
+        measured: &measured,
+    };
+    launch
+        .checks
+        .iter()
+        .filter(|c| c.metric.is_some())
+        .filter_map(|c| crate::run::check::run_metric(&place, c))
+        .collect()
+}
+
+fn logs_dir(spec: &RunSpec) -> std::path::PathBuf {
+    spec.log_path
+        .parent()
+        .unwrap_or(std::path::Path::new("."))
+        .to_path_buf()
 }
 
 /// A run whose inputs' data is gone (deleted since planning, or by another job) is not started:
@@ -337,12 +409,12 @@ mod tests {
     }
 
     impl Executor for Fake {
-        fn run(&self, _: &RunSpec, _: &AtomicBool, began: &dyn Fn(Began<'_>)) -> RunOutcome {
+        fn run(&self, _: &RunSpec, _: &AtomicBool, began: &dyn Fn(Began<'_>)) -> Finished {
             began(Began::Submitted("fake:1"));
             if self.starts {
                 began(Began::Running);
             }
-            self.outcome.clone()
+            self.outcome.clone().into()
         }
     }
 
@@ -353,10 +425,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store: Arc<dyn databuild_log::EventStore> =
             Arc::new(databuild_log::SqliteStore::open(&dir.path().join("events.db")).unwrap());
-        let lease = Lease::new(store, std::time::Duration::from_secs(30));
+        let lease = Lease::new(store.clone(), std::time::Duration::from_secs(30));
         let runs = |executor: &Fake, launch: &Launch| {
             let started = std::sync::atomic::AtomicUsize::new(0);
-            let ended = run(executor, launch, &lease, &|| {
+            let ended = run(executor, &*store, launch, &lease, &|| {
                 started.fetch_add(1, Ordering::SeqCst);
             });
             (started.into_inner(), ended)
@@ -386,7 +458,7 @@ mod tests {
         match report {
             Report::Started { node, .. } => ("started", *node, None),
             Report::Running { node, .. } => ("running", *node, None),
-            Report::Ended { node, ended, .. } => ("ended", *node, Some(ended)),
+            Report::Ended { node, ended, .. } => ("ended", *node, Some(&**ended)),
         }
     }
 

@@ -16,7 +16,8 @@ use databuild_core::SlurmConfig;
 
 use super::contract::{environment, missing_deps};
 use super::publish::{output_times, verify_outputs};
-use super::{Began, Executor, RunOutcome, RunSpec};
+use super::resources::{of_sacct, RunResources, SACCT_FORMAT};
+use super::{Began, Executor, Finished, RunOutcome, RunSpec};
 
 /// How often the poller asks Slurm about the jobs it follows.
 const POLL_EVERY: Duration = Duration::from_millis(300);
@@ -43,6 +44,22 @@ struct Shared {
 pub struct SlurmExecutor {
     config: SlurmConfig,
     shared: Arc<Shared>,
+    /// By job, the `--mem` asked for a job that sets no `mem`: from its history ([`mem_of`]).
+    mem_defaults: std::collections::BTreeMap<String, String>,
+}
+
+/// The headroom over a job's p95 peak memory that a learned `--mem` asks for: a run a little
+/// above the p95 still fits, where Slurm would kill it at the limit.
+pub const MEM_HEADROOM: f64 = 1.25;
+
+/// The least a learned `--mem` asks for, in MiB: a tiny job's peak says little of its next run.
+pub const MEM_FLOOR_MIB: u64 = 64;
+
+/// The `--mem` of a job whose runs' p95 peak memory is `p95_bytes`: with [`MEM_HEADROOM`],
+/// rounded up to a whole MiB, at least [`MEM_FLOOR_MIB`].
+pub fn mem_of(p95_bytes: f64) -> String {
+    let mib = (p95_bytes * MEM_HEADROOM / (1024.0 * 1024.0)).ceil() as u64;
+    format!("{}M", mib.max(MEM_FLOOR_MIB))
 }
 
 impl SlurmExecutor {
@@ -50,6 +67,18 @@ impl SlurmExecutor {
         SlurmExecutor {
             config,
             shared: Arc::default(),
+            mem_defaults: Default::default(),
+        }
+    }
+
+    /// With `--mem` for the jobs that set none, by job name.
+    pub fn with_mem_defaults(
+        self,
+        mem_defaults: std::collections::BTreeMap<String, String>,
+    ) -> SlurmExecutor {
+        SlurmExecutor {
+            mem_defaults,
+            ..self
         }
     }
 
@@ -85,7 +114,7 @@ impl SlurmExecutor {
         if let Some(c) = spec.cpus {
             cmd.arg(format!("--cpus-per-task={c}"));
         }
-        if let Some(m) = &spec.mem {
+        if let Some(m) = spec.mem.as_ref().or(self.mem_defaults.get(&spec.job)) {
             cmd.arg(format!("--mem={m}"));
         }
         cmd.args(&self.config.sbatch_args);
@@ -247,8 +276,50 @@ fn is_final(state: &str) -> bool {
     )
 }
 
+/// Slurm's accounting of an ended job (`sacct`), read once it left the queue: `None` where the
+/// cluster keeps none (`AccountingStorageType=accounting_storage/none` leaves it empty).
+fn sacct(id: &str) -> RunResources {
+    let out = Command::new("sacct")
+        .args(["-j", id, "-P", "-n", &format!("--format={SACCT_FORMAT}")])
+        .output();
+    match out {
+        Ok(o) if o.status.success() => of_sacct(&String::from_utf8_lossy(&o.stdout)),
+        _ => RunResources::default(),
+    }
+}
+
+/// What a Slurm run cost: `sacct`'s accounting, its wall time when that has none from when the
+/// poller saw it leave `PENDING` to when it saw it end (to a poll's precision).
+fn measured(id: &str, running_since: Option<Instant>) -> RunResources {
+    let mut r = sacct(id);
+    if r.wall_ms.is_none() {
+        r.wall_ms = running_since.map(|t| super::resources::ms(t.elapsed()));
+    }
+    r
+}
+
 impl Executor for SlurmExecutor {
-    fn run(&self, spec: &RunSpec, cancel: &AtomicBool, began: &dyn Fn(Began<'_>)) -> RunOutcome {
+    fn run(&self, spec: &RunSpec, cancel: &AtomicBool, began: &dyn Fn(Began<'_>)) -> Finished {
+        let mut submitted = None;
+        let outcome = self.follow(spec, cancel, began, &mut submitted);
+        let resources = match submitted {
+            Some((id, running_since)) => measured(&id, running_since),
+            None => RunResources::default(),
+        };
+        Finished { outcome, resources }
+    }
+}
+
+impl SlurmExecutor {
+    /// Submits the run and follows it to its end; `submitted` is given its Slurm job's id and
+    /// when it left `PENDING`, to be measured.
+    fn follow(
+        &self,
+        spec: &RunSpec,
+        cancel: &AtomicBool,
+        began: &dyn Fn(Began<'_>),
+        submitted_as: &mut Option<(String, Option<Instant>)>,
+    ) -> RunOutcome {
         if let Some(parent) = spec.log_path.parent() {
             if let Err(e) = std::fs::create_dir_all(parent) {
                 return RunOutcome::failed(format!("cannot create the log folder: {e}"), None);
@@ -262,6 +333,7 @@ impl Executor for SlurmExecutor {
             Err(e) => return RunOutcome::failed(e.to_string(), None),
         };
         began(Began::Submitted(&format!("slurm:{id}")));
+        *submitted_as = Some((id.clone(), None));
         self.shared
             .jobs
             .lock()
@@ -283,6 +355,7 @@ impl Executor for SlurmExecutor {
             if !running && stop.is_none() && !state.state.is_empty() && state.state != "PENDING" {
                 running = true;
                 began(Began::Running);
+                *submitted_as = Some((id.clone(), Some(Instant::now())));
             }
             if state.finished {
                 break state;
@@ -361,6 +434,13 @@ impl Executor for SlurmExecutor {
 #[cfg(test)]
 mod tests {
     use super::shell_quote;
+
+    #[test]
+    fn a_learned_mem_has_headroom_whole_mib_and_a_floor() {
+        assert_eq!(super::mem_of(400.0 * 1024.0 * 1024.0), "500M");
+        assert_eq!(super::mem_of(1.0), "64M");
+        assert_eq!(super::mem_of(100.0 * 1024.0 * 1024.0 + 1.0), "126M");
+    }
 
     #[test]
     fn quotes_for_the_wrap_script() {

@@ -147,6 +147,53 @@ pub(crate) struct JobProcess {
     /// Its exit, once seen (it may not be reaped yet).
     exit: Option<ExitStatus>,
     reaped: bool,
+    /// What the kernel counted of it, once reaped.
+    usage: Option<Usage>,
+    /// This process's peak resident memory once the job had started: the floor under which
+    /// the kernel's count of the job's peak is this process's, not the job's (see [`Usage`]).
+    spawner_peak_rss: u64,
+}
+
+/// This process's peak resident memory (`getrusage(RUSAGE_SELF)`), in bytes.
+fn own_peak_rss() -> u64 {
+    // SAFETY: a zeroed `rusage` is a valid value of the plain C struct `getrusage` fills.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: asks about this process, writing into a local.
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) };
+    usage.ru_maxrss.max(0) as u64 * 1024
+}
+
+/// What the kernel counted of a reaped job (`wait4`'s `rusage`): the job and every descendant
+/// it waited for. Descendants it left running are killed with its group, uncounted.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Usage {
+    pub user: std::time::Duration,
+    pub system: std::time::Duration,
+    /// The peak resident memory of the largest single process among them, when the kernel's
+    /// count tells it. A job started on this process's memory (`CLONE_VM`, as `posix_spawn`
+    /// starts one too) inherits this process's peak at its `execve` as its own: a count no
+    /// higher than that peak may be this process's, so it says nothing of the job (`None`).
+    pub max_rss_bytes: Option<u64>,
+    /// Block I/O (512-byte blocks in the kernel's count): page-cache hits are not counted.
+    pub read_bytes: u64,
+    pub write_bytes: u64,
+}
+
+impl Usage {
+    fn of(r: &libc::rusage, spawner_peak_rss: u64) -> Usage {
+        let time = |t: libc::timeval| {
+            std::time::Duration::new(t.tv_sec.max(0) as u64, (t.tv_usec.max(0) as u32) * 1000)
+        };
+        let count = |n: libc::c_long| n.max(0) as u64;
+        Usage {
+            user: time(r.ru_utime),
+            system: time(r.ru_stime),
+            // Linux counts it in KiB.
+            max_rss_bytes: Some(count(r.ru_maxrss) * 1024).filter(|b| *b > spawner_peak_rss),
+            read_bytes: count(r.ru_inblock) * 512,
+            write_bytes: count(r.ru_oublock) * 512,
+        }
+    }
 }
 
 /// What [`spawn`] hands back: the process, and a pidfd of it when the kernel gives one.
@@ -198,14 +245,24 @@ impl JobProcess {
         }
     }
 
-    /// Reaps it, waiting for it to end if it runs (its pid is then free for others).
+    /// What the kernel counted of it, once [`JobProcess::reap`]ed.
+    pub(crate) fn usage(&self) -> Option<Usage> {
+        self.usage
+    }
+
+    /// Reaps it, waiting for it to end if it runs (its pid is then free for others). `wait4`,
+    /// not `waitpid`: the same system call, which also hands back what it used.
     pub(crate) fn reap(&mut self) -> std::io::Result<ExitStatus> {
         let mut status: c_int = 0;
         while !self.reaped {
-            // SAFETY: waits for our own child, not reaped yet, writing its status into a local.
-            let r = unsafe { libc::waitpid(self.pid, &mut status, 0) };
+            // SAFETY: a zeroed `rusage` is a valid value of the plain C struct `wait4` fills.
+            let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+            // SAFETY: waits for our own child, not reaped yet, writing its status and usage into
+            // locals.
+            let r = unsafe { libc::wait4(self.pid, &mut status, 0, &mut usage) };
             if r == self.pid {
                 self.reaped = true;
+                self.usage = Some(Usage::of(&usage, self.spawner_peak_rss));
                 self.exit.get_or_insert(ExitStatus::from_raw(status));
             } else {
                 let e = std::io::Error::last_os_error();
@@ -398,6 +455,10 @@ fn clone_child(
         pid,
         exit: None,
         reaped: false,
+        usage: None,
+        // Read once the child has exec'd (the parent resumes only then): a peak only grows, so
+        // this is at least what the child inherited.
+        spawner_peak_rss: own_peak_rss(),
     };
     // SAFETY: the child wrote `error` (if at all) before it exited; it has, or has exec'd.
     let error = unsafe { std::ptr::read_volatile(&args.error) };

@@ -10,7 +10,9 @@ use rustc_hash::{FxHashMap, FxHashSet};
 
 use super::{BuildOptions, Host};
 use crate::error::Result;
+use crate::run::contract::ReportedMetrics;
 use crate::run::owner::this_owner;
+use crate::run::RunResources;
 use databuild_log::event::Cutoff;
 
 /// A new build request, with what it asks for and who drives it.
@@ -183,6 +185,8 @@ pub(super) struct RunEnd<'a> {
     /// When its job started (ns), if it did.
     pub started_at: Option<i64>,
     pub attempt: u32,
+    /// What it cost, of a run whose executor ran it (recorded if it failed).
+    pub resources: Option<RunResources>,
 }
 
 /// The events of one build's runs.
@@ -282,6 +286,14 @@ impl Record<'_> {
             d.started_at = built.started_at;
             d.report = built.report.clone();
             d.data_version = Some(built.recipe.to_string());
+            // Its outputs named again: its measures are kept per output (`run_metrics`).
+            d.outputs = outputs(run);
+            d.attempt = Some(built.attempt);
+            d.resources = Some(built.resources);
+            d.metrics = built
+                .metrics
+                .as_ref()
+                .map(|m| serde_json::to_value(m).expect("numbers by name by ref serialize"));
         });
         if all_unchanged {
             completed = cut_off(completed, Cutoff::RebuiltUnchanged);
@@ -346,6 +358,10 @@ impl Record<'_> {
                     if status == Status::Failed {
                         d.attempt = Some(end.attempt);
                         d.attempts = Some(job.retries + 1);
+                        if end.resources.is_some() {
+                            d.resources = end.resources;
+                            d.outputs = outputs(run);
+                        }
                     }
                 }),
         );
@@ -439,6 +455,11 @@ pub struct Built<'a> {
     pub executor_id: Option<String>,
     pub report: Option<serde_json::Value>,
     pub started_at: Option<i64>,
+    pub resources: RunResources,
+    /// Which attempt of its outputs it was (1 for the first).
+    pub attempt: u32,
+    /// What its job reported of its outputs (`metrics` of its report), checked.
+    pub metrics: Option<ReportedMetrics>,
 }
 
 /// One output of a successful run: its data version, and whether it is the one it had.

@@ -509,6 +509,8 @@ enum Write {
     RunCounts(Vec<(String, &'static str, i64, Option<i64>)>),
     PartitionCounts(Vec<(String, &'static str, i64)>),
     Check(Box<CheckWrite>),
+    /// `run_metrics` rows, inserted once per batch (see `insert_metrics`).
+    Metrics(Vec<MetricValue>),
 }
 
 struct CheckWrite {
@@ -579,7 +581,7 @@ fn row_of(w: &Write) -> Option<(u8, String)> {
             (b'w', key(id))
         }
         Write::Check(c) => (b'c', format!("{}\0{}", key(&c.r), key(&c.name))),
-        Write::RunCounts(_) | Write::PartitionCounts(_) => return None,
+        Write::RunCounts(_) | Write::PartitionCounts(_) | Write::Metrics(_) => return None,
     })
 }
 
@@ -602,6 +604,7 @@ fn kind_of(w: &Write) -> usize {
         Write::PartitionCounts(_) => 13,
         Write::Check(_) => 14,
         Write::RunStarted { .. } => 15,
+        Write::Metrics(_) => 16,
     }
 }
 
@@ -613,7 +616,7 @@ SELECT * FROM unnest($1::bigint[], $2::text[], $3::bigint[], $4::text[], $5::tex
 
 /// Each kind's statement, by [`kind_of`]: the per-row SQL of a statement per event, over the
 /// `unnest` of the rows' columns.
-const WRITES: [&str; 16] = [
+const WRITES: [&str; 17] = [
     "INSERT INTO build_requests (build_request_id, status, requested, analyze_only, owner, message,
                                  created_at, updated_at, requested_count, requested_head)
      SELECT id, s, req, ao, o, m, t, t, rc, rh
@@ -734,6 +737,11 @@ const WRITES: [&str; 16] = [
     "UPDATE job_runs j SET status = u.s, started_at = u.t
        FROM unnest($1::text[], $2::text[], $3::bigint[]) AS u(id, s, t)
       WHERE j.job_run_id = u.id",
+    // As SQLite's (`insert_metrics`): a name written twice keeps the last value.
+    "INSERT INTO run_metrics (job, name, partition_ref, job_run_id, value, recorded_at)
+     SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::float8[],
+                          $6::bigint[])
+     ON CONFLICT (job, name, partition_ref, job_run_id) DO UPDATE SET value = excluded.value",
 ];
 
 /// The parameters of one statement of `kind` for `writes` (all of that kind): a column each.
@@ -891,6 +899,27 @@ fn columns(kind: usize, writes: &[&Write]) -> Vec<Param> {
             col!(Write::RunStarted { status, .. } => *status),
             col!(Write::RunStarted { at, .. } => *at),
         ],
+        16 => {
+            let all: Vec<&MetricValue> = writes
+                .iter()
+                .flat_map(|w| match w {
+                    Write::Metrics(m) => m.iter(),
+                    _ => unreachable!("grouped by kind"),
+                })
+                .collect();
+            vec![
+                Box::new(all.iter().map(|m| m.job.clone()).collect::<Vec<_>>()),
+                Box::new(all.iter().map(|m| m.name.clone()).collect::<Vec<_>>()),
+                Box::new(
+                    all.iter()
+                        .map(|m| m.partition_ref.clone())
+                        .collect::<Vec<_>>(),
+                ),
+                Box::new(all.iter().map(|m| m.job_run_id.clone()).collect::<Vec<_>>()),
+                Box::new(all.iter().map(|m| m.value).collect::<Vec<_>>()),
+                Box::new(all.iter().map(|m| m.recorded_at).collect::<Vec<_>>()),
+            ]
+        }
         _ => {
             let all: Vec<&(String, &'static str, i64)> = writes
                 .iter()
@@ -1397,6 +1426,11 @@ impl AppendTx for PgAppend<'_> {
             at: e.timestamp,
             code_versions: (!d.code_versions.is_empty()).then(|| to_json(&d.code_versions)),
         })));
+        Ok(())
+    }
+
+    fn insert_metrics(&mut self, rows: &[MetricValue]) -> Result<()> {
+        self.keep(Write::Metrics(rows.to_vec()));
         Ok(())
     }
 

@@ -258,6 +258,28 @@ impl EventStore for PostgresStore {
         read::build_run_counts(self, build_request_id)
     }
 
+    fn metric_values(
+        &self,
+        job: &str,
+        name: &str,
+        after: Option<&MetricKey>,
+        limit: usize,
+    ) -> Result<Vec<MetricValue>> {
+        read::metric_values(self, job, name, after, limit)
+    }
+
+    fn run_metrics(&self, job_run_id: &str) -> Result<Vec<MetricValue>> {
+        read::run_metrics(self, job_run_id)
+    }
+
+    fn metric_history(&self, q: &HistoryQuery<'_>) -> Result<Vec<(String, f64)>> {
+        read::metric_history(self, q)
+    }
+
+    fn recent_metrics(&self, job: &str, runs: usize) -> Result<Vec<MetricValue>> {
+        read::recent_metrics(self, job, runs)
+    }
+
     fn job_stats(&self, job: Option<&str>) -> Result<Vec<JobStats>> {
         read::job_stats(self, job)
     }

@@ -25,6 +25,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("v11.sql"),
     include_str!("v12.sql"),
     include_str!("v13.sql"),
+    include_str!("v14.sql"),
 ];
 
 /// The schema version this build writes, and the newest it opens.

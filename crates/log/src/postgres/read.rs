@@ -661,6 +661,73 @@ pub(super) fn job_stats(store: &PostgresStore, job: Option<&str>) -> Result<Vec<
     })
 }
 
+fn metric_from_row(r: &postgres::Row) -> Result<MetricValue> {
+    Ok(MetricValue {
+        job: r.text(0)?,
+        name: r.text(1)?,
+        partition_ref: r.text(2)?,
+        job_run_id: r.text(3)?,
+        value: r.try_get(4).map_err(storage)?,
+        recorded_at: r.int(5)?,
+    })
+}
+
+pub(super) fn metric_values(
+    store: &PostgresStore,
+    job: &str,
+    name: &str,
+    after: Option<&MetricKey>,
+    limit: usize,
+) -> Result<Vec<MetricValue>> {
+    let (after_ref, after_run) = metric_after(after);
+    let sql = metric_values_sql(["$1", "$2", "$3", "$4", "$5"]);
+    store.read(|c| {
+        let rows = c
+            .query(
+                &sql,
+                &[&job, &name, &after_ref, &after_run, &(limit as i64)],
+            )
+            .map_err(storage)?;
+        collect(rows, metric_from_row)
+    })
+}
+
+pub(super) fn run_metrics(store: &PostgresStore, run: &str) -> Result<Vec<MetricValue>> {
+    let sql = run_metrics_sql("$1");
+    store.read(|c| {
+        let rows = c.query(&sql, &[&run]).map_err(storage)?;
+        collect(rows, metric_from_row)
+    })
+}
+
+pub(super) fn metric_history(
+    store: &PostgresStore,
+    q: &HistoryQuery<'_>,
+) -> Result<Vec<(String, f64)>> {
+    let sql = metric_history_sql(["$1", "$2", "$3", "$4", "$5"]);
+    store.read(|c| {
+        let rows = c
+            .query(
+                &sql,
+                &[&q.job, &q.name, &q.from, &q.before, &(q.limit as i64)],
+            )
+            .map_err(storage)?;
+        collect(rows, |r| Ok((r.text(0)?, r.try_get(1).map_err(storage)?)))
+    })
+}
+
+pub(super) fn recent_metrics(
+    store: &PostgresStore,
+    job: &str,
+    runs: usize,
+) -> Result<Vec<MetricValue>> {
+    let sql = recent_metrics_sql("$1", "$2");
+    store.read(|c| {
+        let rows = c.query(&sql, &[&job, &(runs as i64)]).map_err(storage)?;
+        collect(rows, metric_from_row)
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::glob_to_regex;

@@ -465,6 +465,56 @@ pub(crate) fn want_from_row<R: Columns>(row: &R) -> RowResult<WantRow, R> {
     })
 }
 
+pub(crate) const METRIC_COLUMNS: &str = "job, name, partition_ref, job_run_id, value, recorded_at";
+
+/// A page of one job's metric in key order (`MetricKey`'s ref and run after which it starts:
+/// `('', '')` for the first page, which every row follows since a run id is never empty).
+pub(crate) fn metric_values_sql(placeholders: [&str; 5]) -> String {
+    let [job, name, after_ref, after_run, limit] = placeholders;
+    format!(
+        "SELECT {METRIC_COLUMNS} FROM run_metrics
+          WHERE job = {job} AND name = {name} AND (partition_ref, job_run_id) > ({after_ref}, {after_run})
+          ORDER BY partition_ref, job_run_id LIMIT {limit}"
+    )
+}
+
+pub(crate) fn run_metrics_sql(run: &str) -> String {
+    format!(
+        "SELECT {METRIC_COLUMNS} FROM run_metrics WHERE job_run_id = {run}
+          ORDER BY partition_ref, name"
+    )
+}
+
+/// Where a page of metric values starts, as the two parameters of [`metric_values_sql`].
+pub(crate) fn metric_after(after: Option<&MetricKey>) -> (&str, &str) {
+    after.map_or(("", ""), |k| (&k.partition_ref, &k.job_run_id))
+}
+
+/// The history of an anomaly check ([`HistoryQuery`]): current, available instances that failed
+/// no check, refs in `[from, before)`, nearest first.
+pub(crate) fn metric_history_sql(placeholders: [&str; 5]) -> String {
+    let [job, name, from, before, limit] = placeholders;
+    format!(
+        "SELECT m.partition_ref, m.value FROM run_metrics m
+           JOIN partitions p ON p.partition_ref = m.partition_ref AND p.job_run_id = m.job_run_id
+          WHERE m.job = {job} AND m.name = {name}
+            AND m.partition_ref >= {from} AND m.partition_ref < {before}
+            AND p.status = 'available'
+            AND NOT EXISTS (SELECT 1 FROM partition_checks c
+                             WHERE c.partition_ref = m.partition_ref
+                               AND c.job_run_id = m.job_run_id AND c.status = 'failed')
+          ORDER BY m.partition_ref DESC LIMIT {limit}"
+    )
+}
+
+/// The metrics of a job's last runs (`job_runs_by_job`, then `run_metrics_run`).
+pub(crate) fn recent_metrics_sql(job: &str, runs: &str) -> String {
+    format!(
+        "SELECT {METRIC_COLUMNS} FROM run_metrics WHERE job_run_id IN
+           (SELECT job_run_id FROM job_runs WHERE job = {job} ORDER BY scheduled_at DESC LIMIT {runs})"
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

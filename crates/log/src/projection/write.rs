@@ -61,6 +61,8 @@ pub(crate) trait AppendTx {
     /// A check's result: the latest of its (partition, check) in `partition_checks`.
     fn upsert_check(&mut self, e: &Event) -> Result<()>;
 
+    /// Inserts a batch's `run_metrics` rows (a run's values once: a run ends once).
+    fn insert_metrics(&mut self, rows: &[MetricValue]) -> Result<()>;
     /// Adds each change to `job_counts` (`n`, and `last_scheduled_at` raised when given).
     fn add_run_counts(&mut self, changes: &[RunCount<'_>]) -> Result<()>;
     /// Adds each change to `partition_counts`.
@@ -94,6 +96,7 @@ pub(crate) fn append_batch<T: AppendTx>(
         rewritten: rewritten(events),
         counts: CountChanges::default(),
         held_inserts: FxHashMap::default(),
+        metrics: Vec::new(),
     };
     let first_idx = tx.first_idx()?;
     for position in 0..events.len() {
@@ -114,6 +117,9 @@ pub(crate) fn append_batch<T: AppendTx>(
     // The events go in together once every one is valid: a few statements for the batch, not
     // one per event.
     tx.insert_events(events)?;
+    if !batch.metrics.is_empty() {
+        tx.insert_metrics(&batch.metrics)?;
+    }
     batch.counts.write(tx)
 }
 
@@ -124,6 +130,8 @@ struct Batch {
     /// Runs whose row is inserted with their start, later in the batch: by the start's
     /// position, the position of the run's first event.
     held_inserts: FxHashMap<usize, usize>,
+    /// The `run_metrics` rows of the runs the batch ends, written once at its end.
+    metrics: Vec<MetricValue>,
 }
 
 /// Projection writes of a batch that a later event of the same batch makes redundant, by the
@@ -334,6 +342,9 @@ fn project<T: AppendTx>(
                 counts.run(&job, old, -1, None);
                 counts.run(&job, e.status, 1, None);
             }
+            if matches!(e.status, Status::Completed | Status::Failed) {
+                metric_rows(e, &job, &mut batch.metrics);
+            }
             Ok(())
         }
         Kind::Partition => {
@@ -362,6 +373,48 @@ fn project<T: AppendTx>(
         Kind::Want => tx.update_want(e),
         Kind::Check => tx.upsert_check(e),
         Kind::Delegation | Kind::Alias | Kind::Gc => Ok(()),
+    }
+}
+
+/// The `run_metrics` rows of a run's end: its measures (`resources`) for each output it names
+/// (under `''` when it names none), then what its job reported (`metrics`, by ref; anything
+/// but a number was refused before it was recorded, and is passed over here).
+pub(crate) fn metric_rows(e: &Event, job: &str, rows: &mut Vec<MetricValue>) {
+    let run = e.job_run_id.as_deref().unwrap_or_default();
+    let mut row = |r: &str, name: &str, value: f64| {
+        rows.push(MetricValue {
+            job: job.to_string(),
+            name: name.to_string(),
+            partition_ref: r.to_string(),
+            job_run_id: run.to_string(),
+            value,
+            recorded_at: e.timestamp,
+        })
+    };
+    if let Some(resources) = &e.data.resources {
+        let unnamed = [String::new()];
+        let refs = match e.data.outputs.as_slice() {
+            [] => &unnamed[..],
+            outputs => outputs,
+        };
+        for r in refs {
+            for (name, value) in resources.values() {
+                row(r, name, value as f64);
+            }
+        }
+    }
+    let Some(serde_json::Value::Object(by_ref)) = &e.data.metrics else {
+        return;
+    };
+    for (r, named) in by_ref {
+        let serde_json::Value::Object(named) = named else {
+            continue;
+        };
+        for (name, value) in named {
+            if let Some(value) = value.as_f64() {
+                row(r, name, value);
+            }
+        }
     }
 }
 

@@ -564,6 +564,32 @@ impl AppendTx for SqliteAppend<'_, '_> {
         )
     }
 
+    fn insert_metrics(&mut self, rows: &[MetricValue]) -> Result<()> {
+        // A reported metric cannot take a measure's name (the run is refused first); were one
+        // written twice, the last value stands rather than the append failing.
+        let mut stmt = self
+            .tx
+            .prepare_cached(
+                "INSERT INTO run_metrics (job, name, partition_ref, job_run_id, value, recorded_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+                 ON CONFLICT (job, name, partition_ref, job_run_id) DO UPDATE
+                    SET value = excluded.value",
+            )
+            .map_err(storage)?;
+        for m in rows {
+            stmt.execute(params![
+                m.job,
+                m.name,
+                m.partition_ref,
+                m.job_run_id,
+                m.value,
+                m.recorded_at
+            ])
+            .map_err(storage)?;
+        }
+        Ok(())
+    }
+
     fn add_run_counts(&mut self, changes: &[RunCount<'_>]) -> Result<()> {
         let mut stmt = self
             .tx

@@ -520,6 +520,69 @@ pub(super) fn build_run_counts(
     })
 }
 
+fn metric_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<MetricValue> {
+    Ok(MetricValue {
+        job: r.get(0)?,
+        name: r.get(1)?,
+        partition_ref: r.get(2)?,
+        job_run_id: r.get(3)?,
+        value: r.get(4)?,
+        recorded_at: r.get(5)?,
+    })
+}
+
+pub(super) fn metric_values(
+    store: &SqliteStore,
+    job: &str,
+    name: &str,
+    after: Option<&MetricKey>,
+    limit: usize,
+) -> Result<Vec<MetricValue>> {
+    let (after_ref, after_run) = metric_after(after);
+    store.read(|c| {
+        c.prepare_cached(&metric_values_sql(["?1", "?2", "?3", "?4", "?5"]))?
+            .query_map(
+                params![job, name, after_ref, after_run, limit as i64],
+                metric_from_row,
+            )?
+            .collect()
+    })
+}
+
+pub(super) fn run_metrics(store: &SqliteStore, run: &str) -> Result<Vec<MetricValue>> {
+    store.read(|c| {
+        c.prepare_cached(&run_metrics_sql("?1"))?
+            .query_map([run], metric_from_row)?
+            .collect()
+    })
+}
+
+pub(super) fn metric_history(
+    store: &SqliteStore,
+    q: &HistoryQuery<'_>,
+) -> Result<Vec<(String, f64)>> {
+    store.read(|c| {
+        c.prepare_cached(&metric_history_sql(["?1", "?2", "?3", "?4", "?5"]))?
+            .query_map(
+                params![q.job, q.name, q.from, q.before, q.limit as i64],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )?
+            .collect()
+    })
+}
+
+pub(super) fn recent_metrics(
+    store: &SqliteStore,
+    job: &str,
+    runs: usize,
+) -> Result<Vec<MetricValue>> {
+    store.read(|c| {
+        c.prepare_cached(&recent_metrics_sql("?1", "?2"))?
+            .query_map(params![job, runs as i64], metric_from_row)?
+            .collect()
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -87,6 +87,10 @@ pub(super) async fn analyze_page(State(state): Shared, Query(q): Query<RefsQuery
             p.estimate {
                 "Estimated " strong { (span(cost.wall_p50_s)) } " at " (cost.parallel) " runs at once (p95 " (span(cost.wall_p95_s)) "), critical path " (span(cost.critical_path_p50_s)) ", job time " (span(cost.work_p50_s))
                 @if cost.runs_without_history > 0 { " · " (cost.runs_without_history) " runs (" (cost.jobs_without_history.join(", ")) ") have no recorded duration and count as 0 s" }
+                br;
+                @match cost.peak_memory_bytes { Some(b) => { "Peak memory at most " strong { (databuild_exec::answers::metric_text("max_rss_bytes", b as f64)) } }, None => { "Peak memory unknown (no run recorded it)" } }
+                ", " (format!("{:.4}", cost.cpu_hours)) " CPU-hours"
+                @if cost.runs_without_resources > 0 { " · " (cost.runs_without_resources) " runs without recorded resources count as none" }
             }
         }
         @if !plan.missing.is_empty() {

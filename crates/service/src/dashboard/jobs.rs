@@ -3,7 +3,7 @@
 
 use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Response};
-use databuild_exec::answers::JobRun;
+use databuild_exec::answers::{metric_text, AgainstP50, JobRun};
 use maud::{html, Markup, PreEscaped};
 
 use super::layout::{layout, page};
@@ -37,10 +37,11 @@ pub(super) async fn job_page(State(state): Shared, Path(name): Path<String>) -> 
         Ok((
             engine_api::job(engine, &n)?,
             engine_api::job_runs(engine, &n, 100)?.runs,
+            engine_api::charts(engine, &n)?,
         ))
     })
     .await;
-    let (job, runs) = match data {
+    let (job, runs, charts) = match data {
         Ok(d) => d,
         Err(r) => return r,
     };
@@ -54,6 +55,20 @@ pub(super) async fn job_page(State(state): Shared, Path(name): Path<String>) -> 
         p { (job.job.runs) " runs · " (job.job.completed) " completed · " (job.job.failed) " failed" }
         h2 { "Durations" }
         @if points.is_empty() { p.empty { "No finished runs yet." } } @else { div.scroll { (PreEscaped(svg::duration_chart(&points, "runs"))) } }
+        @if !job.trends.is_empty() {
+            h2 { "Resources and metrics" }
+            table { tr { th { "Metric" } th { "p50" } th { "p95" } th { "Values" } }
+                @for t in &job.trends { tr {
+                    td { (t.name) } td { (metric_text(&t.name, t.p50)) } td { (metric_text(&t.name, t.p95)) } td { (t.count) }
+                } }
+            }
+        }
+        @for c in charts.iter().filter(|c| !c.points.is_empty()) {
+            h2 { (chart_title(&c.metric)) " per partition" }
+            div.scroll { (PreEscaped(svg::trend_chart(c))) }
+            @let anomalies: Vec<&str> = c.points.iter().filter(|p| p.anomaly).map(|p| p.partition_ref.as_str()).collect();
+            @if !anomalies.is_empty() { p { "Anomalies: " @for a in anomalies { (partition_link(a)) " " } } }
+        }
         h2 { "Recent runs" }
         table { tr { th { "Run" } th { "Status" } th { "Outputs" } th { "Took" } th { "Scheduled" } }
             @for r in &runs { tr {
@@ -65,7 +80,16 @@ pub(super) async fn job_page(State(state): Shared, Path(name): Path<String>) -> 
     }).into_response()
 }
 
-fn run_body(run: &JobRun, log: &str) -> Markup {
+/// A chart's title: what its metric measures.
+fn chart_title(metric: &str) -> String {
+    match metric {
+        "wall_ms" => "Duration".to_string(),
+        "max_rss_bytes" => "Peak memory".to_string(),
+        m => format!("`{m}`"),
+    }
+}
+
+fn run_body(run: &JobRun, log: &str, against: &[AgainstP50]) -> Markup {
     let running = run.status.run_unfinished();
     let id = &run.job_run_id;
     html! {
@@ -79,6 +103,25 @@ fn run_body(run: &JobRun, log: &str) -> Markup {
                 tr { th { "Env" } td { @for (k, v) in &run.env { code { (k) "=" (v) } " " } } }
                 tr { th { "Exit" } td { (run.exit_code.map(|c| c.to_string()).unwrap_or_default()) " " span.muted { (or_empty(&run.message)) } } }
                 tr { th { "Timings" } td { "scheduled " (at(&run.scheduled_at)) ", started " (at(&run.started_at)) ", ended " (at(&run.ended_at)) " (" (took(run)) ")" } }
+                @if let Some(a) = run.attempt { tr { th { "Attempt" } td { (a) } } }
+                @if let Some(r) = &run.resources {
+                    tr { th { "Resources" } td { @for (name, v) in r.values() { code { (name) "=" (v) } " " } } }
+                }
+                @for (r, named) in &run.metrics {
+                    tr { th { "Metrics of " (partition_link(r)) } td { @for (n, v) in named { code { (n) "=" (v) } " " } } }
+                }
+            }
+            @if !against.is_empty() {
+                h2 { "Resources and metrics" }
+                table.against { tr { th { "Metric" } th { "Partition" } th { "This run" } th { "Job p50" } th { "vs p50" } }
+                    @for a in against { tr {
+                        td { (a.name) }
+                        td { @if databuild_exec::answers::MetricKind::of(&a.name) == databuild_exec::answers::MetricKind::Reported { (partition_link(&a.partition_ref)) } }
+                        td { (metric_text(&a.name, a.value)) }
+                        td { @match a.p50 { Some(p) => (metric_text(&a.name, p)), None => "-" } }
+                        td { @match a.p50.filter(|p| *p > 0.0) { Some(p) => (format!("{:.0}%", a.value / p * 100.0)), None => "-" } }
+                    } }
+                }
             }
             h2 { "Log" }
             @if log.is_empty() { p.empty { "No log (yet)." } } @else { pre.log { (log) } }
@@ -89,16 +132,15 @@ fn run_body(run: &JobRun, log: &str) -> Markup {
 pub(super) async fn run_page(State(state): Shared, Path(id): Path<String>) -> Response {
     let rid = id.clone();
     match page(&state, move |engine| {
-        Ok((
-            engine_api::run(engine, &rid)?,
-            engine_api::run_log(engine, &rid).unwrap_or_default(),
-        ))
+        let run = engine_api::run(engine, &rid)?;
+        let against = engine_api::against_p50(engine, &run)?;
+        Ok((run, engine_api::run_log(engine, &rid).unwrap_or_default(), against))
     })
     .await
     {
-        Ok((run, log)) => layout(
+        Ok((run, log, against)) => layout(
             &format!("Run {id}"),
-            html! { h1 { "Job run " code title=(run.job_run_id) { (short(&run.job_run_id)) } " " button.copy type="button" data-copy=(run.job_run_id) { "copy" } } (run_body(&run, &log)) },
+            html! { h1 { "Job run " code title=(run.job_run_id) { (short(&run.job_run_id)) } " " button.copy type="button" data-copy=(run.job_run_id) { "copy" } } (run_body(&run, &log, &against)) },
         )
         .into_response(),
         Err(r) => r,
@@ -107,14 +149,17 @@ pub(super) async fn run_page(State(state): Shared, Path(id): Path<String>) -> Re
 
 pub(super) async fn run_live(State(state): Shared, Path(id): Path<String>) -> Response {
     match page(&state, move |engine| {
+        let run = engine_api::run(engine, &id)?;
+        let against = engine_api::against_p50(engine, &run)?;
         Ok((
-            engine_api::run(engine, &id)?,
+            run,
             engine_api::run_log(engine, &id).unwrap_or_default(),
+            against,
         ))
     })
     .await
     {
-        Ok((run, log)) => run_body(&run, &log).into_response(),
+        Ok((run, log, against)) => run_body(&run, &log, &against).into_response(),
         Err(r) => r,
     }
 }
@@ -128,11 +173,35 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_runs_page_shows_what_it_cost_and_reported() {
+        let mut run = job_run("r1", "daily", "completed", &["daily/date=2026-01-02"], &[]);
+        run.attempt = Some(2);
+        run.resources = Some(databuild_log::RunResources {
+            wall_ms: Some(1200),
+            max_rss_bytes: Some(300 << 20),
+            ..Default::default()
+        });
+        run.metrics
+            .entry("daily/date=2026-01-02".into())
+            .or_default()
+            .insert("rows".into(), 1234.0);
+        let html = run_body(&run, "", &[]).into_string();
+        for shown in [
+            "wall_ms=1200",
+            "max_rss_bytes=314572800",
+            "rows=1234",
+            "Attempt",
+        ] {
+            assert!(html.contains(shown), "{shown}: {html}");
+        }
+    }
+
+    #[test]
     fn a_runs_page_polls_while_it_runs_and_shows_its_log_escaped() {
         let mut run = job_run("r1", "daily", "running", &["daily/date=2026-01-02"], &[]);
         run.env.insert("TZ".into(), "UTC".into());
         run.args = vec!["--fast".into(), "x".into()];
-        let html = run_body(&run, "").into_string();
+        let html = run_body(&run, "", &[]).into_string();
         assert!(html.starts_with(
             r#"<div id="live" hx-get="/runs/r1/live" hx-trigger="every 1s" hx-swap="outerHTML">"#
         ));
@@ -141,7 +210,7 @@ mod tests {
         assert!(html.contains("No log (yet)."));
 
         run.status = Status::Completed;
-        let html = run_body(&run, "rows: 3 <ok>").into_string();
+        let html = run_body(&run, "rows: 3 <ok>", &[]).into_string();
         assert!(html.starts_with(r#"<div id="live" hx-get="/runs/r1/live" hx-swap="outerHTML">"#));
         assert!(html.contains(r#"<pre class="log">rows: 3 &lt;ok&gt;</pre>"#));
     }

@@ -144,6 +144,114 @@ pub fn duration_chart(points: &[(String, f64, String)], what: &str) -> String {
     svg
 }
 
+/// The unit of a metric's axis by its name and largest value: a duration for `_ms`, a size for
+/// `_bytes`, none for a count.
+pub fn metric_unit(metric: &str, max: f64) -> (&'static str, f64) {
+    if metric.ends_with("_ms") {
+        duration_unit(max)
+    } else if metric.ends_with("_bytes") {
+        [("GiB", 30), ("MiB", 20), ("KiB", 10)]
+            .into_iter()
+            .find(|(_, shift)| max >= 2.0 * (1u64 << shift) as f64)
+            .map_or(("B", 1.0), |(u, shift)| (u, (1u64 << shift) as f64))
+    } else {
+        ("", 1.0)
+    }
+}
+
+/// One metric over partitions in key order (a job page's trend): a dot per partition, the
+/// expected band shaded with its median dashed, and each partition that failed an anomaly check
+/// marked (a red ring, named in its title).
+pub fn trend_chart(chart: &databuild_exec::answers::MetricChart) -> String {
+    let points = &chart.points;
+    if points.is_empty() {
+        return String::new();
+    }
+    let band_high = chart.band.map_or(0.0, |b| b.1);
+    let max = points
+        .iter()
+        .map(|p| p.value)
+        .fold(band_high, f64::max)
+        .max(f64::MIN_POSITIVE);
+    let (unit, per) = metric_unit(&chart.metric, max);
+    let (step, marks) = ticks(max / per, 4.0);
+    let top = marks.last().copied().unwrap_or(step) * per;
+    let label = |v: f64| format!("{} {unit}", number(v)).trim_end().to_string();
+    let tick_w = marks
+        .iter()
+        .map(|m| text_width(label(*m).chars().count(), 10))
+        .max()
+        .unwrap_or(40) as f64;
+    let (left, right, top_pad, height, bottom, dx) = (tick_w + 10.0, 110.0, 10.0, 140.0, 36.0, 8.0);
+    let plot_w = (points.len() as f64 * dx).max(160.0);
+    let (width, total_h) = (left + plot_w + right, top_pad + height + bottom);
+    let y = |v: f64| top_pad + height - v.max(0.0) / top * height;
+    let metric = escape(&chart.metric);
+    let mut svg = format!(
+        r#"<svg xmlns="http://www.w3.org/2000/svg" class="trend" data-metric="{metric}" width="{width:.0}" height="{total_h:.0}" viewBox="0 0 {width:.0} {total_h:.0}" role="img" aria-label="{metric} per partition">"#
+    );
+    if let (Some((low, high)), Some(median)) = (chart.band, chart.median) {
+        let _ = write!(
+            svg,
+            r##"<rect class="band" x="{left}" y="{:.1}" width="{plot_w:.1}" height="{:.1}" fill="#d9e8f5"><title>expected {}–{} {unit}</title></rect><line class="p50" x1="{left}" y1="{:.1}" x2="{:.1}" y2="{:.1}" stroke="#1f2933" stroke-dasharray="4 3"/><text x="{:.1}" y="{:.1}" font-size="10" fill="#1f2933">median {}</text>"##,
+            y(high),
+            (y(low) - y(high)).max(1.0),
+            number(low / per),
+            number(high / per),
+            y(median),
+            left + plot_w,
+            y(median),
+            left + plot_w + 4.0,
+            y(median) + 3.0,
+            label(median / per)
+        );
+    }
+    for m in &marks {
+        let ty = y(m * per);
+        let _ = write!(
+            svg,
+            r##"<line x1="{left}" y1="{ty:.1}" x2="{:.1}" y2="{ty:.1}" stroke="#e4e7eb"/><text class="tick" x="{:.1}" y="{:.1}" font-size="10" fill="#52606d" text-anchor="end">{}</text>"##,
+            left + plot_w,
+            left - 4.0,
+            ty + 3.0,
+            label(*m)
+        );
+    }
+    let _ = write!(
+        svg,
+        r##"<line x1="{left}" y1="{top_pad}" x2="{left}" y2="{:.1}" stroke="#52606d"/><line x1="{left}" y1="{:.1}" x2="{:.1}" y2="{:.1}" stroke="#52606d"/><text x="{left}" y="{:.1}" font-size="10" fill="#52606d">partitions in key order, {} to {} ({} of them)</text>"##,
+        top_pad + height,
+        top_pad + height,
+        left + plot_w,
+        top_pad + height,
+        top_pad + height + 24.0,
+        escape(&points[0].partition_ref),
+        escape(&points[points.len() - 1].partition_ref),
+        points.len()
+    );
+    for (i, p) in points.iter().enumerate() {
+        let (cx, cy) = (left + dx / 2.0 + i as f64 * dx, y(p.value));
+        let value = format!(
+            "{}: {} {unit}",
+            escape(&p.partition_ref),
+            number(p.value / per)
+        );
+        if p.anomaly {
+            let _ = write!(
+                svg,
+                r##"<circle class="anomaly" cx="{cx:.1}" cy="{cy:.1}" r="5" fill="none" stroke="#d64545" stroke-width="2"><title>{value}: anomaly (failed its check)</title></circle>"##
+            );
+        }
+        let _ = write!(
+            svg,
+            r##"<circle cx="{cx:.1}" cy="{cy:.1}" r="2.5" fill="{}"><title>{value}</title></circle>"##,
+            if p.anomaly { "#d64545" } else { "#3e4c59" }
+        );
+    }
+    svg.push_str("</svg>");
+    svg
+}
+
 /// One bar of a timeline: a run from `start` to `end` (ns; `end` now for a running one).
 pub struct Span {
     pub label: String,
@@ -255,6 +363,50 @@ pub fn timeline(spans: &[Span]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A trend has a unit on its axis, its band shaded with the median, and its anomaly ringed.
+    #[test]
+    fn a_trend_chart_shades_the_band_and_rings_the_anomaly() {
+        use databuild_exec::answers::{ChartPoint, MetricChart};
+        let point = |i: u32, value: f64, anomaly: bool| ChartPoint {
+            partition_ref: format!("t/{i:02}"),
+            value,
+            anomaly,
+        };
+        let chart = MetricChart {
+            metric: "max_rss_bytes".into(),
+            points: vec![
+                point(1, 100.0 * 1048576.0, false),
+                point(2, 5.0 * 1048576.0, true),
+                point(3, 102.0 * 1048576.0, false),
+            ],
+            band: Some((90.0 * 1048576.0, 110.0 * 1048576.0)),
+            median: Some(100.0 * 1048576.0),
+        };
+        let svg = trend_chart(&chart);
+        if let Ok(dir) = std::env::var("DATABUILD_SVG_OUT") {
+            std::fs::write(format!("{dir}/trend.svg"), &svg).unwrap();
+        }
+        assert!(svg.starts_with(
+            r#"<svg xmlns="http://www.w3.org/2000/svg" class="trend" data-metric="max_rss_bytes""#
+        ));
+        assert!(svg.contains(">100 MiB</text>"), "{svg}");
+        assert!(svg.contains(r#"<rect class="band""#) && svg.contains("median 100 MiB"));
+        assert_eq!(svg.matches(r#"class="anomaly""#).count(), 1);
+        assert!(svg.contains("<title>t/02: 5 MiB: anomaly (failed its check)</title>"));
+        assert!(svg.contains("partitions in key order, t/01 to t/03 (3 of them)"));
+        let counts = MetricChart {
+            metric: "rows".into(),
+            band: None,
+            median: None,
+            ..chart
+        };
+        let svg = trend_chart(&counts);
+        assert!(
+            !svg.contains("class=\"band\"") && svg.contains(">0</text>"),
+            "{svg}"
+        );
+    }
 
     /// Ticks are round numbers covering the largest value; durations take a readable unit.
     #[test]

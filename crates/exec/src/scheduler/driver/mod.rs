@@ -37,6 +37,7 @@ use super::spec::{self, SpecOf};
 use super::{BuildOptions, Host, Observer, Progress};
 use crate::error::{EngineError, Result};
 use crate::run::outcome::Ended;
+use crate::run::resources::ms;
 use crate::run::slots::{Launch, Launches, Report, Stamp};
 use crate::run::{Executor, RunOutcome};
 
@@ -81,6 +82,8 @@ struct RunIo {
     /// When its job started, and ended: for how long it took and the record of its end.
     started: Option<Stamp>,
     ended: Option<Stamp>,
+    /// When its current attempt was claimed: its wait in the queue runs from here to `started`.
+    claimed: Option<Instant>,
     cancel: Arc<AtomicBool>,
     /// Its `job_run scheduled` is in the log. A planned run is recorded with its claim, so a
     /// plan costs the log a few bytes per run until the run comes up (see `record::planned`).
@@ -347,7 +350,13 @@ impl<'s, 'e> Driver<'s, 'e> {
                 }
                 Report::Ended { node, at, ended } => {
                     self.runs[node].ended = Some(at);
-                    self.feed(Input::Finished { node, ended }, observer)?;
+                    self.feed(
+                        Input::Finished {
+                            node,
+                            ended: *ended,
+                        },
+                        observer,
+                    )?;
                     if !self.machine.stopped() {
                         self.launches.resume();
                     }
@@ -452,6 +461,7 @@ impl<'s, 'e> Driver<'s, 'e> {
                     not_started: true,
                     started_at: None,
                     attempt: self.machine.node(node).attempt,
+                    resources: None,
                 };
                 let events =
                     self.record()
@@ -533,6 +543,7 @@ impl<'s, 'e> Driver<'s, 'e> {
                 replaced: Vec::new(),
                 started: None,
                 ended: None,
+                claimed: None,
                 cancel: Arc::default(),
                 recorded: false,
             });
@@ -752,6 +763,7 @@ impl<'s, 'e> Driver<'s, 'e> {
         self.runs[node].give_id();
         // A retry's claim: what the last attempt's process did is not this one's.
         (self.runs[node].started, self.runs[node].ended) = (None, None);
+        self.runs[node].claimed = Some(Instant::now());
         let id = &self.runs[node].id;
         let log_path = spec::log_path(self.engine, id).display().to_string();
         let record = Record {
@@ -845,7 +857,7 @@ impl<'s, 'e> Driver<'s, 'e> {
 
     fn spawn_slot(&self) {
         let (launches, tx, executor) = (self.launches.clone(), self.tx.clone(), self.executor);
-        let lease = self.engine.lease();
+        let (lease, store) = (self.engine.lease(), self.engine.store());
         self.scope.spawn(move || {
             while let Some(launch) = launches.next() {
                 // No job starts while the lease has run out (the log cannot be reached): the
@@ -853,8 +865,9 @@ impl<'s, 'e> Driver<'s, 'e> {
                 let _ = lease.wait_good(&launch.cancel);
                 let node = launch.node;
                 launches.started(node);
-                let ended =
-                    crate::run::slots::run(executor, &launch, lease, &|| launches.running(node));
+                let ended = crate::run::slots::run(executor, store, &launch, lease, &|| {
+                    launches.running(node)
+                });
                 if launches.ended(node, ended) {
                     let _ = tx.send(Message::SlotsReported);
                 }
@@ -1005,6 +1018,11 @@ impl<'s, 'e> Driver<'s, 'e> {
             ),
             _ => (BTreeMap::new(), Vec::new()),
         };
+        let mut resources = *ended.resources;
+        resources.queue_wait_ms = match (self.runs[node].claimed, started) {
+            (Some(claimed), Some(s)) => Some(ms(s.at.saturating_duration_since(claimed))),
+            _ => None,
+        };
         let id = &self.runs[node].id;
         report_end(observer, job, run, id, attempt, &ended.outcome, then, took);
         let held_back = ended.held_back().is_some();
@@ -1026,6 +1044,9 @@ impl<'s, 'e> Driver<'s, 'e> {
                     executor_id: ended.executor_id,
                     report,
                     started_at: started.map(|s| s.at_ns),
+                    resources,
+                    attempt,
+                    metrics: ended.metrics.map(|m| *m),
                 };
                 let mut events = self.record().built(run, id, built);
                 if held_back {
@@ -1058,6 +1079,7 @@ impl<'s, 'e> Driver<'s, 'e> {
             not_started: false,
             started_at: started.map(|s| s.at_ns),
             attempt,
+            resources: Some(resources),
         };
         let mut events = self.record().ended(run, id, end);
         stamp_end(&mut events, ended_at);

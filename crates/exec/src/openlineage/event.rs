@@ -306,23 +306,14 @@ impl Of<'_> {
     fn run_event(&self, event_type: EventType, run: &RunState) -> RunEvent {
         let e = self.event;
         let id = e.job_run_id.clone().unwrap_or_default();
-        // The values a run's end carries beyond the fields this crate names (`resources`,
-        // `metrics`), read from its JSON so that fields added to the event come along.
-        // MERGE(#61 telemetry): `resources` and `metrics` are the keys of `EventData`'s fields;
-        // if they are named otherwise, rename them in the two `values_facet` calls below.
-        let mut data = serde_json::to_value(&e.data).unwrap_or(Value::Null);
-        if object(&data, "metrics").is_none() {
-            // A job's report carries them (`{"metrics": {ref: {name: n}}}`) where the event
-            // itself has none.
-            if let Some(m) = data
-                .get("report")
-                .and_then(|r| object(r, "metrics"))
-                .cloned()
-            {
-                data["metrics"] = Value::Object(m);
-            }
-        }
-        let metrics = object(&data, "metrics");
+        // What the run cost and what it reported, as recorded on its end (`resources`,
+        // `metrics`), carried as they are into run facets.
+        let resources = e
+            .data
+            .resources
+            .as_ref()
+            .and_then(|r| serde_json::to_value(r).ok());
+        let metrics = e.data.metrics.as_ref().and_then(non_empty);
         let inputs = if run.read.is_empty() {
             run.inputs.iter().map(|r| (r.clone(), None)).collect()
         } else {
@@ -352,8 +343,11 @@ impl Of<'_> {
                         exit_code: e.data.exit_code,
                         message: e.message.clone(),
                     },
-                    databuild_resources: values_facet(&data, "resources", "databuild_resources"),
-                    databuild_metrics: values_facet(&data, "metrics", "databuild_metrics"),
+                    databuild_resources: resources
+                        .as_ref()
+                        .and_then(non_empty)
+                        .map(|v| values_facet(v, "databuild_resources")),
+                    databuild_metrics: metrics.map(|v| values_facet(v, "databuild_metrics")),
                     error_message: (event_type == EventType::Fail).then(|| ErrorMessageFacet {
                         base: FacetBase::at(ERROR_FACET_URL),
                         message: e.message.clone().unwrap_or_else(|| "the run failed".into()),
@@ -433,15 +427,15 @@ fn output_facets(facets: &DatasetFacets, metrics: Option<&Map<String, Value>>) -
     }
 }
 
-fn object<'v>(data: &'v Value, key: &str) -> Option<&'v Map<String, Value>> {
-    data.get(key)?.as_object().filter(|o| !o.is_empty())
+fn non_empty(v: &Value) -> Option<&Map<String, Value>> {
+    v.as_object().filter(|o| !o.is_empty())
 }
 
-fn values_facet(data: &Value, key: &str, facet: &str) -> Option<ValuesFacet> {
-    object(data, key).map(|values| ValuesFacet {
+fn values_facet(values: &Map<String, Value>, facet: &str) -> ValuesFacet {
+    ValuesFacet {
         base: FacetBase::ours(facet),
         values: values.clone(),
-    })
+    }
 }
 
 /// The dataset a ref belongs to, as lineage tools will name it: its pattern's literal start up
@@ -616,30 +610,19 @@ command = ["true"]
 
     #[test]
     fn resources_and_metrics_of_the_end_event_are_run_facets_and_rows_output_statistics() {
-        // `resources` is read from the event's JSON: any object under that key comes along.
-        let data = json!({
-            "resources": {"wall_ms": 1200, "max_rss_bytes": 4096},
-            "metrics": {"weekly/week=2024-01": {"rows": 7}},
-        });
-        let resources = values_facet(&data, "resources", "databuild_resources").unwrap();
-        let resources = serde_json::to_value(resources).unwrap();
+        let events = lived(run_event(Status::Completed).with_data(|d| {
+            d.metrics = Some(json!({"weekly/week=2024-01": {"rows": 7}}));
+            d.resources = Some(databuild_log::RunResources {
+                wall_ms: Some(1200),
+                max_rss_bytes: Some(4096),
+                ..Default::default()
+            });
+        }));
+        let complete = &events[1];
+        let resources = &complete["run"]["facets"]["databuild_resources"];
         assert_eq!(resources["wall_ms"], 1200);
         assert_eq!(resources["max_rss_bytes"], 4096);
         assert_eq!(resources["_producer"], PRODUCER);
-        assert!(values_facet(&json!({}), "resources", "r").is_none());
-
-        let events = lived(run_event(Status::Completed).with_data(|d| {
-            d.metrics = Some(json!({"weekly/week=2024-01": {"rows": 7}}));
-        }));
-        // Metrics only in the job's report come along too.
-        let reported = lived(run_event(Status::Completed).with_data(|d| {
-            d.report = Some(json!({"metrics": {"weekly/week=2024-01": {"rows": 7}}}));
-        }));
-        assert_eq!(
-            reported[1]["run"]["facets"]["databuild_metrics"],
-            events[1]["run"]["facets"]["databuild_metrics"]
-        );
-        let complete = &events[1];
         assert_eq!(
             complete["run"]["facets"]["databuild_metrics"]["weekly/week=2024-01"]["rows"],
             7
@@ -648,6 +631,10 @@ command = ["true"]
             complete["outputs"][0]["outputFacets"]["outputStatistics"]["rowCount"],
             7
         );
+        let bare = lived(run_event(Status::Completed));
+        assert!(bare[1]["run"]["facets"]
+            .get("databuild_resources")
+            .is_none());
     }
 
     #[test]

@@ -31,6 +31,9 @@ def write_parquet(con, sql, ref):
 
 
 def report_rows(ref, rows, **more):
-    """Reports the rows written to `ref` as the run's metrics (`{"metrics": {ref: {"rows": n}}}`,
-    which `runs ID` shows and OpenLineage sends as `outputStatistics`), with `more` beside it."""
-    job.report({"metrics": {ref: {"rows": rows, **more}}})
+    """Reports the rows written to `ref` as the run's metrics (`runs ID` shows them, `databuild
+    metrics` lists them, an anomaly check judges them, OpenLineage sends them as
+    `outputStatistics`), with `more` beside it."""
+    job.report_metric(ref, "rows", rows)
+    for name, value in more.items():
+        job.report_metric(ref, name, value)

@@ -6,7 +6,8 @@
 use crate::util::{current_run, Project, Service};
 
 /// `heavy/self` allocates ~300 MB (touching every page) and spins ~1 s of CPU in all;
-/// `heavy/child` has a child process of its own do the same and waits for it. `counted` reports
+/// `heavy/child` has a child process of its own do the same and waits for it; `heavy/workers`
+/// starts three workers of ~100 MB each at once. `counted` reports
 /// metrics of its output, after long enough for its peak memory to be read while it runs (it
 /// is below this process's, so the kernel's count at its end does not tell it); `lying` reports a metric of a ref it does not build, and `wordy` one
 /// that is not a number.
@@ -42,8 +43,15 @@ def work():
     while time.process_time() < 1.0:
         pass
 
-if os.environ["DATABUILD_FIELD_MODE"] == "child":
+WORKER = "import time\nb = bytearray(100 << 20)\nfor i in range(0, len(b), 4096):\n    b[i] = 1\ntime.sleep(1.5)\n"
+
+mode = os.environ["DATABUILD_FIELD_MODE"]
+if mode == "child":
     subprocess.run([sys.executable, __file__], env={**os.environ, "DATABUILD_FIELD_MODE": "self"}, check=True)
+elif mode == "workers":
+    workers = [subprocess.Popen([sys.executable, "-c", WORKER]) for _ in range(3)]
+    for w in workers:
+        assert w.wait() == 0
 else:
     work()
 ref = json.loads(os.environ["DATABUILD_OUTPUTS"])[0]
@@ -105,6 +113,17 @@ fn a_runs_cpu_and_peak_memory_are_recorded_within_30_percent() {
         text.stdout
     );
     assert!(text.stdout.contains(" MiB"), "{}", text.stdout);
+}
+
+/// A job's peak memory is what it and its descendants held together: three workers of ~100 MB
+/// each, alive at once, are ~300 MB (the largest single process, ~100 MB, would say a third).
+#[test]
+fn a_jobs_peak_memory_counts_its_workers_together() {
+    let p = project();
+    p.run(&["build", "heavy/workers"]).expect_code(0);
+    let run = run_of(&p, "heavy/workers");
+    let rss = run["resources"]["max_rss_bytes"].as_f64().unwrap();
+    within_30_percent("three workers' peak RSS", rss, (300u64 << 20) as f64);
 }
 
 /// A job's reported metrics show in `runs ID` (text and JSON) and sit in `run_metrics` beside

@@ -1,9 +1,11 @@
 //! What a run cost, measured without the job's help ([`RunResources`], recorded on its end):
 //! from the kernel's count of a reaped local job, or from Slurm's accounting (`sacct`).
 //!
-//! Peak memory is that of the largest single process (`ru_maxrss`, Slurm's `MaxRSS`), not of a
-//! job and its descendants together: summing them would take a sampler of the job's process
-//! group, a wake-up every few hundred ms per run, where a build's budget is a few ms per job.
+//! Peak memory is the larger of the largest single process's (`ru_maxrss`, Slurm's `MaxRSS`) and,
+//! for a local job that runs past [`PeakSampler`]'s first reading, the most its whole process
+//! group (the job and every descendant that stayed in it) held at once at any reading: a job
+//! whose four workers take 1 GiB each is recorded at 4 GiB. A job of a few ms is never sampled,
+//! so a build of thousands of them pays nothing for it.
 
 use std::time::Duration;
 
@@ -34,10 +36,11 @@ pub(crate) fn of_process(
     r
 }
 
-/// When a running job's own peak memory is read (`VmHWM` in `/proc/PID/status`): first after
-/// `FIRST`, then every `EVERY`, on the follower's wake-ups it makes anyway (a quiet job's poll
-/// times out every 50 ms). A job of a few ms, as most of a big build's are, is never read: its
-/// peak is known only when the kernel's count tells it (see `Usage::max_rss_bytes`).
+/// When a running job's memory is read: its own peak (`VmHWM` in `/proc/PID/status`) and what
+/// its process group holds together (each member's resident size, summed): first after `FIRST`,
+/// then every `EVERY`, on the follower's wake-ups it makes anyway (a quiet job's poll times out
+/// every 50 ms). A job of a few ms, as most of a big build's are, is never read: its peak is
+/// known only when the kernel's count tells it (see `Usage::max_rss_bytes`).
 pub(crate) struct PeakSampler {
     pid: i32,
     next: std::time::Instant,
@@ -63,10 +66,44 @@ impl PeakSampler {
             return;
         }
         self.next = now + Self::EVERY;
-        if let Some(hwm) = vm_hwm(self.pid) {
-            self.peak = self.peak.max(Some(hwm));
+        // The job leads its own process group (it is started with `setpgid(0, 0)`).
+        self.peak = self.peak.max(vm_hwm(self.pid)).max(group_rss(self.pid));
+    }
+}
+
+/// What the processes of group `group` hold resident together now, in bytes (`None` if none is
+/// left). One pass over `/proc`: a descendant that left the group (`setsid`) is not counted.
+fn group_rss(group: i32) -> Option<u64> {
+    let page = rustix::param::page_size() as u64;
+    let mut pages = None;
+    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .filter(|n| n.bytes().all(|b| b.is_ascii_digit()))
+        else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue; // it exited meanwhile
+        };
+        if let Some((pgrp, rss)) = group_and_rss(&stat) {
+            if pgrp == group {
+                pages = Some(pages.unwrap_or(0) + rss);
+            }
         }
     }
+    pages.map(|p: u64| p * page)
+}
+
+/// A `/proc/PID/stat` line's process group (its 5th field) and resident pages (its 24th): read
+/// after the command's closing parenthesis, as the command may hold spaces and parentheses.
+fn group_and_rss(stat: &str) -> Option<(i32, u64)> {
+    let fields: Vec<&str> = stat
+        .get(stat.rfind(')')? + 1..)?
+        .split_whitespace()
+        .collect();
+    Some((fields.get(2)?.parse().ok()?, fields.get(21)?.parse().ok()?))
 }
 
 /// A process's peak resident memory (`VmHWM`), in bytes; `None` once it has exited.
@@ -182,6 +219,21 @@ mod tests {
         };
         let r = of_process(Some(hidden), Some(2 << 20), Duration::from_millis(5));
         assert_eq!(r.max_rss_bytes, Some(2 << 20));
+    }
+
+    #[test]
+    fn a_stat_line_gives_its_group_and_resident_pages_whatever_its_command() {
+        let stat = "4242 (a (weird) job) S 1 4200 4200 0 -1 4194560 1 0 0 0 0 0 0 0 20 0 1 0 \
+                    2815805 3133440 393 18446744073709551615 1 1 0 0 0 0 0 0 0 0 0 0 17 1 0 0";
+        assert_eq!(group_and_rss(stat), Some((4200, 393)));
+        assert_eq!(group_and_rss("4242 (cut"), None);
+    }
+
+    #[test]
+    fn a_groups_resident_memory_is_its_members_together() {
+        let me = rustix::process::getpgrp().as_raw_nonzero().get();
+        assert!(group_rss(me).is_some_and(|b| b > 1 << 20));
+        assert_eq!(group_rss(i32::MAX), None);
     }
 
     #[test]

@@ -721,6 +721,17 @@ fn reads_without_a_token_run_no_config_and_say_what_a_token_would_show() {
         analyze.body
     );
     assert_eq!(calls(), before);
+    // Lookups another site's page fetches are answered as to a stranger: no config run.
+    for path in [
+        "/api/v1/partitions?status=stale",
+        "/api/v1/datasets?exact=true",
+        "/datasets/dyn",
+        "/partitions?status=live",
+    ] {
+        let answer = get(&s, path, &fetched);
+        assert_eq!(answer.status, 200, "{path}: {}", answer.body);
+        assert_eq!(calls(), before, "{path} ran the config for another site");
+    }
     // The same page opened from the dashboard asks the config.
     let page = get(
         &s,

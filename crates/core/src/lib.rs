@@ -41,7 +41,7 @@ pub use braces::{
 pub use code::{CodeGlob, CodeGlobError};
 pub use env::RunEnv;
 pub use graph::{
-    Check, Dataset, Deps, ExecutorConfig, Graph, GraphError, Job, MetricRule,
+    is_metric_name, Check, Dataset, Deps, ExecutorConfig, Graph, GraphError, Job, MetricRule,
     OpenLineageGraphConfig, Producer, SlurmConfig, RESOURCE_METRICS, TABLE_JOB_COMMAND,
 };
 pub use pattern::{FieldType, Pattern, PatternError};

@@ -409,13 +409,30 @@ impl Http {
             ),
             ..body.clone()
         };
-        let mut answer = self.analyze(&page(None, 0))?;
+        let mut answer = self.analyze_when_free(&page(None, 0))?;
         while let Some(after) = answer.next_after.filter(|_| answer.job_runs.len() < wanted) {
-            let next = self.analyze(&page(Some(after), answer.job_runs.len()))?;
+            let next = self.analyze_when_free(&page(Some(after), answer.job_runs.len()))?;
             answer.job_runs.extend(next.job_runs);
             answer.next_after = next.next_after;
         }
         Ok(answer)
+    }
+
+    /// [`Self::analyze`], waited for while the service is analyzing for others (429, its
+    /// `Retry-After` of a second) for up to a minute: a page of a long listing is not lost to
+    /// someone else's analysis.
+    fn analyze_when_free(&self, body: &crate::api::AnalyzeBody) -> ApiResult<Analysis> {
+        const TRIES: usize = 60;
+        let mut tries = 1;
+        loop {
+            match self.analyze(body) {
+                Err(e) if e.status == StatusCode::TOO_MANY_REQUESTS && tries < TRIES => {
+                    tries += 1;
+                    std::thread::sleep(std::time::Duration::from_secs(1));
+                }
+                answer => return answer,
+            }
+        }
     }
 
     /// `POST /api/v1/tables/{name}/promote`.

@@ -91,7 +91,7 @@ impl PerAddress {
     /// A slot for one more connection from `ip`, or `None` if it has `limit` open already.
     /// An IPv4 address seen as IPv6 (`::ffff:a.b.c.d`) counts as itself.
     pub fn try_open(&self, ip: IpAddr) -> Option<AddressSlot> {
-        let ip = ip.to_canonical();
+        let ip = client(ip);
         let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
         let n = open.entry(ip).or_insert(0);
         if *n >= self.limit {
@@ -108,7 +108,17 @@ impl PerAddress {
     #[cfg(test)]
     fn open(&self, ip: IpAddr) -> usize {
         let open = self.open.lock().unwrap_or_else(|e| e.into_inner());
-        open.get(&ip.to_canonical()).copied().unwrap_or(0)
+        open.get(&client(ip)).copied().unwrap_or(0)
+    }
+}
+
+/// The client an address counts as: an IPv4 address as itself (also when seen as IPv6,
+/// `::ffff:a.b.c.d`), an IPv6 address as its /64, the block one host is given: a client cycling
+/// through its block's addresses is still one client.
+fn client(ip: IpAddr) -> IpAddr {
+    match ip.to_canonical() {
+        IpAddr::V6(v6) => IpAddr::V6((u128::from(v6) & !((1u128 << 64) - 1)).into()),
+        v4 => v4,
     }
 }
 
@@ -227,6 +237,18 @@ mod tests {
             counts.open.lock().unwrap().is_empty(),
             "closed addresses are forgotten"
         );
+    }
+
+    #[test]
+    fn an_ipv6_host_is_its_64_block() {
+        let counts = PerAddress::new(1);
+        let _held = counts.try_open("2001:db8:1:2::1".parse().unwrap()).unwrap();
+        assert!(counts
+            .try_open("2001:db8:1:2:ffff::9".parse().unwrap())
+            .is_none());
+        assert!(counts
+            .try_open("2001:db8:1:3::1".parse().unwrap())
+            .is_some());
     }
 
     #[test]

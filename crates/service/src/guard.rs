@@ -301,7 +301,7 @@ fn cookie<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
 pub enum CrossSite {
     /// Its `Origin`, another site's (or `null`).
     Page(String),
-    /// No `Origin`, but `Sec-Fetch-Site: cross-site`.
+    /// No `Origin`, but `Sec-Fetch-Site: cross-site` (or `same-site`: another origin of the site).
     Site,
 }
 
@@ -355,8 +355,10 @@ pub fn same_origin(headers: &HeaderMap) -> Result<(), CrossSite> {
             _ => Err(CrossSite::Page(origin.to_string())),
         };
     }
+    // `same-site` is another origin too (a sibling subdomain's page), whose requests carry
+    // `SameSite=Strict` cookies: only the service's own pages and typed addresses pass.
     match headers.get("sec-fetch-site").and_then(|v| v.to_str().ok()) {
-        Some("cross-site") => Err(CrossSite::Site),
+        Some("cross-site" | "same-site") => Err(CrossSite::Site),
         _ => Ok(()),
     }
 }
@@ -429,23 +431,21 @@ pub async fn check(
     }
     let method = request.method().clone();
     let path = request.uri().path().to_string();
-    let mut withhold_configs = false;
-    if let Err(cross) = same_origin(headers) {
+    let cross_site = same_origin(headers).err();
+    if let Some(cross) = &cross_site {
         if is_mutating(&method) {
             return cross.refuse_change().into_response();
         }
-        if computes(&path) {
-            if !followed_link(&cross, &path, headers) {
-                return cross.refuse_compute(&path).into_response();
-            }
-            withhold_configs = true;
+        if computes(&path) && !followed_link(cross, &path, headers) {
+            return cross.refuse_compute(&path).into_response();
         }
     }
-    // A link followed from another site reads as a caller without a token would: what the log
-    // knows, no config executable run (see `AppState::engine_for`).
-    let role = match withhold_configs {
-        true => Role::Anonymous,
-        false => guard.role(headers),
+    // Any read another site has a browser make (a followed link, an image, a script) reads as
+    // a caller without a token would: what the log knows, no config executable run (see
+    // `AppState::engine_for`), whatever the page's statuses would otherwise re-check.
+    let role = match cross_site {
+        Some(_) => Role::Anonymous,
+        None => guard.role(headers),
     };
     let needed = guard.required(&method, &path);
     if role < needed {
@@ -651,6 +651,12 @@ mod tests {
         for path in ["/", "/partitions", "/builds", "/api/v1/builds", "/healthz"] {
             assert!(!computes(path), "{path}");
         }
+    }
+
+    #[test]
+    fn a_sibling_origin_of_the_site_is_another_origin() {
+        let sibling = headers(&[("host", "db.corp.example"), ("sec-fetch-site", "same-site")]);
+        assert_eq!(same_origin(&sibling), Err(CrossSite::Site));
     }
 
     #[test]

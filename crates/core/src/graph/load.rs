@@ -786,12 +786,7 @@ fn check_kind(c: &CheckSection) -> Result<(Vec<String>, Option<MetricRule>), Str
 /// `MIN_WINDOW` partitions (fewer cannot tell an outlier), and a finite positive `k`.
 fn metric_rule(metric: &str, window: Option<u32>, k: Option<f64>) -> Result<MetricRule, String> {
     const MIN_WINDOW: u32 = 5;
-    let named = !metric.is_empty()
-        && metric.len() <= 64
-        && metric
-            .chars()
-            .all(|ch| ch.is_ascii_alphanumeric() || ch == '_' || ch == '.' || ch == '-');
-    if !named {
+    if !super::is_metric_name(metric) {
         return Err(format!(
             "`metric = \"{metric}\"` is not a metric's name: use letters, digits, `_`, `.` or `-` (up to 64), such as a resource ({}) or a metric the job reports, such as \"rows\"",
             RESOURCE_METRICS.join(", ")

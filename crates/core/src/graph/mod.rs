@@ -116,6 +116,16 @@ pub const RESOURCE_METRICS: [&str; 8] = [
     "queue_wait_ms",
 ];
 
+/// Whether `name` may name a metric: letters, digits, `_`, `.` and `-`, up to 64 (what a job
+/// reports and a `[[check]]`'s `metric` names alike, so every reported metric can be checked).
+pub fn is_metric_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 64
+        && name
+            .chars()
+            .all(|ch| ch.is_ascii_alphanumeric() || ch == '_' || ch == '.' || ch == '-')
+}
+
 /// An anomaly check (`[[check]] metric = "rows"`): a partition fails when its value of `metric`
 /// falls outside the band learned from the last `window` partitions of its output.
 #[derive(Debug, Clone, PartialEq)]

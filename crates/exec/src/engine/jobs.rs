@@ -106,12 +106,12 @@ pub(crate) fn metric_series(
         partition_ref: r.to_string(),
         job_run_id: "~".into(),
     });
-    let rows = engine
-        .store
-        .metric_values(&job.name, metric, key.as_ref(), limit)?;
-    let next = (rows.len() == limit)
-        .then(|| rows.last().map(|m| m.partition_ref.clone()))
-        .flatten();
+    // One row more than the page: whether the page's last ref goes on past it.
+    let mut rows =
+        engine
+            .store
+            .metric_values(&job.name, metric, key.as_ref(), limit.saturating_add(1))?;
+    let next = whole_refs(&mut rows, limit);
     let values = rows
         .into_iter()
         .filter(|m| output.is_none_or(|o| o.match_ref(&m.partition_ref).is_some()))
@@ -129,6 +129,25 @@ pub(crate) fn metric_series(
         values,
         next,
     })
+}
+
+/// Cuts `rows` (read one past the page) to a page of at most `limit` that holds every run of
+/// each of its refs: the next page starts after a ref (`after`), so runs of the last ref that did
+/// not fit would never be listed. They are left to the next page, unless they are the whole
+/// page (one ref built `limit` times or more: its first `limit` runs are listed). Returns the
+/// ref the next page starts after, `None` when this page ends the listing.
+fn whole_refs(rows: &mut Vec<databuild_log::MetricValue>, limit: usize) -> Option<String> {
+    if rows.len() <= limit {
+        return None;
+    }
+    let beyond = rows.remove(limit).partition_ref;
+    rows.truncate(limit);
+    if rows.last()?.partition_ref == beyond {
+        if let Some(i) = rows.iter().rposition(|m| m.partition_ref != beyond) {
+            rows.truncate(i + 1);
+        }
+    }
+    rows.last().map(|m| m.partition_ref.clone())
 }
 
 /// By job, the `--mem` a Slurm run of a job that sets no `mem` asks for: its p95 peak memory over
@@ -247,4 +266,39 @@ pub(crate) fn against_p50(
             value: m.value,
         })
         .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rows(refs: &[&str]) -> Vec<databuild_log::MetricValue> {
+        refs.iter()
+            .enumerate()
+            .map(|(i, r)| databuild_log::MetricValue {
+                job: "j".into(),
+                name: "rows".into(),
+                partition_ref: r.to_string(),
+                job_run_id: format!("run{i}"),
+                value: 1.0,
+                recorded_at: 0,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_full_page_leaves_its_last_refs_runs_to_the_next_whole() {
+        let mut page = rows(&["o/1", "o/2", "o/2"]);
+        assert_eq!(whole_refs(&mut page, 2).as_deref(), Some("o/1"));
+        assert_eq!(page.len(), 1, "o/2's runs come whole on the next page");
+        let mut ends = rows(&["o/1", "o/2", "o/3"]);
+        assert_eq!(whole_refs(&mut ends, 2).as_deref(), Some("o/2"));
+        assert_eq!(ends.len(), 2, "o/2 ends within the page");
+        let mut one = rows(&["o/1", "o/1", "o/1"]);
+        assert_eq!(whole_refs(&mut one, 2).as_deref(), Some("o/1"));
+        assert_eq!(one.len(), 2, "a page of one ref keeps it");
+        let mut last = rows(&["o/1", "o/2"]);
+        assert_eq!(whole_refs(&mut last, 2), None);
+        assert_eq!(last.len(), 2);
+    }
 }

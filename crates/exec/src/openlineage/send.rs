@@ -184,7 +184,9 @@ impl Poster {
 
     /// Events earlier processes could not deliver, sent before this one's (those failing again
     /// are recorded again). The file is first renamed to one naming this process, so two
-    /// processes never send the same lines; one a dead process had taken is taken over.
+    /// processes never send the same lines; one a dead process had taken is taken over. It is
+    /// removed only once every line was sent or recorded again: a process killed while resending
+    /// leaves it to the next (which may send some events twice, never none).
     fn resend_recorded(&mut self) {
         let mut files = orphaned(&self.folder);
         let taken = self
@@ -195,7 +197,6 @@ impl Poster {
         }
         for file in files {
             let text = std::fs::read_to_string(&file).unwrap_or_default();
-            let _ = std::fs::remove_file(&file);
             for line in text.lines() {
                 let event = serde_json::from_str::<serde_json::Value>(line)
                     .ok()
@@ -207,6 +208,7 @@ impl Poster {
                     self.deliver(&body);
                 }
             }
+            let _ = std::fs::remove_file(&file);
         }
     }
 

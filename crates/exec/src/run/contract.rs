@@ -63,7 +63,14 @@ pub enum MetricsError {
     },
     #[error("its report's metric `{name}` of `{output}` takes the name of a measure DataBuild records itself: name it otherwise")]
     Reserved { output: String, name: String },
+    #[error("its report names a metric `{name}` of `{output}`, which is not a metric's name: use letters, digits, `_`, `.` or `-` (up to 64), as a `[[check]]`'s `metric` must")]
+    BadName { output: String, name: String },
+    #[error("its report gives {count} metrics of `{output}`; at most {MAX_METRICS} an output are kept: report fewer")]
+    TooMany { output: String, count: usize },
 }
+
+/// The most metrics a run may report of one output: each is a row of the log.
+pub const MAX_METRICS: usize = 100;
 
 /// The `metrics` of a run's report, checked: each names one of the run's `outputs`, each value a
 /// number, no name one of DataBuild's own measures. `None` when it reported none.
@@ -88,8 +95,20 @@ pub fn reported_metrics(
         let serde_json::Value::Object(named) = named else {
             return Err(MetricsError::NotAnObject);
         };
+        if named.len() > MAX_METRICS {
+            return Err(MetricsError::TooMany {
+                output: r.clone(),
+                count: named.len(),
+            });
+        }
         let kept = out.entry(r.clone()).or_default();
         for (name, value) in named {
+            if !databuild_core::is_metric_name(name) {
+                return Err(MetricsError::BadName {
+                    output: r.clone(),
+                    name: name.clone(),
+                });
+            }
             if databuild_log::RunResources::NAMES.contains(&name.as_str()) {
                 return Err(MetricsError::Reserved {
                     output: r.clone(),
@@ -205,6 +224,14 @@ mod tests {
     }
 
     #[test]
+    fn the_graphs_resource_names_are_the_ones_runs_record() {
+        assert_eq!(
+            databuild_core::RESOURCE_METRICS,
+            databuild_log::RunResources::NAMES
+        );
+    }
+
+    #[test]
     fn reported_metrics_are_numbers_of_the_runs_outputs() {
         let m = check(json!({"metrics": {"a/1": {"rows": 1234, "nulls": 0.5}}}))
             .unwrap()
@@ -218,6 +245,20 @@ mod tests {
                 outputs: vec!["a/1".into(), "b/1".into()]
             })
         );
+        assert_eq!(
+            check(json!({"metrics": {"a/1": {"row count": 1}}})),
+            Err(MetricsError::BadName {
+                output: "a/1".into(),
+                name: "row count".into()
+            })
+        );
+        let many: serde_json::Map<String, serde_json::Value> = (0..=MAX_METRICS)
+            .map(|i| (format!("m{i}"), json!(i)))
+            .collect();
+        assert!(matches!(
+            check(json!({"metrics": {"a/1": many}})),
+            Err(MetricsError::TooMany { count: 101, .. })
+        ));
         let e = check(json!({"metrics": {"a/1": {"rows": "12"}}})).unwrap_err();
         assert_eq!(
             e.to_string(),

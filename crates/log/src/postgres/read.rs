@@ -680,7 +680,7 @@ pub(super) fn metric_values(
     limit: usize,
 ) -> Result<Vec<MetricValue>> {
     let (after_ref, after_run) = metric_after(after);
-    let sql = metric_values_sql(["$1", "$2", "$3", "$4", "$5"]);
+    let sql = metric_values_sql(["$1", "$2", "$3", "$4", "$5"], POSTGRES_BYTES);
     store.read(|c| {
         let rows = c
             .query(
@@ -704,7 +704,7 @@ pub(super) fn metric_history(
     store: &PostgresStore,
     q: &HistoryQuery<'_>,
 ) -> Result<Vec<(String, f64)>> {
-    let sql = metric_history_sql(["$1", "$2", "$3", "$4", "$5"]);
+    let sql = metric_history_sql(["$1", "$2", "$3", "$4", "$5"], POSTGRES_BYTES);
     store.read(|c| {
         let rows = c
             .query(

@@ -9,3 +9,5 @@ CREATE TABLE run_metrics (
     PRIMARY KEY (job, name, partition_ref, job_run_id)
 );
 CREATE INDEX run_metrics_run ON run_metrics (job_run_id);
+-- Key order byte by byte, whatever the database's collation (`projection::read::POSTGRES_BYTES`).
+CREATE INDEX run_metrics_key_c ON run_metrics (job, name, partition_ref COLLATE "C", job_run_id COLLATE "C");

@@ -467,14 +467,22 @@ pub(crate) fn want_from_row<R: Columns>(row: &R) -> RowResult<WantRow, R> {
 
 pub(crate) const METRIC_COLUMNS: &str = "job, name, partition_ref, job_run_id, value, recorded_at";
 
+/// How a backend compares refs and run ids byte by byte, as key order is everywhere: SQLite's
+/// default (`BINARY`) already does; PostgreSQL's database collation may not (under
+/// `en_US.UTF-8`, `~` sorts before digits), so its comparisons say `COLLATE "C"`, which its
+/// index `run_metrics_key_c` is built in.
+pub(crate) const SQLITE_BYTES: &str = "";
+pub(crate) const POSTGRES_BYTES: &str = " COLLATE \"C\"";
+
 /// A page of one job's metric in key order (`MetricKey`'s ref and run after which it starts:
 /// `('', '')` for the first page, which every row follows since a run id is never empty).
-pub(crate) fn metric_values_sql(placeholders: [&str; 5]) -> String {
+pub(crate) fn metric_values_sql(placeholders: [&str; 5], bytes: &str) -> String {
     let [job, name, after_ref, after_run, limit] = placeholders;
     format!(
         "SELECT {METRIC_COLUMNS} FROM run_metrics
-          WHERE job = {job} AND name = {name} AND (partition_ref, job_run_id) > ({after_ref}, {after_run})
-          ORDER BY partition_ref, job_run_id LIMIT {limit}"
+          WHERE job = {job} AND name = {name}
+            AND (partition_ref{bytes}, job_run_id{bytes}) > ({after_ref}, {after_run})
+          ORDER BY partition_ref{bytes}, job_run_id{bytes} LIMIT {limit}"
     )
 }
 
@@ -492,18 +500,18 @@ pub(crate) fn metric_after(after: Option<&MetricKey>) -> (&str, &str) {
 
 /// The history of an anomaly check ([`HistoryQuery`]): current, available instances that failed
 /// no check, refs in `[from, before)`, nearest first.
-pub(crate) fn metric_history_sql(placeholders: [&str; 5]) -> String {
+pub(crate) fn metric_history_sql(placeholders: [&str; 5], bytes: &str) -> String {
     let [job, name, from, before, limit] = placeholders;
     format!(
         "SELECT m.partition_ref, m.value FROM run_metrics m
            JOIN partitions p ON p.partition_ref = m.partition_ref AND p.job_run_id = m.job_run_id
           WHERE m.job = {job} AND m.name = {name}
-            AND m.partition_ref >= {from} AND m.partition_ref < {before}
+            AND m.partition_ref{bytes} >= {from} AND m.partition_ref{bytes} < {before}
             AND p.status = 'available'
             AND NOT EXISTS (SELECT 1 FROM partition_checks c
                              WHERE c.partition_ref = m.partition_ref
                                AND c.job_run_id = m.job_run_id AND c.status = 'failed')
-          ORDER BY m.partition_ref DESC LIMIT {limit}"
+          ORDER BY m.partition_ref{bytes} DESC LIMIT {limit}"
     )
 }
 

@@ -540,12 +540,15 @@ pub(super) fn metric_values(
 ) -> Result<Vec<MetricValue>> {
     let (after_ref, after_run) = metric_after(after);
     store.read(|c| {
-        c.prepare_cached(&metric_values_sql(["?1", "?2", "?3", "?4", "?5"]))?
-            .query_map(
-                params![job, name, after_ref, after_run, limit as i64],
-                metric_from_row,
-            )?
-            .collect()
+        c.prepare_cached(&metric_values_sql(
+            ["?1", "?2", "?3", "?4", "?5"],
+            SQLITE_BYTES,
+        ))?
+        .query_map(
+            params![job, name, after_ref, after_run, limit as i64],
+            metric_from_row,
+        )?
+        .collect()
     })
 }
 
@@ -562,12 +565,15 @@ pub(super) fn metric_history(
     q: &HistoryQuery<'_>,
 ) -> Result<Vec<(String, f64)>> {
     store.read(|c| {
-        c.prepare_cached(&metric_history_sql(["?1", "?2", "?3", "?4", "?5"]))?
-            .query_map(
-                params![q.job, q.name, q.from, q.before, q.limit as i64],
-                |r| Ok((r.get(0)?, r.get(1)?)),
-            )?
-            .collect()
+        c.prepare_cached(&metric_history_sql(
+            ["?1", "?2", "?3", "?4", "?5"],
+            SQLITE_BYTES,
+        ))?
+        .query_map(
+            params![q.job, q.name, q.from, q.before, q.limit as i64],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )?
+        .collect()
     })
 }
 

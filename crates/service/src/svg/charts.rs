@@ -183,7 +183,17 @@ pub fn trend_chart(chart: &databuild_exec::answers::MetricChart) -> String {
         .max()
         .unwrap_or(40) as f64;
     let (left, right, top_pad, height, bottom, dx) = (tick_w + 10.0, 110.0, 10.0, 140.0, 36.0, 8.0);
-    let plot_w = (points.len() as f64 * dx).max(160.0);
+    let (first, last) = (
+        &points[0].partition_ref,
+        &points[points.len() - 1].partition_ref,
+    );
+    let caption = format!(
+        "partitions in key order, {first} to {last} ({} of them)",
+        points.len()
+    );
+    // Wide enough for its caption under the x axis, however long the refs.
+    let caption_w = text_width(caption.chars().count(), 10) as f64;
+    let plot_w = (points.len() as f64 * dx).max(160.0).max(caption_w - right);
     let (width, total_h) = (left + plot_w + right, top_pad + height + bottom);
     let y = |v: f64| top_pad + height - v.max(0.0) / top * height;
     let metric = escape(&chart.metric);
@@ -219,15 +229,13 @@ pub fn trend_chart(chart: &databuild_exec::answers::MetricChart) -> String {
     }
     let _ = write!(
         svg,
-        r##"<line x1="{left}" y1="{top_pad}" x2="{left}" y2="{:.1}" stroke="#52606d"/><line x1="{left}" y1="{:.1}" x2="{:.1}" y2="{:.1}" stroke="#52606d"/><text x="{left}" y="{:.1}" font-size="10" fill="#52606d">partitions in key order, {} to {} ({} of them)</text>"##,
+        r##"<line x1="{left}" y1="{top_pad}" x2="{left}" y2="{:.1}" stroke="#52606d"/><line x1="{left}" y1="{:.1}" x2="{:.1}" y2="{:.1}" stroke="#52606d"/><text x="{left}" y="{:.1}" font-size="10" fill="#52606d">{}</text>"##,
         top_pad + height,
         top_pad + height,
         left + plot_w,
         top_pad + height,
         top_pad + height + 24.0,
-        escape(&points[0].partition_ref),
-        escape(&points[points.len() - 1].partition_ref),
-        points.len()
+        escape(&caption),
     );
     for (i, p) in points.iter().enumerate() {
         let (cx, cy) = (left + dx / 2.0 + i as f64 * dx, y(p.value));

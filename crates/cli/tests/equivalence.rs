@@ -55,6 +55,10 @@ pub fn normalized(p: &Project, build: &str) -> Vec<String> {
                 if let Some(r) = data.get_mut("resources") {
                     *r = json!("measured");
                 }
+                // Fields in name order: executors fill a run's end in different orders.
+                let sorted: std::collections::BTreeMap<String, Value> =
+                    std::mem::take(data).into_iter().collect();
+                data.extend(sorted);
                 // The runs that built what a run read (lineage), by the same names.
                 if let Some(runs) = data.get_mut("input_runs").and_then(Value::as_object_mut) {
                     for id in runs.values_mut() {

@@ -80,12 +80,13 @@ pub(crate) fn limit(given: Option<usize>, default: usize) -> ApiResult<usize> {
     }
 }
 
-/// Runs engine work off the async threads.
+/// Runs engine work off the async threads, on the full engine: for work that derives no status
+/// (work that does takes the caller's role: [`blocking_as`]).
 pub(crate) async fn blocking<T: Send + 'static>(
     state: &Arc<AppState>,
     f: impl FnOnce(&Engine) -> ApiResult<T> + Send + 'static,
 ) -> ApiResult<T> {
-    blocking_with_state(state, move |s| f(&s.engine)).await
+    blocking_as(state, crate::guard::Role::Writer, f).await
 }
 
 /// Runs engine work off the async threads, on the engine `role` reads with

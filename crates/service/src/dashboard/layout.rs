@@ -105,15 +105,13 @@ pub(super) fn error_page(e: AppError) -> Response {
     crate::error::busy_says_when((status, page).into_response())
 }
 
+/// Engine work off the async threads, on the full engine: for pages that derive no status
+/// (those that do take the caller's role: [`page_as`]).
 pub(super) async fn page<T: Send + 'static>(
     state: &Arc<AppState>,
     f: impl FnOnce(&Engine) -> Result<T, AppError> + Send + 'static,
 ) -> Result<T, Response> {
-    let engine = state.engine.clone();
-    tokio::task::spawn_blocking(move || f(&engine))
-        .await
-        .map_err(|e| error_page(e.into()))?
-        .map_err(error_page)
+    page_as(state, crate::guard::Role::Writer, f).await
 }
 
 /// [`page`] on the engine `role` reads with ([`AppState::engine_for`]): what every page that

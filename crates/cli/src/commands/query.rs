@@ -604,23 +604,12 @@ fn run(backend: &Backend, id: &str, json: bool) -> anyhow::Result<ExitCode> {
 fn resources_line(r: &databuild_log::RunResources) -> String {
     let shown: Vec<String> = r
         .values()
-        .map(|(name, v)| match name.ends_with("_ms") {
-            true => format!("{name}={}", seconds(v)),
-            false => format!("{name}={}", super::inspect::human_bytes(v)),
-        })
+        .map(|(name, v)| format!("{name}={}", metric_text(name, v as f64)))
         .collect();
     if shown.is_empty() {
         return "-".to_string();
     }
     shown.join(", ")
-}
-
-/// Milliseconds as people read them: `850 ms`, `1.2 s`.
-fn seconds(ms: u64) -> String {
-    match ms {
-        ms if ms < 1000 => format!("{ms} ms"),
-        ms => format!("{:.1} s", ms as f64 / 1000.0),
-    }
 }
 
 /// How often a followed log is read again.

@@ -62,6 +62,48 @@ pub fn percentile(values: &[f64], p: f64) -> Option<f64> {
     (!v.is_empty()).then(|| v[((p * v.len() as f64).ceil() as usize).max(1) - 1])
 }
 
+/// Where a chart's plot area sits in its picture.
+struct Plot {
+    left: f64,
+    top: f64,
+    width: f64,
+    height: f64,
+}
+
+impl Plot {
+    /// A gridline and a label at each tick (`(y, label)`), the two axes, and `caption` under
+    /// the x axis.
+    fn grid_and_axes(
+        &self,
+        svg: &mut String,
+        ticks: impl Iterator<Item = (f64, String)>,
+        caption: &str,
+    ) {
+        let Plot {
+            left,
+            top,
+            width,
+            height,
+        } = self;
+        let (right, bottom) = (left + width, top + height);
+        for (ty, label) in ticks {
+            let _ = write!(
+                svg,
+                r##"<line x1="{left}" y1="{ty:.1}" x2="{right:.1}" y2="{ty:.1}" stroke="#e4e7eb"/><text class="tick" x="{:.1}" y="{:.1}" font-size="10" fill="#52606d" text-anchor="end">{}</text>"##,
+                left - 4.0,
+                ty + 3.0,
+                escape(&label)
+            );
+        }
+        let _ = write!(
+            svg,
+            r##"<line x1="{left}" y1="{top}" x2="{left}" y2="{bottom:.1}" stroke="#52606d"/><line x1="{left}" y1="{bottom:.1}" x2="{right:.1}" y2="{bottom:.1}" stroke="#52606d"/><text x="{left}" y="{:.1}" font-size="10" fill="#52606d">{}</text>"##,
+            bottom + 24.0,
+            escape(caption)
+        );
+    }
+}
+
 /// Durations (ms) of runs in time order, as a bar chart with a duration axis (its unit chosen by
 /// the longest run), the runs' order on the other axis, and the p50 and p95 as dashed lines.
 pub fn duration_chart(points: &[(String, f64, String)], what: &str) -> String {
@@ -87,26 +129,18 @@ pub fn duration_chart(points: &[(String, f64, String)], what: &str) -> String {
     let mut svg = format!(
         r#"<svg xmlns="http://www.w3.org/2000/svg" class="chart" width="{width:.0}" height="{total_h:.0}" viewBox="0 0 {width:.0} {total_h:.0}" role="img" aria-label="run durations">"#
     );
-    for m in &marks {
-        let ty = y(m * per);
-        let _ = write!(
-            svg,
-            r##"<line x1="{left}" y1="{ty:.1}" x2="{:.1}" y2="{ty:.1}" stroke="#e4e7eb"/><text class="tick" x="{:.1}" y="{:.1}" font-size="10" fill="#52606d" text-anchor="end">{} {unit}</text>"##,
-            left + plot_w,
-            left - 4.0,
-            ty + 3.0,
-            number(*m)
-        );
-    }
-    let _ = write!(
-        svg,
-        r##"<line x1="{left}" y1="{top_pad}" x2="{left}" y2="{:.1}" stroke="#52606d"/><line x1="{left}" y1="{:.1}" x2="{:.1}" y2="{:.1}" stroke="#52606d"/><text x="{left}" y="{:.1}" font-size="10" fill="#52606d">{what}, oldest to newest ({} of them)</text>"##,
-        top_pad + height,
-        top_pad + height,
-        left + plot_w,
-        top_pad + height,
-        top_pad + height + 24.0,
-        points.len()
+    let plot = Plot {
+        left,
+        top: top_pad,
+        width: plot_w,
+        height,
+    };
+    plot.grid_and_axes(
+        &mut svg,
+        marks
+            .iter()
+            .map(|m| (y(m * per), format!("{} {unit}", number(*m)))),
+        &format!("{what}, oldest to newest ({} of them)", points.len()),
     );
     for (i, (label, ms, status)) in points.iter().enumerate() {
         let h = (ms / top * height).max(1.0);
@@ -216,26 +250,16 @@ pub fn trend_chart(chart: &databuild_exec::answers::MetricChart) -> String {
             label(median / per)
         );
     }
-    for m in &marks {
-        let ty = y(m * per);
-        let _ = write!(
-            svg,
-            r##"<line x1="{left}" y1="{ty:.1}" x2="{:.1}" y2="{ty:.1}" stroke="#e4e7eb"/><text class="tick" x="{:.1}" y="{:.1}" font-size="10" fill="#52606d" text-anchor="end">{}</text>"##,
-            left + plot_w,
-            left - 4.0,
-            ty + 3.0,
-            label(*m)
-        );
-    }
-    let _ = write!(
-        svg,
-        r##"<line x1="{left}" y1="{top_pad}" x2="{left}" y2="{:.1}" stroke="#52606d"/><line x1="{left}" y1="{:.1}" x2="{:.1}" y2="{:.1}" stroke="#52606d"/><text x="{left}" y="{:.1}" font-size="10" fill="#52606d">{}</text>"##,
-        top_pad + height,
-        top_pad + height,
-        left + plot_w,
-        top_pad + height,
-        top_pad + height + 24.0,
-        escape(&caption),
+    let plot = Plot {
+        left,
+        top: top_pad,
+        width: plot_w,
+        height,
+    };
+    plot.grid_and_axes(
+        &mut svg,
+        marks.iter().map(|m| (y(m * per), label(*m))),
+        &caption,
     );
     for (i, p) in points.iter().enumerate() {
         let (cx, cy) = (left + dx / 2.0 + i as f64 * dx, y(p.value));

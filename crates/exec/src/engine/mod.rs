@@ -113,8 +113,10 @@ impl Engine {
     /// without a token, when writes need one): the same graph and log, but its resolver answers
     /// [`databuild_core::ConfigWithheld`] instead of running one, and answers say so.
     pub fn withholding_configs(&self) -> Engine {
+        // It only reads: it drives no run, so it has no lineage to send.
         let config = EngineConfig {
             configs: crate::config::ConfigAccess::Withheld,
+            openlineage: None,
             ..self.config.clone()
         };
         let mut engine = Engine::new(

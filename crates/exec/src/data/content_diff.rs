@@ -46,7 +46,7 @@ impl Default for DiffLimits {
 #[serde(rename_all = "snake_case")]
 pub struct ContentDiff {
     /// Whether the data was added, removed, changed or is byte for byte the same.
-    pub change: Change,
+    pub change: ContentChange,
     /// The old data's total size in bytes (0 when absent).
     pub old_bytes: u64,
     /// The new data's total size in bytes (0 when absent).
@@ -72,7 +72,7 @@ pub struct ContentDiff {
 /// How the data as a whole changed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
-pub enum Change {
+pub enum ContentChange {
     /// Only the new side has data.
     Added,
     /// Only the old side has data.
@@ -116,7 +116,7 @@ pub fn content_diff(
     let new_files = new.map(|p| Listing::of(p, &mut notes)).transpose()?;
     let pairs = pair(old_files.as_ref(), new_files.as_ref());
     let mut diff = ContentDiff {
-        change: Change::Identical,
+        change: ContentChange::Identical,
         old_bytes: old_files.as_ref().map_or(0, Listing::bytes),
         new_bytes: new_files.as_ref().map_or(0, Listing::bytes),
         files_added: 0,
@@ -136,10 +136,12 @@ pub fn content_diff(
         }
     }
     diff.change = match (old_files, new_files) {
-        (None, Some(_)) => Change::Added,
-        (Some(_), None) => Change::Removed,
-        _ if diff.files_added + diff.files_removed + diff.files_changed > 0 => Change::Changed,
-        _ => Change::Identical,
+        (None, Some(_)) => ContentChange::Added,
+        (Some(_), None) => ContentChange::Removed,
+        _ if diff.files_added + diff.files_removed + diff.files_changed > 0 => {
+            ContentChange::Changed
+        }
+        _ => ContentChange::Identical,
     };
     diff.rows = rows.total();
     diff.unified = text.finish(limits.max_diff_lines, &mut notes);
@@ -172,10 +174,10 @@ impl ContentDiff {
     /// `removed, 3.4 KiB` or `identical bytes`; files are counted when more than one differs.
     pub fn summary(&self) -> String {
         let head = match self.change {
-            Change::Identical => return "identical bytes".to_string(),
-            Change::Added => format!("added, {}", bytes(self.new_bytes)),
-            Change::Removed => format!("removed, {}", bytes(self.old_bytes)),
-            Change::Changed => {
+            ContentChange::Identical => return "identical bytes".to_string(),
+            ContentChange::Added => format!("added, {}", bytes(self.new_bytes)),
+            ContentChange::Removed => format!("removed, {}", bytes(self.old_bytes)),
+            ContentChange::Changed => {
                 let (sign, delta) = match self.new_bytes.cmp(&self.old_bytes) {
                     std::cmp::Ordering::Greater => ("+", self.new_bytes - self.old_bytes),
                     std::cmp::Ordering::Less => ("−", self.old_bytes - self.new_bytes),
@@ -444,11 +446,10 @@ impl Table {
         }
     }
 
-    /// The row's key, which an added and a removed row share when the row changed. A JSON line
-    /// that is not an object is its own key, tagged apart from any object's.
-    fn key(self, row: &[u8]) -> (Vec<u8>, bool) {
+    /// The row's key, which an added and a removed row share when the row changed.
+    fn key(self, row: &[u8]) -> Key {
         match self {
-            Table::Delimited(delimiter) => (first_field(row, delimiter), true),
+            Table::Delimited(delimiter) => Key::Field(first_field(row, delimiter)),
             Table::JsonLines => {
                 let object =
                     serde_json::from_slice::<serde_json::Map<String, serde_json::Value>>(row);
@@ -457,18 +458,21 @@ impl Table {
                         .get("id")
                         .or_else(|| o.get("key"))
                         .or_else(|| o.values().next())?;
-                    Some(value.to_string().into_bytes())
+                    Some(Key::Field(value.to_string().into_bytes()))
                 });
-                match key {
-                    Some(mut key) => {
-                        key.insert(0, b'k');
-                        (key, true)
-                    }
-                    None => ([b"l".as_slice(), row].concat(), false),
-                }
+                key.unwrap_or_else(|| Key::Line(row.to_vec()))
             }
         }
     }
+}
+
+/// What an added and a removed row share when the row changed.
+#[derive(Debug, PartialEq, Eq, Hash)]
+enum Key {
+    /// A field's value: a csv's first column, a JSON object's `id`, `key` or first field.
+    Field(Vec<u8>),
+    /// A JSON line that is no object is its own key, so it is only ever added or removed.
+    Line(Vec<u8>),
 }
 
 /// A delimited row's first field, its quotes taken off (`"a,b"` is `a,b`, `""` inside one `"`).
@@ -532,13 +536,13 @@ fn row_diff(
         Some(p) => each_row(p, table, |r| *old_rows.entry(r.to_vec()).or_default() += 1)?,
         None => None,
     };
-    let mut keys: FxHashMap<Vec<u8>, (u64, u64)> = FxHashMap::default();
+    let mut keys: FxHashMap<Key, (u64, u64)> = FxHashMap::default();
     let mut diff = RowDiff::default();
     let mut unkeyed = 0;
     // Each left-over row's key, with how many rows of it were added and removed.
     let mut keyed = |r: &[u8], added: bool, n: u64| {
-        let (key, is_key) = table.key(r);
-        if !is_key {
+        let key = table.key(r);
+        if matches!(key, Key::Line(_)) {
             unkeyed += n;
         }
         let counts = keys.entry(key).or_default();
@@ -761,7 +765,7 @@ mod tests {
             "id,label\n1,a\n2,B\n3,c\n4,d\n5,e\n",
         );
         let d = diff(Some(&old), Some(&new));
-        assert_eq!(d.change, Change::Changed);
+        assert_eq!(d.change, ContentChange::Changed);
         assert_eq!((d.old_bytes, d.new_bytes), (24, 29));
         assert_eq!((d.files_added, d.files_removed, d.files_changed), (0, 0, 1));
         // 2 changed; one of the two `3,c` removed; 4 and 5 added; the header is no row.
@@ -832,7 +836,7 @@ mod tests {
         write(&new, "sub/rows.csv", "id,v\n1,a\n2,c\n3,d\n");
         write(&new, "more.csv", "id\n9\n");
         let d = diff(Some(&old), Some(&new));
-        assert_eq!(d.change, Change::Changed);
+        assert_eq!(d.change, ContentChange::Changed);
         assert_eq!((d.files_added, d.files_removed, d.files_changed), (1, 1, 1));
         assert_eq!((d.old_bytes, d.new_bytes), (5 + 4 + 13, 5 + 17 + 5));
         // sub/rows.csv: 2 changed, 3 added; more.csv: 9 added.
@@ -865,7 +869,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let data = write(dir.path(), "p/data.csv", "id\n1\n2\n3\n");
         let added = diff(None, Some(&data));
-        assert_eq!(added.change, Change::Added);
+        assert_eq!(added.change, ContentChange::Added);
         assert_eq!(
             (added.old_bytes, added.new_bytes, added.files_added),
             (0, 9, 1)
@@ -878,7 +882,7 @@ mod tests {
             .starts_with("--- /dev/null\n+++ new/data.csv\n"));
         assert_eq!(added.summary(), "added, 9 B; rows +3 −0 ~0");
         let removed = diff(Some(&data), None);
-        assert_eq!(removed.change, Change::Removed);
+        assert_eq!(removed.change, ContentChange::Removed);
         assert_eq!(
             (removed.old_bytes, removed.new_bytes, removed.files_removed),
             (9, 0, 1)
@@ -897,15 +901,21 @@ mod tests {
         std::os::unix::fs::symlink(&old, new.join("a.txt")).unwrap();
         // A link back up is noted, not walked forever.
         std::os::unix::fs::symlink(&new, new.join("loop")).unwrap();
-        let d = diff(old.parent(), Some(&new));
-        assert_eq!(d.change, Change::Identical);
+        // The old side named through a link to its folder, as an environment may hold it.
+        let old_link = dir.path().join("old-link");
+        std::os::unix::fs::symlink(old.parent().unwrap(), &old_link).unwrap();
+        let d = diff(Some(&old_link), Some(&new));
+        assert_eq!(d.change, ContentChange::Identical);
         assert_eq!((d.old_bytes, d.new_bytes), (2, 2));
         assert_eq!(d.unified, None);
         assert_eq!(d.notes, ["loop: a link to a folder above it, not followed"]);
         assert_eq!(d.summary(), "identical bytes");
         // A copy with the same bytes is as identical as a link.
         let copy = write(dir.path(), "copy/a.txt", "a\n");
-        assert_eq!(diff(Some(&old), Some(&copy)).change, Change::Identical);
+        assert_eq!(
+            diff(Some(&old), Some(&copy)).change,
+            ContentChange::Identical
+        );
     }
 
     #[test]
@@ -991,7 +1001,7 @@ mod tests {
     #[test]
     fn the_summary_reads_sizes_as_every_answer_does() {
         let d = ContentDiff {
-            change: Change::Changed,
+            change: ContentChange::Changed,
             old_bytes: 3482,
             new_bytes: 4710,
             files_added: 0,
@@ -1019,7 +1029,7 @@ mod tests {
     #[test]
     fn its_json_names_fields_and_changes_in_snake_case() {
         let d = ContentDiff {
-            change: Change::Added,
+            change: ContentChange::Added,
             old_bytes: 0,
             new_bytes: 1,
             files_added: 1,
@@ -1064,7 +1074,7 @@ mod tests {
             let same = diff(Some(&old), Some(&copy));
             prop_assert_eq!(same.rows, Some(RowDiff::default()));
             let itself = diff(Some(&old), Some(&old));
-            prop_assert_eq!(itself.change, Change::Identical);
+            prop_assert_eq!(itself.change, ContentChange::Identical);
             prop_assert_eq!(
                 (itself.files_added, itself.files_removed, itself.files_changed),
                 (0, 0, 0)

@@ -86,6 +86,7 @@ fn link_tree_with(src: &Path, dst: &Path, link: &LinkFn) -> io::Result<Linked> {
     // Resolved here, so the walk below never follows a link it meets.
     let src = std::fs::canonicalize(src).map_err(|e| with_path(e, "cannot read", src))?;
     make_room(dst)?;
+    refuse_inside(&src, dst)?;
     let mut linked = Linked::default();
     let made = link_entry(&src, dst, &mut linked, link);
     finish(made, dst, linked)
@@ -110,18 +111,61 @@ pub(crate) fn make_room(dst: &Path) -> io::Result<()> {
     }
 }
 
+/// Refuses a `dst` inside `src` (resolved): the walk would meet the copy it is making and copy
+/// it into itself without end.
+fn refuse_inside(src: &Path, dst: &Path) -> io::Result<()> {
+    let parent = match dst.parent() {
+        Some(p) if !p.as_os_str().is_empty() => std::fs::canonicalize(p)?,
+        _ => std::env::current_dir()?,
+    };
+    if parent.starts_with(src) {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "cannot make a linked copy of `{}` inside itself, at `{}`: give a place outside it",
+                src.display(),
+                dst.display()
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// The walk's result, or, if it failed, the error once what it made at `dst` is gone.
 fn finish(made: io::Result<()>, dst: &Path, linked: Linked) -> io::Result<Linked> {
     if let Err(e) = made {
         // `dst` did not exist before: whatever is there now is this walk's half tree.
-        let _ = match dst.symlink_metadata() {
-            Ok(m) if m.is_dir() => std::fs::remove_dir_all(dst),
-            Ok(_) => std::fs::remove_file(dst),
-            Err(_) => Ok(()),
-        };
+        remove_made(dst);
         return Err(e);
     }
     Ok(linked)
+}
+
+/// Removes what a failed walk made at `dst`. A folder it copied a read-only mode onto cannot be
+/// emptied by its owner: such folders are made writable and the removal tried again.
+fn remove_made(dst: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    let Ok(meta) = dst.symlink_metadata() else {
+        return;
+    };
+    if !meta.is_dir() {
+        let _ = std::fs::remove_file(dst);
+        return;
+    }
+    if std::fs::remove_dir_all(dst).is_ok() {
+        return;
+    }
+    let mut dirs = vec![dst.to_path_buf()];
+    while let Some(dir) = dirs.pop() {
+        let _ = std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700));
+        let entries = std::fs::read_dir(&dir).into_iter().flatten().flatten();
+        dirs.extend(
+            entries
+                .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+                .map(|e| e.path()),
+        );
+    }
+    let _ = std::fs::remove_dir_all(dst);
 }
 
 /// Links `src` (never followed) at `dst`, counting into `linked`.
@@ -407,6 +451,40 @@ mod tests {
         assert!(dst.symlink_metadata().is_err(), "the half tree is gone");
         assert!(dir.path().join("env").is_dir(), "the parent stays");
         assert_eq!(src.join("a.csv").metadata().unwrap().nlink(), 1);
+    }
+
+    #[test]
+    fn a_failure_after_a_read_only_folder_leaves_no_half_tree() {
+        let dir = tempfile::tempdir().unwrap();
+        let src = dir.path().join("src");
+        write(&src.join("a/x.csv"), "1\n");
+        write(&src.join("b/y.csv"), "2\n");
+        std::fs::set_permissions(src.join("a"), PermissionsExt::from_mode(0o555)).unwrap();
+        let dst = dir.path().join("dst");
+        let b_fails = |s: &Path, d: &Path| match s.ends_with("b/y.csv") {
+            true => Err(io::Error::from_raw_os_error(libc::EIO)),
+            false => std::fs::hard_link(s, d),
+        };
+        link_tree_with(&src, &dst, &b_fails).unwrap_err();
+        std::fs::set_permissions(src.join("a"), PermissionsExt::from_mode(0o755)).unwrap();
+        assert!(
+            dst.symlink_metadata().is_err(),
+            "dst/a, read-only, went too"
+        );
+    }
+
+    #[test]
+    fn a_copy_inside_its_source_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let src = tree(dir.path());
+        let e = link_tree(&src, &src.join("sub/copy")).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidInput);
+        assert!(e.to_string().contains("inside itself"), "{e}");
+        assert!(!src.join("sub/copy").exists());
+        // Through a link to it, too.
+        std::os::unix::fs::symlink(&src, dir.path().join("via")).unwrap();
+        link_tree(&dir.path().join("via"), &src.join("copy")).unwrap_err();
+        assert!(!src.join("copy").exists());
     }
 
     #[test]

@@ -639,6 +639,13 @@ mod tests {
         assert!(e.to_string().contains("already exists"), "{e}");
         assert_eq!(read(&data.join("day/f.csv")), "new f\n");
         assert_eq!(read(&keep.join("day/f.csv")), "old f\n");
+        // An output that was a link (into a store) is kept as that link, not what it points at.
+        std::os::unix::fs::symlink("f.csv", data.join("day/l.csv")).unwrap();
+        let staging = staged(&data, "r3", &[("day/l.csv", "l\n")]);
+        publish_keeping(&data, &staging, &refs(&["day/l.csv"]), &keep).unwrap();
+        let kept = keep.join("day/l.csv");
+        assert_eq!(std::fs::read_link(kept).unwrap(), Path::new("f.csv"));
+        assert_eq!(read(&data.join("day/l.csv")), "l\n");
     }
 
     #[test]

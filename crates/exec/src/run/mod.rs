@@ -1,12 +1,14 @@
 //! Running job runs. [`Executor`] is the interface: a [`RunSpec`] in, a [`RunOutcome`] out;
 //! [`local`] runs a run as a process here, [`slurm`] as a Slurm job. Around it: what a job is
-//! given and gives back ([`contract`]), its outputs' way into place ([`publish`]), the
+//! given and gives back ([`contract`]), its outputs' way into place ([`publish`], with partitions
+//! shared by hard links and swapped in one step in [`link`]), the
 //! `slots` a build runs them in, and the machinery that keeps jobs from outliving the process
 //! driving them ([`watchdog`], [`reap`], [`lease`], [`owner`]).
 
 pub mod check;
 pub mod contract;
 pub mod lease;
+pub mod link;
 pub mod local;
 pub mod log;
 pub mod outcome;

@@ -5,6 +5,9 @@
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
+use databuild_core::PartitionRef;
+
+use super::link::{self, exchange};
 use super::{RunOutcome, RunSpec};
 use crate::hashing;
 
@@ -71,40 +74,169 @@ pub(crate) fn verify_outputs(spec: &RunSpec, before: &[Option<SystemTime>]) -> R
 }
 
 /// Moves a run's staged outputs (`<staging>/<ref>`) into place (`<data_dir>/<ref>`), once the
-/// log has recorded the run's completion: a file in one rename, a folder by moving the old one
-/// aside first. Outputs the job wrote in place are left as they are; the staging folder goes.
+/// log has recorded the run's completion: a file in one rename, a folder swapped with the old
+/// one in one step ([`exchange`]), so a reader sees the old partition or the new one, never
+/// none. Outputs the job wrote in place are left as they are; the staging folder goes, and with
+/// it what was replaced.
 pub fn publish_outputs(
     data_dir: &Path,
     staging: &Path,
-    outputs: &[databuild_core::PartitionRef],
+    outputs: &[PartitionRef],
 ) -> std::io::Result<()> {
+    publish(data_dir, staging, outputs, None, exchange).map(drop)
+}
+
+/// [`publish_outputs`], keeping what each output replaces at `keep/<ref>` (a file hard-linked
+/// there before it is replaced, a folder moved there once swapped out) rather than discarding
+/// it. `keep` should lie on the data dir's file system, where a folder moves in one rename; a
+/// `keep/<ref>` that exists already is refused before anything moves. Says, for each output it
+/// moved into place (in `outputs`' order; one the job wrote in place is not listed), where what
+/// it replaced is kept, if it replaced anything.
+pub fn publish_keeping(
+    data_dir: &Path,
+    staging: &Path,
+    outputs: &[PartitionRef],
+    keep: &Path,
+) -> std::io::Result<Vec<Replaced>> {
+    publish(data_dir, staging, outputs, Some(keep), exchange)
+}
+
+/// One output [`publish_keeping`] moved into place.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Replaced {
+    pub output: PartitionRef,
+    /// Where the data it replaced is kept (`keep/<ref>`); `None`: nothing was there.
+    pub kept: Option<PathBuf>,
+}
+
+/// How two paths are swapped in one step: [`exchange`], or a test's stand-in for a file system
+/// without it.
+type Swap = fn(&Path, &Path) -> std::io::Result<()>;
+
+/// [`publish_outputs`] (`keep` none: what is replaced goes with the staging folder) and
+/// [`publish_keeping`].
+fn publish(
+    data_dir: &Path,
+    staging: &Path,
+    outputs: &[PartitionRef],
+    keep: Option<&Path>,
+    swap: Swap,
+) -> std::io::Result<Vec<Replaced>> {
     if !staging.exists() {
-        return Ok(());
+        return Ok(Vec::new());
     }
+    let mut published = Vec::new();
     for output in outputs {
-        let output = output.as_str();
-        let (staged, target) = (staging.join(output), data_dir.join(output));
+        let (staged, target) = (
+            staging.join(output.as_str()),
+            data_dir.join(output.as_str()),
+        );
         if staged.symlink_metadata().is_err() {
             continue;
         }
         if let Some(parent) = target.parent() {
             std::fs::create_dir_all(parent)?;
         }
-        if target.is_dir() && !target.is_symlink() {
-            let aside = staging.join(".replaced").join(output);
-            std::fs::create_dir_all(aside.parent().unwrap_or(staging))?;
-            std::fs::rename(&target, &aside)?;
-            if let Err(e) = std::fs::rename(&staged, &target) {
-                // The old folder goes back: never neither of them.
-                let _ = std::fs::rename(&aside, &target);
-                return Err(e);
-            }
-        } else {
-            std::fs::rename(&staged, &target)?;
-        }
+        let place = Place {
+            staged: &staged,
+            target: &target,
+            kept: keep.map(|k| k.join(output.as_str())),
+            aside: staging.join(REPLACED).join(output.as_str()),
+        };
+        let replaced = place.fill(swap)?;
+        published.push(Replaced {
+            output: output.clone(),
+            kept: place.kept.filter(|_| replaced),
+        });
     }
     discard_staged(staging);
-    Ok(())
+    Ok(published)
+}
+
+/// The folder of a run's staging folder that what its outputs replaced is moved to, and
+/// discarded with.
+const REPLACED: &str = ".replaced";
+
+/// Where one staged output goes, and what it replaces goes.
+struct Place<'a> {
+    staged: &'a Path,
+    target: &'a Path,
+    /// `keep/<ref>`, when what is replaced is kept.
+    kept: Option<PathBuf>,
+    /// `<staging>/.replaced/<ref>`, where what is replaced waits to be discarded otherwise.
+    aside: PathBuf,
+}
+
+impl Place<'_> {
+    /// Moves the staged output into place; whether it replaced something.
+    fn fill(&self, swap: Swap) -> std::io::Result<bool> {
+        let Ok(old) = self.target.symlink_metadata() else {
+            std::fs::rename(self.staged, self.target)?;
+            return Ok(false);
+        };
+        if let Some(kept) = &self.kept {
+            link::make_room(kept)?;
+        }
+        // A file (or a link) over a file is one rename; a folder on either side cannot be.
+        if !old.is_dir() && !self.staged.symlink_metadata()?.is_dir() {
+            self.replace_file()?;
+        } else {
+            self.replace_folder(swap)?;
+        }
+        Ok(true)
+    }
+
+    /// rename(2) over the old file, which is atomic; a kept one is linked to `keep/<ref>` first.
+    fn replace_file(&self) -> std::io::Result<()> {
+        if let Some(kept) = &self.kept {
+            link::link_as_is(self.target, kept)?;
+        }
+        std::fs::rename(self.staged, self.target).inspect_err(|_| {
+            // The old one is still in place: nothing was replaced, so nothing is kept.
+            if let Some(kept) = &self.kept {
+                let _ = std::fs::remove_file(kept);
+            }
+        })
+    }
+
+    /// Swaps the staged output with the old folder in one step, then moves the old one (now at
+    /// `staged`) to where it goes. A crash in between leaves the new output in place, and
+    /// `gc` publishes a staged output only where nothing is in place: the old one is never put
+    /// back. Without the swap, today's two renames: the old aside, the new in.
+    fn replace_folder(&self, swap: Swap) -> std::io::Result<()> {
+        let old_to = self.kept.as_deref().unwrap_or(&self.aside);
+        if let Some(parent) = old_to.parent() {
+            std::fs::create_dir_all(parent)?;
+        }
+        match swap(self.staged, self.target) {
+            Ok(()) => std::fs::rename(self.staged, old_to).map_err(|e| {
+                std::io::Error::new(
+                    e.kind(),
+                    format!(
+                        "`{}` is in place, but what it replaced, at `{}`, cannot be moved to `{}`: {e}",
+                        self.target.display(),
+                        self.staged.display(),
+                        old_to.display()
+                    ),
+                )
+            }),
+            Err(e) if link::cannot_exchange(&e) => {
+                std::fs::rename(self.target, old_to)?;
+                std::fs::rename(self.staged, self.target).inspect_err(|_| {
+                    // The old one goes back: never neither of them for longer than this.
+                    let _ = std::fs::rename(old_to, self.target);
+                })
+            }
+            Err(e) => Err(std::io::Error::new(
+                e.kind(),
+                format!(
+                    "cannot swap `{}` into place at `{}`: {e}",
+                    self.staged.display(),
+                    self.target.display()
+                ),
+            )),
+        }
+    }
 }
 
 /// Removes what a run staged that will never be published (it failed, or lost its claim).
@@ -270,6 +402,7 @@ pub(crate) struct OutputVersions {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::fs::MetadataExt;
 
     fn write(path: &Path, text: &str) {
         std::fs::create_dir_all(path.parent().unwrap()).unwrap();
@@ -387,6 +520,194 @@ mod tests {
         assert_ne!(va, content_version(&b).unwrap());
         // A folder and a file of the same bytes differ.
         assert_ne!(content_version(&a.join("part-0.csv")).unwrap(), va);
+    }
+
+    /// A staging folder `<data_dir>/.databuild-staging/<run>` holding `files` (ref-relative).
+    fn staged(data_dir: &Path, run: &str, files: &[(&str, &str)]) -> PathBuf {
+        let staging = staging_dir(data_dir, run);
+        for (path, text) in files {
+            write(&staging.join(path), text);
+        }
+        staging
+    }
+
+    fn refs(names: &[&str]) -> Vec<PartitionRef> {
+        names
+            .iter()
+            .map(|n| PartitionRef::new(n).unwrap())
+            .collect()
+    }
+
+    fn read(path: &Path) -> String {
+        std::fs::read_to_string(path).unwrap()
+    }
+
+    #[test]
+    fn a_folder_replaced_is_swapped_and_its_old_tree_discarded() {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path();
+        write(&data.join("t/old.csv"), "old\n");
+        write(&data.join("f"), "old\n");
+        let staging = staged(
+            data,
+            "r1",
+            &[("t/part.csv", "new\n"), ("f/part.csv", "new\n")],
+        );
+        publish_outputs(data, &staging, &refs(&["t", "f"])).unwrap();
+        assert_eq!(read(&data.join("t/part.csv")), "new\n");
+        assert!(
+            !data.join("t/old.csv").exists(),
+            "the old tree is not merged in"
+        );
+        // A file replaced by a folder: swapped too (one rename cannot put a folder over a file).
+        assert_eq!(read(&data.join("f/part.csv")), "new\n");
+        assert!(
+            !staging.exists(),
+            "the staging folder and what was replaced are gone"
+        );
+    }
+
+    #[test]
+    fn without_the_swap_a_folder_is_replaced_by_two_renames() {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path();
+        write(&data.join("t/old.csv"), "old\n");
+        let staging = staged(data, "r1", &[("t/part.csv", "new\n")]);
+        let keep = data.join("keep");
+        let unsupported = |_: &Path, _: &Path| Err(std::io::Error::from_raw_os_error(libc::ENOSYS));
+        let replaced = publish(data, &staging, &refs(&["t"]), Some(&keep), unsupported).unwrap();
+        assert_eq!(read(&data.join("t/part.csv")), "new\n");
+        assert_eq!(read(&keep.join("t/old.csv")), "old\n");
+        assert_eq!(replaced[0].kept.as_deref(), Some(keep.join("t").as_path()));
+        // Any other failure of the swap is an error, and nothing moved.
+        let staging = staged(data, "r2", &[("t/part.csv", "newer\n")]);
+        let broken = |_: &Path, _: &Path| Err(std::io::Error::from_raw_os_error(libc::EIO));
+        let e = publish(data, &staging, &refs(&["t"]), None, broken).unwrap_err();
+        assert!(e.to_string().contains("cannot swap"), "{e}");
+        assert_eq!(read(&data.join("t/part.csv")), "new\n");
+    }
+
+    #[test]
+    fn publish_keeping_keeps_what_it_replaced_and_says_what_replaced_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("data");
+        write(&data.join("day/t/part.csv"), "old t\n");
+        write(&data.join("day/f.csv"), "old f\n");
+        let old_file = data.join("day/f.csv").metadata().unwrap().ino();
+        let staging = staged(
+            &data,
+            "r1",
+            &[
+                ("day/t/part.csv", "new t\n"),
+                ("day/f.csv", "new f\n"),
+                ("day/n.csv", "n\n"),
+            ],
+        );
+        let keep = dir.path().join("keep");
+        let outputs = refs(&["day/t", "day/f.csv", "day/n.csv", "day/in-place.csv"]);
+        let replaced = publish_keeping(&data, &staging, &outputs, &keep).unwrap();
+        let kept: Vec<_> = replaced
+            .iter()
+            .map(|r| (r.output.as_str(), r.kept.clone()))
+            .collect();
+        assert_eq!(
+            kept,
+            [
+                ("day/t", Some(keep.join("day/t"))),
+                ("day/f.csv", Some(keep.join("day/f.csv"))),
+                ("day/n.csv", None),
+            ],
+            "an output the job wrote in place is not listed"
+        );
+        assert_eq!(read(&keep.join("day/t/part.csv")), "old t\n");
+        assert_eq!(read(&keep.join("day/f.csv")), "old f\n");
+        assert_eq!(
+            keep.join("day/f.csv").metadata().unwrap().ino(),
+            old_file,
+            "linked"
+        );
+        for (path, text) in [
+            ("day/t/part.csv", "new t\n"),
+            ("day/f.csv", "new f\n"),
+            ("day/n.csv", "n\n"),
+        ] {
+            assert_eq!(read(&data.join(path)), text);
+        }
+        // A second publish would write over what is kept: refused before anything moves.
+        let staging = staged(&data, "r2", &[("day/f.csv", "newer f\n")]);
+        let e = publish_keeping(&data, &staging, &refs(&["day/f.csv"]), &keep).unwrap_err();
+        assert!(e.to_string().contains("already exists"), "{e}");
+        assert_eq!(read(&data.join("day/f.csv")), "new f\n");
+        assert_eq!(read(&keep.join("day/f.csv")), "old f\n");
+        // An output that was a link (into a store) is kept as that link, not what it points at.
+        std::os::unix::fs::symlink("f.csv", data.join("day/l.csv")).unwrap();
+        let staging = staged(&data, "r3", &[("day/l.csv", "l\n")]);
+        publish_keeping(&data, &staging, &refs(&["day/l.csv"]), &keep).unwrap();
+        let kept = keep.join("day/l.csv");
+        assert_eq!(std::fs::read_link(kept).unwrap(), Path::new("f.csv"));
+        assert_eq!(read(&data.join("day/l.csv")), "l\n");
+    }
+
+    #[test]
+    fn a_reader_sees_the_old_or_the_new_partition_never_none() {
+        use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
+        const READS: usize = 2_000;
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().to_path_buf();
+        // Two contents of different lengths, so a torn read would match neither.
+        let (a, b) = ("a\n".repeat(500), "bb\n".repeat(700));
+        write(&data.join("t/part.csv"), &a);
+        // Staged before the reads start, so what runs beside them is only publishing (a
+        // publish takes ~3 ms on a slow disk: the reads end long before 200 have run).
+        let stagings: Vec<PathBuf> = (0..200)
+            .map(|i| {
+                let text = if i % 2 == 0 { &b } else { &a };
+                staged(&data, &format!("r{i}"), &[("t/part.csv", text)])
+            })
+            .collect();
+        let (done, published) = (AtomicBool::new(false), AtomicUsize::new(0));
+        let start = std::sync::Barrier::new(2);
+        let part = data.join("t/part.csv");
+        let reads: Vec<_> = std::thread::scope(|s| {
+            s.spawn(|| {
+                start.wait();
+                for staging in stagings.iter().take_while(|_| !done.load(Relaxed)) {
+                    publish_outputs(&data, staging, &refs(&["t"])).unwrap();
+                    published.fetch_add(1, Relaxed);
+                }
+            });
+            start.wait();
+            // Each time a stat (is it there?) and a read (is it whole?).
+            let reads = (0..READS).map(|_| (part.metadata(), std::fs::read_to_string(&part)));
+            let reads = reads.collect();
+            done.store(true, Relaxed);
+            reads
+        });
+        for (i, (stat, read)) in reads.into_iter().enumerate() {
+            let missing = |e: std::io::Error| format!("read {i} found no partition: {e}");
+            stat.map_err(missing).unwrap();
+            let text = read.map_err(missing).unwrap();
+            assert!(text == a || text == b, "read {i} saw a torn partition");
+        }
+        let published = published.into_inner();
+        assert!(
+            published > 1,
+            "published {published} times while it was read"
+        );
+    }
+
+    #[test]
+    fn a_linked_copy_keeps_its_bytes_when_the_partition_is_published_over() {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path();
+        write(&data.join("t/part.csv"), "v1\n");
+        let env = data.join(".databuild-env/dev/t");
+        let linked = link::link_tree(&data.join("t"), &env).unwrap();
+        assert_eq!(linked.linked, 1);
+        let staging = staged(data, "r1", &[("t/part.csv", "v2\n")]);
+        publish_outputs(data, &staging, &refs(&["t"])).unwrap();
+        assert_eq!(read(&data.join("t/part.csv")), "v2\n");
+        assert_eq!(read(&env.join("part.csv")), "v1\n");
     }
 
     #[test]

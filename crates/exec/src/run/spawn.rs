@@ -24,8 +24,9 @@
 //! group ([`JobProcess::try_wait`] does not reap): while the zombie holds the pid, no new process
 //! can take it, so the group's id cannot name someone else's processes.
 //!
-//! The one module of `databuild-exec` allowed `unsafe` (with `databuild-log`'s `wal_batch` and the
-//! binary's `main.rs`, the only ones in the workspace): `clone` with a stack of our own.
+//! The one module of `databuild-exec` allowed `unsafe` (with `link`'s `exchange`,
+//! `databuild-log`'s `wal_batch` and the binary's `main.rs`, the only ones in the workspace):
+//! `clone` with a stack of our own.
 #![allow(unsafe_code)]
 
 use std::cell::RefCell;

@@ -17,7 +17,8 @@
 //! Only the writing connection uses it; readers and the checkpointer keep the default VFS (the
 //! locks are the same: every call but `xWrite` goes straight to the default VFS's file).
 //!
-//! A module allowed `unsafe` (with `databuild-exec`'s `spawn` and the binary's `main.rs`): a VFS
+//! A module allowed `unsafe` (with `databuild-exec`'s `spawn` and `exchange`, and the binary's
+//! `main.rs`): a VFS
 //! is a table of C callbacks over memory SQLite allocates.
 #![allow(unsafe_code)]
 

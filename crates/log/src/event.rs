@@ -7,7 +7,7 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 /// Version of the event format. Bump it when a field is added to [`Event`] or [`EventData`].
-pub const FORMAT_VERSION: u32 = 6;
+pub const FORMAT_VERSION: u32 = 7;
 
 #[derive(
     Debug,
@@ -38,6 +38,11 @@ pub enum Kind {
     /// A check of a partition's instance (`partition_ref`, built by `job_run_id`): `completed`
     /// (it passed) or `failed`; `data.check` names it (format version 4).
     Check,
+    /// An environment (`data.environment`, format version 7): `created` (from
+    /// `data.from_environment`) and `dropped` in prod's log; `promoted` (from
+    /// `data.from_environment`) and `rolled_back` in the log of the environment they changed, by
+    /// the build request that recorded the change.
+    Environment,
 }
 
 /// Every status of every kind; which ones a kind may use is the business of [`crate::state`].
@@ -91,6 +96,10 @@ pub enum Status {
     Waiting,
     Satisfied,
     SlaMissed,
+    // environment
+    Created,
+    Dropped,
+    RolledBack,
 }
 
 macro_rules! names {
@@ -124,6 +133,7 @@ names!(Kind {
     Want => "want",
     Gc => "gc",
     Check => "check",
+    Environment => "environment",
 });
 
 names!(Status {
@@ -151,6 +161,9 @@ names!(Status {
     Waiting => "waiting",
     Satisfied => "satisfied",
     SlaMissed => "sla_missed",
+    Created => "created",
+    Dropped => "dropped",
+    RolledBack => "rolled_back",
 });
 
 impl Status {
@@ -326,6 +339,24 @@ pub struct EventData {
     /// message says the same to people). None in events written before cutoff existed.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cutoff: Option<Cutoff>,
+    /// environment: the environment the event is about (format version 7).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub environment: Option<String>,
+    /// environment `created` and `promoted`: the environment it was made or promoted from.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub from_environment: Option<String>,
+    /// job_run completed: no process ran; the run's outputs are the instance this run of
+    /// another (or the same) environment made, the same recipe, linked, not copied (format
+    /// version 7).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reused_from: Option<ReusedFrom>,
+}
+
+/// The instance a reused run took: the run that made it, in its environment's log.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct ReusedFrom {
+    pub environment: String,
+    pub job_run_id: String,
 }
 
 /// What early cutoff did with a run or a partition.
@@ -544,6 +575,12 @@ impl Event {
     pub fn with_data(mut self, f: impl FnOnce(&mut EventData)) -> Event {
         f(&mut self.data);
         self
+    }
+
+    /// Environment `name` is `status` (`created`, `dropped`, `promoted`, `rolled_back`).
+    pub fn environment(name: &str, status: Status) -> Event {
+        Event::new(Kind::Environment, status, None)
+            .with_data(|d| d.environment = Some(name.to_string()))
     }
 
     /// A `databuild gc` that removed something: `report` says what.

@@ -7,6 +7,7 @@
 //! - [`open`] picks a backend from a log URI (`sqlite:PATH`).
 
 mod cache;
+pub mod environments;
 pub mod event;
 pub mod postgres;
 mod projection;
@@ -23,7 +24,7 @@ extern crate self as databuild_log;
 #[cfg(test)]
 mod testing;
 
-pub use event::{AfterFailure, Cutoff, Event, EventData, Kind, RunResources, Status};
+pub use event::{AfterFailure, Cutoff, Event, EventData, Kind, ReusedFrom, RunResources, Status};
 pub use postgres::PostgresStore;
 pub use replay::{check_store, CheckReport, Replay};
 pub use sqlite::SqliteStore;
@@ -65,6 +66,44 @@ pub fn open_with(uri: &str, base: &Path, options: &OpenOptions) -> Result<Box<dy
             "unknown event log scheme `{scheme}`; use `sqlite:PATH` or `postgres://user@host:port/db`"
         ),
     })
+}
+
+/// Opens environment `name`'s log beside prod's log `uri` ([`environments`]): prod's own for
+/// [`environments::PROD`]. `create`: make it if it does not exist (`databuild env create`);
+/// otherwise an environment that does not exist is an error naming the command that makes it.
+pub fn open_environment(
+    uri: &str,
+    base: &Path,
+    options: &OpenOptions,
+    name: &str,
+    create: bool,
+) -> Result<Box<dyn EventStore>> {
+    if name == environments::PROD {
+        return open_with(uri, base, options);
+    }
+    let no_such = |message: String| LogError::Open {
+        location: redact(uri),
+        message,
+    };
+    environments::check_name(name).map_err(no_such)?;
+    let log = environments::EnvLog::of(uri, base, name)?;
+    if !create && !log.exists()? {
+        return Err(no_such(format!(
+            "there is no environment `{name}`; make it with `databuild env create {name}` \
+             (`databuild env list` shows those there are)"
+        )));
+    }
+    match log {
+        environments::EnvLog::Sqlite(path) => {
+            let dir = path.parent().unwrap_or(Path::new("."));
+            std::fs::create_dir_all(dir)
+                .map_err(|e| no_such(format!("cannot create `{}`: {e}", dir.display())))?;
+            Ok(Box::new(SqliteStore::open(&path)?))
+        }
+        environments::EnvLog::Postgres { url, schema } => Ok(Box::new(
+            PostgresStore::open_in_schema(&url, options.sql_role.clone(), Some(&schema))?,
+        )),
+    }
 }
 
 /// Hides a password in a URI (`postgres://user:secret@host` → `postgres://user:***@host`).

@@ -63,7 +63,7 @@ impl Replay {
                 self.job_runs
                     .insert(e.job_run_id.clone().expect("checked"), e.status);
             }
-            Kind::Delegation | Kind::Alias | Kind::Gc => {}
+            Kind::Delegation | Kind::Alias | Kind::Gc | Kind::Environment => {}
             Kind::Check => {
                 let key = (
                     e.partition_ref.clone().expect("checked"),
@@ -372,7 +372,7 @@ mod tests {
                             }
                         }
                     }
-                    Kind::Delegation | Kind::Alias | Kind::Want | Kind::Gc | Kind::Check => {}
+                    Kind::Delegation | Kind::Alias | Kind::Want | Kind::Gc | Kind::Check | Kind::Environment => {}
                 }
             }
             for path in brs.values() { prop_assert!(path_is_valid(BUILD_REQUEST, path), "{:?}", path); }

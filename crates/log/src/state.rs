@@ -147,7 +147,7 @@ pub fn is_terminal(kind: Kind, status: Status) -> bool {
         // A partition can always be rebuilt by a later request; within one request, `failed`
         // allows a retry. Only `available` ends a request's dealings with it.
         Kind::Partition => return status == Available,
-        Kind::Delegation | Kind::Alias | Kind::Gc | Kind::Check => return true,
+        Kind::Delegation | Kind::Alias | Kind::Gc | Kind::Check | Kind::Environment => return true,
     };
     !table.iter().any(|(from, _)| *from == Some(status))
 }
@@ -237,6 +237,15 @@ pub fn check(e: &Event, current: &Current) -> Result<(), Refusal> {
             }
             if e.status == Requested && e.data.requested.is_empty() {
                 return Err(Refusal::invalid(format!("want {id} names no partitions")));
+            }
+        }
+        Kind::Environment => {
+            require(&e.data.environment, "environment", e)?;
+            if !matches!(e.status, Created | Dropped | Promoted | RolledBack) {
+                return Err(Refusal::invalid(format!(
+                    "an environment event is `created`, `dropped`, `promoted` or `rolled_back`, not `{}`",
+                    e.status
+                )));
             }
         }
         Kind::Gc => {

@@ -17,6 +17,11 @@ pub fn arb_event() -> impl Strategy<Value = Event> {
                 Kind::Delegation => Event::delegation(&br, &r, "other"),
                 Kind::Alias => Event::alias("t", run.len() as u32),
                 Kind::Gc => Event::gc("gc", serde_json::json!({})),
+                Kind::Environment => {
+                    let mut e = Event::environment("dev", Status::Created);
+                    e.status = status;
+                    e
+                }
                 Kind::Check => {
                     let mut e = Event::check(None, &r, &run, "c", with_run);
                     e.status = status;

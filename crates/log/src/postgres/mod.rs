@@ -33,6 +33,7 @@ use crate::store::*;
 mod append;
 mod lease;
 mod open;
+pub(crate) use open::{drop_schema, schemas_like};
 mod read;
 mod sql;
 

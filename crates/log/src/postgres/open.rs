@@ -26,6 +26,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("v12.sql"),
     include_str!("v13.sql"),
     include_str!("v14.sql"),
+    include_str!("v15.sql"),
 ];
 
 /// The schema version this build writes, and the newest it opens.
@@ -90,12 +91,27 @@ impl PostgresStore {
     /// Opens the log at `url`; user SQL runs as `sql_role` when given (`DATABUILD_SQL_ROLE`,
     /// read by the binary), a least-privilege role for `databuild sql`.
     pub fn open_with(url: &str, sql_role: Option<String>) -> Result<PostgresStore> {
+        Self::open_in_schema(url, sql_role, None)
+    }
+
+    /// [`PostgresStore::open_with`], the log's tables in `schema` (made if absent) rather than
+    /// the connection's default: an environment's log ([`crate::environments`]).
+    pub fn open_in_schema(
+        url: &str,
+        sql_role: Option<String>,
+        schema: Option<&str>,
+    ) -> Result<PostgresStore> {
         let location = crate::redact(url);
         let open_error = |message: String| LogError::Open {
             location: location.clone(),
             message,
         };
-        let config = connection_config(url).map_err(|e| open_error(e.to_string()))?;
+        let mut config = connection_config(url).map_err(|e| open_error(e.to_string()))?;
+        if let Some(schema) = schema {
+            // Names are checked (`environments::check_name`): letters, digits and `_` only.
+            let options = config.get_options().unwrap_or_default();
+            config.options(format!("{options} -c search_path={schema}").trim());
+        }
         // The server's own refusal (a wrong password, no such database) is the request's to
         // fix; no answer at all (refused, unreachable, timed out) is the system's: exit 1.
         let mut client = postgres::Config::from(config.clone())
@@ -108,6 +124,11 @@ impl PostgresStore {
                     message: describe(&e),
                 },
             })?;
+        if let Some(schema) = schema {
+            client
+                .batch_execute(&format!("CREATE SCHEMA IF NOT EXISTS {schema}"))
+                .map_err(|e| open_error(describe(&e)))?;
+        }
         prepare_schema(&mut client, &location)?;
         let mut writer_config = config.clone();
         let options = config.get_options().unwrap_or_default();
@@ -194,4 +215,39 @@ fn prepare_schema(client: &mut Client, location: &str) -> Result<()> {
         .map_err(storage)?;
     }
     tx.commit().map_err(storage)
+}
+
+/// The schemas of the database at `url` whose names start with `prefix` (`_` taken literally).
+pub(crate) fn schemas_like(url: &str, prefix: &str) -> Result<Vec<String>> {
+    let mut client = connect_once(url)?;
+    let pattern = format!("{}%", prefix.replace('_', "\\_"));
+    let rows = client
+        .query(
+            "SELECT schema_name::text FROM information_schema.schemata WHERE schema_name LIKE $1",
+            &[&pattern],
+        )
+        .map_err(storage)?;
+    Ok(rows.iter().map(|r| r.get(0)).collect())
+}
+
+/// Drops `schema` and every table in it: an environment's log.
+pub(crate) fn drop_schema(url: &str, schema: &str) -> Result<()> {
+    connect_once(url)?
+        .batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
+        .map_err(storage)
+}
+
+fn connect_once(url: &str) -> Result<Client> {
+    let location = crate::redact(url);
+    let config = connection_config(url).map_err(|e| LogError::Open {
+        location: location.clone(),
+        message: e.to_string(),
+    })?;
+    postgres::Config::from(config)
+        .connect(NoTls)
+        .map_err(|e| LogError::Unavailable {
+            location,
+            waited_ms: 0,
+            message: describe(&e),
+        })
 }

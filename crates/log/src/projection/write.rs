@@ -372,7 +372,7 @@ fn project<T: AppendTx>(
         Kind::Want if e.status == Status::SlaMissed => tx.count_sla_miss(e),
         Kind::Want => tx.update_want(e),
         Kind::Check => tx.upsert_check(e),
-        Kind::Delegation | Kind::Alias | Kind::Gc => Ok(()),
+        Kind::Delegation | Kind::Alias | Kind::Gc | Kind::Environment => Ok(()),
     }
 }
 

@@ -17,11 +17,11 @@ impl Backend {
         }))
     }
 
-    pub fn remote(url: &str) -> Backend {
+    pub fn remote(url: &str, environment: &str) -> Backend {
         // The write token when there is one, else the read token: a reader's CLI reads.
         let token = crate::settings::secret("DATABUILD_TOKEN")
             .or_else(|| crate::settings::secret("DATABUILD_READ_TOKEN"));
-        Backend::Remote(Http::new(url, token))
+        Backend::Remote(Http::new(url, token).in_environment(environment))
     }
 }
 

@@ -31,6 +31,16 @@ pub struct Cli {
     /// (env `DATABUILD_SERVER`). `DATABUILD_TOKEN` is sent as a bearer token.
     #[arg(long, global = true, env = "DATABUILD_SERVER", value_name = "URL")]
     pub server: Option<String>,
+    /// The environment the command reads and builds in (`databuild env list`): its own log and
+    /// data, beside prod's (env `DATABUILD_ENV`).
+    #[arg(
+        long = "env",
+        global = true,
+        env = "DATABUILD_ENV",
+        default_value = "prod",
+        value_name = "NAME"
+    )]
+    pub environment: String,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -122,6 +132,52 @@ pub enum Command {
     TableJob(TableJobArgs),
     /// Print the job graph.
     Graph(GraphArgs),
+    /// Environments: try a change on real data beside prod, see what it changes, promote it in
+    /// one step, roll it back.
+    Env(EnvArgs),
+}
+
+/// The arguments of `databuild env`.
+#[derive(Debug, Args)]
+pub struct EnvArgs {
+    #[command(subcommand)]
+    pub action: EnvAction,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum EnvAction {
+    /// Every environment: where its data is, its live partitions, its last promotion.
+    List,
+    /// Make an environment: empty (its builds link whatever any environment already made the
+    /// same way), or `--from ENV` with every live partition of ENV linked, not copied.
+    Create {
+        name: String,
+        #[arg(long, value_name = "ENV")]
+        from: Option<String>,
+    },
+    /// Drop an environment: its log and its links (bytes another environment links stay).
+    Drop { name: String },
+    /// What NAME has that OTHER (default prod) does not: partitions whose data versions differ,
+    /// jobs whose code differs, and what changed in the bytes.
+    Diff {
+        name: String,
+        other: Option<String>,
+        /// List at most N partitions (0: all).
+        #[arg(long, default_value_t = 100)]
+        limit: usize,
+    },
+    /// Make `--to` (default prod) read exactly what NAME reads of its partitions, in one recorded
+    /// step: no job runs.
+    Promote {
+        name: String,
+        #[arg(long, default_value = "prod", value_name = "ENV")]
+        to: String,
+    },
+    /// Undo the last promotion (or rollback) of ENV (default prod).
+    Rollback {
+        #[arg(default_value = "prod")]
+        env: String,
+    },
 }
 
 /// The arguments of `databuild analyze`.

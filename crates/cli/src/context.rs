@@ -16,14 +16,22 @@ pub struct Target {
     pub graph: PathBuf,
     pub event_log: Option<String>,
     pub server: Option<String>,
+    /// The environment (`--env`): `prod` unless told.
+    pub environment: String,
 }
 
 impl Target {
     /// The service at `--server`, else this process over the graph file and its event log.
     pub fn backend(&self) -> anyhow::Result<Backend> {
         match &self.server {
-            Some(url) => Ok(Backend::remote(url)),
-            None => Backend::local(Context::load(&self.graph)?.engine(self.event_log.as_deref())?),
+            Some(url) => Ok(Backend::remote(url, &self.environment)),
+            None => {
+                let prod = Context::load(&self.graph)?.engine(self.event_log.as_deref())?;
+                Backend::local(match self.environment.as_str() {
+                    databuild_log::environments::PROD => prod,
+                    name => prod.in_environment(name).map_err(engine_error)?,
+                })
+            }
         }
     }
 }
@@ -74,10 +82,16 @@ impl Context {
                 format!("sqlite:{}", databuild_log::DEFAULT_LOG)
             }
         };
-        let store =
-            databuild_log::open_with(&uri, &self.graph_dir, &crate::settings::log_options())
-                .map_err(log_error)?;
+        let options = crate::settings::log_options();
+        let store = databuild_log::open_with(&uri, &self.graph_dir, &options).map_err(log_error)?;
         let config = crate::settings::engine_config(&self.graph)?;
+        let environments = databuild_exec::engine::environments::Environments::new(
+            databuild_log::environments::PROD,
+            &uri,
+            &self.graph_dir,
+            options,
+            &self.data_dir,
+        );
         Ok(Engine::new(
             self.graph,
             self.graph_dir,
@@ -85,6 +99,7 @@ impl Context {
             store.into(),
             config,
         )
+        .with_environments(environments)
         .with_graph_digest(self.graph_digest))
     }
 }

@@ -13,6 +13,7 @@ mod checks;
 mod claim_ahead;
 mod daily_use;
 mod dashboard;
+mod environments;
 mod equivalence;
 mod examples;
 mod exits;

@@ -365,6 +365,10 @@ pub struct StatusReport {
     pub build_request_id: Option<String>,
     /// ns since the epoch; answers show it as RFC 3339 (`updated_at`) and ns (`updated_at_ns`).
     pub updated_at: Option<i64>,
+    /// Where its data is in the environment asked: `<data_dir>/<ref>` in prod (absent for a
+    /// ref nothing produces).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
     /// Its checks, as they stand for its current instance.
     pub checks: Vec<CheckResult>,
     /// Why no status could be derived for this ref (its answer alone: the other refs asked
@@ -1064,6 +1068,10 @@ pub struct PartitionStatus {
     pub updated_at: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub updated_at_ns: Option<i64>,
+    /// Where its data is in the environment asked (`<data_dir>/<ref>` in prod; below
+    /// `<data_dir>/.databuild-env/<name>/` in another); absent for a ref nothing produces.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
     /// Its checks, as they stand for its current instance.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub checks: Vec<CheckResult>,
@@ -1088,6 +1096,7 @@ impl From<&StatusReport> for PartitionStatus {
             build_request_id: r.build_request_id.clone(),
             updated_at: maybe(r.updated_at),
             updated_at_ns: r.updated_at,
+            path: r.path.clone(),
             checks: r.checks.clone(),
             error: r.error.clone(),
             withheld: r.withheld.clone(),
@@ -2034,6 +2043,11 @@ pub mod route {
     pub const WEBHOOK: &str = "/api/v1/webhooks/{source}";
     pub const WANTS: &str = "/api/v1/wants";
     pub const WANT: &str = "/api/v1/wants/{id}";
+    pub const ENVIRONMENTS: &str = "/api/v1/environments";
+    pub const ENVIRONMENT: &str = "/api/v1/environments/{name}";
+    pub const ENVIRONMENT_DIFF: &str = "/api/v1/environments/{name}/diff";
+    pub const ENVIRONMENT_PROMOTE: &str = "/api/v1/environments/{name}/promote";
+    pub const ENVIRONMENT_ROLLBACK: &str = "/api/v1/environments/{name}/rollback";
 
     /// A route with its one parameter filled in, percent-encoded (a ref's `/` becomes `%2F`).
     pub fn fill(template: &str, value: &str) -> String {
@@ -2249,4 +2263,196 @@ mod tests {
             "job `j` changed code: jobs/x.sh (added)"
         );
     }
+}
+
+/// Whether a change of an environment took another's partitions (`promote`) or undid the last
+/// such change (`rollback`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ChangeKind {
+    Promote,
+    Rollback,
+}
+
+/// A promotion or rollback: recorded in one append of `environment`'s log (the build request
+/// `build_request_id`, whose every run is reused: no job ran), then each partition swapped into
+/// place on disk.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct EnvironmentChange {
+    pub kind: ChangeKind,
+    pub build_request_id: String,
+    /// The environment that changed.
+    pub environment: String,
+    /// Partitions it took.
+    pub partitions: u64,
+    /// Partitions a rollback removed: they did not exist before the promotion it undid.
+    pub removed: u64,
+    /// Runs recorded as reused (one per run that made the partitions taken).
+    pub runs: u64,
+    pub elapsed_ms: u64,
+}
+
+/// An environment (`databuild env list`, `GET /api/v1/environments`).
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct EnvironmentView {
+    pub name: String,
+    /// The environment it was made from (`env create --from`), if any.
+    pub from: Option<String>,
+    /// When it was made (ns since the epoch); `None` for prod.
+    pub created_at: Option<i64>,
+    /// Where its partitions are: `<data_dir>/<ref>` for prod, else below
+    /// `<data_dir>/.databuild-env/<name>/`.
+    pub data_dir: String,
+    /// Its partitions that are live (available), as its log counts them.
+    pub available: u64,
+    /// Its last promotion or rollback: the build request that recorded it.
+    pub last_change: Option<String>,
+}
+
+/// Every environment, prod first.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct EnvironmentList {
+    pub environments: Vec<EnvironmentView>,
+}
+
+/// `databuild env diff NAME [OTHER]`: what `environment` has that `other` does not.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct EnvironmentDiff {
+    pub environment: String,
+    pub other: String,
+    /// Live partitions of `environment` that `other` does not have as it has them, by ref, at
+    /// most the `limit` asked.
+    pub partitions: Vec<PartitionDifference>,
+    /// All of them (what a promotion of `environment` into `other` would take).
+    pub partitions_total: u64,
+    /// The jobs whose fingerprints differ, of those partitions, and why.
+    pub jobs: Vec<JobDifference>,
+}
+
+/// One partition `environment` has otherwise than `other`.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct PartitionDifference {
+    #[serde(rename = "ref")]
+    pub partition_ref: String,
+    pub job: String,
+    /// Its data version in `environment`, and in `other` (`None`: not live there).
+    pub data_version: Option<String>,
+    pub other_data_version: Option<String>,
+    /// `true` when the bytes are the same and only how they were made differs (its job's code,
+    /// say): a promotion takes it so `other`'s answers say fresh.
+    pub same_bytes: bool,
+    /// What changed in the bytes (from `other`'s to `environment`'s).
+    pub content: Option<ContentDiff>,
+}
+
+/// A job whose runs were made differently in the two environments.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct JobDifference {
+    pub job: String,
+    /// For people: `jobs/agg.sh changed`, `version 1 → 2`, `env MODE fast → slow`.
+    pub reasons: Vec<String>,
+}
+
+/// How a partition's data differs between two environments: its size, its files, the rows of its
+/// table-like files and a unified diff of its small text files.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub struct ContentDiff {
+    /// Whether the data was added, removed, changed or is byte for byte the same.
+    pub change: ContentChange,
+    /// The old data's total size in bytes (0 when absent).
+    pub old_bytes: u64,
+    /// The new data's total size in bytes (0 when absent).
+    pub new_bytes: u64,
+    /// Files only in the new data (by path relative to the partition's folder).
+    pub files_added: u64,
+    /// Files only in the old data.
+    pub files_removed: u64,
+    /// Files on both sides whose bytes differ.
+    pub files_changed: u64,
+    /// Rows of the table-like files (`.csv`, `.tsv`, `.jsonl`, `.ndjson`) summed over them; none
+    /// when there is no such file or one was too large to count (`notes` says which).
+    pub rows: Option<RowDiff>,
+    /// A unified diff of the small UTF-8 text files that differ (3 lines of context, headers
+    /// `--- old/<path>` and `+++ new/<path>`, `/dev/null` for a side without the file), cut at
+    /// `max_diff_lines` with a last line saying how many were left out; none when no such file
+    /// differs.
+    pub unified: Option<String>,
+    /// What the summary left out and why (a binary file, one too large, one not UTF-8, …).
+    pub notes: Vec<String>,
+}
+
+/// How the data as a whole changed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ContentChange {
+    /// Only the new side has data.
+    Added,
+    /// Only the old side has data.
+    Removed,
+    /// Both sides have data, and some file differs.
+    Changed,
+    /// Both sides hold the same files with the same bytes (or neither has data).
+    Identical,
+}
+
+/// Rows of table-like files, compared as multisets of lines (a csv's or tsv's header left out).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub struct RowDiff {
+    /// Rows only in the new data, less those counted as changed.
+    pub added: u64,
+    /// Rows only in the old data, less those counted as changed.
+    pub removed: u64,
+    /// Pairs of an added and a removed row with the same key: the first column of a csv or tsv;
+    /// a JSON line's `id`, else its `key`, else its first field.
+    pub changed: u64,
+}
+
+impl std::ops::AddAssign for RowDiff {
+    fn add_assign(&mut self, other: RowDiff) {
+        self.added += other.added;
+        self.removed += other.removed;
+        self.changed += other.changed;
+    }
+}
+
+impl ContentDiff {
+    /// One line for the CLI: `+1.2 KiB (3.4 KiB → 4.6 KiB); rows +3 −1 ~2`, `added, 4.6 KiB`,
+    /// `removed, 3.4 KiB` or `identical bytes`; files are counted when more than one differs.
+    pub fn summary(&self) -> String {
+        let head = match self.change {
+            ContentChange::Identical => return "identical bytes".to_string(),
+            ContentChange::Added => format!("added, {}", bytes(self.new_bytes)),
+            ContentChange::Removed => format!("removed, {}", bytes(self.old_bytes)),
+            ContentChange::Changed => {
+                let (sign, delta) = match self.new_bytes.cmp(&self.old_bytes) {
+                    std::cmp::Ordering::Greater => ("+", self.new_bytes - self.old_bytes),
+                    std::cmp::Ordering::Less => ("−", self.old_bytes - self.new_bytes),
+                    std::cmp::Ordering::Equal => ("±", 0),
+                };
+                let (old, new) = (bytes(self.old_bytes), bytes(self.new_bytes));
+                format!("{sign}{} ({old} → {new})", bytes(delta))
+            }
+        };
+        let mut parts = vec![head];
+        if self.files_added + self.files_removed + self.files_changed > 1 {
+            let (a, r, c) = (self.files_added, self.files_removed, self.files_changed);
+            parts.push(format!("files +{a} −{r} ~{c}"));
+        }
+        if let Some(RowDiff {
+            added,
+            removed,
+            changed,
+        }) = self.rows
+        {
+            parts.push(format!("rows +{added} −{removed} ~{changed}"));
+        }
+        parts.join("; ")
+    }
+}
+
+/// A size as every answer shows one (`512 B`, `3.4 KiB`).
+pub(crate) fn bytes(n: u64) -> String {
+    crate::answers::metric_text("size_bytes", n as f64)
 }

@@ -543,6 +543,29 @@ pub struct GcBody {
     pub dry_run: bool,
 }
 
+/// `POST /api/v1/environments`: make an environment.
+#[derive(Deserialize, serde::Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateEnvironmentBody {
+    pub name: String,
+    /// Start with every live partition of this environment linked (default: empty).
+    #[serde(default)]
+    pub from: Option<String>,
+}
+
+/// `POST /api/v1/environments/{name}/promote`: the environment `to` takes `name`'s partitions.
+#[derive(Deserialize, serde::Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PromoteEnvironmentBody {
+    /// The environment that changes (default `prod`).
+    #[serde(default = "default_promote_target")]
+    pub to: String,
+}
+
+pub fn default_promote_target() -> String {
+    databuild_log::environments::PROD.to_string()
+}
+
 pub fn default_gc_age() -> String {
     "30d".to_string()
 }

@@ -12,7 +12,9 @@ use databuild_exec::answers::{
     JobDetail, JobList, JobRun, LogChunk, PartitionStatus, Sealed, SourceList, Want, WantDetail,
     WantList,
 };
-use databuild_exec::answers::{Promotion, SourceDetail};
+use databuild_exec::answers::{
+    EnvironmentChange, EnvironmentDiff, EnvironmentList, EnvironmentView, Promotion, SourceDetail,
+};
 use databuild_exec::engine::gc::GcReport;
 use databuild_exec::engine::lineage::{Direction, InstanceDiff, Lineage, TaintImpact};
 use databuild_exec::engine::listing::{ListedStatus, PartitionPage};
@@ -93,6 +95,16 @@ pub trait Api {
     ) -> ApiResult<Lineage>;
     fn diff(&self, r: &str, instance: Option<&str>, since: Option<&str>)
         -> ApiResult<InstanceDiff>;
+    /// Every environment, prod first.
+    fn environments(&self) -> ApiResult<EnvironmentList>;
+    fn create_environment(&self, name: &str, from: Option<&str>) -> ApiResult<EnvironmentView>;
+    /// Drops `name`; answers the environments left.
+    fn drop_environment(&self, name: &str) -> ApiResult<EnvironmentList>;
+    /// What `name` has that `other` does not (at most `limit` partitions listed; 0: all).
+    fn environment_diff(&self, name: &str, other: &str, limit: usize)
+        -> ApiResult<EnvironmentDiff>;
+    fn promote_environment(&self, name: &str, to: &str) -> ApiResult<EnvironmentChange>;
+    fn rollback_environment(&self, env: &str) -> ApiResult<EnvironmentChange>;
 }
 
 /// The engine of this process.
@@ -120,6 +132,30 @@ impl Api for InProcess {
     }
     fn gc(&self, older_than: &str, dry_run: bool) -> ApiResult<GcReport> {
         engine_api::gc(&self.engine, older_than, dry_run)
+    }
+    fn environments(&self) -> ApiResult<EnvironmentList> {
+        Ok(self.engine.environments()?)
+    }
+    fn create_environment(&self, name: &str, from: Option<&str>) -> ApiResult<EnvironmentView> {
+        Ok(self.engine.create_environment(name, from)?)
+    }
+    fn drop_environment(&self, name: &str) -> ApiResult<EnvironmentList> {
+        self.engine.drop_environment(name)?;
+        Ok(self.engine.environments()?)
+    }
+    fn environment_diff(
+        &self,
+        name: &str,
+        other: &str,
+        limit: usize,
+    ) -> ApiResult<EnvironmentDiff> {
+        Ok(self.engine.environment_diff(name, other, limit)?)
+    }
+    fn promote_environment(&self, name: &str, to: &str) -> ApiResult<EnvironmentChange> {
+        Ok(self.engine.promote_environment(name, to)?)
+    }
+    fn rollback_environment(&self, env: &str) -> ApiResult<EnvironmentChange> {
+        Ok(self.engine.rollback_environment(env)?)
     }
     fn lineage(
         &self,
@@ -257,6 +293,8 @@ pub struct Http {
     base: String,
     agent: ureq::Agent,
     token: Option<String>,
+    /// The environment every request is about (`X-DataBuild-Env`), unless prod.
+    environment: Option<String>,
 }
 
 /// A query string from optional pairs.
@@ -287,7 +325,14 @@ impl Http {
             base: base.trim_end_matches('/').to_string(),
             agent: config.into(),
             token,
+            environment: None,
         }
+    }
+
+    /// This client's requests in environment `name` (header `X-DataBuild-Env`).
+    pub fn in_environment(mut self, name: &str) -> Http {
+        self.environment = (name != databuild_log::environments::PROD).then(|| name.to_string());
+        self
     }
 
     pub fn base(&self) -> &str {
@@ -307,6 +352,10 @@ impl Http {
     }
 
     fn authorized<B>(&self, request: ureq::RequestBuilder<B>) -> ureq::RequestBuilder<B> {
+        let request = match &self.environment {
+            Some(env) => request.header(crate::ENVIRONMENT_HEADER, env),
+            None => request,
+        };
         match &self.token {
             Some(t) => request.header("Authorization", &format!("Bearer {t}")),
             None => request,
@@ -576,6 +625,48 @@ impl Api for Http {
                 ("instance", instance.map(str::to_string)),
             ])
         ))
+    }
+    fn environments(&self) -> ApiResult<EnvironmentList> {
+        self.get(route::ENVIRONMENTS)
+    }
+    fn create_environment(&self, name: &str, from: Option<&str>) -> ApiResult<EnvironmentView> {
+        self.post(
+            route::ENVIRONMENTS,
+            &crate::api::CreateEnvironmentBody {
+                name: name.to_string(),
+                from: from.map(str::to_string),
+            },
+        )
+    }
+    fn drop_environment(&self, name: &str) -> ApiResult<EnvironmentList> {
+        self.delete(&route::fill(route::ENVIRONMENT, name))
+    }
+    fn environment_diff(
+        &self,
+        name: &str,
+        other: &str,
+        limit: usize,
+    ) -> ApiResult<EnvironmentDiff> {
+        let q = query(&[
+            ("other", Some(other.to_string())),
+            ("limit", Some(limit.to_string())),
+        ]);
+        self.get(&format!(
+            "{}{q}",
+            route::fill(route::ENVIRONMENT_DIFF, name)
+        ))
+    }
+    fn promote_environment(&self, name: &str, to: &str) -> ApiResult<EnvironmentChange> {
+        self.post(
+            &route::fill(route::ENVIRONMENT_PROMOTE, name),
+            &crate::api::PromoteEnvironmentBody { to: to.to_string() },
+        )
+    }
+    fn rollback_environment(&self, env: &str) -> ApiResult<EnvironmentChange> {
+        self.post(
+            &route::fill(route::ENVIRONMENT_ROLLBACK, env),
+            &serde_json::json!({}),
+        )
     }
     fn gc(&self, older_than: &str, dry_run: bool) -> ApiResult<GcReport> {
         self.post(

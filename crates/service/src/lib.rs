@@ -13,6 +13,9 @@
 //!   engine is synchronous, so handlers reach it through `spawn_blocking`.
 //! - [`ServeConfig`] is what the service is told at start (limits, intervals, access).
 
+/// The header naming the environment a request is about (`?env=` says the same); none: prod.
+pub const ENVIRONMENT_HEADER: &str = "X-DataBuild-Env";
+
 pub mod api;
 pub mod client;
 mod config;

@@ -14,7 +14,11 @@ use crate::context::{engine_error, Context, Target};
 /// `databuild graph`.
 pub fn run(target: &Target, args: &GraphArgs, json: bool) -> anyhow::Result<ExitCode> {
     match &target.server {
-        Some(url) => remote(&Backend::remote(url), args.format, json),
+        Some(url) => remote(
+            &Backend::remote(url, &target.environment),
+            args.format,
+            json,
+        ),
         None => local(
             Context::load(&target.graph)?,
             target.event_log.as_deref(),

@@ -3,6 +3,7 @@
 
 mod analyze;
 mod build;
+mod env;
 mod graph;
 mod init;
 mod inspect;
@@ -24,12 +25,14 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         event_log,
         json,
         server,
+        environment,
         command,
     } = cli;
     let target = Target {
         graph,
         event_log,
         server,
+        environment,
     };
     // Opened by the commands that read the graph and the log, after their arguments parsed.
     let backend = || target.backend();
@@ -68,5 +71,6 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Want(args) => wants::want(&backend()?, &args, json),
         Command::Wants(args) => wants::wants(&backend()?, &args, json),
         Command::Unwant(args) => wants::unwant(&backend()?, &args, json),
+        Command::Env(args) => env::run(&backend()?, args, json),
     }
 }

@@ -15,9 +15,10 @@ use std::io::{self, BufRead, BufReader, Read};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
+use crate::answers::bytes;
+pub use crate::answers::{ContentChange, ContentDiff, RowDiff};
+
 use rustc_hash::FxHashMap;
-use serde::{Deserialize, Serialize};
-use utoipa::ToSchema;
 
 /// How much of two partitions' data a [`ContentDiff`] may read and show.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -37,70 +38,6 @@ impl Default for DiffLimits {
             max_text_bytes: 64 << 10,
             max_diff_lines: 200,
         }
-    }
-}
-
-/// How a partition's data differs between two environments: its size, its files, the rows of its
-/// table-like files and a unified diff of its small text files.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub struct ContentDiff {
-    /// Whether the data was added, removed, changed or is byte for byte the same.
-    pub change: ContentChange,
-    /// The old data's total size in bytes (0 when absent).
-    pub old_bytes: u64,
-    /// The new data's total size in bytes (0 when absent).
-    pub new_bytes: u64,
-    /// Files only in the new data (by path relative to the partition's folder).
-    pub files_added: u64,
-    /// Files only in the old data.
-    pub files_removed: u64,
-    /// Files on both sides whose bytes differ.
-    pub files_changed: u64,
-    /// Rows of the table-like files (`.csv`, `.tsv`, `.jsonl`, `.ndjson`) summed over them; none
-    /// when there is no such file or one was too large to count (`notes` says which).
-    pub rows: Option<RowDiff>,
-    /// A unified diff of the small UTF-8 text files that differ (3 lines of context, headers
-    /// `--- old/<path>` and `+++ new/<path>`, `/dev/null` for a side without the file), cut at
-    /// `max_diff_lines` with a last line saying how many were left out; none when no such file
-    /// differs.
-    pub unified: Option<String>,
-    /// What the summary left out and why (a binary file, one too large, one not UTF-8, …).
-    pub notes: Vec<String>,
-}
-
-/// How the data as a whole changed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum ContentChange {
-    /// Only the new side has data.
-    Added,
-    /// Only the old side has data.
-    Removed,
-    /// Both sides have data, and some file differs.
-    Changed,
-    /// Both sides hold the same files with the same bytes (or neither has data).
-    Identical,
-}
-
-/// Rows of table-like files, compared as multisets of lines (a csv's or tsv's header left out).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub struct RowDiff {
-    /// Rows only in the new data, less those counted as changed.
-    pub added: u64,
-    /// Rows only in the old data, less those counted as changed.
-    pub removed: u64,
-    /// Pairs of an added and a removed row with the same key: the first column of a csv or tsv;
-    /// a JSON line's `id`, else its `key`, else its first field.
-    pub changed: u64,
-}
-
-impl std::ops::AddAssign for RowDiff {
-    fn add_assign(&mut self, other: RowDiff) {
-        self.added += other.added;
-        self.removed += other.removed;
-        self.changed += other.changed;
     }
 }
 
@@ -147,66 +84,6 @@ pub fn content_diff(
     diff.unified = text.finish(limits.max_diff_lines, &mut notes);
     diff.notes = notes.iter().map(Note::to_string).collect();
     Ok(diff)
-}
-
-impl ContentDiff {
-    /// Counts a pair of files (one side at least) as added, removed or changed; true when both
-    /// hold the same bytes.
-    fn count_file(&mut self, old: Option<&FileAt>, new: Option<&FileAt>) -> io::Result<bool> {
-        match (old, new) {
-            (Some(a), Some(b)) => {
-                let same = same_bytes(a, b)?;
-                self.files_changed += u64::from(!same);
-                Ok(same)
-            }
-            (None, _) => {
-                self.files_added += 1;
-                Ok(false)
-            }
-            (_, None) => {
-                self.files_removed += 1;
-                Ok(false)
-            }
-        }
-    }
-
-    /// One line for the CLI: `+1.2 KiB (3.4 KiB → 4.6 KiB); rows +3 −1 ~2`, `added, 4.6 KiB`,
-    /// `removed, 3.4 KiB` or `identical bytes`; files are counted when more than one differs.
-    pub fn summary(&self) -> String {
-        let head = match self.change {
-            ContentChange::Identical => return "identical bytes".to_string(),
-            ContentChange::Added => format!("added, {}", bytes(self.new_bytes)),
-            ContentChange::Removed => format!("removed, {}", bytes(self.old_bytes)),
-            ContentChange::Changed => {
-                let (sign, delta) = match self.new_bytes.cmp(&self.old_bytes) {
-                    std::cmp::Ordering::Greater => ("+", self.new_bytes - self.old_bytes),
-                    std::cmp::Ordering::Less => ("−", self.old_bytes - self.new_bytes),
-                    std::cmp::Ordering::Equal => ("±", 0),
-                };
-                let (old, new) = (bytes(self.old_bytes), bytes(self.new_bytes));
-                format!("{sign}{} ({old} → {new})", bytes(delta))
-            }
-        };
-        let mut parts = vec![head];
-        if self.files_added + self.files_removed + self.files_changed > 1 {
-            let (a, r, c) = (self.files_added, self.files_removed, self.files_changed);
-            parts.push(format!("files +{a} −{r} ~{c}"));
-        }
-        if let Some(RowDiff {
-            added,
-            removed,
-            changed,
-        }) = self.rows
-        {
-            parts.push(format!("rows +{added} −{removed} ~{changed}"));
-        }
-        parts.join("; ")
-    }
-}
-
-/// A size as every answer shows one (`512 B`, `3.4 KiB`).
-fn bytes(n: u64) -> String {
-    crate::answers::metric_text("size_bytes", n as f64)
 }
 
 /// Something a [`ContentDiff`] left out, and why; shown as one of its `notes`.
@@ -726,6 +603,28 @@ fn text_of(
         Err(_) => {
             notes.push(Note::NotUtf8 { rel });
             Ok(None)
+        }
+    }
+}
+
+impl ContentDiff {
+    /// Counts a pair of files (one side at least) as added, removed or changed; true when both
+    /// hold the same bytes.
+    fn count_file(&mut self, old: Option<&FileAt>, new: Option<&FileAt>) -> io::Result<bool> {
+        match (old, new) {
+            (Some(a), Some(b)) => {
+                let same = same_bytes(a, b)?;
+                self.files_changed += u64::from(!same);
+                Ok(same)
+            }
+            (None, _) => {
+                self.files_added += 1;
+                Ok(false)
+            }
+            (_, None) => {
+                self.files_removed += 1;
+                Ok(false)
+            }
         }
     }
 }

@@ -461,6 +461,18 @@ impl Host for Engine {
         Engine::input_instance(self, r)
     }
 
+    fn reuses(&self) -> bool {
+        !self.environments.is_prod()
+    }
+
+    fn find_instance(
+        &self,
+        outputs: &[String],
+        recipe: &crate::run::reuse::Recipe,
+    ) -> Option<crate::run::reuse::Instance> {
+        Engine::find_instance(self, outputs, recipe)
+    }
+
     fn query_instance(&self, r: &str) -> Result<Option<(String, Option<String>)>> {
         Engine::query_instance(self, r)
     }

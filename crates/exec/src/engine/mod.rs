@@ -9,6 +9,8 @@
 
 mod builds;
 pub(crate) mod checks;
+mod env_diff;
+pub mod environments;
 pub mod freshness;
 pub mod gc;
 mod jobs;
@@ -17,6 +19,7 @@ pub mod listing;
 pub mod plan_cache;
 mod planning;
 mod progress;
+mod promote;
 mod status;
 mod summary;
 mod tables;
@@ -71,6 +74,8 @@ pub struct Engine {
     pub(crate) swept: std::sync::Mutex<Option<std::time::Instant>>,
     /// Run events out as OpenLineage, when configured; dropped with the engine, which flushes it.
     lineage: Option<crate::openlineage::LineageOut>,
+    /// Which environment this engine is in, and where the others are.
+    pub environments: environments::Environments,
 }
 
 /// The answer of `analyze`: the recorded build request and its plan.
@@ -97,6 +102,7 @@ impl Engine {
             crate::openlineage::LineageOut::new(c, graph_dir.join(".databuild/openlineage"))
         });
         Engine {
+            environments: environments::Environments::prod_only(&data_dir),
             graph,
             graph_dir,
             data_dir,
@@ -127,7 +133,15 @@ impl Engine {
             config,
         );
         engine.graph_digest = self.graph_digest.clone();
+        engine.environments = self.environments.clone();
         engine
+    }
+
+    /// This engine in `environments.current`: its data dir is that environment's.
+    pub fn with_environments(mut self, environments: environments::Environments) -> Engine {
+        self.data_dir = environments.data_dir_of(&environments.current);
+        self.environments = environments;
+        self
     }
 
     /// Names the graph file's text the graph was parsed from, by its digest (`graph_digest` of

@@ -221,11 +221,15 @@ impl Engine {
             job: None,
             build_request_id: None,
             updated_at: None,
+            path: None,
             checks: Vec::new(),
             error: None,
             withheld: None,
         };
         let producer = self.graph.producer_of(r).map(|(p, _)| p);
+        if producer.is_some() {
+            report.path = Some(self.data_dir.join(r).display().to_string());
+        }
         match producer {
             None => {
                 let error = match self.graph.mismatch_reason(r) {

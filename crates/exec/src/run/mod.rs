@@ -17,6 +17,7 @@ pub mod process;
 pub mod publish;
 pub mod reap;
 pub mod resources;
+pub(crate) mod reuse;
 pub(crate) mod slots;
 pub mod slurm;
 pub(crate) mod spawn;

@@ -70,6 +70,8 @@ pub(crate) struct Ended {
     pub resources: Box<RunResources>,
     /// Of a successful run: the metrics its job reported, checked against its outputs.
     pub metrics: Option<Box<ReportedMetrics>>,
+    /// Of a run that took an instance instead of running (`crate::run::reuse`): whose.
+    pub reused_from: Option<Box<databuild_log::ReusedFrom>>,
 }
 
 impl Ended {
@@ -82,6 +84,7 @@ impl Ended {
             versions: Vec::new(),
             resources: Box::default(),
             metrics: None,
+            reused_from: None,
         }
     }
 

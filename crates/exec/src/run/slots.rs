@@ -25,6 +25,9 @@ pub(crate) struct Launch {
     /// By output, the version it replaces if that is a recipe version of an older log (empty
     /// when none is): see [`output_versions`](crate::run::publish::output_versions).
     pub legacy: Vec<Option<String>>,
+    /// In an environment other than prod: the run's recipe, to take an instance made from it
+    /// instead of running ([`crate::run::reuse`]).
+    pub recipe: Option<Box<crate::run::reuse::Recipe>>,
 }
 
 /// When a slot started or ended a run: by the monotonic clock (for how long it took) and the wall
@@ -187,6 +190,7 @@ pub(crate) fn run(
     launch: &Launch,
     lease: &Lease,
     running: &dyn Fn(),
+    instances: crate::run::reuse::Instances<'_>,
 ) -> Ended {
     if launch.cancel.load(Ordering::SeqCst) || !lease.good() {
         return Ended::of(RunOutcome::Cancelled);
@@ -194,17 +198,25 @@ pub(crate) fn run(
     if let Some(outcome) = inputs_gone(&launch.spec) {
         return Ended::of(outcome);
     }
+    let taken = (launch.recipe.as_deref())
+        .and_then(|recipe| crate::run::reuse::take(&launch.spec, recipe, instances));
     let executor_id = Mutex::new(None);
     let Finished {
         mut outcome,
         mut resources,
-    } = executor.run(&launch.spec, &launch.cancel, &|began| match began {
-        Began::Submitted(id) => *executor_id.lock().expect("id lock") = Some(id.to_string()),
-        Began::Running => running(),
-    });
+    } = match &taken {
+        Some(_) => {
+            running();
+            Finished::from(RunOutcome::Succeeded)
+        }
+        None => executor.run(&launch.spec, &launch.cancel, &|began| match began {
+            Began::Submitted(id) => *executor_id.lock().expect("id lock") = Some(id.to_string()),
+            Began::Running => running(),
+        }),
+    };
     let mut report = None;
     let mut metrics = None;
-    if outcome == RunOutcome::Succeeded {
+    if outcome == RunOutcome::Succeeded && taken.is_none() {
         match read_report(&launch.spec) {
             Ok((r, m)) => (report, metrics) = (r, m),
             Err(message) => outcome = RunOutcome::failed(message, Some(0)),
@@ -221,7 +233,10 @@ pub(crate) fn run(
     // Hashed after the checks, which read the staged outputs too (the page cache then serves
     // this read), and before the completion is recorded with the versions.
     let mut versions = Vec::new();
-    if outcome == RunOutcome::Succeeded && !launch.spec.check {
+    if let (Some(taken), RunOutcome::Succeeded) = (&taken, &outcome) {
+        versions = taken.versions.clone();
+        resources.output_bytes = Some(taken.bytes);
+    } else if outcome == RunOutcome::Succeeded && !launch.spec.check {
         match crate::run::publish::output_versions(&launch.spec, &launch.legacy) {
             Ok(v) => {
                 versions = v.versions;
@@ -242,6 +257,7 @@ pub(crate) fn run(
         versions,
         resources: Box::new(resources),
         metrics: metrics.map(Box::new),
+        reused_from: taken.map(|t| Box::new(t.from)),
     }
 }
 
@@ -362,6 +378,7 @@ mod tests {
             cancel: Arc::default(),
             checks: Vec::new(),
             legacy: Vec::new(),
+            recipe: None,
         }
     }
 
@@ -428,9 +445,10 @@ mod tests {
         let lease = Lease::new(store.clone(), std::time::Duration::from_secs(30));
         let runs = |executor: &Fake, launch: &Launch| {
             let started = std::sync::atomic::AtomicUsize::new(0);
-            let ended = run(executor, &*store, launch, &lease, &|| {
+            let running = || {
                 started.fetch_add(1, Ordering::SeqCst);
-            });
+            };
+            let ended = run(executor, &*store, launch, &lease, &running, &|_, _| None);
             (started.into_inner(), ended)
         };
         let starts = Fake {

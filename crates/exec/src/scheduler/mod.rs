@@ -53,6 +53,15 @@ pub(crate) trait Host: Sync {
     /// Closes builds whose driving process is gone (before a partition they held is taken
     /// over).
     fn close_abandoned_builds(&self) -> Result<usize>;
+    /// Whether this engine's runs may take instances other environments made (it is not
+    /// prod's).
+    fn reuses(&self) -> bool;
+    /// An instance of `outputs` made from `recipe` in another environment, live there now.
+    fn find_instance(
+        &self,
+        outputs: &[String],
+        recipe: &crate::run::reuse::Recipe,
+    ) -> Option<crate::run::reuse::Instance>;
     /// The states of `refs` derived now, as `status` derives them (one read for all), reading
     /// tables' aliases as the build's `pins` do and comparing runs with the build's `code`.
     fn states_now(

@@ -280,7 +280,14 @@ impl Record<'_> {
         let job = self.job(run);
         let mut events = Vec::with_capacity(1 + run.outputs.len());
         let all_unchanged = !built.outputs.is_empty() && built.outputs.iter().all(|o| o.unchanged);
+        let reused = built.reused_from.as_ref().map(|from| {
+            format!(
+                "reused run {} of environment `{}`: no job ran",
+                from.job_run_id, from.environment
+            )
+        });
         let mut completed = Event::job_run(self.build, id, job, Status::Completed).with_data(|d| {
+            d.reused_from = built.reused_from.clone();
             d.exit_code = Some(0);
             d.executor_id = built.executor_id;
             d.started_at = built.started_at;
@@ -297,6 +304,9 @@ impl Record<'_> {
         });
         if all_unchanged {
             completed = cut_off(completed, Cutoff::RebuiltUnchanged);
+        }
+        if let Some(message) = reused {
+            completed = completed.with_message(message);
         }
         events.push(completed);
         for (o, made) in run.outputs.iter().zip(&built.outputs) {
@@ -460,6 +470,8 @@ pub struct Built<'a> {
     pub attempt: u32,
     /// What its job reported of its outputs (`metrics` of its report), checked.
     pub metrics: Option<ReportedMetrics>,
+    /// It took this instance instead of running (an environment's build).
+    pub reused_from: Option<databuild_log::ReusedFrom>,
 }
 
 /// One output of a successful run: its data version, and whether it is the one it had.

@@ -46,6 +46,30 @@ pub(super) fn output_version(
     crate::data::versions::data_version(&job.name, &job.version, run.args(), &env, input_versions)
 }
 
+/// A run's recipe as its claim records it: what an instance made the same way matches.
+pub(super) fn recipe(
+    graph: &databuild_core::Graph,
+    run: &PlannedRun,
+    code: &BTreeMap<String, String>,
+    read: &BTreeMap<String, String>,
+) -> crate::run::reuse::Recipe {
+    let job = &graph.jobs[run.job_index];
+    let mut env: Vec<(String, String)> = (run.env().shown())
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    env.sort();
+    let pairs =
+        |m: &BTreeMap<String, String>| m.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+    crate::run::reuse::Recipe {
+        job: job.name.clone(),
+        job_version: job.version.clone(),
+        args: run.args().to_vec(),
+        env,
+        code: pairs(code),
+        inputs: pairs(read),
+    }
+}
+
 /// A carried-forward run's report says where its partition came from, unless the run said.
 pub(super) fn with_provenance(
     job: &Job,

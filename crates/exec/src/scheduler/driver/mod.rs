@@ -841,12 +841,22 @@ impl<'s, 'e> Driver<'s, 'e> {
             })
             .collect();
         let legacy = legacy_versions(&self.runs[node].replaced);
+        let recipe = self.engine.reuses().then(|| {
+            let code = self.code.job(graph, &graph.jobs[n.run.job_index]);
+            Box::new(spec::recipe(
+                graph,
+                &n.run,
+                code.map(),
+                &self.runs[node].input_versions,
+            ))
+        });
         self.launches.push(Launch {
             node,
             spec,
             cancel,
             checks,
             legacy,
+            recipe,
         });
         let busy = self.machine.running() + self.machine.staged();
         if self.slot_threads < self.options.parallel.max(1) && self.slot_threads < busy {
@@ -857,17 +867,18 @@ impl<'s, 'e> Driver<'s, 'e> {
 
     fn spawn_slot(&self) {
         let (launches, tx, executor) = (self.launches.clone(), self.tx.clone(), self.executor);
-        let (lease, store) = (self.engine.lease(), self.engine.store());
+        let (lease, store, engine) = (self.engine.lease(), self.engine.store(), self.engine);
         self.scope.spawn(move || {
+            let instances = |outputs: &[String], recipe: &_| engine.find_instance(outputs, recipe);
             while let Some(launch) = launches.next() {
                 // No job starts while the lease has run out (the log cannot be reached): the
                 // slot waits for a renewal; a lost lease or a cancel, `run` then sees.
                 let _ = lease.wait_good(&launch.cancel);
                 let node = launch.node;
                 launches.started(node);
-                let ended = crate::run::slots::run(executor, store, &launch, lease, &|| {
-                    launches.running(node)
-                });
+                let running = || launches.running(node);
+                let ended =
+                    crate::run::slots::run(executor, store, &launch, lease, &running, &instances);
                 if launches.ended(node, ended) {
                     let _ = tx.send(Message::SlotsReported);
                 }
@@ -1047,6 +1058,7 @@ impl<'s, 'e> Driver<'s, 'e> {
                     resources,
                     attempt,
                     metrics: ended.metrics.map(|m| *m),
+                    reused_from: ended.reused_from.map(|r| *r),
                 };
                 let mut events = self.record().built(run, id, built);
                 if held_back {

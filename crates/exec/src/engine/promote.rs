@@ -1,0 +1,458 @@
+//! Promotion and rollback: an environment takes another's partitions, in one append (its
+//! answers flip together), then one atomic swap per partition on disk (readers see the old or the
+//! new partition, never neither). No job runs: each partition is taken by a run recorded as
+//! reused from the run that made it. What a promotion replaced is kept, so that `rollback`
+//! takes it back the same way.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use databuild_log::{
+    Event, EventFilter, EventStore, JobRunRow, Kind, PartitionQuery, ReusedFrom, Status,
+};
+
+use super::environments::ENV_DATA;
+use super::Engine;
+use crate::answers::{ChangeKind, EnvironmentChange};
+use crate::error::{EngineError, Result};
+use crate::run::owner::this_owner;
+
+/// Live partitions of the source read per page while gathering what differs.
+const PAGE: usize = 5_000;
+
+/// One partition-making run the target takes: the source run, its outputs to take, and where
+/// their bytes are now.
+pub(super) struct Take {
+    pub from: ReusedFrom,
+    pub run: JobRunRow,
+    /// (output ref, the source's bytes, its data version when known)
+    pub outputs: Vec<(String, PathBuf, Option<String>)>,
+}
+
+/// What a promotion or rollback changes in the target.
+#[derive(Default)]
+pub(super) struct Change {
+    pub takes: Vec<Take>,
+    /// Partitions that go: they did not exist before the promotion a rollback undoes.
+    removes: Vec<String>,
+}
+
+impl Engine {
+    /// Environment `name`'s log: this engine's own, or another's.
+    pub(crate) fn store_of(&self, name: &str) -> Result<Arc<dyn EventStore>> {
+        if name == self.environments.current {
+            return Ok(self.store.clone());
+        }
+        self.environments.open(name, false)
+    }
+
+    /// `to` takes every live partition of `from` that it does not have as `from` has it (its
+    /// data version, or the recipe that made it): one recorded step, no job run.
+    pub fn promote_environment(&self, from: &str, to: &str) -> Result<EnvironmentChange> {
+        if from == to {
+            return Err(EngineError::Invalid(format!(
+                "cannot promote environment `{from}` to itself; name another with --to"
+            )));
+        }
+        let (source, target) = (self.store_of(from)?, self.store_of(to)?);
+        let change = self.differences(source.as_ref(), target.as_ref(), from)?;
+        let event = Event::environment(to, Status::Promoted)
+            .with_data(|d| d.from_environment = Some(from.to_string()));
+        self.apply(to, target.as_ref(), change, event, ChangeKind::Promote)
+    }
+
+    /// Undoes `env`'s last promotion (or rollback): each partition it changed goes back to the
+    /// instance it replaced, kept since, or goes if it had none.
+    pub fn rollback_environment(&self, env: &str) -> Result<EnvironmentChange> {
+        let target = self.store_of(env)?;
+        let last = target
+            .events(&EventFilter {
+                kind: Some(Kind::Environment),
+                ..Default::default()
+            })?
+            .into_iter()
+            .rev()
+            .find(|e| matches!(e.status, Status::Promoted | Status::RolledBack))
+            .and_then(|e| e.build_request_id)
+            .ok_or_else(|| {
+                EngineError::Invalid(format!(
+                    "environment `{env}` has no promotion to roll back; `databuild env promote NAME --to {env}` makes one"
+                ))
+            })?;
+        let change = self.replaced_by(env, target.as_ref(), &last)?;
+        let event = Event::environment(env, Status::RolledBack)
+            .with_data(|d| d.from_environment = Some(env.to_string()))
+            .with_message(format!("rolled back {last}"));
+        self.apply(env, target.as_ref(), change, event, ChangeKind::Rollback)
+    }
+
+    /// Where a promotion into `env` keeps what it replaced.
+    fn kept_dir(&self, env: &str, promotion: &str) -> PathBuf {
+        let prod = &self.environments.prod_data_dir;
+        prod.join(ENV_DATA)
+            .join(".replaced")
+            .join(env)
+            .join(promotion)
+    }
+
+    /// The live partitions of `source` that `target` does not have as `source` has them.
+    pub(super) fn differences(
+        &self,
+        source: &dyn EventStore,
+        target: &dyn EventStore,
+        from: &str,
+    ) -> Result<Change> {
+        let from_dir = self.environments.data_dir_of(from);
+        let mut runs: BTreeMap<String, Take> = BTreeMap::new();
+        let mut after = None;
+        loop {
+            let page = source.partitions(&PartitionQuery {
+                status: Some(Status::Available),
+                limit: PAGE,
+                after: after.clone(),
+                ..Default::default()
+            })?;
+            let Some(last) = page.last() else { break };
+            after = Some(last.partition_ref.clone());
+            let refs: Vec<&str> = page.iter().map(|p| p.partition_ref.as_str()).collect();
+            let theirs: HashMap<String, _> = target
+                .partitions_by_ref(&refs)?
+                .into_iter()
+                .map(|p| (p.partition_ref.clone(), p))
+                .collect();
+            for p in &page {
+                let Some(run_id) = &p.job_run_id else {
+                    continue;
+                };
+                let same = theirs.get(&p.partition_ref).is_some_and(|t| {
+                    t.status == Status::Available
+                        && t.data_version == p.data_version
+                        && same_recipe(source, target, run_id, t.job_run_id.as_deref())
+                });
+                if same {
+                    continue;
+                }
+                if !runs.contains_key(run_id) {
+                    let Some(run) = source.job_run(run_id)? else {
+                        continue;
+                    };
+                    let from = ReusedFrom {
+                        environment: from.to_string(),
+                        job_run_id: run_id.clone(),
+                    };
+                    runs.insert(
+                        run_id.clone(),
+                        Take {
+                            from,
+                            run,
+                            outputs: Vec::new(),
+                        },
+                    );
+                }
+                let take = runs.get_mut(run_id).expect("inserted");
+                take.outputs.push((
+                    p.partition_ref.clone(),
+                    from_dir.join(&p.partition_ref),
+                    p.data_version.clone(),
+                ));
+            }
+            if page.len() < PAGE {
+                break;
+            }
+        }
+        Ok(Change {
+            takes: runs.into_values().collect(),
+            removes: Vec::new(),
+        })
+    }
+
+    /// What promotion (or rollback) `build` into `env` replaced: each partition's instance
+    /// before it, read from its claims (`claim_after`), with the bytes kept since.
+    fn replaced_by(&self, env: &str, target: &dyn EventStore, build: &str) -> Result<Change> {
+        let kept = self.kept_dir(env, build);
+        let claims = target.events(&EventFilter {
+            build_request_id: Some(build.to_string()),
+            kind: Some(Kind::Partition),
+            status: Some(Status::Building),
+            ..Default::default()
+        })?;
+        let mut change = Change::default();
+        let mut runs: BTreeMap<String, Take> = BTreeMap::new();
+        for claim in claims {
+            let Some(r) = claim.partition_ref else {
+                continue;
+            };
+            match claim.data.claim_after.filter(|run| !run.is_empty()) {
+                None => change.removes.push(r),
+                Some(run_id) => {
+                    if !runs.contains_key(&run_id) {
+                        let run = target.job_run(&run_id)?.ok_or_else(|| {
+                            EngineError::Invalid(format!(
+                                "cannot roll back {build}: the run {run_id} it replaced is not in the log"
+                            ))
+                        })?;
+                        let from = ReusedFrom {
+                            environment: env.to_string(),
+                            job_run_id: run_id.clone(),
+                        };
+                        runs.insert(
+                            run_id.clone(),
+                            Take {
+                                from,
+                                run,
+                                outputs: Vec::new(),
+                            },
+                        );
+                    }
+                    let bytes = kept.join(&r);
+                    runs.get_mut(&run_id)
+                        .expect("inserted")
+                        .outputs
+                        .push((r, bytes, None));
+                }
+            }
+        }
+        change.takes = runs.into_values().collect();
+        Ok(change)
+    }
+
+    /// Records `change` in `env`'s log in one append, then moves the bytes into place.
+    fn apply(
+        &self,
+        env: &str,
+        target: &dyn EventStore,
+        change: Change,
+        event: Event,
+        kind: ChangeKind,
+    ) -> Result<EnvironmentChange> {
+        let started = std::time::Instant::now();
+        let id = databuild_log::event::new_id();
+        let data_dir = self.environments.data_dir_of(env);
+        let staging = crate::run::publish::staging_dir(&data_dir, &id);
+        let outcome = self.stage(&change, &staging).and_then(|versions| {
+            let events = promotion_events(target, &id, &change, versions, event)?;
+            target.append(events)?;
+            Ok(())
+        });
+        if let Err(e) = outcome {
+            crate::run::publish::discard_staged(&staging);
+            return Err(e);
+        }
+        let kept = self.kept_dir(env, &id);
+        let outputs: Vec<databuild_core::PartitionRef> = change
+            .takes
+            .iter()
+            .flat_map(|t| t.outputs.iter())
+            .filter_map(|(r, _, _)| databuild_core::PartitionRef::new(r).ok())
+            .collect();
+        let io = |e: std::io::Error| {
+            EngineError::Invalid(format!("promotion {id} recorded, but its bytes could not all be moved into `{}`: {e}; run the same command again", data_dir.display()))
+        };
+        crate::run::publish::publish_keeping(&data_dir, &staging, &outputs, &kept).map_err(io)?;
+        for r in &change.removes {
+            move_aside(&data_dir.join(r), &kept.join(r)).map_err(io)?;
+        }
+        Ok(EnvironmentChange {
+            kind,
+            build_request_id: id,
+            environment: env.to_string(),
+            partitions: outputs.len() as u64,
+            removed: change.removes.len() as u64,
+            runs: change.takes.len() as u64,
+            elapsed_ms: started.elapsed().as_millis() as u64,
+        })
+    }
+
+    /// Links every partition a change takes into `staging`, and gives each one's version: the
+    /// one recorded, or (bytes kept by a promotion) the hash of its content.
+    fn stage(&self, change: &Change, staging: &Path) -> Result<Vec<Vec<String>>> {
+        let mut versions = Vec::with_capacity(change.takes.len());
+        for take in &change.takes {
+            let mut of_run = Vec::with_capacity(take.outputs.len());
+            for (r, bytes, version) in &take.outputs {
+                if bytes.symlink_metadata().is_err() {
+                    return Err(EngineError::Invalid(format!(
+                        "cannot take `{r}` from environment `{}`: its data is gone from `{}`",
+                        take.from.environment,
+                        bytes.display()
+                    )));
+                }
+                crate::run::link::link_tree(bytes, &staging.join(r)).map_err(|e| {
+                    EngineError::Invalid(format!("cannot link `{}`: {e}", bytes.display()))
+                })?;
+                of_run.push(match version {
+                    Some(v) => v.clone(),
+                    None => crate::run::publish::content_version(&staging.join(r))
+                        .map_err(|e| EngineError::Invalid(format!("cannot hash `{r}`: {e}")))?,
+                });
+            }
+            versions.push(of_run);
+        }
+        Ok(versions)
+    }
+}
+
+/// Whether two runs (in two logs) were made from the same recipe.
+fn same_recipe(
+    source: &dyn EventStore,
+    target: &dyn EventStore,
+    source_run: &str,
+    target_run: Option<&str>,
+) -> bool {
+    let Some(target_run) = target_run else {
+        return false;
+    };
+    let (Ok(a), Ok(b)) = (
+        source.run_recipes(&[source_run]),
+        target.run_recipes(&[target_run]),
+    ) else {
+        return false;
+    };
+    match (a.first(), b.first()) {
+        (Some(a), Some(b)) => {
+            a.job == b.job
+                && a.job_version == b.job_version
+                && a.args == b.args
+                && a.env == b.env
+                && a.code_versions == b.code_versions
+                && a.input_versions == b.input_versions
+        }
+        _ => false,
+    }
+}
+
+/// The events of a promotion: a build request whose every run is reused, in one append.
+fn promotion_events(
+    target: &dyn EventStore,
+    id: &str,
+    change: &Change,
+    versions: Vec<Vec<String>>,
+    environment: Event,
+) -> Result<Vec<Event>> {
+    let refs: Vec<&str> = change
+        .takes
+        .iter()
+        .flat_map(|t| t.outputs.iter().map(|(r, _, _)| r.as_str()))
+        .chain(change.removes.iter().map(String::as_str))
+        .collect();
+    let held: HashMap<String, String> = target
+        .partitions_by_ref(&refs)?
+        .into_iter()
+        .filter(|p| p.status != Status::Removed)
+        .map(|p| (p.partition_ref, p.job_run_id.unwrap_or_default()))
+        .collect();
+    if let Some(r) = refs.iter().find(|r| {
+        target
+            .partition(r)
+            .ok()
+            .flatten()
+            .is_some_and(|p| p.status == Status::Building)
+    }) {
+        return Err(EngineError::Conflict(format!(
+            "`{r}` is being built in the target; promote once its build ends"
+        )));
+    }
+    let owner = this_owner();
+    let mut events = vec![
+        Event::build_request(id, Status::Received).with_data(|d| {
+            d.requested = refs.iter().map(|r| r.to_string()).collect();
+            d.owner = Some(owner.clone());
+        }),
+        Event::build_request(id, Status::Planning),
+        Event::build_request(id, Status::AnalysisCompleted)
+            .with_data(|d| d.planned_runs = Some(change.takes.len() as u64)),
+        Event::build_request(id, Status::Executing),
+    ];
+    for (take, versions) in change.takes.iter().zip(versions) {
+        let run_id = databuild_log::event::new_id();
+        let source = &take.run;
+        let outputs: Vec<String> = take.outputs.iter().map(|(r, _, _)| r.clone()).collect();
+        events.push(
+            Event::job_run(id, &run_id, &source.job, Status::Scheduled).with_data(|d| {
+                d.outputs = outputs.clone();
+                d.inputs = source.inputs.clone();
+                d.args = source.args.clone();
+                d.env = source.env.clone();
+                d.job_version = source.job_version.clone();
+            }),
+        );
+        events.push(
+            Event::job_run(id, &run_id, &source.job, Status::Queued).with_data(|d| {
+                d.owner = Some(owner.clone());
+                d.pid = Some(std::process::id());
+                d.host = crate::run::owner::hostname();
+                d.input_versions = source.input_versions.clone();
+                d.code_versions = source.code_versions.clone();
+            }),
+        );
+        for r in &outputs {
+            let claim = held.get(r).cloned().unwrap_or_default();
+            events.push(with_job(
+                Event::partition(Some(id), r, Status::Scheduled).with_run(&run_id),
+                &source.job,
+            ));
+            events.push(with_job(
+                Event::partition(Some(id), r, Status::Building)
+                    .with_run(&run_id)
+                    .with_data(|d| d.claim_after = Some(claim)),
+                &source.job,
+            ));
+        }
+        events.push(Event::job_run(id, &run_id, &source.job, Status::Running));
+        let message = format!(
+            "reused run {} of environment `{}`: no job ran",
+            take.from.job_run_id, take.from.environment
+        );
+        events.push(
+            Event::job_run(id, &run_id, &source.job, Status::Completed)
+                .with_message(&message)
+                .with_data(|d| {
+                    d.exit_code = Some(0);
+                    d.outputs = outputs.clone();
+                    d.reused_from = Some(take.from.clone());
+                }),
+        );
+        for (r, version) in outputs.iter().zip(versions) {
+            events.push(with_job(
+                Event::partition(Some(id), r, Status::Available)
+                    .with_run(&run_id)
+                    .with_message(&message)
+                    .with_data(|d| d.data_version = Some(version)),
+                &source.job,
+            ));
+        }
+    }
+    for r in &change.removes {
+        events.push(
+            Event::partition(None, r, Status::Removed)
+                .with_message(format!("rolled back by {id}: it did not exist before")),
+        );
+    }
+    events.push(Event::build_request(id, Status::Completed));
+    let mut environment = environment;
+    environment.build_request_id = Some(id.to_string());
+    environment.data.report = Some(serde_json::json!({
+        "partitions": refs.len() - change.removes.len(),
+        "removed": change.removes.len(),
+        "runs": change.takes.len(),
+    }));
+    events.push(environment);
+    Ok(events)
+}
+
+fn with_job(mut e: Event, job: &str) -> Event {
+    e.job = Some(job.to_string());
+    e
+}
+
+/// Moves `path` (a partition a rollback removes) to `kept`, if it is there.
+fn move_aside(path: &Path, kept: &Path) -> std::io::Result<()> {
+    if path.symlink_metadata().is_err() {
+        return Ok(());
+    }
+    if let Some(parent) = kept.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    std::fs::rename(path, kept)
+}

@@ -114,6 +114,9 @@ fn a_change_tried_in_dev_runs_only_what_it_changes_and_promotes_and_rolls_back_i
 
     let built = json(&p, &["--env", "dev", "build", &report()]);
     assert_eq!(ran(&p), ["agg", "report"], "clean was reused: {built}");
+    assert_eq!(built["counts"]["built"], 3, "{built}");
+    assert_eq!(built["counts"]["reused"], 1, "{built}");
+
     let dev = statuses(&p, "dev");
     assert!(dev.iter().all(|(s, _)| s == "live"), "{dev:?}");
     let dev_dir = p.path().join("data/.databuild-env/dev");
@@ -211,8 +214,12 @@ fn a_comment_only_change_reruns_its_job_and_nothing_downstream() {
         "jobs/clean.sh",
         &format!("# a comment\n{}", script("clean", "flights", CLEAN)),
     );
-    json(&p, &["--env", "dev", "build", &report()]);
+    let text = p.run(&["--env", "dev", "build", &report()]);
+    text.expect_code(0);
     assert_eq!(ran(&p), ["clean"], "agg and report reused: same bytes in");
+    let said = format!("{}{}", text.stderr, text.stdout);
+    assert!(said.contains(&format!("reused  agg  agg/{DAY}")), "{said}");
+    assert!(text.stdout.contains("3 built (2 reused"), "{}", text.stdout);
 }
 
 #[test]
@@ -254,4 +261,55 @@ fn environments_are_listed_made_from_another_and_dropped() {
     );
     let drop_prod = p.run(&["env", "drop", "prod"]);
     drop_prod.expect_code(2);
+}
+
+#[test]
+fn gc_frees_what_older_promotions_replaced_keeps_the_last_and_leaves_environments_alone() {
+    let p = project();
+    json(&p, &["build", &report()]);
+    json(&p, &["env", "create", "dev"]);
+    let mut kept = Vec::new();
+    for (i, body) in [AGG_EDITED, "wc -l < \"$in\" | sed 's/^/count=/'"]
+        .iter()
+        .enumerate()
+    {
+        p.file("jobs/agg.sh", &script("agg", "clean", body));
+        json(&p, &["--env", "dev", "build", &report()]);
+        let promoted = json(&p, &["env", "promote", "dev"]);
+        assert_eq!(promoted["partitions"], 2, "promotion {i}: {promoted}");
+        kept.push(p.path().join(format!(
+            "data/.databuild-env/.replaced/prod/{}",
+            promoted["build_request_id"].as_str().unwrap()
+        )));
+    }
+    assert!(
+        kept.iter().all(|k| k.join(format!("agg/{DAY}")).exists()),
+        "{kept:?}"
+    );
+    // A dev file that looks like a leftover to prod's walk: dev's own, not prod's.
+    p.file("data/.databuild-env/dev/agg/left.tmp", "x");
+    let gc = json(&p, &["gc", "--older-than", "0s"]);
+    assert_eq!(gc["totals"]["replaced"]["count"], 1, "{gc}");
+    assert!(
+        !kept[0].exists(),
+        "the first promotion's replaced data is freed"
+    );
+    assert!(
+        kept[1].exists(),
+        "the last promotion's is kept for its rollback"
+    );
+    assert!(p
+        .path()
+        .join("data/.databuild-env/dev/agg/left.tmp")
+        .exists());
+    assert_eq!(
+        read(&p, &format!("data/.databuild-env/dev/report/{DAY}")),
+        "count=2\n"
+    );
+    json(&p, &["env", "rollback"]);
+    assert_eq!(
+        read(&p, &format!("data/report/{DAY}")),
+        "n=2\n",
+        "back to the first promotion's"
+    );
 }

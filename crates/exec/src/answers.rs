@@ -189,6 +189,10 @@ pub struct SummaryCounts {
     /// was kept. Counted by run: outputs of runs every output of which came out unchanged.
     #[serde(default)]
     pub unchanged: u64,
+    /// Of `built`: outputs of runs that ran no job, taking an instance another environment
+    /// made from the same recipe (contract section 9).
+    #[serde(default)]
+    pub reused: u64,
     pub skipped: u64,
     /// Of `skipped`: outputs of runs planned for being stale and not run, because the runs
     /// before them came out unchanged ("its inputs came out unchanged").
@@ -214,6 +218,7 @@ impl BuildSummary {
             skipped: self.skipped.len() as u64,
             // Not told by the lists: the summary counts them from the runs.
             unchanged: self.counts.unchanged,
+            reused: self.counts.reused,
             kept: self.counts.kept,
             delegated: self.delegated.len() as u64,
             failed: self.failed.len() as u64,

@@ -359,6 +359,32 @@ pub struct ReusedFrom {
     pub job_run_id: String,
 }
 
+impl ReusedFrom {
+    const PREFIX: &'static str = "reused run ";
+
+    /// What a reused run's `completed` event says to people.
+    pub fn message(&self) -> String {
+        format!(
+            "{}{} of environment `{}`: no job ran",
+            Self::PREFIX,
+            self.job_run_id,
+            self.environment
+        )
+    }
+
+    /// The instance a projected run took, read back from its message (a row keeps its last
+    /// event's message but not its data): the one place that message is read.
+    pub fn of_message(message: Option<&str>) -> Option<ReusedFrom> {
+        let rest = message?.strip_prefix(Self::PREFIX)?;
+        let (run, rest) = rest.split_once(" of environment `")?;
+        let environment = rest.strip_suffix("`: no job ran")?;
+        Some(ReusedFrom {
+            environment: environment.to_string(),
+            job_run_id: run.to_string(),
+        })
+    }
+}
+
 /// What early cutoff did with a run or a partition.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]

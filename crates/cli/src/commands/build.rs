@@ -148,10 +148,11 @@ fn print_summary(summary: &BuildSummary, took: Duration, whereabouts: &str) -> s
         n => format!(" ({n} {what})"),
     };
     outln!(
-        "build {id} {}: {} built{}, {} skipped{}, {} delegated, {} failed{runs}, {} cancelled, {} not started ({:.1} s)",
+        "build {id} {}: {} built{}{}, {} skipped{}, {} delegated, {} failed{runs}, {} cancelled, {} not started ({:.1} s)",
         summary.status,
         c.built,
         of(c.unchanged, "unchanged"),
+        of(c.reused, "reused: linked from another environment, no job ran"),
         c.skipped,
         of(c.kept, "kept: inputs unchanged"),
         c.delegated,
@@ -327,6 +328,7 @@ impl EventReplay {
                     outputs: &outputs,
                     outcome: &outcome,
                     took,
+                    reused_from: e.data.reused_from.as_ref(),
                 });
             }
             _ => {}
@@ -494,10 +496,20 @@ impl Observer for Reporter<'_> {
                 outputs,
                 outcome,
                 took,
+                reused_from,
             } => {
                 self.run_ended(outputs);
                 let outputs = short_list(outputs, 2);
                 match outcome {
+                    RunOutcome::Succeeded if reused_from.is_some() => {
+                        if let (None, Some(from)) = (&self.bar, reused_from) {
+                            self.line(format!(
+                                "reused  {job}  {outputs}  (run {} of `{}`, linked: no job ran)",
+                                databuild_log::short_id(&from.job_run_id),
+                                from.environment
+                            ));
+                        }
+                    }
                     RunOutcome::Succeeded => {
                         if self.bar.is_none() {
                             self.line(format!(
@@ -587,6 +599,7 @@ mod tests {
             outputs,
             outcome: &RunOutcome::Cancelled,
             took: Duration::ZERO,
+            reused_from: None,
         };
         reporter.on(Progress::Started {
             job: "a",

@@ -396,6 +396,8 @@ fn gc_kind(kind: GcKind, plural: bool) -> &'static str {
         (GcKind::TempFile, true) => "leftover .tmp files",
         (GcKind::PartitionData, false) => "the data of a partition no job builds",
         (GcKind::PartitionData, true) => "partitions' data no job builds",
+        (GcKind::Replaced, false) => "promotion's replaced partitions (kept for rollback)",
+        (GcKind::Replaced, true) => "promotions' replaced partitions (kept for rollback)",
     }
 }
 

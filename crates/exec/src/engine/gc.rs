@@ -16,6 +16,7 @@ use std::time::{Duration, SystemTime};
 use databuild_log::{Event, LogError, PartitionQuery, RunQuery, Status};
 use serde::{Deserialize, Serialize};
 
+use super::environments::ENV_DATA;
 use crate::engine::{Engine, EngineError, Result};
 use crate::run::publish::STAGING;
 
@@ -49,6 +50,10 @@ pub enum GcKind {
     TempFile,
     /// The data of a partition that no job or table of the graph builds any more.
     PartitionData,
+    /// What a promotion replaced in an environment (`<data_dir>/.databuild-env/.replaced/`),
+    /// kept for `env rollback`: freed past the retention, but never the environment's latest
+    /// (the one its rollback takes back). Bytes another environment links stay.
+    Replaced,
 }
 
 /// One thing gc removes (or, for [`GcKind::Published`], moves into place).
@@ -365,7 +370,9 @@ impl Engine {
                     continue;
                 };
                 if kind.is_dir() {
-                    if dir != self.data_dir || entry.file_name() != STAGING {
+                    // Staging is gc'd on its own; other environments' data by their own gc.
+                    let own = entry.file_name() != STAGING && entry.file_name() != ENV_DATA;
+                    if dir != self.data_dir || own {
                         dirs.push(path);
                     }
                     continue;
@@ -538,6 +545,38 @@ impl Engine {
         Ok(())
     }
 
+    /// What promotions into each environment replaced, older than `cutoff`, but each
+    /// environment's latest (named by its build id, which sorts by time).
+    fn replaced_instances(&self, cutoff: SystemTime, report: &mut GcReport) -> Result<Vec<Action>> {
+        if !self.environments.is_prod() {
+            return Ok(Vec::new());
+        }
+        let kept = self.data_dir.join(ENV_DATA).join(super::promote::REPLACED);
+        let mut found = Vec::new();
+        for env in read_dir(&kept)? {
+            let mut changes: Vec<PathBuf> =
+                read_dir(&env.path())?.iter().map(|e| e.path()).collect();
+            changes.sort();
+            if changes.pop().is_some() {
+                report.keep("what an environment's last promotion replaced (its rollback)");
+            }
+            for path in changes {
+                if older_file(&path, cutoff).is_none() {
+                    continue;
+                }
+                let item = GcItem {
+                    kind: GcKind::Replaced,
+                    path: path.display().to_string(),
+                    bytes: size_of(&path),
+                    partition_ref: None,
+                    job_run_id: path.file_name().map(|n| n.to_string_lossy().into_owned()),
+                };
+                found.push(Action::new(item, path));
+            }
+        }
+        Ok(found)
+    }
+
     fn carry_out(&self, action: &Action) -> std::io::Result<()> {
         match action.item.kind {
             GcKind::Published => {
@@ -563,6 +602,7 @@ pub(crate) fn gc(engine: &Engine, options: GcOptions) -> Result<GcReport> {
     actions.extend(engine.leftover_staging(cutoff, &mut report)?);
     actions.extend(engine.leftover_temp_files(cutoff, oldest_running, &mut report)?);
     actions.extend(engine.orphaned_partitions(cutoff, &mut report)?);
+    actions.extend(engine.replaced_instances(cutoff, &mut report)?);
     for action in &actions {
         report.add(action.item.clone());
     }

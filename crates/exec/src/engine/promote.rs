@@ -18,6 +18,10 @@ use crate::answers::{ChangeKind, EnvironmentChange};
 use crate::error::{EngineError, Result};
 use crate::run::owner::this_owner;
 
+/// The folder of `<data_dir>/.databuild-env/` that keeps what promotions replaced, by
+/// environment and build.
+pub(crate) const REPLACED: &str = ".replaced";
+
 /// Live partitions of the source read per page while gathering what differs.
 const PAGE: usize = 5_000;
 
@@ -400,10 +404,7 @@ fn promotion_events(
             ));
         }
         events.push(Event::job_run(id, &run_id, &source.job, Status::Running));
-        let message = format!(
-            "reused run {} of environment `{}`: no job ran",
-            take.from.job_run_id, take.from.environment
-        );
+        let message = take.from.message();
         events.push(
             Event::job_run(id, &run_id, &source.job, Status::Completed)
                 .with_message(&message)

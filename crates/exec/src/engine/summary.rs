@@ -167,6 +167,14 @@ pub(crate) fn summary_cut(
             .count() as u64
     };
     let unchanged = count_cut(Status::Completed, Cutoff::RebuiltUnchanged);
+    let reused = (runs.iter())
+        .filter(|r| {
+            r.status == Status::Completed
+                && databuild_log::ReusedFrom::of_message(r.message.as_deref()).is_some()
+        })
+        .flat_map(|r| r.outputs.iter())
+        .filter(|o| !is_delegated.contains(*o))
+        .count() as u64;
     let kept = count_cut(Status::Skipped, Cutoff::InputsUnchanged);
     let mut available: FxHashSet<String> = FxHashSet::default();
     let mut failed_now: FxHashSet<String> = FxHashSet::default();
@@ -335,6 +343,7 @@ pub(crate) fn summary_cut(
         not_started: started_count + never_claimed_count,
         failed: failed_count,
         unchanged,
+        reused,
         kept,
         ..summary.counts
     };

@@ -130,6 +130,8 @@ pub enum Progress<'a> {
         outputs: &'a [PartitionRef],
         outcome: &'a RunOutcome,
         took: Duration,
+        /// It ran no job: it took this instance (a build in an environment).
+        reused_from: Option<&'a databuild_log::ReusedFrom>,
     },
     /// A run failed, and another attempt follows.
     Retrying {

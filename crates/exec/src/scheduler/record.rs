@@ -280,12 +280,6 @@ impl Record<'_> {
         let job = self.job(run);
         let mut events = Vec::with_capacity(1 + run.outputs.len());
         let all_unchanged = !built.outputs.is_empty() && built.outputs.iter().all(|o| o.unchanged);
-        let reused = built.reused_from.as_ref().map(|from| {
-            format!(
-                "reused run {} of environment `{}`: no job ran",
-                from.job_run_id, from.environment
-            )
-        });
         let mut completed = Event::job_run(self.build, id, job, Status::Completed).with_data(|d| {
             d.reused_from = built.reused_from.clone();
             d.exit_code = Some(0);
@@ -302,11 +296,11 @@ impl Record<'_> {
                 .as_ref()
                 .map(|m| serde_json::to_value(m).expect("numbers by name by ref serialize"));
         });
-        if all_unchanged {
-            completed = cut_off(completed, Cutoff::RebuiltUnchanged);
-        }
-        if let Some(message) = reused {
-            completed = completed.with_message(message);
+        // A reused run rebuilt nothing: it says whose instance it took instead.
+        match &built.reused_from {
+            Some(from) => completed = completed.with_message(from.message()),
+            None if all_unchanged => completed = cut_off(completed, Cutoff::RebuiltUnchanged),
+            None => {}
         }
         events.push(completed);
         for (o, made) in run.outputs.iter().zip(&built.outputs) {

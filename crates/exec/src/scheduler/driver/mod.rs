@@ -1035,7 +1035,17 @@ impl<'s, 'e> Driver<'s, 'e> {
             _ => None,
         };
         let id = &self.runs[node].id;
-        report_end(observer, job, run, id, attempt, &ended.outcome, then, took);
+        report_end(
+            observer,
+            job,
+            run,
+            id,
+            attempt,
+            &ended.outcome,
+            then,
+            took,
+            ended.reused_from.as_deref(),
+        );
         let held_back = ended.held_back().is_some();
         let report = spec::with_provenance(job, run, ended.report);
         let (status, message, exit_code) = match ended.outcome {
@@ -1354,6 +1364,7 @@ fn report_end(
     outcome: &RunOutcome,
     then: Option<databuild_log::AfterFailure>,
     took: Duration,
+    reused_from: Option<&databuild_log::ReusedFrom>,
 ) {
     use databuild_log::AfterFailure;
     match (outcome, then) {
@@ -1379,6 +1390,7 @@ fn report_end(
             outputs: &run.outputs,
             outcome,
             took,
+            reused_from,
         }),
     }
 }

@@ -313,3 +313,103 @@ fn gc_frees_what_older_promotions_replaced_keeps_the_last_and_leaves_environment
         "back to the first promotion's"
     );
 }
+
+/// Day two of flights, for a promotion that adds partitions prod never had.
+const DAY2: &str = "2026-01-02";
+
+#[test]
+fn a_second_rollback_undoes_the_first_and_nothing_to_promote_records_nothing() {
+    let p = project();
+    p.file(&format!("data/flights/{DAY2}"), "header\nKL1\n");
+    json(&p, &["build", &report()]);
+    json(&p, &["env", "create", "dev"]);
+    p.file("jobs/agg.sh", &script("agg", "clean", AGG_EDITED));
+    json(
+        &p,
+        &[
+            "--env",
+            "dev",
+            "build",
+            &report(),
+            &format!("report/{DAY2}"),
+        ],
+    );
+    let promoted = json(&p, &["env", "promote", "dev"]);
+    assert_eq!(promoted["partitions"], 5, "2 changed, 3 added: {promoted}");
+    let day2 = p.path().join(format!("data/report/{DAY2}"));
+    assert_eq!(read(&p, &format!("data/report/{DAY2}")), "n=1\n");
+
+    let back = json(&p, &["env", "rollback"]);
+    assert_eq!(back["removed"], 3, "{back}");
+    assert!(!day2.exists());
+    let status = json(&p, &["status", &format!("report/{DAY2}")]);
+    assert_eq!(status[0]["status"], "missing", "{status}");
+
+    let again = json(&p, &["env", "rollback"]);
+    assert_eq!(again["partitions"], 5, "the rollback undone: {again}");
+    assert_eq!(read(&p, &format!("data/report/{DAY2}")), "n=1\n");
+    assert_eq!(read(&p, &format!("data/report/{DAY}")), "n=2\n");
+
+    let nothing = json(&p, &["env", "promote", "dev"]);
+    assert_eq!(nothing["partitions"], 0, "{nothing}");
+    assert!(
+        nothing["build_request_id"].is_null(),
+        "nothing recorded: {nothing}"
+    );
+    let list = json(&p, &["env", "list"]);
+    assert_eq!(
+        list["environments"][0]["last_change"], again["build_request_id"],
+        "the last change is still the rollback: {list}"
+    );
+    // Rolled back and promoted again: the removed partitions are claimed again.
+    json(&p, &["env", "rollback"]);
+    let re = json(&p, &["env", "promote", "dev"]);
+    assert_eq!(re["partitions"], 5, "{re}");
+}
+
+#[test]
+fn a_promotion_never_takes_prod_back_to_its_own_older_data() {
+    let p = project();
+    json(&p, &["build", &report()]);
+    json(&p, &["env", "create", "dev"]);
+    p.file("jobs/agg.sh", &script("agg", "clean", AGG_EDITED));
+    json(&p, &["--env", "dev", "build", &report()]);
+    // Prod moves on: new flights, rebuilt (dev's clean is prod's old one, reused).
+    p.file(&format!("data/flights/{DAY}"), "header\nAF1\nAF2\nAF3\n");
+    json(&p, &["build", &report()]);
+    assert_eq!(read(&p, &format!("data/clean/{DAY}")), "AF1\nAF2\nAF3\n");
+    let promoted = json(&p, &["env", "promote", "dev"]);
+    assert_eq!(
+        promoted["partitions"], 2,
+        "agg and report, not clean: {promoted}"
+    );
+    assert_eq!(read(&p, &format!("data/clean/{DAY}")), "AF1\nAF2\nAF3\n");
+    // What dev made read the older clean: prod says so.
+    let agg = json(&p, &["status", &format!("agg/{DAY}")]);
+    assert_eq!(agg[0]["status"], "stale", "{agg}");
+}
+
+#[test]
+fn a_promotion_cut_short_on_disk_is_finished_by_the_next_one() {
+    let p = project();
+    json(&p, &["build", &report()]);
+    json(&p, &["env", "create", "dev"]);
+    p.file("jobs/agg.sh", &script("agg", "clean", AGG_EDITED));
+    json(&p, &["--env", "dev", "build", &report()]);
+    // Where prod's replaced data is kept cannot be made: the move fails after the record.
+    p.file("data/.databuild-env/.replaced", "in the way");
+    let cut = p.run(&["env", "promote", "dev"]);
+    assert_ne!(cut.code, 0);
+    assert!(cut.stderr.contains("finishes it"), "{}", cut.stderr);
+    std::fs::remove_file(p.path().join("data/.databuild-env/.replaced")).unwrap();
+    let gc = json(&p, &["gc", "--older-than", "0s", "--dry-run"]);
+    assert!(gc["totals"].get("staging").is_none(), "gc keeps it: {gc}");
+    let next = json(&p, &["env", "promote", "dev"]);
+    assert!(
+        next["build_request_id"].is_null(),
+        "nothing new to take: {next}"
+    );
+    assert_eq!(read(&p, &format!("data/report/{DAY}")), "n=2\n", "finished");
+    json(&p, &["env", "rollback"]);
+    assert_eq!(read(&p, &format!("data/report/{DAY}")), "2\n");
+}

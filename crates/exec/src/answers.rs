@@ -2285,7 +2285,8 @@ pub enum ChangeKind {
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct EnvironmentChange {
     pub kind: ChangeKind,
-    pub build_request_id: String,
+    /// `None` when there was nothing to take: nothing was recorded.
+    pub build_request_id: Option<String>,
     /// The environment that changed.
     pub environment: String,
     /// Partitions it took.

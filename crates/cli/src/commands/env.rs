@@ -97,6 +97,13 @@ fn print_change(change: &EnvironmentChange, json: bool) -> anyhow::Result<()> {
         ChangeKind::Promote => "promoted",
         ChangeKind::Rollback => "rolled back",
     };
+    let Some(build) = &change.build_request_id else {
+        outln!(
+            "nothing to change: `{}` already has all of it; nothing recorded",
+            change.environment
+        )?;
+        return Ok(());
+    };
     let removed = match change.removed {
         0 => String::new(),
         n => format!(", {n} removed (they did not exist before)"),
@@ -107,7 +114,7 @@ fn print_change(change: &EnvironmentChange, json: bool) -> anyhow::Result<()> {
         change.partitions,
         change.runs,
         change.elapsed_ms,
-        databuild_log::short_id(&change.build_request_id)
+        databuild_log::short_id(build)
     )?;
     Ok(())
 }

@@ -20,7 +20,7 @@ impl Engine {
         limit: usize,
     ) -> Result<EnvironmentDiff> {
         let (source, target) = (self.store_of(name)?, self.store_of(other)?);
-        let change = self.differences(source.as_ref(), target.as_ref(), name)?;
+        let change = self.differences(source.as_ref(), target.as_ref(), name, other)?;
         let (here, there) = (
             self.environments.data_dir_of(name),
             self.environments.data_dir_of(other),

@@ -265,6 +265,11 @@ impl Engine {
             )])?;
         self.environments.forget(name);
         databuild_log::environments::EnvLog::of(uri, base, name)?.remove()?;
+        let replaced = (self.environments.data_dir_of(PROD))
+            .join(ENV_DATA)
+            .join(super::promote::REPLACED)
+            .join(name);
+        let _ = std::fs::remove_dir_all(replaced);
         let data_dir = self.environments.data_dir_of(name);
         match std::fs::remove_dir_all(&data_dir) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
@@ -322,7 +327,9 @@ impl Engine {
             .flat_map(|j| j.outputs.iter().map(|p| folder_of(p.literal_prefix())))
             .collect();
         for dataset in &self.graph.datasets {
-            if dataset.exists.is_some() || dataset.upstream.is_some() {
+            // Upstream datasets are another service's; the rest are files here (a probe, too,
+            // says whether one is there: jobs still read it from the data dir).
+            if dataset.upstream.is_some() {
                 continue;
             }
             let folder = folder_of(dataset.pattern.literal_prefix());

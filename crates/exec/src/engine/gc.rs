@@ -298,6 +298,11 @@ impl Engine {
                     continue;
                 }
                 let Some(row) = rows.get(id) else {
+                    if self.store.build_request(id)?.is_some() {
+                        // A promotion's, cut short: the next `env promote` or `rollback` moves it.
+                        report.keep("a promotion's data not yet moved into place");
+                        continue;
+                    }
                     found.push(Action::new(item(GcKind::Staging), path.clone()));
                     continue;
                 };

@@ -60,7 +60,8 @@ impl Engine {
             )));
         }
         let (source, target) = (self.store_of(from)?, self.store_of(to)?);
-        let change = self.differences(source.as_ref(), target.as_ref(), from)?;
+        self.finish_last_change(to, target.as_ref())?;
+        let change = self.differences(source.as_ref(), target.as_ref(), from, to)?;
         let event = Event::environment(to, Status::Promoted)
             .with_data(|d| d.from_environment = Some(from.to_string()));
         self.apply(to, target.as_ref(), change, event, ChangeKind::Promote)
@@ -70,24 +71,16 @@ impl Engine {
     /// instance it replaced, kept since, or goes if it had none.
     pub fn rollback_environment(&self, env: &str) -> Result<EnvironmentChange> {
         let target = self.store_of(env)?;
-        let last = target
-            .events(&EventFilter {
-                kind: Some(Kind::Environment),
-                ..Default::default()
-            })?
-            .into_iter()
-            .rev()
-            .find(|e| matches!(e.status, Status::Promoted | Status::RolledBack))
-            .and_then(|e| e.build_request_id)
-            .ok_or_else(|| {
-                EngineError::Invalid(format!(
-                    "environment `{env}` has no promotion to roll back; `databuild env promote NAME --to {env}` makes one"
-                ))
-            })?;
+        self.finish_last_change(env, target.as_ref())?;
+        let last = last_change(target.as_ref())?.ok_or_else(|| {
+            EngineError::Invalid(format!(
+                "environment `{env}` has no promotion to roll back; `databuild env promote NAME --to {env}` makes one"
+            ))
+        })?;
         let change = self.replaced_by(env, target.as_ref(), &last)?;
         let event = Event::environment(env, Status::RolledBack)
             .with_data(|d| d.from_environment = Some(env.to_string()))
-            .with_message(format!("rolled back {last}"));
+            .with_message(format!("rolled back {}", last.build));
         self.apply(env, target.as_ref(), change, event, ChangeKind::Rollback)
     }
 
@@ -101,11 +94,16 @@ impl Engine {
     }
 
     /// The live partitions of `source` that `target` does not have as `source` has them.
+    ///
+    /// Not what `source` took from `target` itself (reused from it): `target` may have moved on
+    /// since, and a promotion never takes `target` back to its own older data. Not a partition
+    /// tainted in `target` whose bytes `source` has too: a promotion does not lift a taint.
     pub(super) fn differences(
         &self,
         source: &dyn EventStore,
         target: &dyn EventStore,
         from: &str,
+        to: &str,
     ) -> Result<Change> {
         let from_dir = self.environments.data_dir_of(from);
         let mut runs: BTreeMap<String, Take> = BTreeMap::new();
@@ -130,9 +128,11 @@ impl Engine {
                     continue;
                 };
                 let same = theirs.get(&p.partition_ref).is_some_and(|t| {
-                    t.status == Status::Available
-                        && t.data_version == p.data_version
-                        && same_recipe(source, target, run_id, t.job_run_id.as_deref())
+                    let same_bytes = t.data_version == p.data_version;
+                    (t.status == Status::Tainted && same_bytes)
+                        || (t.status == Status::Available
+                            && same_bytes
+                            && same_recipe(source, target, run_id, t.job_run_id.as_deref()))
                 });
                 if same {
                     continue;
@@ -141,6 +141,10 @@ impl Engine {
                     let Some(run) = source.job_run(run_id)? else {
                         continue;
                     };
+                    let taken = ReusedFrom::of_message(run.message.as_deref());
+                    if taken.is_some_and(|t| t.environment == to) {
+                        continue;
+                    }
                     let from = ReusedFrom {
                         environment: from.to_string(),
                         job_run_id: run_id.clone(),
@@ -173,7 +177,8 @@ impl Engine {
 
     /// What promotion (or rollback) `build` into `env` replaced: each partition's instance
     /// before it, read from its claims (`claim_after`), with the bytes kept since.
-    fn replaced_by(&self, env: &str, target: &dyn EventStore, build: &str) -> Result<Change> {
+    fn replaced_by(&self, env: &str, target: &dyn EventStore, last: &LastChange) -> Result<Change> {
+        let build = last.build.as_str();
         let kept = self.kept_dir(env, build);
         let claims = target.events(&EventFilter {
             build_request_id: Some(build.to_string()),
@@ -181,13 +186,21 @@ impl Engine {
             status: Some(Status::Building),
             ..Default::default()
         })?;
+        // What it claimed, with the run each held before; what it removed (a rollback of
+        // partitions the promotion it undid had added), with the run that held it then.
+        let mut before: Vec<(String, Option<String>)> = (claims.into_iter())
+            .filter_map(|c| Some((c.partition_ref?, c.data.claim_after)))
+            .collect();
+        let removed = target
+            .partitions_by_ref(&last.removed.iter().map(String::as_str).collect::<Vec<_>>())?;
+        before.extend(removed.into_iter().map(|p| (p.partition_ref, p.job_run_id)));
         let mut change = Change::default();
         let mut runs: BTreeMap<String, Take> = BTreeMap::new();
-        for claim in claims {
-            let Some(r) = claim.partition_ref else {
-                continue;
-            };
-            match claim.data.claim_after.filter(|run| !run.is_empty()) {
+        for (r, held) in before {
+            // Nothing held it, or nothing of it was kept (it had failed): it goes.
+            let held =
+                held.filter(|run| !run.is_empty() && kept.join(&r).symlink_metadata().is_ok());
+            match held {
                 None => change.removes.push(r),
                 Some(run_id) => {
                     if !runs.contains_key(&run_id) {
@@ -231,9 +244,23 @@ impl Engine {
         kind: ChangeKind,
     ) -> Result<EnvironmentChange> {
         let started = std::time::Instant::now();
+        if change.takes.is_empty() && change.removes.is_empty() {
+            // Nothing to take: nothing recorded, so `rollback` still undoes the last real change.
+            return Ok(EnvironmentChange {
+                kind,
+                build_request_id: None,
+                environment: env.to_string(),
+                partitions: 0,
+                removed: 0,
+                runs: 0,
+                elapsed_ms: started.elapsed().as_millis() as u64,
+            });
+        }
         let id = databuild_log::event::new_id();
         let data_dir = self.environments.data_dir_of(env);
         let staging = crate::run::publish::staging_dir(&data_dir, &id);
+        let mut event = event;
+        event.data.requested = change.removes.clone();
         let outcome = self.stage(&change, &staging).and_then(|versions| {
             let events = promotion_events(target, &id, &change, versions, event)?;
             target.append(events)?;
@@ -243,29 +270,73 @@ impl Engine {
             crate::run::publish::discard_staged(&staging);
             return Err(e);
         }
-        let kept = self.kept_dir(env, &id);
-        let outputs: Vec<databuild_core::PartitionRef> = change
-            .takes
-            .iter()
-            .flat_map(|t| t.outputs.iter())
-            .filter_map(|(r, _, _)| databuild_core::PartitionRef::new(r).ok())
+        let outputs: Vec<String> = (change.takes.iter())
+            .flat_map(|t| t.outputs.iter().map(|(r, _, _)| r.clone()))
             .collect();
-        let io = |e: std::io::Error| {
-            EngineError::Invalid(format!("promotion {id} recorded, but its bytes could not all be moved into `{}`: {e}; run the same command again", data_dir.display()))
-        };
-        crate::run::publish::publish_keeping(&data_dir, &staging, &outputs, &kept).map_err(io)?;
-        for r in &change.removes {
-            move_aside(&data_dir.join(r), &kept.join(r)).map_err(io)?;
-        }
+        self.move_into_place(env, &id, &outputs, &change.removes)?;
         Ok(EnvironmentChange {
             kind,
-            build_request_id: id,
+            build_request_id: Some(id),
             environment: env.to_string(),
             partitions: outputs.len() as u64,
             removed: change.removes.len() as u64,
             runs: change.takes.len() as u64,
             elapsed_ms: started.elapsed().as_millis() as u64,
         })
+    }
+
+    /// Moves a recorded change's staged partitions into place in `env`'s data dir (what they
+    /// replace kept for its rollback) and what it removes aside. Done again, it finishes what
+    /// is left: moved outputs are no longer staged.
+    fn move_into_place(
+        &self,
+        env: &str,
+        id: &str,
+        outputs: &[String],
+        removes: &[String],
+    ) -> Result<()> {
+        let data_dir = self.environments.data_dir_of(env);
+        let (staging, kept) = (
+            crate::run::publish::staging_dir(&data_dir, id),
+            self.kept_dir(env, id),
+        );
+        let io = |e: std::io::Error| {
+            EngineError::Invalid(format!(
+                "change {id} of environment `{env}` is recorded, but its data could not all be moved into `{}`: {e}; once that is fixed, `databuild env promote` or `env rollback` of `{env}` finishes it first",
+                data_dir.display()
+            ))
+        };
+        let outputs: Vec<databuild_core::PartitionRef> = (outputs.iter())
+            .filter_map(|r| databuild_core::PartitionRef::new(r).ok())
+            .collect();
+        crate::run::publish::publish_keeping(&data_dir, &staging, &outputs, &kept).map_err(io)?;
+        for r in removes {
+            if kept.join(r).symlink_metadata().is_err() {
+                move_aside(&data_dir.join(r), &kept.join(r)).map_err(io)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Finishes moving `env`'s last recorded change into place, if it was cut short.
+    fn finish_last_change(&self, env: &str, target: &dyn EventStore) -> Result<()> {
+        let Some(last) = last_change(target)? else {
+            return Ok(());
+        };
+        let data_dir = self.environments.data_dir_of(env);
+        if !crate::run::publish::staging_dir(&data_dir, &last.build).exists() {
+            return Ok(());
+        }
+        let outputs: Vec<String> = (target.events(&EventFilter {
+            build_request_id: Some(last.build.clone()),
+            kind: Some(Kind::Partition),
+            status: Some(Status::Available),
+            ..Default::default()
+        })?)
+        .into_iter()
+        .filter_map(|e| e.partition_ref)
+        .collect();
+        self.move_into_place(env, &last.build, &outputs, &last.removed)
     }
 
     /// Links every partition a change takes into `staging`, and gives each one's version: the
@@ -340,23 +411,17 @@ fn promotion_events(
         .flat_map(|t| t.outputs.iter().map(|(r, _, _)| r.as_str()))
         .chain(change.removes.iter().map(String::as_str))
         .collect();
-    let held: HashMap<String, String> = target
-        .partitions_by_ref(&refs)?
-        .into_iter()
-        .filter(|p| p.status != Status::Removed)
-        .map(|p| (p.partition_ref, p.job_run_id.unwrap_or_default()))
-        .collect();
-    if let Some(r) = refs.iter().find(|r| {
-        target
-            .partition(r)
-            .ok()
-            .flatten()
-            .is_some_and(|p| p.status == Status::Building)
-    }) {
+    let rows = target.partitions_by_ref(&refs)?;
+    if let Some(p) = rows.iter().find(|p| p.status == Status::Building) {
         return Err(EngineError::Conflict(format!(
-            "`{r}` is being built in the target; promote once its build ends"
+            "`{}` is being built there; promote once its build ends",
+            p.partition_ref
         )));
     }
+    // Each claim is made against the run that holds the partition now (compare-and-swap).
+    let held: HashMap<String, String> = (rows.into_iter())
+        .map(|p| (p.partition_ref, p.job_run_id.unwrap_or_default()))
+        .collect();
     let owner = this_owner();
     let mut events = vec![
         Event::build_request(id, Status::Received).with_data(|d| {
@@ -445,6 +510,30 @@ fn promotion_events(
 fn with_job(mut e: Event, job: &str) -> Event {
     e.job = Some(job.to_string());
     e
+}
+
+/// An environment's last promotion or rollback: the build that recorded it, and the partitions
+/// it removed.
+struct LastChange {
+    build: String,
+    removed: Vec<String>,
+}
+
+fn last_change(target: &dyn EventStore) -> Result<Option<LastChange>> {
+    let events = target.events(&EventFilter {
+        kind: Some(Kind::Environment),
+        ..Default::default()
+    })?;
+    Ok(events
+        .into_iter()
+        .rev()
+        .find(|e| matches!(e.status, Status::Promoted | Status::RolledBack))
+        .and_then(|e| {
+            Some(LastChange {
+                build: e.build_request_id?,
+                removed: e.data.requested,
+            })
+        }))
 }
 
 /// Moves `path` (a partition a rollback removes) to `kept`, if it is there.

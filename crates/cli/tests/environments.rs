@@ -413,3 +413,38 @@ fn a_promotion_cut_short_on_disk_is_finished_by_the_next_one() {
     json(&p, &["env", "rollback"]);
     assert_eq!(read(&p, &format!("data/report/{DAY}")), "2\n");
 }
+
+/// On a PostgreSQL log an environment is a schema of the same database: the same story.
+#[test]
+#[ignore = "needs PostgreSQL (DATABUILD_TEST_POSTGRES); ./test.sh runs it"]
+fn environments_on_a_postgres_log_are_schemas_of_its_database() {
+    let pg = crate::postgres::fresh_database();
+    let p = project();
+    let on = |args: &[&str]| {
+        let mut all = vec!["--event-log", pg.as_str()];
+        all.extend_from_slice(args);
+        json(&p, &all)
+    };
+    on(&["build", &report()]);
+    on(&["env", "create", "dev"]);
+    p.file("jobs/agg.sh", &script("agg", "clean", AGG_EDITED));
+    let built = on(&["--env", "dev", "build", &report()]);
+    assert_eq!(built["counts"]["reused"], 1, "{built}");
+    ran(&p);
+    let schemas = std::process::Command::new("psql")
+        .args([pg.as_str(), "-Atc", "SELECT schema_name FROM information_schema.schemata WHERE schema_name LIKE 'databuild_env_%'"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&schemas.stdout).trim(),
+        "databuild_env_dev"
+    );
+    let promoted = on(&["env", "promote", "dev"]);
+    assert_eq!(promoted["partitions"], 2, "{promoted}");
+    assert_eq!(read(&p, &format!("data/report/{DAY}")), "n=2\n");
+    on(&["env", "rollback"]);
+    assert_eq!(read(&p, &format!("data/report/{DAY}")), "2\n");
+    on(&["env", "drop", "dev"]);
+    let list = on(&["env", "list"]);
+    assert_eq!(list["environments"].as_array().unwrap().len(), 1, "{list}");
+}

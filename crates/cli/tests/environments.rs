@@ -448,3 +448,69 @@ fn environments_on_a_postgres_log_are_schemas_of_its_database() {
     let list = on(&["env", "list"]);
     assert_eq!(list["environments"].as_array().unwrap().len(), 1, "{list}");
 }
+
+/// A table with two versions over a directory source.
+const TABLES: &str = r#"
+[graph]
+name = "files"
+[[source]]
+name = "drops"
+kind = "directory"
+retention = "5d"
+body_format = "json_array"
+[[table]]
+name = "drops"
+source = "drops"
+version = 1
+columns = { n = "int" }
+[[table]]
+name = "drops"
+source = "drops"
+version = 2
+columns = { n = "float" }
+"#;
+
+#[test]
+fn a_tables_alias_pinned_in_an_environment_moves_with_its_promotion() {
+    let p = Project::new(TABLES);
+    p.file("incoming/drops/a.json", r#"[{"n": 1}, {"n": 2}]"#);
+    let on = |args: &[&str]| {
+        let out = p
+            .command()
+            .env("DATABUILD_NOW", "2026-03-02")
+            .args(["--json"])
+            .args(args)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "{args:?}: {text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_str::<serde_json::Value>(&text).unwrap_or(serde_json::Value::Null)
+    };
+    let day = "2026-03-02";
+    on(&["source", "seal", "drops", "--through", day]);
+    on(&["build", &format!("drops/date={day}")]);
+    on(&["env", "create", "dev"]);
+    on(&["--env", "dev", "build", &format!("drops/v2/date={day}")]);
+    on(&["--env", "dev", "promote", "drops", "--version", "2"]);
+    let promoted_in =
+        |env: &str| on(&["--env", env, "source", "show", "drops"])["tables"][0]["promoted"].clone();
+    assert_eq!(promoted_in("dev"), 2);
+    assert_eq!(promoted_in("prod"), 1, "dev's pin is dev's");
+    let diff = on(&["env", "diff", "dev"]);
+    assert_eq!(diff["aliases"][0]["table"], "drops", "{diff}");
+    assert_eq!(diff["aliases"][0]["version"], 2);
+    let promoted = on(&["env", "promote", "dev"]);
+    assert_eq!(promoted["aliases"], 1, "{promoted}");
+    assert_eq!(promoted_in("prod"), 2);
+    let status = on(&["status", &format!("drops/date={day}")]);
+    assert_eq!(
+        status[0]["status"], "live",
+        "prod reads v2 through its alias: {status}"
+    );
+    on(&["env", "rollback"]);
+    assert_eq!(promoted_in("prod"), 1, "rolled back with the partitions");
+}

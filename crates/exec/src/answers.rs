@@ -2295,6 +2295,9 @@ pub struct EnvironmentChange {
     pub removed: u64,
     /// Runs recorded as reused (one per run that made the partitions taken).
     pub runs: u64,
+    /// Tables whose alias moved with the partitions (`data.report.aliases` of the
+    /// `environment` event says from which version to which).
+    pub aliases: u64,
     pub elapsed_ms: u64,
 }
 
@@ -2333,6 +2336,16 @@ pub struct EnvironmentDiff {
     pub partitions_total: u64,
     /// The jobs whose fingerprints differ, of those partitions, and why.
     pub jobs: Vec<JobDifference>,
+    /// The tables whose alias reads another version there (a promotion moves it too).
+    pub aliases: Vec<AliasDifference>,
+}
+
+/// A table whose alias `environment` reads at `version`, and `other` at `other_version`.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct AliasDifference {
+    pub table: String,
+    pub version: u32,
+    pub other_version: u32,
 }
 
 /// One partition `environment` has otherwise than `other`.

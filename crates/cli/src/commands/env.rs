@@ -108,8 +108,12 @@ fn print_change(change: &EnvironmentChange, json: bool) -> anyhow::Result<()> {
         0 => String::new(),
         n => format!(", {n} removed (they did not exist before)"),
     };
+    let aliases = match change.aliases {
+        0 => String::new(),
+        n => format!(", {n} table alias(es) moved"),
+    };
     outln!(
-        "{what} `{}`: {} partitions from {} runs, in one step ({} ms; build {}){removed}; no job ran",
+        "{what} `{}`: {} partitions from {} runs, in one step ({} ms; build {}){removed}{aliases}; no job ran",
         change.environment,
         change.partitions,
         change.runs,
@@ -120,7 +124,7 @@ fn print_change(change: &EnvironmentChange, json: bool) -> anyhow::Result<()> {
 }
 
 fn print_diff(diff: &EnvironmentDiff) -> anyhow::Result<()> {
-    if diff.partitions_total == 0 {
+    if diff.partitions_total == 0 && diff.aliases.is_empty() {
         outln!(
             "`{}` has nothing `{}` does not: a promotion would take nothing",
             diff.environment,
@@ -128,12 +132,14 @@ fn print_diff(diff: &EnvironmentDiff) -> anyhow::Result<()> {
         )?;
         return Ok(());
     }
-    outln!(
-        "`{}` has {} partitions otherwise than `{}`:",
-        diff.environment,
-        diff.partitions_total,
-        diff.other
-    )?;
+    if diff.partitions_total > 0 {
+        outln!(
+            "`{}` has {} partitions otherwise than `{}`:",
+            diff.environment,
+            diff.partitions_total,
+            diff.other
+        )?;
+    }
     for p in &diff.partitions {
         let what = match (&p.content, p.same_bytes) {
             (_, true) => "same bytes, made otherwise".to_string(),
@@ -152,6 +158,15 @@ fn print_diff(diff: &EnvironmentDiff) -> anyhow::Result<()> {
         outln!(
             "  ... and {} more (--limit 0 lists all)",
             diff.partitions_total - listed
+        )?;
+    }
+    for a in &diff.aliases {
+        outln!(
+            "table `{}`: its alias reads v{} (v{} in `{}`)",
+            a.table,
+            a.version,
+            a.other_version,
+            diff.other
         )?;
     }
     if !diff.jobs.is_empty() {

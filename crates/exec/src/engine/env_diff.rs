@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use databuild_log::JobRunRow;
 
 use super::Engine;
-use crate::answers::{EnvironmentDiff, JobDifference, PartitionDifference};
+use crate::answers::{AliasDifference, EnvironmentDiff, JobDifference, PartitionDifference};
 use crate::data::content_diff::{content_diff, DiffLimits};
 use crate::error::Result;
 
@@ -75,6 +75,13 @@ impl Engine {
             jobs: jobs
                 .into_iter()
                 .map(|(job, reasons)| JobDifference { job, reasons })
+                .collect(),
+            aliases: (change.aliases.into_iter())
+                .map(|m| AliasDifference {
+                    table: m.table,
+                    version: m.to,
+                    other_version: m.from,
+                })
                 .collect(),
         })
     }

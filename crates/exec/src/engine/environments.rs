@@ -217,7 +217,20 @@ impl Engine {
         if let Some(from) = from {
             self.store_of(from)?;
         }
-        self.environments.open(name, true)?;
+        let store = self.environments.open(name, true)?;
+        // It reads every table as its origin does (prod, unless `from`): aliases are pins.
+        let origin = self.store_of(from.unwrap_or(PROD))?;
+        let pins: Vec<databuild_log::Event> = (self.aliases_in(origin.as_ref())?.into_iter())
+            .filter(|(table, v)| {
+                self.graph
+                    .table(table)
+                    .is_some_and(|t| t.initial_version() != *v)
+            })
+            .map(|(table, v)| databuild_log::Event::alias(&table, v))
+            .collect();
+        if !pins.is_empty() {
+            store.append(pins)?;
+        }
         let data_dir = self.environments.data_dir_of(name);
         std::fs::create_dir_all(&data_dir).map_err(|e| {
             EngineError::Invalid(format!("cannot create `{}`: {e}", data_dir.display()))

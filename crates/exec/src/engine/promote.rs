@@ -40,6 +40,23 @@ pub(super) struct Change {
     pub takes: Vec<Take>,
     /// Partitions that go: they did not exist before the promotion a rollback undoes.
     removes: Vec<String>,
+    /// Tables whose alias moves, from one version to another: what the target reads of a
+    /// table moves with the partitions it takes.
+    pub aliases: Vec<AliasMove>,
+}
+
+/// A table's alias moved by a promotion or rollback.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub(super) struct AliasMove {
+    pub table: String,
+    pub from: u32,
+    pub to: u32,
+}
+
+impl Change {
+    fn is_empty(&self) -> bool {
+        self.takes.is_empty() && self.removes.is_empty() && self.aliases.is_empty()
+    }
 }
 
 impl Engine {
@@ -172,7 +189,37 @@ impl Engine {
         Ok(Change {
             takes: runs.into_values().collect(),
             removes: Vec::new(),
+            aliases: self.alias_moves(source, target)?,
         })
+    }
+
+    /// Every table's alias as `store` has it: its promoted version, or the table's first.
+    pub(super) fn aliases_in(&self, store: &dyn EventStore) -> Result<BTreeMap<String, u32>> {
+        let promoted = crate::data::versions::promotions(store)?;
+        Ok((self.graph.tables.iter())
+            .map(|t| {
+                let version = promoted.get(&t.name).copied();
+                (
+                    t.name.clone(),
+                    version.unwrap_or_else(|| t.initial_version()),
+                )
+            })
+            .collect())
+    }
+
+    /// The aliases `target` reads otherwise than `source`, moved to `source`'s.
+    fn alias_moves(
+        &self,
+        source: &dyn EventStore,
+        target: &dyn EventStore,
+    ) -> Result<Vec<AliasMove>> {
+        let theirs = self.aliases_in(target)?;
+        Ok((self.aliases_in(source)?.into_iter())
+            .filter_map(|(table, to)| {
+                let from = *theirs.get(&table)?;
+                (from != to).then_some(AliasMove { table, from, to })
+            })
+            .collect())
     }
 
     /// What promotion (or rollback) `build` into `env` replaced: each partition's instance
@@ -231,6 +278,13 @@ impl Engine {
             }
         }
         change.takes = runs.into_values().collect();
+        change.aliases = (last.aliases.iter())
+            .map(|m| AliasMove {
+                table: m.table.clone(),
+                from: m.to,
+                to: m.from,
+            })
+            .collect();
         Ok(change)
     }
 
@@ -244,9 +298,10 @@ impl Engine {
         kind: ChangeKind,
     ) -> Result<EnvironmentChange> {
         let started = std::time::Instant::now();
-        if change.takes.is_empty() && change.removes.is_empty() {
+        if change.is_empty() {
             // Nothing to take: nothing recorded, so `rollback` still undoes the last real change.
             return Ok(EnvironmentChange {
+                aliases: 0,
                 kind,
                 build_request_id: None,
                 environment: env.to_string(),
@@ -275,6 +330,7 @@ impl Engine {
             .collect();
         self.move_into_place(env, &id, &outputs, &change.removes)?;
         Ok(EnvironmentChange {
+            aliases: change.aliases.len() as u64,
             kind,
             build_request_id: Some(id),
             environment: env.to_string(),
@@ -495,6 +551,12 @@ fn promotion_events(
                 .with_message(format!("rolled back by {id}: it did not exist before")),
         );
     }
+    for m in &change.aliases {
+        events.push(
+            Event::alias(&m.table, m.to)
+                .with_message(format!("moved by {id} with the partitions it took")),
+        );
+    }
     events.push(Event::build_request(id, Status::Completed));
     let mut environment = environment;
     environment.build_request_id = Some(id.to_string());
@@ -502,6 +564,7 @@ fn promotion_events(
         "partitions": refs.len() - change.removes.len(),
         "removed": change.removes.len(),
         "runs": change.takes.len(),
+        "aliases": change.aliases,
     }));
     events.push(environment);
     Ok(events)
@@ -517,6 +580,7 @@ fn with_job(mut e: Event, job: &str) -> Event {
 struct LastChange {
     build: String,
     removed: Vec<String>,
+    aliases: Vec<AliasMove>,
 }
 
 fn last_change(target: &dyn EventStore) -> Result<Option<LastChange>> {
@@ -529,9 +593,13 @@ fn last_change(target: &dyn EventStore) -> Result<Option<LastChange>> {
         .rev()
         .find(|e| matches!(e.status, Status::Promoted | Status::RolledBack))
         .and_then(|e| {
+            let aliases = (e.data.report.as_ref())
+                .and_then(|r| serde_json::from_value(r.get("aliases")?.clone()).ok())
+                .unwrap_or_default();
             Some(LastChange {
                 build: e.build_request_id?,
                 removed: e.data.requested,
+                aliases,
             })
         }))
 }

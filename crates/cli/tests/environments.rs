@@ -190,6 +190,13 @@ fn a_change_tried_in_dev_runs_only_what_it_changes_and_promotes_and_rolls_back_i
         prod.iter().all(|(s, _)| s == "live"),
         "prod reads dev's: {prod:?}"
     );
+    let log = p.run(&["logs", &report()]);
+    log.expect_code(0);
+    assert!(
+        log.stdout.contains("of environment `dev`: no job ran"),
+        "{}",
+        log.stdout
+    );
     let noop = json(&p, &["build", &report()]);
     assert!(ran(&p).is_empty(), "prod has it live and fresh: {noop}");
 

@@ -316,8 +316,10 @@ impl Engine {
         let staging = crate::run::publish::staging_dir(&data_dir, &id);
         let mut event = event;
         event.data.requested = change.removes.clone();
+        let logs = self.logs_dir();
         let outcome = self.stage(&change, &staging).and_then(|versions| {
-            let events = promotion_events(target, &id, &change, versions, event)?;
+            let events = promotion_events(target, &id, &change, versions, event, &logs)?;
+            write_run_logs(&events);
             target.append(events)?;
             Ok(())
         });
@@ -460,6 +462,7 @@ fn promotion_events(
     change: &Change,
     versions: Vec<Vec<String>>,
     environment: Event,
+    logs: &Path,
 ) -> Result<Vec<Event>> {
     let refs: Vec<&str> = change
         .takes
@@ -509,6 +512,7 @@ fn promotion_events(
                 d.host = crate::run::owner::hostname();
                 d.input_versions = source.input_versions.clone();
                 d.code_versions = source.code_versions.clone();
+                d.log_path = Some(logs.join(format!("{run_id}.log")).display().to_string());
             }),
         );
         for r in &outputs {
@@ -568,6 +572,32 @@ fn promotion_events(
     }));
     events.push(environment);
     Ok(events)
+}
+
+/// Each reused run's log says whose instance it took (so `logs REF` answers), from its claim's
+/// `log_path` and its completion's message.
+fn write_run_logs(events: &[Event]) {
+    let mut paths: HashMap<&str, &str> = HashMap::new();
+    for e in events.iter().filter(|e| e.kind == Kind::JobRun) {
+        match (e.status, e.job_run_id.as_deref()) {
+            (Status::Queued, Some(run)) => {
+                if let Some(path) = e.data.log_path.as_deref() {
+                    paths.insert(run, path);
+                }
+            }
+            (Status::Completed, Some(run)) => {
+                if let (Some(path), Some(message)) = (paths.get(run), e.message.as_deref()) {
+                    let path = Path::new(path);
+                    if let Some(dir) = path.parent() {
+                        let _ = std::fs::create_dir_all(dir);
+                    }
+                    // A log is for people; a run whose log could not be written still took.
+                    let _ = std::fs::write(path, format!("{message}\n"));
+                }
+            }
+            _ => {}
+        }
+    }
 }
 
 fn with_job(mut e: Event, job: &str) -> Event {

@@ -151,16 +151,23 @@ pub enum EnvAction {
     /// Make an environment: empty (its builds link whatever any environment already made the
     /// same way), or `--from ENV` with every live partition of ENV linked, not copied.
     Create {
+        /// Its name: a lowercase letter, then lowercase letters, digits or `_`.
         name: String,
+        /// Start with every live partition of this environment linked (default: empty).
         #[arg(long, value_name = "ENV")]
         from: Option<String>,
     },
     /// Drop an environment: its log and its links (bytes another environment links stay).
-    Drop { name: String },
+    Drop {
+        /// The environment to drop (not prod).
+        name: String,
+    },
     /// What NAME has that OTHER (default prod) does not: partitions whose data versions differ,
     /// jobs whose code differs, and what changed in the bytes.
     Diff {
+        /// The environment to compare.
         name: String,
+        /// The one to compare it with (default: prod).
         other: Option<String>,
         /// List at most N partitions (0: all).
         #[arg(long, default_value_t = 100)]
@@ -169,12 +176,15 @@ pub enum EnvAction {
     /// Make `--to` (default prod) read exactly what NAME reads of its partitions, in one recorded
     /// step: no job runs.
     Promote {
+        /// The environment whose partitions are taken.
         name: String,
+        /// The environment that takes them.
         #[arg(long, default_value = "prod", value_name = "ENV")]
         to: String,
     },
     /// Undo the last promotion (or rollback) of ENV (default prod).
     Rollback {
+        /// The environment whose last promotion (or rollback) is undone.
         #[arg(default_value = "prod")]
         env: String,
     },

@@ -772,11 +772,12 @@ fn a_big_builds_detail_is_a_page_and_the_rest_is_paged() {
     let (status, whole) = s.get(&format!("/api/v1/builds/{id}/summary"));
     assert_eq!(status, 200, "{whole}");
     assert_eq!(whole["built"].as_array().unwrap().len(), days);
-    // (`unchanged` and `kept` count parts of `built` and `skipped`, not lists of their own.)
+    // (`unchanged`, `reused` and `kept` count parts of `built` and `skipped`, not lists of
+    // their own.)
     let counts = detail["summary"]["counts"].as_object().unwrap();
     for (list, count) in counts
         .iter()
-        .filter(|(k, _)| !["unchanged", "kept"].contains(&k.as_str()))
+        .filter(|(k, _)| !["unchanged", "reused", "kept"].contains(&k.as_str()))
     {
         assert_eq!(
             whole[list].as_array().unwrap().len() as u64,

@@ -22,6 +22,9 @@ use crate::error::{EngineError, Result};
 /// The folder of prod's data dir that holds every other environment's data.
 pub const ENV_DATA: &str = ".databuild-env";
 
+/// The folder of [`ENV_DATA`] that keeps what promotions replaced, by environment and build.
+pub(crate) const REPLACED: &str = ".replaced";
+
 /// Where environments are, for an engine in one of them.
 #[derive(Clone)]
 pub struct Environments {
@@ -280,7 +283,7 @@ impl Engine {
         databuild_log::environments::EnvLog::of(uri, base, name)?.remove()?;
         let replaced = (self.environments.data_dir_of(PROD))
             .join(ENV_DATA)
-            .join(super::promote::REPLACED)
+            .join(REPLACED)
             .join(name);
         let _ = std::fs::remove_dir_all(replaced);
         let data_dir = self.environments.data_dir_of(name);

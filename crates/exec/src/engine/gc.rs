@@ -556,7 +556,10 @@ impl Engine {
         if !self.environments.is_prod() {
             return Ok(Vec::new());
         }
-        let kept = self.data_dir.join(ENV_DATA).join(super::promote::REPLACED);
+        let kept = self
+            .data_dir
+            .join(ENV_DATA)
+            .join(super::environments::REPLACED);
         let mut found = Vec::new();
         for env in read_dir(&kept)? {
             let mut changes: Vec<PathBuf> =

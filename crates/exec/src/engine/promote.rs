@@ -12,15 +12,11 @@ use databuild_log::{
     Event, EventFilter, EventStore, JobRunRow, Kind, PartitionQuery, ReusedFrom, Status,
 };
 
-use super::environments::ENV_DATA;
+use super::environments::{ENV_DATA, REPLACED};
 use super::Engine;
 use crate::answers::{ChangeKind, EnvironmentChange};
 use crate::error::{EngineError, Result};
 use crate::run::owner::this_owner;
-
-/// The folder of `<data_dir>/.databuild-env/` that keeps what promotions replaced, by
-/// environment and build.
-pub(crate) const REPLACED: &str = ".replaced";
 
 /// Live partitions of the source read per page while gathering what differs.
 const PAGE: usize = 5_000;
@@ -104,10 +100,7 @@ impl Engine {
     /// Where a promotion into `env` keeps what it replaced.
     fn kept_dir(&self, env: &str, promotion: &str) -> PathBuf {
         let prod = &self.environments.prod_data_dir;
-        prod.join(ENV_DATA)
-            .join(".replaced")
-            .join(env)
-            .join(promotion)
+        prod.join(ENV_DATA).join(REPLACED).join(env).join(promotion)
     }
 
     /// The live partitions of `source` that `target` does not have as `source` has them.

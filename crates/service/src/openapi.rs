@@ -65,6 +65,12 @@ use crate::error::ErrorBody;
         crate::wants::list_wants,
         crate::wants::get_want,
         crate::wants::delete_want,
+        crate::environments::list_environments,
+        crate::environments::create_environment,
+        crate::environments::drop_environment,
+        crate::environments::environment_diff,
+        crate::environments::promote_environment,
+        crate::environments::rollback_environment,
     ),
     components(schemas(
         BuildBody,
@@ -79,7 +85,19 @@ use crate::error::ErrorBody;
         crate::wants::WantBody,
         crate::wants::WantStatusName,
         crate::api::ListedStatusName,
-        crate::api::GraphFormat
+        crate::api::GraphFormat,
+        crate::environments::CreateEnvironmentBody,
+        crate::environments::PromoteEnvironmentBody,
+        databuild_exec::answers::EnvironmentList,
+        databuild_exec::answers::EnvironmentView,
+        databuild_exec::answers::EnvironmentChange,
+        databuild_exec::answers::ChangeKind,
+        databuild_exec::answers::EnvironmentDiff,
+        databuild_exec::answers::PartitionDifference,
+        databuild_exec::answers::JobDifference,
+        databuild_exec::answers::ContentDiff,
+        databuild_exec::answers::ContentChange,
+        databuild_exec::answers::RowDiff
     ))
 )]
 pub struct ApiDoc;
@@ -91,6 +109,7 @@ fn cached() -> &'static serde_json::Value {
         let mut doc = serde_json::to_value(ApiDoc::openapi()).expect("the document serializes");
         camel_case_links(&mut doc);
         refs_are_never_empty(&mut doc);
+        every_operation_takes_an_environment(&mut doc);
         doc
     })
 }
@@ -161,6 +180,44 @@ fn example_ref(graph: &databuild_core::Graph) -> Option<String> {
         })
         .collect();
     Some(pattern.render(&values))
+}
+
+/// The paths whose operations are about no one environment: the environments themselves (run
+/// on prod's engine, which finds every one), webhooks (prod's sources) and this document.
+fn in_no_environment(path: &str) -> bool {
+    use databuild_exec::answers::route;
+    path.starts_with(route::ENVIRONMENTS) || path == route::WEBHOOK || path == route::OPENAPI
+}
+
+/// Declares the `env` query parameter on every operation about one environment (contract
+/// section 9), once here rather than on each handler, with the 404 an unknown one answers. Its
+/// `X-DataBuild-Env` header twin is not declared: a generated header would only say the same.
+fn every_operation_takes_an_environment(doc: &mut serde_json::Value) {
+    let param = serde_json::json!({
+        "name": crate::environment::ENV_PARAM,
+        "in": "query",
+        "required": false,
+        "description": "The environment the request is about (default `prod`; the `X-DataBuild-Env` header says the same, this wins). An unknown one is a 404 saying how to make it.",
+        "schema": { "type": "string", "pattern": "^[a-z][a-z0-9_]{0,39}$", "example": "prod" }
+    });
+    let not_found = serde_json::json!({
+        "description": "No such environment (or no such thing in it)",
+        "content": { "application/json": { "schema": { "$ref": "#/components/schemas/ErrorBody" } } }
+    });
+    for (path, ops) in doc["paths"].as_object_mut().into_iter().flatten() {
+        if in_no_environment(path) {
+            continue;
+        }
+        for op in ops.as_object_mut().into_iter().flatten().map(|(_, op)| op) {
+            match op["parameters"].as_array_mut() {
+                Some(params) => params.push(param.clone()),
+                None => op["parameters"] = serde_json::json!([param.clone()]),
+            }
+            if let Some(responses) = op["responses"].as_object_mut() {
+                responses.entry("404").or_insert_with(|| not_found.clone());
+            }
+        }
+    }
 }
 
 /// Path template -> method (upper case) -> the names of the query parameters it declares.

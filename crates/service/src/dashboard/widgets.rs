@@ -154,3 +154,12 @@ mod tests {
         assert_eq!(or_empty(&Some("why".into())), "why");
     }
 }
+
+/// On a page of what only prod has (wants, sources), in another environment: says whose it shows.
+pub(super) fn prod_only_note(env: &crate::environment::Env, what: &str) -> Markup {
+    html! {
+        @if !env.is_prod() {
+            p.muted.env-note { (what) " are prod's: this page shows prod's, not " (env.name()) "'s." }
+        }
+    }
+}

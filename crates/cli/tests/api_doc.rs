@@ -77,7 +77,7 @@ fn an_undeclared_query_parameter_is_refused_naming_it() {
     let (_, v) = s.get(&format!("/api/v1/builds/{id}?stage=dev&x=1"));
     let error = v["error"].as_str().unwrap();
     assert!(
-        error.contains("`stage`, `x`") && error.contains("takes no query parameters"),
+        error.contains("`stage`, `x`") && error.contains("takes only `env`"),
         "{error}"
     );
     // A name given twice, apart, is named once.

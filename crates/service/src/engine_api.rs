@@ -763,27 +763,6 @@ pub fn unwant(engine: &Engine, id: &str) -> ApiResult<Want> {
     Ok(Want::from(&engine.unwant(&id)?))
 }
 
-#[cfg(test)]
-mod tests {
-    use super::whole_chars;
-
-    #[test]
-    fn a_chunk_keeps_whole_characters_only() {
-        let text = "añ€😀".as_bytes(); // 1, 2, 3 and 4 bytes
-        assert_eq!(whole_chars(text), text.len());
-        for cut in 0..text.len() {
-            let kept = whole_chars(&text[..cut]);
-            assert!(std::str::from_utf8(&text[..kept]).is_ok(), "cut at {cut}");
-            assert!(cut - kept < 4);
-        }
-        assert_eq!(
-            whole_chars(b"ab\xff"),
-            3,
-            "an invalid byte is kept (shown as U+FFFD)"
-        );
-    }
-}
-
 /// Refuses a name no environment may have (400) or that none has (404, saying how to make it):
 /// the engine would otherwise fail opening a log that is not there.
 pub fn known_environment(engine: &Engine, name: &str) -> ApiResult<()> {
@@ -846,4 +825,25 @@ pub fn promote_environment(engine: &Engine, name: &str, to: &str) -> ApiResult<E
 pub fn rollback_environment(engine: &Engine, env: &str) -> ApiResult<EnvironmentChange> {
     known_environment(engine, env)?;
     Ok(engine.rollback_environment(env)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::whole_chars;
+
+    #[test]
+    fn a_chunk_keeps_whole_characters_only() {
+        let text = "añ€😀".as_bytes(); // 1, 2, 3 and 4 bytes
+        assert_eq!(whole_chars(text), text.len());
+        for cut in 0..text.len() {
+            let kept = whole_chars(&text[..cut]);
+            assert!(std::str::from_utf8(&text[..kept]).is_ok(), "cut at {cut}");
+            assert!(cut - kept < 4);
+        }
+        assert_eq!(
+            whole_chars(b"ab\xff"),
+            3,
+            "an invalid byte is kept (shown as U+FFFD)"
+        );
+    }
 }

@@ -186,3 +186,30 @@ impl FromRequestParts<Arc<AppState>> for Env {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn asked(uri: &str, header: Option<&[u8]>) -> ApiResult<Option<String>> {
+        let mut headers = HeaderMap::new();
+        if let Some(h) = header {
+            let value = axum::http::HeaderValue::from_bytes(h).unwrap();
+            headers.insert(crate::ENVIRONMENT_HEADER, value);
+        }
+        requested(&uri.parse().unwrap(), &headers)
+    }
+
+    #[test]
+    fn the_parameter_wins_over_the_header_and_neither_is_prod() {
+        assert_eq!(asked("/api/v1/jobs", None).unwrap(), None);
+        assert_eq!(
+            asked("/api/v1/jobs", Some(b"dev")).unwrap().as_deref(),
+            Some("dev")
+        );
+        let both = asked("/api/v1/jobs?limit=1&env=qa", Some(b"dev")).unwrap();
+        assert_eq!(both.as_deref(), Some("qa"));
+        let refused = asked("/api/v1/jobs", Some(b"d\xe9v")).unwrap_err();
+        assert_eq!(refused.status, axum::http::StatusCode::BAD_REQUEST);
+    }
+}

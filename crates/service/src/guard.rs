@@ -442,7 +442,7 @@ pub async fn check(
     }
     // Any read another site has a browser make (a followed link, an image, a script) reads as
     // a caller without a token would: what the log knows, no config executable run (see
-    // `AppState::engine_for`), whatever the page's statuses would otherwise re-check.
+    // `environment::Env::engine_for`), whatever the page's statuses would otherwise re-check.
     let role = match cross_site {
         Some(_) => Role::Anonymous,
         None => guard.role(headers),

@@ -9,6 +9,9 @@
 //!   handlers, the dashboard and the CLI alike; [`ops`] is what handlers and dashboard share.
 //! - [`client::Api`] is the one interface to the answers: in-process over an engine, or over HTTP.
 //! - [`error::AppError`] turns every failure into a JSON error, its status from the error's kind.
+//! - [`environment::Env`] is the environment a request is about (contract section 9), with its
+//!   engines; handlers and pages reach an engine only through one. [`environments`] holds the
+//!   environments' own endpoints.
 //! - [`AppState`] is what every handler shares; builds run on their own threads ([`Builds`]); the
 //!   engine is synchronous, so handlers reach it through `spawn_blocking`.
 //! - [`ServeConfig`] is what the service is told at start (limits, intervals, access).

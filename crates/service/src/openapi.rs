@@ -334,6 +334,37 @@ fn camel_case_links(v: &mut serde_json::Value) {
 #[cfg(test)]
 mod tests {
     #[test]
+    fn every_operation_in_an_environment_declares_env_and_its_404() {
+        let doc = super::cached();
+        let mut declared = 0;
+        for (path, ops) in doc["paths"].as_object().unwrap() {
+            for (method, op) in ops.as_object().unwrap() {
+                let takes_env = (op["parameters"].as_array().into_iter().flatten())
+                    .any(|p| p["name"] == "env" && p["in"] == "query");
+                assert_eq!(
+                    takes_env,
+                    !super::in_no_environment(path),
+                    "{method} {path}"
+                );
+                if takes_env {
+                    declared += 1;
+                    assert!(op["responses"].get("404").is_some(), "{method} {path}");
+                }
+            }
+        }
+        assert!(declared > 30, "{declared}");
+        let schemas = doc["components"]["schemas"].as_object().unwrap();
+        for name in [
+            "EnvironmentList",
+            "EnvironmentDiff",
+            "ContentDiff",
+            "CreateEnvironmentBody",
+        ] {
+            assert!(schemas.contains_key(name), "{name}");
+        }
+    }
+
+    #[test]
     fn every_answer_and_body_names_its_schema_and_links_are_camel_case() {
         let mut doc = serde_json::to_value(<super::ApiDoc as utoipa::OpenApi>::openapi()).unwrap();
         super::camel_case_links(&mut doc);

@@ -74,7 +74,7 @@ mod tests {
         let q = SqlQuery {
             q: Some(q.to_string()),
         };
-        sql_page(State(service.state.clone()), prod(&service), Query(q))
+        sql_page(State(service.state.clone()), prod(service), Query(q))
     }
 
     #[tokio::test]

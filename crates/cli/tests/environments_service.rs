@@ -348,7 +348,10 @@ fn the_dashboard_shows_the_diff_and_promotes_only_once_the_box_is_ticked() {
         html.contains("<h1>Environment dev against prod</h1>"),
         "{html}"
     );
-    assert!(html.contains(&format!("report%2F{DAY}")), "{html}");
+    assert!(
+        html.contains(&format!(r#"<a href="/partitions/report%2F{DAY}?env=dev">"#)),
+        "{html}"
+    );
     assert!(html.contains("+n=2"), "the unified diff: {html}");
     assert!(
         html.contains(r#"<input type="checkbox" name="confirm" value="yes" required>"#),
@@ -403,4 +406,19 @@ fn the_dashboard_shows_the_diff_and_promotes_only_once_the_box_is_ticked() {
     );
     assert_eq!(status, 303);
     assert_eq!(read(&p, &format!("data/report/{DAY}")), prod_report);
+}
+
+#[test]
+#[ignore = "needs Chromium and playwright-core; ./test.sh installs them and runs it"]
+fn in_chromium_the_selector_switches_to_dev_and_the_promotion_waits_for_its_box() {
+    let p = project();
+    p.run(&["env", "create", "dev"]).expect_code(0);
+    p.run(&["--env", "dev", "build", &report()]).expect_code(0);
+    let s = Service::start(&p, &[]);
+    crate::util::browser("environments.mjs", &[&s.url, &report()]);
+    assert_eq!(
+        read(&p, &format!("data/report/{DAY}")),
+        "2\n",
+        "promoted to prod"
+    );
 }

@@ -15,7 +15,7 @@ use serde::Deserialize;
 
 use super::forms::{form_auth, form_refused, TextForm};
 use super::layout::{error_page, layout, page};
-use super::widgets::{at, partition_link, short};
+use super::widgets::{at, enc, short};
 use super::Shared;
 use crate::engine_api;
 use crate::environment::Env;
@@ -106,7 +106,8 @@ fn diff_view(diff: &EnvironmentDiff) -> Markup {
                 @if (diff.partitions.len() as u64) < diff.partitions_total { " (the first " (diff.partitions.len()) " shown)" } "." }
             table { tr { th { "Partition" } th { "Job" } th { "Bytes" } th { "What changed" } }
                 @for p in &diff.partitions { tr {
-                    td { (partition_link(&p.partition_ref)) }
+                    // Its page in the environment that has it so (the page's may be another).
+                    td { a href={ "/partitions/" (enc(&p.partition_ref)) "?env=" (diff.environment) } { code { (p.partition_ref) } } }
                     td { a href={ "/jobs/" (p.job) } { (p.job) } }
                     td { @if p.same_bytes { "same, made otherwise" } @else { "differ" } }
                     td {

@@ -116,13 +116,49 @@ fn cached() -> &'static serde_json::Value {
 
 /// `GET /api/v1/openapi.json`: the document, its request bodies' refs exemplified by a ref of
 /// this service's graph: an example that the service accepts, as a client (or a generator of
-/// requests) can try it.
+/// requests) can try it; the environments a request may name, those there are now.
 pub async fn document(State(state): State<Arc<AppState>>) -> Json<serde_json::Value> {
     let mut doc = cached().clone();
     if let Some(r) = example_ref(&state.engine.graph) {
         exemplify_refs(&mut doc, &r);
     }
+    let engine = state.engine.clone();
+    if let Ok(Ok(names)) = tokio::task::spawn_blocking(move || engine.environments.names()).await {
+        enumerate_environments(&mut doc, &names);
+    }
     Json(doc)
+}
+
+/// Says which environments there are wherever a request names one that must exist: the `env`
+/// parameter, an environment's path, and the environment a diff compares with or a promotion
+/// changes. Any other name is a 404 (a 400 if it is no environment's name).
+fn enumerate_environments(doc: &mut serde_json::Value, names: &[String]) {
+    let named = serde_json::json!(names);
+    for (path, ops) in doc["paths"].as_object_mut().into_iter().flatten() {
+        let in_path = path.starts_with(databuild_exec::answers::route::ENVIRONMENTS)
+            && path.contains("{name}");
+        for op in ops.as_object_mut().into_iter().flatten().map(|(_, op)| op) {
+            // (`get_mut`: indexing would give an operation without parameters a `null` list.)
+            let params = op.get_mut("parameters").and_then(|p| p.as_array_mut());
+            for param in params.into_iter().flatten() {
+                let names_one = param["name"] == crate::environment::ENV_PARAM
+                    || param["name"] == "other"
+                    || (in_path && param["name"] == "name" && param["in"] == "path");
+                if names_one {
+                    param["schema"]["enum"] = named.clone();
+                }
+            }
+        }
+    }
+    let schemas = &mut doc["components"]["schemas"];
+    for (body, field) in [
+        ("PromoteEnvironmentBody", "to"),
+        ("CreateEnvironmentBody", "from"),
+    ] {
+        if let Some(schema) = schemas[body]["properties"][field].as_object_mut() {
+            schema.insert("enum".into(), named.clone());
+        }
+    }
 }
 
 /// The request bodies that name refs in `partitions`.
@@ -200,10 +236,16 @@ fn every_operation_takes_an_environment(doc: &mut serde_json::Value) {
         "description": "The environment the request is about (default `prod`; the `X-DataBuild-Env` header says the same, this wins). An unknown one is a 404 saying how to make it.",
         "schema": { "type": "string", "pattern": "^[a-z][a-z0-9_]{0,39}$", "example": "prod" }
     });
-    let not_found = serde_json::json!({
-        "description": "No such environment (or no such thing in it)",
-        "content": { "application/json": { "schema": { "$ref": "#/components/schemas/ErrorBody" } } }
-    });
+    let error = |description: &str| {
+        serde_json::json!({
+            "description": description,
+            "content": { "application/json": { "schema": { "$ref": "#/components/schemas/ErrorBody" } } }
+        })
+    };
+    let (not_found, bad) = (
+        error("No such environment (or no such thing in it)"),
+        error("Not an environment's name (or another bad request)"),
+    );
     for (path, ops) in doc["paths"].as_object_mut().into_iter().flatten() {
         if in_no_environment(path) {
             continue;
@@ -215,6 +257,7 @@ fn every_operation_takes_an_environment(doc: &mut serde_json::Value) {
             }
             if let Some(responses) = op["responses"].as_object_mut() {
                 responses.entry("404").or_insert_with(|| not_found.clone());
+                responses.entry("400").or_insert_with(|| bad.clone());
             }
         }
     }
@@ -349,6 +392,7 @@ mod tests {
                 if takes_env {
                     declared += 1;
                     assert!(op["responses"].get("404").is_some(), "{method} {path}");
+                    assert!(op["responses"].get("400").is_some(), "{method} {path}");
                 }
             }
         }
@@ -362,6 +406,30 @@ mod tests {
         ] {
             assert!(schemas.contains_key(name), "{name}");
         }
+    }
+
+    #[test]
+    fn the_environments_there_are_are_listed_where_a_request_names_one() {
+        let mut doc = super::cached().clone();
+        let names = ["prod".to_string(), "dev".to_string()];
+        super::enumerate_environments(&mut doc, &names);
+        let env = (doc["paths"]["/api/v1/jobs"]["get"]["parameters"]
+            .as_array()
+            .unwrap()
+            .iter())
+        .find(|p| p["name"] == "env")
+        .unwrap();
+        assert_eq!(env["schema"]["enum"], serde_json::json!(["prod", "dev"]));
+        let diff = &doc["paths"]["/api/v1/environments/{name}/diff"]["get"]["parameters"];
+        assert!(
+            diff.to_string().contains(r#""enum":["prod","dev"]"#),
+            "{diff}"
+        );
+        let to = &doc["components"]["schemas"]["PromoteEnvironmentBody"]["properties"]["to"];
+        assert_eq!(to["enum"], serde_json::json!(["prod", "dev"]));
+        // An operation without parameters is left without them (not `null`).
+        let list = &doc["paths"]["/api/v1/environments"]["get"];
+        assert!(list.get("parameters").is_none(), "{list}");
     }
 
     #[test]

@@ -399,12 +399,13 @@ fn the_dashboard_shows_the_diff_and_promotes_only_once_the_box_is_ticked() {
         &format!("csrf={csrf}&back_to=dev"),
     );
     assert_eq!(status, 400);
-    let (status, _) = post_form(
+    // A `back_to` that names no environment is no address to go back to.
+    let (status, to) = post_form(
         &s,
         "/ui/environments/prod/rollback",
-        &format!("csrf={csrf}&back_to=dev&confirm=yes"),
+        &format!("csrf={csrf}&back_to=%0Aevil&confirm=yes"),
     );
-    assert_eq!(status, 303);
+    assert_eq!((status, to.as_deref()), (303, Some("/environments")));
     assert_eq!(read(&p, &format!("data/report/{DAY}")), prod_report);
 }
 

@@ -9,7 +9,7 @@ use axum::extract::{Path, Query, State};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::Extension;
 use databuild_exec::answers::{EnvironmentDiff, EnvironmentView};
-use databuild_log::environments::PROD;
+use databuild_log::environments::{check_name, PROD};
 use maud::{html, Markup};
 use serde::Deserialize;
 
@@ -222,11 +222,63 @@ pub(super) async fn ui_rollback(
     })
     .await
     {
-        Ok(_) => match form.back_to {
+        // Back to the diff it was asked from, if the form names an environment (anything else
+        // is no address to go to).
+        Ok(_) => match form.back_to.filter(|b| check_name(b).is_ok()) {
             Some(from) => Redirect::to(&format!("/environments/{from}?other={name}")),
             None => Redirect::to("/environments"),
         }
         .into_response(),
         Err(r) => r,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use databuild_exec::answers::{ContentChange, ContentDiff, PartitionDifference};
+
+    use super::*;
+
+    #[test]
+    fn a_diff_of_text_is_shown_escaped() {
+        let content = ContentDiff {
+            change: ContentChange::Changed,
+            old_bytes: 3,
+            new_bytes: 20,
+            files_added: 0,
+            files_removed: 0,
+            files_changed: 1,
+            rows: None,
+            unified: Some("--- old/x\n+++ new/x\n-1\n+<script>alert(1)</script>\n".into()),
+            notes: vec!["<b>big.bin</b> is binary".into()],
+        };
+        let diff = EnvironmentDiff {
+            environment: "dev".into(),
+            other: "prod".into(),
+            partitions: vec![PartitionDifference {
+                partition_ref: "report/2026-01-01".into(),
+                job: "report".into(),
+                data_version: Some("sha256:b".into()),
+                other_data_version: Some("sha256:a".into()),
+                same_bytes: false,
+                content: Some(content),
+            }],
+            partitions_total: 1,
+            jobs: vec![],
+        };
+        let html = diff_view(&diff).into_string();
+        assert!(
+            html.contains("+&lt;script&gt;alert(1)&lt;/script&gt;"),
+            "{html}"
+        );
+        assert!(
+            html.contains("&lt;b&gt;big.bin&lt;/b&gt; is binary"),
+            "{html}"
+        );
+        assert!(!html.contains("<script>"), "{html}");
+        assert!(
+            html.contains(r#"<a href="/partitions/report%2F2026-01-01?env=dev">"#),
+            "{html}"
+        );
     }
 }

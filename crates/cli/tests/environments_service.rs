@@ -423,3 +423,52 @@ fn in_chromium_the_selector_switches_to_dev_and_the_promotion_waits_for_its_box(
         "promoted to prod"
     );
 }
+
+/// Posts a build of `report` in dev and waits until its first run is running; returns its id.
+fn running_in_dev(s: &Service) -> String {
+    let (status, v) = s.post(
+        "/api/v1/builds?env=dev",
+        &json!({ "partitions": [report()] }),
+    );
+    assert_eq!(status, 202, "{v}");
+    let id = v["build_request_id"].as_str().unwrap().to_string();
+    crate::util::eventually(
+        std::time::Duration::from_secs(20),
+        "a run in dev runs",
+        || {
+            let (_, b) = s.get(&format!("/api/v1/builds/{id}?env=dev"));
+            (b["job_runs"][0]["status"] == "running").then_some(())
+        },
+    );
+    id
+}
+
+#[test]
+fn a_build_in_dev_is_cancelled_by_its_delete_and_by_shutdown() {
+    let (p, mut s) = served_with_dev(&[]);
+    p.file(
+        "jobs/agg.sh",
+        &script("agg", "clean", &format!("sleep 60; {AGG_EDITED}")),
+    );
+    let id = running_in_dev(&s);
+    let (status, v) = s.call(
+        "DELETE",
+        &format!("/api/v1/builds/{id}?env=dev"),
+        None,
+        None,
+    );
+    assert_eq!(status, 200, "{v}");
+    let ended = crate::util::eventually(std::time::Duration::from_secs(20), "cancelled", || {
+        let (_, b) = s.get(&format!("/api/v1/builds/{id}?env=dev"));
+        // The build ends at once; its driver, in dev's engine, then ends its running run.
+        (b["status"] == "cancelled" && b["job_runs"][0]["status"] == "cancelled").then_some(b)
+    });
+    assert_eq!(ended["job_runs"][0]["job"], "agg", "{ended}");
+
+    let id = running_in_dev(&s);
+    let took = s.stop();
+    assert!(took < std::time::Duration::from_secs(10), "took {took:?}");
+    let b = p.run(&["--json", "--env", "dev", "builds", &id]).json();
+    assert_eq!(b["status"], "cancelled", "{b}");
+    assert_eq!(b["job_runs"][0]["status"], "cancelled", "{b}");
+}

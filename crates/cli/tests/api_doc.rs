@@ -58,12 +58,12 @@ fn an_undeclared_query_parameter_is_refused_naming_it() {
         let (status, body) = s.call("GET", path, None, None);
         assert_eq!(status, 200, "GET {path}: {body}");
         let sep = if path.contains('?') { '&' } else { '?' };
-        let (status, v) = s.get(&format!("{path}{sep}env=dev"));
-        assert_eq!(status, 400, "GET {path}{sep}env=dev: {v}");
+        let (status, v) = s.get(&format!("{path}{sep}stage=dev"));
+        assert_eq!(status, 400, "GET {path}{sep}stage=dev: {v}");
         assert_eq!(v["code"], "bad_query", "GET {path}: {v}");
         let error = v["error"].as_str().unwrap();
         assert!(
-            error.contains("unknown query parameter `env`"),
+            error.contains("unknown query parameter `stage`"),
             "GET {path}: {error}"
         );
     }
@@ -74,19 +74,22 @@ fn an_undeclared_query_parameter_is_refused_naming_it() {
         error.contains("`limt`") && error.contains("`limit`"),
         "{error}"
     );
-    let (_, v) = s.get(&format!("/api/v1/builds/{id}?env=dev&x=1"));
+    let (_, v) = s.get(&format!("/api/v1/builds/{id}?stage=dev&x=1"));
     let error = v["error"].as_str().unwrap();
     assert!(
-        error.contains("`env`, `x`") && error.contains("takes no query parameters"),
+        error.contains("`stage`, `x`") && error.contains("takes only `env`"),
         "{error}"
     );
     // A name given twice, apart, is named once.
-    let (_, v) = s.get("/api/v1/builds?env=1&limit=2&env=3");
+    let (_, v) = s.get("/api/v1/builds?stage=1&limit=2&stage=3");
     let error = v["error"].as_str().unwrap();
-    assert!(error.contains("unknown query parameter `env`:"), "{error}");
+    assert!(
+        error.contains("unknown query parameter `stage`:"),
+        "{error}"
+    );
     // A POST with a body, too.
     let (status, v) = s.post(
-        "/api/v1/analyze?env=dev",
+        "/api/v1/analyze?stage=dev",
         &json!({ "partitions": ["a/2020-01-01"] }),
     );
     assert_eq!(

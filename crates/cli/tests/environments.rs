@@ -29,9 +29,9 @@ inputs = ["agg/{d}"]
 command = ["sh", "jobs/report.sh"]
 "#;
 
-const DAY: &str = "2026-01-01";
+pub(crate) const DAY: &str = "2026-01-01";
 
-fn script(job: &str, input: &str, body: &str) -> String {
+pub(crate) fn script(job: &str, input: &str, body: &str) -> String {
     format!(
         "echo {job} >> runs.log\n\
          out=$(echo \"$DATABUILD_OUTPUTS\" | tr -d '[]\"')\n\
@@ -44,9 +44,9 @@ fn script(job: &str, input: &str, body: &str) -> String {
 
 const CLEAN: &str = "tail -n +2 \"$in\"";
 const AGG: &str = "wc -l < \"$in\"";
-const AGG_EDITED: &str = "wc -l < \"$in\" | sed 's/^/n=/'";
+pub(crate) const AGG_EDITED: &str = "wc -l < \"$in\" | sed 's/^/n=/'";
 
-fn project() -> Project {
+pub(crate) fn project() -> Project {
     let p = Project::new(GRAPH);
     p.file(&format!("data/flights/{DAY}"), "header\nAF1\nAF2\n");
     p.file("jobs/clean.sh", &script("clean", "flights", CLEAN));
@@ -56,14 +56,14 @@ fn project() -> Project {
 }
 
 /// The jobs that ran since the last call (which empties `runs.log`).
-fn ran(p: &Project) -> Vec<String> {
+pub(crate) fn ran(p: &Project) -> Vec<String> {
     let path = p.path().join("runs.log");
     let text = std::fs::read_to_string(&path).unwrap_or_default();
     let _ = std::fs::remove_file(&path);
     text.lines().map(str::to_string).collect()
 }
 
-fn json(p: &Project, args: &[&str]) -> serde_json::Value {
+pub(crate) fn json(p: &Project, args: &[&str]) -> serde_json::Value {
     let mut all = vec!["--json"];
     all.extend(args);
     let out = p.run(&all);
@@ -71,12 +71,12 @@ fn json(p: &Project, args: &[&str]) -> serde_json::Value {
     out.json()
 }
 
-fn report() -> String {
+pub(crate) fn report() -> String {
     format!("report/{DAY}")
 }
 
 /// Each job's partition of DAY: (status, path) in `env`.
-fn statuses(p: &Project, env: &str) -> Vec<(String, String)> {
+pub(crate) fn statuses(p: &Project, env: &str) -> Vec<(String, String)> {
     let refs: Vec<String> = ["clean", "agg", "report"]
         .iter()
         .map(|j| format!("{j}/{DAY}"))
@@ -96,7 +96,7 @@ fn statuses(p: &Project, env: &str) -> Vec<(String, String)> {
         .collect()
 }
 
-fn read(p: &Project, rel: &str) -> String {
+pub(crate) fn read(p: &Project, rel: &str) -> String {
     std::fs::read_to_string(p.path().join(rel)).unwrap()
 }
 

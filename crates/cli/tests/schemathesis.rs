@@ -44,6 +44,10 @@ fn schemathesis() -> PathBuf {
     found.expect("needs schemathesis: DATABUILD_SCHEMATHESIS is not set and none is on the PATH (./test.sh installs it)")
 }
 
+/// The builds, runs, wants and partitions given to the operations that read them are prod's: in
+/// another environment (the document lists `dev`) they are unknown, a 404 before anything else.
+const PROD: &str = r#""query.env" = "prod""#;
+
 #[test]
 #[ignore = "needs schemathesis (DATABUILD_SCHEMATHESIS); ./test.sh installs it and runs it"]
 fn every_documented_endpoint_answers_as_its_schema_says() {
@@ -61,6 +65,11 @@ fn every_documented_endpoint_answers_as_its_schema_says() {
         .as_str()
         .unwrap_or_else(|| panic!("a want's id: {want}"))
         .to_string();
+    // An environment beside prod, which the document lists for every `env` and environment path,
+    // made from prod (a promotion into dev), and promoted back: each has a change to roll back.
+    p.run(&["env", "create", "dev", "--from", "prod"])
+        .expect_code(0);
+    p.run(&["env", "promote", "dev"]).expect_code(0);
     let s = Service::start(
         &p,
         &[
@@ -126,19 +135,19 @@ fn every_documented_endpoint_answers_as_its_schema_says() {
     let overrides = [
         (
             r"^/api/v1/builds/\\{id\\}",
-            format!(r#""path.id" = "{build}""#),
+            format!(r#""path.id" = "{build}", {PROD}"#),
         ),
         (
             r"^/api/v1/job-runs/\\{id\\}",
-            format!(r#""path.id" = "{run}""#),
+            format!(r#""path.id" = "{run}", {PROD}"#),
         ),
         (
             r"^/api/v1/wants/\\{id\\}$",
-            format!(r#""path.id" = "{want}""#),
+            format!(r#""path.id" = "{want}", {PROD}"#),
         ),
         (
             r"^/api/v1/partitions/\\{partition_ref\\}/",
-            format!(r#""path.partition_ref" = "{built}""#),
+            format!(r#""path.partition_ref" = "{built}", {PROD}"#),
         ),
         (
             r"^/api/v1/jobs/\\{name\\}",
@@ -147,6 +156,11 @@ fn every_documented_endpoint_answers_as_its_schema_says() {
         (
             r"^/api/v1/sources/\\{name\\}",
             r#""path.name" = "orders""#.to_string(),
+        ),
+        // A metric over a job the graph has (any other pattern is a 404).
+        (
+            r"^/api/v1/metrics$",
+            format!(r#""query.pattern" = "daily_revenue", {PROD}"#),
         ),
         (r"^/api/v1/analyze$", refs.clone()),
         (r"^/api/v1/builds$", refs.clone()),
@@ -166,6 +180,11 @@ fn every_documented_endpoint_answers_as_its_schema_says() {
             r#""path.source" = "notes""#.to_string(),
         ),
     ];
+    // Dropping an environment happens once: fuzzed, every later drop is a 404
+    // (`environments_service` tests it).
+    config.push_str(
+        "\n[[operations]]\ninclude-path-regex = \"^/api/v1/environments/\\\\{name\\\\}$\"\nenabled = false\n",
+    );
     for (path, parameters) in overrides {
         config.push_str(&format!(
             "\n[[operations]]\ninclude-path-regex = \"{path}\"\nparameters = {{ {parameters} }}\n"

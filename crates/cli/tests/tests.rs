@@ -14,6 +14,7 @@ mod claim_ahead;
 mod daily_use;
 mod dashboard;
 mod environments;
+mod environments_service;
 mod equivalence;
 mod examples;
 mod exits;

@@ -20,6 +20,7 @@ use serde::Deserialize;
 use utoipa::{IntoParams, ToSchema};
 
 use crate::engine_api::{self, parse_refs, ApiResult};
+use crate::environment::Env;
 use crate::error::{AppError, ErrorBody};
 use crate::guard::Role;
 use crate::ops::{
@@ -53,10 +54,12 @@ pub struct BuildBody {
 #[utoipa::path(post, path = route::BUILDS, summary = "Request a build; answers at once with its id", request_body = BuildBody, responses((status = 202, description = "Accepted", body = BuildAccepted, links(("get_build" = (operation_id = "get_build", parameters(("id" = "$response.body#/build_request_id")))), ("build_events" = (operation_id = "build_events", parameters(("id" = "$response.body#/build_request_id")))), ("build_event_stream" = (operation_id = "build_event_stream", parameters(("id" = "$response.body#/build_request_id")))), ("cancel_build" = (operation_id = "cancel_build", parameters(("id" = "$response.body#/build_request_id")))))), (status = 400, description = "Invalid or unknown refs", body = ErrorBody), (status = 401, description = "Token missing", body = ErrorBody), (status = 413, description = "Too many refs", body = ErrorBody)))]
 pub(crate) async fn post_build(
     State(state): Shared,
+    env: Env,
     ApiJson(body): ApiJson<BuildBody>,
 ) -> ApiResult<Response> {
     let build_request_id = start_build(
         &state,
+        &env,
         BuildRequest {
             partitions: body.partitions,
             force: body.force,
@@ -111,7 +114,7 @@ pub struct RefPath {
 
 #[utoipa::path(get, path = route::BUILDS, summary = "Recent build requests", params(ListQuery), responses((status = 200, body = answers::BuildList, links(("get_build" = (operation_id = "get_build", parameters(("id" = "$response.body#/builds/0/build_request_id")))), ("build_events" = (operation_id = "build_events", parameters(("id" = "$response.body#/builds/0/build_request_id")))))), (status = 400, body = ErrorBody)))]
 pub(crate) async fn list_builds(
-    State(state): Shared,
+    env: Env,
     ApiQuery(q): ApiQuery<ListQuery>,
 ) -> ApiResult<Json<answers::BuildList>> {
     let status = match q.status.as_deref() {
@@ -122,7 +125,7 @@ pub(crate) async fn list_builds(
         ),
     };
     let limit = limit(q.limit, 20)?.min(1000);
-    blocking(&state, move |engine| {
+    blocking(&env, move |engine| {
         engine_api::builds(engine, status, q.all.unwrap_or(false), limit).map(Json)
     })
     .await
@@ -130,21 +133,18 @@ pub(crate) async fn list_builds(
 
 #[utoipa::path(get, path = route::BUILD, summary = "One build request with its partitions and job runs", params(("id" = String, Path, description = "Build request id")), responses((status = 200, body = answers::BuildDetail, links(("get_run" = (operation_id = "get_run", parameters(("id" = "$response.body#/job_runs/0/job_run_id")))), ("run_log" = (operation_id = "run_log", parameters(("id" = "$response.body#/job_runs/0/job_run_id")))))), (status = 400, description = "The id is a prefix of more than one", body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub(crate) async fn get_build(
-    State(state): Shared,
+    env: Env,
     ApiPath(id): ApiPath<String>,
 ) -> ApiResult<Json<answers::BuildDetail>> {
-    blocking(&state, move |engine| {
-        engine_api::build(engine, &id).map(Json)
-    })
-    .await
+    blocking(&env, move |engine| engine_api::build(engine, &id).map(Json)).await
 }
 
 #[utoipa::path(delete, path = route::BUILD, summary = "Cancel a build request", params(("id" = String, Path, description = "Build request id")), responses((status = 200, body = answers::Cancelled), (status = 400, description = "Ended while being cancelled", body = ErrorBody), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, description = "Already ended", body = ErrorBody)))]
 pub(crate) async fn cancel_build(
-    State(state): Shared,
+    env: Env,
     ApiPath(id): ApiPath<String>,
 ) -> ApiResult<Json<answers::Cancelled>> {
-    blocking(&state, move |engine| {
+    blocking(&env, move |engine| {
         engine_api::cancel(engine, &id).map(Json)
     })
     .await
@@ -162,12 +162,12 @@ pub struct BuildEventsQuery {
 
 #[utoipa::path(get, path = route::BUILD_EVENTS, summary = "The events of a build request, a page at a time", params(("id" = String, Path, description = "Build request id"), BuildEventsQuery), responses((status = 200, body = answers::EventPage), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub(crate) async fn build_events(
-    State(state): Shared,
+    env: Env,
     ApiPath(id): ApiPath<String>,
     ApiQuery(q): ApiQuery<BuildEventsQuery>,
 ) -> ApiResult<Json<answers::EventPage>> {
     let limit = limit(q.limit, engine_api::MAX_PAGE)?.clamp(1, engine_api::MAX_PAGE);
-    blocking(&state, move |engine| {
+    blocking(&env, move |engine| {
         engine_api::build_events(engine, &id, q.since, limit).map(Json)
     })
     .await
@@ -185,12 +185,12 @@ pub struct BuildPartitionsQuery {
 
 #[utoipa::path(get, path = route::BUILD_PARTITIONS, summary = "What a build request did to each partition it touched, a page at a time in ref order", params(("id" = String, Path, description = "Build request id"), BuildPartitionsQuery), responses((status = 200, body = answers::BuildPartitionPage), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub(crate) async fn build_partitions(
-    State(state): Shared,
+    env: Env,
     ApiPath(id): ApiPath<String>,
     ApiQuery(q): ApiQuery<BuildPartitionsQuery>,
 ) -> ApiResult<Json<answers::BuildPartitionPage>> {
     let limit = limit(q.limit, answers::DETAIL_ROWS)?.clamp(1, engine_api::MAX_PAGE);
-    blocking(&state, move |engine| {
+    blocking(&env, move |engine| {
         engine_api::build_partitions(engine, &id, q.after.as_deref(), limit).map(Json)
     })
     .await
@@ -198,10 +198,10 @@ pub(crate) async fn build_partitions(
 
 #[utoipa::path(get, path = route::BUILD_SUMMARY, summary = "What a build request did (so far), every list whole", params(("id" = String, Path, description = "Build request id")), responses((status = 200, body = answers::BuildSummary), (status = 400, description = "The id is a prefix of more than one", body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub(crate) async fn build_summary(
-    State(state): Shared,
+    env: Env,
     ApiPath(id): ApiPath<String>,
 ) -> ApiResult<Json<answers::BuildSummary>> {
-    blocking(&state, move |engine| {
+    blocking(&env, move |engine| {
         engine_api::build_summary(engine, &id).map(Json)
     })
     .await
@@ -209,10 +209,10 @@ pub(crate) async fn build_summary(
 
 #[utoipa::path(get, path = route::BUILD_PROGRESS, summary = "How far a build request has come, per job, and its ETA", params(("id" = String, Path, description = "Build request id")), responses((status = 200, body = answers::BuildProgress), (status = 400, description = "The id is a prefix of more than one", body = ErrorBody), (status = 404, description = "No such build request, or not planned yet", body = ErrorBody)))]
 pub(crate) async fn build_progress(
-    State(state): Shared,
+    env: Env,
     ApiPath(id): ApiPath<String>,
 ) -> ApiResult<Json<answers::BuildProgress>> {
-    blocking(&state, move |engine| {
+    blocking(&env, move |engine| {
         engine_api::progress(engine, &id).map(Json)
     })
     .await
@@ -222,6 +222,7 @@ pub(crate) async fn build_progress(
 #[utoipa::path(get, path = route::BUILD_EVENT_STREAM, summary = "Server-Sent Events of a build request until it ends", params(("id" = String, Path, description = "Build request id")), responses((status = 200, description = "One `event` per log event, its data the event as the log holds it", content_type = "text/event-stream", body = answers::StreamedEvent), (status = 400, description = "The id is a prefix of more than one", body = ErrorBody), (status = 404, body = ErrorBody), (status = 429, description = "Too many streams open", body = ErrorBody)))]
 pub(crate) async fn build_event_stream(
     State(state): Shared,
+    env: Env,
     Extension(role): Extension<Role>,
     ApiPath(id): ApiPath<String>,
 ) -> ApiResult<Sse<impl Stream<Item = Result<SseEvent, std::convert::Infallible>>>> {
@@ -233,8 +234,8 @@ pub(crate) async fn build_event_stream(
         .map_err(|_| AppError::busy("event streams", state.limits.event_streams))?;
     let private = state.guard.hides_private(role);
     // The whole id of what was named (a prefix, a short form, `last`), or 404.
-    let id = blocking(&state, move |engine| engine_api::build_id(engine, &id)).await?;
-    let engine = state.engine.clone();
+    let id = blocking(&env, move |engine| engine_api::build_id(engine, &id)).await?;
+    let engine = env.engine().clone();
     // State: (last idx sent, finished, pending events).
     let stream = stream::unfold(
         (0i64, false, std::collections::VecDeque::new(), permit),
@@ -329,6 +330,7 @@ pub struct AnalyzeBody {
 #[utoipa::path(post, path = route::ANALYZE, summary = "Plan without running (recorded as an analysis)", request_body = AnalyzeBody, responses((status = 200, description = "The analyze JSON of contract section 4: a page of the plan's runs", body = Analysis), (status = 400, body = ErrorBody), (status = 413, description = "Too many refs", body = ErrorBody), (status = 429, description = "As many analyses as `DATABUILD_ANALYZE_CONCURRENCY` allows are running", body = ErrorBody)))]
 pub(crate) async fn analyze(
     State(state): Shared,
+    env: Env,
     ApiJson(body): ApiJson<AnalyzeBody>,
 ) -> ApiResult<Response> {
     let max_refs = state.limits.max_refs;
@@ -336,7 +338,7 @@ pub(crate) async fn analyze(
     let parallel = databuild_exec::engine::estimate_parallel(body.parallel)?;
     let page = databuild_exec::engine::analyze_page(body.after, body.limit)?;
     let permit = crate::ops::analysis_slot(&state)?;
-    let body = blocking(&state, move |engine| {
+    let body = blocking(&env, move |engine| {
         // Held until the plan is answered (and freed), whether or not the client waits.
         let _permit = permit;
         let refs = parse_refs(engine, &body.partitions, max_refs)?;
@@ -382,7 +384,7 @@ pub struct PartitionsQuery {
 
 #[utoipa::path(get, path = route::PARTITIONS, summary = "Partitions known to the log, paginated", params(PartitionsQuery), responses((status = 200, body = PartitionPage), (status = 400, body = ErrorBody)))]
 pub(crate) async fn list_partitions(
-    State(state): Shared,
+    env: Env,
     Extension(role): Extension<Role>,
     ApiQuery(q): ApiQuery<PartitionsQuery>,
 ) -> ApiResult<Json<PartitionPage>> {
@@ -396,7 +398,7 @@ pub(crate) async fn list_partitions(
         limit: limit(q.limit, 100)?.min(10_000),
         after: q.after,
     };
-    blocking_as(&state, role, move |engine| {
+    blocking_as(&env, role, move |engine| {
         engine_api::partitions(engine, &query, listed).map(Json)
     })
     .await
@@ -404,11 +406,11 @@ pub(crate) async fn list_partitions(
 
 #[utoipa::path(get, path = route::PARTITION_STATUS, summary = "Is this partition live and fresh, and why not", params(RefPath), responses((status = 200, body = answers::PartitionStatus), (status = 400, body = ErrorBody), (status = 404, description = "No such path: a ref's `/` is written `%2F` in it", body = ErrorBody)))]
 pub(crate) async fn partition_status(
-    State(state): Shared,
+    env: Env,
     Extension(role): Extension<Role>,
     ApiPath(r): ApiPath<String>,
 ) -> ApiResult<Json<answers::PartitionStatus>> {
-    blocking_as(&state, role, move |engine| {
+    blocking_as(&env, role, move |engine| {
         engine_api::status(engine, &r).map(Json)
     })
     .await
@@ -416,10 +418,10 @@ pub(crate) async fn partition_status(
 
 #[utoipa::path(get, path = route::PARTITION_EVENTS, summary = "The events of a partition", params(RefPath), responses((status = 200, body = answers::EventList), (status = 400, body = ErrorBody), (status = 404, description = "No such path: a ref's `/` is written `%2F` in it", body = ErrorBody)))]
 pub(crate) async fn partition_events(
-    State(state): Shared,
+    env: Env,
     ApiPath(r): ApiPath<String>,
 ) -> ApiResult<Json<answers::EventList>> {
-    blocking(&state, move |engine| {
+    blocking(&env, move |engine| {
         engine_api::partition_events(engine, &r).map(Json)
     })
     .await
@@ -427,11 +429,11 @@ pub(crate) async fn partition_events(
 
 #[utoipa::path(get, path = route::PARTITION_EXPLAIN, summary = "Why a partition is in its state: the run that built it, its inputs, what a build would run", params(RefPath), responses((status = 200, body = answers::Explain), (status = 400, body = ErrorBody), (status = 404, description = "No such path: a ref's `/` is written `%2F` in it", body = ErrorBody)))]
 pub(crate) async fn partition_explain(
-    State(state): Shared,
+    env: Env,
     Extension(role): Extension<Role>,
     ApiPath(r): ApiPath<String>,
 ) -> ApiResult<Json<answers::Explain>> {
-    blocking_as(&state, role, move |engine| {
+    blocking_as(&env, role, move |engine| {
         engine_api::explain(engine, &r).map(Json)
     })
     .await
@@ -453,11 +455,11 @@ pub struct LineageParams {
 
 #[utoipa::path(get, path = route::PARTITION_LINEAGE, summary = "The exact lineage of a partition's instance: the instances and runs it was built from, or everything built from it", params(RefPath, LineageParams), responses((status = 200, body = Lineage), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub(crate) async fn partition_lineage(
-    State(state): Shared,
+    env: Env,
     ApiPath(r): ApiPath<String>,
     ApiQuery(q): ApiQuery<LineageParams>,
 ) -> ApiResult<Json<Lineage>> {
-    blocking(&state, move |engine| {
+    blocking(&env, move |engine| {
         engine_api::lineage(
             engine,
             &r,
@@ -481,11 +483,11 @@ pub struct DiffParams {
 
 #[utoipa::path(get, path = route::PARTITION_DIFF, summary = "What changed between two instances of a partition: inputs, job version, args, env names, code", params(RefPath, DiffParams), responses((status = 200, body = InstanceDiff), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub(crate) async fn partition_diff(
-    State(state): Shared,
+    env: Env,
     ApiPath(r): ApiPath<String>,
     ApiQuery(q): ApiQuery<DiffParams>,
 ) -> ApiResult<Json<InstanceDiff>> {
-    blocking(&state, move |engine| {
+    blocking(&env, move |engine| {
         engine_api::diff(engine, &r, q.instance.as_deref(), q.since.as_deref()).map(Json)
     })
     .await
@@ -511,10 +513,11 @@ pub struct CheckBody {
 #[utoipa::path(post, path = route::CHECK, summary = "Run every check of these partitions' current instances now, on the graph's executor, and record the results: a partition whose fixed data passes its blocking checks is live again, without a rebuild", request_body = CheckBody, responses((status = 200, body = answers::CheckAnswer), (status = 400, description = "A ref no check applies to", body = ErrorBody), (status = 401, body = ErrorBody), (status = 409, description = "A ref with no built instance to check now (never built, building, failed or tainted)", body = ErrorBody), (status = 413, description = "Too many refs", body = ErrorBody)))]
 pub(crate) async fn check(
     State(state): Shared,
+    env: Env,
     ApiJson(body): ApiJson<CheckBody>,
 ) -> ApiResult<Json<answers::CheckAnswer>> {
     let max_refs = state.limits.max_refs;
-    blocking(&state, move |engine| {
+    blocking(&env, move |engine| {
         engine_api::check(engine, &body.partitions, max_refs).map(Json)
     })
     .await
@@ -523,10 +526,11 @@ pub(crate) async fn check(
 #[utoipa::path(post, path = route::TAINT, summary = "Mark partitions invalid", request_body = TaintBody, responses((status = 200, body = answers::EventList), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 409, description = "A partition named is being built: a taint waits until its run ends", body = ErrorBody), (status = 413, description = "Too many refs", body = ErrorBody)))]
 pub(crate) async fn taint(
     State(state): Shared,
+    env: Env,
     ApiJson(body): ApiJson<TaintBody>,
 ) -> ApiResult<Json<answers::EventList>> {
     let max_refs = state.limits.max_refs;
-    blocking(&state, move |engine| {
+    blocking(&env, move |engine| {
         engine_api::taint(engine, &body.partitions, body.reason.as_deref(), max_refs).map(Json)
     })
     .await
@@ -543,39 +547,13 @@ pub struct GcBody {
     pub dry_run: bool,
 }
 
-/// `POST /api/v1/environments`: make an environment.
-#[derive(Deserialize, serde::Serialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct CreateEnvironmentBody {
-    pub name: String,
-    /// Start with every live partition of this environment linked (default: empty).
-    #[serde(default)]
-    pub from: Option<String>,
-}
-
-/// `POST /api/v1/environments/{name}/promote`: the environment `to` takes `name`'s partitions.
-#[derive(Deserialize, serde::Serialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct PromoteEnvironmentBody {
-    /// The environment that changes (default `prod`).
-    #[serde(default = "default_promote_target")]
-    pub to: String,
-}
-
-pub fn default_promote_target() -> String {
-    databuild_log::environments::PROD.to_string()
-}
-
 pub fn default_gc_age() -> String {
     "30d".to_string()
 }
 
 #[utoipa::path(post, path = route::GC, summary = "Housekeeping: remove old run logs, staging folders of ended runs, leftover .tmp files and the data of partitions no job builds any more (recorded in the log); never a live partition", request_body = GcBody, responses((status = 200, body = GcReport), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody)))]
-pub(crate) async fn gc(
-    State(state): Shared,
-    ApiJson(body): ApiJson<GcBody>,
-) -> ApiResult<Json<GcReport>> {
-    blocking(&state, move |engine| {
+pub(crate) async fn gc(env: Env, ApiJson(body): ApiJson<GcBody>) -> ApiResult<Json<GcReport>> {
+    blocking(&env, move |engine| {
         engine_api::gc(engine, &body.older_than, body.dry_run).map(Json)
     })
     .await
@@ -584,10 +562,11 @@ pub(crate) async fn gc(
 #[utoipa::path(post, path = route::TAINT_IMPACT, summary = "What a taint would do, nothing written: the live partitions built from the current instances of these that would become stale, and the wants that would rebuild them", request_body = TaintBody, responses((status = 200, body = TaintImpact), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 413, description = "Too many refs", body = ErrorBody)))]
 pub(crate) async fn taint_impact(
     State(state): Shared,
+    env: Env,
     ApiJson(body): ApiJson<TaintBody>,
 ) -> ApiResult<Json<TaintImpact>> {
     let max_refs = state.limits.max_refs;
-    blocking(&state, move |engine| {
+    blocking(&env, move |engine| {
         engine_api::taint_impact(engine, &body.partitions, max_refs).map(Json)
     })
     .await
@@ -612,10 +591,7 @@ pub struct GraphQuery {
 }
 
 #[utoipa::path(get, path = route::GRAPH, summary = "The job graph as DOT, Mermaid or JSON", params(GraphQuery), responses((status = 200, description = "The drawing (JSON for `format=json`)", content_type = "text/plain", body = String), (status = 400, body = ErrorBody)))]
-pub(crate) async fn graph(
-    State(state): Shared,
-    ApiQuery(q): ApiQuery<GraphQuery>,
-) -> ApiResult<Response> {
+pub(crate) async fn graph(env: Env, ApiQuery(q): ApiQuery<GraphQuery>) -> ApiResult<Response> {
     use databuild_core::render::{render_with_recorded, Format};
     let format = match q.format.as_deref().unwrap_or("dot") {
         "dot" => Format::Dot,
@@ -627,7 +603,7 @@ pub(crate) async fn graph(
             )))
         }
     };
-    let text = blocking(&state, move |engine| {
+    let text = blocking(&env, move |engine| {
         let recorded = engine.recorded_edges()?;
         Ok(render_with_recorded(&engine.graph, format, &recorded))
     })
@@ -675,7 +651,7 @@ fn chrono_ns(text: &str) -> Option<i64> {
 
 #[utoipa::path(get, path = route::EVENTS, summary = "Events, filtered and paginated", params(EventsQuery), responses((status = 200, body = answers::EventPage), (status = 400, body = ErrorBody), (status = 404, description = "`build` or `run` names no build or run", body = ErrorBody)))]
 pub(crate) async fn list_events(
-    State(state): Shared,
+    env: Env,
     ApiQuery(q): ApiQuery<EventsQuery>,
 ) -> ApiResult<Json<answers::EventPage>> {
     let filter = EventFilter {
@@ -690,36 +666,33 @@ pub(crate) async fn list_events(
         from: parse_time("from", q.from)?,
         to: parse_time("to", q.to)?,
     };
-    blocking(&state, move |engine| {
+    blocking(&env, move |engine| {
         engine_api::events(engine, &filter).map(Json)
     })
     .await
 }
 
 #[utoipa::path(get, path = route::JOBS, summary = "Metrics of every job", responses((status = 200, body = answers::JobList, links(("get_job" = (operation_id = "get_job", parameters(("name" = "$response.body#/jobs/0/job")))), ("job_runs" = (operation_id = "job_runs", parameters(("name" = "$response.body#/jobs/0/job"))))))))]
-pub(crate) async fn list_jobs(State(state): Shared) -> ApiResult<Json<answers::JobList>> {
-    blocking(&state, |engine| engine_api::jobs(engine).map(Json)).await
+pub(crate) async fn list_jobs(env: Env) -> ApiResult<Json<answers::JobList>> {
+    blocking(&env, |engine| engine_api::jobs(engine).map(Json)).await
 }
 
 #[utoipa::path(get, path = route::JOB, summary = "One job: metrics and recent runs", params(("name" = String, Path)), responses((status = 200, body = answers::JobDetail), (status = 404, body = ErrorBody)))]
 pub(crate) async fn get_job(
-    State(state): Shared,
+    env: Env,
     ApiPath(name): ApiPath<String>,
 ) -> ApiResult<Json<answers::JobDetail>> {
-    blocking(&state, move |engine| {
-        engine_api::job(engine, &name).map(Json)
-    })
-    .await
+    blocking(&env, move |engine| engine_api::job(engine, &name).map(Json)).await
 }
 
 #[utoipa::path(get, path = route::JOB_RUNS, summary = "A job's run history", params(("name" = String, Path), LimitQuery), responses((status = 200, body = answers::JobRunList), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub(crate) async fn job_runs(
-    State(state): Shared,
+    env: Env,
     ApiPath(name): ApiPath<String>,
     ApiQuery(q): ApiQuery<LimitQuery>,
 ) -> ApiResult<Json<answers::JobRunList>> {
     let limit = limit(q.limit, 100)?.min(10_000);
-    blocking(&state, move |engine| {
+    blocking(&env, move |engine| {
         engine_api::job_runs(engine, &name, limit).map(Json)
     })
     .await
@@ -741,11 +714,11 @@ pub struct MetricsQuery {
 
 #[utoipa::path(get, path = route::METRICS, summary = "One metric over a job's partitions, in key order", params(MetricsQuery), responses((status = 200, body = answers::MetricSeries), (status = 400, body = ErrorBody), (status = 404, description = "No such job or output pattern", body = ErrorBody)))]
 pub(crate) async fn metric_series(
-    State(state): Shared,
+    env: Env,
     ApiQuery(q): ApiQuery<MetricsQuery>,
 ) -> ApiResult<Json<answers::MetricSeries>> {
     let limit = limit(q.limit, 1000)?.min(10_000);
-    blocking(&state, move |engine| {
+    blocking(&env, move |engine| {
         engine_api::metric_series(engine, &q.pattern, &q.metric, q.after.as_deref(), limit)
             .map(Json)
     })
@@ -754,18 +727,15 @@ pub(crate) async fn metric_series(
 
 #[utoipa::path(get, path = route::RUN, summary = "One job run", params(("id" = String, Path)), responses((status = 200, body = answers::JobRun), (status = 400, description = "The id is a prefix of more than one", body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub(crate) async fn get_run(
-    State(state): Shared,
+    env: Env,
     ApiPath(id): ApiPath<String>,
 ) -> ApiResult<Json<answers::JobRun>> {
-    blocking(&state, move |engine| engine_api::run(engine, &id).map(Json)).await
+    blocking(&env, move |engine| engine_api::run(engine, &id).map(Json)).await
 }
 
 #[utoipa::path(get, path = route::RUN_LOG, summary = "A job run's log (its last MiB)", params(("id" = String, Path)), responses((status = 200, description = "The log", content_type = "text/plain", body = String), (status = 400, description = "The id is a prefix of more than one", body = ErrorBody), (status = 404, body = ErrorBody)))]
-pub(crate) async fn run_log(
-    State(state): Shared,
-    ApiPath(id): ApiPath<String>,
-) -> ApiResult<Response> {
-    let text = blocking(&state, move |engine| engine_api::run_log(engine, &id)).await?;
+pub(crate) async fn run_log(env: Env, ApiPath(id): ApiPath<String>) -> ApiResult<Response> {
+    let text = blocking(&env, move |engine| engine_api::run_log(engine, &id)).await?;
     Ok(([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], text).into_response())
 }
 
@@ -779,7 +749,7 @@ pub struct LogChunkQuery {
 
 #[utoipa::path(get, path = route::RUN_LOG_CHUNK, summary = "A piece of a job run's log, from a byte offset (read it whole, or follow it)", params(("id" = String, Path), LogChunkQuery), responses((status = 200, body = answers::LogChunk), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub(crate) async fn run_log_chunk(
-    State(state): Shared,
+    env: Env,
     ApiPath(id): ApiPath<String>,
     ApiQuery(q): ApiQuery<LogChunkQuery>,
 ) -> ApiResult<Json<answers::LogChunk>> {
@@ -791,7 +761,7 @@ pub(crate) async fn run_log_chunk(
             format!("`offset={offset}` is more than {} (an int64)", i64::MAX),
         ));
     }
-    blocking(&state, move |engine| {
+    blocking(&env, move |engine| {
         engine_api::run_log_chunk(engine, &id, offset).map(Json)
     })
     .await
@@ -808,12 +778,12 @@ pub struct DatasetsQuery {
 
 #[utoipa::path(get, path = route::DATASETS, summary = "Every dataset and job output, with partition counts by status", params(DatasetsQuery), responses((status = 200, body = answers::DatasetList), (status = 400, body = ErrorBody)))]
 pub(crate) async fn list_datasets(
-    State(state): Shared,
+    env: Env,
     Extension(role): Extension<Role>,
     ApiQuery(q): ApiQuery<DatasetsQuery>,
 ) -> ApiResult<Json<answers::DatasetList>> {
     let exact = q.exact.unwrap_or(false);
-    blocking_as(&state, role, move |engine| {
+    blocking_as(&env, role, move |engine| {
         engine_api::datasets(engine, exact).map(Json)
     })
     .await
@@ -831,8 +801,9 @@ pub struct SqlBody {
 #[utoipa::path(post, path = route::SQL, summary = "Read-only SQL over the event log", request_body = SqlBody, responses((status = 200, body = SqlResult), (status = 400, description = "Refused or invalid", body = ErrorBody), (status = 401, body = ErrorBody), (status = 429, description = "Too many queries running", body = ErrorBody)))]
 pub(crate) async fn sql(
     State(state): Shared,
+    env: Env,
     ApiJson(body): ApiJson<SqlBody>,
 ) -> ApiResult<Json<SqlResult>> {
     let max_rows = body.max_rows.unwrap_or(10_000).min(100_000);
-    run_sql(&state, body.query, max_rows).await.map(Json)
+    run_sql(&state, &env, body.query, max_rows).await.map(Json)
 }

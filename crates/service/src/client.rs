@@ -134,14 +134,13 @@ impl Api for InProcess {
         engine_api::gc(&self.engine, older_than, dry_run)
     }
     fn environments(&self) -> ApiResult<EnvironmentList> {
-        Ok(self.engine.environments()?)
+        engine_api::environments(&self.engine)
     }
     fn create_environment(&self, name: &str, from: Option<&str>) -> ApiResult<EnvironmentView> {
-        Ok(self.engine.create_environment(name, from)?)
+        engine_api::create_environment(&self.engine, name, from)
     }
     fn drop_environment(&self, name: &str) -> ApiResult<EnvironmentList> {
-        self.engine.drop_environment(name)?;
-        Ok(self.engine.environments()?)
+        engine_api::drop_environment(&self.engine, name)
     }
     fn environment_diff(
         &self,
@@ -149,13 +148,13 @@ impl Api for InProcess {
         other: &str,
         limit: usize,
     ) -> ApiResult<EnvironmentDiff> {
-        Ok(self.engine.environment_diff(name, other, limit)?)
+        engine_api::environment_diff(&self.engine, name, other, limit)
     }
     fn promote_environment(&self, name: &str, to: &str) -> ApiResult<EnvironmentChange> {
-        Ok(self.engine.promote_environment(name, to)?)
+        engine_api::promote_environment(&self.engine, name, to)
     }
     fn rollback_environment(&self, env: &str) -> ApiResult<EnvironmentChange> {
-        Ok(self.engine.rollback_environment(env)?)
+        engine_api::rollback_environment(&self.engine, env)
     }
     fn lineage(
         &self,
@@ -632,7 +631,7 @@ impl Api for Http {
     fn create_environment(&self, name: &str, from: Option<&str>) -> ApiResult<EnvironmentView> {
         self.post(
             route::ENVIRONMENTS,
-            &crate::api::CreateEnvironmentBody {
+            &crate::environments::CreateEnvironmentBody {
                 name: name.to_string(),
                 from: from.map(str::to_string),
             },
@@ -659,7 +658,7 @@ impl Api for Http {
     fn promote_environment(&self, name: &str, to: &str) -> ApiResult<EnvironmentChange> {
         self.post(
             &route::fill(route::ENVIRONMENT_PROMOTE, name),
-            &crate::api::PromoteEnvironmentBody { to: to.to_string() },
+            &crate::environments::PromoteEnvironmentBody { to: to.to_string() },
         )
     }
     fn rollback_environment(&self, env: &str) -> ApiResult<EnvironmentChange> {

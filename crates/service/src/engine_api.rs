@@ -9,7 +9,9 @@ use databuild_exec::answers::{
     Cancelled, DatasetList, EventList, EventPage, Explain, JobDetail, JobList, JobRun, JobRunList,
     LogChunk, PartitionStatus, Sealed, SourceList, Want, WantDetail, WantList,
 };
-use databuild_exec::answers::{Promotion, SourceDetail};
+use databuild_exec::answers::{
+    EnvironmentChange, EnvironmentDiff, EnvironmentList, EnvironmentView, Promotion, SourceDetail,
+};
 use databuild_exec::engine::gc::{GcOptions, GcReport};
 use databuild_exec::engine::lineage::{
     Direction, InstanceDiff, Lineage, LineageQuery, TaintImpact,
@@ -759,6 +761,70 @@ pub fn want_detail(engine: &Engine, id: &str) -> ApiResult<WantDetail> {
 pub fn unwant(engine: &Engine, id: &str) -> ApiResult<Want> {
     let id = resolve(engine, IdKind::Want, id)?;
     Ok(Want::from(&engine.unwant(&id)?))
+}
+
+/// Refuses a name no environment may have (400) or that none has (404, saying how to make it):
+/// the engine would otherwise fail opening a log that is not there.
+pub fn known_environment(engine: &Engine, name: &str) -> ApiResult<()> {
+    databuild_log::environments::check_name(name).map_err(AppError::bad_request)?;
+    if engine.environments.names()?.iter().any(|n| n == name) {
+        return Ok(());
+    }
+    Err(AppError::not_found(format!(
+        "there is no environment `{name}`; make it with `databuild env create {name}` \
+         (`databuild env list` shows those there are)"
+    )))
+}
+
+/// Every environment, prod first.
+pub fn environments(engine: &Engine) -> ApiResult<EnvironmentList> {
+    Ok(engine.environments()?)
+}
+
+/// Makes environment `name`, empty or (`from`) with `from`'s live partitions.
+pub fn create_environment(
+    engine: &Engine,
+    name: &str,
+    from: Option<&str>,
+) -> ApiResult<EnvironmentView> {
+    if let Some(from) = from {
+        known_environment(engine, from)?;
+    }
+    Ok(engine.create_environment(name, from)?)
+}
+
+/// Drops `name`; answers the environments left.
+pub fn drop_environment(engine: &Engine, name: &str) -> ApiResult<EnvironmentList> {
+    if name != databuild_log::environments::PROD {
+        known_environment(engine, name)?;
+    }
+    engine.drop_environment(name)?;
+    environments(engine)
+}
+
+/// What `name` has that `other` does not (at most `limit` partitions listed; 0: all).
+pub fn environment_diff(
+    engine: &Engine,
+    name: &str,
+    other: &str,
+    limit: usize,
+) -> ApiResult<EnvironmentDiff> {
+    known_environment(engine, name)?;
+    known_environment(engine, other)?;
+    Ok(engine.environment_diff(name, other, limit)?)
+}
+
+/// `to` takes every partition `name` has otherwise, in one recorded step.
+pub fn promote_environment(engine: &Engine, name: &str, to: &str) -> ApiResult<EnvironmentChange> {
+    known_environment(engine, name)?;
+    known_environment(engine, to)?;
+    Ok(engine.promote_environment(name, to)?)
+}
+
+/// Undoes `env`'s last promotion or rollback.
+pub fn rollback_environment(engine: &Engine, env: &str) -> ApiResult<EnvironmentChange> {
+    known_environment(engine, env)?;
+    Ok(engine.rollback_environment(env)?)
 }
 
 #[cfg(test)]

@@ -285,7 +285,7 @@ fn host_name(host: &str) -> &str {
     }
 }
 
-fn cookie<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
+pub(crate) fn cookie<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
     headers
         .get_all(header::COOKIE)
         .iter()
@@ -442,7 +442,7 @@ pub async fn check(
     }
     // Any read another site has a browser make (a followed link, an image, a script) reads as
     // a caller without a token would: what the log knows, no config executable run (see
-    // `AppState::engine_for`), whatever the page's statuses would otherwise re-check.
+    // `environment::Env::engine_for`), whatever the page's statuses would otherwise re-check.
     let role = match cross_site {
         Some(_) => Role::Anonymous,
         None => guard.role(headers),

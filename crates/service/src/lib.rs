@@ -9,6 +9,9 @@
 //!   handlers, the dashboard and the CLI alike; [`ops`] is what handlers and dashboard share.
 //! - [`client::Api`] is the one interface to the answers: in-process over an engine, or over HTTP.
 //! - [`error::AppError`] turns every failure into a JSON error, its status from the error's kind.
+//! - [`environment::Env`] is the environment a request is about (contract section 9), with its
+//!   engines; handlers and pages reach an engine only through one. [`environments`] holds the
+//!   environments' own endpoints.
 //! - [`AppState`] is what every handler shares; builds run on their own threads ([`Builds`]); the
 //!   engine is synchronous, so handlers reach it through `spawn_blocking`.
 //! - [`ServeConfig`] is what the service is told at start (limits, intervals, access).
@@ -22,6 +25,8 @@ mod config;
 mod connections;
 mod dashboard;
 pub mod engine_api;
+pub mod environment;
+pub mod environments;
 pub mod error;
 mod grid;
 pub mod guard;
@@ -60,9 +65,11 @@ pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(9);
 /// What every handler shares. It stays at the crate's root: it holds parts of `guard` and
 /// `sources`, which take it in turn, so in a module of its own it would make a cycle.
 pub struct AppState {
+    /// Prod's engine: the reconciler, source maintenance and `/metrics` use it, and environments'
+    /// engines are made from it.
     pub engine: Arc<Engine>,
-    /// The engine of callers no config executable runs for (see [`AppState::engine_for`]).
-    strangers: Arc<Engine>,
+    /// Every environment's engines opened so far, prod's included (see [`environment::Env`]).
+    pub environments: environment::Opened,
     /// One executor for all builds, so a cluster executor follows all runs together.
     pub executor: Arc<dyn databuild_exec::run::Executor>,
     /// Tokens, sessions and CSRF tokens.
@@ -87,7 +94,7 @@ impl AppState {
         config: ServeConfig,
     ) -> AppState {
         AppState {
-            strangers: Arc::new(engine.withholding_configs()),
+            environments: environment::Opened::new(engine.clone()),
             engine,
             executor,
             guard: guard::Guard::new(config.access),
@@ -99,20 +106,6 @@ impl AppState {
             builds: Builds::default(),
             flood_guard: Default::default(),
             run_histograms: Default::default(),
-        }
-    }
-}
-
-impl AppState {
-    /// The engine a caller's reads use: for a caller without a token, on a service whose writes
-    /// need one, or a link followed from another site, one that never runs a config executable
-    /// (contract section 6). (Without a token every caller is a writer: the guard makes a
-    /// request anonymous only for those cases.)
-    pub fn engine_for(&self, role: guard::Role) -> &Arc<Engine> {
-        if role == guard::Role::Anonymous {
-            &self.strangers
-        } else {
-            &self.engine
         }
     }
 }

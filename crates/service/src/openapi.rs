@@ -65,6 +65,12 @@ use crate::error::ErrorBody;
         crate::wants::list_wants,
         crate::wants::get_want,
         crate::wants::delete_want,
+        crate::environments::list_environments,
+        crate::environments::create_environment,
+        crate::environments::drop_environment,
+        crate::environments::environment_diff,
+        crate::environments::promote_environment,
+        crate::environments::rollback_environment,
     ),
     components(schemas(
         BuildBody,
@@ -79,7 +85,19 @@ use crate::error::ErrorBody;
         crate::wants::WantBody,
         crate::wants::WantStatusName,
         crate::api::ListedStatusName,
-        crate::api::GraphFormat
+        crate::api::GraphFormat,
+        crate::environments::CreateEnvironmentBody,
+        crate::environments::PromoteEnvironmentBody,
+        databuild_exec::answers::EnvironmentList,
+        databuild_exec::answers::EnvironmentView,
+        databuild_exec::answers::EnvironmentChange,
+        databuild_exec::answers::ChangeKind,
+        databuild_exec::answers::EnvironmentDiff,
+        databuild_exec::answers::PartitionDifference,
+        databuild_exec::answers::JobDifference,
+        databuild_exec::answers::ContentDiff,
+        databuild_exec::answers::ContentChange,
+        databuild_exec::answers::RowDiff
     ))
 )]
 pub struct ApiDoc;
@@ -91,19 +109,56 @@ fn cached() -> &'static serde_json::Value {
         let mut doc = serde_json::to_value(ApiDoc::openapi()).expect("the document serializes");
         camel_case_links(&mut doc);
         refs_are_never_empty(&mut doc);
+        every_operation_takes_an_environment(&mut doc);
         doc
     })
 }
 
 /// `GET /api/v1/openapi.json`: the document, its request bodies' refs exemplified by a ref of
 /// this service's graph: an example that the service accepts, as a client (or a generator of
-/// requests) can try it.
+/// requests) can try it; the environments a request may name, those there are now.
 pub async fn document(State(state): State<Arc<AppState>>) -> Json<serde_json::Value> {
     let mut doc = cached().clone();
     if let Some(r) = example_ref(&state.engine.graph) {
         exemplify_refs(&mut doc, &r);
     }
+    let engine = state.engine.clone();
+    if let Ok(Ok(names)) = tokio::task::spawn_blocking(move || engine.environments.names()).await {
+        enumerate_environments(&mut doc, &names);
+    }
     Json(doc)
+}
+
+/// Says which environments there are wherever a request names one that must exist: the `env`
+/// parameter, an environment's path, and the environment a diff compares with or a promotion
+/// changes. Any other name is a 404 (a 400 if it is no environment's name).
+fn enumerate_environments(doc: &mut serde_json::Value, names: &[String]) {
+    let named = serde_json::json!(names);
+    for (path, ops) in doc["paths"].as_object_mut().into_iter().flatten() {
+        let in_path = path.starts_with(databuild_exec::answers::route::ENVIRONMENTS)
+            && path.contains("{name}");
+        for op in ops.as_object_mut().into_iter().flatten().map(|(_, op)| op) {
+            // (`get_mut`: indexing would give an operation without parameters a `null` list.)
+            let params = op.get_mut("parameters").and_then(|p| p.as_array_mut());
+            for param in params.into_iter().flatten() {
+                let names_one = param["name"] == crate::environment::ENV_PARAM
+                    || param["name"] == "other"
+                    || (in_path && param["name"] == "name" && param["in"] == "path");
+                if names_one {
+                    param["schema"]["enum"] = named.clone();
+                }
+            }
+        }
+    }
+    let schemas = &mut doc["components"]["schemas"];
+    for (body, field) in [
+        ("PromoteEnvironmentBody", "to"),
+        ("CreateEnvironmentBody", "from"),
+    ] {
+        if let Some(schema) = schemas[body]["properties"][field].as_object_mut() {
+            schema.insert("enum".into(), named.clone());
+        }
+    }
 }
 
 /// The request bodies that name refs in `partitions`.
@@ -161,6 +216,51 @@ fn example_ref(graph: &databuild_core::Graph) -> Option<String> {
         })
         .collect();
     Some(pattern.render(&values))
+}
+
+/// The paths whose operations are about no one environment: the environments themselves (run
+/// on prod's engine, which finds every one), webhooks (prod's sources) and this document.
+fn in_no_environment(path: &str) -> bool {
+    use databuild_exec::answers::route;
+    path.starts_with(route::ENVIRONMENTS) || path == route::WEBHOOK || path == route::OPENAPI
+}
+
+/// Declares the `env` query parameter on every operation about one environment (contract
+/// section 9), once here rather than on each handler, with the 404 an unknown one answers. Its
+/// `X-DataBuild-Env` header twin is not declared: a generated header would only say the same.
+fn every_operation_takes_an_environment(doc: &mut serde_json::Value) {
+    let param = serde_json::json!({
+        "name": crate::environment::ENV_PARAM,
+        "in": "query",
+        "required": false,
+        "description": "The environment the request is about (default `prod`; the `X-DataBuild-Env` header says the same, this wins). An unknown one is a 404 saying how to make it.",
+        "schema": { "type": "string", "pattern": "^[a-z][a-z0-9_]{0,39}$", "example": "prod" }
+    });
+    let error = |description: &str| {
+        serde_json::json!({
+            "description": description,
+            "content": { "application/json": { "schema": { "$ref": "#/components/schemas/ErrorBody" } } }
+        })
+    };
+    let (not_found, bad) = (
+        error("No such environment (or no such thing in it)"),
+        error("Not an environment's name (or another bad request)"),
+    );
+    for (path, ops) in doc["paths"].as_object_mut().into_iter().flatten() {
+        if in_no_environment(path) {
+            continue;
+        }
+        for op in ops.as_object_mut().into_iter().flatten().map(|(_, op)| op) {
+            match op["parameters"].as_array_mut() {
+                Some(params) => params.push(param.clone()),
+                None => op["parameters"] = serde_json::json!([param.clone()]),
+            }
+            if let Some(responses) = op["responses"].as_object_mut() {
+                responses.entry("404").or_insert_with(|| not_found.clone());
+                responses.entry("400").or_insert_with(|| bad.clone());
+            }
+        }
+    }
 }
 
 /// Path template -> method (upper case) -> the names of the query parameters it declares.
@@ -276,6 +376,62 @@ fn camel_case_links(v: &mut serde_json::Value) {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn every_operation_in_an_environment_declares_env_and_its_404() {
+        let doc = super::cached();
+        let mut declared = 0;
+        for (path, ops) in doc["paths"].as_object().unwrap() {
+            for (method, op) in ops.as_object().unwrap() {
+                let takes_env = (op["parameters"].as_array().into_iter().flatten())
+                    .any(|p| p["name"] == "env" && p["in"] == "query");
+                assert_eq!(
+                    takes_env,
+                    !super::in_no_environment(path),
+                    "{method} {path}"
+                );
+                if takes_env {
+                    declared += 1;
+                    assert!(op["responses"].get("404").is_some(), "{method} {path}");
+                    assert!(op["responses"].get("400").is_some(), "{method} {path}");
+                }
+            }
+        }
+        assert!(declared > 30, "{declared}");
+        let schemas = doc["components"]["schemas"].as_object().unwrap();
+        for name in [
+            "EnvironmentList",
+            "EnvironmentDiff",
+            "ContentDiff",
+            "CreateEnvironmentBody",
+        ] {
+            assert!(schemas.contains_key(name), "{name}");
+        }
+    }
+
+    #[test]
+    fn the_environments_there_are_are_listed_where_a_request_names_one() {
+        let mut doc = super::cached().clone();
+        let names = ["prod".to_string(), "dev".to_string()];
+        super::enumerate_environments(&mut doc, &names);
+        let env = (doc["paths"]["/api/v1/jobs"]["get"]["parameters"]
+            .as_array()
+            .unwrap()
+            .iter())
+        .find(|p| p["name"] == "env")
+        .unwrap();
+        assert_eq!(env["schema"]["enum"], serde_json::json!(["prod", "dev"]));
+        let diff = &doc["paths"]["/api/v1/environments/{name}/diff"]["get"]["parameters"];
+        assert!(
+            diff.to_string().contains(r#""enum":["prod","dev"]"#),
+            "{diff}"
+        );
+        let to = &doc["components"]["schemas"]["PromoteEnvironmentBody"]["properties"]["to"];
+        assert_eq!(to["enum"], serde_json::json!(["prod", "dev"]));
+        // An operation without parameters is left without them (not `null`).
+        let list = &doc["paths"]["/api/v1/environments"]["get"];
+        assert!(list.get("parameters").is_none(), "{list}");
+    }
+
     #[test]
     fn every_answer_and_body_names_its_schema_and_links_are_camel_case() {
         let mut doc = serde_json::to_value(<super::ApiDoc as utoipa::OpenApi>::openapi()).unwrap();

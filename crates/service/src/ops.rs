@@ -14,6 +14,7 @@ use serde::de::DeserializeOwned;
 use serde::Deserialize;
 
 use crate::engine_api::{self, parse_refs, ApiResult};
+use crate::environment::Env;
 use crate::error::AppError;
 use crate::AppState;
 
@@ -80,23 +81,24 @@ pub(crate) fn limit(given: Option<usize>, default: usize) -> ApiResult<usize> {
     }
 }
 
-/// Runs engine work off the async threads, on the full engine: for work that derives no status
-/// (work that does takes the caller's role: [`blocking_as`]).
+/// Runs engine work off the async threads, on the full engine of the request's environment:
+/// for work that derives no status (work that does takes the caller's role: [`blocking_as`]).
 pub(crate) async fn blocking<T: Send + 'static>(
-    state: &Arc<AppState>,
+    env: &Env,
     f: impl FnOnce(&Engine) -> ApiResult<T> + Send + 'static,
 ) -> ApiResult<T> {
-    blocking_as(state, crate::guard::Role::Writer, f).await
+    blocking_as(env, crate::guard::Role::Writer, f).await
 }
 
-/// Runs engine work off the async threads, on the engine `role` reads with
-/// ([`AppState::engine_for`]): what every read that may derive a status uses.
+/// Runs engine work off the async threads, on the engine `role` reads with in the request's
+/// environment ([`Env::engine_for`]): what every read that may derive a status uses.
 pub(crate) async fn blocking_as<T: Send + 'static>(
-    state: &Arc<AppState>,
+    env: &Env,
     role: crate::guard::Role,
     f: impl FnOnce(&Engine) -> ApiResult<T> + Send + 'static,
 ) -> ApiResult<T> {
-    blocking_with_state(state, move |s| f(s.engine_for(role))).await
+    let engine = env.engine_for(role).clone();
+    tokio::task::spawn_blocking(move || f(&engine)).await?
 }
 
 /// Runs work that needs the whole state (engine and executor) off the async threads.
@@ -118,10 +120,15 @@ pub struct BuildRequest {
     pub max_runs: Option<usize>,
 }
 
-/// Records a build request and runs it on its own thread; returns its id at once.
-pub async fn start_build(state: &Arc<AppState>, request: BuildRequest) -> ApiResult<String> {
+/// Records a build request in the request's environment and runs it there on its own thread
+/// (which [`crate::Builds`] keeps, so shutdown cancels it); returns its id at once.
+pub async fn start_build(
+    state: &Arc<AppState>,
+    env: &Env,
+    request: BuildRequest,
+) -> ApiResult<String> {
     let max_refs = state.limits.max_refs;
-    let (id, options) = blocking(state, move |engine| {
+    let (id, options) = blocking(env, move |engine| {
         let options = BuildOptions {
             refs: parse_refs(engine, &request.partitions, max_refs)?,
             force: request.force,
@@ -138,7 +145,7 @@ pub async fn start_build(state: &Arc<AppState>, request: BuildRequest) -> ApiRes
     })
     .await?;
     let interrupt = Arc::new(AtomicBool::new(false));
-    let engine = state.engine.clone();
+    let engine = env.engine().clone();
     let executor = state.executor.clone();
     let (thread_id, flag) = (id.clone(), interrupt.clone());
     let handle = std::thread::Builder::new()
@@ -167,6 +174,7 @@ pub(crate) fn analysis_slot(
 /// Runs user SQL if fewer than the service's limit of queries are running, else answers 429.
 pub(crate) async fn run_sql(
     state: &Arc<AppState>,
+    env: &Env,
     query: String,
     max_rows: usize,
 ) -> ApiResult<SqlResult> {
@@ -177,7 +185,7 @@ pub(crate) async fn run_sql(
         .map_err(|_| AppError::busy("SQL queries", state.limits.sql_queries))?;
     // The permit goes with the query, not the request: a client that hangs up does not end the
     // query, so neither may it free the query's slot.
-    blocking(state, move |engine| {
+    blocking(env, move |engine| {
         let _permit = permit;
         engine_api::sql(engine, &query, max_rows)
     })

@@ -508,8 +508,10 @@ impl Reconciler {
                 return b.note(&engine, want);
             }
         }
+        // Wants are prod's: their builds run in prod.
         let started = self.runtime.block_on(crate::ops::start_build(
             &self.state,
+            &crate::environment::Env::prod(&self.state),
             crate::ops::BuildRequest {
                 partitions: refs.clone(),
                 force: false,

@@ -14,7 +14,7 @@ use databuild_exec::answers::route;
 use tower_http::limit::RequestBodyLimitLayer;
 
 use crate::error::AppError;
-use crate::{api, sources, wants, AppState};
+use crate::{api, environments, sources, wants, AppState};
 
 pub fn router(state: Arc<AppState>) -> Router {
     let api = Router::new()
@@ -57,9 +57,26 @@ pub fn router(state: Arc<AppState>) -> Router {
             post(wants::create_want).get(wants::list_wants),
         )
         .route(route::WANT, get(wants::get_want).delete(wants::delete_want))
+        .route(
+            route::ENVIRONMENTS,
+            get(environments::list_environments).post(environments::create_environment),
+        )
+        .route(
+            route::ENVIRONMENT,
+            axum::routing::delete(environments::drop_environment),
+        )
+        .route(route::ENVIRONMENT_DIFF, get(environments::environment_diff))
+        .route(
+            route::ENVIRONMENT_PROMOTE,
+            post(environments::promote_environment),
+        )
+        .route(
+            route::ENVIRONMENT_ROLLBACK,
+            post(environments::rollback_environment),
+        )
         .route_layer(middleware::from_fn(crate::openapi::refuse_undeclared_query));
     let webhooks = Router::new().route(route::WEBHOOK, post(sources::webhook));
-    api.merge(crate::dashboard::routes())
+    api.merge(crate::dashboard::routes(state.clone()))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/metrics", get(crate::metrics::metrics))
         .fallback(no_route)

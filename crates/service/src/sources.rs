@@ -28,6 +28,7 @@ use serde::Deserialize;
 use utoipa::ToSchema;
 
 use crate::engine_api::{self, ApiResult};
+use crate::environment::Env;
 use crate::error::{AppError, ErrorBody};
 use crate::ops::{blocking_with_state as blocking, ApiJson, ApiPath};
 use crate::AppState;
@@ -345,15 +346,18 @@ pub fn sign(secret: &str, body: &[u8]) -> String {
 }
 
 #[utoipa::path(get, path = route::SOURCES, summary = "Every source, its days and its tables", responses((status = 200, body = SourceList, links(("get_source" = (operation_id = "get_source", parameters(("name" = "$response.body#/sources/0/name")))), ("seal" = (operation_id = "seal", parameters(("name" = "$response.body#/sources/0/name")))), ("promote" = (operation_id = "promote", parameters(("name" = "$response.body#/sources/0/tables/0/name"))))))))]
-pub(crate) async fn list_sources(State(state): Shared) -> ApiResult<Json<SourceList>> {
+pub(crate) async fn list_sources(State(state): Shared, env: Env) -> ApiResult<Json<SourceList>> {
+    env.prod_only("sources and tables")?;
     blocking(&state, |s| engine_api::sources(&s.engine).map(Json)).await
 }
 
 #[utoipa::path(get, path = route::SOURCE, summary = "One source: coverage by date of the raw data and of every table version", params(("name" = String, Path, description = "The source")), responses((status = 200, body = SourceDetail), (status = 404, body = ErrorBody)))]
 pub(crate) async fn get_source(
     State(state): Shared,
+    env: Env,
     ApiPath(name): ApiPath<String>,
 ) -> ApiResult<Json<SourceDetail>> {
+    env.prod_only("sources and tables")?;
     blocking(&state, move |s| {
         engine_api::source(&s.engine, &name).map(Json)
     })
@@ -371,9 +375,11 @@ pub struct SealBody {
 #[utoipa::path(post, path = route::SEAL, summary = "Ingest dropped files, seal ended days (or through a date) and expire what retention drops", params(("name" = String, Path, description = "The source")), request_body = SealBody, responses((status = 200, body = Sealed), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub(crate) async fn seal(
     State(state): Shared,
+    env: Env,
     ApiPath(name): ApiPath<String>,
     ApiJson(body): ApiJson<SealBody>,
 ) -> ApiResult<Json<Sealed>> {
+    env.prod_only("sources and tables")?;
     blocking(&state, move |s| {
         engine_api::seal(&s.engine, Some(&name), body.through.as_deref()).map(Json)
     })
@@ -393,9 +399,11 @@ pub struct PromoteBody {
 #[utoipa::path(post, path = route::PROMOTE, summary = "Point a table's alias at a version (a rollback when it is an earlier one)", params(("name" = String, Path, description = "The table")), request_body = PromoteBody, responses((status = 200, body = Promotion), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub(crate) async fn promote(
     State(state): Shared,
+    env: Env,
     ApiPath(name): ApiPath<String>,
     ApiJson(body): ApiJson<PromoteBody>,
 ) -> ApiResult<Json<Promotion>> {
+    env.prod_only("sources and tables")?;
     blocking(&state, move |s| {
         let options = BuildOptions::default();
         let interrupt = AtomicBool::new(false);

@@ -11,6 +11,7 @@ use serde::Deserialize;
 use utoipa::{IntoParams, ToSchema};
 
 use crate::engine_api::{self, ApiResult};
+use crate::environment::Env;
 use crate::error::ErrorBody;
 use crate::guard::Role;
 use crate::ops::{blocking_with_state as blocking, ApiJson, ApiPath, ApiQuery};
@@ -64,8 +65,10 @@ impl WantsQuery {
 #[utoipa::path(post, path = route::WANTS, summary = "Want partitions: the service builds them as soon as their inputs exist", request_body = WantBody, responses((status = 201, description = "The want", body = Want, links(("get_want" = (operation_id = "get_want", parameters(("id" = "$response.body#/want_id")))), ("delete_want" = (operation_id = "delete_want", parameters(("id" = "$response.body#/want_id")))))), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 413, description = "Too many refs", body = ErrorBody)))]
 pub(crate) async fn create_want(
     State(state): Shared,
+    env: Env,
     ApiJson(body): ApiJson<WantBody>,
 ) -> ApiResult<Response> {
+    env.prod_only("wants")?;
     let v = blocking(&state, move |s| {
         engine_api::want(
             &s.engine,
@@ -81,13 +84,14 @@ pub(crate) async fn create_want(
 
 #[utoipa::path(get, path = route::WANTS, summary = "Wants: active ones, or with a status, or all", params(WantsQuery), responses((status = 200, body = WantList), (status = 400, body = ErrorBody)))]
 pub(crate) async fn list_wants(
-    State(state): Shared,
+    env: Env,
     Extension(role): Extension<Role>,
     ApiQuery(q): ApiQuery<WantsQuery>,
 ) -> ApiResult<Json<WantList>> {
-    blocking(&state, move |s| {
+    env.prod_only("wants")?;
+    crate::ops::blocking_as(&env, role, move |engine| {
         engine_api::wants(
-            s.engine_for(role),
+            engine,
             q.status.as_deref(),
             q.all.unwrap_or(false),
             q.limit()?,
@@ -99,12 +103,13 @@ pub(crate) async fn list_wants(
 
 #[utoipa::path(get, path = route::WANT, summary = "One want, with the state of its partitions", params(("id" = String, Path, description = "The want")), responses((status = 200, body = WantDetail), (status = 404, body = ErrorBody)))]
 pub(crate) async fn get_want(
-    State(state): Shared,
+    env: Env,
     Extension(role): Extension<Role>,
     ApiPath(id): ApiPath<String>,
 ) -> ApiResult<Json<WantDetail>> {
-    blocking(&state, move |s| {
-        engine_api::want_detail(s.engine_for(role), &id).map(Json)
+    env.prod_only("wants")?;
+    crate::ops::blocking_as(&env, role, move |engine| {
+        engine_api::want_detail(engine, &id).map(Json)
     })
     .await
 }
@@ -112,8 +117,10 @@ pub(crate) async fn get_want(
 #[utoipa::path(delete, path = route::WANT, summary = "Withdraw a want", params(("id" = String, Path, description = "The want")), responses((status = 200, description = "The withdrawn want", body = Want), (status = 400, description = "The id is a prefix of more than one", body = ErrorBody), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, description = "The want has already ended (expired or withdrawn)", body = ErrorBody)))]
 pub(crate) async fn delete_want(
     State(state): Shared,
+    env: Env,
     ApiPath(id): ApiPath<String>,
 ) -> ApiResult<Json<Want>> {
+    env.prod_only("wants")?;
     blocking(&state, move |s| {
         engine_api::unwant(&s.engine, &id).map(Json)
     })

@@ -13,6 +13,7 @@ use super::layout::{error_page, layout, page};
 use super::widgets::{enc, partition_link, run_link, short};
 use super::Shared;
 use crate::engine_api;
+use crate::environment::Env;
 use crate::guard::Role;
 
 #[derive(Deserialize)]
@@ -25,6 +26,7 @@ pub struct BuildForm {
 
 pub(super) async fn ui_build(
     State(state): Shared,
+    env: Env,
     Extension(role): Extension<Role>,
     TextForm(form): TextForm<BuildForm>,
 ) -> Response {
@@ -34,6 +36,7 @@ pub(super) async fn ui_build(
     let words: Vec<String> = form.refs.split_whitespace().map(str::to_string).collect();
     match crate::ops::start_build(
         &state,
+        &env,
         crate::ops::BuildRequest {
             partitions: words,
             force: form.force.is_some(),
@@ -52,6 +55,7 @@ pub(super) async fn ui_build(
 
 pub(super) async fn ui_cancel(
     State(state): Shared,
+    env: Env,
     Extension(role): Extension<Role>,
     Path(id): Path<String>,
     Form(form): Form<TokenForm>,
@@ -60,7 +64,7 @@ pub(super) async fn ui_cancel(
         return r;
     }
     let bid = id.clone();
-    match page(&state, move |engine| engine_api::cancel(engine, &bid)).await {
+    match page(&env, move |engine| engine_api::cancel(engine, &bid)).await {
         Ok(_) => Redirect::to(&format!("/builds/{id}")).into_response(),
         Err(r) => r,
     }
@@ -84,11 +88,12 @@ pub struct TaintPreview {
 /// that would rebuild them, with the form that taints.
 pub(super) async fn taint_preview(
     State(state): Shared,
+    env: Env,
     Extension(role): Extension<Role>,
     Query(q): Query<TaintPreview>,
 ) -> Response {
     let (r, max_refs) = (q.r#ref.clone(), state.limits.max_refs);
-    let impact = match page(&state, move |engine| {
+    let impact = match page(&env, move |engine| {
         engine_api::taint_impact(engine, &[r], max_refs)
     })
     .await
@@ -124,6 +129,7 @@ pub(super) async fn taint_preview(
 
 pub(super) async fn ui_taint(
     State(state): Shared,
+    env: Env,
     Extension(role): Extension<Role>,
     TextForm(form): TextForm<TaintForm>,
 ) -> Response {
@@ -133,7 +139,7 @@ pub(super) async fn ui_taint(
     let r = form.r#ref.clone();
     let reason = form.reason.clone().filter(|s| !s.is_empty());
     let max_refs = state.limits.max_refs;
-    match page(&state, move |engine| {
+    match page(&env, move |engine| {
         engine_api::taint(engine, &[r], reason.as_deref(), max_refs)
     })
     .await
@@ -147,7 +153,9 @@ pub(super) async fn ui_taint(
 mod tests {
     use axum::http::{header, StatusCode};
 
-    use super::super::testing::{build, guarded_service, open_service, text, wait_for_the_end};
+    use super::super::testing::{
+        build, guarded_service, open_service, prod, text, wait_for_the_end,
+    };
     use super::*;
 
     fn build_form(refs: &str, csrf: Option<String>, token: Option<&str>) -> TextForm<BuildForm> {
@@ -169,7 +177,13 @@ mod tests {
         let state = service.state.clone();
         let csrf = Some(state.guard.csrf_token());
         let form = build_form(" daily/date={2026-01-02,2026-01-03}\n", csrf, None);
-        let response = ui_build(State(state.clone()), Extension(Role::Writer), form).await;
+        let response = ui_build(
+            State(state.clone()),
+            prod(&service),
+            Extension(Role::Writer),
+            form,
+        )
+        .await;
         assert_eq!(response.status(), StatusCode::SEE_OTHER);
         let id = location(&response)
             .strip_prefix("/builds/")
@@ -189,7 +203,14 @@ mod tests {
         let service = guarded_service();
         let state = service.state.clone();
         let csrf = || Some(state.guard.csrf_token());
-        let ask = |form| ui_build(State(state.clone()), Extension(Role::Reader), form);
+        let ask = |form| {
+            ui_build(
+                State(state.clone()),
+                prod(&service),
+                Extension(Role::Reader),
+                form,
+            )
+        };
         let forged = ask(build_form("daily/date=2026-01-02", None, Some("secret"))).await;
         assert_eq!(forged.status(), StatusCode::FORBIDDEN);
         let reader = ask(build_form("daily/date=2026-01-02", csrf(), None)).await;
@@ -215,6 +236,7 @@ mod tests {
         let html = text(
             taint_preview(
                 State(state.clone()),
+                prod(&service),
                 Extension(Role::Writer),
                 Query(preview),
             )
@@ -233,7 +255,13 @@ mod tests {
             token: None,
             csrf: Some(state.guard.csrf_token()),
         });
-        let response = ui_taint(State(state.clone()), Extension(Role::Writer), form).await;
+        let response = ui_taint(
+            State(state.clone()),
+            prod(&service),
+            Extension(Role::Writer),
+            form,
+        )
+        .await;
         assert_eq!(response.status(), StatusCode::SEE_OTHER);
         assert_eq!(location(&response), "/partitions/daily%2Fdate=2026-01-02");
         assert_eq!(
@@ -251,6 +279,7 @@ mod tests {
             let form = Form(TokenForm { token: None, csrf });
             ui_cancel(
                 State(state.clone()),
+                prod(&service),
                 Extension(Role::Writer),
                 Path(id.clone()),
                 form,

@@ -13,6 +13,7 @@ use super::layout::{layout, page};
 use super::widgets::{enc, partition_link};
 use super::Shared;
 use crate::engine_api;
+use crate::environment::Env;
 use crate::error::AppError;
 use crate::svg;
 
@@ -31,7 +32,11 @@ fn refs_from_text(
     engine_api::parse_refs(engine, &words, max_refs)
 }
 
-pub(super) async fn analyze_page(State(state): Shared, Query(q): Query<RefsQuery>) -> Response {
+pub(super) async fn analyze_page(
+    State(state): Shared,
+    env: Env,
+    Query(q): Query<RefsQuery>,
+) -> Response {
     let text = q.refs.clone().unwrap_or_default();
     let form = html! {
         form method="get" action="/analyze" {
@@ -49,7 +54,7 @@ pub(super) async fn analyze_page(State(state): Shared, Query(q): Query<RefsQuery
     };
     // The slot goes with the plan: held while planning (a client gone does not end it) and
     // while the page is drawn from it.
-    let plan = page(&state, move |engine| {
+    let plan = page(&env, move |engine| {
         let refs = refs_from_text(engine, &text, max_refs)?;
         let plan = engine.plan(&PlanRequest {
             refs,
@@ -117,7 +122,7 @@ pub(super) async fn analyze_page(State(state): Shared, Query(q): Query<RefsQuery
 mod tests {
     use axum::http::StatusCode;
 
-    use super::super::testing::{open_service, text};
+    use super::super::testing::{open_service, prod, text};
     use super::*;
 
     #[test]
@@ -153,7 +158,7 @@ mod tests {
             let q = RefsQuery {
                 refs: refs.map(str::to_string),
             };
-            analyze_page(State(service.state.clone()), Query(q))
+            analyze_page(State(service.state.clone()), prod(&service), Query(q))
         };
         let html = text(analyze(None).await).await;
         assert!(html.contains("Name partitions to see what a build would run."));

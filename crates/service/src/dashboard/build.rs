@@ -17,6 +17,7 @@ use super::widgets::{
 };
 use super::Shared;
 use crate::engine_api;
+use crate::environment::Env;
 use crate::error::AppError;
 use crate::guard::Role;
 use crate::svg;
@@ -303,6 +304,7 @@ pub struct BuildPageQuery {
 
 pub(super) async fn build_page(
     State(state): Shared,
+    env: Env,
     Extension(role): Extension<Role>,
     Path(id): Path<String>,
     Query(q): Query<BuildPageQuery>,
@@ -310,7 +312,7 @@ pub(super) async fn build_page(
     let st = state.clone();
     let bid = id.clone();
     let graph = q.graph.is_some();
-    match page(&state, move |engine| build_view(engine, &bid, graph)).await {
+    match page(&env, move |engine| build_view(engine, &bid, graph)).await {
         Ok(v) => {
             let b = &v.detail;
             let id = b.build_request_id.clone();
@@ -346,13 +348,14 @@ pub(super) async fn build_page(
 
 pub(super) async fn build_live(
     State(state): Shared,
+    env: Env,
     Extension(role): Extension<Role>,
     Path(id): Path<String>,
     Query(q): Query<BuildPageQuery>,
 ) -> Response {
     let st = state.clone();
     let graph = q.graph.is_some();
-    match page(&state, move |engine| build_view(engine, &id, graph)).await {
+    match page(&env, move |engine| build_view(engine, &id, graph)).await {
         Ok(v) => build_body(&v, &st, role).into_response(),
         Err(r) => r,
     }
@@ -364,7 +367,7 @@ mod tests {
     use databuild_log::{BuildRunCounts, JobRunCount};
     use serde_json::json;
 
-    use super::super::testing::{answer, job_run, open_service, text};
+    use super::super::testing::{answer, job_run, open_service, prod, text};
     use super::*;
 
     fn progress(jobs: serde_json::Value) -> answers::BuildProgress {
@@ -610,6 +613,7 @@ mod tests {
         let service = open_service();
         let response = build_page(
             State(service.state.clone()),
+            prod(&service),
             Extension(Role::Writer),
             Path("nope".into()),
             Query(BuildPageQuery::default()),

@@ -1,7 +1,7 @@
 //! The list of builds: its filters (status, time range, a keyset cursor) checked into a store
 //! query, a page of builds and a chart of their durations.
 
-use axum::extract::{Query, State};
+use axum::extract::Query;
 use axum::response::{IntoResponse, Response};
 use databuild_exec::answers::{self, span};
 use databuild_log::{Kind, Status};
@@ -10,7 +10,7 @@ use serde::Deserialize;
 
 use super::layout::{error_page, layout, page};
 use super::widgets::{badge, build_link, enc, partition_link, short};
-use super::Shared;
+use crate::environment::Env;
 use crate::error::AppError;
 use crate::svg;
 
@@ -117,13 +117,13 @@ fn builds_query(q: &BuildsQuery) -> Result<databuild_log::BuildQuery, BuildsFilt
 
 /// Every build, newest first, by status and time range, a page at a time (keyset: a page costs
 /// its rows however deep it is); with the durations of the page's builds as a chart.
-pub(super) async fn builds_page(State(state): Shared, Query(q): Query<BuildsQuery>) -> Response {
+pub(super) async fn builds_page(env: Env, Query(q): Query<BuildsQuery>) -> Response {
     let query = match builds_query(&q) {
         Ok(query) => query,
         Err(e) => return error_page(e.into()),
     };
     let limit = query.limit - 1;
-    let mut rows = match page(&state, move |engine| {
+    let mut rows = match page(&env, move |engine| {
         Ok(engine.store.build_requests(&query)?)
     })
     .await
@@ -202,7 +202,7 @@ pub(super) async fn builds_page(State(state): Shared, Query(q): Query<BuildsQuer
 mod tests {
     use axum::http::StatusCode;
 
-    use super::super::testing::{open_service, text};
+    use super::super::testing::{open_service, prod, text};
     use super::*;
 
     fn query(pairs: &[(&str, &str)]) -> BuildsQuery {
@@ -310,7 +310,7 @@ mod tests {
     #[tokio::test]
     async fn the_page_says_when_no_build_matches_and_shows_a_bad_filter_as_an_error() {
         let service = open_service();
-        let response = builds_page(State(service.state.clone()), Query(query(&[]))).await;
+        let response = builds_page(prod(&service), Query(query(&[]))).await;
         assert_eq!(response.status(), StatusCode::OK);
         let html = text(response).await;
         assert!(html.contains("<title>Builds · DataBuild</title>"));
@@ -318,11 +318,7 @@ mod tests {
         assert!(html.contains("No build matches."));
         assert!(!html.contains("Next page"));
 
-        let response = builds_page(
-            State(service.state.clone()),
-            Query(query(&[("status", "nope")])),
-        )
-        .await;
+        let response = builds_page(prod(&service), Query(query(&[("status", "nope")]))).await;
         assert_eq!(response.status(), StatusCode::BAD_REQUEST);
         assert!(text(response).await.contains("unknown build status `nope`"));
     }

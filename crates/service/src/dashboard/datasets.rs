@@ -1,7 +1,7 @@
 //! Datasets: the list, each with its partitions by state and a strip of recent days, and one
 //! dataset's partitions as a health grid.
 
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, Query};
 use axum::response::{IntoResponse, Response};
 use axum::Extension;
 use databuild_exec::answers::{DatasetView, DerivedStatus};
@@ -12,7 +12,7 @@ use serde::Deserialize;
 
 use super::layout::{error_page, layout, page_as};
 use super::widgets::{badge, enc, thousands};
-use super::Shared;
+use crate::environment::Env;
 use crate::error::AppError;
 use crate::grid;
 use crate::guard::Role;
@@ -26,12 +26,12 @@ pub struct DatasetsPageQuery {
 }
 
 pub(super) async fn datasets_page(
-    State(state): Shared,
+    env: Env,
     Extension(role): Extension<Role>,
     Query(q): Query<DatasetsPageQuery>,
 ) -> Response {
     let exact = q.exact;
-    let data = page_as(&state, role, move |engine| {
+    let data = page_as(&env, role, move |engine| {
         let datasets = engine.datasets(exact)?;
         let mut strips = Vec::new();
         for d in &datasets {
@@ -162,7 +162,7 @@ pub struct DatasetQuery {
 
 /// One dataset: its counts, and its partitions as a health grid (a page of cells).
 pub(super) async fn dataset_page(
-    State(state): Shared,
+    env: Env,
     Extension(role): Extension<Role>,
     Path(name): Path<String>,
     Query(q): Query<DatasetQuery>,
@@ -189,7 +189,7 @@ pub(super) async fn dataset_page(
     );
     let link_base = base.clone();
     let n = name.clone();
-    let data = page_as(&state, role, move |engine| {
+    let data = page_as(&env, role, move |engine| {
         let p = grid::producer(engine, &n, output)?;
         let link = |zoom: grid::Zoom, end: chrono::NaiveDate| {
             format!(
@@ -275,7 +275,7 @@ pub(super) async fn dataset_page(
 mod tests {
     use axum::http::StatusCode;
 
-    use super::super::testing::{build, open_service, text};
+    use super::super::testing::{build, open_service, prod, text};
     use super::*;
 
     fn days(states: &[(&str, &str)]) -> String {
@@ -317,7 +317,7 @@ mod tests {
         let service = open_service();
         let list = || {
             datasets_page(
-                State(service.state.clone()),
+                prod(&service),
                 Extension(Role::Writer),
                 Query(DatasetsPageQuery { exact: false }),
             )
@@ -349,7 +349,7 @@ mod tests {
                 cols_after: None,
             };
             dataset_page(
-                State(service.state.clone()),
+                prod(&service),
                 Extension(Role::Writer),
                 Path(name.into()),
                 Query(q),

@@ -11,6 +11,7 @@ use maud::{html, PreEscaped};
 use super::layout::{layout, page_as};
 use super::widgets::{badge, enc, thousands};
 use super::Shared;
+use crate::environment::Env;
 use crate::guard::Role;
 use crate::svg;
 
@@ -36,9 +37,13 @@ fn dataset_href(engine: &Engine, p: databuild_core::Producer) -> String {
 
 /// The graph: datasets, sources and jobs, each dataset with its partitions by state from the
 /// count projections (a few rows each, whatever the number of partitions), jobs with their runs.
-pub(super) async fn graph_page(State(state): Shared, Extension(role): Extension<Role>) -> Response {
+pub(super) async fn graph_page(
+    State(state): Shared,
+    env: Env,
+    Extension(role): Extension<Role>,
+) -> Response {
     use databuild_core::Producer;
-    let data = page_as(&state, role, |engine| {
+    let data = page_as(&env, role, |engine| {
         let datasets = engine.datasets(false)?;
         let jobs = engine.store.job_stats(None)?;
         let recorded = engine.recorded_edges()?;
@@ -126,7 +131,7 @@ pub(super) async fn graph_page(State(state): Shared, Extension(role): Extension<
 mod tests {
     use databuild_core::Producer;
 
-    use super::super::testing::{build, open_service, text};
+    use super::super::testing::{build, open_service, prod, text};
     use super::*;
 
     #[test]
@@ -142,7 +147,13 @@ mod tests {
     #[tokio::test]
     async fn the_graph_draws_every_dataset_and_job_with_what_was_built_and_run() {
         let service = open_service();
-        let graph = || graph_page(State(service.state.clone()), Extension(Role::Writer));
+        let graph = || {
+            graph_page(
+                State(service.state.clone()),
+                prod(&service),
+                Extension(Role::Writer),
+            )
+        };
         let html = text(graph().await).await;
         assert!(html.contains("<h1>Graph tiny</h1>"));
         assert!(

@@ -13,11 +13,16 @@ use super::layout::{layout, page_as};
 use super::widgets::{badge, build_link, partition_link};
 use super::Shared;
 use crate::engine_api;
+use crate::environment::Env;
 use crate::guard::Role;
 
-pub(super) async fn home(State(state): Shared, Extension(role): Extension<Role>) -> Response {
+pub(super) async fn home(
+    State(state): Shared,
+    env: Env,
+    Extension(role): Extension<Role>,
+) -> Response {
     let st = state.clone();
-    let data = page_as(&state, role, |engine| {
+    let data = page_as(&env, role, |engine| {
         let builds = engine_api::builds(engine, None, false, 10)?.builds;
         let failed = engine.partition_page(
             &PartitionQuery {
@@ -80,13 +85,21 @@ pub(super) async fn home(State(state): Shared, Extension(role): Extension<Role>)
 
 #[cfg(test)]
 mod tests {
-    use super::super::testing::{build, guarded_service, open_service, text};
+    use super::super::testing::{build, guarded_service, open_service, prod, text};
     use super::*;
 
     #[tokio::test]
     async fn home_says_what_there_is_not_yet_and_asks_a_reader_for_a_token_to_build() {
         let service = guarded_service();
-        let html = text(home(State(service.state.clone()), Extension(Role::Reader)).await).await;
+        let html = text(
+            home(
+                State(service.state.clone()),
+                prod(&service),
+                Extension(Role::Reader),
+            )
+            .await,
+        )
+        .await;
         assert!(html.contains("<h1>Build graph tiny</h1>"));
         assert!(html.contains("No builds yet."));
         assert!(html.contains("No failed partitions."));
@@ -101,7 +114,15 @@ mod tests {
     async fn home_lists_the_recent_builds_and_the_jobs_that_ran() {
         let service = open_service();
         let id = build(&service, &["daily/date=2026-01-02"]).await;
-        let html = text(home(State(service.state.clone()), Extension(Role::Writer)).await).await;
+        let html = text(
+            home(
+                State(service.state.clone()),
+                prod(&service),
+                Extension(Role::Writer),
+            )
+            .await,
+        )
+        .await;
         assert!(html.contains(&build_link(&id).into_string()));
         assert!(html.contains(&partition_link("daily/date=2026-01-02").into_string()));
         assert!(html.contains(r#"<td><a href="/jobs/daily">daily</a></td><td>1</td><td>100%</td>"#));

@@ -1,19 +1,19 @@
 //! Jobs and their runs: the list of jobs, one job's durations and recent runs, and one run's page
 //! with its log, polled while the run goes on.
 
-use axum::extract::{Path, State};
+use axum::extract::Path;
 use axum::response::{IntoResponse, Response};
 use databuild_exec::answers::{metric_text, AgainstP50, JobRun};
 use maud::{html, Markup, PreEscaped};
 
 use super::layout::{layout, page};
 use super::widgets::{at, badge, build_link, or_empty, partition_link, run_link, short, took};
-use super::Shared;
 use crate::engine_api;
+use crate::environment::Env;
 use crate::svg;
 
-pub(super) async fn jobs_page(State(state): Shared) -> Response {
-    let jobs = match page(&state, engine_api::jobs).await {
+pub(super) async fn jobs_page(env: Env) -> Response {
+    let jobs = match page(&env, engine_api::jobs).await {
         Ok(j) => j,
         Err(r) => return r,
     };
@@ -31,9 +31,9 @@ pub(super) async fn jobs_page(State(state): Shared) -> Response {
     }).into_response()
 }
 
-pub(super) async fn job_page(State(state): Shared, Path(name): Path<String>) -> Response {
+pub(super) async fn job_page(env: Env, Path(name): Path<String>) -> Response {
     let n = name.clone();
-    let data = page(&state, move |engine| {
+    let data = page(&env, move |engine| {
         Ok((
             engine_api::job(engine, &n)?,
             engine_api::job_runs(engine, &n, 100)?.runs,
@@ -129,9 +129,9 @@ fn run_body(run: &JobRun, log: &str, against: &[AgainstP50]) -> Markup {
     }
 }
 
-pub(super) async fn run_page(State(state): Shared, Path(id): Path<String>) -> Response {
+pub(super) async fn run_page(env: Env, Path(id): Path<String>) -> Response {
     let rid = id.clone();
-    match page(&state, move |engine| {
+    match page(&env, move |engine| {
         let run = engine_api::run(engine, &rid)?;
         let against = engine_api::against_p50(engine, &run)?;
         Ok((run, engine_api::run_log(engine, &rid).unwrap_or_default(), against))
@@ -147,8 +147,8 @@ pub(super) async fn run_page(State(state): Shared, Path(id): Path<String>) -> Re
     }
 }
 
-pub(super) async fn run_live(State(state): Shared, Path(id): Path<String>) -> Response {
-    match page(&state, move |engine| {
+pub(super) async fn run_live(env: Env, Path(id): Path<String>) -> Response {
+    match page(&env, move |engine| {
         let run = engine_api::run(engine, &id)?;
         let against = engine_api::against_p50(engine, &run)?;
         Ok((
@@ -169,7 +169,7 @@ mod tests {
     use axum::http::StatusCode;
     use databuild_log::Status;
 
-    use super::super::testing::{build, job_run, open_service, text};
+    use super::super::testing::{build, job_run, open_service, prod, text};
     use super::*;
 
     #[test]
@@ -218,7 +218,7 @@ mod tests {
     #[tokio::test]
     async fn the_jobs_pages_show_the_runs_of_a_build() {
         let service = open_service();
-        let state = || State(service.state.clone());
+        let state = || prod(&service);
         let html = text(jobs_page(state()).await).await;
         assert!(html.contains(r#"<td><a href="/jobs/daily">daily</a></td><td>0</td><td>-</td>"#));
         build(&service, &["daily/date=2026-01-02"]).await;

@@ -4,11 +4,14 @@
 
 use std::sync::Arc;
 
-use axum::http::header;
+use axum::extract::{Request, State};
+use axum::http::{header, HeaderValue};
+use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use databuild_exec::Engine;
 use maud::{html, Markup, PreEscaped, DOCTYPE};
 
+use crate::environment::Env;
 use crate::error::AppError;
 use crate::AppState;
 
@@ -36,6 +39,8 @@ button.copy { font-size: 11px; padding: 0 4px; margin-left: 3px; border: 1px sol
 .legend .badge { margin-right: 4px; }
 progress { width: 160px; }
 h2.inline { display: inline-block; } summary { cursor: pointer; }
+header form.env { margin-left: auto; color: #e4e7eb; } header form.env select { font: inherit; }
+pre.diff { background: #fff; border: 1px solid #e4e7eb; padding: 6px; overflow: auto; max-height: 360px; }
 "#;
 
 /// The copy buttons beside ids: the full id to the clipboard (where the browser allows it).
@@ -87,6 +92,8 @@ pub(super) fn layout(title: &str, body: Markup) -> Markup {
                     a href="/jobs" { "Jobs" }
                     a href="/analyze" { "Analyze" }
                     a href="/sql" { "SQL" }
+                    a href="/environments" { "Environments" }
+                    (selector())
                 }
                 main { (body) }
                 script { (PreEscaped(COPY)) }
@@ -105,27 +112,122 @@ pub(super) fn error_page(e: AppError) -> Response {
     crate::error::busy_says_when((status, page).into_response())
 }
 
-/// Engine work off the async threads, on the full engine: for pages that derive no status
-/// (those that do take the caller's role: [`page_as`]).
+/// Engine work off the async threads, on the full engine of the page's environment: for pages
+/// that derive no status (those that do take the caller's role: [`page_as`]).
 pub(super) async fn page<T: Send + 'static>(
-    state: &Arc<AppState>,
+    env: &Env,
     f: impl FnOnce(&Engine) -> Result<T, AppError> + Send + 'static,
 ) -> Result<T, Response> {
-    page_as(state, crate::guard::Role::Writer, f).await
+    page_as(env, crate::guard::Role::Writer, f).await
 }
 
-/// [`page`] on the engine `role` reads with ([`AppState::engine_for`]): what every page that
-/// may derive a status uses.
+/// [`page`] on the engine `role` reads with ([`Env::engine_for`]): what every page that may
+/// derive a status uses.
 pub(super) async fn page_as<T: Send + 'static>(
-    state: &Arc<AppState>,
+    env: &Env,
     role: crate::guard::Role,
     f: impl FnOnce(&Engine) -> Result<T, AppError> + Send + 'static,
 ) -> Result<T, Response> {
-    let engine = state.engine_for(role).clone();
-    tokio::task::spawn_blocking(move || f(&engine))
+    crate::ops::blocking_as(env, role, f)
         .await
-        .map_err(|e| error_page(e.into()))?
         .map_err(error_page)
+}
+
+/// The cookie remembering the environment the dashboard was last switched to.
+pub(super) const ENV_COOKIE: &str = "databuild_env";
+
+/// How long the choice is remembered: a year.
+const ENV_COOKIE_SECONDS: u64 = 365 * 24 * 3600;
+
+tokio::task_local! {
+    /// The page being drawn's environment and those to choose from, for [`layout`]'s selector.
+    static CHOSEN: Chosen;
+}
+
+/// What the selector shows: the page's environment, every environment, and the page's own
+/// address (the switch stays on it).
+#[derive(Clone)]
+struct Chosen {
+    current: String,
+    names: Vec<String>,
+    path: String,
+    /// The page's query but `env`, carried over as hidden fields.
+    query: Vec<(String, String)>,
+}
+
+/// Every page's environment: `?env=` (then remembered in the [`ENV_COOKIE`]), else the header,
+/// else the cookie, else prod. One named outright that does not exist is an error page; a
+/// remembered one since dropped falls back to prod, and the cookie is cleared. The [`Env`] rides
+/// in the request's extensions, where the pages' `Env` extractor finds it.
+pub(super) async fn choose_environment(
+    State(state): State<Arc<AppState>>,
+    mut request: Request,
+    next: Next,
+) -> Response {
+    let asked = match crate::environment::requested(request.uri(), request.headers()) {
+        Ok(asked) => asked,
+        Err(e) => return error_page(e),
+    };
+    let remembered = crate::guard::cookie(request.headers(), ENV_COOKIE).map(str::to_string);
+    let (env, cookie) = match (&asked, remembered) {
+        (Some(name), _) => match Env::named(&state, name).await {
+            Ok(env) => (env, Some(ENV_COOKIE_SECONDS)),
+            Err(e) => return error_page(e),
+        },
+        (None, Some(name)) => match Env::named(&state, &name).await {
+            Ok(env) => (env, None),
+            Err(_) => (Env::prod(&state), Some(0)),
+        },
+        (None, None) => (Env::prod(&state), None),
+    };
+    let chosen = Chosen {
+        current: env.name().to_string(),
+        names: environment_names(&state).await,
+        path: request.uri().path().to_string(),
+        query: axum::extract::Query::<Vec<(String, String)>>::try_from_uri(request.uri())
+            .map(|q| q.0)
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|(k, _)| k != crate::environment::ENV_PARAM)
+            .collect(),
+    };
+    let name = env.name().to_string();
+    request.extensions_mut().insert(env);
+    let mut response = CHOSEN.scope(chosen, next.run(request)).await;
+    if let Some(max_age) = cookie {
+        let value = format!("{ENV_COOKIE}={name}; Path=/; SameSite=Lax; Max-Age={max_age}");
+        if let Ok(v) = HeaderValue::from_str(&value) {
+            response.headers_mut().append(header::SET_COOKIE, v);
+        }
+    }
+    response
+}
+
+/// Every environment's name, prod first (prod alone if they cannot be listed: the selector is
+/// no reason to fail a page).
+async fn environment_names(state: &Arc<AppState>) -> Vec<String> {
+    let engine = state.engine.clone();
+    tokio::task::spawn_blocking(move || engine.environments.names())
+        .await
+        .ok()
+        .and_then(Result::ok)
+        .unwrap_or_else(|| vec![databuild_log::environments::PROD.to_string()])
+}
+
+/// The header's environment selector: a GET form back to the page, in the environment chosen.
+fn selector() -> Markup {
+    let Ok(chosen) = CHOSEN.try_with(Chosen::clone) else {
+        return html! {};
+    };
+    html! {
+        form.env method="get" action=(chosen.path) {
+            @for (k, v) in &chosen.query { input type="hidden" name=(k) value=(v); }
+            label { "env " select name="env" onchange="this.form.submit()" {
+                @for n in &chosen.names { option value=(n) selected[*n == chosen.current] { (n) } }
+            } }
+            " " button type="submit" { "switch" }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -157,7 +259,8 @@ mod tests {
                 "/wants",
                 "/jobs",
                 "/analyze",
-                "/sql"
+                "/sql",
+                "/environments"
             ]
         );
         assert!(html.contains("<a class=\"brand\" href=\"/\">DataBuild</a>"));
@@ -180,9 +283,10 @@ mod tests {
     #[tokio::test]
     async fn engine_work_gives_its_value_or_the_page_of_its_error() {
         let service = open_service();
-        let name = page(&service.state, |engine| Ok(engine.graph.name.clone())).await;
+        let prod = Env::prod(&service.state);
+        let name = page(&prod, |engine| Ok(engine.graph.name.clone())).await;
         assert_eq!(name.ok().as_deref(), Some("tiny"));
-        let failed = page(&service.state, |_| -> Result<(), _> {
+        let failed = page(&prod, |_| -> Result<(), _> {
             Err(AppError::bad_request("not a ref"))
         })
         .await;

@@ -12,6 +12,7 @@ mod auth;
 mod build;
 mod builds;
 mod datasets;
+mod environments;
 mod forms;
 mod graph;
 mod home;
@@ -36,7 +37,8 @@ use crate::AppState;
 /// The state every handler takes.
 type Shared = State<Arc<AppState>>;
 
-pub fn routes() -> Router<Arc<AppState>> {
+/// The pages, each in the environment [`layout::choose_environment`] chose for it.
+pub fn routes(state: Arc<AppState>) -> Router<Arc<AppState>> {
     Router::new()
         .route("/", get(home::home))
         .route("/assets/htmx.min.js", get(layout::htmx))
@@ -66,4 +68,18 @@ pub fn routes() -> Router<Arc<AppState>> {
         .route("/ui/cancel/{id}", post(actions::ui_cancel))
         .route("/login", get(auth::login_page).post(auth::login))
         .route("/logout", post(auth::logout))
+        .route("/environments", get(environments::environments_page))
+        .route("/environments/{name}", get(environments::environment_page))
+        .route(
+            "/ui/environments/{name}/promote",
+            post(environments::ui_promote),
+        )
+        .route(
+            "/ui/environments/{name}/rollback",
+            post(environments::ui_rollback),
+        )
+        .route_layer(axum::middleware::from_fn_with_state(
+            state,
+            layout::choose_environment,
+        ))
 }

@@ -17,6 +17,7 @@ use super::layout::{error_page, layout, page_as};
 use super::widgets::{badge, build_link, cell_text, enc, or_empty, partition_link, run_link};
 use super::Shared;
 use crate::engine_api;
+use crate::environment::Env;
 use crate::guard::Role;
 use crate::svg;
 
@@ -28,7 +29,7 @@ pub struct PartitionsQuery {
 }
 
 pub(super) async fn partitions_page(
-    State(state): Shared,
+    env: Env,
     Extension(role): Extension<Role>,
     Query(q): Query<PartitionsQuery>,
 ) -> Response {
@@ -44,7 +45,7 @@ pub(super) async fn partitions_page(
         limit: 100,
         after: q.after.clone(),
     };
-    let page_data = match page_as(&state, role, move |engine| {
+    let page_data = match page_as(&env, role, move |engine| {
         engine_api::partitions(engine, &query, listed)
     })
     .await
@@ -76,12 +77,13 @@ pub(super) async fn partitions_page(
 
 pub(super) async fn partition_page(
     State(state): Shared,
+    env: Env,
     Extension(role): Extension<Role>,
     Path(r): Path<String>,
 ) -> Response {
     let st = state.clone();
     let pr = r.clone();
-    let data = page_as(&state, role, move |engine| {
+    let data = page_as(&env, role, move |engine| {
         let x = engine_api::explain(engine, &pr)?;
         // Its current instance's lineage, two levels each way (none before it is built).
         let up = engine_api::lineage(engine, &pr, Direction::Upstream, 2, None).ok();
@@ -230,7 +232,7 @@ mod tests {
     use axum::http::StatusCode;
     use serde_json::json;
 
-    use super::super::testing::{answer, open_service, text};
+    use super::super::testing::{answer, open_service, prod, text};
     use super::*;
 
     fn node(
@@ -330,12 +332,7 @@ mod tests {
             status: Some("stale".into()),
             after: None,
         };
-        let response = partitions_page(
-            State(service.state.clone()),
-            Extension(Role::Writer),
-            Query(query),
-        )
-        .await;
+        let response = partitions_page(prod(&service), Extension(Role::Writer), Query(query)).await;
         assert_eq!(response.status(), StatusCode::OK);
         let html = text(response).await;
         assert!(html.contains("No partition matches."));
@@ -352,6 +349,7 @@ mod tests {
         let r = "daily/date=2026-01-02";
         let response = partition_page(
             State(service.state.clone()),
+            prod(&service),
             Extension(Role::Writer),
             Path(r.into()),
         )

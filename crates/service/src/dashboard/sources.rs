@@ -5,16 +5,18 @@ use axum::response::{IntoResponse, Response};
 use maud::{html, PreEscaped};
 
 use super::layout::{layout, page};
-use super::widgets::badge;
+use super::widgets::{badge, prod_only_note};
 use super::Shared;
+use crate::environment::Env;
 use crate::error::AppError;
 use crate::svg;
 
 /// Sources and their tables: per source, one strip of days for the raw data (open, sealed,
 /// expired) and one per table version (loaded from raw, carried forward, stale, missing), the
 /// promoted version marked.
-pub(super) async fn sources_page(State(state): Shared) -> Response {
-    let data = page(&state, |engine| {
+pub(super) async fn sources_page(State(state): Shared, env: Env) -> Response {
+    // Sources are prod's whatever the page's environment (see `Env::prod_only`).
+    let data = page(&Env::prod(&state), |engine| {
         engine
             .graph
             .sources
@@ -30,6 +32,7 @@ pub(super) async fn sources_page(State(state): Shared) -> Response {
     const DAYS: usize = 90;
     layout("Sources", html! {
         h1 { "Sources" }
+        (prod_only_note(&env, "Sources and tables"))
         @if details.is_empty() { p.muted { "This graph declares no [[source]]." } }
         @for d in &details {
             @let src = &d.source;
@@ -73,7 +76,7 @@ fn coverage_state(shown: Option<&String>) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::super::testing::{open_service, text};
+    use super::super::testing::{open_service, prod, text};
     use super::*;
 
     #[test]
@@ -89,7 +92,7 @@ mod tests {
     #[tokio::test]
     async fn a_graph_without_sources_says_so() {
         let service = open_service();
-        let html = text(sources_page(State(service.state.clone())).await).await;
+        let html = text(sources_page(State(service.state.clone()), prod(&service)).await).await;
         assert!(html.contains("This graph declares no [[source]]."));
         assert!(!html.contains("<section"));
     }

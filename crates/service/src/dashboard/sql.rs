@@ -8,6 +8,7 @@ use serde::Deserialize;
 use super::layout::{error_page, layout};
 use super::widgets::{cell_text, enc};
 use super::Shared;
+use crate::environment::Env;
 
 #[derive(Deserialize)]
 pub struct SqlQuery {
@@ -21,13 +22,17 @@ const EXAMPLES: &[(&str, &str)] = &[
     ("Events per hour", "SELECT * FROM events_per_hour ORDER BY hour DESC LIMIT 48"),
 ];
 
-pub(super) async fn sql_page(State(state): Shared, Query(q): Query<SqlQuery>) -> Response {
+pub(super) async fn sql_page(
+    State(state): Shared,
+    env: Env,
+    Query(q): Query<SqlQuery>,
+) -> Response {
     let query = q.q.clone().unwrap_or_default();
     let result = if query.trim().is_empty() {
         None
     } else {
         Some(
-            crate::ops::run_sql(&state, query.clone(), 1000)
+            crate::ops::run_sql(&state, &env, query.clone(), 1000)
                 .await
                 .map_err(error_page),
         )
@@ -59,7 +64,7 @@ pub(super) async fn sql_page(State(state): Shared, Query(q): Query<SqlQuery>) ->
 mod tests {
     use axum::http::StatusCode;
 
-    use super::super::testing::{build, open_service, text};
+    use super::super::testing::{build, open_service, prod, text};
     use super::*;
 
     fn sql(
@@ -69,7 +74,7 @@ mod tests {
         let q = SqlQuery {
             q: Some(q.to_string()),
         };
-        sql_page(State(service.state.clone()), Query(q))
+        sql_page(State(service.state.clone()), prod(service), Query(q))
     }
 
     #[tokio::test]

@@ -65,6 +65,11 @@ pub(super) fn service(access: Access) -> Service {
     }
 }
 
+/// Prod's environment of `service`: what a page is in when none is chosen.
+pub(super) fn prod(service: &Service) -> crate::environment::Env {
+    crate::environment::Env::prod(&service.state)
+}
+
 /// A service open to all: no token.
 pub(super) fn open_service() -> Service {
     service(Access::default())
@@ -89,7 +94,7 @@ pub(super) async fn build(service: &Service, refs: &[&str]) -> String {
         parallel: None,
         max_runs: None,
     };
-    let id = crate::ops::start_build(&service.state, request)
+    let id = crate::ops::start_build(&service.state, &prod(service), request)
         .await
         .expect("the build starts");
     wait_for_the_end(service, &id).await;

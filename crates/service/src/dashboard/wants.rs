@@ -9,9 +9,10 @@ use databuild_log::Status;
 use maud::{html, Markup, PreEscaped};
 
 use super::layout::{layout, page, page_as};
-use super::widgets::{build_link, id_link, partition_link, run_link};
+use super::widgets::{build_link, id_link, partition_link, prod_only_note, run_link};
 use super::Shared;
 use crate::engine_api;
+use crate::environment::Env;
 use crate::guard::Role;
 use crate::svg;
 
@@ -64,14 +65,20 @@ const COUNTDOWN: &str = r#"
 "#;
 
 /// Wants: what is wanted, whether it is satisfied, and if not, what it waits for and since when.
-pub(super) async fn wants_page(State(state): Shared) -> Response {
-    let wants = match page(&state, |engine| Ok(engine.store.wants(None, false, 200)?)).await {
+pub(super) async fn wants_page(State(state): Shared, env: Env) -> Response {
+    // Wants are prod's whatever the page's environment (see `Env::prod_only`).
+    let wants = match page(&Env::prod(&state), |engine| {
+        Ok(engine.store.wants(None, false, 200)?)
+    })
+    .await
+    {
         Ok(w) => w,
         Err(r) => return r,
     };
     let now = databuild_log::event::now_ns();
     layout("Wants", html! {
         h1 { "Wants" }
+        (prod_only_note(&env, "Wants"))
         p.muted { "Partitions wanted with " code { "databuild want" } " or a " code { "[[want]]" } " of the graph file; the service builds them as soon as their inputs exist." }
         @if wants.is_empty() { p.muted { "No wants yet." } }
         @else {
@@ -99,7 +106,7 @@ pub(super) async fn want_page(
     Extension(role): Extension<Role>,
     Path(id): Path<String>,
 ) -> Response {
-    let w = match page_as(&state, role, move |engine| {
+    let w = match page_as(&Env::prod(&state), role, move |engine| {
         engine_api::want_detail(engine, &id)
     })
     .await
@@ -144,7 +151,7 @@ pub(super) async fn want_page(
 mod tests {
     use axum::http::StatusCode;
 
-    use super::super::testing::{build, open_service, text};
+    use super::super::testing::{build, open_service, prod, text};
     use super::*;
 
     #[test]
@@ -159,7 +166,7 @@ mod tests {
     #[tokio::test]
     async fn the_list_shows_each_want_with_its_partitions_and_sla() {
         let service = open_service();
-        let list = || wants_page(State(service.state.clone()));
+        let list = || wants_page(State(service.state.clone()), prod(&service));
         assert!(text(list().await).await.contains("No wants yet."));
         let words = ["daily/date={2026-01-02,2026-01-03}".to_string()];
         let want = engine_api::want(&service.state.engine, &words, None, Some("2h"), 10).unwrap();
@@ -208,7 +215,7 @@ mod tests {
                 .unwrap();
             ids.push((want.want_id, retry_at, wait_s));
         }
-        let html = text(wants_page(State(service.state.clone())).await).await;
+        let html = text(wants_page(State(service.state.clone()), prod(&service)).await).await;
         assert!(html.contains("setInterval(tick, 1000)"), "{html}");
         for (id, retry_at, wait_s) in &ids {
             let row = &html[html.find(&format!(r#"data-want="{id}""#)).unwrap()..];

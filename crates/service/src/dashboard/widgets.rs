@@ -78,6 +78,15 @@ pub(super) fn thousands(n: u64) -> String {
     out
 }
 
+/// On a page of what only prod has (wants, sources), in another environment: says whose it shows.
+pub(super) fn prod_only_note(env: &crate::environment::Env, what: &str) -> Markup {
+    html! {
+        @if !env.is_prod() {
+            p.muted.env-note { (what) " are prod's: this page shows prod's, not " (env.name()) "'s." }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;

@@ -131,6 +131,14 @@ fn diff_view(diff: &EnvironmentDiff) -> Markup {
                 } }
             }
         }
+        @if !diff.aliases.is_empty() {
+            h2 { "Tables" }
+            table { tr { th { "Table" } th { (diff.environment) } th { (diff.other) } }
+                @for a in &diff.aliases { tr {
+                    td { code { (a.table) } } td { "v" (a.version) } td { "v" (a.other_version) }
+                } }
+            }
+        }
     }
 }
 
@@ -265,6 +273,7 @@ mod tests {
             }],
             partitions_total: 1,
             jobs: vec![],
+            aliases: vec![],
         };
         let html = diff_view(&diff).into_string();
         assert!(

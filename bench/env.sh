@@ -39,7 +39,7 @@ for _ in $(seq "${1:-1}"); do
   db build 'agg/{1..1000}' > /dev/null
   db env create dev > /dev/null
   sed -i 's/wc -c/wc -l/' "$work/agg.sh"
-  db --json --env dev build 'agg/{1..1000}' > "$work/dev.json"
+  db --json --env dev build 'agg/{1..1000}' > "$work/dev.json" 2> /dev/null
   python3 -c "import json,sys; c=json.load(open(sys.argv[1]))['counts']; assert c['reused']==1000, c" "$work/dev.json"
   data=$(du -sk "$work/data/gen" "$work/data/.databuild-env/dev/gen" | awk 'NR==2 {print $1 * 1024}')
   log=$(stat -c %s "$work/.databuild/env/dev/events.db")

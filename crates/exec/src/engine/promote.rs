@@ -30,6 +30,21 @@ pub(super) struct Take {
     pub outputs: Vec<(String, PathBuf, Option<String>)>,
 }
 
+impl Take {
+    /// Run `run` of environment `env`, none of its outputs taken yet.
+    fn of(env: &str, run: JobRunRow) -> Take {
+        let from = ReusedFrom {
+            environment: env.to_string(),
+            job_run_id: run.job_run_id.clone(),
+        };
+        Take {
+            from,
+            run,
+            outputs: Vec::new(),
+        }
+    }
+}
+
 /// What a promotion or rollback changes in the target.
 #[derive(Default)]
 pub(super) struct Change {
@@ -155,18 +170,7 @@ impl Engine {
                     if taken.is_some_and(|t| t.environment == to) {
                         continue;
                     }
-                    let from = ReusedFrom {
-                        environment: from.to_string(),
-                        job_run_id: run_id.clone(),
-                    };
-                    runs.insert(
-                        run_id.clone(),
-                        Take {
-                            from,
-                            run,
-                            outputs: Vec::new(),
-                        },
-                    );
+                    runs.insert(run_id.clone(), Take::of(from, run));
                 }
                 let take = runs.get_mut(run_id).expect("inserted");
                 take.outputs.push((
@@ -249,18 +253,7 @@ impl Engine {
                                 "cannot roll back {build}: the run {run_id} it replaced is not in the log"
                             ))
                         })?;
-                        let from = ReusedFrom {
-                            environment: env.to_string(),
-                            job_run_id: run_id.clone(),
-                        };
-                        runs.insert(
-                            run_id.clone(),
-                            Take {
-                                from,
-                                run,
-                                outputs: Vec::new(),
-                            },
-                        );
+                        runs.insert(run_id.clone(), Take::of(env, run));
                     }
                     let bytes = kept.join(&r);
                     runs.get_mut(&run_id)

@@ -18,6 +18,7 @@ mod equivalence;
 mod examples;
 mod exits;
 mod exits_input;
+mod forecast;
 mod gc;
 mod graph_cmd;
 mod hours;

@@ -12,7 +12,9 @@
 
 use chrono::{Datelike, Weekday};
 
-use crate::pattern::{date_from_days, days_since_epoch, parse_date, parse_hour, FieldType};
+use crate::pattern::{
+    date_from_days, days_since_epoch, format_date, format_hour, parse_date, parse_hour, FieldType,
+};
 
 /// How many of the latest arrivals (by key) the model learns from.
 pub const WINDOW: usize = 30;
@@ -89,6 +91,15 @@ impl Key {
             KeyKind::Int => return None,
         };
         date_from_days(days).map(|d| d.weekday())
+    }
+
+    /// The key as its field writes it in a ref; `None` past the dates chrono knows.
+    pub fn render(self) -> Option<String> {
+        match self.kind {
+            KeyKind::Date => date_from_days(self.n).map(format_date),
+            KeyKind::Hour => format_hour(self.n),
+            KeyKind::Int => Some(self.n.to_string()),
+        }
     }
 
     fn offset(self, by: i64) -> Key {
@@ -405,6 +416,17 @@ mod tests {
             monday.at_ns,
             day("2026-02-09").period_end_ns().unwrap() + lag
         );
+    }
+
+    #[test]
+    fn keys_render_as_they_parse() {
+        for (kind, text) in [
+            (KeyKind::Date, "2026-02-09"),
+            (KeyKind::Hour, "2026-02-09T07"),
+            (KeyKind::Int, "-42"),
+        ] {
+            assert_eq!(kind.parse(text).unwrap().render().as_deref(), Some(text));
+        }
     }
 
     #[test]

@@ -240,7 +240,7 @@ fn never_on(window: &[Arrival]) -> Vec<Weekday> {
             count[d.num_days_from_monday() as usize] += 1;
         }
     }
-    if count.iter().any(|&n| n == 1) {
+    if count.contains(&1) {
         return Vec::new();
     }
     WEEK.iter()

@@ -728,17 +728,6 @@ pub(super) fn recent_metrics(
     })
 }
 
-#[cfg(test)]
-mod tests {
-    use super::glob_to_regex;
-
-    #[test]
-    fn globs_become_anchored_regexes() {
-        assert_eq!(glob_to_regex("a/*"), "^a/.*$");
-        assert_eq!(glob_to_regex("x.y?[!/]"), "^x\\.y.[^/]$");
-    }
-}
-
 pub(super) fn arrivals_of(store: &PostgresStore, refs: &[&str]) -> Result<Vec<ArrivalRow>> {
     let wanted: Vec<String> = refs.iter().map(|r| r.to_string()).collect();
     store.read(|c| {
@@ -769,4 +758,15 @@ pub(super) fn recent_arrivals(
             .map_err(storage)?;
         collect(rows, arrival_from_row)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::glob_to_regex;
+
+    #[test]
+    fn globs_become_anchored_regexes() {
+        assert_eq!(glob_to_regex("a/*"), "^a/.*$");
+        assert_eq!(glob_to_regex("x.y?[!/]"), "^x\\.y.[^/]$");
+    }
 }

@@ -1,8 +1,9 @@
 //! Arrivals and forecasts (#60): an int-keyed external dataset whose partitions land a second
 //! apart (files made, then seen by `status`); `forecast` of its next key and of a job output
 //! reading it gives times from its cadence and the job's durations, says why when history is
-//! too short, and turns `late` once the next key is past its p90. The service answers the same
-//! and its watcher records the next partition when it lands, without being asked.
+//! too short, and turns `late` once the next key is past its p90; one being built waits for its
+//! run. The service answers the same and its watcher records the next partition when it lands,
+//! without being asked.
 
 use std::time::Duration;
 
@@ -18,7 +19,7 @@ pattern = "ticks/{n:int}"
 name = "count"
 outputs = ["counted/{n:int}"]
 inputs = ["ticks/{n}"]
-command = ["sh", "-c", "sleep 0.2; mkdir -p $DATABUILD_OUTPUT_DIR/counted && echo 1 > $DATABUILD_OUTPUT_DIR/counted/$DATABUILD_FIELD_N"]
+command = ["sh", "-c", "sleep $(cat slow 2>/dev/null || echo 0.2); mkdir -p $DATABUILD_OUTPUT_DIR/counted && echo 1 > $DATABUILD_OUTPUT_DIR/counted/$DATABUILD_FIELD_N"]
 "#;
 
 /// Ticks `1..=n` land a second apart, each seen by a `status` as it lands.
@@ -109,6 +110,16 @@ fn the_next_key_and_what_reads_it_are_forecast_from_the_cadence_and_the_jobs_dur
         .contains("input ticks/5 (dataset `ticks`): expected at "));
     assert!(text.stdout.contains("job `count`: 1 run(s) to go, p50 "));
     assert!(text.stdout.contains("counted/1: live\n"), "{}", text.stdout);
+
+    // A build that finds an external partition records its arrival too, once.
+    p.partition("ticks/7");
+    p.run(&["build", "counted/7"]).expect_code(0);
+    p.run(&["build", "counted/7", "--force"]).expect_code(0);
+    let events = p
+        .run(&["--json", "events", "--partition", "ticks/7"])
+        .stdout;
+    assert_eq!(events.lines().count(), 1, "{events}");
+    assert!(events.contains("\"kind\":\"arrival\""), "{events}");
 }
 
 #[test]
@@ -154,6 +165,31 @@ fn the_next_key_is_late_once_past_its_p90_and_so_is_what_reads_it() {
     assert_eq!(output["late"], true, "{output:#}");
     let text = p.run(&["forecast", "ticks/4"]);
     assert!(text.stdout.contains(" LATE"), "{}", text.stdout);
+}
+
+#[test]
+fn a_partition_being_built_waits_for_the_run_making_it() {
+    let p = landed(3);
+    p.run(&["build", "counted/{1..2}"]).expect_code(0);
+    p.file("slow", "4");
+    let mut build = p
+        .command()
+        .args(["build", "counted/3"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    eventually(Duration::from_secs(10), "counted/3 is being built", || {
+        let s = p.run(&["--json", "status", "counted/3"]).json();
+        (s[0]["status"] == "building").then_some(())
+    });
+    let f = forecast(&p, "counted/3");
+    assert_eq!(f["status"], "building", "{f:#}");
+    let run = step(&f, "running");
+    assert_eq!(run["job"], "count");
+    let end = run["expected_end_at_ns"].as_i64().unwrap();
+    assert!(f["expected_at_ns"].as_i64().unwrap() >= end, "{f:#}");
+    assert!(build.wait().unwrap().success());
 }
 
 #[test]

@@ -165,6 +165,18 @@ fn the_next_key_is_late_once_past_its_p90_and_so_is_what_reads_it() {
     assert_eq!(output["late"], true, "{output:#}");
     let text = p.run(&["forecast", "ticks/4"]);
     assert!(text.stdout.contains(" LATE"), "{}", text.stdout);
+    // One there but tainted awaits no arrival: no times, and its status's reasons.
+    p.run(&["taint", "ticks/2"]).expect_code(0);
+    let tainted = forecast(&p, "ticks/2");
+    assert_eq!(tainted["status"], "tainted");
+    assert!(tainted["expected_at"].is_null() && tainted["late"] == false);
+    assert!(
+        tainted["reason"]
+            .as_str()
+            .unwrap()
+            .contains("live again once its data changes"),
+        "{tainted:#}"
+    );
 }
 
 #[test]

@@ -178,6 +178,18 @@ fn forecast_one(
         ));
     }
     if let Some((Producer::Dataset(d), _)) = engine.graph.producer_of(r) {
+        if status.status != DerivedStatus::Missing {
+            // There, but not live (tainted): no arrival is awaited; its status says what is.
+            let why = status.reasons.join("; ");
+            return Ok(Forecast::new(
+                r,
+                status.status,
+                None,
+                false,
+                Some(why),
+                Vec::new(),
+            ));
+        }
         let e = cadences.expect(d, r, now)?;
         let step = external_step(engine, d, r, &e);
         return Ok(Forecast::new(

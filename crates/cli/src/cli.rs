@@ -58,6 +58,9 @@ pub enum Command {
     Status(StatusArgs),
     /// Why a partition is in its state: the run that built it, its inputs, what a build would run.
     Explain(ExplainArgs),
+    /// When partitions not live are expected to be (median, and p90), whether an input is late,
+    /// and why: inputs' arrival cadences, runs under way, jobs' durations, the critical path.
+    Forecast(ForecastArgs),
     /// List the partitions the event log knows.
     Partitions(PartitionsArgs),
     /// List builds, or show one. Ids may be shortened: any unique prefix, the short form the
@@ -258,6 +261,14 @@ pub struct ExplainArgs {
     /// The partition ref.
     #[arg(value_name = "REF")]
     pub partition_ref: String,
+}
+
+/// The arguments of `databuild forecast`.
+#[derive(Debug, Args)]
+pub struct ForecastArgs {
+    /// Partition refs; braces expand.
+    #[arg(required = true)]
+    pub refs: Vec<String>,
 }
 
 /// The arguments of `databuild partitions`.

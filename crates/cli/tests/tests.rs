@@ -19,6 +19,7 @@ mod equivalence;
 mod examples;
 mod exits;
 mod exits_input;
+mod forecast;
 mod gc;
 mod graph_cmd;
 mod hours;

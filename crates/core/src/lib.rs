@@ -20,6 +20,7 @@
 )]
 
 pub mod braces;
+pub mod cadence;
 pub mod code;
 pub mod env;
 pub mod estimate;

@@ -2008,6 +2008,145 @@ pub struct ErrorBody {
     pub code: String,
 }
 
+/// `GET /api/v1/partitions/{ref}/forecast`, and each element of `forecast REF... --json`: when
+/// a partition is expected to be live, and the steps that decide it (contract section 8). A
+/// live one has no times and no basis; one with too little history has null times and `reason`
+/// says why.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct Forecast {
+    #[serde(rename = "ref")]
+    pub partition_ref: String,
+    /// As `status` derives it.
+    pub status: DerivedStatus,
+    /// When it is expected live (at the medians of its inputs' arrivals and its runs' durations).
+    #[schema(format = DateTime)]
+    pub expected_at: Option<String>,
+    /// By when it surely is (at their 90th percentiles).
+    #[schema(format = DateTime)]
+    pub expected_by: Option<String>,
+    /// An external partition it waits for (or it itself) is past its `expected_by`.
+    pub late: bool,
+    /// Why there are no times: too little history, a weekday its input never lands on.
+    pub reason: Option<String>,
+    pub basis: Vec<ForecastStep>,
+    pub expected_at_ns: Option<i64>,
+    pub expected_by_ns: Option<i64>,
+}
+
+/// When something is expected (ns since the epoch): at its median, surely by its p90.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ExpectedTimes {
+    pub at_ns: i64,
+    pub by_ns: i64,
+}
+
+impl Forecast {
+    /// The forecast of `r` at `status`, expected at `times` (`None`: not known, `reason` says
+    /// why) after the steps of `basis`: the one place its times become text.
+    pub fn new(
+        r: &str,
+        status: DerivedStatus,
+        times: Option<ExpectedTimes>,
+        late: bool,
+        reason: Option<String>,
+        basis: Vec<ForecastStep>,
+    ) -> Forecast {
+        Forecast {
+            partition_ref: r.to_string(),
+            status,
+            expected_at: times.map(|t| text(t.at_ns)),
+            expected_by: times.map(|t| text(t.by_ns)),
+            late,
+            reason,
+            basis,
+            expected_at_ns: times.map(|t| t.at_ns),
+            expected_by_ns: times.map(|t| t.by_ns),
+        }
+    }
+}
+
+/// One step a forecast is made of, by `step`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(tag = "step", rename_all = "snake_case")]
+pub enum ForecastStep {
+    /// An external input not there yet, expected by its dataset's cadence (`cadence`, in
+    /// words), or with no times and `reason`.
+    External {
+        #[serde(rename = "ref")]
+        partition_ref: String,
+        dataset: String,
+        cadence: Option<String>,
+        #[schema(format = DateTime)]
+        expected_at: Option<String>,
+        #[schema(format = DateTime)]
+        expected_by: Option<String>,
+        late: bool,
+        reason: Option<String>,
+        expected_at_ns: Option<i64>,
+        expected_by_ns: Option<i64>,
+    },
+    /// A run already queued or running that makes it (or what it reads), and when it is
+    /// expected to end (its start, or now if it has not started, plus its job's durations).
+    Running {
+        job_run_id: String,
+        job: String,
+        status: Status,
+        #[schema(format = DateTime)]
+        expected_end_at: Option<String>,
+        expected_end_at_ns: Option<i64>,
+    },
+    /// A job still to run `runs` times, with its durations over its last runs (null: it has
+    /// none timed).
+    Job {
+        job: String,
+        runs: u64,
+        p50_ms: Option<f64>,
+        p90_ms: Option<f64>,
+        /// How many runs the durations are of.
+        timed_runs: u64,
+    },
+    /// The wait for a free slot at `parallel` runs at once: the median wall time beyond the
+    /// critical path.
+    QueueWait { parallel: u64, ms: f64 },
+    /// The longest chain of dependent runs still to go, at median durations.
+    CriticalPath { ms: f64 },
+}
+
+impl ForecastStep {
+    /// An external input's step, expected at `times` (`None`, with `reason`).
+    pub fn external(
+        r: &str,
+        dataset: &str,
+        cadence: Option<String>,
+        times: Option<ExpectedTimes>,
+        late: bool,
+        reason: Option<String>,
+    ) -> ForecastStep {
+        ForecastStep::External {
+            partition_ref: r.to_string(),
+            dataset: dataset.to_string(),
+            cadence,
+            expected_at: times.map(|t| text(t.at_ns)),
+            expected_by: times.map(|t| text(t.by_ns)),
+            late,
+            reason,
+            expected_at_ns: times.map(|t| t.at_ns),
+            expected_by_ns: times.map(|t| t.by_ns),
+        }
+    }
+
+    /// A queued or running run's step, expected to end at `end_ns`.
+    pub fn running(run: &str, job: &str, status: Status, end_ns: Option<i64>) -> ForecastStep {
+        ForecastStep::Running {
+            job_run_id: run.to_string(),
+            job: job.to_string(),
+            status,
+            expected_end_at: maybe(end_ns),
+            expected_end_at_ns: end_ns,
+        }
+    }
+}
+
 /// The one route table: every path of the API, used by the router, the OpenAPI annotations, the
 /// CLI's HTTP client and the upstream client. `{...}` is one percent-encoded segment ([`fill`]).
 pub mod route {
@@ -2025,6 +2164,7 @@ pub mod route {
     pub const PARTITION_EXPLAIN: &str = "/api/v1/partitions/{partition_ref}/explain";
     pub const PARTITION_LINEAGE: &str = "/api/v1/partitions/{partition_ref}/lineage";
     pub const PARTITION_DIFF: &str = "/api/v1/partitions/{partition_ref}/diff";
+    pub const PARTITION_FORECAST: &str = "/api/v1/partitions/{partition_ref}/forecast";
     pub const TAINT: &str = "/api/v1/partitions/taint";
     pub const TAINT_IMPACT: &str = "/api/v1/partitions/taint/impact";
     pub const CHECK: &str = "/api/v1/partitions/check";

@@ -43,6 +43,14 @@ impl Clock {
         }
     }
 
+    /// The time now, ns since the epoch (the system's to the ns, not only the second).
+    pub fn now_ns(&self) -> i64 {
+        match self {
+            Clock::Fixed(now) => now.and_utc().timestamp_nanos_opt().unwrap_or(i64::MAX),
+            Clock::System => databuild_log::event::now_ns(),
+        }
+    }
+
     /// Today's date, `YYYY-MM-DD`.
     pub fn today(&self) -> String {
         databuild_core::pattern::format_date(self.now().date())

@@ -78,7 +78,12 @@ impl StateCache {
                     self.wants.insert(id.clone(), Some(e.status));
                 }
             }
-            Kind::Delegation | Kind::Alias | Kind::Gc | Kind::Check | Kind::Environment => {}
+            Kind::Delegation
+            | Kind::Alias
+            | Kind::Gc
+            | Kind::Check
+            | Kind::Environment
+            | Kind::Arrival => {}
         }
     }
 }

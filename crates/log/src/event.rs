@@ -7,7 +7,7 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 /// Version of the event format. Bump it when a field is added to [`Event`] or [`EventData`].
-pub const FORMAT_VERSION: u32 = 7;
+pub const FORMAT_VERSION: u32 = 8;
 
 #[derive(
     Debug,
@@ -43,6 +43,11 @@ pub enum Kind {
     /// `data.from_environment`) and `rolled_back` in the log of the environment they changed, by
     /// the build request that recorded the change.
     Environment,
+    /// An external partition first seen available (format version 8): `available`, of no build
+    /// request; `partition_ref`, its dataset in `data.dataset`, what was seen in
+    /// `data.data_version`; the event's `timestamp` is when it was first seen. Forecasts learn
+    /// each dataset's cadence from these.
+    Arrival,
 }
 
 /// Every status of every kind; which ones a kind may use is the business of [`crate::state`].
@@ -134,6 +139,7 @@ names!(Kind {
     Gc => "gc",
     Check => "check",
     Environment => "environment",
+    Arrival => "arrival",
 });
 
 names!(Status {
@@ -350,6 +356,9 @@ pub struct EventData {
     /// version 7).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reused_from: Option<ReusedFrom>,
+    /// arrival: the `[[dataset]]` the partition belongs to (format version 8).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dataset: Option<String>,
 }
 
 /// The instance a reused run took: the run that made it, in its environment's log.
@@ -607,6 +616,15 @@ impl Event {
     pub fn environment(name: &str, status: Status) -> Event {
         Event::new(Kind::Environment, status, None)
             .with_data(|d| d.environment = Some(name.to_string()))
+    }
+
+    /// External partition `partition_ref` of `dataset` first seen available, at `data_version`.
+    pub fn arrival(dataset: &str, partition_ref: &str, data_version: Option<String>) -> Event {
+        let mut e = Event::new(Kind::Arrival, Status::Available, None);
+        e.partition_ref = Some(partition_ref.to_string());
+        e.data.dataset = Some(dataset.to_string());
+        e.data.data_version = data_version;
+        e
     }
 
     /// A `databuild gc` that removed something: `report` says what.

@@ -21,6 +21,8 @@ pub struct Replay {
     pub wants: FxHashMap<String, Status>,
     /// The latest result of each (partition, check): its status and the instance (run) checked.
     pub checks: FxHashMap<(String, String), (Status, String)>,
+    /// When each external partition was first seen available: (dataset, time).
+    pub arrivals: FxHashMap<String, (String, i64)>,
 }
 
 impl Replay {
@@ -71,6 +73,12 @@ impl Replay {
                 );
                 self.checks
                     .insert(key, (e.status, e.job_run_id.clone().expect("checked")));
+            }
+            Kind::Arrival => {
+                let dataset = e.data.dataset.clone().expect("checked");
+                self.arrivals
+                    .entry(e.partition_ref.clone().expect("checked"))
+                    .or_insert((dataset, e.timestamp));
             }
             Kind::Want if e.status == Status::SlaMissed => {}
             Kind::Want => {
@@ -285,6 +293,21 @@ pub fn check_store(store: &dyn crate::store::EventStore) -> crate::store::Result
             )),
         }
     }
+    let arrivals = rows("SELECT partition_ref, dataset, arrived_at FROM arrivals")?;
+    for r in &arrivals {
+        match replay.arrivals.get(&r[0]) {
+            Some((dataset, at)) if *dataset == r[1] && at.to_string() == r[2] => {}
+            other => {
+                disagree(format!(
+                "partition {} arrived at {} (dataset {}) in its projection but {} in the events",
+                r[0],
+                r[2],
+                r[1],
+                other.map_or("never".to_string(), |(d, at)| format!("at {at} (dataset {d})"))
+            ))
+            }
+        }
+    }
     let request_partitions =
         rows("SELECT build_request_id, partition_ref, status FROM request_partitions")?;
     for r in &request_partitions {
@@ -312,6 +335,7 @@ pub fn check_store(store: &dyn crate::store::EventStore) -> crate::store::Result
             replay.request_partitions.len(),
         ),
         ("check results", checks.len(), replay.checks.len()),
+        ("arrivals", arrivals.len(), replay.arrivals.len()),
     ] {
         if projected != replayed {
             disagree(format!(
@@ -372,7 +396,7 @@ mod tests {
                             }
                         }
                     }
-                    Kind::Delegation | Kind::Alias | Kind::Want | Kind::Gc | Kind::Check | Kind::Environment => {}
+                    Kind::Delegation | Kind::Alias | Kind::Want | Kind::Gc | Kind::Check | Kind::Environment | Kind::Arrival => {}
                 }
             }
             for path in brs.values() { prop_assert!(path_is_valid(BUILD_REQUEST, path), "{:?}", path); }

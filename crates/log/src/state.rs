@@ -147,7 +147,12 @@ pub fn is_terminal(kind: Kind, status: Status) -> bool {
         // A partition can always be rebuilt by a later request; within one request, `failed`
         // allows a retry. Only `available` ends a request's dealings with it.
         Kind::Partition => return status == Available,
-        Kind::Delegation | Kind::Alias | Kind::Gc | Kind::Check | Kind::Environment => return true,
+        Kind::Delegation
+        | Kind::Alias
+        | Kind::Gc
+        | Kind::Check
+        | Kind::Environment
+        | Kind::Arrival => return true,
     };
     !table.iter().any(|(from, _)| *from == Some(status))
 }
@@ -246,6 +251,15 @@ pub fn check(e: &Event, current: &Current) -> Result<(), Refusal> {
                     "an environment event is `created`, `dropped`, `promoted` or `rolled_back`, not `{}`",
                     e.status
                 )));
+            }
+        }
+        Kind::Arrival => {
+            require(&e.partition_ref, "partition_ref", e)?;
+            require(&e.data.dataset, "dataset", e)?;
+            if e.status != Available || e.build_request_id.is_some() {
+                return Err(Refusal::invalid(
+                    "an arrival event is `available`, of no build request".to_string(),
+                ));
             }
         }
         Kind::Gc => {

@@ -121,6 +121,16 @@ impl CheckRow {
     }
 }
 
+/// When an external partition was first seen available (`arrivals`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ArrivalRow {
+    pub partition_ref: String,
+    pub dataset: String,
+    /// ns since the epoch.
+    pub arrived_at: i64,
+    pub data_version: Option<String>,
+}
+
 /// How many partitions' latest results of a check passed and failed, per job.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct CheckCount {
@@ -624,6 +634,10 @@ pub trait EventStore: Send + Sync {
     fn any_blocking_failure(&self) -> Result<bool>;
     /// The latest results counted per job and check (for `/metrics` and the datasets page).
     fn check_counts(&self) -> Result<Vec<CheckCount>>;
+    /// The arrivals of those of `refs` that have one, read at once, in any order.
+    fn arrivals_of(&self, refs: &[&str]) -> Result<Vec<ArrivalRow>>;
+    /// `dataset`'s `limit` latest arrivals (by when they were seen), latest first.
+    fn recent_arrivals(&self, dataset: &str, limit: usize) -> Result<Vec<ArrivalRow>>;
     /// Counts of partitions by status among refs matching `pattern` (all when `None`).
     fn partition_counts(&self, pattern: Option<&str>) -> Result<BTreeMap<Status, u64>>;
     /// Counts of the partitions a job built, by status (from a projection: a few rows read).

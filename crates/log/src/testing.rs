@@ -22,6 +22,11 @@ pub fn arb_event() -> impl Strategy<Value = Event> {
                     e.status = status;
                     e
                 }
+                Kind::Arrival => {
+                    let mut e = Event::arrival("d", &r, with_run.then(|| run.clone()));
+                    e.status = status;
+                    e
+                }
                 Kind::Check => {
                     let mut e = Event::check(None, &r, &run, "c", with_run);
                     e.status = status;

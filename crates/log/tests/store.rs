@@ -1317,6 +1317,54 @@ const UNDO_V9_V13: &str =
             datetime(updated_at / 1000000000, 'unixepoch') AS updated
      FROM partitions;";
 
+fn arrival_at(dataset: &str, r: &str, at: i64) -> Event {
+    let mut e = Event::arrival(dataset, r, Some(format!("v-{r}")));
+    e.timestamp = at;
+    e
+}
+
+/// An external partition's first sighting is kept, a later one of the same ref changes nothing;
+/// a dataset's latest arrivals read latest first, and a batch of refs reads those that have one.
+/// The replay agrees, and anything else of the event is refused.
+fn arrivals_keep_the_first_sighting_and_read_by_dataset(backend: Backend) {
+    let (_f, store) = store_on(backend);
+    store
+        .append(vec![
+            arrival_at("raw", "raw/1", 100),
+            arrival_at("raw", "raw/2", 300),
+            arrival_at("other", "other/1", 200),
+        ])
+        .unwrap();
+    store.append(vec![arrival_at("raw", "raw/1", 900)]).unwrap();
+    store.append(vec![arrival_at("raw", "raw/3", 500)]).unwrap();
+    let recent = store.recent_arrivals("raw", 2).unwrap();
+    let refs: Vec<(&str, i64)> = recent
+        .iter()
+        .map(|a| (a.partition_ref.as_str(), a.arrived_at))
+        .collect();
+    assert_eq!(refs, [("raw/3", 500), ("raw/2", 300)]);
+    assert_eq!(recent[0].data_version.as_deref(), Some("v-raw/3"));
+    let mut of = store
+        .arrivals_of(&["raw/1", "nothing/1", "other/1"])
+        .unwrap();
+    of.sort_by(|a, b| a.partition_ref.cmp(&b.partition_ref));
+    let found: Vec<(&str, &str, i64)> = of
+        .iter()
+        .map(|a| (a.partition_ref.as_str(), a.dataset.as_str(), a.arrived_at))
+        .collect();
+    assert_eq!(found, [("other/1", "other", 200), ("raw/1", "raw", 100)]);
+    let mut under_a_build = arrival_at("raw", "raw/9", 1);
+    under_a_build.build_request_id = Some("b".into());
+    let mut no_dataset = arrival_at("raw", "raw/9", 1);
+    no_dataset.data.dataset = None;
+    for bad in [under_a_build, no_dataset] {
+        assert!(store.append(vec![bad]).is_err());
+    }
+    let report = databuild_log::check_store(store.as_ref()).unwrap();
+    assert!(report.ok(), "{:?}", report.problems);
+}
+on_every_backend!(arrivals_keep_the_first_sighting_and_read_by_dataset);
+
 /// A check's result of `p`'s instance built by `run`.
 fn check_event(p: &str, run: &str, name: &str, passed: bool, blocking: bool) -> Event {
     let mut e = Event::check(None, p, run, name, passed)
@@ -1446,8 +1494,9 @@ fn a_version_12_log_gains_code_versions_in_place() {
     assert!(report.problems.is_empty(), "{:?}", report.problems);
 }
 
-/// What versions 15 and 16 added, undone: a log from before them.
-const UNDO_V15: &str = "drop table run_metrics; drop index events_of_environments;";
+/// What versions 15, 16 and 17 added, undone: a log from before them.
+const UNDO_V15: &str =
+    "drop table run_metrics; drop index events_of_environments; drop table arrivals;";
 
 /// A version 14 log gains `run_metrics` in place, and a run that ends after the upgrade fills it.
 #[test]

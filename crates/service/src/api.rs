@@ -77,6 +77,18 @@ pub(crate) async fn post_build(
         .into_response())
 }
 
+#[utoipa::path(get, path = route::PARTITION_FORECAST, summary = "When a partition not live is expected to be (median, p90), whether an input is late, and the steps that decide it", params(RefPath), responses((status = 200, body = answers::Forecast), (status = 400, body = ErrorBody), (status = 404, description = "No such path: a ref's `/` is written `%2F` in it", body = ErrorBody)))]
+pub(crate) async fn partition_forecast(
+    State(state): Shared,
+    Extension(role): Extension<Role>,
+    ApiPath(r): ApiPath<String>,
+) -> ApiResult<Json<answers::Forecast>> {
+    blocking_as(&state, role, move |engine| {
+        engine_api::forecast(engine, &r).map(Json)
+    })
+    .await
+}
+
 #[derive(Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct ListQuery {

@@ -30,6 +30,8 @@ use crate::error::AppError;
 pub trait Api {
     fn status(&self, r: &str) -> ApiResult<PartitionStatus>;
     fn explain(&self, r: &str) -> ApiResult<Explain>;
+    /// When `r` is expected live, and why (contract section 8).
+    fn forecast(&self, r: &str) -> ApiResult<databuild_exec::answers::Forecast>;
     fn taint(&self, refs: &[String], reason: Option<&str>) -> ApiResult<EventList>;
     /// What `taint` of `refs` would make stale; nothing is written.
     fn taint_impact(&self, refs: &[String]) -> ApiResult<TaintImpact>;
@@ -120,6 +122,9 @@ impl Api for InProcess {
     }
     fn explain(&self, r: &str) -> ApiResult<Explain> {
         engine_api::explain(&self.engine, r)
+    }
+    fn forecast(&self, r: &str) -> ApiResult<databuild_exec::answers::Forecast> {
+        engine_api::forecast(&self.engine, r)
     }
     fn taint(&self, refs: &[String], reason: Option<&str>) -> ApiResult<EventList> {
         engine_api::taint(&self.engine, refs, reason, self.max_refs)
@@ -562,6 +567,9 @@ impl Api for Http {
     }
     fn explain(&self, r: &str) -> ApiResult<Explain> {
         self.get(&route::fill(route::PARTITION_EXPLAIN, r))
+    }
+    fn forecast(&self, r: &str) -> ApiResult<databuild_exec::answers::Forecast> {
+        self.get(&route::fill(route::PARTITION_FORECAST, r))
     }
     fn taint(&self, refs: &[String], reason: Option<&str>) -> ApiResult<EventList> {
         self.post(

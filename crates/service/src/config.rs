@@ -48,6 +48,8 @@ pub struct Intervals {
     pub want_retry: Duration,
     /// Closing builds whose driving process is gone (`DATABUILD_DEAD_BUILD_INTERVAL`).
     pub dead_builds: Duration,
+    /// Probing the external partitions expected next (`DATABUILD_ARRIVAL_PROBE_INTERVAL`).
+    pub arrival_probes: Duration,
 }
 
 impl Default for Intervals {
@@ -57,6 +59,7 @@ impl Default for Intervals {
             want_probes: Duration::from_secs(10),
             want_retry: Duration::from_secs(60),
             dead_builds: Duration::from_secs(2),
+            arrival_probes: Duration::from_secs(60),
         }
     }
 }

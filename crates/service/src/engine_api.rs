@@ -313,6 +313,12 @@ pub fn explain(engine: &Engine, r: &str) -> ApiResult<Explain> {
     Ok(Explain::from(&engine.explain(r)?))
 }
 
+pub fn forecast(engine: &Engine, r: &str) -> ApiResult<databuild_exec::answers::Forecast> {
+    close_dead_builds(engine);
+    valid_ref(r)?;
+    Ok(engine.forecast(&[r.to_string()])?.remove(0))
+}
+
 /// The most levels a lineage answer goes.
 pub const MAX_LINEAGE_DEPTH: u32 = 100;
 

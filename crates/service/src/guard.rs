@@ -370,7 +370,9 @@ fn computes(path: &str) -> bool {
     matches!(path, "/analyze" | "/sql" | "/taint" | "/api/v1/analyze")
         || path.starts_with("/partitions/")
         || (path.starts_with("/api/v1/partitions/")
-            && (path.ends_with("/explain") || path.ends_with("/status")))
+            && (path.ends_with("/explain")
+                || path.ends_with("/status")
+                || path.ends_with("/forecast")))
 }
 
 /// Whether a cross-site read of a computing page is a person following a link to a partition's

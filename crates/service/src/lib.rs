@@ -140,6 +140,7 @@ pub async fn serve(
     let state = Arc::new(AppState::new(engine, executor, config));
     tokio::spawn(maintain_sources(state.clone()));
     tokio::spawn(close_dead_builds(state.clone()));
+    tokio::spawn(watch_arrivals(state.clone()));
     let stop_reconciler = Arc::new(AtomicBool::new(false));
     reconciler::spawn(state.clone(), stop_reconciler.clone());
     let listener = tokio::net::TcpListener::bind(bind)
@@ -183,6 +184,17 @@ async fn close_dead_builds(state: Arc<AppState>) {
             })
         },
     )
+    .await
+}
+
+/// Probes the external partitions each dataset a job reads is expected to land next, and
+/// records those found, every [`Intervals::arrival_probes`].
+async fn watch_arrivals(state: Arc<AppState>) {
+    let engine = state.engine.clone();
+    let interval = state.intervals.arrival_probes;
+    every(interval, "watching for arrivals", move || {
+        engine.watch_arrivals(interval).map(drop)
+    })
     .await
 }
 

@@ -39,6 +39,7 @@ use crate::error::ErrorBody;
         crate::api::partition_status,
         crate::api::partition_events,
         crate::api::partition_explain,
+        crate::api::partition_forecast,
         crate::api::partition_lineage,
         crate::api::partition_diff,
         crate::api::taint,

@@ -30,6 +30,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route(route::PARTITION_STATUS, get(api::partition_status))
         .route(route::PARTITION_EVENTS, get(api::partition_events))
         .route(route::PARTITION_EXPLAIN, get(api::partition_explain))
+        .route(route::PARTITION_FORECAST, get(api::partition_forecast))
         .route(route::TAINT, post(api::taint))
         .route(route::TAINT_IMPACT, post(api::taint_impact))
         .route(route::CHECK, post(api::check))

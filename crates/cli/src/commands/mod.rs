@@ -4,6 +4,7 @@
 mod analyze;
 mod build;
 mod env;
+mod forecast;
 mod graph;
 mod init;
 mod inspect;
@@ -50,6 +51,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Cancel(args) => query::cancel(&backend()?, &args, json),
         Command::Status(args) => inspect::status(&backend()?, &args, json),
         Command::Explain(args) => inspect::explain(&backend()?, &args, json),
+        Command::Forecast(args) => forecast::run(&backend()?, &args, json),
         Command::Partitions(args) => query::partitions(&backend()?, args, json),
         Command::Builds(args) => query::builds(&backend()?, &args, json),
         Command::Events(args) => query::events(&backend()?, args, json),

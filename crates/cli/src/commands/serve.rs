@@ -102,6 +102,10 @@ fn serve(
                     "DATABUILD_DEAD_BUILD_INTERVAL",
                     default.dead_builds,
                 )?,
+                arrival_probes: crate::settings::interval(
+                    "DATABUILD_ARRIVAL_PROBE_INTERVAL",
+                    default.arrival_probes,
+                )?,
             }
         },
     };

@@ -4,8 +4,9 @@
 //! read it ([`content_diff`]), an external dataset's files counted ([`present`]), sources' raw
 //! records ([`sources`]), the built-in job that loads table versions ([`table_job`]), other
 //! DataBuild services a dataset comes from ([`upstream`]), and the planner's `LocalResolver` over
-//! all of it (`resolver`).
+//! all of it (`resolver`), which notes the external partitions it finds for `arrivals` to record.
 
+pub(crate) mod arrivals;
 pub mod code;
 pub mod content_diff;
 pub(crate) mod data_dir;

@@ -93,6 +93,8 @@ pub struct LocalResolver<'g> {
     witnesses: Option<&'g crate::data::data_dir::Witnesses>,
     /// Whether config executables may run for the caller.
     configs: ConfigAccess,
+    /// Notes the external partitions found available, for their arrivals to be recorded.
+    sightings: Option<&'g crate::data::arrivals::Sightings>,
 }
 
 impl<'g> LocalResolver<'g> {
@@ -110,6 +112,7 @@ impl<'g> LocalResolver<'g> {
             today,
             witnesses: None,
             configs,
+            sightings: None,
         }
     }
 
@@ -119,6 +122,15 @@ impl<'g> LocalResolver<'g> {
         witnesses: Option<&'g crate::data::data_dir::Witnesses>,
     ) -> Self {
         self.witnesses = witnesses;
+        self
+    }
+
+    /// Notes the external partitions found available in `sightings`.
+    pub(crate) fn sighted_by(
+        mut self,
+        sightings: Option<&'g crate::data::arrivals::Sightings>,
+    ) -> Self {
+        self.sightings = sightings;
         self
     }
 
@@ -177,6 +189,32 @@ impl<'g> LocalResolver<'g> {
             });
         }
         Ok(configs)
+    }
+
+    /// Whether external partition `r` of `dataset` is there: a source's day sealed, the
+    /// upstream service's partition live, its file present, or its probe exiting 0.
+    fn probe_external(&self, dataset: &Dataset, r: &PartitionRef) -> Result<bool, ResolveError> {
+        if dataset.source.is_some() {
+            return Ok(
+                crate::data::sources::sealed_version(&self.data_dir.join(r.as_str())).is_some(),
+            );
+        }
+        if let Some(upstream) = &dataset.upstream {
+            return crate::data::upstream::status(upstream, r.as_str())
+                .map(|(s, _)| s == crate::answers::DerivedStatus::Live)
+                .map_err(ResolveError::new);
+        }
+        let Some(probe) = &dataset.exists else {
+            let exists = self.data_dir.join(r.as_str()).exists();
+            if let Some(w) = self.witnesses {
+                w.exists(r.as_str(), exists);
+            }
+            return Ok(exists);
+        };
+        let mut cmd = self.command(probe);
+        cmd.arg(r.as_str());
+        let captured = run_captured(cmd, PROBE_TIMEOUT).map_err(ResolveError::new)?;
+        Ok(captured.status.success())
     }
 
     fn command(&self, argv: &[String]) -> Command {
@@ -239,27 +277,11 @@ impl Resolver for LocalResolver<'_> {
         dataset: &Dataset,
         r: &PartitionRef,
     ) -> Result<bool, ResolveError> {
-        if dataset.source.is_some() {
-            return Ok(
-                crate::data::sources::sealed_version(&self.data_dir.join(r.as_str())).is_some(),
-            );
+        let available = self.probe_external(dataset, r)?;
+        if let (true, Some(sightings)) = (available, self.sightings) {
+            sightings.note(dataset, r.as_str());
         }
-        if let Some(upstream) = &dataset.upstream {
-            return crate::data::upstream::status(upstream, r.as_str())
-                .map(|(s, _)| s == crate::answers::DerivedStatus::Live)
-                .map_err(ResolveError::new);
-        }
-        let Some(probe) = &dataset.exists else {
-            let exists = self.data_dir.join(r.as_str()).exists();
-            if let Some(w) = self.witnesses {
-                w.exists(r.as_str(), exists);
-            }
-            return Ok(exists);
-        };
-        let mut cmd = self.command(probe);
-        cmd.arg(r.as_str());
-        let captured = run_captured(cmd, PROBE_TIMEOUT).map_err(ResolveError::new)?;
-        Ok(captured.status.success())
+        Ok(available)
     }
 
     fn job_configs(

@@ -54,16 +54,7 @@ pub(crate) fn trends(engine: &Engine, job: &str) -> Result<Vec<crate::answers::M
     let rows = engine
         .store
         .recent_metrics(job, crate::answers::TREND_RUNS)?;
-    let mut by_name: std::collections::BTreeMap<&str, Vec<f64>> = Default::default();
-    let mut seen = rustc_hash::FxHashSet::default();
-    for m in &rows {
-        let kind = MetricKind::of(&m.name);
-        if kind == MetricKind::Resource && !seen.insert((&m.job_run_id, &m.name)) {
-            continue;
-        }
-        by_name.entry(&m.name).or_default().push(m.value);
-    }
-    Ok(by_name
+    Ok(values_by_name(&rows)
         .into_iter()
         .map(|(name, mut values)| MetricTrend {
             name: name.to_string(),
@@ -73,6 +64,39 @@ pub(crate) fn trends(engine: &Engine, job: &str) -> Result<Vec<crate::answers::M
             p95: crate::anomaly::quantile(&mut values, 0.95).unwrap_or_default(),
         })
         .collect())
+}
+
+/// Each metric's values among `rows`: a resource once per run (it is recorded per output ref,
+/// the same value each), a reported metric once per output ref.
+fn values_by_name(
+    rows: &[databuild_log::MetricValue],
+) -> std::collections::BTreeMap<&str, Vec<f64>> {
+    use crate::answers::MetricKind;
+    let mut by_name: std::collections::BTreeMap<&str, Vec<f64>> = Default::default();
+    let mut seen = rustc_hash::FxHashSet::default();
+    for m in rows {
+        let kind = MetricKind::of(&m.name);
+        if kind == MetricKind::Resource && !seen.insert((&m.job_run_id, &m.name)) {
+            continue;
+        }
+        by_name.entry(&m.name).or_default().push(m.value);
+    }
+    by_name
+}
+
+/// The median and 90th percentile of `job`'s run durations (`wall_ms`) over its last
+/// [`TREND_RUNS`](crate::answers::TREND_RUNS) runs, and how many runs they are of; `None` for a
+/// job with no run timed.
+pub(crate) fn durations(engine: &Engine, job: &str) -> Result<Option<(f64, f64, u64)>> {
+    let rows = engine
+        .store
+        .recent_metrics(job, crate::answers::TREND_RUNS)?;
+    let Some(mut wall) = values_by_name(&rows).remove("wall_ms") else {
+        return Ok(None);
+    };
+    let p50 = crate::anomaly::quantile(&mut wall, 0.5);
+    let p90 = crate::anomaly::quantile(&mut wall, 0.9);
+    Ok(p50.zip(p90).map(|(p50, p90)| (p50, p90, wall.len() as u64)))
 }
 
 /// A page of `metric` of the partitions of a job (`pattern`: its name or one of its output

@@ -7,10 +7,12 @@
 //! The facets hold crate-internal functions and the helpers they share; none adds to the public
 //! surface.
 
+mod arrivals;
 mod builds;
 pub(crate) mod checks;
 mod env_diff;
 pub mod environments;
+pub mod forecast;
 pub mod freshness;
 pub mod gc;
 mod jobs;
@@ -335,6 +337,21 @@ impl Engine {
     /// Why `r` is in its state: who built it from what, and what a build would run now.
     pub fn explain(&self, r: &str) -> Result<Explanation> {
         status::explain(self, r)
+    }
+
+    /// Probes the external partitions each dataset a job reads is expected to land next (by
+    /// `interval` from now; with too little history, the key after its latest arrival) and
+    /// records those found as arrivals. Returns how many refs it probed.
+    pub fn watch_arrivals(&self, interval: Duration) -> Result<usize> {
+        arrivals::watch(self, interval)
+    }
+
+    /// When each of `refs` not live is expected to be (at the medians, surely by the p90s),
+    /// whether an external input it waits for is late, and the steps that decide it: its
+    /// external inputs' cadences, runs under way, its jobs' durations, the queue wait and the
+    /// critical path. Records the arrivals of the external partitions it finds.
+    pub fn forecast(&self, refs: &[String]) -> Result<Vec<crate::answers::Forecast>> {
+        forecast::forecast(self, refs)
     }
 
     /// One page of partitions. For `live` and `stale`, each available partition's freshness is

@@ -69,8 +69,13 @@ impl Engine {
             &self.graph,
             self.store.as_ref(),
         );
-        let mut resolver = self.resolver().witnessed_by(witnesses);
+        let sightings = crate::data::arrivals::Sightings::default();
+        let mut resolver = self
+            .resolver()
+            .witnessed_by(witnesses)
+            .sighted_by(Some(&sightings));
         let planned = databuild_core::plan(&self.graph, request, &states, &mut resolver);
+        self.record_arrivals(&sightings)?;
         // A read that failed after the last states were asked (a config re-check) ends it too.
         if let Some(failure) = states.take_failure() {
             return Err(EngineError::Log(failure));

@@ -428,12 +428,14 @@ fn status_with(
     code: &Arc<CodeCache>,
 ) -> Result<Vec<StatusReport>> {
     code.validated(&engine.graph)?;
-    let mut resolver = engine.resolver();
+    let sightings = crate::data::arrivals::Sightings::default();
+    let mut resolver = engine.resolver().sighted_by(Some(&sightings));
     let versions = engine.versions_with(code);
     let mut reports = refs
         .iter()
         .map(|r| engine.status_of(r, &mut resolver, &versions))
         .collect::<Result<Vec<_>>>()?;
+    engine.record_arrivals(&sightings)?;
     let shown: Vec<(&str, DerivedStatus)> = reports
         .iter()
         .map(|r| (r.partition_ref.as_str(), r.status))

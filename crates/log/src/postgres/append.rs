@@ -511,6 +511,12 @@ enum Write {
     Check(Box<CheckWrite>),
     /// `run_metrics` rows, inserted once per batch (see `insert_metrics`).
     Metrics(Vec<MetricValue>),
+    Arrival {
+        r: Option<String>,
+        dataset: Option<String>,
+        at: i64,
+        data_version: Option<String>,
+    },
 }
 
 struct CheckWrite {
@@ -581,6 +587,7 @@ fn row_of(w: &Write) -> Option<(u8, String)> {
             (b'w', key(id))
         }
         Write::Check(c) => (b'c', format!("{}\0{}", key(&c.r), key(&c.name))),
+        Write::Arrival { r, .. } => (b'a', key(r)),
         Write::RunCounts(_) | Write::PartitionCounts(_) | Write::Metrics(_) => return None,
     })
 }
@@ -605,6 +612,7 @@ fn kind_of(w: &Write) -> usize {
         Write::Check(_) => 14,
         Write::RunStarted { .. } => 15,
         Write::Metrics(_) => 16,
+        Write::Arrival { .. } => 17,
     }
 }
 
@@ -616,7 +624,7 @@ SELECT * FROM unnest($1::bigint[], $2::text[], $3::bigint[], $4::text[], $5::tex
 
 /// Each kind's statement, by [`kind_of`]: the per-row SQL of a statement per event, over the
 /// `unnest` of the rows' columns.
-const WRITES: [&str; 17] = [
+const WRITES: [&str; 18] = [
     "INSERT INTO build_requests (build_request_id, status, requested, analyze_only, owner, message,
                                  created_at, updated_at, requested_count, requested_head)
      SELECT id, s, req, ao, o, m, t, t, rc, rh
@@ -742,6 +750,10 @@ const WRITES: [&str; 17] = [
      SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::float8[],
                           $6::bigint[])
      ON CONFLICT (job, name, partition_ref, job_run_id) DO UPDATE SET value = excluded.value",
+    // The first sighting stands, as on SQLite.
+    "INSERT INTO arrivals (partition_ref, dataset, arrived_at, data_version)
+     SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::text[])
+     ON CONFLICT (partition_ref) DO NOTHING",
 ];
 
 /// The parameters of one statement of `kind` for `writes` (all of that kind): a column each.
@@ -920,6 +932,12 @@ fn columns(kind: usize, writes: &[&Write]) -> Vec<Param> {
                 Box::new(all.iter().map(|m| m.recorded_at).collect::<Vec<_>>()),
             ]
         }
+        17 => vec![
+            col!(Write::Arrival { r, .. } => r.clone()),
+            col!(Write::Arrival { dataset, .. } => dataset.clone()),
+            col!(Write::Arrival { at, .. } => *at),
+            col!(Write::Arrival { data_version, .. } => data_version.clone()),
+        ],
         _ => {
             let all: Vec<&(String, &'static str, i64)> = writes
                 .iter()
@@ -1426,6 +1444,16 @@ impl AppendTx for PgAppend<'_> {
             at: e.timestamp,
             code_versions: (!d.code_versions.is_empty()).then(|| to_json(&d.code_versions)),
         })));
+        Ok(())
+    }
+
+    fn insert_arrival(&mut self, e: &Event) -> Result<()> {
+        self.keep(Write::Arrival {
+            r: e.partition_ref.clone(),
+            dataset: e.data.dataset.clone(),
+            at: e.timestamp,
+            data_version: e.data.data_version.clone(),
+        });
         Ok(())
     }
 

@@ -728,6 +728,38 @@ pub(super) fn recent_metrics(
     })
 }
 
+pub(super) fn arrivals_of(store: &PostgresStore, refs: &[&str]) -> Result<Vec<ArrivalRow>> {
+    let wanted: Vec<String> = refs.iter().map(|r| r.to_string()).collect();
+    store.read(|c| {
+        let rows = c
+            .query(
+                &format!("SELECT {ARRIVAL_COLUMNS} FROM arrivals WHERE partition_ref = ANY($1)"),
+                &[&wanted],
+            )
+            .map_err(storage)?;
+        collect(rows, arrival_from_row)
+    })
+}
+
+pub(super) fn recent_arrivals(
+    store: &PostgresStore,
+    dataset: &str,
+    limit: usize,
+) -> Result<Vec<ArrivalRow>> {
+    store.read(|c| {
+        let rows = c
+            .query(
+                &format!(
+                    "SELECT {ARRIVAL_COLUMNS} FROM arrivals WHERE dataset = $1
+                      ORDER BY arrived_at DESC LIMIT $2"
+                ),
+                &[&dataset, &(limit as i64)],
+            )
+            .map_err(storage)?;
+        collect(rows, arrival_from_row)
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::glob_to_regex;

@@ -436,6 +436,17 @@ pub(crate) fn check_from_row<R: Columns>(row: &R) -> RowResult<CheckRow, R> {
     })
 }
 
+pub(crate) const ARRIVAL_COLUMNS: &str = "partition_ref, dataset, arrived_at, data_version";
+
+pub(crate) fn arrival_from_row<R: Columns>(row: &R) -> RowResult<ArrivalRow, R> {
+    Ok(ArrivalRow {
+        partition_ref: row.text(0)?,
+        dataset: row.text(1)?,
+        arrived_at: row.int(2)?,
+        data_version: row.opt_text(3)?,
+    })
+}
+
 /// [`crate::EventStore::check_counts`]: (job, check, blocking, passed, failed).
 pub(crate) const CHECK_COUNTS: &str =
     "SELECT coalesce(job, ''), check_name, max(CAST(blocking AS INTEGER)),

@@ -60,6 +60,8 @@ pub(crate) trait AppendTx {
     fn update_want(&mut self, e: &Event) -> Result<()>;
     /// A check's result: the latest of its (partition, check) in `partition_checks`.
     fn upsert_check(&mut self, e: &Event) -> Result<()>;
+    /// An arrival's row in `arrivals`, unless its ref has one: the first sighting stands.
+    fn insert_arrival(&mut self, e: &Event) -> Result<()>;
 
     /// Inserts a batch's `run_metrics` rows (a run's values once: a run ends once).
     fn insert_metrics(&mut self, rows: &[MetricValue]) -> Result<()>;
@@ -372,6 +374,7 @@ fn project<T: AppendTx>(
         Kind::Want if e.status == Status::SlaMissed => tx.count_sla_miss(e),
         Kind::Want => tx.update_want(e),
         Kind::Check => tx.upsert_check(e),
+        Kind::Arrival => tx.insert_arrival(e),
         Kind::Delegation | Kind::Alias | Kind::Gc | Kind::Environment => Ok(()),
     }
 }

@@ -546,6 +546,19 @@ impl AppendTx for SqliteAppend<'_, '_> {
         )
     }
 
+    fn insert_arrival(&mut self, e: &Event) -> Result<()> {
+        self.execute(
+            "INSERT INTO arrivals (partition_ref, dataset, arrived_at, data_version)
+             VALUES (?1, ?2, ?3, ?4) ON CONFLICT (partition_ref) DO NOTHING",
+            params![
+                e.partition_ref,
+                e.data.dataset,
+                e.timestamp,
+                e.data.data_version
+            ],
+        )
+    }
+
     fn update_want(&mut self, e: &Event) -> Result<()> {
         self.execute(
             "UPDATE wants SET status = ?2, waiting_for = ?3, message = ?4,

@@ -164,6 +164,14 @@ impl EventStore for SqliteStore {
         read::check_counts(self)
     }
 
+    fn arrivals_of(&self, refs: &[&str]) -> Result<Vec<ArrivalRow>> {
+        read::arrivals_of(self, refs)
+    }
+
+    fn recent_arrivals(&self, dataset: &str, limit: usize) -> Result<Vec<ArrivalRow>> {
+        read::recent_arrivals(self, dataset, limit)
+    }
+
     fn readers(
         &self,
         input_ref: &str,

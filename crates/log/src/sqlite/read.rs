@@ -589,6 +589,29 @@ pub(super) fn recent_metrics(
     })
 }
 
+pub(super) fn arrivals_of(store: &SqliteStore, refs: &[&str]) -> Result<Vec<ArrivalRow>> {
+    store.lookup_each(
+        &format!("SELECT {ARRIVAL_COLUMNS} FROM arrivals WHERE partition_ref = ?1"),
+        refs,
+        |r| arrival_from_row(r),
+    )
+}
+
+pub(super) fn recent_arrivals(
+    store: &SqliteStore,
+    dataset: &str,
+    limit: usize,
+) -> Result<Vec<ArrivalRow>> {
+    store.read(|c| {
+        c.prepare_cached(&format!(
+            "SELECT {ARRIVAL_COLUMNS} FROM arrivals WHERE dataset = ?1
+              ORDER BY arrived_at DESC LIMIT ?2"
+        ))?
+        .query_map(params![dataset, limit as i64], |r| arrival_from_row(r))?
+        .collect()
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

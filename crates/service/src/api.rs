@@ -79,11 +79,11 @@ pub(crate) async fn post_build(
 
 #[utoipa::path(get, path = route::PARTITION_FORECAST, summary = "When a partition not live is expected to be (median, p90), whether an input is late, and the steps that decide it", params(RefPath), responses((status = 200, body = answers::Forecast), (status = 400, body = ErrorBody), (status = 404, description = "No such path: a ref's `/` is written `%2F` in it", body = ErrorBody)))]
 pub(crate) async fn partition_forecast(
-    State(state): Shared,
+    env: Env,
     Extension(role): Extension<Role>,
     ApiPath(r): ApiPath<String>,
 ) -> ApiResult<Json<answers::Forecast>> {
-    blocking_as(&state, role, move |engine| {
+    blocking_as(&env, role, move |engine| {
         engine_api::forecast(engine, &r).map(Json)
     })
     .await

@@ -384,6 +384,43 @@ pub struct StatusReport {
     /// have run. The rest is as the log knows it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub withheld: Option<Withheld>,
+    /// Not live, and an external partition it is (or waits for) is past its `expected_by`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub late: Option<Late>,
+}
+
+/// An external partition past its `expected_by` (its cadence's p90) and not arrived: the one a
+/// partition is, or waits for (contract section 8).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct Late {
+    /// The late external partition.
+    #[serde(rename = "ref")]
+    pub partition_ref: String,
+    #[schema(format = DateTime)]
+    pub expected_by: String,
+    pub expected_by_ns: i64,
+    /// Whole minutes past `expected_by` (0 in its first minute).
+    pub minutes_late: u64,
+}
+
+impl Late {
+    /// `r`, expected by `by_ns`, seen unarrived at `now_ns`.
+    pub fn new(r: &str, by_ns: i64, now_ns: i64) -> Late {
+        Late {
+            partition_ref: r.to_string(),
+            expected_by: text(by_ns),
+            expected_by_ns: by_ns,
+            minutes_late: (now_ns.saturating_sub(by_ns).max(0) / 60_000_000_000) as u64,
+        }
+    }
+
+    /// The reason `status` gives: "raw/x expected by <time>, 42 min late".
+    pub fn reason(&self) -> String {
+        format!(
+            "{} expected by {}, {} min late",
+            self.partition_ref, self.expected_by, self.minutes_late
+        )
+    }
 }
 
 /// Part of an answer not computed for a caller without a token, on a service whose writes need
@@ -1088,6 +1125,9 @@ pub struct PartitionStatus {
     /// run): its status is as the log knows it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub withheld: Option<Withheld>,
+    /// Not live, and an external partition it is (or waits for) is late (contract section 8).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub late: Option<Late>,
 }
 
 impl From<&StatusReport> for PartitionStatus {
@@ -1105,6 +1145,7 @@ impl From<&StatusReport> for PartitionStatus {
             checks: r.checks.clone(),
             error: r.error.clone(),
             withheld: r.withheld.clone(),
+            late: r.late.clone(),
         }
     }
 }
@@ -1151,6 +1192,9 @@ pub struct Explain {
     /// run): its status and `to_build` are as far as the log knows.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub withheld: Option<Withheld>,
+    /// Not live, and an external partition it is (or waits for) is late (contract section 8).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub late: Option<Late>,
 }
 
 impl From<&Explanation> for Explain {
@@ -1177,6 +1221,7 @@ impl From<&Explanation> for Explain {
             updated_at_ns: s.updated_at,
             code_changes: x.code_changes.clone(),
             withheld: s.withheld.clone(),
+            late: s.late.clone(),
         }
     }
 }

@@ -329,9 +329,10 @@ impl Engine {
     }
 
     /// [`Engine::status`] as a user is told it: a ref that is unknown, does not parse, or whose
-    /// config fails carries that as its own `error`, and the other refs still answer.
+    /// config fails carries that as its own `error`, and the other refs still answer; one not
+    /// live says when an external partition it is, or waits for, is late.
     pub fn status_answers(&self, refs: &[String]) -> Result<Vec<StatusReport>> {
-        status::status(self, refs, status::OnConfigFailure::Isolate)
+        status::told(self, refs)
     }
 
     /// Why `r` is in its state: who built it from what, and what a build would run now.

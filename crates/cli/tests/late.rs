@@ -5,10 +5,10 @@
 use std::time::Duration;
 
 use crate::forecast::{forecast, landed};
-use crate::util::{Project, Service};
+use crate::util::{eventually, Project, Service};
 
 /// Ticks 1..=3 landed a second apart; returns once `ticks/4` is past its `expected_by`.
-pub(crate) fn overdue() -> Project {
+fn overdue() -> Project {
     let p = landed(3);
     let by = forecast(&p, "ticks/4")["expected_by_ns"].as_i64().unwrap();
     let now = std::time::SystemTime::now()
@@ -66,4 +66,75 @@ fn status_and_explain_say_a_late_external_and_what_waits_on_it_are_late() {
     let (code, over) = s.get("/api/v1/partitions/ticks%2F4/explain");
     assert_eq!(code, 200, "{over:#}");
     assert_eq!(over["late"]["expected_by_ns"], by, "{over:#}");
+}
+
+/// The `late` arrival events of `r` the service's log holds.
+fn late_events(s: &Service, r: &str) -> usize {
+    let (_, events) = s.get(&format!(
+        "/api/v1/events?partition={}",
+        r.replace('/', "%2F")
+    ));
+    events["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["kind"] == "arrival" && e["status"] == "late")
+        .count()
+}
+
+fn gauge(s: &Service) -> String {
+    let (_, text) = s.get("/metrics");
+    let text = text.as_str().unwrap().to_string();
+    text.lines()
+        .find(|l| l.starts_with("databuild_late_partitions "))
+        .unwrap_or_else(|| panic!("no late gauge in {text}"))
+        .to_string()
+}
+
+/// A fixed clock (`DATABUILD_NOW`) just past `ticks/4`'s `expected_by`, before `ticks/5`'s:
+/// the one late partition stays the only one, however long the test takes.
+fn just_past_the_next_tick(p: &Project) -> String {
+    let by = forecast(p, "ticks/4")["expected_by_ns"].as_i64().unwrap() + 300_000_000;
+    chrono::DateTime::from_timestamp_nanos(by).to_rfc3339_opts(chrono::SecondsFormat::Nanos, true)
+}
+
+#[test]
+fn the_watcher_records_a_late_partition_once_and_the_gauge_counts_it_until_it_lands() {
+    let p = landed(3);
+    let now = just_past_the_next_tick(&p);
+    let s = Service::start(
+        &p,
+        &[
+            ("DATABUILD_ARRIVAL_PROBE_INTERVAL", "0.2"),
+            ("DATABUILD_NOW", &now),
+        ],
+    );
+    eventually(Duration::from_secs(10), "ticks/4 recorded late", || {
+        (late_events(&s, "ticks/4") > 0).then_some(())
+    });
+    // Later turns still see it late, and record nothing more.
+    std::thread::sleep(Duration::from_millis(800));
+    assert_eq!(late_events(&s, "ticks/4"), 1);
+    let (_, events) = s.get("/api/v1/events?partition=ticks%2F4");
+    let message = events["events"][0]["message"].as_str().unwrap();
+    assert!(message.starts_with("ticks/4 expected by "), "{message}");
+    assert_eq!(gauge(&s), "databuild_late_partitions 1");
+    // The dashboard's home lists it, linking to its page.
+    let (_, home) = s.call("GET", "/", None, None);
+    assert!(home.contains("<h2>Late partitions</h2>"), "{home}");
+    assert!(home.contains(r#"href="/partitions/ticks%2F4""#), "{home}");
+    assert!(home.contains(" min</td>"), "{home}");
+    // It lands: its arrival follows, and it is late no more.
+    p.partition("ticks/4");
+    eventually(Duration::from_secs(10), "ticks/4 arrives", || {
+        (gauge(&s) == "databuild_late_partitions 0").then_some(())
+    });
+    let (_, events) = s.get("/api/v1/events?partition=ticks%2F4");
+    let statuses: Vec<&str> = events["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["status"].as_str().unwrap())
+        .collect();
+    assert_eq!(statuses, ["late", "available"], "{events:#}");
 }

@@ -124,6 +124,15 @@ fn the_watcher_records_a_late_partition_once_and_the_gauge_counts_it_until_it_la
     assert!(home.contains("<h2>Late partitions</h2>"), "{home}");
     assert!(home.contains(r#"href="/partitions/ticks%2F4""#), "{home}");
     assert!(home.contains(" min</td>"), "{home}");
+    // Its page shows its forecast and the steps of it.
+    let (_, page) = s.call("GET", "/partitions/ticks%2F4", None, None);
+    assert!(page.contains("<h2>Forecast</h2>"), "{page}");
+    assert!(page.contains("ticks/4: missing, expected at "), "{page}");
+    assert!(page.contains(" LATE</p>"), "{page}");
+    assert!(
+        page.contains("<li>input ticks/4 (dataset `ticks`): expected at "),
+        "{page}"
+    );
     // It lands: its arrival follows, and it is late no more.
     p.partition("ticks/4");
     eventually(Duration::from_secs(10), "ticks/4 arrives", || {

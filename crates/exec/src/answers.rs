@@ -2086,6 +2086,25 @@ pub struct ExpectedTimes {
 }
 
 impl Forecast {
+    /// `REF: STATUS, expected at T (by T)`, `LATE` when an input is past its p90, or why not known.
+    pub fn headline(&self) -> String {
+        let f = self;
+        let late = if f.late { " LATE" } else { "" };
+        match (&f.expected_at, &f.expected_by, &f.reason) {
+            (Some(at), Some(by), _) => {
+                format!(
+                    "{}: {}, expected at {at} (by {by}){late}",
+                    f.partition_ref, f.status
+                )
+            }
+            (_, _, Some(why)) => format!(
+                "{}: {}, no forecast{late}: {why}",
+                f.partition_ref, f.status
+            ),
+            _ => format!("{}: {}", f.partition_ref, f.status),
+        }
+    }
+
     /// The forecast of `r` at `status`, expected at `times` (`None`: not known, `reason` says
     /// why) after the steps of `basis`: the one place its times become text.
     pub fn new(
@@ -2106,6 +2125,71 @@ impl Forecast {
             basis,
             expected_at_ns: times.map(|t| t.at_ns),
             expected_by_ns: times.map(|t| t.by_ns),
+        }
+    }
+}
+
+fn spoken_ms(v: f64) -> String {
+    databuild_core::cadence::span((v * 1e6) as i64)
+}
+
+impl ForecastStep {
+    /// The step in one line, as `forecast` prints it.
+    pub fn line(&self) -> String {
+        match self {
+            ForecastStep::External {
+                partition_ref,
+                dataset,
+                cadence,
+                expected_at,
+                expected_by,
+                late,
+                reason,
+                ..
+            } => {
+                let when = match (expected_at, expected_by) {
+                    (Some(at), Some(by)) => format!("expected at {at} (by {by})"),
+                    _ => format!("not expected: {}", reason.as_deref().unwrap_or("unknown")),
+                };
+                let late = if *late { ", LATE" } else { "" };
+                let cadence = cadence.as_ref().map_or(String::new(), |c| format!("; {c}"));
+                format!("input {partition_ref} (dataset `{dataset}`): {when}{late}{cadence}")
+            }
+            ForecastStep::Running {
+                job_run_id,
+                job,
+                status,
+                expected_end_at,
+                ..
+            } => format!(
+                "run {job_run_id} of job `{job}`, {status}: ends {}",
+                expected_end_at
+                    .as_deref()
+                    .map_or("at a time not known".to_string(), |t| format!("at {t}"))
+            ),
+            ForecastStep::Job {
+                job,
+                runs,
+                p50_ms,
+                p90_ms,
+                timed_runs,
+            } => match (p50_ms, p90_ms) {
+                (Some(p50), Some(p90)) => format!(
+                    "job `{job}`: {runs} run(s) to go, p50 {}, p90 {} (of {timed_runs} runs)",
+                    spoken_ms(*p50),
+                    spoken_ms(*p90)
+                ),
+                _ => format!("job `{job}`: {runs} run(s) to go, never timed"),
+            },
+            ForecastStep::QueueWait { parallel, ms: wait } => {
+                format!(
+                    "queue wait at {parallel} runs at once: {}",
+                    spoken_ms(*wait)
+                )
+            }
+            ForecastStep::CriticalPath { ms: path } => {
+                format!("critical path: {}", spoken_ms(*path))
+            }
         }
     }
 }

@@ -133,6 +133,19 @@ fn the_watcher_records_a_late_partition_once_and_the_gauge_counts_it_until_it_la
         page.contains("<li>input ticks/4 (dataset `ticks`): expected at "),
         "{page}"
     );
+    // Its dataset's page charts when its partitions landed: its axes, its band, the next one.
+    let (_, page) = s.call("GET", "/datasets/ticks", None, None);
+    assert!(page.contains("<h2>Landing times</h2>"), "{page}");
+    assert!(page.contains(r#"<svg xmlns="http://www.w3.org/2000/svg" class="landings""#));
+    let caption = "partitions in key order, ticks/2 to ticks/3 (2 of them); up: time after the previous key arrived";
+    assert!(page.contains(caption), "{page}");
+    assert!(page.contains(">p50–p90 "), "{page}");
+    assert!(
+        page.contains(">1000 ms</text>"),
+        "an axis of durations: {page}"
+    );
+    assert!(page.contains("<title>next: ticks/4 expected at "), "{page}");
+    assert!(page.contains(" (late)</title>"), "{page}");
     // It lands: its arrival follows, and it is late no more.
     p.partition("ticks/4");
     eventually(Duration::from_secs(10), "ticks/4 arrives", || {

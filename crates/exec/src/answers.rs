@@ -2194,6 +2194,46 @@ impl ForecastStep {
     }
 }
 
+/// When an external dataset's latest partitions landed, for its dashboard chart: each one's
+/// time after its period's end (a `date` or `hour` key) or after the previous key's arrival (an
+/// `int` key), in key order; its cadence's band; and the next partition's expectation.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Landings {
+    pub measure: LandingMeasure,
+    /// Key order, oldest first.
+    pub points: Vec<Landing>,
+    /// The cadence's median and p90 (ns); `None` with too little history.
+    pub band: Option<(i64, i64)>,
+    /// The next partition expected after the latest arrival, with its times.
+    pub next: Option<(String, ExpectedTimes, bool)>,
+}
+
+/// What a landing's time is measured from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LandingMeasure {
+    /// After the end of its key's period (its day or hour).
+    AfterPeriodEnd,
+    /// After the previous key's arrival.
+    AfterPreviousKey,
+}
+
+impl LandingMeasure {
+    /// The chart's caption of it.
+    pub fn says(self) -> &'static str {
+        match self {
+            LandingMeasure::AfterPeriodEnd => "time after its period ends",
+            LandingMeasure::AfterPreviousKey => "time after the previous key arrived",
+        }
+    }
+}
+
+/// One partition's landing: `after_ns` after what [`LandingMeasure`] measures from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Landing {
+    pub partition_ref: String,
+    pub after_ns: i64,
+}
+
 /// One step a forecast is made of, by `step`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(tag = "step", rename_all = "snake_case")]

@@ -494,6 +494,35 @@ pub fn timeline(spans: &[Span]) -> String {
 mod tests {
     use super::*;
 
+    /// Daily landings hours after their day: an axis in hours, the band, and the next day ringed
+    /// on time (blue), then late (red); with no history, no picture.
+    #[test]
+    fn a_landing_chart_shades_the_band_and_marks_the_next_one() {
+        use databuild_exec::answers::{ExpectedTimes, Landing, LandingMeasure, Landings};
+        const H: i64 = 3_600_000_000_000;
+        let landed = |day: u32, hours: i64| Landing {
+            partition_ref: format!("raw/date=2026-01-{day:02}"),
+            after_ns: hours * H,
+        };
+        let times = ExpectedTimes { at_ns: 0, by_ns: H };
+        let mut l = Landings {
+            measure: LandingMeasure::AfterPeriodEnd,
+            points: vec![landed(1, 2), landed(2, 3), landed(3, 2)],
+            band: Some((2 * H, 3 * H)),
+            next: Some(("raw/date=2026-01-04".into(), times, false)),
+        };
+        let svg = landing_chart(&l);
+        assert!(svg.contains(">2 h</text>"), "{svg}");
+        assert!(svg.contains(r#"<rect class="band""#) && svg.contains(">p50–p90 2–3 h</text>"));
+        assert!(svg.contains("up: time after its period ends"), "{svg}");
+        assert!(svg.contains("<title>next: raw/date=2026-01-04 expected at "));
+        assert!(svg.contains(r##"stroke="#2f80ed""##) && !svg.contains("(late)"));
+        l.next = Some(("raw/date=2026-01-04".into(), times, true));
+        assert!(landing_chart(&l).contains(r##"stroke="#d64545""##));
+        l.points.clear();
+        assert_eq!(landing_chart(&l), "");
+    }
+
     /// A trend has a unit on its axis, its band shaded with the median, and its anomaly ringed.
     #[test]
     fn a_trend_chart_shades_the_band_and_rings_the_anomaly() {

@@ -335,6 +335,12 @@ impl Engine {
         status::told(self, refs)
     }
 
+    /// [`Engine::status_answers`] but for lateness: what a forecast, which decides it itself,
+    /// starts from.
+    pub(crate) fn status_isolated(&self, refs: &[String]) -> Result<Vec<StatusReport>> {
+        status::status(self, refs, status::OnConfigFailure::Isolate)
+    }
+
     /// Why `r` is in its state: who built it from what, and what a build would run now.
     pub fn explain(&self, r: &str) -> Result<Explanation> {
         status::explain(self, r)

@@ -23,7 +23,7 @@ command = ["sh", "-c", "sleep $(cat slow 2>/dev/null || echo 0.2); mkdir -p $DAT
 "#;
 
 /// Ticks `1..=n` land a second apart, each seen by a `status` as it lands.
-fn landed(n: u32) -> Project {
+pub(crate) fn landed(n: u32) -> Project {
     let p = Project::new(GRAPH);
     for i in 1..=n {
         if i > 1 {
@@ -35,7 +35,7 @@ fn landed(n: u32) -> Project {
     p
 }
 
-fn forecast(p: &Project, r: &str) -> serde_json::Value {
+pub(crate) fn forecast(p: &Project, r: &str) -> serde_json::Value {
     let out = p.run(&["--json", "forecast", r]);
     out.expect_code(0);
     out.json()[0].clone()

@@ -24,6 +24,7 @@ mod gc;
 mod graph_cmd;
 mod hours;
 mod hygiene;
+mod late;
 mod lineage;
 mod log_cmds;
 mod openlineage;

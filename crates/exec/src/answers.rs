@@ -384,6 +384,43 @@ pub struct StatusReport {
     /// have run. The rest is as the log knows it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub withheld: Option<Withheld>,
+    /// Not live, and an external partition it is (or waits for) is past its `expected_by`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub late: Option<Late>,
+}
+
+/// An external partition past its `expected_by` (its cadence's p90) and not arrived: the one a
+/// partition is, or waits for (contract section 8).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct Late {
+    /// The late external partition.
+    #[serde(rename = "ref")]
+    pub partition_ref: String,
+    #[schema(format = DateTime)]
+    pub expected_by: String,
+    pub expected_by_ns: i64,
+    /// Whole minutes past `expected_by` (0 in its first minute).
+    pub minutes_late: u64,
+}
+
+impl Late {
+    /// `r`, expected by `by_ns`, seen unarrived at `now_ns`.
+    pub fn new(r: &str, by_ns: i64, now_ns: i64) -> Late {
+        Late {
+            partition_ref: r.to_string(),
+            expected_by: text(by_ns),
+            expected_by_ns: by_ns,
+            minutes_late: (now_ns.saturating_sub(by_ns).max(0) / 60_000_000_000) as u64,
+        }
+    }
+
+    /// The reason `status` gives: "raw/x expected by <time>, 42 min late".
+    pub fn reason(&self) -> String {
+        format!(
+            "{} expected by {}, {} min late",
+            self.partition_ref, self.expected_by, self.minutes_late
+        )
+    }
 }
 
 /// Part of an answer not computed for a caller without a token, on a service whose writes need
@@ -1088,6 +1125,9 @@ pub struct PartitionStatus {
     /// run): its status is as the log knows it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub withheld: Option<Withheld>,
+    /// Not live, and an external partition it is (or waits for) is late (contract section 8).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub late: Option<Late>,
 }
 
 impl From<&StatusReport> for PartitionStatus {
@@ -1105,6 +1145,7 @@ impl From<&StatusReport> for PartitionStatus {
             checks: r.checks.clone(),
             error: r.error.clone(),
             withheld: r.withheld.clone(),
+            late: r.late.clone(),
         }
     }
 }
@@ -1151,6 +1192,9 @@ pub struct Explain {
     /// run): its status and `to_build` are as far as the log knows.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub withheld: Option<Withheld>,
+    /// Not live, and an external partition it is (or waits for) is late (contract section 8).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub late: Option<Late>,
 }
 
 impl From<&Explanation> for Explain {
@@ -1177,6 +1221,7 @@ impl From<&Explanation> for Explain {
             updated_at_ns: s.updated_at,
             code_changes: x.code_changes.clone(),
             withheld: s.withheld.clone(),
+            late: s.late.clone(),
         }
     }
 }
@@ -2041,6 +2086,25 @@ pub struct ExpectedTimes {
 }
 
 impl Forecast {
+    /// `REF: STATUS, expected at T (by T)`, `LATE` when an input is past its p90, or why not known.
+    pub fn headline(&self) -> String {
+        let f = self;
+        let late = if f.late { " LATE" } else { "" };
+        match (&f.expected_at, &f.expected_by, &f.reason) {
+            (Some(at), Some(by), _) => {
+                format!(
+                    "{}: {}, expected at {at} (by {by}){late}",
+                    f.partition_ref, f.status
+                )
+            }
+            (_, _, Some(why)) => format!(
+                "{}: {}, no forecast{late}: {why}",
+                f.partition_ref, f.status
+            ),
+            _ => format!("{}: {}", f.partition_ref, f.status),
+        }
+    }
+
     /// The forecast of `r` at `status`, expected at `times` (`None`: not known, `reason` says
     /// why) after the steps of `basis`: the one place its times become text.
     pub fn new(
@@ -2063,6 +2127,111 @@ impl Forecast {
             expected_by_ns: times.map(|t| t.by_ns),
         }
     }
+}
+
+fn spoken_ms(v: f64) -> String {
+    databuild_core::cadence::span((v * 1e6) as i64)
+}
+
+impl ForecastStep {
+    /// The step in one line, as `forecast` prints it.
+    pub fn line(&self) -> String {
+        match self {
+            ForecastStep::External {
+                partition_ref,
+                dataset,
+                cadence,
+                expected_at,
+                expected_by,
+                late,
+                reason,
+                ..
+            } => {
+                let when = match (expected_at, expected_by) {
+                    (Some(at), Some(by)) => format!("expected at {at} (by {by})"),
+                    _ => format!("not expected: {}", reason.as_deref().unwrap_or("unknown")),
+                };
+                let late = if *late { ", LATE" } else { "" };
+                let cadence = cadence.as_ref().map_or(String::new(), |c| format!("; {c}"));
+                format!("input {partition_ref} (dataset `{dataset}`): {when}{late}{cadence}")
+            }
+            ForecastStep::Running {
+                job_run_id,
+                job,
+                status,
+                expected_end_at,
+                ..
+            } => format!(
+                "run {job_run_id} of job `{job}`, {status}: ends {}",
+                expected_end_at
+                    .as_deref()
+                    .map_or("at a time not known".to_string(), |t| format!("at {t}"))
+            ),
+            ForecastStep::Job {
+                job,
+                runs,
+                p50_ms,
+                p90_ms,
+                timed_runs,
+            } => match (p50_ms, p90_ms) {
+                (Some(p50), Some(p90)) => format!(
+                    "job `{job}`: {runs} run(s) to go, p50 {}, p90 {} (of {timed_runs} runs)",
+                    spoken_ms(*p50),
+                    spoken_ms(*p90)
+                ),
+                _ => format!("job `{job}`: {runs} run(s) to go, never timed"),
+            },
+            ForecastStep::QueueWait { parallel, ms: wait } => {
+                format!(
+                    "queue wait at {parallel} runs at once: {}",
+                    spoken_ms(*wait)
+                )
+            }
+            ForecastStep::CriticalPath { ms: path } => {
+                format!("critical path: {}", spoken_ms(*path))
+            }
+        }
+    }
+}
+
+/// When an external dataset's latest partitions landed, for its dashboard chart: each one's
+/// time after its period's end (a `date` or `hour` key) or after the previous key's arrival (an
+/// `int` key), in key order; its cadence's band; and the next partition's expectation.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Landings {
+    pub measure: LandingMeasure,
+    /// Key order, oldest first.
+    pub points: Vec<Landing>,
+    /// The cadence's median and p90 (ns); `None` with too little history.
+    pub band: Option<(i64, i64)>,
+    /// The next partition expected after the latest arrival, with its times.
+    pub next: Option<(String, ExpectedTimes, bool)>,
+}
+
+/// What a landing's time is measured from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LandingMeasure {
+    /// After the end of its key's period (its day or hour).
+    AfterPeriodEnd,
+    /// After the previous key's arrival.
+    AfterPreviousKey,
+}
+
+impl LandingMeasure {
+    /// The chart's caption of it.
+    pub fn says(self) -> &'static str {
+        match self {
+            LandingMeasure::AfterPeriodEnd => "time after its period ends",
+            LandingMeasure::AfterPreviousKey => "time after the previous key arrived",
+        }
+    }
+}
+
+/// One partition's landing: `after_ns` after what [`LandingMeasure`] measures from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Landing {
+    pub partition_ref: String,
+    pub after_ns: i64,
 }
 
 /// One step a forecast is made of, by `step`.

@@ -105,6 +105,8 @@ pub enum Status {
     Created,
     Dropped,
     RolledBack,
+    // arrival: an expected external partition past its `expected_by`, not arrived
+    Late,
 }
 
 macro_rules! names {
@@ -170,6 +172,7 @@ names!(Status {
     Created => "created",
     Dropped => "dropped",
     RolledBack => "rolled_back",
+    Late => "late",
 });
 
 impl Status {
@@ -624,6 +627,14 @@ impl Event {
         e.partition_ref = Some(partition_ref.to_string());
         e.data.dataset = Some(dataset.to_string());
         e.data.data_version = data_version;
+        e
+    }
+
+    /// External partition `partition_ref` of `dataset`, seen not arrived past its expected time
+    /// (`message` says when it was expected): `late`; its `available` arrival may follow.
+    pub fn late_arrival(dataset: &str, partition_ref: &str, message: String) -> Event {
+        let mut e = Event::arrival(dataset, partition_ref, None).with_message(message);
+        e.status = Status::Late;
         e
     }
 

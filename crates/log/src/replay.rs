@@ -74,6 +74,7 @@ impl Replay {
                 self.checks
                     .insert(key, (e.status, e.job_run_id.clone().expect("checked")));
             }
+            Kind::Arrival if e.status == Status::Late => {}
             Kind::Arrival => {
                 let dataset = e.data.dataset.clone().expect("checked");
                 self.arrivals

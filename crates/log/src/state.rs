@@ -256,9 +256,9 @@ pub fn check(e: &Event, current: &Current) -> Result<(), Refusal> {
         Kind::Arrival => {
             require(&e.partition_ref, "partition_ref", e)?;
             require(&e.data.dataset, "dataset", e)?;
-            if e.status != Available || e.build_request_id.is_some() {
+            if !matches!(e.status, Available | Late) || e.build_request_id.is_some() {
                 return Err(Refusal::invalid(
-                    "an arrival event is `available`, of no build request".to_string(),
+                    "an arrival event is `available` or `late`, of no build request".to_string(),
                 ));
             }
         }

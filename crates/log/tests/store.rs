@@ -1365,6 +1365,28 @@ fn arrivals_keep_the_first_sighting_and_read_by_dataset(backend: Backend) {
 }
 on_every_backend!(arrivals_keep_the_first_sighting_and_read_by_dataset);
 
+/// A partition recorded `late` has not arrived: no arrival is projected until its `available`
+/// one follows, which is kept at its own time; an arrival of another status is refused. The
+/// replay agrees.
+fn a_late_arrival_is_not_an_arrival_until_it_lands(backend: Backend) {
+    let (_f, store) = store_on(backend);
+    let mut late = Event::late_arrival("raw", "raw/4", "raw/4 expected by …".into());
+    late.timestamp = 100;
+    store.append(vec![late]).unwrap();
+    assert!(store.arrivals_of(&["raw/4"]).unwrap().is_empty());
+    assert!(store.recent_arrivals("raw", 5).unwrap().is_empty());
+    store.append(vec![arrival_at("raw", "raw/4", 300)]).unwrap();
+    let found = store.arrivals_of(&["raw/4"]).unwrap();
+    assert_eq!(found.len(), 1);
+    assert_eq!(found[0].arrived_at, 300);
+    let mut failed = arrival_at("raw", "raw/5", 1);
+    failed.status = Status::Failed;
+    assert!(store.append(vec![failed]).is_err());
+    let report = databuild_log::check_store(store.as_ref()).unwrap();
+    assert!(report.ok(), "{:?}", report.problems);
+}
+on_every_backend!(a_late_arrival_is_not_an_arrival_until_it_lands);
+
 /// A check's result of `p`'s instance built by `run`.
 fn check_event(p: &str, run: &str, name: &str, passed: bool, blocking: bool) -> Event {
     let mut e = Event::check(None, p, run, name, passed)

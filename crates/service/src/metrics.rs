@@ -97,6 +97,14 @@ pub async fn metrics(State(state): State<Arc<AppState>>) -> Result<impl IntoResp
         }
         family(
             &mut out,
+            "databuild_late_partitions",
+            "gauge",
+            "External partitions late now: recorded late, not arrived since.",
+        );
+        let late = engine.late_partitions()?.len();
+        let _ = writeln!(out, "databuild_late_partitions {late}");
+        family(
+            &mut out,
             "databuild_events",
             "counter",
             "Events in the log (its last index).",

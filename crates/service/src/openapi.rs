@@ -90,6 +90,7 @@ use crate::error::ErrorBody;
         crate::environments::CreateEnvironmentBody,
         crate::environments::PromoteEnvironmentBody,
         databuild_exec::answers::EnvironmentList,
+        databuild_exec::answers::Late,
         databuild_exec::answers::EnvironmentView,
         databuild_exec::answers::EnvironmentChange,
         databuild_exec::answers::ChangeKind,

@@ -9,13 +9,49 @@ use rustc_hash::FxHashSet;
 
 use super::forecast::{key_field, key_of, Cadences};
 use super::{Engine, Result};
+use crate::answers::Late;
 use crate::data::arrivals::Sightings;
+use databuild_log::{Event, EventFilter, Kind, Status};
 
 /// At most this many next keys of one dataset (times each combination of its other fields) are
 /// probed per turn: a dataset far behind its cadence is not probed back through its whole past.
 const MAX_NEXT_KEYS: usize = 24;
 
 impl Engine {
+    /// The external partitions late now: recorded `late` by the watcher, not arrived since, and
+    /// still past their `expected_by` by their dataset's cadence; the earliest expected first.
+    pub fn late_partitions(&self) -> Result<Vec<Late>> {
+        let recorded = self.store.events(&EventFilter {
+            kind: Some(Kind::Arrival),
+            status: Some(Status::Late),
+            ..Default::default()
+        })?;
+        let refs: Vec<&str> = recorded
+            .iter()
+            .filter_map(|e| e.partition_ref.as_deref())
+            .collect();
+        let arrived: FxHashSet<String> = self
+            .store
+            .arrivals_of(&refs)?
+            .into_iter()
+            .map(|a| a.partition_ref)
+            .collect();
+        let now = self.config.clock.now_ns();
+        let mut cadences = Cadences::new(self);
+        let mut late = Vec::new();
+        for r in refs.into_iter().filter(|r| !arrived.contains(*r)) {
+            let Some((Producer::Dataset(d), _)) = self.graph.producer_of(r) else {
+                continue;
+            };
+            let e = cadences.expect(d, r, now)?;
+            if let Some(times) = e.times.filter(|_| e.late) {
+                late.push(Late::new(r, times.by_ns, now));
+            }
+        }
+        late.sort_by_key(|l| l.expected_by_ns);
+        Ok(late)
+    }
+
     /// Records an arrival, at the engine's clock, of each external partition `sightings` noted
     /// that has none yet: one read, one append.
     pub(crate) fn record_arrivals(&self, sightings: &Sightings) -> Result<()> {
@@ -49,12 +85,51 @@ pub(crate) fn watch(engine: &Engine, interval: std::time::Duration) -> Result<us
     }
     let sightings = Sightings::default();
     let mut resolver = engine.resolver().sighted_by(Some(&sightings));
+    let mut unarrived = Vec::new();
     for (d, r) in &due {
         // A probe that fails is a partition not seen this turn; the next turn asks again.
-        let _ = resolver.external_available(&engine.graph.datasets[*d], r);
+        if let Ok(false) = resolver.external_available(&engine.graph.datasets[*d], r) {
+            unarrived.push((*d, r));
+        }
     }
     engine.record_arrivals(&sightings)?;
+    record_late(engine, &unarrived, now, &mut cadences)?;
     Ok(due.len())
+}
+
+/// Records a `late` arrival event for each of `unarrived` past its `expected_by` (its cadence
+/// decides) that has none yet: once per partition, so that alerts and the gauge count it once.
+fn record_late(
+    engine: &Engine,
+    unarrived: &[(usize, &PartitionRef)],
+    now: i64,
+    cadences: &mut Cadences<'_>,
+) -> Result<()> {
+    let mut events = Vec::new();
+    for (d, r) in unarrived {
+        let e = cadences.expect(*d, r.as_str(), now)?;
+        let Some(times) = e.times.filter(|_| e.late) else {
+            continue;
+        };
+        let recorded = engine.store.events(&EventFilter {
+            partition_ref: Some(r.to_string()),
+            kind: Some(Kind::Arrival),
+            status: Some(Status::Late),
+            limit: Some(1),
+            ..Default::default()
+        })?;
+        if recorded.is_empty() {
+            let late = Late::new(r.as_str(), times.by_ns, now);
+            let dataset = &engine.graph.datasets[*d].name;
+            let mut event = Event::late_arrival(dataset, r.as_str(), late.reason());
+            event.timestamp = now;
+            events.push(event);
+        }
+    }
+    if !events.is_empty() {
+        engine.store.append(events)?;
+    }
+    Ok(())
 }
 
 /// The external datasets a job reads (all of them when a job's inputs come from a config,

@@ -13,7 +13,10 @@ use databuild_core::{Pattern, Plan, PlanRequest, Producer};
 use rustc_hash::FxHashMap;
 
 use super::{jobs, Engine, Result};
-use crate::answers::{DerivedStatus, ExpectedTimes, Forecast, ForecastStep, StatusReport};
+use crate::answers::{
+    DerivedStatus, ExpectedTimes, Forecast, ForecastStep, Landing, LandingMeasure, Landings,
+    StatusReport,
+};
 
 const NS_PER_MS: f64 = 1e6;
 
@@ -118,6 +121,99 @@ impl<'e> Cadences<'e> {
     }
 }
 
+impl Engine {
+    /// When external dataset `name`'s latest partitions (its cadence's window) landed, its
+    /// cadence's band and the next one's expectation; `None` for a dataset it does not know or
+    /// whose partitions have no key to order them by.
+    pub fn landings(&self, name: &str) -> Result<Option<Landings>> {
+        let Some(d) = self.graph.datasets.iter().position(|x| x.name == name) else {
+            return Ok(None);
+        };
+        let pattern = &self.graph.datasets[d].pattern;
+        let Some(field) = key_field(pattern) else {
+            return Ok(None);
+        };
+        let mut arrived: Vec<(Key, String, i64)> = self
+            .store
+            .recent_arrivals(name, cadence::WINDOW)?
+            .into_iter()
+            .filter_map(|a| {
+                Some((
+                    key_of(pattern, field, &a.partition_ref)?,
+                    a.partition_ref,
+                    a.arrived_at,
+                ))
+            })
+            .collect();
+        arrived.sort();
+        let measure = match field.1 {
+            KeyKind::Int => LandingMeasure::AfterPreviousKey,
+            KeyKind::Date | KeyKind::Hour => LandingMeasure::AfterPeriodEnd,
+        };
+        let points = arrived
+            .iter()
+            .enumerate()
+            .filter_map(|(i, (key, r, at))| {
+                let from = match key.period_end_ns() {
+                    Some(end) => end,
+                    // An int key: per key since the previous one's arrival.
+                    None => {
+                        let (before, _, before_at) = arrived.get(i.checked_sub(1)?)?;
+                        let steps = (key.n - before.n).max(1);
+                        return Some(Landing {
+                            partition_ref: r.clone(),
+                            after_ns: (at - before_at) / steps,
+                        });
+                    }
+                };
+                Some(Landing {
+                    partition_ref: r.clone(),
+                    after_ns: at - from,
+                })
+            })
+            .collect();
+        let mut cadences = Cadences::new(self);
+        let band = cadences
+            .of(d)?
+            .as_ref()
+            .ok()
+            .map(|c| (c.median_ns, c.p90_ns));
+        let next = match (cadences.of(d)?.as_ref().ok(), arrived.last()) {
+            (Some(c), Some((last, r, _))) => {
+                let next_key = c.next_key(*last);
+                next_ref(pattern, field.0, r, next_key)
+            }
+            _ => None,
+        };
+        let next = match next {
+            Some(r) => {
+                let e = cadences.expect(d, &r, self.config.clock.now_ns())?;
+                e.times.map(|t| (r, t, e.late))
+            }
+            None => None,
+        };
+        Ok(Some(Landings {
+            measure,
+            points,
+            band,
+            next,
+        }))
+    }
+}
+
+/// `r` with its key field (`field`) set to `key`.
+fn next_ref(pattern: &Pattern, field: usize, r: &str, key: Key) -> Option<String> {
+    let text = key.render()?;
+    let mut values: Vec<String> = pattern
+        .match_ref(r)?
+        .iter()
+        .map(|v| v.to_string())
+        .collect();
+    *values.get_mut(field)? = text;
+    let values: Vec<&str> = values.iter().map(String::as_str).collect();
+    Some(pattern.render(&values))
+}
+
 /// Dataset `d`'s cadence from its latest arrivals, or why there is none.
 fn learn(engine: &Engine, d: usize) -> Result<std::result::Result<Cadence, String>> {
     let dataset = &engine.graph.datasets[d];
@@ -148,7 +244,8 @@ fn learn(engine: &Engine, d: usize) -> Result<std::result::Result<Cadence, Strin
 
 /// The forecast of each of `refs`, in order.
 pub(crate) fn forecast(engine: &Engine, refs: &[String]) -> Result<Vec<Forecast>> {
-    let statuses = engine.status_answers(refs)?;
+    // Their statuses as told, but for lateness, which the forecast decides itself.
+    let statuses = engine.status_isolated(refs)?;
     let now = engine.config.clock.now_ns();
     let mut cadences = Cadences::new(engine);
     statuses

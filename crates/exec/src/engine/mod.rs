@@ -329,8 +329,15 @@ impl Engine {
     }
 
     /// [`Engine::status`] as a user is told it: a ref that is unknown, does not parse, or whose
-    /// config fails carries that as its own `error`, and the other refs still answer.
+    /// config fails carries that as its own `error`, and the other refs still answer; one not
+    /// live says when an external partition it is, or waits for, is late.
     pub fn status_answers(&self, refs: &[String]) -> Result<Vec<StatusReport>> {
+        status::told(self, refs)
+    }
+
+    /// [`Engine::status_answers`] but for lateness: what a forecast, which decides it itself,
+    /// starts from.
+    pub(crate) fn status_isolated(&self, refs: &[String]) -> Result<Vec<StatusReport>> {
         status::status(self, refs, status::OnConfigFailure::Isolate)
     }
 

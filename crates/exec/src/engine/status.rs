@@ -13,12 +13,13 @@ use databuild_log::{EventFilter, Status};
 use databuild_log::{JobRunRow, PartitionRow};
 
 use crate::answers::{
-    DerivedStatus, Explanation, PlannedStep, ProducerInfo, QueryInputRead, RefError, RefErrorKind,
-    RootCause, StatusReport,
+    DerivedStatus, Explanation, Late, PlannedStep, ProducerInfo, QueryInputRead, RefError,
+    RefErrorKind, RootCause, StatusReport,
 };
 use crate::data::code::CodeCache;
 use crate::data::resolver::LocalResolver;
 use crate::data::versions::VersionedStates;
+use crate::engine::forecast::Cadences;
 use crate::engine::{Engine, EngineError, Result};
 use databuild_log::Cutoff;
 
@@ -225,6 +226,7 @@ impl Engine {
             checks: Vec::new(),
             error: None,
             withheld: None,
+            late: None,
         };
         let producer = self.graph.producer_of(r).map(|(p, _)| p);
         if producer.is_some() {
@@ -420,6 +422,101 @@ pub(crate) fn status(
     status_with(engine, refs, on_failure, &engine.code())
 }
 
+/// [`status`] as a user is told it: each ref whose config fails is that ref's own error, and
+/// each not live says when an external partition it is, or waits for, is late.
+pub(crate) fn told(engine: &Engine, refs: &[String]) -> Result<Vec<StatusReport>> {
+    let code = engine.code();
+    let mut reports = status_with(engine, refs, OnConfigFailure::Isolate, &code)?;
+    mark_late(engine, &mut reports, &code)?;
+    Ok(reports)
+}
+
+/// At most this many job outputs not live are planned per answer to find a late input they
+/// wait for: a `status` of a whole range stays cheap; the ones beyond say nothing of lateness.
+const MAX_PLANNED_FOR_LATE: usize = 100;
+
+/// Marks each report not live whose external partition (its own ref, or a missing input its
+/// plan needs) is past its `expected_by`, with a reason and `late`. Only refs not live are
+/// looked at, and only the cadences of the datasets involved are learned.
+fn mark_late(engine: &Engine, reports: &mut [StatusReport], code: &Arc<CodeCache>) -> Result<()> {
+    let now = engine.config.clock.now_ns();
+    let mut cadences = Cadences::new(engine);
+    let mut planned = 0;
+    for report in reports
+        .iter_mut()
+        .filter(|r| r.status != DerivedStatus::Live && r.error.is_none())
+    {
+        let r = report.partition_ref.as_str();
+        let late = match engine.graph.producer_of(r) {
+            Some((Producer::Dataset(d), _))
+                if report.status == DerivedStatus::Missing
+                    && engine.graph.datasets[d].source.is_none() =>
+            {
+                late_external(&mut cadences, d, r, now)?
+            }
+            Some((Producer::Job { .. }, _)) if planned < MAX_PLANNED_FOR_LATE => {
+                planned += 1;
+                late_input(engine, r, code, now, &mut cadences)?
+            }
+            _ => None,
+        };
+        if let Some(late) = late {
+            report.reasons.push(if late.partition_ref == r {
+                late.reason()
+            } else {
+                format!("waits for {}", late.reason())
+            });
+            report.late = Some(late);
+        }
+    }
+    Ok(())
+}
+
+/// External partition `r` of dataset `d`, if late: its cadence decides.
+fn late_external(cadences: &mut Cadences<'_>, d: usize, r: &str, now: i64) -> Result<Option<Late>> {
+    let e = cadences.expect(d, r, now)?;
+    Ok(e.times
+        .filter(|_| e.late)
+        .map(|t| Late::new(r, t.by_ns, now)))
+}
+
+/// The most late of the external inputs `r`'s plan misses (none when it cannot be planned:
+/// its status says why).
+fn late_input(
+    engine: &Engine,
+    r: &str,
+    code: &Arc<CodeCache>,
+    now: i64,
+    cadences: &mut Cadences<'_>,
+) -> Result<Option<Late>> {
+    let Ok(valid) = PartitionRef::new(r) else {
+        return Ok(None);
+    };
+    let request = PlanRequest {
+        refs: vec![valid],
+        ..Default::default()
+    };
+    let Ok(plan) = super::planning::plan_with(engine, &request, code) else {
+        return Ok(None);
+    };
+    let mut most: Option<Late> = None;
+    for m in plan.missing.iter().filter(|m| m.failed_check.is_none()) {
+        let input = m.partition_ref.as_str();
+        let Some((Producer::Dataset(d), _)) = engine.graph.producer_of(input) else {
+            continue;
+        };
+        if let Some(late) = late_external(cadences, d, input, now)? {
+            if most
+                .as_ref()
+                .is_none_or(|l| late.expected_by_ns < l.expected_by_ns)
+            {
+                most = Some(late);
+            }
+        }
+    }
+    Ok(most)
+}
+
 /// [`status`] with the code versions of `code`, the request's (validated once, read once).
 fn status_with(
     engine: &Engine,
@@ -470,6 +567,7 @@ pub(crate) fn explain(engine: &Engine, r: &str) -> Result<Explanation> {
     if let Some(e) = status.error {
         return Err(EngineError::Invalid(e.message));
     }
+    mark_late(engine, std::slice::from_mut(&mut status), &code)?;
     let producer = engine.graph.producer_of(r).map(|(p, _)| ProducerInfo {
         kind: producer_kind(&engine.graph, p).to_string(),
         name: engine.graph.producer_name(p).to_string(),

@@ -205,10 +205,11 @@ pub(super) async fn dataset_page(
             .zip(engine.graph.producers())
             .find(|(_, q)| *q == p)
             .map(|(d, _)| d);
-        Ok((g, view))
+        let landings = engine.landings(&n)?;
+        Ok((g, view, landings))
     })
     .await;
-    let (g, view) = match data {
+    let (g, view, landings) = match data {
         Ok(d) => d,
         Err(r) => return r,
     };
@@ -267,6 +268,10 @@ pub(super) async fn dataset_page(
                 div.scroll { (PreEscaped(svg::matrix(&g.rows, &g.columns, &g.cells))) }
                 p.legend { @for (st, n) in &g.counts { (badge(st.as_str())) " " (thousands(*n)) " " } }
             }
+        }
+        @if let Some(l) = landings.as_ref().filter(|l| !l.points.is_empty()) {
+            h2 { "Landing times" }
+            div.scroll { (PreEscaped(svg::landing_chart(l))) }
         }
     }).into_response()
 }

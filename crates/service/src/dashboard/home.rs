@@ -1,5 +1,5 @@
-//! The home page: a box to analyze or build refs, the recent builds, the recently failed
-//! partitions and the jobs.
+//! The home page: a box to analyze or build refs, the recent builds, the external partitions
+//! late now, the recently failed partitions and the jobs.
 
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
@@ -34,10 +34,11 @@ pub(super) async fn home(
         )?;
         // Run counts come from a projection: a few rows, whatever the log's size.
         let jobs = engine.store.job_stats(None)?;
-        Ok((builds, failed, jobs))
+        let late = engine.late_partitions()?;
+        Ok((builds, failed, jobs, late))
     })
     .await;
-    let (builds, failed, jobs) = match data {
+    let (builds, failed, jobs, late) = match data {
         Ok(d) => d,
         Err(r) => return r,
     };
@@ -61,6 +62,16 @@ pub(super) async fn home(
                     td { @for r in b.requested_partitions.iter().take(3) { (partition_link(r)) " " }
                         @if b.requested_count > 3 { span.muted { "+" (b.requested_count - 3) " more" } } }
                     td.muted { (b.created_at) }
+                } }
+            }
+        }
+        h2 { "Late partitions" }
+        @if late.is_empty() { p.empty { "No partition is late." } } @else {
+            table { tr { th { "Partition" } th { "Expected by" } th { "Late by" } }
+                @for l in &late { tr {
+                    td { (partition_link(&l.partition_ref)) }
+                    td.muted { (l.expected_by) }
+                    td { (l.minutes_late) " min" }
                 } }
             }
         }
@@ -103,6 +114,7 @@ mod tests {
         assert!(html.contains("<h1>Build graph tiny</h1>"));
         assert!(html.contains("No builds yet."));
         assert!(html.contains("No failed partitions."));
+        assert!(html.contains("No partition is late."));
         assert!(html.contains("No job has run yet."));
         assert!(html.contains(
             r#"<button type="submit" formaction="/ui/build" formmethod="post">Build</button>"#

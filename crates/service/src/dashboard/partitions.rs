@@ -4,7 +4,7 @@
 use axum::extract::{Path, Query, State};
 use axum::response::{IntoResponse, Response};
 use axum::Extension;
-use databuild_exec::answers::rfc3339;
+use databuild_exec::answers::{rfc3339, DerivedStatus};
 use databuild_exec::engine::lineage::{Direction, Lineage, LineageNode};
 use databuild_exec::engine::listing::ListedStatus;
 use databuild_log::{PartitionQuery, SqlLimits, Status};
@@ -94,10 +94,14 @@ pub(super) async fn partition_page(
             &format!("SELECT DISTINCT build_request_id FROM events WHERE partition_ref = '{}' AND build_request_id IS NOT NULL LIMIT 20", pr.replace('\'', "''")),
             SqlLimits::internal(),
         )?;
-        Ok((x, up, down, builds))
+        // Not live: when it is expected, and why (none when it has no producer to forecast).
+        let forecast = (x.status != DerivedStatus::Live)
+            .then(|| engine_api::forecast(engine, &pr).ok())
+            .flatten();
+        Ok((x, up, down, builds, forecast))
     })
     .await;
-    let (x, up, down, builds) = match data {
+    let (x, up, down, builds, forecast) = match data {
         Ok(d) => d,
         Err(r) => return r,
     };
@@ -106,6 +110,11 @@ pub(super) async fn partition_page(
     layout(&r, html! {
         h1 { code { (r) } " " (badge(x.status.as_str())) }
         ul { @for reason in &x.reasons { li { (reason) } } }
+        @if let Some(f) = &forecast {
+            h2 { "Forecast" }
+            p.forecast { (f.headline()) }
+            @if !f.basis.is_empty() { ul.basis { @for step in &f.basis { li { (step.line()) } } } }
+        }
         @if !x.code_changes.is_empty() {
             h2 { "Code changed since its run" }
             ul.code { @for c in &x.code_changes { li { code { (c.shown()) } } } }

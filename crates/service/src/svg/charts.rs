@@ -284,6 +284,104 @@ pub fn trend_chart(chart: &databuild_exec::answers::MetricChart) -> String {
     svg
 }
 
+/// When an external dataset's latest partitions landed (its page's chart): a dot per partition
+/// in key order at its time after its period's end (or the previous key's arrival), the
+/// cadence's p50–p90 band shaded, and the next partition's expectation marked after the last
+/// (a ring across the band; red when late).
+pub fn landing_chart(l: &databuild_exec::answers::Landings) -> String {
+    let points = &l.points;
+    if points.is_empty() {
+        return String::new();
+    }
+    const MS: f64 = 1e6;
+    let band_high = l.band.map_or(0.0, |b| b.1 as f64 / MS);
+    let max = points
+        .iter()
+        .map(|p| p.after_ns as f64 / MS)
+        .fold(band_high, f64::max)
+        .max(1.0);
+    let (unit, per) = duration_unit(max);
+    let (step, marks) = ticks(max / per, 4.0);
+    let top = marks.last().copied().unwrap_or(step) * per;
+    let label = |v: f64| format!("{} {unit}", number(v));
+    let tick_w = marks
+        .iter()
+        .map(|m| text_width(label(*m).chars().count(), 10))
+        .max()
+        .unwrap_or(40) as f64;
+    let (left, right, top_pad, height, bottom, dx) =
+        (tick_w + 10.0, 140.0, 10.0, 140.0, 36.0, 10.0);
+    let caption = format!(
+        "partitions in key order, {} to {} ({} of them); up: {}",
+        points[0].partition_ref,
+        points[points.len() - 1].partition_ref,
+        points.len(),
+        l.measure.says()
+    );
+    let caption_w = text_width(caption.chars().count(), 10) as f64;
+    let slots = points.len() + usize::from(l.next.is_some());
+    let plot_w = (slots as f64 * dx).max(160.0).max(caption_w - right);
+    let (width, total_h) = (left + plot_w + right, top_pad + height + bottom);
+    let y = |ms: f64| top_pad + height - ms.max(0.0) / top * height;
+    let mut svg = format!(
+        r#"<svg xmlns="http://www.w3.org/2000/svg" class="landings" width="{width:.0}" height="{total_h:.0}" viewBox="0 0 {width:.0} {total_h:.0}" role="img" aria-label="landing times">"#
+    );
+    if let Some((p50, p90)) = l.band {
+        let (p50, p90) = (p50 as f64 / MS, p90 as f64 / MS);
+        let _ = write!(
+            svg,
+            r##"<rect class="band" x="{left}" y="{:.1}" width="{plot_w:.1}" height="{:.1}" fill="#d9e8f5"><title>p50–p90: {}–{}</title></rect><text x="{:.1}" y="{:.1}" font-size="10" fill="#1f2933">p50–p90 {}–{}</text>"##,
+            y(p90),
+            (y(p50) - y(p90)).max(1.0),
+            label(p50 / per),
+            label(p90 / per),
+            left + plot_w + 4.0,
+            y(p50) + 3.0,
+            number(p50 / per),
+            label(p90 / per)
+        );
+    }
+    let plot = Plot {
+        left,
+        top: top_pad,
+        width: plot_w,
+        height,
+    };
+    plot.grid_and_axes(
+        &mut svg,
+        marks.iter().map(|m| (y(m * per), label(*m))),
+        &caption,
+    );
+    for (i, p) in points.iter().enumerate() {
+        let ms = p.after_ns as f64 / MS;
+        let _ = write!(
+            svg,
+            r##"<circle cx="{:.1}" cy="{:.1}" r="2.5" fill="#3e4c59"><title>{}: {}</title></circle>"##,
+            left + dx / 2.0 + i as f64 * dx,
+            y(ms),
+            escape(&p.partition_ref),
+            label(ms / per)
+        );
+    }
+    if let (Some((r, times, late)), Some((p50, p90))) = (&l.next, l.band) {
+        let cx = left + dx / 2.0 + points.len() as f64 * dx;
+        let colour = if *late { "#d64545" } else { "#2f80ed" };
+        let _ = write!(
+            svg,
+            r##"<g class="next"><line x1="{cx:.1}" y1="{:.1}" x2="{cx:.1}" y2="{:.1}" stroke="{colour}" stroke-width="2"/><circle cx="{cx:.1}" cy="{:.1}" r="4" fill="none" stroke="{colour}" stroke-width="2"/><title>next: {} expected at {}, by {}{}</title></g>"##,
+            y(p90 as f64 / MS),
+            y(p50 as f64 / MS),
+            y(p50 as f64 / MS),
+            escape(r),
+            databuild_exec::answers::rfc3339(times.at_ns),
+            databuild_exec::answers::rfc3339(times.by_ns),
+            if *late { " (late)" } else { "" }
+        );
+    }
+    svg.push_str("</svg>");
+    svg
+}
+
 /// One bar of a timeline: a run from `start` to `end` (ns; `end` now for a running one).
 pub struct Span {
     pub label: String,
@@ -395,6 +493,35 @@ pub fn timeline(spans: &[Span]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Daily landings hours after their day: an axis in hours, the band, and the next day ringed
+    /// on time (blue), then late (red); with no history, no picture.
+    #[test]
+    fn a_landing_chart_shades_the_band_and_marks_the_next_one() {
+        use databuild_exec::answers::{ExpectedTimes, Landing, LandingMeasure, Landings};
+        const H: i64 = 3_600_000_000_000;
+        let landed = |day: u32, hours: i64| Landing {
+            partition_ref: format!("raw/date=2026-01-{day:02}"),
+            after_ns: hours * H,
+        };
+        let times = ExpectedTimes { at_ns: 0, by_ns: H };
+        let mut l = Landings {
+            measure: LandingMeasure::AfterPeriodEnd,
+            points: vec![landed(1, 2), landed(2, 3), landed(3, 2)],
+            band: Some((2 * H, 3 * H)),
+            next: Some(("raw/date=2026-01-04".into(), times, false)),
+        };
+        let svg = landing_chart(&l);
+        assert!(svg.contains(">2 h</text>"), "{svg}");
+        assert!(svg.contains(r#"<rect class="band""#) && svg.contains(">p50–p90 2–3 h</text>"));
+        assert!(svg.contains("up: time after its period ends"), "{svg}");
+        assert!(svg.contains("<title>next: raw/date=2026-01-04 expected at "));
+        assert!(svg.contains(r##"stroke="#2f80ed""##) && !svg.contains("(late)"));
+        l.next = Some(("raw/date=2026-01-04".into(), times, true));
+        assert!(landing_chart(&l).contains(r##"stroke="#d64545""##));
+        l.points.clear();
+        assert_eq!(landing_chart(&l), "");
+    }
 
     /// A trend has a unit on its axis, its band shaded with the median, and its anomaly ringed.
     #[test]

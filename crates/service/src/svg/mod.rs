@@ -8,7 +8,7 @@ mod charts;
 mod graph;
 
 pub use cells::{calendar, matrix, Cell};
-pub use charts::{duration_chart, timeline, trend_chart, Span};
+pub use charts::{duration_chart, landing_chart, timeline, trend_chart, Span};
 pub use graph::{graph, graph_down, GraphNode};
 
 /// The colour of a state, shared by every picture and badge.

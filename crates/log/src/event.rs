@@ -30,7 +30,8 @@ pub enum Kind {
     Delegation,
     /// A table's alias moved to another version (`promoted`).
     Alias,
-    /// A standing request for partitions: `requested`, `waiting`, `satisfied`; `sla_missed`;
+    /// A standing request for partitions: `requested`, `waiting`, `satisfied`; `sla_missed`,
+    /// `sla_at_risk`;
     /// `expired` / `cancelled`.
     Want,
     /// A `databuild gc` that removed something (`completed`): what it removed, in `data.report`.
@@ -101,6 +102,7 @@ pub enum Status {
     Waiting,
     Satisfied,
     SlaMissed,
+    SlaAtRisk,
     // environment
     Created,
     Dropped,
@@ -167,6 +169,7 @@ names!(Status {
     Waiting => "waiting",
     Satisfied => "satisfied",
     SlaMissed => "sla_missed",
+    SlaAtRisk => "sla_at_risk",
     Created => "created",
     Dropped => "dropped",
     RolledBack => "rolled_back",
@@ -289,6 +292,10 @@ pub struct EventData {
     pub expires_at: Option<i64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sla_seconds: Option<u64>,
+    /// want requested: its deadline (ns), every partition live by then (`--by`, a recurring
+    /// want's `by`); want sla_at_risk: the deadline the forecast passes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline: Option<i64>,
     /// want requested: the `[[want]]` of the graph file it was made from, if any.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub recurring: Option<String>,

@@ -80,7 +80,7 @@ impl Replay {
                     .entry(e.partition_ref.clone().expect("checked"))
                     .or_insert((dataset, e.timestamp));
             }
-            Kind::Want if e.status == Status::SlaMissed => {}
+            Kind::Want if matches!(e.status, Status::SlaMissed | Status::SlaAtRisk) => {}
             Kind::Want => {
                 self.wants
                     .insert(e.data.want_id.clone().expect("checked"), e.status);

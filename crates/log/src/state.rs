@@ -121,20 +121,21 @@ pub const REQUEST_PARTITION: Transitions = &[
 ];
 
 /// A want is checked again and again: `waiting` and `satisfied` follow each other as its
-/// partitions come and go. `sla_missed` notes a miss without changing its state.
+/// partitions come and go. `sla_missed` notes a miss, and `sla_at_risk` a forecast past its
+/// deadline, without changing its state.
 pub const WANT: Transitions = &[
     (None, &[Requested]),
     (
         Some(Requested),
-        &[Waiting, Satisfied, SlaMissed, Expired, Cancelled],
+        &[Waiting, Satisfied, SlaMissed, SlaAtRisk, Expired, Cancelled],
     ),
     (
         Some(Waiting),
-        &[Waiting, Satisfied, SlaMissed, Expired, Cancelled],
+        &[Waiting, Satisfied, SlaMissed, SlaAtRisk, Expired, Cancelled],
     ),
     (
         Some(Satisfied),
-        &[Waiting, Satisfied, SlaMissed, Expired, Cancelled],
+        &[Waiting, Satisfied, SlaMissed, SlaAtRisk, Expired, Cancelled],
     ),
 ];
 

@@ -425,3 +425,32 @@ command = ["sh", "-c", "test ! -e $DATABUILD_DATA_DIR/../broken && mkdir -p $DAT
     assert_eq!(completed_runs(&p, "clean"), 2);
     assert_eq!(completed_runs(&p, "flaky"), 1);
 }
+
+#[test]
+fn a_recurring_wants_instance_is_due_by_its_time_of_its_day_and_a_missed_deadline_is_recorded() {
+    let graph = format!(
+        "{GRAPH}\n[[want]]\nname = \"daily\"\nrefs = [\"report/date={{today-1d}}\"]\nby = \"07:00\"\n"
+    );
+    let p = Project::new(&graph);
+    let service = Service::start(&p, &fast(&[("DATABUILD_NOW", "2026-05-02")]));
+    // Raw data never lands: the instance made on 2026-05-02 was due that day at 07:00, long past.
+    let w = eventually(
+        Duration::from_secs(10),
+        "the deadline's miss is recorded",
+        || {
+            let (_, all) = service.get("/api/v1/wants");
+            let w = all["wants"][0].clone();
+            (w["sla_missed"] == 1).then_some(w)
+        },
+    );
+    assert_eq!(w["deadline"], "2026-05-02T07:00:00.000Z", "{w:#}");
+    assert_eq!(w["at_risk"], false, "{w:#}");
+    assert!(w["expected_unknown"].is_string(), "{w:#}");
+    drop(service);
+    // A time of day that is not one is refused, naming the want.
+    let bad = Project::new(&graph.replace("07:00", "7am"));
+    let out = bad.run(&["wants"]);
+    out.expect_code(2);
+    assert!(out.stderr.contains("want `daily`"), "{}", out.stderr);
+    assert!(out.stderr.contains("time of day"), "{}", out.stderr);
+}

@@ -19,6 +19,8 @@ pub struct RecurringWant {
     pub sla: Option<Duration>,
     /// How long each day's want stands.
     pub ttl: Duration,
+    /// Each instance is due by this time (UTC) of the day it is made.
+    pub by: Option<chrono::NaiveTime>,
 }
 
 /// Why a want template does not expand.

@@ -393,6 +393,8 @@ impl Reconciler {
         }
         let now = self.engine().now();
         let recurring = self.engine().graph.wants.clone();
+        // `by = "07:00"`: the instance made today is due today at 07:00 (the clock's day).
+        let due = |t| databuild_core::wants::at_time_on(now.date(), t);
         for rw in &recurring {
             let mut refs = Vec::new();
             for t in &rw.refs {
@@ -412,13 +414,14 @@ impl Reconciler {
                 .iter()
                 .any(|w| w.recurring.as_deref() == Some(&rw.name) && w.refs == refs);
             if !exists {
+                let deadline = rw.by.map(due);
                 let parsed = refs
                     .iter()
                     .map(|r| databuild_core::PartitionRef::new(r.as_str()))
                     .collect::<std::result::Result<Vec<_>, _>>()
                     .map_err(|e| databuild_exec::EngineError::Invalid(e.to_string()))?;
                 self.engine()
-                    .want(&parsed, Some(rw.ttl), rw.sla, None, Some(&rw.name))?;
+                    .want(&parsed, Some(rw.ttl), rw.sla, deadline, Some(&rw.name))?;
             }
             self.recurring_done.insert(key);
         }

@@ -60,6 +60,8 @@ pub struct WantSection {
     pub refs: Vec<String>,
     pub sla: Option<String>,
     pub ttl: Option<String>,
+    /// `HH:MM`: each instance is due by that time (UTC) of the day it is made.
+    pub by: Option<String>,
 }
 
 #[derive(Deserialize)]

@@ -508,6 +508,12 @@ impl Loader<'_> {
                 refs: w.refs.clone(),
                 sla: duration("sla", &w.sla)?,
                 ttl: duration("ttl", &w.ttl)?.unwrap_or(Duration::from_secs(7 * 86_400)),
+                by: w
+                    .by
+                    .as_deref()
+                    .map(crate::wants::time_of_day)
+                    .transpose()
+                    .map_err(|e| err(format!("`by`: {e}")))?,
             });
         }
         Ok(wants)

@@ -7,7 +7,7 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 /// Version of the event format. Bump it when a field is added to [`Event`] or [`EventData`].
-pub const FORMAT_VERSION: u32 = 8;
+pub const FORMAT_VERSION: u32 = 9;
 
 #[derive(
     Debug,
@@ -293,7 +293,7 @@ pub struct EventData {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sla_seconds: Option<u64>,
     /// want requested: its deadline (ns), every partition live by then (`--by`, a recurring
-    /// want's `by`); want sla_at_risk: the deadline the forecast passes.
+    /// want's `by`); want sla_at_risk: the deadline the forecast passes (format version 9).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deadline: Option<i64>,
     /// want requested: the `[[want]]` of the graph file it was made from, if any.

@@ -7,6 +7,8 @@
 
 use std::time::Duration;
 
+use serde_json::Value;
+
 use crate::util::{eventually, Project, Service};
 
 const GRAPH: &str = r#"
@@ -246,7 +248,12 @@ fn in_secs(secs: f64) -> String {
 
 #[test]
 fn a_want_due_before_its_forecast_is_at_risk_and_the_service_records_it_once() {
-    let p = Project::new(GRAPH);
+    let dir = tempfile::tempdir().unwrap();
+    let told = dir.path().join("told.json");
+    let p = Project::new(&format!(
+        "{GRAPH}\n[[alert]]\nname = \"risks\"\non = [\"sla_at_risk\"]\ncommand = [\"sh\", \"-c\", \"cat > {}\"]\n",
+        told.display()
+    ));
     // Counting takes 3 s: timed once before the ticks' cadence is learned.
     p.file("slow", "3");
     p.partition("ticks/1");
@@ -309,6 +316,14 @@ fn a_want_due_before_its_forecast_is_at_risk_and_the_service_records_it_once() {
             (w["sla_missed"] == 1).then_some(())
         },
     );
+    // Someone is told, with what holds it back and the deadline.
+    let alert: Value = eventually(Duration::from_secs(5), "the alert is told", || {
+        serde_json::from_str(&std::fs::read_to_string(&told).ok()?).ok()
+    });
+    assert_eq!(alert["event"], "sla_at_risk", "{alert:#}");
+    assert_eq!(alert["want_id"], id, "{alert:#}");
+    assert_eq!(alert["partition_ref"], "ticks/5", "{alert:#}");
+    assert_eq!(alert["deadline"], w["deadline"], "{alert:#}");
     let rows = risks();
     assert_eq!(rows.as_array().unwrap().len(), 1, "{rows}");
     assert_eq!(rows[0][0], "ticks/5");

@@ -83,7 +83,8 @@ impl StateCache {
             | Kind::Gc
             | Kind::Check
             | Kind::Environment
-            | Kind::Arrival => {}
+            | Kind::Arrival
+            | Kind::Alert => {}
         }
     }
 }

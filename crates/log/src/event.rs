@@ -49,6 +49,10 @@ pub enum Kind {
     /// `data.data_version`; the event's `timestamp` is when it was first seen. Forecasts learn
     /// each dataset's cadence from these.
     Arrival,
+    /// The delivery of an `[[alert]]` (format version 9): `completed` or `failed`, of no build
+    /// request; `data.alert` names it, `data.attempt` the last try (how many it took), `message` what
+    /// it was sent for (and, failed, why).
+    Alert,
 }
 
 /// Every status of every kind; which ones a kind may use is the business of [`crate::state`].
@@ -142,6 +146,7 @@ names!(Kind {
     Check => "check",
     Environment => "environment",
     Arrival => "arrival",
+    Alert => "alert",
 });
 
 names!(Status {
@@ -366,6 +371,9 @@ pub struct EventData {
     /// arrival: the `[[dataset]]` the partition belongs to (format version 8).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub dataset: Option<String>,
+    /// alert: the `[[alert]]` delivered (format version 9).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub alert: Option<String>,
 }
 
 /// The instance a reused run took: the run that made it, in its environment's log.
@@ -632,6 +640,16 @@ impl Event {
         e.data.dataset = Some(dataset.to_string());
         e.data.data_version = data_version;
         e
+    }
+
+    /// The delivery of alert `name` (`completed` or `failed`) after `attempts` tries.
+    pub fn alert(name: &str, status: Status, attempts: u32, message: String) -> Event {
+        Event::new(Kind::Alert, status, None)
+            .with_data(|d| {
+                d.alert = Some(name.to_string());
+                d.attempt = Some(attempts);
+            })
+            .with_message(message)
     }
 
     /// A `databuild gc` that removed something: `report` says what.

@@ -153,7 +153,8 @@ pub fn is_terminal(kind: Kind, status: Status) -> bool {
         | Kind::Gc
         | Kind::Check
         | Kind::Environment
-        | Kind::Arrival => return true,
+        | Kind::Arrival
+        | Kind::Alert => return true,
     };
     !table.iter().any(|(from, _)| *from == Some(status))
 }
@@ -260,6 +261,14 @@ pub fn check(e: &Event, current: &Current) -> Result<(), Refusal> {
             if e.status != Available || e.build_request_id.is_some() {
                 return Err(Refusal::invalid(
                     "an arrival event is `available`, of no build request".to_string(),
+                ));
+            }
+        }
+        Kind::Alert => {
+            require(&e.data.alert, "alert", e)?;
+            if !matches!(e.status, Completed | Failed) || e.build_request_id.is_some() {
+                return Err(Refusal::invalid(
+                    "an alert event is `completed` or `failed`, of no build request".to_string(),
                 ));
             }
         }

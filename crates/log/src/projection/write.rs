@@ -377,7 +377,7 @@ fn project<T: AppendTx>(
         Kind::Want => tx.update_want(e),
         Kind::Check => tx.upsert_check(e),
         Kind::Arrival => tx.insert_arrival(e),
-        Kind::Delegation | Kind::Alias | Kind::Gc | Kind::Environment => Ok(()),
+        Kind::Delegation | Kind::Alias | Kind::Gc | Kind::Environment | Kind::Alert => Ok(()),
     }
 }
 

@@ -324,6 +324,10 @@ fn a_want_due_before_its_forecast_is_at_risk_and_the_service_records_it_once() {
     assert_eq!(alert["want_id"], id, "{alert:#}");
     assert_eq!(alert["partition_ref"], "ticks/5", "{alert:#}");
     assert_eq!(alert["deadline"], w["deadline"], "{alert:#}");
+    assert!(
+        alert["expected_by"].as_str().unwrap() > w["deadline"].as_str().unwrap(),
+        "{alert:#}"
+    );
     let rows = risks();
     assert_eq!(rows.as_array().unwrap().len(), 1, "{rows}");
     assert_eq!(rows[0][0], "ticks/5");

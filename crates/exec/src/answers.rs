@@ -1457,6 +1457,9 @@ pub struct WantRisk {
     /// The deadline the forecast passes (ns).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub at_risk_deadline_ns: Option<i64>,
+    /// The p90 forecast that passes it (ns).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub at_risk_expected_by_ns: Option<i64>,
 }
 
 impl WantRisk {

@@ -301,6 +301,10 @@ pub struct EventData {
     /// want's `by`); want sla_at_risk: the deadline the forecast passes (format version 9).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deadline: Option<i64>,
+    /// want sla_at_risk: by when the partition past its deadline is surely live (its p90
+    /// forecast, ns; format version 9).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expected_by: Option<i64>,
     /// want requested: the `[[want]]` of the graph file it was made from, if any.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub recurring: Option<String>,

@@ -133,7 +133,7 @@ fn body(alert: &Alert, on: AlertOn, e: &Event, base_url: &str) -> AlertBody {
         partition_ref: e.partition_ref.clone(),
         build_request_id: e.build_request_id.clone(),
         deadline: e.data.deadline.map(rfc3339),
-        expected_by: None,
+        expected_by: e.data.expected_by.map(rfc3339),
         message: e.message.clone(),
         dashboard_url,
     }

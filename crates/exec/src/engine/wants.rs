@@ -341,6 +341,7 @@ pub(crate) fn risk(engine: &Engine, want: &WantRow, deadline: Option<i64>) -> Re
         ));
         risk.at_risk_partition = Some(holder);
         risk.at_risk_deadline_ns = Some(due);
+        risk.at_risk_expected_by_ns = Some(by);
     }
     Ok(risk)
 }
@@ -395,6 +396,7 @@ pub(crate) fn recorded_at_risk(engine: &Engine) -> Result<BTreeSet<String>> {
 pub(crate) fn note_at_risk(engine: &Engine, want: &WantRow, risk: &WantRisk) -> Result<()> {
     let mut e = Event::want(&want.want_id, Status::SlaAtRisk).with_data(|d| {
         d.deadline = risk.at_risk_deadline_ns;
+        d.expected_by = risk.at_risk_expected_by_ns;
     });
     e.partition_ref = risk.at_risk_partition.clone();
     e.message = risk.at_risk_reason.clone();

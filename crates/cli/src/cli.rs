@@ -592,6 +592,9 @@ pub struct WantArgs {
     /// How long after each partition's day ends (the date in its ref) it must be live.
     #[arg(long)]
     pub sla: Option<String>,
+    /// When every partition must be live: an RFC 3339 time, or HH:MM, the next such UTC time.
+    #[arg(long)]
+    pub by: Option<String>,
 }
 
 /// The arguments of `databuild wants`.

@@ -7,6 +7,8 @@
 
 use std::time::Duration;
 
+use serde_json::Value;
+
 use crate::util::{eventually, Project, Service};
 
 const GRAPH: &str = r#"
@@ -233,4 +235,105 @@ fn the_service_forecasts_the_same_and_its_watcher_records_the_next_arrival() {
                 .then_some(())
         },
     );
+}
+
+/// An RFC 3339 time `secs` seconds from now.
+fn in_secs(secs: f64) -> String {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap();
+    let at = chrono::DateTime::from_timestamp_nanos((now.as_nanos() as f64 + secs * 1e9) as i64);
+    at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+}
+
+#[test]
+fn a_want_due_before_its_forecast_is_at_risk_and_the_service_records_it_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let told = dir.path().join("told.json");
+    let p = Project::new(&format!(
+        "{GRAPH}\n[[alert]]\nname = \"risks\"\non = [\"sla_at_risk\"]\ncommand = [\"sh\", \"-c\", \"cat > {}\"]\n",
+        told.display()
+    ));
+    // Counting takes 3 s: timed once before the ticks' cadence is learned.
+    p.file("slow", "3");
+    p.partition("ticks/1");
+    p.run(&["build", "counted/1"]).expect_code(0);
+    let s = Service::start(&p, &[("DATABUILD_WANT_PROBE_INTERVAL", "0.2")]);
+    for i in 2..=4 {
+        std::thread::sleep(Duration::from_secs(1));
+        p.partition(&format!("ticks/{i}"));
+        p.run(&["status", &format!("ticks/{i}")]).expect_code(0);
+    }
+    // Ticks/5 lands in about a second, and counting it takes 3 s more: 2.5 s is too soon.
+    let by = in_secs(2.5);
+    let made = p.run(&[
+        "--server",
+        &s.url,
+        "--json",
+        "want",
+        "counted/5",
+        "--by",
+        &by,
+    ]);
+    made.expect_code(0);
+    let w = made.json();
+    assert_eq!(w["at_risk"], true, "{w:#}");
+    assert_eq!(w["at_risk_partition"], "ticks/5", "{w:#}");
+    assert!(w["deadline"].as_str().unwrap().ends_with('Z'), "{w:#}");
+    assert!(
+        w["expected_satisfied_at_ns"].as_i64().unwrap()
+            > w["deadline_ns"].as_i64().unwrap() - 3_000_000_000,
+        "{w:#}"
+    );
+    let reason = w["at_risk_reason"].as_str().unwrap();
+    assert!(reason.starts_with("counted/5 expected by "), "{reason}");
+    assert!(
+        reason.contains("deadline: ticks/5 expected by "),
+        "{reason}"
+    );
+    let id = w["want_id"].as_str().unwrap();
+    let shown = p.run(&["wants", id]);
+    assert!(
+        shown.stdout.contains("at risk: counted/5 expected by"),
+        "{}",
+        shown.stdout
+    );
+    // The service records it once, naming what holds it back, and then, the deadline passed,
+    // the miss.
+    let risks = || {
+        p.run(&["--json", "sql", "SELECT partition_ref, message FROM events WHERE kind = 'want' AND status = 'sla_at_risk'"]).json()["rows"].clone()
+    };
+    eventually(
+        Duration::from_secs(10),
+        "the service records the risk",
+        || (risks().as_array()?.len() == 1).then_some(()),
+    );
+    eventually(
+        Duration::from_secs(10),
+        "the service records the miss",
+        || {
+            let (_, w) = s.get(&format!("/api/v1/wants/{id}"));
+            (w["sla_missed"] == 1).then_some(())
+        },
+    );
+    // Someone is told, with what holds it back and the deadline.
+    let alert: Value = eventually(Duration::from_secs(5), "the alert is told", || {
+        serde_json::from_str(&std::fs::read_to_string(&told).ok()?).ok()
+    });
+    assert_eq!(alert["event"], "sla_at_risk", "{alert:#}");
+    assert_eq!(alert["want_id"], id, "{alert:#}");
+    assert_eq!(alert["partition_ref"], "ticks/5", "{alert:#}");
+    assert_eq!(alert["deadline"], w["deadline"], "{alert:#}");
+    assert!(
+        alert["expected_by"].as_str().unwrap() > w["deadline"].as_str().unwrap(),
+        "{alert:#}"
+    );
+    let rows = risks();
+    assert_eq!(rows.as_array().unwrap().len(), 1, "{rows}");
+    assert_eq!(rows[0][0], "ticks/5");
+    assert!(rows[0][1].as_str().unwrap().contains("deadline"), "{rows}");
+    // Not a deadline: refused, saying what one is.
+    let bad = p.run(&["want", "counted/6", "--by", "7am"]);
+    bad.expect_code(2);
+    assert!(bad.stderr.contains("RFC 3339"), "{}", bad.stderr);
 }

@@ -102,6 +102,14 @@ fn just_past_the_next_tick(p: &Project) -> String {
 fn the_watcher_records_a_late_partition_once_and_the_gauge_counts_it_until_it_lands() {
     let p = landed(3);
     let now = just_past_the_next_tick(&p);
+    // Someone is told (#60 point 6): an alert on `late` reads the event's JSON.
+    let graph = std::fs::read_to_string(p.path().join("databuild.toml")).unwrap();
+    p.file(
+        "databuild.toml",
+        &format!(
+            "{graph}\n[[alert]]\nname = \"late_ticks\"\non = [\"late\"]\ncommand = [\"sh\", \"-c\", \"cat >> alerts.log; echo >> alerts.log\"]\n"
+        ),
+    );
     let s = Service::start(
         &p,
         &[
@@ -119,6 +127,14 @@ fn the_watcher_records_a_late_partition_once_and_the_gauge_counts_it_until_it_la
     let message = events["events"][0]["message"].as_str().unwrap();
     assert!(message.starts_with("ticks/4 expected by "), "{message}");
     assert_eq!(gauge(&s), "databuild_late_partitions 1");
+    let told = eventually(Duration::from_secs(10), "the late alert ran", || {
+        std::fs::read_to_string(p.path().join("alerts.log"))
+            .ok()
+            .filter(|t| !t.is_empty())
+    });
+    let body: serde_json::Value = serde_json::from_str(told.lines().next().unwrap()).unwrap();
+    assert_eq!(body["event"], "late", "{body}");
+    assert_eq!(body["partition_ref"], "ticks/4", "{body}");
     // The dashboard's home lists it, linking to its page.
     let (_, home) = s.call("GET", "/", None, None);
     assert!(home.contains("<h2>Late partitions</h2>"), "{home}");

@@ -425,3 +425,215 @@ command = ["sh", "-c", "test ! -e $DATABUILD_DATA_DIR/../broken && mkdir -p $DAT
     assert_eq!(completed_runs(&p, "clean"), 2);
     assert_eq!(completed_runs(&p, "flaky"), 1);
 }
+
+#[test]
+fn a_recurring_wants_instance_is_due_by_its_time_of_its_day_and_a_missed_deadline_is_recorded() {
+    let graph = format!(
+        "{GRAPH}\n[[want]]\nname = \"daily\"\nrefs = [\"report/date={{today-1d}}\"]\nby = \"07:00\"\n"
+    );
+    let p = Project::new(&graph);
+    let service = Service::start(&p, &fast(&[("DATABUILD_NOW", "2026-05-02")]));
+    // Raw data never lands: the instance made on 2026-05-02 was due that day at 07:00, long past.
+    let w = eventually(
+        Duration::from_secs(10),
+        "the deadline's miss is recorded",
+        || {
+            let (_, all) = service.get("/api/v1/wants");
+            let w = all["wants"][0].clone();
+            (w["sla_missed"] == 1).then_some(w)
+        },
+    );
+    assert_eq!(w["deadline"], "2026-05-02T07:00:00.000Z", "{w:#}");
+    assert_eq!(w["at_risk"], false, "{w:#}");
+    assert!(w["expected_unknown"].is_string(), "{w:#}");
+    drop(service);
+    // A time of day that is not one is refused, naming the want.
+    let bad = Project::new(&graph.replace("07:00", "7am"));
+    let out = bad.run(&["wants"]);
+    out.expect_code(2);
+    assert!(out.stderr.contains("want `daily`"), "{}", out.stderr);
+    assert!(out.stderr.contains("time of day"), "{}", out.stderr);
+}
+
+/// The `alert` events of the log: `(alert, status, attempt, message)`.
+fn alert_events(p: &Project) -> Vec<(String, String, u64, String)> {
+    let v = p
+        .run(&["--json", "sql", "SELECT json_extract(data, '$.alert'), status, json_extract(data, '$.attempt'), message FROM events WHERE kind = 'alert' ORDER BY idx"])
+        .json();
+    v["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r[0].as_str().unwrap().to_string(),
+                r[1].as_str().unwrap().to_string(),
+                r[2].as_u64().unwrap(),
+                r[3].as_str().unwrap_or_default().to_string(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn an_alert_command_reads_the_json_of_a_missed_deadline_and_of_a_failed_build() {
+    let dir = tempfile::tempdir().unwrap();
+    let told = dir.path().join("told.jsonl");
+    let graph = format!(
+        "{GRAPH}\n[[job]]\nname = \"broken\"\noutputs = [\"broken/{{n:int}}\"]\ncommand = [\"false\"]\n\n[[alert]]\nname = \"pager\"\non = [\"sla_missed\", \"build_failed\"]\ncommand = [\"sh\", \"-c\", \"cat >> {}; echo >> {}\"]\n",
+        told.display(),
+        told.display()
+    );
+    let p = Project::new(&graph);
+    let service = Service::start(&p, &fast(&[]));
+    let id = want(
+        &service,
+        json!({ "partitions": ["report/date=2020-01-01"], "sla": "1h" }),
+    );
+    let (code, build) = service.post("/api/v1/builds", &json!({ "partitions": ["broken/1"] }));
+    assert!(code < 300, "{build}");
+    let lines = eventually(Duration::from_secs(15), "both alerts are told", || {
+        let text = std::fs::read_to_string(&told).ok()?;
+        let lines: Vec<Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        (lines.len() == 2).then_some(lines)
+    });
+    let missed = lines.iter().find(|l| l["event"] == "sla_missed").unwrap();
+    assert_eq!(missed["want_id"], id.as_str(), "{missed}");
+    assert_eq!(missed["partition_ref"], "report/date=2020-01-01");
+    assert_eq!(missed["alert"], "pager");
+    assert!(
+        missed["message"].as_str().unwrap().contains("deadline"),
+        "{missed}"
+    );
+    assert!(
+        missed["dashboard_url"]
+            .as_str()
+            .unwrap()
+            .starts_with(&service.url),
+        "{missed}"
+    );
+    let failed = lines.iter().find(|l| l["event"] == "build_failed").unwrap();
+    assert!(failed["build_request_id"].is_string(), "{failed}");
+    let recorded = eventually(
+        Duration::from_secs(5),
+        "both deliveries are recorded",
+        || {
+            let e = alert_events(&p);
+            (e.len() == 2).then_some(e)
+        },
+    );
+    for (alert, status, attempt, _) in &recorded {
+        assert_eq!(
+            (alert.as_str(), status.as_str(), *attempt),
+            ("pager", "completed", 1)
+        );
+    }
+    // An alert naming what it cannot be sent for, or with no target, is refused, saying why.
+    for (broken, says) in [
+        (
+            "on = [\"sla_missed\", \"nope\"]",
+            "`on` names `nope`; use sla_at_risk",
+        ),
+        (
+            "on = [\"late\"]\nurl = \"ftp://x\"",
+            "give either `command`",
+        ),
+        (
+            "on = [\"late\"]\ncommand = [\"true\"]\nchannel = \"#ops\"",
+            "channel",
+        ),
+    ] {
+        let bad = Project::new(&format!("{GRAPH}\n[[alert]]\nname = \"x\"\n{broken}\n"));
+        let out = bad.run(&["wants"]);
+        out.expect_code(2);
+        assert!(out.stderr.contains(says), "{broken}: {}", out.stderr);
+    }
+}
+
+/// A local HTTP endpoint answering every request `code`, handing over each body and its
+/// `X-DataBuild-Signature` header.
+fn endpoint(code: u16) -> (String, std::sync::mpsc::Receiver<(String, String)>) {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/hook", listener.local_addr().unwrap());
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let mut reader = BufReader::new(stream.try_clone().unwrap());
+            let (mut length, mut signature) = (0, String::new());
+            loop {
+                let mut line = String::new();
+                if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+                    break;
+                }
+                let lower = line.to_ascii_lowercase();
+                if let Some(v) = lower.strip_prefix("content-length:") {
+                    length = v.trim().parse().unwrap_or(0);
+                }
+                if lower.starts_with("x-databuild-signature:") {
+                    signature = line["x-databuild-signature:".len()..].trim().to_string();
+                }
+            }
+            let mut body = vec![0; length];
+            let _ = reader.read_exact(&mut body);
+            let _ = tx.send((String::from_utf8_lossy(&body).into_owned(), signature));
+            let _ = write!(
+                stream,
+                "HTTP/1.1 {code} X\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+            );
+        }
+    });
+    (url, rx)
+}
+
+#[test]
+fn an_alert_url_gets_a_signed_body_and_a_failing_one_is_tried_three_times_and_recorded_failed() {
+    use hmac::Mac;
+    let (ok_url, ok) = endpoint(200);
+    let (bad_url, bad) = endpoint(503);
+    let graph = format!(
+        "{GRAPH}\n[[alert]]\nname = \"hook\"\non = [\"sla_missed\"]\nurl = \"{ok_url}\"\nsecret_env = \"ALERT_SECRET\"\n\n[[alert]]\nname = \"down\"\non = [\"sla_missed\"]\nurl = \"{bad_url}\"\n"
+    );
+    let p = Project::new(&graph);
+    let service = Service::start(&p, &fast(&[("ALERT_SECRET", "s3cret")]));
+    want(
+        &service,
+        json!({ "partitions": ["report/date=2020-01-01"], "sla": "1h" }),
+    );
+    let (body, signature) = ok.recv_timeout(Duration::from_secs(15)).unwrap();
+    let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(b"s3cret").unwrap();
+    mac.update(body.as_bytes());
+    let expected: String = mac
+        .finalize()
+        .into_bytes()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    assert_eq!(signature, format!("sha256={expected}"), "{body}");
+    let v: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["event"], "sla_missed", "{v}");
+    for _ in 0..3 {
+        bad.recv_timeout(Duration::from_secs(15)).unwrap();
+    }
+    let recorded = eventually(
+        Duration::from_secs(10),
+        "both deliveries are recorded",
+        || {
+            let e = alert_events(&p);
+            (e.len() == 2).then_some(e)
+        },
+    );
+    let hook = recorded.iter().find(|e| e.0 == "hook").unwrap();
+    assert_eq!((hook.1.as_str(), hook.2), ("completed", 1), "{recorded:?}");
+    let down = recorded.iter().find(|e| e.0 == "down").unwrap();
+    assert_eq!((down.1.as_str(), down.2), ("failed", 3), "{recorded:?}");
+    assert!(down.3.contains("answered HTTP 503"), "{recorded:?}");
+    assert!(
+        bad.recv_timeout(Duration::from_millis(500)).is_err(),
+        "a fourth try"
+    );
+}

@@ -19,6 +19,7 @@
     clippy::disallowed_macros
 )]
 
+pub mod alert;
 pub mod braces;
 pub mod cadence;
 pub mod code;

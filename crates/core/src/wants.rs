@@ -19,6 +19,8 @@ pub struct RecurringWant {
     pub sla: Option<Duration>,
     /// How long each day's want stands.
     pub ttl: Duration,
+    /// Each instance is due by this time (UTC) of the day it is made.
+    pub by: Option<chrono::NaiveTime>,
 }
 
 /// Why a want template does not expand.
@@ -195,9 +197,65 @@ pub fn period_end_ns(r: &str) -> Option<i64> {
     hours.checked_mul(HOUR_NS)
 }
 
+/// A want's deadline the user typed that is not one.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("`{0}` is not a deadline: write an RFC 3339 time (2026-03-01T07:00:00Z) or a time of day (07:00, UTC: the next one)")]
+pub struct DeadlineError(pub String);
+
+/// `HH:MM`, a time of day (UTC).
+pub fn time_of_day(text: &str) -> Result<chrono::NaiveTime, DeadlineError> {
+    chrono::NaiveTime::parse_from_str(text, "%H:%M").map_err(|_| DeadlineError(text.to_string()))
+}
+
+/// `day` at `t` (UTC), in ns since the epoch.
+pub fn at_time_on(day: chrono::NaiveDate, t: chrono::NaiveTime) -> i64 {
+    day.and_time(t)
+        .and_utc()
+        .timestamp_nanos_opt()
+        .unwrap_or(i64::MAX)
+}
+
+/// A deadline (ns since the epoch): an RFC 3339 time, or `HH:MM`, the next such UTC time after
+/// `now_ns`.
+pub fn parse_deadline(text: &str, now_ns: i64) -> Result<i64, DeadlineError> {
+    if let Ok(t) = chrono::DateTime::parse_from_rfc3339(text) {
+        return t
+            .timestamp_nanos_opt()
+            .ok_or_else(|| DeadlineError(text.to_string()));
+    }
+    let t = time_of_day(text)?;
+    let now = chrono::DateTime::from_timestamp_nanos(now_ns);
+    let today = at_time_on(now.date_naive(), t);
+    Ok(if today > now_ns {
+        today
+    } else {
+        today + 86_400 * 1_000_000_000
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_deadline_is_rfc3339_or_the_next_time_of_day() {
+        let at =
+            |t: &str| parse_deadline(t, 1_772_409_600 * 1_000_000_000 + 8 * 3_600 * 1_000_000_000);
+        // 2026-03-02T08:00Z: 07:00 is tomorrow's, 09:30 today's.
+        assert_eq!(
+            at("07:00").unwrap(),
+            (1_772_409_600 + 86_400 + 7 * 3_600) * 1_000_000_000
+        );
+        assert_eq!(
+            at("09:30").unwrap(),
+            (1_772_409_600 + 9 * 3_600 + 1_800) * 1_000_000_000
+        );
+        assert_eq!(
+            at("2026-03-02T07:00:00Z").unwrap(),
+            (1_772_409_600 + 7 * 3_600) * 1_000_000_000
+        );
+        assert!(at("7am").unwrap_err().to_string().contains("RFC 3339"));
+    }
 
     #[test]
     fn expands_dates_and_domains() {

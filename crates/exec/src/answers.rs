@@ -1432,6 +1432,8 @@ pub struct Want {
     pub updated_at_ns: i64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry_at_ns: Option<i64>,
+    #[serde(flatten)]
+    pub risk: WantRisk,
 }
 
 impl From<&WantRow> for Want {
@@ -1454,6 +1456,65 @@ impl From<&WantRow> for Want {
             expires_at_ns: w.expires_at,
             updated_at_ns: w.updated_at,
             retry_at_ns: w.retry_at,
+            risk: WantRisk::default(),
+        }
+    }
+}
+
+impl Want {
+    /// The want, with whether it is on time.
+    pub fn with_risk(self, risk: WantRisk) -> Want {
+        Want { risk, ..self }
+    }
+}
+
+/// Whether a want is on time: when its partitions not live are expected (the forecast's), and
+/// whether that is past its deadline.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct WantRisk {
+    /// Every partition is to be live by then (`--by`, a recurring want's `by`); null when it has
+    /// none, or only an `sla` (each partition's own deadline).
+    #[serde(default)]
+    #[schema(format = DateTime)]
+    pub deadline: Option<String>,
+    /// When its last partition not live is expected live: the latest of their p50 forecasts.
+    /// Null when satisfied, ended, or not known (`expected_unknown` says why).
+    #[serde(default)]
+    #[schema(format = DateTime)]
+    pub expected_satisfied_at: Option<String>,
+    /// Why `expected_satisfied_at` is null.
+    #[serde(default)]
+    pub expected_unknown: Option<String>,
+    /// A partition's p90 forecast passes its deadline.
+    #[serde(default)]
+    pub at_risk: bool,
+    /// Which partition, by when, and what holds it back.
+    #[serde(default)]
+    pub at_risk_reason: Option<String>,
+    /// The partition holding it back: the external input expected last, or the partition
+    /// itself.
+    #[serde(default)]
+    pub at_risk_partition: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline_ns: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expected_satisfied_at_ns: Option<i64>,
+    /// The deadline the forecast passes (ns).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub at_risk_deadline_ns: Option<i64>,
+    /// The p90 forecast that passes it (ns).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub at_risk_expected_by_ns: Option<i64>,
+}
+
+impl WantRisk {
+    /// No times: `why`.
+    pub fn unknown(deadline_ns: Option<i64>, why: String) -> WantRisk {
+        WantRisk {
+            deadline: maybe(deadline_ns),
+            expected_unknown: Some(why),
+            deadline_ns,
+            ..Default::default()
         }
     }
 }
@@ -1492,6 +1553,8 @@ pub struct WantDetail {
     pub fulfillment: Vec<WantBuild>,
     /// Its partitions that are not live, and why: what each waits for.
     pub waiting: Vec<WaitingPartition>,
+    #[serde(flatten)]
+    pub risk: WantRisk,
     pub created_at_ns: i64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expires_at_ns: Option<i64>,
@@ -1544,6 +1607,7 @@ impl WantDetail {
         partitions: Vec<PartitionStatus>,
         fulfillment: Vec<WantBuild>,
         waiting: Vec<WaitingPartition>,
+        risk: WantRisk,
     ) -> Self {
         let want = Want::from(w);
         WantDetail {
@@ -1563,6 +1627,7 @@ impl WantDetail {
             partitions,
             fulfillment,
             waiting,
+            risk,
             created_at_ns: want.created_at_ns,
             expires_at_ns: want.expires_at_ns,
             updated_at_ns: want.updated_at_ns,

@@ -72,7 +72,7 @@ impl StateCache {
                         .insert(r, Some(PartitionState { status, run, job }));
                 }
             }
-            Kind::Want if e.status == Status::SlaMissed => {}
+            Kind::Want if matches!(e.status, Status::SlaMissed | Status::SlaAtRisk) => {}
             Kind::Want => {
                 if let Some(id) = &e.data.want_id {
                     self.wants.insert(id.clone(), Some(e.status));
@@ -83,7 +83,8 @@ impl StateCache {
             | Kind::Gc
             | Kind::Check
             | Kind::Environment
-            | Kind::Arrival => {}
+            | Kind::Arrival
+            | Kind::Alert => {}
         }
     }
 }

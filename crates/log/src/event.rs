@@ -7,7 +7,7 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 /// Version of the event format. Bump it when a field is added to [`Event`] or [`EventData`].
-pub const FORMAT_VERSION: u32 = 8;
+pub const FORMAT_VERSION: u32 = 9;
 
 #[derive(
     Debug,
@@ -30,7 +30,8 @@ pub enum Kind {
     Delegation,
     /// A table's alias moved to another version (`promoted`).
     Alias,
-    /// A standing request for partitions: `requested`, `waiting`, `satisfied`; `sla_missed`;
+    /// A standing request for partitions: `requested`, `waiting`, `satisfied`; `sla_missed`,
+    /// `sla_at_risk`;
     /// `expired` / `cancelled`.
     Want,
     /// A `databuild gc` that removed something (`completed`): what it removed, in `data.report`.
@@ -48,6 +49,10 @@ pub enum Kind {
     /// `data.data_version`; the event's `timestamp` is when it was first seen. Forecasts learn
     /// each dataset's cadence from these.
     Arrival,
+    /// The delivery of an `[[alert]]` (format version 9): `completed` or `failed`, of no build
+    /// request; `data.alert` names it, `data.attempt` the last try (how many it took), `message` what
+    /// it was sent for (and, failed, why).
+    Alert,
 }
 
 /// Every status of every kind; which ones a kind may use is the business of [`crate::state`].
@@ -101,6 +106,7 @@ pub enum Status {
     Waiting,
     Satisfied,
     SlaMissed,
+    SlaAtRisk,
     // environment
     Created,
     Dropped,
@@ -142,6 +148,7 @@ names!(Kind {
     Check => "check",
     Environment => "environment",
     Arrival => "arrival",
+    Alert => "alert",
 });
 
 names!(Status {
@@ -169,6 +176,7 @@ names!(Status {
     Waiting => "waiting",
     Satisfied => "satisfied",
     SlaMissed => "sla_missed",
+    SlaAtRisk => "sla_at_risk",
     Created => "created",
     Dropped => "dropped",
     RolledBack => "rolled_back",
@@ -292,6 +300,14 @@ pub struct EventData {
     pub expires_at: Option<i64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sla_seconds: Option<u64>,
+    /// want requested: its deadline (ns), every partition live by then (`--by`, a recurring
+    /// want's `by`); want sla_at_risk: the deadline the forecast passes (format version 9).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline: Option<i64>,
+    /// want sla_at_risk: by when the partition past its deadline is surely live (its p90
+    /// forecast, ns; format version 9).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expected_by: Option<i64>,
     /// want requested: the `[[want]]` of the graph file it was made from, if any.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub recurring: Option<String>,
@@ -362,6 +378,9 @@ pub struct EventData {
     /// arrival: the `[[dataset]]` the partition belongs to (format version 8).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub dataset: Option<String>,
+    /// alert: the `[[alert]]` delivered (format version 9).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub alert: Option<String>,
 }
 
 /// The instance a reused run took: the run that made it, in its environment's log.
@@ -636,6 +655,16 @@ impl Event {
         let mut e = Event::arrival(dataset, partition_ref, None).with_message(message);
         e.status = Status::Late;
         e
+    }
+
+    /// The delivery of alert `name` (`completed` or `failed`) after `attempts` tries.
+    pub fn alert(name: &str, status: Status, attempts: u32, message: String) -> Event {
+        Event::new(Kind::Alert, status, None)
+            .with_data(|d| {
+                d.alert = Some(name.to_string());
+                d.attempt = Some(attempts);
+            })
+            .with_message(message)
     }
 
     /// A `databuild gc` that removed something: `report` says what.

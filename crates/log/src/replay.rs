@@ -65,7 +65,7 @@ impl Replay {
                 self.job_runs
                     .insert(e.job_run_id.clone().expect("checked"), e.status);
             }
-            Kind::Delegation | Kind::Alias | Kind::Gc | Kind::Environment => {}
+            Kind::Delegation | Kind::Alias | Kind::Gc | Kind::Environment | Kind::Alert => {}
             Kind::Check => {
                 let key = (
                     e.partition_ref.clone().expect("checked"),
@@ -81,7 +81,7 @@ impl Replay {
                     .entry(e.partition_ref.clone().expect("checked"))
                     .or_insert((dataset, e.timestamp));
             }
-            Kind::Want if e.status == Status::SlaMissed => {}
+            Kind::Want if matches!(e.status, Status::SlaMissed | Status::SlaAtRisk) => {}
             Kind::Want => {
                 self.wants
                     .insert(e.data.want_id.clone().expect("checked"), e.status);
@@ -397,7 +397,7 @@ mod tests {
                             }
                         }
                     }
-                    Kind::Delegation | Kind::Alias | Kind::Want | Kind::Gc | Kind::Check | Kind::Environment | Kind::Arrival => {}
+                    Kind::Delegation | Kind::Alias | Kind::Want | Kind::Gc | Kind::Check | Kind::Environment | Kind::Arrival | Kind::Alert => {}
                 }
             }
             for path in brs.values() { prop_assert!(path_is_valid(BUILD_REQUEST, path), "{:?}", path); }

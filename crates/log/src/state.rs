@@ -121,20 +121,21 @@ pub const REQUEST_PARTITION: Transitions = &[
 ];
 
 /// A want is checked again and again: `waiting` and `satisfied` follow each other as its
-/// partitions come and go. `sla_missed` notes a miss without changing its state.
+/// partitions come and go. `sla_missed` notes a miss, and `sla_at_risk` a forecast past its
+/// deadline, without changing its state.
 pub const WANT: Transitions = &[
     (None, &[Requested]),
     (
         Some(Requested),
-        &[Waiting, Satisfied, SlaMissed, Expired, Cancelled],
+        &[Waiting, Satisfied, SlaMissed, SlaAtRisk, Expired, Cancelled],
     ),
     (
         Some(Waiting),
-        &[Waiting, Satisfied, SlaMissed, Expired, Cancelled],
+        &[Waiting, Satisfied, SlaMissed, SlaAtRisk, Expired, Cancelled],
     ),
     (
         Some(Satisfied),
-        &[Waiting, Satisfied, SlaMissed, Expired, Cancelled],
+        &[Waiting, Satisfied, SlaMissed, SlaAtRisk, Expired, Cancelled],
     ),
 ];
 
@@ -152,7 +153,8 @@ pub fn is_terminal(kind: Kind, status: Status) -> bool {
         | Kind::Gc
         | Kind::Check
         | Kind::Environment
-        | Kind::Arrival => return true,
+        | Kind::Arrival
+        | Kind::Alert => return true,
     };
     !table.iter().any(|(from, _)| *from == Some(status))
 }
@@ -259,6 +261,14 @@ pub fn check(e: &Event, current: &Current) -> Result<(), Refusal> {
             if !matches!(e.status, Available | Late) || e.build_request_id.is_some() {
                 return Err(Refusal::invalid(
                     "an arrival event is `available` or `late`, of no build request".to_string(),
+                ));
+            }
+        }
+        Kind::Alert => {
+            require(&e.data.alert, "alert", e)?;
+            if !matches!(e.status, Completed | Failed) || e.build_request_id.is_some() {
+                return Err(Refusal::invalid(
+                    "an alert event is `completed` or `failed`, of no build request".to_string(),
                 ));
             }
         }

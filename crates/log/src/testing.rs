@@ -22,6 +22,11 @@ pub fn arb_event() -> impl Strategy<Value = Event> {
                     e.status = status;
                     e
                 }
+                Kind::Alert => {
+                    let mut e = Event::alert("a", Status::Completed, 1, "sent".into());
+                    e.status = status;
+                    e
+                }
                 Kind::Arrival => {
                     let mut e = Event::arrival("d", &r, with_run.then(|| run.clone()));
                     e.status = status;

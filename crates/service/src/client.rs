@@ -26,6 +26,8 @@ use serde::Serialize;
 use crate::engine_api::{self, ApiResult};
 use crate::error::AppError;
 
+pub use crate::engine_api::WantTerms;
+
 /// Everything a command asks of the service (or of the engine it runs on).
 pub trait Api {
     fn status(&self, r: &str) -> ApiResult<PartitionStatus>;
@@ -81,7 +83,7 @@ pub trait Api {
     fn sources(&self) -> ApiResult<SourceList>;
     fn source(&self, name: &str) -> ApiResult<SourceDetail>;
     fn seal(&self, name: Option<&str>, through: Option<&str>) -> ApiResult<Sealed>;
-    fn want(&self, refs: &[String], ttl: Option<&str>, sla: Option<&str>) -> ApiResult<Want>;
+    fn want(&self, refs: &[String], terms: WantTerms<'_>) -> ApiResult<Want>;
     fn wants(&self, status: Option<&str>, all: bool, limit: usize) -> ApiResult<WantList>;
     fn unwant(&self, id: &str) -> ApiResult<Want>;
     /// One want, with how its partitions were made and what the others wait for.
@@ -251,8 +253,8 @@ impl Api for InProcess {
     fn seal(&self, name: Option<&str>, through: Option<&str>) -> ApiResult<Sealed> {
         engine_api::seal(&self.engine, name, through)
     }
-    fn want(&self, refs: &[String], ttl: Option<&str>, sla: Option<&str>) -> ApiResult<Want> {
-        engine_api::want(&self.engine, refs, ttl, sla, self.max_refs)
+    fn want(&self, refs: &[String], terms: WantTerms<'_>) -> ApiResult<Want> {
+        engine_api::want(&self.engine, refs, terms, self.max_refs)
     }
     fn wants(&self, status: Option<&str>, all: bool, limit: usize) -> ApiResult<WantList> {
         engine_api::wants(&self.engine, status, all, limit)
@@ -815,13 +817,14 @@ impl Api for Http {
             },
         )
     }
-    fn want(&self, refs: &[String], ttl: Option<&str>, sla: Option<&str>) -> ApiResult<Want> {
+    fn want(&self, refs: &[String], terms: WantTerms<'_>) -> ApiResult<Want> {
         self.post(
             route::WANTS,
             &crate::wants::WantBody {
                 partitions: refs.to_vec(),
-                ttl: ttl.map(str::to_string),
-                sla: sla.map(str::to_string),
+                ttl: terms.ttl.map(str::to_string),
+                sla: terms.sla.map(str::to_string),
+                by: terms.by.map(str::to_string),
             },
         )
     }

@@ -685,18 +685,46 @@ pub fn promote(
     Ok(engine.promote(table, version, downstream)?)
 }
 
+/// What a want asks beyond its refs, as the user typed it: how long it stands (`ttl`), its SLA
+/// after each partition's day (`sla`) and its deadline (`by`).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct WantTerms<'a> {
+    pub ttl: Option<&'a str>,
+    pub sla: Option<&'a str>,
+    pub by: Option<&'a str>,
+}
+
 /// Records a want for the refs the words name (braces expanded, as for builds).
 pub fn want(
     engine: &Engine,
     words: &[String],
-    ttl: Option<&str>,
-    sla: Option<&str>,
+    WantTerms { ttl, sla, by }: WantTerms<'_>,
     max_refs: usize,
 ) -> ApiResult<Want> {
     let duration = |name: &str, v: Option<&str>| v.map(|t| duration(name, t)).transpose();
     let refs = user_refs(engine, words, max_refs)?;
-    let row = engine.want(&refs, duration("ttl", ttl)?, duration("sla", sla)?, None)?;
-    Ok(Want::from(&row))
+    let now = databuild_log::event::now_ns();
+    let deadline = by
+        .map(|t| databuild_core::wants::parse_deadline(t, now))
+        .transpose()
+        .map_err(|e| AppError::bad_request(format!("`by`: {e}")))?;
+    let row = engine.want(
+        &refs,
+        duration("ttl", ttl)?,
+        duration("sla", sla)?,
+        deadline,
+        None,
+    )?;
+    with_risk(engine, &row, deadline)
+}
+
+/// The want as answers show it, with whether it is on time.
+fn with_risk(
+    engine: &Engine,
+    row: &databuild_log::WantRow,
+    deadline: Option<i64>,
+) -> ApiResult<Want> {
+    Ok(Want::from(row).with_risk(engine.want_risk(row, deadline)?))
 }
 
 /// A duration the user typed (`6h`, `30d`), or an error naming the setting.
@@ -747,9 +775,12 @@ pub fn wants(
     let rows = engine
         .store
         .wants(status, !all && status.is_none(), limit)?;
-    Ok(WantList {
-        wants: rows.iter().map(Want::from).collect(),
-    })
+    let deadlines = engine.want_deadlines()?;
+    let wants = rows
+        .iter()
+        .map(|w| with_risk(engine, w, deadlines.get(&w.want_id).copied()))
+        .collect::<ApiResult<_>>()?;
+    Ok(WantList { wants })
 }
 
 pub fn want_detail(engine: &Engine, id: &str) -> ApiResult<WantDetail> {
@@ -761,7 +792,14 @@ pub fn want_detail(engine: &Engine, id: &str) -> ApiResult<WantDetail> {
     let statuses = engine.status(&row.refs)?;
     let (fulfillment, waiting) = engine.fulfillment(&statuses)?;
     let partitions = statuses.iter().map(PartitionStatus::from).collect();
-    Ok(WantDetail::new(&row, partitions, fulfillment, waiting))
+    let risk = engine.want_risk(&row, engine.want_deadlines()?.get(id).copied())?;
+    Ok(WantDetail::new(
+        &row,
+        partitions,
+        fulfillment,
+        waiting,
+        risk,
+    ))
 }
 
 pub fn unwant(engine: &Engine, id: &str) -> ApiResult<Want> {

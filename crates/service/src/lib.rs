@@ -19,6 +19,7 @@
 /// The header naming the environment a request is about (`?env=` says the same); none: prod.
 pub const ENVIRONMENT_HEADER: &str = "X-DataBuild-Env";
 
+mod alerts;
 pub mod api;
 pub mod client;
 mod config;
@@ -146,7 +147,13 @@ pub async fn serve(
     let listener = tokio::net::TcpListener::bind(bind)
         .await
         .map_err(|e| anyhow::anyhow!("cannot listen on {bind}: {e}"))?;
-    on_ready(listener.local_addr()?);
+    let addr = listener.local_addr()?;
+    alerts::spawn(
+        state.engine.clone(),
+        format!("http://{addr}"),
+        stop_reconciler.clone(),
+    );
+    on_ready(addr);
     let connections = state.limits.connections;
     connections::serve(listener, app(state.clone()), connections, shutdown_signal()).await;
     stop_reconciler.store(true, Ordering::Relaxed);

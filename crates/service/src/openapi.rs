@@ -85,6 +85,7 @@ use crate::error::ErrorBody;
         crate::sources::PromoteBody,
         crate::wants::WantBody,
         crate::wants::WantStatusName,
+        databuild_exec::answers::WantRisk,
         crate::api::ListedStatusName,
         crate::api::GraphFormat,
         crate::environments::CreateEnvironmentBody,
@@ -509,6 +510,26 @@ mod tests {
                 schemas[answer]["properties"]["status"]["$ref"],
                 "#/components/schemas/DerivedStatus",
                 "{answer}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_wants_risk_is_named_and_both_want_answers_hold_it() {
+        let doc = serde_json::to_value(<super::ApiDoc as utoipa::OpenApi>::openapi()).unwrap();
+        let schemas = &doc["components"]["schemas"];
+        assert!(
+            schemas["WantRisk"]["properties"]["at_risk"].is_object(),
+            "{}",
+            schemas["WantRisk"]
+        );
+        for answer in ["Want", "WantDetail"] {
+            assert!(
+                schemas[answer]
+                    .to_string()
+                    .contains("#/components/schemas/WantRisk"),
+                "{answer}: {}",
+                schemas[answer]
             );
         }
     }

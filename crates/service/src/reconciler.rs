@@ -98,6 +98,10 @@ struct Reconciler {
     /// Upstream builds that ended (sent by their followers).
     ended: (mpsc::Sender<String>, mpsc::Receiver<String>),
     sla_recorded: BTreeSet<(String, String)>,
+    /// Wants' deadlines (`--by`), from their `requested` events.
+    want_deadlines: HashMap<String, i64>,
+    /// Wants whose `sla_at_risk` is recorded: once per want.
+    at_risk_recorded: BTreeSet<String>,
     recurring_done: HashSet<(String, Vec<String>)>,
     last_second: Instant,
     last_probe: Instant,
@@ -126,6 +130,8 @@ impl Reconciler {
             asked: HashMap::new(),
             ended: mpsc::channel(),
             sla_recorded: BTreeSet::new(),
+            want_deadlines: HashMap::new(),
+            at_risk_recorded: BTreeSet::new(),
             recurring_done: HashSet::new(),
             last_second: Instant::now() - Duration::from_secs(2),
             last_probe: Instant::now(),
@@ -147,6 +153,8 @@ impl Reconciler {
             // Start from the log's end, looking once at every active want.
             self.seen = self.engine().store.last_idx()?;
             self.sla_recorded = self.engine().recorded_sla_misses()?;
+            self.want_deadlines = self.engine().want_deadlines()?.into_iter().collect();
+            self.at_risk_recorded = self.engine().recorded_at_risk()?;
             for w in self.active()? {
                 // A want held back before a restart stays held back until its recorded time.
                 if let Some(retry_at) = w.retry_at {
@@ -176,6 +184,7 @@ impl Reconciler {
         if self.last_probe.elapsed() >= self.probe_every {
             self.last_probe = Instant::now();
             self.probe_externals()?;
+            self.risks()?;
         }
         for id in std::mem::take(&mut self.dirty) {
             match self.engine().store.want(&id)? {
@@ -206,6 +215,9 @@ impl Reconciler {
         for e in &events {
             match (e.kind, e.status) {
                 (Kind::Want, Status::Requested) => {
+                    if let (Some(id), Some(deadline)) = (&e.data.want_id, e.data.deadline) {
+                        self.want_deadlines.insert(id.clone(), deadline);
+                    }
                     self.dirty.extend(e.data.want_id.clone());
                 }
                 // A taint concerns every active want; its ref still tries a held back want again.
@@ -339,13 +351,35 @@ impl Reconciler {
                 self.dirty.insert(w.want_id.clone());
                 continue;
             }
-            if w.status == Status::Satisfied || w.sla_seconds.is_none() {
+            let by = self.want_deadlines.get(&w.want_id).copied();
+            if w.status == Status::Satisfied || (w.sla_seconds.is_none() && by.is_none()) {
                 continue;
             }
-            for (r, deadline) in self.engine().sla_misses(&w, now, &self.sla_recorded)? {
+            for (r, deadline) in self.engine().sla_misses(&w, by, now, &self.sla_recorded)? {
                 if self.sla_recorded.insert((w.want_id.clone(), r.clone())) {
                     self.engine().note_sla_miss(&w, &r, deadline)?;
                 }
+            }
+        }
+        Ok(())
+    }
+
+    /// Unsatisfied wants with a deadline whose forecast passes it before it comes: each
+    /// recorded once as `sla_at_risk`. Checked every probe interval, as a forecast reads the log.
+    fn risks(&mut self) -> Result<()> {
+        let now = databuild_log::event::now_ns();
+        for w in self.active()? {
+            let by = self.want_deadlines.get(&w.want_id).copied();
+            let unchecked = w.status != Status::Satisfied
+                && (w.sla_seconds.is_some() || by.is_some())
+                && !self.at_risk_recorded.contains(&w.want_id);
+            if !unchecked {
+                continue;
+            }
+            let risk = self.engine().want_risk(&w, by)?;
+            if risk.at_risk_deadline_ns.is_some_and(|due| now < due) {
+                self.engine().note_at_risk(&w, &risk)?;
+                self.at_risk_recorded.insert(w.want_id);
             }
         }
         Ok(())
@@ -359,6 +393,8 @@ impl Reconciler {
         }
         let now = self.engine().now();
         let recurring = self.engine().graph.wants.clone();
+        // `by = "07:00"`: the instance made today is due today at 07:00 (the clock's day).
+        let due = |t| databuild_core::wants::at_time_on(now.date(), t);
         for rw in &recurring {
             let mut refs = Vec::new();
             for t in &rw.refs {
@@ -378,13 +414,14 @@ impl Reconciler {
                 .iter()
                 .any(|w| w.recurring.as_deref() == Some(&rw.name) && w.refs == refs);
             if !exists {
+                let deadline = rw.by.map(due);
                 let parsed = refs
                     .iter()
                     .map(|r| databuild_core::PartitionRef::new(r.as_str()))
                     .collect::<std::result::Result<Vec<_>, _>>()
                     .map_err(|e| databuild_exec::EngineError::Invalid(e.to_string()))?;
                 self.engine()
-                    .want(&parsed, Some(rw.ttl), rw.sla, Some(&rw.name))?;
+                    .want(&parsed, Some(rw.ttl), rw.sla, deadline, Some(&rw.name))?;
             }
             self.recurring_done.insert(key);
         }

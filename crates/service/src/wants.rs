@@ -29,6 +29,8 @@ pub struct WantBody {
     pub ttl: Option<String>,
     /// How long after each partition's day ends it must be live (same form as `ttl`).
     pub sla: Option<String>,
+    /// When every partition must be live: RFC 3339, or `HH:MM`, the next such time (UTC).
+    pub by: Option<String>,
 }
 
 /// The statuses a want may have.
@@ -73,8 +75,11 @@ pub(crate) async fn create_want(
         engine_api::want(
             &s.engine,
             &body.partitions,
-            body.ttl.as_deref(),
-            body.sla.as_deref(),
+            engine_api::WantTerms {
+                ttl: body.ttl.as_deref(),
+                sla: body.sla.as_deref(),
+                by: body.by.as_deref(),
+            },
             s.limits.max_refs,
         )
     })

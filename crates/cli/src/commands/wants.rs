@@ -2,6 +2,8 @@
 
 use std::process::ExitCode;
 
+use databuild_service::client::WantTerms;
+
 use crate::backend::Backend;
 use crate::cli::{UnwantArgs, WantArgs, WantsArgs};
 use crate::context::parse_refs;
@@ -13,6 +15,7 @@ pub fn want(
         refs: args,
         ttl,
         sla,
+        by,
     }: &WantArgs,
     json: bool,
 ) -> anyhow::Result<ExitCode> {
@@ -20,19 +23,32 @@ pub fn want(
         .into_iter()
         .map(|r| r.to_string())
         .collect();
-    let v = backend.want(&refs, ttl.as_deref(), sla.as_deref())?;
+    let terms = WantTerms {
+        ttl: ttl.as_deref(),
+        sla: sla.as_deref(),
+        by: by.as_deref(),
+    };
+    let v = backend.want(&refs, terms)?;
     if json {
         print_json(&v)?;
     } else {
         outln!(
-            "want {} recorded: {} partition(s), expires {}{}; `databuild serve` builds them as soon as it can",
+            "want {} recorded: {} partition(s), expires {}{}{}; `databuild serve` builds them as soon as it can",
             v.want_id,
             refs.len(),
             v.expires_at.as_deref().unwrap_or_default(),
             v.sla_seconds
                 .map(|s| format!(", SLA {s}s after each day ends"))
+                .unwrap_or_default(),
+            v.risk
+                .deadline
+                .as_deref()
+                .map(|d| format!(", due by {d}"))
                 .unwrap_or_default()
         )?;
+        if let Some(why) = &v.risk.at_risk_reason {
+            outln!("at risk: {why}")?;
+        }
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -74,7 +90,12 @@ fn list(
                     } else {
                         String::new()
                     }
-                ),
+                ) + &w
+                    .risk
+                    .at_risk_reason
+                    .as_deref()
+                    .map(|r| format!(" (at risk: {r})"))
+                    .unwrap_or_default(),
                 w.updated_at.clone(),
             ]
         })
@@ -104,6 +125,14 @@ fn show(backend: &Backend, id: &str, json: bool) -> anyhow::Result<ExitCode> {
             .map(|m| format!(" ({m})"))
             .unwrap_or_default()
     )?;
+    match (&w.risk.expected_satisfied_at, &w.risk.expected_unknown) {
+        (Some(at), _) => outln!("expected satisfied at {at}")?,
+        (None, Some(why)) => outln!("expected satisfied: not known ({why})")?,
+        (None, None) => {}
+    }
+    if let Some(why) = &w.risk.at_risk_reason {
+        outln!("at risk: {why}")?;
+    }
     let short = databuild_log::short_id;
     for b in &w.fulfillment {
         outln!(

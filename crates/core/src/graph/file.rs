@@ -23,6 +23,8 @@ pub struct GraphFile {
     pub want: Vec<WantSection>,
     #[serde(default)]
     pub check: Vec<CheckSection>,
+    #[serde(default)]
+    pub alert: Vec<AlertSection>,
     pub openlineage: Option<OpenLineageSection>,
 }
 
@@ -60,6 +62,18 @@ pub struct WantSection {
     pub refs: Vec<String>,
     pub sla: Option<String>,
     pub ttl: Option<String>,
+    /// `HH:MM`: each instance is due by that time (UTC) of the day it is made.
+    pub by: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AlertSection {
+    pub name: String,
+    pub on: Vec<String>,
+    pub command: Option<Vec<String>>,
+    pub url: Option<String>,
+    pub secret_env: Option<String>,
 }
 
 #[derive(Deserialize)]

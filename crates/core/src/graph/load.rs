@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use super::file::*;
 use super::*;
+use crate::alert::{Alert, AlertOn, AlertTarget};
 use crate::pattern::{FieldType, Pattern};
 use crate::tables::{
     self, BodyFormat, Column, Idempotency, IdempotencyKey, SignatureScheme, Source, SourceKind,
@@ -141,6 +142,7 @@ impl Loader<'_> {
             sources,
             tables,
             wants: Vec::new(),
+            alerts: Vec::new(),
             checks: Vec::new(),
             show_env: f.graph.show_env,
             openlineage: self.openlineage(f.openlineage)?,
@@ -150,6 +152,7 @@ impl Loader<'_> {
         self.link_templates(&mut graph)?;
         graph.index = PatternIndex::build(&graph);
         graph.wants = self.load_wants(&f.want, &graph)?;
+        graph.alerts = self.load_alerts(&f.alert)?;
         graph.checks = self.load_checks(&f.check, &graph)?;
         Ok(graph)
     }
@@ -508,9 +511,61 @@ impl Loader<'_> {
                 refs: w.refs.clone(),
                 sla: duration("sla", &w.sla)?,
                 ttl: duration("ttl", &w.ttl)?.unwrap_or(Duration::from_secs(7 * 86_400)),
+                by: w
+                    .by
+                    .as_deref()
+                    .map(crate::wants::time_of_day)
+                    .transpose()
+                    .map_err(|e| err(format!("`by`: {e}")))?,
             });
         }
         Ok(wants)
+    }
+
+    /// Alerts: what they are sent for, and either a command or a URL.
+    fn load_alerts(&self, sections: &[AlertSection]) -> Result<Vec<Alert>, GraphError> {
+        let mut names = HashMap::new();
+        let mut alerts = Vec::new();
+        for a in sections {
+            self.check_name(&a.name, "alert", &mut names)?;
+            let err = |m: String| self.err(format!("alert `{}`", a.name), m);
+            if a.on.is_empty() {
+                return Err(err(format!(
+                    "`on` is empty; name some of {}",
+                    AlertOn::NAMES
+                )));
+            }
+            let on =
+                a.on.iter()
+                    .map(|o| {
+                        AlertOn::parse(o)
+                            .ok_or_else(|| err(format!("`on` names `{o}`; use {}", AlertOn::NAMES)))
+                    })
+                    .collect::<Result<Vec<_>, _>>()?;
+            let target =
+                match (&a.command, &a.url) {
+                    (Some(c), None) if !c.is_empty() && a.secret_env.is_none() => {
+                        AlertTarget::Command(c.clone())
+                    }
+                    (None, Some(u)) if u.starts_with("http://") || u.starts_with("https://") => {
+                        AlertTarget::Url {
+                            url: u.clone(),
+                            secret_env: a.secret_env.clone(),
+                        }
+                    }
+                    _ => return Err(err(
+                        "give either `command` (a non-empty list) or `url` (http:// or https://, \
+                         with `secret_env` naming the variable holding its signing secret)"
+                            .into(),
+                    )),
+                };
+            alerts.push(Alert {
+                name: a.name.clone(),
+                on,
+                target,
+            });
+        }
+        Ok(alerts)
     }
 
     fn load_source(&self, s: &SourceSection) -> Result<Source, GraphError> {

@@ -196,6 +196,8 @@ pub struct Graph {
     pub sources: Vec<Source>,
     pub tables: Vec<Table>,
     pub wants: Vec<crate::wants::RecurringWant>,
+    /// Who is told of risks, misses, lateness and failures (`[[alert]]`), in file order.
+    pub alerts: Vec<crate::alert::Alert>,
     /// Data-quality checks of job outputs (`[[check]]`), in file order.
     pub checks: Vec<Check>,
     /// The env names (from config executables) whose values the log records and shows; every

@@ -531,9 +531,34 @@ impl Engine {
         refs: &[PartitionRef],
         ttl: Option<Duration>,
         sla: Option<Duration>,
+        deadline: Option<i64>,
         recurring: Option<&str>,
     ) -> Result<WantRow> {
-        wants::want(self, refs, ttl, sla, recurring)
+        wants::want(self, refs, ttl, sla, deadline, recurring)
+    }
+
+    /// The deadlines (`--by`) of the wants that have one, by want.
+    pub fn want_deadlines(&self) -> Result<rustc_hash::FxHashMap<String, i64>> {
+        wants::want_deadlines(self)
+    }
+
+    /// Whether a want is on time: its forecast against its deadline (`deadline`, or its SLA's).
+    pub fn want_risk(
+        &self,
+        want: &WantRow,
+        deadline: Option<i64>,
+    ) -> Result<crate::answers::WantRisk> {
+        wants::risk(self, want, deadline)
+    }
+
+    /// Wants whose `sla_at_risk` is already recorded.
+    pub fn recorded_at_risk(&self) -> Result<BTreeSet<String>> {
+        wants::recorded_at_risk(self)
+    }
+
+    /// Records a want's `sla_at_risk`, as `risk` says.
+    pub fn note_at_risk(&self, want: &WantRow, risk: &crate::answers::WantRisk) -> Result<()> {
+        wants::note_at_risk(self, want, risk)
     }
 
     /// A want, by its id ([`EngineError::NotFound`] if there is none).
@@ -570,15 +595,17 @@ impl Engine {
         wants::decide(self, want, now_ns)
     }
 
-    /// Partitions of a want that missed their SLA by `now_ns` and are not live, leaving out those
-    /// `known` already (so a long-late want costs no status checks).
+    /// Partitions of a want that missed their deadline (`deadline`, or their SLA's) by `now_ns`
+    /// and are not live, leaving out those `known` already (so a long-late want costs no status
+    /// checks).
     pub fn sla_misses(
         &self,
         want: &WantRow,
+        deadline: Option<i64>,
         now_ns: i64,
         known: &BTreeSet<(String, String)>,
     ) -> Result<Vec<(String, i64)>> {
-        wants::sla_misses(self, want, now_ns, known)
+        wants::sla_misses(self, want, deadline, now_ns, known)
     }
 
     /// `(want, partition)` pairs whose SLA miss is already recorded.

@@ -12,9 +12,10 @@ use std::time::Duration;
 
 use databuild_core::{PartitionRef, PlanRequest, Producer};
 use databuild_log::{Event, EventFilter, Kind, Status, WantRow};
+use rustc_hash::FxHashMap;
 use serde::Serialize;
 
-use crate::answers::rfc3339;
+use crate::answers::{rfc3339, Forecast, ForecastStep, WantRisk};
 use crate::engine::{Engine, EngineError, Result};
 
 /// How long a want stands unless told otherwise.
@@ -50,6 +51,7 @@ pub(crate) fn want(
     refs: &[PartitionRef],
     ttl: Option<Duration>,
     sla: Option<Duration>,
+    deadline: Option<i64>,
     recurring: Option<&str>,
 ) -> Result<WantRow> {
     if refs.is_empty() {
@@ -74,6 +76,7 @@ pub(crate) fn want(
         d.requested = refs.iter().map(|r| r.to_string()).collect();
         d.expires_at = Some(now.saturating_add(ttl.as_nanos().min(i64::MAX as u128) as i64));
         d.sla_seconds = sla.map(|s| s.as_secs());
+        d.deadline = deadline;
         d.recurring = recurring.map(str::to_string);
     });
     if let Some(name) = recurring {
@@ -185,17 +188,15 @@ pub(crate) fn decide(engine: &Engine, want: &WantRow, now_ns: i64) -> Result<Dec
 pub(crate) fn sla_misses(
     engine: &Engine,
     want: &WantRow,
+    by: Option<i64>,
     now_ns: i64,
     known: &BTreeSet<(String, String)>,
 ) -> Result<Vec<(String, i64)>> {
-    let Some(sla) = want.sla_seconds else {
-        return Ok(Vec::new());
-    };
     let overdue: Vec<(String, i64)> = want
         .refs
         .iter()
         .filter_map(|r| {
-            let deadline = databuild_core::wants::period_end_ns(r)? + (sla as i64) * 1_000_000_000;
+            let deadline = deadline_of(want, by, r)?;
             (now_ns > deadline && !known.contains(&(want.want_id.clone(), r.clone())))
                 .then(|| (r.clone(), deadline))
         })
@@ -234,9 +235,12 @@ pub(crate) fn note_sla_miss(
     deadline_ns: i64,
 ) -> Result<()> {
     let mut e = Event::want(&want.want_id, Status::SlaMissed).with_message(format!(
-        "`{r}` was not live by its deadline {} ({}s after its day ended)",
+        "`{r}` was not live by its deadline {}{}",
         rfc3339(deadline_ns),
-        want.sla_seconds.unwrap_or(0)
+        match want.sla_seconds {
+            Some(s) => format!(" ({s}s after its day ended)"),
+            None => String::new(),
+        }
     ));
     e.partition_ref = Some(r.to_string());
     engine.store.append(vec![e])?;
@@ -250,4 +254,152 @@ pub(crate) fn wants_of(engine: &Engine, r: &str) -> Result<Vec<WantRow>> {
         .into_iter()
         .filter(|w| w.refs.iter().any(|x| x == r))
         .collect())
+}
+
+/// The deadlines of wants that have one (`--by`), by want, as their `requested` events say.
+pub(crate) fn want_deadlines(engine: &Engine) -> Result<FxHashMap<String, i64>> {
+    Ok(engine
+        .store
+        .events(&EventFilter {
+            kind: Some(Kind::Want),
+            status: Some(Status::Requested),
+            ..Default::default()
+        })?
+        .into_iter()
+        .filter_map(|e| Some((e.data.want_id?, e.data.deadline?)))
+        .collect())
+}
+
+/// When `r` of `want` is to be live: the want's deadline, or its SLA after `r`'s day (or hour).
+fn deadline_of(want: &WantRow, deadline: Option<i64>, r: &str) -> Option<i64> {
+    deadline.or_else(|| {
+        let sla = want.sla_seconds? as i64;
+        Some(databuild_core::wants::period_end_ns(r)? + sla * 1_000_000_000)
+    })
+}
+
+/// Whether `want` is on time: the forecasts of its partitions not live, against each one's
+/// deadline (`deadline`, or its SLA's). The forecast decides the times; this only compares.
+pub(crate) fn risk(engine: &Engine, want: &WantRow, deadline: Option<i64>) -> Result<WantRisk> {
+    if !want.is_active() {
+        return Ok(WantRisk::unknown(
+            deadline,
+            format!("the want is {}", want.status),
+        ));
+    }
+    let missing: Vec<String> = unsatisfied(engine, want)?
+        .into_iter()
+        .map(|(r, _)| r)
+        .collect();
+    if missing.is_empty() {
+        return Ok(WantRisk::unknown(
+            deadline,
+            "every partition is live".into(),
+        ));
+    }
+    let forecasts = engine.forecast(&missing)?;
+    let mut risk = match forecasts.iter().find(|f| f.expected_at_ns.is_none()) {
+        Some(f) => WantRisk::unknown(
+            deadline,
+            format!(
+                "{}: {}",
+                f.partition_ref,
+                f.reason.as_deref().unwrap_or("no forecast")
+            ),
+        ),
+        None => {
+            let at = forecasts.iter().filter_map(|f| f.expected_at_ns).max();
+            WantRisk {
+                deadline: deadline.map(rfc3339),
+                deadline_ns: deadline,
+                expected_satisfied_at: at.map(rfc3339),
+                expected_satisfied_at_ns: at,
+                ..Default::default()
+            }
+        }
+    };
+    // The partition past its deadline by the most.
+    let worst = forecasts
+        .iter()
+        .filter_map(|f| {
+            Some((
+                f,
+                f.expected_by_ns?,
+                deadline_of(want, deadline, &f.partition_ref)?,
+            ))
+        })
+        .filter(|(_, by, due)| by > due)
+        .max_by_key(|(_, by, due)| by - due);
+    if let Some((f, by, due)) = worst {
+        let (holder, held) = holding_back(f);
+        risk.at_risk = true;
+        risk.at_risk_reason = Some(format!(
+            "{} expected by {}, after the {} deadline{held}",
+            f.partition_ref,
+            rfc3339(by),
+            rfc3339(due)
+        ));
+        risk.at_risk_partition = Some(holder);
+        risk.at_risk_deadline_ns = Some(due);
+        risk.at_risk_expected_by_ns = Some(by);
+    }
+    Ok(risk)
+}
+
+/// What holds a late forecast back: its external input expected last (and words saying so), or
+/// the partition itself.
+fn holding_back(f: &Forecast) -> (String, String) {
+    let last_input = f
+        .basis
+        .iter()
+        .filter_map(|s| match s {
+            ForecastStep::External {
+                partition_ref,
+                expected_by_ns,
+                expected_by,
+                ..
+            } if partition_ref != &f.partition_ref => Some((
+                expected_by_ns.unwrap_or(i64::MAX),
+                partition_ref,
+                expected_by,
+            )),
+            _ => None,
+        })
+        .max_by_key(|(by, _, _)| *by);
+    match last_input {
+        Some((_, r, by)) => (
+            r.clone(),
+            format!(
+                ": {r} expected by {}",
+                by.as_deref().unwrap_or("an unknown time")
+            ),
+        ),
+        None => (f.partition_ref.clone(), String::new()),
+    }
+}
+
+/// Wants whose `sla_at_risk` is already recorded.
+pub(crate) fn recorded_at_risk(engine: &Engine) -> Result<BTreeSet<String>> {
+    Ok(engine
+        .store
+        .events(&EventFilter {
+            kind: Some(Kind::Want),
+            status: Some(Status::SlaAtRisk),
+            ..Default::default()
+        })?
+        .into_iter()
+        .filter_map(|e| e.data.want_id)
+        .collect())
+}
+
+/// Records that `want`'s forecast passes its deadline, naming what holds it back.
+pub(crate) fn note_at_risk(engine: &Engine, want: &WantRow, risk: &WantRisk) -> Result<()> {
+    let mut e = Event::want(&want.want_id, Status::SlaAtRisk).with_data(|d| {
+        d.deadline = risk.at_risk_deadline_ns;
+        d.expected_by = risk.at_risk_expected_by_ns;
+    });
+    e.partition_ref = risk.at_risk_partition.clone();
+    e.message = risk.at_risk_reason.clone();
+    engine.store.append(vec![e])?;
+    Ok(())
 }

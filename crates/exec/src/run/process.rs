@@ -84,12 +84,26 @@ pub fn tail_lines(bytes: &[u8], n: usize) -> String {
     lines[lines.len().saturating_sub(n)..].join("\n")
 }
 
-pub fn run_captured(mut cmd: Command, timeout: Duration) -> Result<Captured, RunError> {
+pub fn run_captured(cmd: Command, timeout: Duration) -> Result<Captured, RunError> {
+    run_fed(cmd, None, timeout)
+}
+
+/// [`run_captured`], with `input` on the child's stdin (written on a thread, so a child that
+/// reads none of it never blocks us; it is closed once written).
+pub fn run_fed(
+    mut cmd: Command,
+    input: Option<Vec<u8>>,
+    timeout: Duration,
+) -> Result<Captured, RunError> {
     let program = cmd.get_program().to_string_lossy().into_owned();
-    cmd.stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0);
+    cmd.stdin(if input.is_some() {
+        Stdio::piped()
+    } else {
+        Stdio::null()
+    })
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .process_group(0);
     let mut child = cmd.spawn().map_err(|source| RunError::Spawn {
         program: program.clone(),
         source,
@@ -108,6 +122,12 @@ pub fn run_captured(mut cmd: Command, timeout: Duration) -> Result<Captured, Run
             (buf, truncated)
         })
     };
+    if let (Some(mut stdin), Some(input)) = (child.stdin.take(), input) {
+        thread::spawn(move || {
+            use std::io::Write as _;
+            let _ = stdin.write_all(&input);
+        });
+    }
     let out = capture(child.stdout.take().map(|p| Box::new(p) as _));
     let err = capture(child.stderr.take().map(|p| Box::new(p) as _));
     let pgid = Pid::from_raw(child.id() as i32);
@@ -154,6 +174,12 @@ mod tests {
         assert_eq!(c.stdout, b"out\n");
         assert_eq!(c.stderr, b"err\n");
         assert_eq!(describe_status(&c.status), "exit status 3");
+    }
+
+    #[test]
+    fn feeds_its_input_on_stdin() {
+        let c = run_fed(sh("cat"), Some(b"{}".to_vec()), Duration::from_secs(5)).unwrap();
+        assert_eq!(c.stdout, b"{}");
     }
 
     #[test]

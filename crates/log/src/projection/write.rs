@@ -372,12 +372,14 @@ fn project<T: AppendTx>(
         }
         Kind::Want if e.status == Status::Requested => tx.insert_want(e),
         Kind::Want if e.status == Status::SlaMissed => tx.count_sla_miss(e),
+        // A note of a forecast: the want's row keeps its state.
+        Kind::Want if e.status == Status::SlaAtRisk => Ok(()),
         Kind::Want => tx.update_want(e),
         Kind::Check => tx.upsert_check(e),
         // A late partition has not arrived: only its `available` arrival is projected.
         Kind::Arrival if e.status == Status::Late => Ok(()),
         Kind::Arrival => tx.insert_arrival(e),
-        Kind::Delegation | Kind::Alias | Kind::Gc | Kind::Environment => Ok(()),
+        Kind::Delegation | Kind::Alias | Kind::Gc | Kind::Environment | Kind::Alert => Ok(()),
     }
 }
 

@@ -149,6 +149,7 @@ pub(super) async fn want_page(
 
 #[cfg(test)]
 mod tests {
+    use crate::client::WantTerms;
     use axum::http::StatusCode;
 
     use super::super::testing::{build, open_service, prod, text};
@@ -169,7 +170,16 @@ mod tests {
         let list = || wants_page(State(service.state.clone()), prod(&service));
         assert!(text(list().await).await.contains("No wants yet."));
         let words = ["daily/date={2026-01-02,2026-01-03}".to_string()];
-        let want = engine_api::want(&service.state.engine, &words, None, Some("2h"), 10).unwrap();
+        let want = engine_api::want(
+            &service.state.engine,
+            &words,
+            WantTerms {
+                sla: Some("2h"),
+                ..Default::default()
+            },
+            10,
+        )
+        .unwrap();
         let html = text(list().await).await;
         assert!(html.contains(&format!(r#"<tr data-want="{}">"#, want.want_id)));
         assert!(html.contains(&partition_link("daily/date=2026-01-03").into_string()));
@@ -200,7 +210,7 @@ mod tests {
         let mut ids = Vec::new();
         for (date, wait_s) in [("2026-01-02", 90), ("2026-01-03", 1000)] {
             let r = format!("daily/date={date}");
-            let want = engine_api::want(engine, &[r], None, None, 10).unwrap();
+            let want = engine_api::want(engine, &[r], WantTerms::default(), 10).unwrap();
             let want = engine.want_row(&want.want_id).unwrap();
             let retry_at = now + wait_s * 1_000_000_000;
             engine
@@ -257,8 +267,13 @@ mod tests {
     async fn a_wants_page_says_what_waits_and_then_which_runs_made_it() {
         let service = open_service();
         let r = "daily/date=2026-01-02";
-        let want =
-            engine_api::want(&service.state.engine, &[r.to_string()], None, None, 10).unwrap();
+        let want = engine_api::want(
+            &service.state.engine,
+            &[r.to_string()],
+            WantTerms::default(),
+            10,
+        )
+        .unwrap();
         let page = || {
             want_page(
                 State(service.state.clone()),

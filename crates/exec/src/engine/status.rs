@@ -454,7 +454,16 @@ fn mark_late(engine: &Engine, reports: &mut [StatusReport], code: &Arc<CodeCache
             {
                 late_external(&mut cadences, d, r, now)?
             }
-            Some((Producer::Job { .. }, _)) if planned < MAX_PLANNED_FOR_LATE => {
+            // Planned only when missing, and never for a job whose inputs a config gives: the
+            // status already asked its config once, and a second call would be a second run.
+            Some((Producer::Job { job, .. }, _))
+                if report.status == DerivedStatus::Missing
+                    && !matches!(
+                        engine.graph.jobs[job].deps,
+                        databuild_core::Deps::Dynamic { .. }
+                    )
+                    && planned < MAX_PLANNED_FOR_LATE =>
+            {
                 planned += 1;
                 late_input(engine, r, code, now, &mut cadences)?
             }

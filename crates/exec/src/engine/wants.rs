@@ -281,6 +281,13 @@ fn deadline_of(want: &WantRow, deadline: Option<i64>, r: &str) -> Option<i64> {
 /// Whether `want` is on time: the forecasts of its partitions not live, against each one's
 /// deadline (`deadline`, or its SLA's). The forecast decides the times; this only compares.
 pub(crate) fn risk(engine: &Engine, want: &WantRow, deadline: Option<i64>) -> Result<WantRisk> {
+    // A want whose forecast cannot be made (its config fails) is not known to be at risk; it is
+    // still answered, and its status says what failed.
+    Ok(risk_of(engine, want, deadline)
+        .unwrap_or_else(|e| WantRisk::unknown(deadline, format!("no forecast: {e}"))))
+}
+
+fn risk_of(engine: &Engine, want: &WantRow, deadline: Option<i64>) -> Result<WantRisk> {
     if !want.is_active() {
         return Ok(WantRisk::unknown(
             deadline,

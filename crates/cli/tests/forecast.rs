@@ -291,6 +291,10 @@ fn a_want_due_before_its_forecast_is_at_risk_and_the_service_records_it_once() {
         reason.contains("deadline: ticks/5 expected by "),
         "{reason}"
     );
+    // The dashboard draws it at risk, in red, with the reason.
+    let (_, page) = s.call("GET", "/wants", None, None);
+    assert!(page.contains(">at risk</span>"), "{page}");
+    assert!(page.contains("counted/5 expected by "), "{page}");
     let id = w["want_id"].as_str().unwrap();
     let shown = p.run(&["wants", id]);
     assert!(

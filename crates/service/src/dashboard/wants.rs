@@ -68,7 +68,16 @@ const COUNTDOWN: &str = r#"
 pub(super) async fn wants_page(State(state): Shared, env: Env) -> Response {
     // Wants are prod's whatever the page's environment (see `Env::prod_only`).
     let wants = match page(&Env::prod(&state), |engine| {
-        Ok(engine.store.wants(None, false, 200)?)
+        let deadlines = engine.want_deadlines()?;
+        let rows = engine.store.wants(None, false, 200)?;
+        // Each want with whether it is on time: its forecast against its deadline (#60).
+        rows.into_iter()
+            .map(|w| {
+                let risk = engine.want_risk(&w, deadlines.get(&w.want_id).copied())?;
+                Ok((w, risk))
+            })
+            .collect::<Result<Vec<_>, databuild_exec::EngineError>>()
+            .map_err(Into::into)
     })
     .await
     {
@@ -83,18 +92,27 @@ pub(super) async fn wants_page(State(state): Shared, env: Env) -> Response {
         @if wants.is_empty() { p.muted { "No wants yet." } }
         @else {
             table.wants {
-                tr { th { "Want" } th { "Status" } th { "Partitions" } th { "Why" } th { "Since" } th { "SLA" } th { "Expires" } }
-                @for w in &wants { tr data-want=(w.want_id) {
+                tr { th { "Want" } th { "Status" } th { "Partitions" } th { "Why" } th { "Since" } th { "SLA" } th { "Deadline" } th { "Expires" } }
+                @for (w, risk) in &wants { tr data-want=(w.want_id) {
                     td { (id_link("/wants/", &w.want_id)) @if let Some(r) = &w.recurring { br; span.muted { "recurring " (r) } } }
                     td { span.badge style={ "background:" (svg::colour(want_colour(w.status))) } { (w.status) } }
                     td { @for r in w.refs.iter().take(5) { (partition_link(r)) br; } @if w.refs.len() > 5 { span.muted { "+" (w.refs.len() - 5) " more" } } }
                     td.why { (w.message.clone().unwrap_or_default()) @if let Some(t) = w.retry_at { (next_attempt(t, now)) } }
                     td { (rfc3339(w.updated_at)) }
                     td { @if let Some(s) = w.sla_seconds { (humantime::format_duration(std::time::Duration::from_secs(s))) } @if w.sla_missed > 0 { " " span.badge style={ "background:" (svg::colour("failed")) } { (w.sla_missed) " missed" } } }
+                    td.deadline {
+                        (risk.deadline.clone().unwrap_or_default())
+                        @if risk.at_risk {
+                            " " span.badge.at-risk style={ "background:" (svg::colour("failed")) } title=(risk.at_risk_reason.clone().unwrap_or_default()) { "at risk" }
+                            br; span.why { (risk.at_risk_reason.clone().unwrap_or_default()) }
+                        } @else if let Some(at) = &risk.expected_satisfied_at {
+                            br; span.muted { "expected " (at) }
+                        }
+                    }
                     td { (w.expires_at.map(rfc3339).unwrap_or_default()) }
                 } }
             }
-            @if wants.iter().any(|w| w.retry_at.is_some()) { script { (PreEscaped(COUNTDOWN)) } }
+            @if wants.iter().any(|(w, _)| w.retry_at.is_some()) { script { (PreEscaped(COUNTDOWN)) } }
         }
     }).into_response()
 }

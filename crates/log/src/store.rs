@@ -214,6 +214,17 @@ pub struct RunRecipe {
 }
 
 impl RunRecipe {
+    /// Whether `other` (of this log or another) was made the same way: the same job, version,
+    /// args, env, code and input versions; which run it was does not matter.
+    pub fn same_as(&self, other: &RunRecipe) -> bool {
+        self.job == other.job
+            && self.job_version == other.job_version
+            && self.args == other.args
+            && self.env == other.env
+            && self.code_versions == other.code_versions
+            && self.input_versions == other.input_versions
+    }
+
     /// The version of `input` the run read.
     pub fn read(&self, input: &str) -> Option<&String> {
         self.input_versions

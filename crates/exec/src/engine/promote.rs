@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use databuild_log::{
-    Event, EventFilter, EventStore, JobRunRow, Kind, PartitionQuery, ReusedFrom, Status,
+    Event, EventFilter, EventStore, JobRunRow, Kind, PartitionQuery, ReusedFrom, RunRecipe, Status,
 };
 
 use super::environments::{ENV_DATA, REPLACED};
@@ -148,6 +148,20 @@ impl Engine {
                 .into_iter()
                 .map(|p| (p.partition_ref.clone(), p))
                 .collect();
+            // How the runs of both sides were made, read once per page, not per partition.
+            let (ours, their_runs): (Vec<&str>, Vec<&str>) = (page.iter())
+                .filter_map(|p| {
+                    let t = theirs.get(&p.partition_ref)?;
+                    Some((p.job_run_id.as_deref()?, t.job_run_id.as_deref()?))
+                })
+                .unzip();
+            let (ours, their_runs) = (recipes(source, &ours)?, recipes(target, &their_runs)?);
+            let same_recipe = |a: &str, b: Option<&str>| {
+                let (Some(a), Some(b)) = (ours.get(a), b.and_then(|b| their_runs.get(b))) else {
+                    return false;
+                };
+                a.same_as(b)
+            };
             for p in &page {
                 let Some(run_id) = &p.job_run_id else {
                     continue;
@@ -157,7 +171,7 @@ impl Engine {
                     (t.status == Status::Tainted && same_bytes)
                         || (t.status == Status::Available
                             && same_bytes
-                            && same_recipe(source, target, run_id, t.job_run_id.as_deref()))
+                            && same_recipe(run_id, t.job_run_id.as_deref()))
                 });
                 if same {
                     continue;
@@ -412,33 +426,13 @@ impl Engine {
     }
 }
 
-/// Whether two runs (in two logs) were made from the same recipe.
-fn same_recipe(
-    source: &dyn EventStore,
-    target: &dyn EventStore,
-    source_run: &str,
-    target_run: Option<&str>,
-) -> bool {
-    let Some(target_run) = target_run else {
-        return false;
-    };
-    let (Ok(a), Ok(b)) = (
-        source.run_recipes(&[source_run]),
-        target.run_recipes(&[target_run]),
-    ) else {
-        return false;
-    };
-    match (a.first(), b.first()) {
-        (Some(a), Some(b)) => {
-            a.job == b.job
-                && a.job_version == b.job_version
-                && a.args == b.args
-                && a.env == b.env
-                && a.code_versions == b.code_versions
-                && a.input_versions == b.input_versions
-        }
-        _ => false,
-    }
+/// The recipes of `runs` in `store`, by run.
+fn recipes(store: &dyn EventStore, runs: &[&str]) -> Result<HashMap<String, RunRecipe>> {
+    Ok(store
+        .run_recipes(runs)?
+        .into_iter()
+        .map(|r| (r.job_run_id.clone(), r))
+        .collect())
 }
 
 /// The events of a promotion: a build request whose every run is reused, in one append.

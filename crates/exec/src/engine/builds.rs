@@ -468,7 +468,7 @@ impl Host for Engine {
     fn find_instance(
         &self,
         outputs: &[String],
-        recipe: &crate::run::reuse::Recipe,
+        recipe: &databuild_log::RunRecipe,
     ) -> Option<crate::run::reuse::Instance> {
         Engine::find_instance(self, outputs, recipe)
     }

@@ -14,7 +14,9 @@ use std::sync::{Arc, Mutex};
 use databuild_log::environments::PROD;
 use databuild_log::{EventStore, OpenOptions, Status};
 
-use crate::run::reuse::{Instance, Recipe};
+use databuild_log::RunRecipe;
+
+use crate::run::reuse::Instance;
 
 use super::Engine;
 use crate::error::{EngineError, Result};
@@ -125,7 +127,7 @@ impl Environments {
 impl Engine {
     /// The instance of `outputs` some other environment made from `recipe`, if one is live
     /// there now: prod's first, then the others' by name.
-    pub(crate) fn find_instance(&self, outputs: &[String], recipe: &Recipe) -> Option<Instance> {
+    pub(crate) fn find_instance(&self, outputs: &[String], recipe: &RunRecipe) -> Option<Instance> {
         let envs = &self.environments;
         let names = envs.names().ok()?;
         names
@@ -152,7 +154,7 @@ impl Engine {
 fn instance_in(
     store: &dyn EventStore,
     outputs: &[String],
-    recipe: &Recipe,
+    recipe: &RunRecipe,
 ) -> Option<(String, Vec<String>)> {
     let refs: Vec<&str> = outputs.iter().map(String::as_str).collect();
     let rows = store.partitions_by_ref(&refs).ok()?;
@@ -166,7 +168,7 @@ fn instance_in(
         versions.push(row.data_version.clone()?);
     }
     let made = store.run_recipes(&[run.as_str()]).ok()?;
-    made.first().filter(|m| recipe.matches(m))?;
+    made.first().filter(|m| recipe.same_as(m))?;
     Some((run, versions))
 }
 

@@ -12,7 +12,7 @@ use super::RunSpec;
 
 /// Finds an instance of a run's outputs made from a recipe (the engine's, over every other
 /// environment's log).
-pub(crate) type Instances<'a> = &'a (dyn Fn(&[String], &Recipe) -> Option<Instance> + Sync);
+pub(crate) type Instances<'a> = &'a (dyn Fn(&[String], &RunRecipe) -> Option<Instance> + Sync);
 
 /// What a reused run took: the instance, and its outputs' versions and bytes as hashed here.
 pub(crate) struct Taken {
@@ -23,7 +23,7 @@ pub(crate) struct Taken {
 
 /// Takes an instance of `spec`'s outputs made from `recipe`, if one is live somewhere and its
 /// bytes are still what its log says.
-pub(crate) fn take(spec: &RunSpec, recipe: &Recipe, instances: Instances<'_>) -> Option<Taken> {
+pub(crate) fn take(spec: &RunSpec, recipe: &RunRecipe, instances: Instances<'_>) -> Option<Taken> {
     let found = instances(&spec.outputs, recipe)?;
     let staging = spec.staging_dir();
     let linked = link_all(spec, &found);
@@ -75,32 +75,6 @@ fn say(spec: &RunSpec, found: &Instance, bytes: u64) {
             found.from.environment,
             spec.outputs.len()
         );
-    }
-}
-
-/// What a run would be made from, to find an instance made the same way: its job's recipe, as
-/// its claim records it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Recipe {
-    pub job: String,
-    pub job_version: String,
-    pub args: Vec<String>,
-    /// By name, sorted; values as recorded (secrets redacted).
-    pub env: Vec<(String, String)>,
-    /// By path, sorted.
-    pub code: Vec<(String, String)>,
-    /// By input ref, sorted.
-    pub inputs: Vec<(String, String)>,
-}
-
-impl Recipe {
-    pub(crate) fn matches(&self, run: &RunRecipe) -> bool {
-        run.job == self.job
-            && run.job_version.as_deref() == Some(self.job_version.as_str())
-            && run.args[..] == self.args[..]
-            && run.env[..] == self.env[..]
-            && run.code_versions[..] == self.code[..]
-            && run.input_versions[..] == self.inputs[..]
     }
 }
 

@@ -27,7 +27,7 @@ pub(crate) struct Launch {
     pub legacy: Vec<Option<String>>,
     /// In an environment other than prod: the run's recipe, to take an instance made from it
     /// instead of running ([`crate::run::reuse`]).
-    pub recipe: Option<Box<crate::run::reuse::Recipe>>,
+    pub recipe: Option<Box<databuild_log::RunRecipe>>,
 }
 
 /// When a slot started or ended a run: by the monotonic clock (for how long it took) and the wall

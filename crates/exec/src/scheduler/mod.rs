@@ -60,7 +60,7 @@ pub(crate) trait Host: Sync {
     fn find_instance(
         &self,
         outputs: &[String],
-        recipe: &crate::run::reuse::Recipe,
+        recipe: &databuild_log::RunRecipe,
     ) -> Option<crate::run::reuse::Instance>;
     /// The states of `refs` derived now, as `status` derives them (one read for all), reading
     /// tables' aliases as the build's `pins` do and comparing runs with the build's `code`.

@@ -46,13 +46,14 @@ pub(super) fn output_version(
     crate::data::versions::data_version(&job.name, &job.version, run.args(), &env, input_versions)
 }
 
-/// A run's recipe as its claim records it: what an instance made the same way matches.
+/// A run's recipe as its claim records it (`run_id` and its inputs aside): what an instance
+/// made the same way has (`RunRecipe::same_as`).
 pub(super) fn recipe(
     graph: &databuild_core::Graph,
     run: &PlannedRun,
     code: &BTreeMap<String, String>,
     read: &BTreeMap<String, String>,
-) -> crate::run::reuse::Recipe {
+) -> databuild_log::RunRecipe {
     let job = &graph.jobs[run.job_index];
     let mut env: Vec<(String, String)> = (run.env().shown())
         .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -60,13 +61,15 @@ pub(super) fn recipe(
     env.sort();
     let pairs =
         |m: &BTreeMap<String, String>| m.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
-    crate::run::reuse::Recipe {
+    databuild_log::RunRecipe {
+        job_run_id: String::new(),
         job: job.name.clone(),
-        job_version: job.version.clone(),
-        args: run.args().to_vec(),
-        env,
-        code: pairs(code),
-        inputs: pairs(read),
+        job_version: Some(job.version.clone()),
+        inputs: Box::default(),
+        input_versions: pairs(read),
+        args: run.args().into(),
+        env: env.into(),
+        code_versions: pairs(code),
     }
 }
 

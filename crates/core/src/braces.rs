@@ -10,6 +10,9 @@
 //! refuses a request that would name more refs than its cap.
 
 use std::collections::BTreeMap;
+use std::hash::BuildHasher;
+
+use hashbrown::HashTable;
 
 use chrono::{Datelike, NaiveDate};
 
@@ -77,6 +80,23 @@ pub fn expand_all<S: AsRef<str>>(
     max: usize,
     domains: &Domains,
 ) -> Result<Vec<String>, BraceExpansionError> {
+    let mut refs = Vec::with_capacity(bounded_count(words, max, domains)?);
+    for word in words {
+        expand_each(word.as_ref(), domains, |r| {
+            refs.push(r.to_string());
+            Ok::<_, BraceExpansionError>(())
+        })?;
+    }
+    Ok(refs)
+}
+
+/// How many refs `words` name, refused past `max` refs, [`MAX_EXPANDED_BYTES`] or a ref's
+/// longest length: checked before any is built.
+fn bounded_count<S: AsRef<str>>(
+    words: &[S],
+    max: usize,
+    domains: &Domains,
+) -> Result<usize, BraceExpansionError> {
     let (mut total, mut bytes): (u128, u128) = (0, 0);
     for word in words {
         let word = word.as_ref();
@@ -109,11 +129,7 @@ pub fn expand_all<S: AsRef<str>>(
             });
         }
     }
-    let mut refs = Vec::with_capacity(total as usize);
-    for word in words {
-        expand_into(word.as_ref(), domains, &mut refs)?;
-    }
-    Ok(refs)
+    Ok(total as usize)
 }
 
 /// Why the words of a request are not refs: their braces, or a ref they give.
@@ -132,14 +148,21 @@ pub fn parse_user_refs<S: AsRef<str>>(
     max: usize,
     domains: &Domains,
 ) -> Result<Vec<crate::PartitionRef>, UserRefError> {
-    let expanded = expand_all(words, max, domains)?;
-    let mut seen = rustc_hash::FxHashSet::default();
-    let mut refs = Vec::with_capacity(expanded.len());
-    for r in expanded {
-        let r = crate::PartitionRef::new(r)?;
-        if seen.insert(r.clone()) {
-            refs.push(r);
-        }
+    let count = bounded_count(words, max, domains)?;
+    let mut refs: Vec<crate::PartitionRef> = Vec::with_capacity(count);
+    // Each ref is built once, straight from the expansion, and looked up by its number in
+    // `refs`: a million refs cost their text and 20 bytes each, not copies of them.
+    let mut seen: HashTable<u32> = HashTable::with_capacity(count);
+    let hash = |r: &str| rustc_hash::FxBuildHasher.hash_one(r);
+    for word in words {
+        expand_each(word.as_ref(), domains, |r| {
+            let h = hash(r);
+            if seen.find(h, |&i| refs[i as usize].as_str() == r).is_none() {
+                seen.insert_unique(h, refs.len() as u32, |&i| hash(refs[i as usize].as_str()));
+                refs.push(crate::PartitionRef::new(r)?);
+            }
+            Ok::<_, UserRefError>(())
+        })?;
     }
     Ok(refs)
 }
@@ -192,31 +215,62 @@ fn count_braces(
     Ok((count, longest))
 }
 
-fn expand_into(
+/// Calls `emit` with each ref `arg` names, in order, each built in the same buffer: expanding a
+/// million refs holds one at a time. Only called once [`bounded_count`] has bounded their number.
+fn expand_each<E: From<BraceExpansionError>>(
     arg: &str,
     domains: &Domains,
-    out: &mut Vec<String>,
-) -> Result<(), BraceExpansionError> {
-    let mut results = vec![String::new()];
-    for piece in pieces(arg)? {
-        results = match piece {
-            crate::pattern::Piece::Text(t) => {
-                for r in &mut results {
-                    r.push_str(t);
-                }
-                results
-            }
+    mut emit: impl FnMut(&str) -> Result<(), E>,
+) -> Result<(), E> {
+    let parts = pieces(arg)?
+        .into_iter()
+        .map(|piece| match piece {
+            crate::pattern::Piece::Text(t) => Ok(Part::Text(t)),
             crate::pattern::Piece::Braced(inner) => {
-                let options = Alternatives::parse(arg, inner, domains)?.strings();
-                results
-                    .iter()
-                    .flat_map(|r| options.iter().map(move |o| format!("{r}{o}")))
-                    .collect()
+                Alternatives::parse(arg, inner, domains).map(Part::Choice)
             }
-        };
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    if parts
+        .iter()
+        .any(|p| matches!(p, Part::Choice(a) if a.len() == 0))
+    {
+        return Ok(()); // An empty domain names nothing.
     }
-    out.append(&mut results);
-    Ok(())
+    // Which value of each choice the current ref takes; the last choice turns fastest, so refs
+    // come in the order `{a,b}/{1,2}` reads: a/1, a/2, b/1, b/2.
+    let mut at = vec![0u128; parts.len()];
+    let mut r = String::new();
+    loop {
+        r.clear();
+        for (part, &k) in parts.iter().zip(&at) {
+            match part {
+                Part::Text(t) => r.push_str(t),
+                Part::Choice(a) => a.write(k, &mut r),
+            }
+        }
+        emit(&r)?;
+        let mut i = parts.len();
+        loop {
+            let Some(previous) = i.checked_sub(1) else {
+                return Ok(()); // Every choice turned over: that was the last ref.
+            };
+            i = previous;
+            if let Part::Choice(a) = &parts[i] {
+                at[i] += 1;
+                if at[i] < a.len() {
+                    break;
+                }
+                at[i] = 0;
+            }
+        }
+    }
+}
+
+/// A piece of a word: its text, or a `{...}`'s values.
+enum Part<'a> {
+    Text(&'a str),
+    Choice(Alternatives<'a>),
 }
 
 fn pieces(arg: &str) -> Result<Vec<crate::pattern::Piece<'_>>, BraceExpansionError> {
@@ -387,30 +441,34 @@ impl<'a> Alternatives<'a> {
         }
     }
 
-    /// The values; only called once [`expand_all`] has bounded their number.
-    fn strings(&self) -> Vec<String> {
-        match self {
-            Alternatives::List(inner) => inner.split(',').map(str::to_string).collect(),
-            Alternatives::Dates { start, days } => start
-                .iter_days()
-                .take(*days as usize)
-                .map(format_date)
-                .collect(),
-            Alternatives::Hours { start, count } => (*start..*start + *count)
-                .map(|h| format_hour(h).expect("parsed hours are representable"))
-                .collect(),
-            Alternatives::Months { start, count } => (*start..*start + *count)
-                .map(|m| format!("{:04}-{:02}", m / 12, m % 12 + 1))
-                .collect(),
-            Alternatives::Weeks { start, count } => (0..*count)
-                .map(|w| format_week(*start + chrono::Duration::weeks(w)))
-                .collect(),
-            Alternatives::Domain(values) => values.to_vec(),
-            Alternatives::Ints { start, end, width } => {
-                let width = *width;
-                (*start..=*end).map(|n| format!("{n:0width$}")).collect()
+    /// Appends value `k` (counted from 0, below [`Alternatives::len`]) to `out`.
+    fn write(&self, k: u128, out: &mut String) {
+        use std::fmt::Write;
+        let k = k as i64;
+        let written = match self {
+            Alternatives::List(inner) => {
+                out.write_str(inner.split(',').nth(k as usize).expect("below len"))
             }
-        }
+            Alternatives::Dates { start, .. } => {
+                out.write_str(&format_date(*start + chrono::Duration::days(k)))
+            }
+            Alternatives::Hours { start, .. } => {
+                out.write_str(&format_hour(start + k).expect("parsed hours are representable"))
+            }
+            Alternatives::Months { start, .. } => {
+                let m = start + k;
+                write!(out, "{:04}-{:02}", m / 12, m % 12 + 1)
+            }
+            Alternatives::Weeks { start, .. } => {
+                out.write_str(&format_week(*start + chrono::Duration::weeks(k)))
+            }
+            Alternatives::Domain(values) => out.write_str(&values[k as usize]),
+            Alternatives::Ints { start, width, .. } => {
+                let width = *width;
+                write!(out, "{:0width$}", start + k)
+            }
+        };
+        written.expect("a String takes any text");
     }
 }
 

@@ -15,33 +15,8 @@ use crate::graph::{Deps, LinkedTemplate};
 /// Runs per slice when a round's template expansion runs on a second thread.
 pub(super) const PIPELINED_RUNS: usize = 8192;
 
-/// Runs in creation order, stored in fixed-size chunks: a plan of hundreds of thousands of runs
-/// never reallocates (and copies) one huge vector while it grows.
-#[derive(Default)]
-struct RunStore {
-    chunks: Vec<Vec<PlannedRun>>,
-    len: usize,
-}
-
-impl RunStore {
-    const CHUNK: usize = 4096;
-
-    fn push(&mut self, run: PlannedRun) {
-        if self.len.is_multiple_of(Self::CHUNK) {
-            self.chunks.push(Vec::with_capacity(Self::CHUNK));
-        }
-        self.chunks.last_mut().expect("a chunk").push(run);
-        self.len += 1;
-    }
-
-    fn get(&self, i: usize) -> &PlannedRun {
-        &self.chunks[i / Self::CHUNK][i % Self::CHUNK]
-    }
-
-    fn get_mut(&mut self, i: usize) -> &mut PlannedRun {
-        &mut self.chunks[i / Self::CHUNK][i % Self::CHUNK]
-    }
-}
+/// Refs whose states are read at once (one [`StateView::states`] call).
+const STATES_AT_ONCE: usize = 65_536;
 
 /// A ref to build: its number, the index of the output pattern it matched, and why it is built.
 struct Wanted {
@@ -49,6 +24,19 @@ struct Wanted {
     id: u32,
     output: usize,
     reason: BuildReason,
+}
+
+/// What a round decided to build: refs grouped by job in order of first appearance (each with
+/// the index of the output pattern it matched and why it is built), with the live refs of config
+/// jobs to ask their config about in the same call; carry-forward runs; and the refs reached next.
+#[derive(Default)]
+struct Round {
+    /// Each job's refs to build come in slices of [`PIPELINED_RUNS`] runs (of its batch), so the runs added
+    /// from them can free each slice as they go.
+    to_build: Vec<(usize, Vec<Vec<Wanted>>, Vec<Wanted>)>,
+    job_slot: HashMap<usize, usize>,
+    carried: Vec<(usize, PartitionRef, BuildReason)>,
+    next: Vec<u32>,
 }
 
 /// What planning has decided about one ref. Eight bytes: a large plan holds millions.
@@ -90,9 +78,10 @@ pub(super) struct Planner<'a> {
     /// `run_inputs[run_input_starts[i]..run_input_starts[i + 1]]`.
     run_inputs: Vec<u32>,
     run_input_starts: Vec<usize>,
-    runs: RunStore,
+    /// The runs in creation order (reordered at the end, where they lie).
+    runs: Vec<PlannedRun>,
     /// The round in which each run (by creation index) was planned: deeper rounds run first.
-    run_round: Vec<usize>,
+    run_round: Vec<u32>,
     rounds: usize,
     /// Rounds that called a config executable (see [`MAX_CONFIG_ROUNDS`]).
     config_rounds: usize,
@@ -131,7 +120,7 @@ impl<'a> Planner<'a> {
             aliases: FxHashMap::default(),
             run_inputs: Vec::new(),
             run_input_starts: vec![0],
-            runs: RunStore::default(),
+            runs: Vec::new(),
             run_round: Vec::new(),
             rounds: 0,
             config_rounds: 0,
@@ -211,91 +200,34 @@ impl Planner<'_> {
 
     fn needed_by(&self, run: Option<usize>) -> Option<String> {
         run.map(|i| {
-            let r = self.runs.get(i);
+            let r = &self.runs[i];
             format!("job `{}` for `{}`", r.job, r.outputs[0])
         })
     }
 
     /// Decides every ref of the frontier and returns the refs the new runs read.
     fn round(&mut self, frontier: Vec<u32>) -> Result<Vec<u32>, PlanError> {
-        // Refs to build, grouped by job in order of first appearance, with the index of the output
-        // pattern each matched and the reason it is built; and the live refs of config jobs, to
-        // ask their config about in the same call.
-        let mut to_build: Vec<(usize, Vec<Wanted>, Vec<Wanted>)> = Vec::new();
-        let mut job_slot: HashMap<usize, usize> = HashMap::new();
-        let mut next = Vec::new();
-        let mut carried = Vec::new();
-        let keys: Vec<&str> = frontier
-            .iter()
-            .map(|&id| self.refs[id as usize].as_str())
-            .collect();
-        let known = self.states.states(&keys)?;
-        for (id, known) in frontier.into_iter().zip(known) {
-            let Node::Pending(pending) = self.nodes[id as usize] else {
-                continue; // Already built as a sibling output of a run planned this round.
+        let mut round = Round::default();
+        // States are read a slice at a time, so a round of a million refs never holds a
+        // million of them at once.
+        for slice in frontier.chunks(STATES_AT_ONCE) {
+            let known = {
+                let keys: Vec<&str> = slice
+                    .iter()
+                    .map(|&id| self.refs[id as usize].as_str())
+                    .collect();
+                self.states.states(&keys)?
             };
-            let r = self.refs[id as usize].clone();
-            let needed_by = needer(pending);
-            let Some((producer, _)) = self.graph.producer_of(r.as_str()) else {
-                return Err(PlanError::UnknownRef {
-                    partition_ref: r.to_string(),
-                    reason: self.graph.unmatched_reason(r.as_str()),
-                    needed_by: self.needed_by(needed_by),
-                });
-            };
-            match producer {
-                Producer::Dataset(d) => self.settle_external(d, id, needed_by)?,
-                Producer::Alias(_) => {
-                    let pinned =
-                        resolve_alias(self.graph, self.states, &self.request.pins, r.as_str())
-                            .expect("an alias ref resolves");
-                    let (pinned, new) = self.intern(pinned, Node::Pending(pending));
-                    if new {
-                        next.push(pinned);
-                    }
-                    self.nodes[id as usize] = Node::Settled;
-                    self.aliases.insert(id, pinned);
-                }
-                Producer::Job { job, output } => {
-                    let recheck = self.recheck
-                        && known == KnownState::Live
-                        && matches!(self.graph.jobs[job].deps, Deps::Dynamic { .. })
-                        && !(self.request.force && self.requested.contains(r.as_str()));
-                    let reason = if recheck {
-                        None
-                    } else {
-                        let Some(reason) = self.build_reason(id, known, needed_by) else {
-                            continue;
-                        };
-                        if let BuildReason::CarryForward(_) = reason {
-                            carried.push((job, r, reason));
-                            continue;
-                        }
-                        Some(reason)
-                    };
-                    let slot = *job_slot.entry(job).or_insert_with(|| {
-                        to_build.push((job, Vec::new(), Vec::new()));
-                        to_build.len() - 1
-                    });
-                    let (_, wanted, live) = &mut to_build[slot];
-                    match reason {
-                        Some(reason) => wanted.push(Wanted {
-                            r,
-                            id,
-                            output,
-                            reason,
-                        }),
-                        // The reason is decided by what the config says.
-                        None => live.push(Wanted {
-                            r,
-                            id,
-                            output,
-                            reason: BuildReason::Sibling,
-                        }),
-                    }
-                }
+            for (&id, known) in slice.iter().zip(known) {
+                self.decide(id, known, &mut round)?;
             }
         }
+        let Round {
+            to_build,
+            carried,
+            mut next,
+            ..
+        } = round;
         for (job, r, reason) in carried {
             let config = JobConfig {
                 outputs: vec![r],
@@ -306,11 +238,12 @@ impl Planner<'_> {
             self.add_run(job, config, vec![reason], None, &mut next);
         }
         let mut called = false;
-        for (job, refs, live) in to_build {
+        for (job, slices, live) in to_build {
             if let Deps::Static(templates) = &self.graph.jobs[job].deps {
-                self.add_static_runs(job, templates, &refs, &mut next)?;
+                self.add_static_runs(job, templates, slices, &mut next)?;
                 continue;
             }
+            let refs: Vec<Wanted> = slices.into_iter().flatten().collect();
             if let Deps::Dynamic { .. } = self.graph.jobs[job].deps {
                 if !called {
                     called = true;
@@ -337,48 +270,136 @@ impl Planner<'_> {
         Ok(next)
     }
 
-    /// Adds the runs of a job with static input templates. A large round expands its templates on
-    /// a second thread, a slice ahead of the runs being added, so the two overlap.
+    /// Decides one ref of the frontier: settled (live, external, delegated), or to build (in
+    /// `round`, grouped by job), or an alias's (its version ref reached next).
+    fn decide(&mut self, id: u32, known: KnownState, round: &mut Round) -> Result<(), PlanError> {
+        let Node::Pending(pending) = self.nodes[id as usize] else {
+            return Ok(()); // Already built as a sibling output of a run planned this round.
+        };
+        let r = self.refs[id as usize].clone();
+        let needed_by = needer(pending);
+        let Some((producer, _)) = self.graph.producer_of(r.as_str()) else {
+            return Err(PlanError::UnknownRef {
+                partition_ref: r.to_string(),
+                reason: self.graph.unmatched_reason(r.as_str()),
+                needed_by: self.needed_by(needed_by),
+            });
+        };
+        match producer {
+            Producer::Dataset(d) => self.settle_external(d, id, needed_by)?,
+            Producer::Alias(_) => {
+                let pinned = resolve_alias(self.graph, self.states, &self.request.pins, r.as_str())
+                    .expect("an alias ref resolves");
+                let (pinned, new) = self.intern(pinned, Node::Pending(pending));
+                if new {
+                    round.next.push(pinned);
+                }
+                self.nodes[id as usize] = Node::Settled;
+                self.aliases.insert(id, pinned);
+            }
+            Producer::Job { job, output } => {
+                let recheck = self.recheck
+                    && known == KnownState::Live
+                    && matches!(self.graph.jobs[job].deps, Deps::Dynamic { .. })
+                    && !(self.request.force && self.requested.contains(r.as_str()));
+                let reason = if recheck {
+                    None
+                } else {
+                    let Some(reason) = self.build_reason(id, known, needed_by) else {
+                        return Ok(());
+                    };
+                    if let BuildReason::CarryForward(_) = reason {
+                        round.carried.push((job, r, reason));
+                        return Ok(());
+                    }
+                    Some(reason)
+                };
+                let slot = *round.job_slot.entry(job).or_insert_with(|| {
+                    round.to_build.push((job, Vec::new(), Vec::new()));
+                    round.to_build.len() - 1
+                });
+                let (_, wanted, live) = &mut round.to_build[slot];
+                match reason {
+                    Some(reason) => {
+                        let slice = PIPELINED_RUNS * self.graph.jobs[job].batch as usize;
+                        if wanted.last().is_none_or(|last| last.len() == slice) {
+                            wanted.push(Vec::with_capacity(slice));
+                        }
+                        wanted.last_mut().expect("a slice").push(Wanted {
+                            r,
+                            id,
+                            output,
+                            reason,
+                        });
+                    }
+                    // The reason is decided by what the config says.
+                    None => live.push(Wanted {
+                        r,
+                        id,
+                        output,
+                        reason: BuildReason::Sibling,
+                    }),
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Adds the runs of a job with static input templates. A round of several slices expands
+    /// its templates on a second thread, a slice ahead of the runs being added, so the two
+    /// overlap; each slice is freed once its runs are added.
     fn add_static_runs(
         &mut self,
         job_index: usize,
         templates: &[LinkedTemplate],
-        refs: &[Wanted],
+        slices: Vec<Vec<Wanted>>,
         next: &mut Vec<u32>,
     ) -> Result<(), PlanError> {
         let graph = self.graph;
         let job = &graph.jobs[job_index];
-        let slice = PIPELINED_RUNS * job.batch as usize;
-        // Static configs list their outputs in the order of `refs`: each takes the next ones.
-        let mut unbuilt = refs;
-        let mut add = |planner: &mut Self, configs: Vec<(JobConfig, Vec<BuildReason>)>| {
-            for (config, reasons) in configs {
-                let (outputs, rest) = unbuilt.split_at(config.outputs.len());
-                unbuilt = rest;
-                planner.add_run(job_index, config, reasons, Some(outputs), next);
+        // Grown once for the round, not doubled (and copied) on the way to a million runs.
+        let refs: usize = slices.iter().map(Vec::len).sum();
+        self.runs.reserve(refs.div_ceil(job.batch as usize));
+        if slices.len() <= 1 {
+            for slice in slices {
+                let configs = static_configs(graph, job, templates, &slice)?;
+                self.add_static_configs(job_index, &slice, configs, next);
             }
-        };
-        if refs.len() <= slice {
-            add(self, static_configs(graph, job, templates, refs)?);
             return Ok(());
         }
         std::thread::scope(|scope| {
             let (expanded, configs) = std::sync::mpsc::sync_channel(2);
             scope.spawn(move || {
-                for chunk in refs.chunks(slice) {
-                    let result = static_configs(graph, job, templates, chunk);
+                for slice in slices {
+                    let result = static_configs(graph, job, templates, &slice);
                     let failed = result.is_err();
                     // Stops when planning stopped listening (it failed) or at the first error.
-                    if expanded.send(result).is_err() || failed {
+                    if expanded.send((result, slice)).is_err() || failed {
                         break;
                     }
                 }
             });
-            for result in configs {
-                add(self, result?);
+            for (result, slice) in configs {
+                self.add_static_configs(job_index, &slice, result?, next);
             }
             Ok(())
         })
+    }
+
+    /// Adds the runs of the static configs of `slice`, which list their outputs in its order.
+    fn add_static_configs(
+        &mut self,
+        job_index: usize,
+        slice: &[Wanted],
+        configs: Vec<(JobConfig, Vec<BuildReason>)>,
+        next: &mut Vec<u32>,
+    ) {
+        let mut unbuilt = slice;
+        for (config, reasons) in configs {
+            let (outputs, rest) = unbuilt.split_at(config.outputs.len());
+            unbuilt = rest;
+            self.add_run(job_index, config, reasons, Some(outputs), next);
+        }
     }
 
     fn settle_external(
@@ -623,8 +644,8 @@ impl Planner<'_> {
         outputs: Option<&[Wanted]>,
         next: &mut Vec<u32>,
     ) {
-        let index = self.runs.len as u32;
-        self.run_round.push(self.rounds);
+        let index = self.runs.len() as u32;
+        self.run_round.push(self.rounds as u32);
         for (i, out) in config.outputs.iter().enumerate() {
             // The refs of static configs are numbered already (and in order).
             let id = match outputs {
@@ -685,112 +706,108 @@ impl Planner<'_> {
     }
 
     /// Orders runs so each follows the runs building its inputs (Kahn's algorithm, stable in
-    /// creation order), or reports a cycle.
+    /// creation order), or reports a cycle. A million-run plan is the largest thing planning
+    /// holds, so the runs are reordered where they lie and every index list is flat and `u32`.
     fn order_runs(&mut self) -> Result<(), PlanError> {
-        let n = self.runs.len;
-        let mut deps: Vec<Vec<usize>> = Vec::with_capacity(n);
-        for run in 0..n {
-            let inputs =
-                &self.run_inputs[self.run_input_starts[run]..self.run_input_starts[run + 1]];
-            let mut d: Vec<usize> = inputs
-                .iter()
-                .filter_map(|i| {
-                    let i = self.aliases.get(i).unwrap_or(i);
-                    match self.nodes[*i as usize] {
-                        Node::Planned(p) => Some(p as usize),
-                        _ => None,
-                    }
-                })
-                .collect();
-            d.sort_unstable();
-            d.dedup();
-            deps.push(d);
-        }
-        // The runs waiting on each run, flat: run `i`'s are `dependents[starts[i]..starts[i + 1]]`
-        // (one allocation instead of one per run).
-        let mut starts = vec![0usize; n + 1];
-        for &dep in deps.iter().flatten() {
-            starts[dep + 1] += 1;
-        }
-        for i in 0..n {
-            starts[i + 1] += starts[i];
-        }
-        let mut dependents = vec![0u32; starts[n]];
-        let mut filled = starts.clone();
-        let mut waiting: Vec<usize> = vec![0; n];
-        for (run, d) in deps.iter().enumerate() {
-            waiting[run] = d.len();
-            for &dep in d {
-                dependents[filled[dep]] = run as u32;
-                filled[dep] += 1;
-            }
-        }
-        drop(filled);
+        let n = self.runs.len();
+        let deps = self.run_dependencies();
+        // The runs waiting on each run, flat as `deps` is.
+        let dependents = Flat::grouped(
+            n,
+            (0..n).flat_map(|run| deps.of(run).iter().map(move |&dep| (dep, run as u32))),
+        );
+        let mut waiting: Vec<u32> = (0..n).map(|r| deps.of(r).len() as u32).collect();
         // Start from the deepest rounds so the order reads upstream to downstream, and keep creation
         // order within a round so batches and requests stay in the order they were given.
-        let mut roots: Vec<usize> = (0..n).filter(|&r| waiting[r] == 0).collect();
-        roots.sort_by_key(|&r| (std::cmp::Reverse(self.run_round[r]), r));
-        let mut ready: VecDeque<usize> = roots.into();
-        let mut order = Vec::with_capacity(n);
+        let mut roots: Vec<u32> = (0..n as u32)
+            .filter(|&r| waiting[r as usize] == 0)
+            .collect();
+        roots.sort_by_key(|&r| (std::cmp::Reverse(self.run_round[r as usize]), r));
+        let mut ready: VecDeque<u32> = roots.into();
+        // Each run's place in the order, by creation index.
+        let mut position = vec![u32::MAX; n];
+        let mut placed = 0;
         while let Some(r) = ready.pop_front() {
-            order.push(r);
-            for &d in &dependents[starts[r]..starts[r + 1]] {
+            position[r as usize] = placed;
+            placed += 1;
+            for &d in dependents.of(r as usize) {
                 let d = d as usize;
                 waiting[d] -= 1;
                 if waiting[d] == 0 {
-                    ready.push_back(d);
+                    ready.push_back(d as u32);
                 }
             }
         }
-        if order.len() < n {
+        if (placed as usize) < n {
             return Err(PlanError::Cycle(self.find_cycle(&deps, &waiting)));
         }
-        let mut position = vec![0; n];
-        for (pos, &r) in order.iter().enumerate() {
-            position[r] = pos;
-        }
-        drop((dependents, starts));
-        for (r, mut d) in deps.into_iter().enumerate() {
-            d.iter_mut().for_each(|dep| *dep = position[*dep]);
+        drop((dependents, waiting, ready));
+        for r in 0..n {
+            let mut d: Vec<usize> = deps
+                .of(r)
+                .iter()
+                .map(|&dep| position[dep as usize] as usize)
+                .collect();
             d.sort_unstable();
-            self.runs.get_mut(r).depends_on = d;
+            self.runs[r].depends_on = d;
         }
-        // Each run goes straight to its place, chunk by chunk, each chunk freed once emptied.
-        // (`Option<PlannedRun>` is as large as a run, so the last step reuses the same memory.)
-        let mut placed: Vec<Option<PlannedRun>> = Vec::new();
-        placed.resize_with(n, || None);
-        let mut r = 0;
-        for chunk in std::mem::take(&mut self.runs).chunks {
-            for run in chunk {
-                placed[position[r]] = Some(run);
-                r += 1;
-            }
-        }
-        self.plan.runs = placed
-            .into_iter()
-            .map(|run| run.expect("positions are a permutation"))
-            .collect();
+        drop(deps);
+        permute(&mut self.runs, &mut position);
+        self.plan.runs = std::mem::take(&mut self.runs);
         Ok(())
     }
 
+    /// The runs each run depends on (creation indices, each once, ascending).
+    fn run_dependencies(&self) -> Flat {
+        let n = self.runs.len();
+        let mut deps = Flat {
+            starts: Vec::with_capacity(n + 1),
+            items: Vec::new(),
+        };
+        deps.starts.push(0);
+        for run in 0..n {
+            let from = deps.items.len();
+            let inputs =
+                &self.run_inputs[self.run_input_starts[run]..self.run_input_starts[run + 1]];
+            for i in inputs {
+                let i = self.aliases.get(i).unwrap_or(i);
+                if let Node::Planned(p) = self.nodes[*i as usize] {
+                    deps.items.push(p);
+                }
+            }
+            deps.items[from..].sort_unstable();
+            let mut kept = from;
+            for k in from..deps.items.len() {
+                if kept == from || deps.items[k] != deps.items[kept - 1] {
+                    deps.items[kept] = deps.items[k];
+                    kept += 1;
+                }
+            }
+            deps.items.truncate(kept);
+            deps.starts.push(kept as u32);
+        }
+        deps
+    }
+
     /// Walks dependencies among the runs Kahn's algorithm could not place until a run repeats.
-    fn find_cycle(&self, deps: &[Vec<usize>], waiting: &[usize]) -> Vec<String> {
-        let start = (0..deps.len())
+    fn find_cycle(&self, deps: &Flat, waiting: &[u32]) -> Vec<String> {
+        let start = (0..self.runs.len())
             .find(|&r| waiting[r] > 0)
             .expect("a run is left");
         let mut path = vec![start];
         let mut seen_at = HashMap::from([(start, 0)]);
         let mut current = start;
         loop {
-            let next = *deps[current]
+            let next = *deps
+                .of(current)
                 .iter()
-                .find(|&&d| waiting[d] > 0)
-                .expect("a blocked run waits on a blocked run");
+                .find(|&&d| waiting[d as usize] > 0)
+                .expect("a blocked run waits on a blocked run") as usize;
             if let Some(&at) = seen_at.get(&next) {
                 let mut cycle: Vec<String> = path[at..]
                     .iter()
                     .map(|&r| {
-                        let run = self.runs.get(r);
+                        let run = &self.runs[r];
                         format!("{} (job `{}`)", run.outputs[0], run.job)
                     })
                     .collect();
@@ -801,6 +818,50 @@ impl Planner<'_> {
             path.push(next);
             current = next;
         }
+    }
+}
+
+/// Moves each item `i` to `to[i]` in place (`to` is a permutation, left as the identity), by
+/// following each of its cycles: no second copy of a million runs.
+fn permute<T>(items: &mut [T], to: &mut [u32]) {
+    for i in 0..to.len() {
+        while to[i] as usize != i {
+            let j = to[i] as usize;
+            items.swap(i, j);
+            to.swap(i, j);
+        }
+    }
+}
+
+/// A list of lists in two allocations: list `i` is `items[starts[i]..starts[i + 1]]`. A million
+/// runs' dependencies as `Vec<Vec<_>>` would be a million allocations and 24 MB of headers.
+struct Flat {
+    starts: Vec<u32>,
+    items: Vec<u32>,
+}
+
+impl Flat {
+    /// The lists of `lists` owners from `(owner, item)` pairs, each list in the pairs' order.
+    fn grouped(lists: usize, pairs: impl Iterator<Item = (u32, u32)> + Clone) -> Flat {
+        let mut starts = vec![0u32; lists + 1];
+        for (owner, _) in pairs.clone() {
+            starts[owner as usize + 1] += 1;
+        }
+        for i in 0..lists {
+            starts[i + 1] += starts[i];
+        }
+        let mut next = starts.clone();
+        let mut items = vec![0; starts[lists] as usize];
+        for (owner, item) in pairs {
+            let at = &mut next[owner as usize];
+            items[*at as usize] = item;
+            *at += 1;
+        }
+        Flat { starts, items }
+    }
+
+    fn of(&self, list: usize) -> &[u32] {
+        &self.items[self.starts[list] as usize..self.starts[list + 1] as usize]
     }
 }
 
@@ -865,4 +926,35 @@ fn static_configs(
         configs.push((config, reasons));
     }
     Ok(configs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Every item lands where the permutation sends it.
+        #[test]
+        fn permute_moves_each_item_to_its_place(shuffle in Just((0..300u32).collect::<Vec<_>>()).prop_shuffle()) {
+            let items: Vec<u32> = (0..shuffle.len() as u32).map(|i| i * 10).collect();
+            let mut moved = items.clone();
+            let mut to = shuffle.clone();
+            permute(&mut moved, &mut to);
+            for (i, &place) in shuffle.iter().enumerate() {
+                prop_assert_eq!(moved[place as usize], items[i]);
+            }
+        }
+
+        /// Each owner's list holds its items, in the pairs' order.
+        #[test]
+        fn grouped_lists_keep_each_owners_items_in_order(pairs in prop::collection::vec((0..20u32, any::<u32>()), 0..200)) {
+            let flat = Flat::grouped(20, pairs.iter().copied());
+            for owner in 0..20u32 {
+                let expected: Vec<u32> =
+                    pairs.iter().filter(|(o, _)| *o == owner).map(|&(_, i)| i).collect();
+                prop_assert_eq!(flat.of(owner as usize), &expected[..]);
+            }
+        }
+    }
 }

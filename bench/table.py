@@ -55,10 +55,12 @@ dates of `summary` (301,606 job runs); 1m: × 10,000 dates (3,010,606 runs).""")
 `bench/analyze_rss.sh`: `POST /api/v1/analyze` of `clean/date={1000-01-01..3737-11-26}` (1M refs of
 a one-job graph, under the refs cap) to a fresh `serve`: its peak RSS (`VmHWM`) after the answer,
 the answer's size and the request's wall time. The answer is a page (1,000 runs, the counts of the
-whole plan), so its size no longer follows the plan; the plan itself (1M runs) is still held while
-planning, which is what the RSS is (goal not met: `databuild analyze` of the same refs in its own
-process peaks at 543 MB, about 540 bytes a planned run; making the plan compact is still to do).
-Analyses run at most 2 at once (`DATABUILD_ANALYZE_CONCURRENCY`), so two take about 1.1 GB."""),
+whole plan), so its size no longer follows the plan. The plan itself (1M runs) is still held while
+planning, which is what the RSS is: about 450 bytes a planned run, with the request's refs and the
+planner's index of every ref, where it was about 620 (the runs were copied once more to be
+ordered, a round's state reads and wanted refs were held whole, and braces were expanded into a
+second copy of every ref). Analyses run at most 2 at once (`DATABUILD_ANALYZE_CONCURRENCY`), so two
+take about 0.9 GB."""),
     ("connections", "Idle connections", """\
 `bench/idle_sockets.py`: 1,100 connections from 127.0.0.1 to a fresh `serve` that send nothing;
 how many it still holds after 1 s (the per-address cap: a quarter of its connection cap), and how

@@ -282,7 +282,8 @@ fn pieces(arg: &str) -> Result<Vec<crate::pattern::Piece<'_>>, BraceExpansionErr
 
 /// What one `{...}` stands for, parsed without building its values.
 enum Alternatives<'a> {
-    List(&'a str),
+    /// `{a,b,c}`'s values, split once.
+    List(Vec<&'a str>),
     Dates {
         start: NaiveDate,
         days: i64,
@@ -406,14 +407,14 @@ impl<'a> Alternatives<'a> {
             return Err(unrecognized());
         }
         if inner.contains(',') {
-            return Ok(Alternatives::List(inner));
+            return Ok(Alternatives::List(inner.split(',').collect()));
         }
         Err(unrecognized())
     }
 
     fn len(&self) -> u128 {
         match self {
-            Alternatives::List(inner) => inner.split(',').count() as u128,
+            Alternatives::List(values) => values.len() as u128,
             Alternatives::Dates { days, .. } => *days as u128,
             Alternatives::Months { count, .. }
             | Alternatives::Weeks { count, .. }
@@ -427,7 +428,7 @@ impl<'a> Alternatives<'a> {
     fn longest(&self) -> u128 {
         let digits = |n: i64| n.to_string().len();
         match self {
-            Alternatives::List(inner) => inner.split(',').map(str::len).max().unwrap_or(0) as u128,
+            Alternatives::List(values) => values.iter().map(|v| v.len()).max().unwrap_or(0) as u128,
             Alternatives::Dates { .. } => 10,
             Alternatives::Hours { .. } => 13,
             Alternatives::Months { .. } => 7,
@@ -446,9 +447,7 @@ impl<'a> Alternatives<'a> {
         use std::fmt::Write;
         let k = k as i64;
         let written = match self {
-            Alternatives::List(inner) => {
-                out.write_str(inner.split(',').nth(k as usize).expect("below len"))
-            }
+            Alternatives::List(values) => out.write_str(values[k as usize]),
             Alternatives::Dates { start, .. } => {
                 out.write_str(&format_date(*start + chrono::Duration::days(k)))
             }
@@ -689,7 +688,39 @@ mod tests {
         );
     }
 
+    /// One brace of the property below: its text and its values, as a shell would give them.
+    fn brace() -> impl Strategy<Value = (String, Vec<String>)> {
+        prop_oneof![
+            prop::collection::vec("[a-z]{1,3}", 2..5).prop_map(|vs| (vs.join(","), vs)),
+            (-3i64..3, 0i64..4).prop_map(|(a, n)| {
+                let values = (a..=a + n).map(|v| v.to_string()).collect();
+                (format!("{a}..{}", a + n), values)
+            }),
+            (0i64..5, 0i64..4).prop_map(|(a, n)| {
+                let values = (a..=a + n + 8).map(|v| format!("{v:02}")).collect();
+                (format!("{a:02}..{:02}", a + n + 8), values)
+            }),
+        ]
+    }
+
     proptest! {
+        /// A word of braces and text names the cartesian product of the braces' values, the
+        /// first brace turning slowest, in order, each ref once per combination.
+        #[test]
+        fn expansion_is_the_cartesian_product_in_order(
+            parts in prop::collection::vec(("[a-z]{0,2}/?", brace()), 1..4)
+        ) {
+            let word: String = parts.iter().map(|(text, (b, _))| format!("{text}{{{b}}}")).collect();
+            let mut expected = vec![String::new()];
+            for (text, (_, values)) in &parts {
+                expected = expected
+                    .iter()
+                    .flat_map(|prefix| values.iter().map(move |v| format!("{prefix}{text}{v}")))
+                    .collect();
+            }
+            prop_assert_eq!(expand_braces(&word).unwrap(), expected);
+        }
+
         #[test]
         fn month_and_week_ranges_are_complete_and_in_order(y in 1990i32..2100, m in 1u32..=12, n in 0i64..40) {
             let start = format!("{y:04}-{m:02}");

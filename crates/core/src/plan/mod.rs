@@ -79,8 +79,9 @@ pub struct StateError(pub String);
 pub trait StateView {
     fn state(&self, r: &str) -> Result<KnownState, StateError>;
 
-    /// The states of a whole planning round, in order. An implementation backed by a database
-    /// reads them in one go rather than one query each.
+    /// The states of a planning round's refs, in order: the planner asks a slice of a round at
+    /// a time (at most 65,536 refs), so neither side holds a million-ref round's states at once.
+    /// An implementation backed by a database reads them in one go rather than one query each.
     fn states(&self, refs: &[&str]) -> Result<Vec<KnownState>, StateError> {
         refs.iter().map(|r| self.state(r)).collect()
     }

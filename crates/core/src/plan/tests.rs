@@ -323,6 +323,16 @@ fn batches_group_outputs() {
     assert_eq!(p.runs[0].inputs.len(), 3);
 }
 
+/// A job of a huge batch that builds a few refs costs what the few refs do: a round's refs are
+/// held in slices of `PIPELINED_RUNS` runs, grown as they fill, never reserved at that size.
+#[test]
+fn a_huge_batch_of_a_few_refs_plans_as_one_run() {
+    let g = graph(&DIAMOND.replace("name = \"a\"\n", "name = \"a\"\nbatch = 4000000000\n"));
+    let p = simple_plan(&g, &["a/2020-01-01", "a/2020-01-02"]).unwrap();
+    let sizes: Vec<usize> = p.runs.iter().map(|r| r.outputs.len()).collect();
+    assert_eq!(sizes, [2]);
+}
+
 #[test]
 fn unknown_refs_name_who_needs_them() {
     let g = graph(DIAMOND);

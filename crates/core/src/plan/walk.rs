@@ -31,12 +31,19 @@ struct Wanted {
 /// jobs to ask their config about in the same call; carry-forward runs; and the refs reached next.
 #[derive(Default)]
 struct Round {
-    /// Each job's refs to build come in slices of [`PIPELINED_RUNS`] runs (of its batch), so the runs added
-    /// from them can free each slice as they go.
-    to_build: Vec<(usize, Vec<Vec<Wanted>>, Vec<Wanted>)>,
+    to_build: Vec<ToBuild>,
     job_slot: HashMap<usize, usize>,
     carried: Vec<(usize, PartitionRef, BuildReason)>,
     next: Vec<u32>,
+}
+
+/// A job's refs to build in a round, and its live refs to ask its config about.
+struct ToBuild {
+    job: usize,
+    /// In slices of [`PIPELINED_RUNS`] runs of a static job (`PIPELINED_RUNS` × its batch refs),
+    /// each freed once its runs are added; another job's in one.
+    slices: Vec<Vec<Wanted>>,
+    live: Vec<Wanted>,
 }
 
 /// What planning has decided about one ref. Eight bytes: a large plan holds millions.
@@ -238,12 +245,12 @@ impl Planner<'_> {
             self.add_run(job, config, vec![reason], None, &mut next);
         }
         let mut called = false;
-        for (job, slices, live) in to_build {
+        for ToBuild { job, slices, live } in to_build {
             if let Deps::Static(templates) = &self.graph.jobs[job].deps {
                 self.add_static_runs(job, templates, slices, &mut next)?;
                 continue;
             }
-            let refs: Vec<Wanted> = slices.into_iter().flatten().collect();
+            let refs: Vec<Wanted> = slices.into_iter().next().unwrap_or_default();
             if let Deps::Dynamic { .. } = self.graph.jobs[job].deps {
                 if !called {
                     called = true;
@@ -315,17 +322,28 @@ impl Planner<'_> {
                     Some(reason)
                 };
                 let slot = *round.job_slot.entry(job).or_insert_with(|| {
-                    round.to_build.push((job, Vec::new(), Vec::new()));
+                    round.to_build.push(ToBuild {
+                        job,
+                        slices: Vec::new(),
+                        live: Vec::new(),
+                    });
                     round.to_build.len() - 1
                 });
-                let (_, wanted, live) = &mut round.to_build[slot];
+                let ToBuild { slices, live, .. } = &mut round.to_build[slot];
                 match reason {
                     Some(reason) => {
-                        let slice = PIPELINED_RUNS * self.graph.jobs[job].batch as usize;
-                        if wanted.last().is_none_or(|last| last.len() == slice) {
-                            wanted.push(Vec::with_capacity(slice));
+                        let slice = match self.graph.jobs[job].deps {
+                            Deps::Static(_) => {
+                                PIPELINED_RUNS.saturating_mul(self.graph.jobs[job].batch as usize)
+                            }
+                            // Asked of its config (or its table) in one call.
+                            Deps::Dynamic { .. } | Deps::Table { .. } => usize::MAX,
+                        };
+                        if slices.last().is_none_or(|last| last.len() == slice) {
+                            // Grown as it fills: a job of a large batch may build a few refs.
+                            slices.push(Vec::new());
                         }
-                        wanted.last_mut().expect("a slice").push(Wanted {
+                        slices.last_mut().expect("a slice").push(Wanted {
                             r,
                             id,
                             output,
@@ -357,7 +375,8 @@ impl Planner<'_> {
     ) -> Result<(), PlanError> {
         let graph = self.graph;
         let job = &graph.jobs[job_index];
-        // Grown once for the round, not doubled (and copied) on the way to a million runs.
+        // Room for the round's runs at once: a first round of a million runs is one allocation,
+        // not twenty doublings each copying the runs so far.
         let refs: usize = slices.iter().map(Vec::len).sum();
         self.runs.reserve(refs.div_ceil(job.batch as usize));
         if slices.len() <= 1 {
@@ -784,7 +803,8 @@ impl Planner<'_> {
                 }
             }
             deps.items.truncate(kept);
-            deps.starts.push(kept as u32);
+            deps.starts
+                .push(u32::try_from(kept).expect("under 2^32 dependencies"));
         }
         deps
     }
@@ -848,7 +868,7 @@ impl Flat {
             starts[owner as usize + 1] += 1;
         }
         for i in 0..lists {
-            starts[i + 1] += starts[i];
+            starts[i + 1] = (starts[i + 1].checked_add(starts[i])).expect("under 2^32 items");
         }
         let mut next = starts.clone();
         let mut items = vec![0; starts[lists] as usize];

@@ -282,7 +282,8 @@ const READ_AHEAD: usize = 10_000;
 /// How many runs one read-ahead query asks for: fewer than rows, each is a larger row.
 const RUNS_READ_AHEAD: usize = 1_000;
 
-/// The most rows of a round whose runs and inputs are read ahead.
+/// The most rows of one `states` call (a slice of a planning round) whose runs and inputs are
+/// read ahead.
 const READ_AHEAD_ROUND: usize = 50_000;
 
 /// The planner's view of partition states, with staleness. One instance per planning: it
@@ -303,7 +304,7 @@ pub struct VersionedStates<'a> {
     /// [`Self::with_code`]); without, runs compare on their job's version only.
     code: Option<Arc<CodeCache>>,
     memo: RefCell<FxHashMap<String, Option<Rc<Effective>>>>,
-    /// The rows found of the planning round being decided (see [`StateView::states`]), and
+    /// The rows found of the refs being decided (see [`StateView::states`]), and
     /// those of their inputs, read ahead.
     rows: RefCell<FxHashMap<String, Rc<PartitionRow>>>,
     /// The runs that built those rows, read ahead in batches ([`Self::read_ahead`]).
@@ -497,7 +498,7 @@ impl<'a> VersionedStates<'a> {
                 }
             }
         }
-        // A larger round is decided reading as it goes: its runs held at once would cost more
+        // A call with more rows is decided reading as it goes: its runs held at once would cost more
         // memory than the round trips they save.
         if self.rows.borrow().len() <= READ_AHEAD_ROUND {
             let kept: Vec<String> = self.rows.borrow().keys().cloned().collect();

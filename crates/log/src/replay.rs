@@ -23,6 +23,8 @@ pub struct Replay {
     pub checks: FxHashMap<(String, String), (Status, String)>,
     /// When each external partition was first seen available: (dataset, time).
     pub arrivals: FxHashMap<String, (String, i64)>,
+    /// The external partitions recorded late and not arrived since: when last recorded late.
+    pub late: FxHashMap<String, i64>,
 }
 
 impl Replay {
@@ -74,12 +76,17 @@ impl Replay {
                 self.checks
                     .insert(key, (e.status, e.job_run_id.clone().expect("checked")));
             }
-            Kind::Arrival if e.status == Status::Late => {}
+            Kind::Arrival if e.status == Status::Late => {
+                let r = e.partition_ref.clone().expect("checked");
+                if !self.arrivals.contains_key(&r) {
+                    self.late.insert(r, e.timestamp);
+                }
+            }
             Kind::Arrival => {
                 let dataset = e.data.dataset.clone().expect("checked");
-                self.arrivals
-                    .entry(e.partition_ref.clone().expect("checked"))
-                    .or_insert((dataset, e.timestamp));
+                let r = e.partition_ref.clone().expect("checked");
+                self.late.remove(&r);
+                self.arrivals.entry(r).or_insert((dataset, e.timestamp));
             }
             Kind::Want if matches!(e.status, Status::SlaMissed | Status::SlaAtRisk) => {}
             Kind::Want => {
@@ -309,6 +316,20 @@ pub fn check_store(store: &dyn crate::store::EventStore) -> crate::store::Result
             }
         }
     }
+    let late = rows("SELECT partition_ref, recorded_at FROM late_partitions")?;
+    for r in &late {
+        if replay.late.get(&r[0]).map(i64::to_string).as_ref() != Some(&r[1]) {
+            disagree(format!(
+                "partition {} is late since {} in its projection but {} in the events",
+                r[0],
+                r[1],
+                replay
+                    .late
+                    .get(&r[0])
+                    .map_or("not late".to_string(), |at| format!("late since {at}"))
+            ));
+        }
+    }
     let request_partitions =
         rows("SELECT build_request_id, partition_ref, status FROM request_partitions")?;
     for r in &request_partitions {
@@ -337,6 +358,7 @@ pub fn check_store(store: &dyn crate::store::EventStore) -> crate::store::Result
         ),
         ("check results", checks.len(), replay.checks.len()),
         ("arrivals", arrivals.len(), replay.arrivals.len()),
+        ("late partitions", late.len(), replay.late.len()),
     ] {
         if projected != replayed {
             disagree(format!(

@@ -268,6 +268,8 @@ pub struct WantRow {
     pub updated_at: i64,
     /// Its build failed: when the service tries again (ns), as its latest event says.
     pub retry_at: Option<i64>,
+    /// When it is to be met (`--by`, ns), as its `requested` event says.
+    pub deadline: Option<i64>,
 }
 
 impl WantRow {
@@ -649,6 +651,8 @@ pub trait EventStore: Send + Sync {
     fn arrivals_of(&self, refs: &[&str]) -> Result<Vec<ArrivalRow>>;
     /// `dataset`'s `limit` latest arrivals (by when they were seen), latest first.
     fn recent_arrivals(&self, dataset: &str, limit: usize) -> Result<Vec<ArrivalRow>>;
+    /// The external partitions recorded late that have not arrived since, by ref.
+    fn late_refs(&self) -> Result<Vec<String>>;
     /// Counts of partitions by status among refs matching `pattern` (all when `None`).
     fn partition_counts(&self, pattern: Option<&str>) -> Result<BTreeMap<Status, u64>>;
     /// Counts of the partitions a job built, by status (from a projection: a few rows read).

@@ -1365,20 +1365,45 @@ fn arrivals_keep_the_first_sighting_and_read_by_dataset(backend: Backend) {
 }
 on_every_backend!(arrivals_keep_the_first_sighting_and_read_by_dataset);
 
+fn late_at(dataset: &str, r: &str, at: i64) -> Event {
+    let mut e = Event::late_arrival(dataset, r, format!("{r} expected by …"));
+    e.timestamp = at;
+    e
+}
+
 /// A partition recorded `late` has not arrived: no arrival is projected until its `available`
-/// one follows, which is kept at its own time; an arrival of another status is refused. The
-/// replay agrees.
+/// one follows, which is kept at its own time; an arrival of another status is refused. It is
+/// in `late_partitions` until then (recorded again: its latest time), never after, and a late
+/// note of a partition that has arrived adds nothing, also within one batch. The replay agrees.
 fn a_late_arrival_is_not_an_arrival_until_it_lands(backend: Backend) {
     let (_f, store) = store_on(backend);
-    let mut late = Event::late_arrival("raw", "raw/4", "raw/4 expected by …".into());
-    late.timestamp = 100;
-    store.append(vec![late]).unwrap();
+    store.append(vec![late_at("raw", "raw/4", 100)]).unwrap();
     assert!(store.arrivals_of(&["raw/4"]).unwrap().is_empty());
     assert!(store.recent_arrivals("raw", 5).unwrap().is_empty());
+    store
+        .append(vec![
+            late_at("raw", "raw/4", 150),
+            late_at("raw", "raw/6", 160),
+        ])
+        .unwrap();
+    assert_eq!(store.late_refs().unwrap(), ["raw/4", "raw/6"]);
+    let report = databuild_log::check_store(store.as_ref()).unwrap();
+    assert!(report.ok(), "{:?}", report.problems);
     store.append(vec![arrival_at("raw", "raw/4", 300)]).unwrap();
     let found = store.arrivals_of(&["raw/4"]).unwrap();
     assert_eq!(found.len(), 1);
     assert_eq!(found[0].arrived_at, 300);
+    assert_eq!(store.late_refs().unwrap(), ["raw/6"]);
+    store
+        .append(vec![
+            late_at("raw", "raw/4", 400),
+            arrival_at("raw", "raw/7", 410),
+            late_at("raw", "raw/7", 420),
+            late_at("raw", "raw/8", 430),
+            arrival_at("raw", "raw/8", 440),
+        ])
+        .unwrap();
+    assert_eq!(store.late_refs().unwrap(), ["raw/6"]);
     let mut failed = arrival_at("raw", "raw/5", 1);
     failed.status = Status::Failed;
     assert!(store.append(vec![failed]).is_err());
@@ -1516,9 +1541,48 @@ fn a_version_12_log_gains_code_versions_in_place() {
     assert!(report.problems.is_empty(), "{:?}", report.problems);
 }
 
-/// What versions 15, 16 and 17 added, undone: a log from before them.
-const UNDO_V15: &str =
-    "drop table run_metrics; drop index events_of_environments; drop table arrivals;";
+/// What versions 15 to 18 added, undone: a log from before them.
+const UNDO_V15: &str = "drop table late_partitions; alter table wants drop column deadline;
+     drop table run_metrics; drop index events_of_environments; drop table arrivals;";
+
+/// A version 17 log gains `late_partitions` and wants' deadlines in place, from its events: a
+/// partition late and not arrived is late, one that arrived is not; a want asked `--by` has
+/// its deadline, one without has none.
+#[test]
+fn a_version_17_log_gains_late_partitions_and_deadlines_in_place() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("v17.db");
+    let store = SqliteStore::open(&path).unwrap();
+    let want = |id: &str, deadline: Option<i64>| {
+        Event::want(id, Status::Requested).with_data(|d| {
+            d.requested = vec!["a/1".into()];
+            d.deadline = deadline;
+        })
+    };
+    store
+        .append(vec![
+            late_at("raw", "raw/1", 100),
+            late_at("raw", "raw/2", 110),
+            arrival_at("raw", "raw/2", 120),
+            want("w1", Some(5_000)),
+            want("w2", None),
+        ])
+        .unwrap();
+    drop(store);
+    sqlite_exec(
+        &path,
+        "drop table late_partitions; alter table wants drop column deadline;
+         update meta set value = 17 where key = 'schema_version';",
+    );
+    let store = SqliteStore::open(&path).unwrap();
+    assert_eq!(store.late_refs().unwrap(), ["raw/1"]);
+    let mut wants = store.wants(None, false, 10).unwrap();
+    wants.sort_by(|a, b| a.want_id.cmp(&b.want_id));
+    let deadlines: Vec<Option<i64>> = wants.iter().map(|w| w.deadline).collect();
+    assert_eq!(deadlines, [Some(5_000), None]);
+    let report = databuild_log::check_store(&store).unwrap();
+    assert!(report.problems.is_empty(), "{:?}", report.problems);
+}
 
 /// A version 14 log gains `run_metrics` in place, and a run that ends after the upgrade fills it.
 #[test]

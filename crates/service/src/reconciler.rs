@@ -98,8 +98,6 @@ struct Reconciler {
     /// Upstream builds that ended (sent by their followers).
     ended: (mpsc::Sender<String>, mpsc::Receiver<String>),
     sla_recorded: BTreeSet<(String, String)>,
-    /// Wants' deadlines (`--by`), from their `requested` events.
-    want_deadlines: HashMap<String, i64>,
     /// Wants whose `sla_at_risk` is recorded: once per want.
     at_risk_recorded: BTreeSet<String>,
     recurring_done: HashSet<(String, Vec<String>)>,
@@ -130,7 +128,6 @@ impl Reconciler {
             asked: HashMap::new(),
             ended: mpsc::channel(),
             sla_recorded: BTreeSet::new(),
-            want_deadlines: HashMap::new(),
             at_risk_recorded: BTreeSet::new(),
             recurring_done: HashSet::new(),
             last_second: Instant::now() - Duration::from_secs(2),
@@ -153,7 +150,6 @@ impl Reconciler {
             // Start from the log's end, looking once at every active want.
             self.seen = self.engine().store.last_idx()?;
             self.sla_recorded = self.engine().recorded_sla_misses()?;
-            self.want_deadlines = self.engine().want_deadlines()?.into_iter().collect();
             self.at_risk_recorded = self.engine().recorded_at_risk()?;
             for w in self.active()? {
                 // A want held back before a restart stays held back until its recorded time.
@@ -215,9 +211,6 @@ impl Reconciler {
         for e in &events {
             match (e.kind, e.status) {
                 (Kind::Want, Status::Requested) => {
-                    if let (Some(id), Some(deadline)) = (&e.data.want_id, e.data.deadline) {
-                        self.want_deadlines.insert(id.clone(), deadline);
-                    }
                     self.dirty.extend(e.data.want_id.clone());
                 }
                 // A taint concerns every active want; its ref still tries a held back want again.
@@ -351,7 +344,7 @@ impl Reconciler {
                 self.dirty.insert(w.want_id.clone());
                 continue;
             }
-            let by = self.want_deadlines.get(&w.want_id).copied();
+            let by = w.deadline;
             if w.status == Status::Satisfied || (w.sla_seconds.is_none() && by.is_none()) {
                 continue;
             }
@@ -369,14 +362,14 @@ impl Reconciler {
     fn risks(&mut self) -> Result<()> {
         let now = databuild_log::event::now_ns();
         for w in self.active()? {
-            let by = self.want_deadlines.get(&w.want_id).copied();
+            let by = w.deadline;
             let unchecked = w.status != Status::Satisfied
                 && (w.sla_seconds.is_some() || by.is_some())
                 && !self.at_risk_recorded.contains(&w.want_id);
             if !unchecked {
                 continue;
             }
-            let risk = self.engine().want_risk(&w, by)?;
+            let risk = self.engine().want_risk(&w)?;
             if risk.at_risk_deadline_ns.is_some_and(|due| now < due) {
                 self.engine().note_at_risk(&w, &risk)?;
                 self.at_risk_recorded.insert(w.want_id);

@@ -18,28 +18,14 @@ use databuild_log::{Event, EventFilter, Kind, Status};
 const MAX_NEXT_KEYS: usize = 24;
 
 impl Engine {
-    /// The external partitions late now: recorded `late` by the watcher, not arrived since, and
-    /// still past their `expected_by` by their dataset's cadence; the earliest expected first.
+    /// The external partitions late now: recorded `late` by the watcher, not arrived since (the
+    /// log's `late_partitions`, a few rows, not every late event ever), and still past their
+    /// `expected_by` by their dataset's cadence; the earliest expected first.
     pub fn late_partitions(&self) -> Result<Vec<Late>> {
-        let recorded = self.store.events(&EventFilter {
-            kind: Some(Kind::Arrival),
-            status: Some(Status::Late),
-            ..Default::default()
-        })?;
-        let refs: Vec<&str> = recorded
-            .iter()
-            .filter_map(|e| e.partition_ref.as_deref())
-            .collect();
-        let arrived: FxHashSet<String> = self
-            .store
-            .arrivals_of(&refs)?
-            .into_iter()
-            .map(|a| a.partition_ref)
-            .collect();
         let now = self.config.clock.now_ns();
         let mut cadences = Cadences::new(self);
         let mut late = Vec::new();
-        for r in refs.into_iter().filter(|r| !arrived.contains(*r)) {
+        for r in &self.store.late_refs()? {
             let Some((Producer::Dataset(d), _)) = self.graph.producer_of(r) else {
                 continue;
             };

@@ -537,18 +537,9 @@ impl Engine {
         wants::want(self, refs, ttl, sla, deadline, recurring)
     }
 
-    /// The deadlines (`--by`) of the wants that have one, by want.
-    pub fn want_deadlines(&self) -> Result<rustc_hash::FxHashMap<String, i64>> {
-        wants::want_deadlines(self)
-    }
-
-    /// Whether a want is on time: its forecast against its deadline (`deadline`, or its SLA's).
-    pub fn want_risk(
-        &self,
-        want: &WantRow,
-        deadline: Option<i64>,
-    ) -> Result<crate::answers::WantRisk> {
-        wants::risk(self, want, deadline)
+    /// Whether a want is on time: its forecast against its deadline (its `--by`, or its SLA's).
+    pub fn want_risk(&self, want: &WantRow) -> Result<crate::answers::WantRisk> {
+        wants::risk(self, want)
     }
 
     /// Wants whose `sla_at_risk` is already recorded.

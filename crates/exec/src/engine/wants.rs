@@ -12,7 +12,6 @@ use std::time::Duration;
 
 use databuild_core::{PartitionRef, PlanRequest, Producer};
 use databuild_log::{Event, EventFilter, Kind, Status, WantRow};
-use rustc_hash::FxHashMap;
 use serde::Serialize;
 
 use crate::answers::{rfc3339, Forecast, ForecastStep, WantRisk};
@@ -256,20 +255,6 @@ pub(crate) fn wants_of(engine: &Engine, r: &str) -> Result<Vec<WantRow>> {
         .collect())
 }
 
-/// The deadlines of wants that have one (`--by`), by want, as their `requested` events say.
-pub(crate) fn want_deadlines(engine: &Engine) -> Result<FxHashMap<String, i64>> {
-    Ok(engine
-        .store
-        .events(&EventFilter {
-            kind: Some(Kind::Want),
-            status: Some(Status::Requested),
-            ..Default::default()
-        })?
-        .into_iter()
-        .filter_map(|e| Some((e.data.want_id?, e.data.deadline?)))
-        .collect())
-}
-
 /// When `r` of `want` is to be live: the want's deadline, or its SLA after `r`'s day (or hour).
 fn deadline_of(want: &WantRow, deadline: Option<i64>, r: &str) -> Option<i64> {
     deadline.or_else(|| {
@@ -279,8 +264,9 @@ fn deadline_of(want: &WantRow, deadline: Option<i64>, r: &str) -> Option<i64> {
 }
 
 /// Whether `want` is on time: the forecasts of its partitions not live, against each one's
-/// deadline (`deadline`, or its SLA's). The forecast decides the times; this only compares.
-pub(crate) fn risk(engine: &Engine, want: &WantRow, deadline: Option<i64>) -> Result<WantRisk> {
+/// deadline (its `--by`, or its SLA's). The forecast decides the times; this only compares.
+pub(crate) fn risk(engine: &Engine, want: &WantRow) -> Result<WantRisk> {
+    let deadline = want.deadline;
     // A want whose forecast cannot be made (its config fails) is not known to be at risk; it is
     // still answered, and its status says what failed.
     Ok(risk_of(engine, want, deadline)

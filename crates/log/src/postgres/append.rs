@@ -492,6 +492,7 @@ enum Write {
         sla_seconds: Option<i64>,
         recurring: Option<String>,
         message: Option<String>,
+        deadline: Option<i64>,
     },
     SlaMiss {
         id: Option<String>,
@@ -516,6 +517,10 @@ enum Write {
         dataset: Option<String>,
         at: i64,
         data_version: Option<String>,
+    },
+    Late {
+        r: Option<String>,
+        at: i64,
     },
 }
 
@@ -587,7 +592,8 @@ fn row_of(w: &Write) -> Option<(u8, String)> {
             (b'w', key(id))
         }
         Write::Check(c) => (b'c', format!("{}\0{}", key(&c.r), key(&c.name))),
-        Write::Arrival { r, .. } => (b'a', key(r)),
+        // A ref's arrival and its being late change one row of `late_partitions`: in order.
+        Write::Arrival { r, .. } | Write::Late { r, .. } => (b'a', key(r)),
         Write::RunCounts(_) | Write::PartitionCounts(_) | Write::Metrics(_) => return None,
     })
 }
@@ -613,6 +619,7 @@ fn kind_of(w: &Write) -> usize {
         Write::RunStarted { .. } => 15,
         Write::Metrics(_) => 16,
         Write::Arrival { .. } => 17,
+        Write::Late { .. } => 18,
     }
 }
 
@@ -624,7 +631,7 @@ SELECT * FROM unnest($1::bigint[], $2::text[], $3::bigint[], $4::text[], $5::tex
 
 /// Each kind's statement, by [`kind_of`]: the per-row SQL of a statement per event, over the
 /// `unnest` of the rows' columns.
-const WRITES: [&str; 18] = [
+const WRITES: [&str; 19] = [
     "INSERT INTO build_requests (build_request_id, status, requested, analyze_only, owner, message,
                                  created_at, updated_at, requested_count, requested_head)
      SELECT id, s, req, ao, o, m, t, t, rc, rh
@@ -708,10 +715,10 @@ const WRITES: [&str; 18] = [
       WHERE partition_ref = ANY($1)",
     "DELETE FROM partitions WHERE partition_ref = ANY($1)",
     "INSERT INTO wants (want_id, status, refs, created_at, expires_at, sla_seconds, recurring,
-                        message, updated_at)
-     SELECT id, s, refs, t, e, sla, rec, m, t
+                        message, updated_at, deadline)
+     SELECT id, s, refs, t, e, sla, rec, m, t, d
        FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::bigint[], $6::bigint[],
-                   $7::text[], $8::text[]) AS u(id, s, refs, t, e, sla, rec, m)",
+                   $7::text[], $8::text[], $9::bigint[]) AS u(id, s, refs, t, e, sla, rec, m, d)",
     "UPDATE wants w SET sla_missed = w.sla_missed + 1, updated_at = u.t
        FROM unnest($1::text[], $2::bigint[]) AS u(id, t) WHERE w.want_id = u.id",
     "UPDATE wants w SET status = u.s, waiting_for = u.wf, message = u.m,
@@ -750,10 +757,15 @@ const WRITES: [&str; 18] = [
      SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::float8[],
                           $6::bigint[])
      ON CONFLICT (job, name, partition_ref, job_run_id) DO UPDATE SET value = excluded.value",
-    // The first sighting stands, as on SQLite.
-    "INSERT INTO arrivals (partition_ref, dataset, arrived_at, data_version)
+    // The first sighting stands, as on SQLite; the ref is late no more.
+    "WITH arrived AS (DELETE FROM late_partitions WHERE partition_ref = ANY($1))
+     INSERT INTO arrivals (partition_ref, dataset, arrived_at, data_version)
      SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::text[])
      ON CONFLICT (partition_ref) DO NOTHING",
+    "INSERT INTO late_partitions (partition_ref, recorded_at)
+     SELECT r, t FROM unnest($1::text[], $2::bigint[]) AS u(r, t)
+      WHERE NOT EXISTS (SELECT 1 FROM arrivals a WHERE a.partition_ref = u.r)
+     ON CONFLICT (partition_ref) DO UPDATE SET recorded_at = excluded.recorded_at",
 ];
 
 /// The parameters of one statement of `kind` for `writes` (all of that kind): a column each.
@@ -860,6 +872,7 @@ fn columns(kind: usize, writes: &[&Write]) -> Vec<Param> {
             col!(Write::WantInsert { sla_seconds, .. } => *sla_seconds),
             col!(Write::WantInsert { recurring, .. } => recurring.clone()),
             col!(Write::WantInsert { message, .. } => message.clone()),
+            col!(Write::WantInsert { deadline, .. } => *deadline),
         ],
         10 => vec![
             col!(Write::SlaMiss { id, .. } => id.clone()),
@@ -937,6 +950,10 @@ fn columns(kind: usize, writes: &[&Write]) -> Vec<Param> {
             col!(Write::Arrival { dataset, .. } => dataset.clone()),
             col!(Write::Arrival { at, .. } => *at),
             col!(Write::Arrival { data_version, .. } => data_version.clone()),
+        ],
+        18 => vec![
+            col!(Write::Late { r, .. } => r.clone()),
+            col!(Write::Late { at, .. } => *at),
         ],
         _ => {
             let all: Vec<&(String, &'static str, i64)> = writes
@@ -1399,6 +1416,7 @@ impl AppendTx for PgAppend<'_> {
             sla_seconds: d.sla_seconds.map(|s| s as i64),
             recurring: d.recurring.clone(),
             message: e.message.clone(),
+            deadline: d.deadline,
         });
         Ok(())
     }
@@ -1453,6 +1471,14 @@ impl AppendTx for PgAppend<'_> {
             dataset: e.data.dataset.clone(),
             at: e.timestamp,
             data_version: e.data.data_version.clone(),
+        });
+        Ok(())
+    }
+
+    fn mark_late(&mut self, e: &Event) -> Result<()> {
+        self.keep(Write::Late {
+            r: e.partition_ref.clone(),
+            at: e.timestamp,
         });
         Ok(())
     }

@@ -236,6 +236,10 @@ impl EventStore for PostgresStore {
         read::recent_arrivals(self, dataset, limit)
     }
 
+    fn late_refs(&self) -> Result<Vec<String>> {
+        read::late_refs(self)
+    }
+
     fn readers(
         &self,
         input_ref: &str,

@@ -741,6 +741,18 @@ pub(super) fn arrivals_of(store: &PostgresStore, refs: &[&str]) -> Result<Vec<Ar
     })
 }
 
+pub(super) fn late_refs(store: &PostgresStore) -> Result<Vec<String>> {
+    store.read(|c| {
+        let rows = c
+            .query(
+                "SELECT partition_ref FROM late_partitions ORDER BY partition_ref COLLATE \"C\"",
+                &[],
+            )
+            .map_err(storage)?;
+        Ok(rows.iter().map(|r| r.get(0)).collect())
+    })
+}
+
 pub(super) fn recent_arrivals(
     store: &PostgresStore,
     dataset: &str,

@@ -456,7 +456,7 @@ pub(crate) const CHECK_COUNTS: &str =
 
 pub(crate) const WANT_COLUMNS: &str =
     "want_id, status, refs, created_at, expires_at, sla_seconds, recurring,
-                            waiting_for, message, build_request_id, sla_missed, updated_at, retry_at";
+                            waiting_for, message, build_request_id, sla_missed, updated_at, retry_at, deadline";
 
 pub(crate) fn want_from_row<R: Columns>(row: &R) -> RowResult<WantRow, R> {
     Ok(WantRow {
@@ -473,6 +473,7 @@ pub(crate) fn want_from_row<R: Columns>(row: &R) -> RowResult<WantRow, R> {
         sla_missed: opt_int_as(row, 10)?.unwrap_or(0),
         updated_at: row.int(11)?,
         retry_at: row.opt_int(12)?,
+        deadline: row.opt_int(13)?,
     })
 }
 

@@ -60,8 +60,11 @@ pub(crate) trait AppendTx {
     fn update_want(&mut self, e: &Event) -> Result<()>;
     /// A check's result: the latest of its (partition, check) in `partition_checks`.
     fn upsert_check(&mut self, e: &Event) -> Result<()>;
-    /// An arrival's row in `arrivals`, unless its ref has one: the first sighting stands.
+    /// An arrival's row in `arrivals`, unless its ref has one: the first sighting stands. Its
+    /// ref is late no more: its `late_partitions` row goes.
     fn insert_arrival(&mut self, e: &Event) -> Result<()>;
+    /// A `late` arrival's row in `late_partitions`, unless its ref has arrived.
+    fn mark_late(&mut self, e: &Event) -> Result<()>;
 
     /// Inserts a batch's `run_metrics` rows (a run's values once: a run ends once).
     fn insert_metrics(&mut self, rows: &[MetricValue]) -> Result<()>;
@@ -376,8 +379,7 @@ fn project<T: AppendTx>(
         Kind::Want if e.status == Status::SlaAtRisk => Ok(()),
         Kind::Want => tx.update_want(e),
         Kind::Check => tx.upsert_check(e),
-        // A late partition has not arrived: only its `available` arrival is projected.
-        Kind::Arrival if e.status == Status::Late => Ok(()),
+        Kind::Arrival if e.status == Status::Late => tx.mark_late(e),
         Kind::Arrival => tx.insert_arrival(e),
         Kind::Delegation | Kind::Alias | Kind::Gc | Kind::Environment | Kind::Alert => Ok(()),
     }

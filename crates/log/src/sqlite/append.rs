@@ -489,8 +489,8 @@ impl AppendTx for SqliteAppend<'_, '_> {
         let d = &e.data;
         self.execute(
             "INSERT INTO wants (want_id, status, refs, created_at, expires_at, sla_seconds,
-                                recurring, message, updated_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?4)",
+                                recurring, message, updated_at, deadline)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?4, ?9)",
             params![
                 d.want_id,
                 e.status.as_str(),
@@ -499,7 +499,8 @@ impl AppendTx for SqliteAppend<'_, '_> {
                 d.expires_at,
                 d.sla_seconds.map(|s| s as i64),
                 d.recurring,
-                e.message
+                e.message,
+                d.deadline
             ],
         )
     }
@@ -556,6 +557,19 @@ impl AppendTx for SqliteAppend<'_, '_> {
                 e.timestamp,
                 e.data.data_version
             ],
+        )?;
+        self.execute(
+            "DELETE FROM late_partitions WHERE partition_ref = ?1",
+            params![e.partition_ref],
+        )
+    }
+
+    fn mark_late(&mut self, e: &Event) -> Result<()> {
+        self.execute(
+            "INSERT INTO late_partitions (partition_ref, recorded_at)
+             SELECT ?1, ?2 WHERE NOT EXISTS (SELECT 1 FROM arrivals WHERE partition_ref = ?1)
+             ON CONFLICT (partition_ref) DO UPDATE SET recorded_at = excluded.recorded_at",
+            params![e.partition_ref, e.timestamp],
         )
     }
 

@@ -597,6 +597,14 @@ pub(super) fn arrivals_of(store: &SqliteStore, refs: &[&str]) -> Result<Vec<Arri
     )
 }
 
+pub(super) fn late_refs(store: &SqliteStore) -> Result<Vec<String>> {
+    store.read(|c| {
+        c.prepare_cached("SELECT partition_ref FROM late_partitions ORDER BY partition_ref")?
+            .query_map([], |r| r.get(0))?
+            .collect()
+    })
+}
+
 pub(super) fn recent_arrivals(
     store: &SqliteStore,
     dataset: &str,

@@ -68,12 +68,11 @@ const COUNTDOWN: &str = r#"
 pub(super) async fn wants_page(State(state): Shared, env: Env) -> Response {
     // Wants are prod's whatever the page's environment (see `Env::prod_only`).
     let wants = match page(&Env::prod(&state), |engine| {
-        let deadlines = engine.want_deadlines()?;
         let rows = engine.store.wants(None, false, 200)?;
         // Each want with whether it is on time: its forecast against its deadline (#60).
         rows.into_iter()
             .map(|w| {
-                let risk = engine.want_risk(&w, deadlines.get(&w.want_id).copied())?;
+                let risk = engine.want_risk(&w)?;
                 Ok((w, risk))
             })
             .collect::<Result<Vec<_>, databuild_exec::EngineError>>()

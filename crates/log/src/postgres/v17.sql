@@ -1,0 +1,18 @@
+-- Version 17: late partitions and wants' deadlines as projections, as on SQLite (sqlite/v18.sql).
+CREATE TABLE late_partitions (
+    partition_ref TEXT PRIMARY KEY,
+    recorded_at BIGINT NOT NULL
+);
+INSERT INTO late_partitions (partition_ref, recorded_at)
+    SELECT partition_ref, max(timestamp) FROM events
+     WHERE kind = 'arrival' AND status = 'late' AND partition_ref IS NOT NULL
+       AND partition_ref NOT IN (SELECT partition_ref FROM arrivals)
+     GROUP BY partition_ref;
+ALTER TABLE wants ADD COLUMN deadline BIGINT;
+UPDATE wants SET deadline = asked.deadline
+  FROM (SELECT data::json ->> 'want_id' AS want_id,
+               (data::json ->> 'deadline')::BIGINT AS deadline
+          FROM events
+         WHERE kind = 'want' AND status = 'requested'
+           AND data::json ->> 'deadline' IS NOT NULL) AS asked
+ WHERE wants.want_id = asked.want_id;

@@ -506,3 +506,54 @@ fn a_big_analysis_through_the_service_answers_pages_with_exact_counts() {
         human.stdout
     );
 }
+
+/// An analysis of many refs records the first 1,000 and how many there are: its record, the
+/// builds listing and its detail count them all, and analysing 50,000 refs again grows the log
+/// by kilobytes, not by the request (each page of a paged analysis is one).
+#[test]
+fn an_analysis_records_its_first_refs_and_their_count() {
+    let p = Project::new(DIAMOND);
+    let refs = "d/{1900-01-01..2036-11-22}"; // 50,000 days
+    p.run(&["analyze", "--limit", "1", refs]).expect_code(2);
+    let listed = p.run(&["--json", "builds", "--all"]).json();
+    let b = &listed["builds"][0];
+    assert_eq!(b["analyze_only"], true);
+    assert_eq!(b["requested_count"], 50_000);
+    let id = b["build_request_id"].as_str().unwrap().to_string();
+    let detail = p.run(&["--json", "builds", &id]).json();
+    assert_eq!(detail["requested_count"], 50_000);
+    assert_eq!(
+        detail["requested_partitions"].as_array().unwrap().len(),
+        1000
+    );
+    let received: serde_json::Value = p
+        .run(&["--json", "events", "--build", &id])
+        .stdout
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .find(|e| e["status"] == "received")
+        .expect("its received event");
+    assert_eq!(
+        received["data"]["requested"].as_array().unwrap().len(),
+        1000
+    );
+    assert_eq!(received["data"]["requested"][999], "d/1902-09-27");
+    assert_eq!(received["data"]["requested_count"], 50_000);
+    let log_bytes = || -> u64 {
+        std::fs::read_dir(p.path().join(".databuild"))
+            .unwrap()
+            .map(|e| e.unwrap().metadata().unwrap().len())
+            .sum()
+    };
+    let before = log_bytes();
+    for _ in 0..3 {
+        p.run(&["analyze", "--limit", "1", refs]).expect_code(2);
+    }
+    let grown = log_bytes() - before;
+    assert!(
+        grown < 1_000_000,
+        "three analyses grew the log {grown} bytes"
+    );
+    let report = p.run(&["check-log"]);
+    report.expect_code(0);
+}

@@ -7,7 +7,7 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 /// Version of the event format. Bump it when a field is added to [`Event`] or [`EventData`].
-pub const FORMAT_VERSION: u32 = 9;
+pub const FORMAT_VERSION: u32 = 10;
 
 #[derive(
     Debug,
@@ -195,9 +195,14 @@ impl Status {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(default)]
 pub struct EventData {
-    /// build_request received: the refs asked for.
+    /// build_request received: the refs asked for (of an analysis of more than 1,000, the
+    /// first 1,000: see `requested_count`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub requested: Vec<String>,
+    /// build_request received: how many refs were asked for, when `requested` lists only the
+    /// first of them (an analysis, format version 10).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requested_count: Option<u64>,
     /// build_request received: planning only, nothing will run.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub analyze_only: bool,

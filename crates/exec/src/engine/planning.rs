@@ -196,13 +196,24 @@ pub(crate) fn pin_aliases(
         .collect()
 }
 
+/// How many of its requested refs an analysis records (with how many there are): as many as a
+/// build's detail shows. Each page of a million-ref analysis plans again and is recorded; with
+/// every ref, each would write 48 MB to the log (and rewrite it at its every status), so that
+/// paging through one, or a reader asking in a loop, would fill the disk.
+pub const ANALYSIS_RECORDED_REFS: usize = crate::answers::DETAIL_ROWS;
+
 pub(crate) fn analyze(engine: &Engine, request: &PlanRequest) -> Result<Analysis> {
     engine.known_refs(&request.refs)?;
     let id = databuild_log::event::new_id();
-    let requested: Vec<String> = request.refs.iter().map(|r| r.to_string()).collect();
+    let requested: Vec<String> = (request.refs.iter())
+        .take(ANALYSIS_RECORDED_REFS)
+        .map(|r| r.to_string())
+        .collect();
+    let count = request.refs.len();
     engine.store.append(vec![
         Event::build_request(&id, Status::Received).with_data(|d| {
             d.requested = requested;
+            d.requested_count = (count > ANALYSIS_RECORDED_REFS).then_some(count as u64);
             d.analyze_only = true;
             d.force = request.force;
         }),

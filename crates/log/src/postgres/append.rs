@@ -1238,7 +1238,7 @@ impl AppendTx for PgAppend<'_> {
     }
 
     fn insert_build_request(&mut self, e: &Event) -> Result<()> {
-        let (requested, requested_count, requested_head) = requested_columns(&e.data.requested);
+        let (requested, requested_count, requested_head) = requested_columns(&e.data);
         self.keep(Write::BuildInsert {
             id: e.build_request_id.clone(),
             status: e.status.as_str(),

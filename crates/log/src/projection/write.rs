@@ -511,10 +511,13 @@ pub(crate) fn to_json<T: serde::Serialize>(v: &T) -> String {
     serde_json::to_string(v).expect("serializes")
 }
 
-/// The requested refs as the projection keeps them: all, their count, and the first few.
-pub(crate) fn requested_columns(refs: &[String]) -> (String, i64, String) {
+/// The requested refs as the projection keeps them: those recorded, how many were asked for,
+/// and the first few.
+pub(crate) fn requested_columns(data: &crate::event::EventData) -> (String, i64, String) {
+    let refs = &data.requested;
     let head = &refs[..refs.len().min(REQUESTED_HEAD)];
-    (to_json(&refs), refs.len() as i64, to_json(&head))
+    let count = data.requested_count.unwrap_or(refs.len() as u64);
+    (to_json(&refs), count as i64, to_json(&head))
 }
 
 /// A check event's columns in `partition_checks`, as its upsert takes them.

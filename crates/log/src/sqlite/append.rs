@@ -308,7 +308,7 @@ impl AppendTx for SqliteAppend<'_, '_> {
     }
 
     fn insert_build_request(&mut self, e: &Event) -> Result<()> {
-        let (all, count, head) = requested_columns(&e.data.requested);
+        let (all, count, head) = requested_columns(&e.data);
         self.execute(
             "INSERT INTO build_requests (build_request_id, status, requested, analyze_only,
                                          owner, message, created_at, updated_at,

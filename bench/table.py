@@ -56,11 +56,12 @@ dates of `summary` (301,606 job runs); 1m: × 10,000 dates (3,010,606 runs).""")
 a one-job graph, under the refs cap) to a fresh `serve`: its peak RSS (`VmHWM`) after the answer,
 the answer's size and the request's wall time. The answer is a page (1,000 runs, the counts of the
 whole plan), so its size no longer follows the plan. The plan itself (1M runs) is still held while
-planning, which is what the RSS is: about 450 bytes a planned run, with the request's refs and the
+planning, which is what the RSS is: about 330 bytes a planned run, with the request's refs and the
 planner's index of every ref, where it was about 620 (the runs were copied once more to be
-ordered, a round's state reads and wanted refs were held whole, and braces were expanded into a
-second copy of every ref). Analyses run at most 2 at once (`DATABUILD_ANALYZE_CONCURRENCY`), so two
-take about 0.9 GB."""),
+ordered, a round's state reads and wanted refs were held whole, braces were expanded into a
+second copy of every ref, and the analysis recorded every requested ref: 121 MB written to the log
+per analysis, where it now records the first 1,000 and their count). Analyses run at most 2 at
+once (`DATABUILD_ANALYZE_CONCURRENCY`), so two take about 0.7 GB."""),
     ("connections", "Idle connections", """\
 `bench/idle_sockets.py`: 1,100 connections from 127.0.0.1 to a fresh `serve` that send nothing;
 how many it still holds after 1 s (the per-address cap: a quarter of its connection cap), and how

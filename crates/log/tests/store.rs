@@ -649,6 +649,36 @@ fn events_filter_and_page(backend: Backend) {
 }
 on_every_backend!(events_filter_and_page);
 
+/// `newest_first` reads a filter's last events from the log's end: a starting service's read of
+/// the newest alert deliveries, with the event each was sent for.
+fn the_newest_events_of_a_kind_are_read_last_first(backend: Backend) {
+    let (_dir, store) = store_on(backend);
+    let delivery = |name: &str, fired_by| {
+        Event::alert(name, fired_by, Status::Completed, 1, "delivered".into())
+    };
+    store.append(vec![delivery("a", 1)]).unwrap();
+    store.append(build_events("b1", "r1", "a/1")).unwrap();
+    store
+        .append(vec![delivery("a", 2), delivery("b", 2)])
+        .unwrap();
+    store.append(build_events("b2", "r2", "a/2")).unwrap();
+    let newest = store
+        .events(&EventFilter {
+            kind: Some(Kind::Alert),
+            newest_first: true,
+            limit: Some(2),
+            ..Default::default()
+        })
+        .unwrap();
+    let read: Vec<_> = newest
+        .iter()
+        .map(|e| (e.data.alert.as_deref().unwrap(), e.data.fired_by.unwrap()))
+        .collect();
+    assert_eq!(read, [("b", 2), ("a", 2)]);
+    assert!(newest[0].idx > newest[1].idx);
+}
+on_every_backend!(the_newest_events_of_a_kind_are_read_last_first);
+
 fn partitions_list_by_glob_and_status_with_keyset_pages(backend: Backend) {
     let (_dir, store) = store_on(backend);
     for i in 0..5 {
@@ -1516,9 +1546,10 @@ fn a_version_12_log_gains_code_versions_in_place() {
     assert!(report.problems.is_empty(), "{:?}", report.problems);
 }
 
-/// What versions 15, 16 and 17 added, undone: a log from before them.
+/// What versions 15 to 18 added, undone: a log from before them.
 const UNDO_V15: &str =
-    "drop table run_metrics; drop index events_of_environments; drop table arrivals;";
+    "drop table run_metrics; drop index events_of_environments; drop table arrivals;
+    drop index events_of_alerts;";
 
 /// A version 14 log gains `run_metrics` in place, and a run that ends after the upgrade fills it.
 #[test]

@@ -28,6 +28,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("v14.sql"),
     include_str!("v15.sql"),
     include_str!("v16.sql"),
+    include_str!("v17.sql"),
 ];
 
 /// The schema version this build writes, and the newest it opens.

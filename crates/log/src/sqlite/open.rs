@@ -34,6 +34,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("v15.sql"),
     include_str!("v16.sql"),
     include_str!("v17.sql"),
+    include_str!("v18.sql"),
 ];
 
 /// The schema version this build writes, and the newest it opens.

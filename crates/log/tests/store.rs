@@ -1707,6 +1707,48 @@ fn metric_history_skips_failed_checks_and_reads_backwards(backend: Backend) {
 }
 on_every_backend!(metric_history_skips_failed_checks_and_reads_backwards);
 
+/// A version 17 log gains the index of its alert deliveries in place; those recorded before
+/// `fired_by` read back newest first, naming no event.
+#[test]
+fn a_version_17_log_gains_the_index_of_its_alert_deliveries_in_place() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("v17.db");
+    let store = SqliteStore::open(&path).unwrap();
+    let mut old = Event::alert("a", 0, Status::Completed, 1, "delivered".into());
+    old.data.fired_by = None;
+    store.append(vec![old]).unwrap();
+    store.append(build_events("b1", "r1", "a/1")).unwrap();
+    drop(store);
+    sqlite_exec(
+        &path,
+        "drop index events_of_alerts; update meta set value = 17 where key = 'schema_version';",
+    );
+    let indexed = || -> i64 {
+        rusqlite::Connection::open(&path)
+            .unwrap()
+            .query_row(
+                "SELECT count(*) FROM sqlite_master WHERE name = 'events_of_alerts'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap()
+    };
+    assert_eq!(indexed(), 0);
+    let store = SqliteStore::open(&path).unwrap();
+    let newest = store
+        .events(&EventFilter {
+            kind: Some(Kind::Alert),
+            newest_first: true,
+            limit: Some(10),
+            ..Default::default()
+        })
+        .unwrap();
+    assert_eq!(newest.len(), 1);
+    assert_eq!(newest[0].data.fired_by, None);
+    drop(store);
+    assert_eq!(indexed(), 1);
+}
+
 /// What schema version 14 changed, undone: the partial index of unfinished runs without `queued`.
 const UNDO_V14: &str = "drop index job_runs_unfinished;
      create index job_runs_unfinished on job_runs (status) where status in ('scheduled', 'running');";

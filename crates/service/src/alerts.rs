@@ -139,7 +139,13 @@ impl Cursor {
             .iter()
             .filter_map(|e| Some((e.data.alert.clone()?, e.data.fired_by?)))
             .collect();
-        let resumed = pairs.iter().map(|(_, idx)| idx - 1).max().unwrap_or(0);
+        // A delivery recorded before `fired_by` (format 10) names no event, but the one it was
+        // sent for came before it: resuming after it sends nothing an older service sent.
+        let before_fired_by = recorded.iter().filter(|e| e.data.fired_by.is_none());
+        let resumed = (pairs.iter().map(|(_, idx)| idx - 1))
+            .chain(before_fired_by.map(|e| e.idx))
+            .max()
+            .unwrap_or(0);
         let floor = (last_idx - CATCH_UP_EVENTS).max(0);
         let after = resumed.max(floor);
         Resume {
@@ -459,6 +465,16 @@ mod tests {
                 cut: None,
             }
         );
+    }
+
+    #[test]
+    fn a_log_alerted_before_fired_by_resumes_after_its_newest_delivery() {
+        let mut legacy = recorded("pager", 0);
+        legacy.data.fired_by = None;
+        legacy.idx = 12;
+        let resumed = Cursor::resume(&[legacy], 20);
+        assert_eq!((resumed.cursor.after, resumed.cut), (12, None));
+        assert!(resumed.cursor.handed.is_empty());
     }
 
     #[test]

@@ -128,6 +128,16 @@ enum Offered {
     TooOld,
     /// The queue is full: the cursor stays before it, with those of its deliveries handed.
     Stalled,
+    /// The sender is gone (it panicked): nothing more can be sent.
+    SenderGone,
+}
+
+/// What became of a delivery handed to the sender's queue.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Handed {
+    Queued,
+    Full,
+    SenderGone,
 }
 
 impl Cursor {
@@ -157,14 +167,14 @@ impl Cursor {
         }
     }
 
-    /// Hands each delivery of `e` not handed yet to `hand` (false: the queue is full), unless
-    /// `e` fired before `oldest_ns`; moves past `e` once all are.
+    /// Hands each delivery of `e` not handed yet to `hand`, unless `e` fired before
+    /// `oldest_ns`; moves past `e` once all are queued.
     fn offer(
         &mut self,
         e: &Event,
         alerts: &[Alert],
         oldest_ns: i64,
-        mut hand: impl FnMut(&Alert, AlertOn) -> bool,
+        mut hand: impl FnMut(&Alert, AlertOn) -> Handed,
     ) -> Offered {
         let Some(on) = fired(e) else {
             self.pass(e.idx);
@@ -179,10 +189,11 @@ impl Cursor {
             if self.handed.contains(&pair) {
                 continue;
             }
-            if !hand(alert, on) {
-                return Offered::Stalled;
-            }
-            self.handed.insert(pair);
+            match hand(alert, on) {
+                Handed::Queued => self.handed.insert(pair),
+                Handed::Full => return Offered::Stalled,
+                Handed::SenderGone => return Offered::SenderGone,
+            };
         }
         self.pass(e.idx);
         Offered::Passed
@@ -211,7 +222,7 @@ fn resume(engine: &Engine, stop: &AtomicBool) -> Option<Cursor> {
             Ok(Resume { cursor, cut }) => {
                 if let Some(first) = cut {
                     eprintln!(
-                        "alerts: catching up from event {first}: the events before it are more than the log's last {CATCH_UP_EVENTS} and are not alerted"
+                        "alerts: catching up from event {first}, the log's last {CATCH_UP_EVENTS} events; what fired before it is not alerted"
                     );
                 }
                 return Some(cursor);
@@ -242,8 +253,8 @@ fn follow(engine: &Engine, base_url: &str, tx: &SyncSender<Delivery>, stop: &Ato
                 continue;
             }
         };
-        let (offered, sender_gone) = offer_all(engine, base_url, tx, &mut cursor, &events);
-        if sender_gone {
+        let offered = offer_all(engine, base_url, tx, &mut cursor, &events);
+        if offered == Offered::SenderGone {
             eprintln!(
                 "alerts: the sender stopped; no more alerts are sent until the service restarts"
             );
@@ -262,17 +273,17 @@ fn follow(engine: &Engine, base_url: &str, tx: &SyncSender<Delivery>, stop: &Ato
     }
 }
 
-/// Offers `events` in order, up to the first that stalls; says how many were too old to alert.
-/// Returns how the last went, and whether the sender is gone.
+/// Offers `events` in order, up to the first that stalls, and says how many were too old to
+/// alert. Returns how the last offered went.
 fn offer_all(
     engine: &Engine,
     base_url: &str,
     tx: &SyncSender<Delivery>,
     cursor: &mut Cursor,
     events: &[Event],
-) -> (Offered, bool) {
+) -> Offered {
     let oldest_ns = databuild_log::event::now_ns() - CATCH_UP_AGE.as_nanos() as i64;
-    let (mut too_old, mut gone) = (0, false);
+    let mut too_old = 0;
     let mut last = Offered::Passed;
     for e in events {
         last = cursor.offer(e, &engine.graph.alerts, oldest_ns, |alert, on| {
@@ -283,26 +294,24 @@ fn offer_all(
                     .expect("a body serializes"),
             };
             match tx.try_send(delivery) {
-                Ok(()) => true,
-                Err(TrySendError::Full(_)) => false,
-                Err(TrySendError::Disconnected(_)) => {
-                    gone = true;
-                    false
-                }
+                Ok(()) => Handed::Queued,
+                Err(TrySendError::Full(_)) => Handed::Full,
+                Err(TrySendError::Disconnected(_)) => Handed::SenderGone,
             }
         });
         match last {
-            Offered::Stalled => break,
+            Offered::Stalled | Offered::SenderGone => break,
             Offered::TooOld => too_old += 1,
             Offered::Passed => {}
         }
     }
     if too_old > 0 {
         eprintln!(
-            "alerts: {too_old} events fired more than 24 h ago, while no service followed the log; they are not alerted"
+            "alerts: {too_old} events fired more than {} h ago, while no service followed the log; they are not alerted",
+            CATCH_UP_AGE.as_secs() / 3600
         );
     }
-    (last, gone)
+    last
 }
 
 fn body(alert: &Alert, on: AlertOn, e: &Event, base_url: &str) -> AlertBody {
@@ -506,14 +515,18 @@ mod tests {
         // Room for one: `pager` goes, `hook` waits, the cursor stays before the event.
         let offered = cursor.offer(&failed_build(4), &alerts, 0, |a, _| {
             sent.push(a.name.clone());
-            sent.len() < 2
+            if sent.len() < 2 {
+                Handed::Queued
+            } else {
+                Handed::Full
+            }
         });
         assert_eq!(offered, Offered::Stalled);
         assert_eq!(cursor.after, 0);
         let offered = cursor.offer(&failed_build(4), &alerts, 0, |a, on| {
             assert_eq!(on, AlertOn::BuildFailed);
             sent.push(a.name.clone());
-            true
+            Handed::Queued
         });
         assert_eq!(offered, Offered::Passed);
         assert_eq!(
@@ -526,12 +539,14 @@ mod tests {
             cursor.handed.is_empty(),
             "pairs behind the cursor are forgotten"
         );
+        let gone = cursor.offer(&failed_build(5), &alerts, 0, |_, _| Handed::SenderGone);
+        assert_eq!((gone, cursor.after), (Offered::SenderGone, 4));
     }
 
     #[test]
     fn an_event_recorded_already_or_fired_too_long_ago_is_passed_without_a_delivery() {
         let alerts = [alert("pager", &[AlertOn::BuildFailed])];
-        let never = |_: &Alert, _| -> bool { panic!("nothing is sent") };
+        let never = |_: &Alert, _| -> Handed { panic!("nothing is sent") };
         let mut cursor = Cursor::resume(&[recorded("pager", 4)], 10).cursor;
         assert_eq!(
             cursor.offer(&failed_build(4), &alerts, 0, never),

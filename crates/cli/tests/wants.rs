@@ -553,6 +553,126 @@ fn an_alert_command_reads_the_json_of_a_missed_deadline_and_of_a_failed_build() 
     }
 }
 
+/// A graph whose `broken` job fails, with an alert on failed builds that runs `command`
+/// (`{told}` replaced by the file it appends each body to, a line each).
+fn failing_graph(told: &std::path::Path, command: &str) -> String {
+    let command = command.replace("{told}", &told.display().to_string());
+    format!(
+        "{GRAPH}\n[[job]]\nname = \"broken\"\noutputs = [\"broken/{{n:int}}\"]\ncommand = [\"false\"]\n\n[[alert]]\nname = \"pager\"\non = [\"build_failed\"]\ncommand = [\"sh\", \"-c\", \"{command}\"]\n"
+    )
+}
+
+/// The build each body appended to `told` names, in order.
+fn told_builds(told: &std::path::Path) -> Vec<String> {
+    let text = std::fs::read_to_string(told).unwrap_or_default();
+    text.lines()
+        .map(|l| {
+            let body: Value = serde_json::from_str(l).unwrap();
+            assert_eq!(body["event"], "build_failed", "{body}");
+            body["build_request_id"].as_str().unwrap().to_string()
+        })
+        .collect()
+}
+
+/// Of each recorded delivery, the event it names (`fired_by`), and of each failed build, its
+/// `idx`: the two agree when each failure was told once.
+fn fired_by_and_failed(p: &Project) -> (Vec<i64>, Vec<i64>) {
+    let column = |sql: &str| -> Vec<i64> {
+        let v = p.run(&["--json", "sql", sql]).json();
+        v["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r[0].as_i64().unwrap())
+            .collect()
+    };
+    (
+        column(
+            "SELECT json_extract(data, '$.fired_by') FROM events WHERE kind = 'alert' ORDER BY 1",
+        ),
+        column(
+            "SELECT idx FROM events WHERE kind = 'build_request' AND status = 'failed' ORDER BY 1",
+        ),
+    )
+}
+
+#[test]
+fn a_build_failed_while_no_service_ran_is_told_once_one_starts_and_never_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let told = dir.path().join("told.jsonl");
+    let p = Project::new(&failing_graph(&told, "cat >> {told}; echo >> {told}"));
+    // (a) No service runs: the CLI's failed build waits in the log.
+    p.run(&["build", "broken/1"]).expect_code(1);
+    let service = Service::start(&p, &fast(&[]));
+    let first = eventually(Duration::from_secs(15), "the failure is told", || {
+        let builds = told_builds(&told);
+        (builds.len() == 1).then_some(builds)
+    });
+    eventually(Duration::from_secs(5), "the delivery is recorded", || {
+        (alert_events(&p).len() == 1).then_some(())
+    });
+    drop(service);
+    // (b) Started again, it tells the new failure, not the old one again.
+    let service = Service::start(&p, &fast(&[]));
+    p.run(&["build", "broken/2"]).expect_code(1);
+    eventually(Duration::from_secs(15), "the new failure is told", || {
+        (told_builds(&told).len() >= 2).then_some(())
+    });
+    eventually(Duration::from_secs(5), "the delivery is recorded", || {
+        (alert_events(&p).len() == 2).then_some(())
+    });
+    drop(service);
+    // And again, with nothing new: nothing is told (a few ticks pass).
+    let service = Service::start(&p, &fast(&[]));
+    std::thread::sleep(Duration::from_millis(1500));
+    drop(service);
+    let builds = told_builds(&told);
+    assert_eq!(builds.len(), 2, "{builds:?}");
+    assert_eq!(builds[0], first[0]);
+    assert_ne!(builds[1], first[0], "{builds:?}");
+    let (fired_by, failed) = fired_by_and_failed(&p);
+    assert_eq!(fired_by, failed, "each delivery names the failure it told");
+}
+
+#[test]
+fn deliveries_still_waiting_when_the_service_stops_are_sent_by_the_next() {
+    let dir = tempfile::tempdir().unwrap();
+    let told = dir.path().join("told.jsonl");
+    // Each delivery takes a second: the service stops with some still queued.
+    let p = Project::new(&failing_graph(
+        &told,
+        "sleep 1; cat >> {told}; echo >> {told}",
+    ));
+    for n in 1..=3 {
+        p.run(&["build", &format!("broken/{n}")]).expect_code(1);
+    }
+    let mut service = Service::start(&p, &fast(&[]));
+    eventually(
+        Duration::from_secs(15),
+        "the first delivery is recorded",
+        || (!alert_events(&p).is_empty()).then_some(()),
+    );
+    service.stop();
+    assert!(
+        alert_events(&p).len() < 3,
+        "the service stopped too late to test this"
+    );
+    let _service = Service::start(&p, &fast(&[]));
+    eventually(
+        Duration::from_secs(15),
+        "every delivery is recorded",
+        || (alert_events(&p).len() == 3).then_some(()),
+    );
+    std::thread::sleep(Duration::from_millis(1500));
+    let (fired_by, failed) = fired_by_and_failed(&p);
+    assert_eq!(fired_by, failed, "each failure recorded told once");
+    // At least once: the one being sent as the service stopped may be told twice, no other.
+    let builds = told_builds(&told);
+    let distinct: std::collections::BTreeSet<_> = builds.iter().collect();
+    assert_eq!(distinct.len(), 3, "{builds:?}");
+    assert!(builds.len() <= 4, "{builds:?}");
+}
+
 /// A local HTTP endpoint answering every request `code`, handing over each body and its
 /// `X-DataBuild-Signature` header.
 fn endpoint(code: u16) -> (String, std::sync::mpsc::Receiver<(String, String)>) {

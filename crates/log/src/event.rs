@@ -386,6 +386,10 @@ pub struct EventData {
     /// alert: the `[[alert]]` delivered (format version 9).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub alert: Option<String>,
+    /// alert: the `idx` of the event it was sent for (format version 10), so a service that
+    /// starts again resumes after it, and never sends an (alert, event) pair twice.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fired_by: Option<i64>,
 }
 
 /// The instance a reused run took: the run that made it, in its environment's log.
@@ -662,11 +666,19 @@ impl Event {
         e
     }
 
-    /// The delivery of alert `name` (`completed` or `failed`) after `attempts` tries.
-    pub fn alert(name: &str, status: Status, attempts: u32, message: String) -> Event {
+    /// The delivery of alert `name` (`completed` or `failed`) for the event at `fired_by`,
+    /// after `attempts` tries.
+    pub fn alert(
+        name: &str,
+        fired_by: i64,
+        status: Status,
+        attempts: u32,
+        message: String,
+    ) -> Event {
         Event::new(Kind::Alert, status, None)
             .with_data(|d| {
                 d.alert = Some(name.to_string());
+                d.fired_by = Some(fired_by);
                 d.attempt = Some(attempts);
             })
             .with_message(message)

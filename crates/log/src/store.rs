@@ -389,6 +389,9 @@ pub struct EventFilter {
     /// Only events with `idx` greater than this.
     pub since: Option<i64>,
     pub limit: Option<usize>,
+    /// The newest first (by `idx`): with `limit`, the last events of the filter, read from the
+    /// log's end (by a partial index for rare kinds), never a scan from its start.
+    pub newest_first: bool,
     pub build_request_id: Option<String>,
     pub partition_ref: Option<String>,
     pub job: Option<String>,

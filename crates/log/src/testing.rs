@@ -23,7 +23,7 @@ pub fn arb_event() -> impl Strategy<Value = Event> {
                     e
                 }
                 Kind::Alert => {
-                    let mut e = Event::alert("a", Status::Completed, 1, "sent".into());
+                    let mut e = Event::alert("a", 1, Status::Completed, 1, "sent".into());
                     e.status = status;
                     e
                 }

@@ -649,6 +649,36 @@ fn events_filter_and_page(backend: Backend) {
 }
 on_every_backend!(events_filter_and_page);
 
+/// `newest_first` reads a filter's last events from the log's end: a starting service's read of
+/// the newest alert deliveries, with the event each was sent for.
+fn the_newest_events_of_a_kind_are_read_last_first(backend: Backend) {
+    let (_dir, store) = store_on(backend);
+    let delivery = |name: &str, fired_by| {
+        Event::alert(name, fired_by, Status::Completed, 1, "delivered".into())
+    };
+    store.append(vec![delivery("a", 1)]).unwrap();
+    store.append(build_events("b1", "r1", "a/1")).unwrap();
+    store
+        .append(vec![delivery("a", 2), delivery("b", 2)])
+        .unwrap();
+    store.append(build_events("b2", "r2", "a/2")).unwrap();
+    let newest = store
+        .events(&EventFilter {
+            kind: Some(Kind::Alert),
+            newest_first: true,
+            limit: Some(2),
+            ..Default::default()
+        })
+        .unwrap();
+    let read: Vec<_> = newest
+        .iter()
+        .map(|e| (e.data.alert.as_deref().unwrap(), e.data.fired_by.unwrap()))
+        .collect();
+    assert_eq!(read, [("b", 2), ("a", 2)]);
+    assert!(newest[0].idx > newest[1].idx);
+}
+on_every_backend!(the_newest_events_of_a_kind_are_read_last_first);
+
 fn partitions_list_by_glob_and_status_with_keyset_pages(backend: Backend) {
     let (_dir, store) = store_on(backend);
     for i in 0..5 {
@@ -1543,6 +1573,7 @@ fn a_version_12_log_gains_code_versions_in_place() {
 
 /// What versions 15 to 18 added, undone: a log from before them.
 const UNDO_V15: &str = "drop table late_partitions; alter table wants drop column deadline;
+     drop index events_of_alerts;
      drop table run_metrics; drop index events_of_environments; drop table arrivals;";
 
 /// A version 17 log gains `late_partitions` and wants' deadlines in place, from its events: a
@@ -1572,7 +1603,7 @@ fn a_version_17_log_gains_late_partitions_and_deadlines_in_place() {
     sqlite_exec(
         &path,
         "drop table late_partitions; alter table wants drop column deadline;
-         update meta set value = 17 where key = 'schema_version';",
+         drop index events_of_alerts; update meta set value = 17 where key = 'schema_version';",
     );
     let store = SqliteStore::open(&path).unwrap();
     assert_eq!(store.late_refs().unwrap(), ["raw/1"]);
@@ -1739,6 +1770,50 @@ fn metric_history_skips_failed_checks_and_reads_backwards(backend: Backend) {
     assert!(store.recent_metrics("other", 2).unwrap().is_empty());
 }
 on_every_backend!(metric_history_skips_failed_checks_and_reads_backwards);
+
+/// A version 17 log gains the index of its alert deliveries in place; those recorded before
+/// `fired_by` read back newest first, naming no event.
+#[test]
+fn a_version_17_log_gains_the_index_of_its_alert_deliveries_in_place() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("v17.db");
+    let store = SqliteStore::open(&path).unwrap();
+    let mut old = Event::alert("a", 0, Status::Completed, 1, "delivered".into());
+    old.data.fired_by = None;
+    store.append(vec![old]).unwrap();
+    store.append(build_events("b1", "r1", "a/1")).unwrap();
+    drop(store);
+    sqlite_exec(
+        &path,
+        "drop index events_of_alerts; drop table late_partitions;
+         alter table wants drop column deadline;
+         update meta set value = 17 where key = 'schema_version';",
+    );
+    let indexed = || -> i64 {
+        rusqlite::Connection::open(&path)
+            .unwrap()
+            .query_row(
+                "SELECT count(*) FROM sqlite_master WHERE name = 'events_of_alerts'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap()
+    };
+    assert_eq!(indexed(), 0);
+    let store = SqliteStore::open(&path).unwrap();
+    let newest = store
+        .events(&EventFilter {
+            kind: Some(Kind::Alert),
+            newest_first: true,
+            limit: Some(10),
+            ..Default::default()
+        })
+        .unwrap();
+    assert_eq!(newest.len(), 1);
+    assert_eq!(newest[0].data.fired_by, None);
+    drop(store);
+    assert_eq!(indexed(), 1);
+}
 
 /// What schema version 14 changed, undone: the partial index of unfinished runs without `queued`.
 const UNDO_V14: &str = "drop index job_runs_unfinished;

@@ -675,6 +675,7 @@ pub(crate) async fn list_events(
         job_run_id: q.run,
         kind: None,
         status: None,
+        newest_first: false,
         from: parse_time("from", q.from)?,
         to: parse_time("to", q.to)?,
     };

@@ -340,6 +340,7 @@ pub fn events(backend: &Backend, args: EventsArgs, json: bool) -> anyhow::Result
         job_run_id,
         kind: None,
         status: None,
+        newest_first: false,
         from: None,
         to: None,
     };

@@ -1,4 +1,5 @@
--- Version 17: late partitions and wants' deadlines as projections, as on SQLite (sqlite/v18.sql).
+-- Version 17: late partitions and wants' deadlines as projections, and alert deliveries
+-- indexed, as on SQLite (sqlite/v18.sql).
 CREATE TABLE late_partitions (
     partition_ref TEXT PRIMARY KEY,
     recorded_at BIGINT NOT NULL
@@ -16,3 +17,5 @@ UPDATE wants SET deadline = asked.deadline
          WHERE kind = 'want' AND status = 'requested'
            AND data::json ->> 'deadline' IS NOT NULL) AS asked
  WHERE wants.want_id = asked.want_id;
+-- The newest alert deliveries by their own index, as on SQLite.
+CREATE INDEX events_of_alerts ON events (idx) WHERE kind = 'alert';

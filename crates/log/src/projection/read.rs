@@ -105,7 +105,7 @@ pub(crate) struct Query<V> {
     pub values: Vec<V>,
 }
 
-/// The events of `f`, in log order.
+/// The events of `f`, in log order (or its reverse: `newest_first`).
 pub(crate) fn events_query<V>(
     f: &EventFilter,
     sigil: char,
@@ -138,9 +138,10 @@ pub(crate) fn events_query<V>(
         filters.add("timestamp <", int(v));
     }
     let limit = f.limit.map(|l| format!(" LIMIT {l}")).unwrap_or_default();
+    let order = if f.newest_first { " DESC" } else { "" };
     Query {
         sql: format!(
-            "SELECT {EVENT_COLUMNS} FROM events{} ORDER BY idx{limit}",
+            "SELECT {EVENT_COLUMNS} FROM events{} ORDER BY idx{order}{limit}",
             filters.clause
         ),
         values: filters.values,

@@ -650,6 +650,30 @@ mod tests {
         }
     }
 
+    /// A starting service's read of the newest alert deliveries walks their own index from the
+    /// log's end, never the log, however few deliveries there are.
+    #[test]
+    fn the_newest_alert_deliveries_are_read_by_their_own_index() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(&dir.path().join("events.db")).unwrap();
+        let conn = store.writer.lock().unwrap();
+        let filter = EventFilter {
+            kind: Some(Kind::Alert),
+            newest_first: true,
+            limit: Some(1000),
+            ..Default::default()
+        };
+        let plan = query_plan(&conn.conn, events_query(&filter, '?', text, int));
+        assert!(
+            plan.iter().any(|step| step.contains("events_of_alerts")),
+            "{plan:?}"
+        );
+        assert!(
+            !plan.iter().any(|step| step.contains("TEMP B-TREE")),
+            "{plan:?}"
+        );
+    }
+
     /// Every unfinished run (gc's read) is read through the partial index of unfinished runs,
     /// `queued` ones included, not by a scan of every run.
     #[test]

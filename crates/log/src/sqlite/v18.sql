@@ -1,5 +1,5 @@
--- Version 18: what the home page, `/metrics` and the wants pages read on every request, kept as
--- projections instead of read back from every event of its kind each time.
+-- Version 18: what the home page, `/metrics`, the wants pages and a starting service's alerts
+-- read, kept as projections or indexed instead of read back from every event of its kind.
 -- The external partitions recorded late (an `arrival` `late` event) that have not arrived since:
 -- an arrival removes its row.
 CREATE TABLE late_partitions (
@@ -20,3 +20,6 @@ UPDATE wants SET deadline = asked.deadline
          WHERE kind = 'want' AND status = 'requested'
            AND json_extract(data, '$.deadline') IS NOT NULL) AS asked
  WHERE wants.want_id = asked.want_id;
+-- Alert deliveries (format version 10): a starting service reads the newest ones (which events
+-- they were sent for, to resume after them) by their own index, never a scan.
+CREATE INDEX events_of_alerts ON events (idx) WHERE kind = 'alert';

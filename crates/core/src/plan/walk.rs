@@ -250,6 +250,7 @@ impl Planner<'_> {
                 self.add_static_runs(job, templates, slices, &mut next)?;
                 continue;
             }
+            // A job asked of its config has its refs in one slice (none: only live refs).
             let refs: Vec<Wanted> = slices.into_iter().next().unwrap_or_default();
             if let Deps::Dynamic { .. } = self.graph.jobs[job].deps {
                 if !called {

@@ -557,3 +557,37 @@ fn an_analysis_records_its_first_refs_and_their_count() {
     let report = p.run(&["check-log"]);
     report.expect_code(0);
 }
+
+/// An analysis builds nothing, so one whose planning fails fails none of its refs: its summary
+/// counts none (its message says why it failed), whatever it asked for, and it records only its
+/// first 1,000 of 1,500.
+#[test]
+fn a_failed_analysis_fails_none_of_its_refs() {
+    let p = Project::new(
+        r#"
+[graph]
+name = "failing"
+[[job]]
+name = "sum"
+outputs = ["sum/{n:int}"]
+config = ["sh", "-c", "echo boom >&2; exit 3"]
+command = ["true"]
+"#,
+    );
+    p.run(&["analyze", "sum/{1..1500}"]).expect_code(2);
+    let listed = p.run(&["--json", "builds", "--all"]).json();
+    let id = listed["builds"][0]["build_request_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let detail = p.run(&["--json", "builds", &id]).json();
+    assert_eq!(detail["status"], "failed");
+    assert_eq!(detail["requested_count"], 1500);
+    let summary = &detail["summary"];
+    assert_eq!(summary["counts"]["failed"], 0, "{}", summary["counts"]);
+    assert!(summary["failed"].as_array().unwrap().is_empty());
+    assert!(
+        detail["message"].as_str().unwrap().contains("boom"),
+        "{detail}"
+    );
+}

@@ -201,7 +201,7 @@ pub struct EventData {
     pub requested: Vec<String>,
     /// build_request received: how many refs were asked for, when `requested` lists only the
     /// first of them (an analysis, format version 10).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub requested_count: Option<u64>,
     /// build_request received: planning only, nothing will run.
     #[serde(skip_serializing_if = "std::ops::Not::not")]

@@ -19,6 +19,8 @@ pub struct Replay {
     /// a release (`cancelled` by the holding run) restores.
     pub before_claim: FxHashMap<String, Option<(Status, Option<String>)>>,
     pub wants: FxHashMap<String, Status>,
+    /// Each want's deadline (`--by`), as its `requested` event says.
+    pub want_deadlines: FxHashMap<String, Option<i64>>,
     /// The latest result of each (partition, check): its status and the instance (run) checked.
     pub checks: FxHashMap<(String, String), (Status, String)>,
     /// When each external partition was first seen available: (dataset, time).
@@ -90,8 +92,11 @@ impl Replay {
             }
             Kind::Want if matches!(e.status, Status::SlaMissed | Status::SlaAtRisk) => {}
             Kind::Want => {
-                self.wants
-                    .insert(e.data.want_id.clone().expect("checked"), e.status);
+                let id = e.data.want_id.clone().expect("checked");
+                if e.status == Status::Requested {
+                    self.want_deadlines.insert(id.clone(), e.data.deadline);
+                }
+                self.wants.insert(id, e.status);
             }
             Kind::Partition => {
                 let r = e.partition_ref.clone().expect("checked");
@@ -318,15 +323,24 @@ pub fn check_store(store: &dyn crate::store::EventStore) -> crate::store::Result
     }
     let late = rows("SELECT partition_ref, recorded_at FROM late_partitions")?;
     for r in &late {
-        if replay.late.get(&r[0]).map(i64::to_string).as_ref() != Some(&r[1]) {
-            disagree(format!(
+        match replay.late.get(&r[0]) {
+            Some(at) if at.to_string() == r[1] => {}
+            other => disagree(format!(
                 "partition {} is late since {} in its projection but {} in the events",
                 r[0],
                 r[1],
-                replay
-                    .late
-                    .get(&r[0])
-                    .map_or("not late".to_string(), |at| format!("late since {at}"))
+                other.map_or("not late".to_string(), |at| format!("late since {at}"))
+            )),
+        }
+    }
+    for r in &rows("SELECT want_id, deadline FROM wants")? {
+        let replayed = replay.want_deadlines.get(&r[0]).copied().flatten();
+        if replayed.map(|d| d.to_string()).unwrap_or_default() != r[1] {
+            disagree(format!(
+                "want {} is due by `{}` in its projection but `{}` in the events",
+                r[0],
+                r[1],
+                replayed.map(|d| d.to_string()).unwrap_or_default()
             ));
         }
     }

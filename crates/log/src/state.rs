@@ -209,6 +209,7 @@ pub fn check(e: &Event, current: &Current) -> Result<(), Refusal> {
                     describe(current.build_request)
                 )));
             }
+            check_requested_count(id, e)?;
         }
         Kind::JobRun => {
             let id = require(&e.job_run_id, "job_run_id", e)?;
@@ -412,6 +413,22 @@ fn check_source_partition(r: &str, e: &Event, current: &Current) -> Result<(), R
     Ok(())
 }
 
+/// Only an analysis records part of its request (`requested_count` of them, at least as many
+/// as it lists): a build's every requested ref is what its summary judges.
+fn check_requested_count(id: &str, e: &Event) -> Result<(), Refusal> {
+    match e.data.requested_count {
+        Some(n) if !e.data.analyze_only || (n as usize) < e.data.requested.len() => {
+            Err(Refusal::invalid(format!(
+                "build request {id}: `requested_count` {n} is for an analysis that lists fewer refs \
+                 than it asked for (this lists {}{})",
+                e.data.requested.len(),
+                if e.data.analyze_only { "" } else { ", and is a build" }
+            )))
+        }
+        _ => Ok(()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -603,5 +620,21 @@ mod tests {
             check(&e, &Current::default()).unwrap_err().0,
             "a job_run event needs `job`"
         );
+    }
+
+    #[test]
+    fn only_an_analysis_records_part_of_its_request() {
+        let received = |analyze_only: bool, listed: usize, count: u64| {
+            Event::build_request("b", Received).with_data(|d| {
+                d.requested = (0..listed).map(|i| format!("a/{i}")).collect();
+                d.analyze_only = analyze_only;
+                d.requested_count = Some(count);
+            })
+        };
+        assert!(check(&received(true, 3, 5), &Current::default()).is_ok());
+        for (analyze_only, listed, count) in [(false, 3, 5), (true, 3, 2)] {
+            let err = check(&received(analyze_only, listed, count), &Current::default());
+            assert!(err.unwrap_err().0.contains("`requested_count`"));
+        }
     }
 }

@@ -145,7 +145,8 @@ pub struct CheckCount {
 pub struct BuildRequestRow {
     pub build_request_id: String,
     pub status: Status,
-    /// Every requested ref; in listings ([`EventStore::build_requests`]) only the first
+    /// Every requested ref (of an analysis of more than 1,000, the first 1,000 it recorded); in
+    /// listings ([`EventStore::build_requests`]) only the first
     /// [`crate::projection::REQUESTED_HEAD`] of the `requested_count`.
     pub requested_partitions: Vec<String>,
     pub requested_count: u64,

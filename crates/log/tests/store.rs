@@ -1595,6 +1595,10 @@ fn a_version_17_log_gains_late_partitions_and_deadlines_in_place() {
             late_at("raw", "raw/1", 100),
             late_at("raw", "raw/2", 110),
             arrival_at("raw", "raw/2", 120),
+            // Noted late twice, the second by a host whose clock is behind: the latest note
+            // in the log's order is kept, as appends keep it.
+            late_at("raw", "raw/3", 200),
+            late_at("raw", "raw/3", 150),
             want("w1", Some(5_000)),
             want("w2", None),
         ])
@@ -1606,7 +1610,7 @@ fn a_version_17_log_gains_late_partitions_and_deadlines_in_place() {
          drop index events_of_alerts; update meta set value = 17 where key = 'schema_version';",
     );
     let store = SqliteStore::open(&path).unwrap();
-    assert_eq!(store.late_refs().unwrap(), ["raw/1"]);
+    assert_eq!(store.late_refs().unwrap(), ["raw/1", "raw/3"]);
     let mut wants = store.wants(None, false, 10).unwrap();
     wants.sort_by(|a, b| a.want_id.cmp(&b.want_id));
     let deadlines: Vec<Option<i64>> = wants.iter().map(|w| w.deadline).collect();

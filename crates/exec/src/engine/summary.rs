@@ -304,8 +304,10 @@ pub(crate) fn summary_cut(
     // rebuild interrupted leaves the live instance in place; a stale one stays not live). While
     // the build runs, only what already failed in it counts.
     // A refused build made nothing and failed nothing: its refs are not judged (nor derived,
-    // which for the large request a refusal usually is would cost a derivation per ref).
-    let judged = over && build.status != Status::Refused;
+    // which for the large request a refusal usually is would cost a derivation per ref). Nor
+    // are an analysis's: it builds nothing, so it fails none of them (and it records only its
+    // first refs, of `requested_count`).
+    let judged = over && build.status != Status::Refused && !build.analyze_only;
     let live_as_found = match judged {
         true => live_as_found(engine, build, &available, &held_back)?,
         false => FxHashSet::default(),

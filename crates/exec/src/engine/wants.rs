@@ -266,11 +266,10 @@ fn deadline_of(want: &WantRow, deadline: Option<i64>, r: &str) -> Option<i64> {
 /// Whether `want` is on time: the forecasts of its partitions not live, against each one's
 /// deadline (its `--by`, or its SLA's). The forecast decides the times; this only compares.
 pub(crate) fn risk(engine: &Engine, want: &WantRow) -> Result<WantRisk> {
-    let deadline = want.deadline;
     // A want whose forecast cannot be made (its config fails) is not known to be at risk; it is
     // still answered, and its status says what failed.
-    Ok(risk_of(engine, want, deadline)
-        .unwrap_or_else(|e| WantRisk::unknown(deadline, format!("no forecast: {e}"))))
+    Ok(risk_of(engine, want, want.deadline)
+        .unwrap_or_else(|e| WantRisk::unknown(want.deadline, format!("no forecast: {e}"))))
 }
 
 fn risk_of(engine: &Engine, want: &WantRow, deadline: Option<i64>) -> Result<WantRisk> {

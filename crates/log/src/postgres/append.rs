@@ -592,7 +592,8 @@ fn row_of(w: &Write) -> Option<(u8, String)> {
             (b'w', key(id))
         }
         Write::Check(c) => (b'c', format!("{}\0{}", key(&c.r), key(&c.name))),
-        // A ref's arrival and its being late change one row of `late_partitions`: in order.
+        // A ref's arrival and its being late change one row of `late_partitions`, and a late
+        // note reads `arrivals`: written in the events' order.
         Write::Arrival { r, .. } | Write::Late { r, .. } => (b'a', key(r)),
         Write::RunCounts(_) | Write::PartitionCounts(_) | Write::Metrics(_) => return None,
     })

@@ -5,10 +5,10 @@ CREATE TABLE late_partitions (
     recorded_at BIGINT NOT NULL
 );
 INSERT INTO late_partitions (partition_ref, recorded_at)
-    SELECT partition_ref, max(timestamp) FROM events
+    SELECT DISTINCT ON (partition_ref) partition_ref, timestamp FROM events
      WHERE kind = 'arrival' AND status = 'late' AND partition_ref IS NOT NULL
        AND partition_ref NOT IN (SELECT partition_ref FROM arrivals)
-     GROUP BY partition_ref;
+     ORDER BY partition_ref, idx DESC;
 ALTER TABLE wants ADD COLUMN deadline BIGINT;
 UPDATE wants SET deadline = asked.deadline
   FROM (SELECT data::json ->> 'want_id' AS want_id,

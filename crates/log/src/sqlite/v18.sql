@@ -6,11 +6,14 @@ CREATE TABLE late_partitions (
     partition_ref TEXT PRIMARY KEY,
     recorded_at INTEGER NOT NULL
 );
+-- Each ref's latest `late` event in log order (`max(idx)` picks the row its bare `timestamp`
+-- comes from), as appends keep it.
 INSERT INTO late_partitions (partition_ref, recorded_at)
-    SELECT partition_ref, max(timestamp) FROM events
-     WHERE kind = 'arrival' AND status = 'late' AND partition_ref IS NOT NULL
-       AND partition_ref NOT IN (SELECT partition_ref FROM arrivals)
-     GROUP BY partition_ref;
+    SELECT partition_ref, timestamp FROM (
+        SELECT partition_ref, timestamp, max(idx) FROM events
+         WHERE kind = 'arrival' AND status = 'late' AND partition_ref IS NOT NULL
+           AND partition_ref NOT IN (SELECT partition_ref FROM arrivals)
+         GROUP BY partition_ref);
 -- A want's deadline (`--by`, ns), as its `requested` event says.
 ALTER TABLE wants ADD COLUMN deadline INTEGER;
 UPDATE wants SET deadline = asked.deadline

@@ -2170,6 +2170,12 @@ impl Forecast {
         }
     }
 
+    /// No arrival awaited or none that can be forecast: `r` at `status`, with why (if anything
+    /// needs saying), after no steps.
+    pub fn without_times(r: &str, status: DerivedStatus, reason: Option<String>) -> Forecast {
+        Forecast::new(r, status, None, false, reason, Vec::new())
+    }
+
     /// The forecast of `r` at `status`, expected at `times` (`None`: not known, `reason` says
     /// why) after the steps of `basis`: the one place its times become text.
     pub fn new(

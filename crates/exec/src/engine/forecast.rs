@@ -265,27 +265,13 @@ fn forecast_one(
         return Err(super::EngineError::Invalid(error.message.clone()));
     }
     if status.status == DerivedStatus::Live {
-        return Ok(Forecast::new(
-            r,
-            status.status,
-            None,
-            false,
-            None,
-            Vec::new(),
-        ));
+        return Ok(Forecast::without_times(r, status.status, None));
     }
     if let Some((Producer::Dataset(d), _)) = engine.graph.producer_of(r) {
         if status.status != DerivedStatus::Missing {
             // There, but not live (tainted): no arrival is awaited; its status says what is.
             let why = status.reasons.join("; ");
-            return Ok(Forecast::new(
-                r,
-                status.status,
-                None,
-                false,
-                Some(why),
-                Vec::new(),
-            ));
+            return Ok(Forecast::without_times(r, status.status, Some(why)));
         }
         let e = cadences.expect(d, r, now)?;
         let step = external_step(engine, d, r, &e);
@@ -348,14 +334,7 @@ fn job_output(
         Ok(plan) => plan,
         Err(e) => {
             let why = format!("it cannot be planned: {e}");
-            return Ok(Forecast::new(
-                r,
-                status.status,
-                None,
-                false,
-                Some(why),
-                Vec::new(),
-            ));
+            return Ok(Forecast::without_times(r, status.status, Some(why)));
         }
     };
     let mut g = Gathered {

@@ -193,6 +193,93 @@ pub fn metric_unit(metric: &str, max: f64) -> (&'static str, f64) {
     }
 }
 
+/// The frame of a chart of values over partitions in key order (a job's trend, a dataset's
+/// landings): a value axis in `unit` (`per` base units each) with ticks, a slot of `dx` per
+/// partition, wide enough for its caption under the x axis however long the refs, and `right`
+/// to spare for the band's label.
+struct KeyOrderFrame {
+    unit: &'static str,
+    per: f64,
+    marks: Vec<f64>,
+    /// The value at the top of the axis (base units).
+    top: f64,
+    left: f64,
+    plot_w: f64,
+    width: f64,
+    total_h: f64,
+    dx: f64,
+    caption: String,
+}
+
+impl KeyOrderFrame {
+    const TOP_PAD: f64 = 10.0;
+    const HEIGHT: f64 = 140.0;
+    const BOTTOM: f64 = 36.0;
+
+    fn new(
+        (unit, per): (&'static str, f64),
+        max: f64,
+        slots: usize,
+        (dx, right): (f64, f64),
+        caption: String,
+    ) -> KeyOrderFrame {
+        let (step, marks) = ticks(max / per, 4.0);
+        let top = marks.last().copied().unwrap_or(step) * per;
+        let label = |v: f64| format!("{} {unit}", number(v)).trim_end().to_string();
+        let tick_w = marks
+            .iter()
+            .map(|m| text_width(label(*m).chars().count(), 10))
+            .max()
+            .unwrap_or(40) as f64;
+        let left = tick_w + 10.0;
+        let caption_w = text_width(caption.chars().count(), 10) as f64;
+        let plot_w = (slots as f64 * dx).max(160.0).max(caption_w - right);
+        KeyOrderFrame {
+            unit,
+            per,
+            marks,
+            top,
+            left,
+            plot_w,
+            width: left + plot_w + right,
+            total_h: Self::TOP_PAD + Self::HEIGHT + Self::BOTTOM,
+            dx,
+            caption,
+        }
+    }
+
+    /// `v` (in `unit`s) with its unit.
+    fn label(&self, v: f64) -> String {
+        format!("{} {}", number(v), self.unit)
+            .trim_end()
+            .to_string()
+    }
+
+    /// Where value `v` (base units) is drawn.
+    fn y(&self, v: f64) -> f64 {
+        Self::TOP_PAD + Self::HEIGHT - v.max(0.0) / self.top * Self::HEIGHT
+    }
+
+    /// The middle of slot `i`.
+    fn x(&self, i: usize) -> f64 {
+        self.left + self.dx / 2.0 + i as f64 * self.dx
+    }
+
+    fn grid_and_axes(&self, svg: &mut String) {
+        let plot = Plot {
+            left: self.left,
+            top: Self::TOP_PAD,
+            width: self.plot_w,
+            height: Self::HEIGHT,
+        };
+        let ticks = self
+            .marks
+            .iter()
+            .map(|m| (self.y(m * self.per), self.label(*m)));
+        plot.grid_and_axes(svg, ticks, &self.caption);
+    }
+}
+
 /// One metric over partitions in key order (a job page's trend): a dot per partition, the
 /// expected band shaded with its median dashed, and each partition that failed an anomaly check
 /// marked (a red ring, named in its title).
@@ -207,16 +294,6 @@ pub fn trend_chart(chart: &databuild_exec::answers::MetricChart) -> String {
         .map(|p| p.value)
         .fold(band_high, f64::max)
         .max(f64::MIN_POSITIVE);
-    let (unit, per) = metric_unit(&chart.metric, max);
-    let (step, marks) = ticks(max / per, 4.0);
-    let top = marks.last().copied().unwrap_or(step) * per;
-    let label = |v: f64| format!("{} {unit}", number(v)).trim_end().to_string();
-    let tick_w = marks
-        .iter()
-        .map(|m| text_width(label(*m).chars().count(), 10))
-        .max()
-        .unwrap_or(40) as f64;
-    let (left, right, top_pad, height, bottom, dx) = (tick_w + 10.0, 110.0, 10.0, 140.0, 36.0, 8.0);
     let (first, last) = (
         &points[0].partition_ref,
         &points[points.len() - 1].partition_ref,
@@ -225,11 +302,23 @@ pub fn trend_chart(chart: &databuild_exec::answers::MetricChart) -> String {
         "partitions in key order, {first} to {last} ({} of them)",
         points.len()
     );
-    // Wide enough for its caption under the x axis, however long the refs.
-    let caption_w = text_width(caption.chars().count(), 10) as f64;
-    let plot_w = (points.len() as f64 * dx).max(160.0).max(caption_w - right);
-    let (width, total_h) = (left + plot_w + right, top_pad + height + bottom);
-    let y = |v: f64| top_pad + height - v.max(0.0) / top * height;
+    let frame = KeyOrderFrame::new(
+        metric_unit(&chart.metric, max),
+        max,
+        points.len(),
+        (8.0, 110.0),
+        caption,
+    );
+    let KeyOrderFrame {
+        unit,
+        per,
+        left,
+        plot_w,
+        width,
+        total_h,
+        ..
+    } = frame;
+    let (label, y) = (|v: f64| frame.label(v), |v: f64| frame.y(v));
     let metric = escape(&chart.metric);
     let mut svg = format!(
         r#"<svg xmlns="http://www.w3.org/2000/svg" class="trend" data-metric="{metric}" width="{width:.0}" height="{total_h:.0}" viewBox="0 0 {width:.0} {total_h:.0}" role="img" aria-label="{metric} per partition">"#
@@ -250,19 +339,9 @@ pub fn trend_chart(chart: &databuild_exec::answers::MetricChart) -> String {
             label(median / per)
         );
     }
-    let plot = Plot {
-        left,
-        top: top_pad,
-        width: plot_w,
-        height,
-    };
-    plot.grid_and_axes(
-        &mut svg,
-        marks.iter().map(|m| (y(m * per), label(*m))),
-        &caption,
-    );
+    frame.grid_and_axes(&mut svg);
     for (i, p) in points.iter().enumerate() {
-        let (cx, cy) = (left + dx / 2.0 + i as f64 * dx, y(p.value));
+        let (cx, cy) = (frame.x(i), y(p.value));
         let value = format!(
             "{}: {} {unit}",
             escape(&p.partition_ref),
@@ -300,17 +379,6 @@ pub fn landing_chart(l: &databuild_exec::answers::Landings) -> String {
         .map(|p| p.after_ns as f64 / MS)
         .fold(band_high, f64::max)
         .max(1.0);
-    let (unit, per) = duration_unit(max);
-    let (step, marks) = ticks(max / per, 4.0);
-    let top = marks.last().copied().unwrap_or(step) * per;
-    let label = |v: f64| format!("{} {unit}", number(v));
-    let tick_w = marks
-        .iter()
-        .map(|m| text_width(label(*m).chars().count(), 10))
-        .max()
-        .unwrap_or(40) as f64;
-    let (left, right, top_pad, height, bottom, dx) =
-        (tick_w + 10.0, 140.0, 10.0, 140.0, 36.0, 10.0);
     let caption = format!(
         "partitions in key order, {} to {} ({} of them); up: {}",
         points[0].partition_ref,
@@ -318,11 +386,17 @@ pub fn landing_chart(l: &databuild_exec::answers::Landings) -> String {
         points.len(),
         l.measure.says()
     );
-    let caption_w = text_width(caption.chars().count(), 10) as f64;
     let slots = points.len() + usize::from(l.next.is_some());
-    let plot_w = (slots as f64 * dx).max(160.0).max(caption_w - right);
-    let (width, total_h) = (left + plot_w + right, top_pad + height + bottom);
-    let y = |ms: f64| top_pad + height - ms.max(0.0) / top * height;
+    let frame = KeyOrderFrame::new(duration_unit(max), max, slots, (10.0, 140.0), caption);
+    let KeyOrderFrame {
+        per,
+        left,
+        plot_w,
+        width,
+        total_h,
+        ..
+    } = frame;
+    let (label, y) = (|v: f64| frame.label(v), |ms: f64| frame.y(ms));
     let mut svg = format!(
         r#"<svg xmlns="http://www.w3.org/2000/svg" class="landings" width="{width:.0}" height="{total_h:.0}" viewBox="0 0 {width:.0} {total_h:.0}" role="img" aria-label="landing times">"#
     );
@@ -341,30 +415,20 @@ pub fn landing_chart(l: &databuild_exec::answers::Landings) -> String {
             label(p90 / per)
         );
     }
-    let plot = Plot {
-        left,
-        top: top_pad,
-        width: plot_w,
-        height,
-    };
-    plot.grid_and_axes(
-        &mut svg,
-        marks.iter().map(|m| (y(m * per), label(*m))),
-        &caption,
-    );
+    frame.grid_and_axes(&mut svg);
     for (i, p) in points.iter().enumerate() {
         let ms = p.after_ns as f64 / MS;
         let _ = write!(
             svg,
             r##"<circle cx="{:.1}" cy="{:.1}" r="2.5" fill="#3e4c59"><title>{}: {}</title></circle>"##,
-            left + dx / 2.0 + i as f64 * dx,
+            frame.x(i),
             y(ms),
             escape(&p.partition_ref),
             label(ms / per)
         );
     }
     if let (Some((r, times, late)), Some((p50, p90))) = (&l.next, l.band) {
-        let cx = left + dx / 2.0 + points.len() as f64 * dx;
+        let cx = frame.x(points.len());
         let colour = if *late { "#d64545" } else { "#2f80ed" };
         let _ = write!(
             svg,

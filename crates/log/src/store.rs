@@ -278,6 +278,11 @@ impl WantRow {
     pub fn is_active(&self) -> bool {
         !matches!(self.status, Status::Expired | Status::Cancelled)
     }
+
+    /// It is due by a time: its own (`--by`), or its SLA's after each partition's period.
+    pub fn has_deadline(&self) -> bool {
+        self.deadline.is_some() || self.sla_seconds.is_some()
+    }
 }
 
 impl JobRunRow {

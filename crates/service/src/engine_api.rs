@@ -715,12 +715,12 @@ pub fn want(
         deadline,
         None,
     )?;
-    with_risk(engine, &row)
+    Ok(with_risk(engine, &row))
 }
 
 /// The want as answers show it, with whether it is on time.
-fn with_risk(engine: &Engine, row: &databuild_log::WantRow) -> ApiResult<Want> {
-    Ok(Want::from(row).with_risk(engine.want_risk(row)?))
+fn with_risk(engine: &Engine, row: &databuild_log::WantRow) -> Want {
+    Want::from(row).with_risk(engine.want_risk(row))
 }
 
 /// A duration the user typed (`6h`, `30d`), or an error naming the setting.
@@ -771,10 +771,7 @@ pub fn wants(
     let rows = engine
         .store
         .wants(status, !all && status.is_none(), limit)?;
-    let wants = rows
-        .iter()
-        .map(|w| with_risk(engine, w))
-        .collect::<ApiResult<_>>()?;
+    let wants = rows.iter().map(|w| with_risk(engine, w)).collect();
     Ok(WantList { wants })
 }
 
@@ -787,7 +784,7 @@ pub fn want_detail(engine: &Engine, id: &str) -> ApiResult<WantDetail> {
     let statuses = engine.status(&row.refs)?;
     let (fulfillment, waiting) = engine.fulfillment(&statuses)?;
     let partitions = statuses.iter().map(PartitionStatus::from).collect();
-    let risk = engine.want_risk(&row)?;
+    let risk = engine.want_risk(&row);
     Ok(WantDetail::new(
         &row,
         partitions,

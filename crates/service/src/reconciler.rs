@@ -344,11 +344,10 @@ impl Reconciler {
                 self.dirty.insert(w.want_id.clone());
                 continue;
             }
-            let by = w.deadline;
-            if w.status == Status::Satisfied || (w.sla_seconds.is_none() && by.is_none()) {
+            if w.status == Status::Satisfied || !w.has_deadline() {
                 continue;
             }
-            for (r, deadline) in self.engine().sla_misses(&w, by, now, &self.sla_recorded)? {
+            for (r, deadline) in self.engine().sla_misses(&w, now, &self.sla_recorded)? {
                 if self.sla_recorded.insert((w.want_id.clone(), r.clone())) {
                     self.engine().note_sla_miss(&w, &r, deadline)?;
                 }
@@ -362,14 +361,13 @@ impl Reconciler {
     fn risks(&mut self) -> Result<()> {
         let now = databuild_log::event::now_ns();
         for w in self.active()? {
-            let by = w.deadline;
             let unchecked = w.status != Status::Satisfied
-                && (w.sla_seconds.is_some() || by.is_some())
+                && w.has_deadline()
                 && !self.at_risk_recorded.contains(&w.want_id);
             if !unchecked {
                 continue;
             }
-            let risk = self.engine().want_risk(&w)?;
+            let risk = self.engine().want_risk(&w);
             if risk.at_risk_deadline_ns.is_some_and(|due| now < due) {
                 self.engine().note_at_risk(&w, &risk)?;
                 self.at_risk_recorded.insert(w.want_id);

@@ -29,10 +29,7 @@ impl Engine {
             let Some((Producer::Dataset(d), _)) = self.graph.producer_of(r) else {
                 continue;
             };
-            let e = cadences.expect(d, r, now)?;
-            if let Some(times) = e.times.filter(|_| e.late) {
-                late.push(Late::new(r, times.by_ns, now));
-            }
+            late.extend(cadences.late(d, r, now)?);
         }
         late.sort_by_key(|l| l.expected_by_ns);
         Ok(late)
@@ -93,8 +90,7 @@ fn record_late(
 ) -> Result<()> {
     let mut events = Vec::new();
     for (d, r) in unarrived {
-        let e = cadences.expect(*d, r.as_str(), now)?;
-        let Some(times) = e.times.filter(|_| e.late) else {
+        let Some(late) = cadences.late(*d, r.as_str(), now)? else {
             continue;
         };
         let recorded = engine.store.events(&EventFilter {
@@ -105,7 +101,6 @@ fn record_late(
             ..Default::default()
         })?;
         if recorded.is_empty() {
-            let late = Late::new(r.as_str(), times.by_ns, now);
             let dataset = &engine.graph.datasets[*d].name;
             let mut event = Event::late_arrival(dataset, r.as_str(), late.reason());
             event.timestamp = now;

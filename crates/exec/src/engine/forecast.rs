@@ -14,7 +14,7 @@ use rustc_hash::FxHashMap;
 
 use super::{jobs, Engine, Result};
 use crate::answers::{
-    DerivedStatus, ExpectedTimes, Forecast, ForecastStep, Landing, LandingMeasure, Landings,
+    DerivedStatus, ExpectedTimes, Forecast, ForecastStep, Landing, LandingMeasure, Landings, Late,
     StatusReport,
 };
 
@@ -51,6 +51,12 @@ pub(crate) fn key_field(pattern: &Pattern) -> Option<(usize, KeyKind)> {
         .last()
 }
 
+/// Can any external partition of `graph` be forecast (and so be late)? Only a dataset no other
+/// service builds, with a date, hour or int field to order its partitions by, has a cadence.
+pub(crate) fn any_forecastable(graph: &databuild_core::Graph) -> bool {
+    (graph.datasets.iter()).any(|d| d.upstream.is_none() && key_field(&d.pattern).is_some())
+}
+
 /// `r`'s key in `pattern`'s field `field`.
 pub(crate) fn key_of(pattern: &Pattern, (field, kind): (usize, KeyKind), r: &str) -> Option<Key> {
     kind.parse(pattern.match_ref(r)?.get(field)?)
@@ -77,6 +83,14 @@ impl<'e> Cadences<'e> {
             self.learned.insert(d, learned);
         }
         Ok(&self.learned[&d])
+    }
+
+    /// Partition `r` of dataset `d`, if it is late at `now_ns`: past the p90 of its cadence.
+    pub(crate) fn late(&mut self, d: usize, r: &str, now_ns: i64) -> Result<Option<Late>> {
+        let e = self.expect(d, r, now_ns)?;
+        Ok(e.times
+            .filter(|_| e.late)
+            .map(|t| Late::new(r, t.by_ns, now_ns)))
     }
 
     /// When partition `r` of dataset `d` is expected, and whether it is late at `now_ns`.

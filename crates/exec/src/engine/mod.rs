@@ -538,7 +538,7 @@ impl Engine {
     }
 
     /// Whether a want is on time: its forecast against its deadline (its `--by`, or its SLA's).
-    pub fn want_risk(&self, want: &WantRow) -> Result<crate::answers::WantRisk> {
+    pub fn want_risk(&self, want: &WantRow) -> crate::answers::WantRisk {
         wants::risk(self, want)
     }
 
@@ -592,11 +592,10 @@ impl Engine {
     pub fn sla_misses(
         &self,
         want: &WantRow,
-        deadline: Option<i64>,
         now_ns: i64,
         known: &BTreeSet<(String, String)>,
     ) -> Result<Vec<(String, i64)>> {
-        wants::sla_misses(self, want, deadline, now_ns, known)
+        wants::sla_misses(self, want, now_ns, known)
     }
 
     /// `(want, partition)` pairs whose SLA miss is already recorded.

@@ -439,6 +439,10 @@ const MAX_PLANNED_FOR_LATE: usize = 100;
 /// plan needs) is past its `expected_by`, with a reason and `late`. Only refs not live are
 /// looked at, and only the cadences of the datasets involved are learned.
 fn mark_late(engine: &Engine, reports: &mut [StatusReport], code: &Arc<CodeCache>) -> Result<()> {
+    // Nothing can be late: no job output is planned to find out.
+    if !super::forecast::any_forecastable(&engine.graph) {
+        return Ok(());
+    }
     let now = engine.config.clock.now_ns();
     let mut cadences = Cadences::new(engine);
     let mut planned = 0;
@@ -452,7 +456,7 @@ fn mark_late(engine: &Engine, reports: &mut [StatusReport], code: &Arc<CodeCache
                 if report.status == DerivedStatus::Missing
                     && engine.graph.datasets[d].source.is_none() =>
             {
-                late_external(&mut cadences, d, r, now)?
+                cadences.late(d, r, now)?
             }
             // Planned only when missing, and never for a job whose inputs a config gives: the
             // status already asked its config once, and a second call would be a second run.
@@ -481,14 +485,6 @@ fn mark_late(engine: &Engine, reports: &mut [StatusReport], code: &Arc<CodeCache
     Ok(())
 }
 
-/// External partition `r` of dataset `d`, if late: its cadence decides.
-fn late_external(cadences: &mut Cadences<'_>, d: usize, r: &str, now: i64) -> Result<Option<Late>> {
-    let e = cadences.expect(d, r, now)?;
-    Ok(e.times
-        .filter(|_| e.late)
-        .map(|t| Late::new(r, t.by_ns, now)))
-}
-
 /// The most late of the external inputs `r`'s plan misses (none when it cannot be planned:
 /// its status says why).
 fn late_input(
@@ -514,7 +510,7 @@ fn late_input(
         let Some((Producer::Dataset(d), _)) = engine.graph.producer_of(input) else {
             continue;
         };
-        if let Some(late) = late_external(cadences, d, input, now)? {
+        if let Some(late) = cadences.late(d, input, now)? {
             if most
                 .as_ref()
                 .is_none_or(|l| late.expected_by_ns < l.expected_by_ns)

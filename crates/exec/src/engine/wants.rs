@@ -187,7 +187,6 @@ pub(crate) fn decide(engine: &Engine, want: &WantRow, now_ns: i64) -> Result<Dec
 pub(crate) fn sla_misses(
     engine: &Engine,
     want: &WantRow,
-    by: Option<i64>,
     now_ns: i64,
     known: &BTreeSet<(String, String)>,
 ) -> Result<Vec<(String, i64)>> {
@@ -195,7 +194,7 @@ pub(crate) fn sla_misses(
         .refs
         .iter()
         .filter_map(|r| {
-            let deadline = deadline_of(want, by, r)?;
+            let deadline = deadline_of(want, r)?;
             (now_ns > deadline && !known.contains(&(want.want_id.clone(), r.clone())))
                 .then(|| (r.clone(), deadline))
         })
@@ -256,8 +255,8 @@ pub(crate) fn wants_of(engine: &Engine, r: &str) -> Result<Vec<WantRow>> {
 }
 
 /// When `r` of `want` is to be live: the want's deadline, or its SLA after `r`'s day (or hour).
-fn deadline_of(want: &WantRow, deadline: Option<i64>, r: &str) -> Option<i64> {
-    deadline.or_else(|| {
+fn deadline_of(want: &WantRow, r: &str) -> Option<i64> {
+    want.deadline.or_else(|| {
         let sla = want.sla_seconds? as i64;
         Some(databuild_core::wants::period_end_ns(r)? + sla * 1_000_000_000)
     })
@@ -265,14 +264,15 @@ fn deadline_of(want: &WantRow, deadline: Option<i64>, r: &str) -> Option<i64> {
 
 /// Whether `want` is on time: the forecasts of its partitions not live, against each one's
 /// deadline (its `--by`, or its SLA's). The forecast decides the times; this only compares.
-pub(crate) fn risk(engine: &Engine, want: &WantRow) -> Result<WantRisk> {
+pub(crate) fn risk(engine: &Engine, want: &WantRow) -> WantRisk {
     // A want whose forecast cannot be made (its config fails) is not known to be at risk; it is
     // still answered, and its status says what failed.
-    Ok(risk_of(engine, want, want.deadline)
-        .unwrap_or_else(|e| WantRisk::unknown(want.deadline, format!("no forecast: {e}"))))
+    risk_of(engine, want)
+        .unwrap_or_else(|e| WantRisk::unknown(want.deadline, format!("no forecast: {e}")))
 }
 
-fn risk_of(engine: &Engine, want: &WantRow, deadline: Option<i64>) -> Result<WantRisk> {
+fn risk_of(engine: &Engine, want: &WantRow) -> Result<WantRisk> {
+    let deadline = want.deadline;
     if !want.is_active() {
         return Ok(WantRisk::unknown(
             deadline,
@@ -313,13 +313,7 @@ fn risk_of(engine: &Engine, want: &WantRow, deadline: Option<i64>) -> Result<Wan
     // The partition past its deadline by the most.
     let worst = forecasts
         .iter()
-        .filter_map(|f| {
-            Some((
-                f,
-                f.expected_by_ns?,
-                deadline_of(want, deadline, &f.partition_ref)?,
-            ))
-        })
+        .filter_map(|f| Some((f, f.expected_by_ns?, deadline_of(want, &f.partition_ref)?)))
         .filter(|(_, by, due)| by > due)
         .max_by_key(|(_, by, due)| by - due);
     if let Some((f, by, due)) = worst {

@@ -133,8 +133,21 @@ impl PostgresStore {
         ids: &[&str],
         row: fn(&postgres::Row) -> Result<T>,
     ) -> Result<Vec<T>> {
-        let wanted: Vec<String> = ids.iter().map(|r| r.to_string()).collect();
-        let sql = format!("SELECT {columns} FROM job_runs WHERE job_run_id = ANY($1)");
+        self.rows_by_key(columns, "job_runs", "job_run_id", ids, row)
+    }
+
+    /// `columns` of the rows of `table` whose `key` is one of `keys`, in any order: one round
+    /// trip.
+    fn rows_by_key<T>(
+        &self,
+        columns: &str,
+        table: &str,
+        key: &str,
+        keys: &[&str],
+        row: fn(&postgres::Row) -> Result<T>,
+    ) -> Result<Vec<T>> {
+        let wanted: Vec<String> = keys.iter().map(|k| k.to_string()).collect();
+        let sql = format!("SELECT {columns} FROM {table} WHERE {key} = ANY($1)");
         self.read(|c| collect(c.query(&sql, &[&wanted]).map_err(storage)?, row))
     }
 }
@@ -257,18 +270,13 @@ pub(super) fn partition(store: &PostgresStore, r: &str) -> Result<Option<Partiti
 }
 
 pub(super) fn partitions_by_ref(store: &PostgresStore, refs: &[&str]) -> Result<Vec<PartitionRow>> {
-    let wanted: Vec<String> = refs.iter().map(|r| r.to_string()).collect();
-    store.read(|c| {
-        let rows = c
-            .query(
-                &format!(
-                    "SELECT {PARTITION_COLUMNS} FROM partitions WHERE partition_ref = ANY($1)"
-                ),
-                &[&wanted],
-            )
-            .map_err(storage)?;
-        collect(rows, partition_from_row)
-    })
+    store.rows_by_key(
+        PARTITION_COLUMNS,
+        "partitions",
+        "partition_ref",
+        refs,
+        partition_from_row,
+    )
 }
 
 pub(super) fn partitions(store: &PostgresStore, q: &PartitionQuery) -> Result<Vec<PartitionRow>> {
@@ -466,18 +474,13 @@ pub(super) fn ids_matching(
 }
 
 pub(super) fn checks_of(store: &PostgresStore, refs: &[&str]) -> Result<Vec<CheckRow>> {
-    let wanted: Vec<String> = refs.iter().map(|r| r.to_string()).collect();
-    store.read(|c| {
-        let rows = c
-            .query(
-                &format!(
-                    "SELECT {CHECK_COLUMNS} FROM partition_checks WHERE partition_ref = ANY($1)"
-                ),
-                &[&wanted],
-            )
-            .map_err(storage)?;
-        collect(rows, check_from_row)
-    })
+    store.rows_by_key(
+        CHECK_COLUMNS,
+        "partition_checks",
+        "partition_ref",
+        refs,
+        check_from_row,
+    )
 }
 
 pub(super) fn any_blocking_failure(store: &PostgresStore) -> Result<bool> {
@@ -729,16 +732,13 @@ pub(super) fn recent_metrics(
 }
 
 pub(super) fn arrivals_of(store: &PostgresStore, refs: &[&str]) -> Result<Vec<ArrivalRow>> {
-    let wanted: Vec<String> = refs.iter().map(|r| r.to_string()).collect();
-    store.read(|c| {
-        let rows = c
-            .query(
-                &format!("SELECT {ARRIVAL_COLUMNS} FROM arrivals WHERE partition_ref = ANY($1)"),
-                &[&wanted],
-            )
-            .map_err(storage)?;
-        collect(rows, arrival_from_row)
-    })
+    store.rows_by_key(
+        ARRIVAL_COLUMNS,
+        "arrivals",
+        "partition_ref",
+        refs,
+        arrival_from_row,
+    )
 }
 
 pub(super) fn late_refs(store: &PostgresStore) -> Result<Vec<String>> {

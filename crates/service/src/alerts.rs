@@ -396,33 +396,21 @@ fn run(argv: &[String], body: &str) -> Result<(), Failure> {
 
 /// POSTs the body, signed under the secret `secret_env` names (if any).
 fn post(url: &str, secret_env: Option<&str>, body: &str) -> Result<(), Failure> {
-    let agent: ureq::Agent = ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .timeout_global(Some(TIMEOUT))
-        .build()
-        .into();
-    let mut request = agent.post(url).header("Content-Type", "application/json");
+    let mut headers = Vec::new();
     if let Some(name) = secret_env {
         let secret = std::env::var(name).map_err(|_| Failure {
             why: format!("`secret_env` names `{name}`, which is not set: set it to the endpoint's signing secret"),
             retry: false,
         })?;
-        request = request.header(
-            "X-DataBuild-Signature",
-            &crate::signature::sign(&secret, body.as_bytes()),
-        );
+        let signature = crate::signature::sign(&secret, body.as_bytes());
+        headers.push(("X-DataBuild-Signature", signature));
     }
-    let response = request.send(body).map_err(|e| Failure {
-        why: format!("{url} does not answer: {e}"),
-        retry: true,
-    })?;
-    match response.status().as_u16() {
-        200..=299 => Ok(()),
-        code => Err(Failure {
-            why: format!("{url} answered HTTP {code}"),
-            retry: code == 429 || code >= 500,
-        }),
-    }
+    databuild_exec::openlineage::send::post_json(url, &headers, body, TIMEOUT).map_err(|f| {
+        Failure {
+            why: f.message,
+            retry: f.retry,
+        }
+    })
 }
 
 #[cfg(test)]

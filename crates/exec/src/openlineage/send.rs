@@ -249,30 +249,9 @@ impl Poster {
             .shared
             .remaining()
             .map_or(POST_TIMEOUT, |r| r.min(POST_TIMEOUT));
-        let agent: ureq::Agent = ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            .timeout_global(Some(timeout))
-            .build()
-            .into();
-        let mut request = agent
-            .post(&self.config.endpoint)
-            .header("Content-Type", "application/json");
-        if let Some(key) = &self.config.api_key {
-            request = request.header("Authorization", &format!("Bearer {key}"));
-        }
-        let response = request.send(body).map_err(|e| Failure {
-            message: format!("{} does not answer: {e}", self.config.endpoint),
-            retry: true,
-        })?;
-        let code = response.status().as_u16();
-        match code {
-            200..=299 => Ok(()),
-            // Only a busy or failing receiver may take it later; it refused this event.
-            _ => Err(Failure {
-                message: format!("{} answered HTTP {code}", self.config.endpoint),
-                retry: code == 429 || code >= 500,
-            }),
-        }
+        let auth =
+            (self.config.api_key.as_ref()).map(|key| ("Authorization", format!("Bearer {key}")));
+        post_json(&self.config.endpoint, auth.as_slice(), body, timeout)
     }
 
     /// Appends the event, with why it was not delivered, to `undelivered.jsonl`.
@@ -294,9 +273,41 @@ impl Poster {
     }
 }
 
-struct Failure {
-    message: String,
-    retry: bool,
+pub struct Failure {
+    pub message: String,
+    /// Another try may do better: the endpoint did not answer, or answered 429 or 5xx.
+    pub retry: bool,
+}
+
+/// POSTs the JSON `body` to `url` with `headers`, within `timeout`: OpenLineage's events and
+/// alerts' deliveries. Only a receiver that does not answer, is busy (429) or fails (5xx) may
+/// take it later; any other answer refused it.
+pub fn post_json(
+    url: &str,
+    headers: &[(&str, String)],
+    body: &str,
+    timeout: Duration,
+) -> Result<(), Failure> {
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(timeout))
+        .build()
+        .into();
+    let mut request = agent.post(url).header("Content-Type", "application/json");
+    for (name, value) in headers {
+        request = request.header(*name, value);
+    }
+    let response = request.send(body).map_err(|e| Failure {
+        message: format!("{url} does not answer: {e}"),
+        retry: true,
+    })?;
+    match response.status().as_u16() {
+        200..=299 => Ok(()),
+        code => Err(Failure {
+            message: format!("{url} answered HTTP {code}"),
+            retry: code == 429 || code >= 500,
+        }),
+    }
 }
 
 /// The name of the file `owner` (`host/pid/start-time`) resends undelivered events from.

@@ -179,8 +179,10 @@ impl Reconciler {
         }
         if self.last_probe.elapsed() >= self.probe_every {
             self.last_probe = Instant::now();
-            self.probe_externals()?;
-            self.risks()?;
+            // One read of the active wants for both.
+            let active = self.active()?;
+            self.probe_externals(&active);
+            self.risks(active)?;
         }
         for id in std::mem::take(&mut self.dirty) {
             match self.engine().store.want(&id)? {
@@ -321,8 +323,8 @@ impl Reconciler {
     }
 
     /// Wants waiting on external data that announces nothing: files, probes, upstream services.
-    fn probe_externals(&mut self) -> Result<()> {
-        for w in self.active()? {
+    fn probe_externals(&mut self, active: &[WantRow]) {
+        for w in active {
             let Some(r) = &w.waiting_for else { continue };
             let external = matches!(
                 self.engine().graph.producer_of(r),
@@ -330,10 +332,9 @@ impl Reconciler {
                     if self.engine().graph.datasets[d].source.is_none()
             );
             if external && w.status == Status::Waiting {
-                self.dirty.insert(w.want_id);
+                self.dirty.insert(w.want_id.clone());
             }
         }
-        Ok(())
     }
 
     /// TTLs and SLAs, in memory but for the partitions overdue.
@@ -358,9 +359,9 @@ impl Reconciler {
 
     /// Unsatisfied wants with a deadline whose forecast passes it before it comes: each
     /// recorded once as `sla_at_risk`. Checked every probe interval, as a forecast reads the log.
-    fn risks(&mut self) -> Result<()> {
+    fn risks(&mut self, active: Vec<WantRow>) -> Result<()> {
         let now = databuild_log::event::now_ns();
-        for w in self.active()? {
+        for w in active {
             let unchecked = w.status != Status::Satisfied
                 && w.has_deadline()
                 && !self.at_risk_recorded.contains(&w.want_id);

@@ -3,7 +3,7 @@
 //! partitions its cadence expects next (from the lower edge of their band on), or the key after
 //! its latest arrival when it has too little history: never the key space.
 
-use databuild_core::cadence::{self, Key};
+use databuild_core::cadence::Key;
 use databuild_core::{Graph, PartitionRef, Producer, Resolver};
 use rustc_hash::FxHashSet;
 
@@ -153,12 +153,9 @@ fn next_due(
     let Some(field) = key_field(&dataset.pattern) else {
         return Ok(Vec::new());
     };
-    let recent = engine
-        .store
-        .recent_arrivals(&dataset.name, cadence::WINDOW)?;
     let mut others: Vec<Vec<String>> = Vec::new();
     let mut last: Option<Key> = None;
-    for a in &recent {
+    for a in cadences.recent(d)? {
         let Some(values) = dataset.pattern.match_ref(&a.partition_ref) else {
             continue;
         };

@@ -66,6 +66,8 @@ pub(crate) fn key_of(pattern: &Pattern, (field, kind): (usize, KeyKind), r: &str
 pub(crate) struct Cadences<'e> {
     engine: &'e Engine,
     learned: FxHashMap<usize, std::result::Result<Cadence, String>>,
+    /// Each dataset's latest arrivals read so far: read once, for its cadence and its caller.
+    recent: FxHashMap<usize, Vec<databuild_log::ArrivalRow>>,
 }
 
 impl<'e> Cadences<'e> {
@@ -73,16 +75,53 @@ impl<'e> Cadences<'e> {
         Cadences {
             engine,
             learned: FxHashMap::default(),
+            recent: FxHashMap::default(),
         }
+    }
+
+    /// Dataset `d`'s latest arrivals (its cadence's window), latest first.
+    pub(crate) fn recent(&mut self, d: usize) -> Result<&[databuild_log::ArrivalRow]> {
+        if !self.recent.contains_key(&d) {
+            let name = &self.engine.graph.datasets[d].name;
+            let rows = self.engine.store.recent_arrivals(name, cadence::WINDOW)?;
+            self.recent.insert(d, rows);
+        }
+        Ok(&self.recent[&d])
     }
 
     /// Dataset `d`'s cadence, or why it has none.
     pub(crate) fn of(&mut self, d: usize) -> Result<&std::result::Result<Cadence, String>> {
         if !self.learned.contains_key(&d) {
-            let learned = learn(self.engine, d)?;
+            let learned = self.learn(d)?;
             self.learned.insert(d, learned);
         }
         Ok(&self.learned[&d])
+    }
+
+    /// Dataset `d`'s cadence from its latest arrivals, or why there is none.
+    fn learn(&mut self, d: usize) -> Result<std::result::Result<Cadence, String>> {
+        let dataset = &self.engine.graph.datasets[d];
+        if dataset.upstream.is_some() {
+            return Ok(Err(
+                "another service builds it: ask its own forecast".to_string()
+            ));
+        }
+        let Some(field) = key_field(&dataset.pattern) else {
+            return Ok(Err(format!(
+                "its pattern `{}` has no date, hour or int field to order its partitions by",
+                dataset.pattern.as_str()
+            )));
+        };
+        let pattern = &dataset.pattern;
+        let arrivals: Vec<cadence::Arrival> = (self.recent(d)?.iter())
+            .filter_map(|a| {
+                Some(cadence::Arrival {
+                    key: key_of(pattern, field, &a.partition_ref)?,
+                    at_ns: a.arrived_at,
+                })
+            })
+            .collect();
+        Ok(cadence::learn(&arrivals).map_err(|e| e.to_string()))
     }
 
     /// Partition `r` of dataset `d`, if it is late at `now_ns`: past the p90 of its cadence.
@@ -147,14 +186,12 @@ impl Engine {
         let Some(field) = key_field(pattern) else {
             return Ok(None);
         };
-        let mut arrived: Vec<(Key, String, i64)> = self
-            .store
-            .recent_arrivals(name, cadence::WINDOW)?
-            .into_iter()
+        let mut cadences = Cadences::new(self);
+        let mut arrived: Vec<(Key, String, i64)> = (cadences.recent(d)?.iter())
             .filter_map(|a| {
                 Some((
                     key_of(pattern, field, &a.partition_ref)?,
-                    a.partition_ref,
+                    a.partition_ref.clone(),
                     a.arrived_at,
                 ))
             })
@@ -186,7 +223,6 @@ impl Engine {
                 })
             })
             .collect();
-        let mut cadences = Cadences::new(self);
         let band = cadences
             .of(d)?
             .as_ref()
@@ -226,34 +262,6 @@ fn next_ref(pattern: &Pattern, field: usize, r: &str, key: Key) -> Option<String
     *values.get_mut(field)? = text;
     let values: Vec<&str> = values.iter().map(String::as_str).collect();
     Some(pattern.render(&values))
-}
-
-/// Dataset `d`'s cadence from its latest arrivals, or why there is none.
-fn learn(engine: &Engine, d: usize) -> Result<std::result::Result<Cadence, String>> {
-    let dataset = &engine.graph.datasets[d];
-    if dataset.upstream.is_some() {
-        return Ok(Err(
-            "another service builds it: ask its own forecast".to_string()
-        ));
-    }
-    let Some(field) = key_field(&dataset.pattern) else {
-        return Ok(Err(format!(
-            "its pattern `{}` has no date, hour or int field to order its partitions by",
-            dataset.pattern.as_str()
-        )));
-    };
-    let arrivals: Vec<cadence::Arrival> = engine
-        .store
-        .recent_arrivals(&dataset.name, cadence::WINDOW)?
-        .iter()
-        .filter_map(|a| {
-            Some(cadence::Arrival {
-                key: key_of(&dataset.pattern, field, &a.partition_ref)?,
-                at_ns: a.arrived_at,
-            })
-        })
-        .collect();
-    Ok(cadence::learn(&arrivals).map_err(|e| e.to_string()))
 }
 
 /// The forecast of each of `refs`, in order.
